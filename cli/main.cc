@@ -1,0 +1,2 @@
+// headroom command-line front end (being written).
+int main() { return 0; }

@@ -1,0 +1,186 @@
+#include "graph/graph_analysis.h"
+
+#include <algorithm>
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/topological_sort.hpp>
+#include <cassert>
+#include <iterator>
+#include <unordered_map>
+
+namespace headroom::graph {
+namespace {
+
+using NodeGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+
+// Execution order: a topological order of the producer -> consumer edges, made
+// stable by sorting on (block, topological rank). Valid because validation
+// guarantees no node reads from a later block.
+std::vector<int> execution_order(const LayerGraph& graph, const std::vector<int>& producer,
+                                 const std::unordered_map<std::string, int>& tensor_ids) {
+  const int node_count = static_cast<int>(graph.nodes.size());
+  NodeGraph dag(node_count);
+  for (int consumer = 0; consumer < node_count; ++consumer) {
+    for (const std::string& input : graph.nodes[consumer].inputs) {
+      const int from = producer[tensor_ids.at(input)];
+      if (from >= 0) boost::add_edge(from, consumer, dag);
+    }
+  }
+  std::vector<NodeGraph::vertex_descriptor> reversed;
+  boost::topological_sort(dag, std::back_inserter(reversed));  // throws not_a_dag on cycles
+  std::vector<int> rank(node_count);
+  for (int i = 0; i < node_count; ++i) {
+    rank[reversed[node_count - 1 - i]] = i;
+  }
+  std::vector<int> order(node_count);
+  for (int i = 0; i < node_count; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    if (graph.nodes[a].block != graph.nodes[b].block) {
+      return graph.nodes[a].block < graph.nodes[b].block;
+    }
+    return rank[a] < rank[b];
+  });
+  return order;
+}
+
+bool has_trainable_param(const Node& node,
+                         const std::unordered_map<std::string, bool>& trainable_by_name) {
+  for (const Param& param : node.params) {
+    const bool trainable =
+        param.tied_to.empty() ? param.trainable : trainable_by_name.at(param.tied_to);
+    if (trainable) return true;
+  }
+  return false;
+}
+
+void push_unique(std::vector<int>& list, int value) {
+  if (std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
+}
+
+}  // namespace
+
+bool GraphAnalysis::save_active(int node_index, SaveWhen when) const {
+  switch (when) {
+    case SaveWhen::kInputGrad:
+      return needs_input_grad[node_index];
+    case SaveWhen::kParamGrad:
+      return needs_param_grad[node_index];
+    case SaveWhen::kAnyGrad:
+      return needs_input_grad[node_index] || needs_param_grad[node_index];
+  }
+  return false;
+}
+
+int tensor_index(const LayerGraph& graph, const std::string& name) {
+  for (size_t i = 0; i < graph.tensors.size(); ++i) {
+    if (graph.tensors[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int64_t tensor_bytes(const Tensor& tensor, DType compute_dtype, int64_t batch, int64_t seq) {
+  return dtype_bytes(tensor.dtype.value_or(compute_dtype), tensor.elements.at(batch, seq));
+}
+
+GraphAnalysis analyze_graph(const LayerGraph& graph) {
+  const int tensor_count = static_cast<int>(graph.tensors.size());
+  const int node_count = static_cast<int>(graph.nodes.size());
+  std::unordered_map<std::string, int> tensor_ids;
+  for (int t = 0; t < tensor_count; ++t) tensor_ids[graph.tensors[t].name] = t;
+
+  GraphAnalysis out;
+  out.producer.assign(tensor_count, -1);
+  out.consumers.assign(tensor_count, {});
+  out.node_inputs.assign(node_count, {});
+  out.node_outputs.assign(node_count, {});
+  for (int n = 0; n < node_count; ++n) {
+    for (const std::string& output : graph.nodes[n].outputs) {
+      out.producer[tensor_ids.at(output)] = n;
+      out.node_outputs[n].push_back(tensor_ids.at(output));
+    }
+    for (const std::string& input : graph.nodes[n].inputs) {
+      push_unique(out.consumers[tensor_ids.at(input)], n);
+      out.node_inputs[n].push_back(tensor_ids.at(input));
+    }
+  }
+  out.order = execution_order(graph, out.producer, tensor_ids);
+
+  std::unordered_map<std::string, bool> trainable_by_name;
+  for (const Node& node : graph.nodes) {
+    for (const Param& param : node.params) {
+      if (param.tied_to.empty()) trainable_by_name[param.name] = param.trainable;
+    }
+  }
+
+  // Gradient flow, in execution order: a tensor requires grad when its producer
+  // has a trainable parameter or an input that requires grad.
+  out.requires_grad.assign(tensor_count, false);
+  for (int t = 0; t < tensor_count; ++t) {
+    if (out.producer[t] < 0) out.requires_grad[t] = graph.tensors[t].requires_grad;
+  }
+  out.needs_input_grad.assign(node_count, false);
+  out.needs_param_grad.assign(node_count, false);
+  for (int n : out.order) {
+    const Node& node = graph.nodes[n];
+    bool input_grad = false;
+    for (const std::string& input : node.inputs) input_grad |= out.requires_grad[tensor_ids.at(input)];
+    out.needs_input_grad[n] = input_grad;
+    out.needs_param_grad[n] = has_trainable_param(node, trainable_by_name);
+    for (const std::string& output : node.outputs) {
+      out.requires_grad[tensor_ids.at(output)] = input_grad || out.needs_param_grad[n];
+    }
+  }
+
+  // Persistent tensors: graph inputs, and tensors read beyond the producer's successor block.
+  out.persistent.assign(tensor_count, false);
+  for (int t = 0; t < tensor_count; ++t) {
+    if (out.producer[t] < 0) {
+      out.persistent[t] = true;
+      continue;
+    }
+    const int producer_block = graph.nodes[out.producer[t]].block;
+    for (int consumer : out.consumers[t]) {
+      if (graph.nodes[consumer].block > producer_block + 1) out.persistent[t] = true;
+    }
+  }
+
+  out.blocks.assign(graph.blocks.size(), {});
+  for (int n : out.order) out.blocks[graph.nodes[n].block].nodes.push_back(n);
+
+  // Which tensors each block saves itself (to attribute shared ones to the producer).
+  std::vector<std::vector<bool>> saved_by_block(graph.blocks.size(),
+                                                std::vector<bool>(tensor_count, false));
+  for (int n = 0; n < node_count; ++n) {
+    for (const SavedRef& saved : graph.nodes[n].saves) {
+      if (out.save_active(n, saved.when)) {
+        saved_by_block[graph.nodes[n].block][tensor_ids.at(saved.tensor)] = true;
+      }
+    }
+  }
+
+  for (size_t b = 0; b < graph.blocks.size(); ++b) {
+    BlockStructure& block = out.blocks[b];
+    for (int n : block.nodes) {
+      const Node& node = graph.nodes[n];
+      block.on_autograd |= out.needs_input_grad[n] || out.needs_param_grad[n];
+      block.has_trainable |= out.needs_param_grad[n];
+      for (const SavedRef& saved : node.saves) {
+        const int t = tensor_ids.at(saved.tensor);
+        if (!out.save_active(n, saved.when) || out.persistent[t]) continue;
+        const int producer_block = out.producer[t] < 0 ? -1 : graph.nodes[out.producer[t]].block;
+        if (producer_block != static_cast<int>(b) && producer_block >= 0 &&
+            saved_by_block[producer_block][t]) {
+          continue;  // the producing block keeps it and counts it
+        }
+        push_unique(block.saved_tensors, t);
+      }
+      for (const std::string& input : node.inputs) {
+        const int t = tensor_ids.at(input);
+        if (out.persistent[t] || out.producer[t] < 0) continue;
+        if (graph.nodes[out.producer[t]].block != static_cast<int>(b)) push_unique(block.boundary_inputs, t);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace headroom::graph

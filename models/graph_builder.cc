@@ -1,0 +1,348 @@
+#include "models/graph_builder.h"
+
+#include <cassert>
+#include <utility>
+
+namespace headroom::models {
+namespace {
+
+// FLOP weights of elementwise ops, per element. Rough: these ops are memory
+// bound and the roofline model costs them by fwd_io_elements, not by FLOPs.
+constexpr int64_t kNormFwdFlopsPerElement = 5;   // mean, var, sub, mul, scale
+constexpr int64_t kNormBwdFlopsPerElement = 8;
+constexpr int64_t kActivationFlopsPerElement = 8;  // tanh/exp polynomial
+constexpr int64_t kSoftmaxFlopsPerElement = 5;      // max, sub, exp, sum, div
+
+}  // namespace
+
+void GraphBuilder::begin_block(std::string name, std::string kind, bool checkpointable) {
+  graph_.blocks.push_back(graph::Block{std::move(name), std::move(kind), checkpointable});
+}
+
+void GraphBuilder::add_tensor(const std::string& name, SizeExpr elements,
+                              std::optional<DType> dtype, bool requires_grad) {
+  [[maybe_unused]] const bool inserted = tensor_names_.insert(name).second;
+  assert(inserted && "duplicate tensor name");
+  graph_.tensors.push_back(graph::Tensor{name, elements, dtype, requires_grad});
+}
+
+SizeExpr GraphBuilder::elements_of(const std::string& tensor) const {
+  const graph::Tensor* found = graph_.find_tensor(tensor);
+  assert(found != nullptr && "unknown tensor");
+  return found == nullptr ? SizeExpr{} : found->elements;
+}
+
+graph::Node& GraphBuilder::add_node(const std::string& name, const std::string& op,
+                                    std::vector<std::string> inputs,
+                                    std::vector<std::string> outputs) {
+  assert(!graph_.blocks.empty() && "begin_block before adding nodes");
+  [[maybe_unused]] const bool inserted = node_names_.insert(name).second;
+  assert(inserted && "duplicate node name");
+  graph::Node node;
+  node.name = name;
+  node.op = op;
+  node.block = static_cast<int>(graph_.blocks.size()) - 1;
+  for (const std::string& t : inputs) node.fwd_io_elements += elements_of(t);
+  node.inputs = std::move(inputs);
+  node.outputs = std::move(outputs);
+  graph_.nodes.push_back(std::move(node));
+  return graph_.nodes.back();
+}
+
+Param GraphBuilder::param(const std::string& name, std::vector<int64_t> shape) const {
+  Param p;
+  p.name = name;
+  p.shape = std::move(shape);
+  p.dtype = param_dtype_;
+  return p;
+}
+
+std::string GraphBuilder::input(const std::string& name, SizeExpr elements,
+                                std::optional<DType> dtype, bool requires_grad) {
+  add_tensor(name, elements, dtype, requires_grad);
+  return name;
+}
+
+std::string GraphBuilder::op(const OpSpec& spec) {
+  add_tensor(spec.name, spec.out_elements, spec.out_dtype);
+  graph::Node& node = add_node(spec.name, spec.op, spec.inputs, {spec.name});
+  node.fwd_io_elements += spec.out_elements;
+  node.params = spec.params;
+  node.saves = spec.saves;
+  node.fwd_flops = spec.fwd_flops;
+  node.bwd_input_flops = spec.bwd_input_flops;
+  node.bwd_param_flops = spec.bwd_param_flops;
+  node.workspace_elements = spec.workspace_elements;
+  return spec.name;
+}
+
+void GraphBuilder::add_params(const std::string& node_name, std::vector<Param> params) {
+  for (graph::Node& node : graph_.nodes) {
+    if (node.name != node_name) continue;
+    for (Param& p : params) node.params.push_back(std::move(p));
+    return;
+  }
+  assert(false && "add_params: unknown node");
+}
+
+std::string GraphBuilder::linear(const std::string& module, const std::string& x, SizeExpr rows,
+                                 int64_t in, int64_t out, bool bias, bool conv1d) {
+  // Forward 2*rows*in*out; backward dX = dY W and dW = dY^T X cost the same
+  // each; the bias gradient is a column sum of dY (rows*out).
+  const SizeExpr matmul_flops = rows.scaled(2 * in * out);
+  OpSpec spec;
+  spec.name = module;
+  spec.op = "linear";
+  spec.inputs = {x};
+  spec.out_elements = times(rows, out);
+  spec.saves = {SavedRef{x, SaveWhen::kParamGrad}};
+  spec.params.push_back(param(module + ".weight", conv1d ? std::vector<int64_t>{in, out}
+                                                         : std::vector<int64_t>{out, in}));
+  if (bias) spec.params.push_back(param(module + ".bias", {out}));
+  spec.fwd_flops = matmul_flops;
+  spec.bwd_input_flops = matmul_flops;
+  spec.bwd_param_flops = bias ? matmul_flops + times(rows, out) : matmul_flops;
+  const std::string y = op(spec);
+  graph_.nodes.back().linear = graph::LinearInfo{in, out, rows};
+  return y;
+}
+
+std::string GraphBuilder::norm(const std::string& module, const std::string& x, SizeExpr rows,
+                               int64_t width, NormKind kind, bool affine, bool bias) {
+  const SizeExpr elements = times(rows, width);
+  OpSpec spec;
+  spec.name = module;
+  spec.op = "norm";
+  spec.inputs = {x};
+  spec.out_elements = elements;
+  spec.saves = {SavedRef{x, SaveWhen::kAnyGrad}};
+  if (affine) spec.params.push_back(param(module + ".weight", {width}));
+  if (affine && bias) spec.params.push_back(param(module + ".bias", {width}));
+  spec.fwd_flops = elements.scaled(kNormFwdFlopsPerElement);
+  spec.bwd_input_flops = elements.scaled(kNormBwdFlopsPerElement);
+  if (affine) spec.bwd_param_flops = elements.scaled(bias ? 3 : 2);
+  const std::string y = op(spec);
+  // Per-row statistics in float32 (native layer_norm / fused rms_norm kernels).
+  std::vector<std::string> stats = {module + ":rstd"};
+  if (kind == NormKind::kLayerNorm) stats.push_back(module + ":mean");
+  graph::Node& node = graph_.nodes.back();
+  for (const std::string& s : stats) {
+    node.outputs.push_back(s);
+    node.saves.push_back(SavedRef{s, SaveWhen::kAnyGrad});
+    node.fwd_io_elements += rows;
+  }
+  for (const std::string& s : stats) add_tensor(s, rows, DType::kF32);
+  return y;
+}
+
+std::string GraphBuilder::activation(const std::string& name, const std::string& x,
+                                     SizeExpr elements, const std::string& kind) {
+  OpSpec spec;
+  spec.name = name;
+  spec.op = "activation:" + kind;
+  spec.inputs = {x};
+  spec.out_elements = elements;
+  spec.saves = {SavedRef{x, SaveWhen::kInputGrad}};
+  spec.fwd_flops = elements.scaled(kActivationFlopsPerElement);
+  spec.bwd_input_flops = elements.scaled(kActivationFlopsPerElement);
+  return op(spec);
+}
+
+std::string GraphBuilder::mul(const std::string& name, const std::string& a, const std::string& b,
+                              SizeExpr elements) {
+  // d(a*b)/da = b is needed when a requires grad and vice versa; both are
+  // activations here, so both are kept (kInputGrad approximates "the other one").
+  OpSpec spec;
+  spec.name = name;
+  spec.op = "mul";
+  spec.inputs = {a, b};
+  spec.out_elements = elements;
+  spec.saves = {SavedRef{a, SaveWhen::kInputGrad}, SavedRef{b, SaveWhen::kInputGrad}};
+  spec.fwd_flops = elements;
+  spec.bwd_input_flops = elements.scaled(2);
+  return op(spec);
+}
+
+std::string GraphBuilder::mul_const(const std::string& name, const std::string& x,
+                                    const std::string& c, SizeExpr elements) {
+  OpSpec spec;
+  spec.name = name;
+  spec.op = "mul";
+  spec.inputs = {x, c};
+  spec.out_elements = elements;
+  spec.saves = {SavedRef{c, SaveWhen::kInputGrad}};
+  spec.fwd_flops = elements;
+  spec.bwd_input_flops = elements;
+  return op(spec);
+}
+
+std::string GraphBuilder::add(const std::string& name, const std::string& a, const std::string& b,
+                              SizeExpr elements) {
+  OpSpec spec;
+  spec.name = name;
+  spec.op = "add";
+  spec.inputs = {a, b};
+  spec.out_elements = elements;
+  spec.fwd_flops = elements;
+  return op(spec);
+}
+
+std::string GraphBuilder::copy(const std::string& name, const std::string& op_name,
+                               const std::vector<std::string>& inputs, SizeExpr elements,
+                               std::optional<DType> dtype) {
+  OpSpec spec;
+  spec.name = name;
+  spec.op = op_name;
+  spec.inputs = inputs;
+  spec.out_elements = elements;
+  spec.out_dtype = dtype;
+  return op(spec);
+}
+
+std::vector<std::string> GraphBuilder::split(
+    const std::string& name, const std::string& x,
+    const std::vector<std::pair<std::string, SizeExpr>>& parts) {
+  std::vector<std::string> outputs;
+  for (const auto& [part, elements] : parts) {
+    add_tensor(part, elements, std::nullopt);
+    outputs.push_back(part);
+  }
+  graph::Node& node = add_node(name, "split", {x}, outputs);
+  for (const auto& part : parts) node.fwd_io_elements += part.second;
+  return outputs;
+}
+
+std::string GraphBuilder::dropout(const std::string& name, const std::string& x,
+                                  SizeExpr elements, double p) {
+  if (p <= 0.0) return x;
+  OpSpec spec;
+  spec.name = name;
+  spec.op = "dropout";
+  spec.inputs = {x};
+  spec.out_elements = elements;
+  spec.saves = {SavedRef{name + ":mask", SaveWhen::kInputGrad}};
+  spec.fwd_flops = elements;
+  spec.bwd_input_flops = elements;
+  const std::string y = op(spec);
+  graph_.nodes.back().outputs.push_back(name + ":mask");
+  graph_.nodes.back().fwd_io_elements += elements;
+  add_tensor(name + ":mask", elements, DType::kBool);
+  return y;
+}
+
+std::string GraphBuilder::embedding(const std::string& module, const std::string& ids,
+                                    SizeExpr rows, int64_t vocab, int64_t dim) {
+  OpSpec spec;
+  spec.name = module;
+  spec.op = "embedding";
+  spec.inputs = {ids};
+  spec.out_elements = times(rows, dim);
+  spec.saves = {SavedRef{ids, SaveWhen::kParamGrad}};
+  spec.params.push_back(param(module + ".weight", {vocab, dim}));
+  spec.bwd_param_flops = times(rows, dim);  // scatter-add of the output gradient
+  return op(spec);
+}
+
+std::string GraphBuilder::eager_attention(const std::string& prefix, const std::string& q,
+                                          const std::string& k, const std::string& v,
+                                          const AttentionShape& shape,
+                                          const EagerAttentionOptions& options) {
+  const SizeExpr scores = shape.scores_per_head.scaled(shape.heads);
+  // Each matmul: 2*Sq*Sk*head_dim per head forward; backward computes both
+  // operand gradients, twice the forward. Full square even when causal: the
+  // eager path multiplies the whole matrix and masks afterwards.
+  const SizeExpr matmul_flops = scores.scaled(2 * shape.head_dim);
+  OpSpec qk;
+  qk.name = prefix + ".qk";
+  qk.op = "matmul";
+  qk.inputs = {q, k};
+  qk.out_elements = scores;
+  qk.saves = {SavedRef{q, SaveWhen::kInputGrad}, SavedRef{k, SaveWhen::kInputGrad}};
+  qk.fwd_flops = matmul_flops;
+  qk.bwd_input_flops = matmul_flops.scaled(2);
+  const std::string raw = op(qk);
+  // Scale and mask: new score tensors, nothing kept (the mask is a constant).
+  const std::string masked = copy(prefix + ".scores", "scale_mask", {raw}, scores);
+  OpSpec softmax;
+  softmax.name = prefix + ".softmax";
+  softmax.op = "softmax";
+  softmax.inputs = {masked};
+  softmax.out_elements = scores;
+  if (options.softmax_fp32) softmax.out_dtype = DType::kF32;
+  softmax.saves = {SavedRef{softmax.name, SaveWhen::kInputGrad}};  // backward uses y
+  softmax.fwd_flops = scores.scaled(kSoftmaxFlopsPerElement);
+  softmax.bwd_input_flops = scores.scaled(3);
+  std::string probs = op(softmax);
+  if (options.softmax_fp32) probs = copy(prefix + ".softmax_cast", "cast", {probs}, scores);
+  probs = dropout(prefix + ".dropout", probs, scores, options.dropout);
+  OpSpec pv;
+  pv.name = prefix + ".pv";
+  pv.op = "matmul";
+  pv.inputs = {probs, v};
+  pv.out_elements = times(shape.query_rows, shape.heads * shape.head_dim);
+  pv.saves = {SavedRef{probs, SaveWhen::kInputGrad}, SavedRef{v, SaveWhen::kInputGrad}};
+  pv.fwd_flops = matmul_flops;
+  pv.bwd_input_flops = matmul_flops.scaled(2);
+  return op(pv);
+}
+
+std::string GraphBuilder::sdpa_attention(const std::string& prefix, const std::string& q,
+                                         const std::string& k, const std::string& v,
+                                         const AttentionShape& shape) {
+  // Forward: QK^T and PV, 2*2*Sq*Sk*head_dim per head; causal kernels skip the
+  // masked half of the tiles, so causal counts half. Backward recomputes P
+  // and does four matmuls: 2.5x forward (Dao 2023, FlashAttention-2, Sec. 3).
+  SizeExpr fwd = shape.scores_per_head.scaled(4 * shape.heads * shape.head_dim);
+  if (shape.causal) fwd = shape.scores_per_head.scaled(2 * shape.heads * shape.head_dim);
+  OpSpec spec;
+  spec.name = prefix + ".sdpa";
+  spec.op = "attention";
+  spec.inputs = {q, k, v};
+  spec.out_elements = times(shape.query_rows, shape.heads * shape.head_dim);
+  const std::string lse = spec.name + ":lse";
+  spec.saves = {SavedRef{q, SaveWhen::kInputGrad}, SavedRef{k, SaveWhen::kInputGrad},
+                SavedRef{v, SaveWhen::kInputGrad}, SavedRef{spec.name, SaveWhen::kInputGrad},
+                SavedRef{lse, SaveWhen::kInputGrad}};
+  spec.fwd_flops = fwd;
+  spec.bwd_input_flops = SizeExpr{fwd.c * 5 / 2, fwd.b * 5 / 2,  fwd.s * 5 / 2,
+                                  fwd.bs * 5 / 2, fwd.ss * 5 / 2, fwd.bss * 5 / 2};
+  const std::string out = op(spec);
+  graph_.nodes.back().outputs.push_back(lse);
+  add_tensor(lse, times(shape.query_rows, shape.heads), DType::kF32);
+  return out;
+}
+
+std::string GraphBuilder::lm_loss(const std::string& name, const std::string& logits,
+                                  const std::string& labels, SizeExpr rows, int64_t vocab) {
+  // transformers ForCausalLMLoss: logits.float() (a transient f32 copy, two
+  // compute-dtype elements per element), then cross_entropy = log_softmax
+  // (keeps its f32 output) + nll_loss. The bf16 logits stay alive in the
+  // returned ModelOutput until backward is done.
+  const SizeExpr elements = times(rows, vocab);
+  const std::string log_probs = name + ":log_probs";
+  OpSpec spec;
+  spec.name = name;
+  spec.op = "loss";
+  spec.inputs = {logits, labels};
+  spec.out_elements = SizeExpr::constant(1);
+  spec.out_dtype = DType::kF32;
+  spec.saves = {SavedRef{logits, SaveWhen::kAnyGrad}, SavedRef{log_probs, SaveWhen::kAnyGrad}};
+  spec.fwd_flops = elements.scaled(kSoftmaxFlopsPerElement);
+  spec.bwd_input_flops = elements.scaled(2);
+  spec.workspace_elements = elements.scaled(2);
+  const std::string loss = op(spec);
+  graph_.nodes.back().outputs.push_back(log_probs);
+  graph_.nodes.back().fwd_io_elements += elements;
+  add_tensor(log_probs, elements, DType::kF32);
+  return loss;
+}
+
+graph::LayerGraph GraphBuilder::finish() {
+  graph::LayerGraph out = std::move(graph_);
+  graph_ = graph::LayerGraph{};
+  tensor_names_.clear();
+  node_names_.clear();
+  return out;
+}
+
+}  // namespace headroom::models

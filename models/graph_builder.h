@@ -1,0 +1,165 @@
+// GraphBuilder: assembles a LayerGraph one primitive at a time, with the
+// saved-for-backward tensors PyTorch autograd keeps for that primitive
+// (docs/models.md, "Save rules"). Every primitive adds one node (a few add two,
+// e.g. a float32 softmax and its cast back) and returns the name of its main
+// output tensor, which is also the node's name. Extra outputs are named
+// "<node>:<what>" (":rstd", ":mean", ":mask", ":lse").
+//
+// Sizes are element counts as SizeExpr in the micro-batch B and sequence S;
+// `rows` arguments are token counts (e.g. per_token(1) = B*S). Tensor dtypes
+// left unset take the run's compute dtype. Names must be unique (asserted).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graph/dtype.h"
+#include "graph/layer_graph.h"
+#include "graph/size_expr.h"
+
+namespace headroom::models {
+
+using graph::DType;
+using graph::Param;
+using graph::SavedRef;
+using graph::SaveWhen;
+using graph::SizeExpr;
+
+// Shape of one attention call. Elements of q = query_rows * heads * head_dim,
+// of k and v = key_rows * kv_heads * head_dim.
+struct AttentionShape {
+  int64_t heads = 0;
+  int64_t kv_heads = 0;  // heads of the k, v tensors passed in (after any repeat_kv)
+  int64_t head_dim = 0;
+  SizeExpr query_rows;       // B*Sq
+  SizeExpr key_rows;         // B*Sk
+  SizeExpr scores_per_head;  // B*Sq*Sk, e.g. {bss=1} for self-attention over S
+  bool causal = false;
+};
+
+struct EagerAttentionOptions {
+  bool softmax_fp32 = false;  // softmax(dtype=float32).to(dtype), as HF Llama does
+  double dropout = 0.0;       // attention-probability dropout p
+};
+
+// Any node not covered by a primitive. Saves may name inputs or `name` (the output).
+struct OpSpec {
+  std::string name;
+  std::string op;
+  std::vector<std::string> inputs;
+  SizeExpr out_elements;
+  std::optional<DType> out_dtype;
+  std::vector<SavedRef> saves;
+  std::vector<Param> params;
+  SizeExpr fwd_flops;
+  SizeExpr bwd_input_flops;
+  SizeExpr bwd_param_flops;
+  SizeExpr workspace_elements;
+};
+
+enum class NormKind { kLayerNorm, kRmsNorm };
+
+class GraphBuilder {
+ public:
+  // dtype given to every parameter added from now on (as the checkpoint publishes it).
+  void set_param_dtype(DType dtype) { param_dtype_ = dtype; }
+  DType param_dtype() const { return param_dtype_; }
+
+  // Starts a new block; later nodes belong to it. Blocks must come in execution order.
+  void begin_block(std::string name, std::string kind, bool checkpointable);
+
+  // A graph input (no producer): token ids, labels, precomputed embeddings, ...
+  std::string input(const std::string& name, SizeExpr elements, std::optional<DType> dtype,
+                    bool requires_grad);
+
+  // y = x W^T + b over `rows` rows. Saves x (kParamGrad). `conv1d`: GPT-2's
+  // Conv1D stores the weight as [in, out].
+  std::string linear(const std::string& module, const std::string& x, SizeExpr rows, int64_t in,
+                     int64_t out, bool bias, bool conv1d = false);
+
+  // Norm over the last dim of `width`, `rows` rows. Saves x and the f32 per-row
+  // statistics (rstd; mean too for LayerNorm). `affine`: has a weight; `bias`:
+  // and a bias (LayerNorm).
+  std::string norm(const std::string& module, const std::string& x, SizeExpr rows, int64_t width,
+                   NormKind kind, bool affine, bool bias);
+
+  // GELU (exact or tanh), SiLU, ReLU as one fused kernel: saves x (kInputGrad).
+  std::string activation(const std::string& name, const std::string& x, SizeExpr elements,
+                         const std::string& kind);
+
+  // a * b, both activations: saves both (kInputGrad). Broadcasting allowed: the
+  // output has `elements`.
+  std::string mul(const std::string& name, const std::string& a, const std::string& b,
+                  SizeExpr elements);
+  // x * c where c never requires grad (RoPE cos/sin): saves c only.
+  std::string mul_const(const std::string& name, const std::string& x, const std::string& c,
+                        SizeExpr elements);
+  // a + b: saves nothing.
+  std::string add(const std::string& name, const std::string& a, const std::string& b,
+                  SizeExpr elements);
+  // Reshape/copy/concat/rotate-half/masking: a new tensor, nothing saved.
+  std::string copy(const std::string& name, const std::string& op,
+                   const std::vector<std::string>& inputs, SizeExpr elements,
+                   std::optional<DType> dtype = std::nullopt);
+  // Splits x into parts (views in PyTorch, new names here); nothing saved.
+  std::vector<std::string> split(const std::string& name, const std::string& x,
+                                 const std::vector<std::pair<std::string, SizeExpr>>& parts);
+
+  // Dropout with probability p: saves a bool mask (kInputGrad). p == 0 adds no
+  // node and returns x (PyTorch returns the input unchanged).
+  std::string dropout(const std::string& name, const std::string& x, SizeExpr elements, double p);
+
+  // Embedding lookup of int64 `ids` (`rows` of them): saves the ids (kParamGrad).
+  std::string embedding(const std::string& module, const std::string& ids, SizeExpr rows,
+                        int64_t vocab, int64_t dim);
+
+  // Attention as separate matmul/softmax/dropout/matmul ops. Returns the output
+  // [query_rows, heads*head_dim]. Nodes "<prefix>.qk", ".scores", ".softmax",
+  // (".softmax_cast"), (".dropout"), ".pv".
+  std::string eager_attention(const std::string& prefix, const std::string& q,
+                              const std::string& k, const std::string& v,
+                              const AttentionShape& shape, const EagerAttentionOptions& options);
+  // Fused scaled_dot_product_attention / flash: node "<prefix>.sdpa". Saves q,
+  // k, v, the output and the f32 logsumexp; dropout inside keeps no mask.
+  std::string sdpa_attention(const std::string& prefix, const std::string& q,
+                             const std::string& k, const std::string& v,
+                             const AttentionShape& shape);
+
+  // HF causal-LM cross entropy on `logits` [rows, vocab] with int64 `labels`:
+  // keeps the logits (held by the returned output) and the f32 log-softmax; the
+  // f32 upcast is workspace. Output: the f32 scalar loss.
+  std::string lm_loss(const std::string& name, const std::string& logits,
+                      const std::string& labels, SizeExpr rows, int64_t vocab);
+
+  std::string op(const OpSpec& spec);
+
+  // Adds parameters to an existing node (e.g. EVA's separate q_bias, v_bias).
+  void add_params(const std::string& node, std::vector<Param> params);
+  Param param(const std::string& name, std::vector<int64_t> shape) const;
+
+  const graph::LayerGraph& graph() const { return graph_; }
+  graph::LayerGraph& mutable_graph() { return graph_; }
+  // Moves the graph out; the builder is empty afterwards.
+  graph::LayerGraph finish();
+
+  SizeExpr elements_of(const std::string& tensor) const;
+
+ private:
+  void add_tensor(const std::string& name, SizeExpr elements, std::optional<DType> dtype,
+                  bool requires_grad = false);
+  graph::Node& add_node(const std::string& name, const std::string& op,
+                        std::vector<std::string> inputs, std::vector<std::string> outputs);
+
+  graph::LayerGraph graph_;
+  DType param_dtype_ = DType::kBF16;
+  std::set<std::string> tensor_names_;
+  std::set<std::string> node_names_;
+};
+
+// rows * width as an element count.
+inline SizeExpr times(SizeExpr rows, int64_t width) { return rows.scaled(width); }
+
+}  // namespace headroom::models

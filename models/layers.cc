@@ -1,0 +1,37 @@
+#include "models/layers.h"
+
+namespace headroom::models {
+
+double dropout_p(const ZooOptions& options, double model_default) {
+  return options.dropout.value_or(model_default);
+}
+
+std::string apply_rope(GraphBuilder& b, const std::string& prefix, const std::string& x,
+                       const std::string& cos, const std::string& sin, SizeExpr elements) {
+  const std::string x_cos = b.mul_const(prefix + ".cos", x, cos, elements);
+  const std::string rotated = b.copy(prefix + ".rotate_half", "rotate_half", {x}, elements);
+  const std::string x_sin = b.mul_const(prefix + ".sin", rotated, sin, elements);
+  return b.add(prefix + ".rope", x_cos, x_sin, elements);
+}
+
+std::string attention(GraphBuilder& b, AttentionImpl impl, const std::string& prefix,
+                      const std::string& q, const std::string& k, const std::string& v,
+                      const AttentionShape& shape, const EagerAttentionOptions& eager) {
+  if (impl == AttentionImpl::kSdpa) return b.sdpa_attention(prefix, q, k, v, shape);
+  return b.eager_attention(prefix, q, k, v, shape, eager);
+}
+
+AttentionShape self_attention_shape(int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                    SizeExpr rows, SizeExpr scores_per_head, bool causal) {
+  AttentionShape shape;
+  shape.heads = heads;
+  shape.kv_heads = kv_heads;
+  shape.head_dim = head_dim;
+  shape.query_rows = rows;
+  shape.key_rows = rows;
+  shape.scores_per_head = scores_per_head;
+  shape.causal = causal;
+  return shape;
+}
+
+}  // namespace headroom::models

@@ -1,0 +1,175 @@
+// Llama 3 / Mistral (HF LlamaForCausalLM, MistralForCausalLM) and the original
+// Qwen (QWenLMHeadModel, trust_remote_code modeling_qwen.py). Pre-norm decoder
+// layers: RMSNorm, attention with RoPE, residual, RMSNorm, SwiGLU MLP, residual.
+#include "models/llama.h"
+
+#include <string>
+
+#include "models/layers.h"
+
+namespace headroom::models {
+namespace {
+
+// Qwen/Qwen-7B config.json (QWenConfig): hidden_size 4096, num_hidden_layers
+// 32, num_attention_heads 32, kv_channels 128, intermediate_size 22016 (w1 and
+// w2 take half each: 11008), vocab_size 151936, seq_length 8192,
+// max_position_embeddings 32768, no_bias true (c_attn keeps its bias),
+// attn_dropout_prob 0.0, emb_dropout_prob 0.0, tie_word_embeddings false.
+struct QwenConfig {
+  int64_t hidden = 4096;
+  int64_t ffn_half = 11008;
+  int64_t layers = 32;
+  int64_t heads = 32;
+  int64_t vocab = 151936;
+};
+constexpr QwenConfig kQwen7b{};
+
+std::string layer_prefix(const std::string& prefix, int64_t i) {
+  return prefix + ".layers." + std::to_string(i);
+}
+
+// Attention core shared by Llama and Qwen: RoPE on q and k, then attention.
+// Eager: HF repeat_kv copies k and v up to all heads before the matmuls, and
+// the [B, H, S, D] output is made contiguous as [B, S, H*D] before o_proj.
+// SDPA/flash take the grouped k, v as they are, and their output is already
+// [B, S, H, D] in memory, so .transpose(1, 2).contiguous() is a no-op.
+struct RopeAttention {
+  std::string prefix;  // e.g. "model.layers.3.self_attn"
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  bool softmax_fp32 = true;
+  double dropout = 0.0;
+};
+
+std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::string& q,
+                           const std::string& k, const std::string& v, const std::string& cos,
+                           const std::string& sin, AttentionImpl impl) {
+  const SizeExpr q_elements = times(tokens(), a.heads * a.head_dim);
+  const SizeExpr kv_elements = times(tokens(), a.kv_heads * a.head_dim);
+  const std::string q_rope = apply_rope(b, a.prefix + ".q", q, cos, sin, q_elements);
+  std::string k_rope = apply_rope(b, a.prefix + ".k", k, cos, sin, kv_elements);
+  std::string v_in = v;
+  int64_t kv_heads = a.kv_heads;
+  if (impl == AttentionImpl::kEager && a.kv_heads != a.heads) {
+    k_rope = b.copy(a.prefix + ".repeat_kv_k", "repeat_kv", {k_rope}, q_elements);
+    v_in = b.copy(a.prefix + ".repeat_kv_v", "repeat_kv", {v}, q_elements);
+    kv_heads = a.heads;
+  }
+  const AttentionShape shape =
+      self_attention_shape(a.heads, kv_heads, a.head_dim, tokens(), square_tokens(), true);
+  const EagerAttentionOptions eager{a.softmax_fp32, a.dropout};
+  const std::string out = attention(b, impl, a.prefix, q_rope, k_rope, v_in, shape, eager);
+  if (impl == AttentionImpl::kSdpa) return out;
+  return b.copy(a.prefix + ".attn_output", "transpose_contiguous", {out}, q_elements);
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> add_rope_tables(GraphBuilder& b, const std::string& prefix,
+                                                    int64_t head_dim) {
+  // position_ids is [1, S] (cache_position.unsqueeze(0)), so the tables are not per sample.
+  const std::string positions = b.input(prefix + ".position_ids", SizeExpr{0, 0, 1, 0, 0, 0},
+                                        DType::kInt64, false);
+  const SizeExpr table{0, 0, head_dim, 0, 0, 0};
+  const std::string cos = b.copy(prefix + ".rotary_emb.cos", "rope_table", {positions}, table);
+  const std::string sin = b.copy(prefix + ".rotary_emb.sin", "rope_table", {positions}, table);
+  return {cos, sin};
+}
+
+std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::string& prefix,
+                             std::string hidden, const std::string& cos, const std::string& sin,
+                             const ZooOptions& options) {
+  const int64_t head_dim = c.hidden / c.heads;
+  const SizeExpr rows = tokens();
+  const SizeExpr h_elements = times(rows, c.hidden);
+  const SizeExpr ffn_elements = times(rows, c.intermediate);
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string p = layer_prefix(prefix, i);
+    b.begin_block(p, "llama_decoder", true);
+    const std::string x =
+        b.norm(p + ".input_layernorm", hidden, rows, c.hidden, NormKind::kRmsNorm, true, false);
+    const std::string q = b.linear(p + ".self_attn.q_proj", x, rows, c.hidden, c.heads * head_dim, false);
+    const std::string k =
+        b.linear(p + ".self_attn.k_proj", x, rows, c.hidden, c.kv_heads * head_dim, false);
+    const std::string v =
+        b.linear(p + ".self_attn.v_proj", x, rows, c.hidden, c.kv_heads * head_dim, false);
+    RopeAttention a{p + ".self_attn", c.heads, c.kv_heads, head_dim, true,
+                    dropout_p(options, c.attention_dropout)};
+    const std::string attn = rope_attention(b, a, q, k, v, cos, sin, options.attention);
+    const std::string o = b.linear(p + ".self_attn.o_proj", attn, rows, c.heads * head_dim, c.hidden, false);
+    hidden = b.add(p + ".residual_attn", hidden, o, h_elements);
+    const std::string y = b.norm(p + ".post_attention_layernorm", hidden, rows, c.hidden,
+                                 NormKind::kRmsNorm, true, false);
+    const std::string gate = b.linear(p + ".mlp.gate_proj", y, rows, c.hidden, c.intermediate, false);
+    const std::string up = b.linear(p + ".mlp.up_proj", y, rows, c.hidden, c.intermediate, false);
+    const std::string act = b.activation(p + ".mlp.act_fn", gate, ffn_elements, "silu");
+    const std::string prod = b.mul(p + ".mlp.act_mul_up", act, up, ffn_elements);
+    const std::string down = b.linear(p + ".mlp.down_proj", prod, rows, c.intermediate, c.hidden, false);
+    hidden = b.add(p + ".residual_mlp", hidden, down, h_elements);
+  }
+  return hidden;
+}
+
+void add_causal_lm_head(GraphBuilder& b, const std::string& norm, const std::string& lm_head,
+                        const std::string& hidden, int64_t hidden_size, int64_t vocab) {
+  b.begin_block("head", "lm_head", false);
+  const std::string labels = b.input("labels", tokens(), DType::kInt64, false);
+  const std::string x = b.norm(norm, hidden, tokens(), hidden_size, NormKind::kRmsNorm, true, false);
+  const std::string logits = b.linear(lm_head, x, tokens(), hidden_size, vocab, false);
+  b.lm_loss("loss", logits, labels, tokens(), vocab);
+}
+
+graph::LayerGraph build_llama(const LlamaConfig& c, const ZooOptions& options) {
+  GraphBuilder b;
+  b.set_param_dtype(DType::kBF16);  // published as bfloat16 safetensors
+  b.begin_block("embeddings", "embedding", false);
+  const std::string ids = b.input("input_ids", tokens(), DType::kInt64, false);
+  const std::string embeds = b.embedding("model.embed_tokens", ids, tokens(), c.vocab, c.hidden);
+  const auto [cos, sin] = add_rope_tables(b, "model", c.hidden / c.heads);
+  const std::string hidden = add_llama_layers(b, c, "model", embeds, cos, sin, options);
+  add_causal_lm_head(b, "model.norm", "lm_head", hidden, c.hidden, c.vocab);
+  return b.finish();
+}
+
+graph::LayerGraph build_qwen_7b(const ZooOptions& options) {
+  const QwenConfig& c = kQwen7b;
+  const int64_t head_dim = c.hidden / c.heads;
+  const SizeExpr rows = tokens();
+  const SizeExpr h_elements = times(rows, c.hidden);
+  const SizeExpr ffn_elements = times(rows, c.ffn_half);
+  GraphBuilder b;
+  b.set_param_dtype(DType::kBF16);
+  b.begin_block("embeddings", "embedding", false);
+  const std::string ids = b.input("input_ids", tokens(), DType::kInt64, false);
+  std::string hidden = b.embedding("transformer.wte", ids, rows, c.vocab, c.hidden);
+  hidden = b.dropout("transformer.drop", hidden, h_elements, dropout_p(options, 0.0));
+  const auto [cos, sin] = add_rope_tables(b, "transformer", head_dim);
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string p = "transformer.h." + std::to_string(i);
+    b.begin_block(p, "qwen_block", true);
+    const std::string x = b.norm(p + ".ln_1", hidden, rows, c.hidden, NormKind::kRmsNorm, true, false);
+    const std::string qkv = b.linear(p + ".attn.c_attn", x, rows, c.hidden, 3 * c.hidden, true);
+    const SizeExpr part = h_elements;
+    const auto qkv_parts = b.split(p + ".attn.split_qkv", qkv,
+                                   {{p + ".attn.query", part}, {p + ".attn.key", part},
+                                    {p + ".attn.value", part}});
+    // modeling_qwen.py _attn: softmax(attn_weights.float()).type(value.dtype).
+    RopeAttention a{p + ".attn", c.heads, c.heads, head_dim, true, dropout_p(options, 0.0)};
+    const std::string attn = rope_attention(b, a, qkv_parts[0], qkv_parts[1], qkv_parts[2], cos, sin,
+                                            options.attention);
+    const std::string o = b.linear(p + ".attn.c_proj", attn, rows, c.hidden, c.hidden, false);
+    hidden = b.add(p + ".residual_attn", hidden, o, h_elements);
+    const std::string y = b.norm(p + ".ln_2", hidden, rows, c.hidden, NormKind::kRmsNorm, true, false);
+    const std::string a1 = b.linear(p + ".mlp.w1", y, rows, c.hidden, c.ffn_half, false);
+    const std::string a2 = b.linear(p + ".mlp.w2", y, rows, c.hidden, c.ffn_half, false);
+    const std::string act = b.activation(p + ".mlp.silu", a2, ffn_elements, "silu");
+    const std::string prod = b.mul(p + ".mlp.a1_mul_act", a1, act, ffn_elements);
+    const std::string down = b.linear(p + ".mlp.c_proj", prod, rows, c.ffn_half, c.hidden, false);
+    hidden = b.add(p + ".residual_mlp", hidden, down, h_elements);
+  }
+  add_causal_lm_head(b, "transformer.ln_f", "lm_head", hidden, c.hidden, c.vocab);
+  return b.finish();
+}
+
+}  // namespace headroom::models

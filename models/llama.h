@@ -1,0 +1,57 @@
+// Llama-family decoders (Llama 3, Mistral, the original Qwen) as LayerGraphs,
+// and the pieces LLaVA reuses for its language model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "graph/layer_graph.h"
+#include "models/graph_builder.h"
+#include "models/zoo.h"
+
+namespace headroom::models {
+
+// A HF LlamaForCausalLM-style config (also MistralForCausalLM).
+struct LlamaConfig {
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t vocab = 0;
+  int64_t max_position = 0;
+  double attention_dropout = 0.0;
+};
+
+// meta-llama/Meta-Llama-3-8B config.json: hidden_size 4096, intermediate_size
+// 14336, num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 8,
+// vocab_size 128256, max_position_embeddings 8192, attention_dropout 0.0.
+inline constexpr LlamaConfig kLlama3_8b{4096, 14336, 32, 32, 8, 128256, 8192, 0.0};
+// meta-llama/Llama-3.1-8B config.json: as Llama-3-8B, max_position_embeddings 131072.
+inline constexpr LlamaConfig kLlama31_8b{4096, 14336, 32, 32, 8, 128256, 131072, 0.0};
+// mistralai/Mistral-7B-v0.1 config.json: hidden_size 4096, intermediate_size
+// 14336, num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 8,
+// vocab_size 32000, max_position_embeddings 32768 (sliding_window 4096).
+inline constexpr LlamaConfig kMistral7b{4096, 14336, 32, 32, 8, 32000, 32768, 0.0};
+
+// Adds "<prefix>.rotary_emb.cos"/".sin" ([1, S, head_dim], compute dtype, as
+// HF LlamaRotaryEmbedding returns them) read from an int64 position_ids input.
+std::pair<std::string, std::string> add_rope_tables(GraphBuilder& b, const std::string& prefix,
+                                                    int64_t head_dim);
+
+// Adds the decoder layers "<prefix>.layers.<i>", one checkpointable block each;
+// returns the last hidden state.
+std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& config, const std::string& prefix,
+                             std::string hidden, const std::string& cos, const std::string& sin,
+                             const ZooOptions& options);
+
+// Adds a non-checkpointable "head" block: "<norm>" RMSNorm, "<lm_head>" and the
+// HF causal-LM loss against an int64 "labels" input.
+void add_causal_lm_head(GraphBuilder& b, const std::string& norm, const std::string& lm_head,
+                        const std::string& hidden, int64_t hidden_size, int64_t vocab);
+
+graph::LayerGraph build_llama(const LlamaConfig& config, const ZooOptions& options);
+graph::LayerGraph build_qwen_7b(const ZooOptions& options);
+
+}  // namespace headroom::models

@@ -1,0 +1,200 @@
+#include "models/vision.h"
+
+#include <string>
+
+#include "models/layers.h"
+
+namespace headroom::models {
+namespace {
+
+struct LayerNames {
+  std::string ln1, q, k, v, qkv, out, ln2, fc1, act, fc2;
+};
+
+LayerNames layer_names(const VisionSpec& s, int64_t i) {
+  const std::string idx = std::to_string(i);
+  LayerNames n;
+  switch (s.style) {
+    case VisionStyle::kVit: {
+      const std::string p = s.prefix + ".encoder.layer." + idx;
+      n = {p + ".layernorm_before", p + ".attention.attention.query", p + ".attention.attention.key",
+           p + ".attention.attention.value", "", p + ".attention.output.dense",
+           p + ".layernorm_after", p + ".intermediate.dense", p + ".intermediate.intermediate_act_fn",
+           p + ".output.dense"};
+      break;
+    }
+    case VisionStyle::kClip: {
+      const std::string p = s.prefix + ".encoder.layers." + idx;
+      n = {p + ".layer_norm1", p + ".self_attn.q_proj", p + ".self_attn.k_proj",
+           p + ".self_attn.v_proj", "", p + ".self_attn.out_proj", p + ".layer_norm2",
+           p + ".mlp.fc1", p + ".mlp.activation_fn", p + ".mlp.fc2"};
+      break;
+    }
+    case VisionStyle::kBlip2: {
+      const std::string p = s.prefix + ".encoder.layers." + idx;
+      n = {p + ".layer_norm1", "", "", "", p + ".self_attn.qkv", p + ".self_attn.projection",
+           p + ".layer_norm2", p + ".mlp.fc1", p + ".mlp.activation_fn", p + ".mlp.fc2"};
+      break;
+    }
+  }
+  return n;
+}
+
+std::string layer_prefix(const VisionSpec& s, int64_t i) {
+  return s.prefix + (s.style == VisionStyle::kVit ? ".encoder.layer." : ".encoder.layers.") +
+         std::to_string(i);
+}
+
+// HF QuickGELUActivation: x * sigmoid(1.702 * x), Python ops: sigmoid keeps
+// its output, the product keeps x and the sigmoid.
+std::string quick_gelu(GraphBuilder& b, const std::string& name, const std::string& x,
+                       SizeExpr elements) {
+  const std::string scaled = b.copy(name + ".scale", "mul_scalar", {x}, elements);
+  OpSpec sig{name + ".sigmoid", "sigmoid", {scaled}, elements, std::nullopt,
+             {SavedRef{name + ".sigmoid", SaveWhen::kInputGrad}}, {}, elements.scaled(4),
+             elements.scaled(2), {}, {}};
+  const std::string s = b.op(sig);
+  return b.mul(name, x, s, elements);
+}
+
+std::string add_layer(GraphBuilder& b, const VisionSpec& s, int64_t i, const std::string& hidden,
+                      const ZooOptions& options) {
+  const LayerNames n = layer_names(s, i);
+  const SizeExpr rows = s.rows;
+  const SizeExpr h_elements = times(rows, s.hidden);
+  const SizeExpr mlp_elements = times(rows, s.mlp);
+  const std::string x = b.norm(n.ln1, hidden, rows, s.hidden, NormKind::kLayerNorm, true, true);
+  std::string q, k, v;
+  if (s.style == VisionStyle::kBlip2) {
+    // Blip2Attention: qkv Linear without bias, plus q_bias and v_bias
+    // parameters concatenated with zeros for k: in effect a linear with bias.
+    const std::string qkv = b.linear(n.qkv, x, rows, s.hidden, 3 * s.hidden, false);
+    b.add_params(n.qkv, {b.param(layer_prefix(s, i) + ".self_attn.q_bias", {s.hidden}),
+                         b.param(layer_prefix(s, i) + ".self_attn.v_bias", {s.hidden})});
+    const std::string p = layer_prefix(s, i) + ".self_attn";
+    const auto parts = b.split(p + ".split_qkv", qkv,
+                               {{p + ".query", h_elements}, {p + ".key", h_elements},
+                                {p + ".value", h_elements}});
+    q = parts[0];
+    k = parts[1];
+    v = parts[2];
+  } else {
+    q = b.linear(n.q, x, rows, s.hidden, s.hidden, true);
+    k = b.linear(n.k, x, rows, s.hidden, s.hidden, true);
+    v = b.linear(n.v, x, rows, s.hidden, s.hidden, true);
+  }
+  const std::string attn_prefix = layer_prefix(s, i) + ".attention_core";
+  AttentionShape shape =
+      self_attention_shape(s.heads, s.heads, s.hidden / s.heads, rows, s.scores_per_head, false);
+  std::string attn = attention(b, options.attention, attn_prefix, q, k, v, shape,
+                               EagerAttentionOptions{false, dropout_p(options, s.attention_dropout)});
+  if (options.attention == AttentionImpl::kEager) {
+    attn = b.copy(attn_prefix + ".merge_heads", "transpose_contiguous", {attn}, h_elements);
+  }
+  std::string o = b.linear(n.out, attn, rows, s.hidden, s.hidden, true);
+  o = b.dropout(n.out + ".dropout", o, h_elements, dropout_p(options, s.dropout));
+  const std::string h = b.add(layer_prefix(s, i) + ".residual_attn", hidden, o, h_elements);
+  const std::string y = b.norm(n.ln2, h, rows, s.hidden, NormKind::kLayerNorm, true, true);
+  const std::string fc1 = b.linear(n.fc1, y, rows, s.hidden, s.mlp, true);
+  const std::string act = s.style == VisionStyle::kClip
+                              ? quick_gelu(b, n.act, fc1, mlp_elements)
+                              : b.activation(n.act, fc1, mlp_elements, "gelu");
+  std::string down = b.linear(n.fc2, act, rows, s.mlp, s.hidden, true);
+  down = b.dropout(n.fc2 + ".dropout", down, h_elements, dropout_p(options, s.dropout));
+  return b.add(layer_prefix(s, i) + ".residual_mlp", h, down, h_elements);
+}
+
+std::string add_embeddings(GraphBuilder& b, const VisionSpec& s) {
+  const std::string e = s.prefix + ".embeddings";
+  const int64_t patch_pixels = 3 * s.patch * s.patch;
+  const std::string pixels = b.input("pixel_values", times(s.patch_rows, patch_pixels),
+                                     std::nullopt, false);
+  // Conv2d with kernel = stride = patch: a linear over patches.
+  const std::string conv_name = s.style == VisionStyle::kVit ? e + ".patch_embeddings.projection"
+                                                             : e + ".patch_embedding";
+  const bool conv_bias = s.style != VisionStyle::kClip;
+  OpSpec conv;
+  conv.name = conv_name;
+  conv.op = "conv2d";
+  conv.inputs = {pixels};
+  conv.out_elements = times(s.patch_rows, s.hidden);
+  conv.saves = {SavedRef{pixels, SaveWhen::kParamGrad}};
+  conv.params = {b.param(conv_name + ".weight", {s.hidden, 3, s.patch, s.patch})};
+  if (conv_bias) conv.params.push_back(b.param(conv_name + ".bias", {s.hidden}));
+  conv.fwd_flops = s.patch_rows.scaled(2 * patch_pixels * s.hidden);
+  conv.bwd_param_flops = conv.fwd_flops;
+  const std::string patches = b.op(conv);
+  const SizeExpr h_elements = times(s.rows, s.hidden);
+  OpSpec cls{e + ".cat_class_token", "concat", {patches}, h_elements, std::nullopt, {}, {}, {}, {}, {}, {}};
+  const std::string cls_name = s.style == VisionStyle::kVit ? e + ".cls_token" : e + ".class_embedding";
+  const std::vector<int64_t> cls_shape =
+      s.style == VisionStyle::kClip ? std::vector<int64_t>{s.hidden} : std::vector<int64_t>{1, 1, s.hidden};
+  cls.params = {b.param(cls_name, cls_shape)};
+  const std::string with_cls = b.op(cls);
+  const std::string pos_name = s.style == VisionStyle::kVit ? e + ".position_embeddings"
+                                                            : e + ".position_embedding";
+  OpSpec pos{pos_name, "add", {with_cls}, h_elements, std::nullopt, {}, {}, h_elements, {}, h_elements, {}};
+  pos.params = {s.style == VisionStyle::kClip ? b.param(pos_name + ".weight", {s.positions, s.hidden})
+                                              : b.param(pos_name, {1, s.positions, s.hidden})};
+  std::string hidden = b.op(pos);
+  hidden = b.dropout(e + ".dropout", hidden, h_elements, s.dropout);
+  if (s.style == VisionStyle::kClip) {
+    hidden = b.norm(s.prefix + ".pre_layrnorm", hidden, s.rows, s.hidden, NormKind::kLayerNorm, true, true);
+  }
+  return hidden;
+}
+
+}  // namespace
+
+std::string add_vision_encoder(GraphBuilder& b, const VisionSpec& s, const ZooOptions& options) {
+  b.begin_block("vision_embeddings", "vision_embedding", false);
+  std::string hidden = add_embeddings(b, s);
+  for (int64_t i = 0; i < s.layers_to_run; ++i) {
+    b.begin_block(layer_prefix(s, i), "vision_layer", true);
+    hidden = add_layer(b, s, i, hidden, options);
+  }
+  if (s.layers_to_run < s.layers) {
+    // Parameters of the layers HF runs but whose output is not used, taken from
+    // a scratch build of those layers; plus the post layernorm they feed.
+    GraphBuilder scratch;
+    scratch.set_param_dtype(b.param_dtype());
+    scratch.begin_block("scratch", "scratch", false);
+    std::string h = scratch.input("h", times(s.rows, s.hidden), std::nullopt, true);
+    for (int64_t i = s.layers_to_run; i < s.layers; ++i) h = add_layer(scratch, s, i, h, options);
+    if (s.post_layernorm) add_vision_post_norm(scratch, s, h);
+    OpSpec unused{s.prefix + ".unused_tail", "unused", {hidden}, times(s.rows, s.hidden),
+                  std::nullopt, {}, {}, {}, {}, {}, {}};
+    for (const graph::Node& node : scratch.graph().nodes) {
+      for (const Param& p : node.params) unused.params.push_back(p);
+      unused.fwd_flops += node.fwd_flops;
+    }
+    b.op(unused);
+  }
+  return hidden;
+}
+
+std::string add_vision_post_norm(GraphBuilder& b, const VisionSpec& s, const std::string& hidden) {
+  const std::string name = s.style == VisionStyle::kVit ? s.prefix + ".layernorm" : s.prefix + ".post_layernorm";
+  return b.norm(name, hidden, s.rows, s.hidden, NormKind::kLayerNorm, true, true);
+}
+
+VisionSpec clip_vit_l14_336(const std::string& prefix, SizeExpr rows, SizeExpr patch_rows,
+                            SizeExpr scores_per_head) {
+  VisionSpec s;
+  s.style = VisionStyle::kClip;
+  s.prefix = prefix;
+  s.hidden = 1024;
+  s.layers = 24;
+  s.layers_to_run = 24;
+  s.heads = 16;
+  s.mlp = 4096;
+  s.patch = 14;
+  s.positions = 577;
+  s.rows = rows;
+  s.patch_rows = patch_rows;
+  s.scores_per_head = scores_per_head;
+  s.post_layernorm = true;
+  return s;
+}
+
+}  // namespace headroom::models

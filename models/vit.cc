@@ -1,0 +1,114 @@
+// Standalone vision transformers: ViT-B/16 (HF ViTForImageClassification), EVA
+// ViT-g/14 as BLIP-2's vision encoder (HF Blip2VisionModel), and the CLIP
+// ViT-L/14-336 vision tower (HF CLIPVisionModel, used by LLaVA; test-only here).
+//
+// The sequence axis S is the token count (patches + class token). Patch-level
+// tensors (pixels, conv output) are sized B*S, one token more than the B*(S-1)
+// patches, because SizeExpr coefficients must be non-negative (<0.6% at 197).
+#include <string>
+
+#include "models/layers.h"
+#include "models/vision.h"
+#include "models/zoo_builders.h"
+
+namespace headroom::models {
+namespace {
+
+// Classification over the class token: select [:, 0], linear, cross entropy on
+// [B, classes] logits (small: per sample).
+void add_cls_head(GraphBuilder& b, const std::string& select, const std::string& classifier,
+                  const std::string& hidden, int64_t width, int64_t classes) {
+  const std::string labels = b.input("labels", SizeExpr::per_sample(1), DType::kInt64, false);
+  const std::string cls = b.copy(select, "select_token", {hidden}, SizeExpr::per_sample(width));
+  const std::string logits = b.linear(classifier, cls, SizeExpr::per_sample(1), width, classes, true);
+  OpSpec loss{"loss", "loss", {logits, labels}, SizeExpr::constant(1), DType::kF32,
+              {SavedRef{logits, SaveWhen::kAnyGrad}}, {}, SizeExpr::per_sample(5 * classes),
+              SizeExpr::per_sample(2 * classes), {}, {}};
+  b.op(loss);
+}
+
+}  // namespace
+
+graph::LayerGraph build_vit_b16(const ZooOptions& options) {
+  // google/vit-base-patch16-224 config.json: hidden_size 768, num_hidden_layers
+  // 12, num_attention_heads 12, intermediate_size 3072, patch_size 16,
+  // image_size 224 (197 tokens), hidden_dropout_prob 0.0,
+  // attention_probs_dropout_prob 0.0, 1000 labels, hidden_act gelu.
+  VisionSpec s;
+  s.style = VisionStyle::kVit;
+  s.prefix = "vit";
+  s.hidden = 768;
+  s.layers = 12;
+  s.layers_to_run = 12;
+  s.heads = 12;
+  s.mlp = 3072;
+  s.patch = 16;
+  s.positions = 197;
+  s.rows = tokens();
+  s.patch_rows = tokens();
+  s.scores_per_head = square_tokens();
+  GraphBuilder b;
+  b.set_param_dtype(DType::kF32);  // published float32
+  std::string hidden = add_vision_encoder(b, s, options);
+  b.begin_block("head", "classifier", false);
+  hidden = add_vision_post_norm(b, s, hidden);
+  add_cls_head(b, "vit.select_cls", "classifier", hidden, s.hidden, 1000);
+  return b.finish();
+}
+
+graph::LayerGraph build_eva_vit_g(const ZooOptions& options) {
+  // Salesforce/blip2-opt-2.7b config.json vision_config (Blip2VisionConfig):
+  // hidden_size 1408, intermediate_size 6144, num_hidden_layers 39,
+  // num_attention_heads 16, patch_size 14, image_size 224 (257 tokens),
+  // qkv_bias true, attention_dropout 0.0. LAVIS create_eva_vit_g: depth 39
+  // (EVA-CLIP ViT-g has 40; BLIP-2 drops the last), mlp_ratio 4.3637 -> 6144.
+  VisionSpec s;
+  s.style = VisionStyle::kBlip2;
+  s.prefix = "vision_model";
+  s.hidden = 1408;
+  s.layers = 39;
+  s.layers_to_run = 39;
+  s.heads = 16;
+  s.mlp = 6144;
+  s.patch = 14;
+  s.positions = 257;
+  s.rows = tokens();
+  s.patch_rows = tokens();
+  s.scores_per_head = square_tokens();
+  GraphBuilder b;
+  b.set_param_dtype(DType::kF32);  // the BLIP-2 checkpoints are float32
+  std::string hidden = add_vision_encoder(b, s, options);
+  b.begin_block("head", "feature_loss", false);
+  hidden = add_vision_post_norm(b, s, hidden);
+  // No task head: a feature-matching loss stands in for whatever consumes the
+  // features (BLIP-2's Q-Former); it keeps nothing large.
+  OpSpec loss{"loss", "loss", {hidden}, SizeExpr::constant(1), DType::kF32, {}, {},
+              times(tokens(), 2 * s.hidden), times(tokens(), s.hidden), {}, {}};
+  b.op(loss);
+  return b.finish();
+}
+
+graph::LayerGraph build_clip_vit_l14_336_vision(const ZooOptions& options) {
+  VisionSpec s = clip_vit_l14_336("vision_model", tokens(), tokens(), square_tokens());
+  GraphBuilder b;
+  b.set_param_dtype(DType::kF32);
+  std::string hidden = add_vision_encoder(b, s, options);
+  b.begin_block("head", "feature_loss", false);
+  hidden = add_vision_post_norm(b, s, hidden);
+  OpSpec loss{"loss", "loss", {hidden}, SizeExpr::constant(1), DType::kF32, {}, {},
+              times(tokens(), 2 * s.hidden), times(tokens(), s.hidden), {}, {}};
+  b.op(loss);
+  graph::LayerGraph g = b.finish();
+  g.name = "clip-vit-l-14-336-vision";
+  g.family = "vit";
+  g.source = "https://huggingface.co/openai/clip-vit-large-patch14-336/blob/main/config.json";
+  g.sequence.unit = "image";
+  g.sequence.patch_px = 14;
+  g.sequence.extra_tokens = 1;
+  g.sequence.default_resolution = 336;
+  g.sequence.default_seq = 577;
+  g.sequence.max_seq = 577;
+  return g;
+}
+
+}  // namespace headroom::models

@@ -1,0 +1,139 @@
+#include "models/zoo.h"
+
+#include <utility>
+
+#include "models/llama.h"
+#include "models/zoo_builders.h"
+
+namespace headroom::models {
+namespace {
+
+using Builder = graph::LayerGraph (*)(const ZooOptions&);
+
+struct Metadata {
+  const char* name;
+  const char* family;
+  const char* description;
+  const char* source;
+  graph::SequenceSpec sequence;
+  std::vector<std::string> lora_targets;
+};
+
+graph::SequenceSpec token_sequence(int64_t default_seq, int64_t max_seq) {
+  graph::SequenceSpec spec;
+  spec.unit = "tokens";
+  spec.default_seq = default_seq;
+  spec.max_seq = max_seq;
+  return spec;
+}
+
+// S = images * (resolution / patch_px)^2 + extra_tokens.
+graph::SequenceSpec image_sequence(int64_t patch_px, int64_t images, int64_t extra_tokens,
+                                   int64_t default_resolution, int64_t max_resolution) {
+  graph::SequenceSpec spec;
+  spec.unit = "image";
+  spec.patch_px = patch_px;
+  spec.images = images;
+  spec.extra_tokens = extra_tokens;
+  spec.default_resolution = default_resolution;
+  const int64_t side = default_resolution / patch_px;
+  const int64_t max_side = max_resolution / patch_px;
+  spec.default_seq = images * side * side + extra_tokens;
+  spec.max_seq = images * max_side * max_side + extra_tokens;
+  return spec;
+}
+
+ZooEntry entry(Metadata meta, std::function<graph::LayerGraph(const ZooOptions&)> build) {
+  ZooEntry out;
+  out.name = meta.name;
+  out.description = meta.description;
+  out.build = [meta = std::move(meta), build = std::move(build)](const ZooOptions& options) {
+    graph::LayerGraph graph = build(options);
+    graph.name = meta.name;
+    graph.family = meta.family;
+    graph.description = meta.description;
+    graph.source = meta.source;
+    graph.sequence = meta.sequence;
+    graph.lora_targets = meta.lora_targets;
+    return graph;
+  };
+  return out;
+}
+
+const std::vector<std::string> kLlamaLora = {"q_proj", "k_proj",  "v_proj",   "o_proj",
+                                             "gate_proj", "up_proj", "down_proj"};
+
+std::vector<ZooEntry> make_zoo() {
+  std::vector<ZooEntry> zoo;
+  zoo.push_back(entry(
+      {"llama-3-8b", "llama", "Meta Llama 3 8B (GQA, SwiGLU, RoPE), 8.03B parameters",
+       "https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json",
+       token_sequence(2048, 8192), kLlamaLora},
+      [](const ZooOptions& o) { return build_llama(kLlama3_8b, o); }));
+  zoo.push_back(entry(
+      {"llama-3.1-8b", "llama", "Meta Llama 3.1 8B, 128k context, 8.03B parameters",
+       "https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json",
+       token_sequence(2048, 131072), kLlamaLora},
+      [](const ZooOptions& o) { return build_llama(kLlama31_8b, o); }));
+  zoo.push_back(entry(
+      {"qwen-7b", "qwen", "Qwen-7B (original QWenLMHeadModel, MHA, fused c_attn), 7.72B parameters",
+       "https://huggingface.co/Qwen/Qwen-7B/blob/main/config.json", token_sequence(2048, 8192),
+       {"c_attn", "c_proj", "w1", "w2"}},
+      build_qwen_7b));
+  zoo.push_back(entry(
+      {"mistral-7b", "llama", "Mistral 7B v0.1 (GQA, SwiGLU), 7.24B parameters",
+       "https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json",
+       token_sequence(2048, 32768), kLlamaLora},
+      [](const ZooOptions& o) { return build_llama(kMistral7b, o); }));
+  zoo.push_back(entry({"gpt2", "gpt2", "GPT-2 small, 124M parameters, tied embeddings",
+                       "https://huggingface.co/openai-community/gpt2/blob/main/config.json",
+                       token_sequence(1024, 1024), {"c_attn", "c_proj", "c_fc"}},
+                      build_gpt2));
+  zoo.push_back(entry(
+      {"llava-llama-3-8b", "llava",
+       "LLaVA with CLIP ViT-L/14-336 and Llama-3-8B-Instruct; S includes 576 image tokens",
+       "https://huggingface.co/xtuner/llava-llama-3-8b-v1_1-transformers (config.json); "
+       "https://huggingface.co/openai/clip-vit-large-patch14-336 (config.json)",
+       token_sequence(2048, 8192), kLlamaLora},
+      build_llava_llama3_8b));
+  zoo.push_back(entry(
+      {"flux-kontext-dev", "flux",
+       "FLUX.1 Kontext [dev] transformer (19 double + 38 single blocks), 11.9B parameters",
+       "https://huggingface.co/black-forest-labs/FLUX.1-Kontext-dev/blob/main/transformer/"
+       "config.json; diffusers FluxTransformer2DModel",
+       image_sequence(16, 2, 0, 1024, 2048), {"to_q", "to_k", "to_v", "to_out.0"}},
+      build_flux_kontext));
+  zoo.push_back(entry(
+      {"eva-vit-g", "vit", "EVA ViT-g/14 as the BLIP-2 vision encoder (39 layers), ~1.0B",
+       "https://huggingface.co/Salesforce/blip2-opt-2.7b/blob/main/config.json (vision_config)",
+       image_sequence(14, 1, 1, 224, 224), {"qkv", "projection", "fc1", "fc2"}},
+      build_eva_vit_g));
+  zoo.push_back(entry({"vit-b-16", "vit", "ViT-B/16 at 224px with the ImageNet-1k head, 86.6M",
+                       "https://huggingface.co/google/vit-base-patch16-224/blob/main/config.json",
+                       image_sequence(16, 1, 1, 224, 224), {"query", "key", "value", "dense"}},
+                      build_vit_b16));
+  zoo.push_back(entry(
+      {"bert-large-uncased", "bert", "BERT-large uncased with a sequence-classification head, 335M",
+       "https://huggingface.co/google-bert/bert-large-uncased/blob/main/config.json",
+       token_sequence(512, 512), {"query", "key", "value", "dense"}},
+      build_bert_large));
+  return zoo;
+}
+
+}  // namespace
+
+const std::vector<ZooEntry>& zoo_models() {
+  static const std::vector<ZooEntry> zoo = make_zoo();
+  return zoo;
+}
+
+Result<graph::LayerGraph> build_zoo_model(std::string_view name, const ZooOptions& options) {
+  std::string names;
+  for (const ZooEntry& e : zoo_models()) {
+    if (e.name == name) return e.build(options);
+    names += (names.empty() ? "" : ", ") + e.name;
+  }
+  return Status::error("unknown model '" + std::string(name) + "' (expected one of: " + names + ")");
+}
+
+}  // namespace headroom::models

@@ -1,0 +1,41 @@
+// The built-in model zoo: architecture configs turned into LayerGraphs whose
+// saved-for-backward tensors follow PyTorch autograd (docs/models.md). Every
+// graph passes graph::validate_graph. Parameters are built trainable; the
+// planner applies freezing and LoRA afterwards.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "graph/layer_graph.h"
+#include "graph/status.h"
+
+namespace headroom::models {
+
+enum class AttentionImpl {
+  kEager,  // matmul + softmax + matmul: keeps the [B, heads, S, S] probabilities
+  kSdpa,   // fused SDPA / flash attention: keeps q, k, v, out and the logsumexp
+};
+
+struct ZooOptions {
+  AttentionImpl attention = AttentionImpl::kSdpa;
+  std::optional<double> dropout;  // overrides every dropout p; nullopt = model default
+  bool precomputed_text_embeddings = true;  // flux: T5/CLIP outputs given as inputs
+};
+
+struct ZooEntry {
+  std::string name;
+  std::string description;
+  std::function<graph::LayerGraph(const ZooOptions&)> build;
+};
+
+// All zoo models, in a fixed order.
+const std::vector<ZooEntry>& zoo_models();
+
+// Builds the named model; an unknown name is an error listing the known names.
+Result<graph::LayerGraph> build_zoo_model(std::string_view name, const ZooOptions& options);
+
+}  // namespace headroom::models

@@ -1,0 +1,182 @@
+#include "planner/block_profile.h"
+
+#include <algorithm>
+
+namespace headroom::planner {
+namespace {
+
+using graph::DType;
+using graph::GraphAnalysis;
+using graph::LayerGraph;
+using graph::Node;
+
+// One kernel launch per node and pass: ~5 us is the usual CUDA launch latency
+// seen from PyTorch eager mode (docs/memory-model.md, "Time model").
+constexpr double kLaunchMs = 0.005;
+
+bool contains(const std::vector<int>& list, int value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+struct TensorFacts {
+  std::vector<int64_t> bytes;             // accounted bytes per tensor
+  std::vector<bool> read_by_later_block;  // some consumer lies in a later block
+};
+
+TensorFacts tensor_facts(const LayerGraph& graph, const GraphAnalysis& analysis, DType compute,
+                         int64_t batch, int64_t seq, Accounting accounting) {
+  TensorFacts facts;
+  const size_t count = graph.tensors.size();
+  facts.bytes.resize(count);
+  facts.read_by_later_block.assign(count, false);
+  for (size_t t = 0; t < count; ++t) {
+    facts.bytes[t] = account(graph::tensor_bytes(graph.tensors[t], compute, batch, seq), accounting);
+    if (analysis.producer[t] < 0) continue;
+    const int block = graph.nodes[analysis.producer[t]].block;
+    for (int consumer : analysis.consumers[t]) {
+      if (graph.nodes[consumer].block > block) facts.read_by_later_block[t] = true;
+    }
+  }
+  return facts;
+}
+
+// Peak bytes live while the block runs forward. With autograd the block's saved
+// tensors stay; without it (checkpointed forward) only pending inputs stay.
+int64_t forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int block_index,
+                     const TensorFacts& facts, const std::vector<int>& entry_live,
+                     bool with_saves, DType compute, int64_t batch, int64_t seq,
+                     Accounting accounting) {
+  const graph::BlockStructure& block = analysis.blocks[block_index];
+  std::vector<int> live = entry_live;
+  std::vector<int> remaining(graph.tensors.size(), 0);
+  for (int n : block.nodes) {
+    for (int t : analysis.node_inputs[n]) ++remaining[t];
+  }
+  auto kept = [&](int t) {
+    return facts.read_by_later_block[t] || (with_saves && contains(block.saved_tensors, t));
+  };
+  auto live_bytes = [&] {
+    int64_t total = 0;
+    for (int t : live) total += facts.bytes[t];
+    return total;
+  };
+  int64_t peak = live_bytes();
+  for (int n : block.nodes) {
+    const Node& node = graph.nodes[n];
+    for (int t : analysis.node_outputs[n]) {
+      if (!analysis.persistent[t] && !contains(live, t)) live.push_back(t);
+    }
+    const int64_t workspace = account(
+        graph::dtype_bytes(compute, node.workspace_elements.at(batch, seq)), accounting);
+    peak = std::max(peak, live_bytes() + workspace);
+    for (int t : analysis.node_inputs[n]) {
+      if (--remaining[t] == 0 && !kept(t)) std::erase(live, t);
+    }
+    for (int t : analysis.node_outputs[n]) {
+      if (remaining[t] == 0 && !kept(t)) std::erase(live, t);
+    }
+  }
+  return peak;
+}
+
+double roofline_ms(double flops, double bytes, double tflops, double gbps,
+                   const TimeModelOptions& options) {
+  const double compute_ms = flops / (tflops * 1e12 * options.matmul_efficiency) * 1e3;
+  const double memory_ms = bytes / (gbps * 1e9 * options.bandwidth_efficiency) * 1e3;
+  return std::max(compute_ms, memory_ms);
+}
+
+// Bytes of weights a node reads per pass: 16-bit copies of trainable and frozen
+// weights; NF4 weights are read at 4 bits and dequantized to a 16-bit copy that
+// is written and read again (bitsandbytes dequantize + GEMM).
+double weight_bytes(const Node& node, DType compute) {
+  double bytes = 0;
+  for (const graph::Param& param : node.params) {
+    if (!param.tied_to.empty()) continue;
+    const double elements = static_cast<double>(param.elements());
+    if (param.dtype == DType::kNF4 || param.dtype == DType::kFP4) {
+      bytes += elements * (0.5 + 2.0 * graph::dtype_bits(compute) / 8.0);
+    } else {
+      bytes += elements * graph::dtype_bits(compute) / 8.0;
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis, DType compute,
+                         int64_t batch, int64_t seq, Accounting accounting, const GpuSpec& gpu,
+                         const TimeModelOptions& time_options) {
+  const TensorFacts facts = tensor_facts(graph, analysis, compute, batch, seq, accounting);
+  StepProfile out;
+  for (size_t t = 0; t < graph.tensors.size(); ++t) {
+    if (analysis.persistent[t]) out.persistent += facts.bytes[t];
+  }
+  const double tflops = compute == DType::kF32 ? gpu.fp32_tflops
+                        : compute == DType::kF16 ? gpu.fp16_tflops
+                                                 : gpu.bf16_tflops;
+  const double element_bytes = graph::dtype_bits(compute) / 8.0;
+
+  out.blocks.resize(analysis.blocks.size());
+  for (size_t b = 0; b < analysis.blocks.size(); ++b) {
+    const graph::BlockStructure& block = analysis.blocks[b];
+    BlockProfile& profile = out.blocks[b];
+    profile.on_autograd = block.on_autograd;
+    profile.checkpointable = graph.blocks[b].checkpointable;
+    for (int t : block.saved_tensors) profile.keep += facts.bytes[t];
+
+    // Boundary inputs the previous block already keeps are counted there.
+    std::vector<int> entry_live;
+    for (int t : block.boundary_inputs) {
+      if (b > 0 && contains(analysis.blocks[b - 1].saved_tensors, t)) continue;
+      entry_live.push_back(t);
+    }
+    if (block.on_autograd) {
+      for (int t : entry_live) profile.checkpoint += facts.bytes[t];
+    }
+    profile.fwd_peak = forward_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
+                                    true, compute, batch, seq, accounting);
+    profile.fwd_peak_nograd = forward_peak(graph, analysis, static_cast<int>(b), facts,
+                                           entry_live, false, compute, batch, seq, accounting);
+
+    int64_t grad_transient = 0;
+    for (int n : block.nodes) {
+      const Node& node = graph.nodes[n];
+      const double flops_fwd = static_cast<double>(node.fwd_flops.at(batch, seq));
+      const double io = static_cast<double>(node.fwd_io_elements.at(batch, seq)) * element_bytes;
+      const double weights = weight_bytes(node, compute);
+      profile.fwd_ms += roofline_ms(flops_fwd, io + weights, tflops, gpu.memory_bandwidth_gbps, time_options) + kLaunchMs;
+      profile.model_flops += flops_fwd;
+      const bool input_grad = analysis.needs_input_grad[n];
+      const bool param_grad = analysis.needs_param_grad[n];
+      if (!input_grad && !param_grad) continue;
+      double flops_bwd = 0;
+      if (input_grad) flops_bwd += static_cast<double>(node.bwd_input_flops.at(batch, seq));
+      if (param_grad) flops_bwd += static_cast<double>(node.bwd_param_flops.at(batch, seq));
+      profile.bwd_ms += roofline_ms(flops_bwd, 2 * io + weights, tflops, gpu.memory_bandwidth_gbps, time_options) + 2 * kLaunchMs;
+      profile.model_flops += flops_bwd;
+
+      // Gradients in flight at this node: of its outputs and of its inputs that need one.
+      int64_t grads = account(graph::dtype_bytes(compute, node.workspace_elements.at(batch, seq)), accounting);
+      for (int t : analysis.node_outputs[n]) {
+        if (analysis.requires_grad[t]) grads += facts.bytes[t];
+      }
+      for (int t : analysis.node_inputs[n]) {
+        if (analysis.requires_grad[t] && !analysis.persistent[t]) grads += facts.bytes[t];
+      }
+      grad_transient = std::max(grad_transient, grads);
+    }
+    for (int n : block.nodes) {
+      for (int t : analysis.node_outputs[n]) {
+        if (facts.read_by_later_block[t] && analysis.requires_grad[t] && !analysis.persistent[t]) {
+          profile.out_grad += facts.bytes[t];
+        }
+      }
+    }
+    if (block.on_autograd) profile.bwd_peak = profile.keep + profile.out_grad + grad_transient;
+  }
+  return out;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,48 @@
+// Per-block activation memory and compute time at one micro-batch, sequence
+// length and compute dtype: the numbers the step walk and the block solver use.
+// Memory terms are bytes above what is already stored when the block runs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "graph/graph_analysis.h"
+#include "graph/layer_graph.h"
+#include "planner/hardware.h"
+#include "planner/model_states.h"
+
+namespace headroom::planner {
+
+struct BlockProfile {
+  int64_t keep = 0;        // saved for backward when the block runs normally
+  int64_t checkpoint = 0;  // kept when checkpointed: its boundary inputs
+  int64_t fwd_peak = 0;    // peak during its forward with autograd (boundary inputs + intermediates + saves)
+  int64_t fwd_peak_nograd = 0;  // peak during a checkpointed (no-grad) forward
+  int64_t bwd_peak = 0;    // peak during its backward: saved tensors + gradient transients
+  int64_t out_grad = 0;    // gradient of its outputs arriving from the next block
+  bool on_autograd = false;
+  bool checkpointable = true;
+  double fwd_ms = 0;
+  double bwd_ms = 0;
+  double model_flops = 0;  // forward + backward FLOPs (for MFU)
+};
+
+struct StepProfile {
+  std::vector<BlockProfile> blocks;
+  int64_t persistent = 0;  // graph inputs and tensors shared by many blocks
+};
+
+struct TimeModelOptions {
+  // Fraction of peak tensor-core rate reached by large GEMMs and of peak memory
+  // bandwidth reached by elementwise kernels: defaults until calibrated by the
+  // executor (docs/memory-model.md, "Time model").
+  double matmul_efficiency = 0.6;
+  double bandwidth_efficiency = 0.7;
+};
+
+StepProfile profile_step(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
+                         graph::DType compute_dtype, int64_t batch, int64_t seq,
+                         Accounting accounting, const GpuSpec& gpu,
+                         const TimeModelOptions& time_options = {});
+
+}  // namespace headroom::planner

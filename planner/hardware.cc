@@ -1,0 +1,269 @@
+#include "planner/hardware.h"
+
+#include <cassert>
+#include <cctype>
+#include <utility>
+
+namespace headroom::planner {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// Total memory: nvidia-smi's "memory.total" in MiB, times 2^20. The MiB counts are read
+// off nvidia-smi output posted in public issues (see docs/hardware.md for each one).
+constexpr int64_t smi_mib(int64_t mib) { return mib * kMiB; }
+
+// Host link, per direction, pinned memory. PCIe 4.0 x16: nvbandwidth measures 25.13 GB/s
+// host->device on an A100-SXM4-40GB (NVIDIA/nvbandwidth#42) and 24-26 GB/s on RTX 4090s
+// (NVIDIA/nvbandwidth#15), about 0.8 of the 31.5 GB/s link rate. PCIe 5.0 x16: the link
+// rate (63 GB/s) times the same 0.8, rounded to 50 GB/s; H100 device->host copies measure
+// 52.8 GB/s (NVIDIA/nvbandwidth#24).
+constexpr double kPcie4HostGbps = 25.0;
+constexpr double kPcie5HostGbps = 50.0;
+
+// CUDA context + PyTorch kernels outside the caching allocator. With lazy module loading
+// (CUDA >= 11.7, PyTorch's default since 1.13, pytorch/pytorch#86509) a process with one
+// tensor uses ~274 MiB (#86509) and "around 400MB" after the first CUDA op
+// (pytorch/pytorch#109888, ptrblck). We take 400 MiB: a training step lazily loads more
+// kernels (cuBLAS, cuDNN, NCCL) than the one-tensor measurements. Calibration overrides it.
+constexpr int64_t kCudaContextBytes = 400 * kMiB;
+
+// PyTorch's default cuBLAS workspace (aten/src/ATen/cuda/CublasHandlePool.cpp,
+// parseChosenWorkspaceSize): ":4096:2:16:8" = 2 x 4096 KiB + 8 x 16 KiB in general, and
+// ":4096:8" = 32 MiB when the device is sm_90 (Hopper); later releases extend the 32 MiB
+// rule to sm_100/sm_120. cuBLASLt shares this workspace by default in current releases.
+constexpr int64_t kCublasWorkspaceDefaultBytes = (2 * 4096 + 8 * 16) * int64_t{1024};
+constexpr int64_t kCublasWorkspaceHopperBytes = 8 * 4096 * int64_t{1024};
+
+std::vector<GpuSpec> build_catalogue() {
+  std::vector<GpuSpec> gpus;
+
+  // NVIDIA Ampere GA102 GPU Architecture whitepaper v2.0, Appendix A (RTX 3090): FP32 35.6,
+  // FP16 tensor with FP32 accumulate 71 (GeForce runs FP32 accumulate at half the FP16-
+  // accumulate rate of 142), BF16 tensor 71, TF32 tensor 35.6 TFLOPS dense; 936 GB/s GDDR6X.
+  // PCIe 4.0 x16. The NVLink bridge (two cards only) is not counted.
+  gpus.push_back(GpuSpec{
+      .id = "3090",
+      .name = "NVIDIA GeForce RTX 3090",
+      .aliases = {"rtx3090", "rtx-3090", "geforce-rtx-3090", "nvidia geforce rtx 3090"},
+      .memory_bytes = smi_mib(24576),  // nvidia-smi "24576MiB" (noonghunna/club-3090#1128)
+      .bf16_tflops = 71.0,
+      .fp16_tflops = 71.0,
+      .fp32_tflops = 35.6,
+      .tf32_tflops = 35.6,
+      .memory_bandwidth_gbps = 936.0,
+      .host_link_gbps = kPcie4HostGbps,
+      .nvlink_gbps = 0.0,
+      .cuda_context_bytes = kCudaContextBytes,
+      .cublas_workspace_bytes = kCublasWorkspaceDefaultBytes,
+      .architecture = "ampere",
+      .source = "GA102 whitepaper v2.0 App. A; nvidia-smi 24576 MiB",
+  });
+
+  // NVIDIA Ada GPU Architecture whitepaper, Appendix (RTX 4090): FP32 82.6, FP16 tensor with
+  // FP32 accumulate 165.2 (half the FP16-accumulate 330.3 on GeForce), BF16 165.2, TF32 82.6
+  // TFLOPS dense; 1,008 GB/s GDDR6X; PCIe 4.0 x16; no NVLink.
+  gpus.push_back(GpuSpec{
+      .id = "4090",
+      .name = "NVIDIA GeForce RTX 4090",
+      .aliases = {"rtx4090", "rtx-4090", "geforce-rtx-4090", "nvidia geforce rtx 4090"},
+      .memory_bytes = smi_mib(24564),  // nvidia-smi "24564MiB" (RLinf/RLinf#255)
+      .bf16_tflops = 165.2,
+      .fp16_tflops = 165.2,
+      .fp32_tflops = 82.6,
+      .tf32_tflops = 82.6,
+      .memory_bandwidth_gbps = 1008.0,
+      .host_link_gbps = kPcie4HostGbps,
+      .nvlink_gbps = 0.0,
+      .cuda_context_bytes = kCudaContextBytes,
+      .cublas_workspace_bytes = kCublasWorkspaceDefaultBytes,
+      .architecture = "ada",
+      .source = "Ada whitepaper App. (RTX 4090); nvidia-smi 24564 MiB",
+  });
+
+  // GA102 whitepaper v2.0 (RTX A6000) and RTX A6000 datasheet: FP32 38.7, FP16/BF16 tensor
+  // 154.8 (full rate with FP32 accumulate on the professional card), TF32 77.4 TFLOPS dense;
+  // 768 GB/s GDDR6; PCIe 4.0 x16. NVLink bridge (112.5 GB/s bidirectional, two cards) not
+  // counted.
+  gpus.push_back(GpuSpec{
+      .id = "a6000",
+      .name = "NVIDIA RTX A6000",
+      .aliases = {"rtx-a6000", "rtxa6000", "rtx_a6000", "nvidia rtx a6000"},
+      .memory_bytes = smi_mib(49140),  // nvidia-smi "49140MiB" (several public logs)
+      .bf16_tflops = 154.8,
+      .fp16_tflops = 154.8,
+      .fp32_tflops = 38.7,
+      .tf32_tflops = 77.4,
+      .memory_bandwidth_gbps = 768.0,
+      .host_link_gbps = kPcie4HostGbps,
+      .nvlink_gbps = 0.0,
+      .cuda_context_bytes = kCudaContextBytes,
+      .cublas_workspace_bytes = kCublasWorkspaceDefaultBytes,
+      .architecture = "ampere",
+      .source = "GA102 whitepaper v2.0; RTX A6000 datasheet; nvidia-smi 49140 MiB",
+  });
+
+  // NVIDIA L40S datasheet: FP32 91.6, TF32 183, BF16 362.05, FP16 362.05 TFLOPS dense
+  // (733 with sparsity); 48 GB GDDR6 at 864 GB/s; PCIe 4.0 x16; no NVLink.
+  gpus.push_back(GpuSpec{
+      .id = "l40s",
+      .name = "NVIDIA L40S",
+      .aliases = {"l40-s", "nvidia l40s"},
+      .memory_bytes = smi_mib(46068),  // nvidia-smi "46068 MiB" (akash provider-configs#99)
+      .bf16_tflops = 362.05,
+      .fp16_tflops = 362.05,
+      .fp32_tflops = 91.6,
+      .tf32_tflops = 183.0,
+      .memory_bandwidth_gbps = 864.0,
+      .host_link_gbps = kPcie4HostGbps,
+      .nvlink_gbps = 0.0,
+      .cuda_context_bytes = kCudaContextBytes,
+      .cublas_workspace_bytes = kCublasWorkspaceDefaultBytes,
+      .architecture = "ada",
+      .source = "NVIDIA L40S datasheet; nvidia-smi 46068 MiB",
+  });
+
+  // NVIDIA A100 datasheet: FP32 19.5, TF32 156, BF16 312, FP16 312 TFLOPS dense; 40 GB HBM2
+  // at 1,555 GB/s; NVLink 600 GB/s (both directions together, so 300 per direction);
+  // PCIe 4.0 x16.
+  gpus.push_back(GpuSpec{
+      .id = "a100-40g",
+      .name = "NVIDIA A100 40GB SXM",
+      .aliases = {"a100-40gb", "a100-sxm4-40gb", "nvidia a100-sxm4-40gb"},
+      .memory_bytes = smi_mib(40960),  // nvidia-smi "40960MiB" (modal-labs/modal-client#2797)
+      .bf16_tflops = 312.0,
+      .fp16_tflops = 312.0,
+      .fp32_tflops = 19.5,
+      .tf32_tflops = 156.0,
+      .memory_bandwidth_gbps = 1555.0,
+      .host_link_gbps = kPcie4HostGbps,
+      .nvlink_gbps = 300.0,
+      .cuda_context_bytes = kCudaContextBytes,
+      .cublas_workspace_bytes = kCublasWorkspaceDefaultBytes,
+      .architecture = "ampere",
+      .source = "NVIDIA A100 datasheet; nvidia-smi 40960 MiB",
+  });
+
+  // NVIDIA A100 datasheet: same compute as the 40 GB part; 80 GB HBM2e at 2,039 GB/s (SXM).
+  gpus.push_back(GpuSpec{
+      .id = "a100-80g",
+      .name = "NVIDIA A100 80GB SXM",
+      .aliases = {"a100", "a100-80gb", "a100-sxm4-80gb", "nvidia a100-sxm4-80gb"},
+      .memory_bytes = smi_mib(81920),  // nvidia-smi "81920MiB" (modal-labs/modal-client#2797)
+      .bf16_tflops = 312.0,
+      .fp16_tflops = 312.0,
+      .fp32_tflops = 19.5,
+      .tf32_tflops = 156.0,
+      .memory_bandwidth_gbps = 2039.0,
+      .host_link_gbps = kPcie4HostGbps,
+      .nvlink_gbps = 300.0,
+      .cuda_context_bytes = kCudaContextBytes,
+      .cublas_workspace_bytes = kCublasWorkspaceDefaultBytes,
+      .architecture = "ampere",
+      .source = "NVIDIA A100 datasheet; nvidia-smi 81920 MiB",
+  });
+
+  // NVIDIA H100 whitepaper / datasheet (SXM5): FP32 66.9, TF32 494.7, BF16 989.4, FP16 989.4
+  // TFLOPS dense (the datasheet prints the sparse 1,979); 80 GB HBM3 at 3,350 GB/s; NVLink
+  // 900 GB/s (both directions, so 450 per direction); PCIe 5.0 x16.
+  gpus.push_back(GpuSpec{
+      .id = "h100-sxm",
+      .name = "NVIDIA H100 80GB SXM",
+      .aliases = {"h100", "h100-80g", "h100-sxm5", "nvidia h100 80gb hbm3"},
+      .memory_bytes = smi_mib(81559),  // nvidia-smi "81559MiB" (NVIDIA/nccl#1264)
+      .bf16_tflops = 989.4,
+      .fp16_tflops = 989.4,
+      .fp32_tflops = 66.9,
+      .tf32_tflops = 494.7,
+      .memory_bandwidth_gbps = 3350.0,
+      .host_link_gbps = kPcie5HostGbps,
+      .nvlink_gbps = 450.0,
+      .cuda_context_bytes = kCudaContextBytes,
+      .cublas_workspace_bytes = kCublasWorkspaceHopperBytes,
+      .architecture = "hopper",
+      .source = "NVIDIA H100 whitepaper/datasheet (SXM5); nvidia-smi 81559 MiB",
+  });
+
+  // NVIDIA H100 datasheet (PCIe): FP32 51.2, TF32 378, BF16 756.5, FP16 756.5 TFLOPS dense
+  // (1,513 sparse); 80 GB HBM2e at 2,000 GB/s; PCIe 5.0 x16. The NVLink bridge (600 GB/s
+  // bidirectional, pairs only) is not counted.
+  gpus.push_back(GpuSpec{
+      .id = "h100-pcie",
+      .name = "NVIDIA H100 80GB PCIe",
+      .aliases = {"h100pcie", "h100-80g-pcie", "nvidia h100 pcie"},
+      .memory_bytes = smi_mib(81559),  // 81559 MiB, as the SXM part (public GPU spec table)
+      .bf16_tflops = 756.5,
+      .fp16_tflops = 756.5,
+      .fp32_tflops = 51.2,
+      .tf32_tflops = 378.0,
+      .memory_bandwidth_gbps = 2000.0,
+      .host_link_gbps = kPcie5HostGbps,
+      .nvlink_gbps = 0.0,
+      .cuda_context_bytes = kCudaContextBytes,
+      .cublas_workspace_bytes = kCublasWorkspaceHopperBytes,
+      .architecture = "hopper",
+      .source = "NVIDIA H100 datasheet (PCIe); nvidia-smi 81559 MiB",
+  });
+
+  // NVIDIA H200 datasheet (SXM): the H100 SXM compute (BF16/FP16 1,979 sparse = 989.4 dense,
+  // TF32 494.7, FP32 67); 141 GB HBM3e at 4,800 GB/s; NVLink 900 GB/s (450 per direction);
+  // PCIe 5.0 x16.
+  gpus.push_back(GpuSpec{
+      .id = "h200",
+      .name = "NVIDIA H200 141GB SXM",
+      .aliases = {"h200-sxm", "h200-141g", "nvidia h200"},
+      .memory_bytes = smi_mib(143771),  // nvidia-smi "143771MiB" (several public logs)
+      .bf16_tflops = 989.4,
+      .fp16_tflops = 989.4,
+      .fp32_tflops = 66.9,
+      .tf32_tflops = 494.7,
+      .memory_bandwidth_gbps = 4800.0,
+      .host_link_gbps = kPcie5HostGbps,
+      .nvlink_gbps = 450.0,
+      .cuda_context_bytes = kCudaContextBytes,
+      .cublas_workspace_bytes = kCublasWorkspaceHopperBytes,
+      .architecture = "hopper",
+      .source = "NVIDIA H200 datasheet; nvidia-smi 143771 MiB",
+  });
+
+  return gpus;
+}
+
+std::string to_lower(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
+}
+
+}  // namespace
+
+const std::vector<GpuSpec>& gpu_catalogue() {
+  static const std::vector<GpuSpec> catalogue = build_catalogue();
+  return catalogue;
+}
+
+Result<GpuSpec> find_gpu(std::string_view id_or_alias) {
+  const std::string wanted = to_lower(id_or_alias);
+  for (const GpuSpec& gpu : gpu_catalogue()) {
+    if (to_lower(gpu.id) == wanted) return gpu;
+    for (const std::string& alias : gpu.aliases) {
+      if (to_lower(alias) == wanted) return gpu;
+    }
+  }
+  std::string known;
+  for (const GpuSpec& gpu : gpu_catalogue()) {
+    if (!known.empty()) known += ", ";
+    known += gpu.id;
+  }
+  return Status::error("gpu: unknown GPU '" + std::string(id_or_alias) +
+                       "' (expected one of: " + known + ")");
+}
+
+GpuSpec with_memory(const GpuSpec& base, int64_t memory_bytes) {
+  assert(memory_bytes > 0 && "with_memory: memory_bytes must be positive");
+  GpuSpec gpu = base;
+  gpu.memory_bytes = memory_bytes;
+  return gpu;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,51 @@
+// The hardware catalogue: one GpuSpec per supported GPU, with the peak rates, memory and
+// fixed per-process overheads the memory and time models need. Every figure and its
+// source is listed in docs/hardware.md; the .cc file cites each one next to its value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "graph/status.h"
+
+namespace headroom::planner {
+
+struct GpuSpec {
+  std::string id;                    // short catalogue id, lower case: "a6000"
+  std::string name;                  // marketing name: "NVIDIA RTX A6000"
+  std::vector<std::string> aliases;  // other accepted spellings, incl. the nvidia-smi name
+  // Total device memory as CUDA reports it: nvidia-smi's memory.total in MiB times 2^20
+  // (the total of cudaMemGetInfo / torch.cuda.get_device_properties().total_memory).
+  int64_t memory_bytes = 0;
+  double bf16_tflops = 0;            // dense tensor-core peak, FP32 accumulate (what PyTorch uses)
+  double fp16_tflops = 0;            // dense tensor-core peak, FP32 accumulate
+  double fp32_tflops = 0;            // non-tensor FP32 peak
+  double tf32_tflops = 0;            // dense tensor-core peak
+  double memory_bandwidth_gbps = 0;  // device memory, GB/s (1e9 bytes/s)
+  // Achievable host<->device copy bandwidth per direction from pinned memory, GB/s.
+  double host_link_gbps = 0;
+  // Per-GPU per-direction NVLink bandwidth in GB/s; 0 when the GPU has no NVLink switch
+  // fabric (PCIe cards, including those that take an optional two-card bridge).
+  double nvlink_gbps = 0;
+  // Typical CUDA context + PyTorch kernel images resident outside the caching allocator.
+  int64_t cuda_context_bytes = 0;
+  // PyTorch's default cuBLAS workspace per (handle, stream) on this architecture.
+  int64_t cublas_workspace_bytes = 0;
+  std::string architecture;  // "ampere", "ada" or "hopper"
+  std::string source;        // short citation(s) for the figures above
+};
+
+// Every catalogued GPU, in a stable order: GeForce, workstation, then data-centre parts.
+const std::vector<GpuSpec>& gpu_catalogue();
+
+// Looks a GPU up by id or alias, ignoring case. An unknown name gives an error whose
+// message lists the known ids.
+Result<GpuSpec> find_gpu(std::string_view id_or_alias);
+
+// A GPU with user-given memory (--gpu-mem) and every other figure taken from `base`.
+// memory_bytes must be positive; the caller validates user input before calling.
+GpuSpec with_memory(const GpuSpec& base, int64_t memory_bytes);
+
+}  // namespace headroom::planner

@@ -1,0 +1,189 @@
+#include "planner/model_states.h"
+
+#include <algorithm>
+
+#include "planner/allocator_rounding.h"
+
+namespace headroom::planner {
+namespace {
+
+using graph::DType;
+using graph::Param;
+
+// bitsandbytes 8-bit optimizers quantize states in blocks of 2048 with one fp32
+// absmax per block, and keep 32-bit states for tensors under min_8bit_size = 4096
+// elements (bitsandbytes/optim/optimizer.py).
+constexpr int64_t kBnbBlock = 2048;
+constexpr int64_t kBnbMin8bitSize = 4096;
+
+// DeepSpeed NVMe offload keeps pinned staging buffers in host RAM: the
+// offload_optimizer default buffer_count 4 and offload_param buffer_count 5 with
+// buffer_size 1e8 elements (DeepSpeed config docs, "offload_param"/"offload_optimizer").
+constexpr int64_t kNvmeOptimizerBufferBytes = 4LL * 100'000'000 * 4;
+constexpr int64_t kNvmeParamBufferBytes = 5LL * 100'000'000 * 2;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool is_quantized_storage(DType dtype) {
+  return dtype == DType::kNF4 || dtype == DType::kFP4 || dtype == DType::kUInt8 || dtype == DType::kInt8;
+}
+
+// Storage bytes of one parameter tensor on the device, before partitioning.
+int64_t param_storage_bytes(const Param& param, Precision precision) {
+  if (!param.trainable && (is_quantized_storage(param.dtype) ||
+                           (param.dtype == DType::kF32 && param.name.ends_with(".absmax2")))) {
+    return graph::dtype_bytes(param.dtype, param.elements());
+  }
+  return param.elements() * param_bytes_per_element(precision, param.trainable);
+}
+
+int64_t largest_block_param_bytes(const graph::LayerGraph& graph, Precision precision) {
+  std::vector<int64_t> per_block(graph.blocks.size(), 0);
+  for (const graph::Node& node : graph.nodes) {
+    for (const Param& param : node.params) {
+      if (param.tied_to.empty()) per_block[node.block] += param_storage_bytes(param, precision);
+    }
+  }
+  return per_block.empty() ? 0 : *std::max_element(per_block.begin(), per_block.end());
+}
+
+}  // namespace
+
+int64_t account(int64_t bytes, Accounting accounting) {
+  return accounting == Accounting::kAllocated ? allocated_bytes(bytes) : reserved_bytes(bytes);
+}
+
+// Mixed precision as DeepSpeed/Megatron do it (ZeRO paper, Sec. 3.1): 16-bit
+// parameters and gradients (2 + 2 bytes), fp32 master weights (4) beside the
+// optimizer states. fp32 training: 4 + 4, no master. Pure bf16: 2 + 2, no master.
+int64_t param_bytes_per_element(Precision precision, bool /*trainable*/) {
+  return precision == Precision::kFp32 ? 4 : 2;
+}
+
+int64_t grad_bytes_per_element(Precision precision) { return precision == Precision::kFp32 ? 4 : 2; }
+
+int64_t master_bytes_per_element(Precision precision) {
+  return (precision == Precision::kBf16Mixed || precision == Precision::kFp16Mixed) ? 4 : 0;
+}
+
+int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision,
+                              const std::vector<int64_t>& shape) {
+  int64_t elements = 1;
+  for (int64_t dim : shape) elements *= dim;
+  // torch.optim keeps states in the parameter's dtype: fp32 with a master copy,
+  // bf16 in pure-bf16 training.
+  const int64_t state_width = precision == Precision::kBf16Pure ? 2 : 4;
+  switch (optimizer) {
+    case OptimizerKind::kAdamW:  // exp_avg and exp_avg_sq (Loshchilov & Hutter; torch.optim.AdamW)
+      return 2 * elements * state_width;
+    case OptimizerKind::kAdamW8bit:
+      if (elements < kBnbMin8bitSize) return 2 * elements * 4;
+      return 2 * elements + 2 * ceil_div(elements, kBnbBlock) * 4;
+    case OptimizerKind::kSgdMomentum:  // one momentum buffer
+      return elements * state_width;
+    case OptimizerKind::kAdafactor: {
+      // Factored second moment for matrices: one row and one column vector
+      // (Shazeer & Stern 2018, Sec. 3; HF Adafactor keeps them in fp32); no first moment.
+      if (shape.size() < 2) return elements * 4;
+      const int64_t cols = shape.back();
+      const int64_t rows = elements / cols;
+      return (rows + cols) * 4;
+    }
+  }
+  return 0;
+}
+
+ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& settings,
+                         const GlobalConfig& config, Accounting accounting) {
+  ModelStates out;
+  const int world = settings.world_size();
+  const Precision precision = settings.precision;
+  const bool shard_optimizer = config.zero_stage >= 1;
+  const bool shard_grads = config.zero_stage >= 2;
+  const bool shard_params = config.zero_stage >= 3;
+  const bool optimizer_on_gpu = config.offload_optimizer == Offload::kNone;
+  const bool params_on_gpu = config.offload_param == Offload::kNone;
+  out.block_grads.assign(graph.blocks.size(), 0);
+
+  int64_t trainable_bytes_16 = 0;  // trainable elements, for buckets and host buffers
+  int64_t host_optimizer = 0;
+  int64_t host_params = 0;
+  int64_t checkpoint_weights = 0;
+  int64_t checkpoint_optimizer = 0;
+  for (const graph::Node& node : graph.nodes) {
+    for (const Param& param : node.params) {
+      if (!param.tied_to.empty()) continue;
+      const int64_t elements = param.elements();
+      out.total_params += elements;
+      const int64_t storage = param_storage_bytes(param, precision);
+      const int64_t resident = shard_params ? ceil_div(storage, world) : storage;
+      if (params_on_gpu) out.params += account(resident, accounting);
+      host_params += params_on_gpu ? 0 : resident;
+      const bool full_finetune = settings.mode == TrainMode::kFull;
+      if (full_finetune || param.trainable) checkpoint_weights += storage;
+      if (!param.trainable) continue;
+
+      out.trainable_params += elements;
+      trainable_bytes_16 += elements;
+      const int64_t grad = elements * grad_bytes_per_element(precision);
+      const int64_t states = optimizer_state_bytes(settings.optimizer, precision, param.shape);
+      const int64_t master = elements * master_bytes_per_element(precision);
+      const int64_t states_rank = shard_optimizer ? ceil_div(states, world) : states;
+      const int64_t master_rank = shard_optimizer ? ceil_div(master, world) : master;
+      const int64_t grad_rank = shard_grads ? ceil_div(grad, world) : grad;
+      checkpoint_optimizer += states + master;
+      if (optimizer_on_gpu) {
+        out.optimizer += account(states_rank, accounting);
+        out.master += account(master_rank, accounting);
+        out.grads_full += account(grad_rank, accounting);
+        out.block_grads[node.block] += account(grad, accounting);
+      } else {
+        // ZeRO-Offload keeps fp32 master weights, optimizer states and fp32
+        // gradients on the host (Ren et al. 2021, Sec. 4.1): 4 + states + 4 bytes.
+        host_optimizer += states_rank + elements * 4 / (shard_optimizer ? world : 1) +
+                          (master > 0 ? master_rank : elements * 4 / (shard_optimizer ? world : 1));
+      }
+    }
+  }
+
+  // Gradients appear block by block only in plain data parallelism: ZeRO-2/3
+  // keep a preallocated partition, and offload sends them to the host per bucket.
+  out.grads_progressive = optimizer_on_gpu && !shard_grads;
+  const int64_t grad_width = grad_bytes_per_element(precision);
+  if (shard_grads || !optimizer_on_gpu) {
+    // DeepSpeed's reduce bucket (reduce_bucket_size elements, 16-bit) holds
+    // gradients while they are reduced/partitioned or copied to the host.
+    const int64_t bucket = std::min(settings.reduce_bucket_elements, trainable_bytes_16) * grad_width;
+    out.comm_buckets += account(bucket, accounting);
+    if (!optimizer_on_gpu) out.grads_full = 0;
+  }
+  if (config.zero_stage >= 1 && world > 1 && !shard_params) {
+    // Stage 1/2 all-gather updated 16-bit parameters in allgather_bucket_size chunks.
+    const int64_t bucket = std::min(settings.allgather_bucket_elements, out.total_params) * 2;
+    out.comm_buckets += account(bucket, accounting);
+  }
+  if (shard_params) {
+    // ZeRO-3 gathers the parameters of the block being computed and prefetches the
+    // next (stage3_prefetch_bucket_size), never beyond stage3_max_live_parameters.
+    const int64_t block_bytes = largest_block_param_bytes(graph, precision);
+    const int64_t prefetch = settings.prefetch_bucket_elements * 2;
+    const int64_t live_cap = settings.max_live_parameters * 2;
+    out.gathered_params = account(std::min(block_bytes + std::min(prefetch, block_bytes), live_cap), accounting);
+  }
+
+  const int ranks_per_node = settings.gpus_per_node;
+  if (config.offload_optimizer == Offload::kCpu) out.host_offload += host_optimizer * ranks_per_node;
+  if (config.offload_optimizer == Offload::kNvme) {
+    out.nvme += host_optimizer * ranks_per_node;
+    out.host_offload += kNvmeOptimizerBufferBytes * ranks_per_node;
+  }
+  if (config.offload_param == Offload::kCpu) out.host_offload += host_params * ranks_per_node;
+  if (config.offload_param == Offload::kNvme) {
+    out.nvme += host_params * ranks_per_node;
+    out.host_offload += kNvmeParamBufferBytes * ranks_per_node;
+  }
+  out.checkpoint = checkpoint_weights + (settings.save_optimizer_state ? checkpoint_optimizer : 0);
+  return out;
+}
+
+}  // namespace headroom::planner

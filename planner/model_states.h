@@ -1,0 +1,62 @@
+// Model states per rank: parameters, gradients, optimizer states and fp32 master
+// weights, after ZeRO partitioning and CPU/NVMe offload; their host RAM and disk
+// footprint; the size of one training-state checkpoint. Sources for every factor
+// are in docs/memory-model.md ("Model states").
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "graph/layer_graph.h"
+#include "planner/run_settings.h"
+
+namespace headroom::planner {
+
+enum class Accounting {
+  kAllocated,  // torch.cuda.memory_allocated: requests rounded to 512 B
+  kReserved,   // torch.cuda.memory_reserved: with large-segment rounding
+};
+int64_t account(int64_t bytes, Accounting accounting);
+
+// The few global choices the planner enumerates.
+struct GlobalConfig {
+  int zero_stage = 0;
+  Offload offload_optimizer = Offload::kNone;
+  Offload offload_param = Offload::kNone;
+  int64_t micro_batch = 1;
+  int64_t grad_accum = 1;
+};
+
+struct ModelStates {
+  // GPU bytes per rank.
+  int64_t params = 0;             // resident (partition under ZeRO-3), incl. quantization constants
+  int64_t grads_full = 0;         // all gradients this rank keeps at the optimizer step
+  int64_t optimizer = 0;          // optimizer states on the GPU
+  int64_t master = 0;             // fp32 master weights on the GPU
+  int64_t comm_buckets = 0;       // ZeRO reduce / allgather buckets, allocated for the whole run
+  int64_t gathered_params = 0;    // ZeRO-3: full parameters gathered for the blocks in flight
+  bool grads_progressive = true;  // grads appear block by block during the first backward
+  std::vector<int64_t> block_grads;  // per block: gradient bytes it adds (progressive case)
+
+  // Host RAM per node and disk, bytes.
+  int64_t host_offload = 0;    // pinned offloaded states and buffers, all ranks of a node
+  int64_t nvme = 0;            // optimizer/params swapped to NVMe, all ranks of a node
+  int64_t checkpoint = 0;      // one training-state checkpoint (weights + optimizer state)
+
+  int64_t total_params = 0;      // counted once (tied weights once)
+  int64_t trainable_params = 0;
+};
+
+// Bytes per element of parameters, gradients, optimizer states and master
+// weights for a precision and optimizer; exposed for tests against the ZeRO paper.
+int64_t param_bytes_per_element(Precision precision, bool trainable);
+int64_t grad_bytes_per_element(Precision precision);
+int64_t master_bytes_per_element(Precision precision);
+// Optimizer state bytes for one parameter tensor of `shape`.
+int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision,
+                              const std::vector<int64_t>& shape);
+
+ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& settings,
+                         const GlobalConfig& config, Accounting accounting);
+
+}  // namespace headroom::planner

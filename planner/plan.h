@@ -1,0 +1,88 @@
+// Plan and Prediction: what the planner decides and what it predicts for it.
+// Both are plain values with a JSON form (docs/cli-json.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/model_states.h"
+#include "planner/run_settings.h"
+#include <nlohmann/json_fwd.hpp>
+
+namespace headroom::planner {
+
+// GPU memory of one rank at the moment of the peak, by category, in bytes
+// (reserved accounting unless said otherwise).
+struct MemoryBreakdown {
+  int64_t cuda_context = 0;     // outside the caching allocator
+  int64_t workspaces = 0;       // cuBLAS workspace
+  int64_t parameters = 0;       // incl. quantization constants
+  int64_t gradients = 0;
+  int64_t optimizer_states = 0;
+  int64_t master_weights = 0;
+  int64_t zero_buffers = 0;     // ZeRO buckets and gathered ZeRO-3 parameters
+  int64_t activations = 0;      // saved for backward (and persistent inputs)
+  int64_t transient = 0;        // the block in flight: its intermediates, recompute, gradients, offload copies
+  int64_t allocator = 0;        // pool slack of the caching allocator
+
+  int64_t total() const;        // everything, what nvidia-smi shows for the process
+};
+
+struct PeakLocation {
+  std::string phase;  // "forward", "backward", "optimizer step"
+  int block = -1;     // block index, -1 for the optimizer step
+  std::string block_name;
+};
+
+struct TimeBreakdown {
+  double forward_ms = 0;
+  double backward_ms = 0;
+  double recompute_ms = 0;
+  double offload_exposed_ms = 0;  // activation copies not hidden behind compute
+  double comm_exposed_ms = 0;     // ZeRO collectives not hidden behind backward
+  double optimizer_ms = 0;        // GPU or CPU optimizer step incl. offload transfers
+  double step_ms = 0;             // one optimizer step: accumulation loop + optimizer
+  double samples_per_s = 0;       // whole job (all GPUs)
+  double tokens_per_s = 0;
+  double mfu = 0;                 // model FLOPs (no recompute) / (time * peak), 0..1
+};
+
+struct Prediction {
+  MemoryBreakdown peak;            // reserved accounting, at the peak
+  int64_t peak_allocated = 0;      // torch.cuda.max_memory_allocated equivalent
+  int64_t peak_reserved = 0;       // torch.cuda.max_memory_reserved equivalent
+  int64_t gpu_total = 0;           // peak_reserved + context: what runs out
+  int64_t gpu_capacity = 0;        // the GPU's memory
+  int64_t gpu_budget = 0;          // capacity minus the safety margin
+  PeakLocation where;
+  int64_t host_ram = 0;            // per node
+  int64_t host_ram_budget = 0;
+  int64_t disk = 0;                // checkpoints kept + one being written + NVMe swap
+  int64_t disk_budget = 0;
+  int64_t checkpoint_bytes = 0;    // one training-state checkpoint
+  TimeBreakdown time;
+  bool fits_gpu = false;
+  bool fits_host = false;
+  bool fits_disk = false;
+  bool fits() const { return fits_gpu && fits_host && fits_disk; }
+  int64_t gpu_margin() const { return gpu_budget - gpu_total; }  // negative when short
+};
+
+struct Plan {
+  std::string model;
+  std::string gpu;
+  RunSettings settings;          // the run the plan is for (with the chosen globals applied)
+  GlobalConfig config;
+  std::vector<BlockChoice> blocks;     // one per graph block
+  std::vector<std::string> block_names;
+  int64_t seq_len = 0;
+  Prediction prediction;
+};
+
+nlohmann::json breakdown_to_json(const MemoryBreakdown& breakdown);
+nlohmann::json prediction_to_json(const Prediction& prediction);
+nlohmann::json plan_to_json(const Plan& plan);
+Result<Plan> plan_from_json(const nlohmann::json& json, std::string_view origin);
+
+}  // namespace headroom::planner

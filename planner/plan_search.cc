@@ -1,0 +1,305 @@
+// find_plan: enumerates the global choices, solves the blocks exactly for each,
+// and derives the frontier, the largest micro-batch and sequence length, and
+// what would make an infeasible run fit.
+#include <algorithm>
+#include <map>
+
+#include "planner/block_solver.h"
+#include "planner/planner.h"
+#include "planner/step_builder.h"
+
+namespace headroom::planner {
+namespace {
+
+// Divisors of the per-rank batch, ascending: the micro-batches that keep the
+// global batch exact with whole accumulation steps.
+std::vector<int64_t> micro_batch_candidates(const RunSettings& settings) {
+  if (!settings.allow_micro_batch_change) return {settings.micro_batch};
+  const int64_t per_rank = settings.effective_global_batch() / settings.world_size();
+  std::vector<int64_t> out;
+  for (int64_t mb = 1; mb <= per_rank && mb <= 1024; ++mb) {
+    if (per_rank % mb == 0) out.push_back(mb);
+  }
+  if (out.empty()) out.push_back(settings.micro_batch);
+  return out;
+}
+
+// ZeRO stage and offload combinations DeepSpeed accepts, within what the user allows.
+std::vector<GlobalConfig> global_candidates(const RunSettings& settings, int64_t micro_batch) {
+  std::vector<GlobalConfig> out;
+  const int64_t per_rank = settings.effective_global_batch() / settings.world_size();
+  for (int stage = 0; stage <= settings.max_zero_stage; ++stage) {
+    std::vector<Offload> optimizer_offloads = {Offload::kNone};
+    if (stage >= 1 && settings.allow_cpu_offload) optimizer_offloads.push_back(Offload::kCpu);
+    if (stage == 3 && settings.allow_nvme_offload) optimizer_offloads.push_back(Offload::kNvme);
+    for (Offload optimizer : optimizer_offloads) {
+      std::vector<Offload> param_offloads = {Offload::kNone};
+      if (stage == 3 && settings.allow_cpu_offload) param_offloads.push_back(Offload::kCpu);
+      if (stage == 3 && settings.allow_nvme_offload) param_offloads.push_back(Offload::kNvme);
+      for (Offload param : param_offloads) {
+        GlobalConfig config;
+        config.zero_stage = stage;
+        config.offload_optimizer = optimizer;
+        config.offload_param = param;
+        config.micro_batch = micro_batch;
+        config.grad_accum = std::max<int64_t>(1, per_rank / micro_batch);
+        out.push_back(config);
+      }
+    }
+  }
+  return out;
+}
+
+struct Candidate {
+  bool found = false;
+  Plan plan;
+  double sample_ms = 0;
+};
+
+double sample_ms_of(const Prediction& prediction, const GlobalConfig& config, int world) {
+  const double samples = static_cast<double>(config.grad_accum * config.micro_batch * world);
+  return prediction.time.step_ms / samples;
+}
+
+Plan make_plan(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+               const std::vector<BlockChoice>& choices) {
+  Plan plan;
+  plan.model = context.graph.name;
+  plan.gpu = context.gpu.id;
+  plan.settings = settings;
+  plan.settings.zero_stage = config.zero_stage;
+  plan.settings.offload_optimizer = config.offload_optimizer;
+  plan.settings.offload_param = config.offload_param;
+  plan.settings.micro_batch = config.micro_batch;
+  plan.settings.grad_accum = config.grad_accum;
+  plan.settings.global_batch = 0;
+  plan.settings.checkpointing = CheckpointPolicy::kList;
+  plan.settings.checkpoint_blocks.clear();
+  for (size_t b = 0; b < choices.size(); ++b) {
+    if (choices[b] == BlockChoice::kCheckpoint) plan.settings.checkpoint_blocks.push_back(context.graph.blocks[b].name);
+  }
+  if (plan.settings.checkpoint_blocks.empty()) plan.settings.checkpointing = CheckpointPolicy::kNone;
+  plan.config = config;
+  plan.blocks = choices;
+  for (const graph::Block& block : context.graph.blocks) plan.block_names.push_back(block.name);
+  plan.seq_len = context.seq_len;
+  plan.prediction = predict(context, settings, config, choices);
+  return plan;
+}
+
+// The fastest plan over all global candidates at one micro-batch (or all), for an
+// allocator budget. Host RAM and disk are checked on the full prediction.
+struct SearchOptions {
+  int64_t budget = 0;
+  std::vector<int64_t> micro_batches;
+};
+
+Candidate search(const ModelContext& context, const RunSettings& settings, const SearchOptions& options,
+                 std::vector<FrontierPoint>* points, int* evaluated, const Progress& progress) {
+  Candidate best;
+  int done = 0;
+  int total = 0;
+  for (int64_t mb : options.micro_batches) total += static_cast<int>(global_candidates(settings, mb).size());
+  for (int64_t mb : options.micro_batches) {
+    const StepProfile profile = profile_step(context.graph, context.analysis, context.compute_dtype, mb,
+                                             context.seq_len, Accounting::kReserved, context.gpu);
+    for (const GlobalConfig& config : global_candidates(settings, mb)) {
+      if (progress) progress(++done, total);
+      if (evaluated) ++*evaluated;
+      const BuiltStep step = build_step(context, settings, config, profile, Accounting::kReserved);
+      const BlockSolution solution = solve_blocks(step.model, options.budget);
+      if (!solution.feasible) continue;
+      Plan plan = make_plan(context, settings, config, solution.choices);
+      if (!plan.prediction.fits_host || !plan.prediction.fits_disk) continue;
+      const double ms = sample_ms_of(plan.prediction, config, settings.world_size());
+      if (points) {
+        FrontierPoint point;
+        point.gpu_total = plan.prediction.gpu_total;
+        point.sample_ms = ms;
+        point.config = config;
+        for (BlockChoice choice : solution.choices) {
+          point.checkpointed += choice == BlockChoice::kCheckpoint;
+          point.offloaded += choice == BlockChoice::kOffload;
+        }
+        points->push_back(point);
+      }
+      if (!best.found || ms < best.sample_ms) {
+        best.found = true;
+        best.plan = std::move(plan);
+        best.sample_ms = ms;
+      }
+    }
+  }
+  return best;
+}
+
+std::vector<FrontierPoint> pareto(std::vector<FrontierPoint> points) {
+  std::sort(points.begin(), points.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
+    if (a.gpu_total != b.gpu_total) return a.gpu_total < b.gpu_total;
+    return a.sample_ms < b.sample_ms;
+  });
+  std::vector<FrontierPoint> out;
+  for (const FrontierPoint& point : points) {
+    if (out.empty() || point.sample_ms < out.back().sample_ms) out.push_back(point);
+  }
+  return out;
+}
+
+// Whether any global configuration fits micro-batch `mb` at sequence length `seq`.
+bool fits_at(const ModelContext& base, const RunSettings& settings, int64_t mb, int64_t seq) {
+  ModelContext context = base;
+  context.seq_len = seq;
+  RunSettings probe = settings;
+  probe.global_batch = 0;
+  probe.micro_batch = mb;
+  probe.grad_accum = 1;
+  probe.allow_micro_batch_change = false;
+  SearchOptions options{allocator_budget(context, probe), {mb}};
+  return search(context, probe, options, nullptr, nullptr, {}).found;
+}
+
+int64_t largest(int64_t limit, const std::function<bool(int64_t)>& fits) {
+  if (!fits(1)) return 0;
+  int64_t good = 1;
+  int64_t step = 2;
+  while (step <= limit && fits(step)) {
+    good = step;
+    step *= 2;
+  }
+  int64_t bad = std::min(step, limit + 1);
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (fits(mid) ? good : bad) = mid;
+  }
+  return good;
+}
+
+std::vector<Suggestion> suggestions_for(const ModelContext& context, const RunSettings& settings);
+
+}  // namespace
+
+PlanResult find_plan(const ModelContext& context, const RunSettings& settings, const Progress& progress) {
+  PlanResult result;
+  std::vector<FrontierPoint> points;
+  SearchOptions options{allocator_budget(context, settings), micro_batch_candidates(settings)};
+  Candidate best = search(context, settings, options, &points, &result.configs_evaluated, progress);
+  // Frontier beyond the budget too: what more memory would buy.
+  for (double factor : {1.25, 1.5, 2.0, 4.0}) {
+    SearchOptions wider = options;
+    wider.budget = static_cast<int64_t>(static_cast<double>(options.budget) * factor);
+    search(context, settings, wider, &points, &result.configs_evaluated, {});
+  }
+  result.frontier = pareto(std::move(points));
+  result.found = best.found;
+  if (best.found) {
+    result.best = std::move(best.plan);
+  } else {
+    // The least-memory plan, to show how far off the run is.
+    SearchOptions unlimited = options;
+    unlimited.budget = INT64_MAX / 4;
+    std::vector<FrontierPoint> all;
+    Candidate any = search(context, settings, unlimited, &all, nullptr, {});
+    if (any.found) result.best = std::move(any.plan);
+    result.suggestions = suggestions_for(context, settings);
+  }
+  result.max_micro_batch = largest(4096, [&](int64_t mb) { return fits_at(context, settings, mb, context.seq_len); });
+  result.max_seq_len = largest(context.graph.sequence.max_seq,
+                               [&](int64_t seq) { return fits_at(context, settings, 1, seq); });
+  return result;
+}
+
+namespace {
+
+Suggestion suggestion_from(const std::string& change, const Candidate& found, const RunSettings& settings) {
+  Suggestion s;
+  s.change = change;
+  s.gpu_total = found.plan.prediction.gpu_total;
+  s.gpu_budget = found.plan.prediction.gpu_budget;
+  s.sample_ms = found.sample_ms;
+  s.detail = "fits with ZeRO-" + std::to_string(found.plan.config.zero_stage) +
+             ", optimizer offload " + std::string(offload_name(found.plan.config.offload_optimizer)) +
+             ", micro-batch " + std::to_string(found.plan.config.micro_batch) + " on " +
+             std::to_string(settings.world_size()) + " GPU(s)";
+  return s;
+}
+
+Candidate try_settings(const RunSettings& changed) {
+  Result<ModelContext> context = prepare_context(changed);
+  if (!context.is_ok()) return {};
+  SearchOptions options{allocator_budget(context.value(), changed), micro_batch_candidates(changed)};
+  return search(context.value(), changed, options, nullptr, nullptr, {});
+}
+
+std::vector<Suggestion> suggestions_for(const ModelContext& context, const RunSettings& settings) {
+  std::vector<Suggestion> out;
+  // More GPUs of the same kind, with ZeRO-3 allowed.
+  for (int gpus : {2, 4, 8, 16, 32, 64}) {
+    if (gpus <= settings.world_size()) continue;
+    RunSettings changed = settings;
+    changed.gpus_per_node = std::min(gpus, 8);
+    changed.nodes = gpus / changed.gpus_per_node;
+    changed.max_zero_stage = 3;
+    changed.global_batch = 0;
+    const Candidate found = try_settings(changed);
+    if (found.found) {
+      out.push_back(suggestion_from(std::to_string(gpus) + " x " + context.gpu.name, found, changed));
+      break;
+    }
+  }
+  // A larger GPU, the smallest one that is enough.
+  std::vector<GpuSpec> larger;
+  for (const GpuSpec& gpu : gpu_catalogue()) {
+    if (gpu.memory_bytes > context.gpu.memory_bytes) larger.push_back(gpu);
+  }
+  std::stable_sort(larger.begin(), larger.end(),
+                   [](const GpuSpec& a, const GpuSpec& b) { return a.memory_bytes < b.memory_bytes; });
+  for (const GpuSpec& gpu : larger) {
+    RunSettings changed = settings;
+    changed.gpu = gpu.id;
+    changed.gpu_memory_bytes.reset();
+    const Candidate found = try_settings(changed);
+    if (found.found) {
+      out.push_back(suggestion_from("one " + gpu.name, found, changed));
+      break;
+    }
+  }
+  // Fewer trainable parameters.
+  if (settings.mode == TrainMode::kFull) {
+    for (TrainMode mode : {TrainMode::kLora, TrainMode::kQlora}) {
+      RunSettings changed = settings;
+      changed.mode = mode;
+      const Candidate found = try_settings(changed);
+      if (found.found) {
+        out.push_back(suggestion_from(std::string(mode_name(mode)) + " (rank " + std::to_string(changed.lora.rank) + ")", found, changed));
+        break;
+      }
+    }
+  } else if (settings.mode == TrainMode::kLora) {
+    RunSettings changed = settings;
+    changed.mode = TrainMode::kQlora;
+    const Candidate found = try_settings(changed);
+    if (found.found) out.push_back(suggestion_from("qlora (4-bit NF4 base)", found, changed));
+  }
+  // Offload the user had ruled out.
+  if (!settings.allow_cpu_offload || !settings.allow_activation_offload || settings.max_zero_stage < 3) {
+    RunSettings changed = settings;
+    changed.allow_cpu_offload = true;
+    changed.allow_activation_offload = true;
+    changed.max_zero_stage = 3;
+    const Candidate found = try_settings(changed);
+    if (found.found) out.push_back(suggestion_from("allow ZeRO-3 and CPU offload", found, changed));
+  }
+  // A shorter sequence.
+  const int64_t seq = largest(context.seq_len, [&](int64_t s) { return fits_at(context, settings, 1, s); });
+  if (seq > 0 && seq < context.seq_len) {
+    Suggestion s;
+    s.change = "sequence length " + std::to_string(seq) + " (from " + std::to_string(context.seq_len) + ")";
+    s.detail = "the longest sequence that fits at micro-batch 1 with the allowed options";
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+}  // namespace headroom::planner

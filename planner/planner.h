@@ -1,0 +1,88 @@
+// The planner's entry points: predict a given run (`headroom fit`) and find the
+// fastest plan that fits (`headroom plan`), with the memory/time frontier, the
+// largest micro-batch and sequence length that fit, and what would make a run
+// fit when nothing does. Deterministic: same inputs, same plan.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "graph/graph_analysis.h"
+#include "graph/layer_graph.h"
+#include "graph/status.h"
+#include "planner/hardware.h"
+#include "planner/plan.h"
+#include "planner/run_settings.h"
+
+namespace headroom::planner {
+
+// Everything derived once from the settings: the graph with its training mode
+// applied, its analysis, the GPU, the sequence length and the compute dtype.
+struct ModelContext {
+  graph::LayerGraph graph;
+  graph::GraphAnalysis analysis;
+  GpuSpec gpu;
+  int64_t seq_len = 0;
+  graph::DType compute_dtype = graph::DType::kBF16;
+};
+
+// Loads MODEL (zoo name, or a layer-graph JSON path), applies the training mode,
+// resolves GPU, sequence length (resolution for image models) and budgets.
+Result<ModelContext> prepare_context(const RunSettings& settings);
+
+// The checkpoint decisions the user asked for (none / every block / a list).
+Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
+                                                    const RunSettings& settings);
+
+// The global choices as the user launches the run.
+GlobalConfig user_config(const RunSettings& settings);
+
+// Memory and time of one run with these decisions.
+Prediction predict(const ModelContext& context, const RunSettings& settings,
+                   const GlobalConfig& config, const std::vector<BlockChoice>& blocks);
+
+struct FrontierPoint {
+  int64_t gpu_total = 0;        // bytes, peak reserved + context
+  double sample_ms = 0;         // time per sample
+  GlobalConfig config;
+  int checkpointed = 0;
+  int offloaded = 0;
+};
+
+struct Suggestion {
+  std::string change;     // e.g. "use 2 GPUs with ZeRO-3", "an H100 80 GB", "QLoRA (r=16)"
+  std::string detail;     // what the prediction becomes, in words
+  int64_t gpu_total = 0;  // predicted peak with the change
+  int64_t gpu_budget = 0;
+  double sample_ms = 0;
+};
+
+struct PlanResult {
+  bool found = false;              // some plan fits all budgets
+  Plan best;                       // the fastest that fits (or the least-memory one, when none fits)
+  std::vector<FrontierPoint> frontier;  // Pareto: memory vs time per sample, ascending memory
+  int64_t max_micro_batch = 0;     // largest micro-batch with some fitting plan (0: none)
+  int64_t max_seq_len = 0;         // largest S with micro-batch 1 (0: none)
+  std::vector<Suggestion> suggestions;  // when nothing fits
+  int configs_evaluated = 0;
+};
+
+using Progress = std::function<void(int done, int total)>;
+
+// Searches ZeRO stage, optimizer/param offload and micro-batch within what the
+// settings allow, solving the per-block choice exactly for each.
+PlanResult find_plan(const ModelContext& context, const RunSettings& settings,
+                     const Progress& progress = {});
+
+// The answer of `headroom fit`: the run as given, and the best plan when it does not fit.
+struct FitAnswer {
+  Plan as_given;
+  bool fits = false;
+  PlanResult alternative;  // filled when !fits
+};
+Result<FitAnswer> fit(const RunSettings& settings);
+Result<PlanResult> plan(const RunSettings& settings, const Progress& progress = {});
+
+}  // namespace headroom::planner

@@ -1,0 +1,130 @@
+// RunSettings: how the user would launch the run (precision, optimizer, what
+// trains, batch and sequence, parallelism, ZeRO/offload, checkpointing) and the
+// budgets and freedoms the planner has. `headroom fit` answers for exactly
+// these settings; `headroom plan` may change what the allow_* fields permit.
+// JSON form documented in docs/cli-json.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/status.h"
+#include "models/zoo.h"
+#include <nlohmann/json_fwd.hpp>
+
+namespace headroom::planner {
+
+enum class Precision {
+  kFp32,       // fp32 weights, grads, states
+  kBf16Mixed,  // bf16 compute, bf16 params/grads, fp32 master weights in the optimizer
+  kFp16Mixed,  // as bf16 mixed, with loss scaling
+  kBf16Pure,   // everything bf16, no master weights
+};
+
+enum class OptimizerKind { kAdamW, kAdamW8bit, kSgdMomentum, kAdafactor };
+
+enum class TrainMode {
+  kFull,   // every parameter not matched by freeze_patterns trains
+  kLora,   // base frozen; LoRA adapters on lora.targets train
+  kQlora,  // as LoRA, with the base linears quantized to 4-bit NF4 (double quantization)
+};
+
+enum class Offload { kNone, kCpu, kNvme };
+
+enum class CheckpointPolicy {
+  kNone,        // no activation checkpointing
+  kEveryBlock,  // every checkpointable block
+  kList,        // the blocks named in checkpoint_blocks
+};
+
+enum class BlockChoice { kKeep, kCheckpoint, kOffload };
+
+struct LoraSettings {
+  int64_t rank = 16;
+  std::vector<std::string> targets;  // module-name suffixes; empty = the model's defaults
+  double dropout = 0.05;
+};
+
+struct RunSettings {
+  std::string model = "llama-3-8b";  // zoo name or layer-graph JSON path
+
+  // The run as the user launches it.
+  Precision precision = Precision::kBf16Mixed;
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  TrainMode mode = TrainMode::kFull;
+  std::vector<std::string> freeze_patterns;  // glob patterns over node names ("*vision_tower*")
+  // LoRA/QLoRA: base modules that train in full anyway (e.g. "*multi_modal_projector*").
+  std::vector<std::string> train_patterns;
+  // QLoRA: linears kept in 16 bits (transformers skips the output embedding).
+  std::vector<std::string> quantize_skip = {"*lm_head*", "*vision_tower*", "*multi_modal_projector*"};
+  LoraSettings lora;
+  models::AttentionImpl attention = models::AttentionImpl::kSdpa;
+  std::optional<double> dropout;  // nullopt = the model's default
+  bool precomputed_text_embeddings = true;  // Flux: text encoders not on the GPU
+
+  int64_t micro_batch = 1;
+  int64_t seq_len = 0;      // 0 = model default; tokens (or image tokens)
+  int64_t resolution = 0;   // image models: pixels per side; overrides seq_len
+  int64_t grad_accum = 1;
+  int64_t global_batch = 0;  // 0 = micro_batch * grad_accum * world size
+  int gpus_per_node = 1;
+  int nodes = 1;
+
+  int zero_stage = 0;
+  Offload offload_optimizer = Offload::kNone;
+  Offload offload_param = Offload::kNone;
+  int64_t reduce_bucket_elements = 500'000'000;     // DeepSpeed default reduce_bucket_size
+  int64_t allgather_bucket_elements = 500'000'000;  // DeepSpeed default allgather_bucket_size
+  int64_t prefetch_bucket_elements = 50'000'000;    // DeepSpeed stage3_prefetch_bucket_size
+  int64_t max_live_parameters = 1'000'000'000;      // DeepSpeed stage3_max_live_parameters
+  bool overlap_comm = true;
+
+  CheckpointPolicy checkpointing = CheckpointPolicy::kNone;
+  std::vector<std::string> checkpoint_blocks;
+
+  // Hardware and budgets.
+  std::string gpu = "a6000";
+  std::optional<int64_t> gpu_memory_bytes;       // --gpu-mem overrides the catalogue
+  std::optional<int64_t> cuda_context_bytes;     // measured value overrides the catalogue
+  int64_t host_ram_bytes = 128LL << 30;           // assumed when not given
+  int64_t disk_free_bytes = 500'000'000'000;      // assumed when not given
+  double safety_margin = 0.05;                    // fraction of GPU memory kept free
+  double network_gbps = 12.5;                     // inter-node, GB/s (100 Gb/s Ethernet/IB)
+  double nvme_gbps = 3.0;                         // NVMe sequential bandwidth, GB/s
+  int checkpoints_kept = 2;                       // training-state checkpoints kept on disk
+  bool save_optimizer_state = true;
+
+  // What the planner may change.
+  int max_zero_stage = 3;
+  bool allow_cpu_offload = true;
+  bool allow_nvme_offload = false;
+  bool allow_activation_offload = true;
+  bool allow_micro_batch_change = true;
+
+  int world_size() const { return gpus_per_node * nodes; }
+  int64_t effective_global_batch() const {
+    return global_batch > 0 ? global_batch : micro_batch * grad_accum * world_size();
+  }
+};
+
+// Checks ranges and combinations; `origin` names the source ("command line", a file).
+// Mirrors DeepSpeed's refusals: param offload and NVMe offload need ZeRO-3.
+Status validate_settings(const RunSettings& settings, std::string_view origin);
+
+// Names for messages and JSON.
+std::string_view precision_name(Precision value);
+std::string_view optimizer_name(OptimizerKind value);
+std::string_view mode_name(TrainMode value);
+std::string_view offload_name(Offload value);
+std::string_view block_choice_name(BlockChoice value);
+std::optional<Precision> parse_precision(std::string_view text);
+std::optional<OptimizerKind> parse_optimizer(std::string_view text);
+std::optional<TrainMode> parse_mode(std::string_view text);
+std::optional<Offload> parse_offload(std::string_view text);
+
+nlohmann::json settings_to_json(const RunSettings& settings);
+Result<RunSettings> settings_from_json(const nlohmann::json& json, std::string_view origin);
+
+}  // namespace headroom::planner

@@ -1,0 +1,108 @@
+#include "planner/step_time.h"
+
+#include <algorithm>
+
+namespace headroom::planner {
+namespace {
+
+double transfer_ms(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e9) * 1e3 : 0; }
+
+// Bandwidth of the collectives: the network between nodes, NVLink inside one
+// when the GPU has it, otherwise PCIe peer-to-peer at the host-link rate.
+double collective_gbps(const RunSettings& settings, const GpuSpec& gpu) {
+  if (settings.nodes > 1) return settings.network_gbps;
+  return gpu.nvlink_gbps > 0 ? gpu.nvlink_gbps : gpu.host_link_gbps;
+}
+
+// Bytes a GPU optimizer step reads and writes per trainable parameter: params,
+// gradients, master weights and states, each read and (but gradients) written.
+double optimizer_traffic_bytes(const RunSettings& settings) {
+  const double param = settings.precision == Precision::kFp32 ? 4 : 2;
+  const double master = (settings.precision == Precision::kBf16Mixed ||
+                         settings.precision == Precision::kFp16Mixed) ? 4 : 0;
+  double states = 8;
+  switch (settings.optimizer) {
+    case OptimizerKind::kAdamW: states = settings.precision == Precision::kBf16Pure ? 4 : 8; break;
+    case OptimizerKind::kAdamW8bit: states = 2; break;
+    case OptimizerKind::kSgdMomentum: states = 4; break;
+    case OptimizerKind::kAdafactor: states = 0.1; break;
+  }
+  return 2 * param + param + 2 * master + 2 * states;
+}
+
+}  // namespace
+
+TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
+                        const GpuSpec& gpu, const ModelStates& states,
+                        const StepTimeInputs& in) {
+  TimeBreakdown out;
+  const int world = settings.world_size();
+  const double accum = static_cast<double>(config.grad_accum);
+  const double shard = config.zero_stage >= 1 ? world : 1;
+  const double trainable = static_cast<double>(states.trainable_params);
+  const double total = static_cast<double>(states.total_params);
+  const double grad_width = settings.precision == Precision::kFp32 ? 4 : 2;
+
+  // Optimizer step.
+  if (config.offload_optimizer == Offload::kNone) {
+    out.optimizer_ms = transfer_ms(trainable / shard * optimizer_traffic_bytes(settings),
+                                   gpu.memory_bandwidth_gbps * 0.7);
+  } else {
+    // CPU Adam on this rank's partition, then the updated 16-bit parameters go
+    // back over the host link; gradient copies overlap backward (per bucket).
+    out.optimizer_ms = trainable / shard / kCpuAdamParamsPerSecond * 1e3 +
+                       transfer_ms(trainable / shard * 2, gpu.host_link_gbps);
+    if (config.offload_optimizer == Offload::kNvme) {
+      // Read and write back the fp32 master and states (ZeRO-Infinity).
+      out.optimizer_ms += transfer_ms(2.0 * trainable / shard * 12, settings.nvme_gbps);
+    }
+  }
+
+  // Collectives (ring algorithms: each moves (N-1)/N of the buffer per phase).
+  double comm_micro = 0;
+  double comm_step = 0;
+  if (world > 1) {
+    const double ring = static_cast<double>(world - 1) / world;
+    const double gbps = collective_gbps(settings, gpu);
+    const double grad_bytes = trainable * grad_width;
+    if (config.zero_stage <= 1) {
+      comm_step += transfer_ms(2 * ring * grad_bytes, gbps);  // all-reduce at the boundary
+    } else {
+      comm_micro += transfer_ms(ring * grad_bytes, gbps);  // reduce-scatter every micro-step
+    }
+    if (config.zero_stage == 1 || config.zero_stage == 2) {
+      comm_step += transfer_ms(ring * trainable * 2, gbps);  // all-gather updated params
+    }
+    if (config.zero_stage == 3) {
+      comm_micro += transfer_ms(2 * ring * total * 2, gbps);  // gather for forward and backward
+    }
+  }
+  // ZeRO-3 parameter offload brings every parameter in for forward and backward.
+  double param_fetch_micro = 0;
+  if (config.offload_param == Offload::kCpu) {
+    param_fetch_micro = transfer_ms(2.0 * total / world * 2, gpu.host_link_gbps);
+  } else if (config.offload_param == Offload::kNvme) {
+    param_fetch_micro = transfer_ms(2.0 * total / world * 2, std::min(gpu.host_link_gbps, settings.nvme_gbps));
+  }
+
+  const double compute_micro = in.micro_fwd_ms + in.micro_bwd_ms;
+  const double hidden = settings.overlap_comm ? compute_micro : 0;
+  const double exposed_micro = std::max(0.0, comm_micro + param_fetch_micro - hidden);
+  const double exposed_step = std::max(0.0, comm_step - (settings.overlap_comm ? in.micro_bwd_ms : 0));
+
+  out.forward_ms = accum * in.micro_fwd_ms;
+  out.backward_ms = accum * (in.micro_bwd_ms - in.micro_recompute_ms);
+  out.recompute_ms = accum * in.micro_recompute_ms;
+  out.offload_exposed_ms = accum * in.micro_offload_ms;
+  out.comm_exposed_ms = accum * exposed_micro + exposed_step;
+  out.step_ms = out.forward_ms + out.backward_ms + out.recompute_ms + out.offload_exposed_ms +
+                out.comm_exposed_ms + out.optimizer_ms;
+  const double samples = accum * static_cast<double>(config.micro_batch) * world;
+  out.samples_per_s = out.step_ms > 0 ? samples / (out.step_ms / 1e3) : 0;
+  out.tokens_per_s = out.samples_per_s * static_cast<double>(in.seq_len);
+  const double peak_flops = (settings.precision == Precision::kFp32 ? gpu.fp32_tflops : gpu.bf16_tflops) * 1e12;
+  out.mfu = out.step_ms > 0 ? accum * in.model_flops / (out.step_ms / 1e3) / peak_flops : 0;
+  return out;
+}
+
+}  // namespace headroom::planner

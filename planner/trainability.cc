@@ -1,0 +1,150 @@
+#include "planner/trainability.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <string>
+
+namespace headroom::planner {
+namespace {
+
+using graph::DType;
+using graph::LayerGraph;
+using graph::Node;
+using graph::Param;
+using graph::SaveWhen;
+using graph::SizeExpr;
+using graph::Tensor;
+
+bool any_match(const std::vector<std::string>& patterns, std::string_view name) {
+  for (const std::string& pattern : patterns) {
+    if (name_matches(pattern, name)) return true;
+  }
+  return false;
+}
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+// A LoRA target "q_proj" matches module "model.layers.3.self_attn.q_proj" as PEFT
+// does: the whole name or a suffix after a dot.
+bool is_lora_target(const std::vector<std::string>& targets, std::string_view module) {
+  for (const std::string& target : targets) {
+    if (module == target) return true;
+    if (ends_with(module, "." + target)) return true;
+  }
+  return false;
+}
+
+// Adds PEFT-style adapters to a linear node: y = W x + B(A(dropout(x))).
+// lora_A [r, in] and lora_B [out, r] train; PEFT keeps them in fp32 by default
+// (autocast_adapter_dtype=True), which the optimizer-state accounting covers as
+// trainable parameters. Saved for backward: A's input (x, or the dropout output
+// and its bool mask when lora dropout > 0) and B's input x·A [rows, r].
+bool any_trainable_base(const Node& node) {
+  for (const Param& param : node.params) {
+    if (param.trainable) return true;
+  }
+  return false;
+}
+
+void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora) {
+  const graph::LinearInfo& linear = *node.linear;
+  const int64_t r = lora.rank;
+  node.params.push_back(Param{node.name + ".lora_A.weight", {r, linear.in_features}, DType::kF32, true, ""});
+  node.params.push_back(Param{node.name + ".lora_B.weight", {linear.out_features, r}, DType::kF32, true, ""});
+  const std::string mid = node.name + ".lora_mid";
+  graph.tensors.push_back(Tensor{mid, linear.rows.scaled(r), std::nullopt, false});
+  node.outputs.push_back(mid);
+  node.saves.push_back({mid, SaveWhen::kParamGrad});
+  if (lora.dropout > 0) {
+    // A frozen base linear keeps nothing of x; lora_A keeps the dropout output instead.
+    if (!any_trainable_base(node)) {
+      std::erase_if(node.saves, [&](const graph::SavedRef& saved) {
+        return saved.when == SaveWhen::kParamGrad &&
+               std::find(node.inputs.begin(), node.inputs.end(), saved.tensor) != node.inputs.end();
+      });
+    }
+    const std::string dropped = node.name + ".lora_dropout_out";
+    const std::string mask = node.name + ".lora_dropout_mask";
+    graph.tensors.push_back(Tensor{dropped, linear.rows.scaled(linear.in_features), std::nullopt, false});
+    graph.tensors.push_back(Tensor{mask, linear.rows.scaled(linear.in_features), DType::kBool, false});
+    node.outputs.push_back(dropped);
+    node.outputs.push_back(mask);
+    node.saves.push_back({dropped, SaveWhen::kParamGrad});
+    node.saves.push_back({mask, SaveWhen::kParamGrad});
+  }
+  const SizeExpr adapter_flops = linear.rows.scaled(2 * r * (linear.in_features + linear.out_features));
+  node.fwd_flops += adapter_flops;
+  node.bwd_input_flops += adapter_flops;
+  node.bwd_param_flops += adapter_flops;
+}
+
+// QLoRA: the frozen base weight becomes NF4 with double-quantized constants
+// (first level: one 8-bit absmax per 64 weights; second level: one fp32 per 256
+// of those). bitsandbytes dequantizes the whole weight to the compute dtype for
+// each matmul, forward and backward: a transient of in*out elements.
+void quantize_linear(Node& node) {
+  for (Param& param : node.params) {
+    if (param.name != node.name + ".weight" || param.trainable) continue;
+    const int64_t elements = param.elements();
+    param.dtype = DType::kNF4;
+    const int64_t absmax = (elements + kNf4BlockSize - 1) / kNf4BlockSize;
+    const int64_t absmax2 = (absmax + kNf4SecondLevelBlockSize - 1) / kNf4SecondLevelBlockSize;
+    node.params.push_back(Param{param.name + ".absmax", {absmax}, DType::kUInt8, false, ""});
+    node.params.push_back(Param{param.name + ".absmax2", {absmax2}, DType::kF32, false, ""});
+    node.workspace_elements += SizeExpr::constant(node.linear->in_features * node.linear->out_features);
+    return;
+  }
+}
+
+}  // namespace
+
+bool name_matches(std::string_view pattern, std::string_view name) {
+  return fnmatch(std::string(pattern).c_str(), std::string(name).c_str(), 0) == 0;
+}
+
+Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSettings& settings) {
+  LayerGraph graph = input;
+  const bool adapters = settings.mode != TrainMode::kFull;
+  for (Node& node : graph.nodes) {
+    for (Param& param : node.params) {
+      if (adapters) {
+        param.trainable = any_match(settings.train_patterns, node.name);
+      } else {
+        param.trainable = !any_match(settings.freeze_patterns, node.name) &&
+                          !any_match(settings.freeze_patterns, param.name);
+      }
+    }
+  }
+  if (!adapters) {
+    if (graph.trainable_parameter_count() == 0) {
+      return Status::error(settings.model + ": freeze_patterns: every parameter is frozen; nothing would train");
+    }
+    return graph;
+  }
+  const std::vector<std::string>& targets =
+      settings.lora.targets.empty() ? graph.lora_targets : settings.lora.targets;
+  int adapted = 0;
+  for (Node& node : graph.nodes) {
+    if (node.op != "linear" || !node.linear) continue;
+    if (settings.mode == TrainMode::kQlora && !any_match(settings.quantize_skip, node.name) &&
+        !any_match(settings.train_patterns, node.name)) {
+      quantize_linear(node);
+    }
+    if (is_lora_target(targets, node.name) && !any_match(settings.train_patterns, node.name)) {
+      add_lora(graph, node, settings.lora);
+      ++adapted;
+    }
+  }
+  if (adapted == 0) {
+    std::string listed;
+    for (const std::string& target : targets) listed += (listed.empty() ? "" : ", ") + target;
+    return Status::error(settings.model + ": lora.targets: no linear module matches [" + listed +
+                         "] (expected module-name suffixes such as q_proj)");
+  }
+  return graph;
+}
+
+}  // namespace headroom::planner

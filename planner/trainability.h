@@ -1,0 +1,26 @@
+// Applies what trains to a model graph: freezing by pattern, LoRA adapters on
+// target linears, and QLoRA's 4-bit NF4 base with double quantization. The
+// result is a new LayerGraph whose params, saved tensors and FLOPs include the
+// adapters, so the rest of the planner needs no special cases for them.
+#pragma once
+
+#include "graph/layer_graph.h"
+#include "graph/status.h"
+#include "planner/run_settings.h"
+
+namespace headroom::planner {
+
+// Bytes per NF4-quantized weight element including constants, with double
+// quantization: 4 bits + 8/64 + 32/(64*256) bits (Dettmers et al. 2023, QLoRA, Sec. 3).
+inline constexpr int64_t kNf4BlockSize = 64;
+inline constexpr int64_t kNf4SecondLevelBlockSize = 256;
+
+// Errors: a LoRA/QLoRA run whose targets match no linear; a pattern that freezes
+// everything in full mode.
+Result<graph::LayerGraph> apply_training_mode(const graph::LayerGraph& graph,
+                                              const RunSettings& settings);
+
+// fnmatch-style glob on a module or parameter name.
+bool name_matches(std::string_view pattern, std::string_view name);
+
+}  // namespace headroom::planner
