@@ -58,7 +58,8 @@ std::string element_path(std::string_view path, size_t index, const json& elemen
   std::string out = std::string(path) + "[" + std::to_string(index) + "]";
   if (element.is_object()) {
     auto it = element.find("name");
-    if (it != element.end() && it->is_string()) out += " (" + in_quotes(it->get<std::string>()) + ")";
+    if (it != element.end() && it->is_string())
+      out += " (" + in_quotes(it->get<std::string>()) + ")";
   }
   return out;
 }
@@ -157,7 +158,8 @@ class Reader {
     } else if (j.is_object()) {
       object(j, path, {"c", "b", "s", "bs", "ss", "bss"});
       for (const auto& [key, term] : kSizeTerms) {
-        if (const json* value = member(j, path, key, false)) out.*term = integer(*value, join(path, key));
+        if (const json* value = member(j, path, key, false))
+          out.*term = integer(*value, join(path, key));
       }
     } else {
       wrong_type(path, "an integer or an object with keys c, b, s, bs, ss, bss", j);
@@ -180,8 +182,9 @@ class Reader {
 };
 
 SequenceSpec Reader::sequence(const json& j, std::string_view path) const {
-  object(j, path, {"unit", "default_seq", "max_seq", "patch_px", "images", "extra_tokens",
-                   "default_resolution"});
+  object(j, path,
+         {"unit", "default_seq", "max_seq", "patch_px", "images", "extra_tokens",
+          "default_resolution"});
   SequenceSpec out;
   out.unit = string(*member(j, path, "unit", true), join(path, "unit"));
   out.default_seq = integer(*member(j, path, "default_seq", true), join(path, "default_seq"));
@@ -213,7 +216,8 @@ Tensor Reader::tensor(const json& j, std::string_view path) const {
   Tensor out;
   out.name = string(*member(j, path, "name", true), join(path, "name"));
   out.elements = size(*member(j, path, "elements", true), join(path, "elements"));
-  if (const json* value = member(j, path, "dtype", false)) out.dtype = dtype(*value, join(path, "dtype"));
+  if (const json* value = member(j, path, "dtype", false))
+    out.dtype = dtype(*value, join(path, "dtype"));
   if (const json* value = member(j, path, "requires_grad", false)) {
     out.requires_grad = boolean(*value, join(path, "requires_grad"));
   }
@@ -238,9 +242,9 @@ Param Reader::param(const json& j, std::string_view path) const {
 }
 
 Node Reader::node(const json& j, std::string_view path) const {
-  object(j, path, {"name", "op", "block", "inputs", "outputs", "params", "saves", "fwd_flops",
-                   "bwd_input_flops", "bwd_param_flops", "fwd_io_elements",
-                   "workspace_elements", "linear"});
+  object(j, path,
+         {"name", "op", "block", "inputs", "outputs", "params", "saves", "fwd_flops",
+          "bwd_input_flops", "bwd_param_flops", "fwd_io_elements", "workspace_elements", "linear"});
   Node out;
   out.name = string(*member(j, path, "name", true), join(path, "name"));
   out.op = string(*member(j, path, "op", true), join(path, "op"));
@@ -269,7 +273,8 @@ Node Reader::node(const json& j, std::string_view path) const {
       {"fwd_io_elements", &out.fwd_io_elements},
       {"workspace_elements", &out.workspace_elements},
   };
-  for (const auto& [key, field] : sizes) *field = size(*member(j, path, key, true), join(path, key));
+  for (const auto& [key, field] : sizes)
+    *field = size(*member(j, path, key, true), join(path, key));
   if (const json* linear = member(j, path, "linear", false)) {
     const std::string linear_path = join(path, "linear");
     object(*linear, linear_path, {"in_features", "out_features", "rows"});
@@ -298,8 +303,9 @@ LayerGraph Reader::graph(const json& j) const {
     fail("version", "unsupported version " + std::to_string(out.version) + " (expected " +
                         std::to_string(kLayerGraphFormatVersion) + ")");
   }
-  object(j, "", {"format", "version", "name", "family", "description", "source", "sequence",
-                 "lora_targets", "blocks", "tensors", "nodes"});
+  object(j, "",
+         {"format", "version", "name", "family", "description", "source", "sequence",
+          "lora_targets", "blocks", "tensors", "nodes"});
   out.name = string(*member(j, "", "name", true), "name");
   out.family = string(*member(j, "", "family", true), "family");
   out.description = string(*member(j, "", "description", true), "description");
@@ -384,9 +390,9 @@ bool nodes_equal(const Node& a, const Node& b) {
     if (a.saves[i].tensor != b.saves[i].tensor || a.saves[i].when != b.saves[i].when) return false;
   }
   if (a.linear.has_value() != b.linear.has_value()) return false;
-  if (a.linear && (a.linear->in_features != b.linear->in_features ||
-                   a.linear->out_features != b.linear->out_features ||
-                   a.linear->rows != b.linear->rows)) {
+  if (a.linear &&
+      (a.linear->in_features != b.linear->in_features ||
+       a.linear->out_features != b.linear->out_features || a.linear->rows != b.linear->rows)) {
     return false;
   }
   return a.name == b.name && a.op == b.op && a.block == b.block && a.inputs == b.inputs &&

@@ -1,9 +1,8 @@
 #include "graph/validate.h"
 
+#include <algorithm>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/depth_first_search.hpp>
-
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -76,8 +75,8 @@ Status Validator::run() {
 
 Status Validator::check_header() const {
   if (graph_.version != kLayerGraphFormatVersion) {
-    return fail("version", "unsupported version " + std::to_string(graph_.version) +
-                               " (expected " + std::to_string(kLayerGraphFormatVersion) + ")");
+    return fail("version", "unsupported version " + std::to_string(graph_.version) + " (expected " +
+                               std::to_string(kLayerGraphFormatVersion) + ")");
   }
   if (graph_.name.empty()) return fail("name", "empty (expected the model's name)");
   return Status::ok();
@@ -86,16 +85,16 @@ Status Validator::check_header() const {
 Status Validator::check_sequence() const {
   const SequenceSpec& seq = graph_.sequence;
   if (seq.unit != "tokens" && seq.unit != "image") {
-    return fail("sequence.unit", "unknown unit " + in_quotes(seq.unit) +
-                                     " (expected \"tokens\" or \"image\")");
+    return fail("sequence.unit",
+                "unknown unit " + in_quotes(seq.unit) + " (expected \"tokens\" or \"image\")");
   }
   if (seq.max_seq < 1) {
     return fail("sequence.max_seq", std::to_string(seq.max_seq) + " (expected at least 1)");
   }
   if (seq.default_seq < 1 || seq.default_seq > seq.max_seq) {
     return fail("sequence.default_seq",
-                std::to_string(seq.default_seq) + " (expected 1 to max_seq = " +
-                    std::to_string(seq.max_seq) + ")");
+                std::to_string(seq.default_seq) +
+                    " (expected 1 to max_seq = " + std::to_string(seq.max_seq) + ")");
   }
   if (seq.extra_tokens < 0) {
     return fail("sequence.extra_tokens",
@@ -139,12 +138,12 @@ Status Validator::check_blocks() const {
 // SizeExpr::at() never overflows after validation.
 Status Validator::check_size(const std::string& path, const SizeExpr& expr) const {
   if (expr.any_negative()) {
-    return fail(path, "negative coefficient in " + expr.to_string() +
-                          " (expected non-negative counts)");
+    return fail(path,
+                "negative coefficient in " + expr.to_string() + " (expected non-negative counts)");
   }
   if (!expr.eval(kValidateMaxBatch, graph_.sequence.max_seq).has_value()) {
-    return fail(path, expr.to_string() + " overflows int64 at B = " +
-                          std::to_string(kValidateMaxBatch) +
+    return fail(path, expr.to_string() +
+                          " overflows int64 at B = " + std::to_string(kValidateMaxBatch) +
                           ", S = " + std::to_string(graph_.sequence.max_seq) +
                           " (expected a count that fits in 64 bits)");
   }
@@ -159,8 +158,8 @@ Status Validator::check_tensors() {
     auto [it, inserted] = tensor_index_.emplace(tensor.name, static_cast<int>(i));
     if (!inserted) {
       return fail(path + ".name", "duplicate tensor name " + in_quotes(tensor.name) +
-                                      " (first used by tensors[" +
-                                      std::to_string(it->second) + "])");
+                                      " (first used by tensors[" + std::to_string(it->second) +
+                                      "])");
     }
     if (Status s = check_size(path + ".elements", tensor.elements); !s.is_ok()) return s;
     // Bytes at the widest width the tensor may take: its own dtype, or f32 when
@@ -190,8 +189,7 @@ Status Validator::check_nodes() {
     auto [it, inserted] = seen.emplace(node.name, i);
     if (!inserted) {
       return fail(path + ".name", "duplicate node name " + in_quotes(node.name) +
-                                      " (first used by nodes[" + std::to_string(it->second) +
-                                      "])");
+                                      " (first used by nodes[" + std::to_string(it->second) + "])");
     }
     if (node.op.empty()) {
       return fail(path + ".op", "empty (expected an op such as \"linear\" or \"norm\")");
@@ -242,10 +240,10 @@ Status Validator::check_node_tensors(size_t index, const std::string& path) {
     int& producer = producer_[static_cast<size_t>(it->second)];
     if (producer != -1) {
       const Node& other = graph_.nodes[static_cast<size_t>(producer)];
-      return fail(path + field,
-                  "tensor " + in_quotes(node.outputs[k]) + " is already produced by " +
-                      label("nodes", static_cast<size_t>(producer), other.name) +
-                      " (expected each tensor to be written by one node)");
+      return fail(path + field, "tensor " + in_quotes(node.outputs[k]) +
+                                    " is already produced by " +
+                                    label("nodes", static_cast<size_t>(producer), other.name) +
+                                    " (expected each tensor to be written by one node)");
     }
     producer = static_cast<int>(index);
   }
@@ -253,9 +251,9 @@ Status Validator::check_node_tensors(size_t index, const std::string& path) {
     const std::string& name = node.saves[k].tensor;
     const std::string field = ".saves[" + std::to_string(k) + "].tensor";
     if (!tensor_index_.contains(name)) return unknown(field, name);
-    const bool own = std::find(node.inputs.begin(), node.inputs.end(), name) != node.inputs.end() ||
-                     std::find(node.outputs.begin(), node.outputs.end(), name) !=
-                         node.outputs.end();
+    const bool own =
+        std::find(node.inputs.begin(), node.inputs.end(), name) != node.inputs.end() ||
+        std::find(node.outputs.begin(), node.outputs.end(), name) != node.outputs.end();
     if (!own) {
       return fail(path + field, "tensor " + in_quotes(name) +
                                     " is neither an input nor an output of this node "
@@ -286,14 +284,16 @@ Status Validator::check_params() {
           return fail(field, std::to_string(param.shape[d]) + " (expected a positive dimension)");
         }
         if (__builtin_mul_overflow(elements, param.shape[d], &elements)) {
-          return fail(path + ".shape", "element count overflows int64 (expected a shape whose "
-                                       "product fits in 64 bits)");
+          return fail(path + ".shape",
+                      "element count overflows int64 (expected a shape whose "
+                      "product fits in 64 bits)");
         }
       }
       int64_t bits = 0;
       if (__builtin_mul_overflow(elements, int64_t{dtype_bits(param.dtype)}, &bits)) {
-        return fail(path + ".shape", "byte size overflows int64 (expected a shape whose size "
-                                     "in bits fits in 64 bits)");
+        return fail(path + ".shape",
+                    "byte size overflows int64 (expected a shape whose size "
+                    "in bits fits in 64 bits)");
       }
     }
   }
@@ -319,9 +319,8 @@ Status Validator::check_tied_params() const {
                             "parameter)");
     }
     if (target.elements() != param.elements()) {
-      return fail(path, "element count " + std::to_string(param.elements()) +
-                            " differs from " + std::to_string(target.elements()) +
-                            " of " + in_quotes(param.tied_to) +
+      return fail(path, "element count " + std::to_string(param.elements()) + " differs from " +
+                            std::to_string(target.elements()) + " of " + in_quotes(param.tied_to) +
                             " (expected tied parameters to share one storage)");
     }
   }
@@ -397,9 +396,9 @@ Status Validator::check_acyclic() const {
   }
   if (cycle.size() > kMaxNamesShown) path_text += "... -> ";
   path_text += in_quotes(graph_.nodes[back[1]].name);
-  return fail(label("nodes", back[1], graph_.nodes[back[1]].name),
-              "on a cycle " + path_text +
-                  " (expected an acyclic graph: no tensor may depend on itself)");
+  return fail(
+      label("nodes", back[1], graph_.nodes[back[1]].name),
+      "on a cycle " + path_text + " (expected an acyclic graph: no tensor may depend on itself)");
 }
 
 }  // namespace

@@ -282,8 +282,14 @@ std::string suggestions_text(const std::vector<planner::Suggestion>& suggestions
   if (suggestions.empty()) return "  (no change the planner knows of makes it fit)\n";
   std::string out;
   for (const planner::Suggestion& s : suggestions) {
-    out += "  - " + s.change + ": peak " + format_gib(s.gpu_total) + " of " +
-           format_gib(s.gpu_budget) + " budget, " + format_ms(s.sample_ms) + " per sample\n";
+    out += "  - " + s.change;
+    // A suggestion without a prediction (e.g. "the longest sequence that fits")
+    // carries no numbers; printing zeros would read as a 0 GiB peak.
+    if (s.gpu_budget > 0) {
+      out += ": peak " + format_gib(s.gpu_total) + " of " + format_gib(s.gpu_budget) + " budget";
+      if (s.sample_ms > 0) out += ", " + format_ms(s.sample_ms) + " per sample";
+    }
+    out += "\n";
     if (!s.detail.empty()) out += "      " + s.detail + "\n";
   }
   return out;

@@ -7,9 +7,9 @@
 namespace headroom::graph {
 namespace {
 
-constexpr DType kAll[] = {DType::kF32,  DType::kF16,  DType::kBF16,  DType::kF8E4M3,
+constexpr DType kAll[] = {DType::kF32,   DType::kF16,   DType::kBF16, DType::kF8E4M3,
                           DType::kInt64, DType::kInt32, DType::kInt8, DType::kUInt8,
-                          DType::kBool, DType::kNF4,  DType::kFP4};
+                          DType::kBool,  DType::kNF4,   DType::kFP4};
 
 TEST_CASE("every canonical name parses back and is listed") {
   const std::string list(dtype_names_list());

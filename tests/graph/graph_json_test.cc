@@ -151,16 +151,17 @@ TEST_CASE("size expressions in JSON") {
   CHECK(size_expr_to_json(SizeExpr{0, 0, 0, 4096, 0, 32}) == json{{"bs", 4096}, {"bss", 32}});
   CHECK(size_expr_from_json(json(7), "x").value() == SizeExpr::constant(7));
   CHECK(size_expr_from_json(json::object(), "x").value() == SizeExpr{});
-  CHECK(size_expr_from_json(json{{"c", 1}, {"b", 2}, {"s", 3}, {"bs", 4}, {"ss", 5}, {"bss", 6}},
-                            "x")
-            .value() == SizeExpr{1, 2, 3, 4, 5, 6});
+  CHECK(
+      size_expr_from_json(json{{"c", 1}, {"b", 2}, {"s", 3}, {"bs", 4}, {"ss", 5}, {"bss", 6}}, "x")
+          .value() == SizeExpr{1, 2, 3, 4, 5, 6});
   auto error = [](const json& j) {
     const Result<SizeExpr> expr = size_expr_from_json(j, "nodes[0].fwd_flops");
     REQUIRE_FALSE(expr.is_ok());
     return expr.message();
   };
-  CHECK(error(json(-1)) == "nodes[0].fwd_flops: negative coefficient in -1 (expected "
-                           "non-negative counts)");
+  CHECK(error(json(-1)) ==
+        "nodes[0].fwd_flops: negative coefficient in -1 (expected "
+        "non-negative counts)");
   CHECK(error(json{{"bs", 1.5}}).find("nodes[0].fwd_flops.bs: expected an integer, got number") ==
         0);
   CHECK(error(json{{"q", 1}}).find("nodes[0].fwd_flops.q: unknown key") == 0);
@@ -172,7 +173,9 @@ TEST_CASE("size expressions in JSON") {
 
 TEST_CASE("wrong types and missing fields name the field") {
   json j = toy_json();
-  SUBCASE("top level not an object") { check_error(json::array(), "(top level)", "expected an object, got array"); }
+  SUBCASE("top level not an object") {
+    check_error(json::array(), "(top level)", "expected an object, got array");
+  }
   SUBCASE("name") {
     j["name"] = 5;
     check_error(j, "name", "expected a string, got number");
@@ -312,10 +315,15 @@ TEST_CASE("malformed and hostile text") {
   SUBCASE("duplicate keys") {
     CHECK(parse_error("{\"a\": 1, \"b\": {\"a\": 2, \"a\": 3}}") ==
           "m.json: duplicate key \"a\" in one object (expected each key once)");
-    CHECK(parse_json_text("{\"a\": {\"a\": 1}, \"b\": [{\"a\": 1}, {\"a\": 2}]}", "m.json").is_ok());
+    CHECK(
+        parse_json_text("{\"a\": {\"a\": 1}, \"b\": [{\"a\": 1}, {\"a\": 2}]}", "m.json").is_ok());
   }
-  SUBCASE("invalid UTF-8") { CHECK(parse_error("\"\xff\"").find("invalid JSON") != std::string::npos); }
-  SUBCASE("trailing garbage") { CHECK(parse_error("{} x").find("invalid JSON") != std::string::npos); }
+  SUBCASE("invalid UTF-8") {
+    CHECK(parse_error("\"\xff\"").find("invalid JSON") != std::string::npos);
+  }
+  SUBCASE("trailing garbage") {
+    CHECK(parse_error("{} x").find("invalid JSON") != std::string::npos);
+  }
 }
 
 TEST_CASE("load_graph_file errors") {

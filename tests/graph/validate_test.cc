@@ -13,8 +13,8 @@ namespace {
 
 // The toy MLP of docs/layer-graph-format.md (tests/data/toy_mlp.json), built in
 // code so each case can break one thing.
-Node linear_node(const std::string& name, int block, const std::string& in,
-                 const std::string& out, int64_t in_features, int64_t out_features) {
+Node linear_node(const std::string& name, int block, const std::string& in, const std::string& out,
+                 int64_t in_features, int64_t out_features) {
   Node node;
   node.name = name;
   node.op = "linear";

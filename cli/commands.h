@@ -1,0 +1,44 @@
+// The subcommands of `headroom`, as rows of one table (like ninja's kTools):
+// a name, a one-line summary, an example for --help, which arguments the
+// command takes, and the function that runs it. Commands print through a
+// Terminal; they return the process exit status (see kExit* below).
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "cli/settings_flags.h"
+
+namespace headroom::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // the planner refused: unknown model or GPU, bad graph file
+inline constexpr int kExitUsage = 2;    // the command line or a settings value is wrong
+
+struct Terminal {
+  std::ostream& out;  // the answer (text or one JSON document)
+  std::ostream& err;  // errors and progress
+  bool progress = false;  // show progress lines on `err` (it is a terminal)
+};
+
+// Everything the command line gave, for whichever command runs.
+struct CliOptions {
+  std::string model;        // MODEL: zoo name or layer-graph JSON path
+  SettingsFlags settings;   // settings flags (fit, plan)
+  std::string output_path;  // plan -o FILE
+  bool json = false;        // --json: one JSON document on stdout
+};
+
+struct Command {
+  const char* name;
+  const char* summary;      // one line in `headroom --help`
+  const char* description;  // a paragraph and an example for `headroom NAME --help`
+  bool takes_model;         // MODEL argument and the settings flags
+  bool takes_output;        // -o FILE
+  int (*run)(const CliOptions& options, Terminal& terminal);
+};
+
+const std::vector<Command>& commands();
+
+}  // namespace headroom::cli

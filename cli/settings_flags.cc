@@ -1,0 +1,395 @@
+#include "cli/settings_flags.h"
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "graph/atomic_file.h"
+#include "reports/units.h"
+
+namespace headroom::cli {
+namespace {
+
+using planner::RunSettings;
+
+// A settings file is a few kB; anything far larger is not one.
+constexpr int64_t kMaxSettingsFileBytes = int64_t{16} << 20;
+
+// Upper bounds that keep the planner's int64 arithmetic far from overflow
+// while allowing any real run (a million-token sequence, thousands of GPUs).
+constexpr int64_t kMaxBatch = 1'000'000;
+constexpr int64_t kMaxSeq = 16'000'000;
+constexpr int64_t kMaxResolution = 65'536;
+constexpr int64_t kMaxElements = 1'000'000'000'000;
+
+constexpr const char* kHardware = "Hardware and budgets";
+constexpr const char* kTraining = "Training";
+constexpr const char* kBatch = "Batch and sequence";
+constexpr const char* kParallel = "Parallelism, ZeRO and offload";
+constexpr const char* kCheckpoints = "Activation checkpointing";
+constexpr const char* kFreedom = "What the planner may change";
+
+Status expected(std::string_view what, std::string_view value) {
+  return Status::error("expected " + std::string(what) + ", got '" + std::string(value) + "'");
+}
+
+Status parse_int(std::string_view value, int64_t min, int64_t max, int64_t& out) {
+  const std::string what = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+  int64_t parsed = 0;
+  const char* end = value.data() + value.size();
+  const auto [ptr, error] = std::from_chars(value.data(), end, parsed);
+  if (value.empty() || error != std::errc() || ptr != end || parsed < min || parsed > max) {
+    return expected(what, value);
+  }
+  out = parsed;
+  return Status::ok();
+}
+
+template <typename T>
+Status set_int(std::string_view value, int64_t min, int64_t max, T& out) {
+  int64_t parsed = 0;
+  Status status = parse_int(value, min, max, parsed);
+  if (status.is_ok()) out = static_cast<T>(parsed);
+  return status;
+}
+
+// A probability or fraction in [min, max), as "0.05" or "5%".
+Status set_fraction(std::string_view value, double min, double max, double& out) {
+  std::string_view number = value;
+  double scale = 1.0;
+  if (!number.empty() && number.back() == '%') {
+    number.remove_suffix(1);
+    scale = 0.01;
+  }
+  double parsed = 0;
+  const char* end = number.data() + number.size();
+  const auto [ptr, error] = std::from_chars(number.data(), end, parsed, std::chars_format::fixed);
+  parsed *= scale;
+  if (number.empty() || error != std::errc() || ptr != end || !std::isfinite(parsed) ||
+      parsed < min || parsed >= max) {
+    return expected("a fraction in [" + reports::fixed(min, 0) + ", " + reports::fixed(max, 1) +
+                        ") such as 0.05 or 5%",
+                    value);
+  }
+  out = parsed;
+  return Status::ok();
+}
+
+Status set_positive(std::string_view value, double& out) {
+  double parsed = 0;
+  const char* end = value.data() + value.size();
+  const auto [ptr, error] = std::from_chars(value.data(), end, parsed, std::chars_format::fixed);
+  if (value.empty() || error != std::errc() || ptr != end || !std::isfinite(parsed) ||
+      parsed <= 0) {
+    return expected("a positive number", value);
+  }
+  out = parsed;
+  return Status::ok();
+}
+
+Status set_size(std::string_view value, int64_t& out) {
+  Result<int64_t> bytes = reports::parse_size(value);
+  if (!bytes.is_ok()) return bytes.status();
+  out = bytes.value();
+  return Status::ok();
+}
+
+Status set_optional_size(std::string_view value, std::optional<int64_t>& out) {
+  int64_t bytes = 0;
+  Status status = set_size(value, bytes);
+  if (status.is_ok()) out = bytes;
+  return status;
+}
+
+// "a, b,c" -> {"a", "b", "c"}; empty items are an error.
+Status set_list(std::string_view value, std::vector<std::string>& out) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t comma = value.find(',', start);
+    if (comma == std::string_view::npos) comma = value.size();
+    std::string_view item = value.substr(start, comma - start);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item.empty()) return expected("a comma-separated list of names without empty items", value);
+    items.emplace_back(item);
+    start = comma + 1;
+  }
+  out = std::move(items);
+  return Status::ok();
+}
+
+template <typename E>
+Status set_enum(std::string_view value, std::optional<E> (*parse)(std::string_view),
+                const char* choices, E& out) {
+  const std::optional<E> parsed = parse(value);
+  if (!parsed) return expected(std::string("one of ") + choices, value);
+  out = *parsed;
+  return Status::ok();
+}
+
+std::optional<models::AttentionImpl> parse_attention(std::string_view value) {
+  if (value == "eager") return models::AttentionImpl::kEager;
+  if (value == "sdpa") return models::AttentionImpl::kSdpa;
+  return std::nullopt;
+}
+
+std::optional<planner::CheckpointPolicy> parse_checkpointing(std::string_view value) {
+  if (value == "none") return planner::CheckpointPolicy::kNone;
+  if (value == "every") return planner::CheckpointPolicy::kEveryBlock;
+  return std::nullopt;
+}
+
+const std::vector<SettingsFlag> kFlags = {
+    // Hardware and budgets.
+    {"--gpu", "ID", kHardware, "GPU from the catalogue (`headroom gpus`), e.g. a6000, 4090, h100",
+     false, [](RunSettings& s, std::string_view v) {
+       if (v.empty()) return expected("a GPU id such as a6000", v);
+       s.gpu = std::string(v);
+       return Status::ok();
+     }},
+    {"--gpu-mem", "SIZE", kHardware,
+     "GPU memory to plan for instead of the catalogue's (24GiB, 48GB, 49140MiB or bytes)", false,
+     [](RunSettings& s, std::string_view v) { return set_optional_size(v, s.gpu_memory_bytes); }},
+    {"--context-mem", "SIZE", kHardware,
+     "measured CUDA context size, overriding the catalogue's estimate", false,
+     [](RunSettings& s, std::string_view v) { return set_optional_size(v, s.cuda_context_bytes); }},
+    {"--gpus", "N", kHardware, "GPUs per node (default 1)", false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, 64, s.gpus_per_node); }},
+    {"--nodes", "N", kHardware, "number of nodes (default 1)", false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, 4096, s.nodes); }},
+    {"--host-ram", "SIZE", kHardware, "host RAM per node (default 128GiB)", false,
+     [](RunSettings& s, std::string_view v) { return set_size(v, s.host_ram_bytes); }},
+    {"--disk", "SIZE", kHardware, "free disk for checkpoints and NVMe offload (default 500GB)",
+     false, [](RunSettings& s, std::string_view v) { return set_size(v, s.disk_free_bytes); }},
+    {"--safety-margin", "F", kHardware, "fraction of GPU memory kept free (default 0.05 = 5%)",
+     false, [](RunSettings& s, std::string_view v) { return set_fraction(v, 0, 0.5, s.safety_margin); }},
+    {"--network-gbps", "GB/s", kHardware, "inter-node bandwidth per node (default 12.5)", false,
+     [](RunSettings& s, std::string_view v) { return set_positive(v, s.network_gbps); }},
+    {"--nvme-gbps", "GB/s", kHardware, "NVMe sequential bandwidth (default 3.0)", false,
+     [](RunSettings& s, std::string_view v) { return set_positive(v, s.nvme_gbps); }},
+    // Training.
+    {"--precision", "P", kTraining, "fp32, bf16-mixed (default), fp16-mixed or bf16 (pure)", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_enum(v, planner::parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16", s.precision);
+     }},
+    {"--optimizer", "NAME", kTraining, "adamw (default), adamw-8bit, sgd or adafactor", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_enum(v, planner::parse_optimizer, "adamw, adamw-8bit, sgd, adafactor", s.optimizer);
+     }},
+    {"--mode", "MODE", kTraining, "full (default), lora or qlora", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_enum(v, planner::parse_mode, "full, lora, qlora", s.mode);
+     }},
+    {"--lora", nullptr, kTraining, "same as --mode lora", false,
+     [](RunSettings& s, std::string_view) {
+       s.mode = planner::TrainMode::kLora;
+       return Status::ok();
+     }},
+    {"--qlora", nullptr, kTraining, "same as --mode qlora (4-bit NF4 base, LoRA adapters)", false,
+     [](RunSettings& s, std::string_view) {
+       s.mode = planner::TrainMode::kQlora;
+       return Status::ok();
+     }},
+    {"--lora-rank", "N", kTraining, "LoRA rank r (default 16)", false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, 65536, s.lora.rank); }},
+    {"--lora-targets", "A,B,...", kTraining,
+     "module-name suffixes that get adapters, e.g. q_proj,v_proj (default: the model's)", false,
+     [](RunSettings& s, std::string_view v) { return set_list(v, s.lora.targets); }},
+    {"--lora-dropout", "F", kTraining, "LoRA dropout probability (default 0.05)", false,
+     [](RunSettings& s, std::string_view v) { return set_fraction(v, 0, 1, s.lora.dropout); }},
+    {"--freeze", "PATTERN", kTraining, "freeze parameters of nodes matching the glob (repeatable)",
+     true, [](RunSettings& s, std::string_view v) {
+       if (v.empty()) return expected("a glob pattern such as '*vision_tower*'", v);
+       s.freeze_patterns.emplace_back(v);
+       return Status::ok();
+     }},
+    {"--train", "PATTERN", kTraining,
+     "LoRA/QLoRA: train nodes matching the glob in full anyway (repeatable)", true,
+     [](RunSettings& s, std::string_view v) {
+       if (v.empty()) return expected("a glob pattern such as '*projector*'", v);
+       s.train_patterns.emplace_back(v);
+       return Status::ok();
+     }},
+    {"--attention", "IMPL", kTraining, "eager or sdpa (default; fused/flash attention)", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_enum(v, parse_attention, "eager, sdpa", s.attention);
+     }},
+    {"--dropout", "F", kTraining, "override every dropout probability of the model", false,
+     [](RunSettings& s, std::string_view v) {
+       double p = 0;
+       Status status = set_fraction(v, 0, 1, p);
+       if (status.is_ok()) s.dropout = p;
+       return status;
+     }},
+    {"--no-optimizer-state", nullptr, kTraining,
+     "training-state checkpoints hold the weights only", false,
+     [](RunSettings& s, std::string_view) {
+       s.save_optimizer_state = false;
+       return Status::ok();
+     }},
+    {"--keep-checkpoints", "N", kTraining, "training-state checkpoints kept on disk (default 2)",
+     false, [](RunSettings& s, std::string_view v) { return set_int(v, 1, 1000, s.checkpoints_kept); }},
+    // Batch and sequence.
+    {"--batch,--micro-batch", "N", kBatch, "micro-batch per GPU (default 1)", false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxBatch, s.micro_batch); }},
+    {"--seq", "N", kBatch, "sequence length in tokens (default: the model's)", false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxSeq, s.seq_len); }},
+    {"--resolution", "PX", kBatch, "image models: pixels per side (overrides --seq)", false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxResolution, s.resolution); }},
+    {"--grad-accum", "N", kBatch, "gradient accumulation steps (default 1)", false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxBatch, s.grad_accum); }},
+    {"--global-batch", "N", kBatch,
+     "samples per optimizer step over all GPUs (default: micro-batch x accumulation x GPUs)", false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxBatch * 1000, s.global_batch); }},
+    // Parallelism, ZeRO and offload.
+    {"--zero", "STAGE", kParallel, "ZeRO stage 0 (default), 1, 2 or 3", false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 0, 3, s.zero_stage); }},
+    {"--offload-optimizer", "WHERE", kParallel, "none (default), cpu or nvme", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_enum(v, planner::parse_offload, "none, cpu, nvme", s.offload_optimizer);
+     }},
+    {"--offload-param", "WHERE", kParallel, "none (default), cpu or nvme (needs --zero 3)", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_enum(v, planner::parse_offload, "none, cpu, nvme", s.offload_param);
+     }},
+    {"--reduce-bucket", "N", kParallel, "ZeRO reduce bucket in elements (default 500000000)", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_int(v, 1, kMaxElements, s.reduce_bucket_elements);
+     }},
+    {"--allgather-bucket", "N", kParallel,
+     "ZeRO allgather bucket in elements (default 500000000)", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_int(v, 1, kMaxElements, s.allgather_bucket_elements);
+     }},
+    // Activation checkpointing.
+    {"--checkpointing", "POLICY", kCheckpoints, "none (default) or every (every block)", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_enum(v, parse_checkpointing, "none, every", s.checkpointing);
+     }},
+    {"--checkpoint-blocks", "A,B,...", kCheckpoints,
+     "checkpoint exactly these blocks, e.g. layers.0,layers.1", false,
+     [](RunSettings& s, std::string_view v) {
+       s.checkpointing = planner::CheckpointPolicy::kList;
+       return set_list(v, s.checkpoint_blocks);
+     }},
+    // What the planner may change.
+    {"--max-zero", "STAGE", kFreedom, "highest ZeRO stage the planner may pick (default 3)", false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 0, 3, s.max_zero_stage); }},
+    {"--no-offload", nullptr, kFreedom, "the planner may not offload to the CPU", false,
+     [](RunSettings& s, std::string_view) {
+       s.allow_cpu_offload = false;
+       return Status::ok();
+     }},
+    {"--allow-nvme", nullptr, kFreedom, "the planner may offload to NVMe (ZeRO-Infinity)", false,
+     [](RunSettings& s, std::string_view) {
+       s.allow_nvme_offload = true;
+       return Status::ok();
+     }},
+    {"--no-activation-offload", nullptr, kFreedom,
+     "the planner may not offload activations to host memory", false,
+     [](RunSettings& s, std::string_view) {
+       s.allow_activation_offload = false;
+       return Status::ok();
+     }},
+    {"--fixed-micro-batch", nullptr, kFreedom, "the planner keeps the micro-batch as given", false,
+     [](RunSettings& s, std::string_view) {
+       s.allow_micro_batch_change = false;
+       return Status::ok();
+     }},
+};
+
+std::string primary_name(const SettingsFlag& flag) {
+  const std::string names = flag.names;
+  return names.substr(0, names.find(','));
+}
+
+// Flags that set the same field must agree: --mode full --lora is a mistake.
+Status check_conflicts(const SettingsFlags& flags) {
+  const std::vector<std::set<std::string>> groups = {
+      {"--mode", "--lora", "--qlora"}, {"--checkpointing", "--checkpoint-blocks"}};
+  for (const auto& group : groups) {
+    std::string first_flag;
+    std::string first_value;
+    for (const auto& [flag, value] : flags.given) {
+      const std::string name = primary_name(*flag);
+      if (!group.count(name)) continue;
+      const std::string seen = name == "--lora" ? "lora" : name == "--qlora" ? "qlora" : value;
+      if (first_flag.empty()) {
+        first_flag = name;
+        first_value = seen;
+      } else if (name != first_flag || seen != first_value) {
+        return Status::error(name + ": conflicts with " + first_flag +
+                             (first_value.empty() ? "" : " " + first_value) +
+                             " (expected one of them)");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Result<RunSettings> load_settings_file(const std::string& path) {
+  Result<std::string> text = graph::read_file(path, kMaxSettingsFileBytes);
+  if (!text.is_ok()) return Status::error("--settings: " + text.message());
+  nlohmann::json json = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return Status::error("--settings " + path + ": not valid JSON (expected a RunSettings object, "
+                         "see docs/cli-json.md)");
+  }
+  return planner::settings_from_json(json, path);
+}
+
+}  // namespace
+
+const std::vector<SettingsFlag>& settings_flag_table() { return kFlags; }
+
+void add_settings_flags(CLI::App& command, SettingsFlags& flags) {
+  command
+      .add_option("--settings", flags.settings_file,
+                  "RunSettings JSON file (docs/cli-json.md); flags override its fields")
+      ->type_name("FILE")
+      ->group("Settings file");
+  for (const SettingsFlag& flag : kFlags) {
+    const SettingsFlag* row = &flag;
+    if (flag.value_name == nullptr) {
+      command
+          .add_flag_function(
+              flag.names, [&flags, row](int64_t) { flags.given.emplace_back(row, ""); }, flag.help)
+          ->group(flag.group);
+      continue;
+    }
+    command.add_option(flag.names, flag.help)
+        ->type_name(flag.value_name)
+        ->group(flag.group)
+        ->multi_option_policy(flag.repeatable ? CLI::MultiOptionPolicy::TakeAll
+                                              : CLI::MultiOptionPolicy::TakeLast)
+        ->each([&flags, row](const std::string& value) { flags.given.emplace_back(row, value); });
+  }
+}
+
+Result<RunSettings> resolve_settings(const std::string& model, const SettingsFlags& flags) {
+  RunSettings settings;
+  if (!flags.settings_file.empty()) {
+    Result<RunSettings> loaded = load_settings_file(flags.settings_file);
+    if (!loaded.is_ok()) return loaded.status();
+    settings = loaded.value();
+  } else if (model.empty()) {
+    return Status::error("MODEL: missing (expected a zoo name such as llama-3-8b, see `headroom "
+                         "models`, or a layer-graph JSON file)");
+  }
+  if (!model.empty()) settings.model = model;
+
+  if (Status conflicts = check_conflicts(flags); !conflicts.is_ok()) return conflicts;
+  for (const auto& [flag, value] : flags.given) {
+    Status status = flag->apply(settings, value);
+    if (!status.is_ok()) return Status::error(primary_name(*flag) + ": " + status.message());
+  }
+  if (Status valid = planner::validate_settings(settings, "command line"); !valid.is_ok()) {
+    return valid;
+  }
+  return settings;
+}
+
+}  // namespace headroom::cli

@@ -1,0 +1,50 @@
+// The settings flags shared by `headroom fit` and `headroom plan`: one row per
+// flag in a table (names, help, how it changes planner::RunSettings). The
+// parser records what was given; resolve_settings() then builds RunSettings
+// from --settings FILE, the MODEL argument and the flags, in that order of
+// precedence (flags win), and validates the result.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "graph/status.h"
+#include "planner/run_settings.h"
+
+namespace CLI {
+class App;
+}
+
+namespace headroom::cli {
+
+struct SettingsFlag {
+  const char* names;       // CLI11 spelling, primary name first: "--batch,--micro-batch"
+  const char* value_name;  // "N", "SIZE", ...; nullptr for a switch
+  const char* group;       // help section
+  const char* help;
+  bool repeatable;         // --freeze a --freeze b appends
+  // Applies the value ("" for a switch); the error says what was expected,
+  // the caller prefixes the flag name.
+  Status (*apply)(planner::RunSettings& settings, std::string_view value);
+};
+
+// Every settings flag, in the order they are applied and listed in --help.
+const std::vector<SettingsFlag>& settings_flag_table();
+
+// What the command line gave: the --settings file and each flag with its value.
+struct SettingsFlags {
+  std::string settings_file;
+  std::vector<std::pair<const SettingsFlag*, std::string>> given;
+};
+
+// Adds --settings and every row of the table to `command`, recording into `flags`.
+void add_settings_flags(CLI::App& command, SettingsFlags& flags);
+
+// RunSettings for `model` (empty: the --settings file's model) from the flags.
+// Errors name the flag or the file, the field and what was expected.
+Result<planner::RunSettings> resolve_settings(const std::string& model,
+                                              const SettingsFlags& flags);
+
+}  // namespace headroom::cli

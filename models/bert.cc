@@ -1,0 +1,104 @@
+// BERT-large uncased with a sequence-classification head (HF
+// BertForSequenceClassification): post-LayerNorm encoder layers, exact GELU,
+// dropout 0.1 on attention probabilities and hidden states.
+#include <string>
+
+#include "models/layers.h"
+#include "models/zoo_builders.h"
+
+namespace headroom::models {
+namespace {
+
+// google-bert/bert-large-uncased config.json: hidden_size 1024,
+// num_hidden_layers 24, num_attention_heads 16, intermediate_size 4096,
+// vocab_size 30522, max_position_embeddings 512, type_vocab_size 2,
+// hidden_dropout_prob 0.1, attention_probs_dropout_prob 0.1. Head: pooler
+// (dense + tanh on [CLS]) and classifier for num_labels 2 (the HF default).
+struct BertConfig {
+  int64_t hidden = 1024;
+  int64_t layers = 24;
+  int64_t heads = 16;
+  int64_t intermediate = 4096;
+  int64_t vocab = 30522;
+  int64_t positions = 512;
+  int64_t token_types = 2;
+  double hidden_dropout = 0.1;
+  double attention_dropout = 0.1;
+  int64_t labels = 2;
+};
+constexpr BertConfig kBertLarge{};
+
+std::string bert_layer(GraphBuilder& b, const BertConfig& c, int64_t i, const std::string& hidden,
+                       const ZooOptions& options) {
+  const std::string p = "bert.encoder.layer." + std::to_string(i);
+  const SizeExpr rows = tokens();
+  const SizeExpr h_elements = times(rows, c.hidden);
+  const double hidden_p = dropout_p(options, c.hidden_dropout);
+  b.begin_block(p, "bert_layer", true);
+  const std::string q = b.linear(p + ".attention.self.query", hidden, rows, c.hidden, c.hidden, true);
+  const std::string k = b.linear(p + ".attention.self.key", hidden, rows, c.hidden, c.hidden, true);
+  const std::string v = b.linear(p + ".attention.self.value", hidden, rows, c.hidden, c.hidden, true);
+  const AttentionShape shape =
+      self_attention_shape(c.heads, c.heads, c.hidden / c.heads, rows, square_tokens(), false);
+  std::string attn = attention(b, options.attention, p + ".attention.self", q, k, v, shape,
+                               EagerAttentionOptions{false, dropout_p(options, c.attention_dropout)});
+  if (options.attention == AttentionImpl::kEager) {
+    attn = b.copy(p + ".attention.self.merge_heads", "transpose_contiguous", {attn}, h_elements);
+  }
+  std::string o = b.linear(p + ".attention.output.dense", attn, rows, c.hidden, c.hidden, true);
+  o = b.dropout(p + ".attention.output.dropout", o, h_elements, hidden_p);
+  const std::string sum1 = b.add(p + ".attention.output.residual", o, hidden, h_elements);
+  const std::string h = b.norm(p + ".attention.output.LayerNorm", sum1, rows, c.hidden,
+                               NormKind::kLayerNorm, true, true);
+  const std::string up = b.linear(p + ".intermediate.dense", h, rows, c.hidden, c.intermediate, true);
+  const std::string act = b.activation(p + ".intermediate.intermediate_act_fn", up,
+                                       times(rows, c.intermediate), "gelu");
+  std::string down = b.linear(p + ".output.dense", act, rows, c.intermediate, c.hidden, true);
+  down = b.dropout(p + ".output.dropout", down, h_elements, hidden_p);
+  const std::string sum2 = b.add(p + ".output.residual", down, h, h_elements);
+  return b.norm(p + ".output.LayerNorm", sum2, rows, c.hidden, NormKind::kLayerNorm, true, true);
+}
+
+}  // namespace
+
+graph::LayerGraph build_bert_large(const ZooOptions& options) {
+  const BertConfig& c = kBertLarge;
+  const SizeExpr rows = tokens();
+  const SizeExpr h_elements = times(rows, c.hidden);
+  const SizeExpr positions{0, 0, 1, 0, 0, 0};
+  GraphBuilder b;
+  b.set_param_dtype(DType::kF32);  // published float32
+  b.begin_block("embeddings", "embedding", false);
+  const std::string ids = b.input("input_ids", rows, DType::kInt64, false);
+  const std::string types = b.input("token_type_ids", rows, DType::kInt64, false);
+  const std::string pos_ids = b.input("position_ids", positions, DType::kInt64, false);
+  const std::string e = "bert.embeddings";
+  const std::string words = b.embedding(e + ".word_embeddings", ids, rows, c.vocab, c.hidden);
+  const std::string type_e = b.embedding(e + ".token_type_embeddings", types, rows, c.token_types, c.hidden);
+  const std::string pos_e = b.embedding(e + ".position_embeddings", pos_ids, positions, c.positions, c.hidden);
+  const std::string sum = b.add(e + ".sum_types", words, type_e, h_elements);
+  const std::string all = b.add(e + ".sum_positions", sum, pos_e, h_elements);
+  std::string hidden = b.norm(e + ".LayerNorm", all, rows, c.hidden, NormKind::kLayerNorm, true, true);
+  hidden = b.dropout(e + ".dropout", hidden, h_elements, dropout_p(options, c.hidden_dropout));
+  for (int64_t i = 0; i < c.layers; ++i) hidden = bert_layer(b, c, i, hidden, options);
+
+  b.begin_block("head", "classifier", false);
+  const SizeExpr one = SizeExpr::per_sample(1);
+  const std::string labels = b.input("labels", one, DType::kInt64, false);
+  const std::string cls = b.copy("bert.pooler.select_cls", "select_token", {hidden}, times(one, c.hidden));
+  const std::string pooled = b.linear("bert.pooler.dense", cls, one, c.hidden, c.hidden, true);
+  // tanh keeps its output.
+  OpSpec tanh{"bert.pooler.activation", "tanh", {pooled}, times(one, c.hidden), std::nullopt,
+              {SavedRef{"bert.pooler.activation", SaveWhen::kInputGrad}}, {},
+              times(one, 4 * c.hidden), times(one, 2 * c.hidden), {}, {}};
+  std::string x = b.op(tanh);
+  x = b.dropout("dropout", x, times(one, c.hidden), dropout_p(options, c.hidden_dropout));
+  const std::string logits = b.linear("classifier", x, one, c.hidden, c.labels, true);
+  OpSpec loss{"loss", "loss", {logits, labels}, SizeExpr::constant(1), DType::kF32,
+              {SavedRef{logits, SaveWhen::kAnyGrad}}, {}, times(one, 5 * c.labels),
+              times(one, 2 * c.labels), {}, {}};
+  b.op(loss);
+  return b.finish();
+}
+
+}  // namespace headroom::models

@@ -1,0 +1,105 @@
+// Save rules of the GraphBuilder primitives (docs/models.md, "Save rules").
+#include <doctest/doctest.h>
+
+#include "graph/validate.h"
+#include "models/graph_builder.h"
+
+namespace headroom::models {
+namespace {
+
+bool saves(const graph::Node& node, const std::string& tensor, SaveWhen when) {
+  for (const SavedRef& s : node.saves) {
+    if (s.tensor == tensor && s.when == when) return true;
+  }
+  return false;
+}
+
+TEST_CASE("linear keeps its input for dW only; FLOPs 2*rows*in*out") {
+  GraphBuilder b;
+  b.begin_block("b", "test", false);
+  const std::string x = b.input("x", SizeExpr::per_token(8), std::nullopt, true);
+  b.linear("fc", x, SizeExpr::per_token(1), 8, 4, true);
+  const graph::Node& fc = b.graph().nodes.back();
+  CHECK(fc.saves.size() == 1);
+  CHECK(saves(fc, "x", SaveWhen::kParamGrad));
+  CHECK(fc.fwd_flops == SizeExpr::per_token(64));
+  CHECK(fc.bwd_param_flops == SizeExpr::per_token(64 + 4));
+  CHECK(fc.fwd_io_elements == SizeExpr::per_token(12));
+  CHECK(fc.params[0].shape == std::vector<int64_t>{4, 8});
+  REQUIRE(fc.linear.has_value());
+  CHECK(fc.linear->out_features == 4);
+}
+
+TEST_CASE("LayerNorm keeps x and f32 mean and rstd; RMSNorm only rstd") {
+  GraphBuilder b;
+  b.begin_block("b", "test", false);
+  const std::string x = b.input("x", SizeExpr::per_token(8), std::nullopt, true);
+  b.norm("ln", x, SizeExpr::per_token(1), 8, NormKind::kLayerNorm, true, true);
+  b.norm("rms", x, SizeExpr::per_token(1), 8, NormKind::kRmsNorm, true, false);
+  const graph::LayerGraph& g = b.graph();
+  CHECK(g.find_node("ln")->saves.size() == 3);
+  CHECK(g.find_node("rms")->saves.size() == 2);
+  CHECK(g.find_tensor("ln:mean")->dtype == DType::kF32);
+  CHECK(g.find_tensor("rms:rstd")->elements == SizeExpr::per_token(1));
+}
+
+TEST_CASE("dropout p == 0 adds nothing; p > 0 keeps a bool mask") {
+  GraphBuilder b;
+  b.begin_block("b", "test", false);
+  const std::string x = b.input("x", SizeExpr::per_token(8), std::nullopt, true);
+  CHECK(b.dropout("d0", x, SizeExpr::per_token(8), 0.0) == x);
+  CHECK(b.graph().nodes.empty());
+  b.dropout("d1", x, SizeExpr::per_token(8), 0.1);
+  CHECK(saves(*b.graph().find_node("d1"), "d1:mask", SaveWhen::kInputGrad));
+  CHECK(b.graph().find_tensor("d1:mask")->dtype == DType::kBool);
+}
+
+TEST_CASE("eager attention with an f32 softmax keeps the f32 probs and uses the cast copy") {
+  GraphBuilder b;
+  b.begin_block("b", "test", false);
+  const SizeExpr e = SizeExpr::per_token(16);
+  const std::string q = b.input("q", e, std::nullopt, true);
+  const std::string k = b.input("k", e, std::nullopt, true);
+  const std::string v = b.input("v", e, std::nullopt, true);
+  AttentionShape shape{2, 2, 8, SizeExpr::per_token(1), SizeExpr::per_token(1),
+                       SizeExpr{0, 0, 0, 0, 0, 1}, true};
+  b.eager_attention("attn", q, k, v, shape, EagerAttentionOptions{true, 0.0});
+  const graph::LayerGraph& g = b.graph();
+  CHECK(g.find_tensor("attn.softmax")->dtype == DType::kF32);
+  CHECK(saves(*g.find_node("attn.softmax"), "attn.softmax", SaveWhen::kInputGrad));
+  CHECK(saves(*g.find_node("attn.pv"), "attn.softmax_cast", SaveWhen::kInputGrad));
+  CHECK(g.find_node("attn.dropout") == nullptr);
+  CHECK(g.find_tensor("attn.qk")->elements == SizeExpr{0, 0, 0, 0, 0, 2});
+}
+
+TEST_CASE("SDPA keeps q, k, v, out and an f32 logsumexp; causal halves the FLOPs") {
+  GraphBuilder b;
+  b.begin_block("b", "test", false);
+  const SizeExpr e = SizeExpr::per_token(16);
+  const std::string q = b.input("q", e, std::nullopt, true);
+  const std::string k = b.input("k", e, std::nullopt, true);
+  const std::string v = b.input("v", e, std::nullopt, true);
+  AttentionShape shape{2, 2, 8, SizeExpr::per_token(1), SizeExpr::per_token(1),
+                       SizeExpr{0, 0, 0, 0, 0, 1}, true};
+  b.sdpa_attention("attn", q, k, v, shape);
+  const graph::Node& n = *b.graph().find_node("attn.sdpa");
+  CHECK(n.saves.size() == 5);
+  CHECK(b.graph().find_tensor("attn.sdpa:lse")->elements == SizeExpr::per_token(2));
+  CHECK(n.fwd_flops == SizeExpr{0, 0, 0, 0, 0, 2 * 2 * 8});
+  CHECK(n.bwd_input_flops == SizeExpr{0, 0, 0, 0, 0, 5 * 2 * 8});
+}
+
+TEST_CASE("lm loss keeps the logits and the f32 log-softmax; upcast is workspace") {
+  GraphBuilder b;
+  b.begin_block("b", "test", false);
+  const std::string logits = b.input("logits", SizeExpr::per_token(10), std::nullopt, true);
+  const std::string labels = b.input("labels", SizeExpr::per_token(1), DType::kInt64, false);
+  b.lm_loss("loss", logits, labels, SizeExpr::per_token(1), 10);
+  const graph::LayerGraph& g = b.graph();
+  CHECK(saves(*g.find_node("loss"), "logits", SaveWhen::kAnyGrad));
+  CHECK(g.find_tensor("loss:log_probs")->dtype == DType::kF32);
+  CHECK(g.find_node("loss")->workspace_elements == SizeExpr::per_token(20));
+}
+
+}  // namespace
+}  // namespace headroom::models

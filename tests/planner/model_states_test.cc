@@ -1,0 +1,90 @@
+// Model-state bytes against the ZeRO paper (Rajbhandari et al. 2020, Fig. 1 and
+// Sec. 5.1): a 7.5B-parameter model, Adam, mixed precision (K = 12), 64 GPUs needs
+// 120 GB per GPU at stage 0, 31.4 GB at stage 1, 16.6 GB at stage 2, 1.9 GB at stage 3.
+#include <doctest/doctest.h>
+
+#include "planner/model_states.h"
+
+namespace headroom::planner {
+namespace {
+
+graph::LayerGraph one_tensor_model(int64_t elements) {
+  graph::LayerGraph graph;
+  graph.name = "zero-paper-7.5b";
+  graph.blocks.push_back({"all", "dense", true});
+  graph::Node node;
+  node.name = "w";
+  node.op = "linear";
+  node.params.push_back({"w.weight", {elements}, graph::DType::kBF16, true, ""});
+  graph.nodes.push_back(node);
+  return graph;
+}
+
+int64_t model_state_bytes(int stage) {
+  RunSettings settings;
+  settings.precision = Precision::kBf16Mixed;
+  settings.optimizer = OptimizerKind::kAdamW;
+  settings.gpus_per_node = 8;
+  settings.nodes = 8;
+  GlobalConfig config;
+  config.zero_stage = stage;
+  const ModelStates states = model_states(one_tensor_model(7'500'000'000), settings, config, Accounting::kAllocated);
+  return states.params + states.grads_full + states.optimizer + states.master;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO paper: 7.5B parameters, Adam, mixed precision, 64 GPUs") {
+  CHECK(model_state_bytes(0) == 120'000'000'000);
+  CHECK(model_state_bytes(1) == doctest::Approx(31.4e9).epsilon(0.002));
+  CHECK(model_state_bytes(2) == doctest::Approx(16.6e9).epsilon(0.003));
+  CHECK(model_state_bytes(3) == doctest::Approx(1.875e9).epsilon(0.001));
+}
+
+TEST_CASE("bytes per parameter by precision and optimizer") {
+  CHECK(param_bytes_per_element(Precision::kFp32, true) == 4);
+  CHECK(param_bytes_per_element(Precision::kBf16Mixed, true) == 2);
+  CHECK(master_bytes_per_element(Precision::kBf16Mixed) == 4);
+  CHECK(master_bytes_per_element(Precision::kBf16Pure) == 0);
+  CHECK(grad_bytes_per_element(Precision::kFp32) == 4);
+  const std::vector<int64_t> matrix = {4096, 4096};
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdamW, Precision::kBf16Mixed, matrix) == 8 * 4096 * 4096);
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdamW, Precision::kBf16Pure, matrix) == 4 * 4096 * 4096);
+  // bitsandbytes: 1 byte per state plus an fp32 absmax per 2048 elements and state.
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdamW8bit, Precision::kBf16Mixed, matrix) ==
+        2 * 4096 * 4096 + 2 * (4096 * 4096 / 2048) * 4);
+  // ... but 32-bit states below min_8bit_size = 4096 elements.
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdamW8bit, Precision::kBf16Mixed, {1024}) == 8 * 1024);
+  CHECK(optimizer_state_bytes(OptimizerKind::kSgdMomentum, Precision::kFp32, matrix) == 4 * 4096 * 4096);
+  // Adafactor factors the second moment of a matrix into a row and a column.
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdafactor, Precision::kFp32, {1024, 512}) == (1024 + 512) * 4);
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdafactor, Precision::kFp32, {512}) == 512 * 4);
+}
+
+TEST_CASE("CPU optimizer offload moves states, master weights and gradients to the host") {
+  RunSettings settings;
+  GlobalConfig config;
+  config.zero_stage = 2;
+  config.offload_optimizer = Offload::kCpu;
+  const ModelStates states = model_states(one_tensor_model(1'000'000'000), settings, config, Accounting::kAllocated);
+  CHECK(states.optimizer == 0);
+  CHECK(states.master == 0);
+  CHECK(states.grads_full == 0);
+  CHECK(states.params == 2'000'000'000);
+  // ZeRO-Offload: fp32 master (4) + Adam states (8) + fp32 gradients (4) per parameter on the host.
+  CHECK(states.host_offload == 16'000'000'000);
+  // The reduce bucket stays on the GPU: 5e8 elements of 16-bit gradients.
+  CHECK(states.comm_buckets == 1'000'000'000);
+}
+
+TEST_CASE("frozen parameters carry no gradient, optimizer state or master copy") {
+  graph::LayerGraph graph = one_tensor_model(1000);
+  graph.nodes[0].params[0].trainable = false;
+  RunSettings settings;
+  const ModelStates states = model_states(graph, settings, GlobalConfig{}, Accounting::kAllocated);
+  CHECK(states.trainable_params == 0);
+  CHECK(states.grads_full == 0);
+  CHECK(states.optimizer == 0);
+  CHECK(states.params == 2048);  // 2000 bytes rounded up to the allocator's 512-byte blocks
+}
+}  // namespace headroom::planner
