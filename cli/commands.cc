@@ -52,8 +52,8 @@ int prepare(const CliOptions& options, Terminal& terminal, Prepared& prepared) {
                                            (1.0 - s.safety_margin));
   if (budget <= context) {
     return fail(terminal, kExitUsage,
-                "--gpu-mem: " + reports::format_gib(prepared.gpu.memory_bytes) + " of GPU memory (" +
-                    reports::format_gib(budget) + " after the " +
+                "--gpu-mem: " + reports::format_gib(prepared.gpu.memory_bytes) +
+                    " of GPU memory (" + reports::format_gib(budget) + " after the " +
                     reports::format_percent(s.safety_margin) +
                     " safety margin) does not exceed the CUDA context alone (" +
                     reports::format_gib(context) + " on " + prepared.gpu.name +

@@ -17,8 +17,8 @@ inline constexpr int kExitFailure = 1;  // the planner refused: unknown model or
 inline constexpr int kExitUsage = 2;    // the command line or a settings value is wrong
 
 struct Terminal {
-  std::ostream& out;  // the answer (text or one JSON document)
-  std::ostream& err;  // errors and progress
+  std::ostream& out;      // the answer (text or one JSON document)
+  std::ostream& err;      // errors and progress
   bool progress = false;  // show progress lines on `err` (it is a terminal)
 };
 

@@ -7,9 +7,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <iostream>
 #include <string>
 #include <string_view>
-#include <iostream>
 #include <utility>
 #include <vector>
 
@@ -79,8 +79,9 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
   if (argv[1][0] != '-' && !is_command(argv[1])) {
-    std::cerr << "headroom: unknown command '" << argv[1] << "' (expected one of: "
-              << command_names() << ")\nRun 'headroom --help' for usage.\n";
+    std::cerr << "headroom: unknown command '" << argv[1]
+              << "' (expected one of: " << command_names()
+              << ")\nRun 'headroom --help' for usage.\n";
     return kExitUsage;
   }
   try {

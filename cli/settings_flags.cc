@@ -145,7 +145,8 @@ std::optional<planner::CheckpointPolicy> parse_checkpointing(std::string_view va
 const std::vector<SettingsFlag> kFlags = {
     // Hardware and budgets.
     {"--gpu", "ID", kHardware, "GPU from the catalogue (`headroom gpus`), e.g. a6000, 4090, h100",
-     false, [](RunSettings& s, std::string_view v) {
+     false,
+     [](RunSettings& s, std::string_view v) {
        if (v.empty()) return expected("a GPU id such as a6000", v);
        s.gpu = std::string(v);
        return Status::ok();
@@ -165,7 +166,8 @@ const std::vector<SettingsFlag> kFlags = {
     {"--disk", "SIZE", kHardware, "free disk for checkpoints and NVMe offload (default 500GB)",
      false, [](RunSettings& s, std::string_view v) { return set_size(v, s.disk_free_bytes); }},
     {"--safety-margin", "F", kHardware, "fraction of GPU memory kept free (default 0.05 = 5%)",
-     false, [](RunSettings& s, std::string_view v) { return set_fraction(v, 0, 0.5, s.safety_margin); }},
+     false,
+     [](RunSettings& s, std::string_view v) { return set_fraction(v, 0, 0.5, s.safety_margin); }},
     {"--network-gbps", "GB/s", kHardware, "inter-node bandwidth per node (default 12.5)", false,
      [](RunSettings& s, std::string_view v) { return set_positive(v, s.network_gbps); }},
     {"--nvme-gbps", "GB/s", kHardware, "NVMe sequential bandwidth (default 3.0)", false,
@@ -173,11 +175,13 @@ const std::vector<SettingsFlag> kFlags = {
     // Training.
     {"--precision", "P", kTraining, "fp32, bf16-mixed (default), fp16-mixed or bf16 (pure)", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16", s.precision);
+       return set_enum(v, planner::parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16",
+                       s.precision);
      }},
     {"--optimizer", "NAME", kTraining, "adamw (default), adamw-8bit, sgd or adafactor", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_optimizer, "adamw, adamw-8bit, sgd, adafactor", s.optimizer);
+       return set_enum(v, planner::parse_optimizer, "adamw, adamw-8bit, sgd, adafactor",
+                       s.optimizer);
      }},
     {"--mode", "MODE", kTraining, "full (default), lora or qlora", false,
      [](RunSettings& s, std::string_view v) {
@@ -201,7 +205,8 @@ const std::vector<SettingsFlag> kFlags = {
     {"--lora-dropout", "F", kTraining, "LoRA dropout probability (default 0.05)", false,
      [](RunSettings& s, std::string_view v) { return set_fraction(v, 0, 1, s.lora.dropout); }},
     {"--freeze", "PATTERN", kTraining, "freeze parameters of nodes matching the glob (repeatable)",
-     true, [](RunSettings& s, std::string_view v) {
+     true,
+     [](RunSettings& s, std::string_view v) {
        if (v.empty()) return expected("a glob pattern such as '*vision_tower*'", v);
        s.freeze_patterns.emplace_back(v);
        return Status::ok();
@@ -224,26 +229,31 @@ const std::vector<SettingsFlag> kFlags = {
        if (status.is_ok()) s.dropout = p;
        return status;
      }},
-    {"--no-optimizer-state", nullptr, kTraining,
-     "training-state checkpoints hold the weights only", false,
+    {"--no-optimizer-state", nullptr, kTraining, "training-state checkpoints hold the weights only",
+     false,
      [](RunSettings& s, std::string_view) {
        s.save_optimizer_state = false;
        return Status::ok();
      }},
     {"--keep-checkpoints", "N", kTraining, "training-state checkpoints kept on disk (default 2)",
-     false, [](RunSettings& s, std::string_view v) { return set_int(v, 1, 1000, s.checkpoints_kept); }},
+     false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, 1000, s.checkpoints_kept); }},
     // Batch and sequence.
     {"--batch,--micro-batch", "N", kBatch, "micro-batch per GPU (default 1)", false,
      [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxBatch, s.micro_batch); }},
     {"--seq", "N", kBatch, "sequence length in tokens (default: the model's)", false,
      [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxSeq, s.seq_len); }},
     {"--resolution", "PX", kBatch, "image models: pixels per side (overrides --seq)", false,
-     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxResolution, s.resolution); }},
+     [](RunSettings& s, std::string_view v) {
+       return set_int(v, 1, kMaxResolution, s.resolution);
+     }},
     {"--grad-accum", "N", kBatch, "gradient accumulation steps (default 1)", false,
      [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxBatch, s.grad_accum); }},
     {"--global-batch", "N", kBatch,
      "samples per optimizer step over all GPUs (default: micro-batch x accumulation x GPUs)", false,
-     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxBatch * 1000, s.global_batch); }},
+     [](RunSettings& s, std::string_view v) {
+       return set_int(v, 1, kMaxBatch * 1000, s.global_batch);
+     }},
     // Parallelism, ZeRO and offload.
     {"--zero", "STAGE", kParallel, "ZeRO stage 0 (default), 1, 2 or 3", false,
      [](RunSettings& s, std::string_view v) { return set_int(v, 0, 3, s.zero_stage); }},
@@ -259,8 +269,8 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) {
        return set_int(v, 1, kMaxElements, s.reduce_bucket_elements);
      }},
-    {"--allgather-bucket", "N", kParallel,
-     "ZeRO allgather bucket in elements (default 500000000)", false,
+    {"--allgather-bucket", "N", kParallel, "ZeRO allgather bucket in elements (default 500000000)",
+     false,
      [](RunSettings& s, std::string_view v) {
        return set_int(v, 1, kMaxElements, s.allgather_bucket_elements);
      }},
@@ -308,8 +318,8 @@ std::string primary_name(const SettingsFlag& flag) {
 
 // Flags that set the same field must agree: --mode full --lora is a mistake.
 Status check_conflicts(const SettingsFlags& flags) {
-  const std::vector<std::set<std::string>> groups = {
-      {"--mode", "--lora", "--qlora"}, {"--checkpointing", "--checkpoint-blocks"}};
+  const std::vector<std::set<std::string>> groups = {{"--mode", "--lora", "--qlora"},
+                                                     {"--checkpointing", "--checkpoint-blocks"}};
   for (const auto& group : groups) {
     std::string first_flag;
     std::string first_value;
@@ -335,7 +345,8 @@ Result<RunSettings> load_settings_file(const std::string& path) {
   if (!text.is_ok()) return Status::error("--settings: " + text.message());
   nlohmann::json json = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
-    return Status::error("--settings " + path + ": not valid JSON (expected a RunSettings object, "
+    return Status::error("--settings " + path +
+                         ": not valid JSON (expected a RunSettings object, "
                          "see docs/cli-json.md)");
   }
   return planner::settings_from_json(json, path);
@@ -356,7 +367,11 @@ void add_settings_flags(CLI::App& command, SettingsFlags& flags) {
     if (flag.value_name == nullptr) {
       command
           .add_flag_function(
-              flag.names, [&flags, row](int64_t) { flags.given.emplace_back(row, ""); }, flag.help)
+              flag.names,
+              [&flags, row](int64_t count) {
+                if (count > 0) flags.given.emplace_back(row, "");  // not for --lora=false
+              },
+              flag.help)
           ->group(flag.group);
       continue;
     }
@@ -376,8 +391,9 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
     if (!loaded.is_ok()) return loaded.status();
     settings = loaded.value();
   } else if (model.empty()) {
-    return Status::error("MODEL: missing (expected a zoo name such as llama-3-8b, see `headroom "
-                         "models`, or a layer-graph JSON file)");
+    return Status::error(
+        "MODEL: missing (expected a zoo name such as llama-3-8b, see `headroom "
+        "models`, or a layer-graph JSON file)");
   }
   if (!model.empty()) settings.model = model;
 

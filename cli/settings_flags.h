@@ -24,7 +24,7 @@ struct SettingsFlag {
   const char* value_name;  // "N", "SIZE", ...; nullptr for a switch
   const char* group;       // help section
   const char* help;
-  bool repeatable;         // --freeze a --freeze b appends
+  bool repeatable;  // --freeze a --freeze b appends
   // Applies the value ("" for a switch); the error says what was expected,
   // the caller prefixes the flag name.
   Status (*apply)(planner::RunSettings& settings, std::string_view value);
@@ -44,7 +44,6 @@ void add_settings_flags(CLI::App& command, SettingsFlags& flags);
 
 // RunSettings for `model` (empty: the --settings file's model) from the flags.
 // Errors name the flag or the file, the field and what was expected.
-Result<planner::RunSettings> resolve_settings(const std::string& model,
-                                              const SettingsFlags& flags);
+Result<planner::RunSettings> resolve_settings(const std::string& model, const SettingsFlags& flags);
 
 }  // namespace headroom::cli

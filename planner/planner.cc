@@ -159,7 +159,9 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
                out.states.comm_buckets + account(context.gpu.cublas_workspace_bytes, accounting) +
                profile.persistent + (accounting == Accounting::kReserved ? kPoolSlackBytes : 0);
   model.gathered = out.states.gathered_params;
-  model.allow_offload = settings.allow_activation_offload;
+  // Parameter streaming under ZeRO-3 offload already occupies the host link;
+  // activation offload would compete for it, which this model does not price.
+  model.allow_offload = settings.allow_activation_offload && config.offload_param == Offload::kNone;
   const size_t n = model.blocks.size();
   model.grads_bwd.assign(n, 0);
   if (out.states.grads_progressive && config.grad_accum == 1) {

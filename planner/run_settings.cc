@@ -123,6 +123,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["freeze_patterns"] = s.freeze_patterns;
   j["train_patterns"] = s.train_patterns;
   j["quantize_skip"] = s.quantize_skip;
+  j["lora_skip"] = s.lora_skip;
   j["lora"] = {{"rank", s.lora.rank}, {"targets", s.lora.targets}, {"dropout", s.lora.dropout}};
   j["attention"] = s.attention == models::AttentionImpl::kEager ? "eager" : "sdpa";
   if (s.dropout) j["dropout"] = *s.dropout;
@@ -208,6 +209,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       read_field(j, "freeze_patterns", s.freeze_patterns, origin, "a list of strings"),
       read_field(j, "train_patterns", s.train_patterns, origin, "a list of strings"),
       read_field(j, "quantize_skip", s.quantize_skip, origin, "a list of strings"),
+      read_field(j, "lora_skip", s.lora_skip, origin, "a list of strings"),
       read_field(j, "attention", attention, origin, "\"eager\" or \"sdpa\""),
       read_field(j, "dropout", dropout, origin, "a number"),
       read_field(j, "precomputed_text_embeddings", s.precomputed_text_embeddings, origin, "true or false"),

@@ -57,6 +57,9 @@ struct RunSettings {
   std::vector<std::string> freeze_patterns;  // glob patterns over node names ("*vision_tower*")
   // LoRA/QLoRA: base modules that train in full anyway (e.g. "*multi_modal_projector*").
   std::vector<std::string> train_patterns;
+  // LoRA/QLoRA: modules that get no adapter even when their names match the
+  // targets (LLaVA's vision tower has q_proj/k_proj/v_proj too).
+  std::vector<std::string> lora_skip = {"*vision_tower*"};
   // QLoRA: linears kept in 16 bits (transformers skips the output embedding).
   std::vector<std::string> quantize_skip = {"*lm_head*", "*vision_tower*", "*multi_modal_projector*"};
   LoraSettings lora;

@@ -58,6 +58,11 @@ int64_t local_peak(const StepModel& model, int k, BlockChoice previous, BlockCho
   return std::max(parts.forward, parts.backward);
 }
 
+// Two asynchronous copies and an event wait per offloaded block: about 10 us of
+// launch and synchronisation each (CUDA launch latency; docs/memory-model.md).
+// It also makes a free offload lose a tie against simply keeping the block.
+constexpr double kOffloadOverheadMs = 0.02;
+
 double block_ms(const StepModel& model, int k, BlockChoice choice) {
   const BlockProfile& block = model.blocks[k];
   double ms = block.fwd_ms + block.bwd_ms;
@@ -68,7 +73,8 @@ double block_ms(const StepModel& model, int k, BlockChoice choice) {
     const size_t next = static_cast<size_t>(k) + 1;
     const double fwd_window = next < model.blocks.size() ? model.blocks[next].fwd_ms : 0;
     const double bwd_window = next < model.blocks.size() ? model.blocks[next].bwd_ms : 0;
-    ms += std::max(0.0, model.copy_ms[k] - fwd_window) + std::max(0.0, model.copy_ms[k] - bwd_window);
+    ms += std::max(0.0, model.copy_ms[k] - fwd_window) + std::max(0.0, model.copy_ms[k] - bwd_window) +
+          kOffloadOverheadMs;
   }
   return ms;
 }

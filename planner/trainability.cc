@@ -133,7 +133,8 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
         !any_match(settings.train_patterns, node.name)) {
       quantize_linear(node);
     }
-    if (is_lora_target(targets, node.name) && !any_match(settings.train_patterns, node.name)) {
+    if (is_lora_target(targets, node.name) && !any_match(settings.train_patterns, node.name) &&
+        !any_match(settings.lora_skip, node.name)) {
       add_lora(graph, node, settings.lora);
       ++adapted;
     }

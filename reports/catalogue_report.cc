@@ -56,9 +56,8 @@ nlohmann::json gpus_to_json(const std::vector<planner::GpuSpec>& gpus) {
 nlohmann::json models_to_json(const std::vector<ModelSummary>& models) {
   nlohmann::json list = nlohmann::json::array();
   for (const ModelSummary& model : models) {
-    nlohmann::json entry = {{"name", model.name},
-                            {"description", model.description},
-                            {"parameters", model.parameters}};
+    nlohmann::json entry = {
+        {"name", model.name}, {"description", model.description}, {"parameters", model.parameters}};
     if (!model.error.empty()) entry["error"] = model.error;
     list.push_back(entry);
   }

@@ -3,11 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "planner/hardware.h"
-#include <nlohmann/json.hpp>
 
 namespace headroom::reports {
 

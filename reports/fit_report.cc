@@ -134,9 +134,10 @@ std::string globals_line(const planner::GlobalConfig& config, int world_size) {
   const std::string zero =
       config.zero_stage == 0 ? "no ZeRO" : "ZeRO-" + std::to_string(config.zero_stage);
   const int64_t global = config.micro_batch * config.grad_accum * world_size;
-  return zero + ", optimizer offload " + std::string(planner::offload_name(config.offload_optimizer)) +
-         ", parameter offload " + std::string(planner::offload_name(config.offload_param)) +
-         ", micro-batch " + std::to_string(config.micro_batch) + " x " +
+  return zero + ", optimizer offload " +
+         std::string(planner::offload_name(config.offload_optimizer)) + ", parameter offload " +
+         std::string(planner::offload_name(config.offload_param)) + ", micro-batch " +
+         std::to_string(config.micro_batch) + " x " +
          plural(config.grad_accum, "accumulation step", "accumulation steps") + " x " +
          plural(world_size, "GPU", "GPUs") + " = global batch " + std::to_string(global);
 }
@@ -144,9 +145,8 @@ std::string globals_line(const planner::GlobalConfig& config, int world_size) {
 std::string run_line(const planner::Plan& plan) {
   const planner::RunSettings& s = plan.settings;
   return plan.model + ": " + std::string(planner::precision_name(s.precision)) + ", " +
-         std::string(planner::optimizer_name(s.optimizer)) + ", " + mode_text(s) +
-         ", sequence " + std::to_string(plan.seq_len) + ", " +
-         plural(s.world_size(), "GPU", "GPUs") +
+         std::string(planner::optimizer_name(s.optimizer)) + ", " + mode_text(s) + ", sequence " +
+         std::to_string(plan.seq_len) + ", " + plural(s.world_size(), "GPU", "GPUs") +
          (s.nodes > 1 ? " (" + std::to_string(s.nodes) + " nodes)" : "");
 }
 
@@ -156,8 +156,8 @@ std::string verdict_line(const planner::Prediction& p, std::string_view gpu_name
       " on " + std::string(gpu_name) + " (" + format_gib(p.gpu_capacity) + "): ";
   const std::string margin = "the " + format_percent(safety_margin) + " safety margin";
   if (p.fits()) {
-    return "FITS" + where + "peak " + format_gib(p.gpu_total) + ", " +
-           format_gib(p.gpu_margin()) + " to spare above " + margin;
+    return "FITS" + where + "peak " + format_gib(p.gpu_total) + ", " + format_gib(p.gpu_margin()) +
+           " to spare above " + margin;
   }
   std::vector<std::string> reasons;
   if (!p.fits_gpu) {
@@ -204,10 +204,11 @@ std::string breakdown_table(const planner::Prediction& p) {
 
 std::string peak_line(const planner::Prediction& p) {
   if (p.where.block < 0) {
-    return "The peak happens during the " + (p.where.phase.empty() ? "optimizer step" : p.where.phase) + ".";
+    return "The peak happens during the " +
+           (p.where.phase.empty() ? "optimizer step" : p.where.phase) + ".";
   }
-  const std::string name = p.where.block_name.empty() ? "block " + std::to_string(p.where.block)
-                                                      : p.where.block_name;
+  const std::string name =
+      p.where.block_name.empty() ? "block " + std::to_string(p.where.block) : p.where.block_name;
   return "The peak happens during " + (p.where.phase.empty() ? "the step" : p.where.phase) +
          ", in " + name + " (block " + std::to_string(p.where.block) + ").";
 }
@@ -258,8 +259,8 @@ std::string plan_summary(const planner::Plan& plan) {
 }
 
 std::string frontier_table(const std::vector<planner::FrontierPoint>& frontier) {
-  TextTable table({"GPU peak", "per sample", "ZeRO", "opt offload", "param offload",
-                   "micro-batch", "accum", "checkpointed", "offloaded"});
+  TextTable table({"GPU peak", "per sample", "ZeRO", "opt offload", "param offload", "micro-batch",
+                   "accum", "checkpointed", "offloaded"});
   const size_t shown = std::min(frontier.size(), kMaxFrontierRows);
   for (size_t i = 0; i < shown; ++i) {
     const planner::FrontierPoint& point = frontier[i];
@@ -318,7 +319,8 @@ std::string plan_report(const planner::PlanResult& result, std::string_view gpu_
   const planner::Plan& best = result.best;
   std::string out = run_line(best) + "\n";
   out += verdict_line(best.prediction, gpu_name, best.settings.safety_margin) + "\n\n";
-  out += (result.found ? "The fastest plan that fits:\n" : "No plan fits; the least-memory plan:\n");
+  out +=
+      (result.found ? "The fastest plan that fits:\n" : "No plan fits; the least-memory plan:\n");
   out += plan_summary(best) + "\n" + prediction_section(best) + "\n";
   out += "Memory/time frontier (" + std::to_string(result.configs_evaluated) +
          " configurations evaluated):\n";
@@ -387,11 +389,10 @@ nlohmann::json fit_to_json(const planner::FitAnswer& answer, const planner::GpuS
 
 nlohmann::json plan_document_to_json(const planner::PlanResult& result,
                                      const planner::GpuSpec& gpu) {
-  nlohmann::json document = {
-      {"command", "plan"},
-      {"gpu", gpu_to_json(gpu)},
-      {"verdict", verdict_line(result.best.prediction, gpu.name,
-                               result.best.settings.safety_margin)}};
+  nlohmann::json document = {{"command", "plan"},
+                             {"gpu", gpu_to_json(gpu)},
+                             {"verdict", verdict_line(result.best.prediction, gpu.name,
+                                                      result.best.settings.safety_margin)}};
   document.update(plan_result_to_json(result));
   return document;
 }

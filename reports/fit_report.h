@@ -5,6 +5,7 @@
 // are documented field by field in docs/cli-json.md.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,7 +13,6 @@
 #include "planner/hardware.h"
 #include "planner/plan.h"
 #include "planner/planner.h"
-#include <nlohmann/json.hpp>
 
 namespace headroom::reports {
 

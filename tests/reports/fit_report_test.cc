@@ -66,7 +66,7 @@ TEST_CASE("breakdown table shows each category in GiB") {
   const std::string table = breakdown_table(sample_prediction(true));
   CHECK(contains(table, "parameters"));
   CHECK(contains(table, "40.0 GiB"));
-  CHECK(contains(table, "0.5 GiB"));  // context and activations
+  CHECK(contains(table, "0.5 GiB"));   // context and activations
   CHECK(contains(table, "41.0 GiB"));  // total
   CHECK(contains(table, "peak allocated"));
   CHECK(contains(table, "peak reserved"));
@@ -130,8 +130,7 @@ TEST_CASE("compact block lists merge consecutive numbered blocks") {
   CHECK(compact_block_list({"a.b.7"}) == "a.b.7");
 
   const planner::Plan plan = sample_plan(true);
-  CHECK(block_choice_line(plan, BlockChoice::kCheckpoint) ==
-        "checkpoint: layers.1-3 (3 blocks)");
+  CHECK(block_choice_line(plan, BlockChoice::kCheckpoint) == "checkpoint: layers.1-3 (3 blocks)");
   CHECK(block_choice_line(plan, BlockChoice::kOffload) == "offload: head (1 block)");
   planner::Plan none = plan;
   none.blocks.assign(6, BlockChoice::kKeep);

@@ -49,9 +49,9 @@ TEST_CASE("parse_size accepts binary and decimal units and plain bytes") {
 }
 
 TEST_CASE("parse_size rejects malformed, negative, zero and huge sizes") {
-  for (const char* bad : {"", " ", "-1", "-5GB", "0", "0GiB", "abc", "GiB", "24XB", "24 G",
-                          "1.5", "1e3", "24GiBs", "nan", "inf", "99999999999TiB",
-                          "1180591620717411303424", "0x10"}) {
+  for (const char* bad :
+       {"", " ", "-1", "-5GB", "0", "0GiB", "abc", "GiB", "24XB", "24 G", "1.5", "1e3", "24GiBs",
+        "nan", "inf", "99999999999TiB", "1180591620717411303424", "0x10"}) {
     CAPTURE(bad);
     const Result<int64_t> parsed = parse_size(bad);
     CHECK_FALSE(parsed.is_ok());

@@ -1,0 +1,300 @@
+// End-to-end tests of the `headroom` binary: run it with popen, capture stdout,
+// stderr and the exit status, and check what a user (or a script) relies on.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunOutput {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// A fresh directory per test case, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    path_ = fs::temp_directory_path() /
+            ("headroom_cli_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// Runs `headroom ARGS` (ARGS as a shell would split them; quote paths).
+RunOutput run_headroom(const std::string& args) {
+  TempDir dir;
+  const std::string err_path = dir.file("stderr.txt");
+  const std::string command =
+      std::string("'") + HEADROOM_BINARY + "' " + args + " 2>'" + err_path + "'";
+  RunOutput result;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.err = read_text(err_path);
+  return result;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+nlohmann::json parse_json(const std::string& text) {
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  CHECK_FALSE(json.is_discarded());
+  return json;
+}
+
+TEST_CASE("gpus --json lists the catalogue") {
+  const RunOutput run = run_headroom("gpus --json");
+  REQUIRE(run.exit_code == 0);
+  const nlohmann::json json = parse_json(run.out);
+  CHECK(json["command"] == "gpus");
+  bool found = false;
+  for (const auto& gpu : json["gpus"]) {
+    if (gpu["id"] == "a6000") {
+      found = true;
+      CHECK(gpu["memory_bytes"].get<int64_t>() > int64_t{47} << 30);
+      CHECK(gpu["bf16_tflops"].get<double>() > 100);
+    }
+  }
+  CHECK(found);
+  CHECK(run.err.empty());
+}
+
+TEST_CASE("models --json lists the zoo with parameter counts") {
+  const RunOutput run = run_headroom("models --json");
+  REQUIRE(run.exit_code == 0);
+  const nlohmann::json json = parse_json(run.out);
+  bool found = false;
+  for (const auto& model : json["models"]) {
+    if (model["name"] == "llama-3-8b") {
+      found = true;
+      // Llama 3 8B has 8.03e9 parameters (meta-llama/Meta-Llama-3-8B model card).
+      CHECK(model["parameters"].get<int64_t>() > 8'000'000'000);
+      CHECK(model["parameters"].get<int64_t>() < 8'100'000'000);
+    }
+  }
+  CHECK(found);
+}
+
+TEST_CASE("text listings and help") {
+  CHECK(contains(run_headroom("gpus").out, "a6000"));
+  CHECK(contains(run_headroom("models").out, "gpt2"));
+  const RunOutput help = run_headroom("--help");
+  CHECK(help.exit_code == 0);
+  for (const char* command : {"fit", "plan", "models", "gpus"}) CHECK(contains(help.out, command));
+  const RunOutput fit_help = run_headroom("fit --help");
+  CHECK(fit_help.exit_code == 0);
+  CHECK(contains(fit_help.out, "Examples:"));
+  CHECK(contains(fit_help.out, "--gpu-mem"));
+  CHECK(contains(run_headroom("plan --help").out, "-o"));
+}
+
+TEST_CASE("fit gpt2 on an A6000 fits, as JSON") {
+  const RunOutput run = run_headroom("fit gpt2 --gpu a6000 --json");
+  REQUIRE(run.exit_code == 0);
+  const nlohmann::json json = parse_json(run.out);
+  CHECK(json["command"] == "fit");
+  CHECK(json["fits"] == true);
+  CHECK(json["alternative"].is_null());
+  CHECK(json["as_given"]["prediction"]["gpu_total_bytes"].get<int64_t>() > 0);
+  CHECK(json["gpu"]["id"] == "a6000");
+}
+
+TEST_CASE("fit gpt2 in text shows the verdict and the breakdown") {
+  const RunOutput run = run_headroom("fit gpt2 --gpu a6000");
+  REQUIRE(run.exit_code == 0);
+  CHECK(contains(run.out, "FITS on NVIDIA RTX A6000"));
+  CHECK(contains(run.out, " GiB"));
+  CHECK(contains(run.out, "optimizer states"));
+  CHECK(contains(run.out, "Host RAM"));
+  CHECK(contains(run.out, "Disk"));
+  CHECK(contains(run.out, "ms per optimizer step"));
+}
+
+TEST_CASE("fit llama-3-8b on a 4090 does not fit and says what would") {
+  const RunOutput run = run_headroom("fit llama-3-8b --gpu 4090");
+  REQUIRE(run.exit_code == 0);  // "does not fit" is an answer, not an error
+  CHECK(contains(run.out, "DOES NOT FIT on NVIDIA GeForce RTX 4090"));
+  CHECK(contains(run.out, "short by"));
+  CHECK((contains(run.out, "The fastest plan that fits") ||
+         contains(run.out, "What would make it fit")));
+
+  const RunOutput json_run = run_headroom("fit llama-3-8b --gpu 4090 --json");
+  REQUIRE(json_run.exit_code == 0);
+  const nlohmann::json json = parse_json(json_run.out);
+  CHECK(json["fits"] == false);
+  CHECK(json["alternative"].is_object());
+}
+
+TEST_CASE("settings flags reach the planner") {
+  const RunOutput run = run_headroom("fit gpt2 --gpu-mem 48GB --batch 2 --seq 512 --lora --json");
+  REQUIRE(run.exit_code == 0);
+  const nlohmann::json json = parse_json(run.out);
+  CHECK(json["gpu"]["memory_bytes"] == 48'000'000'000);
+  CHECK(json["as_given"]["prediction"]["gpu_capacity_bytes"] == 48'000'000'000);
+  CHECK(json["as_given"]["settings"]["micro_batch"] == 2);
+  CHECK(json["as_given"]["settings"]["mode"] == "lora");
+  CHECK(json["as_given"]["seq_len"] == 512);
+}
+
+TEST_CASE("--settings file, with flags overriding it") {
+  TempDir dir;
+  const std::string path = dir.file("settings.json");
+  write_text(path, R"({"model": "gpt2", "gpu": "4090", "micro_batch": 4, "seq_len": 256})");
+  const RunOutput run = run_headroom("fit --settings '" + path + "' --batch 2 --json");
+  REQUIRE(run.exit_code == 0);
+  const nlohmann::json json = parse_json(run.out);
+  CHECK(json["gpu"]["id"] == "4090");
+  CHECK(json["as_given"]["settings"]["micro_batch"] == 2);
+  CHECK(json["as_given"]["seq_len"] == 256);
+
+  write_text(path, R"({"micro_batch": "four"})");
+  const RunOutput bad = run_headroom("fit gpt2 --settings '" + path + "'");
+  CHECK(bad.exit_code == 2);
+  CHECK(contains(bad.err, "micro_batch"));
+  CHECK(contains(bad.err, path));
+
+  write_text(path, "{not json");
+  const RunOutput broken = run_headroom("fit gpt2 --settings '" + path + "'");
+  CHECK(broken.exit_code == 2);
+  CHECK(contains(broken.err, path));
+}
+
+TEST_CASE("unknown GPU is an error that lists the known ones") {
+  const RunOutput run = run_headroom("fit gpt2 --gpu nosuchgpu");
+  CHECK(run.exit_code == 1);
+  CHECK(contains(run.err, "nosuchgpu"));
+  CHECK(contains(run.err, "a6000"));
+  CHECK(run.out.empty());
+}
+
+TEST_CASE("unknown model is an error naming it") {
+  const RunOutput run = run_headroom("fit nosuchmodel --gpu a6000 --json");
+  CHECK(run.exit_code == 1);
+  CHECK(contains(run.err, "nosuchmodel"));
+  CHECK(run.out.empty());  // no half JSON document on stdout
+}
+
+TEST_CASE("bad flag values are usage errors naming the flag") {
+  struct Case {
+    const char* args;
+    const char* names;
+  };
+  for (const Case& c :
+       {Case{"fit gpt2 --batch -1", "--batch"}, Case{"fit gpt2 --batch=-1", "--batch"},
+        Case{"fit gpt2 --batch two", "--batch"}, Case{"fit gpt2 --seq 0", "--seq"},
+        Case{"fit gpt2 --gpu-mem -24GiB", "--gpu-mem"}, Case{"fit gpt2 --gpu-mem 0", "--gpu-mem"},
+        Case{"fit gpt2 --gpu-mem lots", "--gpu-mem"},
+        Case{"fit gpt2 --host-ram 12XB", "--host-ram"}, Case{"fit gpt2 --zero 4", "--zero"},
+        Case{"fit gpt2 --precision fp8", "--precision"},
+        Case{"fit gpt2 --optimizer lion", "--optimizer"},
+        Case{"fit gpt2 --safety-margin 0.9", "--safety-margin"},
+        Case{"fit gpt2 --lora-targets q_proj,,v_proj", "--lora-targets"},
+        Case{"fit gpt2 --mode full --qlora", "--qlora"},
+        Case{"fit gpt2 --offload-param cpu", "offload_param"},
+        Case{"fit gpt2 --no-such-flag", "--no-such-flag"}, Case{"plan gpt2 --gpus 0", "--gpus"},
+        Case{"fit", "MODEL"}, Case{"frobnicate", "frobnicate"}}) {
+    CAPTURE(c.args);
+    const RunOutput run = run_headroom(c.args);
+    CHECK(run.exit_code == 2);
+    CHECK(contains(run.err, c.names));
+    CHECK(run.out.empty());
+  }
+}
+
+TEST_CASE("GPU memory below the CUDA context is refused with a clear message") {
+  const RunOutput run = run_headroom("fit gpt2 --gpu a6000 --gpu-mem 100MiB");
+  CHECK(run.exit_code == 2);
+  CHECK(contains(run.err, "--gpu-mem"));
+  CHECK(contains(run.err, "context"));
+  CHECK(run.out.empty());
+}
+
+TEST_CASE("a malformed layer-graph file is an error naming the file") {
+  TempDir dir;
+  const std::string truncated = dir.file("truncated.json");
+  write_text(truncated, R"({"version": 1, "name": "x", "nodes": [)");
+  const RunOutput run = run_headroom("fit '" + truncated + "' --gpu a6000");
+  CHECK(run.exit_code == 1);
+  CHECK(contains(run.err, truncated));
+
+  const std::string wrong = dir.file("wrong.json");
+  write_text(wrong, R"({"version": 1, "name": 3})");
+  const RunOutput wrong_run = run_headroom("fit '" + wrong + "' --gpu a6000");
+  CHECK(wrong_run.exit_code == 1);
+  CHECK(contains(wrong_run.err, wrong));
+
+  const RunOutput missing = run_headroom("fit '" + dir.file("missing.json") + "'");
+  CHECK(missing.exit_code == 1);
+  CHECK(contains(missing.err, "missing.json"));
+}
+
+TEST_CASE("plan -o writes a plan file that parses") {
+  TempDir dir;
+  const std::string path = dir.file("plan.json");
+  const RunOutput run = run_headroom("plan gpt2 --gpu a6000 -o '" + path + "'");
+  REQUIRE(run.exit_code == 0);
+  CHECK(contains(run.out, "frontier"));
+  CHECK(contains(run.out, "Largest micro-batch"));
+  CHECK(run.err.empty());  // stderr is not a terminal: no progress lines
+  const nlohmann::json plan = parse_json(read_text(path));
+  CHECK(plan["format"] == "headroom.plan");
+  CHECK(plan["model"] == "gpt2");
+  CHECK(plan["blocks"].is_array());
+}
+
+TEST_CASE("plan --json is one document with the frontier") {
+  const RunOutput run = run_headroom("plan gpt2 --gpu a6000 --json");
+  REQUIRE(run.exit_code == 0);
+  const nlohmann::json json = parse_json(run.out);
+  CHECK(json["command"] == "plan");
+  CHECK(json["found"] == true);
+  CHECK(json["frontier"].is_array());
+  CHECK(json["max_micro_batch"].get<int64_t>() >= 1);
+  CHECK(json["best"]["format"] == "headroom.plan");
+  CHECK(json["output_file"].is_null());
+}
+
+TEST_CASE("plan -o to an unwritable place fails without a crash") {
+  const RunOutput run = run_headroom("plan gpt2 --gpu a6000 -o /nonexistent-dir/plan.json");
+  CHECK(run.exit_code == 1);
+  CHECK(contains(run.err, "/nonexistent-dir/plan.json"));
+}
+
+}  // namespace
