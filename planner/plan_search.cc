@@ -28,7 +28,11 @@ std::vector<int64_t> micro_batch_candidates(const RunSettings& settings) {
 std::vector<GlobalConfig> global_candidates(const RunSettings& settings, int64_t micro_batch) {
   std::vector<GlobalConfig> out;
   const int64_t per_rank = settings.effective_global_batch() / settings.world_size();
-  for (int stage = 0; stage <= settings.max_zero_stage; ++stage) {
+  // QLoRA's 4-bit weights are not partitioned by ZeRO-3 in the bitsandbytes +
+  // DeepSpeed stack our users run (the LLaVA QLoRA story hit "tensors not on the
+  // same GPU" with ZeRO-3 and moved to ZeRO-2), so the planner stops at stage 2.
+  const int max_stage = settings.mode == TrainMode::kQlora ? std::min(settings.max_zero_stage, 2) : settings.max_zero_stage;
+  for (int stage = 0; stage <= max_stage; ++stage) {
     std::vector<Offload> optimizer_offloads = {Offload::kNone};
     if (stage >= 1 && settings.allow_cpu_offload) optimizer_offloads.push_back(Offload::kCpu);
     if (stage == 3 && settings.allow_nvme_offload) optimizer_offloads.push_back(Offload::kNvme);
@@ -199,12 +203,17 @@ PlanResult find_plan(const ModelContext& context, const RunSettings& settings, c
   if (best.found) {
     result.best = std::move(best.plan);
   } else {
-    // The least-memory plan, to show how far off the run is.
-    SearchOptions unlimited = options;
-    unlimited.budget = INT64_MAX / 4;
-    std::vector<FrontierPoint> all;
-    Candidate any = search(context, settings, unlimited, &all, nullptr, {});
-    if (any.found) result.best = std::move(any.plan);
+    // The plan closest to fitting: the fastest one under the smallest larger
+    // budget that has one, to show how far off the run is.
+    for (double factor : {1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0, 64.0}) {
+      SearchOptions wider = options;
+      wider.budget = static_cast<int64_t>(static_cast<double>(options.budget) * factor);
+      Candidate near = search(context, settings, wider, nullptr, nullptr, {});
+      if (near.found) {
+        result.best = std::move(near.plan);
+        break;
+      }
+    }
     result.suggestions = suggestions_for(context, settings);
   }
   result.max_micro_batch = largest(4096, [&](int64_t mb) { return fits_at(context, settings, mb, context.seq_len); });

@@ -89,11 +89,13 @@ void quantize_linear(Node& node) {
   for (Param& param : node.params) {
     if (param.name != node.name + ".weight" || param.trainable) continue;
     const int64_t elements = param.elements();
+    const std::string name = param.name;
     param.dtype = DType::kNF4;
     const int64_t absmax = (elements + kNf4BlockSize - 1) / kNf4BlockSize;
     const int64_t absmax2 = (absmax + kNf4SecondLevelBlockSize - 1) / kNf4SecondLevelBlockSize;
-    node.params.push_back(Param{param.name + ".absmax", {absmax}, DType::kUInt8, false, ""});
-    node.params.push_back(Param{param.name + ".absmax2", {absmax2}, DType::kF32, false, ""});
+    // push_back may reallocate node.params: `param` is not used past this point.
+    node.params.push_back(Param{name + ".absmax", {absmax}, DType::kUInt8, false, ""});
+    node.params.push_back(Param{name + ".absmax2", {absmax2}, DType::kF32, false, ""});
     node.workspace_elements += SizeExpr::constant(node.linear->in_features * node.linear->out_features);
     return;
   }
