@@ -26,6 +26,11 @@ inline int64_t allocated_bytes(int64_t bytes) {
   return round_up(bytes, kMinBlockBytes);
 }
 
+// The size the allocator serves for a request (round_size(): at least 512 B).
+inline int64_t allocated_bytes_for_request(int64_t bytes) {
+  return bytes <= 0 ? kMinBlockBytes : round_up(bytes, kMinBlockBytes);
+}
+
 // What one tensor of `bytes` takes of reserved memory when it lives in its own
 // segment (large requests) or packed into a shared pool segment (small ones).
 inline int64_t reserved_bytes(int64_t bytes) {

@@ -7,6 +7,7 @@
 #include "models/zoo.h"
 #include "planner/allocator_rounding.h"
 #include "planner/block_solver.h"
+#include "planner/calibration.h"
 #include "planner/step_builder.h"
 #include "planner/step_time.h"
 #include "planner/trainability.h"
@@ -59,7 +60,8 @@ Result<int64_t> resolve_seq_len(const graph::LayerGraph& graph, const RunSetting
 }  // namespace
 
 int64_t context_bytes(const ModelContext& context, const RunSettings& settings) {
-  return settings.cuda_context_bytes.value_or(context.gpu.cuda_context_bytes);
+  if (settings.cuda_context_bytes) return *settings.cuda_context_bytes;
+  return context.measured_context_bytes.value_or(context.gpu.cuda_context_bytes);
 }
 
 int64_t gpu_budget_bytes(const ModelContext& context, const RunSettings& settings) {
@@ -96,6 +98,14 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   if (!seq.is_ok()) return seq.status();
   context.seq_len = seq.value();
   context.compute_dtype = compute_dtype_for(settings.precision);
+  if (!settings.calibration_file.empty()) {
+    Result<Calibration> calibration = load_calibration(settings.calibration_file);
+    if (!calibration.is_ok()) return calibration.status();
+    context.time_options = calibrated(context.time_options, calibration.value());
+    if (calibration->cuda_context_bytes && !settings.cuda_context_bytes) {
+      context.measured_context_bytes = calibration->cuda_context_bytes;
+    }
+  }
   if (allocator_budget(context, settings) <= 0) {
     return Status::error("gpu_mem: " + std::to_string(context.gpu.memory_bytes >> 20) +
                          " MiB leaves nothing after the CUDA context (" +
@@ -189,9 +199,11 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
                    const GlobalConfig& config, const std::vector<BlockChoice>& blocks) {
   Prediction out;
   const StepProfile reserved_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
-                                                    config.micro_batch, context.seq_len, Accounting::kReserved, context.gpu);
+                                                    config.micro_batch, context.seq_len, Accounting::kReserved, context.gpu,
+                                                    context.time_options);
   const StepProfile allocated_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
-                                                     config.micro_batch, context.seq_len, Accounting::kAllocated, context.gpu);
+                                                     config.micro_batch, context.seq_len, Accounting::kAllocated, context.gpu,
+                                                     context.time_options);
   const BuiltStep reserved = build_step(context, settings, config, reserved_profile, Accounting::kReserved);
   const BuiltStep allocated = build_step(context, settings, config, allocated_profile, Accounting::kAllocated);
   const StepPeak peak = walk_step(reserved.model, blocks, reserved.persistent);

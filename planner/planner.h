@@ -6,12 +6,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "graph/graph_analysis.h"
 #include "graph/layer_graph.h"
 #include "graph/status.h"
+#include "planner/block_profile.h"
 #include "planner/hardware.h"
 #include "planner/plan.h"
 #include "planner/run_settings.h"
@@ -26,6 +28,8 @@ struct ModelContext {
   GpuSpec gpu;
   int64_t seq_len = 0;
   graph::DType compute_dtype = graph::DType::kBF16;
+  TimeModelOptions time_options;                 // defaults, or from a calibration file
+  std::optional<int64_t> measured_context_bytes;  // from a calibration file
 };
 
 // Loads MODEL (zoo name, or a layer-graph JSON path), applies the training mode,

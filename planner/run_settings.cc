@@ -150,6 +150,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["gpu"] = s.gpu;
   if (s.gpu_memory_bytes) j["gpu_memory_bytes"] = *s.gpu_memory_bytes;
   if (s.cuda_context_bytes) j["cuda_context_bytes"] = *s.cuda_context_bytes;
+  if (!s.calibration_file.empty()) j["calibration_file"] = s.calibration_file;
   j["host_ram_bytes"] = s.host_ram_bytes;
   j["disk_free_bytes"] = s.disk_free_bytes;
   j["safety_margin"] = s.safety_margin;
@@ -231,6 +232,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       read_field(j, "checkpointing", checkpointing, origin, "\"none\", \"every\" or \"list\""),
       read_field(j, "checkpoint_blocks", s.checkpoint_blocks, origin, "a list of block names"),
       read_field(j, "gpu", s.gpu, origin, "a GPU id"),
+      read_field(j, "calibration_file", s.calibration_file, origin, "a file path"),
       read_field(j, "gpu_memory_bytes", gpu_memory, origin, "an integer"),
       read_field(j, "cuda_context_bytes", context, origin, "an integer"),
       read_field(j, "host_ram_bytes", s.host_ram_bytes, origin, "an integer"),

@@ -91,6 +91,7 @@ struct RunSettings {
   std::string gpu = "a6000";
   std::optional<int64_t> gpu_memory_bytes;       // --gpu-mem overrides the catalogue
   std::optional<int64_t> cuda_context_bytes;     // measured value overrides the catalogue
+  std::string calibration_file;                  // calibration JSON (docs/calibration.md), optional
   int64_t host_ram_bytes = 128LL << 30;           // assumed when not given
   int64_t disk_free_bytes = 500'000'000'000;      // assumed when not given
   double safety_margin = 0.05;                    // fraction of GPU memory kept free

@@ -1,0 +1,30 @@
+// The step simulator: replays one optimizer step of a plan (every micro-step of
+// the accumulation loop, then the optimizer step) tensor by tensor on a model
+// of the PyTorch CUDA caching allocator (caching_allocator.h), with roofline
+// kernel times, offload copies on their own streams and ZeRO collectives. It
+// sees what the planner's block-level walk abstracts: the order of every
+// allocation and free, segment rounding and block splitting, so reserved
+// memory and fragmentation are predicted rather than assumed.
+#pragma once
+
+#include <vector>
+
+#include "graph/status.h"
+#include "planner/planner.h"
+#include "planner/simulation.h"
+
+namespace headroom::planner {
+
+struct SimulatorOptions {
+  bool record_events = true;      // keep the timeline (large for big graphs)
+  int max_memory_samples = 20000; // the curve is thinned to at most this many points
+};
+
+Simulation simulate(const ModelContext& context, const RunSettings& settings,
+                    const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
+                    const SimulatorOptions& options = {});
+
+// Prepares the model from the plan's own settings and simulates it.
+Result<Simulation> simulate_plan(const Plan& plan, const SimulatorOptions& options = {});
+
+}  // namespace headroom::planner
