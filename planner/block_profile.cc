@@ -105,6 +105,27 @@ double weight_bytes(const Node& node, DType compute) {
 
 }  // namespace
 
+NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int n, DType compute,
+                     int64_t batch, int64_t seq, const GpuSpec& gpu, const TimeModelOptions& options) {
+  const Node& node = graph.nodes[n];
+  const double tflops = compute == DType::kF32   ? gpu.fp32_tflops
+                        : compute == DType::kF16 ? gpu.fp16_tflops
+                                                 : gpu.bf16_tflops;
+  const double element_bytes = graph::dtype_bits(compute) / 8.0;
+  NodeTimes out;
+  out.fwd_flops = static_cast<double>(node.fwd_flops.at(batch, seq));
+  const double io = static_cast<double>(node.fwd_io_elements.at(batch, seq)) * element_bytes;
+  const double weights = weight_bytes(node, compute);
+  out.fwd_ms = roofline_ms(out.fwd_flops, io + weights, tflops, gpu.memory_bandwidth_gbps, options) + kLaunchMs;
+  const bool input_grad = analysis.needs_input_grad[n];
+  const bool param_grad = analysis.needs_param_grad[n];
+  if (!input_grad && !param_grad) return out;
+  if (input_grad) out.bwd_flops += static_cast<double>(node.bwd_input_flops.at(batch, seq));
+  if (param_grad) out.bwd_flops += static_cast<double>(node.bwd_param_flops.at(batch, seq));
+  out.bwd_ms = roofline_ms(out.bwd_flops, 2 * io + weights, tflops, gpu.memory_bandwidth_gbps, options) + 2 * kLaunchMs;
+  return out;
+}
+
 StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis, DType compute,
                          int64_t batch, int64_t seq, Accounting accounting, const GpuSpec& gpu,
                          const TimeModelOptions& time_options) {
@@ -113,11 +134,6 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
   for (size_t t = 0; t < graph.tensors.size(); ++t) {
     if (analysis.persistent[t]) out.persistent += facts.bytes[t];
   }
-  const double tflops = compute == DType::kF32 ? gpu.fp32_tflops
-                        : compute == DType::kF16 ? gpu.fp16_tflops
-                                                 : gpu.bf16_tflops;
-  const double element_bytes = graph::dtype_bits(compute) / 8.0;
-
   out.blocks.resize(analysis.blocks.size());
   for (size_t b = 0; b < analysis.blocks.size(); ++b) {
     const graph::BlockStructure& block = analysis.blocks[b];
@@ -143,24 +159,17 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     int64_t grad_transient = 0;
     for (int n : block.nodes) {
       const Node& node = graph.nodes[n];
-      const double flops_fwd = static_cast<double>(node.fwd_flops.at(batch, seq));
-      const double io = static_cast<double>(node.fwd_io_elements.at(batch, seq)) * element_bytes;
-      const double weights = weight_bytes(node, compute);
-      profile.fwd_ms += roofline_ms(flops_fwd, io + weights, tflops, gpu.memory_bandwidth_gbps, time_options) + kLaunchMs;
-      profile.model_flops += flops_fwd;
-      const bool input_grad = analysis.needs_input_grad[n];
-      const bool param_grad = analysis.needs_param_grad[n];
-      if (!input_grad && !param_grad) continue;
-      double flops_bwd = 0;
-      if (input_grad) flops_bwd += static_cast<double>(node.bwd_input_flops.at(batch, seq));
-      if (param_grad) flops_bwd += static_cast<double>(node.bwd_param_flops.at(batch, seq));
-      profile.bwd_ms += roofline_ms(flops_bwd, 2 * io + weights, tflops, gpu.memory_bandwidth_gbps, time_options) + 2 * kLaunchMs;
-      profile.model_flops += flops_bwd;
+      const NodeTimes times = node_times(graph, analysis, n, compute, batch, seq, gpu, time_options);
+      profile.fwd_ms += times.fwd_ms;
+      profile.bwd_ms += times.bwd_ms;
+      profile.model_flops += times.fwd_flops + times.bwd_flops;
+      if (!analysis.needs_input_grad[n] && !analysis.needs_param_grad[n]) continue;
 
       // Gradients in flight at this node: of its outputs and of its inputs that need one.
       int64_t grads = account(graph::dtype_bytes(compute, node.workspace_elements.at(batch, seq)), accounting);
+      // An output nobody reads (the loss) gets only the scalar seed gradient.
       for (int t : analysis.node_outputs[n]) {
-        if (analysis.requires_grad[t]) grads += facts.bytes[t];
+        if (analysis.requires_grad[t] && !analysis.consumers[t].empty()) grads += facts.bytes[t];
       }
       for (int t : analysis.node_inputs[n]) {
         if (analysis.requires_grad[t] && !analysis.persistent[t]) grads += facts.bytes[t];

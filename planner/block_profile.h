@@ -40,6 +40,18 @@ struct TimeModelOptions {
   double bandwidth_efficiency = 0.7;
 };
 
+// Roofline time and FLOPs of one node's forward and backward (backward only for
+// the gradient parts the node needs). Launch latency included.
+struct NodeTimes {
+  double fwd_ms = 0;
+  double bwd_ms = 0;
+  double fwd_flops = 0;
+  double bwd_flops = 0;
+};
+NodeTimes node_times(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis, int node,
+                     graph::DType compute_dtype, int64_t batch, int64_t seq, const GpuSpec& gpu,
+                     const TimeModelOptions& options);
+
 StepProfile profile_step(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
                          graph::DType compute_dtype, int64_t batch, int64_t seq,
                          Accounting accounting, const GpuSpec& gpu,

@@ -25,6 +25,7 @@ class CachingAllocatorModel {
   // Returns a handle, or -1 when even after releasing cached segments the device is full.
   int64_t allocate(int64_t bytes);
   void release(int64_t handle);
+  void set_capacity(int64_t capacity_bytes) { capacity_ = capacity_bytes; }
 
   int64_t allocated_bytes() const { return allocated_; }
   int64_t reserved_bytes() const { return reserved_; }

@@ -28,15 +28,6 @@ bool is_quantized_storage(DType dtype) {
   return dtype == DType::kNF4 || dtype == DType::kFP4 || dtype == DType::kUInt8 || dtype == DType::kInt8;
 }
 
-// Storage bytes of one parameter tensor on the device, before partitioning.
-int64_t param_storage_bytes(const Param& param, Precision precision) {
-  if (!param.trainable && (is_quantized_storage(param.dtype) ||
-                           (param.dtype == DType::kF32 && param.name.ends_with(".absmax2")))) {
-    return graph::dtype_bytes(param.dtype, param.elements());
-  }
-  return param.elements() * param_bytes_per_element(precision, param.trainable);
-}
-
 int64_t largest_block_param_bytes(const graph::LayerGraph& graph, Precision precision) {
   std::vector<int64_t> per_block(graph.blocks.size(), 0);
   for (const graph::Node& node : graph.nodes) {
@@ -48,6 +39,14 @@ int64_t largest_block_param_bytes(const graph::LayerGraph& graph, Precision prec
 }
 
 }  // namespace
+
+int64_t param_storage_bytes(const Param& param, Precision precision) {
+  if (!param.trainable && (is_quantized_storage(param.dtype) ||
+                           (param.dtype == DType::kF32 && param.name.ends_with(".absmax2")))) {
+    return graph::dtype_bytes(param.dtype, param.elements());
+  }
+  return param.elements() * param_bytes_per_element(precision, param.trainable);
+}
 
 int64_t account(int64_t bytes, Accounting accounting) {
   return accounting == Accounting::kAllocated ? allocated_bytes(bytes) : reserved_bytes(bytes);

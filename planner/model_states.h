@@ -56,6 +56,10 @@ int64_t master_bytes_per_element(Precision precision);
 int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision,
                               const std::vector<int64_t>& shape);
 
+// Device bytes of one parameter tensor before partitioning: its 16- or 32-bit
+// copy, or its quantized storage for frozen NF4/int8 weights and constants.
+int64_t param_storage_bytes(const graph::Param& param, Precision precision);
+
 ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& settings,
                          const GlobalConfig& config, Accounting accounting);
 

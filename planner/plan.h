@@ -24,7 +24,7 @@ struct MemoryBreakdown {
   int64_t zero_buffers = 0;     // ZeRO buckets and gathered ZeRO-3 parameters
   int64_t activations = 0;      // saved for backward (and persistent inputs)
   int64_t transient = 0;        // the block in flight: its intermediates, recompute, gradients, offload copies
-  int64_t allocator = 0;        // pool slack of the caching allocator
+  int64_t allocator = 0;        // pool slack and simulated fragmentation of the caching allocator
 
   int64_t total() const;        // everything, what nvidia-smi shows for the process
 };
@@ -51,7 +51,10 @@ struct TimeBreakdown {
 struct Prediction {
   MemoryBreakdown peak;            // reserved accounting, at the peak
   int64_t peak_allocated = 0;      // torch.cuda.max_memory_allocated equivalent
-  int64_t peak_reserved = 0;       // torch.cuda.max_memory_reserved equivalent
+  int64_t peak_reserved = 0;       // torch.cuda.max_memory_reserved equivalent (the larger of the two models)
+  int64_t simulated_peak_allocated = 0;  // from the tensor-level allocator simulation
+  int64_t simulated_peak_reserved = 0;
+  bool simulated_out_of_memory = false;  // the allocator simulation failed an allocation within the budget
   int64_t gpu_total = 0;           // peak_reserved + context: what runs out
   int64_t gpu_capacity = 0;        // the GPU's memory
   int64_t gpu_budget = 0;          // capacity minus the safety margin

@@ -97,9 +97,27 @@ Plan make_plan(const ModelContext& context, const RunSettings& settings, const G
 // The fastest plan over all global candidates at one micro-batch (or all), for an
 // allocator budget. Host RAM and disk are checked on the full prediction.
 struct SearchOptions {
-  int64_t budget = 0;
+  int64_t budget = 0;       // allocator bytes for the block solver
   std::vector<int64_t> micro_batches;
+  int64_t gpu_budget = 0;   // what the whole prediction (context included) must stay within
 };
+
+SearchOptions search_options(const ModelContext& context, const RunSettings& settings,
+                             std::vector<int64_t> micro_batches) {
+  SearchOptions options;
+  options.budget = allocator_budget(context, settings);
+  options.gpu_budget = gpu_budget_bytes(context, settings);
+  options.micro_batches = std::move(micro_batches);
+  return options;
+}
+
+// The same search with `factor` times the room, to see what more memory buys.
+SearchOptions widened(const SearchOptions& options, double factor) {
+  SearchOptions wider = options;
+  wider.budget = static_cast<int64_t>(static_cast<double>(options.budget) * factor);
+  wider.gpu_budget = options.gpu_budget + (wider.budget - options.budget);
+  return wider;
+}
 
 Candidate search(const ModelContext& context, const RunSettings& settings, const SearchOptions& options,
                  std::vector<FrontierPoint>* points, int* evaluated, const Progress& progress) {
@@ -115,9 +133,21 @@ Candidate search(const ModelContext& context, const RunSettings& settings, const
       if (progress) progress(++done, total);
       if (evaluated) ++*evaluated;
       const BuiltStep step = build_step(context, settings, config, profile, Accounting::kReserved);
-      const BlockSolution solution = solve_blocks(step.model, options.budget);
+      // Solve with the block walk; if the allocator simulation finds fragmentation
+      // that breaks the budget, solve again with that much less room.
+      int64_t budget = options.budget;
+      BlockSolution solution;
+      Plan plan;
+      for (int attempt = 0; attempt < 4; ++attempt) {
+        solution = solve_blocks(step.model, budget);
+        if (!solution.feasible) break;
+        plan = make_plan(context, settings, config, solution.choices);
+        const int64_t excess = plan.prediction.gpu_total - options.gpu_budget;
+        if (excess <= 0 && !plan.prediction.simulated_out_of_memory) break;
+        budget -= std::max(excess, (budget - step.model.base) / 20) + (16LL << 20);
+        solution.feasible = false;
+      }
       if (!solution.feasible) continue;
-      Plan plan = make_plan(context, settings, config, solution.choices);
       if (!plan.prediction.fits_host || !plan.prediction.fits_disk) continue;
       const double ms = sample_ms_of(plan.prediction, config, settings.world_size());
       if (points) {
@@ -164,7 +194,7 @@ bool fits_at(const ModelContext& base, const RunSettings& settings, int64_t mb, 
   probe.micro_batch = mb;
   probe.grad_accum = 1;
   probe.allow_micro_batch_change = false;
-  SearchOptions options{allocator_budget(context, probe), {mb}};
+  SearchOptions options = search_options(context, probe, {mb});
   return search(context, probe, options, nullptr, nullptr, {}).found;
 }
 
@@ -191,12 +221,11 @@ std::vector<Suggestion> suggestions_for(const ModelContext& context, const RunSe
 PlanResult find_plan(const ModelContext& context, const RunSettings& settings, const Progress& progress) {
   PlanResult result;
   std::vector<FrontierPoint> points;
-  SearchOptions options{allocator_budget(context, settings), micro_batch_candidates(settings)};
+  SearchOptions options = search_options(context, settings, micro_batch_candidates(settings));
   Candidate best = search(context, settings, options, &points, &result.configs_evaluated, progress);
   // Frontier beyond the budget too: what more memory would buy.
   for (double factor : {1.25, 1.5, 2.0, 4.0}) {
-    SearchOptions wider = options;
-    wider.budget = static_cast<int64_t>(static_cast<double>(options.budget) * factor);
+    SearchOptions wider = widened(options, factor);
     search(context, settings, wider, &points, &result.configs_evaluated, {});
   }
   result.frontier = pareto(std::move(points));
@@ -207,8 +236,7 @@ PlanResult find_plan(const ModelContext& context, const RunSettings& settings, c
     // The plan closest to fitting: the fastest one under the smallest larger
     // budget that has one, to show how far off the run is.
     for (double factor : {1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0, 64.0}) {
-      SearchOptions wider = options;
-      wider.budget = static_cast<int64_t>(static_cast<double>(options.budget) * factor);
+      SearchOptions wider = widened(options, factor);
       Candidate near = search(context, settings, wider, nullptr, nullptr, {});
       if (near.found) {
         result.best = std::move(near.plan);
@@ -241,7 +269,7 @@ Suggestion suggestion_from(const std::string& change, const Candidate& found, co
 Candidate try_settings(const RunSettings& changed) {
   Result<ModelContext> context = prepare_context(changed);
   if (!context.is_ok()) return {};
-  SearchOptions options{allocator_budget(context.value(), changed), micro_batch_candidates(changed)};
+  SearchOptions options = search_options(context.value(), changed, micro_batch_candidates(changed));
   return search(context.value(), changed, options, nullptr, nullptr, {});
 }
 

@@ -8,6 +8,7 @@
 #include "planner/allocator_rounding.h"
 #include "planner/block_solver.h"
 #include "planner/calibration.h"
+#include "planner/simulator.h"
 #include "planner/step_builder.h"
 #include "planner/step_time.h"
 #include "planner/trainability.h"
@@ -221,6 +222,18 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   m.activations = peak.activations;
   m.transient = peak.transient;
   m.allocator = kPoolSlackBytes;
+  // The caching-allocator simulation sees fragmentation the block walk cannot:
+  // when it reserves more, the difference is the allocator's share.
+  SimulatorOptions quiet;
+  quiet.record_events = false;
+  quiet.max_memory_samples = 0;
+  const Simulation simulation = simulate(context, settings, config, blocks, quiet);
+  out.simulated_peak_reserved = simulation.peak_reserved;
+  out.simulated_peak_allocated = simulation.peak_allocated;
+  if (simulation.peak_reserved > out.peak_reserved) {
+    m.allocator += simulation.peak_reserved - out.peak_reserved;
+    out.peak_reserved = simulation.peak_reserved;
+  }
   out.gpu_total = m.total();
   out.gpu_capacity = context.gpu.memory_bytes;
   out.gpu_budget = gpu_budget_bytes(context, settings);
@@ -250,7 +263,8 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
     times.micro_offload_ms += offload;
   }
   out.time = step_time(settings, config, context.gpu, reserved.states, times);
-  out.fits_gpu = out.gpu_total <= out.gpu_budget;
+  out.fits_gpu = out.gpu_total <= out.gpu_budget && !simulation.out_of_memory;
+  out.simulated_out_of_memory = simulation.out_of_memory;
   out.fits_host = out.host_ram <= out.host_ram_budget;
   out.fits_disk = out.disk <= out.disk_budget;
   return out;

@@ -60,6 +60,11 @@ struct Simulation {
   TimeBreakdown time;                 // from the timeline
   int64_t allocations = 0;            // number of allocation events simulated
   int64_t segments_at_peak = 0;       // cudaMalloc'd segments held at the peak
+  // An allocation failed even after the cached free segments were released
+  // (what PyTorch reports as CUDA out of memory), with the allocator limited to
+  // the GPU budget minus the context. The simulation goes on without the limit.
+  bool out_of_memory = false;
+  std::string out_of_memory_at;
 };
 
 nlohmann::json simulation_to_json(const Simulation& simulation, bool with_events);

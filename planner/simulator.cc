@@ -1,0 +1,458 @@
+#include "planner/simulator.h"
+
+#include <algorithm>
+#include <map>
+#include <queue>
+
+#include "planner/allocator_rounding.h"
+#include "planner/caching_allocator.h"
+#include "planner/step_builder.h"
+#include "planner/step_time.h"
+
+namespace headroom::planner {
+namespace {
+
+using graph::Node;
+
+// Everything one simulated step needs, and its running state.
+class StepSimulator {
+ public:
+  StepSimulator(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                const std::vector<BlockChoice>& choices, const SimulatorOptions& options)
+      : ctx_(context), graph_(context.graph), an_(context.analysis), settings_(settings), config_(config),
+        choices_(choices), options_(options), allocator_(allocator_budget(context, settings)) {
+    batch_ = config.micro_batch;
+    seq_ = context.seq_len;
+    const size_t tensors = graph_.tensors.size();
+    tensor_bytes_.resize(tensors);
+    for (size_t t = 0; t < tensors; ++t) {
+      tensor_bytes_[t] = graph::tensor_bytes(graph_.tensors[t], context.compute_dtype, batch_, seq_);
+    }
+    handle_.assign(tensors, -1);
+    grad_handle_.assign(tensors, -1);
+    pending_.assign(tensors, 0);
+    saved_.assign(tensors, 0);
+    held_by_checkpoint_.assign(tensors, 0);
+    times_.resize(graph_.nodes.size());
+    for (size_t n = 0; n < graph_.nodes.size(); ++n) {
+      times_[n] = node_times(graph_, an_, static_cast<int>(n), context.compute_dtype, batch_, seq_,
+                             context.gpu, context.time_options);
+    }
+    states_ = model_states(graph_, settings, config, Accounting::kAllocated);
+    block_param_bytes_.assign(graph_.blocks.size(), 0);
+    for (const Node& node : graph_.nodes) {
+      for (const graph::Param& param : node.params) {
+        if (param.tied_to.empty()) block_param_bytes_[node.block] += param_storage_bytes(param, settings.precision);
+      }
+    }
+  }
+
+  Simulation run();
+
+ private:
+  // --- allocation bookkeeping ---
+  int64_t alloc(int64_t bytes, const std::string& category) {
+    int64_t handle = allocator_.allocate(bytes);
+    if (handle < 0) {
+      if (!out_.out_of_memory) {
+        out_.out_of_memory = true;
+        out_.out_of_memory_at = label_;
+      }
+      allocator_.set_capacity(INT64_MAX / 4);
+      handle = allocator_.allocate(bytes);
+    }
+    const int64_t size = allocated_bytes_for_request(bytes);
+    live_[handle] = {size, category};
+    by_category_[category] += size;
+    ++out_.allocations;
+    sample();
+    return handle;
+  }
+  void release(int64_t handle) {
+    if (handle < 0) return;
+    const auto it = live_.find(handle);
+    by_category_[it->second.second] -= it->second.first;
+    live_.erase(it);
+    allocator_.release(handle);
+    sample();
+  }
+  void sample() {
+    const int64_t reserved = allocator_.reserved_bytes();
+    const int64_t allocated = allocator_.allocated_bytes();
+    if (options_.max_memory_samples > 0) out_.memory.push_back({clock_, allocated, reserved, label_});
+    out_.peak_allocated = std::max(out_.peak_allocated, allocated);
+    if (reserved > out_.peak_reserved || (reserved == out_.peak_reserved && allocated > peak_allocated_at_peak_)) {
+      out_.peak_reserved = reserved;
+      peak_allocated_at_peak_ = allocated;
+      out_.peak_time_ms = clock_;
+      out_.peak_label = label_;
+      out_.segments_at_peak = allocator_.segment_count();
+      peak_categories_ = by_category_;
+    }
+  }
+  void maybe_free(int t) {
+    if (handle_[t] < 0 || pending_[t] > 0 || saved_[t] > 0 || held_by_checkpoint_[t] > 0) return;
+    release(handle_[t]);
+    handle_[t] = -1;
+  }
+  // Frees whose copies finished by now (offloaded activations leaving the GPU).
+  void settle(double until) {
+    while (!delayed_.empty() && delayed_.top().first <= until) {
+      const int t = delayed_.top().second;
+      delayed_.pop();
+      --saved_[t];
+      maybe_free(t);
+    }
+  }
+  double event(Stream stream, Phase phase, double start, double duration, int block, const std::string& label,
+               int64_t bytes = 0, double flops = 0) {
+    if (options_.record_events) {
+      out_.events.push_back({stream, phase, start, start + duration, micro_, block, label, bytes, flops});
+    }
+    return start + duration;
+  }
+  void compute(Phase phase, double ms, int block, const std::string& label, double flops) {
+    label_ = label;
+    clock_ = event(Stream::kCompute, phase, clock_, ms, block, label, 0, flops);
+    settle(clock_);
+  }
+  double transfer_ms(double bytes) const { return bytes / (ctx_.gpu.host_link_gbps * 1e9) * 1e3; }
+  const std::string& block_name(int block) const { return graph_.blocks[block].name; }
+  bool checkpointed(int block) const { return choices_[block] == BlockChoice::kCheckpoint && an_.blocks[block].on_autograd; }
+  bool offloaded(int block) const { return choices_[block] == BlockChoice::kOffload && an_.blocks[block].on_autograd; }
+
+  void allocate_states();
+  void forward_block(int block, bool recompute);
+  void offload_block(int block);
+  void prefetch_block(int block);
+  void backward_block(int block);
+  void micro_step();
+  void optimizer_step();
+
+  const ModelContext& ctx_;
+  const graph::LayerGraph& graph_;
+  const graph::GraphAnalysis& an_;
+  const RunSettings& settings_;
+  const GlobalConfig& config_;
+  const std::vector<BlockChoice>& choices_;
+  const SimulatorOptions& options_;
+  int64_t batch_ = 1;
+  int64_t seq_ = 1;
+  ModelStates states_;
+  std::vector<int64_t> tensor_bytes_;
+  std::vector<int64_t> handle_;
+  std::vector<int64_t> grad_handle_;
+  std::vector<int> pending_;
+  std::vector<int> saved_;
+  std::vector<int> held_by_checkpoint_;
+  std::vector<NodeTimes> times_;
+  std::vector<int64_t> block_param_bytes_;
+  std::map<int, std::vector<int>> offloaded_tensors_;  // block -> tensors sent to the host
+  std::map<int, double> prefetch_done_;                // block -> time its tensors are back
+  std::vector<int64_t> param_grads_;                   // progressive gradient handles
+  CachingAllocatorModel allocator_;
+  std::map<int64_t, std::pair<int64_t, std::string>> live_;
+  std::map<std::string, int64_t> by_category_;
+  std::map<std::string, int64_t> peak_categories_;
+  int64_t peak_allocated_at_peak_ = 0;
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> delayed_;
+  double clock_ = 0;
+  double copy_out_free_ = 0;
+  double copy_in_free_ = 0;
+  double comm_free_ = 0;
+  int micro_ = 0;
+  std::string label_ = "start";
+  Simulation out_;
+  TimeBreakdown time_;
+};
+
+void StepSimulator::allocate_states() {
+  label_ = "model states";
+  const bool progressive = states_.grads_progressive;
+  if (config_.offload_param == Offload::kNone) {
+    if (config_.zero_stage >= 3) {
+      alloc(states_.params, "parameters");
+    } else {
+      for (const Node& node : graph_.nodes) {
+        for (const graph::Param& param : node.params) {
+          if (param.tied_to.empty()) alloc(param_storage_bytes(param, settings_.precision), "parameters");
+        }
+      }
+    }
+  }
+  if (states_.optimizer > 0) alloc(states_.optimizer, "optimizer states");
+  if (states_.master > 0) alloc(states_.master, "master weights");
+  if (!progressive && states_.grads_full > 0) alloc(states_.grads_full, "gradients");
+  if (states_.comm_buckets > 0) alloc(states_.comm_buckets, "ZeRO buffers");
+  alloc(ctx_.gpu.cublas_workspace_bytes, "workspaces");
+  for (size_t t = 0; t < graph_.tensors.size(); ++t) {
+    if (an_.persistent[t]) handle_[t] = alloc(tensor_bytes_[t], "persistent activations");
+  }
+}
+
+void StepSimulator::forward_block(int block, bool recompute) {
+  const bool saving = !checkpointed(block) || recompute;
+  const std::string prefix = recompute ? "recompute " : "forward ";
+  const int64_t gathered = config_.zero_stage >= 3 ? alloc(block_param_bytes_[block], "ZeRO buffers") : -1;
+  if (checkpointed(block) && !recompute) {
+    for (int t : an_.blocks[block].boundary_inputs) ++held_by_checkpoint_[t];
+  }
+  for (int n : an_.blocks[block].nodes) {
+    const Node& node = graph_.nodes[n];
+    label_ = prefix + node.name;
+    for (int t : an_.node_outputs[n]) {
+      if (an_.persistent[t] || handle_[t] >= 0) continue;
+      handle_[t] = alloc(tensor_bytes_[t], "activations: " + block_name(block));
+      pending_[t] = 0;
+      for (int consumer : an_.consumers[t]) {
+        // In a recompute only this block's consumers run again.
+        if (!recompute || graph_.nodes[consumer].block == block) ++pending_[t];
+      }
+    }
+    const int64_t workspace = node.workspace_elements.at(batch_, seq_);
+    const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
+    compute(recompute ? Phase::kRecompute : Phase::kForward, times_[n].fwd_ms, block, label_, times_[n].fwd_flops);
+    release(ws);
+    if (saving) {
+      for (const graph::SavedRef& save : node.saves) {
+        const int t = graph::tensor_index(graph_, save.tensor);
+        if (an_.save_active(n, save.when)) ++saved_[t];
+      }
+    }
+    for (int t : an_.node_inputs[n]) {
+      if (!recompute || an_.producer[t] < 0 || graph_.nodes[an_.producer[t]].block == block) {
+        if (pending_[t] > 0) --pending_[t];
+      }
+      maybe_free(t);
+    }
+    for (int t : an_.node_outputs[n]) maybe_free(t);
+  }
+  if (gathered >= 0) release(gathered);
+}
+
+// Sends the block's saved tensors to pinned host memory on the copy stream; each
+// leaves the GPU when its copy is done.
+void StepSimulator::offload_block(int block) {
+  std::vector<int>& sent = offloaded_tensors_[block];
+  sent.clear();
+  int64_t bytes = 0;
+  for (int t : an_.blocks[block].saved_tensors) {
+    if (handle_[t] < 0 || saved_[t] == 0) continue;
+    sent.push_back(t);
+    bytes += tensor_bytes_[t];
+  }
+  const double start = std::max(clock_, copy_out_free_);
+  copy_out_free_ = event(Stream::kCopyOut, Phase::kOffload, start, transfer_ms(bytes), block,
+                         "offload " + block_name(block), bytes);
+  for (int t : sent) delayed_.push({copy_out_free_, t});
+}
+
+// Brings an offloaded block back: new GPU copies, allocated when the copy starts.
+void StepSimulator::prefetch_block(int block) {
+  if (!offloaded(block) || prefetch_done_.count(block)) return;
+  settle(1e300);  // everything sent earlier has left by now (the copy-out stream is ordered)
+  int64_t bytes = 0;
+  label_ = "prefetch " + block_name(block);
+  for (int t : offloaded_tensors_[block]) {
+    handle_[t] = alloc(tensor_bytes_[t], "activations: " + block_name(block));
+    ++saved_[t];
+    bytes += tensor_bytes_[t];
+  }
+  const double start = std::max(clock_, copy_in_free_);
+  copy_in_free_ = event(Stream::kCopyIn, Phase::kOffload, start, transfer_ms(bytes), block,
+                        "prefetch " + block_name(block), bytes);
+  prefetch_done_[block] = copy_in_free_;
+}
+
+void StepSimulator::backward_block(int block) {
+  if (!an_.blocks[block].on_autograd) return;
+  // Prefetch this block if not yet in flight, and the next one to overlap it.
+  prefetch_block(block);
+  if (block > 0) prefetch_block(block - 1);
+  if (offloaded(block)) {
+    const double ready = prefetch_done_[block];
+    if (ready > clock_) {
+      time_.offload_exposed_ms += ready - clock_;
+      clock_ = ready;
+    }
+    prefetch_done_.erase(block);
+  }
+  if (checkpointed(block)) forward_block(block, true);
+  const int64_t gathered = config_.zero_stage >= 3 ? alloc(block_param_bytes_[block], "ZeRO buffers") : -1;
+  const std::vector<int>& nodes = an_.blocks[block].nodes;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    const int n = *it;
+    if (!an_.needs_input_grad[n] && !an_.needs_param_grad[n]) continue;
+    const Node& node = graph_.nodes[n];
+    label_ = "backward " + node.name;
+    for (int t : an_.node_inputs[n]) {
+      if (an_.requires_grad[t] && !an_.persistent[t] && grad_handle_[t] < 0) {
+        grad_handle_[t] = alloc(tensor_bytes_[t], "activation gradients");
+      }
+    }
+    if (states_.grads_progressive && micro_ == 0) {
+      for (const graph::Param& param : node.params) {
+        if (param.trainable && param.tied_to.empty()) {
+          param_grads_.push_back(alloc(param.elements() * grad_bytes_per_element(settings_.precision), "gradients"));
+        }
+      }
+    }
+    const int64_t workspace = node.workspace_elements.at(batch_, seq_);
+    const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
+    compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
+    release(ws);
+    for (int t : an_.node_outputs[n]) {
+      release(grad_handle_[t]);
+      grad_handle_[t] = -1;
+    }
+    for (const graph::SavedRef& save : node.saves) {
+      const int t = graph::tensor_index(graph_, save.tensor);
+      if (an_.save_active(n, save.when) && saved_[t] > 0) {
+        --saved_[t];
+        maybe_free(t);
+      }
+    }
+  }
+  if (checkpointed(block)) {
+    for (int t : an_.blocks[block].boundary_inputs) {
+      --held_by_checkpoint_[t];
+      maybe_free(t);
+    }
+  }
+  if (gathered >= 0) release(gathered);
+  // Gradient traffic of this block: reduce-scatter (ZeRO-2/3) or copies to a CPU optimizer.
+  int64_t grad_bytes = 0;
+  for (int n : nodes) {
+    for (const graph::Param& param : graph_.nodes[n].params) {
+      if (param.trainable && param.tied_to.empty()) grad_bytes += param.elements() * grad_bytes_per_element(settings_.precision);
+    }
+  }
+  const int world = settings_.world_size();
+  const bool last_micro = micro_ + 1 == config_.grad_accum;
+  if (grad_bytes > 0 && world > 1 && (config_.zero_stage >= 2 || last_micro)) {
+    const double ring = static_cast<double>(world - 1) / world * (config_.zero_stage >= 2 ? 1 : 2);
+    const double bytes = ring * static_cast<double>(grad_bytes);
+    const double gbps = settings_.nodes > 1 ? settings_.network_gbps
+                        : ctx_.gpu.nvlink_gbps > 0 ? ctx_.gpu.nvlink_gbps : ctx_.gpu.host_link_gbps;
+    const double start = std::max(clock_, comm_free_);
+    comm_free_ = event(Stream::kComm, Phase::kComm, start, bytes / (gbps * 1e9) * 1e3, block,
+                       "reduce gradients " + block_name(block), static_cast<int64_t>(bytes));
+  }
+  if (grad_bytes > 0 && config_.offload_optimizer != Offload::kNone && last_micro) {
+    const double start = std::max(clock_, copy_out_free_);
+    copy_out_free_ = event(Stream::kCopyOut, Phase::kOptimizer, start, transfer_ms(static_cast<double>(grad_bytes) / (config_.zero_stage >= 1 ? world : 1)),
+                           block, "gradients to host " + block_name(block), grad_bytes);
+  }
+}
+
+void StepSimulator::micro_step() {
+  const int blocks = static_cast<int>(graph_.blocks.size());
+  for (int b = 0; b < blocks; ++b) {
+    forward_block(b, false);
+    if (offloaded(b)) offload_block(b);
+  }
+  for (int b = blocks - 1; b >= 0; --b) backward_block(b);
+  settle(1e300);
+  // Whatever is still held (graph outputs nobody consumes) goes with the step.
+  for (size_t t = 0; t < graph_.tensors.size(); ++t) {
+    if (an_.persistent[t]) continue;
+    pending_[t] = 0;
+    saved_[t] = 0;
+    held_by_checkpoint_[t] = 0;
+    maybe_free(static_cast<int>(t));
+    release(grad_handle_[t]);
+    grad_handle_[t] = -1;
+  }
+  prefetch_done_.clear();
+}
+
+void StepSimulator::optimizer_step() {
+  // The optimizer's own duration comes from the step-time model (GPU: memory
+  // bound; CPU Adam and the parameter copy back when offloaded).
+  const TimeBreakdown model = step_time(settings_, config_, ctx_.gpu, states_, StepTimeInputs{});
+  label_ = "optimizer step";
+  const double collectives_done = std::max(comm_free_, copy_out_free_);
+  if (collectives_done > clock_) {
+    time_.comm_exposed_ms += comm_free_ > clock_ ? comm_free_ - clock_ : 0;
+    clock_ = std::max(clock_, collectives_done);
+  }
+  const Stream stream = config_.offload_optimizer == Offload::kNone ? Stream::kCompute : Stream::kCpu;
+  clock_ = event(stream, Phase::kOptimizer, clock_, model.optimizer_ms, -1, label_);
+  time_.optimizer_ms = model.optimizer_ms;
+  for (int64_t handle : param_grads_) release(handle);  // zero_grad(set_to_none=True)
+  param_grads_.clear();
+}
+
+Simulation StepSimulator::run() {
+  allocate_states();
+  for (micro_ = 0; micro_ < config_.grad_accum; ++micro_) micro_step();
+  micro_ = static_cast<int>(config_.grad_accum) - 1;
+  optimizer_step();
+  for (const TimelineEvent& e : out_.events) {
+    if (e.stream != Stream::kCompute) continue;
+    const double ms = e.end_ms - e.start_ms;
+    if (e.phase == Phase::kForward) time_.forward_ms += ms;
+    if (e.phase == Phase::kBackward) time_.backward_ms += ms;
+    if (e.phase == Phase::kRecompute) time_.recompute_ms += ms;
+  }
+  time_.step_ms = clock_;
+  const int world = settings_.world_size();
+  const double samples = static_cast<double>(config_.grad_accum * config_.micro_batch * world);
+  time_.samples_per_s = clock_ > 0 ? samples / (clock_ / 1e3) : 0;
+  time_.tokens_per_s = time_.samples_per_s * static_cast<double>(seq_);
+  double flops = 0;
+  for (const NodeTimes& t : times_) flops += t.fwd_flops + t.bwd_flops;
+  const double peak = (settings_.precision == Precision::kFp32 ? ctx_.gpu.fp32_tflops : ctx_.gpu.bf16_tflops) * 1e12;
+  time_.mfu = clock_ > 0 ? flops * static_cast<double>(config_.grad_accum) / (clock_ / 1e3) / peak : 0;
+  out_.time = time_;
+  out_.cuda_context = context_bytes(ctx_, settings_);
+  for (const auto& [name, bytes] : peak_categories_) {
+    if (bytes > 0) out_.live_at_peak.push_back({name, bytes});
+  }
+  std::stable_sort(out_.live_at_peak.begin(), out_.live_at_peak.end(),
+                   [](const LiveItem& a, const LiveItem& b) { return a.bytes > b.bytes; });
+  return std::move(out_);
+}
+
+}  // namespace
+
+// Keeps at most `limit` samples, preserving in every stretch the sample with the
+// highest reserved and the one with the highest allocated memory, so peaks survive.
+void thin_memory_curve(std::vector<MemorySample>& samples, int limit) {
+  if (limit < 4 || static_cast<int>(samples.size()) <= limit) return;
+  const size_t buckets = static_cast<size_t>(limit / 2);
+  const size_t per = (samples.size() + buckets - 1) / buckets;
+  std::vector<MemorySample> kept;
+  for (size_t start = 0; start < samples.size(); start += per) {
+    const size_t end = std::min(samples.size(), start + per);
+    size_t top_reserved = start;
+    size_t top_allocated = start;
+    for (size_t i = start; i < end; ++i) {
+      if (samples[i].reserved > samples[top_reserved].reserved) top_reserved = i;
+      if (samples[i].allocated > samples[top_allocated].allocated) top_allocated = i;
+    }
+    kept.push_back(samples[std::min(top_reserved, top_allocated)]);
+    if (top_reserved != top_allocated) kept.push_back(samples[std::max(top_reserved, top_allocated)]);
+  }
+  samples.swap(kept);
+}
+
+Simulation simulate(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                    const std::vector<BlockChoice>& blocks, const SimulatorOptions& options) {
+  StepSimulator simulator(context, settings, config, blocks, options);
+  Simulation out = simulator.run();
+  thin_memory_curve(out.memory, options.max_memory_samples);
+  return out;
+}
+
+Result<Simulation> simulate_plan(const Plan& plan, const SimulatorOptions& options) {
+  Result<ModelContext> context = prepare_context(plan.settings);
+  if (!context.is_ok()) return context.status();
+  if (plan.blocks.size() != context->graph.blocks.size()) {
+    return Status::error("plan: blocks: expected " + std::to_string(context->graph.blocks.size()) + " entries for " +
+                         context->graph.name + ", got " + std::to_string(plan.blocks.size()));
+  }
+  return simulate(context.value(), plan.settings, plan.config, plan.blocks, options);
+}
+
+}  // namespace headroom::planner
