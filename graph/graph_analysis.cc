@@ -143,6 +143,13 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
     }
   }
 
+  out.node_saves.assign(node_count, {});
+  for (int n = 0; n < node_count; ++n) {
+    for (const SavedRef& saved : graph.nodes[n].saves) {
+      if (out.save_active(n, saved.when)) out.node_saves[n].push_back(tensor_ids.at(saved.tensor));
+    }
+  }
+
   out.blocks.assign(graph.blocks.size(), {});
   for (int n : out.order) out.blocks[graph.nodes[n].block].nodes.push_back(n);
 

@@ -38,6 +38,7 @@ struct GraphAnalysis {
   std::vector<std::vector<int>> consumers;  // per tensor: node indices reading it
   std::vector<std::vector<int>> node_inputs;   // per node: tensor indices of its inputs
   std::vector<std::vector<int>> node_outputs;  // per node: tensor indices of its outputs
+  std::vector<std::vector<int>> node_saves;    // per node: tensor indices of its active saves
   std::vector<bool> requires_grad;       // per tensor
   std::vector<bool> needs_input_grad;    // per node: some input requires grad
   std::vector<bool> needs_param_grad;    // per node: has a trainable parameter

@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 namespace headroom::planner {
@@ -61,7 +62,7 @@ class CachingAllocatorModel {
   int64_t next_segment_ = 0;
   int64_t next_block_ = 0;
   std::map<int64_t, Segment> segments_;
-  std::map<int64_t, Block> blocks_;
+  std::unordered_map<int64_t, Block> blocks_;
   std::set<FreeKey> free_small_;
   std::set<FreeKey> free_large_;
 };

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -277,6 +281,10 @@ void read_batch(Reader& reader, const json& ds, RunSettings& s) {
   // Neither batch key given: DeepSpeed would refuse; keep base's micro-batch.
   if (!tb.given() && !mb.given()) mb = {Kind::kValue, s.micro_batch};
   const int64_t world = s.world_size();
+  if (world < 1) {
+    reader.error("train_batch_size", "expected at least one GPU in the settings, got " + std::to_string(world));
+    return;
+  }
   int64_t micro = mb.value;
   int64_t accum = ga.or_else(1);
   if (tb.given() && !mb.given()) {

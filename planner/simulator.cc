@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <queue>
+#include <unordered_map>
 
 #include "planner/allocator_rounding.h"
 #include "planner/caching_allocator.h"
@@ -51,7 +52,23 @@ class StepSimulator {
 
  private:
   // --- allocation bookkeeping ---
-  int64_t alloc(int64_t bytes, const std::string& category) {
+  // Categories are small integers; names_[id] is what the report shows.
+  int category(const std::string& name) {
+    const auto [it, inserted] = category_ids_.try_emplace(name, static_cast<int>(category_names_.size()));
+    if (inserted) {
+      category_names_.push_back(name);
+      by_category_.push_back(0);
+    }
+    return it->second;
+  }
+  int block_category(int block) {
+    if (block_categories_.empty()) {
+      for (const graph::Block& b : graph_.blocks) block_categories_.push_back(category("activations: " + b.name));
+    }
+    return block_categories_[block];
+  }
+  int64_t alloc(int64_t bytes, const std::string& name) { return alloc(bytes, category(name)); }
+  int64_t alloc(int64_t bytes, int category) {
     int64_t handle = allocator_.allocate(bytes);
     if (handle < 0) {
       if (!out_.out_of_memory) {
@@ -79,7 +96,10 @@ class StepSimulator {
   void sample() {
     const int64_t reserved = allocator_.reserved_bytes();
     const int64_t allocated = allocator_.allocated_bytes();
-    if (options_.max_memory_samples > 0) out_.memory.push_back({clock_, allocated, reserved, label_});
+    if (options_.max_memory_samples > 0) {
+      if (labels_.empty() || labels_.back() != label_) labels_.push_back(label_);
+      samples_.push_back({clock_, allocated, reserved, static_cast<int>(labels_.size()) - 1});
+    }
     out_.peak_allocated = std::max(out_.peak_allocated, allocated);
     if (reserved > out_.peak_reserved || (reserved == out_.peak_reserved && allocated > peak_allocated_at_peak_)) {
       out_.peak_reserved = reserved;
@@ -122,6 +142,7 @@ class StepSimulator {
   bool offloaded(int block) const { return choices_[block] == BlockChoice::kOffload && an_.blocks[block].on_autograd; }
 
   void allocate_states();
+  void thin_samples();
   void forward_block(int block, bool recompute);
   void offload_block(int block);
   void prefetch_block(int block);
@@ -151,9 +172,12 @@ class StepSimulator {
   std::map<int, double> prefetch_done_;                // block -> time its tensors are back
   std::vector<int64_t> param_grads_;                   // progressive gradient handles
   CachingAllocatorModel allocator_;
-  std::map<int64_t, std::pair<int64_t, std::string>> live_;
-  std::map<std::string, int64_t> by_category_;
-  std::map<std::string, int64_t> peak_categories_;
+  std::unordered_map<int64_t, std::pair<int64_t, int>> live_;
+  std::map<std::string, int> category_ids_;
+  std::vector<std::string> category_names_;
+  std::vector<int> block_categories_;
+  std::vector<int64_t> by_category_;
+  std::vector<int64_t> peak_categories_;
   int64_t peak_allocated_at_peak_ = 0;
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> delayed_;
   double clock_ = 0;
@@ -162,9 +186,41 @@ class StepSimulator {
   double comm_free_ = 0;
   int micro_ = 0;
   std::string label_ = "start";
+  struct RawSample {
+    double time_ms;
+    int64_t allocated;
+    int64_t reserved;
+    int label;  // index into labels_
+  };
+  std::vector<RawSample> samples_;
+  std::vector<std::string> labels_;
   Simulation out_;
   TimeBreakdown time_;
 };
+
+// Keeps at most max_memory_samples points, preserving in every stretch the
+// sample with the highest reserved and the one with the highest allocated
+// memory, so the peaks survive; then gives the kept ones their labels.
+void StepSimulator::thin_samples() {
+  const size_t limit = static_cast<size_t>(std::max(options_.max_memory_samples, 0));
+  if (limit == 0) return;
+  const size_t buckets = std::max<size_t>(1, limit / 2);
+  const size_t per = std::max<size_t>(1, (samples_.size() + buckets - 1) / buckets);
+  for (size_t start = 0; start < samples_.size(); start += per) {
+    const size_t end = std::min(samples_.size(), start + per);
+    size_t top_reserved = start;
+    size_t top_allocated = start;
+    for (size_t i = start; i < end; ++i) {
+      if (samples_[i].reserved > samples_[top_reserved].reserved) top_reserved = i;
+      if (samples_[i].allocated > samples_[top_allocated].allocated) top_allocated = i;
+    }
+    for (size_t i : {std::min(top_reserved, top_allocated), std::max(top_reserved, top_allocated)}) {
+      const RawSample& raw = samples_[i];
+      out_.memory.push_back({raw.time_ms, raw.allocated, raw.reserved, labels_[raw.label]});
+      if (top_reserved == top_allocated) break;
+    }
+  }
+}
 
 void StepSimulator::allocate_states() {
   label_ = "model states";
@@ -202,7 +258,7 @@ void StepSimulator::forward_block(int block, bool recompute) {
     label_ = prefix + node.name;
     for (int t : an_.node_outputs[n]) {
       if (an_.persistent[t] || handle_[t] >= 0) continue;
-      handle_[t] = alloc(tensor_bytes_[t], "activations: " + block_name(block));
+      handle_[t] = alloc(tensor_bytes_[t], block_category(block));
       pending_[t] = 0;
       for (int consumer : an_.consumers[t]) {
         // In a recompute only this block's consumers run again.
@@ -214,10 +270,7 @@ void StepSimulator::forward_block(int block, bool recompute) {
     compute(recompute ? Phase::kRecompute : Phase::kForward, times_[n].fwd_ms, block, label_, times_[n].fwd_flops);
     release(ws);
     if (saving) {
-      for (const graph::SavedRef& save : node.saves) {
-        const int t = graph::tensor_index(graph_, save.tensor);
-        if (an_.save_active(n, save.when)) ++saved_[t];
-      }
+      for (int t : an_.node_saves[n]) ++saved_[t];
     }
     for (int t : an_.node_inputs[n]) {
       if (!recompute || an_.producer[t] < 0 || graph_.nodes[an_.producer[t]].block == block) {
@@ -254,7 +307,7 @@ void StepSimulator::prefetch_block(int block) {
   int64_t bytes = 0;
   label_ = "prefetch " + block_name(block);
   for (int t : offloaded_tensors_[block]) {
-    handle_[t] = alloc(tensor_bytes_[t], "activations: " + block_name(block));
+    handle_[t] = alloc(tensor_bytes_[t], block_category(block));
     ++saved_[t];
     bytes += tensor_bytes_[t];
   }
@@ -305,9 +358,8 @@ void StepSimulator::backward_block(int block) {
       release(grad_handle_[t]);
       grad_handle_[t] = -1;
     }
-    for (const graph::SavedRef& save : node.saves) {
-      const int t = graph::tensor_index(graph_, save.tensor);
-      if (an_.save_active(n, save.when) && saved_[t] > 0) {
+    for (int t : an_.node_saves[n]) {
+      if (saved_[t] > 0) {
         --saved_[t];
         maybe_free(t);
       }
@@ -404,10 +456,11 @@ Simulation StepSimulator::run() {
   for (const NodeTimes& t : times_) flops += t.fwd_flops + t.bwd_flops;
   const double peak = (settings_.precision == Precision::kFp32 ? ctx_.gpu.fp32_tflops : ctx_.gpu.bf16_tflops) * 1e12;
   time_.mfu = clock_ > 0 ? flops * static_cast<double>(config_.grad_accum) / (clock_ / 1e3) / peak : 0;
+  thin_samples();
   out_.time = time_;
   out_.cuda_context = context_bytes(ctx_, settings_);
-  for (const auto& [name, bytes] : peak_categories_) {
-    if (bytes > 0) out_.live_at_peak.push_back({name, bytes});
+  for (size_t id = 0; id < peak_categories_.size(); ++id) {
+    if (peak_categories_[id] > 0) out_.live_at_peak.push_back({category_names_[id], peak_categories_[id]});
   }
   std::stable_sort(out_.live_at_peak.begin(), out_.live_at_peak.end(),
                    [](const LiveItem& a, const LiveItem& b) { return a.bytes > b.bytes; });
@@ -416,33 +469,10 @@ Simulation StepSimulator::run() {
 
 }  // namespace
 
-// Keeps at most `limit` samples, preserving in every stretch the sample with the
-// highest reserved and the one with the highest allocated memory, so peaks survive.
-void thin_memory_curve(std::vector<MemorySample>& samples, int limit) {
-  if (limit < 4 || static_cast<int>(samples.size()) <= limit) return;
-  const size_t buckets = static_cast<size_t>(limit / 2);
-  const size_t per = (samples.size() + buckets - 1) / buckets;
-  std::vector<MemorySample> kept;
-  for (size_t start = 0; start < samples.size(); start += per) {
-    const size_t end = std::min(samples.size(), start + per);
-    size_t top_reserved = start;
-    size_t top_allocated = start;
-    for (size_t i = start; i < end; ++i) {
-      if (samples[i].reserved > samples[top_reserved].reserved) top_reserved = i;
-      if (samples[i].allocated > samples[top_allocated].allocated) top_allocated = i;
-    }
-    kept.push_back(samples[std::min(top_reserved, top_allocated)]);
-    if (top_reserved != top_allocated) kept.push_back(samples[std::max(top_reserved, top_allocated)]);
-  }
-  samples.swap(kept);
-}
-
 Simulation simulate(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
                     const std::vector<BlockChoice>& blocks, const SimulatorOptions& options) {
   StepSimulator simulator(context, settings, config, blocks, options);
-  Simulation out = simulator.run();
-  thin_memory_curve(out.memory, options.max_memory_samples);
-  return out;
+  return simulator.run();
 }
 
 Result<Simulation> simulate_plan(const Plan& plan, const SimulatorOptions& options) {

@@ -1,0 +1,62 @@
+// Simulation time of one training step for a 1024-block plan (target: under
+// 100 ms on this machine), against the planner's block-level walk of the same
+// plan as the in-run baseline. The model is a stack of 1024 GPT layers
+// (h = 1024, 16 heads, SDPA, S = 1024, micro-batch 1) with every other block
+// checkpointed and every fourth offloaded.
+#include <chrono>
+#include <cstdio>
+
+#include "models/gpt_stack.h"
+#include "planner/simulator.h"
+
+namespace {
+
+template <typename F>
+double best_of_ms(int repeats, F&& f) {
+  double best = 1e300;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    const auto end = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double, std::milli>(end - start).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int main() {
+  using namespace headroom;
+  planner::ModelContext context;
+  context.graph = models::build_gpt_layer_stack(1024, 1024, 16, 50304, models::AttentionImpl::kSdpa, 0.0);
+  context.analysis = graph::analyze_graph(context.graph);
+  context.gpu = planner::find_gpu("h100").value();
+  context.seq_len = 1024;
+  planner::RunSettings settings;
+  settings.gpu = "h100";
+  planner::GlobalConfig config;
+  std::vector<planner::BlockChoice> choices(context.graph.blocks.size(), planner::BlockChoice::kKeep);
+  int checkpointable = 0;
+  for (size_t b = 0; b < choices.size(); ++b) {
+    if (!context.graph.blocks[b].checkpointable) continue;
+    if (checkpointable % 2 == 0) choices[b] = planner::BlockChoice::kCheckpoint;
+    if (checkpointable % 4 == 1) choices[b] = planner::BlockChoice::kOffload;
+    ++checkpointable;
+  }
+  std::printf("1024-block plan: %zu blocks, %zu nodes, %zu tensors\n", context.graph.blocks.size(),
+              context.graph.nodes.size(), context.graph.tensors.size());
+  planner::Prediction prediction;
+  const double walk_ms = best_of_ms(3, [&] { prediction = planner::predict(context, settings, config, choices); });
+  planner::Simulation simulation;
+  planner::SimulatorOptions quiet;
+  quiet.record_events = false;
+  const double quiet_ms = best_of_ms(3, [&] { simulation = planner::simulate(context, settings, config, choices, quiet); });
+  const double full_ms = best_of_ms(3, [&] { simulation = planner::simulate(context, settings, config, choices); });
+  std::printf("%-44s %10.1f ms\n", "predict (block walk + simulation, baseline)", walk_ms);
+  std::printf("%-44s %10.1f ms  (%.2fx of predict)\n", "simulate, no timeline", quiet_ms, quiet_ms / walk_ms);
+  std::printf("%-44s %10.1f ms  (%.2fx of predict)\n", "simulate, full timeline", full_ms, full_ms / walk_ms);
+  std::printf("allocations %lld, timeline events %zu, memory samples %zu, peak reserved %.2f GiB at %s\n",
+              static_cast<long long>(simulation.allocations), simulation.events.size(), simulation.memory.size(),
+              static_cast<double>(simulation.peak_reserved) / (1 << 30), simulation.peak_label.c_str());
+  return 0;
+}
