@@ -278,8 +278,11 @@ void read_batch(Reader& reader, const json& ds, RunSettings& s) {
   using Kind = Field<int64_t>::Kind;
   if (mb.kind == Kind::kAuto) mb = {Kind::kValue, s.micro_batch};
   if (ga.kind == Kind::kAuto) ga = {Kind::kValue, s.grad_accum};
-  // Neither batch key given: DeepSpeed would refuse; keep base's micro-batch.
-  if (!tb.given() && !mb.given()) mb = {Kind::kValue, s.micro_batch};
+  // Neither batch key given: DeepSpeed would refuse; keep the base's batch.
+  if (!tb.given() && !mb.given()) {
+    mb = {Kind::kValue, s.micro_batch};
+    if (!ga.given()) ga = {Kind::kValue, s.grad_accum};
+  }
   const int64_t world = s.world_size();
   if (world < 1) {
     reader.error("train_batch_size", "expected at least one GPU in the settings, got " + std::to_string(world));

@@ -111,7 +111,7 @@ class StepSimulator {
     }
   }
   void maybe_free(int t) {
-    if (handle_[t] < 0 || pending_[t] > 0 || saved_[t] > 0 || held_by_checkpoint_[t] > 0) return;
+    if (handle_[t] < 0 || an_.persistent[t] || pending_[t] > 0 || saved_[t] > 0 || held_by_checkpoint_[t] > 0) return;
     release(handle_[t]);
     handle_[t] = -1;
   }
@@ -203,7 +203,7 @@ class StepSimulator {
 // memory, so the peaks survive; then gives the kept ones their labels.
 void StepSimulator::thin_samples() {
   const size_t limit = static_cast<size_t>(std::max(options_.max_memory_samples, 0));
-  if (limit == 0) return;
+  if (limit == 0 || samples_.empty()) return;
   const size_t buckets = std::max<size_t>(1, limit / 2);
   const size_t per = std::max<size_t>(1, (samples_.size() + buckets - 1) / buckets);
   for (size_t start = 0; start < samples_.size(); start += per) {
@@ -219,6 +219,11 @@ void StepSimulator::thin_samples() {
       out_.memory.push_back({raw.time_ms, raw.allocated, raw.reserved, labels_[raw.label]});
       if (top_reserved == top_allocated) break;
     }
+  }
+  // The end of the step stays: it shows what remains between steps.
+  const RawSample& last = samples_.back();
+  if (out_.memory.back().time_ms != last.time_ms || out_.memory.back().allocated != last.allocated) {
+    out_.memory.push_back({last.time_ms, last.allocated, last.reserved, labels_[last.label]});
   }
 }
 
@@ -297,7 +302,14 @@ void StepSimulator::offload_block(int block) {
   const double start = std::max(clock_, copy_out_free_);
   copy_out_free_ = event(Stream::kCopyOut, Phase::kOffload, start, transfer_ms(bytes), block,
                          "offload " + block_name(block), bytes);
-  for (int t : sent) delayed_.push({copy_out_free_, t});
+  // Every save of the block's nodes on a sent tensor moves to the host copy.
+  for (int t : sent) {
+    for (int n : an_.blocks[block].nodes) {
+      for (int saved : an_.node_saves[n]) {
+        if (saved == t) delayed_.push({copy_out_free_, t});
+      }
+    }
+  }
 }
 
 // Brings an offloaded block back: new GPU copies, allocated when the copy starts.
@@ -307,8 +319,10 @@ void StepSimulator::prefetch_block(int block) {
   int64_t bytes = 0;
   label_ = "prefetch " + block_name(block);
   for (int t : offloaded_tensors_[block]) {
-    handle_[t] = alloc(tensor_bytes_[t], block_category(block));
-    ++saved_[t];
+    if (handle_[t] < 0) handle_[t] = alloc(tensor_bytes_[t], block_category(block));
+    for (int n : an_.blocks[block].nodes) {
+      for (int saved : an_.node_saves[n]) saved_[t] += saved == t;
+    }
     bytes += tensor_bytes_[t];
   }
   const double start = std::max(clock_, copy_in_free_);

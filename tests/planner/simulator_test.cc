@@ -68,3 +68,89 @@ TEST_CASE("simulator and planner agree on the peak") {
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("simulator timeline and memory curve invariants") {
+  RunSettings settings;
+  settings.model = "llama-3-8b";
+  settings.mode = TrainMode::kLora;
+  settings.grad_accum = 2;
+  settings.seq_len = 1024;
+  Result<ModelContext> context = prepare_context(settings);
+  REQUIRE(context.is_ok());
+  std::vector<BlockChoice> choices(context->graph.blocks.size(), BlockChoice::kKeep);
+  for (size_t b = 1; b + 1 < choices.size(); ++b) choices[b] = b % 3 == 0 ? BlockChoice::kOffload : BlockChoice::kCheckpoint;
+  SimulatorOptions every_sample;
+  every_sample.max_memory_samples = 100'000'000;
+  const Simulation s = simulate(context.value(), settings, user_config(settings), choices, every_sample);
+  // Compute kernels never overlap one another and time only moves forward.
+  double last_end = 0;
+  int recomputes = 0;
+  int offloads = 0;
+  for (const TimelineEvent& e : s.events) {
+    CHECK(e.end_ms >= e.start_ms);
+    if (e.stream == Stream::kCompute) {
+      CHECK(e.start_ms >= last_end - 1e-9);
+      last_end = e.end_ms;
+    }
+    recomputes += e.phase == Phase::kRecompute;
+    offloads += e.phase == Phase::kOffload;
+  }
+  CHECK(recomputes > 0);
+  CHECK(offloads > 0);
+  CHECK(s.time.step_ms >= last_end - 1e-9);
+  // Both micro-steps appear; the step ends where it began (only model states stay).
+  CHECK(s.events.back().micro_step == 1);
+  REQUIRE(s.memory.size() > 2);
+  int64_t after_states = 0;
+  for (const MemorySample& m : s.memory) {
+    if (m.label != "model states") break;
+    after_states = m.allocated;
+  }
+  CHECK(after_states > 0);
+  CHECK(s.memory.back().allocated == after_states);  // every activation and gradient buffer was freed
+  for (const MemorySample& m : s.memory) CHECK(m.reserved >= m.allocated);
+  CHECK(s.peak_reserved >= s.peak_allocated);
+  CHECK_FALSE(s.live_at_peak.empty());
+  CHECK_FALSE(s.out_of_memory);
+}
+
+TEST_CASE("the simulator reports an out-of-memory when the budget cannot hold the step") {
+  RunSettings settings;
+  settings.model = "llama-3-8b";
+  settings.gpu = "4090";
+  Result<ModelContext> context = prepare_context(settings);
+  REQUIRE(context.is_ok());
+  const std::vector<BlockChoice> keep(context->graph.blocks.size(), BlockChoice::kKeep);
+  const Simulation s = simulate(context.value(), settings, user_config(settings), keep);
+  CHECK(s.out_of_memory);
+  CHECK_FALSE(s.out_of_memory_at.empty());
+  const Prediction p = predict(context.value(), settings, user_config(settings), keep);
+  CHECK(p.simulated_out_of_memory);
+  CHECK_FALSE(p.fits_gpu);
+}
+
+TEST_CASE("a calibration file changes the time prediction") {
+  RunSettings settings;
+  settings.model = "gpt2";
+  const Result<ModelContext> plain = prepare_context(settings);
+  REQUIRE(plain.is_ok());
+  const std::string path = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/calibration_a6000.json";
+  settings.calibration_file = path;
+  const Result<ModelContext> calibrated_context = prepare_context(settings);
+  REQUIRE_MESSAGE(calibrated_context.is_ok(), calibrated_context.message());
+  CHECK(calibrated_context->time_options.matmul_efficiency == doctest::Approx(0.3));
+  const std::vector<BlockChoice> keep(plain->graph.blocks.size(), BlockChoice::kKeep);
+  const Prediction before = predict(plain.value(), settings, user_config(settings), keep);
+  const Prediction after = predict(calibrated_context.value(), settings, user_config(settings), keep);
+  CHECK(after.time.step_ms > before.time.step_ms * 1.3);
+  CHECK(after.peak.cuda_context == 512LL << 20);
+
+  settings.calibration_file = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/calibration_bad.json";
+  const Result<ModelContext> bad = prepare_context(settings);
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.message().find("matmul_efficiency") != std::string::npos);
+}
+
+}  // namespace headroom::planner
