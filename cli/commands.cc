@@ -7,7 +7,11 @@
 #include "models/zoo.h"
 #include "planner/hardware.h"
 #include "planner/planner.h"
+#include "graph/graph_json.h"
+#include "planner/simulator.h"
 #include "reports/catalogue_report.h"
+#include "reports/config_export.h"
+#include "reports/simulation_report.h"
 #include "reports/fit_report.h"
 #include "reports/units.h"
 
@@ -75,6 +79,9 @@ void clear_progress(Terminal& terminal, bool shown) {
   if (shown) terminal.err << "\r" << std::string(kProgressLineWidth, ' ') << "\r" << std::flush;
 }
 
+int emit_exports(const CliOptions& options, Terminal& terminal, const planner::Plan& best,
+                 nlohmann::json* document);
+
 int run_fit(const CliOptions& options, Terminal& terminal) {
   Prepared prepared;
   if (int status = prepare(options, terminal, prepared); status != kExitOk) return status;
@@ -97,14 +104,19 @@ int run_plan(const CliOptions& options, Terminal& terminal) {
   clear_progress(terminal, shown);
   if (!result.is_ok()) return fail(terminal, kExitFailure, result.message());
 
+  if (!options.emit.empty() && !result->found) {
+    return fail(terminal, kExitFailure, "--emit: nothing to export, no plan fits the budgets");
+  }
   if (options.json) {
     nlohmann::json document = reports::plan_document_to_json(result.value(), prepared.gpu);
     document["output_file"] = result->found && !options.output_path.empty()
                                   ? nlohmann::json(options.output_path)
                                   : nlohmann::json(nullptr);
+    if (int status = emit_exports(options, terminal, result->best, &document); status != kExitOk) return status;
     print_json(terminal, document);
   } else {
     terminal.out << reports::plan_report(result.value(), prepared.gpu.name);
+    if (int status = emit_exports(options, terminal, result->best, nullptr); status != kExitOk) return status;
   }
   if (options.output_path.empty()) return kExitOk;
   if (!result->found) {
@@ -116,6 +128,107 @@ int run_plan(const CliOptions& options, Terminal& terminal) {
     return fail(terminal, kExitFailure, "-o: " + written.message());
   }
   if (!options.json) terminal.out << "\nPlan written to " << options.output_path << "\n";
+  return kExitOk;
+}
+
+// Reads a plan file and simulates it; the plan's own settings say model and GPU.
+struct LoadedPlan {
+  planner::Plan plan;
+  planner::Simulation simulation;
+  planner::GpuSpec gpu;
+};
+
+int load_and_simulate(const CliOptions& options, Terminal& terminal, bool with_events, LoadedPlan& loaded) {
+  Result<std::string> text = graph::read_file(options.plan_path, int64_t{64} << 20);
+  if (!text.is_ok()) return fail(terminal, kExitUsage, "PLAN: " + text.message());
+  Result<nlohmann::json> json = graph::parse_json_text(text.value(), options.plan_path);
+  if (!json.is_ok()) return fail(terminal, kExitUsage, json.message());
+  Result<planner::Plan> plan = planner::plan_from_json(json.value(), options.plan_path);
+  if (!plan.is_ok()) return fail(terminal, kExitUsage, plan.message());
+  loaded.plan = plan.value();
+  Result<planner::GpuSpec> gpu = planner::find_gpu(loaded.plan.settings.gpu);
+  if (!gpu.is_ok()) return fail(terminal, kExitFailure, options.plan_path + ": " + gpu.message());
+  loaded.gpu = gpu.value();
+  Result<planner::ModelContext> context = planner::prepare_context(loaded.plan.settings);
+  if (!context.is_ok()) return fail(terminal, kExitFailure, options.plan_path + ": " + context.message());
+  if (loaded.plan.blocks.size() != context->graph.blocks.size()) {
+    return fail(terminal, kExitUsage,
+                options.plan_path + ": blocks: expected " + std::to_string(context->graph.blocks.size()) +
+                    " entries for " + context->graph.name + ", got " + std::to_string(loaded.plan.blocks.size()));
+  }
+  // The prediction is recomputed: the file may come from an older headroom.
+  loaded.plan.prediction = planner::predict(context.value(), loaded.plan.settings, loaded.plan.config, loaded.plan.blocks);
+  planner::SimulatorOptions simulator_options;
+  simulator_options.record_events = with_events;
+  loaded.simulation = planner::simulate(context.value(), loaded.plan.settings, loaded.plan.config, loaded.plan.blocks,
+                                        simulator_options);
+  return kExitOk;
+}
+
+int run_simulate(const CliOptions& options, Terminal& terminal) {
+  LoadedPlan loaded;
+  if (int status = load_and_simulate(options, terminal, options.events || !options.json, loaded); status != kExitOk) {
+    return status;
+  }
+  if (options.json) {
+    nlohmann::json document;
+    document["plan"] = planner::plan_to_json(loaded.plan);
+    document["simulation"] = planner::simulation_to_json(loaded.simulation, options.events);
+    print_json(terminal, document);
+  } else {
+    terminal.out << reports::simulation_summary(loaded.plan, loaded.simulation, loaded.gpu.name);
+  }
+  return kExitOk;
+}
+
+// --emit KIND[=FILE]: the best plan as a DeepSpeed config, an Accelerate FSDP
+// config or a PyTorch snippet, on stdout or written atomically to FILE.
+int emit_exports(const CliOptions& options, Terminal& terminal, const planner::Plan& best,
+                 nlohmann::json* document) {
+  for (const std::string& request : options.emit) {
+    const size_t equals = request.find('=');
+    const std::string kind = request.substr(0, equals);
+    const std::string path = equals == std::string::npos ? "" : request.substr(equals + 1);
+    std::string text;
+    if (kind == "deepspeed") {
+      text = reports::deepspeed_config(best).dump(2) + "\n";
+    } else if (kind == "accelerate") {
+      text = reports::accelerate_config_yaml(best);
+    } else if (kind == "torch") {
+      text = reports::torch_snippet(best);
+    } else {
+      return fail(terminal, kExitUsage, "--emit: unknown kind \"" + kind + "\" (expected deepspeed, accelerate or torch, optionally =FILE)");
+    }
+    if (equals != std::string::npos && path.empty()) {
+      return fail(terminal, kExitUsage, "--emit " + kind + "=: expected a file name after '='");
+    }
+    if (path.empty()) {
+      if (document) {
+        (*document)["exports"][kind] = text;
+      } else {
+        terminal.out << "\n--- " << kind << " ---\n" << text;
+      }
+      continue;
+    }
+    if (Status written = graph::write_file_atomic(path, text); !written.is_ok()) {
+      return fail(terminal, kExitFailure, "--emit " + kind + ": " + written.message());
+    }
+    if (document) {
+      (*document)["exports"][kind] = path;
+    } else {
+      terminal.out << "\n" << kind << " export written to " << path << "\n";
+    }
+  }
+  const std::vector<std::string> notes = reports::deepspeed_notes(best);
+  if (!options.emit.empty()) {
+    for (const std::string& note : notes) {
+      if (document) {
+        (*document)["notes"].push_back(note);
+      } else {
+        terminal.out << "note: " << note << "\n";
+      }
+    }
+  }
   return kExitOk;
 }
 
@@ -164,7 +277,7 @@ const std::vector<Command> kCommands = {
      "  headroom fit llama-3-8b --gpu 4090 --qlora --seq 2048\n"
      "  headroom fit gpt2 --gpu a6000 --batch 8 --json\n"
      "  headroom fit ./my-model.json --gpu a100-80g --gpus 4 --zero 3",
-     true, false, run_fit},
+     true, false, false, run_fit},
     {"plan", "Find the fastest plan that fits (checkpointing, ZeRO, offload, micro-batch)",
      "Searches ZeRO stage, optimizer and parameter offload, micro-batch and the per-block\n"
      "choice (keep / checkpoint / offload activations) for the fastest run that fits the GPU,\n"
@@ -175,18 +288,28 @@ const std::vector<Command> kCommands = {
      "Examples:\n"
      "  headroom plan llama-3-8b --gpu a6000 --lora --seq 4096 -o plan.json\n"
      "  headroom plan llama-3-8b --gpu h100 --gpus 8 --global-batch 256 --no-offload",
-     true, true, run_plan},
+     true, true, false, run_plan},
     {"models", "List the built-in model zoo with parameter counts",
      "Lists every zoo model: its name (use it as MODEL), parameter count and description.\n\n"
      "Example:\n"
      "  headroom models --json",
-     false, false, run_models},
+     false, false, false, run_models},
     {"gpus", "List the GPU catalogue (memory, bf16 TFLOPS, bandwidth)",
      "Lists every catalogued GPU: the id to pass to --gpu, its name, memory in GiB as CUDA\n"
      "reports it, dense bf16 tensor TFLOPS, memory bandwidth and NVLink bandwidth.\n\n"
      "Example:\n"
      "  headroom gpus",
-     false, false, run_gpus},
+     false, false, false, run_gpus},
+    {"simulate", "Replay one training step of a plan: memory curve, peak, timeline",
+     "Replays one optimizer step of a plan file tensor by tensor on a model of PyTorch's CUDA\n"
+     "caching allocator: every allocation and free, every kernel with its roofline time, offload\n"
+     "copies and collectives on their own streams. Prints the peak allocated and reserved memory,\n"
+     "where the peak happens and what is live then, fragmentation, and the step time breakdown\n"
+     "(docs/simulator.md).\n\n"
+     "Examples:\n"
+     "  headroom plan llama-3-8b --gpu a6000 --lora -o plan.json && headroom simulate plan.json\n"
+     "  headroom simulate plan.json --json --events > step.json",
+     false, false, true, run_simulate},
 };
 
 }  // namespace

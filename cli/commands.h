@@ -26,8 +26,12 @@ struct Terminal {
 struct CliOptions {
   std::string model;        // MODEL: zoo name or layer-graph JSON path
   SettingsFlags settings;   // settings flags (fit, plan)
-  std::string output_path;  // plan -o FILE
+  std::string output_path;  // plan -o FILE, report -o FILE
   bool json = false;        // --json: one JSON document on stdout
+  std::string plan_path;    // simulate / report: PLAN.json written by `headroom plan -o`
+  std::vector<std::string> emit;  // plan --emit deepspeed|accelerate|torch[=FILE]
+  std::string measurement_path;   // report --measurement FILE
+  bool events = false;            // simulate --events: the timeline in the JSON
 };
 
 struct Command {
@@ -36,6 +40,7 @@ struct Command {
   const char* description;  // a paragraph and an example for `headroom NAME --help`
   bool takes_model;         // MODEL argument and the settings flags
   bool takes_output;        // -o FILE
+  bool takes_plan;          // PLAN argument (simulate, report)
   int (*run)(const CliOptions& options, Terminal& terminal);
 };
 

@@ -64,11 +64,29 @@ int run(int argc, char** argv) {
       sub->add_option("MODEL", options.model,
                       "zoo name (`headroom models`) or layer-graph JSON file");
     }
+    if (command.takes_plan) {
+      sub->add_option("PLAN", options.plan_path, "a plan file written by `headroom plan -o`")->required();
+    }
     sub->add_flag("--json", options.json, "print one JSON document on stdout (docs/cli-json.md)");
     if (command.takes_output) {
       sub->add_option("-o,--output", options.output_path,
-                      "write the best plan as JSON to FILE (replaced atomically)")
+                      command.takes_plan ? "write the HTML report to FILE (replaced atomically)"
+                                         : "write the best plan as JSON to FILE (replaced atomically)")
           ->type_name("FILE");
+    }
+    if (std::string(command.name) == "plan") {
+      sub->add_option("--emit", options.emit,
+                      "also export the best plan: deepspeed, accelerate or torch, to stdout or "
+                      "KIND=FILE (docs/config-export.md); repeatable")
+          ->type_name("KIND[=FILE]");
+    }
+    if (std::string(command.name) == "report") {
+      sub->add_option("--measurement", options.measurement_path,
+                      "measured peaks and step times to overlay (docs/report.md)")
+          ->type_name("FILE");
+    }
+    if (std::string(command.name) == "simulate") {
+      sub->add_flag("--events", options.events, "include the whole timeline in --json output");
     }
     if (command.takes_model) add_settings_flags(*sub, options.settings);
     subcommands.emplace_back(sub, &command);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "graph/atomic_file.h"
+#include "planner/deepspeed_import.h"
 #include "reports/units.h"
 
 namespace headroom::cli {
@@ -309,6 +310,25 @@ const std::vector<SettingsFlag> kFlags = {
        s.allow_micro_batch_change = false;
        return Status::ok();
      }},
+    {"--calibration", "FILE", kHardware,
+     "measured efficiencies and context size for this GPU (docs/calibration.md)", false,
+     [](RunSettings& s, std::string_view v) {
+       if (v.empty()) return expected("a calibration JSON file", v);
+       s.calibration_file = std::string(v);
+       return Status::ok();
+     }},
+    {"--deepspeed", "FILE", kTraining,
+     "answer for this DeepSpeed config (ZeRO stage, offload, buckets, bf16/fp16, batch keys; "
+     "\"auto\" keeps the other flags' values)",
+     false,
+     [](RunSettings& s, std::string_view v) {
+       if (v.empty()) return expected("a DeepSpeed config JSON file", v);
+       Result<RunSettings> imported = planner::load_deepspeed_config(std::string(v), s);
+       if (!imported.is_ok()) return imported.status();
+       s = imported.value();
+       return Status::ok();
+     },
+     true},
 };
 
 std::string primary_name(const SettingsFlag& flag) {
@@ -398,9 +418,12 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
   if (!model.empty()) settings.model = model;
 
   if (Status conflicts = check_conflicts(flags); !conflicts.is_ok()) return conflicts;
-  for (const auto& [flag, value] : flags.given) {
-    Status status = flag->apply(settings, value);
-    if (!status.is_ok()) return Status::error(primary_name(*flag) + ": " + status.message());
+  for (bool last : {false, true}) {
+    for (const auto& [flag, value] : flags.given) {
+      if (flag->apply_last != last) continue;
+      Status status = flag->apply(settings, value);
+      if (!status.is_ok()) return Status::error(primary_name(*flag) + ": " + status.message());
+    }
   }
   if (Status valid = planner::validate_settings(settings, "command line"); !valid.is_ok()) {
     return valid;

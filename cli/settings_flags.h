@@ -28,6 +28,7 @@ struct SettingsFlag {
   // Applies the value ("" for a switch); the error says what was expected,
   // the caller prefixes the flag name.
   Status (*apply)(planner::RunSettings& settings, std::string_view value);
+  bool apply_last = false;  // applied after every other flag (--deepspeed reads on top of them)
 };
 
 // Every settings flag, in the order they are applied and listed in --help.

@@ -5,10 +5,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
-#include <functional>
-#include <optional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -23,35 +23,68 @@ using nlohmann::json;
 constexpr std::streamsize kMaxFileBytes = 16 << 20;
 
 // DeepSpeed's defaults for absent keys (deepspeed/runtime/zero/config.py).
-constexpr int64_t kDefaultBucketElements = 500'000'000;   // reduce_bucket_size, allgather_bucket_size
+constexpr int64_t kDefaultBucketElements =
+    500'000'000;  // reduce_bucket_size, allgather_bucket_size
 constexpr int64_t kDefaultPrefetchElements = 50'000'000;  // stage3_prefetch_bucket_size
 constexpr int64_t kDefaultMaxLive = 1'000'000'000;        // stage3_max_live_parameters
 
 // The keys DeepSpeed's pydantic models accept (extra="forbid" in
-// deepspeed/runtime/config_utils.py), field names and aliases, as of DeepSpeed 0.16.
-constexpr std::array<std::string_view, 57> kZeroKeys = {
-    "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size",
-    "use_multi_rank_bucket_allreduce", "allgather_partitions", "allgather_bucket_size", "overlap_comm",
-    "load_from_fp32_weights", "elastic_checkpoint", "offload_param", "offload_optimizer", "sub_group_size",
-    "cpu_offload_param", "cpu_offload_use_pin_memory", "cpu_offload", "prefetch_bucket_size",
-    "stage3_prefetch_bucket_size", "param_persistence_threshold", "stage3_param_persistence_threshold",
-    "model_persistence_threshold", "stage3_model_persistence_threshold", "max_live_parameters",
-    "stage3_max_live_parameters", "max_reuse_distance", "stage3_max_reuse_distance",
-    "gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
-    "stage3_gather_fp16_weights_on_model_save", "module_granularity_threshold",
-    "stage3_module_granularity_threshold", "use_all_reduce_for_fetch_params",
-    "stage3_use_all_reduce_for_fetch_params", "ignore_unused_parameters", "legacy_stage1",
-    "round_robin_gradients", "zero_hpz_partition_size", "zero_quantized_weights",
-    "zero_quantized_nontrainable_weights", "zero_quantized_gradients", "zeropp_loco_param", "mics_shard_size",
-    "mics_hierarchical_params_gather", "memory_efficient_linear", "pipeline_loading_checkpoint",
-    "override_module_apply", "log_trace_cache_warnings", "allgather_size", "offload_states",
-    "enable_sanity_checks", "zenflow", "save_muon_momentum_buffer_in_memory", "stage3_max_live_params",
-    "zero_quantized_nontrainable_weights_bits", "cpuadam_cores_perc", "stage3_use_all_reduce",
-    "leaf_module"};
-constexpr std::array<std::string_view, 6> kOffloadParamKeys = {"device",      "nvme_path",  "buffer_count",
-                                                               "buffer_size", "max_in_cpu", "pin_memory"};
+// deepspeed/runtime/config_utils.py), field names and aliases, from
+// deepspeed/runtime/zero/config.py (DeepSpeed 0.16).
+constexpr std::array<std::string_view, 47> kZeroKeys = {
+    "stage",
+    "contiguous_gradients",
+    "reduce_scatter",
+    "reduce_bucket_size",
+    "use_multi_rank_bucket_allreduce",
+    "allgather_partitions",
+    "allgather_bucket_size",
+    "overlap_comm",
+    "load_from_fp32_weights",
+    "elastic_checkpoint",
+    "offload_param",
+    "offload_optimizer",
+    "sub_group_size",
+    "cpu_offload_param",
+    "cpu_offload_use_pin_memory",
+    "cpu_offload",
+    "prefetch_bucket_size",
+    "stage3_prefetch_bucket_size",
+    "param_persistence_threshold",
+    "stage3_param_persistence_threshold",
+    "model_persistence_threshold",
+    "stage3_model_persistence_threshold",
+    "max_live_parameters",
+    "stage3_max_live_parameters",
+    "max_reuse_distance",
+    "stage3_max_reuse_distance",
+    "gather_16bit_weights_on_model_save",
+    "stage3_gather_16bit_weights_on_model_save",
+    "stage3_gather_fp16_weights_on_model_save",
+    "module_granularity_threshold",
+    "stage3_module_granularity_threshold",
+    "use_all_reduce_for_fetch_params",
+    "stage3_use_all_reduce_for_fetch_params",
+    "ignore_unused_parameters",
+    "legacy_stage1",
+    "round_robin_gradients",
+    "zero_hpz_partition_size",
+    "zero_quantized_weights",
+    "zero_quantized_nontrainable_weights",
+    "zero_quantized_gradients",
+    "zeropp_loco_param",
+    "mics_shard_size",
+    "mics_hierarchical_params_gather",
+    "memory_efficient_linear",
+    "pipeline_loading_checkpoint",
+    "override_module_apply",
+    "log_trace_cache_warnings",
+};
+constexpr std::array<std::string_view, 6> kOffloadParamKeys = {
+    "device", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory"};
 constexpr std::array<std::string_view, 8> kOffloadOptimizerKeys = {
-    "device", "nvme_path", "buffer_count", "pin_memory", "pipeline_read", "pipeline_write", "fast_init", "ratio"};
+    "device",        "nvme_path",      "buffer_count", "pin_memory",
+    "pipeline_read", "pipeline_write", "fast_init",    "ratio"};
 
 Status fail(std::string_view origin, const std::string& path, const std::string& what) {
   return Status::error(std::string(origin) + ": " + path + ": " + what);
@@ -85,7 +118,8 @@ class Reader {
   }
 
   // A non-negative element or sample count >= min; integral floats (5e8) are accepted.
-  Field<int64_t> count(const json& parent, std::string_view key, const std::string& path, int64_t min) {
+  Field<int64_t> count(const json& parent, std::string_view key, const std::string& path,
+                       int64_t min) {
     Field<int64_t> field;
     const auto it = parent.find(key);
     if (it == parent.end() || it->is_null()) return field;
@@ -93,7 +127,8 @@ class Reader {
       field.kind = Field<int64_t>::Kind::kAuto;
       return field;
     }
-    const std::string expected = "expected an integer >= " + std::to_string(min) + " (or \"auto\"), got ";
+    const std::string expected =
+        "expected an integer >= " + std::to_string(min) + " (or \"auto\"), got ";
     if (it->is_number_integer()) {
       if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
         error(path, expected + shown(*it));
@@ -147,7 +182,8 @@ class Reader {
   }
 
   template <size_t N>
-  void known_keys(const json& object, const std::array<std::string_view, N>& keys, const std::string& path) {
+  void known_keys(const json& object, const std::array<std::string_view, N>& keys,
+                  const std::string& path) {
     for (const auto& [key, value] : object.items()) {
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
         error(path + "." + key, "unknown key (DeepSpeed rejects unknown keys here; a typo?)");
@@ -164,14 +200,18 @@ class Reader {
 Offload read_device(Reader& reader, const json& zero, std::string_view key, Offload current) {
   const std::string path = "zero_optimization." + std::string(key);
   const json* block = reader.object(zero, key, path);
-  if (block == nullptr) return zero.contains(key) && is_auto(zero.at(key)) ? current : Offload::kNone;
+  if (block == nullptr)
+    return zero.contains(key) && is_auto(zero.at(key)) ? current : Offload::kNone;
   if (key == "offload_param") reader.known_keys(*block, kOffloadParamKeys, path);
   if (key == "offload_optimizer") reader.known_keys(*block, kOffloadOptimizerKeys, path);
   const auto it = block->find("device");
-  if (it == block->end() || it->is_null()) return Offload::kNone;  // DeepSpeed's default device is "none"
+  if (it == block->end() || it->is_null())
+    return Offload::kNone;  // DeepSpeed's default device is "none"
   if (is_auto(*it)) return current;
-  const std::optional<Offload> device = it->is_string() ? parse_offload(it->get<std::string>()) : std::nullopt;
-  if (!device) reader.error(path + ".device", "expected \"none\", \"cpu\" or \"nvme\", got " + shown(*it));
+  const std::optional<Offload> device =
+      it->is_string() ? parse_offload(it->get<std::string>()) : std::nullopt;
+  if (!device)
+    reader.error(path + ".device", "expected \"none\", \"cpu\" or \"nvme\", got " + shown(*it));
   return device.value_or(Offload::kNone);
 }
 
@@ -194,30 +234,34 @@ void read_zero(Reader& reader, const json& ds, RunSettings& s) {
 
   const Field<int64_t> stage = reader.count(*zero, "stage", "zero_optimization.stage", 0);
   if (stage.given() && stage.value > 3) {
-    reader.error("zero_optimization.stage", "expected 0, 1, 2 or 3, got " + std::to_string(stage.value));
+    reader.error("zero_optimization.stage",
+                 "expected 0, 1, 2 or 3, got " + std::to_string(stage.value));
   }
-  s.zero_stage = stage.kind == Field<int64_t>::Kind::kAuto ? s.zero_stage : static_cast<int>(stage.or_else(0));
+  s.zero_stage =
+      stage.kind == Field<int64_t>::Kind::kAuto ? s.zero_stage : static_cast<int>(stage.or_else(0));
   s.offload_optimizer = read_device(reader, *zero, "offload_optimizer", s.offload_optimizer);
   s.offload_param = read_device(reader, *zero, "offload_param", s.offload_param);
 
   // Each bucket: "auto" keeps base, absent takes DeepSpeed's default. The
   // field name (max_live_parameters) is accepted like its stage3_ alias.
-  const auto bucket = [&](std::string_view key, std::string_view alias, int64_t current, int64_t fallback) {
+  const auto bucket = [&](std::string_view key, std::string_view alias, int64_t current,
+                          int64_t fallback) {
     std::string_view used = zero->contains(alias) && !zero->contains(key) ? alias : key;
     const Field<int64_t> f = reader.count(*zero, used, "zero_optimization." + std::string(used), 1);
     return f.kind == Field<int64_t>::Kind::kAuto ? current : f.or_else(fallback);
   };
-  s.reduce_bucket_elements = bucket("reduce_bucket_size", "reduce_bucket_size", s.reduce_bucket_elements,
-                                    kDefaultBucketElements);
+  s.reduce_bucket_elements = bucket("reduce_bucket_size", "reduce_bucket_size",
+                                    s.reduce_bucket_elements, kDefaultBucketElements);
   s.allgather_bucket_elements = bucket("allgather_bucket_size", "allgather_bucket_size",
                                        s.allgather_bucket_elements, kDefaultBucketElements);
   s.prefetch_bucket_elements = bucket("stage3_prefetch_bucket_size", "prefetch_bucket_size",
                                       s.prefetch_bucket_elements, kDefaultPrefetchElements);
-  s.max_live_parameters = bucket("stage3_max_live_parameters", "max_live_parameters", s.max_live_parameters,
-                                 kDefaultMaxLive);
+  s.max_live_parameters = bucket("stage3_max_live_parameters", "max_live_parameters",
+                                 s.max_live_parameters, kDefaultMaxLive);
   // DeepSpeed's default: overlap_comm on for stage 3 only (overlap_comm_valid).
   const Field<bool> overlap = reader.flag(*zero, "overlap_comm", "zero_optimization.overlap_comm");
-  s.overlap_comm = overlap.kind == Field<bool>::Kind::kAuto ? s.overlap_comm : overlap.or_else(s.zero_stage == 3);
+  s.overlap_comm = overlap.kind == Field<bool>::Kind::kAuto ? s.overlap_comm
+                                                            : overlap.or_else(s.zero_stage == 3);
 }
 
 // bf16 (alias bfloat16) and fp16. Neither enabled means fp32 training, as in DeepSpeed.
@@ -237,10 +281,12 @@ void read_precision(Reader& reader, const json& ds, RunSettings& s) {
   const bool bf16_on = bf16.given() && bf16.value;
   const bool fp16_on = fp16.given() && fp16.value;
   if (bf16_on && fp16_on) {
-    reader.error("bf16.enabled", "expected at most one of bf16.enabled and fp16.enabled to be true, got both");
+    reader.error("bf16.enabled",
+                 "expected at most one of bf16.enabled and fp16.enabled to be true, got both");
     return;
   }
-  const bool any_auto = bf16.kind == Field<bool>::Kind::kAuto || fp16.kind == Field<bool>::Kind::kAuto;
+  const bool any_auto =
+      bf16.kind == Field<bool>::Kind::kAuto || fp16.kind == Field<bool>::Kind::kAuto;
   if (bf16_on) {
     s.precision = Precision::kBf16Mixed;  // DeepSpeed's bf16 keeps fp32 master weights
   } else if (fp16_on) {
@@ -261,7 +307,8 @@ void read_optimizer(Reader& reader, const json& ds, RunSettings& s) {
     return;
   }
   std::string type = it->get<std::string>();
-  std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(type.begin(), type.end(), type.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   if (type == "adam" || type == "adamw" || type == "fusedadam" || type == "cpuadam") {
     s.optimizer = OptimizerKind::kAdamW;
   }
@@ -272,8 +319,10 @@ void read_optimizer(Reader& reader, const json& ds, RunSettings& s) {
 // accumulation take base's values; "auto" train_batch_size is derived.
 void read_batch(Reader& reader, const json& ds, RunSettings& s) {
   const Field<int64_t> tb = reader.count(ds, "train_batch_size", "train_batch_size", 1);
-  Field<int64_t> mb = reader.count(ds, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu", 1);
-  Field<int64_t> ga = reader.count(ds, "gradient_accumulation_steps", "gradient_accumulation_steps", 1);
+  Field<int64_t> mb =
+      reader.count(ds, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu", 1);
+  Field<int64_t> ga =
+      reader.count(ds, "gradient_accumulation_steps", "gradient_accumulation_steps", 1);
   if (!reader.ok()) return;
   using Kind = Field<int64_t>::Kind;
   if (mb.kind == Kind::kAuto) mb = {Kind::kValue, s.micro_batch};
@@ -285,7 +334,8 @@ void read_batch(Reader& reader, const json& ds, RunSettings& s) {
   }
   const int64_t world = s.world_size();
   if (world < 1) {
-    reader.error("train_batch_size", "expected at least one GPU in the settings, got " + std::to_string(world));
+    reader.error("train_batch_size",
+                 "expected at least one GPU in the settings, got " + std::to_string(world));
     return;
   }
   int64_t micro = mb.value;
@@ -296,11 +346,12 @@ void read_batch(Reader& reader, const json& ds, RunSettings& s) {
     accum = tb.value / micro / world;
   }
   if (tb.given() && (micro < 1 || accum < 1 || tb.value != micro * accum * world)) {
-    reader.error("train_batch_size", "expected train_micro_batch_size_per_gpu x gradient_accumulation_steps x GPUs = " +
-                                         std::to_string(micro) + " x " + std::to_string(accum) + " x " +
-                                         std::to_string(world) + " = " + std::to_string(micro * accum * world) +
-                                         ", got " + std::to_string(tb.value) +
-                                         " (DeepSpeed refuses this; GPUs = gpus_per_node x nodes of the settings)");
+    reader.error("train_batch_size",
+                 "expected train_micro_batch_size_per_gpu x gradient_accumulation_steps x GPUs = " +
+                     std::to_string(micro) + " x " + std::to_string(accum) + " x " +
+                     std::to_string(world) + " = " + std::to_string(micro * accum * world) +
+                     ", got " + std::to_string(tb.value) +
+                     " (DeepSpeed refuses this; GPUs = gpus_per_node x nodes of the settings)");
     return;
   }
   s.micro_batch = micro;
@@ -315,10 +366,12 @@ void check_offload_stage(Reader& reader, const RunSettings& s) {
   if (!reader.ok()) return;
   const std::string stage = "got stage " + std::to_string(s.zero_stage);
   if (s.offload_param != Offload::kNone && s.zero_stage != 3) {
-    reader.error("zero_optimization.offload_param.device", "parameter offload needs zero_optimization.stage 3, " + stage);
+    reader.error("zero_optimization.offload_param.device",
+                 "parameter offload needs zero_optimization.stage 3, " + stage);
   } else if (s.offload_optimizer == Offload::kNvme && s.zero_stage != 3) {
-    reader.error("zero_optimization.offload_optimizer.device",
-                 "NVMe optimizer offload (ZeRO-Infinity) needs zero_optimization.stage 3, " + stage);
+    reader.error(
+        "zero_optimization.offload_optimizer.device",
+        "NVMe optimizer offload (ZeRO-Infinity) needs zero_optimization.stage 3, " + stage);
   } else if (s.offload_optimizer != Offload::kNone && s.zero_stage == 0) {
     reader.error("zero_optimization.offload_optimizer.device",
                  "optimizer offload needs zero_optimization.stage 1, 2 or 3, " + stage);
@@ -334,7 +387,8 @@ class DuplicateKeyCheck {
       keys_[static_cast<size_t>(depth)].clear();
     } else if (event == json::parse_event_t::key && depth >= 1) {
       const size_t level = static_cast<size_t>(depth) - 1;
-      if (level < keys_.size() && !keys_[level].insert(parsed.get<std::string>()).second && duplicate_.empty()) {
+      if (level < keys_.size() && !keys_[level].insert(parsed.get<std::string>()).second &&
+          duplicate_.empty()) {
         duplicate_ = parsed.get<std::string>();
       }
     }
@@ -348,8 +402,10 @@ class DuplicateKeyCheck {
 
 }  // namespace
 
-Result<RunSettings> apply_deepspeed_config(const json& ds, RunSettings base, std::string_view origin) {
-  if (!ds.is_object()) return fail(origin, "(top level)", "expected a JSON object, got " + shown(ds));
+Result<RunSettings> apply_deepspeed_config(const json& ds, RunSettings base,
+                                           std::string_view origin) {
+  if (!ds.is_object())
+    return fail(origin, "(top level)", "expected a JSON object, got " + shown(ds));
   Reader reader(origin);
   read_zero(reader, ds, base);
   read_precision(reader, ds, base);
@@ -363,7 +419,8 @@ Result<RunSettings> apply_deepspeed_config(const json& ds, RunSettings base, std
 
 Result<RunSettings> load_deepspeed_config(const std::string& path, RunSettings base) {
   std::ifstream file(path, std::ios::binary);
-  if (!file) return Status::error(path + ": cannot open (expected a readable DeepSpeed config JSON file)");
+  if (!file)
+    return Status::error(path + ": cannot open (expected a readable DeepSpeed config JSON file)");
   std::ostringstream text;
   char buffer[65536];
   std::streamsize total = 0;
@@ -383,7 +440,8 @@ Result<RunSettings> load_deepspeed_config(const std::string& path, RunSettings b
     return Status::error(path + ": not valid JSON (" + e.what() + ")");
   }
   if (!check.duplicate_.empty()) {
-    return Status::error(path + ": " + check.duplicate_ + ": duplicate key (DeepSpeed refuses duplicate keys)");
+    return Status::error(path + ": " + check.duplicate_ +
+                         ": duplicate key (DeepSpeed refuses duplicate keys)");
   }
   return apply_deepspeed_config(ds, std::move(base), path);
 }

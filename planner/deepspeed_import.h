@@ -20,16 +20,17 @@
 // The planner's freedoms in `base` (max_zero_stage, allow_*) are left as they are.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 
 #include "graph/status.h"
 #include "planner/run_settings.h"
-#include <nlohmann/json_fwd.hpp>
 
 namespace headroom::planner {
 
-Result<RunSettings> apply_deepspeed_config(const nlohmann::json& ds, RunSettings base, std::string_view origin);
+Result<RunSettings> apply_deepspeed_config(const nlohmann::json& ds, RunSettings base,
+                                           std::string_view origin);
 
 // Reads PATH (JSON; duplicate keys are an error, as in DeepSpeed) and applies it.
 Result<RunSettings> load_deepspeed_config(const std::string& path, RunSettings base);

@@ -54,12 +54,12 @@ struct Simulation {
   int64_t peak_allocated = 0;
   int64_t peak_reserved = 0;
   int64_t cuda_context = 0;           // outside the allocator; add for nvidia-smi
-  double peak_time_ms = 0;
-  std::string peak_label;             // the operation at which the reserved peak happens
-  std::vector<LiveItem> live_at_peak; // largest first
+  double peak_time_ms = 0;             // when the allocated peak happens
+  std::string peak_label;             // the operation at which the allocated peak happens
+  std::vector<LiveItem> live_at_peak; // what is allocated at that moment, largest first
   TimeBreakdown time;                 // from the timeline
   int64_t allocations = 0;            // number of allocation events simulated
-  int64_t segments_at_peak = 0;       // cudaMalloc'd segments held at the peak
+  int64_t segments_at_peak = 0;       // cudaMalloc'd segments held at the allocated peak
   // An allocation failed even after the cached free segments were released
   // (what PyTorch reports as CUDA out of memory), with the allocator limited to
   // the GPU budget minus the context. The simulation goes on without the limit.

@@ -100,10 +100,11 @@ class StepSimulator {
       if (labels_.empty() || labels_.back() != label_) labels_.push_back(label_);
       samples_.push_back({clock_, allocated, reserved, static_cast<int>(labels_.size()) - 1});
     }
-    out_.peak_allocated = std::max(out_.peak_allocated, allocated);
-    if (reserved > out_.peak_reserved || (reserved == out_.peak_reserved && allocated > peak_allocated_at_peak_)) {
-      out_.peak_reserved = reserved;
-      peak_allocated_at_peak_ = allocated;
+    out_.peak_reserved = std::max(out_.peak_reserved, reserved);
+    // Reserved memory only grows (the allocator caches), so the moment worth
+    // explaining is the allocation peak: what is live then, and at which op.
+    if (allocated > out_.peak_allocated) {
+      out_.peak_allocated = allocated;
       out_.peak_time_ms = clock_;
       out_.peak_label = label_;
       out_.segments_at_peak = allocator_.segment_count();
@@ -178,7 +179,6 @@ class StepSimulator {
   std::vector<int> block_categories_;
   std::vector<int64_t> by_category_;
   std::vector<int64_t> peak_categories_;
-  int64_t peak_allocated_at_peak_ = 0;
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> delayed_;
   double clock_ = 0;
   double copy_out_free_ = 0;
