@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 
 #include "graph/atomic_file.h"
@@ -11,6 +12,8 @@
 #include "planner/simulator.h"
 #include "reports/catalogue_report.h"
 #include "reports/config_export.h"
+#include "reports/measured_run.h"
+#include "reports/report_html.h"
 #include "reports/simulation_report.h"
 #include "reports/fit_report.h"
 #include "reports/units.h"
@@ -181,6 +184,44 @@ int run_simulate(const CliOptions& options, Terminal& terminal) {
   return kExitOk;
 }
 
+int run_report(const CliOptions& options, Terminal& terminal) {
+  if (options.output_path.empty()) {
+    return fail(terminal, kExitUsage, "-o: missing (expected the HTML file to write, e.g. -o report.html)");
+  }
+  std::optional<reports::MeasuredRun> measurement;
+  if (!options.measurement_path.empty()) {
+    Result<reports::MeasuredRun> loaded = reports::load_measured_run(options.measurement_path);
+    if (!loaded.is_ok()) return fail(terminal, kExitUsage, "--measurement: " + loaded.message());
+    measurement = loaded.value();
+  }
+  LoadedPlan loaded;
+  if (int status = load_and_simulate(options, terminal, true, loaded); status != kExitOk) return status;
+  // The frontier around the plan: the same search `headroom plan` runs.
+  Result<planner::ModelContext> context = planner::prepare_context(loaded.plan.settings);
+  if (!context.is_ok()) return fail(terminal, kExitFailure, options.plan_path + ": " + context.message());
+  bool shown = false;
+  const planner::PlanResult around = planner::find_plan(context.value(), loaded.plan.settings, progress_callback(terminal, shown));
+  clear_progress(terminal, shown);
+  reports::ReportInput input;
+  input.plan = &loaded.plan;
+  input.simulation = &loaded.simulation;
+  input.frontier = &around.frontier;
+  input.measurement = measurement ? &*measurement : nullptr;
+  input.gpu_name = loaded.gpu.name;
+  input.generated_by = "headroom " HEADROOM_VERSION " from " + options.plan_path;
+  const std::string html = reports::render_html_report(input);
+  if (Status written = graph::write_file_atomic(options.output_path, html); !written.is_ok()) {
+    return fail(terminal, kExitFailure, "-o: " + written.message());
+  }
+  if (options.json) {
+    print_json(terminal, {{"command", "report"}, {"output_file", options.output_path}, {"bytes", html.size()}});
+  } else {
+    terminal.out << "Report written to " << options.output_path << " (" << reports::format_count(static_cast<int64_t>(html.size()))
+                 << " bytes, self-contained; open it in a browser)\n";
+  }
+  return kExitOk;
+}
+
 // --emit KIND[=FILE]: the best plan as a DeepSpeed config, an Accelerate FSDP
 // config or a PyTorch snippet, on stdout or written atomically to FILE.
 int emit_exports(const CliOptions& options, Terminal& terminal, const planner::Plan& best,
@@ -310,6 +351,16 @@ const std::vector<Command> kCommands = {
      "  headroom plan llama-3-8b --gpu a6000 --lora -o plan.json && headroom simulate plan.json\n"
      "  headroom simulate plan.json --json --events > step.json",
      false, false, true, run_simulate},
+    {"report", "Write a self-contained HTML report with charts for a plan",
+     "Writes one HTML file, viewable offline, for a plan file: the memory breakdown against the\n"
+     "GPU and the budget, memory over the step with the peak marked, the memory/time frontier\n"
+     "with the plan marked, the per-block decisions, the timeline of streams, and, with\n"
+     "--measurement, predicted vs measured (docs/report.md).\n\n"
+     "Examples:\n"
+     "  headroom plan flux-kontext-dev --gpu a6000 --lora --resolution 1024 -o plan.json\n"
+     "  headroom report plan.json -o report.html\n"
+     "  headroom report plan.json -o report.html --measurement measured.json",
+     false, true, true, run_report},
 };
 
 }  // namespace

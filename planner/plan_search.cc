@@ -69,7 +69,7 @@ double sample_ms_of(const Prediction& prediction, const GlobalConfig& config, in
 }
 
 Plan make_plan(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
-               const std::vector<BlockChoice>& choices) {
+               const std::vector<BlockChoice>& choices, bool simulate_allocator) {
   Plan plan;
   plan.model = context.graph.name;
   plan.gpu = context.gpu.id;
@@ -90,7 +90,7 @@ Plan make_plan(const ModelContext& context, const RunSettings& settings, const G
   plan.blocks = choices;
   for (const graph::Block& block : context.graph.blocks) plan.block_names.push_back(block.name);
   plan.seq_len = context.seq_len;
-  plan.prediction = predict(context, settings, config, choices);
+  plan.prediction = predict(context, settings, config, choices, simulate_allocator);
   return plan;
 }
 
@@ -100,6 +100,7 @@ struct SearchOptions {
   int64_t budget = 0;       // allocator bytes for the block solver
   std::vector<int64_t> micro_batches;
   int64_t gpu_budget = 0;   // what the whole prediction (context included) must stay within
+  bool simulate_allocator = true;  // frontier sweeps use the block walk alone
 };
 
 SearchOptions search_options(const ModelContext& context, const RunSettings& settings,
@@ -141,7 +142,7 @@ Candidate search(const ModelContext& context, const RunSettings& settings, const
       for (int attempt = 0; attempt < 4; ++attempt) {
         solution = solve_blocks(step.model, budget);
         if (!solution.feasible) break;
-        plan = make_plan(context, settings, config, solution.choices);
+        plan = make_plan(context, settings, config, solution.choices, options.simulate_allocator);
         const int64_t excess = plan.prediction.gpu_total - options.gpu_budget;
         if (excess <= 0 && !plan.prediction.simulated_out_of_memory) break;
         budget -= std::max(excess, (budget - step.model.base) / 20) + (16LL << 20);
@@ -223,9 +224,11 @@ PlanResult find_plan(const ModelContext& context, const RunSettings& settings, c
   std::vector<FrontierPoint> points;
   SearchOptions options = search_options(context, settings, micro_batch_candidates(settings));
   Candidate best = search(context, settings, options, &points, &result.configs_evaluated, progress);
-  // Frontier beyond the budget too: what more memory would buy.
-  for (double factor : {1.25, 1.5, 2.0, 4.0}) {
+  // The frontier below the budget (what saving memory costs) and beyond it (what
+  // more memory would buy), from the block walk alone.
+  for (double factor : {0.4, 0.55, 0.7, 0.85, 1.0, 1.25, 1.5, 2.0, 4.0}) {
     SearchOptions wider = widened(options, factor);
+    wider.simulate_allocator = false;
     search(context, settings, wider, &points, &result.configs_evaluated, {});
   }
   result.frontier = pareto(std::move(points));

@@ -197,7 +197,8 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
 }
 
 Prediction predict(const ModelContext& context, const RunSettings& settings,
-                   const GlobalConfig& config, const std::vector<BlockChoice>& blocks) {
+                   const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
+                   bool simulate_allocator) {
   Prediction out;
   const StepProfile reserved_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
                                                     config.micro_batch, context.seq_len, Accounting::kReserved, context.gpu,
@@ -224,15 +225,18 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   m.allocator = kPoolSlackBytes;
   // The caching-allocator simulation sees fragmentation the block walk cannot:
   // when it reserves more, the difference is the allocator's share.
-  SimulatorOptions quiet;
-  quiet.record_events = false;
-  quiet.max_memory_samples = 0;
-  const Simulation simulation = simulate(context, settings, config, blocks, quiet);
-  out.simulated_peak_reserved = simulation.peak_reserved;
-  out.simulated_peak_allocated = simulation.peak_allocated;
-  if (simulation.peak_reserved > out.peak_reserved) {
-    m.allocator += simulation.peak_reserved - out.peak_reserved;
-    out.peak_reserved = simulation.peak_reserved;
+  Simulation simulation;
+  if (simulate_allocator) {
+    SimulatorOptions quiet;
+    quiet.record_events = false;
+    quiet.max_memory_samples = 0;
+    simulation = simulate(context, settings, config, blocks, quiet);
+    out.simulated_peak_reserved = simulation.peak_reserved;
+    out.simulated_peak_allocated = simulation.peak_allocated;
+    if (simulation.peak_reserved > out.peak_reserved) {
+      m.allocator += simulation.peak_reserved - out.peak_reserved;
+      out.peak_reserved = simulation.peak_reserved;
+    }
   }
   out.gpu_total = m.total();
   out.gpu_capacity = context.gpu.memory_bytes;

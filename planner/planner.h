@@ -43,9 +43,12 @@ Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
 // The global choices as the user launches the run.
 GlobalConfig user_config(const RunSettings& settings);
 
-// Memory and time of one run with these decisions.
+// Memory and time of one run with these decisions. With `simulate_allocator`
+// the caching-allocator simulation adds fragmentation and out-of-memory checks
+// (about as costly again as the rest; frontier sweeps leave it out).
 Prediction predict(const ModelContext& context, const RunSettings& settings,
-                   const GlobalConfig& config, const std::vector<BlockChoice>& blocks);
+                   const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
+                   bool simulate_allocator = true);
 
 struct FrontierPoint {
   int64_t gpu_total = 0;        // bytes, peak reserved + context

@@ -8,4 +8,5 @@ scripts/build.sh
 mkdir -p out
 ./build/cli/headroom fit flux-kontext-dev --gpu a6000 --lora --lora-rank 16 --resolution 1024
 ./build/cli/headroom plan flux-kontext-dev --gpu a6000 --lora --lora-rank 16 --resolution 1024 -o out/flux-kontext-a6000-plan.json
-echo "plan written to out/flux-kontext-a6000-plan.json"
+./build/cli/headroom report out/flux-kontext-a6000-plan.json -o out/flux-kontext-a6000-report.html
+echo "plan: out/flux-kontext-a6000-plan.json; report (open it in a browser): out/flux-kontext-a6000-report.html"

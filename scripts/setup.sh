@@ -2,6 +2,8 @@
 # Installs headroom's build dependencies from Debian packages (idempotent).
 set -euo pipefail
 packages=(cmake ninja-build g++ libboost-graph-dev nlohmann-json3-dev libeigen3-dev doctest-dev libcli11-dev)
+# --with-browser: also Chromium, for the headless check of the HTML report.
+[ "${1:-}" = "--with-browser" ] && packages+=(chromium)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -1,0 +1,30 @@
+// The standalone HTML report (`headroom report`): one self-contained file with
+// inline CSS and SVG charts, no scripts, viewable offline. Charts (each an
+// <svg> with a stable id): chart-breakdown (memory by category against the GPU
+// and the budget), chart-memory (allocated/reserved over the step, budget line,
+// peak marked, measurement overlaid), chart-frontier (memory vs time per
+// sample, chosen plan marked), chart-blocks (keep/checkpoint/offload per
+// block), chart-timeline (streams of the first micro-step). docs/report.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "planner/planner.h"
+#include "planner/simulation.h"
+#include "reports/measured_run.h"
+
+namespace headroom::reports {
+
+struct ReportInput {
+  const planner::Plan* plan = nullptr;                          // required
+  const planner::Simulation* simulation = nullptr;              // memory curve and timeline
+  const std::vector<planner::FrontierPoint>* frontier = nullptr;
+  const MeasuredRun* measurement = nullptr;                     // predicted vs measured
+  std::string gpu_name;
+  std::string generated_by;  // e.g. "headroom 0.1.0 on 2026-11-22"
+};
+
+std::string render_html_report(const ReportInput& input);
+
+}  // namespace headroom::reports
