@@ -8,6 +8,7 @@
 
 #include "models/gpt_stack.h"
 #include "planner/simulator.h"
+#include "reports/report_html.h"
 
 namespace {
 
@@ -55,8 +56,27 @@ int main() {
   std::printf("%-44s %10.1f ms\n", "predict (block walk + simulation, baseline)", walk_ms);
   std::printf("%-44s %10.1f ms  (%.2fx of predict)\n", "simulate, no timeline", quiet_ms, quiet_ms / walk_ms);
   std::printf("%-44s %10.1f ms  (%.2fx of predict)\n", "simulate, full timeline", full_ms, full_ms / walk_ms);
-  std::printf("allocations %lld, timeline events %zu, memory samples %zu, peak reserved %.2f GiB at %s\n",
+  planner::Plan plan;
+  plan.model = "gpt-stack-1024";
+  plan.settings = settings;
+  plan.config = config;
+  plan.blocks = choices;
+  for (const graph::Block& block : context.graph.blocks) plan.block_names.push_back(block.name);
+  plan.seq_len = context.seq_len;
+  plan.prediction = prediction;
+  std::string html;
+  const double report_ms = best_of_ms(3, [&] {
+    reports::ReportInput input;
+    input.plan = &plan;
+    input.simulation = &simulation;
+    input.gpu_name = context.gpu.name;
+    html = reports::render_html_report(input);
+  });
+  std::printf("%-44s %10.1f ms  (%.2fx of predict), %zu bytes\n", "HTML report (all charts, full timeline)", report_ms,
+              report_ms / walk_ms, html.size());
+  std::printf("allocations %lld, timeline events %zu, memory samples %zu, peak allocated %.2f GiB at %s, reserved %.2f GiB\n",
               static_cast<long long>(simulation.allocations), simulation.events.size(), simulation.memory.size(),
-              static_cast<double>(simulation.peak_reserved) / (1 << 30), simulation.peak_label.c_str());
+              static_cast<double>(simulation.peak_allocated) / (1 << 30), simulation.peak_label.c_str(),
+              static_cast<double>(simulation.peak_reserved) / (1 << 30));
   return 0;
 }
