@@ -80,7 +80,7 @@ std::pair<std::string, std::string> add_rope_tables(GraphBuilder& b, const std::
 std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::string& prefix,
                              std::string hidden, const std::string& cos, const std::string& sin,
                              const ZooOptions& options) {
-  const int64_t head_dim = c.hidden / c.heads;
+  const int64_t head_dim = c.head_dim > 0 ? c.head_dim : c.hidden / c.heads;
   const SizeExpr rows = tokens();
   const SizeExpr h_elements = times(rows, c.hidden);
   const SizeExpr ffn_elements = times(rows, c.intermediate);
@@ -89,11 +89,15 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
     b.begin_block(p, "llama_decoder", true);
     const std::string x =
         b.norm(p + ".input_layernorm", hidden, rows, c.hidden, NormKind::kRmsNorm, true, false);
-    const std::string q = b.linear(p + ".self_attn.q_proj", x, rows, c.hidden, c.heads * head_dim, false);
-    const std::string k =
-        b.linear(p + ".self_attn.k_proj", x, rows, c.hidden, c.kv_heads * head_dim, false);
+    std::string q = b.linear(p + ".self_attn.q_proj", x, rows, c.hidden, c.heads * head_dim, c.qkv_bias);
+    std::string k = b.linear(p + ".self_attn.k_proj", x, rows, c.hidden, c.kv_heads * head_dim, c.qkv_bias);
     const std::string v =
-        b.linear(p + ".self_attn.v_proj", x, rows, c.hidden, c.kv_heads * head_dim, false);
+        b.linear(p + ".self_attn.v_proj", x, rows, c.hidden, c.kv_heads * head_dim, c.qkv_bias);
+    if (c.qk_norm) {
+      // Qwen3Attention: q_norm / k_norm, RMSNorm over head_dim of every head.
+      q = b.norm(p + ".self_attn.q_norm", q, times(rows, c.heads), head_dim, NormKind::kRmsNorm, true, false);
+      k = b.norm(p + ".self_attn.k_norm", k, times(rows, c.kv_heads), head_dim, NormKind::kRmsNorm, true, false);
+    }
     RopeAttention a{p + ".self_attn", c.heads, c.kv_heads, head_dim, true,
                     dropout_p(options, c.attention_dropout)};
     const std::string attn = rope_attention(b, a, q, k, v, cos, sin, options.attention);
@@ -126,10 +130,18 @@ graph::LayerGraph build_llama(const LlamaConfig& c, const ZooOptions& options) {
   b.begin_block("embeddings", "embedding", false);
   const std::string ids = b.input("input_ids", tokens(), DType::kInt64, false);
   const std::string embeds = b.embedding("model.embed_tokens", ids, tokens(), c.vocab, c.hidden);
-  const auto [cos, sin] = add_rope_tables(b, "model", c.hidden / c.heads);
+  const auto [cos, sin] = add_rope_tables(b, "model", c.head_dim > 0 ? c.head_dim : c.hidden / c.heads);
   const std::string hidden = add_llama_layers(b, c, "model", embeds, cos, sin, options);
   add_causal_lm_head(b, "model.norm", "lm_head", hidden, c.hidden, c.vocab);
-  return b.finish();
+  graph::LayerGraph graph = b.finish();
+  if (c.tie_embeddings) {
+    for (graph::Node& node : graph.nodes) {
+      for (graph::Param& param : node.params) {
+        if (param.name == "lm_head.weight") param.tied_to = "model.embed_tokens.weight";
+      }
+    }
+  }
+  return graph;
 }
 
 graph::LayerGraph build_qwen_7b(const ZooOptions& options) {

@@ -22,6 +22,10 @@ struct LlamaConfig {
   int64_t vocab = 0;
   int64_t max_position = 0;
   double attention_dropout = 0.0;
+  int64_t head_dim = 0;         // 0: hidden / heads (Qwen3 and Llama 3.2 may set it)
+  bool qkv_bias = false;        // Qwen2: q/k/v projections carry a bias
+  bool qk_norm = false;         // Qwen3: RMSNorm over each head of q and k
+  bool tie_embeddings = false;  // lm_head shares embed_tokens' weight
 };
 
 // meta-llama/Meta-Llama-3-8B config.json: hidden_size 4096, intermediate_size

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "graph/graph_json.h"
+#include "models/hf_import.h"
 #include "models/zoo.h"
 #include "planner/allocator_rounding.h"
 #include "planner/block_solver.h"
@@ -79,11 +80,17 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   if (!valid.is_ok()) return valid;
   ModelContext context;
   Result<graph::LayerGraph> loaded = [&]() -> Result<graph::LayerGraph> {
-    if (looks_like_path(settings.model)) return graph::load_graph_file(settings.model);
     models::ZooOptions options;
     options.attention = settings.attention;
     options.dropout = settings.dropout;
     options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
+    if (looks_like_path(settings.model) && models::is_hf_model_path(settings.model)) {
+      Result<models::HfModel> model = models::load_hf_model(settings.model, options);
+      if (!model.is_ok()) return model.status();
+      context.checkpoint_mismatches = model->mismatches;
+      return std::move(model->graph);
+    }
+    if (looks_like_path(settings.model)) return graph::load_graph_file(settings.model);
     return models::build_zoo_model(settings.model, options);
   }();
   if (!loaded.is_ok()) return loaded.status();

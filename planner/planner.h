@@ -30,9 +30,13 @@ struct ModelContext {
   graph::DType compute_dtype = graph::DType::kBF16;
   TimeModelOptions time_options;                 // defaults, or from a calibration file
   std::optional<int64_t> measured_context_bytes;  // from a calibration file
+  // A Hugging Face model directory: differences between its config-derived graph
+  // and its safetensors headers (missing, extra, shape), for the user to see.
+  std::vector<std::string> checkpoint_mismatches;
 };
 
-// Loads MODEL (zoo name, or a layer-graph JSON path), applies the training mode,
+// Loads MODEL (zoo name, a Hugging Face model directory or config.json, or a
+// layer-graph JSON path), applies the training mode,
 // resolves GPU, sequence length (resolution for image models) and budgets.
 Result<ModelContext> prepare_context(const RunSettings& settings);
 

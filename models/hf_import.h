@@ -1,0 +1,37 @@
+// Hugging Face models as users have them: a config.json, or a model directory
+// with config.json and optionally *.safetensors / model.safetensors.index.json.
+// The config is turned into a LayerGraph with the zoo's builders; the
+// safetensors headers, when present, are compared with the graph's parameters
+// (names, shapes) without reading any weight. docs/ingest.md.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "graph/layer_graph.h"
+#include "graph/status.h"
+#include "models/zoo.h"
+#include <nlohmann/json_fwd.hpp>
+
+namespace headroom::models {
+
+// The model_type values understood, for messages and docs.
+std::string_view supported_hf_model_types();
+
+Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config, std::string_view origin,
+                                               const ZooOptions& options);
+
+struct HfModel {
+  graph::LayerGraph graph;
+  int checkpoint_tensors = 0;           // tensors in the safetensors headers (0: none found)
+  std::vector<std::string> mismatches;  // graph vs checkpoint: missing, extra, shape
+};
+
+// `path`: a config.json file or a directory holding one.
+Result<HfModel> load_hf_model(const std::string& path, const ZooOptions& options);
+
+// Whether `path` looks like a Hugging Face model (a directory, or a file named config.json).
+bool is_hf_model_path(const std::string& path);
+
+}  // namespace headroom::models
