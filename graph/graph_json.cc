@@ -512,6 +512,13 @@ Result<json> parse_json_text(std::string_view text, std::string_view origin) {
     if (bracket != std::string::npos) what = what.substr(bracket + 2);
     return Status::error(std::string(origin) + ": invalid JSON at byte " +
                          std::to_string(error.byte) + ": " + what);
+  } catch (const json::exception& error) {
+    // Found by fuzzing: a number such as 1e4096 overflows a double and nlohmann
+    // throws out_of_range.406 rather than parse_error.
+    std::string what = error.what();
+    const size_t bracket = what.find("] ");
+    if (bracket != std::string::npos) what = what.substr(bracket + 2);
+    return Status::error(std::string(origin) + ": invalid JSON: " + what + " (expected numbers a double can hold)");
   }
 }
 

@@ -41,13 +41,30 @@ Result<std::vector<SafetensorsEntry>> read_safetensors_header(const std::string&
   std::error_code error;
   const auto file_size = static_cast<int64_t>(std::filesystem::file_size(path, error));
   if (error) return fail(path, "file", "cannot be read (" + error.message() + ")");
-  if (file_size < 8) return fail(path, "header length", "expected at least 8 bytes, the file has " + std::to_string(file_size));
   std::ifstream in(path, std::ios::binary);
-  unsigned char length_bytes[8] = {};
-  in.read(reinterpret_cast<char*>(length_bytes), 8);
+  std::string prefix(static_cast<size_t>(std::min<int64_t>(file_size, 8)), '\0');
+  in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));
   if (!in) return fail(path, "header length", "could not read the first 8 bytes");
+  if (file_size >= 8) {
+    uint64_t length = 0;
+    for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(prefix[i]);
+    // Read the header only when its length is plausible; the parser says why not otherwise.
+    if (length <= static_cast<uint64_t>(kMaxSafetensorsHeaderBytes) && static_cast<int64_t>(length) <= file_size - 8) {
+      prefix.resize(8 + length);
+      in.read(prefix.data() + 8, static_cast<std::streamsize>(length));
+      if (!in) return fail(path, "header", "could not read " + std::to_string(length) + " bytes");
+    }
+  }
+  return parse_safetensors_header(prefix, file_size, path);
+}
+
+Result<std::vector<SafetensorsEntry>> parse_safetensors_header(std::string_view prefix, int64_t file_size,
+                                                               const std::string& path) {
+  if (file_size < 8 || prefix.size() < 8) {
+    return fail(path, "header length", "expected at least 8 bytes, the file has " + std::to_string(file_size));
+  }
   uint64_t length = 0;
-  for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
+  for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(prefix[i]);
   if (length > static_cast<uint64_t>(kMaxSafetensorsHeaderBytes)) {
     return fail(path, "header length", std::to_string(length) + " bytes is over the 100 MiB limit");
   }
@@ -55,9 +72,8 @@ Result<std::vector<SafetensorsEntry>> read_safetensors_header(const std::string&
     return fail(path, "header length", std::to_string(length) + " bytes runs past the end of the file (" +
                                            std::to_string(file_size) + " bytes)");
   }
-  std::string text(length, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(length));
-  if (!in) return fail(path, "header", "could not read " + std::to_string(length) + " bytes");
+  if (prefix.size() < 8 + length) return fail(path, "header", "truncated");
+  const std::string_view text = prefix.substr(8, length);
   Result<nlohmann::json> json = parse_json_text(text, path);  // depth limit, duplicate keys, UTF-8
   if (!json.is_ok()) return json.status();
   if (!json->is_object()) return fail(path, "header", "expected a JSON object");

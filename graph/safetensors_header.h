@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "graph/dtype.h"
@@ -34,6 +35,11 @@ struct SafetensorsEntry {
 // offsets out of the data buffer, not matching dtype x elements, overlapping,
 // or leaving holes (the buffer must be indexed completely).
 Result<std::vector<SafetensorsEntry>> read_safetensors_header(const std::string& path);
+
+// The same checks on bytes in memory: `prefix` holds the start of a file of
+// `file_size` bytes (at least the 8-byte length and the header). For fuzzing.
+Result<std::vector<SafetensorsEntry>> parse_safetensors_header(std::string_view prefix, int64_t file_size,
+                                                               const std::string& origin);
 
 // A sharded checkpoint: reads the index's "weight_map" and every shard it names
 // (relative to the index's directory); a tensor the index names that its shard

@@ -379,3 +379,10 @@ TEST_CASE("save_graph_file refuses what it could not read back") {
 
 }  // namespace
 }  // namespace headroom::graph
+
+TEST_CASE("numbers a double cannot hold are a clear error, not an exception (found by fuzzing)") {
+  const auto parsed = headroom::graph::parse_json_text("{\"a\": 1e4096}", "big.json");
+  REQUIRE_FALSE(parsed.is_ok());
+  CHECK(parsed.message().find("big.json") != std::string::npos);
+  CHECK(parsed.message().find("number overflow") != std::string::npos);
+}

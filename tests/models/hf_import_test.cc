@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "graph/graph_json.h"
@@ -109,3 +110,17 @@ TEST_CASE("bad configs are refused naming the file and the field") {
 }
 
 }  // namespace headroom::models
+
+TEST_CASE("fuzz regressions: config.json inputs fail cleanly") {
+  const std::filesystem::path dir = std::filesystem::path(HEADROOM_SOURCE_DIR) / "tests/data/fuzz_regressions/fuzz_hf_config";
+  int replayed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    const auto json = headroom::graph::parse_json_text(buffer.str(), "config.json");
+    if (json.is_ok()) (void)headroom::models::graph_from_hf_config(json.value(), "config.json", headroom::models::ZooOptions{});
+    ++replayed;
+  }
+  CHECK(replayed > 0);
+}
