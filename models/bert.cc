@@ -14,18 +14,6 @@ namespace {
 // vocab_size 30522, max_position_embeddings 512, type_vocab_size 2,
 // hidden_dropout_prob 0.1, attention_probs_dropout_prob 0.1. Head: pooler
 // (dense + tanh on [CLS]) and classifier for num_labels 2 (the HF default).
-struct BertConfig {
-  int64_t hidden = 1024;
-  int64_t layers = 24;
-  int64_t heads = 16;
-  int64_t intermediate = 4096;
-  int64_t vocab = 30522;
-  int64_t positions = 512;
-  int64_t token_types = 2;
-  double hidden_dropout = 0.1;
-  double attention_dropout = 0.1;
-  int64_t labels = 2;
-};
 constexpr BertConfig kBertLarge{};
 
 std::string bert_layer(GraphBuilder& b, const BertConfig& c, int64_t i, const std::string& hidden,
@@ -61,8 +49,9 @@ std::string bert_layer(GraphBuilder& b, const BertConfig& c, int64_t i, const st
 
 }  // namespace
 
-graph::LayerGraph build_bert_large(const ZooOptions& options) {
-  const BertConfig& c = kBertLarge;
+graph::LayerGraph build_bert_large(const ZooOptions& options) { return build_bert_from(kBertLarge, options); }
+
+graph::LayerGraph build_bert_from(const BertConfig& c, const ZooOptions& options) {
   const SizeExpr rows = tokens();
   const SizeExpr h_elements = times(rows, c.hidden);
   const SizeExpr positions{0, 0, 1, 0, 0, 0};

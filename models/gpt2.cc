@@ -10,17 +10,6 @@
 namespace headroom::models {
 namespace {
 
-struct GptConfig {
-  int64_t layers = 0;
-  int64_t hidden = 0;
-  int64_t heads = 0;
-  int64_t vocab = 0;
-  int64_t positions = 0;
-  double embedding_dropout = 0.0;
-  double attention_dropout = 0.0;
-  double residual_dropout = 0.0;
-};
-
 // openai-community/gpt2 config.json: n_layer 12, n_embd 768, n_head 12,
 // vocab_size 50257, n_positions 1024, embd_pdrop = attn_pdrop = resid_pdrop =
 // 0.1, activation_function "gelu_new", tie_word_embeddings (default true).
@@ -75,12 +64,14 @@ graph::LayerGraph build_gpt(const GptBuild& g) {
 
 }  // namespace
 
-graph::LayerGraph build_gpt2(const ZooOptions& options) {
+graph::LayerGraph build_gpt2(const ZooOptions& options) { return build_gpt2_from(kGpt2Small, options); }
+
+graph::LayerGraph build_gpt2_from(const GptConfig& config, const ZooOptions& options) {
   GptBuild g;
-  g.config = kGpt2Small;
-  g.config.embedding_dropout = dropout_p(options, kGpt2Small.embedding_dropout);
-  g.config.attention_dropout = dropout_p(options, kGpt2Small.attention_dropout);
-  g.config.residual_dropout = dropout_p(options, kGpt2Small.residual_dropout);
+  g.config = config;
+  g.config.embedding_dropout = dropout_p(options, config.embedding_dropout);
+  g.config.attention_dropout = dropout_p(options, config.attention_dropout);
+  g.config.residual_dropout = dropout_p(options, config.residual_dropout);
   g.prefix = "transformer.h";
   g.attention = options.attention;
   g.param_dtype = DType::kF32;  // the checkpoint is float32

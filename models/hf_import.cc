@@ -10,6 +10,7 @@
 #include "graph/safetensors_header.h"
 #include "graph/validate.h"
 #include "models/llama.h"
+#include "models/zoo_builders.h"
 
 namespace headroom::models {
 namespace {
@@ -110,12 +111,90 @@ Result<graph::LayerGraph> llama_family(const nlohmann::json& c, std::string_view
   return graph;
 }
 
+Result<double> dropout_field(const nlohmann::json& c, std::string_view origin, const char* key, double fallback) {
+  return probability_or(c, origin, key, fallback);
+}
+
+// GPT-2 (transformers GPT2Config: defaults n_layer 12, n_embd 768, n_head 12,
+// vocab_size 50257, n_positions 1024, *_pdrop 0.1; embeddings tied).
+Result<graph::LayerGraph> gpt2_family(const nlohmann::json& c, std::string_view origin, const std::string& type,
+                                      const ZooOptions& options) {
+  GptConfig config;
+  const Result<int64_t> layers = positive_or(c, origin, "n_layer", 12);
+  const Result<int64_t> hidden = positive_or(c, origin, "n_embd", 768);
+  const Result<int64_t> heads = positive_or(c, origin, "n_head", 12);
+  const Result<int64_t> vocab = positive_or(c, origin, "vocab_size", 50257);
+  const Result<int64_t> positions = positive_or(c, origin, "n_positions", 1024);
+  const Result<double> embd = dropout_field(c, origin, "embd_pdrop", 0.1);
+  const Result<double> attn = dropout_field(c, origin, "attn_pdrop", 0.1);
+  const Result<double> resid = dropout_field(c, origin, "resid_pdrop", 0.1);
+  for (const auto* r : {&layers, &hidden, &heads, &vocab, &positions}) {
+    if (!r->is_ok()) return r->status();
+  }
+  for (const auto* r : {&embd, &attn, &resid}) {
+    if (!r->is_ok()) return r->status();
+  }
+  if (hidden.value() % heads.value() != 0) {
+    return field_error(origin, "n_head", "a divisor of n_embd (" + std::to_string(hidden.value()) + ")");
+  }
+  config = GptConfig{layers.value(), hidden.value(), heads.value(), vocab.value(), positions.value(),
+                     embd.value(), attn.value(), resid.value()};
+  graph::LayerGraph graph = build_gpt2_from(config, options);
+  graph.family = type;
+  graph.sequence.unit = "tokens";
+  graph.sequence.max_seq = config.positions;
+  graph.sequence.default_seq = config.positions;
+  graph.lora_targets = {"c_attn", "c_proj", "c_fc"};
+  return graph;
+}
+
+// BERT with a classification head (transformers BertConfig defaults: 768 hidden,
+// 12 layers, 12 heads, 3072 intermediate, vocab 30522, 512 positions, 2 token
+// types, dropouts 0.1; num_labels = len(id2label), default 2).
+Result<graph::LayerGraph> bert_family(const nlohmann::json& c, std::string_view origin, const std::string& type,
+                                      const ZooOptions& options) {
+  BertConfig config;
+  const Result<int64_t> hidden = positive_or(c, origin, "hidden_size", 768);
+  const Result<int64_t> layers = positive_or(c, origin, "num_hidden_layers", 12);
+  const Result<int64_t> heads = positive_or(c, origin, "num_attention_heads", 12);
+  const Result<int64_t> intermediate = positive_or(c, origin, "intermediate_size", 3072);
+  const Result<int64_t> vocab = positive_or(c, origin, "vocab_size", 30522);
+  const Result<int64_t> positions = positive_or(c, origin, "max_position_embeddings", 512);
+  const Result<int64_t> types = positive_or(c, origin, "type_vocab_size", 2);
+  const Result<double> hidden_p = dropout_field(c, origin, "hidden_dropout_prob", 0.1);
+  const Result<double> attention_p = dropout_field(c, origin, "attention_probs_dropout_prob", 0.1);
+  for (const auto* r : {&hidden, &layers, &heads, &intermediate, &vocab, &positions, &types}) {
+    if (!r->is_ok()) return r->status();
+  }
+  for (const auto* r : {&hidden_p, &attention_p}) {
+    if (!r->is_ok()) return r->status();
+  }
+  if (hidden.value() % heads.value() != 0) {
+    return field_error(origin, "num_attention_heads", "a divisor of hidden_size (" + std::to_string(hidden.value()) + ")");
+  }
+  int64_t labels = 2;
+  if (c.contains("id2label")) {
+    if (!c.at("id2label").is_object() || c.at("id2label").empty()) return field_error(origin, "id2label", "an object of labels");
+    labels = static_cast<int64_t>(c.at("id2label").size());
+  }
+  config = BertConfig{hidden.value(), layers.value(), heads.value(), intermediate.value(), vocab.value(),
+                      positions.value(), types.value(), hidden_p.value(), attention_p.value(), labels};
+  graph::LayerGraph graph = build_bert_from(config, options);
+  graph.family = type;
+  graph.sequence.unit = "tokens";
+  graph.sequence.max_seq = config.positions;
+  graph.sequence.default_seq = config.positions;
+  graph.lora_targets = {"query", "key", "value", "dense"};
+  return graph;
+}
+
 using Builder = Result<graph::LayerGraph> (*)(const nlohmann::json&, std::string_view, const std::string&,
                                               const ZooOptions&);
 
 const std::map<std::string, Builder>& builders() {
   static const std::map<std::string, Builder> kBuilders = {
-      {"llama", llama_family}, {"mistral", llama_family}, {"qwen2", llama_family}, {"qwen3", llama_family}};
+      {"llama", llama_family}, {"mistral", llama_family}, {"qwen2", llama_family}, {"qwen3", llama_family},
+      {"gpt2", gpt2_family},   {"bert", bert_family}};
   return kBuilders;
 }
 
@@ -154,7 +233,7 @@ std::vector<std::string> compare(const graph::LayerGraph& graph, const std::vect
 
 }  // namespace
 
-std::string_view supported_hf_model_types() { return "llama, mistral, qwen2, qwen3"; }
+std::string_view supported_hf_model_types() { return "llama, mistral, qwen2, qwen3, gpt2, bert"; }
 
 Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config, std::string_view origin,
                                                const ZooOptions& options) {

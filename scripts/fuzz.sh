@@ -28,8 +28,7 @@ for target in fuzz_graph_json fuzz_safetensors fuzz_hf_config; do
   mkdir -p "$corpus" "$crashes"
   case $target in
     fuzz_graph_json) cp tests/data/*.json "$corpus/" 2>/dev/null || true ;;
-    fuzz_hf_config) cp tests/data/hf/*/config.json "$corpus/" 2>/dev/null || true
-                    for f in "$corpus"/config.json; do :; done ;;
+    fuzz_hf_config) for f in tests/data/hf/*/config.json; do cp "$f" "$corpus/$(basename "$(dirname "$f")").json"; done ;;
     fuzz_safetensors) printf '\x00\x00' > "$corpus/empty" ;;
   esac
   regressions=tests/data/fuzz_regressions/$target

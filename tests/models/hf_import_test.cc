@@ -38,6 +38,9 @@ TEST_CASE("public configs give the published parameter counts") {
   CHECK(load("qwen2.5-0.5b").parameter_count() == 494'032'768);     // Qwen/Qwen2.5-0.5B (0.49B), q/k/v biases
   CHECK(load("qwen3-0.6b").parameter_count() == 596'049'920);       // Qwen/Qwen3-0.6B (0.6B; 0.44B non-embedding)
   CHECK(load("mistral-7b").parameter_count() == 7'241'732'096);     // mistralai/Mistral-7B-v0.1 (7.24B)
+  CHECK(load("gpt2-medium").parameter_count() == 354'823'168);      // openai-community/gpt2-medium (355M), tied
+  // google-bert/bert-base-uncased: BertModel 109,482,240 (with pooler) + a 2-label classifier (768 x 2 + 2).
+  CHECK(load("bert-base-uncased").parameter_count() == 109'482'240 + 1'538);
 }
 
 TEST_CASE("the Llama-3-8B config.json gives exactly the zoo's graph") {
@@ -90,7 +93,7 @@ TEST_CASE("bad configs are refused naming the file and the field") {
   nlohmann::json unknown = base;
   unknown["model_type"] = "mamba";
   const std::string unknown_message = refuse(unknown);
-  CHECK(unknown_message.find("llama, mistral, qwen2, qwen3") != std::string::npos);
+  CHECK(unknown_message.find("llama, mistral, qwen2, qwen3, gpt2, bert") != std::string::npos);
   CHECK(unknown_message.find("layer-graph") != std::string::npos);
   nlohmann::json missing = base;
   missing.erase("hidden_size");
