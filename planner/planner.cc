@@ -281,6 +281,26 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   return out;
 }
 
+// What the user should know about the answer's inputs: budgets that were
+// assumed rather than given, and a checkpoint that disagrees with its config.
+std::vector<std::string> input_warnings(const ModelContext& context, const RunSettings& settings) {
+  std::vector<std::string> out;
+  const RunSettings defaults;
+  if (settings.host_ram_bytes == defaults.host_ram_bytes) {
+    out.push_back("host RAM budget assumed to be 128 GiB per node (give --host-ram)");
+  }
+  if (settings.disk_free_bytes == defaults.disk_free_bytes) {
+    out.push_back("free disk assumed to be 500 GB (give --disk)");
+  }
+  if (settings.calibration_file.empty()) {
+    out.push_back("times use uncalibrated efficiencies (60% of peak matmul rate, 70% of memory bandwidth)");
+  }
+  for (const std::string& mismatch : context.checkpoint_mismatches) {
+    out.push_back("checkpoint vs config.json: " + mismatch);
+  }
+  return out;
+}
+
 Result<FitAnswer> fit(const RunSettings& settings) {
   Result<ModelContext> context = prepare_context(settings);
   if (!context.is_ok()) return context.status();
@@ -298,13 +318,16 @@ Result<FitAnswer> fit(const RunSettings& settings) {
   plan.prediction = predict(context.value(), settings, plan.config, plan.blocks);
   answer.fits = plan.prediction.fits();
   if (!answer.fits) answer.alternative = find_plan(context.value(), settings);
+  answer.warnings = input_warnings(context.value(), settings);
   return answer;
 }
 
 Result<PlanResult> plan(const RunSettings& settings, const Progress& progress) {
   Result<ModelContext> context = prepare_context(settings);
   if (!context.is_ok()) return context.status();
-  return find_plan(context.value(), settings, progress);
+  PlanResult result = find_plan(context.value(), settings, progress);
+  result.warnings = input_warnings(context.value(), settings);
+  return result;
 }
 
 }  // namespace headroom::planner

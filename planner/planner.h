@@ -78,6 +78,7 @@ struct PlanResult {
   int64_t max_seq_len = 0;         // largest S with micro-batch 1 (0: none)
   std::vector<Suggestion> suggestions;  // when nothing fits
   int configs_evaluated = 0;
+  std::vector<std::string> warnings;  // assumptions and input problems the user should see
 };
 
 using Progress = std::function<void(int done, int total)>;
@@ -92,6 +93,7 @@ struct FitAnswer {
   Plan as_given;
   bool fits = false;
   PlanResult alternative;  // filled when !fits
+  std::vector<std::string> warnings;  // assumptions and input problems the user should see
 };
 Result<FitAnswer> fit(const RunSettings& settings);
 Result<PlanResult> plan(const RunSettings& settings, const Progress& progress = {});

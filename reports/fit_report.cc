@@ -296,7 +296,21 @@ std::string suggestions_text(const std::vector<planner::Suggestion>& suggestions
   return out;
 }
 
+std::string fit_report_body(const planner::FitAnswer& answer, std::string_view gpu_name);
+std::string plan_report_body(const planner::PlanResult& result, std::string_view gpu_name);
+
+std::string warnings_text(const std::vector<std::string>& warnings) {
+  if (warnings.empty()) return "";
+  std::string out = "\nNotes:\n";
+  for (const std::string& warning : warnings) out += "  - " + warning + "\n";
+  return out;
+}
+
 std::string fit_report(const planner::FitAnswer& answer, std::string_view gpu_name) {
+  return fit_report_body(answer, gpu_name) + warnings_text(answer.warnings);
+}
+
+std::string fit_report_body(const planner::FitAnswer& answer, std::string_view gpu_name) {
   const planner::Plan& given = answer.as_given;
   std::string out = run_line(given) + "\n";
   out += verdict_line(given.prediction, gpu_name, given.settings.safety_margin) + "\n\n";
@@ -316,6 +330,10 @@ std::string fit_report(const planner::FitAnswer& answer, std::string_view gpu_na
 }
 
 std::string plan_report(const planner::PlanResult& result, std::string_view gpu_name) {
+  return plan_report_body(result, gpu_name) + warnings_text(result.warnings);
+}
+
+std::string plan_report_body(const planner::PlanResult& result, std::string_view gpu_name) {
   const planner::Plan& best = result.best;
   std::string out = run_line(best) + "\n";
   out += verdict_line(best.prediction, gpu_name, best.settings.safety_margin) + "\n\n";
@@ -369,7 +387,8 @@ nlohmann::json plan_result_to_json(const planner::PlanResult& result) {
           {"max_micro_batch", result.max_micro_batch},
           {"max_seq_len", result.max_seq_len},
           {"suggestions", suggestions},
-          {"configs_evaluated", result.configs_evaluated}};
+          {"configs_evaluated", result.configs_evaluated},
+          {"warnings", result.warnings}};
 }
 
 nlohmann::json fit_to_json(const planner::FitAnswer& answer, const planner::GpuSpec& gpu) {
@@ -384,7 +403,8 @@ nlohmann::json fit_to_json(const planner::FitAnswer& answer, const planner::GpuS
           {"gpu_margin_bytes", p.gpu_margin()},
           {"as_given", planner::plan_to_json(answer.as_given)},
           {"alternative",
-           answer.fits ? nlohmann::json(nullptr) : plan_result_to_json(answer.alternative)}};
+           answer.fits ? nlohmann::json(nullptr) : plan_result_to_json(answer.alternative)},
+          {"warnings", answer.warnings}};
 }
 
 nlohmann::json plan_document_to_json(const planner::PlanResult& result,
