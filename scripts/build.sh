@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# Configures and builds headroom into build/ (Release, Ninja).
+# Configures and builds headroom into build/ (Release, Ninja). When .venv holds
+# LibTorch (scripts/setup_torch.sh), the executor is built too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+torch_flags=()
+if prefix=$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null); then
+  # The wheel is the CUDA 13 build: point its CMake config at /usr/local/cuda, and
+  # name the GPU architectures so it does not try to detect a GPU at configure time.
+  torch_flags=(-DCMAKE_PREFIX_PATH="$prefix" -DCUDAToolkit_ROOT=/usr/local/cuda
+               -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_STANDARD=17
+               "-DTORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0")
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${torch_flags[@]}" >/dev/null
 cmake --build build -j"$(nproc)"

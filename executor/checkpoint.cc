@@ -1,0 +1,92 @@
+#include "executor/checkpoint.h"
+
+namespace headroom::executor {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Keeps the block alive as long as the autograd node: the caller's function
+// object is gone by the time backward runs.
+// The parameters are kept here, not as saved variables: unpacking a saved leaf
+// need not give back the very tensor the recomputed block uses, and
+// autograd::grad differentiates by identity.
+struct BlockHolder : torch::CustomClassHolder {
+  BlockHolder(BlockFunction f, std::vector<torch::Tensor> p) : block(std::move(f)), parameters(std::move(p)) {}
+  BlockFunction block;
+  std::vector<torch::Tensor> parameters;
+};
+
+struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+  // `args` = block inputs followed by the trainable parameters.
+  // `args` must reach apply() as a TensorList: a std::vector would be taken for a
+  // non-tensor argument (the catch-all overload of ExtractVariables wins), and
+  // the node would have no differentiable inputs at all.
+  static variable_list forward(AutogradContext* ctx, BlockFunction block, int64_t input_count, at::TensorList args) {
+    ctx->saved_data["input_count"] = input_count;
+    const variable_list inputs(args.begin(), args.begin() + input_count);
+    const variable_list parameters(args.begin() + input_count, args.end());
+    ctx->saved_data["block"] = c10::IValue::make_capsule(c10::make_intrusive<BlockHolder>(block, parameters));
+    ctx->save_for_backward(inputs);  // the only activations a checkpointed block keeps
+    torch::NoGradGuard no_grad;
+    return block(inputs);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const int64_t input_count = ctx->saved_data["input_count"].toInt();
+    const auto holder = c10::static_intrusive_pointer_cast<BlockHolder>(ctx->saved_data["block"].toCapsule());
+    const variable_list saved = ctx->get_saved_variables();
+    variable_list inputs;
+    for (int64_t i = 0; i < input_count; ++i) {
+      inputs.push_back(saved[i].detach().requires_grad_(saved[i].requires_grad()));
+    }
+    variable_list outputs;
+    {
+      torch::AutoGradMode enable(true);
+      outputs = holder->block(inputs);
+    }
+    const size_t arg_count = inputs.size() + holder->parameters.size();
+    variable_list wrt;
+    std::vector<size_t> position;  // index in (inputs, parameters) of each entry of `wrt`
+    for (size_t i = 0; i < arg_count; ++i) {
+      const torch::Tensor& t = i < inputs.size() ? inputs[i] : holder->parameters[i - inputs.size()];
+      if (t.requires_grad()) {
+        wrt.push_back(t);
+        position.push_back(i);
+      }
+    }
+    variable_list used_outputs;
+    variable_list used_grads;
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      if (outputs[o].requires_grad() && grad_outputs[o].defined()) {
+        used_outputs.push_back(outputs[o]);
+        used_grads.push_back(grad_outputs[o]);
+      }
+    }
+    // One gradient per forward argument: the block, the count, then each of args.
+    variable_list result(2 + arg_count);
+    if (wrt.empty() || used_outputs.empty()) return result;
+    const variable_list grads = torch::autograd::grad(used_outputs, wrt, used_grads, /*retain_graph=*/false,
+                                                      /*create_graph=*/false, /*allow_unused=*/true);
+    for (size_t g = 0; g < grads.size(); ++g) result[2 + position[g]] = grads[g];
+    return result;
+  }
+};
+
+}  // namespace
+
+std::vector<torch::Tensor> checkpoint(const BlockFunction& block, const std::vector<torch::Tensor>& inputs,
+                                      const std::vector<torch::Tensor>& parameters) {
+  bool differentiable = false;
+  for (const torch::Tensor& t : inputs) differentiable = differentiable || t.requires_grad();
+  for (const torch::Tensor& t : parameters) differentiable = differentiable || t.requires_grad();
+  if (!differentiable || !torch::GradMode::is_enabled()) {
+    torch::NoGradGuard no_grad;
+    return block(inputs);
+  }
+  variable_list args = inputs;
+  args.insert(args.end(), parameters.begin(), parameters.end());
+  return CheckpointFunction::apply(block, static_cast<int64_t>(inputs.size()), at::TensorList(args));
+}
+
+}  // namespace headroom::executor
