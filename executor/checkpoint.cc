@@ -89,4 +89,12 @@ std::vector<torch::Tensor> checkpoint(const BlockFunction& block, const std::vec
   return CheckpointFunction::apply(block, static_cast<int64_t>(inputs.size()), at::TensorList(args));
 }
 
+models::torch_modules::BlockRunner checkpoint_runner(std::set<std::string> blocks) {
+  return [blocks = std::move(blocks)](const std::string& name, torch::nn::Module& module,
+                                      const models::torch_modules::BlockFn& fn, const std::vector<torch::Tensor>& inputs) {
+    if (!blocks.count(name)) return fn(inputs);
+    return checkpoint(fn, inputs, models::torch_modules::trainable_parameters(module));
+  };
+}
+
 }  // namespace headroom::executor

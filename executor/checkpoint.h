@@ -10,16 +10,25 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <set>
+#include <string>
 #include <vector>
+
+#include "models/torch/layers.h"
 
 namespace headroom::executor {
 
-using BlockFunction = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
+using BlockFunction = models::torch_modules::BlockFn;
 
 // Calls `block(inputs)`; keeps `inputs` only; `parameters` are the tensors the
 // block trains (those with requires_grad are differentiated). With nothing to
 // differentiate it simply runs the block without autograd.
 std::vector<torch::Tensor> checkpoint(const BlockFunction& block, const std::vector<torch::Tensor>& inputs,
                                       const std::vector<torch::Tensor>& parameters);
+
+// A BlockRunner (models/torch/layers.h) that checkpoints the blocks named in
+// `blocks` (the graph's block names, as a Plan lists them) with the block
+// module's trainable parameters, and runs every other block plainly.
+models::torch_modules::BlockRunner checkpoint_runner(std::set<std::string> blocks);
 
 }  // namespace headroom::executor

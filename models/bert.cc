@@ -18,7 +18,7 @@ constexpr BertConfig kBertLarge{};
 
 std::string bert_layer(GraphBuilder& b, const BertConfig& c, int64_t i, const std::string& hidden,
                        const ZooOptions& options) {
-  const std::string p = "bert.encoder.layer." + std::to_string(i);
+  const std::string p = std::string(c.prefix) + ".encoder.layer." + std::to_string(i);
   const SizeExpr rows = tokens();
   const SizeExpr h_elements = times(rows, c.hidden);
   const double hidden_p = dropout_p(options, c.hidden_dropout);
@@ -47,6 +47,37 @@ std::string bert_layer(GraphBuilder& b, const BertConfig& c, int64_t i, const st
   return b.norm(p + ".output.LayerNorm", sum2, rows, c.hidden, NormKind::kLayerNorm, true, true);
 }
 
+// tanh keeps its output.
+std::string tanh(GraphBuilder& b, const std::string& name, const std::string& x, int64_t width) {
+  const SizeExpr one = SizeExpr::per_sample(1);
+  OpSpec spec{name, "tanh", {x}, times(one, width), std::nullopt, {SavedRef{name, SaveWhen::kInputGrad}}, {},
+              times(one, 4 * width), times(one, 2 * width), {}, {}};
+  return b.op(spec);
+}
+
+// BertForSequenceClassification: pooler (dense + tanh on [CLS]), dropout, classifier.
+std::string bert_head(GraphBuilder& b, const BertConfig& c, const std::string& hidden, const ZooOptions& options) {
+  const SizeExpr one = SizeExpr::per_sample(1);
+  const std::string cls = b.copy("bert.pooler.select_cls", "select_token", {hidden}, times(one, c.hidden));
+  const std::string pooled = b.linear("bert.pooler.dense", cls, one, c.hidden, c.hidden, true);
+  std::string x = tanh(b, "bert.pooler.activation", pooled, c.hidden);
+  x = b.dropout("dropout", x, times(one, c.hidden), dropout_p(options, c.hidden_dropout));
+  return b.linear("classifier", x, one, c.hidden, c.labels, true);
+}
+
+// RobertaClassificationHead: [CLS], dropout, dense, tanh, dropout, out_proj.
+std::string roberta_head(GraphBuilder& b, const BertConfig& c, const std::string& hidden,
+                         const ZooOptions& options) {
+  const SizeExpr one = SizeExpr::per_sample(1);
+  const double p = dropout_p(options, c.hidden_dropout);
+  std::string x = b.copy("classifier.select_cls", "select_token", {hidden}, times(one, c.hidden));
+  x = b.dropout("classifier.dropout_in", x, times(one, c.hidden), p);
+  x = b.linear("classifier.dense", x, one, c.hidden, c.hidden, true);
+  x = tanh(b, "classifier.tanh", x, c.hidden);
+  x = b.dropout("classifier.dropout_out", x, times(one, c.hidden), p);
+  return b.linear("classifier.out_proj", x, one, c.hidden, c.labels, true);
+}
+
 }  // namespace
 
 graph::LayerGraph build_bert_large(const ZooOptions& options) { return build_bert_from(kBertLarge, options); }
@@ -61,7 +92,7 @@ graph::LayerGraph build_bert_from(const BertConfig& c, const ZooOptions& options
   const std::string ids = b.input("input_ids", rows, DType::kInt64, false);
   const std::string types = b.input("token_type_ids", rows, DType::kInt64, false);
   const std::string pos_ids = b.input("position_ids", positions, DType::kInt64, false);
-  const std::string e = "bert.embeddings";
+  const std::string e = std::string(c.prefix) + ".embeddings";
   const std::string words = b.embedding(e + ".word_embeddings", ids, rows, c.vocab, c.hidden);
   const std::string type_e = b.embedding(e + ".token_type_embeddings", types, rows, c.token_types, c.hidden);
   const std::string pos_e = b.embedding(e + ".position_embeddings", pos_ids, positions, c.positions, c.hidden);
@@ -74,15 +105,7 @@ graph::LayerGraph build_bert_from(const BertConfig& c, const ZooOptions& options
   b.begin_block("head", "classifier", false);
   const SizeExpr one = SizeExpr::per_sample(1);
   const std::string labels = b.input("labels", one, DType::kInt64, false);
-  const std::string cls = b.copy("bert.pooler.select_cls", "select_token", {hidden}, times(one, c.hidden));
-  const std::string pooled = b.linear("bert.pooler.dense", cls, one, c.hidden, c.hidden, true);
-  // tanh keeps its output.
-  OpSpec tanh{"bert.pooler.activation", "tanh", {pooled}, times(one, c.hidden), std::nullopt,
-              {SavedRef{"bert.pooler.activation", SaveWhen::kInputGrad}}, {},
-              times(one, 4 * c.hidden), times(one, 2 * c.hidden), {}, {}};
-  std::string x = b.op(tanh);
-  x = b.dropout("dropout", x, times(one, c.hidden), dropout_p(options, c.hidden_dropout));
-  const std::string logits = b.linear("classifier", x, one, c.hidden, c.labels, true);
+  const std::string logits = c.roberta_head ? roberta_head(b, c, hidden, options) : bert_head(b, c, hidden, options);
   OpSpec loss{"loss", "loss", {logits, labels}, SizeExpr::constant(1), DType::kF32,
               {SavedRef{logits, SaveWhen::kAnyGrad}}, {}, times(one, 5 * c.labels),
               times(one, 2 * c.labels), {}, {}};

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "models/flux.h"
 #include "models/flux_text.h"
 #include "models/layers.h"
 #include "models/zoo_builders.h"
@@ -15,37 +16,18 @@
 namespace headroom::models {
 namespace {
 
-// black-forest-labs/FLUX.1-Kontext-dev transformer/config.json: in_channels 64,
-// num_layers 19, num_single_layers 38, num_attention_heads 24,
-// attention_head_dim 128, joint_attention_dim 4096, pooled_projection_dim 768,
-// guidance_embeds true, patch_size 1, axes_dims_rope [16, 56, 56]. FeedForward
-// mult 4 (12288), timestep projection 256 channels; max T5 length 512.
-struct FluxConfig {
-  int64_t hidden = 3072;
-  int64_t heads = 24;
-  int64_t head_dim = 128;
-  int64_t double_blocks = 19;
-  int64_t single_blocks = 38;
-  int64_t in_channels = 64;
-  int64_t joint_dim = 4096;
-  int64_t pooled_dim = 768;
-  int64_t mlp = 12288;
-  int64_t time_channels = 256;
-  int64_t text_tokens = 512;
-};
-constexpr FluxConfig kFlux{};
-
 SizeExpr image_rows() { return tokens(); }
-SizeExpr text_rows() { return fixed_tokens(kFlux.text_tokens); }
-SizeExpr joint_rows() { return SizeExpr{0, kFlux.text_tokens, 0, 1, 0, 0}; }
+SizeExpr text_rows(const FluxConfig& f) { return fixed_tokens(f.text_tokens); }
+SizeExpr joint_rows(const FluxConfig& f) { return SizeExpr{0, f.text_tokens, 0, 1, 0, 0}; }
 // B*(S+T)^2 = B*S^2 + 2T*B*S + T^2*B.
-SizeExpr joint_scores() {
-  const int64_t t = kFlux.text_tokens;
+SizeExpr joint_scores(const FluxConfig& f) {
+  const int64_t t = f.text_tokens;
   return SizeExpr{0, t * t, 0, 2 * t, 0, 1};
 }
 
 struct Context {
   GraphBuilder& b;
+  const FluxConfig& f;
   const ZooOptions& options;
   std::string temb;
   std::string cos;
@@ -55,11 +37,11 @@ struct Context {
 // SiLU(temb) -> linear to `chunks` x hidden, split into per-sample chunks.
 std::vector<std::string> modulation(Context& c, const std::string& module, int64_t chunks) {
   const SizeExpr rows = SizeExpr::per_sample(1);
-  const std::string act = c.b.activation(module + ".silu", c.temb, times(rows, kFlux.hidden), "silu");
-  const std::string emb = c.b.linear(module + ".linear", act, rows, kFlux.hidden, chunks * kFlux.hidden, true);
+  const std::string act = c.b.activation(module + ".silu", c.temb, times(rows, c.f.hidden), "silu");
+  const std::string emb = c.b.linear(module + ".linear", act, rows, c.f.hidden, chunks * c.f.hidden, true);
   std::vector<std::pair<std::string, SizeExpr>> parts;
   for (int64_t i = 0; i < chunks; ++i) {
-    parts.push_back({module + ".chunk" + std::to_string(i), times(rows, kFlux.hidden)});
+    parts.push_back({module + ".chunk" + std::to_string(i), times(rows, c.f.hidden)});
   }
   return c.b.split(module + ".chunk", emb, parts);
 }
@@ -67,10 +49,10 @@ std::vector<std::string> modulation(Context& c, const std::string& module, int64
 // LayerNorm without affine, then x * (1 + scale) + shift.
 std::string modulate(Context& c, const std::string& name, const std::string& x, SizeExpr rows,
                      const std::string& shift, const std::string& scale) {
-  const SizeExpr elements = times(rows, kFlux.hidden);
-  const std::string normed = c.b.norm(name, x, rows, kFlux.hidden, NormKind::kLayerNorm, false, false);
+  const SizeExpr elements = times(rows, c.f.hidden);
+  const std::string normed = c.b.norm(name, x, rows, c.f.hidden, NormKind::kLayerNorm, false, false);
   const std::string one_plus =
-      c.b.copy(name + ".one_plus_scale", "add_scalar", {scale}, SizeExpr::per_sample(kFlux.hidden));
+      c.b.copy(name + ".one_plus_scale", "add_scalar", {scale}, SizeExpr::per_sample(c.f.hidden));
   const std::string scaled = c.b.mul(name + ".scale", normed, one_plus, elements);
   return c.b.add(name + ".shift", scaled, shift, elements);
 }
@@ -78,7 +60,7 @@ std::string modulate(Context& c, const std::string& name, const std::string& x, 
 // gate[:, None] * x: keeps both.
 std::string gated(Context& c, const std::string& name, const std::string& gate,
                   const std::string& x, SizeExpr rows) {
-  return c.b.mul(name, gate, x, times(rows, kFlux.hidden));
+  return c.b.mul(name, gate, x, times(rows, c.f.hidden));
 }
 
 struct Qkv {
@@ -89,14 +71,14 @@ struct Qkv {
 Qkv projections(Context& c, const std::string& attn, const std::string& x, SizeExpr rows,
                 const char* q_name, const char* k_name, const char* v_name, const char* nq,
                 const char* nk) {
-  const int64_t h = kFlux.hidden;
-  const SizeExpr head_rows = rows.scaled(kFlux.heads);
+  const int64_t h = c.f.hidden;
+  const SizeExpr head_rows = rows.scaled(c.f.heads);
   Qkv out;
   const std::string q = c.b.linear(attn + "." + q_name, x, rows, h, h, true);
   const std::string k = c.b.linear(attn + "." + k_name, x, rows, h, h, true);
   out.v = c.b.linear(attn + "." + v_name, x, rows, h, h, true);
-  out.q = c.b.norm(attn + "." + nq, q, head_rows, kFlux.head_dim, NormKind::kRmsNorm, true, false);
-  out.k = c.b.norm(attn + "." + nk, k, head_rows, kFlux.head_dim, NormKind::kRmsNorm, true, false);
+  out.q = c.b.norm(attn + "." + nq, q, head_rows, c.f.head_dim, NormKind::kRmsNorm, true, false);
+  out.k = c.b.norm(attn + "." + nk, k, head_rows, c.f.head_dim, NormKind::kRmsNorm, true, false);
   return out;
 }
 
@@ -104,11 +86,11 @@ Qkv projections(Context& c, const std::string& attn, const std::string& x, SizeE
 // back: transients only; cos/sin are persistent), then attention over T+S.
 std::string joint_attention(Context& c, const std::string& attn, const std::string& q,
                             const std::string& k, const std::string& v) {
-  const SizeExpr elements = times(joint_rows(), kFlux.hidden);
+  const SizeExpr elements = times(joint_rows(c.f), c.f.hidden);
   const std::string q_rope = apply_rope(c.b, attn + ".q", q, c.cos, c.sin, elements);
   const std::string k_rope = apply_rope(c.b, attn + ".k", k, c.cos, c.sin, elements);
-  AttentionShape shape = self_attention_shape(kFlux.heads, kFlux.heads, kFlux.head_dim,
-                                              joint_rows(), joint_scores(), false);
+  AttentionShape shape = self_attention_shape(c.f.heads, c.f.heads, c.f.head_dim,
+                                              joint_rows(c.f), joint_scores(c.f), false);
   const double p = dropout_p(c.options, 0.0);
   std::string out = attention(c.b, c.options.attention, attn, q_rope, k_rope, v, shape,
                               EagerAttentionOptions{false, p});
@@ -145,14 +127,14 @@ struct Stream {
 // Feed-forward of one stream: GELU(tanh) MLP 3072 -> 12288 -> 3072, gated residual.
 std::string stream_ff(Context& c, const std::string& p, const Stream& s, const std::string& hidden,
                       const std::vector<std::string>& mod) {
-  const SizeExpr mlp_elements = times(s.rows, kFlux.mlp);
+  const SizeExpr mlp_elements = times(s.rows, c.f.mlp);
   const std::string x = modulate(c, p + "." + s.norm2, hidden, s.rows, mod[3], mod[4]);
   const std::string ff = p + "." + s.ff;
-  const std::string up = c.b.linear(ff + ".net.0.proj", x, s.rows, kFlux.hidden, kFlux.mlp, true);
+  const std::string up = c.b.linear(ff + ".net.0.proj", x, s.rows, c.f.hidden, c.f.mlp, true);
   const std::string act = c.b.activation(ff + ".net.0.gelu", up, mlp_elements, "gelu_tanh");
-  const std::string down = c.b.linear(ff + ".net.2", act, s.rows, kFlux.mlp, kFlux.hidden, true);
+  const std::string down = c.b.linear(ff + ".net.2", act, s.rows, c.f.mlp, c.f.hidden, true);
   const std::string g = gated(c, ff + ".gate", mod[5], down, s.rows);
-  return c.b.add(ff + ".residual", hidden, g, times(s.rows, kFlux.hidden));
+  return c.b.add(ff + ".residual", hidden, g, times(s.rows, c.f.hidden));
 }
 
 // FluxTransformerBlock. Returns {image, text} hidden states.
@@ -163,7 +145,7 @@ std::pair<std::string, std::string> double_block(Context& c, int64_t i, const st
   const Stream image{"norm1", "norm2", "ff", "to_q", "to_k", "to_v", "norm_q", "norm_k",
                      "to_out.0", image_rows()};
   const Stream text{"norm1_context", "norm2_context", "ff_context", "add_q_proj", "add_k_proj",
-                    "add_v_proj", "norm_added_q", "norm_added_k", "to_add_out", text_rows()};
+                    "add_v_proj", "norm_added_q", "norm_added_k", "to_add_out", text_rows(c.f)};
   const std::vector<std::string> img_mod = modulation(c, p + ".norm1", 6);
   const std::vector<std::string> txt_mod = modulation(c, p + ".norm1_context", 6);
   const std::string img_x = modulate(c, p + ".norm1.norm", img, image.rows, img_mod[0], img_mod[1]);
@@ -173,23 +155,23 @@ std::pair<std::string, std::string> double_block(Context& c, int64_t i, const st
                              image.norm_k);
   const Qkv tq = projections(c, attn, txt_x, text.rows, text.q, text.k, text.v, text.norm_q,
                              text.norm_k);
-  const SizeExpr joint = times(joint_rows(), kFlux.hidden);
+  const SizeExpr joint = times(joint_rows(c.f), c.f.hidden);
   const std::string q = c.b.copy(attn + ".cat_q", "concat", {tq.q, iq.q}, joint);
   const std::string k = c.b.copy(attn + ".cat_k", "concat", {tq.k, iq.k}, joint);
   const std::string v = c.b.copy(attn + ".cat_v", "concat", {tq.v, iq.v}, joint);
   const std::string o = joint_attention(c, attn, q, k, v);
   const auto parts = c.b.split(attn + ".split_out", o,
-                               {{attn + ".out_text", times(text.rows, kFlux.hidden)},
-                                {attn + ".out_image", times(image.rows, kFlux.hidden)}});
+                               {{attn + ".out_text", times(text.rows, c.f.hidden)},
+                                {attn + ".out_image", times(image.rows, c.f.hidden)}});
   const std::string img_o = linear_on_view(c, attn + ".to_out.0", parts[1], o, image.rows,
-                                           kFlux.hidden, kFlux.hidden);
+                                           c.f.hidden, c.f.hidden);
   const std::string txt_o = linear_on_view(c, attn + ".to_add_out", parts[0], o, text.rows,
-                                           kFlux.hidden, kFlux.hidden);
+                                           c.f.hidden, c.f.hidden);
   std::string img_h = c.b.add(p + ".attn_residual", img, gated(c, p + ".attn_gate", img_mod[2], img_o, image.rows),
-                              times(image.rows, kFlux.hidden));
+                              times(image.rows, c.f.hidden));
   std::string txt_h = c.b.add(p + ".attn_residual_context", txt,
                               gated(c, p + ".attn_gate_context", txt_mod[2], txt_o, text.rows),
-                              times(text.rows, kFlux.hidden));
+                              times(text.rows, c.f.hidden));
   img_h = stream_ff(c, p, image, img_h, img_mod);
   txt_h = stream_ff(c, p, text, txt_h, txt_mod);
   return {img_h, txt_h};
@@ -201,32 +183,32 @@ std::pair<std::string, std::string> single_block(Context& c, int64_t i, const st
                                                  const std::string& txt) {
   const std::string p = "single_transformer_blocks." + std::to_string(i);
   c.b.begin_block(p, "flux_single_stream", true);
-  const SizeExpr rows = joint_rows();
-  const SizeExpr h_elements = times(rows, kFlux.hidden);
+  const SizeExpr rows = joint_rows(c.f);
+  const SizeExpr h_elements = times(rows, c.f.hidden);
   const std::string joint = c.b.copy(p + ".concat_in", "concat", {txt, img}, h_elements);
   const std::vector<std::string> mod = modulation(c, p + ".norm", 3);
   const std::string x = modulate(c, p + ".norm.norm", joint, rows, mod[0], mod[1]);
-  const std::string mlp = c.b.linear(p + ".proj_mlp", x, rows, kFlux.hidden, kFlux.mlp, true);
-  const std::string act = c.b.activation(p + ".act_mlp", mlp, times(rows, kFlux.mlp), "gelu_tanh");
+  const std::string mlp = c.b.linear(p + ".proj_mlp", x, rows, c.f.hidden, c.f.mlp, true);
+  const std::string act = c.b.activation(p + ".act_mlp", mlp, times(rows, c.f.mlp), "gelu_tanh");
   const Qkv qkv = projections(c, p + ".attn", x, rows, "to_q", "to_k", "to_v", "norm_q", "norm_k");
   const std::string o = joint_attention(c, p + ".attn", qkv.q, qkv.k, qkv.v);
   const std::string cat = c.b.copy(p + ".concat_attn_mlp", "concat", {o, act},
-                                   times(rows, kFlux.hidden + kFlux.mlp));
-  const std::string out = c.b.linear(p + ".proj_out", cat, rows, kFlux.hidden + kFlux.mlp, kFlux.hidden, true);
+                                   times(rows, c.f.hidden + c.f.mlp));
+  const std::string out = c.b.linear(p + ".proj_out", cat, rows, c.f.hidden + c.f.mlp, c.f.hidden, true);
   const std::string g = gated(c, p + ".gate", mod[2], out, rows);
   const std::string h = c.b.add(p + ".residual", joint, g, h_elements);
   const auto parts = c.b.split(p + ".split_out", h,
-                               {{p + ".out_text", times(text_rows(), kFlux.hidden)},
-                                {p + ".out_image", times(image_rows(), kFlux.hidden)}});
+                               {{p + ".out_text", times(text_rows(c.f), c.f.hidden)},
+                                {p + ".out_image", times(image_rows(), c.f.hidden)}});
   return {parts[1], parts[0]};
 }
 
 // time_text_embed (CombinedTimestepGuidanceTextProjEmbeddings): sinusoidal
 // projections of timestep and guidance through two-layer SiLU MLPs, plus the
 // pooled CLIP text through PixArtAlphaTextProjection; summed into temb [B, 3072].
-std::string time_text_embed(GraphBuilder& b, const std::string& pooled) {
+std::string time_text_embed(GraphBuilder& b, const FluxConfig& f, const std::string& pooled) {
   const SizeExpr rows = SizeExpr::per_sample(1);
-  const int64_t h = kFlux.hidden;
+  const int64_t h = f.hidden;
   auto mlp = [&](const std::string& module, const std::string& x, int64_t in, const char* act_name) {
     const std::string l1 = b.linear(module + ".linear_1", x, rows, in, h, true);
     const std::string a = b.activation(module + "." + act_name, l1, times(rows, h), "silu");
@@ -235,57 +217,59 @@ std::string time_text_embed(GraphBuilder& b, const std::string& pooled) {
   const std::string e = "time_text_embed";
   const std::string timestep = b.input("timestep", rows, DType::kF32, false);
   const std::string guidance = b.input("guidance", rows, DType::kF32, false);
-  const std::string t_proj = b.copy(e + ".time_proj", "sinusoidal", {timestep}, times(rows, kFlux.time_channels));
-  const std::string g_proj = b.copy(e + ".guidance_proj", "sinusoidal", {guidance}, times(rows, kFlux.time_channels));
-  const std::string t = mlp(e + ".timestep_embedder", t_proj, kFlux.time_channels, "act");
-  const std::string g = mlp(e + ".guidance_embedder", g_proj, kFlux.time_channels, "act");
-  const std::string p = mlp(e + ".text_embedder", pooled, kFlux.pooled_dim, "act_1");
+  const std::string t_proj = b.copy(e + ".time_proj", "sinusoidal", {timestep}, times(rows, f.time_channels));
+  const std::string g_proj = b.copy(e + ".guidance_proj", "sinusoidal", {guidance}, times(rows, f.time_channels));
+  const std::string t = mlp(e + ".timestep_embedder", t_proj, f.time_channels, "act");
+  const std::string g = mlp(e + ".guidance_embedder", g_proj, f.time_channels, "act");
+  const std::string p = mlp(e + ".text_embedder", pooled, f.pooled_dim, "act_1");
   const std::string tg = b.add(e + ".sum_time_guidance", t, g, times(rows, h));
   return b.add(e + ".temb", tg, p, times(rows, h));
 }
 
 }  // namespace
 
-graph::LayerGraph build_flux_kontext(const ZooOptions& options) {
+graph::LayerGraph build_flux(const FluxConfig& f, const ZooOptions& options) {
   GraphBuilder b;
   b.set_param_dtype(DType::kBF16);  // published bfloat16
+  Context c{b, f, options, "", "", ""};
   std::string pooled;
   std::string encoded;
   if (options.precomputed_text_embeddings) {
     b.begin_block("embeddings", "flux_embedding", false);
-    pooled = b.input("pooled_projections", SizeExpr::per_sample(kFlux.pooled_dim), std::nullopt, false);
-    encoded = b.input("encoder_hidden_states", times(text_rows(), kFlux.joint_dim), std::nullopt, false);
+    pooled = b.input("pooled_projections", SizeExpr::per_sample(f.pooled_dim), std::nullopt, false);
+    encoded = b.input("encoder_hidden_states", times(text_rows(c.f), f.joint_dim), std::nullopt, false);
   } else {
-    std::tie(pooled, encoded) = add_flux_text_encoders(b, kFlux.text_tokens);
+    std::tie(pooled, encoded) = add_flux_text_encoders(b, f.text_tokens);
     b.begin_block("embeddings", "flux_embedding", false);
   }
-  const std::string latents = b.input("hidden_states", times(image_rows(), kFlux.in_channels),
+  const std::string latents = b.input("hidden_states", times(image_rows(), f.in_channels),
                                       std::nullopt, false);
   // FluxPosEmbed: float32 cos/sin tables of [T + S, 128], not per sample.
-  const std::string ids = b.input("position_ids", SizeExpr{kFlux.text_tokens * 3, 0, 3, 0, 0, 0},
+  const std::string ids = b.input("position_ids", SizeExpr{f.text_tokens * 3, 0, 3, 0, 0, 0},
                                   DType::kF32, false);
-  const SizeExpr table{kFlux.text_tokens * kFlux.head_dim, 0, kFlux.head_dim, 0, 0, 0};
-  Context c{b, options, "", "", ""};
+  const SizeExpr table{f.text_tokens * f.head_dim, 0, f.head_dim, 0, 0, 0};
   c.cos = b.copy("pos_embed.cos", "rope_table", {ids}, table, DType::kF32);
   c.sin = b.copy("pos_embed.sin", "rope_table", {ids}, table, DType::kF32);
-  c.temb = time_text_embed(b, pooled);
-  std::string img = b.linear("x_embedder", latents, image_rows(), kFlux.in_channels, kFlux.hidden, true);
-  std::string txt = b.linear("context_embedder", encoded, text_rows(), kFlux.joint_dim, kFlux.hidden, true);
-  for (int64_t i = 0; i < kFlux.double_blocks; ++i) std::tie(img, txt) = double_block(c, i, img, txt);
-  for (int64_t i = 0; i < kFlux.single_blocks; ++i) std::tie(img, txt) = single_block(c, i, img, txt);
+  c.temb = time_text_embed(b, f, pooled);
+  std::string img = b.linear("x_embedder", latents, image_rows(), f.in_channels, f.hidden, true);
+  std::string txt = b.linear("context_embedder", encoded, text_rows(c.f), f.joint_dim, f.hidden, true);
+  for (int64_t i = 0; i < f.double_blocks; ++i) std::tie(img, txt) = double_block(c, i, img, txt);
+  for (int64_t i = 0; i < f.single_blocks; ++i) std::tie(img, txt) = single_block(c, i, img, txt);
   // norm_out (AdaLayerNormContinuous: scale, shift), proj_out to 64 channels,
   // and the flow-matching MSE against the target (keeps the [B, S, 64] difference).
   b.begin_block("head", "flux_output", false);
   const std::vector<std::string> mod = modulation(c, "norm_out", 2);
   const std::string x = modulate(c, "norm_out.norm", img, image_rows(), mod[1], mod[0]);
-  const std::string out = b.linear("proj_out", x, image_rows(), kFlux.hidden, kFlux.in_channels, true);
-  const std::string target = b.input("target", times(image_rows(), kFlux.in_channels), std::nullopt, false);
-  const SizeExpr out_elements = times(image_rows(), kFlux.in_channels);
+  const std::string out = b.linear("proj_out", x, image_rows(), f.hidden, f.in_channels, true);
+  const std::string target = b.input("target", times(image_rows(), f.in_channels), std::nullopt, false);
+  const SizeExpr out_elements = times(image_rows(), f.in_channels);
   OpSpec loss{"loss", "loss", {out, target}, SizeExpr::constant(1), DType::kF32,
               {SavedRef{out, SaveWhen::kAnyGrad}, SavedRef{target, SaveWhen::kAnyGrad}}, {},
               out_elements.scaled(3), out_elements.scaled(2), {}, out_elements.scaled(4)};
   b.op(loss);
   return b.finish();
 }
+
+graph::LayerGraph build_flux_kontext(const ZooOptions& options) { return build_flux(kFluxKontextDev, options); }
 
 }  // namespace headroom::models

@@ -1,6 +1,5 @@
 #include "models/hf_import.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -9,8 +8,7 @@
 #include "graph/graph_json.h"
 #include "graph/safetensors_header.h"
 #include "graph/validate.h"
-#include "models/llama.h"
-#include "models/zoo_builders.h"
+#include "models/hf_fields.h"
 
 namespace headroom::models {
 namespace {
@@ -20,182 +18,79 @@ namespace fs = std::filesystem;
 constexpr int64_t kMaxConfigBytes = 4 << 20;
 constexpr int kMaxMismatchesListed = 20;
 
-Status field_error(std::string_view origin, const std::string& field, const std::string& expected) {
-  return Status::error(std::string(origin) + ": " + field + ": expected " + expected);
+const std::map<std::string, HfFamilyReader>& readers() {
+  static const std::map<std::string, HfFamilyReader> kReaders = {
+      {"llama", hf_llama_family},  {"mistral", hf_llama_family},
+      {"qwen2", hf_llama_family},  {"qwen3", hf_llama_family},
+      {"gemma", hf_llama_family},  {"phi3", hf_llama_family},
+      {"gpt2", hf_gpt2_family},    {"gpt_neox", hf_neox_family},
+      {"opt", hf_opt_family},      {"bert", hf_bert_family},
+      {"roberta", hf_bert_family}, {"vit", hf_vit_family},
+      {"clip", hf_clip_family},    {"clip_vision_model", hf_clip_family},
+      {"siglip", hf_clip_family},  {"siglip_vision_model", hf_clip_family},
+      {"llava", hf_llava_family}};
+  return kReaders;
 }
 
-// A required positive integer field of the config.
-Result<int64_t> positive(const nlohmann::json& c, std::string_view origin, const char* key) {
-  if (!c.contains(key)) return field_error(origin, key, "a positive integer (the field is missing)");
-  const auto& value = c.at(key);
-  if (!value.is_number_integer() || value.get<int64_t>() <= 0 || value.get<int64_t>() > (int64_t{1} << 32)) {
-    return field_error(origin, key, "a positive integer, got " + value.dump());
+// model_type from "architectures" when a config lacks it (old exports).
+std::string type_from_architectures(const nlohmann::json& config) {
+  static const std::map<std::string, std::string> kPrefixes = {
+      {"LlamaFor", "llama"},     {"MistralFor", "mistral"},
+      {"Qwen2For", "qwen2"},     {"Qwen3For", "qwen3"},
+      {"GemmaFor", "gemma"},     {"Phi3For", "phi3"},
+      {"GPT2", "gpt2"},          {"GPTNeoXFor", "gpt_neox"},
+      {"OPTFor", "opt"},         {"BertFor", "bert"},
+      {"RobertaFor", "roberta"}, {"ViTFor", "vit"},
+      {"CLIPModel", "clip"},     {"CLIPVisionModel", "clip_vision_model"},
+      {"SiglipModel", "siglip"}, {"SiglipVisionModel", "siglip_vision_model"},
+      {"LlavaFor", "llava"}};
+  if (!config.contains("architectures") || !config.at("architectures").is_array()) return "";
+  for (const nlohmann::json& arch : config.at("architectures")) {
+    if (!arch.is_string()) continue;
+    const std::string name = arch.get<std::string>();
+    for (const auto& [prefix, type] : kPrefixes) {
+      if (name.rfind(prefix, 0) == 0) return type;
+    }
   }
-  return value.get<int64_t>();
+  return "";
 }
 
-// An optional field with the default transformers' config class gives it.
-Result<int64_t> positive_or(const nlohmann::json& c, std::string_view origin, const char* key, int64_t fallback) {
-  if (!c.contains(key) || c.at(key).is_null()) return fallback;
-  return positive(c, origin, key);
+Result<std::string> model_type(const HfFields& c) {
+  if (c.has("_class_name") && c.json.at("_class_name").is_string()) {
+    const std::string name = c.json.at("_class_name").get<std::string>();
+    if (name == "FluxTransformer2DModel") return std::string("flux");
+    return field_error(
+        c.origin, "_class_name",
+        "FluxTransformer2DModel (the only diffusers model read from config.json), got \"" + name +
+            "\"; for other diffusers models write a layer-graph JSON");
+  }
+  if (c.has("model_type")) {
+    if (!c.json.at("model_type").is_string()) {
+      return field_error(c.origin, "model_type", "a string naming the architecture");
+    }
+    return c.json.at("model_type").get<std::string>();
+  }
+  std::string type = type_from_architectures(c.json);
+  if (type.empty())
+    return field_error(c.origin, "model_type",
+                       "a string naming the architecture (the field is missing)");
+  return type;
 }
 
-Result<bool> boolean_or(const nlohmann::json& c, std::string_view origin, const char* key, bool fallback) {
-  if (!c.contains(key) || c.at(key).is_null()) return fallback;
-  if (!c.at(key).is_boolean()) return field_error(origin, key, "true or false, got " + c.at(key).dump());
-  return c.at(key).get<bool>();
-}
-
-Result<double> probability_or(const nlohmann::json& c, std::string_view origin, const char* key, double fallback) {
-  if (!c.contains(key) || c.at(key).is_null()) return fallback;
-  if (!c.at(key).is_number() || c.at(key).get<double>() < 0 || c.at(key).get<double>() >= 1) {
-    return field_error(origin, key, "a probability in [0, 1), got " + c.at(key).dump());
+// torch_dtype (or "dtype", its newer name): the dtype the checkpoint is published in.
+Status apply_config_dtype(const HfFields& c, graph::LayerGraph& graph) {
+  const char* key = c.has("torch_dtype") ? "torch_dtype" : "dtype";
+  if (!c.has(key) || !c.json.at(key).is_string()) return Status::ok();
+  const std::optional<graph::DType> dtype = graph::parse_dtype(c.json.at(key).get<std::string>());
+  if (!dtype) {
+    return field_error(
+        c.origin, key,
+        "one of " + std::string(graph::dtype_names_list()) + ", got " + c.json.at(key).dump());
   }
-  return c.at(key).get<double>();
-}
-
-// Llama-family decoders: llama, mistral, qwen2, qwen3 (transformers'
-// LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config field names).
-Result<graph::LayerGraph> llama_family(const nlohmann::json& c, std::string_view origin, const std::string& type,
-                                       const ZooOptions& options) {
-  LlamaConfig config;
-  const Result<int64_t> hidden = positive(c, origin, "hidden_size");
-  const Result<int64_t> intermediate = positive(c, origin, "intermediate_size");
-  const Result<int64_t> layers = positive(c, origin, "num_hidden_layers");
-  const Result<int64_t> heads = positive(c, origin, "num_attention_heads");
-  const Result<int64_t> vocab = positive(c, origin, "vocab_size");
-  for (const auto* r : {&hidden, &intermediate, &layers, &heads, &vocab}) {
-    if (!r->is_ok()) return r->status();
+  for (graph::Node& node : graph.nodes) {
+    for (graph::Param& param : node.params) param.dtype = *dtype;
   }
-  config.hidden = hidden.value();
-  config.intermediate = intermediate.value();
-  config.layers = layers.value();
-  config.heads = heads.value();
-  config.vocab = vocab.value();
-  // Defaults as in transformers: num_key_value_heads = num_attention_heads;
-  // max_position_embeddings 2048 (Llama), 32768 (Mistral, Qwen2, Qwen3);
-  // head_dim = hidden / heads except Qwen3 (128); attention_bias false except
-  // Qwen2, whose q/k/v projections always have a bias; tie_word_embeddings false.
-  const Result<int64_t> kv = positive_or(c, origin, "num_key_value_heads", config.heads);
-  const Result<int64_t> max_position =
-      positive_or(c, origin, "max_position_embeddings", type == "llama" ? 2048 : 32768);
-  const Result<int64_t> head_dim =
-      positive_or(c, origin, "head_dim", type == "qwen3" ? 128 : config.hidden / config.heads);
-  const Result<bool> bias = boolean_or(c, origin, "attention_bias", false);
-  const Result<bool> tie = boolean_or(c, origin, "tie_word_embeddings", false);
-  const Result<double> dropout = probability_or(c, origin, "attention_dropout", 0.0);
-  if (!kv.is_ok()) return kv.status();
-  if (!max_position.is_ok()) return max_position.status();
-  if (!head_dim.is_ok()) return head_dim.status();
-  if (!bias.is_ok()) return bias.status();
-  if (!tie.is_ok()) return tie.status();
-  if (!dropout.is_ok()) return dropout.status();
-  config.kv_heads = kv.value();
-  if (config.heads % config.kv_heads != 0) {
-    return field_error(origin, "num_key_value_heads", "a divisor of num_attention_heads (" +
-                                                          std::to_string(config.heads) + "), got " +
-                                                          std::to_string(config.kv_heads));
-  }
-  config.max_position = max_position.value();
-  config.head_dim = head_dim.value();
-  config.qkv_bias = type == "qwen2" || bias.value();
-  config.qk_norm = type == "qwen3";
-  config.tie_embeddings = tie.value();
-  config.attention_dropout = dropout.value();
-  graph::LayerGraph graph = build_llama(config, options);
-  graph.family = type;
-  graph.sequence.unit = "tokens";
-  graph.sequence.max_seq = config.max_position;
-  graph.sequence.default_seq = std::min<int64_t>(2048, config.max_position);
-  graph.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  return graph;
-}
-
-Result<double> dropout_field(const nlohmann::json& c, std::string_view origin, const char* key, double fallback) {
-  return probability_or(c, origin, key, fallback);
-}
-
-// GPT-2 (transformers GPT2Config: defaults n_layer 12, n_embd 768, n_head 12,
-// vocab_size 50257, n_positions 1024, *_pdrop 0.1; embeddings tied).
-Result<graph::LayerGraph> gpt2_family(const nlohmann::json& c, std::string_view origin, const std::string& type,
-                                      const ZooOptions& options) {
-  GptConfig config;
-  const Result<int64_t> layers = positive_or(c, origin, "n_layer", 12);
-  const Result<int64_t> hidden = positive_or(c, origin, "n_embd", 768);
-  const Result<int64_t> heads = positive_or(c, origin, "n_head", 12);
-  const Result<int64_t> vocab = positive_or(c, origin, "vocab_size", 50257);
-  const Result<int64_t> positions = positive_or(c, origin, "n_positions", 1024);
-  const Result<double> embd = dropout_field(c, origin, "embd_pdrop", 0.1);
-  const Result<double> attn = dropout_field(c, origin, "attn_pdrop", 0.1);
-  const Result<double> resid = dropout_field(c, origin, "resid_pdrop", 0.1);
-  for (const auto* r : {&layers, &hidden, &heads, &vocab, &positions}) {
-    if (!r->is_ok()) return r->status();
-  }
-  for (const auto* r : {&embd, &attn, &resid}) {
-    if (!r->is_ok()) return r->status();
-  }
-  if (hidden.value() % heads.value() != 0) {
-    return field_error(origin, "n_head", "a divisor of n_embd (" + std::to_string(hidden.value()) + ")");
-  }
-  config = GptConfig{layers.value(), hidden.value(), heads.value(), vocab.value(), positions.value(),
-                     embd.value(), attn.value(), resid.value()};
-  graph::LayerGraph graph = build_gpt2_from(config, options);
-  graph.family = type;
-  graph.sequence.unit = "tokens";
-  graph.sequence.max_seq = config.positions;
-  graph.sequence.default_seq = config.positions;
-  graph.lora_targets = {"c_attn", "c_proj", "c_fc"};
-  return graph;
-}
-
-// BERT with a classification head (transformers BertConfig defaults: 768 hidden,
-// 12 layers, 12 heads, 3072 intermediate, vocab 30522, 512 positions, 2 token
-// types, dropouts 0.1; num_labels = len(id2label), default 2).
-Result<graph::LayerGraph> bert_family(const nlohmann::json& c, std::string_view origin, const std::string& type,
-                                      const ZooOptions& options) {
-  BertConfig config;
-  const Result<int64_t> hidden = positive_or(c, origin, "hidden_size", 768);
-  const Result<int64_t> layers = positive_or(c, origin, "num_hidden_layers", 12);
-  const Result<int64_t> heads = positive_or(c, origin, "num_attention_heads", 12);
-  const Result<int64_t> intermediate = positive_or(c, origin, "intermediate_size", 3072);
-  const Result<int64_t> vocab = positive_or(c, origin, "vocab_size", 30522);
-  const Result<int64_t> positions = positive_or(c, origin, "max_position_embeddings", 512);
-  const Result<int64_t> types = positive_or(c, origin, "type_vocab_size", 2);
-  const Result<double> hidden_p = dropout_field(c, origin, "hidden_dropout_prob", 0.1);
-  const Result<double> attention_p = dropout_field(c, origin, "attention_probs_dropout_prob", 0.1);
-  for (const auto* r : {&hidden, &layers, &heads, &intermediate, &vocab, &positions, &types}) {
-    if (!r->is_ok()) return r->status();
-  }
-  for (const auto* r : {&hidden_p, &attention_p}) {
-    if (!r->is_ok()) return r->status();
-  }
-  if (hidden.value() % heads.value() != 0) {
-    return field_error(origin, "num_attention_heads", "a divisor of hidden_size (" + std::to_string(hidden.value()) + ")");
-  }
-  int64_t labels = 2;
-  if (c.contains("id2label")) {
-    if (!c.at("id2label").is_object() || c.at("id2label").empty()) return field_error(origin, "id2label", "an object of labels");
-    labels = static_cast<int64_t>(c.at("id2label").size());
-  }
-  config = BertConfig{hidden.value(), layers.value(), heads.value(), intermediate.value(), vocab.value(),
-                      positions.value(), types.value(), hidden_p.value(), attention_p.value(), labels};
-  graph::LayerGraph graph = build_bert_from(config, options);
-  graph.family = type;
-  graph.sequence.unit = "tokens";
-  graph.sequence.max_seq = config.positions;
-  graph.sequence.default_seq = config.positions;
-  graph.lora_targets = {"query", "key", "value", "dense"};
-  return graph;
-}
-
-using Builder = Result<graph::LayerGraph> (*)(const nlohmann::json&, std::string_view, const std::string&,
-                                              const ZooOptions&);
-
-const std::map<std::string, Builder>& builders() {
-  static const std::map<std::string, Builder> kBuilders = {
-      {"llama", llama_family}, {"mistral", llama_family}, {"qwen2", llama_family}, {"qwen3", llama_family},
-      {"gpt2", gpt2_family},   {"bert", bert_family}};
-  return kBuilders;
+  return Status::ok();
 }
 
 std::string dims(const std::vector<int64_t>& shape) {
@@ -204,66 +99,108 @@ std::string dims(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-// Compares the graph's parameters with the checkpoint's tensors by name and shape.
-std::vector<std::string> compare(const graph::LayerGraph& graph, const std::vector<graph::SafetensorsEntry>& tensors) {
-  std::map<std::string, const graph::SafetensorsEntry*> by_name;
-  for (const graph::SafetensorsEntry& entry : tensors) by_name[entry.name] = &entry;
-  std::vector<std::string> out;
-  std::map<std::string, bool> used;
-  for (const graph::Node& node : graph.nodes) {
-    for (const graph::Param& param : node.params) {
-      if (!param.tied_to.empty()) continue;
-      const auto found = by_name.find(param.name);
-      if (found == by_name.end()) {
-        out.push_back("missing from the checkpoint: " + param.name + " " + dims(param.shape));
-        continue;
-      }
-      used[param.name] = true;
-      if (found->second->elements() != param.elements()) {
-        out.push_back("shape differs: " + param.name + " is " + dims(found->second->shape) + " in the checkpoint, " +
-                      dims(param.shape) + " in the graph");
-      }
-    }
+// The name without its first component ("model.decoder.x" -> "decoder.x"):
+// base-model checkpoints (bert-base-uncased, opt-125m) drop the task model's prefix.
+std::string without_first(const std::string& name) {
+  const size_t dot = name.find('.');
+  return dot == std::string::npos ? "" : name.substr(dot + 1);
+}
+
+// bitsandbytes 4-bit checkpoints store a packed uint8 weight beside
+// "<weight>.absmax", ".quant_map", ".nested_*" and ".quant_state.bitsandbytes__nf4|fp4".
+bool is_quant_state(const std::string& name) {
+  for (const char* suffix : {".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map"}) {
+    const std::string s(suffix);
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0)
+      return true;
   }
-  for (const graph::SafetensorsEntry& entry : tensors) {
-    if (!used.count(entry.name)) out.push_back("in the checkpoint only: " + entry.name + " " + dims(entry.shape));
-  }
-  return out;
+  return name.find(".quant_state.") != std::string::npos;
 }
 
 }  // namespace
 
-std::string_view supported_hf_model_types() { return "llama, mistral, qwen2, qwen3, gpt2, bert"; }
+std::string_view supported_hf_model_types() {
+  return "llama, mistral, qwen2, qwen3, gemma, phi3, gpt2, gpt_neox, opt, bert, roberta, vit, "
+         "clip, "
+         "clip_vision_model, siglip, siglip_vision_model, llava, and diffusers' "
+         "FluxTransformer2DModel";
+}
 
-Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config, std::string_view origin,
-                                               const ZooOptions& options) {
-  if (!config.is_object()) return field_error(origin, "(top level)", "a JSON object (a Hugging Face config.json)");
-  if (!config.contains("model_type") || !config.at("model_type").is_string()) {
-    if (config.contains("_class_name")) {
-      return field_error(origin, "_class_name", "a transformers config with \"model_type\"; diffusers models (" +
-                                                    config.at("_class_name").dump() +
-                                                    ") are not read from config.json yet: use the zoo or a layer-graph JSON");
-    }
-    return field_error(origin, "model_type", "a string naming the architecture");
+Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config,
+                                               std::string_view origin, const ZooOptions& options) {
+  if (!config.is_object())
+    return field_error(origin, "(top level)", "a JSON object (a Hugging Face config.json)");
+  const HfFields fields{config, origin, ""};
+  Result<std::string> type = model_type(fields);
+  if (!type.is_ok()) return type.status();
+  const auto reader = type.value() == "flux" ? HfFamilyReader{hf_flux_family} : nullptr;
+  const auto found = readers().find(type.value());
+  if (reader == nullptr && found == readers().end()) {
+    return field_error(
+        origin, "model_type",
+        "one of " + std::string(supported_hf_model_types()) + ", got \"" + type.value() +
+            "\"; for other architectures write a layer-graph JSON (docs/layer-graph-format.md) "
+            "or export one from PyTorch with scripts/export_graph.py (being written)");
   }
-  const std::string type = config.at("model_type").get<std::string>();
-  const auto builder = builders().find(type);
-  if (builder == builders().end()) {
-    return field_error(origin, "model_type",
-                       "one of " + std::string(supported_hf_model_types()) + ", got \"" + type +
-                           "\"; for other architectures write a layer-graph JSON (docs/layer-graph-format.md)");
-  }
-  Result<graph::LayerGraph> graph = builder->second(config, origin, type, options);
+  Result<graph::LayerGraph> graph =
+      (reader ? reader : found->second)(fields, type.value(), options);
   if (!graph.is_ok()) return graph.status();
-  graph->name = config.contains("_name_or_path") && config.at("_name_or_path").is_string() &&
-                        !config.at("_name_or_path").get<std::string>().empty()
-                    ? config.at("_name_or_path").get<std::string>()
-                    : fs::path(std::string(origin)).parent_path().filename().string();
-  if (graph->name.empty()) graph->name = type;
-  graph->description = type + " model from " + std::string(origin);
+  if (Status dtype = apply_config_dtype(fields, graph.value()); !dtype.is_ok()) return dtype;
+  const bool named = config.contains("_name_or_path") && config.at("_name_or_path").is_string() &&
+                     !config.at("_name_or_path").get<std::string>().empty();
+  graph->name = named ? config.at("_name_or_path").get<std::string>()
+                      : fs::path(std::string(origin)).parent_path().filename().string();
+  if (graph->name.empty()) graph->name = type.value();
+  graph->description = type.value() + " model from " + std::string(origin);
   graph->source = std::string(origin);
   if (Status valid = graph::validate_graph(graph.value(), origin); !valid.is_ok()) return valid;
   return graph;
+}
+
+std::vector<std::string> check_graph_against_safetensors(
+    graph::LayerGraph& graph, const std::vector<graph::SafetensorsEntry>& tensors) {
+  std::map<std::string, const graph::SafetensorsEntry*> by_name;
+  std::map<std::string, const graph::SafetensorsEntry*> by_short_name;
+  for (const graph::SafetensorsEntry& entry : tensors) {
+    by_name[entry.name] = &entry;
+    by_short_name[without_first(entry.name)] = &entry;
+  }
+  std::vector<std::string> out;
+  std::map<std::string, bool> used;
+  for (graph::Node& node : graph.nodes) {
+    for (graph::Param& param : node.params) {
+      if (!param.tied_to.empty()) continue;
+      const graph::SafetensorsEntry* match = nullptr;
+      for (const auto& [names, key] :
+           {std::pair{&by_name, param.name}, std::pair{&by_name, without_first(param.name)},
+            std::pair{&by_short_name, param.name}}) {
+        const auto found = names->find(key);
+        if (match == nullptr && !key.empty() && found != names->end()) match = found->second;
+      }
+      if (match == nullptr) {
+        out.push_back("missing from the checkpoint: " + param.name + " " + dims(param.shape));
+        continue;
+      }
+      const graph::SafetensorsEntry& entry = *match;
+      used[entry.name] = true;
+      if (by_name.count(entry.name + ".quant_state.bitsandbytes__nf4")) {
+        param.dtype = graph::DType::kNF4;  // packed two per byte: the shape is not comparable
+      } else if (by_name.count(entry.name + ".quant_state.bitsandbytes__fp4")) {
+        param.dtype = graph::DType::kFP4;
+      } else if (entry.elements() != param.elements()) {
+        out.push_back("shape differs: " + param.name + " is " + dims(entry.shape) +
+                      " in the checkpoint, " + dims(param.shape) + " in the graph");
+      } else {
+        param.dtype = entry.dtype;  // as stored
+      }
+    }
+  }
+  for (const graph::SafetensorsEntry& entry : tensors) {
+    if (!used.count(entry.name) && !is_quant_state(entry.name)) {
+      out.push_back("in the checkpoint only: " + entry.name + " " + dims(entry.shape));
+    }
+  }
+  return out;
 }
 
 bool is_hf_model_path(const std::string& path) {
@@ -274,8 +211,9 @@ bool is_hf_model_path(const std::string& path) {
 
 Result<HfModel> load_hf_model(const std::string& path, const ZooOptions& options) {
   std::error_code error;
-  const fs::path directory = fs::is_directory(path, error) ? fs::path(path) : fs::path(path).parent_path();
-  const std::string config_path = fs::is_directory(path, error) ? (directory / "config.json").string() : path;
+  const bool is_dir = fs::is_directory(path, error);
+  const fs::path directory = is_dir ? fs::path(path) : fs::path(path).parent_path();
+  const std::string config_path = is_dir ? (directory / "config.json").string() : path;
   Result<std::string> text = graph::read_file(config_path, kMaxConfigBytes);
   if (!text.is_ok()) return text.status();
   Result<nlohmann::json> json = graph::parse_json_text(text.value(), config_path);
@@ -284,20 +222,27 @@ Result<HfModel> load_hf_model(const std::string& path, const ZooOptions& options
   if (!graph.is_ok()) return graph.status();
   HfModel model;
   model.graph = std::move(graph.value());
-  // The checkpoint's headers, when they are there.
+  // The checkpoint's headers, when they are there (diffusers names its file
+  // diffusion_pytorch_model.safetensors).
   Result<std::vector<graph::SafetensorsEntry>> tensors = Status::error("none");
   bool found = false;
-  if (fs::exists(directory / "model.safetensors.index.json", error)) {
-    tensors = graph::read_safetensors_index((directory / "model.safetensors.index.json").string());
-    found = true;
-  } else if (fs::exists(directory / "model.safetensors", error)) {
-    tensors = graph::read_safetensors_header((directory / "model.safetensors").string());
-    found = true;
+  for (const char* index :
+       {"model.safetensors.index.json", "diffusion_pytorch_model.safetensors.index.json"}) {
+    if (!found && fs::exists(directory / index, error)) {
+      tensors = graph::read_safetensors_index((directory / index).string());
+      found = true;
+    }
+  }
+  for (const char* file : {"model.safetensors", "diffusion_pytorch_model.safetensors"}) {
+    if (!found && fs::exists(directory / file, error)) {
+      tensors = graph::read_safetensors_header((directory / file).string());
+      found = true;
+    }
   }
   if (found) {
     if (!tensors.is_ok()) return tensors.status();
     model.checkpoint_tensors = static_cast<int>(tensors->size());
-    model.mismatches = compare(model.graph, tensors.value());
+    model.mismatches = check_graph_against_safetensors(model.graph, tensors.value());
     if (static_cast<int>(model.mismatches.size()) > kMaxMismatchesListed) {
       const size_t more = model.mismatches.size() - kMaxMismatchesListed;
       model.mismatches.resize(kMaxMismatchesListed);

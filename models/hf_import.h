@@ -5,28 +5,39 @@
 // (names, shapes) without reading any weight. docs/ingest.md.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "graph/layer_graph.h"
+#include "graph/safetensors_header.h"
 #include "graph/status.h"
 #include "models/zoo.h"
-#include <nlohmann/json_fwd.hpp>
 
 namespace headroom::models {
 
 // The model_type values understood, for messages and docs.
 std::string_view supported_hf_model_types();
 
-Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config, std::string_view origin,
-                                               const ZooOptions& options);
+Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config,
+                                               std::string_view origin, const ZooOptions& options);
 
 struct HfModel {
   graph::LayerGraph graph;
   int checkpoint_tensors = 0;           // tensors in the safetensors headers (0: none found)
   std::vector<std::string> mismatches;  // graph vs checkpoint: missing, extra, shape
 };
+
+// Compares the graph's parameters with a checkpoint's tensors and returns one
+// line per mismatch ("missing from the checkpoint: ...", "in the checkpoint
+// only: ...", "shape differs: ..."): a report, not an error, since names vary
+// across transformers versions. A name matches with or without its first
+// component ("model.", "bert."). Matched parameters take the checkpoint's dtype;
+// bitsandbytes 4-bit weights (with a ".quant_state.bitsandbytes__nf4" tensor)
+// become NF4/FP4 and their quantization state is not reported.
+std::vector<std::string> check_graph_against_safetensors(
+    graph::LayerGraph& graph, const std::vector<graph::SafetensorsEntry>& tensors);
 
 // `path`: a config.json file or a directory holding one.
 Result<HfModel> load_hf_model(const std::string& path, const ZooOptions& options);

@@ -89,10 +89,24 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
     b.begin_block(p, "llama_decoder", true);
     const std::string x =
         b.norm(p + ".input_layernorm", hidden, rows, c.hidden, NormKind::kRmsNorm, true, false);
-    std::string q = b.linear(p + ".self_attn.q_proj", x, rows, c.hidden, c.heads * head_dim, c.qkv_bias);
-    std::string k = b.linear(p + ".self_attn.k_proj", x, rows, c.hidden, c.kv_heads * head_dim, c.qkv_bias);
-    const std::string v =
-        b.linear(p + ".self_attn.v_proj", x, rows, c.hidden, c.kv_heads * head_dim, c.qkv_bias);
+    std::string q, k, v;
+    if (c.fused_projections) {
+      // Phi3Attention: one qkv_proj, sliced into q, k, v (views: nothing new kept).
+      const std::string qkv = b.linear(p + ".self_attn.qkv_proj", x, rows, c.hidden,
+                                       (c.heads + 2 * c.kv_heads) * head_dim, c.qkv_bias);
+      const SizeExpr kv_elements = times(rows, c.kv_heads * head_dim);
+      const auto parts = b.split(p + ".self_attn.split_qkv", qkv,
+                                 {{p + ".self_attn.query", times(rows, c.heads * head_dim)},
+                                  {p + ".self_attn.key", kv_elements},
+                                  {p + ".self_attn.value", kv_elements}});
+      q = parts[0];
+      k = parts[1];
+      v = parts[2];
+    } else {
+      q = b.linear(p + ".self_attn.q_proj", x, rows, c.hidden, c.heads * head_dim, c.qkv_bias);
+      k = b.linear(p + ".self_attn.k_proj", x, rows, c.hidden, c.kv_heads * head_dim, c.qkv_bias);
+      v = b.linear(p + ".self_attn.v_proj", x, rows, c.hidden, c.kv_heads * head_dim, c.qkv_bias);
+    }
     if (c.qk_norm) {
       // Qwen3Attention: q_norm / k_norm, RMSNorm over head_dim of every head.
       q = b.norm(p + ".self_attn.q_norm", q, times(rows, c.heads), head_dim, NormKind::kRmsNorm, true, false);
@@ -105,9 +119,18 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
     hidden = b.add(p + ".residual_attn", hidden, o, h_elements);
     const std::string y = b.norm(p + ".post_attention_layernorm", hidden, rows, c.hidden,
                                  NormKind::kRmsNorm, true, false);
-    const std::string gate = b.linear(p + ".mlp.gate_proj", y, rows, c.hidden, c.intermediate, false);
-    const std::string up = b.linear(p + ".mlp.up_proj", y, rows, c.hidden, c.intermediate, false);
-    const std::string act = b.activation(p + ".mlp.act_fn", gate, ffn_elements, "silu");
+    std::string gate, up;
+    if (c.fused_projections) {
+      // Phi3MLP: gate_up_proj, chunked in two.
+      const std::string gate_up = b.linear(p + ".mlp.gate_up_proj", y, rows, c.hidden, 2 * c.intermediate, false);
+      const auto parts = b.split(p + ".mlp.chunk", gate_up, {{p + ".mlp.gate", ffn_elements}, {p + ".mlp.up", ffn_elements}});
+      gate = parts[0];
+      up = parts[1];
+    } else {
+      gate = b.linear(p + ".mlp.gate_proj", y, rows, c.hidden, c.intermediate, false);
+      up = b.linear(p + ".mlp.up_proj", y, rows, c.hidden, c.intermediate, false);
+    }
+    const std::string act = b.activation(p + ".mlp.act_fn", gate, ffn_elements, c.mlp_activation);
     const std::string prod = b.mul(p + ".mlp.act_mul_up", act, up, ffn_elements);
     const std::string down = b.linear(p + ".mlp.down_proj", prod, rows, c.intermediate, c.hidden, false);
     hidden = b.add(p + ".residual_mlp", hidden, down, h_elements);
@@ -129,7 +152,11 @@ graph::LayerGraph build_llama(const LlamaConfig& c, const ZooOptions& options) {
   b.set_param_dtype(DType::kBF16);  // published as bfloat16 safetensors
   b.begin_block("embeddings", "embedding", false);
   const std::string ids = b.input("input_ids", tokens(), DType::kInt64, false);
-  const std::string embeds = b.embedding("model.embed_tokens", ids, tokens(), c.vocab, c.hidden);
+  std::string embeds = b.embedding("model.embed_tokens", ids, tokens(), c.vocab, c.hidden);
+  if (c.scale_embeddings) {
+    // GemmaModel: hidden_states * normalizer (sqrt(hidden_size)): a new tensor, nothing kept.
+    embeds = b.copy("model.embed_scale", "mul_scalar", {embeds}, times(tokens(), c.hidden));
+  }
   const auto [cos, sin] = add_rope_tables(b, "model", c.head_dim > 0 ? c.head_dim : c.hidden / c.heads);
   const std::string hidden = add_llama_layers(b, c, "model", embeds, cos, sin, options);
   add_causal_lm_head(b, "model.norm", "lm_head", hidden, c.hidden, c.vocab);

@@ -26,6 +26,10 @@ struct LlamaConfig {
   bool qkv_bias = false;        // Qwen2: q/k/v projections carry a bias
   bool qk_norm = false;         // Qwen3: RMSNorm over each head of q and k
   bool tie_embeddings = false;  // lm_head shares embed_tokens' weight
+  // Config-file families only (models/hf_import.cc); the zoo keeps the defaults.
+  const char* mlp_activation = "silu";  // gemma: "gelu_tanh" (GeGLU)
+  bool scale_embeddings = false;        // gemma: embeddings times sqrt(hidden_size)
+  bool fused_projections = false;       // phi3: self_attn.qkv_proj, mlp.gate_up_proj
 };
 
 // meta-llama/Meta-Llama-3-8B config.json: hidden_size 4096, intermediate_size
@@ -38,6 +42,9 @@ inline constexpr LlamaConfig kLlama31_8b{4096, 14336, 32, 32, 8, 128256, 131072,
 // 14336, num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 8,
 // vocab_size 32000, max_position_embeddings 32768 (sliding_window 4096).
 inline constexpr LlamaConfig kMistral7b{4096, 14336, 32, 32, 8, 32000, 32768, 0.0};
+// "tiny-llama": the Llama 3 architecture (GQA 4:2, SwiGLU, RoPE) small enough to
+// train on a CPU in tests; hidden 64, intermediate 176, 4 layers, vocab 256.
+inline constexpr LlamaConfig kTinyLlama{64, 176, 4, 4, 2, 256, 256, 0.0};
 
 // Adds "<prefix>.rotary_emb.cos"/".sin" ([1, S, head_dim], compute dtype, as
 // HF LlamaRotaryEmbedding returns them) read from an int64 position_ids input.

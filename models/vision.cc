@@ -23,7 +23,8 @@ LayerNames layer_names(const VisionSpec& s, int64_t i) {
            p + ".output.dense"};
       break;
     }
-    case VisionStyle::kClip: {
+    case VisionStyle::kClip:
+    case VisionStyle::kSiglip: {
       const std::string p = s.prefix + ".encoder.layers." + idx;
       n = {p + ".layer_norm1", p + ".self_attn.q_proj", p + ".self_attn.k_proj",
            p + ".self_attn.v_proj", "", p + ".self_attn.out_proj", p + ".layer_norm2",
@@ -96,9 +97,9 @@ std::string add_layer(GraphBuilder& b, const VisionSpec& s, int64_t i, const std
   const std::string h = b.add(layer_prefix(s, i) + ".residual_attn", hidden, o, h_elements);
   const std::string y = b.norm(n.ln2, h, rows, s.hidden, NormKind::kLayerNorm, true, true);
   const std::string fc1 = b.linear(n.fc1, y, rows, s.hidden, s.mlp, true);
-  const std::string act = s.style == VisionStyle::kClip
-                              ? quick_gelu(b, n.act, fc1, mlp_elements)
-                              : b.activation(n.act, fc1, mlp_elements, "gelu");
+  const std::string act = s.style == VisionStyle::kClip     ? quick_gelu(b, n.act, fc1, mlp_elements)
+                          : s.style == VisionStyle::kSiglip ? b.activation(n.act, fc1, mlp_elements, "gelu_tanh")
+                                                            : b.activation(n.act, fc1, mlp_elements, "gelu");
   std::string down = b.linear(n.fc2, act, rows, s.mlp, s.hidden, true);
   down = b.dropout(n.fc2 + ".dropout", down, h_elements, dropout_p(options, s.dropout));
   return b.add(layer_prefix(s, i) + ".residual_mlp", h, down, h_elements);
@@ -130,11 +131,12 @@ std::string add_embeddings(GraphBuilder& b, const VisionSpec& s) {
   const std::vector<int64_t> cls_shape =
       s.style == VisionStyle::kClip ? std::vector<int64_t>{s.hidden} : std::vector<int64_t>{1, 1, s.hidden};
   cls.params = {b.param(cls_name, cls_shape)};
-  const std::string with_cls = b.op(cls);
+  const std::string with_cls = s.style == VisionStyle::kSiglip ? patches : b.op(cls);
   const std::string pos_name = s.style == VisionStyle::kVit ? e + ".position_embeddings"
                                                             : e + ".position_embedding";
   OpSpec pos{pos_name, "add", {with_cls}, h_elements, std::nullopt, {}, {}, h_elements, {}, h_elements, {}};
-  pos.params = {s.style == VisionStyle::kClip ? b.param(pos_name + ".weight", {s.positions, s.hidden})
+  const bool embedding_table = s.style == VisionStyle::kClip || s.style == VisionStyle::kSiglip;
+  pos.params = {embedding_table ? b.param(pos_name + ".weight", {s.positions, s.hidden})
                                               : b.param(pos_name, {1, s.positions, s.hidden})};
   std::string hidden = b.op(pos);
   hidden = b.dropout(e + ".dropout", hidden, h_elements, s.dropout);
@@ -145,6 +147,12 @@ std::string add_embeddings(GraphBuilder& b, const VisionSpec& s) {
 }
 
 }  // namespace
+
+std::string add_vision_layer(GraphBuilder& b, const VisionSpec& spec, int64_t i, const std::string& hidden,
+                             const ZooOptions& options) {
+  b.begin_block(layer_prefix(spec, i), "vision_layer", true);
+  return add_layer(b, spec, i, hidden, options);
+}
 
 std::string add_vision_encoder(GraphBuilder& b, const VisionSpec& s, const ZooOptions& options) {
   b.begin_block("vision_embeddings", "vision_embedding", false);

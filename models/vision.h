@@ -14,6 +14,7 @@ enum class VisionStyle {
   kVit,    // HF ViTModel: attention.attention.query/key/value, exact GELU
   kClip,   // HF CLIPVisionModel: self_attn.q_proj/k_proj/v_proj/out_proj, quick_gelu
   kBlip2,  // HF Blip2VisionModel (EVA ViT-g): fused self_attn.qkv with q_bias/v_bias
+  kSiglip,  // HF SiglipVisionModel: CLIP's names, no class token, gelu_pytorch_tanh
 };
 
 struct VisionSpec {
@@ -45,6 +46,12 @@ std::string add_vision_encoder(GraphBuilder& b, const VisionSpec& spec, const Zo
 // Adds the post LayerNorm "<prefix>.post_layernorm" (or "<prefix>.layernorm"
 // for kVit) in the current block.
 std::string add_vision_post_norm(GraphBuilder& b, const VisionSpec& spec, const std::string& hidden);
+
+// One encoder layer "<prefix>.encoder.layer(s).<i>" of `spec` in a new
+// checkpointable block; also CLIP's and SigLIP's text encoder layers, which
+// have the vision layers' names and shapes.
+std::string add_vision_layer(GraphBuilder& b, const VisionSpec& spec, int64_t i, const std::string& hidden,
+                             const ZooOptions& options);
 
 // openai/clip-vit-large-patch14-336 vision_config: hidden_size 1024,
 // intermediate_size 4096, num_hidden_layers 24, num_attention_heads 16,

@@ -47,12 +47,16 @@ graph::LayerGraph build_vit_b16(const ZooOptions& options) {
   s.rows = tokens();
   s.patch_rows = tokens();
   s.scores_per_head = square_tokens();
+  return build_vit_from(s, 1000, options);
+}
+
+graph::LayerGraph build_vit_from(const VisionSpec& s, int64_t classes, const ZooOptions& options) {
   GraphBuilder b;
   b.set_param_dtype(DType::kF32);  // published float32
   std::string hidden = add_vision_encoder(b, s, options);
   b.begin_block("head", "classifier", false);
   hidden = add_vision_post_norm(b, s, hidden);
-  add_cls_head(b, "vit.select_cls", "classifier", hidden, s.hidden, 1000);
+  add_cls_head(b, "vit.select_cls", "classifier", hidden, s.hidden, classes);
   return b.finish();
 }
 

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "models/flux.h"
 #include "models/llama.h"
 #include "models/zoo_builders.h"
 
@@ -117,6 +118,14 @@ std::vector<ZooEntry> make_zoo() {
        "https://huggingface.co/google-bert/bert-large-uncased/blob/main/config.json",
        token_sequence(512, 512), {"query", "key", "value", "dense"}},
       build_bert_large));
+  // Tiny variants that the executor trains on a CPU (tests, `headroom run`).
+  zoo.push_back(entry({"tiny-llama", "llama", "Llama 3 architecture at toy size for CPU runs, 0.22M parameters",
+                       "headroom (models/llama.h kTinyLlama)", token_sequence(64, 256), kLlamaLora},
+                      [](const ZooOptions& o) { return build_llama(kTinyLlama, o); }));
+  zoo.push_back(entry({"tiny-flux", "flux", "Flux MMDiT (2 double + 2 single blocks) at toy size for CPU runs",
+                       "headroom (models/flux.h kTinyFlux)", image_sequence(16, 1, 0, 128, 256),
+                       {"to_q", "to_k", "to_v", "to_out.0"}},
+                      [](const ZooOptions& o) { return build_flux(kTinyFlux, o); }));
   return zoo;
 }
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include "graph/layer_graph.h"
+#include "models/llama.h"
+#include "models/vision.h"
 #include "models/zoo.h"
 
 namespace headroom::models {
@@ -33,8 +35,76 @@ struct BertConfig {
   double hidden_dropout = 0.1;  // hidden_dropout_prob
   double attention_dropout = 0.1;  // attention_probs_dropout_prob
   int64_t labels = 2;           // num_labels (len(id2label))
+  const char* prefix = "bert";  // "roberta": parameter names "roberta.embeddings..."
+  bool roberta_head = false;    // RobertaClassificationHead (dense, tanh, out_proj), no pooler
 };
 graph::LayerGraph build_bert_from(const BertConfig& config, const ZooOptions& options);
+
+// GPT-NeoX / Pythia (HF GPTNeoXConfig names in comments).
+struct NeoxConfig {
+  int64_t hidden = 0;        // hidden_size
+  int64_t intermediate = 0;  // intermediate_size
+  int64_t layers = 0;        // num_hidden_layers
+  int64_t heads = 0;         // num_attention_heads
+  int64_t vocab = 0;         // vocab_size
+  int64_t max_position = 0;  // max_position_embeddings
+  double rotary_pct = 0.25;  // rotary_pct: share of head_dim rotated
+  bool parallel_residual = true;  // use_parallel_residual: x + attn(ln1 x) + mlp(ln2 x)
+  bool bias = true;               // attention_bias (the MLP always has biases)
+  bool tie_embeddings = false;    // tie_word_embeddings
+  double attention_dropout = 0.0;
+  double hidden_dropout = 0.0;
+};
+graph::LayerGraph build_neox_from(const NeoxConfig& config, const ZooOptions& options);
+
+// OPT (HF OPTConfig names in comments).
+struct OptConfig {
+  int64_t hidden = 0;        // hidden_size
+  int64_t ffn = 0;           // ffn_dim
+  int64_t layers = 0;        // num_hidden_layers
+  int64_t heads = 0;         // num_attention_heads
+  int64_t vocab = 0;         // vocab_size
+  int64_t max_position = 0;  // max_position_embeddings (the table has 2 more rows)
+  int64_t embed_dim = 0;     // word_embed_proj_dim: project_in/out when != hidden
+  bool pre_norm = true;      // do_layer_norm_before
+  bool bias = true;          // enable_bias
+  bool tie_embeddings = true;
+  double dropout = 0.1;
+  double attention_dropout = 0.0;
+  const char* activation = "relu";  // activation_function
+};
+graph::LayerGraph build_opt_from(const OptConfig& config, const ZooOptions& options);
+
+// ViTForImageClassification (no pooler) over `classes` labels.
+graph::LayerGraph build_vit_from(const VisionSpec& spec, int64_t classes, const ZooOptions& options);
+
+// CLIPModel / SiglipModel: both towers and the contrastive loss, or the vision
+// tower alone (CLIPVisionModel / SiglipVisionModel) when text_layers is 0.
+// S = image tokens; the text runs over a fixed text_tokens per sample.
+struct ClipConfig {
+  VisionSpec vision;          // style kClip or kSiglip, prefix "vision_model"
+  int64_t text_hidden = 0;    // text_config.hidden_size
+  int64_t text_layers = 0;    // text_config.num_hidden_layers (0: vision only)
+  int64_t text_heads = 0;     // text_config.num_attention_heads
+  int64_t text_mlp = 0;       // text_config.intermediate_size
+  int64_t text_vocab = 0;     // text_config.vocab_size
+  int64_t text_tokens = 0;    // text_config.max_position_embeddings
+  int64_t projection_dim = 0; // CLIP: projection_dim; SigLIP: none (heads keep the width)
+  bool vision_head = true;    // SigLIP: vision_use_head (attention-pooling head)
+};
+graph::LayerGraph build_clip_from(const ClipConfig& config, const ZooOptions& options);
+
+// LlavaForConditionalGeneration: a CLIP vision tower, a 2-layer projector and a
+// Llama-style language model; image_tokens image features per sample replace
+// placeholder tokens of the S text tokens.
+struct LlavaConfig {
+  VisionSpec vision;         // rows fixed per sample; layers_to_run from vision_feature_layer
+  LlamaConfig text;
+  int64_t image_tokens = 0;  // image_seq_length: patches (default strategy drops the class token)
+  const char* projector_act = "gelu";  // projector_hidden_act
+};
+graph::LayerGraph build_llava_from(const LlavaConfig& config, const ZooOptions& options);
+
 graph::LayerGraph build_flux_kontext(const ZooOptions& options);
 graph::LayerGraph build_vit_b16(const ZooOptions& options);
 graph::LayerGraph build_eva_vit_g(const ZooOptions& options);

@@ -1,6 +1,7 @@
 #include "reports/measured_run.h"
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "graph/atomic_file.h"
@@ -13,6 +14,32 @@ constexpr const char* kFormat = "headroom.measurement";
 
 Status bad(std::string_view origin, const std::string& field, const std::string& expected) {
   return Status::error(std::string(origin) + ": " + field + ": expected " + expected);
+}
+
+bool is_count(const nlohmann::json& object, const char* key) {
+  return object.contains(key) && object.at(key).is_number_integer() && object.at(key).get<int64_t>() >= 0;
+}
+
+// One point of the measured memory curve; times must not go backwards.
+Status read_sample(const nlohmann::json& m, const std::string& field, std::string_view origin,
+                   std::vector<MeasuredSample>& memory) {
+  if (!m.is_object()) return bad(origin, field, "an object {\"time_ms\", \"allocated_bytes\", \"reserved_bytes\"}");
+  if (!m.contains("time_ms") || !m.at("time_ms").is_number() || m.at("time_ms").get<double>() < 0) {
+    return bad(origin, field + ".time_ms", "a number >= 0");
+  }
+  for (const char* key : {"allocated_bytes", "reserved_bytes"}) {
+    if (!is_count(m, key)) return bad(origin, field + "." + key, "an integer >= 0");
+  }
+  const MeasuredSample sample{m.at("time_ms").get<double>(), m.at("allocated_bytes").get<int64_t>(),
+                              m.at("reserved_bytes").get<int64_t>()};
+  if (sample.reserved < sample.allocated) {
+    return bad(origin, field + ".reserved_bytes", "at least allocated_bytes (reserved includes allocated)");
+  }
+  if (!memory.empty() && sample.time_ms < memory.back().time_ms) {
+    return bad(origin, field + ".time_ms", "samples in time order (not before the previous sample)");
+  }
+  memory.push_back(sample);
+  return Status::ok();
 }
 
 }  // namespace
@@ -74,9 +101,10 @@ Result<MeasuredRun> measured_run_from_json(const nlohmann::json& j, std::string_
     if (!s.is_object()) return bad(origin, field, "an object");
     MeasuredStep step;
     for (const char* key : {"step", "peak_allocated_bytes", "peak_reserved_bytes"}) {
-      if (!s.contains(key) || !s.at(key).is_number_integer() || s.at(key).get<int64_t>() < 0) {
-        return bad(origin, field + "." + key, "an integer >= 0");
-      }
+      if (!is_count(s, key)) return bad(origin, field + "." + key, "an integer >= 0");
+    }
+    if (s.at("step").get<int64_t>() > std::numeric_limits<int>::max()) {
+      return bad(origin, field + ".step", "a step number below 2^31");
     }
     if (!s.contains("step_ms") || !s.at("step_ms").is_number() || s.at("step_ms").get<double>() < 0) {
       return bad(origin, field + ".step_ms", "a number >= 0");
@@ -97,15 +125,8 @@ Result<MeasuredRun> measured_run_from_json(const nlohmann::json& j, std::string_
   if (j.contains("memory")) {
     if (!j.at("memory").is_array()) return bad(origin, "memory", "an array of samples");
     for (size_t i = 0; i < j.at("memory").size(); ++i) {
-      const auto& m = j.at("memory")[i];
-      const std::string field = "memory[" + std::to_string(i) + "]";
-      if (!m.is_object() || !m.contains("time_ms") || !m.at("time_ms").is_number() ||
-          !m.contains("allocated_bytes") || !m.at("allocated_bytes").is_number_integer() ||
-          !m.contains("reserved_bytes") || !m.at("reserved_bytes").is_number_integer()) {
-        return bad(origin, field, "{\"time_ms\": number, \"allocated_bytes\": integer, \"reserved_bytes\": integer}");
-      }
-      run.memory.push_back({m.at("time_ms").get<double>(), m.at("allocated_bytes").get<int64_t>(),
-                            m.at("reserved_bytes").get<int64_t>()});
+      Status status = read_sample(j.at("memory")[i], "memory[" + std::to_string(i) + "]", origin, run.memory);
+      if (!status.is_ok()) return status;
     }
   }
   return run;

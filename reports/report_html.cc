@@ -61,7 +61,7 @@ std::string breakdown_chart(const planner::Prediction& p) {
       {"transient", m.transient},       {"allocator", m.allocator}};
   const char* colors[] = {"#9e9e9e", "#bdbdbd", "#4c9be8", "#2e7d32", "#c62828",
                           "#ef9a9a", "#00897b", "#f0a030", "#ffd54f", "#8a5cc2"};
-  const double top = std::max({gib(m.total()), gib(p.gpu_capacity)}) * 1.08;
+  const double top = std::max({gib(m.total()), gib(p.gpu_capacity)}) * 1.12;
   SvgChart chart("chart-breakdown", kWidth, 190, Axis{0, top, "GPU memory per GPU at the peak (GiB)"}, Axis{0, 1, ""});
   chart.y_categories({"peak"});
   double x = 0;
@@ -74,15 +74,45 @@ std::string breakdown_chart(const planner::Prediction& p) {
     legend.push_back({parts[i].first, colors[i], false});
   }
   chart.vline(gib(p.gpu_capacity), "#000", "GPU " + format_gib(p.gpu_capacity), false);
-  chart.vline(gib(p.gpu_budget), "#c62828", "budget " + format_gib(p.gpu_budget), true);
+  chart.vline(gib(p.gpu_budget), "#c62828", "budget " + format_gib(p.gpu_budget), true, true);
   chart.legend(legend);
   return chart.render();
 }
 
+// The measured curve when the executor recorded one; the per-step peaks always,
+// as horizontal lines (the highest step's, which is what an OOM would hit).
+void overlay_measurement(SvgChart& chart, const MeasuredRun& measured, std::vector<LegendEntry>& legend) {
+  const char* kReserved = "#2e7d32";
+  const char* kAllocated = "#00897b";
+  if (!measured.memory.empty()) {
+    std::vector<std::pair<double, double>> reserved;
+    std::vector<std::pair<double, double>> allocated;
+    for (const MeasuredSample& m : measured.memory) {
+      reserved.emplace_back(m.time_ms, gib(m.reserved));
+      allocated.emplace_back(m.time_ms, gib(m.allocated));
+    }
+    chart.polyline(reserved, kReserved, 2.0, true);
+    chart.polyline(allocated, kAllocated, 2.0, true);
+    legend.push_back({"reserved (measured)", kReserved, true});
+    legend.push_back({"allocated (measured)", kAllocated, true});
+  }
+  chart.hline(gib(measured.max_peak_reserved()), kReserved, "", true);
+  chart.hline(gib(measured.max_peak_allocated()), kAllocated, "", true);
+  legend.push_back({"measured peak reserved " + format_gib(measured.max_peak_reserved()), kReserved, true});
+  legend.push_back({"measured peak allocated " + format_gib(measured.max_peak_allocated()), kAllocated, true});
+}
+
 std::string memory_chart(const planner::Plan& plan, const planner::Simulation& s, const MeasuredRun* measured) {
   double end = std::max(1.0, s.time.step_ms);
+  if (!s.memory.empty()) end = std::max(end, s.memory.back().time_ms);
   double top = std::max(gib(s.peak_reserved), gib(plan.prediction.gpu_budget - plan.prediction.peak.cuda_context));
-  if (measured) top = std::max(top, gib(measured->max_peak_reserved()));
+  if (measured) {
+    top = std::max(top, gib(measured->max_peak_reserved()));
+    for (const MeasuredSample& m : measured->memory) {
+      end = std::max(end, m.time_ms);
+      top = std::max(top, gib(m.reserved));
+    }
+  }
   SvgChart chart("chart-memory", kWidth, 380, Axis{0, end, "time in the step (ms)"},
                  Axis{0, top * 1.1, "GPU memory held by PyTorch (GiB, without the CUDA context)"});
   std::vector<std::pair<double, double>> allocated;
@@ -96,19 +126,10 @@ std::string memory_chart(const planner::Plan& plan, const planner::Simulation& s
   std::vector<LegendEntry> legend = {{"reserved (predicted)", "#8a5cc2", false},
                                      {"allocated (predicted)", "#4c9be8", false},
                                      {"budget", "#c62828", true}};
-  chart.hline(gib(plan.prediction.gpu_budget - plan.prediction.peak.cuda_context), "#c62828", "budget", true);
+  chart.hline(gib(plan.prediction.gpu_budget - plan.prediction.peak.cuda_context), "#c62828", "budget", true, true);
   chart.marker(s.peak_time_ms, gib(s.peak_allocated), "#c62828",
                "peak " + format_gib(s.peak_allocated) + " at " + s.peak_label);
-  if (measured) {
-    if (!measured->memory.empty()) {
-      std::vector<std::pair<double, double>> curve;
-      for (const MeasuredSample& m : measured->memory) curve.emplace_back(m.time_ms, gib(m.reserved));
-      chart.polyline(curve, "#2e7d32", 2.0, true);
-      legend.push_back({"reserved (measured)", "#2e7d32", true});
-    }
-    chart.hline(gib(measured->max_peak_reserved()), "#2e7d32", "measured peak reserved", true);
-    if (measured->memory.empty()) legend.push_back({"measured peak reserved", "#2e7d32", true});
-  }
+  if (measured) overlay_measurement(chart, *measured, legend);
   chart.legend(legend);
   return chart.render();
 }
@@ -123,8 +144,13 @@ std::string frontier_chart(const planner::Plan& plan, const std::vector<planner:
   max_x = std::max(max_x, gib(plan.prediction.gpu_capacity));
   SvgChart chart("chart-frontier", kWidth, 340, Axis{0, max_x * 1.08, "peak GPU memory (GiB)"},
                  Axis{0, max_y * 1.15, "time per sample (ms)"});
+  // A step line: with more memory than a frontier point needs, its time holds
+  // until the next point's memory buys a faster plan.
   std::vector<std::pair<double, double>> line;
-  for (const planner::FrontierPoint& point : frontier) line.emplace_back(gib(point.gpu_total), point.sample_ms);
+  for (const planner::FrontierPoint& point : frontier) {
+    if (!line.empty()) line.emplace_back(gib(point.gpu_total), line.back().second);
+    line.emplace_back(gib(point.gpu_total), point.sample_ms);
+  }
   chart.polyline(line, "#4c9be8", 2.0);
   for (const planner::FrontierPoint& point : frontier) {
     chart.rect(gib(point.gpu_total) - max_x * 0.003, point.sample_ms - max_y * 0.01, gib(point.gpu_total) + max_x * 0.003,
@@ -137,28 +163,51 @@ std::string frontier_chart(const planner::Plan& plan, const std::vector<planner:
   const planner::Plan& p = plan;
   const double samples = static_cast<double>(p.config.grad_accum * p.config.micro_batch * p.settings.world_size());
   chart.marker(gib(p.prediction.gpu_total), p.prediction.time.step_ms / samples, "#c62828", "chosen plan");
-  chart.vline(gib(p.prediction.gpu_budget), "#c62828", "budget", true);
+  chart.vline(gib(p.prediction.gpu_budget), "#c62828", "budget", true, true);
   chart.legend({{"frontier (fastest plan at each memory)", "#4c9be8", false}, {"chosen plan", "#c62828", false}});
   return chart.render();
 }
 
+std::string block_name(const planner::Plan& plan, size_t b) {
+  return b < plan.block_names.size() && !plan.block_names[b].empty() ? plan.block_names[b] : std::to_string(b);
+}
+
+// Up to kNamedBlocks blocks (Flux's 57, an 80-layer Llama) sit in one row with
+// their names written under them; longer chains wrap kGridColumns to a row and
+// name blocks in tooltips and the table below the chart.
+constexpr size_t kNamedBlocks = 96;
+constexpr size_t kGridColumns = 64;
+constexpr size_t kMaxShownNameChars = 40;
+
 std::string blocks_chart(const planner::Plan& plan) {
   const size_t n = plan.blocks.size();
-  const size_t columns = std::min<size_t>(n, 64);
-  const size_t rows = (n + columns - 1) / std::max<size_t>(columns, 1);
-  SvgChart chart("chart-blocks", kWidth, 90 + static_cast<int>(rows) * 22,
-                 Axis{0, static_cast<double>(columns), "block index within the row (execution order)"},
-                 Axis{0, static_cast<double>(rows), ""});
+  const bool named = n <= kNamedBlocks;
+  const size_t columns = std::max<size_t>(1, named ? n : kGridColumns);
+  const size_t rows = std::max<size_t>(1, (n + columns - 1) / columns);
+  std::vector<std::string> shown(named ? n : 0);
+  size_t longest = 0;
+  for (size_t b = 0; b < shown.size(); ++b) {
+    shown[b] = block_name(plan, b);
+    if (shown[b].size() > kMaxShownNameChars) shown[b] = shown[b].substr(0, kMaxShownNameChars - 3) + "...";
+    longest = std::max(longest, shown[b].size());
+  }
+  const int name_band = named ? 30 + static_cast<int>(6.0 * static_cast<double>(longest)) : 0;  // ~6 px a char at 10 px
+  SvgChart chart("chart-blocks", kWidth, 90 + static_cast<int>(rows) * 22 + name_band,
+                 Axis{0, static_cast<double>(columns),
+                      named ? "block (execution order)" : "block index within the row (execution order)"},
+                 Axis{0, static_cast<double>(rows), ""}, name_band);
   std::vector<std::string> row_names;
-  for (size_t r = 0; r < rows; ++r) row_names.push_back("blocks " + std::to_string(r * columns) + "-");
+  for (size_t r = 0; r < rows; ++r) {
+    row_names.push_back("blocks " + std::to_string(r * columns) + "-" + std::to_string(std::min(n, (r + 1) * columns) - 1));
+  }
   std::reverse(row_names.begin(), row_names.end());
   chart.y_categories(row_names);
   for (size_t b = 0; b < n; ++b) {
     const double col = static_cast<double>(b % columns);
     const double r = static_cast<double>(rows - 1 - b / columns);
-    const std::string name = b < plan.block_names.size() ? plan.block_names[b] : std::to_string(b);
-    chart.rect(col + 0.05, r + 0.1, col + 0.95, r + 0.9, choice_color(plan.blocks[b]),
-               name + ": " + std::string(planner::block_choice_name(plan.blocks[b])));
+    const std::string tooltip = block_name(plan, b) + ": " + std::string(planner::block_choice_name(plan.blocks[b]));
+    chart.rect(col + 0.05, r + 0.1, col + 0.95, r + 0.9, choice_color(plan.blocks[b]), tooltip);
+    if (named) chart.rotated_label(col + 0.5, chart.plot_bottom() + 22, shown[b], tooltip);
   }
   chart.legend({{"keep", choice_color(planner::BlockChoice::kKeep), false},
                 {"checkpoint", choice_color(planner::BlockChoice::kCheckpoint), false},
@@ -166,7 +215,7 @@ std::string blocks_chart(const planner::Plan& plan) {
   return chart.render();
 }
 
-std::string timeline_chart(const planner::Simulation& s) {
+std::string timeline_chart(const planner::Simulation& s, size_t& not_drawn) {
   std::vector<const planner::TimelineEvent*> events;
   double end = 0;
   for (const planner::TimelineEvent& e : s.events) {
@@ -181,32 +230,41 @@ std::string timeline_chart(const planner::Simulation& s) {
   std::vector<std::string> names;
   for (auto it = streams.rbegin(); it != streams.rend(); ++it) names.emplace_back(planner::stream_name(*it));
   chart.y_categories(names);
-  // Thin: merge neighbours on a stream closer than a pixel, keep at most kMaxTimelineRects.
-  const double pixel_ms = std::max(end, 1.0) / kWidth;
-  size_t drawn = 0;
+  // Thin: events of one phase closer than a pixel merge into one rectangle (its
+  // tooltip counts them); each stream draws at most its share of kMaxTimelineRects.
+  const double pixel_ms = std::max(end, 1.0) / (kWidth - 90);
+  const size_t per_stream = kMaxTimelineRects / streams.size();
+  not_drawn = 0;
   for (size_t s_index = 0; s_index < streams.size(); ++s_index) {
     const double r = static_cast<double>(streams.size() - 1 - s_index);
+    size_t drawn = 0;
     const planner::TimelineEvent* open = nullptr;
     double open_end = 0;
+    size_t merged = 0;
+    auto flush = [&] {
+      if (!open) return;
+      if (drawn == per_stream) {
+        not_drawn += merged + 1;
+        return;
+      }
+      chart.rect(open->start_ms, r + 0.15, open_end, r + 0.85, stream_color(open->phase),
+                 std::string(planner::phase_name(open->phase)) + ": " + open->label +
+                     (merged > 0 ? " and " + std::to_string(merged) + " more" : ""));
+      ++drawn;
+    };
     for (const planner::TimelineEvent* e : events) {
       if (e->stream != streams[s_index]) continue;
       if (open && e->phase == open->phase && e->start_ms - open_end < pixel_ms) {
-        open_end = e->end_ms;
+        open_end = std::max(open_end, e->end_ms);
+        ++merged;
         continue;
       }
-      if (open && drawn < kMaxTimelineRects) {
-        chart.rect(open->start_ms, r + 0.15, open_end, r + 0.85, stream_color(open->phase),
-                   std::string(planner::phase_name(open->phase)) + ": " + open->label);
-        ++drawn;
-      }
+      flush();
       open = e;
       open_end = e->end_ms;
+      merged = 0;
     }
-    if (open && drawn < kMaxTimelineRects) {
-      chart.rect(open->start_ms, r + 0.15, open_end, r + 0.85, stream_color(open->phase),
-                 std::string(planner::phase_name(open->phase)) + ": " + open->label);
-      ++drawn;
-    }
+    flush();
   }
   chart.legend({{"forward", stream_color(planner::Phase::kForward), false},
                 {"backward", stream_color(planner::Phase::kBackward), false},
@@ -222,18 +280,19 @@ h1{font-size:22px}h2{font-size:18px;margin-top:28px}table{border-collapse:collap
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f0f0f0}
 td:first-child,th:first-child{text-align:left}.verdict{font-size:18px;font-weight:600;padding:8px;border-radius:4px}
 .fits{background:#e8f5e9}.nofit{background:#ffebee}svg text{font-size:11px}svg .axis{font-size:12px}
-svg .mark{font-size:12px;font-weight:600}details{margin:8px 0}code{font-size:12px})";
+svg .mark{font-size:12px;font-weight:600}svg .name{font-size:10px}
+svg .mark,svg .lbl{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}details{margin:8px 0}code{font-size:12px})";
 
 }  // namespace
 
 std::string render_html_report(const ReportInput& in) {
   const planner::Plan& plan = *in.plan;
   const planner::Prediction& p = plan.prediction;
+  const std::string title = in.title.empty() ? "headroom report: " + plan.model + " on " + in.gpu_name : in.title;
   std::ostringstream html;
-  html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>headroom: "
-       << escape_html(plan.model) << " on " << escape_html(in.gpu_name) << "</title><style>" << kStyle
-       << "</style></head><body>\n";
-  html << "<h1>headroom report: " << escape_html(plan.model) << " on " << escape_html(in.gpu_name) << "</h1>\n";
+  html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << escape_html(title)
+       << "</title><style>" << kStyle << "</style></head><body>\n";
+  html << "<h1>" << escape_html(title) << "</h1>\n";
   html << "<p class=\"verdict " << (p.fits() ? "fits\">FITS" : "nofit\">DOES NOT FIT") << ": peak "
        << escape_html(format_gib(p.gpu_total)) << " of " << escape_html(format_gib(p.gpu_budget))
        << " budget (GPU " << escape_html(format_gib(p.gpu_capacity)) << ", "
@@ -280,12 +339,16 @@ std::string render_html_report(const ReportInput& in) {
   html << "<details><summary>All " << plan.blocks.size() << " blocks by name</summary><table>\n"
        << row({"#", "block", "decision"}, true);
   for (size_t b = 0; b < plan.blocks.size(); ++b) {
-    html << row({std::to_string(b), b < plan.block_names.size() ? plan.block_names[b] : "",
-                 std::string(planner::block_choice_name(plan.blocks[b]))});
+    html << row({std::to_string(b), block_name(plan, b), std::string(planner::block_choice_name(plan.blocks[b]))});
   }
   html << "</table></details>\n";
   if (in.simulation && !in.simulation->events.empty()) {
-    html << "<h2>Timeline</h2>\n" << timeline_chart(*in.simulation);
+    size_t not_drawn = 0;
+    html << "<h2>Timeline</h2>\n" << timeline_chart(*in.simulation, not_drawn);
+    if (not_drawn > 0) {
+      html << "<p>" << not_drawn << " further events are not drawn: each stream shows at most "
+           << kMaxTimelineRects / 5 << " rectangles.</p>\n";
+    }
   }
 
   const planner::TimeBreakdown& t = p.time;

@@ -2,9 +2,12 @@
 // inline CSS and SVG charts, no scripts, viewable offline. Charts (each an
 // <svg> with a stable id): chart-breakdown (memory by category against the GPU
 // and the budget), chart-memory (allocated/reserved over the step, budget line,
-// peak marked, measurement overlaid), chart-frontier (memory vs time per
-// sample, chosen plan marked), chart-blocks (keep/checkpoint/offload per
-// block), chart-timeline (streams of the first micro-step). docs/report.md.
+// peak marked, measured curve and per-step peaks overlaid), chart-frontier (memory vs time per
+// sample as a step line, chosen plan marked), chart-blocks (keep/checkpoint/
+// offload per block, named), chart-timeline (streams of the first micro-step,
+// at most 5000 rectangles). Every name is HTML-escaped; curves are thinned to
+// the chart's pixels, so size grows with the block count, not the event count.
+// docs/report.md.
 #pragma once
 
 #include <string>
@@ -22,6 +25,7 @@ struct ReportInput {
   const std::vector<planner::FrontierPoint>* frontier = nullptr;
   const MeasuredRun* measurement = nullptr;                     // predicted vs measured
   std::string gpu_name;
+  std::string title;         // page title and heading; empty: "headroom report: MODEL on GPU"
   std::string generated_by;  // e.g. "headroom 0.1.0 on 2026-11-22"
 };
 

@@ -49,8 +49,9 @@ std::string escape_html(std::string_view text) {
   return out;
 }
 
-SvgChart::SvgChart(std::string id, int width, int height, Axis x, Axis y)
-    : id_(std::move(id)), width_(width), height_(height), x_(std::move(x)), y_(std::move(y)) {
+SvgChart::SvgChart(std::string id, int width, int height, Axis x, Axis y, int extra_bottom)
+    : id_(std::move(id)), width_(width), height_(height), x_(std::move(x)), y_(std::move(y)),
+      bottom_(kBottom + std::max(0, extra_bottom)) {
   if (!(x_.max > x_.min)) x_.max = x_.min + 1;
   if (!(y_.max > y_.min)) y_.max = y_.min + 1;
 }
@@ -60,12 +61,13 @@ double SvgChart::px(double x) const {
 }
 
 double SvgChart::py(double y) const {
-  return height_ - kBottom - (y - y_.min) / (y_.max - y_.min) * (height_ - kTop - kBottom);
+  return height_ - bottom_ - (y - y_.min) / (y_.max - y_.min) * (height_ - kTop - bottom_);
 }
 
-void SvgChart::polyline(const std::vector<std::pair<double, double>>& points, const std::string& color,
+void SvgChart::polyline(const std::vector<std::pair<double, double>>& all_points, const std::string& color,
                         double stroke_width, bool dashed) {
-  if (points.empty()) return;
+  if (all_points.empty()) return;
+  const std::vector<std::pair<double, double>> points = thin(all_points);
   body_ += "<polyline fill=\"none\" stroke=\"" + color + "\" stroke-width=\"" + num(stroke_width) + "\"";
   if (dashed) body_ += " stroke-dasharray=\"6 4\"";
   body_ += " points=\"";
@@ -73,20 +75,50 @@ void SvgChart::polyline(const std::vector<std::pair<double, double>>& points, co
   body_ += "\"/>\n";
 }
 
-void SvgChart::hline(double y, const std::string& color, const std::string& label, bool dashed) {
+std::vector<std::pair<double, double>> SvgChart::thin(const std::vector<std::pair<double, double>>& points) const {
+  const size_t columns = static_cast<size_t>(std::max(1, width_ - kLeft - kRight));
+  if (points.size() <= 4 * columns) return points;
+  std::vector<std::pair<double, double>> out;
+  size_t begin = 0;
+  while (begin < points.size()) {
+    const long column = std::lround(px(points[begin].first));
+    size_t end = begin + 1;
+    size_t low = begin;
+    size_t high = begin;
+    while (end < points.size() && std::lround(px(points[end].first)) == column) {
+      if (points[end].second < points[low].second) low = end;
+      if (points[end].second > points[high].second) high = end;
+      ++end;
+    }
+    // First, extremes in their order, last: the line enters and leaves the column where it did.
+    std::vector<size_t> keep = {begin, std::min(low, high), std::max(low, high), end - 1};
+    keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+    for (size_t index : keep) out.push_back(points[index]);
+    begin = end;
+  }
+  return out;
+}
+
+void SvgChart::hline(double y, const std::string& color, const std::string& label, bool dashed,
+                     bool label_at_start) {
   body_ += "<line x1=\"" + num(kLeft) + "\" x2=\"" + num(width_ - kRight) + "\" y1=\"" + num(py(y)) + "\" y2=\"" +
            num(py(y)) + "\" stroke=\"" + color + "\" stroke-width=\"1.5\"" +
            (dashed ? " stroke-dasharray=\"6 4\"" : "") + "/>\n";
-  body_ += "<text x=\"" + num(width_ - kRight - 4) + "\" y=\"" + num(py(y) - 4) + "\" text-anchor=\"end\" fill=\"" +
-           color + "\">" + escape_html(label) + "</text>\n";
+  if (label.empty()) return;
+  body_ += "<text x=\"" + num(label_at_start ? kLeft + 4 : width_ - kRight - 4) + "\" y=\"" + num(py(y) - 4) +
+           "\" text-anchor=\"" + (label_at_start ? "start" : "end") + "\" class=\"lbl\" fill=\"" + color + "\">" +
+           escape_html(label) + "</text>\n";
 }
 
-void SvgChart::vline(double x, const std::string& color, const std::string& label, bool dashed) {
+void SvgChart::vline(double x, const std::string& color, const std::string& label, bool dashed,
+                     bool label_at_start) {
   body_ += "<line x1=\"" + num(px(x)) + "\" x2=\"" + num(px(x)) + "\" y1=\"" + num(kTop) + "\" y2=\"" +
-           num(height_ - kBottom) + "\" stroke=\"" + color + "\" stroke-width=\"1.5\"" +
+           num(height_ - bottom_) + "\" stroke=\"" + color + "\" stroke-width=\"1.5\"" +
            (dashed ? " stroke-dasharray=\"6 4\"" : "") + "/>\n";
-  body_ += "<text x=\"" + num(px(x) + 4) + "\" y=\"" + num(kTop + 12) + "\" fill=\"" + color + "\">" +
-           escape_html(label) + "</text>\n";
+  if (label.empty()) return;
+  body_ += "<text x=\"" + num(px(x) + (label_at_start ? -4 : 4)) + "\" y=\"" + num(kTop + 12) + "\" text-anchor=\"" +
+           (label_at_start ? "end" : "start") + "\" class=\"lbl\" fill=\"" + color + "\">" + escape_html(label) +
+           "</text>\n";
 }
 
 void SvgChart::rect(double x0, double y0, double x1, double y1, const std::string& color, const std::string& tooltip) {
@@ -113,6 +145,12 @@ void SvgChart::text(double x, double y, const std::string& text, const std::stri
            escape_html(text) + "</text>\n";
 }
 
+void SvgChart::rotated_label(double x, double pixel_y, const std::string& text, const std::string& tooltip) {
+  body_ += "<text transform=\"translate(" + num(px(x) + 3) + "," + num(pixel_y) +
+           ") rotate(-90)\" text-anchor=\"end\" class=\"name\">" + escape_html(text) + "<title>" +
+           escape_html(tooltip) + "</title></text>\n";
+}
+
 void SvgChart::legend(const std::vector<LegendEntry>& entries) { legend_ = entries; }
 
 void SvgChart::y_categories(const std::vector<std::string>& names) {
@@ -124,7 +162,7 @@ std::string SvgChart::render() const {
   std::string out = "<svg id=\"" + escape_html(id_) + "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
                     std::to_string(width_) + "\" height=\"" + std::to_string(height_) + "\" viewBox=\"0 0 " +
                     std::to_string(width_) + " " + std::to_string(height_) + "\" role=\"img\">\n";
-  const double bottom = height_ - kBottom;
+  const double bottom = height_ - bottom_;
   out += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(kTop) + "\" width=\"" + num(width_ - kLeft - kRight) +
          "\" height=\"" + num(bottom - kTop) + "\" fill=\"#fafafa\" stroke=\"#999\"/>\n";
   // x ticks

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Loads an HTML report in headless Chromium (Debian's `chromium`) and fails when
-# the page logs any console message (errors, uncaught exceptions), when a chart
-# is missing from the rendered DOM, or when the screenshot is blank.
+# the page refers to anything outside itself (it must open offline), when it
+# logs any console message (errors, uncaught exceptions), when a chart is
+# missing from the rendered DOM, or when the screenshot is blank.
+# Console messages reach Chromium's stderr log as "CONSOLE" lines with
+# --enable-logging=stderr; a failed load of a missing file does not, which is
+# why references to other files are refused before the page is loaded.
+# Exit status: 0 ok, 1 the page failed a check, 2 bad usage or no chromium.
 # Usage: scripts/check_report_in_browser.sh REPORT.html [SCREENSHOT.png]
 set -euo pipefail
 report=${1:?usage: check_report_in_browser.sh REPORT.html [SCREENSHOT.png]}
@@ -9,6 +14,13 @@ shot=${2:-$(mktemp --suffix=.png)}
 [ -f "$report" ] || { echo "check_report_in_browser: $report: no such file" >&2; exit 2; }
 command -v chromium >/dev/null || { echo "check_report_in_browser: chromium not installed (apt-get install chromium)" >&2; exit 2; }
 url="file://$(realpath "$report")"
+
+# Self-contained: no scripts or styles from files (inline ones are fine), no images, frames or fonts, no links out.
+if grep -EnIio '<(link|img|iframe|object|embed|audio|video|source)[[:space:]>]|[[:space:]](src|href)=|url\(|@import' \
+     "$report" | head -5 | grep . >&2; then
+  echo "check_report_in_browser: $report refers to other files or the network (shown above); it must be self-contained" >&2
+  exit 1
+fi
 flags=(--headless=new --no-sandbox --disable-gpu --hide-scrollbars --enable-logging=stderr --v=0)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -1,44 +1,25 @@
 // LibTorch modules for the Llama decoder the zoo describes (models/llama.h):
-// RMSNorm, RoPE, grouped-query SDPA attention, SwiGLU, an untied or tied LM
-// head and the causal-LM loss; optional LoRA adapters on named projections.
+// fused RMSNorm, RoPE, grouped-query SDPA attention, SwiGLU, an untied or tied
+// LM head and the causal-LM loss; optional LoRA adapters on named projections.
 // Built from the same LlamaConfig as the planner's graph, and named as the
 // graph's nodes ("model.layers.3.self_attn.q_proj"), so a Plan's block names
-// map onto modules. Only built with LibTorch (executor/).
+// ("model.layers.3") map onto modules. Only built with LibTorch.
 #pragma once
 
 #include <torch/torch.h>
 
-#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/llama.h"
+#include "models/torch/layers.h"
 
 namespace headroom::models::torch_modules {
 
-// nn.Linear without bias plus an optional PEFT-style adapter: y = W x + B(A x) * alpha / r,
-// A [r, in] Kaiming-uniform, B [out, r] zero, so a fresh adapter changes nothing.
-class LinearImpl : public torch::nn::Module {
- public:
-  LinearImpl(int64_t in, int64_t out, bool bias);
-  void add_lora(int64_t rank, double alpha);
-  torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;
-  torch::Tensor bias;
-  torch::Tensor lora_a;
-  torch::Tensor lora_b;
-  double lora_scale = 0;
-};
-TORCH_MODULE(Linear);
-
-class RMSNormImpl : public torch::nn::Module {
- public:
-  explicit RMSNormImpl(int64_t width, double eps = 1e-5);
-  torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;
-  double eps;
-};
-TORCH_MODULE(RMSNorm);
+// RoPE tables [seq, head_dim] (cos, sin) with theta 500000 (Llama 3's rope_theta).
+std::pair<torch::Tensor, torch::Tensor> llama_rope_tables(int64_t seq, int64_t head_dim,
+                                                          torch::TensorOptions options);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
@@ -54,24 +35,15 @@ class DecoderLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderLayer);
 
-struct LoraOptions {
-  int64_t rank = 0;  // 0: no adapters
-  double alpha = 16;
-  std::set<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-};
+// The zoo's LoRA targets for Llama (models/zoo.cc).
+LoraOptions llama_lora(int64_t rank, double alpha = 16);
 
 class LlamaForCausalLMImpl : public torch::nn::Module {
  public:
-  LlamaForCausalLMImpl(const LlamaConfig& config, const LoraOptions& lora = {});
-  // Mean cross-entropy of next-token prediction. Layers whose index is in
-  // `checkpointed` run through executor::checkpoint (passed in, so this
-  // library does not depend on the executor).
-  using Checkpointer = std::function<torch::Tensor(DecoderLayer&, const torch::Tensor&, const torch::Tensor&,
-                                                   const torch::Tensor&)>;
-  torch::Tensor forward(const torch::Tensor& input_ids, const std::set<int>& checkpointed = {},
-                        const Checkpointer& checkpointer = {});
-  // Freezes every base weight (LoRA/QLoRA-style training): only adapters train.
-  void freeze_base();
+  explicit LlamaForCausalLMImpl(const LlamaConfig& config, const LoraOptions& lora = {});
+  // Mean next-token cross entropy of `input_ids` [B, S] (int64). Decoder layers
+  // run through `runner` (block names "model.layers.<i>").
+  torch::Tensor forward(const torch::Tensor& input_ids, const BlockRunner& runner = {});
   LlamaConfig config;
   std::shared_ptr<torch::nn::Module> model;
   torch::nn::Embedding embed_tokens{nullptr};

@@ -1,58 +1,47 @@
 // Checkpointing through LibTorch: gradients equal those of the run without
 // checkpointing, for the first block, every block, a frozen base with LoRA
 // adapters (whose first block's input does not require grad), and a fully
-// frozen model, where there is nothing to differentiate and nothing fails.
+// frozen block/model, on tiny-llama and tiny-flux (float64).
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <set>
+#include <string>
+
 #include "executor/checkpoint.h"
+#include "models/flux.h"
+#include "models/llama.h"
+#include "models/torch/flux_module.h"
 #include "models/torch/llama_module.h"
 
 namespace headroom::executor {
 namespace {
 
-using models::torch_modules::DecoderLayer;
-using models::torch_modules::LlamaForCausalLM;
+namespace tm = models::torch_modules;
 
-models::LlamaConfig tiny_config() {
-  models::LlamaConfig c;
-  c.hidden = 64;
-  c.intermediate = 176;
-  c.layers = 4;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.vocab = 256;
-  c.max_position = 256;
-  return c;
-}
+// Sets float64 as the default dtype for one test.
+struct Float64 {
+  Float64() { torch::set_default_dtype(caffe2::TypeMeta::Make<double>()); }
+  ~Float64() { torch::set_default_dtype(caffe2::TypeMeta::Make<float>()); }
+};
 
-models::torch_modules::LlamaForCausalLMImpl::Checkpointer checkpointer() {
-  return [](DecoderLayer& layer, const torch::Tensor& hidden, const torch::Tensor& cos, const torch::Tensor& sin) {
-    std::vector<torch::Tensor> trainable;
-    for (const torch::Tensor& p : layer->parameters()) {
-      if (p.requires_grad()) trainable.push_back(p);
-    }
-    DecoderLayer held = layer;
-    return checkpoint(
-        [held](const std::vector<torch::Tensor>& in) mutable {
-          return std::vector<torch::Tensor>{held->forward(in[0], in[1], in[2])};
-        },
-        {hidden, cos, sin}, trainable)[0];
-  };
-}
+using Loss = std::function<torch::Tensor(const tm::BlockRunner&)>;
 
 // Gradients of every parameter after one backward, in parameter order (undefined: none).
-std::vector<torch::Tensor> gradients(LlamaForCausalLM& model, const torch::Tensor& ids, const std::set<int>& checkpointed) {
-  model->zero_grad();
-  const torch::Tensor loss = model->forward(ids, checkpointed, checkpointer());
+std::vector<torch::Tensor> gradients(torch::nn::Module& model, const Loss& loss_of, const std::set<std::string>& blocks) {
+  model.zero_grad();
+  const torch::Tensor loss = loss_of(checkpoint_runner(blocks));
   if (loss.requires_grad()) loss.backward();
   std::vector<torch::Tensor> out;
-  for (const torch::Tensor& p : model->parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+  for (const torch::Tensor& p : model.parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
   return out;
 }
 
-void check_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+// Largest relative difference over all parameters; both sides must agree on which have gradients.
+double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   REQUIRE(a.size() == b.size());
+  double worst = 0;
   int compared = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("parameter " << i);
@@ -61,61 +50,113 @@ void check_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::T
     ++compared;
     const double diff = (a[i] - b[i]).abs().max().item<double>();
     const double scale = std::max(1e-12, a[i].abs().max().item<double>());
-    CHECK(diff / scale < 1e-10);
+    worst = std::max(worst, diff / scale);
   }
   CHECK(compared > 0);
+  return worst;
 }
+
+void check_matches(torch::nn::Module& model, const Loss& loss, const std::set<std::string>& blocks, const char* what) {
+  const auto plain = gradients(model, loss, {});
+  const double diff = max_relative_difference(plain, gradients(model, loss, blocks));
+  MESSAGE(std::string(what) << ": max relative gradient difference " << diff);
+  CHECK(diff < 1e-10);
+}
+
+// Non-zero LoRA B, so that every adapter gradient is non-trivial.
+void randomize_lora_b(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) {
+    if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0, 0.02);
+  }
+}
+
+bool has_grad(torch::nn::Module& model, const std::string& name) {
+  for (auto& item : model.named_parameters()) {
+    if (item.key() == name) return item.value().grad().defined();
+  }
+  FAIL("no parameter " << name);
+  return false;
+}
+
+const std::set<std::string> kLlamaAll = {"model.layers.0", "model.layers.1", "model.layers.2", "model.layers.3"};
+const std::set<std::string> kFluxAll = {"transformer_blocks.0", "transformer_blocks.1", "single_transformer_blocks.0",
+                                        "single_transformer_blocks.1"};
 
 }  // namespace
 
-TEST_CASE("checkpointed gradients equal plain gradients (float64)") {
+TEST_CASE("tiny-llama: checkpointed gradients equal plain gradients") {
+  const Float64 f64;
   torch::manual_seed(0);
-  torch::set_default_dtype(caffe2::TypeMeta::Make<double>());
-  LlamaForCausalLM model(tiny_config());
-  const torch::Tensor ids = torch::randint(0, 256, {2, 16}, torch::kLong);
-  const auto plain = gradients(model, ids, {});
-  SUBCASE("the first block") { check_equal(plain, gradients(model, ids, {0})); }
-  SUBCASE("every block") { check_equal(plain, gradients(model, ids, {0, 1, 2, 3})); }
-  torch::set_default_dtype(caffe2::TypeMeta::Make<float>());
+  tm::LlamaForCausalLM model(models::kTinyLlama);
+  const torch::Tensor ids = torch::randint(0, models::kTinyLlama.vocab, {2, 16}, torch::kLong);
+  const Loss loss = [&](const tm::BlockRunner& r) { return model->forward(ids, r); };
+  SUBCASE("the first block") { check_matches(*model, loss, {"model.layers.0"}, "tiny-llama first block"); }
+  SUBCASE("every block") { check_matches(*model, loss, kLlamaAll, "tiny-llama every block"); }
+  SUBCASE("a fully frozen block among trainable ones") {
+    for (auto& p : model->layers[1]->parameters()) p.set_requires_grad(false);
+    check_matches(*model, loss, kLlamaAll, "tiny-llama frozen layer 1");
+  }
 }
 
-TEST_CASE("a frozen base with adapters: the first block's input needs no grad, yet its adapters get gradients") {
+TEST_CASE("tiny-llama: frozen base with adapters; the first block's input needs no grad") {
+  const Float64 f64;
   torch::manual_seed(1);
-  torch::set_default_dtype(caffe2::TypeMeta::Make<double>());
-  models::torch_modules::LoraOptions lora;
-  lora.rank = 4;
-  LlamaForCausalLM model(tiny_config(), lora);
-  model->freeze_base();
-  // Give the adapters' B non-zero values so every gradient is non-trivial.
-  for (auto& item : model->named_parameters()) {
-    if (item.key().find("lora_B") != std::string::npos) {
-      torch::NoGradGuard no_grad;
-      item.value().normal_(0, 0.02);
-    }
-  }
-  const torch::Tensor ids = torch::randint(0, 256, {2, 16}, torch::kLong);
-  const auto plain = gradients(model, ids, {});
-  const auto every = gradients(model, ids, {0, 1, 2, 3});
-  check_equal(plain, every);
-  // The first block's adapter has a gradient although its input (a frozen embedding) has none.
-  bool first_block_adapter = false;
-  size_t index = 0;
-  for (auto& item : model->named_parameters()) {
-    if (item.key() == "model.layers.0.self_attn.q_proj.lora_A.weight") first_block_adapter = every[index].defined();
-    ++index;
-  }
-  CHECK(first_block_adapter);
-  torch::set_default_dtype(caffe2::TypeMeta::Make<float>());
+  tm::LlamaForCausalLM model(models::kTinyLlama, tm::llama_lora(4));
+  tm::freeze_base(*model);
+  randomize_lora_b(*model);
+  const torch::Tensor ids = torch::randint(0, models::kTinyLlama.vocab, {2, 16}, torch::kLong);
+  const Loss loss = [&](const tm::BlockRunner& r) { return model->forward(ids, r); };
+  check_matches(*model, loss, kLlamaAll, "tiny-llama LoRA every block");
+  check_matches(*model, loss, {"model.layers.0"}, "tiny-llama LoRA first block");
+  CHECK(has_grad(*model, "model.layers.0.self_attn.q_proj.lora_A.weight"));
+  CHECK_FALSE(has_grad(*model, "model.layers.0.self_attn.q_proj.weight"));
 }
 
-TEST_CASE("a fully frozen model checkpoints without error and produces no gradients") {
+TEST_CASE("tiny-llama: a fully frozen model checkpoints without error and has no gradients") {
   torch::manual_seed(2);
-  LlamaForCausalLM model(tiny_config());
+  tm::LlamaForCausalLM model(models::kTinyLlama);
   for (auto& p : model->parameters()) p.set_requires_grad(false);
-  const torch::Tensor ids = torch::randint(0, 256, {1, 8}, torch::kLong);
-  const torch::Tensor loss = model->forward(ids, {0, 1, 2, 3}, checkpointer());
+  const torch::Tensor ids = torch::randint(0, models::kTinyLlama.vocab, {1, 8}, torch::kLong);
+  const torch::Tensor loss = model->forward(ids, checkpoint_runner(kLlamaAll));
   CHECK_FALSE(loss.requires_grad());
   for (const torch::Tensor& p : model->parameters()) CHECK_FALSE(p.grad().defined());
+}
+
+TEST_CASE("tiny-flux: checkpointed gradients equal plain gradients") {
+  const Float64 f64;
+  torch::manual_seed(3);
+  tm::FluxTransformer model(models::kTinyFlux);
+  const tm::FluxBatch batch = tm::synthetic_flux_batch(models::kTinyFlux, 2, 16);
+  const Loss loss = [&](const tm::BlockRunner& r) { return model->forward(batch, r); };
+  SUBCASE("the first block") { check_matches(*model, loss, {"transformer_blocks.0"}, "tiny-flux first block"); }
+  SUBCASE("every block") { check_matches(*model, loss, kFluxAll, "tiny-flux every block"); }
+  SUBCASE("a fully frozen block among trainable ones") {
+    for (auto& p : model->single_transformer_blocks[0]->parameters()) p.set_requires_grad(false);
+    check_matches(*model, loss, kFluxAll, "tiny-flux frozen single block 0");
+  }
+}
+
+TEST_CASE("tiny-flux: frozen base with adapters") {
+  const Float64 f64;
+  torch::manual_seed(4);
+  tm::FluxTransformer model(models::kTinyFlux, tm::flux_lora(4));
+  tm::freeze_base(*model);
+  randomize_lora_b(*model);
+  const tm::FluxBatch batch = tm::synthetic_flux_batch(models::kTinyFlux, 2, 16);
+  const Loss loss = [&](const tm::BlockRunner& r) { return model->forward(batch, r); };
+  check_matches(*model, loss, kFluxAll, "tiny-flux LoRA every block");
+  CHECK(has_grad(*model, "transformer_blocks.0.attn.to_out.0.lora_A.weight"));
+  CHECK(has_grad(*model, "single_transformer_blocks.1.attn.to_q.lora_B.weight"));
+  CHECK_FALSE(has_grad(*model, "transformer_blocks.0.attn.to_q.weight"));
+}
+
+TEST_CASE("tiny-flux: a fully frozen model checkpoints without error") {
+  torch::manual_seed(5);
+  tm::FluxTransformer model(models::kTinyFlux);
+  for (auto& p : model->parameters()) p.set_requires_grad(false);
+  const torch::Tensor loss = model->forward(tm::synthetic_flux_batch(models::kTinyFlux, 1, 16), checkpoint_runner(kFluxAll));
+  CHECK_FALSE(loss.requires_grad());
 }
 
 }  // namespace headroom::executor

@@ -1,16 +1,19 @@
 // Hugging Face config.json ingestion: the real configs of public models give
 // the published parameter counts; the Llama-3-8B config gives exactly the zoo's
 // graph; safetensors headers are compared with the graph; bad configs are refused.
+#include "models/hf_import.h"
+
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "graph/graph_json.h"
-#include "models/hf_import.h"
+#include "models/zoo_builders.h"
 
 namespace headroom::models {
 namespace {
@@ -25,7 +28,8 @@ graph::LayerGraph load(const std::string& name) {
 }
 
 std::string scratch_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("headroom_hf_" + std::to_string(getpid())) / name;
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("headroom_hf_" + std::to_string(getpid())) / name;
   std::filesystem::create_directories(dir);
   return dir.string();
 }
@@ -34,13 +38,131 @@ std::string scratch_dir(const std::string& name) {
 
 TEST_CASE("public configs give the published parameter counts") {
   // Model cards / safetensors metadata on huggingface.co.
-  CHECK(load("llama-3.2-1b").parameter_count() == 1'235'814'400);   // meta-llama/Llama-3.2-1B, tied embeddings
-  CHECK(load("qwen2.5-0.5b").parameter_count() == 494'032'768);     // Qwen/Qwen2.5-0.5B (0.49B), q/k/v biases
-  CHECK(load("qwen3-0.6b").parameter_count() == 596'049'920);       // Qwen/Qwen3-0.6B (0.6B; 0.44B non-embedding)
-  CHECK(load("mistral-7b").parameter_count() == 7'241'732'096);     // mistralai/Mistral-7B-v0.1 (7.24B)
-  CHECK(load("gpt2-medium").parameter_count() == 354'823'168);      // openai-community/gpt2-medium (355M), tied
-  // google-bert/bert-base-uncased: BertModel 109,482,240 (with pooler) + a 2-label classifier (768 x 2 + 2).
+  CHECK(load("llama-3.2-1b").parameter_count() ==
+        1'235'814'400);  // meta-llama/Llama-3.2-1B, tied embeddings
+  CHECK(load("qwen2.5-0.5b").parameter_count() ==
+        494'032'768);  // Qwen/Qwen2.5-0.5B (0.49B), q/k/v biases
+  CHECK(load("qwen3-0.6b").parameter_count() ==
+        596'049'920);  // Qwen/Qwen3-0.6B (0.6B; 0.44B non-embedding)
+  CHECK(load("mistral-7b").parameter_count() ==
+        7'241'732'096);  // mistralai/Mistral-7B-v0.1 (7.24B)
+  CHECK(load("gpt2-medium").parameter_count() ==
+        354'823'168);  // openai-community/gpt2-medium (355M), tied
+  // google-bert/bert-base-uncased: BertModel 109,482,240 (with pooler) + a 2-label classifier (768
+  // x 2 + 2).
   CHECK(load("bert-base-uncased").parameter_count() == 109'482'240 + 1'538);
+}
+
+// Within 1% of a published figure (the exact figures above are exact).
+void check_near(const std::string& name, double published) {
+  const double count = static_cast<double>(load(name).parameter_count());
+  CHECK_MESSAGE(std::abs(count - published) / published < 0.01, name, ": ", count, " vs ",
+                published);
+}
+
+TEST_CASE("every family: the public config.json gives the published parameter count") {
+  // google/gemma-2b: 2.51B (safetensors metadata 2,506,172,416); GeGLU, 1 kv head, head_dim 256,
+  // tied.
+  CHECK(load("gemma-2b").parameter_count() == 2'506'172'416);
+  // microsoft/Phi-3-mini-4k-instruct: 3.82B (3,821,079,552); fused qkv_proj and gate_up_proj.
+  CHECK(load("phi-3-mini-4k").parameter_count() == 3'821'079'552);
+  // EleutherAI/pythia-160m: 162,322,944 total (Pythia paper, Biderman et al. 2023, Table 1 / model
+  // card).
+  CHECK(load("pythia-160m").parameter_count() == 162'322'944);
+  // facebook/opt-125m: 125,239,296 (OPTForCausalLM, lm_head tied; "125M" in Zhang et al. 2022).
+  CHECK(load("opt-125m").parameter_count() == 125'239'296);
+  // FacebookAI/roberta-base: RobertaModel 124,645,632 (with pooler; "125M"); the classification
+  // head replaces the pooler (768 x 768 + 768) and adds out_proj (768 x 2 + 2).
+  CHECK(load("roberta-base").parameter_count() == 124'645'632 + 1'538);
+  // google/vit-base-patch16-224: 86,567,656 (ViTForImageClassification, 1000 classes; 86.6M).
+  CHECK(load("vit-base-patch16-224").parameter_count() == 86'567'656);
+  // openai/clip-vit-base-patch32: CLIPModel 151,277,313 (151M on the model page).
+  CHECK(load("clip-vit-base-patch32").parameter_count() == 151'277'313);
+  // google/siglip-base-patch16-224: 203M on the model page (SiglipModel, both towers and heads).
+  check_near("siglip-base-patch16-224", 203.16e6);
+  // llava-hf/llava-1.5-7b-hf: 7.06B (7,063,427,072): Vicuna-7B (vocab 32064) + CLIP ViT-L/14-336 +
+  // projector.
+  CHECK(load("llava-1.5-7b").parameter_count() == 7'063'427'072);
+  // black-forest-labs/FLUX.1-dev transformer: 12B (11,901,408,320 in the diffusers checkpoint).
+  CHECK(load("flux.1-dev-transformer").parameter_count() == 11'901'408'320);
+}
+
+TEST_CASE("family details: ties, fused projections, sequences, dtypes") {
+  const graph::LayerGraph gemma = load("gemma-2b");
+  CHECK(gemma.find_node("lm_head") != nullptr);
+  CHECK(gemma.find_node("lm_head")->params[0].tied_to == "model.embed_tokens.weight");
+  CHECK(gemma.find_node("model.layers.0.self_attn.k_proj")->params[0].shape ==
+        std::vector<int64_t>{256, 2048});
+  const graph::LayerGraph phi3 = load("phi-3-mini-4k");
+  CHECK(phi3.find_node("model.layers.0.self_attn.qkv_proj") != nullptr);
+  CHECK(phi3.find_node("model.layers.0.mlp.gate_up_proj")->params[0].shape ==
+        std::vector<int64_t>{16384, 3072});
+  CHECK(phi3.sequence.max_seq == 4096);
+  const graph::LayerGraph pythia = load("pythia-160m");
+  CHECK(pythia.find_node("gpt_neox.layers.11.attention.query_key_value") != nullptr);
+  CHECK(pythia.find_node("embed_out")->params[0].tied_to.empty());
+  const graph::LayerGraph opt = load("opt-125m");
+  CHECK(opt.find_node("model.decoder.embed_positions")->params[0].shape ==
+        std::vector<int64_t>{2050, 768});
+  CHECK(opt.find_node("model.decoder.layers.0.fc1")->params[0].dtype ==
+        graph::DType::kF16);  // torch_dtype
+  const graph::LayerGraph vit = load("vit-base-patch16-224");
+  CHECK(vit.sequence.unit == "image");
+  CHECK(vit.sequence.default_seq == 197);
+  const graph::LayerGraph siglip = load("siglip-base-patch16-224");
+  CHECK(siglip.sequence.default_seq == 196);  // no class token
+  CHECK(siglip.find_node("vision_model.head.attention") != nullptr);
+  const graph::LayerGraph llava = load("llava-1.5-7b");
+  CHECK(llava.find_node("language_model.model.layers.31.mlp.down_proj") != nullptr);
+  CHECK(llava.sequence.max_seq == 4096);
+  const graph::LayerGraph flux = load("flux.1-dev-transformer");
+  CHECK(flux.find_node("single_transformer_blocks.37.proj_out") != nullptr);
+  // FLUX.1-schnell: no guidance embedder (guidance_embeds false).
+  nlohmann::json schnell = {{"_class_name", "FluxTransformer2DModel"}, {"guidance_embeds", false}};
+  Result<graph::LayerGraph> s = graph_from_hf_config(schnell, "schnell/config.json", ZooOptions{});
+  REQUIRE_MESSAGE(s.is_ok(), s.message());
+  CHECK(s->parameter_count() == 11'901'408'320 - (256 * 3072 + 3072 + 3072 * 3072 + 3072));
+  // The vision towers alone.
+  nlohmann::json clip_vision = {{"model_type", "clip_vision_model"},
+                                {"hidden_size", 1024},
+                                {"intermediate_size", 4096},
+                                {"num_hidden_layers", 24},
+                                {"num_attention_heads", 16},
+                                {"patch_size", 14},
+                                {"image_size", 336}};
+  Result<graph::LayerGraph> cv = graph_from_hf_config(clip_vision, "cv/config.json", ZooOptions{});
+  REQUIRE_MESSAGE(cv.is_ok(), cv.message());
+  CHECK(cv->parameter_count() == build_clip_vit_l14_336_vision(ZooOptions{}).parameter_count());
+  Result<graph::LayerGraph> sv =
+      graph_from_hf_config({{"model_type", "siglip_vision_model"}}, "sv/config.json", ZooOptions{});
+  REQUIRE_MESSAGE(sv.is_ok(), sv.message());
+}
+
+TEST_CASE("model_type from architectures when the field is missing") {
+  nlohmann::json config = {{"architectures", {"Qwen2ForCausalLM"}},
+                           {"hidden_size", 64},
+                           {"intermediate_size", 128},
+                           {"num_hidden_layers", 2},
+                           {"num_attention_heads", 4},
+                           {"vocab_size", 100}};
+  Result<graph::LayerGraph> g = graph_from_hf_config(config, "x/config.json", ZooOptions{});
+  REQUIRE_MESSAGE(g.is_ok(), g.message());
+  CHECK(g->family == "qwen2");
+  CHECK(g->find_node("model.layers.0.self_attn.q_proj")->params.size() == 2);  // Qwen2: q bias
+}
+
+TEST_CASE("every attention implementation and dropout override builds a valid graph per family") {
+  for (const char* name : {"gemma-2b", "phi-3-mini-4k", "pythia-160m", "opt-125m", "roberta-base",
+                           "vit-base-patch16-224", "clip-vit-base-patch32",
+                           "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer"}) {
+    for (AttentionImpl impl : {AttentionImpl::kEager, AttentionImpl::kSdpa}) {
+      ZooOptions options;
+      options.attention = impl;
+      options.dropout = 0.1;
+      Result<HfModel> model = load_hf_model(kData + name, options);
+      CHECK_MESSAGE(model.is_ok(), name, ": ", model.message());
+    }
+  }
 }
 
 TEST_CASE("the Llama-3-8B config.json gives exactly the zoo's graph") {
@@ -55,8 +177,9 @@ TEST_CASE("the Llama-3-8B config.json gives exactly the zoo's graph") {
 
 TEST_CASE("a checkpoint's safetensors header is compared with the graph") {
   const std::string dir = scratch_dir("tiny");
-  nlohmann::json config = {{"model_type", "llama"}, {"hidden_size", 8}, {"intermediate_size", 16},
-                           {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"vocab_size", 32},
+  nlohmann::json config = {{"model_type", "llama"},      {"hidden_size", 8},
+                           {"intermediate_size", 16},    {"num_hidden_layers", 1},
+                           {"num_attention_heads", 2},   {"vocab_size", 32},
                            {"tie_word_embeddings", true}};
   std::ofstream(dir + "/config.json") << config.dump();
   // Only two tensors: embed_tokens as in the graph, q_proj with a wrong shape, and an extra one.
@@ -76,8 +199,43 @@ TEST_CASE("a checkpoint's safetensors header is compared with the graph") {
   for (const std::string& line : model->mismatches) all += line + "\n";
   CHECK(all.find("shape differs: model.layers.0.self_attn.q_proj.weight") != std::string::npos);
   CHECK(all.find("in the checkpoint only: extra.weight") != std::string::npos);
-  CHECK(all.find("missing from the checkpoint: model.layers.0.mlp.down_proj.weight") != std::string::npos);
+  CHECK(all.find("missing from the checkpoint: model.layers.0.mlp.down_proj.weight") !=
+        std::string::npos);
   CHECK(all.find("lm_head") == std::string::npos);  // tied: not expected in the checkpoint
+}
+
+TEST_CASE("checkpoint dtypes, base-model names and bitsandbytes 4-bit weights") {
+  const std::string dir = scratch_dir("tiny_nf4");
+  nlohmann::json config = {{"model_type", "llama"},      {"hidden_size", 8},
+                           {"intermediate_size", 16},    {"num_hidden_layers", 1},
+                           {"num_attention_heads", 2},   {"vocab_size", 32},
+                           {"tie_word_embeddings", true}};
+  std::ofstream(dir + "/config.json") << config.dump();
+  // embed_tokens stored as F32 without the "model." prefix; q_proj packed NF4 (64 values in 32
+  // bytes).
+  const std::string header =
+      R"({"embed_tokens.weight":{"dtype":"F32","shape":[32,8],"data_offsets":[0,1024]},)"
+      R"("model.layers.0.self_attn.q_proj.weight":{"dtype":"U8","shape":[32,1],"data_offsets":[1024,1056]},)"
+      R"("model.layers.0.self_attn.q_proj.weight.absmax":{"dtype":"F32","shape":[1],"data_offsets":[1056,1060]},)"
+      R"("model.layers.0.self_attn.q_proj.weight.quant_state.bitsandbytes__nf4":{"dtype":"U8","shape":[4],"data_offsets":[1060,1064]}})";
+  std::ofstream out(dir + "/model.safetensors", std::ios::binary);
+  const uint64_t length = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((length >> (8 * i)) & 0xff));
+  out << header << std::string(1064, '\0');
+  out.close();
+  Result<HfModel> model = load_hf_model(dir + "/config.json", ZooOptions{});
+  REQUIRE_MESSAGE(model.is_ok(), model.message());
+  std::string all;
+  for (const std::string& line : model->mismatches) all += line + "\n";
+  CHECK(all.find("embed_tokens") == std::string::npos);
+  CHECK(all.find("q_proj") == std::string::npos);
+  CHECK(all.find("missing from the checkpoint: model.layers.0.self_attn.k_proj.weight") !=
+        std::string::npos);
+  CHECK(model->graph.find_node("model.embed_tokens")->params[0].dtype == graph::DType::kF32);
+  CHECK(model->graph.find_node("model.layers.0.self_attn.q_proj")->params[0].dtype ==
+        graph::DType::kNF4);
+  CHECK(model->graph.find_node("model.layers.0.self_attn.k_proj")->params[0].dtype ==
+        graph::DType::kBF16);
 }
 
 TEST_CASE("bad configs are refused naming the file and the field") {
@@ -87,14 +245,17 @@ TEST_CASE("bad configs are refused naming the file and the field") {
     CHECK(r.message().rfind("x/config.json: ", 0) == 0);
     return r.message();
   };
-  nlohmann::json base = {{"model_type", "llama"}, {"hidden_size", 64}, {"intermediate_size", 128},
-                         {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 100}};
+  nlohmann::json base = {{"model_type", "llama"},    {"hidden_size", 64},
+                         {"intermediate_size", 128}, {"num_hidden_layers", 2},
+                         {"num_attention_heads", 4}, {"vocab_size", 100}};
   CHECK(graph_from_hf_config(base, "x/config.json", ZooOptions{}).is_ok());
   nlohmann::json unknown = base;
   unknown["model_type"] = "mamba";
   const std::string unknown_message = refuse(unknown);
-  CHECK(unknown_message.find("llama, mistral, qwen2, qwen3, gpt2, bert") != std::string::npos);
+  CHECK(unknown_message.find("llama, mistral, qwen2, qwen3, gemma, phi3, gpt2") !=
+        std::string::npos);
   CHECK(unknown_message.find("layer-graph") != std::string::npos);
+  CHECK(unknown_message.find("scripts/export_graph.py") != std::string::npos);
   nlohmann::json missing = base;
   missing.erase("hidden_size");
   CHECK(refuse(missing).find("hidden_size") != std::string::npos);
@@ -107,7 +268,42 @@ TEST_CASE("bad configs are refused naming the file and the field") {
   nlohmann::json wrong_type = base;
   wrong_type["tie_word_embeddings"] = "yes";
   CHECK(refuse(wrong_type).find("tie_word_embeddings") != std::string::npos);
-  CHECK(refuse(nlohmann::json{{"_class_name", "FluxTransformer2DModel"}}).find("diffusers") != std::string::npos);
+  CHECK(refuse(nlohmann::json{{"_class_name", "UNet2DConditionModel"}}).find("diffusers") !=
+        std::string::npos);
+  CHECK(refuse(nlohmann::json{{"_class_name", "FluxTransformer2DModel"}, {"num_layers", 0}})
+            .find("num_layers") != std::string::npos);
+  CHECK(refuse(nlohmann::json{{"model_type", "llava"}}).find("vision_config") != std::string::npos);
+  CHECK(refuse(nlohmann::json{{"model_type", "llava"},
+                              {"vision_config", nlohmann::json::object()},
+                              {"text_config", {{"hidden_size", "big"}}}})
+            .find("text_config.hidden_size") != std::string::npos);
+  CHECK(refuse(nlohmann::json{{"model_type", "clip"}, {"vision_config", {{"patch_size", 30}}}})
+            .find("vision_config.patch_size") != std::string::npos);
+  CHECK(refuse(nlohmann::json{{"model_type", "gpt_neox"},
+                              {"hidden_size", 64},
+                              {"num_hidden_layers", 1},
+                              {"num_attention_heads", 4},
+                              {"vocab_size", 10},
+                              {"rotary_pct", 1.5}})
+            .find("rotary_pct") != std::string::npos);
+  CHECK(refuse(nlohmann::json{{"model_type", "opt"}, {"activation_function", "swish"}})
+            .find("activation_function") != std::string::npos);
+  // Sizes that would overflow or take forever to build are refused, not built.
+  nlohmann::json deep = base;
+  deep["num_hidden_layers"] = 1'000'000;
+  CHECK(refuse(deep).find("num_hidden_layers") != std::string::npos);
+  nlohmann::json wide = base;
+  wide["intermediate_size"] = int64_t{1} << 40;
+  CHECK(refuse(wide).find("intermediate_size") != std::string::npos);
+  CHECK(refuse(nlohmann::json{{"model_type", "vit"}, {"image_size", 1 << 20}, {"patch_size", 1}})
+            .find("image_size") != std::string::npos);
+  CHECK(refuse(nlohmann::json{{"_class_name", "FluxTransformer2DModel"},
+                              {"num_attention_heads", 1 << 20},
+                              {"attention_head_dim", 1 << 20}})
+            .find("attention_head_dim") != std::string::npos);
+  nlohmann::json bad_dtype = base;
+  bad_dtype["torch_dtype"] = "float64";
+  CHECK(refuse(bad_dtype).find("torch_dtype") != std::string::npos);
   CHECK(refuse(nlohmann::json::array()).find("(top level)") != std::string::npos);
   CHECK_FALSE(load_hf_model("/nonexistent/dir/config.json", ZooOptions{}).is_ok());
 }
@@ -115,14 +311,17 @@ TEST_CASE("bad configs are refused naming the file and the field") {
 }  // namespace headroom::models
 
 TEST_CASE("fuzz regressions: config.json inputs fail cleanly") {
-  const std::filesystem::path dir = std::filesystem::path(HEADROOM_SOURCE_DIR) / "tests/data/fuzz_regressions/fuzz_hf_config";
+  const std::filesystem::path dir =
+      std::filesystem::path(HEADROOM_SOURCE_DIR) / "tests/data/fuzz_regressions/fuzz_hf_config";
   int replayed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     std::ifstream in(entry.path(), std::ios::binary);
     std::stringstream buffer;
     buffer << in.rdbuf();
     const auto json = headroom::graph::parse_json_text(buffer.str(), "config.json");
-    if (json.is_ok()) (void)headroom::models::graph_from_hf_config(json.value(), "config.json", headroom::models::ZooOptions{});
+    if (json.is_ok())
+      (void)headroom::models::graph_from_hf_config(json.value(), "config.json",
+                                                   headroom::models::ZooOptions{});
     ++replayed;
   }
   CHECK(replayed > 0);

@@ -1,0 +1,144 @@
+// Reading fields of a Hugging Face config.json with transformers' defaults, and
+// the per-family readers that turn one into a LayerGraph (models/hf_*.cc).
+// Every error names the file (`origin`), the field and what was expected.
+// Internal to models/; the public entry points are in models/hf_import.h.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "graph/layer_graph.h"
+#include "graph/status.h"
+#include "models/llama.h"
+#include "models/zoo.h"
+
+namespace headroom::models {
+
+// A config object and the file it came from; `path` prefixes field names of
+// nested configs ("text_config.hidden_size").
+struct HfFields {
+  const nlohmann::json& json;
+  std::string_view origin;
+  std::string path;
+
+  std::string name(const char* key) const { return path.empty() ? key : path + "." + key; }
+  bool has(const char* key) const { return json.contains(key) && !json.at(key).is_null(); }
+};
+
+// Bounds that keep every product the builders form (widths, squares of token
+// counts, FLOPs) inside int64 and graph building quick: published models stay far
+// below them (the largest vocabularies are ~256k, the deepest models ~200 layers).
+inline constexpr int64_t kMaxHfSize = int64_t{1} << 24;
+inline constexpr int64_t kMaxHfLayers = 4096;
+inline constexpr int64_t kMaxHfPatchesPerSide = 4096;
+
+Status field_error(std::string_view origin, const std::string& field, const std::string& expected);
+
+// A required positive integer (at most kMaxHfSize).
+Result<int64_t> positive(const HfFields& c, const char* key);
+// The same, or `fallback` (transformers' default) when missing or null.
+Result<int64_t> positive_or(const HfFields& c, const char* key, int64_t fallback);
+Result<bool> boolean_or(const HfFields& c, const char* key, bool fallback);
+// A probability in [0, 1).
+Result<double> probability_or(const HfFields& c, const char* key, double fallback);
+// A fraction in (0, 1].
+Result<double> fraction_or(const HfFields& c, const char* key, double fallback);
+Result<std::string> string_or(const HfFields& c, const char* key, const std::string& fallback);
+// A nested config object ("text_config"); an empty object when missing and `optional`.
+Result<HfFields> sub_config(const HfFields& c, const char* key, bool optional);
+// `b` divides `a`, else an error on `field`.
+Status divides(const HfFields& c, const char* field, int64_t a, int64_t b, const char* what);
+
+// Reads many fields and keeps the first error: each getter returns the value,
+// or a harmless stand-in (1, the fallback) after an error, so that a reader
+// can read everything and then check status() once.
+class HfReader {
+ public:
+  explicit HfReader(const HfFields& c) : c_(c) {}
+  int64_t positive(const char* key) { return keep<int64_t>(models::positive(c_, key), 1); }
+  int64_t positive_or(const char* key, int64_t fallback) {
+    return keep<int64_t>(models::positive_or(c_, key, fallback), 1);
+  }
+  bool boolean_or(const char* key, bool fallback) {
+    return keep(models::boolean_or(c_, key, fallback), fallback);
+  }
+  double probability_or(const char* key, double fallback) {
+    return keep(models::probability_or(c_, key, fallback), fallback);
+  }
+  double fraction_or(const char* key, double fallback) {
+    return keep(models::fraction_or(c_, key, fallback), fallback);
+  }
+  std::string string_or(const char* key, const std::string& fallback) {
+    return keep(models::string_or(c_, key, fallback), fallback);
+  }
+  // A layer count: positive and at most kMaxHfLayers.
+  int64_t layers(const char* key) { return bounded(positive(key), key, kMaxHfLayers); }
+  int64_t layers_or(const char* key, int64_t fallback) {
+    return bounded(positive_or(key, fallback), key, kMaxHfLayers);
+  }
+  // Fails with `field` named when a derived `value` (e.g. heads x head_dim) exceeds `max`.
+  void at_most(const char* field, int64_t value, int64_t max, const char* what) {
+    if (value > max) {
+      fail(field_error(c_.origin, c_.name(field),
+                       std::string(what) + " at most " + std::to_string(max) + ", got " +
+                           std::to_string(value)));
+    }
+  }
+  void divides(const char* field, int64_t a, int64_t b, const char* what) {
+    if (status_.is_ok() && b > 0) status_ = models::divides(c_, field, a, b, what);
+  }
+  void fail(Status status) {
+    if (status_.is_ok()) status_ = std::move(status);
+  }
+  const HfFields& fields() const { return c_; }
+  const Status& status() const { return status_; }
+
+ private:
+  int64_t bounded(int64_t value, const char* key, int64_t max) {
+    at_most(key, value, max, "a count");
+    return value > max ? 1 : value;
+  }
+  template <typename T>
+  T keep(Result<T> r, std::type_identity_t<T> stand_in) {
+    if (r.is_ok()) return r.value();
+    fail(r.status());
+    return stand_in;
+  }
+  const HfFields& c_;
+  Status status_ = Status::ok();
+};
+
+// Sequence metadata of a token model: S up to max_position, default min(2048, max).
+void set_token_sequence(graph::LayerGraph& graph, int64_t max_position);
+
+// A Llama-style decoder config (llama, mistral, qwen2, qwen3, gemma, phi3);
+// also LLaVA's text_config, where missing sizes take LlamaConfig's defaults.
+Result<LlamaConfig> read_llama_config(const HfFields& c, const std::string& type);
+
+// One reader per family; `type` is the model_type (or "flux" for diffusers').
+using HfFamilyReader = Result<graph::LayerGraph> (*)(const HfFields&, const std::string& type,
+                                                     const ZooOptions&);
+Result<graph::LayerGraph> hf_llama_family(const HfFields& c, const std::string& type,
+                                          const ZooOptions& options);
+Result<graph::LayerGraph> hf_gpt2_family(const HfFields& c, const std::string& type,
+                                         const ZooOptions& options);
+Result<graph::LayerGraph> hf_bert_family(const HfFields& c, const std::string& type,
+                                         const ZooOptions& options);
+Result<graph::LayerGraph> hf_neox_family(const HfFields& c, const std::string& type,
+                                         const ZooOptions& options);
+Result<graph::LayerGraph> hf_opt_family(const HfFields& c, const std::string& type,
+                                        const ZooOptions& options);
+Result<graph::LayerGraph> hf_vit_family(const HfFields& c, const std::string& type,
+                                        const ZooOptions& options);
+Result<graph::LayerGraph> hf_clip_family(const HfFields& c, const std::string& type,
+                                         const ZooOptions& options);
+Result<graph::LayerGraph> hf_llava_family(const HfFields& c, const std::string& type,
+                                          const ZooOptions& options);
+Result<graph::LayerGraph> hf_flux_family(const HfFields& c, const std::string& type,
+                                         const ZooOptions& options);
+
+}  // namespace headroom::models

@@ -1,0 +1,221 @@
+// config.json readers of the text families: Llama-style decoders (llama,
+// mistral, qwen2, qwen3, gemma, phi3), gpt2, gpt_neox, opt, bert and roberta.
+// Field names and defaults as in transformers' configuration_<family>.py.
+#include <cmath>
+#include <string>
+
+#include "models/hf_fields.h"
+#include "models/llama.h"
+#include "models/zoo_builders.h"
+
+namespace headroom::models {
+namespace {
+
+// LlamaConfig's defaults (hidden_size 4096, intermediate_size 11008, 32 layers,
+// 32 heads, vocab_size 32000) apply only inside a multimodal config's
+// text_config, which transformers writes without its default values; a
+// top-level config.json must state its sizes.
+int64_t size_field(HfReader& r, const char* key, int64_t nested_default) {
+  return r.fields().path.empty() ? r.positive(key) : r.positive_or(key, nested_default);
+}
+
+// Defaults of max_position_embeddings per model_type.
+int64_t default_max_position(const std::string& type) {
+  if (type == "llama") return 2048;
+  if (type == "mistral") return 4096 * 32;  // MistralConfig: 4096 * 32
+  if (type == "gemma") return 8192;
+  if (type == "phi3") return 4096;
+  return 32768;  // qwen2, qwen3
+}
+
+}  // namespace
+
+Result<LlamaConfig> read_llama_config(const HfFields& c, const std::string& type) {
+  HfReader r(c);
+  LlamaConfig config;
+  config.hidden = size_field(r, "hidden_size", 4096);
+  config.intermediate = size_field(r, "intermediate_size", 11008);
+  config.layers = r.fields().path.empty() ? r.layers("num_hidden_layers")
+                                          : r.layers_or("num_hidden_layers", 32);
+  config.heads = size_field(r, "num_attention_heads", 32);
+  config.vocab = size_field(r, "vocab_size", 32000);
+  // num_key_value_heads defaults to num_attention_heads everywhere; head_dim to
+  // hidden / heads except Qwen3 (128) and Gemma (256); q/k/v biases: Qwen2
+  // always, others per attention_bias (false); tie_word_embeddings true for
+  // Gemma only.
+  config.kv_heads = r.positive_or("num_key_value_heads", config.heads);
+  config.max_position = r.positive_or("max_position_embeddings", default_max_position(type));
+  const int64_t head_dim_default = type == "qwen3"   ? 128
+                                   : type == "gemma" ? 256
+                                                     : config.hidden / config.heads;
+  config.head_dim = r.positive_or("head_dim", head_dim_default);
+  config.qkv_bias = type == "qwen2" || r.boolean_or("attention_bias", false);
+  config.qk_norm = type == "qwen3";
+  config.tie_embeddings = r.boolean_or("tie_word_embeddings", type == "gemma");
+  config.attention_dropout = r.probability_or("attention_dropout", 0.0);
+  r.divides("num_key_value_heads", config.heads, config.kv_heads, "num_attention_heads");
+  r.at_most("head_dim", config.heads * config.head_dim, kMaxHfSize,
+            "num_attention_heads x head_dim");
+  if (type != "qwen3" && type != "gemma" && !c.has("head_dim")) {
+    r.divides("num_attention_heads", config.hidden, config.heads, "hidden_size");
+  }
+  if (type == "gemma") {
+    // GemmaMLP uses hidden_activation (default gelu_pytorch_tanh), not hidden_act.
+    config.mlp_activation = "gelu_tanh";
+    config.scale_embeddings = true;
+  }
+  if (type == "phi3") {
+    config.fused_projections = true;
+    // Phi-3 ties nothing and its partial_rotary_factor only changes cos/sin width.
+    r.fraction_or("partial_rotary_factor", 1.0);
+  }
+  if (!r.status().is_ok()) return r.status();
+  return config;
+}
+
+Result<graph::LayerGraph> hf_llama_family(const HfFields& c, const std::string& type,
+                                          const ZooOptions& options) {
+  Result<LlamaConfig> config = read_llama_config(c, type);
+  if (!config.is_ok()) return config.status();
+  graph::LayerGraph graph = build_llama(config.value(), options);
+  graph.family = type;
+  set_token_sequence(graph, config->max_position);
+  if (type == "phi3") {
+    graph.lora_targets = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+  } else {
+    graph.lora_targets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                          "gate_proj", "up_proj", "down_proj"};
+  }
+  return graph;
+}
+
+// GPT-2 (GPT2Config: n_layer 12, n_embd 768, n_head 12, vocab_size 50257,
+// n_positions 1024, *_pdrop 0.1; embeddings tied).
+Result<graph::LayerGraph> hf_gpt2_family(const HfFields& c, const std::string& type,
+                                         const ZooOptions& options) {
+  HfReader r(c);
+  GptConfig config;
+  config.layers = r.layers_or("n_layer", 12);
+  config.hidden = r.positive_or("n_embd", 768);
+  config.heads = r.positive_or("n_head", 12);
+  config.vocab = r.positive_or("vocab_size", 50257);
+  config.positions = r.positive_or("n_positions", 1024);
+  config.embedding_dropout = r.probability_or("embd_pdrop", 0.1);
+  config.attention_dropout = r.probability_or("attn_pdrop", 0.1);
+  config.residual_dropout = r.probability_or("resid_pdrop", 0.1);
+  r.divides("n_head", config.hidden, config.heads, "n_embd");
+  if (!r.status().is_ok()) return r.status();
+  graph::LayerGraph graph = build_gpt2_from(config, options);
+  graph.family = type;
+  set_token_sequence(graph, config.positions);
+  graph.lora_targets = {"c_attn", "c_proj", "c_fc"};
+  return graph;
+}
+
+// BERT / RoBERTa with a sequence-classification head (BertConfig, RobertaConfig:
+// 768 hidden, 12 layers, 12 heads, 3072 intermediate, vocab_size 30522 (BERT)
+// / 50265 (RoBERTa), 512 positions (RoBERTa's checkpoints say 514: 2 for the
+// padding offset), type_vocab_size 2, dropouts 0.1; num_labels =
+// len(id2label), 2 by default).
+Result<graph::LayerGraph> hf_bert_family(const HfFields& c, const std::string& type,
+                                         const ZooOptions& options) {
+  HfReader r(c);
+  BertConfig config;
+  const bool roberta = type == "roberta" || type == "xlm-roberta";
+  config.hidden = r.positive_or("hidden_size", 768);
+  config.layers = r.layers_or("num_hidden_layers", 12);
+  config.heads = r.positive_or("num_attention_heads", 12);
+  config.intermediate = r.positive_or("intermediate_size", 3072);
+  config.vocab = r.positive_or("vocab_size", roberta ? 50265 : 30522);
+  config.positions = r.positive_or("max_position_embeddings", 512);
+  config.token_types = r.positive_or("type_vocab_size", 2);
+  config.hidden_dropout = r.probability_or("hidden_dropout_prob", 0.1);
+  config.attention_dropout = r.probability_or("attention_probs_dropout_prob", 0.1);
+  r.divides("num_attention_heads", config.hidden, config.heads, "hidden_size");
+  config.labels = 2;
+  if (c.has("id2label")) {
+    if (!c.json.at("id2label").is_object() || c.json.at("id2label").empty()) {
+      r.fail(field_error(c.origin, c.name("id2label"), "an object of labels"));
+    } else {
+      config.labels = static_cast<int64_t>(c.json.at("id2label").size());
+    }
+  }
+  if (!r.status().is_ok()) return r.status();
+  if (roberta) {
+    config.prefix = "roberta";
+    config.roberta_head = true;
+  }
+  graph::LayerGraph graph = build_bert_from(config, options);
+  graph.family = type;
+  // RoBERTa's positions start after padding_idx + 1 = 2: two rows are never used.
+  set_token_sequence(graph, roberta ? config.positions - 2 : config.positions);
+  graph.sequence.default_seq = graph.sequence.max_seq;
+  graph.lora_targets = {"query", "key", "value", "dense"};
+  return graph;
+}
+
+// GPT-NeoX / Pythia (GPTNeoXConfig: vocab_size 50432, hidden_size 6144, 44
+// layers, 64 heads, intermediate_size 24576, rotary_pct 0.25,
+// max_position_embeddings 2048, use_parallel_residual true, attention_bias
+// true, attention_dropout 0, hidden_dropout 0, tie_word_embeddings false).
+Result<graph::LayerGraph> hf_neox_family(const HfFields& c, const std::string& type,
+                                         const ZooOptions& options) {
+  HfReader r(c);
+  NeoxConfig config;
+  config.hidden = r.positive("hidden_size");
+  config.layers = r.layers("num_hidden_layers");
+  config.heads = r.positive("num_attention_heads");
+  config.intermediate = r.positive_or("intermediate_size", 4 * config.hidden);
+  config.vocab = r.positive("vocab_size");
+  config.max_position = r.positive_or("max_position_embeddings", 2048);
+  config.rotary_pct = r.fraction_or("rotary_pct", 0.25);
+  config.parallel_residual = r.boolean_or("use_parallel_residual", true);
+  config.bias = r.boolean_or("attention_bias", true);
+  config.tie_embeddings = r.boolean_or("tie_word_embeddings", false);
+  config.attention_dropout = r.probability_or("attention_dropout", 0.0);
+  config.hidden_dropout = r.probability_or("hidden_dropout", 0.0);
+  r.divides("num_attention_heads", config.hidden, config.heads, "hidden_size");
+  if (!r.status().is_ok()) return r.status();
+  graph::LayerGraph graph = build_neox_from(config, options);
+  graph.family = type;
+  set_token_sequence(graph, config.max_position);
+  graph.lora_targets = {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"};
+  return graph;
+}
+
+// OPT (OPTConfig: vocab_size 50272, hidden_size 768, 12 layers, ffn_dim 3072,
+// 12 heads, max_position_embeddings 2048, do_layer_norm_before true,
+// word_embed_proj_dim = hidden_size, dropout 0.1, attention_dropout 0,
+// activation_function relu, enable_bias true, tie_word_embeddings true).
+Result<graph::LayerGraph> hf_opt_family(const HfFields& c, const std::string& type,
+                                        const ZooOptions& options) {
+  HfReader r(c);
+  OptConfig config;
+  config.hidden = r.positive_or("hidden_size", 768);
+  config.layers = r.layers_or("num_hidden_layers", 12);
+  config.heads = r.positive_or("num_attention_heads", 12);
+  config.ffn = r.positive_or("ffn_dim", 3072);
+  config.vocab = r.positive_or("vocab_size", 50272);
+  config.max_position = r.positive_or("max_position_embeddings", 2048);
+  config.embed_dim = r.positive_or("word_embed_proj_dim", config.hidden);
+  config.pre_norm = r.boolean_or("do_layer_norm_before", true);
+  config.bias = r.boolean_or("enable_bias", true);
+  config.dropout = r.probability_or("dropout", 0.1);
+  config.attention_dropout = r.probability_or("attention_dropout", 0.0);
+  config.tie_embeddings = r.boolean_or("tie_word_embeddings", true);
+  const std::string act = r.string_or("activation_function", "relu");
+  if (act != "relu" && act != "gelu") {
+    r.fail(field_error(c.origin, c.name("activation_function"),
+                       "\"relu\" or \"gelu\", got \"" + act + "\""));
+  }
+  config.activation = act == "gelu" ? "gelu" : "relu";
+  r.divides("num_attention_heads", config.hidden, config.heads, "hidden_size");
+  if (!r.status().is_ok()) return r.status();
+  graph::LayerGraph graph = build_opt_from(config, options);
+  graph.family = type;
+  set_token_sequence(graph, config.max_position);
+  graph.lora_targets = {"q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"};
+  return graph;
+}
+
+}  // namespace headroom::models

@@ -1,0 +1,125 @@
+#include "models/torch/layers.h"
+
+#include <cmath>
+
+namespace headroom::models::torch_modules {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The statistics' dtype: f32 for half types (as the fused CUDA kernels), else the input's.
+torch::ScalarType stats_dtype(const torch::Tensor& x) {
+  return x.is_floating_point() && c10::elementSize(x.scalar_type()) < 4 ? torch::kFloat : x.scalar_type();
+}
+
+// y = w * x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) per row. Saves x, w and
+// rstd ([rows, 1]); backward: dx = rstd * (g w - xhat * mean(g w xhat)),
+// dw = sum over rows of g xhat, with xhat = x * rstd.
+struct FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+    const torch::Tensor xs = x.to(stats_dtype(x));
+    const torch::Tensor rstd = torch::rsqrt(xs.pow(2).mean(-1, true) + eps);
+    ctx->save_for_backward({x, weight, rstd});
+    return (xs * rstd).to(x.scalar_type()) * weight;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const torch::Tensor& rstd = saved[2];
+    const torch::Tensor g = grad_outputs[0].to(rstd.scalar_type());
+    const torch::Tensor xhat = x.to(rstd.scalar_type()) * rstd;
+    torch::Tensor dx;
+    torch::Tensor dw;
+    if (x.requires_grad()) {
+      const torch::Tensor gw = g * weight.to(rstd.scalar_type());
+      dx = (rstd * (gw - xhat * (gw * xhat).mean(-1, true))).to(x.scalar_type());
+    }
+    if (weight.requires_grad()) {
+      dw = (g * xhat).reshape({-1, x.size(-1)}).sum(0).to(weight.scalar_type());
+    }
+    return {dx, dw, torch::Tensor()};
+  }
+};
+
+bool ends_with_component(const std::string& name, const std::string& target) {
+  if (name == target) return true;
+  return name.size() > target.size() && name.compare(name.size() - target.size(), target.size(), target) == 0 &&
+         name[name.size() - target.size() - 1] == '.';
+}
+
+}  // namespace
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) {
+  weight = register_parameter("weight", torch::empty({out, in}));
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (with_bias) {
+    // nn.Linear's default: U(-1/sqrt(in), 1/sqrt(in)).
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    bias = register_parameter("bias", torch::empty({out}).uniform_(-bound, bound));
+  }
+}
+
+void LinearImpl::add_lora(int64_t rank, double alpha) {
+  // Submodules, so the names read "....q_proj.lora_A.weight" as in PEFT checkpoints.
+  lora_a = register_module("lora_A", std::make_shared<torch::nn::Module>())
+               ->register_parameter("weight", torch::empty({rank, weight.size(1)}, weight.options()));
+  torch::nn::init::kaiming_uniform_(lora_a, std::sqrt(5.0));
+  lora_b = register_module("lora_B", std::make_shared<torch::nn::Module>())
+               ->register_parameter("weight", torch::zeros({weight.size(0), rank}, weight.options()));
+  lora_scale = alpha / static_cast<double>(rank);
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  namespace F = torch::nn::functional;
+  torch::Tensor y = F::linear(x, weight, bias);
+  if (lora_a.defined()) y = y + F::linear(F::linear(x, lora_a), lora_b) * lora_scale;
+  return y;
+}
+
+RMSNormImpl::RMSNormImpl(int64_t width, double epsilon) : eps(epsilon) {
+  weight = register_parameter("weight", torch::ones({width}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return FusedRmsNorm::apply(x, weight, eps); }
+
+int add_lora_adapters(torch::nn::Module& root, const LoraOptions& lora) {
+  if (lora.rank <= 0) return 0;
+  int added = 0;
+  for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+    if (!linear || linear->lora_a.defined()) continue;
+    for (const std::string& target : lora.targets) {
+      if (ends_with_component(item.key(), target)) {
+        linear->add_lora(lora.rank, lora.alpha);
+        ++added;
+        break;
+      }
+    }
+  }
+  return added;
+}
+
+void freeze_base(torch::nn::Module& root) {
+  for (auto& item : root.named_parameters()) {
+    item.value().set_requires_grad(item.key().find("lora_") != std::string::npos);
+  }
+}
+
+std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module) {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& p : module.parameters()) {
+    if (p.requires_grad()) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> run_block(const BlockRunner& runner, const std::string& name, torch::nn::Module& block,
+                                     const BlockFn& fn, const std::vector<torch::Tensor>& inputs) {
+  if (runner) return runner(name, block, fn, inputs);
+  return fn(inputs);
+}
+
+}  // namespace headroom::models::torch_modules

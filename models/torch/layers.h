@@ -1,0 +1,76 @@
+// Building blocks shared by the LibTorch modules of the zoo (models/torch/):
+// a Linear with an optional PEFT-style LoRA adapter, a fused RMSNorm, and the
+// hook through which the executor runs checkpointable blocks. Only built with
+// LibTorch (HEADROOM_WITH_TORCH); the planner never includes this.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace headroom::models::torch_modules {
+
+// nn.Linear plus an optional adapter: y = W x + b + B(A x) * alpha / r, with
+// A [r, in] Kaiming-uniform and B [out, r] zero, so a fresh adapter changes
+// nothing. Parameter names follow PEFT: "<name>.lora_A.weight".
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in, int64_t out, bool bias);
+  void add_lora(int64_t rank, double alpha);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+  torch::Tensor bias;
+  torch::Tensor lora_a;
+  torch::Tensor lora_b;
+  double lora_scale = 0;
+};
+TORCH_MODULE(Linear);
+
+// RMSNorm over the last dimension with a weight, as one autograd node that
+// keeps only its input and the per-row f32 rstd, like the fused rms_norm
+// kernels the planner's graph assumes (LibTorch's CPU rms_norm is composite
+// and would also keep the normalised tensor).
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  explicit RMSNormImpl(int64_t width, double eps = 1e-5);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+struct LoraOptions {
+  int64_t rank = 0;  // 0: no adapters
+  double alpha = 16;
+  // Module names (or their last components, "to_out.0") that get adapters.
+  std::set<std::string> targets;
+};
+
+// Adds adapters to every Linear under `root` whose name ends in a target.
+// Returns how many were added.
+int add_lora_adapters(torch::nn::Module& root, const LoraOptions& lora);
+
+// Freezes every parameter except the LoRA adapters (LoRA/QLoRA training).
+void freeze_base(torch::nn::Module& root);
+
+// Parameters of `module` that require grad, in registration order.
+std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module);
+
+// A checkpointable block as a function of its tensor inputs.
+using BlockFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
+
+// How a model runs its checkpointable blocks, by the graph's block names
+// ("model.layers.3", "transformer_blocks.0"). Empty: plain calls. The
+// executor passes one that checkpoints the blocks a Plan names (executor/),
+// so models/ does not depend on executor/.
+using BlockRunner = std::function<std::vector<torch::Tensor>(const std::string& name, torch::nn::Module& block,
+                                                             const BlockFn& fn, const std::vector<torch::Tensor>& inputs)>;
+
+// Calls `runner` when set, else `fn(inputs)`.
+std::vector<torch::Tensor> run_block(const BlockRunner& runner, const std::string& name, torch::nn::Module& block,
+                                     const BlockFn& fn, const std::vector<torch::Tensor>& inputs);
+
+}  // namespace headroom::models::torch_modules
