@@ -16,10 +16,11 @@ model_sources=(models/*.cc)
 declare -A targets=(
   [fuzz_graph_json]="tests/fuzz/fuzz_graph_json.cc ${graph_sources[*]}"
   [fuzz_safetensors]="tests/fuzz/fuzz_safetensors.cc ${graph_sources[*]}"
+  [fuzz_measurement]="tests/fuzz/fuzz_measurement.cc reports/measured_run.cc ${graph_sources[*]}"
   [fuzz_hf_config]="tests/fuzz/fuzz_hf_config.cc ${graph_sources[*]} ${model_sources[*]}"
 )
 status=0
-for target in fuzz_graph_json fuzz_safetensors fuzz_hf_config; do
+for target in fuzz_graph_json fuzz_safetensors fuzz_hf_config fuzz_measurement; do
   echo "== $target: building"
   # shellcheck disable=SC2086
   clang++ "${flags[@]}" ${targets[$target]} -o "$build/$target"
@@ -29,6 +30,7 @@ for target in fuzz_graph_json fuzz_safetensors fuzz_hf_config; do
   case $target in
     fuzz_graph_json) cp tests/data/*.json "$corpus/" 2>/dev/null || true ;;
     fuzz_hf_config) for f in tests/data/hf/*/config.json; do cp "$f" "$corpus/$(basename "$(dirname "$f")").json"; done ;;
+    fuzz_measurement) cp tests/data/measurement_example.json "$corpus/" ;;
     fuzz_safetensors) printf '\x00\x00' > "$corpus/empty" ;;
   esac
   regressions=tests/data/fuzz_regressions/$target
