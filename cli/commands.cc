@@ -138,7 +138,7 @@ int run_plan(const CliOptions& options, Terminal& terminal) {
 struct LoadedPlan {
   planner::Plan plan;
   planner::Simulation simulation;
-  planner::GpuSpec gpu;
+  planner::ModelContext context;  // prepared from the plan's own settings (GPU included)
 };
 
 int load_and_simulate(const CliOptions& options, Terminal& terminal, bool with_events, LoadedPlan& loaded) {
@@ -149,21 +149,20 @@ int load_and_simulate(const CliOptions& options, Terminal& terminal, bool with_e
   Result<planner::Plan> plan = planner::plan_from_json(json.value(), options.plan_path);
   if (!plan.is_ok()) return fail(terminal, kExitUsage, plan.message());
   loaded.plan = plan.value();
-  Result<planner::GpuSpec> gpu = planner::find_gpu(loaded.plan.settings.gpu);
-  if (!gpu.is_ok()) return fail(terminal, kExitFailure, options.plan_path + ": " + gpu.message());
-  loaded.gpu = gpu.value();
   Result<planner::ModelContext> context = planner::prepare_context(loaded.plan.settings);
   if (!context.is_ok()) return fail(terminal, kExitFailure, options.plan_path + ": " + context.message());
-  if (loaded.plan.blocks.size() != context->graph.blocks.size()) {
+  loaded.context = std::move(context.value());
+  const planner::ModelContext& ctx = loaded.context;
+  if (loaded.plan.blocks.size() != ctx.graph.blocks.size()) {
     return fail(terminal, kExitUsage,
-                options.plan_path + ": blocks: expected " + std::to_string(context->graph.blocks.size()) +
-                    " entries for " + context->graph.name + ", got " + std::to_string(loaded.plan.blocks.size()));
+                options.plan_path + ": blocks: expected " + std::to_string(ctx.graph.blocks.size()) +
+                    " entries for " + ctx.graph.name + ", got " + std::to_string(loaded.plan.blocks.size()));
   }
   // The prediction is recomputed: the file may come from an older headroom.
-  loaded.plan.prediction = planner::predict(context.value(), loaded.plan.settings, loaded.plan.config, loaded.plan.blocks);
+  loaded.plan.prediction = planner::predict(ctx, loaded.plan.settings, loaded.plan.config, loaded.plan.blocks);
   planner::SimulatorOptions simulator_options;
   simulator_options.record_events = with_events;
-  loaded.simulation = planner::simulate(context.value(), loaded.plan.settings, loaded.plan.config, loaded.plan.blocks,
+  loaded.simulation = planner::simulate(ctx, loaded.plan.settings, loaded.plan.config, loaded.plan.blocks,
                                         simulator_options);
   return kExitOk;
 }
@@ -179,7 +178,7 @@ int run_simulate(const CliOptions& options, Terminal& terminal) {
     document["simulation"] = planner::simulation_to_json(loaded.simulation, options.events);
     print_json(terminal, document);
   } else {
-    terminal.out << reports::simulation_summary(loaded.plan, loaded.simulation, loaded.gpu.name);
+    terminal.out << reports::simulation_summary(loaded.plan, loaded.simulation, loaded.context.gpu.name);
   }
   return kExitOk;
 }
@@ -197,17 +196,16 @@ int run_report(const CliOptions& options, Terminal& terminal) {
   LoadedPlan loaded;
   if (int status = load_and_simulate(options, terminal, true, loaded); status != kExitOk) return status;
   // The frontier around the plan: the same search `headroom plan` runs.
-  Result<planner::ModelContext> context = planner::prepare_context(loaded.plan.settings);
-  if (!context.is_ok()) return fail(terminal, kExitFailure, options.plan_path + ": " + context.message());
   bool shown = false;
-  const planner::PlanResult around = planner::find_plan(context.value(), loaded.plan.settings, progress_callback(terminal, shown));
+  const planner::PlanResult around =
+      planner::find_plan(loaded.context, loaded.plan.settings, progress_callback(terminal, shown));
   clear_progress(terminal, shown);
   reports::ReportInput input;
   input.plan = &loaded.plan;
   input.simulation = &loaded.simulation;
   input.frontier = &around.frontier;
   input.measurement = measurement ? &*measurement : nullptr;
-  input.gpu_name = loaded.gpu.name;
+  input.gpu_name = loaded.context.gpu.name;
   input.generated_by = "headroom " HEADROOM_VERSION " from " + options.plan_path;
   const std::string html = reports::render_html_report(input);
   if (Status written = graph::write_file_atomic(options.output_path, html); !written.is_ok()) {

@@ -137,7 +137,7 @@ class StepSimulator {
     clock_ = event(Stream::kCompute, phase, clock_, ms, block, label, 0, flops);
     settle(clock_);
   }
-  double transfer_ms(double bytes) const { return bytes / (ctx_.gpu.host_link_gbps * 1e9) * 1e3; }
+  double transfer_ms(double bytes) const { return planner::transfer_ms(bytes, ctx_.gpu.host_link_gbps); }
   const std::string& block_name(int block) const { return graph_.blocks[block].name; }
   bool checkpointed(int block) const { return choices_[block] == BlockChoice::kCheckpoint && an_.blocks[block].on_autograd; }
   bool offloaded(int block) const { return choices_[block] == BlockChoice::kOffload && an_.blocks[block].on_autograd; }
@@ -398,10 +398,9 @@ void StepSimulator::backward_block(int block) {
   if (grad_bytes > 0 && world > 1 && (config_.zero_stage >= 2 || last_micro)) {
     const double ring = static_cast<double>(world - 1) / world * (config_.zero_stage >= 2 ? 1 : 2);
     const double bytes = ring * static_cast<double>(grad_bytes);
-    const double gbps = settings_.nodes > 1 ? settings_.network_gbps
-                        : ctx_.gpu.nvlink_gbps > 0 ? ctx_.gpu.nvlink_gbps : ctx_.gpu.host_link_gbps;
     const double start = std::max(clock_, comm_free_);
-    comm_free_ = event(Stream::kComm, Phase::kComm, start, bytes / (gbps * 1e9) * 1e3, block,
+    comm_free_ = event(Stream::kComm, Phase::kComm, start,
+                       planner::transfer_ms(bytes, collective_gbps(settings_, ctx_.gpu)), block,
                        "reduce gradients " + block_name(block), static_cast<int64_t>(bytes));
   }
   if (grad_bytes > 0 && config_.offload_optimizer != Offload::kNone && last_micro) {

@@ -5,15 +5,6 @@
 namespace headroom::planner {
 namespace {
 
-double transfer_ms(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e9) * 1e3 : 0; }
-
-// Bandwidth of the collectives: the network between nodes, NVLink inside one
-// when the GPU has it, otherwise PCIe peer-to-peer at the host-link rate.
-double collective_gbps(const RunSettings& settings, const GpuSpec& gpu) {
-  if (settings.nodes > 1) return settings.network_gbps;
-  return gpu.nvlink_gbps > 0 ? gpu.nvlink_gbps : gpu.host_link_gbps;
-}
-
 // Bytes a GPU optimizer step reads and writes per trainable parameter: params,
 // gradients, master weights and states, each read and (but gradients) written.
 double optimizer_traffic_bytes(const RunSettings& settings) {
@@ -31,6 +22,13 @@ double optimizer_traffic_bytes(const RunSettings& settings) {
 }
 
 }  // namespace
+
+double transfer_ms(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e9) * 1e3 : 0; }
+
+double collective_gbps(const RunSettings& settings, const GpuSpec& gpu) {
+  if (settings.nodes > 1) return settings.network_gbps;
+  return gpu.nvlink_gbps > 0 ? gpu.nvlink_gbps : gpu.host_link_gbps;
+}
 
 TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
                         const GpuSpec& gpu, const ModelStates& states,

@@ -28,6 +28,13 @@ struct StepTimeInputs {
   int64_t seq_len = 0;
 };
 
+// Milliseconds to move `bytes` at `gbps` GB/s (0 when the rate is 0).
+double transfer_ms(double bytes, double gbps);
+
+// Bandwidth of the ZeRO collectives: the network between nodes, NVLink inside
+// one when the GPU has it, otherwise PCIe peer-to-peer at the host-link rate.
+double collective_gbps(const RunSettings& settings, const GpuSpec& gpu);
+
 TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
                         const GpuSpec& gpu, const ModelStates& states,
                         const StepTimeInputs& inputs);
