@@ -1,0 +1,112 @@
+// Training-state checkpoints on disk that can never destroy the previous good
+// one. A checkpoint is a set of named parts (serialized weights, optimizer
+// state, run state) written as DIR/step-<8 digits>/ with a MANIFEST (sizes and
+// CRC-32C checksums) written last. Saving checks free space first, writes into
+// a temporary directory, flushes every file, renames the directory into place,
+// and only then removes checkpoints beyond the last `keep`. Loading takes the
+// newest checkpoint whose manifest and parts verify, skipping damaged ones.
+// File-system access goes through FileSystem so tests inject failures (as
+// LevelDB's Env). Torch-free: the trainer serializes tensors into the parts.
+// The format and the save protocol: docs/training-checkpoints.md.
+//
+// One process writes a directory at a time; a StateStore is not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "graph/status.h"
+
+namespace headroom::executor {
+
+// The operations the store needs. Every error names the path and the reason.
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  virtual Result<int64_t> free_bytes(const std::string& directory) = 0;  // available to this user
+  virtual Status make_directory(const std::string& path) = 0;  // parents too; ok if present
+  virtual Result<std::vector<std::string>> list_directory(
+      const std::string& path) = 0;  // names, sorted
+  virtual bool exists(const std::string& path) = 0;
+  // Size in bytes of a regular file; an error for a directory or a missing file.
+  // Lets a damaged checkpoint be rejected without reading gigabytes.
+  virtual Result<int64_t> file_size(const std::string& path) = 0;
+  // Creates or truncates `path` and writes `contents` durably (fsync).
+  virtual Status write_file(const std::string& path, std::string_view contents) = 0;
+  virtual Result<std::string> read_file(const std::string& path) = 0;
+  virtual Status rename(const std::string& from, const std::string& to) = 0;
+  virtual Status sync_directory(const std::string& path) = 0;
+  virtual Status remove_all(const std::string& path) = 0;  // a file or a directory tree
+};
+
+// The operating system's file system (POSIX). A directory fsync refused with
+// EINVAL (file systems that cannot sync directories) counts as done.
+FileSystem& real_file_system();
+
+struct StateStoreOptions {
+  std::string directory;       // where checkpoints live; created when missing
+  int keep = 2;                // complete checkpoints kept (>= 1)
+  int64_t min_free_bytes = 0;  // free space to leave on the disk after a save
+};
+
+struct LoadedState {
+  int64_t step = 0;
+  std::string path;                          // the checkpoint's directory
+  std::map<std::string, std::string> parts;  // name -> contents
+  std::vector<std::string> skipped;          // damaged newer checkpoints, with why
+};
+
+class StateStore {
+ public:
+  static constexpr int64_t kMaxStep = 99'999'999;  // step-<8 digits>
+
+  explicit StateStore(StateStoreOptions options, FileSystem& file_system = real_file_system());
+
+  // Disk bytes a save of `parts` takes (parts plus manifest, each file rounded
+  // up to 4 KiB blocks, plus one block for the directory), for free-space checks
+  // and the planner's disk estimate. Saving needs this much on top of the
+  // checkpoints already there: the old ones are removed only afterwards.
+  static int64_t bytes_to_write(const std::map<std::string, std::string>& parts);
+
+  // Saves `parts` as the checkpoint of `step` (0..kMaxStep), replacing an
+  // existing checkpoint of the same step only once the new one is complete.
+  // On any failure (too little free space, a failed write, flush or rename)
+  // the checkpoints already on disk are untouched, the temporary directory is
+  // removed where possible, and the message says what failed, what was needed
+  // and which checkpoint is intact. Part names: [A-Za-z0-9_.-]+, at most 200
+  // characters, not "MANIFEST", not starting with '.'; at least one part.
+  // Leftovers of an interrupted earlier save are cleaned up first.
+  Status save(int64_t step, const std::map<std::string, std::string>& parts);
+
+  // What the last save could not tidy up without failing: an old checkpoint
+  // or a leftover temporary directory that could not be removed (it stays on
+  // disk and the next save tries again). Empty after a clean save.
+  const std::vector<std::string>& last_save_warnings() const { return warnings_; }
+
+  // The newest checkpoint that verifies, with the damaged newer ones it passed
+  // over in `skipped`; nullopt when the directory holds no checkpoint. Errors,
+  // so that `--resume DIR` never silently starts from scratch: a missing
+  // directory ("DIR: no such directory") and checkpoints of which none
+  // verifies (the message lists each one's damage).
+  Result<std::optional<LoadedState>> load_latest() const;
+
+  // Steps of the complete checkpoints on disk (their MANIFEST parses; parts
+  // are not read), ascending. A missing directory is an error, as above.
+  Result<std::vector<int64_t>> steps() const;
+
+  const StateStoreOptions& options() const { return options_; }
+
+ private:
+  void rotate(int64_t saved_step);
+
+  StateStoreOptions options_;
+  FileSystem* file_system_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace headroom::executor
