@@ -1,0 +1,379 @@
+"""Builds a model from its config file alone and makes its inputs at any (B, S).
+
+Why config-only: the exporter must work for a model a user has not downloaded
+(and offline), so weights are never read; on the meta device nothing is even
+allocated. transformers models are chosen by `architectures[0]` (or by
+`model_type` when a config has none); diffusers models by `_class_name`.
+Each task fixes what S means and which inputs one training step feeds:
+
+| task        | S is                               | inputs (B = batch)                          |
+|-------------|------------------------------------|---------------------------------------------|
+| causal_lm   | tokens                             | input_ids, labels [B, S]                    |
+| masked_lm   | tokens                             | input_ids, labels [B, S]                    |
+| seq_cls     | tokens                             | input_ids [B, S], labels [B]                |
+| image_cls   | patches (+ class tokens)           | pixel_values, labels [B]                    |
+| contrastive | image patches (+ class token)      | input_ids [B, text positions], pixel_values |
+| llava       | language-model tokens, image's too | input_ids, pixel_values, labels             |
+| flux        | packed latent tokens (res/16)^2    | latents, T5/CLIP embeddings, ids, timestep  |
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+from torch import nn
+
+from errors import ExporterError
+
+Inputs = Dict[str, torch.Tensor]
+# (named inputs, a function running the model on them and returning the loss)
+StepFn = Callable[[nn.Module, Inputs], torch.Tensor]
+
+# Tokens added to the patches by the image encoders we know (class tokens).
+_IMAGE_EXTRA_TOKENS = {"vit": 1, "clip": 1, "clip_vision_model": 1, "siglip": 0,
+                       "siglip_vision_model": 0, "deit": 2, "dinov2": 1, "beit": 1}
+_SUPPORTED_TASKS = ("causal_lm", "masked_lm", "seq_cls", "image_cls", "contrastive", "llava",
+                    "flux")
+
+
+@dataclass
+class ModelSpec:
+    """A model to trace: how to build it, feed it and what S means for it."""
+
+    config_path: Path
+    family: str
+    task: str
+    build: Callable[[str], nn.Module]  # attention implementation -> module (on current device)
+    sequence: Dict[str, int | str]
+    param_dtype: str
+    # seq -> the size each input needs: text tokens or image side in patches.
+    make_step: Callable[[int, int, torch.device, torch.dtype, bool], Tuple[Inputs, StepFn]]
+    seq_values: List[int] = field(default_factory=list)  # S values used to fit sizes
+
+
+def read_config(path: Path) -> Dict[str, Any]:
+    """The config as a dict, or an ExporterError naming the file and the problem."""
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.exists():
+        raise ExporterError(f"{path}: no such file (expected a Hugging Face config.json or a "
+                            f"model directory holding one)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ExporterError(f"{path}: cannot be read as UTF-8 text ({error})") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ExporterError(f"{path}: invalid JSON at line {error.lineno} column {error.colno}: "
+                            f"{error.msg} (expected a config.json object)") from None
+    if not isinstance(config, dict):
+        raise ExporterError(f"{path}: expected a JSON object, found {type(config).__name__}")
+    return config
+
+
+def _dtype_name(value: object) -> str:
+    names = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+    return names.get(str(value), "bf16")
+
+
+def _positive(config: Dict[str, Any], path: Path, *keys: str, default: int) -> int:
+    for key in keys:
+        if key in config and config[key] is not None:
+            value = config[key]
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ExporterError(f"{path}: {key}: expected a positive integer, found {value!r}")
+            return value
+    return default
+
+
+def load_model_spec(path: Path, task: str | None = None) -> ModelSpec:
+    """Reads `path` (config.json or its directory) and picks the builder and the task."""
+    config_path = path / "config.json" if path.is_dir() else path
+    config = read_config(path)
+    if "_class_name" in config:
+        return _diffusers_spec(config_path, config)
+    return _transformers_spec(config_path, config, task)
+
+
+# -- transformers -------------------------------------------------------------
+
+def _task_of(config: Dict[str, Any], model_type: str, path: Path) -> str:
+    from transformers.models.auto import modeling_auto as auto
+
+    archs = config.get("architectures") or []
+    arch = archs[0] if archs and isinstance(archs[0], str) else ""
+    if model_type == "llava" or arch.startswith("Llava"):
+        return "llava"
+    if model_type in ("clip", "siglip") and arch in ("", "CLIPModel", "SiglipModel"):
+        return "contrastive"
+    for suffix, kind in (("ForCausalLM", "causal_lm"), ("ForMaskedLM", "masked_lm"),
+                         ("ForPreTraining", "masked_lm"),
+                         ("ForSequenceClassification", "seq_cls"),
+                         ("ForImageClassification", "image_cls")):
+        if arch.endswith(suffix):
+            return kind
+    for mapping, kind in ((auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "causal_lm"),
+                          (auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES, "image_cls"),
+                          (auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, "seq_cls")):
+        if model_type in mapping:
+            return kind
+    raise ExporterError(
+        f"{path}: model_type {model_type!r} (architectures {archs}) has no task the exporter "
+        f"knows how to feed (expected a causal LM, masked LM, sequence or image classifier, "
+        f"CLIP/SigLIP, LLaVA, or pass --task one of {', '.join(_SUPPORTED_TASKS)})")
+
+
+def _transformers_spec(path: Path, raw: Dict[str, Any], task: str | None) -> ModelSpec:
+    import transformers
+
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise ExporterError(f"{path}: model_type: expected a string such as \"llama\" (or "
+                            f"_class_name for a diffusers model)")
+    fields = {k: v for k, v in raw.items() if k not in ("model_type", "transformers_version")}
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **fields)
+    except ValueError as error:
+        raise ExporterError(f"{path}: model_type {model_type!r} is not known to transformers "
+                            f"{transformers.__version__} ({str(error).splitlines()[0]})") from None
+    except (TypeError, KeyError, AttributeError) as error:
+        raise ExporterError(f"{path}: the {model_type} config could not be built: {error}") from None
+    # Training runs without the generation cache: with it, every layer also copies its
+    # keys and values into a DynamicCache that the output holds through backward.
+    for sub in (config, getattr(config, "text_config", None)):
+        if sub is not None and hasattr(sub, "use_cache"):
+            sub.use_cache = False
+    task = task or _task_of(raw, model_type, path)
+    if task not in _SUPPORTED_TASKS:
+        raise ExporterError(f"--task {task!r}: expected one of {', '.join(_SUPPORTED_TASKS)}")
+    auto_class = {"causal_lm": "AutoModelForCausalLM", "masked_lm": "AutoModelForMaskedLM",
+                  "seq_cls": "AutoModelForSequenceClassification",
+                  "image_cls": "AutoModelForImageClassification", "contrastive": "AutoModel",
+                  "llava": "AutoModelForImageTextToText"}[task]
+
+    def build(attention: str) -> nn.Module:
+        factory = getattr(transformers, auto_class)
+        try:
+            return factory.from_config(config, attn_implementation=attention)
+        except ValueError as error:
+            raise ExporterError(f"{path}: {model_type} cannot be built as {auto_class} with "
+                                f"attention {attention!r}: {str(error).splitlines()[0]}") from None
+
+    param_dtype = _dtype_name(raw.get("torch_dtype", raw.get("dtype")))
+    if task in ("causal_lm", "masked_lm", "seq_cls"):
+        return _text_spec(path, raw, model_type, task, build, param_dtype)
+    if task == "image_cls":
+        return _image_spec(path, raw, model_type, build, param_dtype)
+    if task == "contrastive":
+        return _contrastive_spec(path, config, model_type, build, param_dtype)
+    return _llava_spec(path, config, model_type, build, param_dtype)
+
+
+def _token_sequence(max_position: int) -> Dict[str, int | str]:
+    return {"unit": "tokens", "default_seq": min(2048, max_position), "max_seq": max_position}
+
+
+def _text_spec(path: Path, raw: Dict[str, Any], model_type: str, task: str,
+               build: Callable[[str], nn.Module], param_dtype: str) -> ModelSpec:
+    max_position = _positive(raw, path, "max_position_embeddings", "n_positions", "n_ctx",
+                             "seq_length", default=2048)
+    vocab = _positive(raw, path, "vocab_size", default=32000)
+
+    def make_step(batch: int, seq: int, device: torch.device, dtype: torch.dtype,
+                  real: bool) -> Tuple[Inputs, StepFn]:
+        ids = _token_ids((batch, seq), vocab, device, real)
+        labels = ids.clone() if task != "seq_cls" else torch.zeros(batch, dtype=torch.long,
+                                                                   device=device)
+        inputs = {"input_ids": ids, "labels": labels}
+
+        def step(model: nn.Module, given: Inputs) -> torch.Tensor:
+            return model(input_ids=given["input_ids"], labels=given["labels"]).loss
+
+        return inputs, step
+
+    return ModelSpec(path, model_type, task, build, _token_sequence(max_position), param_dtype,
+                     make_step)
+
+
+def _token_ids(shape: Tuple[int, ...], vocab: int, device: torch.device, real: bool,
+               high: int | None = None) -> torch.Tensor:
+    if not real:
+        return torch.zeros(shape, dtype=torch.long, device=device)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, high or vocab, shape, generator=generator, dtype=torch.long)
+    return ids.to(device)
+
+
+def _pixels(batch: int, channels: int, side_px: int, device: torch.device, dtype: torch.dtype,
+            real: bool) -> torch.Tensor:
+    if not real:
+        return torch.zeros(batch, channels, side_px, side_px, dtype=dtype, device=device)
+    generator = torch.Generator().manual_seed(1)
+    return torch.randn(batch, channels, side_px, side_px, generator=generator).to(device, dtype)
+
+
+def _image_sequence(image: int, patch: int, extra: int) -> Dict[str, int | str]:
+    seq = (image // patch) ** 2 + extra
+    return {"unit": "image", "default_seq": seq, "max_seq": seq, "patch_px": patch, "images": 1,
+            "extra_tokens": extra, "default_resolution": image}
+
+
+def side_for(seq: int, extra: int) -> int:
+    """Patches per image side for S tokens; S - extra must be a square."""
+    side = math.isqrt(seq - extra)
+    if side * side + extra != seq:
+        raise ExporterError(f"internal: S = {seq} is not a square number of patches + {extra}")
+    return side
+
+
+def _image_spec(path: Path, raw: Dict[str, Any], model_type: str,
+                build: Callable[[str], nn.Module], param_dtype: str) -> ModelSpec:
+    extra = _IMAGE_EXTRA_TOKENS.get(model_type)
+    if extra is None:
+        raise ExporterError(f"{path}: image model_type {model_type!r}: the exporter does not know "
+                            f"how many tokens it adds to the patches (known: "
+                            f"{', '.join(sorted(_IMAGE_EXTRA_TOKENS))})")
+    image = _positive(raw, path, "image_size", default=224)
+    patch = _positive(raw, path, "patch_size", default=16)
+    channels = _positive(raw, path, "num_channels", default=3)
+
+    def make_step(batch: int, seq: int, device: torch.device, dtype: torch.dtype,
+                  real: bool) -> Tuple[Inputs, StepFn]:
+        pixels = _pixels(batch, channels, side_for(seq, extra) * patch, device, dtype, real)
+        inputs = {"pixel_values": pixels,
+                  "labels": torch.zeros(batch, dtype=torch.long, device=device)}
+
+        def step(model: nn.Module, given: Inputs) -> torch.Tensor:
+            return model(pixel_values=given["pixel_values"], labels=given["labels"],
+                         interpolate_pos_encoding=True).loss
+
+        return inputs, step
+
+    return ModelSpec(path, model_type, "image_cls", build, _image_sequence(image, patch, extra),
+                     param_dtype, make_step)
+
+
+def _contrastive_spec(path: Path, config: Any, model_type: str,
+                      build: Callable[[str], nn.Module], param_dtype: str) -> ModelSpec:
+    vision, text = config.vision_config, config.text_config
+    extra = _IMAGE_EXTRA_TOKENS[model_type]
+    text_tokens = text.max_position_embeddings
+
+    def make_step(batch: int, seq: int, device: torch.device, dtype: torch.dtype,
+                  real: bool) -> Tuple[Inputs, StepFn]:
+        pixels = _pixels(batch, vision.num_channels, side_for(seq, extra) * vision.patch_size,
+                         device, dtype, real)
+        ids = _token_ids((batch, text_tokens), text.vocab_size, device, real)
+        inputs = {"input_ids": ids, "pixel_values": pixels}
+
+        def step(model: nn.Module, given: Inputs) -> torch.Tensor:
+            return model(input_ids=given["input_ids"], pixel_values=given["pixel_values"],
+                         return_loss=True, interpolate_pos_encoding=True).loss
+
+        return inputs, step
+
+    return ModelSpec(path, model_type, "contrastive", build,
+                     _image_sequence(vision.image_size, vision.patch_size, extra), param_dtype,
+                     make_step)
+
+
+def _llava_spec(path: Path, config: Any, model_type: str, build: Callable[[str], nn.Module],
+                param_dtype: str) -> ModelSpec:
+    vision, text = config.vision_config, config.text_config
+    patches = (vision.image_size // vision.patch_size) ** 2
+    image_tokens = patches + (1 if config.vision_feature_select_strategy == "full" else 0)
+    image_token = config.image_token_id
+
+    def make_step(batch: int, seq: int, device: torch.device, dtype: torch.dtype,
+                  real: bool) -> Tuple[Inputs, StepFn]:
+        if seq <= image_tokens:
+            raise ExporterError(f"{path}: S = {seq} leaves no room for text beside the "
+                                f"{image_tokens} image tokens")
+        ids = _token_ids((batch, seq), text.vocab_size, device, real,
+                         high=min(text.vocab_size, image_token))
+        ids[:, 1:1 + image_tokens] = image_token
+        pixels = _pixels(batch, vision.num_channels, vision.image_size, device, dtype, real)
+        inputs = {"input_ids": ids, "pixel_values": pixels, "labels": ids.clone()}
+
+        def step(model: nn.Module, given: Inputs) -> torch.Tensor:
+            return model(input_ids=given["input_ids"], pixel_values=given["pixel_values"],
+                         labels=given["labels"]).loss
+
+        return inputs, step
+
+    spec = ModelSpec(path, model_type, "llava", build,
+                     _token_sequence(text.max_position_embeddings), param_dtype, make_step)
+    spec.seq_values = [image_tokens + n for n in (8, 12, 16, 20)]
+    return spec
+
+
+# -- diffusers ----------------------------------------------------------------
+
+_FLUX_TEXT_TOKENS = 512  # T5 length of the FLUX.1-dev pipeline (max_sequence_length)
+
+
+def _diffusers_spec(path: Path, raw: Dict[str, Any]) -> ModelSpec:
+    import diffusers
+
+    name = raw.get("_class_name")
+    if name != "FluxTransformer2DModel":
+        raise ExporterError(f"{path}: _class_name {name!r}: the exporter feeds only diffusers' "
+                            f"FluxTransformer2DModel (expected that class name)")
+    cls = getattr(diffusers, name)
+    fields = {k: v for k, v in raw.items() if not k.startswith("_")}
+
+    def build(attention: str) -> nn.Module:
+        del attention  # diffusers calls F.scaled_dot_product_attention
+        try:
+            return cls.from_config(fields)
+        except (TypeError, ValueError) as error:
+            raise ExporterError(f"{path}: {name} could not be built: {error}") from None
+
+    in_channels = _positive(raw, path, "in_channels", default=64)
+    joint = _positive(raw, path, "joint_attention_dim", default=4096)
+    pooled = _positive(raw, path, "pooled_projection_dim", default=768)
+    guidance = bool(raw.get("guidance_embeds", False))
+
+    def make_step(batch: int, seq: int, device: torch.device, dtype: torch.dtype,
+                  real: bool) -> Tuple[Inputs, StepFn]:
+        generator = torch.Generator().manual_seed(2)
+
+        def rand(*shape: int) -> torch.Tensor:
+            if not real:
+                return torch.zeros(shape, dtype=dtype, device=device)
+            return torch.randn(shape, generator=generator).to(device, dtype)
+
+        text = _FLUX_TEXT_TOKENS
+        side = max(1, math.isqrt(seq))
+        img_ids = torch.zeros(seq, 3, dtype=dtype, device=device)
+        if real:
+            rows = torch.arange(seq) // side
+            img_ids = torch.stack([torch.zeros(seq), rows.float(), (torch.arange(seq) % side).float()],
+                                  dim=1).to(device, dtype)
+        inputs = {"hidden_states": rand(batch, seq, in_channels),
+                  "encoder_hidden_states": rand(batch, text, joint),
+                  "pooled_projections": rand(batch, pooled),
+                  "timestep": torch.full((batch,), 0.5, dtype=dtype, device=device),
+                  "img_ids": img_ids,
+                  "txt_ids": torch.zeros(text, 3, dtype=dtype, device=device),
+                  "target": rand(batch, seq, in_channels)}
+        if guidance:
+            inputs["guidance"] = torch.full((batch,), 3.5, dtype=dtype, device=device)
+
+        def step(model: nn.Module, given: Inputs) -> torch.Tensor:
+            kwargs = {k: v for k, v in given.items() if k != "target"}
+            out = model(**kwargs, return_dict=False)[0]
+            # The flow-matching loss of diffusers' Flux trainers: MSE against a target.
+            return torch.nn.functional.mse_loss(out.float(), given["target"].float())
+
+        return inputs, step
+
+    sequence = {"unit": "image", "default_seq": 64 * 64, "max_seq": 128 * 128, "patch_px": 16,
+                "images": 1, "extra_tokens": 0, "default_resolution": 1024}
+    return ModelSpec(path, "flux", "flux", build, sequence, "bf16", make_step)
