@@ -1,5 +1,7 @@
 #include "cli/commands.h"
 
+#include "cli/run_command.h"
+
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
@@ -95,6 +97,13 @@ int run_fit(const CliOptions& options, Terminal& terminal) {
   } else {
     terminal.out << reports::fit_report(answer.value(), prepared.gpu.name);
   }
+  // -o: the run exactly as given, as a plan file that `headroom run` can train.
+  if (options.output_path.empty()) return kExitOk;
+  const std::string text = planner::plan_to_json(answer->as_given).dump(2) + "\n";
+  if (Status written = graph::write_file_atomic(options.output_path, text); !written.is_ok()) {
+    return fail(terminal, kExitFailure, "-o: " + written.message());
+  }
+  if (!options.json) terminal.out << "\nPlan (the run as given) written to " << options.output_path << "\n";
   return kExitOk;
 }
 
@@ -315,8 +324,9 @@ const std::vector<Command> kCommands = {
      "Examples:\n"
      "  headroom fit llama-3-8b --gpu 4090 --qlora --seq 2048\n"
      "  headroom fit gpt2 --gpu a6000 --batch 8 --json\n"
-     "  headroom fit ./my-model.json --gpu a100-80g --gpus 4 --zero 3",
-     true, false, false, run_fit},
+     "  headroom fit ./my-model.json --gpu a100-80g --gpus 4 --zero 3\n"
+     "  headroom fit tiny-llama --gpu a6000 --checkpointing every -o plan.json   # then: headroom run plan.json",
+     true, true, false, run_fit},
     {"plan", "Find the fastest plan that fits (checkpointing, ZeRO, offload, micro-batch)",
      "Searches ZeRO stage, optimizer and parameter offload, micro-batch and the per-block\n"
      "choice (keep / checkpoint / offload activations) for the fastest run that fits the GPU,\n"
@@ -328,6 +338,18 @@ const std::vector<Command> kCommands = {
      "  headroom plan llama-3-8b --gpu a6000 --lora --seq 4096 -o plan.json\n"
      "  headroom plan llama-3-8b --gpu h100 --gpus 8 --global-batch 256 --no-offload",
      true, true, false, run_plan},
+    {"run", "Train with a plan through LibTorch and measure what was predicted",
+     "Trains the plan's model (tiny-llama, tiny-flux, Llama-family and Flux models) exactly as\n"
+     "the plan says: blocks kept, checkpointed or offloaded, mixed precision with fp32 master\n"
+     "weights, gradient accumulation, AdamW on the GPU or offloaded to the CPU. Shows a progress\n"
+     "bar, can write metrics as JSON lines, saves training-state checkpoints that never destroy\n"
+     "the previous good one, resumes from them, and ends with predicted vs measured memory per\n"
+     "category. Needs a build with LibTorch (scripts/setup_torch.sh); runs on the CPU without a GPU.\n\n"
+     "Examples:\n"
+     "  headroom fit tiny-llama --gpu a6000 --checkpointing every -o plan.json\n"
+     "  headroom run plan.json --steps 30 --checkpoint-dir ckpt --checkpoint-every 10\n"
+     "  headroom run plan.json --steps 60 --resume ckpt --metrics metrics.jsonl",
+     false, false, true, run_training},
     {"models", "List the built-in model zoo with parameter counts",
      "Lists every zoo model: its name (use it as MODEL), parameter count and description.\n\n"
      "Example:\n"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/settings_flags.h"
+#include "executor/run.h"
 
 namespace headroom::cli {
 
@@ -32,6 +33,10 @@ struct CliOptions {
   std::vector<std::string> emit;  // plan --emit deepspeed|accelerate|torch[=FILE]
   std::string measurement_path;   // report --measurement FILE
   bool events = false;            // simulate --events: the timeline in the JSON
+  executor::RunOptions run;        // run: steps, data, checkpoints, resume
+  std::string metrics_path;        // run --metrics FILE (JSON lines)
+  std::string measurement_out;     // run --measurement-out FILE
+  std::string calibration_out;     // run --write-calibration FILE
 };
 
 struct Command {

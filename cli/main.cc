@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/run_command.h"
 #include "cli/settings_flags.h"
 
 namespace headroom::cli {
@@ -69,8 +70,10 @@ int run(int argc, char** argv) {
     }
     sub->add_flag("--json", options.json, "print one JSON document on stdout (docs/cli-json.md)");
     if (command.takes_output) {
+      const std::string name = command.name;
       sub->add_option("-o,--output", options.output_path,
                       command.takes_plan ? "write the HTML report to FILE (replaced atomically)"
+                      : name == "fit"    ? "write the run as given as a plan file for `headroom run` (atomically)"
                                          : "write the best plan as JSON to FILE (replaced atomically)")
           ->type_name("FILE");
     }
@@ -88,6 +91,7 @@ int run(int argc, char** argv) {
     if (std::string(command.name) == "simulate") {
       sub->add_flag("--events", options.events, "include the whole timeline in --json output");
     }
+    if (std::string(command.name) == "run") add_run_flags(*sub, options);
     if (command.takes_model) add_settings_flags(*sub, options.settings);
     subcommands.emplace_back(sub, &command);
   }

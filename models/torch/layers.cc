@@ -62,7 +62,8 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) {
   }
 }
 
-void LinearImpl::add_lora(int64_t rank, double alpha) {
+void LinearImpl::add_lora(int64_t rank, double alpha, double dropout) {
+  lora_dropout = dropout;
   // Submodules, so the names read "....q_proj.lora_A.weight" as in PEFT checkpoints.
   lora_a = register_module("lora_A", std::make_shared<torch::nn::Module>())
                ->register_parameter("weight", torch::empty({rank, weight.size(1)}, weight.options()));
@@ -75,7 +76,12 @@ void LinearImpl::add_lora(int64_t rank, double alpha) {
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   namespace F = torch::nn::functional;
   torch::Tensor y = F::linear(x, weight, bias);
-  if (lora_a.defined()) y = y + F::linear(F::linear(x, lora_a), lora_b) * lora_scale;
+  if (!lora_a.defined()) return y;
+  // native_dropout keeps a bool mask for backward on every device (the generic
+  // CPU dropout would keep a mask in the compute dtype): what the planner counts.
+  const torch::Tensor a_input =
+      lora_dropout > 0 && is_training() ? std::get<0>(at::native_dropout(x, lora_dropout, true)) : x;
+  y = y + F::linear(F::linear(a_input, lora_a), lora_b) * lora_scale;
   return y;
 }
 
@@ -93,7 +99,7 @@ int add_lora_adapters(torch::nn::Module& root, const LoraOptions& lora) {
     if (!linear || linear->lora_a.defined()) continue;
     for (const std::string& target : lora.targets) {
       if (ends_with_component(item.key(), target)) {
-        linear->add_lora(lora.rank, lora.alpha);
+        linear->add_lora(lora.rank, lora.alpha, lora.dropout);
         ++added;
         break;
       }

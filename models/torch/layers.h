@@ -19,13 +19,14 @@ namespace headroom::models::torch_modules {
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in, int64_t out, bool bias);
-  void add_lora(int64_t rank, double alpha);
+  void add_lora(int64_t rank, double alpha, double dropout = 0);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
   torch::Tensor bias;
   torch::Tensor lora_a;
   torch::Tensor lora_b;
   double lora_scale = 0;
+  double lora_dropout = 0;  // PEFT's lora_dropout on the adapter's input (training only)
 };
 TORCH_MODULE(Linear);
 
@@ -45,6 +46,7 @@ TORCH_MODULE(RMSNorm);
 struct LoraOptions {
   int64_t rank = 0;  // 0: no adapters
   double alpha = 16;
+  double dropout = 0;  // lora_dropout
   // Module names (or their last components, "to_out.0") that get adapters.
   std::set<std::string> targets;
 };

@@ -79,6 +79,11 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c, const LoraOptio
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids, const BlockRunner& runner) {
+  return loss_and_logits(input_ids, runner).first;
+}
+
+std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::loss_and_logits(const torch::Tensor& input_ids,
+                                                                              const BlockRunner& runner) {
   const int64_t seq = input_ids.size(1);
   torch::Tensor hidden = embed_tokens(input_ids);
   const auto [cos, sin] = llama_rope_tables(seq, head_dim_of(config), hidden.options().requires_grad(false));
@@ -93,8 +98,9 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids, cons
   // transformers ForCausalLMLoss: shift the labels, not the logits (no copy of
   // the logits): position t predicts token t+1, the last position is ignored.
   const auto labels = torch::constant_pad_nd(input_ids.narrow(1, 1, seq - 1), {0, 1}, -100).reshape({-1});
-  return torch::nn::functional::cross_entropy(logits.view({-1, config.vocab}), labels,
-                                              torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+  return {torch::nn::functional::cross_entropy(logits.view({-1, config.vocab}), labels,
+                                               torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100)),
+          logits};
 }
 
 }  // namespace headroom::models::torch_modules

@@ -44,6 +44,11 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // Mean next-token cross entropy of `input_ids` [B, S] (int64). Decoder layers
   // run through `runner` (block names "model.layers.<i>").
   torch::Tensor forward(const torch::Tensor& input_ids, const BlockRunner& runner = {});
+  // The loss and the logits, as transformers' CausalLMOutput holds them: a
+  // training loop that keeps the output keeps the logits alive through
+  // backward, which is what the planner's graph counts (models/graph_builder.cc lm_loss).
+  std::pair<torch::Tensor, torch::Tensor> loss_and_logits(const torch::Tensor& input_ids,
+                                                          const BlockRunner& runner = {});
   LlamaConfig config;
   std::shared_ptr<torch::nn::Module> model;
   torch::nn::Embedding embed_tokens{nullptr};

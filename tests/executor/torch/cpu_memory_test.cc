@@ -22,6 +22,11 @@
 #include "planner/hardware.h"
 #include "planner/model_states.h"
 
+
+// c10/util/logging defines CHECK (an abort); the tests mean doctest's.
+#undef CHECK
+#define CHECK DOCTEST_CHECK
+
 namespace headroom::executor {
 namespace {
 

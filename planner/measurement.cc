@@ -1,4 +1,4 @@
-#include "reports/measured_run.h"
+#include "planner/measurement.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,7 +7,7 @@
 #include "graph/atomic_file.h"
 #include "graph/graph_json.h"
 
-namespace headroom::reports {
+namespace headroom::planner {
 namespace {
 
 constexpr const char* kFormat = "headroom.measurement";
@@ -140,4 +140,4 @@ Result<MeasuredRun> load_measured_run(const std::string& path) {
   return measured_run_from_json(json.value(), path);
 }
 
-}  // namespace headroom::reports
+}  // namespace headroom::planner

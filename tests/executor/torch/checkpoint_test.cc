@@ -15,6 +15,11 @@
 #include "models/torch/flux_module.h"
 #include "models/torch/llama_module.h"
 
+
+// c10/util/logging defines CHECK (an abort); the tests mean doctest's.
+#undef CHECK
+#define CHECK DOCTEST_CHECK
+
 namespace headroom::executor {
 namespace {
 

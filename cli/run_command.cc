@@ -1,0 +1,212 @@
+#include "cli/run_command.h"
+
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "graph/atomic_file.h"
+#include "graph/graph_json.h"
+#include "planner/calibration.h"
+#include "reports/text_table.h"
+#include "reports/units.h"
+
+namespace headroom::cli {
+namespace {
+
+int fail(Terminal& terminal, int exit_code, const std::string& message) {
+  terminal.err << "headroom: " << message << "\n";
+  return exit_code;
+}
+
+nlohmann::json step_to_json(const executor::StepMetrics& m) {
+  return {{"step", m.step},
+          {"loss", m.loss},
+          {"step_ms", m.step_ms},
+          {"tokens_per_s", m.tokens_per_s},
+          {"peak_allocated_bytes", m.peak_allocated},
+          {"peak_reserved_bytes", m.peak_reserved},
+          {"loss_scale", m.loss_scale},
+          {"skipped", m.skipped}};
+}
+
+// GiB, or MiB below 1 GiB (tiny models on a CPU).
+std::string memory(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 30)) return reports::format_gib(bytes);
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  return out.str();
+}
+
+// Progress on stderr (a bar that rewrites itself on a terminal, a line per
+// step otherwise) and, with --metrics, one JSON object per step.
+class ProgressObserver final : public executor::RunObserver {
+ public:
+  ProgressObserver(Terminal& terminal, std::ofstream* metrics) : terminal_(terminal), metrics_(metrics) {}
+
+  void on_start(const std::string& device, int64_t first_step, int64_t total_steps) override {
+    terminal_.err << "training on " << device << ": steps " << first_step << "-" << total_steps << "\n";
+  }
+
+  void on_step(const executor::StepMetrics& m) override {
+    if (metrics_) *metrics_ << step_to_json(m).dump() << "\n" << std::flush;
+    constexpr int kWidth = 24;
+    const int filled = static_cast<int>(kWidth * m.step / std::max<int64_t>(1, m.total_steps));
+    std::ostringstream line;
+    line << "step " << m.step << "/" << m.total_steps << " [" << std::string(filled, '#')
+         << std::string(kWidth - filled, '.') << "] loss " << std::fixed << std::setprecision(4) << m.loss << "  "
+         << std::setprecision(0) << m.tokens_per_s << " tok/s  peak " << memory(m.peak_allocated)
+         << (m.skipped ? "  (skipped: inf/NaN gradients)" : "");
+    if (terminal_.progress) {
+      terminal_.err << "\r" << line.str() << "   " << std::flush;
+      if (m.step == m.total_steps) terminal_.err << "\n";
+    } else {
+      terminal_.err << line.str() << "\n";
+    }
+  }
+
+  void on_checkpoint(int64_t step, const std::string& path) override {
+    if (terminal_.progress) terminal_.err << "\n";
+    terminal_.err << "checkpoint of step " << step << " written to " << path << "\n";
+  }
+
+ private:
+  Terminal& terminal_;
+  std::ofstream* metrics_;
+};
+
+// 1,234,567 B: exact, since the rows are compared to the byte.
+std::string exact_bytes(int64_t bytes) {
+  std::string digits = std::to_string(bytes < 0 ? -bytes : bytes);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
+  return (bytes < 0 ? "-" : "") + digits + " B";
+}
+
+std::string format_error(double relative) {
+  std::ostringstream out;
+  out << std::showpos << std::fixed << std::setprecision(1) << 100.0 * relative << " %";
+  return out.str();
+}
+
+void print_summary(const executor::RunResult& r, Terminal& terminal) {
+  const auto& steps = r.measured.steps;
+  if (!steps.empty()) {
+    terminal.out << "Trained steps " << r.first_step << "-" << r.last_step << " on " << r.measured.device
+                 << (r.resumed_from.empty() ? "" : " (resumed from " + r.resumed_from + ")") << ": loss "
+                 << std::fixed << std::setprecision(4) << steps.front().loss << " -> " << steps.back().loss
+                 << ", median step " << std::setprecision(1) << r.measured.median_step_ms() << " ms\n";
+  }
+  if (!r.categories.empty()) {
+    reports::TextTable table({"memory (first step)", "predicted", "measured", "error"});
+    table.set_left_aligned(0);
+    for (const executor::CategoryCheck& c : r.categories) {
+      table.add_row({c.category, exact_bytes(c.predicted), exact_bytes(c.measured),
+                     format_error(c.relative_error())});
+    }
+    terminal.out << "\nPredicted vs measured (bytes as torch.cuda.memory_allocated counts them):\n"
+                 << table.render();
+  }
+  for (const std::string& path : r.checkpoints_written) terminal.out << "checkpoint: " << path << "\n";
+  for (const std::string& note : r.notes) terminal.out << "note: " << note << "\n";
+}
+
+nlohmann::json result_to_json(const executor::RunResult& r) {
+  nlohmann::json categories = nlohmann::json::array();
+  for (const executor::CategoryCheck& c : r.categories) {
+    categories.push_back({{"category", c.category},
+                          {"predicted_bytes", c.predicted},
+                          {"measured_bytes", c.measured},
+                          {"relative_error", c.relative_error()}});
+  }
+  return {{"command", "run"},
+          {"first_step", r.first_step},
+          {"last_step", r.last_step},
+          {"resumed_from", r.resumed_from},
+          {"checkpoints", r.checkpoints_written},
+          {"categories", categories},
+          {"notes", r.notes},
+          {"measurement", planner::measured_run_to_json(r.measured)}};
+}
+
+}  // namespace
+
+void add_run_flags(CLI::App& command, CliOptions& options) {
+  executor::RunOptions& run = options.run;
+  command.add_option("--steps", run.steps, "optimizer steps to reach (a resumed run continues up to it)")
+      ->capture_default_str();
+  command.add_option("--data", run.data, "synthetic, or a token file of raw little-endian ids")
+      ->capture_default_str();
+  command.add_option("--token-bytes", run.token_bytes, "bytes per id in the token file: 2 or 4")
+      ->capture_default_str();
+  command.add_option("--lr", run.learning_rate, "AdamW learning rate")->capture_default_str();
+  command.add_option("--weight-decay", run.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  command.add_option("--seed", run.seed, "initial weights and synthetic data")->capture_default_str();
+  command.add_option("--device", run.device, "auto (CUDA when available), cpu or cuda")->capture_default_str();
+  command.add_option("--cpu-threads", run.cpu_threads, "threads of the offloaded CPU AdamW (0: all cores)");
+  command.add_option("--checkpoint-dir", run.checkpoint_dir, "write training-state checkpoints here")
+      ->type_name("DIR");
+  command.add_option("--checkpoint-every", run.checkpoint_every, "steps between checkpoints (0: at the end only)");
+  command.add_option("--keep", run.checkpoints_kept, "complete checkpoints kept")->capture_default_str();
+  command.add_option("--resume", run.resume_dir, "continue from the newest checkpoint in DIR")->type_name("DIR");
+  command.add_option("--metrics", options.metrics_path, "append one JSON line per step to FILE")->type_name("FILE");
+  command.add_option("--measurement-out", options.measurement_out,
+                     "write the measured run for `headroom report --measurement` (docs/report.md)")
+      ->type_name("FILE");
+  command.add_option("--write-calibration", options.calibration_out,
+                     "write the calibration file measured on this GPU (docs/calibration.md)")
+      ->type_name("FILE");
+}
+
+int run_training(const CliOptions& options, Terminal& terminal) {
+  Result<std::string> text = graph::read_file(options.plan_path, int64_t{64} << 20);
+  if (!text.is_ok()) return fail(terminal, kExitFailure, text.message());
+  Result<nlohmann::json> json = graph::parse_json_text(text.value(), options.plan_path);
+  if (!json.is_ok()) return fail(terminal, kExitFailure, json.message());
+  Result<planner::Plan> plan = planner::plan_from_json(json.value(), options.plan_path);
+  if (!plan.is_ok()) return fail(terminal, kExitFailure, plan.message());
+
+  executor::RunOptions run = options.run;
+  if (run.checkpoint_dir.empty() && !run.resume_dir.empty()) run.checkpoint_dir = run.resume_dir;
+  if (Status s = executor::validate_run_options(run, "command line"); !s.is_ok()) {
+    return fail(terminal, kExitUsage, s.message());
+  }
+  if (Status s = executor::check_executable(plan.value(), options.plan_path); !s.is_ok()) {
+    return fail(terminal, kExitFailure, s.message());
+  }
+  std::ofstream metrics;
+  if (!options.metrics_path.empty()) {
+    metrics.open(options.metrics_path, std::ios::app);
+    if (!metrics) return fail(terminal, kExitFailure, "--metrics " + options.metrics_path + ": cannot open for appending");
+  }
+  ProgressObserver observer(terminal, metrics.is_open() ? &metrics : nullptr);
+  Result<executor::RunResult> result = executor::run_plan(plan.value(), run, observer);
+  if (!result.is_ok()) return fail(terminal, kExitFailure, result.message());
+
+  if (!options.measurement_out.empty()) {
+    const std::string out = planner::measured_run_to_json(result->measured).dump(2) + "\n";
+    if (Status s = graph::write_file_atomic(options.measurement_out, out); !s.is_ok()) {
+      return fail(terminal, kExitFailure, "--measurement-out: " + s.message());
+    }
+  }
+  if (!options.calibration_out.empty()) {
+    if (!result->calibration) {
+      return fail(terminal, kExitFailure,
+                  "--write-calibration " + options.calibration_out +
+                      ": not written, a calibration needs a run on a GPU (this one ran on " +
+                      result->measured.device + ")");
+    }
+    const std::string out = planner::calibration_to_json(*result->calibration).dump(2) + "\n";
+    if (Status s = graph::write_file_atomic(options.calibration_out, out); !s.is_ok()) {
+      return fail(terminal, kExitFailure, "--write-calibration: " + s.message());
+    }
+  }
+  if (options.json) {
+    terminal.out << result_to_json(result.value()).dump(2) << "\n";
+  } else {
+    print_summary(result.value(), terminal);
+  }
+  return kExitOk;
+}
+
+}  // namespace headroom::cli

@@ -1,0 +1,81 @@
+#include "executor/executable_model.h"
+
+#include <nlohmann/json.hpp>
+
+#include "graph/atomic_file.h"
+#include "models/hf_fields.h"
+#include "models/hf_import.h"
+
+namespace headroom::executor {
+namespace {
+
+constexpr const char* kSupported =
+    "tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-flux, flux-kontext-dev, or a Hugging Face "
+    "llama/mistral/qwen2 model directory";
+
+Status unsupported(std::string_view origin, const std::string& model, const std::string& why) {
+  return Status::error(std::string(origin) + ": model: \"" + model + "\" " + why +
+                       "; the executor trains " + kSupported +
+                       " (the planner answers for every model, the executor only for these)");
+}
+
+// A Hugging Face llama-family config the LibTorch decoder reproduces exactly:
+// features it lacks (Qwen3's q/k norm, Gemma's GeGLU and scaled embeddings,
+// Phi-3's fused projections) are refused rather than trained differently.
+Result<ExecutableModel> from_hf_config(const std::string& model, std::string_view origin) {
+  const std::string path = models::is_hf_model_path(model) && model.size() >= 11 &&
+                                   model.compare(model.size() - 11, 11, "config.json") == 0
+                               ? model
+                               : model + "/config.json";
+  Result<std::string> text = graph::read_file(path, int64_t{16} << 20);
+  if (!text.is_ok()) return text.status();
+  const nlohmann::json config = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return Status::error(path + ": expected a JSON object (a Hugging Face config.json)");
+  const std::string type = config.contains("model_type") && config.at("model_type").is_string()
+                               ? config.at("model_type").get<std::string>()
+                               : std::string();
+  if (type != "llama" && type != "mistral" && type != "qwen2") {
+    return unsupported(origin, model, "has model_type \"" + type + "\"");
+  }
+  const models::HfFields fields{config, path, ""};
+  Result<models::LlamaConfig> llama = models::read_llama_config(fields, type);
+  if (!llama.is_ok()) return llama.status();
+  const models::LlamaConfig& c = llama.value();
+  if (c.qk_norm || c.scale_embeddings || c.fused_projections || std::string_view(c.mlp_activation) != "silu") {
+    return unsupported(origin, model, "uses features the LibTorch decoder lacks (q/k norm, GeGLU, fused projections)");
+  }
+  ExecutableModel out;
+  out.family = ModelFamily::kLlama;
+  out.llama = c;
+  return out;
+}
+
+}  // namespace
+
+Result<ExecutableModel> executable_model(const std::string& model, std::string_view origin) {
+  ExecutableModel out;
+  const struct {
+    const char* name;
+    const models::LlamaConfig* llama;
+    const models::FluxConfig* flux;
+  } zoo[] = {
+      {"tiny-llama", &models::kTinyLlama, nullptr},  {"llama-3-8b", &models::kLlama3_8b, nullptr},
+      {"llama-3.1-8b", &models::kLlama31_8b, nullptr}, {"mistral-7b", &models::kMistral7b, nullptr},
+      {"tiny-flux", nullptr, &models::kTinyFlux},    {"flux-kontext-dev", nullptr, &models::kFluxKontextDev},
+  };
+  for (const auto& entry : zoo) {
+    if (model != entry.name) continue;
+    if (entry.llama) {
+      out.family = ModelFamily::kLlama;
+      out.llama = *entry.llama;
+    } else {
+      out.family = ModelFamily::kFlux;
+      out.flux = *entry.flux;
+    }
+    return out;
+  }
+  if (models::is_hf_model_path(model)) return from_hf_config(model, origin);
+  return unsupported(origin, model, "has no LibTorch module");
+}
+
+}  // namespace headroom::executor

@@ -1,0 +1,29 @@
+// Which models the LibTorch executor can train, as the configs its modules
+// take (models/torch/). Torch-free, so `headroom run` can refuse a plan with a
+// clear message in every build and tests hold the mapping without LibTorch.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "graph/status.h"
+#include "models/flux.h"
+#include "models/llama.h"
+
+namespace headroom::executor {
+
+enum class ModelFamily { kLlama, kFlux };
+
+struct ExecutableModel {
+  ModelFamily family = ModelFamily::kLlama;
+  models::LlamaConfig llama;  // family kLlama
+  models::FluxConfig flux;    // family kFlux
+};
+
+// `model` as a Plan names it: a zoo name (tiny-llama, llama-3-8b, llama-3.1-8b,
+// mistral-7b, tiny-flux, flux-kontext-dev) or a Hugging Face llama / mistral /
+// qwen2 model directory or config.json whose features the module has. Anything
+// else is an error naming `origin`, the field "model" and what is supported.
+Result<ExecutableModel> executable_model(const std::string& model, std::string_view origin);
+
+}  // namespace headroom::executor

@@ -1,0 +1,47 @@
+// Activation offload: while an OffloadScope is alive on a thread, every tensor
+// autograd saves for backward (parameters excepted) is copied to host memory
+// and dropped from the device; backward copies it back when it unpacks it.
+// On CUDA the copy goes to pinned memory on a side stream, ordered after the
+// producing kernel by an event, and the device block is kept from reuse until
+// the copy is done (recordStream); on the CPU it is a plain copy (counted, so
+// tests can compare offloaded bytes with the planner's). LibTorch's C++ API has
+// no saved-tensor hooks, so this installs an autograd Engine whose
+// get_default_saved_variable_hooks() hands out these hooks, as PyTorch's Python
+// engine does for torch.autograd.graph.saved_tensors_hooks.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <unordered_set>
+
+namespace headroom::executor {
+
+struct OffloadStats {
+  int64_t packed_tensors = 0;
+  int64_t packed_bytes = 0;      // bytes copied to the host (each saved tensor's own elements)
+  int64_t host_live_bytes = 0;   // host copies not yet unpacked and released
+};
+
+// Installs the offloading autograd engine (once per process; idempotent). Must
+// run before the first backward of the process.
+void install_offload_engine();
+
+// Offloads the tensors saved while it is alive on this thread. Tensors whose
+// storage belongs to `parameters` (data pointers) stay where they are.
+class OffloadScope {
+ public:
+  OffloadScope(OffloadStats& stats, const std::unordered_set<const void*>& parameters);
+  ~OffloadScope();
+  OffloadScope(const OffloadScope&) = delete;
+  OffloadScope& operator=(const OffloadScope&) = delete;
+
+ private:
+  OffloadStats* previous_stats_;
+  const std::unordered_set<const void*>* previous_parameters_;
+};
+
+// Storage data pointers of `module`'s parameters, for OffloadScope.
+std::unordered_set<const void*> parameter_storages(torch::nn::Module& module);
+
+}  // namespace headroom::executor

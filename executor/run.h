@@ -1,0 +1,95 @@
+// `headroom run`: train with a Plan through LibTorch and measure what the
+// planner predicted. This header is torch-free so the front end can include it
+// in every build; run_plan() itself exists only when LibTorch was found
+// (HEADROOM_HAVE_EXECUTOR), and check_executable() always does.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/status.h"
+#include "planner/calibration.h"
+#include "planner/measurement.h"
+#include "planner/plan.h"
+
+namespace headroom::executor {
+
+class FileSystem;  // executor/state_store.h
+
+struct RunOptions {
+  int64_t steps = 20;             // optimizer steps to reach (a resumed run continues to this step)
+  std::string data = "synthetic";  // "synthetic" or a token file (docs/executor.md, "Data")
+  int token_bytes = 4;             // token file: 2 (uint16) or 4 (uint32), little-endian
+  double learning_rate = 1e-3;
+  double weight_decay = 0.0;
+  uint64_t seed = 0;
+  std::string device = "auto";  // auto (CUDA when available), cpu, cuda
+  int cpu_threads = 0;          // CPU optimizer threads, 0 = all cores
+
+  std::string checkpoint_dir;     // training-state checkpoints; empty = none
+  int64_t checkpoint_every = 0;   // steps between checkpoints; 0 = only at the end
+  int checkpoints_kept = 2;
+  std::string resume_dir;         // continue from the newest checkpoint there
+  FileSystem* file_system = nullptr;  // checkpoint I/O; null = the real one (tests inject faults)
+};
+
+// One optimizer step as measured.
+struct StepMetrics {
+  int64_t step = 0;           // 1-based
+  int64_t total_steps = 0;
+  double loss = 0;            // mean over the micro-batches of the step
+  double step_ms = 0;         // wall time (CUDA: synchronised)
+  double tokens_per_s = 0;
+  int64_t peak_allocated = 0;  // bytes over this step (CUDA caching allocator, or the CPU tracker)
+  int64_t peak_reserved = 0;
+  double loss_scale = 1;       // fp16 dynamic loss scale after the step
+  bool skipped = false;        // fp16: non-finite gradients, step skipped
+};
+
+// Predicted vs measured bytes of one memory category.
+struct CategoryCheck {
+  std::string category;  // "parameters", "gradients", "optimizer states", "activations", ...
+  int64_t predicted = 0;
+  int64_t measured = 0;
+  double relative_error() const;  // (predicted - measured) / measured; 0 when both are 0
+};
+
+struct RunResult {
+  planner::MeasuredRun measured;
+  std::vector<CategoryCheck> categories;
+  int64_t first_step = 0;  // the first step this process ran (> 1 after --resume)
+  int64_t last_step = 0;
+  std::string resumed_from;                         // checkpoint directory, when resumed
+  std::vector<std::string> checkpoints_written;     // directories
+  std::optional<planner::Calibration> calibration;  // CUDA runs only
+  std::vector<std::string> notes;                   // what the run could not apply or measure
+};
+
+// Receives progress while run_plan() trains; the front end renders it.
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  virtual void on_start(const std::string& /*device*/, int64_t /*first_step*/, int64_t /*total_steps*/) {}
+  virtual void on_step(const StepMetrics& /*metrics*/) {}
+  virtual void on_checkpoint(int64_t /*step*/, const std::string& /*path*/) {}
+};
+
+// Why this build cannot train `plan`, or ok: the model family has LibTorch
+// modules (llama-family decoders, Flux), a single GPU or the CPU, AdamW, no
+// QLoRA, no parameter or NVMe offload, no ZeRO-3. `origin` names the plan file.
+Status check_executable(const planner::Plan& plan, std::string_view origin);
+
+// Validates options; `origin` names where they came from ("command line").
+Status validate_run_options(const RunOptions& options, std::string_view origin);
+
+// True when this build has the LibTorch executor.
+bool executor_available();
+
+// Trains `plan` for options.steps optimizer steps and measures memory and time
+// against the plan's prediction. Errors (bad data file, failed checkpoint save,
+// LibTorch failures) come back as a Status; checkpoints already written stay.
+Result<RunResult> run_plan(const planner::Plan& plan, const RunOptions& options, RunObserver& observer);
+
+}  // namespace headroom::executor

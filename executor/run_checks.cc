@@ -1,0 +1,87 @@
+// The torch-free half of executor/run.h: what the executor can apply, option
+// checks, and, in builds without LibTorch, a run_plan() that says so.
+#include <cmath>
+#include <string>
+
+#include "executor/executable_model.h"
+#include "executor/run.h"
+
+namespace headroom::executor {
+namespace {
+
+Status refuse(std::string_view origin, const std::string& field, const std::string& why) {
+  return Status::error(std::string(origin) + ": " + field + ": " + why);
+}
+
+}  // namespace
+
+double CategoryCheck::relative_error() const {
+  if (measured == 0) return predicted == 0 ? 0.0 : 1.0;
+  return static_cast<double>(predicted - measured) / static_cast<double>(measured);
+}
+
+Status check_executable(const planner::Plan& plan, std::string_view origin) {
+  Result<ExecutableModel> model = executable_model(plan.model, origin);
+  if (!model.is_ok()) return model.status();
+  const planner::RunSettings& s = plan.settings;
+  if (s.world_size() != 1) {
+    return refuse(origin, "settings.gpus_per_node",
+                  std::to_string(s.world_size()) +
+                      " GPUs: the executor trains on one GPU (or the CPU); sharding over c10d is not "
+                      "implemented yet, expected a plan for 1 GPU");
+  }
+  if (s.mode == planner::TrainMode::kQlora) {
+    return refuse(origin, "settings.mode",
+                  "QLoRA (4-bit NF4 base weights) is not implemented in the executor; expected full or lora");
+  }
+  if (s.optimizer != planner::OptimizerKind::kAdamW) {
+    return refuse(origin, "settings.optimizer",
+                  std::string(planner::optimizer_name(s.optimizer)) +
+                      " is not implemented in the executor (8-bit AdamW, SGD and Adafactor are planned "
+                      "only); expected adamw");
+  }
+  if (plan.config.zero_stage == 3 || plan.config.offload_param != planner::Offload::kNone) {
+    return refuse(origin, "config.zero_stage",
+                  "ZeRO-3 / parameter offload is not implemented in the executor; expected stage 0-2");
+  }
+  if (plan.config.offload_optimizer == planner::Offload::kNvme) {
+    return refuse(origin, "config.offload_optimizer",
+                  "NVMe optimizer offload is not implemented in the executor; expected none or cpu");
+  }
+  if (plan.blocks.size() != plan.block_names.size()) {
+    return refuse(origin, "blocks", "one decision per entry of block_names");
+  }
+  if (plan.seq_len <= 0) return refuse(origin, "seq_len", "a positive sequence length");
+  return Status::ok();
+}
+
+Status validate_run_options(const RunOptions& o, std::string_view origin) {
+  if (o.steps < 1) return refuse(origin, "--steps", "at least 1");
+  if (o.token_bytes != 2 && o.token_bytes != 4) return refuse(origin, "--token-bytes", "2 (uint16) or 4 (uint32)");
+  if (!(o.learning_rate > 0) || !std::isfinite(o.learning_rate)) return refuse(origin, "--lr", "a positive number");
+  if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) {
+    return refuse(origin, "--weight-decay", "a number >= 0");
+  }
+  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
+    return refuse(origin, "--device", "auto, cpu or cuda, got \"" + o.device + "\"");
+  }
+  if (o.cpu_threads < 0) return refuse(origin, "--cpu-threads", "0 (all cores) or more");
+  if (o.checkpoint_every < 0) return refuse(origin, "--checkpoint-every", "0 (only at the end) or more steps");
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
+    return refuse(origin, "--checkpoint-every", "a --checkpoint-dir to write to");
+  }
+  if (o.checkpoints_kept < 1) return refuse(origin, "--keep", "at least 1 checkpoint");
+  return Status::ok();
+}
+
+#ifndef HEADROOM_HAVE_EXECUTOR
+bool executor_available() { return false; }
+
+Result<RunResult> run_plan(const planner::Plan&, const RunOptions&, RunObserver&) {
+  return Status::error(
+      "this headroom was built without LibTorch, so it cannot train: run scripts/setup_torch.sh, then "
+      "scripts/build.sh (docs/executor.md)");
+}
+#endif
+
+}  // namespace headroom::executor

@@ -1,0 +1,166 @@
+#include "executor/train_model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <map>
+
+#include "executor/token_data.h"
+#include "models/torch/flux_module.h"
+#include "models/torch/llama_module.h"
+
+namespace headroom::executor {
+namespace {
+
+namespace tm = models::torch_modules;
+
+tm::LoraOptions lora_options(const planner::Plan& plan, tm::LoraOptions defaults) {
+  const planner::RunSettings& s = plan.settings;
+  if (s.mode == planner::TrainMode::kFull) return {};
+  defaults.dropout = s.lora.dropout;
+  if (!s.lora.targets.empty()) defaults.targets = {s.lora.targets.begin(), s.lora.targets.end()};
+  return defaults;
+}
+
+// Every module parameter must be a graph parameter; it trains iff the graph says so.
+Status apply_trainability(torch::nn::Module& module, const graph::LayerGraph& graph, const std::string& model) {
+  std::map<std::string, bool> trainable;
+  for (const graph::Node& node : graph.nodes) {
+    for (const graph::Param& param : node.params) trainable[param.name] = param.trainable;
+  }
+  for (auto& item : module.named_parameters()) {
+    const auto found = trainable.find(item.key());
+    if (found == trainable.end()) {
+      return Status::error(model + ": the LibTorch module has parameter \"" + item.key() +
+                           "\" that the planner's graph lacks (expected the same names; a bug in models/)");
+    }
+    item.value().set_requires_grad(found->second);
+  }
+  return Status::ok();
+}
+
+class LlamaModel final : public TrainModel {
+ public:
+  LlamaModel(const models::LlamaConfig& config, const tm::LoraOptions& lora, TokenSource data,
+             const TrainModelOptions& options)
+      : net_(config, lora), data_(std::move(data)), options_(options) {}
+  torch::nn::Module& module() override { return *net_; }
+  int64_t tokens_per_sample() const override { return options_.seq_len; }
+
+  Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
+    std::vector<int64_t> ids;
+    ids.reserve(static_cast<size_t>(batch * options_.seq_len));
+    for (int64_t i = 0; i < batch; ++i) {
+      Result<std::vector<int64_t>> sample = data_.sample(first + i, options_.seq_len);
+      if (!sample.is_ok()) return sample.status();
+      ids.insert(ids.end(), sample.value().begin(), sample.value().end());
+    }
+    const torch::Tensor input = torch::tensor(ids, torch::kLong).view({batch, options_.seq_len}).to(options_.device);
+    auto [loss, logits] = net_->loss_and_logits(input, runner);
+    logits_ = logits;
+    return loss;
+  }
+  void release_outputs() override { logits_ = torch::Tensor(); }
+
+ private:
+  tm::LlamaForCausalLM net_;
+  torch::Tensor logits_;  // held as a training loop holds CausalLMOutput
+  TokenSource data_;
+  TrainModelOptions options_;
+};
+
+// Flux trains on synthetic flow-matching batches from a fixed pool of
+// kPoolSize samples, so that a short run shows the loss falling.
+class FluxModel final : public TrainModel {
+ public:
+  static constexpr int64_t kPoolSize = 8;
+
+  FluxModel(const models::FluxConfig& config, const tm::LoraOptions& lora, uint64_t seed,
+            const TrainModelOptions& options)
+      : config_(config), net_(config, lora), seed_(seed), options_(options) {}
+  torch::nn::Module& module() override { return *net_; }
+  int64_t tokens_per_sample() const override { return options_.seq_len + config_.text_tokens; }
+
+  Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
+    std::vector<tm::FluxBatch> samples;
+    for (int64_t i = 0; i < batch; ++i) samples.push_back(sample((first + i) % kPoolSize));
+    tm::FluxBatch b;
+    auto stack = [&](torch::Tensor tm::FluxBatch::*field) {
+      std::vector<torch::Tensor> parts;
+      for (const tm::FluxBatch& s : samples) parts.push_back(s.*field);
+      return torch::cat(parts).to(options_.device, options_.dtype);
+    };
+    b.hidden_states = stack(&tm::FluxBatch::hidden_states);
+    b.encoder_hidden_states = stack(&tm::FluxBatch::encoder_hidden_states);
+    b.pooled_projections = stack(&tm::FluxBatch::pooled_projections);
+    b.timestep = stack(&tm::FluxBatch::timestep);
+    b.guidance = stack(&tm::FluxBatch::guidance);
+    b.target = stack(&tm::FluxBatch::target);
+    return net_->forward(b, runner);
+  }
+
+ private:
+  // One sample drawn from its own generator, so it does not depend on the
+  // global RNG state (dropout) or on which samples came before.
+  tm::FluxBatch sample(int64_t index) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed_ ^ static_cast<uint64_t>(index)));
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat);
+    const int64_t s = options_.seq_len;
+    tm::FluxBatch b;
+    const torch::Tensor x0 = at::randn({1, s, config_.in_channels}, gen, f32);
+    const torch::Tensor noise = at::randn({1, s, config_.in_channels}, gen, f32);
+    b.timestep = at::rand({1}, gen, f32);
+    const torch::Tensor t = b.timestep.view({1, 1, 1});
+    b.hidden_states = (1 - t) * x0 + t * noise;
+    b.target = noise - x0;
+    b.encoder_hidden_states = at::randn({1, config_.text_tokens, config_.joint_dim}, gen, f32);
+    b.pooled_projections = at::randn({1, config_.pooled_dim}, gen, f32);
+    b.guidance = torch::full({1}, 3.5, f32);
+    return b;
+  }
+
+  models::FluxConfig config_;
+  tm::FluxTransformer net_;
+  uint64_t seed_;
+  TrainModelOptions options_;
+};
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> TrainModel::trainable() {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (auto& item : module().named_parameters()) {
+    if (item.value().requires_grad()) out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& model, const planner::Plan& plan,
+                                                     const graph::LayerGraph& trained_graph, const RunOptions& run,
+                                                     const TrainModelOptions& options) {
+  std::unique_ptr<TrainModel> out;
+  if (model.family == ModelFamily::kLlama) {
+    if (model.llama.tie_embeddings) {
+      return Status::error(plan.model + ": tied input/output embeddings are not in the LibTorch decoder yet");
+    }
+    TokenSource data = TokenSource::synthetic(model.llama.vocab, run.seed);
+    if (run.data != "synthetic") {
+      Result<TokenSource> file = TokenSource::open_file(run.data, run.token_bytes, model.llama.vocab, options.seq_len);
+      if (!file.is_ok()) return file.status();
+      data = file.value();
+    }
+    const int64_t rank = plan.settings.lora.rank;
+    out = std::make_unique<LlamaModel>(model.llama, lora_options(plan, tm::llama_lora(rank)), std::move(data), options);
+  } else {
+    if (run.data != "synthetic") {
+      return Status::error(run.data + ": Flux trains on synthetic latents only (expected --data synthetic)");
+    }
+    const int64_t rank = plan.settings.lora.rank;
+    out = std::make_unique<FluxModel>(model.flux, lora_options(plan, tm::flux_lora(rank)), run.seed, options);
+  }
+  if (Status s = apply_trainability(out->module(), trained_graph, plan.model); !s.is_ok()) return s;
+  out->module().to(options.device, options.dtype);
+  out->module().train();
+  return out;
+}
+
+}  // namespace headroom::executor

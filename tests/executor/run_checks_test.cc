@@ -1,0 +1,181 @@
+// The torch-free half of the executor: which plans it can train, option
+// checks, and the token data (deterministic per sample, hostile files refused).
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "executor/executable_model.h"
+#include "executor/run.h"
+#include "executor/token_data.h"
+#include "planner/planner.h"
+
+namespace headroom::executor {
+namespace {
+
+planner::Plan plan_for(const std::string& model) {
+  planner::RunSettings settings;
+  settings.model = model;
+  settings.gpu = "a6000";
+  Result<planner::FitAnswer> answer = planner::fit(settings);
+  REQUIRE(answer.is_ok());
+  return answer->as_given;
+}
+
+std::string temp_file(const std::string& name, const std::vector<unsigned char>& bytes) {
+  const std::string path = "/tmp/headroom_run_checks_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("the executor trains the llama and flux zoo models and refuses the others by name") {
+  CHECK(executable_model("tiny-llama", "p").value().family == ModelFamily::kLlama);
+  CHECK(executable_model("tiny-llama", "p").value().llama.hidden == models::kTinyLlama.hidden);
+  CHECK(executable_model("flux-kontext-dev", "p").value().flux.double_blocks == 19);
+  CHECK(executable_model("mistral-7b", "p").value().llama.vocab == 32000);
+  Result<ExecutableModel> gpt2 = executable_model("gpt2", "plan.json");
+  REQUIRE_FALSE(gpt2.is_ok());
+  CHECK(gpt2.message().find("plan.json: model: \"gpt2\"") == 0);
+  CHECK(gpt2.message().find("tiny-llama") != std::string::npos);
+}
+
+TEST_CASE("Hugging Face llama configs map onto the decoder; features it lacks are refused") {
+  const std::string dir = HEADROOM_SOURCE_DIR "/tests/data/hf/";
+  Result<ExecutableModel> mistral = executable_model(dir + "mistral-7b", "p");
+  REQUIRE(mistral.is_ok());
+  CHECK(mistral->llama.kv_heads == 8);
+  CHECK(mistral->llama.intermediate == 14336);
+  Result<ExecutableModel> qwen3 = executable_model(dir + "qwen3-0.6b", "p");
+  REQUIRE_FALSE(qwen3.is_ok());
+  CHECK(qwen3.message().find("model_type \"qwen3\"") != std::string::npos);
+  Result<ExecutableModel> bert = executable_model(dir + "bert-base-uncased/config.json", "p");
+  REQUIRE_FALSE(bert.is_ok());
+  CHECK(executable_model(dir + "no-such-model", "p").message().find("no such file") != std::string::npos);
+}
+
+TEST_CASE("check_executable refuses what the trainer cannot apply, naming the field") {
+  planner::Plan plan = plan_for("tiny-llama");
+  CHECK(check_executable(plan, "plan.json").is_ok());
+
+  planner::Plan two_gpus = plan;
+  two_gpus.settings.gpus_per_node = 2;
+  CHECK(check_executable(two_gpus, "plan.json").message().find("plan.json: settings.gpus_per_node") == 0);
+
+  planner::Plan qlora = plan;
+  qlora.settings.mode = planner::TrainMode::kQlora;
+  CHECK(check_executable(qlora, "plan.json").message().find("QLoRA") != std::string::npos);
+
+  planner::Plan adam8 = plan;
+  adam8.settings.optimizer = planner::OptimizerKind::kAdamW8bit;
+  CHECK(check_executable(adam8, "plan.json").message().find("settings.optimizer") != std::string::npos);
+
+  planner::Plan zero3 = plan;
+  zero3.config.zero_stage = 3;
+  CHECK(check_executable(zero3, "plan.json").message().find("ZeRO-3") != std::string::npos);
+
+  planner::Plan nvme = plan;
+  nvme.config.offload_optimizer = planner::Offload::kNvme;
+  CHECK(check_executable(nvme, "plan.json").message().find("NVMe") != std::string::npos);
+
+  planner::Plan torn = plan;
+  torn.block_names.pop_back();
+  CHECK(check_executable(torn, "plan.json").message().find("plan.json: blocks") == 0);
+}
+
+TEST_CASE("run options are validated with the flag named") {
+  RunOptions ok;
+  CHECK(validate_run_options(ok, "command line").is_ok());
+  RunOptions o = ok;
+  o.steps = 0;
+  CHECK(validate_run_options(o, "command line").message() == "command line: --steps: at least 1");
+  o = ok;
+  o.token_bytes = 3;
+  CHECK(validate_run_options(o, "c").message().find("--token-bytes") != std::string::npos);
+  o = ok;
+  o.learning_rate = std::nan("");
+  CHECK(validate_run_options(o, "c").message().find("--lr") != std::string::npos);
+  o = ok;
+  o.device = "tpu";
+  CHECK(validate_run_options(o, "c").message().find("--device") != std::string::npos);
+  o = ok;
+  o.checkpoint_every = 5;
+  CHECK(validate_run_options(o, "c").message().find("--checkpoint-dir") != std::string::npos);
+  o = ok;
+  o.checkpoints_kept = 0;
+  CHECK(validate_run_options(o, "c").message().find("--keep") != std::string::npos);
+}
+
+TEST_CASE("category errors are relative to the measurement") {
+  CHECK(CategoryCheck{"x", 105, 100}.relative_error() == doctest::Approx(0.05));
+  CHECK(CategoryCheck{"x", 95, 100}.relative_error() == doctest::Approx(-0.05));
+  CHECK(CategoryCheck{"x", 0, 0}.relative_error() == 0.0);
+  CHECK(CategoryCheck{"x", 10, 0}.relative_error() == 1.0);
+}
+
+TEST_CASE("synthetic tokens are arithmetic progressions, deterministic in the sample index") {
+  const TokenSource a = TokenSource::synthetic(256, 7);
+  const TokenSource b = TokenSource::synthetic(256, 7);
+  const std::vector<int64_t> s = a.sample(41, 64).value();
+  CHECK(s == b.sample(41, 64).value());
+  CHECK(s != a.sample(42, 64).value());
+  CHECK(s != TokenSource::synthetic(256, 8).sample(41, 64).value());
+  const int64_t stride = (s[1] - s[0] + 256) % 256;
+  for (size_t t = 1; t < s.size(); ++t) {
+    CHECK(s[t] >= 0);
+    CHECK(s[t] < 256);
+    CHECK((s[t] - s[t - 1] + 256) % 256 == stride);
+  }
+}
+
+TEST_CASE("token files: little-endian ids, windows by sample index, hostile files refused") {
+  // ids 0..9 as uint16 little-endian.
+  std::vector<unsigned char> u16;
+  for (int i = 0; i < 10; ++i) {
+    u16.push_back(static_cast<unsigned char>(i));
+    u16.push_back(0);
+  }
+  const std::string path16 = temp_file("u16.bin", u16);
+  Result<TokenSource> file = TokenSource::open_file(path16, 2, 100, 4);
+  REQUIRE(file.is_ok());
+  CHECK(file->file_tokens() == 10);
+  CHECK(file->sample(0, 4).value() == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(file->sample(1, 4).value() == std::vector<int64_t>{4, 5, 6, 7});
+  CHECK(file->sample(2, 4).value() == std::vector<int64_t>{1, 2, 3, 4});  // 8 mod 7 windows
+
+  // uint32 with a high byte set: 0x00010002 = 65538.
+  const std::string path32 = temp_file("u32.bin", {2, 0, 1, 0, 3, 0, 0, 0});
+  Result<TokenSource> wide = TokenSource::open_file(path32, 4, 70000, 2);
+  REQUIRE(wide.is_ok());
+  CHECK(wide->sample(0, 2).value() == std::vector<int64_t>{65538, 3});
+
+  Result<TokenSource> small_vocab = TokenSource::open_file(path32, 4, 1000, 2);
+  REQUIRE(small_vocab.is_ok());
+  const std::string bad_id = small_vocab->sample(0, 2).message();
+  CHECK(bad_id.find(path32 + ": token 0 is 65538") == 0);
+  CHECK(bad_id.find("vocabulary size 1000") != std::string::npos);
+
+  const std::string odd = temp_file("odd.bin", {1, 2, 3});
+  CHECK(TokenSource::open_file(odd, 2, 100, 1).message().find("not a whole number of 2-byte") != std::string::npos);
+  CHECK(TokenSource::open_file(path16, 2, 100, 11).message().find("at least one sequence of 11") !=
+        std::string::npos);
+  CHECK(TokenSource::open_file("/nonexistent/tokens.bin", 2, 100, 1).message().find("/nonexistent/tokens.bin") == 0);
+  CHECK(TokenSource::open_file("/tmp", 2, 100, 1).message().find("regular file") != std::string::npos);
+  for (const std::string& p : {path16, path32, odd}) std::remove(p.c_str());
+}
+
+TEST_CASE("without LibTorch, run_plan says how to get the executor") {
+  if (executor_available()) return;  // the LibTorch build trains instead (tests/executor/torch)
+  RunObserver observer;
+  Result<RunResult> r = run_plan(plan_for("tiny-llama"), RunOptions{}, observer);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.message().find("scripts/setup_torch.sh") != std::string::npos);
+}
+
+}  // namespace headroom::executor

@@ -1,0 +1,289 @@
+// headroom run on the CPU: tiny-llama and tiny-flux train with checkpoint and
+// offload plans, the loss falls, the memory categories the planner predicts
+// match the tracking allocator's measurement, offload leaves gradients
+// unchanged, and training-state checkpoints survive injected write failures
+// and a full disk, with a resume that continues exactly.
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "executor/offload.h"
+#include "executor/run.h"
+#include "executor/state_store.h"
+#include "models/llama.h"
+#include "models/torch/llama_module.h"
+#include "planner/planner.h"
+
+
+// c10/util/logging defines CHECK (an abort); the tests mean doctest's.
+#undef CHECK
+#define CHECK DOCTEST_CHECK
+
+namespace headroom::executor {
+namespace {
+
+namespace tm = models::torch_modules;
+
+planner::Plan plan_for(const std::string& model, planner::Precision precision, planner::TrainMode mode,
+                       planner::CheckpointPolicy checkpointing) {
+  planner::RunSettings settings;
+  settings.model = model;
+  settings.gpu = "a6000";
+  settings.precision = precision;
+  settings.mode = mode;
+  settings.lora.rank = 4;
+  settings.checkpointing = checkpointing;
+  settings.micro_batch = 4;  // a smoother loss than one sequence per step
+  Result<planner::FitAnswer> answer = planner::fit(settings);
+  REQUIRE_MESSAGE(answer.is_ok(), answer.message());
+  return answer->as_given;
+}
+
+struct Recorder final : RunObserver {
+  std::vector<StepMetrics> steps;
+  void on_step(const StepMetrics& m) override { steps.push_back(m); }
+};
+
+const CategoryCheck* find(const RunResult& r, const std::string& name) {
+  for (const CategoryCheck& c : r.categories) {
+    if (c.category == name) return &c;
+  }
+  return nullptr;
+}
+
+// The bar: activation and state terms within 5 % of the measurement.
+void check_categories(const RunResult& r, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const CategoryCheck* c = find(r, name);
+    REQUIRE_MESSAGE(c != nullptr, name);
+    INFO(name << ": predicted " << c->predicted << " measured " << c->measured);
+    CHECK(c->measured > 0);
+    CHECK(std::abs(c->relative_error()) <= 0.05);
+  }
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = "/tmp/headroom_trainer_" + std::to_string(::getpid()) + "_" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// The real file system, with writes failing on demand or little free space.
+class FaultyFileSystem final : public FileSystem {
+ public:
+  bool fail_writes = false;
+  int64_t free = -1;  // -1: the real figure
+  Result<int64_t> free_bytes(const std::string& d) override {
+    return free >= 0 ? Result<int64_t>(free) : real().free_bytes(d);
+  }
+  Status make_directory(const std::string& p) override { return real().make_directory(p); }
+  Result<std::vector<std::string>> list_directory(const std::string& p) override { return real().list_directory(p); }
+  bool exists(const std::string& p) override { return real().exists(p); }
+  Result<int64_t> file_size(const std::string& p) override { return real().file_size(p); }
+  Status write_file(const std::string& p, std::string_view c) override {
+    if (fail_writes) {
+      (void)real().write_file(p, c.substr(0, c.size() / 2));  // a torn write, as a crash leaves it
+      return Status::error(p + ": write: Input/output error (injected)");
+    }
+    return real().write_file(p, c);
+  }
+  Result<std::string> read_file(const std::string& p) override { return real().read_file(p); }
+  Status rename(const std::string& a, const std::string& b) override { return real().rename(a, b); }
+  Status sync_directory(const std::string& p) override { return real().sync_directory(p); }
+  Status remove_all(const std::string& p) override { return real().remove_all(p); }
+
+ private:
+  static FileSystem& real() { return real_file_system(); }
+};
+
+std::map<std::string, torch::Tensor> saved_model(const std::string& dir) {
+  StateStoreOptions options;
+  options.directory = dir;
+  auto loaded = StateStore(options).load_latest();
+  REQUIRE(loaded.is_ok());
+  REQUIRE(loaded->has_value());
+  const std::string& bytes = loaded.value()->parts.at("model.pt");
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  std::map<std::string, torch::Tensor> out;
+  for (const std::string& key : archive.keys()) {
+    torch::Tensor t;
+    archive.read(key, t);
+    out[key] = t;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("tiny-llama trains on the CPU with a checkpoint-every plan; memory as predicted") {
+  const planner::Plan plan = plan_for("tiny-llama", planner::Precision::kFp32, planner::TrainMode::kFull,
+                                      planner::CheckpointPolicy::kEveryBlock);
+  RunOptions options;
+  options.steps = 40;
+  options.learning_rate = 3e-3;
+  options.device = "cpu";
+  Recorder recorder;
+  Result<RunResult> r = run_plan(plan, options, recorder);
+  REQUIRE_MESSAGE(r.is_ok(), r.message());
+  REQUIRE(recorder.steps.size() == 40);
+  INFO("loss " << recorder.steps.front().loss << " -> " << recorder.steps.back().loss);
+  CHECK(recorder.steps.front().loss > 5.0);  // about ln(256) = 5.55 at initialisation
+  CHECK(recorder.steps.back().loss < 0.6 * recorder.steps.front().loss);
+  check_categories(r.value(), {"parameters", "optimizer states + master weights", "gradients", "activations"});
+}
+
+TEST_CASE("tiny-llama, bf16 mixed precision with LoRA and dropout: master weights, adapters, masks as predicted") {
+  const planner::Plan plan = plan_for("tiny-llama", planner::Precision::kBf16Mixed, planner::TrainMode::kLora,
+                                      planner::CheckpointPolicy::kNone);
+  RunOptions options;
+  options.steps = 3;
+  options.device = "cpu";
+  Recorder recorder;
+  Result<RunResult> r = run_plan(plan, options, recorder);
+  REQUIRE_MESSAGE(r.is_ok(), r.message());
+  check_categories(r.value(), {"parameters", "optimizer states + master weights", "gradients", "activations"});
+}
+
+TEST_CASE("tiny-flux trains with LoRA and checkpointing; loss falls; memory as predicted") {
+  const planner::Plan plan = plan_for("tiny-flux", planner::Precision::kFp32, planner::TrainMode::kLora,
+                                      planner::CheckpointPolicy::kEveryBlock);
+  RunOptions options;
+  options.steps = 40;
+  options.learning_rate = 1e-2;
+  options.device = "cpu";
+  Recorder recorder;
+  Result<RunResult> r = run_plan(plan, options, recorder);
+  REQUIRE_MESSAGE(r.is_ok(), r.message());
+  INFO("loss " << recorder.steps.front().loss << " -> " << recorder.steps.back().loss);
+  CHECK(recorder.steps.back().loss < 0.9 * recorder.steps.front().loss);
+  check_categories(r.value(), {"parameters", "optimizer states + master weights", "gradients", "activations"});
+}
+
+TEST_CASE("an offload plan moves what the planner says to the host") {
+  planner::Plan plan = plan_for("tiny-llama", planner::Precision::kFp32, planner::TrainMode::kFull,
+                                planner::CheckpointPolicy::kNone);
+  for (size_t b = 0; b + 1 < plan.blocks.size(); ++b) {
+    if (plan.block_names[b].find("layers.") != std::string::npos && b % 2 == 0) {
+      plan.blocks[b] = planner::BlockChoice::kOffload;
+    }
+  }
+  RunOptions options;
+  options.steps = 2;
+  options.device = "cpu";
+  Recorder recorder;
+  Result<RunResult> r = run_plan(plan, options, recorder);
+  REQUIRE_MESSAGE(r.is_ok(), r.message());
+  check_categories(r.value(), {"activations", "offloaded activations"});
+}
+
+TEST_CASE("offloaded blocks give the same gradients as the plain run, and release their host copies") {
+  torch::manual_seed(3);
+  tm::LlamaForCausalLM model(models::kTinyLlama);
+  model->to(torch::kDouble);
+  const torch::Tensor ids = torch::randint(0, models::kTinyLlama.vocab, {2, 32}, torch::kLong);
+  model->forward(ids).backward();
+  std::vector<torch::Tensor> plain;
+  for (const torch::Tensor& p : model->parameters()) plain.push_back(p.grad().clone());
+  model->zero_grad();
+
+  OffloadStats stats;
+  const auto params = parameter_storages(*model);
+  const tm::BlockRunner offload_all = [&](const std::string&, torch::nn::Module&, const tm::BlockFn& fn,
+                                          const std::vector<torch::Tensor>& in) {
+    const OffloadScope scope(stats, params);
+    return fn(in);
+  };
+  model->forward(ids, offload_all).backward();
+  CHECK(stats.packed_tensors > 0);
+  CHECK(stats.packed_bytes > 0);
+  CHECK(stats.host_live_bytes == 0);  // every host copy was unpacked and freed by backward
+  size_t i = 0;
+  for (const torch::Tensor& p : model->parameters()) {
+    CHECK(torch::allclose(p.grad(), plain[i++], 1e-12, 1e-12));
+  }
+}
+
+TEST_CASE("checkpoints survive a failed write and a full disk; resume continues exactly") {
+  const planner::Plan plan = plan_for("tiny-llama", planner::Precision::kFp32, planner::TrainMode::kFull,
+                                      planner::CheckpointPolicy::kEveryBlock);
+  RunOptions base;
+  base.device = "cpu";
+  base.steps = 6;
+  base.checkpoint_every = 2;
+  base.checkpoints_kept = 3;
+  base.learning_rate = 3e-3;
+
+  // Uninterrupted.
+  RunOptions straight = base;
+  straight.checkpoint_dir = temp_dir("straight");
+  Recorder full;
+  REQUIRE(run_plan(plan, straight, full).is_ok());
+
+  // The save at step 4 fails mid-write: the run stops, step 2 stays intact.
+  FaultyFileSystem faulty;
+  RunOptions broken = base;
+  broken.checkpoint_dir = temp_dir("broken");
+  broken.file_system = &faulty;
+  struct FailAfterFirst final : RunObserver {
+    FaultyFileSystem* fs;
+    void on_checkpoint(int64_t, const std::string&) override { fs->fail_writes = true; }
+  } arm;
+  arm.fs = &faulty;
+  Result<RunResult> failed = run_plan(plan, broken, arm);
+  REQUIRE_FALSE(failed.is_ok());
+  INFO(failed.message());
+  CHECK(failed.message().find("step 4: checkpoint not saved") == 0);
+  CHECK(failed.message().find("injected") != std::string::npos);
+  StateStoreOptions store_options;
+  store_options.directory = broken.checkpoint_dir;
+  CHECK(StateStore(store_options).steps().value() == std::vector<int64_t>{2});
+
+  // Resume from step 2 (writes work again) and finish: identical to the uninterrupted run.
+  faulty.fail_writes = false;
+  RunOptions resumed = base;
+  resumed.resume_dir = broken.checkpoint_dir;
+  resumed.checkpoint_dir = broken.checkpoint_dir;
+  Recorder rest;
+  Result<RunResult> second = run_plan(plan, resumed, rest);
+  REQUIRE_MESSAGE(second.is_ok(), second.message());
+  CHECK(second->first_step == 3);
+  REQUIRE(rest.steps.size() == 4);
+  for (size_t i = 0; i < rest.steps.size(); ++i) CHECK(rest.steps[i].loss == full.steps[i + 2].loss);
+  const auto a = saved_model(straight.checkpoint_dir);
+  const auto b = saved_model(broken.checkpoint_dir);
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, tensor] : a) CHECK_MESSAGE(torch::equal(tensor, b.at(name)), name);
+
+  // A full disk refuses the first save before writing anything.
+  FaultyFileSystem full_disk;
+  full_disk.free = 1024;
+  RunOptions no_space = base;
+  no_space.checkpoint_dir = temp_dir("full");
+  no_space.file_system = &full_disk;
+  RunObserver quiet;
+  Result<RunResult> refused = run_plan(plan, no_space, quiet);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.message().find("step 2: checkpoint not saved") == 0);
+  CHECK(refused.message().find("free") != std::string::npos);
+  store_options.directory = no_space.checkpoint_dir;
+  const auto none = StateStore(store_options).steps();
+  CHECK((!none.is_ok() || none.value().empty()));
+
+  // A checkpoint of another run is not resumed.
+  RunOptions other = base;
+  other.seed = 99;
+  other.resume_dir = straight.checkpoint_dir;
+  Result<RunResult> wrong = run_plan(plan, other, quiet);
+  REQUIRE_FALSE(wrong.is_ok());
+  CHECK(wrong.message().find("written by another run") != std::string::npos);
+  for (const std::string& d : {straight.checkpoint_dir, broken.checkpoint_dir, no_space.checkpoint_dir}) {
+    std::filesystem::remove_all(d);
+  }
+}
+
+}  // namespace headroom::executor
