@@ -77,6 +77,14 @@ Qkv projections(Context& c, const std::string& attn, const std::string& x, SizeE
   const std::string q = c.b.linear(attn + "." + q_name, x, rows, h, h, true);
   const std::string k = c.b.linear(attn + "." + k_name, x, rows, h, h, true);
   out.v = c.b.linear(attn + "." + v_name, x, rows, h, h, true);
+  if (c.f.python_qk_norm) {
+    // diffusers RMSNorm: x.to(f32).pow(2).mean(), x * rsqrt(...) in f32, times the
+    // weight: keeps a float32 copy of x, rstd and the float32 normalized tensor
+    // (traced by scripts/exporter, docs/exporter.md).
+    out.q = c.b.python_rms_norm(attn + "." + nq, q, head_rows, c.f.head_dim, true);
+    out.k = c.b.python_rms_norm(attn + "." + nk, k, head_rows, c.f.head_dim, true);
+    return out;
+  }
   out.q = c.b.norm(attn + "." + nq, q, head_rows, c.f.head_dim, NormKind::kRmsNorm, true, false);
   out.k = c.b.norm(attn + "." + nk, k, head_rows, c.f.head_dim, NormKind::kRmsNorm, true, false);
   return out;

@@ -22,6 +22,10 @@ struct FluxConfig {
   int64_t mlp = 0;            // FeedForward width (mult 4)
   int64_t time_channels = 0;  // sinusoidal timestep projection channels
   int64_t text_tokens = 0;    // T5 tokens per sample (fixed)
+  // q/k RMSNorms as diffusers' RMSNorm Python ops (float32 copy of x, rstd and a
+  // float32 normalized tensor kept), as read from a diffusers config.json; false:
+  // the fused kernel the executor's LibTorch module uses.
+  bool python_qk_norm = false;
 };
 
 // black-forest-labs/FLUX.1-Kontext-dev transformer/config.json: in_channels 64,
@@ -29,10 +33,10 @@ struct FluxConfig {
 // attention_head_dim 128, joint_attention_dim 4096, pooled_projection_dim 768,
 // guidance_embeds true, patch_size 1, axes_dims_rope [16, 56, 56]. FeedForward
 // mult 4 (12288), timestep projection 256 channels; max T5 length 512.
-inline constexpr FluxConfig kFluxKontextDev{3072, 24, 128, 19, 38, 64, 4096, 768, 12288, 256, 512};
+inline constexpr FluxConfig kFluxKontextDev{3072, 24, 128, 19, 38, 64, 4096, 768, 12288, 256, 512, false};
 
 // "tiny-flux": the same architecture small enough to train on a CPU in tests.
-inline constexpr FluxConfig kTinyFlux{64, 2, 32, 2, 2, 16, 32, 16, 256, 32, 8};
+inline constexpr FluxConfig kTinyFlux{64, 2, 32, 2, 2, 16, 32, 16, 256, 32, 8, false};
 
 graph::LayerGraph build_flux(const FluxConfig& config, const ZooOptions& options);
 

@@ -44,6 +44,7 @@ graph::LayerGraph build_gpt(const GptBuild& g) {
     spec.prefix = g.prefix + "." + std::to_string(i);
     spec.hidden = c.hidden;
     spec.heads = c.heads;
+    spec.inner = c.inner > 0 ? c.inner : 4 * c.hidden;
     spec.conv1d = g.conv1d;
     spec.unfused_gelu_new = g.unfused_gelu_new;
     spec.attention_dropout = c.attention_dropout;
@@ -81,7 +82,7 @@ graph::LayerGraph build_gpt2_from(const GptConfig& config, const ZooOptions& opt
 graph::LayerGraph build_gpt_layer_stack(int layers, int64_t hidden, int64_t heads, int64_t vocab,
                                         AttentionImpl attention, double dropout) {
   GptBuild g;
-  g.config = GptConfig{layers, hidden, heads, vocab, 2048, dropout, dropout, dropout};
+  g.config = GptConfig{layers, hidden, heads, vocab, 2048, dropout, dropout, dropout, 0};
   g.prefix = "layers";
   g.conv1d = false;
   g.unfused_gelu_new = false;  // Megatron's fused GELU keeps only its input

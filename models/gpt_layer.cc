@@ -29,7 +29,8 @@ std::string add_gpt_layer(GraphBuilder& b, const GptLayerSpec& s, const std::str
   const std::string& p = s.prefix;
   const SizeExpr rows = tokens();
   const SizeExpr h_elements = times(rows, s.hidden);
-  const SizeExpr ffn_elements = times(rows, 4 * s.hidden);
+  const int64_t inner = s.inner > 0 ? s.inner : 4 * s.hidden;
+  const SizeExpr ffn_elements = times(rows, inner);
   b.begin_block(p, "gpt_layer", true);
   const std::string x = b.norm(p + ".ln_1", hidden, rows, s.hidden, NormKind::kLayerNorm, true, true);
   const std::string qkv = b.linear(p + ".attn.c_attn", x, rows, s.hidden, 3 * s.hidden, true, s.conv1d);
@@ -48,10 +49,10 @@ std::string add_gpt_layer(GraphBuilder& b, const GptLayerSpec& s, const std::str
   o = b.dropout(p + ".attn.resid_dropout", o, h_elements, s.residual_dropout);
   const std::string h = b.add(p + ".residual_attn", hidden, o, h_elements);
   const std::string y = b.norm(p + ".ln_2", h, rows, s.hidden, NormKind::kLayerNorm, true, true);
-  const std::string fc = b.linear(p + ".mlp.c_fc", y, rows, s.hidden, 4 * s.hidden, true, s.conv1d);
+  const std::string fc = b.linear(p + ".mlp.c_fc", y, rows, s.hidden, inner, true, s.conv1d);
   const std::string act = s.unfused_gelu_new ? gelu_new_unfused(b, p + ".mlp.act", fc, ffn_elements)
                                              : b.activation(p + ".mlp.act", fc, ffn_elements, "gelu");
-  std::string down = b.linear(p + ".mlp.c_proj", act, rows, 4 * s.hidden, s.hidden, true, s.conv1d);
+  std::string down = b.linear(p + ".mlp.c_proj", act, rows, inner, s.hidden, true, s.conv1d);
   down = b.dropout(p + ".mlp.dropout", down, h_elements, s.residual_dropout);
   return b.add(p + ".residual_mlp", h, down, h_elements);
 }

@@ -15,6 +15,7 @@ struct GptLayerSpec {
   std::string prefix;  // module path of the layer, e.g. "transformer.h.3"
   int64_t hidden = 0;
   int64_t heads = 0;
+  int64_t inner = 0;   // MLP width; 0: 4 * hidden (GPT-2's n_inner default)
   bool conv1d = true;  // GPT-2 Conv1D weights ([in, out]) rather than nn.Linear
   // HF "gelu_new" (NewGELUActivation) is composed of Python tensor ops and keeps
   // four [B, S, 4h] tensors; false: one fused GELU kernel that keeps its input.

@@ -41,7 +41,11 @@ std::string neox_attention(GraphBuilder& b, const NeoxConfig& c, const std::stri
   const std::string k = partial_rope(b, a + ".k", parts[1], cos, sin, c.heads, head_dim, rot);
   const AttentionShape shape =
       self_attention_shape(c.heads, c.heads, head_dim, tokens(), square_tokens(), true);
-  std::string out = attention(b, options.attention, a, q, k, parts[2], shape,
+  // v is a view of query_key_value's output: SDPA/flash keeps the view, so the
+  // whole fused qkv stays alive until backward (traced by scripts/exporter);
+  // eager attention's matmul keeps a contiguous copy of v instead.
+  const std::string v = options.attention == AttentionImpl::kSdpa ? qkv : parts[2];
+  std::string out = attention(b, options.attention, a, q, k, v, shape,
                               EagerAttentionOptions{true, dropout_p(options, c.attention_dropout)});
   if (options.attention == AttentionImpl::kEager) {
     out = b.copy(a + ".merge_heads", "transpose_contiguous", {out}, h_elements);

@@ -135,6 +135,26 @@ std::string GraphBuilder::norm(const std::string& module, const std::string& x, 
   return y;
 }
 
+std::string GraphBuilder::python_rms_norm(const std::string& module, const std::string& x,
+                                          SizeExpr rows, int64_t width, bool normalized_f32) {
+  // The fused node (weight, FLOPs, the f32 ":rstd" output), then what the Python
+  // ops keep instead of x: the float32 copy of x (kept by pow and by x32 * rstd),
+  // rstd (rsqrt keeps its output; the multiply keeps it too) and the normalized
+  // tensor the weight multiplies (kept for the weight gradient).
+  const std::string y = norm(module, x, rows, width, NormKind::kRmsNorm, true, false);
+  const std::string x32 = module + ":x32";
+  const std::string rstd = module + ":rstd";
+  const std::string normalized = module + ":normalized";
+  graph::Node& node = graph_.nodes.back();
+  node.outputs.insert(node.outputs.end(), {x32, normalized});
+  node.saves = {SavedRef{x32, SaveWhen::kInputGrad}, SavedRef{rstd, SaveWhen::kInputGrad},
+                SavedRef{normalized, SaveWhen::kParamGrad}};
+  add_tensor(x32, times(rows, width), DType::kF32);
+  add_tensor(normalized, times(rows, width),
+             normalized_f32 ? std::optional<DType>(DType::kF32) : std::nullopt);
+  return y;
+}
+
 std::string GraphBuilder::activation(const std::string& name, const std::string& x,
                                      SizeExpr elements, const std::string& kind) {
   OpSpec spec;
@@ -142,7 +162,9 @@ std::string GraphBuilder::activation(const std::string& name, const std::string&
   spec.op = "activation:" + kind;
   spec.inputs = {x};
   spec.out_elements = elements;
-  spec.saves = {SavedRef{x, SaveWhen::kInputGrad}};
+  // ReLU's backward (threshold_backward) reads its output, not its input: the
+  // output is what is kept, and it is often kept anyway by the next linear.
+  spec.saves = {SavedRef{kind == "relu" ? name : x, SaveWhen::kInputGrad}};
   spec.fwd_flops = elements.scaled(kActivationFlopsPerElement);
   spec.bwd_input_flops = elements.scaled(kActivationFlopsPerElement);
   return op(spec);

@@ -86,7 +86,17 @@ class GraphBuilder {
   std::string norm(const std::string& module, const std::string& x, SizeExpr rows, int64_t width,
                    NormKind kind, bool affine, bool bias);
 
-  // GELU (exact or tanh), SiLU, ReLU as one fused kernel: saves x (kInputGrad).
+  // transformers' RMSNorm written as Python ops (LlamaRMSNorm and its copies):
+  // x32 = x.to(f32); rstd = rsqrt(x32.pow(2).mean(-1) + eps); n = (x32 * rstd).to(x.dtype);
+  // y = weight * n. Autograd keeps x32 and rstd when x requires grad (pow, rsqrt, mul)
+  // and n when the weight is trainable: 6 bytes per value under bf16 where a fused
+  // kernel keeps 2. `normalized_f32`: GemmaRMSNorm multiplies in f32 ((1 + w) * n32),
+  // so n is kept as f32. Extra outputs ":x32", ":rstd", ":normalized".
+  std::string python_rms_norm(const std::string& module, const std::string& x, SizeExpr rows,
+                              int64_t width, bool normalized_f32);
+
+  // GELU (exact or tanh), SiLU, ReLU as one fused kernel: saves x (kInputGrad);
+  // ReLU saves its output instead (its backward reads the result).
   std::string activation(const std::string& name, const std::string& x, SizeExpr elements,
                          const std::string& kind);
 

@@ -140,7 +140,7 @@ Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config,
         origin, "model_type",
         "one of " + std::string(supported_hf_model_types()) + ", got \"" + type.value() +
             "\"; for other architectures write a layer-graph JSON (docs/layer-graph-format.md) "
-            "or export one from PyTorch with scripts/export_graph.py (being written)");
+            "or export one from PyTorch with scripts/exporter/export_graph.py (docs/exporter.md)");
   }
   Result<graph::LayerGraph> graph =
       (reader ? reader : found->second)(fields, type.value(), options);

@@ -59,10 +59,16 @@ Result<LlamaConfig> read_llama_config(const HfFields& c, const std::string& type
   if (type != "qwen3" && type != "gemma" && !c.has("head_dim")) {
     r.divides("num_attention_heads", config.hidden, config.heads, "hidden_size");
   }
+  // transformers' RMSNorm classes are Python ops (LlamaRMSNorm, copied by Mistral,
+  // Qwen2/3, Phi3): they keep a float32 copy of x, rstd and the normalized tensor,
+  // 6 bytes per value under bf16; traced by scripts/exporter (docs/exporter.md).
+  config.rms_norm = RmsNormStyle::kTransformers;
   if (type == "gemma") {
     // GemmaMLP uses hidden_activation (default gelu_pytorch_tanh), not hidden_act.
     config.mlp_activation = "gelu_tanh";
     config.scale_embeddings = true;
+    // GemmaRMSNorm scales in float32, (1 + weight.float()) * n: n is kept as f32.
+    config.rms_norm = RmsNormStyle::kTransformersF32;
   }
   if (type == "phi3") {
     config.fused_projections = true;
@@ -90,7 +96,7 @@ Result<graph::LayerGraph> hf_llama_family(const HfFields& c, const std::string& 
 }
 
 // GPT-2 (GPT2Config: n_layer 12, n_embd 768, n_head 12, vocab_size 50257,
-// n_positions 1024, *_pdrop 0.1; embeddings tied).
+// n_positions 1024, n_inner null (4 x n_embd), *_pdrop 0.1; embeddings tied).
 Result<graph::LayerGraph> hf_gpt2_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options) {
   HfReader r(c);
@@ -103,6 +109,9 @@ Result<graph::LayerGraph> hf_gpt2_family(const HfFields& c, const std::string& t
   config.embedding_dropout = r.probability_or("embd_pdrop", 0.1);
   config.attention_dropout = r.probability_or("attn_pdrop", 0.1);
   config.residual_dropout = r.probability_or("resid_pdrop", 0.1);
+  // n_inner: null in the published GPT-2 configs (4 x n_embd); found by the exporter's
+  // cross-check, which traces a config that sets it.
+  if (c.has("n_inner")) config.inner = r.positive("n_inner");
   r.divides("n_head", config.hidden, config.heads, "n_embd");
   if (!r.status().is_ok()) return r.status();
   graph::LayerGraph graph = build_gpt2_from(config, options);

@@ -246,6 +246,7 @@ Result<graph::LayerGraph> hf_flux_family(const HfFields& c, const std::string& t
   f.hidden = f.heads * f.head_dim;
   r.at_most("attention_head_dim", f.hidden, kMaxHfSize, "num_attention_heads x attention_head_dim");
   f.mlp = 4 * f.hidden;  // FluxTransformerBlock: FeedForward mult 4; single blocks mlp_ratio 4.0
+  f.python_qk_norm = true;  // what diffusers runs (the zoo entry models a fused kernel)
   if (!r.status().is_ok()) return r.status();
   graph::LayerGraph graph = build_flux(f, options);
   if (!guidance) {

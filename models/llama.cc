@@ -40,6 +40,10 @@ struct RopeAttention {
   int64_t head_dim = 0;
   bool softmax_fp32 = true;
   double dropout = 0.0;
+  // Phi3's fused qkv_proj output, of which v is a view. Flash/SDPA keeps v as
+  // given, a view, so the whole qkv storage stays alive until backward (traced
+  // by scripts/exporter); eager attention's matmul keeps a contiguous copy of v.
+  std::string v_base;
 };
 
 std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::string& q,
@@ -49,7 +53,7 @@ std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::s
   const SizeExpr kv_elements = times(tokens(), a.kv_heads * a.head_dim);
   const std::string q_rope = apply_rope(b, a.prefix + ".q", q, cos, sin, q_elements);
   std::string k_rope = apply_rope(b, a.prefix + ".k", k, cos, sin, kv_elements);
-  std::string v_in = v;
+  std::string v_in = impl == AttentionImpl::kSdpa && !a.v_base.empty() ? a.v_base : v;
   int64_t kv_heads = a.kv_heads;
   if (impl == AttentionImpl::kEager && a.kv_heads != a.heads) {
     k_rope = b.copy(a.prefix + ".repeat_kv_k", "repeat_kv", {k_rope}, q_elements);
@@ -65,6 +69,12 @@ std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::s
 }
 
 }  // namespace
+
+std::string add_rms_norm(GraphBuilder& b, RmsNormStyle style, const std::string& module,
+                         const std::string& x, SizeExpr rows, int64_t width) {
+  if (style == RmsNormStyle::kFused) return b.norm(module, x, rows, width, NormKind::kRmsNorm, true, false);
+  return b.python_rms_norm(module, x, rows, width, style == RmsNormStyle::kTransformersF32);
+}
 
 std::pair<std::string, std::string> add_rope_tables(GraphBuilder& b, const std::string& prefix,
                                                     int64_t head_dim) {
@@ -87,9 +97,8 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = layer_prefix(prefix, i);
     b.begin_block(p, "llama_decoder", true);
-    const std::string x =
-        b.norm(p + ".input_layernorm", hidden, rows, c.hidden, NormKind::kRmsNorm, true, false);
-    std::string q, k, v;
+    const std::string x = add_rms_norm(b, c.rms_norm, p + ".input_layernorm", hidden, rows, c.hidden);
+    std::string q, k, v, qkv_base;
     if (c.fused_projections) {
       // Phi3Attention: one qkv_proj, sliced into q, k, v (views: nothing new kept).
       const std::string qkv = b.linear(p + ".self_attn.qkv_proj", x, rows, c.hidden,
@@ -102,6 +111,7 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
       q = parts[0];
       k = parts[1];
       v = parts[2];
+      qkv_base = qkv;
     } else {
       q = b.linear(p + ".self_attn.q_proj", x, rows, c.hidden, c.heads * head_dim, c.qkv_bias);
       k = b.linear(p + ".self_attn.k_proj", x, rows, c.hidden, c.kv_heads * head_dim, c.qkv_bias);
@@ -109,16 +119,15 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
     }
     if (c.qk_norm) {
       // Qwen3Attention: q_norm / k_norm, RMSNorm over head_dim of every head.
-      q = b.norm(p + ".self_attn.q_norm", q, times(rows, c.heads), head_dim, NormKind::kRmsNorm, true, false);
-      k = b.norm(p + ".self_attn.k_norm", k, times(rows, c.kv_heads), head_dim, NormKind::kRmsNorm, true, false);
+      q = add_rms_norm(b, c.rms_norm, p + ".self_attn.q_norm", q, times(rows, c.heads), head_dim);
+      k = add_rms_norm(b, c.rms_norm, p + ".self_attn.k_norm", k, times(rows, c.kv_heads), head_dim);
     }
     RopeAttention a{p + ".self_attn", c.heads, c.kv_heads, head_dim, true,
-                    dropout_p(options, c.attention_dropout)};
+                    dropout_p(options, c.attention_dropout), qkv_base};
     const std::string attn = rope_attention(b, a, q, k, v, cos, sin, options.attention);
     const std::string o = b.linear(p + ".self_attn.o_proj", attn, rows, c.heads * head_dim, c.hidden, false);
     hidden = b.add(p + ".residual_attn", hidden, o, h_elements);
-    const std::string y = b.norm(p + ".post_attention_layernorm", hidden, rows, c.hidden,
-                                 NormKind::kRmsNorm, true, false);
+    const std::string y = add_rms_norm(b, c.rms_norm, p + ".post_attention_layernorm", hidden, rows, c.hidden);
     std::string gate, up;
     if (c.fused_projections) {
       // Phi3MLP: gate_up_proj, chunked in two.
@@ -139,10 +148,11 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
 }
 
 void add_causal_lm_head(GraphBuilder& b, const std::string& norm, const std::string& lm_head,
-                        const std::string& hidden, int64_t hidden_size, int64_t vocab) {
+                        const std::string& hidden, int64_t hidden_size, int64_t vocab,
+                        RmsNormStyle norm_style) {
   b.begin_block("head", "lm_head", false);
   const std::string labels = b.input("labels", tokens(), DType::kInt64, false);
-  const std::string x = b.norm(norm, hidden, tokens(), hidden_size, NormKind::kRmsNorm, true, false);
+  const std::string x = add_rms_norm(b, norm_style, norm, hidden, tokens(), hidden_size);
   const std::string logits = b.linear(lm_head, x, tokens(), hidden_size, vocab, false);
   b.lm_loss("loss", logits, labels, tokens(), vocab);
 }
@@ -159,7 +169,7 @@ graph::LayerGraph build_llama(const LlamaConfig& c, const ZooOptions& options) {
   }
   const auto [cos, sin] = add_rope_tables(b, "model", c.head_dim > 0 ? c.head_dim : c.hidden / c.heads);
   const std::string hidden = add_llama_layers(b, c, "model", embeds, cos, sin, options);
-  add_causal_lm_head(b, "model.norm", "lm_head", hidden, c.hidden, c.vocab);
+  add_causal_lm_head(b, "model.norm", "lm_head", hidden, c.hidden, c.vocab, c.rms_norm);
   graph::LayerGraph graph = b.finish();
   if (c.tie_embeddings) {
     for (graph::Node& node : graph.nodes) {
@@ -194,7 +204,7 @@ graph::LayerGraph build_qwen_7b(const ZooOptions& options) {
                                    {{p + ".attn.query", part}, {p + ".attn.key", part},
                                     {p + ".attn.value", part}});
     // modeling_qwen.py _attn: softmax(attn_weights.float()).type(value.dtype).
-    RopeAttention a{p + ".attn", c.heads, c.heads, head_dim, true, dropout_p(options, 0.0)};
+    RopeAttention a{p + ".attn", c.heads, c.heads, head_dim, true, dropout_p(options, 0.0), {}};
     const std::string attn = rope_attention(b, a, qkv_parts[0], qkv_parts[1], qkv_parts[2], cos, sin,
                                             options.attention);
     const std::string o = b.linear(p + ".attn.c_proj", attn, rows, c.hidden, c.hidden, false);

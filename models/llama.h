@@ -12,6 +12,13 @@
 
 namespace headroom::models {
 
+// How an RMSNorm keeps its tensors (docs/models.md, "Save rules").
+enum class RmsNormStyle {
+  kFused,              // one kernel (Liger, apex, headroom's executor): keeps x and rstd
+  kTransformers,       // transformers' LlamaRMSNorm as Python ops: f32 x, rstd, normalized
+  kTransformersF32,    // GemmaRMSNorm: the same with the normalized tensor kept in f32
+};
+
 // A HF LlamaForCausalLM-style config (also MistralForCausalLM).
 struct LlamaConfig {
   int64_t hidden = 0;
@@ -30,6 +37,9 @@ struct LlamaConfig {
   const char* mlp_activation = "silu";  // gemma: "gelu_tanh" (GeGLU)
   bool scale_embeddings = false;        // gemma: embeddings times sqrt(hidden_size)
   bool fused_projections = false;       // phi3: self_attn.qkv_proj, mlp.gate_up_proj
+  // The zoo models the fused kernel its executor trains with; graphs read from a
+  // config.json model transformers' own norm, which is what a transformers run keeps.
+  RmsNormStyle rms_norm = RmsNormStyle::kFused;
 };
 
 // meta-llama/Meta-Llama-3-8B config.json: hidden_size 4096, intermediate_size
@@ -60,7 +70,12 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& config, const s
 // Adds a non-checkpointable "head" block: "<norm>" RMSNorm, "<lm_head>" and the
 // HF causal-LM loss against an int64 "labels" input.
 void add_causal_lm_head(GraphBuilder& b, const std::string& norm, const std::string& lm_head,
-                        const std::string& hidden, int64_t hidden_size, int64_t vocab);
+                        const std::string& hidden, int64_t hidden_size, int64_t vocab,
+                        RmsNormStyle norm_style = RmsNormStyle::kFused);
+
+// An RMSNorm with a weight over `width` in the given style.
+std::string add_rms_norm(GraphBuilder& b, RmsNormStyle style, const std::string& module,
+                         const std::string& x, SizeExpr rows, int64_t width);
 
 graph::LayerGraph build_llama(const LlamaConfig& config, const ZooOptions& options);
 graph::LayerGraph build_qwen_7b(const ZooOptions& options);

@@ -64,7 +64,7 @@ graph::LayerGraph build_llava_from(const LlavaConfig& config, const ZooOptions& 
   const std::string hidden =
       add_llama_layers(b, lm, "language_model.model", embeds, cos, sin, options);
   add_causal_lm_head(b, "language_model.model.norm", "language_model.lm_head", hidden, lm.hidden,
-                     lm.vocab);
+                     lm.vocab, lm.rms_norm);
   graph::LayerGraph graph = b.finish();
   if (lm.tie_embeddings) {
     for (graph::Node& node : graph.nodes) {

@@ -32,7 +32,8 @@ std::string opt_layer(GraphBuilder& b, const OptConfig& c, int64_t i, std::strin
       self_attention_shape(c.heads, c.heads, c.hidden / c.heads, rows, square_tokens(), true);
   std::string out =
       attention(b, options.attention, a, q, k, v, shape,
-                EagerAttentionOptions{false, dropout_p(options, c.attention_dropout)});
+                // transformers' eager OPT attention: softmax(dtype=float32).to(dtype).
+                EagerAttentionOptions{true, dropout_p(options, c.attention_dropout)});
   if (options.attention == AttentionImpl::kEager) {
     out = b.copy(a + ".merge_heads", "transpose_contiguous", {out}, h_elements);
   }

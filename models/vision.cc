@@ -87,8 +87,11 @@ std::string add_layer(GraphBuilder& b, const VisionSpec& s, int64_t i, const std
   const std::string attn_prefix = layer_prefix(s, i) + ".attention_core";
   AttentionShape shape =
       self_attention_shape(s.heads, s.heads, s.hidden / s.heads, rows, s.scores_per_head, false);
+  // transformers' eager ViT, CLIP and SigLIP attention: softmax(dtype=float32).to(dtype),
+  // which keeps the f32 probabilities and their cast (traced by scripts/exporter).
+  const bool softmax_fp32 = s.style != VisionStyle::kBlip2;
   std::string attn = attention(b, options.attention, attn_prefix, q, k, v, shape,
-                               EagerAttentionOptions{false, dropout_p(options, s.attention_dropout)});
+                               EagerAttentionOptions{softmax_fp32, dropout_p(options, s.attention_dropout)});
   if (options.attention == AttentionImpl::kEager) {
     attn = b.copy(attn_prefix + ".merge_heads", "transpose_contiguous", {attn}, h_elements);
   }

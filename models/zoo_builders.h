@@ -19,6 +19,7 @@ struct GptConfig {
   double embedding_dropout = 0.0;  // embd_pdrop
   double attention_dropout = 0.0;  // attn_pdrop
   double residual_dropout = 0.0;   // resid_pdrop
+  int64_t inner = 0;               // n_inner, the MLP width; 0: 4 * n_embd
 };
 graph::LayerGraph build_gpt2(const ZooOptions& options);
 graph::LayerGraph build_gpt2_from(const GptConfig& config, const ZooOptions& options);

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test suite: graph, models, planner, reports,
-# cli, the HTML report in headless Chromium, and the LibTorch executor on CPU.
+# cli, the HTML report in headless Chromium, the LibTorch executor on CPU, and the
+# PyTorch exporter against the builders (label exporter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --with-browser
 if ! scripts/setup_torch.sh >/dev/null 2>.venv-setup.log; then
   echo "run_tests: WARNING: LibTorch could not be installed (see .venv-setup.log); the executor is not built or tested" >&2
+fi
+if ! scripts/setup_exporter.sh >/dev/null 2>>.venv-setup.log; then
+  echo "run_tests: WARNING: the exporter's packages could not be installed (see .venv-setup.log); its tests are skipped" >&2
 fi
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"

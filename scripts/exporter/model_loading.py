@@ -129,8 +129,24 @@ def _task_of(config: Dict[str, Any], model_type: str, path: Path) -> str:
         f"CLIP/SigLIP, LLaVA, or pass --task one of {', '.join(_SUPPORTED_TASKS)})")
 
 
+def _one_sequence_per_sample() -> None:
+    """Answers transformers' packed-sequence check without reading position values.
+
+    Without an attention mask, transformers looks for several sequences packed in
+    one sample by reading position_ids (a data-dependent branch that the meta
+    device cannot take). The exporter feeds one sequence per sample, so the
+    answer is "not packed", the same as on real data.
+    """
+    from transformers import masking_utils
+
+    if hasattr(masking_utils, "find_packed_sequence_indices"):
+        masking_utils.find_packed_sequence_indices = lambda position_ids: None
+
+
 def _transformers_spec(path: Path, raw: Dict[str, Any], task: str | None) -> ModelSpec:
     import transformers
+
+    _one_sequence_per_sample()
 
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or not model_type:
@@ -139,9 +155,10 @@ def _transformers_spec(path: Path, raw: Dict[str, Any], task: str | None) -> Mod
     fields = {k: v for k, v in raw.items() if k not in ("model_type", "transformers_version")}
     try:
         config = transformers.AutoConfig.for_model(model_type, **fields)
-    except ValueError as error:
+    except ValueError:
         raise ExporterError(f"{path}: model_type {model_type!r} is not known to transformers "
-                            f"{transformers.__version__} ({str(error).splitlines()[0]})") from None
+                            f"{transformers.__version__} (expected one of its model types, e.g. "
+                            f"llama, qwen2, gpt2, bert, vit, clip)") from None
     except (TypeError, KeyError, AttributeError) as error:
         raise ExporterError(f"{path}: the {model_type} config could not be built: {error}") from None
     # Training runs without the generation cache: with it, every layer also copies its

@@ -18,6 +18,8 @@ address is reused while we still key on it.
 from __future__ import annotations
 
 import contextlib
+import gc
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -101,6 +103,20 @@ class _Frame:
     block: Optional[int] = None  # set when this frame is a block of the chain
 
 
+class _Packed:
+    """What autograd holds for one saved activation: lets the recorder see, through a
+    weak reference, whether the autograd graph still holds it when the forward ends."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+
+def _unpack(packed: object) -> torch.Tensor:
+    return packed.tensor if isinstance(packed, _Packed) else packed  # type: ignore[return-value]
+
+
 def _storage(t: torch.Tensor) -> torch.UntypedStorage:
     return t.untyped_storage()
 
@@ -175,6 +191,7 @@ class Recorder:
         self._buffer_names = {_storage(b)._cdata: name for name, b in model.named_buffers()}
         self._input_names = {_storage(t)._cdata: name for name, t in named_inputs.items()}
         self._handles: List[object] = []
+        self._packs: List[Tuple[weakref.ref, int, int]] = []
 
     # -- module stack -------------------------------------------------------
     def _install(self) -> None:
@@ -297,19 +314,18 @@ class Recorder:
         self._alive.append(storage)
         self.nodes[node_index].produced.append(key)
 
-    def note_saved(self, t: torch.Tensor) -> None:
+    def note_saved(self, t: torch.Tensor) -> Optional[Tuple[int, int]]:
+        """(storage key, node index) of an activation autograd saves; None for parameters."""
         node = self.current_node()
         index = self.node_index(node)
         if t.untyped_storage().nbytes() == 0:
-            return
+            return None
         record = self._known(t, index)
         if record.is_param:
-            return
+            return None
         if record.producer != index:
             self.note_read(t, index)
-        record.savers.add(index)
-        if record.key not in node.saves:
-            node.saves.append(record.key)
+        return record.key, index
 
     def node_index(self, node: NodeRecord) -> int:
         return node.index
@@ -342,7 +358,7 @@ class Recorder:
         modes: List[contextlib.AbstractContextManager] = [_DispatchRecorder(self),
                                                          _GpuKernelMode(self, self.model_flash_sdpa)]
         try:
-            with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack):
                 with contextlib.ExitStack() as stack:
                     for mode in modes:
                         stack.enter_context(mode)
@@ -351,12 +367,35 @@ class Recorder:
             self._active = False
             self._remove()
 
-    def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        if self.recording:
-            self.note_saved(t)
-        return t
+    def _pack(self, t: torch.Tensor) -> object:
+        if not self.recording:
+            return t
+        saved = self.note_saved(t)
+        if saved is None:
+            return t
+        packed = _Packed(t)
+        self._packs.append((weakref.ref(packed), saved[0], saved[1]))
+        return packed
+
+    def _keep_live_saves(self) -> None:
+        """Saves whose autograd node is still reachable when the forward ends.
+
+        A saved tensor lives as long as the grad_fn holding it: an output that
+        nothing uses afterwards (LLaVA's last vision layer, whose hidden state is
+        dropped) frees its saves during the forward, so they are not kept.
+        """
+        gc.collect()
+        for ref, key, index in self._packs:
+            if ref() is None:
+                continue
+            self.storages[key].savers.add(index)
+            node = self.nodes[index]
+            if key not in node.saves:
+                node.saves.append(key)
+        self._packs.clear()
 
     def finish(self, outputs: List[torch.Tensor]) -> Trace:
+        self._keep_live_saves()
         graph_outputs = []
         for t in outputs:
             key = _storage(t)._cdata

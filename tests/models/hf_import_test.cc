@@ -165,14 +165,25 @@ TEST_CASE("every attention implementation and dropout override builds a valid gr
   }
 }
 
-TEST_CASE("the Llama-3-8B config.json gives exactly the zoo's graph") {
+TEST_CASE("the Llama-3-8B config.json gives exactly the zoo's graph, with transformers' RMSNorm") {
+  // The zoo entry models the fused RMSNorm of headroom's executor; a config.json
+  // models what transformers runs (LlamaRMSNorm as Python ops, found by the
+  // exporter's cross-check, docs/exporter.md). Everything else is the same graph.
   graph::LayerGraph from_config = load("llama-3-8b/config.json");
+  LlamaConfig config = kLlama3_8b;
+  config.rms_norm = RmsNormStyle::kTransformers;
+  graph::LayerGraph expected = build_llama(config, ZooOptions{});
   Result<graph::LayerGraph> zoo = build_zoo_model("llama-3-8b", ZooOptions{});
   REQUIRE(zoo.is_ok());
-  from_config.name = zoo->name;
-  from_config.description = zoo->description;
-  from_config.source = zoo->source;
-  CHECK(graph::graphs_equal(from_config, zoo.value()));
+  expected.name = from_config.name = zoo->name;
+  expected.description = from_config.description = zoo->description;
+  expected.source = from_config.source = zoo->source;
+  expected.family = zoo->family;
+  expected.sequence = zoo->sequence;
+  expected.lora_targets = zoo->lora_targets;
+  CHECK(graph::graphs_equal(from_config, expected));
+  CHECK(from_config.parameter_count() == zoo->parameter_count());
+  CHECK_FALSE(graph::graphs_equal(from_config, zoo.value()));
 }
 
 TEST_CASE("a checkpoint's safetensors header is compared with the graph") {
@@ -255,7 +266,7 @@ TEST_CASE("bad configs are refused naming the file and the field") {
   CHECK(unknown_message.find("llama, mistral, qwen2, qwen3, gemma, phi3, gpt2") !=
         std::string::npos);
   CHECK(unknown_message.find("layer-graph") != std::string::npos);
-  CHECK(unknown_message.find("scripts/export_graph.py") != std::string::npos);
+  CHECK(unknown_message.find("scripts/exporter/export_graph.py") != std::string::npos);
   nlohmann::json missing = base;
   missing.erase("hidden_size");
   CHECK(refuse(missing).find("hidden_size") != std::string::npos);
