@@ -166,8 +166,7 @@ int run_training(const CliOptions& options, Terminal& terminal) {
   Result<planner::Plan> plan = planner::plan_from_json(json.value(), options.plan_path);
   if (!plan.is_ok()) return fail(terminal, kExitFailure, plan.message());
 
-  executor::RunOptions run = options.run;
-  if (run.checkpoint_dir.empty() && !run.resume_dir.empty()) run.checkpoint_dir = run.resume_dir;
+  const executor::RunOptions& run = options.run;
   if (Status s = executor::validate_run_options(run, "command line"); !s.is_ok()) {
     return fail(terminal, kExitUsage, s.message());
   }

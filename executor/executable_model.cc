@@ -1,5 +1,7 @@
 #include "executor/executable_model.h"
 
+#include <sys/stat.h>
+
 #include <nlohmann/json.hpp>
 
 #include "graph/atomic_file.h"
@@ -75,7 +77,14 @@ Result<ExecutableModel> executable_model(const std::string& model, std::string_v
     return out;
   }
   if (models::is_hf_model_path(model)) return from_hf_config(model, origin);
-  return unsupported(origin, model, "has no LibTorch module");
+  // A path, as the planner reads MODEL: a layer graph, or nothing at all.
+  const bool is_path = model.find('/') != std::string::npos ||
+                       (model.size() > 5 && model.compare(model.size() - 5, 5, ".json") == 0);
+  struct stat info {};
+  if (is_path && ::stat(model.c_str(), &info) != 0) {
+    return Status::error(std::string(origin) + ": model: " + model + ": no such file or directory");
+  }
+  return unsupported(origin, model, is_path ? "is a layer-graph file, which has no LibTorch module" : "has no LibTorch module");
 }
 
 }  // namespace headroom::executor

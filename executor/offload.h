@@ -13,12 +13,17 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
 #include <unordered_set>
+#include <vector>
+#include <utility>
 
 namespace headroom::executor {
 
 struct OffloadStats {
-  int64_t packed_tensors = 0;
+  int64_t packed_tensors = 0;    // distinct tensors copied (a tensor saved by several ops once)
   int64_t packed_bytes = 0;      // bytes copied to the host (each saved tensor's own elements)
   int64_t host_live_bytes = 0;   // host copies not yet unpacked and released
 };
@@ -26,6 +31,8 @@ struct OffloadStats {
 // Installs the offloading autograd engine (once per process; idempotent). Must
 // run before the first backward of the process.
 void install_offload_engine();
+
+class HostCopy;  // offload.cc: one tensor's host copy, shared by its saves
 
 // Offloads the tensors saved while it is alive on this thread. Tensors whose
 // storage belongs to `parameters` (data pointers) stay where they are.
@@ -36,9 +43,19 @@ class OffloadScope {
   OffloadScope(const OffloadScope&) = delete;
   OffloadScope& operator=(const OffloadScope&) = delete;
 
+ public:
+  struct Entry {
+    std::shared_ptr<HostCopy> copy;
+    torch::Tensor device;  // the original, held while the scope lives
+  };
+  using Key = std::pair<const void*, uint32_t>;  // storage data, version
+  using CopyMap = std::map<Key, Entry>;
+
  private:
   OffloadStats* previous_stats_;
   const std::unordered_set<const void*>* previous_parameters_;
+  CopyMap* previous_copies_;
+  std::unique_ptr<CopyMap> copies_;
 };
 
 // Storage data pointers of `module`'s parameters, for OffloadScope.

@@ -31,7 +31,7 @@ struct RunOptions {
   std::string checkpoint_dir;     // training-state checkpoints; empty = none
   int64_t checkpoint_every = 0;   // steps between checkpoints; 0 = only at the end
   int checkpoints_kept = 2;
-  std::string resume_dir;         // continue from the newest checkpoint there
+  std::string resume_dir;         // continue from the newest checkpoint there (and save there by default)
   FileSystem* file_system = nullptr;  // checkpoint I/O; null = the real one (tests inject faults)
 };
 

@@ -67,7 +67,7 @@ Status validate_run_options(const RunOptions& o, std::string_view origin) {
   }
   if (o.cpu_threads < 0) return refuse(origin, "--cpu-threads", "0 (all cores) or more");
   if (o.checkpoint_every < 0) return refuse(origin, "--checkpoint-every", "0 (only at the end) or more steps");
-  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty() && o.resume_dir.empty()) {
     return refuse(origin, "--checkpoint-every", "a --checkpoint-dir to write to");
   }
   if (o.checkpoints_kept < 1) return refuse(origin, "--keep", "at least 1 checkpoint");

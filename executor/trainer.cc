@@ -393,14 +393,18 @@ Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {
     if (scaler_.enabled) scaled = scaled * scaler_.scale;
     scaled.backward();
     model_->release_outputs();
-    if (measure_categories && m == 0) {
-      probe_->synchronize();
-      measured_["gradients"] = probe_->live() - before_forward;
-    }
   }
   const bool finite = optimizer_->step(scaler_.enabled ? 1.0 / scaler_.scale : 1.0, scaler_.enabled);
   scaler_.update(finite);
+  // The gradients are what dropping them frees (first-use caches of autograd
+  // and the kernels stay out of the figure).
+  probe_->synchronize();
+  const int64_t with_grads = probe_->live();
   optimizer_->zero_grad();
+  if (measure_categories) {
+    probe_->synchronize();
+    measured_["gradients"] = with_grads - probe_->live();
+  }
   probe_->synchronize();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 
@@ -494,7 +498,10 @@ bool executor_available() { return true; }
 Result<RunResult> run_plan(const planner::Plan& plan, const RunOptions& options, RunObserver& observer) {
   // LibTorch reports failures as exceptions; they end here as one message.
   try {
-    Trainer trainer(plan, options, observer);
+    RunOptions resolved = options;
+    // A resumed run goes on writing checkpoints where it resumed from.
+    if (resolved.checkpoint_dir.empty()) resolved.checkpoint_dir = resolved.resume_dir;
+    Trainer trainer(plan, resolved, observer);
     return trainer.run();
   } catch (const c10::Error& e) {
     return Status::error("LibTorch: " + std::string(e.what_without_backtrace()));

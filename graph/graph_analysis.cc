@@ -58,8 +58,13 @@ void push_unique(std::vector<int>& list, int value) {
 
 }  // namespace
 
-bool GraphAnalysis::save_active(int node_index, SaveWhen when) const {
+bool GraphAnalysis::save_active(int node_index, SaveWhen when, int saved_tensor) const {
   switch (when) {
+    case SaveWhen::kOtherInputGrad:
+      for (int input : node_inputs[node_index]) {
+        if (input != saved_tensor && requires_grad[input]) return true;
+      }
+      return false;
     case SaveWhen::kInputGrad:
       return needs_input_grad[node_index];
     case SaveWhen::kParamGrad:
@@ -146,7 +151,8 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
   out.node_saves.assign(node_count, {});
   for (int n = 0; n < node_count; ++n) {
     for (const SavedRef& saved : graph.nodes[n].saves) {
-      if (out.save_active(n, saved.when)) out.node_saves[n].push_back(tensor_ids.at(saved.tensor));
+      const int t = tensor_ids.at(saved.tensor);
+      if (out.save_active(n, saved.when, t)) out.node_saves[n].push_back(t);
     }
   }
 
@@ -158,8 +164,9 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
                                                 std::vector<bool>(tensor_count, false));
   for (int n = 0; n < node_count; ++n) {
     for (const SavedRef& saved : graph.nodes[n].saves) {
-      if (out.save_active(n, saved.when)) {
-        saved_by_block[graph.nodes[n].block][tensor_ids.at(saved.tensor)] = true;
+      const int t = tensor_ids.at(saved.tensor);
+      if (out.save_active(n, saved.when, t)) {
+        saved_by_block[graph.nodes[n].block][t] = true;
       }
     }
   }
@@ -172,7 +179,7 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
       block.has_trainable |= out.needs_param_grad[n];
       for (const SavedRef& saved : node.saves) {
         const int t = tensor_ids.at(saved.tensor);
-        if (!out.save_active(n, saved.when) || out.persistent[t]) continue;
+        if (!out.save_active(n, saved.when, t) || out.persistent[t]) continue;
         const int producer_block = out.producer[t] < 0 ? -1 : graph.nodes[out.producer[t]].block;
         if (producer_block != static_cast<int>(b) && producer_block >= 0 &&
             saved_by_block[producer_block][t]) {

@@ -45,8 +45,9 @@ struct GraphAnalysis {
   std::vector<bool> persistent;          // per tensor: live for the whole step
   std::vector<BlockStructure> blocks;
 
-  // Whether node `node_index` keeps tensor references of this condition.
-  bool save_active(int node_index, SaveWhen when) const;
+  // Whether node `node_index` keeps tensor `saved_tensor` (an index) saved
+  // under condition `when`.
+  bool save_active(int node_index, SaveWhen when, int saved_tensor) const;
 };
 
 // Assumes `graph` passed validate_graph(); asserts otherwise.

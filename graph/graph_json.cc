@@ -23,10 +23,11 @@ struct ParseError {
   std::string message;
 };
 
-constexpr std::array<std::pair<SaveWhen, std::string_view>, 3> kSaveWhenNames = {{
+constexpr std::array<std::pair<SaveWhen, std::string_view>, 4> kSaveWhenNames = {{
     {SaveWhen::kInputGrad, "input_grad"},
     {SaveWhen::kParamGrad, "param_grad"},
     {SaveWhen::kAnyGrad, "any_grad"},
+    {SaveWhen::kOtherInputGrad, "other_input_grad"},
 }};
 
 constexpr std::array<std::pair<const char*, int64_t SizeExpr::*>, 6> kSizeTerms = {{
@@ -149,7 +150,7 @@ class Reader {
       if (name == text) return value;
     }
     fail(path, "unknown condition " + in_quotes(text) +
-                   " (expected one of input_grad, param_grad, any_grad)");
+                   " (expected one of input_grad, param_grad, any_grad, other_input_grad)");
   }
   SizeExpr size(const json& j, std::string_view path) const {
     SizeExpr out;

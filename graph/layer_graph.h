@@ -38,6 +38,10 @@ enum class SaveWhen {
   kInputGrad,  // when some input of the node requires grad (e.g. GELU keeps its input)
   kParamGrad,  // when the node has a trainable parameter (a linear keeps its input x for dW)
   kAnyGrad,    // when either holds (the node is on the autograd graph at all)
+  // when an input of the node other than the saved tensor requires grad: a
+  // product a*b keeps a only for db (and b only for da), so a frozen operand's
+  // partner is not kept (LoRA and frozen modulation, e.g. Flux's AdaLN).
+  kOtherInputGrad,
 };
 
 struct SavedRef {

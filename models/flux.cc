@@ -57,7 +57,8 @@ std::string modulate(Context& c, const std::string& name, const std::string& x, 
   return c.b.add(name + ".shift", scaled, shift, elements);
 }
 
-// gate[:, None] * x: keeps both.
+// gate[:, None] * x: keeps each operand while the other requires grad (under
+// LoRA the gate comes from frozen layers, so x is not kept).
 std::string gated(Context& c, const std::string& name, const std::string& gate,
                   const std::string& x, SizeExpr rows) {
   return c.b.mul(name, gate, x, times(rows, c.f.hidden));

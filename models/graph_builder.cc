@@ -172,14 +172,15 @@ std::string GraphBuilder::activation(const std::string& name, const std::string&
 
 std::string GraphBuilder::mul(const std::string& name, const std::string& a, const std::string& b,
                               SizeExpr elements) {
-  // d(a*b)/da = b is needed when a requires grad and vice versa; both are
-  // activations here, so both are kept (kInputGrad approximates "the other one").
+  // d(a*b)/da = b is needed when a requires grad and vice versa (autograd's
+  // MulBackward0 saves `other` only if `self` requires grad, and `self` only if
+  // `other` does).
   OpSpec spec;
   spec.name = name;
   spec.op = "mul";
   spec.inputs = {a, b};
   spec.out_elements = elements;
-  spec.saves = {SavedRef{a, SaveWhen::kInputGrad}, SavedRef{b, SaveWhen::kInputGrad}};
+  spec.saves = {SavedRef{a, SaveWhen::kOtherInputGrad}, SavedRef{b, SaveWhen::kOtherInputGrad}};
   spec.fwd_flops = elements;
   spec.bwd_input_flops = elements.scaled(2);
   return op(spec);
@@ -192,7 +193,7 @@ std::string GraphBuilder::mul_const(const std::string& name, const std::string& 
   spec.op = "mul";
   spec.inputs = {x, c};
   spec.out_elements = elements;
-  spec.saves = {SavedRef{c, SaveWhen::kInputGrad}};
+  spec.saves = {SavedRef{c, SaveWhen::kOtherInputGrad}};  // for dx; nothing for the constant
   spec.fwd_flops = elements;
   spec.bwd_input_flops = elements;
   return op(spec);

@@ -133,20 +133,32 @@ Candidate search(const ModelContext& context, const RunSettings& settings, const
     for (const GlobalConfig& config : global_candidates(settings, mb)) {
       if (progress) progress(++done, total);
       if (evaluated) ++*evaluated;
-      const BuiltStep step = build_step(context, settings, config, profile, Accounting::kReserved);
       // Solve with the block walk; if the allocator simulation finds fragmentation
       // that breaks the budget, solve again with that much less room.
-      int64_t budget = options.budget;
       BlockSolution solution;
       Plan plan;
-      for (int attempt = 0; attempt < 4; ++attempt) {
-        solution = solve_blocks(step.model, budget);
-        if (!solution.feasible) break;
-        plan = make_plan(context, settings, config, solution.choices, options.simulate_allocator);
-        const int64_t excess = plan.prediction.gpu_total - options.gpu_budget;
-        if (excess <= 0 && !plan.prediction.simulated_out_of_memory) break;
-        budget -= std::max(excess, (budget - step.model.base) / 20) + (16LL << 20);
-        solution.feasible = false;
+      auto solve = [&](const RunSettings& run) {
+        const BuiltStep step = build_step(context, run, config, profile, Accounting::kReserved);
+        int64_t budget = options.budget;
+        for (int attempt = 0; attempt < 4; ++attempt) {
+          solution = solve_blocks(step.model, budget);
+          if (!solution.feasible) return;
+          plan = make_plan(context, settings, config, solution.choices, options.simulate_allocator);
+          const int64_t excess = plan.prediction.gpu_total - options.gpu_budget;
+          if (excess <= 0 && !plan.prediction.simulated_out_of_memory) return;
+          budget -= std::max(excess, (budget - step.model.base) / 20) + (16LL << 20);
+          solution.feasible = false;
+        }
+      };
+      solve(settings);
+      // Offloaded activations leave the GPU only as fast as PCIe drains them, and
+      // the simulation can find the copies piling up beyond what the block walk
+      // counts. Less room does not cure that, more offload makes it worse: solve
+      // once more with checkpointing alone before giving this configuration up.
+      if (!solution.feasible && settings.allow_activation_offload) {
+        RunSettings no_offload = settings;
+        no_offload.allow_activation_offload = false;
+        solve(no_offload);
       }
       if (!solution.feasible) continue;
       if (!plan.prediction.fits_host || !plan.prediction.fits_disk) continue;

@@ -52,6 +52,8 @@ bool any_trainable_base(const Node& node) {
 void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora) {
   const graph::LinearInfo& linear = *node.linear;
   const int64_t r = lora.rank;
+  // Asked before the adapters join node.params: they are trainable themselves.
+  const bool frozen_base = !any_trainable_base(node);
   node.params.push_back(Param{node.name + ".lora_A.weight", {r, linear.in_features}, DType::kF32, true, ""});
   node.params.push_back(Param{node.name + ".lora_B.weight", {linear.out_features, r}, DType::kF32, true, ""});
   const std::string mid = node.name + ".lora_mid";
@@ -60,7 +62,7 @@ void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora) {
   node.saves.push_back({mid, SaveWhen::kParamGrad});
   if (lora.dropout > 0) {
     // A frozen base linear keeps nothing of x; lora_A keeps the dropout output instead.
-    if (!any_trainable_base(node)) {
+    if (frozen_base) {
       std::erase_if(node.saves, [&](const graph::SavedRef& saved) {
         return saved.when == SaveWhen::kParamGrad &&
                std::find(node.inputs.begin(), node.inputs.end(), saved.tensor) != node.inputs.end();

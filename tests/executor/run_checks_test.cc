@@ -57,7 +57,7 @@ TEST_CASE("Hugging Face llama configs map onto the decoder; features it lacks ar
   CHECK(qwen3.message().find("model_type \"qwen3\"") != std::string::npos);
   Result<ExecutableModel> bert = executable_model(dir + "bert-base-uncased/config.json", "p");
   REQUIRE_FALSE(bert.is_ok());
-  CHECK(executable_model(dir + "no-such-model", "p").message().find("no such file") != std::string::npos);
+  CHECK(executable_model(dir + "no-such-model", "p").message().find("no such file or directory") != std::string::npos);
 }
 
 TEST_CASE("check_executable refuses what the trainer cannot apply, naming the field") {

@@ -241,7 +241,7 @@ TEST_CASE("unknown keys and names") {
   SUBCASE("save condition") {
     j["nodes"][1]["saves"][0]["when"] = "always";
     check_error(j, "nodes[1] (\"mlp.0.act\").saves[0].when",
-                "unknown condition \"always\" (expected one of input_grad, param_grad, any_grad)");
+                "unknown condition \"always\" (expected one of input_grad, param_grad, any_grad, other_input_grad)");
   }
   SUBCASE("format") {
     j["format"] = "headroom.plan";

@@ -236,8 +236,7 @@ TEST_CASE("checkpoints survive a failed write and a full disk; resume continues 
   arm.fs = &faulty;
   Result<RunResult> failed = run_plan(plan, broken, arm);
   REQUIRE_FALSE(failed.is_ok());
-  INFO(failed.message());
-  CHECK(failed.message().find("step 4: checkpoint not saved") == 0);
+  CHECK_MESSAGE(failed.message().find("step 4: checkpoint not saved") == 0, failed.message());
   CHECK(failed.message().find("injected") != std::string::npos);
   StateStoreOptions store_options;
   store_options.directory = broken.checkpoint_dir;
@@ -280,7 +279,7 @@ TEST_CASE("checkpoints survive a failed write and a full disk; resume continues 
   other.resume_dir = straight.checkpoint_dir;
   Result<RunResult> wrong = run_plan(plan, other, quiet);
   REQUIRE_FALSE(wrong.is_ok());
-  CHECK(wrong.message().find("written by another run") != std::string::npos);
+  CHECK_MESSAGE(wrong.message().find("written by another run") != std::string::npos, wrong.message());
   for (const std::string& d : {straight.checkpoint_dir, broken.checkpoint_dir, no_space.checkpoint_dir}) {
     std::filesystem::remove_all(d);
   }
