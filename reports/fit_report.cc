@@ -18,6 +18,11 @@ using planner::BlockChoice;
 // handful of points in practice, and a terminal page is ~40 lines.
 constexpr size_t kMaxFrontierRows = 16;
 
+// When nothing fits, find_plan (planner/plan_search.cc) looks for the plan
+// closest to fitting under budgets widened up to this factor; if none of them
+// has a plan, PlanResult::best stays default-constructed (no model, all zeros).
+constexpr int kWidestSearchFactor = 64;
+
 std::string plural(int64_t count, const std::string& one, const std::string& many) {
   return std::to_string(count) + " " + (count == 1 ? one : many);
 }
@@ -83,6 +88,24 @@ std::string throughput_line(const planner::Prediction& p) {
 }
 
 std::string status_word(bool fits) { return fits ? "ok" : "DOES NOT FIT"; }
+
+// Whether `result.best` holds a plan: the fastest that fits, or the least-memory
+// one found under a wider budget. A default-constructed Plan has no model.
+bool has_best(const planner::PlanResult& result) {
+  return result.found || !result.best.model.empty();
+}
+
+std::string widest_search_text() {
+  return "even with up to " + std::to_string(kWidestSearchFactor) + "x the GPU memory";
+}
+
+// The verdict of `headroom plan`: for `best`, or that there is none.
+std::string plan_verdict(const planner::PlanResult& result, std::string_view gpu_name) {
+  if (!has_best(result)) {
+    return "DOES NOT FIT on " + std::string(gpu_name) + ": no plan fits, " + widest_search_text();
+  }
+  return verdict_line(result.best.prediction, gpu_name, result.best.settings.safety_margin);
+}
 
 std::string prediction_section(const planner::Plan& plan) {
   const planner::Prediction& p = plan.prediction;
@@ -322,9 +345,12 @@ std::string fit_report_body(const planner::FitAnswer& answer, std::string_view g
   if (alt.found) {
     out += "\nThe fastest plan that fits (" + std::to_string(alt.configs_evaluated) +
            " configurations evaluated; `headroom plan` for details):\n" + plan_summary(alt.best);
-  } else {
+  } else if (has_best(alt)) {
     out += "\nNo plan fits within the budgets. The least-memory plan:\n" + plan_summary(alt.best);
     out += "\nWhat would make it fit:\n" + suggestions_text(alt.suggestions);
+  } else {
+    out += "\nNo plan fits, " + widest_search_text() + "; what would make it fit:\n" +
+           suggestions_text(alt.suggestions);
   }
   return out;
 }
@@ -335,11 +361,15 @@ std::string plan_report(const planner::PlanResult& result, std::string_view gpu_
 
 std::string plan_report_body(const planner::PlanResult& result, std::string_view gpu_name) {
   const planner::Plan& best = result.best;
-  std::string out = run_line(best) + "\n";
-  out += verdict_line(best.prediction, gpu_name, best.settings.safety_margin) + "\n\n";
-  out +=
-      (result.found ? "The fastest plan that fits:\n" : "No plan fits; the least-memory plan:\n");
-  out += plan_summary(best) + "\n" + prediction_section(best) + "\n";
+  std::string out;
+  if (has_best(result)) {
+    out += run_line(best) + "\n" + plan_verdict(result, gpu_name) + "\n\n";
+    out +=
+        (result.found ? "The fastest plan that fits:\n" : "No plan fits; the least-memory plan:\n");
+    out += plan_summary(best) + "\n" + prediction_section(best) + "\n";
+  } else {
+    out += plan_verdict(result, gpu_name) + "\n\n";
+  }
   out += "Memory/time frontier (" + std::to_string(result.configs_evaluated) +
          " configurations evaluated):\n";
   out += result.frontier.empty() ? "  (empty)\n" : frontier_table(result.frontier);
@@ -381,7 +411,7 @@ nlohmann::json plan_result_to_json(const planner::PlanResult& result) {
   nlohmann::json suggestions = nlohmann::json::array();
   for (const auto& s : result.suggestions) suggestions.push_back(suggestion_to_json(s));
   return {{"found", result.found},
-          {"best", planner::plan_to_json(result.best)},
+          {"best", has_best(result) ? planner::plan_to_json(result.best) : nlohmann::json(nullptr)},
           {"best_sample_ms", sample_ms(result.best.prediction)},
           {"frontier", frontier},
           {"max_micro_batch", result.max_micro_batch},
@@ -409,10 +439,8 @@ nlohmann::json fit_to_json(const planner::FitAnswer& answer, const planner::GpuS
 
 nlohmann::json plan_document_to_json(const planner::PlanResult& result,
                                      const planner::GpuSpec& gpu) {
-  nlohmann::json document = {{"command", "plan"},
-                             {"gpu", gpu_to_json(gpu)},
-                             {"verdict", verdict_line(result.best.prediction, gpu.name,
-                                                      result.best.settings.safety_margin)}};
+  nlohmann::json document = {
+      {"command", "plan"}, {"gpu", gpu_to_json(gpu)}, {"verdict", plan_verdict(result, gpu.name)}};
   document.update(plan_result_to_json(result));
   return document;
 }

@@ -237,6 +237,73 @@ TEST_CASE("plan JSON document wraps the plan result") {
   CHECK(json["frontier"].is_array());
 }
 
+// find_plan leaves PlanResult::best default-constructed when no plan fits even
+// under its widest budget; the reports must not show that empty plan as a
+// block of zeros with an empty model name.
+planner::PlanResult result_without_any_plan() {
+  planner::PlanResult result;
+  result.found = false;
+  result.frontier.push_back({180 * kGiB, 8600.0, planner::GlobalConfig{}, 35, 0});
+  result.configs_evaluated = 60;
+  result.suggestions.push_back(
+      {"4 x NVIDIA RTX A6000", "fits with ZeRO-3", 45 * kGiB, 46 * kGiB, 2200.0});
+  return result;
+}
+
+TEST_CASE("plan report without any plan says so in one line and shows no zero plan") {
+  const std::string text = plan_report(result_without_any_plan(), "NVIDIA RTX A6000");
+  CHECK(text.rfind(
+            "DOES NOT FIT on NVIDIA RTX A6000: no plan fits, even with up to 64x the GPU memory\n",
+            0) == 0);
+  CHECK_FALSE(contains(text, "least-memory plan"));
+  CHECK_FALSE(contains(text, "0.0 GiB of 0.0 GiB"));
+  CHECK_FALSE(contains(text, "GPU memory at the peak"));
+  CHECK_FALSE(contains(text, ": bf16-mixed"));  // the run line of a plan without a model
+  CHECK(contains(text, "Memory/time frontier (60 configurations evaluated)"));
+  CHECK(contains(text, "180.0 GiB"));
+  CHECK(contains(text, "What would make it fit:\n  - 4 x NVIDIA RTX A6000"));
+}
+
+TEST_CASE("fit report without any alternative plan shows no zero plan") {
+  planner::FitAnswer answer;
+  answer.as_given = sample_plan(false);
+  answer.fits = false;
+  answer.alternative = result_without_any_plan();
+  const std::string text = fit_report(answer, "NVIDIA RTX A6000");
+  CHECK(contains(text,
+                 "\nNo plan fits, even with up to 64x the GPU memory; what would make it fit:\n"
+                 "  - 4 x NVIDIA RTX A6000"));
+  CHECK_FALSE(contains(text, "least-memory plan"));
+  CHECK_FALSE(contains(text, "0.0 GiB of 0.0 GiB"));
+  CHECK(contains(text, "The run as given:"));  // the run itself is still shown
+}
+
+TEST_CASE("JSON without any plan has best null") {
+  planner::GpuSpec gpu;
+  gpu.id = "a6000";
+  gpu.name = "NVIDIA RTX A6000";
+  const nlohmann::json json = plan_document_to_json(result_without_any_plan(), gpu);
+  CHECK(json["found"] == false);
+  CHECK(json["best"].is_null());
+  CHECK(json["best_sample_ms"] == 0.0);
+  CHECK(json["verdict"] ==
+        "DOES NOT FIT on NVIDIA RTX A6000: no plan fits, even with up to 64x the GPU memory");
+  CHECK(json["suggestions"].size() == 1);
+
+  planner::FitAnswer answer;
+  answer.as_given = sample_plan(false);
+  answer.alternative = result_without_any_plan();
+  const nlohmann::json fit = fit_to_json(answer, gpu);
+  CHECK(fit["alternative"]["best"].is_null());
+  CHECK(fit["as_given"]["model"] == "llama-3-8b");
+
+  // A least-memory plan found under a wider budget is still given.
+  planner::PlanResult near = result_without_any_plan();
+  near.best = sample_plan(false);
+  CHECK(plan_document_to_json(near, gpu)["best"]["model"] == "llama-3-8b");
+  CHECK(contains(plan_report(near, "NVIDIA RTX A6000"), "the least-memory plan"));
+}
+
 TEST_CASE("catalogue listings") {
   planner::GpuSpec gpu;
   gpu.id = "a6000";
