@@ -98,7 +98,9 @@ std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::loss_and_logits(co
   // transformers ForCausalLMLoss: shift the labels, not the logits (no copy of
   // the logits): position t predicts token t+1, the last position is ignored.
   const auto labels = torch::constant_pad_nd(input_ids.narrow(1, 1, seq - 1), {0, 1}, -100).reshape({-1});
-  return {torch::nn::functional::cross_entropy(logits.view({-1, config.vocab}), labels,
+  // transformers' ForCausalLMLoss upcasts first (logits.float()): the log-softmax
+  // it keeps is f32 whatever the compute dtype.
+  return {torch::nn::functional::cross_entropy(logits.view({-1, config.vocab}).to(torch::kFloat), labels,
                                                torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100)),
           logits};
 }

@@ -7,7 +7,9 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -283,6 +285,90 @@ TEST_CASE("checkpoints survive a failed write and a full disk; resume continues 
   for (const std::string& d : {straight.checkpoint_dir, broken.checkpoint_dir, no_space.checkpoint_dir}) {
     std::filesystem::remove_all(d);
   }
+}
+
+}  // namespace headroom::executor
+
+namespace headroom::executor {
+
+TEST_CASE("AdamW offloaded to the CPU trains like AdamW on the device (bf16 mixed, fp32 master weights)") {
+  planner::Plan device = plan_for("tiny-llama", planner::Precision::kBf16Mixed, planner::TrainMode::kFull,
+                                  planner::CheckpointPolicy::kEveryBlock);
+  planner::Plan offloaded = device;
+  offloaded.config.offload_optimizer = planner::Offload::kCpu;
+  offloaded.config.zero_stage = 2;
+  RunOptions options;
+  options.steps = 5;
+  options.learning_rate = 3e-3;
+  options.device = "cpu";
+  Recorder a;
+  Recorder b;
+  Result<RunResult> on_device = run_plan(device, options, a);
+  Result<RunResult> on_host = run_plan(offloaded, options, b);
+  REQUIRE_MESSAGE(on_device.is_ok(), on_device.message());
+  REQUIRE_MESSAGE(on_host.is_ok(), on_host.message());
+  REQUIRE(a.steps.size() == b.steps.size());
+  // Same update (torch's AdamW formula), bf16 rounding of the parameters aside.
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(b.steps[i].loss == doctest::Approx(a.steps[i].loss).epsilon(0.02));
+  }
+  CHECK(b.steps.back().loss < b.steps.front().loss);
+  CHECK(find(on_host.value(), "optimizer states + master weights") == nullptr);  // host memory on a CPU run
+}
+
+TEST_CASE("fp16 mixed precision scales the loss and trains") {
+  const planner::Plan plan = plan_for("tiny-llama", planner::Precision::kFp16Mixed, planner::TrainMode::kFull,
+                                      planner::CheckpointPolicy::kNone);
+  RunOptions options;
+  options.steps = 6;
+  options.learning_rate = 3e-3;
+  options.device = "cpu";
+  Recorder recorder;
+  Result<RunResult> r = run_plan(plan, options, recorder);
+  REQUIRE_MESSAGE(r.is_ok(), r.message());
+  // GradScaler's rule: start at 2^16, halve and skip on inf/NaN gradients.
+  double scale = 65536.0;
+  int taken = 0;
+  for (const StepMetrics& m : recorder.steps) {
+    CHECK(std::isfinite(m.loss));
+    if (m.skipped) scale *= 0.5;
+    taken += !m.skipped;
+    CHECK(m.loss_scale == scale);
+  }
+  CHECK(taken >= 3);
+  CHECK(recorder.steps.back().loss < recorder.steps.front().loss);
+  check_categories(r.value(), {"parameters", "optimizer states + master weights", "gradients"});
+}
+
+TEST_CASE("a token file trains and a bad one is refused naming the file") {
+  const planner::Plan plan = plan_for("tiny-llama", planner::Precision::kFp32, planner::TrainMode::kFull,
+                                      planner::CheckpointPolicy::kNone);
+  const std::string path = temp_dir("tokens.bin");
+  {
+    std::ofstream out(path, std::ios::binary);
+    for (uint16_t i = 0; i < 4096; ++i) {
+      const uint16_t id = static_cast<uint16_t>((i * 3) % 256);
+      out.write(reinterpret_cast<const char*>(&id), 2);
+    }
+  }
+  RunOptions options;
+  options.steps = 2;
+  options.device = "cpu";
+  options.data = path;
+  options.token_bytes = 2;
+  RunObserver quiet;
+  Result<RunResult> ok = run_plan(plan, options, quiet);
+  CHECK_MESSAGE(ok.is_ok(), ok.message());
+  options.token_bytes = 4;
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::app);
+    out.write("\x01\x00", 2);  // now an odd number of uint32 ids: 8194 bytes
+  }
+  Result<RunResult> bad = run_plan(plan, options, quiet);
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.message().find(path) == 0);
+  std::filesystem::remove(path);
 }
 
 }  // namespace headroom::executor
