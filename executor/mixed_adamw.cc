@@ -145,6 +145,16 @@ bool MixedAdamW::step(double grad_scale, bool check_finite) {
   return true;
 }
 
+int64_t MixedAdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& slot : slots_) {
+    for (const torch::Tensor* t : {&slot->exp_avg, &slot->exp_avg_sq, &slot->master}) {
+      if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
+    }
+  }
+  return bytes;
+}
+
 void MixedAdamW::zero_grad() {
   torch::NoGradGuard no_grad;
   for (const auto& slot : slots_) {

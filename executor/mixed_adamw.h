@@ -41,6 +41,8 @@ class MixedAdamW {
   void zero_grad();  // drops gradients (set to none), device and host
 
   int64_t steps_taken() const { return steps_; }
+  // Bytes of the moments and master weights (what a checkpoint of them holds).
+  int64_t state_bytes() const;
   // Serialized state (moments, master weights, step count) for checkpoints;
   // load() checks names and shapes and restores parameters from the master
   // weights where there are any.

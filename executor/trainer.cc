@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -101,6 +102,8 @@ struct Predicted {
   int64_t offloaded = 0;    // activations the plan sends to the host
   int64_t peak_allocated = 0;
   int64_t workspaces = 0;  // cuBLAS workspace inside peak_allocated (none on a CPU)
+  double step_ms = 0;      // the time model's optimizer step
+  double matmul_efficiency = 0;  // the time model's assumption behind step_ms
 };
 
 Result<Predicted> predict_categories(const planner::Plan& plan, const planner::ModelContext& context) {
@@ -124,6 +127,8 @@ Result<Predicted> predict_categories(const planner::Plan& plan, const planner::M
   const planner::Prediction prediction = planner::predict(context, plan.settings, plan.config, plan.blocks, false);
   p.peak_allocated = prediction.peak_allocated;
   p.workspaces = prediction.peak.workspaces;
+  p.step_ms = prediction.time.step_ms;
+  p.matmul_efficiency = context.time_options.matmul_efficiency;
   return p;
 }
 
@@ -238,7 +243,9 @@ class Trainer {
 
  private:
   Status setup();
+  Status check_disk() const;
   Status resume();
+  void calibrate();
   Status save(int64_t step);
   Result<StepMetrics> train_step(int64_t step, bool measure_categories);
 
@@ -310,8 +317,65 @@ Status Trainer::setup() {
     store.directory = options_.checkpoint_dir;
     store.keep = options_.checkpoints_kept;
     store_ = std::make_unique<StateStore>(store, options_.file_system ? *options_.file_system : real_file_system());
+    if (Status disk = check_disk(); !disk.is_ok()) return disk;
   }
   return Status::ok();
+}
+
+// Before the first step, not at the first save hours later: the disk must hold
+// the checkpoints kept plus the one being written (the planner's disk rule).
+Status Trainer::check_disk() const {
+  FileSystem& fs = options_.file_system ? *options_.file_system : real_file_system();
+  int64_t one = optimizer_->state_bytes();
+  for (const auto& [name, tensor] : model_->trainable()) one += static_cast<int64_t>(tensor.nbytes());
+  std::string existing = options_.checkpoint_dir;
+  while (!fs.exists(existing) && existing != "/" && existing != "." && !existing.empty()) {
+    const size_t slash = existing.find_last_of('/');
+    existing = slash == std::string::npos ? "." : slash == 0 ? "/" : existing.substr(0, slash);
+  }
+  Result<int64_t> free = fs.free_bytes(existing.empty() ? "." : existing);
+  if (!free.is_ok()) return free.status();
+  Result<std::vector<int64_t>> present = fs.exists(options_.checkpoint_dir) ? store_->steps()
+                                                                           : Result<std::vector<int64_t>>(std::vector<int64_t>{});
+  // Checkpoints already there count against the budget only up to `keep`: older ones are rotated out.
+  const int64_t on_disk = present.is_ok() ? static_cast<int64_t>(present.value().size()) : 0;
+  const int64_t to_write = std::max<int64_t>(1, options_.checkpoints_kept + 1 - on_disk);
+  const int64_t needed = to_write * one;
+  if (free.value() < needed) {
+    auto gib = [](int64_t bytes) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+      return std::string(text);
+    };
+    return Status::error("--checkpoint-dir " + options_.checkpoint_dir + ": " + gib(free.value()) +
+                         " free, but this run writes checkpoints of about " + gib(one) + " and needs room for " +
+                         std::to_string(to_write) + " more (--keep " + std::to_string(options_.checkpoints_kept) +
+                         " plus the one being written): " + gib(needed) +
+                         "; nothing was trained. Free space, lower --keep, or choose another directory");
+  }
+  return Status::ok();
+}
+
+// On a GPU: the time model's matmul efficiency scaled by predicted / measured
+// step time, and the memory outside the caching allocator (context, kernels).
+void Trainer::calibrate() {
+  if (!device_.is_cuda() || result_.measured.steps.size() < 2 || predicted_.step_ms <= 0) return;
+  const double measured_ms = result_.measured.median_step_ms();
+  if (measured_ms <= 0) return;
+  planner::Calibration c;
+  c.gpu = plan_.settings.gpu;
+  c.matmul_efficiency = std::clamp(predicted_.matmul_efficiency * predicted_.step_ms / measured_ms, 0.01, 1.0);
+  size_t free = 0;
+  size_t total = 0;
+  if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
+    const int64_t reserved =
+        stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+    c.cuda_context_bytes = static_cast<int64_t>(total - free) - reserved;
+  }
+  c.source = "headroom run on " + result_.measured.device + ", " + result_.measured.driver + ", torch " +
+             result_.measured.torch_version + ", " + result_.measured.date;
+  result_.calibration = c;
 }
 
 Status Trainer::resume() {
@@ -459,6 +523,7 @@ Result<RunResult> Trainer::run() {
     }
   }
   result_.last_step = step_;
+  calibrate();
 
   if (fresh && result_.first_step <= result_.last_step) {
     const bool host_optimizer = plan_.config.offload_optimizer != planner::Offload::kNone;

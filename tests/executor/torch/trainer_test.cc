@@ -260,20 +260,37 @@ TEST_CASE("checkpoints survive a failed write and a full disk; resume continues 
   REQUIRE(a.size() == b.size());
   for (const auto& [name, tensor] : a) CHECK_MESSAGE(torch::equal(tensor, b.at(name)), name);
 
-  // A full disk refuses the first save before writing anything.
-  FaultyFileSystem full_disk;
-  full_disk.free = 1024;
+  // Too little room for the checkpoints the run keeps: refused before training starts.
+  FaultyFileSystem small_disk;
+  small_disk.free = 1024;
   RunOptions no_space = base;
   no_space.checkpoint_dir = temp_dir("full");
-  no_space.file_system = &full_disk;
+  no_space.file_system = &small_disk;
   RunObserver quiet;
   Result<RunResult> refused = run_plan(plan, no_space, quiet);
   REQUIRE_FALSE(refused.is_ok());
-  CHECK(refused.message().find("step 2: checkpoint not saved") == 0);
-  CHECK(refused.message().find("free") != std::string::npos);
-  store_options.directory = no_space.checkpoint_dir;
-  const auto none = StateStore(store_options).steps();
-  CHECK((!none.is_ok() || none.value().empty()));
+  CHECK_MESSAGE(refused.message().find("--checkpoint-dir " + no_space.checkpoint_dir + ": 0.00 GiB free") == 0,
+                refused.message());
+  CHECK(refused.message().find("nothing was trained") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(no_space.checkpoint_dir));
+
+  // The disk fills up during the run: the save at step 4 is refused before
+  // writing anything, and step 2 stays intact.
+  struct FillDisk final : RunObserver {
+    FaultyFileSystem* fs;
+    void on_checkpoint(int64_t, const std::string&) override { fs->free = 4096; }
+  } fill;
+  FaultyFileSystem filling;
+  fill.fs = &filling;
+  RunOptions fills = base;
+  fills.checkpoint_dir = temp_dir("fills");
+  fills.file_system = &filling;
+  Result<RunResult> stopped = run_plan(plan, fills, fill);
+  REQUIRE_FALSE(stopped.is_ok());
+  CHECK_MESSAGE(stopped.message().find("step 4: checkpoint not saved") == 0, stopped.message());
+  CHECK(stopped.message().find("nothing was written; step-00000002 is intact") != std::string::npos);
+  store_options.directory = fills.checkpoint_dir;
+  CHECK(StateStore(store_options).steps().value() == std::vector<int64_t>{2});
 
   // A checkpoint of another run is not resumed.
   RunOptions other = base;
@@ -282,7 +299,8 @@ TEST_CASE("checkpoints survive a failed write and a full disk; resume continues 
   Result<RunResult> wrong = run_plan(plan, other, quiet);
   REQUIRE_FALSE(wrong.is_ok());
   CHECK_MESSAGE(wrong.message().find("written by another run") != std::string::npos, wrong.message());
-  for (const std::string& d : {straight.checkpoint_dir, broken.checkpoint_dir, no_space.checkpoint_dir}) {
+  for (const std::string& d : {straight.checkpoint_dir, broken.checkpoint_dir, no_space.checkpoint_dir,
+                               fills.checkpoint_dir}) {
     std::filesystem::remove_all(d);
   }
 }
