@@ -44,9 +44,13 @@ class FileSystem {
   virtual Status remove_all(const std::string& path) = 0;  // a file or a directory tree
 };
 
-// The operating system's file system (POSIX). A directory fsync refused with
-// EINVAL (file systems that cannot sync directories) counts as done.
+// The operating system's file system (POSIX, executor/posix_file_system.cc). A
+// directory fsync refused with EINVAL (file systems that cannot sync
+// directories) counts as done.
 FileSystem& real_file_system();
+
+// The directory holding `path` ("." for a bare name, "/" at the top).
+std::string parent_directory(const std::string& path);
 
 struct StateStoreOptions {
   std::string directory;       // where checkpoints live; created when missing
