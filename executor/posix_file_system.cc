@@ -16,25 +16,13 @@
 #include <vector>
 
 #include "executor/state_store.h"
+#include "graph/atomic_file.h"
 
 namespace headroom::executor {
 namespace {
 
 Status os_error(const std::string& path, const std::string& action, int error) {
   return Status::error(path + ": " + action + ": " + std::strerror(error));
-}
-
-int write_all(int fd, std::string_view contents) {
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return 0;
 }
 
 std::string parent_of(const std::string& path) {
@@ -117,7 +105,7 @@ class PosixFileSystem final : public FileSystem {
   Status write_file(const std::string& path, std::string_view contents) override {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return os_error(path, "cannot create", errno);
-    if (const int error = write_all(fd, contents); error != 0) {
+    if (const int error = graph::write_all(fd, contents); error != 0) {
       ::close(fd);
       return os_error(path, "cannot write", error);
     }

@@ -23,20 +23,6 @@ std::string parent_directory(const std::string& path) {
   return path.substr(0, slash);
 }
 
-// Writes all of `contents`, retrying short writes and EINTR; 0 or an errno.
-int write_all(int fd, std::string_view contents) {
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return 0;
-}
-
 // After the rename the new file is in place; syncing the directory makes the
 // rename itself durable. Some file systems refuse fsync on a directory (EINVAL),
 // and reporting that as a failure would wrongly tell the caller that the old
@@ -49,6 +35,19 @@ void sync_directory(const std::string& directory) {
 }
 
 }  // namespace
+
+int write_all(int fd, std::string_view contents) {
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
 
 Status write_file_atomic(const std::string& path, std::string_view contents) {
   if (path.empty()) return Status::error("(empty path): expected a file name to write");
