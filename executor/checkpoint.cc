@@ -1,7 +1,41 @@
 #include "executor/checkpoint.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+
 namespace headroom::executor {
 namespace {
+
+// The generator states a block's random ops draw from (dropout): the CPU's and,
+// when the block runs on a GPU, that device's. The recompute in backward must
+// draw the same masks as the forward did (torch.utils.checkpoint's
+// preserve_rng_state), or the gradients belong to another network.
+struct RngState {
+  torch::Tensor cpu;
+  torch::Tensor cuda;
+  c10::DeviceIndex device = -1;
+
+  static RngState capture(const std::vector<torch::Tensor>& inputs) {
+    RngState state;
+    state.cpu = at::detail::getDefaultCPUGenerator().get_state();
+    for (const torch::Tensor& t : inputs) {
+      if (t.defined() && t.is_cuda()) {
+        state.device = t.device().index();
+        state.cuda = at::cuda::detail::getDefaultCUDAGenerator(state.device).get_state();
+        break;
+      }
+    }
+    return state;
+  }
+  void restore() const {
+    at::Generator cpu_generator = at::detail::getDefaultCPUGenerator();
+    cpu_generator.set_state(cpu);
+    if (device >= 0) {
+      at::Generator cuda_generator = at::cuda::detail::getDefaultCUDAGenerator(device);
+      cuda_generator.set_state(cuda);
+    }
+  }
+};
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -12,9 +46,11 @@ using torch::autograd::variable_list;
 // need not give back the very tensor the recomputed block uses, and
 // autograd::grad differentiates by identity.
 struct BlockHolder : torch::CustomClassHolder {
-  BlockHolder(BlockFunction f, std::vector<torch::Tensor> p) : block(std::move(f)), parameters(std::move(p)) {}
+  BlockHolder(BlockFunction f, std::vector<torch::Tensor> p, RngState r)
+      : block(std::move(f)), parameters(std::move(p)), rng(std::move(r)) {}
   BlockFunction block;
   std::vector<torch::Tensor> parameters;
+  RngState rng;  // as the forward found it
 };
 
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
@@ -26,7 +62,8 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     ctx->saved_data["input_count"] = input_count;
     const variable_list inputs(args.begin(), args.begin() + input_count);
     const variable_list parameters(args.begin() + input_count, args.end());
-    ctx->saved_data["block"] = c10::IValue::make_capsule(c10::make_intrusive<BlockHolder>(block, parameters));
+    ctx->saved_data["block"] =
+        c10::IValue::make_capsule(c10::make_intrusive<BlockHolder>(block, parameters, RngState::capture(inputs)));
     ctx->save_for_backward(inputs);  // the only activations a checkpointed block keeps
     torch::NoGradGuard no_grad;
     return block(inputs);
@@ -42,8 +79,13 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     }
     variable_list outputs;
     {
+      // Replay the forward's random draws, then give the generators back as
+      // they were, so the rest of backward (and the next step) is unaffected.
+      const RngState now = RngState::capture(inputs);
+      holder->rng.restore();
       torch::AutoGradMode enable(true);
       outputs = holder->block(inputs);
+      now.restore();
     }
     const size_t arg_count = inputs.size() + holder->parameters.size();
     variable_list wrt;

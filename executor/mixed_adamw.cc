@@ -1,5 +1,6 @@
 #include "executor/mixed_adamw.h"
 
+#include <torch/cuda.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -66,10 +67,13 @@ MixedAdamW::MixedAdamW(std::vector<std::pair<std::string, torch::Tensor>> parame
       // The host always keeps fp32 master weights (Ren et al. 2021, Sec. 4.1).
       slot->master = torch::empty(param.sizes(), host_f32(param));
       slot->master.copy_(param);
-      slot->exp_avg = torch::zeros(param.sizes(), host_f32(param));
-      slot->exp_avg_sq = torch::zeros(param.sizes(), host_f32(param));
+      // Only buffers that DMA touches are pinned: the caching host allocator
+      // rounds pinned blocks up to powers of two and keeps them.
+      const auto pageable = torch::TensorOptions().dtype(torch::kFloat);
+      slot->exp_avg = torch::zeros(param.sizes(), pageable);
+      slot->exp_avg_sq = torch::zeros(param.sizes(), pageable);
       if (param.is_cuda()) {
-        slot->host_grad = torch::zeros(param.sizes(), host_f32(param));
+        slot->host_grad = torch::zeros(param.sizes(), pageable);
         if (param.scalar_type() != torch::kFloat) {
           slot->host_param = torch::empty(param.sizes(), param.options().device(torch::kCPU).pinned_memory(true));
         }
@@ -103,6 +107,8 @@ bool MixedAdamW::grads_finite(double grad_scale) const {
 
 bool MixedAdamW::step(double grad_scale, bool check_finite) {
   torch::NoGradGuard no_grad;
+  // The previous step's uploads read the host buffers this step rewrites.
+  if (options_.offload_to_cpu && !slots_.empty() && slots_.front()->param.is_cuda()) torch::cuda::synchronize();
   if (check_finite && !grads_finite(grad_scale)) return false;
   ++steps_;
   const AdamWHyper& h = options_.hyper;

@@ -44,8 +44,7 @@ class MixedAdamW {
   // Bytes of the moments and master weights (what a checkpoint of them holds).
   int64_t state_bytes() const;
   // Serialized state (moments, master weights, step count) for checkpoints;
-  // load() checks names and shapes and restores parameters from the master
-  // weights where there are any.
+  // load() checks names and shapes (the parameters come from the model part).
   std::string save() const;
   void load(const std::string& bytes, const std::string& origin);
 

@@ -21,7 +21,7 @@ double CategoryCheck::relative_error() const {
 }
 
 Status check_executable(const planner::Plan& plan, std::string_view origin) {
-  Result<ExecutableModel> model = executable_model(plan.model, origin);
+  Result<ExecutableModel> model = executable_model(plan.settings.model, origin);
   if (!model.is_ok()) return model.status();
   const planner::RunSettings& s = plan.settings;
   if (s.world_size() != 1) {
@@ -41,7 +41,7 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                       "only); expected adamw");
   }
   if (plan.config.zero_stage == 3 || plan.config.offload_param != planner::Offload::kNone) {
-    return refuse(origin, "config.zero_stage",
+    return refuse(origin, plan.config.zero_stage == 3 ? "config.zero_stage" : "config.offload_param",
                   "ZeRO-3 / parameter offload is not implemented in the executor; expected stage 0-2");
   }
   if (plan.config.offload_optimizer == planner::Offload::kNvme) {
@@ -52,6 +52,8 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
     return refuse(origin, "blocks", "one decision per entry of block_names");
   }
   if (plan.seq_len <= 0) return refuse(origin, "seq_len", "a positive sequence length");
+  if (plan.config.micro_batch < 1) return refuse(origin, "config.micro_batch", "at least 1");
+  if (plan.config.grad_accum < 1) return refuse(origin, "config.grad_accum", "at least 1");
   return Status::ok();
 }
 

@@ -5,6 +5,8 @@
 #include <map>
 
 #include "executor/token_data.h"
+#include "executor/weights.h"
+#include "models/hf_import.h"
 #include "models/torch/flux_module.h"
 #include "models/torch/llama_module.h"
 
@@ -139,9 +141,6 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
                                                      const TrainModelOptions& options) {
   std::unique_ptr<TrainModel> out;
   if (model.family == ModelFamily::kLlama) {
-    if (model.llama.tie_embeddings) {
-      return Status::error(plan.model + ": tied input/output embeddings are not in the LibTorch decoder yet");
-    }
     TokenSource data = TokenSource::synthetic(model.llama.vocab, run.seed);
     if (run.data != "synthetic") {
       Result<TokenSource> file = TokenSource::open_file(run.data, run.token_bytes, model.llama.vocab, options.seq_len);
@@ -158,6 +157,13 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
     out = std::make_unique<FluxModel>(model.flux, lora_options(plan, tm::flux_lora(rank)), run.seed, options);
   }
   if (Status s = apply_trainability(out->module(), trained_graph, plan.model); !s.is_ok()) return s;
+  // A Hugging Face directory with weights: train from them (frozen and
+  // trainable alike); otherwise the seeded random initialisation stands.
+  if (models::is_hf_model_path(plan.settings.model) && has_safetensors(plan.settings.model)) {
+    Result<LoadedWeights> loaded = load_safetensors(out->module(), plan.settings.model);
+    if (!loaded.is_ok()) return loaded.status();
+    out->weights_source = loaded->source;
+  }
   out->module().to(options.device, options.dtype);
   out->module().train();
   return out;

@@ -33,6 +33,7 @@ class TrainModel {
   virtual void release_outputs() {}
   // Trainable parameters with their names, in registration order.
   std::vector<std::pair<std::string, torch::Tensor>> trainable();
+  std::string weights_source;  // the safetensors file the weights came from; empty: random
 };
 
 struct TrainModelOptions {

@@ -216,15 +216,20 @@ struct LossScaler {
 
 // Identity of a run: a checkpoint resumes only the run it was written by.
 nlohmann::json run_identity(const planner::Plan& plan, const RunOptions& options) {
-  return {{"model", plan.model},
+  return {{"model", plan.settings.model},
           {"precision", planner::precision_name(plan.settings.precision)},
           {"mode", planner::mode_name(plan.settings.mode)},
           {"lora_rank", plan.settings.lora.rank},
           {"micro_batch", plan.config.micro_batch},
           {"grad_accum", plan.config.grad_accum},
           {"seq_len", plan.seq_len},
+          {"lora_dropout", plan.settings.lora.dropout},
+          {"offload_optimizer", planner::offload_name(plan.config.offload_optimizer)},
+          {"learning_rate", options.learning_rate},
+          {"weight_decay", options.weight_decay},
           {"seed", options.seed},
-          {"data", options.data}};
+          {"data", options.data},
+          {"token_bytes", options.token_bytes}};
 }
 
 std::string today() {
@@ -254,11 +259,13 @@ class Trainer {
   RunObserver& observer_;
   torch::Device device_ = torch::kCPU;
   std::unique_ptr<MemoryProbe> probe_;
+  // Before the model: host copies of offloaded tensors still held by a graph
+  // (after a failed backward) report to these while the model is destroyed.
+  std::unordered_set<const void*> parameter_storages_;
+  OffloadStats offload_stats_;
   std::unique_ptr<TrainModel> model_;
   std::unique_ptr<MixedAdamW> optimizer_;
   std::unique_ptr<StateStore> store_;
-  std::unordered_set<const void*> parameter_storages_;
-  OffloadStats offload_stats_;
   tm::BlockRunner runner_;
   LossScaler scaler_;
   Predicted predicted_;
@@ -276,14 +283,32 @@ Status Trainer::setup() {
   probe_ = std::make_unique<MemoryProbe>(device_);
   install_offload_engine();
 
-  Result<ExecutableModel> model = executable_model(plan_.model, "plan");
+  Result<ExecutableModel> model = executable_model(plan_.settings.model, "plan");
   if (!model.is_ok()) return model.status();
   Result<planner::ModelContext> context = planner::prepare_context(plan_.settings);
   if (!context.is_ok()) return context.status();
+  // The plan's decisions must name the model's blocks, in order: a stale or
+  // edited plan would otherwise run (and be measured) as another plan.
+  const std::vector<graph::Block>& blocks = context->graph.blocks;
+  bool same = blocks.size() == plan_.block_names.size();
+  for (size_t b = 0; same && b < blocks.size(); ++b) same = blocks[b].name == plan_.block_names[b];
+  if (!same) {
+    return Status::error("plan: block_names: expected the " + std::to_string(blocks.size()) + " blocks of " +
+                         plan_.settings.model + " in order (" + blocks.front().name + " ... " + blocks.back().name +
+                         "); the plan is for another model or version, make it again");
+  }
   Result<Predicted> predicted = predict_categories(plan_, context.value());
   if (!predicted.is_ok()) return predicted.status();
   predicted_ = predicted.value();
 
+  if (device_.is_cuda()) {
+    // cuBLAS allocates its workspace through the caching allocator at the first
+    // matmul of each handle (the forward thread's and autograd's device thread's),
+    // and keeps it: take that now so no category below counts it.
+    const auto options = torch::TensorOptions().device(device_).dtype(training_dtype(plan_.settings.precision));
+    const torch::Tensor a = torch::ones({64, 64}, options.requires_grad(true));
+    torch::mm(a, a).sum().backward();
+  }
   torch::manual_seed(options_.seed);  // the initial weights, identical on resume
   probe_->synchronize();
   const int64_t before_model = probe_->live();
@@ -295,6 +320,9 @@ Status Trainer::setup() {
       make_train_model(model.value(), plan_, context->graph, options_, model_options);
   if (!built.is_ok()) return built.status();
   model_ = std::move(built.value());
+  result_.notes.push_back(model_->weights_source.empty()
+                              ? "weights: random initialisation (seed " + std::to_string(options_.seed) + ")"
+                              : "weights: loaded from " + model_->weights_source);
   probe_->synchronize();
   const int64_t after_model = probe_->live();
   measured_["parameters"] = after_model - before_model;
@@ -495,6 +523,10 @@ Result<RunResult> Trainer::run() {
   if (Status s = setup(); !s.is_ok()) return s;
   if (!options_.resume_dir.empty()) {
     if (Status s = resume(); !s.is_ok()) return s;
+  }
+  if (step_ >= options_.steps) {
+    return Status::error("--steps " + std::to_string(options_.steps) + ": the checkpoint in " + options_.resume_dir +
+                         " is already at step " + std::to_string(step_) + "; expected more steps than that to train");
   }
   result_.first_step = step_ + 1;
   result_.measured.device = device_.is_cuda() ? at::cuda::getDeviceProperties(device_.index())->name : "cpu";

@@ -60,11 +60,19 @@ void push_unique(std::vector<int>& list, int value) {
 
 bool GraphAnalysis::save_active(int node_index, SaveWhen when, int saved_tensor) const {
   switch (when) {
-    case SaveWhen::kOtherInputGrad:
+    case SaveWhen::kOtherInputGrad: {
+      // The saved tensor's own input position is skipped once, so a square
+      // x*x still keeps x when x requires grad.
+      bool skipped = false;
       for (int input : node_inputs[node_index]) {
-        if (input != saved_tensor && requires_grad[input]) return true;
+        if (input == saved_tensor && !skipped) {
+          skipped = true;
+          continue;
+        }
+        if (requires_grad[input]) return true;
       }
       return false;
+    }
     case SaveWhen::kInputGrad:
       return needs_input_grad[node_index];
     case SaveWhen::kParamGrad:

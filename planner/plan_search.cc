@@ -137,6 +137,7 @@ Candidate search(const ModelContext& context, const RunSettings& settings, const
       // that breaks the budget, solve again with that much less room.
       BlockSolution solution;
       Plan plan;
+      bool rejected_offload = false;  // the walk fitted a plan with offloaded blocks; the simulation did not
       auto solve = [&](const RunSettings& run) {
         const BuiltStep step = build_step(context, run, config, profile, Accounting::kReserved);
         int64_t budget = options.budget;
@@ -147,6 +148,7 @@ Candidate search(const ModelContext& context, const RunSettings& settings, const
           const int64_t excess = plan.prediction.gpu_total - options.gpu_budget;
           if (excess <= 0 && !plan.prediction.simulated_out_of_memory) return;
           budget -= std::max(excess, (budget - step.model.base) / 20) + (16LL << 20);
+          rejected_offload |= std::count(solution.choices.begin(), solution.choices.end(), BlockChoice::kOffload) > 0;
           solution.feasible = false;
         }
       };
@@ -155,7 +157,7 @@ Candidate search(const ModelContext& context, const RunSettings& settings, const
       // the simulation can find the copies piling up beyond what the block walk
       // counts. Less room does not cure that, more offload makes it worse: solve
       // once more with checkpointing alone before giving this configuration up.
-      if (!solution.feasible && settings.allow_activation_offload) {
+      if (!solution.feasible && rejected_offload && settings.allow_activation_offload) {
         RunSettings no_offload = settings;
         no_offload.allow_activation_offload = false;
         solve(no_offload);

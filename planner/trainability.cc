@@ -75,7 +75,8 @@ void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora) {
     node.outputs.push_back(dropped);
     node.outputs.push_back(mask);
     node.saves.push_back({dropped, SaveWhen::kParamGrad});
-    node.saves.push_back({mask, SaveWhen::kParamGrad});
+    // native_dropout keeps its mask for dx only: when x requires grad.
+    node.saves.push_back({mask, SaveWhen::kInputGrad});
   }
   const SizeExpr adapter_flops = linear.rows.scaled(2 * r * (linear.in_features + linear.out_features));
   node.fwd_flops += adapter_flops;

@@ -62,6 +62,8 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) {
   }
 }
 
+LinearImpl::LinearImpl(torch::Tensor tied_weight) : weight(std::move(tied_weight)) {}
+
 void LinearImpl::add_lora(int64_t rank, double alpha, double dropout) {
   lora_dropout = dropout;
   // Submodules, so the names read "....q_proj.lora_A.weight" as in PEFT checkpoints.
@@ -85,11 +87,16 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   return y;
 }
 
-RMSNormImpl::RMSNormImpl(int64_t width, double epsilon) : eps(epsilon) {
+RMSNormImpl::RMSNormImpl(int64_t width, double epsilon, bool python_ops) : eps(epsilon), transformers_ops(python_ops) {
   weight = register_parameter("weight", torch::ones({width}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return FusedRmsNorm::apply(x, weight, eps); }
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (!transformers_ops) return FusedRmsNorm::apply(x, weight, eps);
+  const torch::Tensor xs = x.to(torch::kFloat);
+  const torch::Tensor normed = xs * torch::rsqrt(xs.pow(2).mean(-1, true) + eps);
+  return weight * normed.to(x.scalar_type());
+}
 
 int add_lora_adapters(torch::nn::Module& root, const LoraOptions& lora) {
   if (lora.rank <= 0) return 0;

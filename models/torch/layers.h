@@ -19,6 +19,10 @@ namespace headroom::models::torch_modules {
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in, int64_t out, bool bias);
+  // A bias-free linear over a weight another module owns and registers (tied
+  // embeddings): it registers no parameter, so the weight is counted, trained
+  // and saved once, as the planner's graph counts it (tied_to).
+  explicit LinearImpl(torch::Tensor tied_weight);
   void add_lora(int64_t rank, double alpha, double dropout = 0);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
@@ -36,10 +40,14 @@ TORCH_MODULE(Linear);
 // and would also keep the normalised tensor).
 class RMSNormImpl : public torch::nn::Module {
  public:
-  explicit RMSNormImpl(int64_t width, double eps = 1e-5);
+  // `transformers_ops`: transformers' LlamaRMSNorm as plain ops instead (f32
+  // copy, rstd and the normalised tensor kept), as the planner's graph of a
+  // Hugging Face config counts it (models::RmsNormStyle::kTransformers).
+  explicit RMSNormImpl(int64_t width, double eps = 1e-5, bool transformers_ops = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
   double eps;
+  bool transformers_ops;
 };
 TORCH_MODULE(RMSNorm);
 

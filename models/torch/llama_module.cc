@@ -25,13 +25,13 @@ std::pair<torch::Tensor, torch::Tensor> llama_rope_tables(int64_t seq, int64_t h
 
 DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c) : config(c) {
   const int64_t d = head_dim_of(c);
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden, 1e-5, c.rms_norm != RmsNormStyle::kFused));
   self_attn = register_module("self_attn", std::make_shared<torch::nn::Module>());
   q_proj = self_attn->register_module("q_proj", Linear(c.hidden, c.heads * d, c.qkv_bias));
   k_proj = self_attn->register_module("k_proj", Linear(c.hidden, c.kv_heads * d, c.qkv_bias));
   v_proj = self_attn->register_module("v_proj", Linear(c.hidden, c.kv_heads * d, c.qkv_bias));
   o_proj = self_attn->register_module("o_proj", Linear(c.heads * d, c.hidden, false));
-  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden, 1e-5, c.rms_norm != RmsNormStyle::kFused));
   mlp = register_module("mlp", std::make_shared<torch::nn::Module>());
   gate_proj = mlp->register_module("gate_proj", Linear(c.hidden, c.intermediate, false));
   up_proj = mlp->register_module("up_proj", Linear(c.hidden, c.intermediate, false));
@@ -72,9 +72,8 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c, const LoraOptio
   embed_tokens = model->register_module("embed_tokens", torch::nn::Embedding(c.vocab, c.hidden));
   auto list = model->register_module("layers", std::make_shared<torch::nn::Module>());
   for (int64_t i = 0; i < c.layers; ++i) layers.push_back(list->register_module(std::to_string(i), DecoderLayer(c)));
-  norm = model->register_module("norm", RMSNorm(c.hidden));
-  lm_head = register_module("lm_head", Linear(c.hidden, c.vocab, false));
-  if (c.tie_embeddings) lm_head->weight = embed_tokens->weight;
+  norm = model->register_module("norm", RMSNorm(c.hidden, 1e-5, c.rms_norm != RmsNormStyle::kFused));
+  lm_head = register_module("lm_head", c.tie_embeddings ? Linear(embed_tokens->weight) : Linear(c.hidden, c.vocab, false));
   add_lora_adapters(*this, lora);
 }
 

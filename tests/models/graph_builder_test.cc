@@ -1,6 +1,7 @@
 // Save rules of the GraphBuilder primitives (docs/models.md, "Save rules").
 #include <doctest/doctest.h>
 
+#include "graph/graph_analysis.h"
 #include "graph/validate.h"
 #include "models/graph_builder.h"
 
@@ -12,6 +13,33 @@ bool saves(const graph::Node& node, const std::string& tensor, SaveWhen when) {
     if (s.tensor == tensor && s.when == when) return true;
   }
   return false;
+}
+
+// Whether the analysed graph keeps `tensor` for node `node_name`'s backward.
+bool kept(const graph::LayerGraph& graph, const std::string& node_name, const std::string& tensor) {
+  const graph::GraphAnalysis analysis = graph::analyze_graph(graph);
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (graph.nodes[n].name != node_name) continue;
+    for (int t : analysis.node_saves[n]) {
+      if (graph.tensors[t].name == tensor) return true;
+    }
+  }
+  return false;
+}
+
+TEST_CASE("a product keeps each operand only while the other requires grad (MulBackward0)") {
+  GraphBuilder b;
+  b.begin_block("b", "test", false);
+  const std::string x = b.input("x", SizeExpr::per_token(8), std::nullopt, true);        // requires grad
+  const std::string scale = b.input("scale", SizeExpr::per_token(8), std::nullopt, false);  // frozen
+  b.mul("x_scale", x, scale, SizeExpr::per_token(8));
+  b.mul("x_squared", x, x, SizeExpr::per_token(8));
+  b.mul("scale_squared", scale, scale, SizeExpr::per_token(8));
+  const graph::LayerGraph graph = b.finish();
+  CHECK(kept(graph, "x_scale", "scale"));       // dx = dy * scale
+  CHECK_FALSE(kept(graph, "x_scale", "x"));     // no d(scale) wanted
+  CHECK(kept(graph, "x_squared", "x"));         // dx = 2 x dy
+  CHECK_FALSE(kept(graph, "scale_squared", "scale"));  // nothing requires grad
 }
 
 TEST_CASE("linear keeps its input for dW only; FLOPs 2*rows*in*out") {

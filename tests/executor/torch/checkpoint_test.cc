@@ -62,7 +62,11 @@ double max_relative_difference(const std::vector<torch::Tensor>& a, const std::v
 }
 
 void check_matches(torch::nn::Module& model, const Loss& loss, const std::set<std::string>& blocks, const char* what) {
+  // The same seed for both runs: dropout draws the same masks when the
+  // checkpointed recompute replays the forward's generator state.
+  torch::manual_seed(11);
   const auto plain = gradients(model, loss, {});
+  torch::manual_seed(11);
   const double diff = max_relative_difference(plain, gradients(model, loss, blocks));
   MESSAGE(std::string(what) << ": max relative gradient difference " << diff);
   CHECK(diff < 1e-10);
@@ -116,6 +120,26 @@ TEST_CASE("tiny-llama: frozen base with adapters; the first block's input needs 
   check_matches(*model, loss, {"model.layers.0"}, "tiny-llama LoRA first block");
   CHECK(has_grad(*model, "model.layers.0.self_attn.q_proj.lora_A.weight"));
   CHECK_FALSE(has_grad(*model, "model.layers.0.self_attn.q_proj.weight"));
+}
+
+TEST_CASE("tiny-llama: LoRA dropout draws the same masks in the recompute as in the forward") {
+  const Float64 f64;
+  torch::manual_seed(1);
+  tm::LoraOptions lora = tm::llama_lora(4);
+  lora.dropout = 0.3;
+  tm::LlamaForCausalLM model(models::kTinyLlama, lora);
+  tm::freeze_base(*model);
+  randomize_lora_b(*model);
+  const torch::Tensor ids = torch::randint(0, models::kTinyLlama.vocab, {2, 16}, torch::kLong);
+  const Loss loss = [&](const tm::BlockRunner& r) { return model->forward(ids, r); };
+  check_matches(*model, loss, kLlamaAll, "tiny-llama LoRA dropout every block");
+  // And the generator continues after backward as if nothing had been replayed.
+  torch::manual_seed(5);
+  (void)gradients(*model, loss, kLlamaAll);
+  const double after_checkpointed = torch::rand({1}).item<double>();
+  torch::manual_seed(5);
+  (void)gradients(*model, loss, {});
+  CHECK(torch::rand({1}).item<double>() == after_checkpointed);
 }
 
 TEST_CASE("tiny-llama: a fully frozen model checkpoints without error and has no gradients") {

@@ -1,0 +1,31 @@
+// Pretrained weights for the executor's modules from a Hugging Face model
+// directory's safetensors files (model.safetensors, or the shards a
+// model.safetensors.index.json names), through headroom's validating header
+// reader (graph/safetensors_header.h: offsets, sizes, dtypes, overlaps): the
+// data is read at the offsets the header gives and converted to the module's
+// dtype. Only with LibTorch.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "graph/status.h"
+
+namespace headroom::executor {
+
+struct LoadedWeights {
+  int tensors = 0;       // parameters filled from the checkpoint
+  std::string source;    // the file (or index) they came from
+};
+
+// Whether `directory` holds safetensors weights to load.
+bool has_safetensors(const std::string& directory);
+
+// Fills every parameter of `module` (LoRA adapters excepted: they start fresh)
+// from the checkpoint in `directory`. A parameter the checkpoint lacks, a shape
+// that differs, or a dtype that is not F32/F16/BF16 is an error naming the file
+// and the tensor; nothing is trained on half-loaded weights.
+Result<LoadedWeights> load_safetensors(torch::nn::Module& module, const std::string& directory);
+
+}  // namespace headroom::executor
