@@ -24,7 +24,7 @@ namespace headroom::executor {
 
 struct OffloadStats {
   int64_t packed_tensors = 0;    // distinct tensors copied (a tensor saved by several ops once)
-  int64_t packed_bytes = 0;      // bytes copied to the host (each saved tensor's own elements)
+  int64_t packed_bytes = 0;      // bytes copied to the host (whole storages, each once)
   int64_t host_live_bytes = 0;   // host copies not yet unpacked and released
 };
 
@@ -43,7 +43,7 @@ class OffloadScope {
   OffloadScope(const OffloadScope&) = delete;
   OffloadScope& operator=(const OffloadScope&) = delete;
 
- public:
+  // Implementation (offload.cc): the host copies made in this scope, by storage.
   struct Entry {
     std::shared_ptr<HostCopy> copy;
     torch::Tensor device;  // the original, held while the scope lives
