@@ -16,7 +16,7 @@ model_sources=(models/*.cc)
 declare -A targets=(
   [fuzz_graph_json]="tests/fuzz/fuzz_graph_json.cc ${graph_sources[*]}"
   [fuzz_safetensors]="tests/fuzz/fuzz_safetensors.cc ${graph_sources[*]}"
-  [fuzz_measurement]="tests/fuzz/fuzz_measurement.cc reports/measured_run.cc ${graph_sources[*]}"
+  [fuzz_measurement]="tests/fuzz/fuzz_measurement.cc planner/measurement.cc ${graph_sources[*]}"
   [fuzz_hf_config]="tests/fuzz/fuzz_hf_config.cc ${graph_sources[*]} ${model_sources[*]}"
 )
 status=0
