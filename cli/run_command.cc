@@ -173,6 +173,12 @@ int run_training(const CliOptions& options, Terminal& terminal) {
   if (Status s = executor::check_executable(plan.value(), options.plan_path); !s.is_ok()) {
     return fail(terminal, kExitFailure, s.message());
   }
+  // Outputs that cannot be written are refused before hours of training.
+  if (!options.calibration_out.empty() && (run.device == "cpu" || !executor::cuda_available())) {
+    return fail(terminal, kExitUsage,
+                "--write-calibration " + options.calibration_out +
+                    ": a calibration needs a run on a GPU, and this one would run on the CPU");
+  }
   std::ofstream metrics;
   if (!options.metrics_path.empty()) {
     metrics.open(options.metrics_path, std::ios::app);

@@ -87,6 +87,9 @@ Status validate_run_options(const RunOptions& options, std::string_view origin);
 // True when this build has the LibTorch executor.
 bool executor_available();
 
+// True when the executor sees a CUDA device (false without LibTorch).
+bool cuda_available();
+
 // Trains `plan` for options.steps optimizer steps and measures memory and time
 // against the plan's prediction. Errors (bad data file, failed checkpoint save,
 // LibTorch failures) come back as a Status; checkpoints already written stay.

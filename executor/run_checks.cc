@@ -78,6 +78,7 @@ Status validate_run_options(const RunOptions& o, std::string_view origin) {
 
 #ifndef HEADROOM_HAVE_EXECUTOR
 bool executor_available() { return false; }
+bool cuda_available() { return false; }
 
 Result<RunResult> run_plan(const planner::Plan&, const RunOptions&, RunObserver&) {
   return Status::error(

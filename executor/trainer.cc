@@ -591,6 +591,7 @@ Result<RunResult> Trainer::run() {
 }  // namespace
 
 bool executor_available() { return true; }
+bool cuda_available() { return torch::cuda::is_available(); }
 
 Result<RunResult> run_plan(const planner::Plan& plan, const RunOptions& options, RunObserver& observer) {
   // LibTorch reports failures as exceptions; they end here as one message.
