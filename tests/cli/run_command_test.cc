@@ -6,6 +6,8 @@
 // The binary-running helpers are a small copy of cli_test.cc's (each test file
 // stands alone).
 #include <doctest/doctest.h>
+
+#include "tests/cli/cli_harness.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,71 +22,8 @@
 
 namespace {
 
-namespace fs = std::filesystem;
+using namespace headroom::cli_harness;  // NOLINT(google-build-using-namespace): test helpers
 
-struct RunOutput {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-// A fresh directory per test case, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("headroom_run_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-// Runs `headroom ARGS` (ARGS as a shell would split them; quote paths).
-RunOutput run_headroom(const std::string& args) {
-  TempDir dir;
-  const std::string err_path = dir.file("stderr.txt");
-  const std::string command =
-      std::string("'") + HEADROOM_BINARY + "' " + args + " 2>'" + err_path + "'";
-  RunOutput result;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.err = read_text(err_path);
-  return result;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-nlohmann::json parse_json(const std::string& text) {
-  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  CHECK_FALSE(json.is_discarded());
-  return json;
-}
-
-std::string quoted(const std::string& path) { return "'" + path + "'"; }
 
 // The plan every case trains: tiny-llama in fp32 with every block checkpointed,
 // micro-batch 2, as `fit -o` writes the run as given. Written once per test

@@ -1,0 +1,87 @@
+// Running the `headroom` binary from the CLI tests: capture stdout, stderr and
+// the exit status as a user (or a script) sees them, in scratch directories.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace headroom::cli_harness {
+
+namespace fs = std::filesystem;
+
+struct RunOutput {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// A fresh directory per use, removed at the end (one counter for the whole
+// test binary, so directories of different test files never collide).
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    path_ = fs::temp_directory_path() /
+            ("headroom_cli_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+inline void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// Runs `headroom ARGS` (ARGS as a shell would split them; quote paths).
+inline RunOutput run_headroom(const std::string& args) {
+  TempDir dir;
+  const std::string err_path = dir.file("stderr.txt");
+  const std::string command =
+      std::string("'") + HEADROOM_BINARY + "' " + args + " 2>'" + err_path + "'";
+  RunOutput result;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.err = read_text(err_path);
+  return result;
+}
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+inline nlohmann::json parse_json(const std::string& text) {
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  CHECK_FALSE(json.is_discarded());
+  return json;
+}
+
+inline std::string quoted(const std::string& path) { return "'" + path + "'"; }
+
+}  // namespace headroom::cli_harness
