@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -120,31 +121,7 @@ class PosixFileSystem final : public FileSystem {
   }
 
   Result<std::string> read_file(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno == ENOENT) return Status::error(path + ": no such file");
-      return os_error(path, "cannot open", errno);
-    }
-    std::string contents;
-    struct stat info {};
-    // Reserving the size up front keeps a multi-gigabyte part from costing
-    // twice its size while the string grows.
-    if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode))
-      contents.reserve(static_cast<size_t>(info.st_size));
-    char buffer[1 << 16];
-    for (;;) {
-      const ssize_t n = ::read(fd, buffer, sizeof buffer);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        const int error = errno;
-        ::close(fd);
-        return os_error(path, "cannot read", error);
-      }
-      if (n == 0) break;
-      contents.append(buffer, static_cast<size_t>(n));
-    }
-    ::close(fd);
-    return contents;
+    return graph::read_file(path, std::numeric_limits<int64_t>::max());  // sizes are checked against the manifest
   }
 
   Status rename(const std::string& from, const std::string& to) override {

@@ -345,6 +345,17 @@ std::string intact_note(FileSystem& fs, const std::string& directory) {
   return "no earlier checkpoint existed";
 }
 
+// What an existing checkpoint directory holds; a missing one is an error.
+Result<Inventory> inventory_of(FileSystem& fs, const std::string& directory) {
+  if (!fs.exists(directory)) {
+    return Status::error(
+        directory + ": no such directory (expected a directory of training-state checkpoints)");
+  }
+  Result<std::vector<std::string>> names = fs.list_directory(directory);
+  if (!names.is_ok()) return names.status();
+  return take_inventory(names.value());
+}
+
 std::string nearest_existing(FileSystem& fs, std::string path) {
   while (!fs.exists(path) && path != "." && path != "/") path = parent_directory(path);
   return path;
@@ -397,7 +408,7 @@ Status StateStore::save(int64_t step, const std::map<std::string, std::string>& 
   }
 
   const int64_t needed = bytes_to_write(parts);
-  Result<int64_t> free = fs.free_bytes(nearest_existing(fs, directory));
+  Result<int64_t> free = free_bytes();
   if (!free.is_ok()) return refuse(free.message());
   const int64_t keep_free = options_.min_free_bytes;
   if (free.value() < needed || free.value() - needed < keep_free) {
@@ -510,18 +521,17 @@ void StateStore::rotate(int64_t saved_step) {
   }
 }
 
+Result<int64_t> StateStore::free_bytes() const {
+  return file_system_->free_bytes(nearest_existing(*file_system_, options_.directory));
+}
+
 Result<std::optional<LoadedState>> StateStore::load_latest() const {
   FileSystem& fs = *file_system_;
   const std::string& directory = options_.directory;
-  if (!fs.exists(directory)) {
-    return Status::error(
-        directory + ": no such directory (expected a directory of training-state checkpoints)");
-  }
-  Result<std::vector<std::string>> names = fs.list_directory(directory);
-  if (!names.is_ok()) return names.status();
-  const Inventory inventory = take_inventory(names.value());
+  Result<Inventory> inventory = inventory_of(fs, directory);
+  if (!inventory.is_ok()) return inventory.status();
   std::vector<std::string> skipped;
-  for (const Candidate& candidate : inventory.checkpoints) {
+  for (const Candidate& candidate : inventory->checkpoints) {
     Result<LoadedState> state = read_checkpoint(fs, directory, candidate, true);
     if (state.is_ok()) {
       state->skipped = std::move(skipped);
@@ -540,14 +550,10 @@ Result<std::optional<LoadedState>> StateStore::load_latest() const {
 Result<std::vector<int64_t>> StateStore::steps() const {
   FileSystem& fs = *file_system_;
   const std::string& directory = options_.directory;
-  if (!fs.exists(directory)) {
-    return Status::error(
-        directory + ": no such directory (expected a directory of training-state checkpoints)");
-  }
-  Result<std::vector<std::string>> names = fs.list_directory(directory);
-  if (!names.is_ok()) return names.status();
+  Result<Inventory> inventory = inventory_of(fs, directory);
+  if (!inventory.is_ok()) return inventory.status();
   std::vector<int64_t> result;
-  for (const Candidate& candidate : take_inventory(names.value()).checkpoints) {
+  for (const Candidate& candidate : inventory->checkpoints) {
     if (read_checkpoint(fs, directory, candidate, false).is_ok()) result.push_back(candidate.step);
   }
   std::sort(result.begin(), result.end());

@@ -99,6 +99,9 @@ class StateStore {
   // verifies (the message lists each one's damage).
   Result<std::optional<LoadedState>> load_latest() const;
 
+  // Free bytes on the disk that holds (or will hold) the directory.
+  Result<int64_t> free_bytes() const;
+
   // Steps of the complete checkpoints on disk (their MANIFEST parses; parts
   // are not read), ascending. A missing directory is an error, as above.
   Result<std::vector<int64_t>> steps() const;

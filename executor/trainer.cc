@@ -356,12 +356,7 @@ Status Trainer::check_disk() const {
   FileSystem& fs = options_.file_system ? *options_.file_system : real_file_system();
   int64_t one = optimizer_->state_bytes();
   for (const auto& [name, tensor] : model_->trainable()) one += static_cast<int64_t>(tensor.nbytes());
-  std::string existing = options_.checkpoint_dir;
-  while (!fs.exists(existing) && existing != "/" && existing != "." && !existing.empty()) {
-    const size_t slash = existing.find_last_of('/');
-    existing = slash == std::string::npos ? "." : slash == 0 ? "/" : existing.substr(0, slash);
-  }
-  Result<int64_t> free = fs.free_bytes(existing.empty() ? "." : existing);
+  Result<int64_t> free = store_->free_bytes();
   if (!free.is_ok()) return free.status();
   Result<std::vector<int64_t>> present = fs.exists(options_.checkpoint_dir) ? store_->steps()
                                                                            : Result<std::vector<int64_t>>(std::vector<int64_t>{});
