@@ -1,6 +1,6 @@
 #include "cli/commands.h"
 
-#include "cli/run_command.h"
+#include "cli/trainer_launch.h"
 
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -9,6 +9,7 @@
 #include "graph/atomic_file.h"
 #include "models/zoo.h"
 #include "planner/hardware.h"
+#include "planner/plan_file.h"
 #include "planner/planner.h"
 #include "graph/graph_json.h"
 #include "planner/simulator.h"
@@ -151,27 +152,15 @@ struct LoadedPlan {
 };
 
 int load_and_simulate(const CliOptions& options, Terminal& terminal, bool with_events, LoadedPlan& loaded) {
-  Result<std::string> text = graph::read_file(options.plan_path, int64_t{64} << 20);
-  if (!text.is_ok()) return fail(terminal, kExitUsage, "PLAN: " + text.message());
-  Result<nlohmann::json> json = graph::parse_json_text(text.value(), options.plan_path);
-  if (!json.is_ok()) return fail(terminal, kExitUsage, json.message());
-  Result<planner::Plan> plan = planner::plan_from_json(json.value(), options.plan_path);
-  if (!plan.is_ok()) return fail(terminal, kExitUsage, plan.message());
-  loaded.plan = plan.value();
-  Result<planner::ModelContext> context = planner::prepare_context(loaded.plan.settings);
-  if (!context.is_ok()) return fail(terminal, kExitFailure, options.plan_path + ": " + context.message());
-  loaded.context = std::move(context.value());
-  const planner::ModelContext& ctx = loaded.context;
-  if (loaded.plan.blocks.size() != ctx.graph.blocks.size()) {
-    return fail(terminal, kExitUsage,
-                options.plan_path + ": blocks: expected " + std::to_string(ctx.graph.blocks.size()) +
-                    " entries for " + ctx.graph.name + ", got " + std::to_string(loaded.plan.blocks.size()));
-  }
-  // The prediction is recomputed: the file may come from an older headroom.
-  loaded.plan.prediction = planner::predict(ctx, loaded.plan.settings, loaded.plan.config, loaded.plan.blocks);
+  Result<planner::Plan> plan = planner::load_plan_file(options.plan_path);
+  if (!plan.is_ok()) return fail(terminal, kExitUsage, "PLAN: " + plan.message());
+  Result<planner::PreparedPlan> prepared = planner::prepare_plan(std::move(plan.value()), options.plan_path);
+  if (!prepared.is_ok()) return fail(terminal, kExitFailure, prepared.message());
+  loaded.plan = std::move(prepared->plan);
+  loaded.context = std::move(prepared->context);
   planner::SimulatorOptions simulator_options;
   simulator_options.record_events = with_events;
-  loaded.simulation = planner::simulate(ctx, loaded.plan.settings, loaded.plan.config, loaded.plan.blocks,
+  loaded.simulation = planner::simulate(loaded.context, loaded.plan.settings, loaded.plan.config, loaded.plan.blocks,
                                         simulator_options);
   return kExitOk;
 }
@@ -344,12 +333,13 @@ const std::vector<Command> kCommands = {
      "weights, gradient accumulation, AdamW on the GPU or offloaded to the CPU. Shows a progress\n"
      "bar, can write metrics as JSON lines, saves training-state checkpoints that never destroy\n"
      "the previous good one, resumes from them, and ends with predicted vs measured memory per\n"
-     "category. Needs a build with LibTorch (scripts/setup_torch.sh); runs on the CPU without a GPU.\n\n"
+     "category. Runs the trainer executable headroom-train, built when LibTorch is found\n"
+     "(scripts/setup_torch.sh); trains on the CPU when there is no GPU.\n\n"
      "Examples:\n"
      "  headroom fit tiny-llama --gpu a6000 --checkpointing every -o plan.json\n"
      "  headroom run plan.json --steps 30 --checkpoint-dir ckpt --checkpoint-every 10\n"
      "  headroom run plan.json --steps 60 --resume ckpt --metrics metrics.jsonl",
-     false, false, true, run_training},
+     false, false, true, launch_trainer},
     {"models", "List the built-in model zoo with parameter counts",
      "Lists every zoo model: its name (use it as MODEL), parameter count and description.\n\n"
      "Example:\n"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/run_command.h"
+#include "cli/run_flags.h"
 #include "cli/settings_flags.h"
 
 namespace headroom::cli {
@@ -57,6 +57,7 @@ int run(int argc, char** argv) {
   app.get_formatter()->column_width(32);  // fits "--checkpoint-blocks A,B,..."
   app.require_subcommand(1);
   CliOptions options;
+  options.arguments.assign(argv + 1, argv + argc);
   std::vector<std::pair<CLI::App*, const Command*>> subcommands;
   for (const Command& command : commands()) {
     CLI::App* sub = app.add_subcommand(command.name, command.summary);

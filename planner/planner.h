@@ -10,49 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "graph/graph_analysis.h"
-#include "graph/layer_graph.h"
 #include "graph/status.h"
-#include "planner/block_profile.h"
-#include "planner/hardware.h"
+#include "planner/model_context.h"
 #include "planner/plan.h"
+#include "planner/prediction.h"
 #include "planner/run_settings.h"
 
 namespace headroom::planner {
-
-// Everything derived once from the settings: the graph with its training mode
-// applied, its analysis, the GPU, the sequence length and the compute dtype.
-struct ModelContext {
-  graph::LayerGraph graph;
-  graph::GraphAnalysis analysis;
-  GpuSpec gpu;
-  int64_t seq_len = 0;
-  graph::DType compute_dtype = graph::DType::kBF16;
-  TimeModelOptions time_options;                 // defaults, or from a calibration file
-  std::optional<int64_t> measured_context_bytes;  // from a calibration file
-  // A Hugging Face model directory: differences between its config-derived graph
-  // and its safetensors headers (missing, extra, shape), for the user to see.
-  std::vector<std::string> checkpoint_mismatches;
-};
-
-// Loads MODEL (zoo name, a Hugging Face model directory or config.json, or a
-// layer-graph JSON path), applies the training mode,
-// resolves GPU, sequence length (resolution for image models) and budgets.
-Result<ModelContext> prepare_context(const RunSettings& settings);
-
-// The checkpoint decisions the user asked for (none / every block / a list).
-Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
-                                                    const RunSettings& settings);
-
-// The global choices as the user launches the run.
-GlobalConfig user_config(const RunSettings& settings);
-
-// Memory and time of one run with these decisions. With `simulate_allocator`
-// the caching-allocator simulation adds fragmentation and out-of-memory checks
-// (about as costly again as the rest; frontier sweeps leave it out).
-Prediction predict(const ModelContext& context, const RunSettings& settings,
-                   const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
-                   bool simulate_allocator = true);
 
 struct FrontierPoint {
   int64_t gpu_total = 0;        // bytes, peak reserved + context

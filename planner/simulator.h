@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "graph/status.h"
-#include "planner/planner.h"
+#include "planner/model_context.h"
 #include "planner/simulation.h"
 
 namespace headroom::planner {

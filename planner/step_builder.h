@@ -7,7 +7,7 @@
 
 #include "planner/block_profile.h"
 #include "planner/model_states.h"
-#include "planner/planner.h"
+#include "planner/model_context.h"
 #include "planner/step_model.h"
 
 namespace headroom::planner {

@@ -19,8 +19,8 @@ mkdir -p out
 ./build/cli/headroom report out/flux-kontext-a6000-plan.json -o out/flux-kontext-a6000-report.html
 echo "plan: out/flux-kontext-a6000-plan.json; report (open it in a browser): out/flux-kontext-a6000-report.html"
 
-if [ ! -f build/executor/libheadroom_executor.a ]; then
-  echo "run_example: the executor is not built; skipping the training run" >&2
+if [ ! -x build/cli/headroom-train ]; then
+  echo "run_example: the trainer (headroom-train) is not built; skipping the training run" >&2
   exit 0
 fi
 echo

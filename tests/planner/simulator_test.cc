@@ -1,6 +1,7 @@
 // The simulator against the planner's block-level walk, and its own invariants.
 #include <doctest/doctest.h>
 
+#include "planner/prediction.h"
 #include "planner/simulator.h"
 
 namespace headroom::planner {

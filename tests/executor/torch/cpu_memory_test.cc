@@ -7,7 +7,10 @@
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
+#include <c10/core/CPUAllocator.h>
+
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -92,6 +95,53 @@ TEST_CASE("the tracker counts live and peak bytes of CPU tensors") {
   }
   CHECK(tracker.live_bytes() == before);
   CHECK(tracker.peak_bytes() - before >= 4000);
+}
+
+// Issue 9: oneDNN's bf16 kernels on AMX CPUs allocate scratch memory through
+// Allocator::raw_allocate, which asserts that the DataPtr's context is its data
+// pointer, and free it through raw_deleter(). Both must work through the
+// installed tracker on every CPU, whichever kernels this one happens to take.
+TEST_CASE("the tracker serves raw_allocate and raw_deallocate (oneDNN's path)") {
+  CpuMemoryTracker& tracker = CpuMemoryTracker::install();
+  c10::Allocator* allocator = c10::GetCPUAllocator();
+  const int64_t before = tracker.live_bytes();
+  void* a = allocator->raw_allocate(1 << 20);
+  void* b = allocator->raw_allocate(100);
+  REQUIRE(a != nullptr);
+  REQUIRE(b != nullptr);
+  std::memset(a, 1, 1 << 20);  // the memory is really there
+  CHECK(tracker.live_bytes() - before == (1 << 20) + 100);
+  allocator->raw_deallocate(a);
+  CHECK(tracker.live_bytes() - before == 100);
+  allocator->raw_deallocate(b);
+  CHECK(tracker.live_bytes() == before);
+
+  // A DataPtr from allocate() keeps context == data, and frees through it.
+  {
+    c10::DataPtr p = allocator->allocate(4096);
+    CHECK(p.get() == p.get_context());
+    CHECK(tracker.live_bytes() - before == 4096);
+  }
+  CHECK(tracker.live_bytes() == before);
+  // Zero bytes: nothing counted, nothing to free.
+  { c10::DataPtr empty = allocator->allocate(0); }
+  CHECK(tracker.live_bytes() == before);
+}
+
+TEST_CASE("bf16 matmul and linear backward through the tracker (the kernels oneDNN picks on this CPU)") {
+  CpuMemoryTracker& tracker = CpuMemoryTracker::install();
+  const int64_t before = tracker.live_bytes();
+  {
+    torch::manual_seed(0);
+    const torch::Tensor x = torch::randn({64, 256}, torch::kBFloat16).requires_grad_(true);
+    const torch::Tensor w = torch::randn({512, 256}, torch::kBFloat16).requires_grad_(true);
+    const torch::Tensor y = torch::nn::functional::linear(x, w);
+    y.to(torch::kFloat).sum().backward();
+    const torch::Tensor reference = torch::matmul(x.detach().to(torch::kFloat), w.detach().to(torch::kFloat).t());
+    CHECK(torch::allclose(y.detach().to(torch::kFloat), reference, /*rtol=*/2e-2, /*atol=*/0.5));
+    CHECK(w.grad().defined());
+  }
+  CHECK(tracker.live_bytes() == before);
 }
 
 TEST_CASE("tiny-llama decoder layers: predicted vs measured activation bytes") {

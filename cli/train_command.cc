@@ -1,4 +1,4 @@
-#include "cli/run_command.h"
+#include "cli/train_command.h"
 
 #include <cmath>
 #include <fstream>
@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "graph/atomic_file.h"
-#include "graph/graph_json.h"
+#include "planner/plan_file.h"
 #include "planner/calibration.h"
 #include "reports/text_table.h"
 #include "reports/units.h"
@@ -131,39 +131,8 @@ nlohmann::json result_to_json(const executor::RunResult& r) {
 
 }  // namespace
 
-void add_run_flags(CLI::App& command, CliOptions& options) {
-  executor::RunOptions& run = options.run;
-  command.add_option("--steps", run.steps, "optimizer steps to reach (a resumed run continues up to it)")
-      ->capture_default_str();
-  command.add_option("--data", run.data, "synthetic, or a token file of raw little-endian ids")
-      ->capture_default_str();
-  command.add_option("--token-bytes", run.token_bytes, "bytes per id in the token file: 2 or 4")
-      ->capture_default_str();
-  command.add_option("--lr", run.learning_rate, "AdamW learning rate")->capture_default_str();
-  command.add_option("--weight-decay", run.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
-  command.add_option("--seed", run.seed, "initial weights and synthetic data")->capture_default_str();
-  command.add_option("--device", run.device, "auto (CUDA when available), cpu or cuda")->capture_default_str();
-  command.add_option("--cpu-threads", run.cpu_threads, "threads of the offloaded CPU AdamW (0: all cores)");
-  command.add_option("--checkpoint-dir", run.checkpoint_dir, "write training-state checkpoints here")
-      ->type_name("DIR");
-  command.add_option("--checkpoint-every", run.checkpoint_every, "steps between checkpoints (0: at the end only)");
-  command.add_option("--keep", run.checkpoints_kept, "complete checkpoints kept")->capture_default_str();
-  command.add_option("--resume", run.resume_dir, "continue from the newest checkpoint in DIR")->type_name("DIR");
-  command.add_option("--metrics", options.metrics_path, "append one JSON line per step to FILE")->type_name("FILE");
-  command.add_option("--measurement-out", options.measurement_out,
-                     "write the measured run for `headroom report --measurement` (docs/report.md)")
-      ->type_name("FILE");
-  command.add_option("--write-calibration", options.calibration_out,
-                     "write the calibration file measured on this GPU (docs/calibration.md)")
-      ->type_name("FILE");
-}
-
 int run_training(const CliOptions& options, Terminal& terminal) {
-  Result<std::string> text = graph::read_file(options.plan_path, int64_t{64} << 20);
-  if (!text.is_ok()) return fail(terminal, kExitFailure, text.message());
-  Result<nlohmann::json> json = graph::parse_json_text(text.value(), options.plan_path);
-  if (!json.is_ok()) return fail(terminal, kExitFailure, json.message());
-  Result<planner::Plan> plan = planner::plan_from_json(json.value(), options.plan_path);
+  Result<planner::Plan> plan = planner::load_plan_file(options.plan_path);
   if (!plan.is_ok()) return fail(terminal, kExitFailure, plan.message());
 
   const executor::RunOptions& run = options.run;

@@ -1,0 +1,54 @@
+// headroom-train: the trainer executable, the only one that loads LibTorch.
+// `headroom run PLAN ...` execs it with the same arguments (cli/trainer_launch.h);
+// it can also be run directly as `headroom-train run PLAN ...`. Exit statuses as
+// headroom's: 0 trained, 1 refused or failed, 2 bad command line.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/run_flags.h"
+#include "cli/train_command.h"
+
+namespace headroom::cli {
+namespace {
+
+int run(int argc, char** argv) {
+  CLI::App app("headroom-train: trains a headroom plan through LibTorch and measures it against the "
+               "prediction. Usually started by `headroom run`.",
+               "headroom-train");
+  app.require_subcommand(1);
+  CliOptions options;
+  options.arguments.assign(argv + 1, argv + argc);
+  CLI::App* command = app.add_subcommand("run", "Train with a plan and measure what was predicted");
+  command->add_option("PLAN", options.plan_path, "a plan file written by `headroom plan -o` or `fit -o`")
+      ->required();
+  command->add_flag("--json", options.json, "print one JSON document on stdout (docs/cli-json.md)");
+  add_run_flags(*command, options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() == 0) return app.exit(error);
+    std::cerr << "headroom: " << error.what() << "\nRun 'headroom run --help' for usage.\n";
+    return kExitUsage;
+  }
+  Terminal terminal{std::cout, std::cerr, isatty(fileno(stderr)) != 0};
+  return run_training(options, terminal);
+}
+
+}  // namespace
+}  // namespace headroom::cli
+
+int main(int argc, char** argv) {
+  try {
+    return headroom::cli::run(argc, argv);
+  } catch (const std::exception& error) {
+    std::cerr << "headroom: internal error: " << error.what() << " (please report it with the command line)\n";
+  } catch (...) {
+    std::cerr << "headroom: internal error: unknown exception (please report it with the command line)\n";
+  }
+  return headroom::cli::kExitFailure;
+}

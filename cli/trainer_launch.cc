@@ -1,0 +1,47 @@
+#include "cli/trainer_launch.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <vector>
+
+namespace headroom::cli {
+
+std::string trainer_path() {
+  if (const char* from_env = std::getenv("HEADROOM_TRAINER"); from_env != nullptr && *from_env != '\0') {
+    return from_env;
+  }
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return {};
+  return (self.parent_path() / kTrainerName).string();
+}
+
+int launch_trainer(const CliOptions& options, Terminal& terminal) {
+  const std::string trainer = trainer_path();
+  if (trainer.empty() || access(trainer.c_str(), X_OK) != 0) {
+    terminal.err << "headroom: this headroom was built without LibTorch (no " << kTrainerName
+                 << (trainer.empty() ? std::string() : " at " + trainer)
+                 << "), so it cannot train: run scripts/setup_torch.sh, then scripts/build.sh "
+                    "(docs/executor.md), or point HEADROOM_TRAINER at a headroom-train\n";
+    return kExitFailure;
+  }
+  std::vector<std::string> arguments = options.arguments;
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(trainer.c_str()));
+  for (std::string& argument : arguments) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  terminal.out.flush();
+  terminal.err.flush();
+  std::cout.flush();
+  std::cerr.flush();
+  execv(trainer.c_str(), argv.data());
+  terminal.err << "headroom: cannot start the trainer " << trainer << ": " << std::strerror(errno) << "\n";
+  return kExitFailure;
+}
+
+}  // namespace headroom::cli

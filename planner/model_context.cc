@@ -1,0 +1,178 @@
+#include "planner/model_context.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "graph/graph_json.h"
+#include "models/hf_import.h"
+#include "models/zoo.h"
+#include "planner/calibration.h"
+#include "planner/trainability.h"
+
+namespace headroom::planner {
+namespace {
+
+bool looks_like_path(const std::string& model) {
+  return model.find('/') != std::string::npos || model.ends_with(".json");
+}
+
+graph::DType compute_dtype_for(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return graph::DType::kF32;
+    case Precision::kFp16Mixed: return graph::DType::kF16;
+    case Precision::kBf16Mixed:
+    case Precision::kBf16Pure: return graph::DType::kBF16;
+  }
+  return graph::DType::kBF16;
+}
+
+Result<int64_t> resolve_seq_len(const graph::LayerGraph& graph, const RunSettings& settings) {
+  const graph::SequenceSpec& spec = graph.sequence;
+  int64_t seq = spec.default_seq;
+  if (settings.resolution > 0) {
+    if (spec.unit != "image") {
+      return Status::error("resolution: " + graph.name + " takes a sequence length (--seq), not an image resolution");
+    }
+    if (settings.resolution % spec.patch_px != 0) {
+      return Status::error("resolution: expected a multiple of the patch size " + std::to_string(spec.patch_px) +
+                           " px for " + graph.name + ", got " + std::to_string(settings.resolution));
+    }
+    const int64_t side = settings.resolution / spec.patch_px;
+    seq = spec.images * side * side + spec.extra_tokens;
+  } else if (settings.seq_len > 0) {
+    seq = settings.seq_len;
+  }
+  if (seq > spec.max_seq) {
+    return Status::error("seq_len: " + std::to_string(seq) + " tokens exceed the maximum of " + graph.name +
+                         " (" + std::to_string(spec.max_seq) + ")");
+  }
+  return seq;
+}
+
+}  // namespace
+
+int64_t context_bytes(const ModelContext& context, const RunSettings& settings) {
+  if (settings.cuda_context_bytes) return *settings.cuda_context_bytes;
+  return context.measured_context_bytes.value_or(context.gpu.cuda_context_bytes);
+}
+
+int64_t gpu_budget_bytes(const ModelContext& context, const RunSettings& settings) {
+  const double capacity = static_cast<double>(context.gpu.memory_bytes);
+  return static_cast<int64_t>(std::floor(capacity * (1.0 - settings.safety_margin)));
+}
+
+int64_t allocator_budget(const ModelContext& context, const RunSettings& settings) {
+  return gpu_budget_bytes(context, settings) - context_bytes(context, settings);
+}
+
+Result<ModelContext> prepare_context(const RunSettings& settings) {
+  const Status valid = validate_settings(settings, "settings");
+  if (!valid.is_ok()) return valid;
+  ModelContext context;
+  Result<graph::LayerGraph> loaded = [&]() -> Result<graph::LayerGraph> {
+    models::ZooOptions options;
+    options.attention = settings.attention;
+    options.dropout = settings.dropout;
+    options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
+    if (looks_like_path(settings.model) && models::is_hf_model_path(settings.model)) {
+      Result<models::HfModel> model = models::load_hf_model(settings.model, options);
+      if (!model.is_ok()) return model.status();
+      context.checkpoint_mismatches = model->mismatches;
+      return std::move(model->graph);
+    }
+    if (looks_like_path(settings.model)) return graph::load_graph_file(settings.model);
+    return models::build_zoo_model(settings.model, options);
+  }();
+  if (!loaded.is_ok()) return loaded.status();
+  Result<graph::LayerGraph> trained = apply_training_mode(loaded.value(), settings);
+  if (!trained.is_ok()) return trained.status();
+  context.graph = std::move(trained.value());
+  context.analysis = graph::analyze_graph(context.graph);
+
+  Result<GpuSpec> gpu = find_gpu(settings.gpu);
+  if (!gpu.is_ok()) return gpu.status();
+  context.gpu = settings.gpu_memory_bytes ? with_memory(gpu.value(), *settings.gpu_memory_bytes) : gpu.value();
+  const Result<int64_t> seq = resolve_seq_len(context.graph, settings);
+  if (!seq.is_ok()) return seq.status();
+  context.seq_len = seq.value();
+  context.compute_dtype = compute_dtype_for(settings.precision);
+  if (!settings.calibration_file.empty()) {
+    Result<Calibration> calibration = load_calibration(settings.calibration_file);
+    if (!calibration.is_ok()) return calibration.status();
+    context.time_options = calibrated(context.time_options, calibration.value());
+    if (calibration->cuda_context_bytes && !settings.cuda_context_bytes) {
+      context.measured_context_bytes = calibration->cuda_context_bytes;
+    }
+  }
+  if (allocator_budget(context, settings) <= 0) {
+    return Status::error("gpu_mem: " + std::to_string(context.gpu.memory_bytes >> 20) +
+                         " MiB leaves nothing after the CUDA context (" +
+                         std::to_string(context_bytes(context, settings) >> 20) + " MiB) and the " +
+                         std::to_string(static_cast<int>(settings.safety_margin * 100)) +
+                         "% safety margin (expected more GPU memory)");
+  }
+  return context;
+}
+
+Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
+                                                    const RunSettings& settings) {
+  const auto& blocks = context.graph.blocks;
+  std::vector<BlockChoice> choices(blocks.size(), BlockChoice::kKeep);
+  if (settings.checkpointing == CheckpointPolicy::kEveryBlock) {
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (blocks[b].checkpointable) choices[b] = BlockChoice::kCheckpoint;
+    }
+  } else if (settings.checkpointing == CheckpointPolicy::kList) {
+    for (const std::string& pattern : settings.checkpoint_blocks) {
+      bool matched = false;
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        if (!name_matches(pattern, blocks[b].name)) continue;
+        matched = true;
+        if (!blocks[b].checkpointable) {
+          return Status::error("checkpoint_blocks: block \"" + blocks[b].name + "\" of " +
+                               context.graph.name + " cannot be checkpointed (embedding or head)");
+        }
+        choices[b] = BlockChoice::kCheckpoint;
+      }
+      if (!matched) {
+        return Status::error("checkpoint_blocks: \"" + pattern + "\" matches no block of " +
+                             context.graph.name + " (expected a block name such as \"" +
+                             blocks[std::min<size_t>(1, blocks.size() - 1)].name + "\" or a glob)");
+      }
+    }
+  }
+  return choices;
+}
+
+GlobalConfig user_config(const RunSettings& settings) {
+  GlobalConfig config;
+  config.zero_stage = settings.zero_stage;
+  config.offload_optimizer = settings.offload_optimizer;
+  config.offload_param = settings.offload_param;
+  config.micro_batch = settings.micro_batch;
+  const int64_t per_rank = settings.effective_global_batch() / settings.world_size();
+  config.grad_accum = std::max<int64_t>(1, per_rank / settings.micro_batch);
+  return config;
+}
+
+// What the user should know about the answer's inputs: budgets that were
+// assumed rather than given, and a checkpoint that disagrees with its config.
+std::vector<std::string> input_warnings(const ModelContext& context, const RunSettings& settings) {
+  std::vector<std::string> out;
+  const RunSettings defaults;
+  if (settings.host_ram_bytes == defaults.host_ram_bytes) {
+    out.push_back("host RAM budget assumed to be 128 GiB per node (give --host-ram)");
+  }
+  if (settings.disk_free_bytes == defaults.disk_free_bytes) {
+    out.push_back("free disk assumed to be 500 GB (give --disk)");
+  }
+  if (settings.calibration_file.empty()) {
+    out.push_back("times use uncalibrated efficiencies (60% of peak matmul rate, 70% of memory bandwidth)");
+  }
+  for (const std::string& mismatch : context.checkpoint_mismatches) {
+    out.push_back("checkpoint vs config.json: " + mismatch);
+  }
+  return out;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,63 @@
+// The model context: everything derived once from a run's settings before any
+// prediction (the graph with its training mode applied, its analysis, the GPU,
+// the sequence length, the compute dtype, a calibration), and the run's own
+// decisions as the user launches it. The first stage of the planner
+// (model_context -> step_builder -> simulator -> prediction -> plan_search ->
+// planner entry points); calls go in that direction only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/graph_analysis.h"
+#include "graph/layer_graph.h"
+#include "graph/status.h"
+#include "planner/block_profile.h"
+#include "planner/hardware.h"
+#include "planner/model_states.h"
+#include "planner/run_settings.h"
+
+namespace headroom::planner {
+
+// Everything derived once from the settings: the graph with its training mode
+// applied, its analysis, the GPU, the sequence length and the compute dtype.
+struct ModelContext {
+  graph::LayerGraph graph;
+  graph::GraphAnalysis analysis;
+  GpuSpec gpu;
+  int64_t seq_len = 0;
+  graph::DType compute_dtype = graph::DType::kBF16;
+  TimeModelOptions time_options;                 // defaults, or from a calibration file
+  std::optional<int64_t> measured_context_bytes;  // from a calibration file
+  // A Hugging Face model directory: differences between its config-derived graph
+  // and its safetensors headers (missing, extra, shape), for the user to see.
+  std::vector<std::string> checkpoint_mismatches;
+};
+
+// Loads MODEL (zoo name, a Hugging Face model directory or config.json, or a
+// layer-graph JSON path), applies the training mode,
+// resolves GPU, sequence length (resolution for image models) and budgets.
+Result<ModelContext> prepare_context(const RunSettings& settings);
+
+// The checkpoint decisions the user asked for (none / every block / a list).
+Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
+                                                    const RunSettings& settings);
+
+// The global choices as the user launches the run.
+GlobalConfig user_config(const RunSettings& settings);
+
+
+
+// GPU bytes left for the caching allocator: capacity minus the safety margin and
+// the CUDA context (outside the allocator).
+int64_t gpu_budget_bytes(const ModelContext& context, const RunSettings& settings);
+int64_t context_bytes(const ModelContext& context, const RunSettings& settings);
+int64_t allocator_budget(const ModelContext& context, const RunSettings& settings);
+
+// What the user should know about the answer's inputs: budgets that were
+// assumed rather than given, and a checkpoint that disagrees with its config.
+std::vector<std::string> input_warnings(const ModelContext& context, const RunSettings& settings);
+
+}  // namespace headroom::planner

@@ -1,0 +1,96 @@
+#include "planner/prediction.h"
+
+#include "planner/allocator_rounding.h"
+#include "planner/simulator.h"
+#include "planner/step_builder.h"
+#include "planner/step_time.h"
+
+namespace headroom::planner {
+namespace {
+
+// Host memory of one training process before any offload: the Python
+// interpreter, torch and the CUDA libraries mapped in, the data loader. An
+// assumption (docs/memory-model.md, "Host RAM") until the executor measures it.
+constexpr int64_t kHostBytesPerRank = 3LL << 30;
+
+}  // namespace
+
+Prediction predict(const ModelContext& context, const RunSettings& settings,
+                   const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
+                   bool simulate_allocator) {
+  Prediction out;
+  const StepProfile reserved_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
+                                                    config.micro_batch, context.seq_len, Accounting::kReserved, context.gpu,
+                                                    context.time_options);
+  const StepProfile allocated_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
+                                                     config.micro_batch, context.seq_len, Accounting::kAllocated, context.gpu,
+                                                     context.time_options);
+  const BuiltStep reserved = build_step(context, settings, config, reserved_profile, Accounting::kReserved);
+  const BuiltStep allocated = build_step(context, settings, config, allocated_profile, Accounting::kAllocated);
+  const StepPeak peak = walk_step(reserved.model, blocks, reserved.persistent);
+  out.peak_reserved = peak.bytes;
+  out.peak_allocated = walk_step(allocated.model, blocks, allocated.persistent).bytes;
+
+  MemoryBreakdown& m = out.peak;
+  m.cuda_context = context_bytes(context, settings);
+  m.workspaces = account(context.gpu.cublas_workspace_bytes, Accounting::kReserved);
+  m.parameters = reserved.states.params;
+  m.gradients = peak.gradients;
+  m.optimizer_states = reserved.states.optimizer;
+  m.master_weights = reserved.states.master;
+  m.zero_buffers = reserved.states.comm_buckets + (peak.block >= 0 ? reserved.states.gathered_params : 0);
+  m.activations = peak.activations;
+  m.transient = peak.transient;
+  m.allocator = kPoolSlackBytes;
+  // The caching-allocator simulation sees fragmentation the block walk cannot:
+  // when it reserves more, the difference is the allocator's share.
+  Simulation simulation;
+  if (simulate_allocator) {
+    SimulatorOptions quiet;
+    quiet.record_events = false;
+    quiet.max_memory_samples = 0;
+    simulation = simulate(context, settings, config, blocks, quiet);
+    out.simulated_peak_reserved = simulation.peak_reserved;
+    out.simulated_peak_allocated = simulation.peak_allocated;
+    if (simulation.peak_reserved > out.peak_reserved) {
+      m.allocator += simulation.peak_reserved - out.peak_reserved;
+      out.peak_reserved = simulation.peak_reserved;
+    }
+  }
+  out.gpu_total = m.total();
+  out.gpu_capacity = context.gpu.memory_bytes;
+  out.gpu_budget = gpu_budget_bytes(context, settings);
+  out.where.phase = peak.phase;
+  out.where.block = peak.block;
+  if (peak.block >= 0) out.where.block_name = context.graph.blocks[peak.block].name;
+
+  out.host_ram = kHostBytesPerRank * settings.gpus_per_node + reserved.states.host_offload +
+                 peak.host_activations * settings.gpus_per_node;
+  out.host_ram_budget = settings.host_ram_bytes;
+  out.checkpoint_bytes = reserved.states.checkpoint;
+  // Kept checkpoints plus the one being written before the oldest is removed.
+  out.disk = (settings.checkpoints_kept + 1) * reserved.states.checkpoint + reserved.states.nvme;
+  out.disk_budget = settings.disk_free_bytes;
+
+  StepTimeInputs times;
+  times.seq_len = context.seq_len;
+  times.model_flops = reserved.model_flops;
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const BlockProfile& block = reserved.model.blocks[k];
+    times.micro_fwd_ms += block.fwd_ms;
+    const double total = block_ms(reserved.model, static_cast<int>(k), blocks[k]);
+    const double recompute = (blocks[k] == BlockChoice::kCheckpoint && block.on_autograd) ? block.fwd_ms : 0;
+    const double offload = blocks[k] == BlockChoice::kOffload ? total - block.fwd_ms - block.bwd_ms : 0;
+    times.micro_bwd_ms += block.bwd_ms + recompute;
+    times.micro_recompute_ms += recompute;
+    times.micro_offload_ms += offload;
+  }
+  out.time = step_time(settings, config, context.gpu, reserved.states, times);
+  out.fits_gpu = out.gpu_total <= out.gpu_budget && !simulation.out_of_memory;
+  out.simulated_out_of_memory = simulation.out_of_memory;
+  out.fits_host = out.host_ram <= out.host_ram_budget;
+  out.fits_disk = out.disk <= out.disk_budget;
+  return out;
+}
+
+}  // namespace headroom::planner

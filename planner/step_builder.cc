@@ -1,0 +1,47 @@
+#include "planner/step_builder.h"
+
+#include <algorithm>
+
+#include "planner/allocator_rounding.h"
+
+namespace headroom::planner {
+
+BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
+                     const GlobalConfig& config, const StepProfile& profile,
+                     Accounting accounting) {
+  BuiltStep out;
+  out.states = model_states(context.graph, settings, config, accounting);
+  out.persistent = profile.persistent;
+  StepModel& model = out.model;
+  model.blocks = profile.blocks;
+  model.base = out.states.params + out.states.optimizer + out.states.master +
+               out.states.comm_buckets + account(context.gpu.cublas_workspace_bytes, accounting) +
+               profile.persistent + (accounting == Accounting::kReserved ? kPoolSlackBytes : 0);
+  model.gathered = out.states.gathered_params;
+  // Parameter streaming under ZeRO-3 offload already occupies the host link;
+  // activation offload would compete for it, which this model does not price.
+  model.allow_offload = settings.allow_activation_offload && config.offload_param == Offload::kNone;
+  const size_t n = model.blocks.size();
+  model.grads_bwd.assign(n, 0);
+  if (out.states.grads_progressive && config.grad_accum == 1) {
+    // First (only) micro-step: gradients appear as backward reaches each block.
+    int64_t running = 0;
+    for (size_t k = n; k-- > 0;) {
+      running += out.states.block_grads[k];
+      model.grads_bwd[k] = running;
+    }
+    model.grads_fwd = 0;
+  } else {
+    model.grads_fwd = out.states.grads_full;
+    std::fill(model.grads_bwd.begin(), model.grads_bwd.end(), out.states.grads_full);
+  }
+  model.grads_optimizer = out.states.grads_full;
+  model.copy_ms.resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    model.copy_ms[k] = static_cast<double>(model.blocks[k].keep) / (context.gpu.host_link_gbps * 1e9) * 1e3;
+    out.model_flops += model.blocks[k].model_flops;
+  }
+  return out;
+}
+
+}  // namespace headroom::planner
