@@ -184,6 +184,31 @@ const std::vector<SettingsFlag> kFlags = {
        return set_enum(v, planner::parse_optimizer, "adamw, adamw-8bit, sgd, adafactor",
                        s.optimizer);
      }},
+    {"--stack", "NAME", kTraining,
+     "the training stack: hf-trainer, torchtune, litgpt, torchtitan, deepspeed, torch-amp or unspecified "
+     "(default; docs/stacks.md)",
+     false,
+     [](RunSettings& s, std::string_view v) {
+       return set_enum(v, planner::parse_stack, planner::kStackNames, s.stack);
+     }},
+    {"--optimizer-impl", "IMPL", kTraining,
+     "how optimizer.step() runs: foreach, fused, for-loop or in-backward (default: as the stack does)", false,
+     [](RunSettings& s, std::string_view v) {
+       planner::OptimizerImpl impl{};
+       if (Status st = set_enum(v, planner::parse_optimizer_impl, planner::kOptimizerImplNames, impl); !st.is_ok()) {
+         return st;
+       }
+       s.optimizer_impl = impl;
+       return Status::ok();
+     }},
+    {"--loss", "KIND", kTraining,
+     "the LM loss: full-keep-logits, full, chunked[:N] or no-upcast (default: as the stack does)", false,
+     [](RunSettings& s, std::string_view v) {
+       planner::LossSpec loss;
+       if (Status st = set_enum(v, planner::parse_loss, planner::kLossNames, loss); !st.is_ok()) return st;
+       s.loss = loss;
+       return Status::ok();
+     }},
     {"--mode", "MODE", kTraining, "full (default), lora or qlora", false,
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_mode, "full, lora, qlora", s.mode);

@@ -7,6 +7,7 @@
 #include "models/hf_import.h"
 #include "models/zoo.h"
 #include "planner/calibration.h"
+#include "planner/loss_variants.h"
 #include "planner/trainability.h"
 
 namespace headroom::planner {
@@ -87,6 +88,8 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   Result<graph::LayerGraph> trained = apply_training_mode(loaded.value(), settings);
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());
+  // The loss as the stack computes it; the top of the band when not pinned.
+  apply_loss_impl(context.graph, resolve_stack(settings).top.loss);
   context.analysis = graph::analyze_graph(context.graph);
 
   Result<GpuSpec> gpu = find_gpu(settings.gpu);

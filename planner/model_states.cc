@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "planner/allocator_rounding.h"
+#include "planner/optimizer_step.h"
 
 namespace headroom::planner {
 namespace {
@@ -109,6 +110,8 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   int64_t host_params = 0;
   int64_t checkpoint_weights = 0;
   int64_t checkpoint_optimizer = 0;
+  int64_t largest_state = 0;  // one state tensor of the largest trainable parameter (rank share)
+  int64_t largest_grad = 0;
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
       if (!param.tied_to.empty()) continue;
@@ -131,6 +134,9 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
       const int64_t master_rank = shard_optimizer ? ceil_div(master, world) : master;
       const int64_t grad_rank = shard_grads ? ceil_div(grad, world) : grad;
       checkpoint_optimizer += states + master;
+      const int states_per_param = settings.optimizer == OptimizerKind::kAdamW ? 2 : 1;
+      largest_state = std::max(largest_state, account(states_rank / states_per_param, accounting));
+      largest_grad = std::max(largest_grad, account(grad, accounting));
       if (optimizer_on_gpu) {
         out.optimizer += account(states_rank, accounting);
         out.master += account(master_rank, accounting);
@@ -169,6 +175,18 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
     const int64_t live_cap = settings.max_live_parameters * 2;
     out.gathered_params = account(std::min(block_bytes + std::min(prefetch, block_bytes), live_cap), accounting);
   }
+
+  OptimizerStepInputs step;
+  step.optimizer = settings.optimizer;
+  step.impl = resolve_stack(settings).top.optimizer_impl;
+  step.optimizer_on_gpu = optimizer_on_gpu;
+  step.gpu_state_bytes = out.optimizer;
+  step.largest_state_bytes = largest_state;
+  step.largest_grad_bytes = largest_grad;
+  const OptimizerStepMemory step_memory = optimizer_step_memory(step);
+  out.step_transient = step_memory.step_transient;
+  out.grads_in_backward = step_memory.in_backward;
+  out.in_backward_bytes = step_memory.in_backward_bytes;
 
   const int ranks_per_node = settings.gpus_per_node;
   if (config.offload_optimizer == Offload::kCpu) out.host_offload += host_optimizer * ranks_per_node;

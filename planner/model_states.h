@@ -37,6 +37,10 @@ struct ModelStates {
   int64_t gathered_params = 0;    // ZeRO-3: full parameters gathered for the blocks in flight
   bool grads_progressive = true;  // grads appear block by block during the first backward
   std::vector<int64_t> block_grads;  // per block: gradient bytes it adds (progressive case)
+  // optimizer.step() temporaries, and optimizer-in-backward (planner/optimizer_step.h).
+  int64_t step_transient = 0;
+  bool grads_in_backward = false;  // each gradient freed as soon as it is produced
+  int64_t in_backward_bytes = 0;   // the largest gradient and its step's temporaries
 
   // Host RAM per node and disk, bytes.
   int64_t host_offload = 0;    // pinned offloaded states and buffers, all ranks of a node

@@ -27,6 +27,9 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   j["fits_host"] = p.fits_host;
   j["fits_disk"] = p.fits_disk;
   j["gpu_total_bytes"] = p.gpu_total;
+  j["gpu_total_bottom_bytes"] = p.gpu_total_bottom;
+  j["tight"] = p.tight();
+  j["band_unknowns"] = p.band_unknowns;
   j["gpu_capacity_bytes"] = p.gpu_capacity;
   j["gpu_budget_bytes"] = p.gpu_budget;
   j["gpu_margin_bytes"] = p.gpu_margin();

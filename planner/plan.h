@@ -68,7 +68,15 @@ struct Prediction {
   bool fits_gpu = false;
   bool fits_host = false;
   bool fits_disk = false;
+  // The band (planner/stack.h): gpu_total is its top, what plans are made
+  // against; the bottom prices every mechanism the inputs leave open at its
+  // cheapest. Equal, with no unknowns, when the stack pins everything.
+  int64_t gpu_total_bottom = 0;
+  bool fits_gpu_bottom = false;
+  std::vector<std::string> band_unknowns;  // what was not known, in words
   bool fits() const { return fits_gpu && fits_host && fits_disk; }
+  // The band straddles the budget: the run fits only if the open mechanisms are the cheap ones.
+  bool tight() const { return !fits_gpu && fits_gpu_bottom && fits_host && fits_disk; }
   int64_t gpu_margin() const { return gpu_budget - gpu_total; }  // negative when short
 };
 

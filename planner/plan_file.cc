@@ -26,7 +26,8 @@ Result<PreparedPlan> prepare_plan(Plan plan, const std::string& origin) {
                          " entries for " + out.context.graph.name + ", got " +
                          std::to_string(out.plan.blocks.size()));
   }
-  out.plan.prediction = predict(out.context, out.plan.settings, out.plan.config, out.plan.blocks);
+  out.plan.prediction = with_band(out.context, out.plan.settings, out.plan.config, out.plan.blocks,
+                                  predict(out.context, out.plan.settings, out.plan.config, out.plan.blocks));
   return out;
 }
 

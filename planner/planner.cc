@@ -16,7 +16,8 @@ Result<FitAnswer> fit(const RunSettings& settings) {
   plan.blocks = choices.value();
   for (const graph::Block& block : context->graph.blocks) plan.block_names.push_back(block.name);
   plan.seq_len = context->seq_len;
-  plan.prediction = predict(context.value(), settings, plan.config, plan.blocks);
+  plan.prediction = with_band(context.value(), settings, plan.config, plan.blocks,
+                              predict(context.value(), settings, plan.config, plan.blocks));
   answer.fits = plan.prediction.fits();
   if (!answer.fits) answer.alternative = find_plan(context.value(), settings);
   answer.warnings = input_warnings(context.value(), settings);

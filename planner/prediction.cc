@@ -1,5 +1,8 @@
 #include "planner/prediction.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "planner/allocator_rounding.h"
 #include "planner/simulator.h"
 #include "planner/step_builder.h"
@@ -87,10 +90,26 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   }
   out.time = step_time(settings, config, context.gpu, reserved.states, times);
   out.fits_gpu = out.gpu_total <= out.gpu_budget && !simulation.out_of_memory;
+  out.gpu_total_bottom = out.gpu_total;  // widened by with_band() when the stack leaves mechanisms open
+  out.fits_gpu_bottom = out.fits_gpu;
   out.simulated_out_of_memory = simulation.out_of_memory;
   out.fits_host = out.host_ram <= out.host_ram_budget;
   out.fits_disk = out.disk <= out.disk_budget;
   return out;
+}
+
+Prediction with_band(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                     const std::vector<BlockChoice>& blocks, Prediction top) {
+  const std::optional<RunSettings> bottom_settings = bottom_of_band(settings);
+  if (!bottom_settings) return top;
+  top.band_unknowns = resolve_stack(settings).unknowns;
+  // The loss variant rewrites the graph, so the bottom gets its own context.
+  Result<ModelContext> bottom_context = prepare_context(*bottom_settings);
+  const Prediction bottom = predict(bottom_context.is_ok() ? bottom_context.value() : context, *bottom_settings,
+                                    config, blocks);
+  top.gpu_total_bottom = std::min(bottom.gpu_total, top.gpu_total);
+  top.fits_gpu_bottom = top.fits_gpu || bottom.fits_gpu;
+  return top;
 }
 
 }  // namespace headroom::planner

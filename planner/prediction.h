@@ -18,4 +18,11 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
                    const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
                    bool simulate_allocator = true);
 
+// `top` (predict() for `settings`) with the bottom of its band filled in: the
+// same run with every mechanism its stack leaves open at its cheapest
+// (planner/stack.h). Costs a second prediction; only answers for the run as
+// given (fit, simulate, report) need it, the search plans against the top.
+Prediction with_band(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                     const std::vector<BlockChoice>& blocks, Prediction top);
+
 }  // namespace headroom::planner

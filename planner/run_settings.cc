@@ -108,6 +108,13 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
   if (!(s.safety_margin >= 0 && s.safety_margin < 0.5)) return fail(origin, "safety_margin", "expected a fraction in [0, 0.5)");
   if (!(s.network_gbps > 0) || !(s.nvme_gbps > 0)) return fail(origin, "network_gbps/nvme_gbps", "expected positive bandwidths");
   if (s.checkpoints_kept < 1 || s.checkpoints_kept > 1000) return fail(origin, "checkpoints_kept", "expected 1..1000");
+  if (s.optimizer_impl == OptimizerImpl::kInBackward &&
+      (s.grad_accum > 1 || s.zero_stage > 0 || s.offload_optimizer != Offload::kNone)) {
+    // torchtune's recipes refuse the same (full_finetune_single_device.py: optimizer_in_bwd).
+    return fail(origin, "optimizer_impl",
+                "in-backward steps each gradient as it is produced: expected grad_accum 1, zero_stage 0 and no "
+                "optimizer offload");
+  }
   if (s.checkpointing == CheckpointPolicy::kList && s.checkpoint_blocks.empty()) {
     return fail(origin, "checkpoint_blocks", "expected at least one block name with a list checkpointing policy");
   }
@@ -117,6 +124,9 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
 nlohmann::json settings_to_json(const RunSettings& s) {
   nlohmann::json j;
   j["model"] = s.model;
+  j["stack"] = stack_name(s.stack);
+  if (s.optimizer_impl) j["optimizer_impl"] = optimizer_impl_name(*s.optimizer_impl);
+  if (s.loss) j["loss"] = loss_name(*s.loss);
   j["precision"] = precision_name(s.precision);
   j["optimizer"] = optimizer_name(s.optimizer);
   j["mode"] = mode_name(s.mode);
@@ -204,6 +214,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   int64_t context = 0;
   const Status statuses[] = {
       read_field(j, "model", s.model, origin, "a string"),
+      read_enum(j, "stack", s.stack, origin, parse_stack, kStackNames),
       read_enum(j, "precision", s.precision, origin, parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16"),
       read_enum(j, "optimizer", s.optimizer, origin, parse_optimizer, "adamw, adamw-8bit, sgd, adafactor"),
       read_enum(j, "mode", s.mode, origin, parse_mode, "full, lora, qlora"),
@@ -271,6 +282,18 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
     s.checkpointing = CheckpointPolicy::kList;
   } else if (checkpointing != "none") {
     return fail(origin, "settings.checkpointing", "expected \"none\", \"every\" or \"list\", got \"" + checkpointing + "\"");
+  }
+  if (j.contains("optimizer_impl")) {
+    OptimizerImpl impl{};
+    if (Status st = read_enum(j, "optimizer_impl", impl, origin, parse_optimizer_impl, kOptimizerImplNames); !st.is_ok()) {
+      return st;
+    }
+    s.optimizer_impl = impl;
+  }
+  if (j.contains("loss")) {
+    LossSpec loss;
+    if (Status st = read_enum(j, "loss", loss, origin, parse_loss, kLossNames); !st.is_ok()) return st;
+    s.loss = loss;
   }
   if (j.contains("dropout")) s.dropout = dropout;
   if (j.contains("gpu_memory_bytes")) s.gpu_memory_bytes = gpu_memory;

@@ -12,6 +12,7 @@
 
 #include "graph/status.h"
 #include "models/zoo.h"
+#include "planner/stack.h"
 #include <nlohmann/json_fwd.hpp>
 
 namespace headroom::planner {
@@ -49,6 +50,11 @@ struct LoraSettings {
 
 struct RunSettings {
   std::string model = "llama-3-8b";  // zoo name or layer-graph JSON path
+
+  // The training stack and its overrides (planner/stack.h, docs/stacks.md).
+  Stack stack = Stack::kUnspecified;
+  std::optional<OptimizerImpl> optimizer_impl;  // nullopt: as the stack does (or a band)
+  std::optional<LossSpec> loss;                 // nullopt: as the stack does (or a band)
 
   // The run as the user launches it.
   Precision precision = Precision::kBf16Mixed;

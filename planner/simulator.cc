@@ -357,6 +357,7 @@ void StepSimulator::backward_block(int block) {
         grad_handle_[t] = alloc(tensor_bytes_[t], "activation gradients");
       }
     }
+    const size_t grads_before = param_grads_.size();
     if (states_.grads_progressive && micro_ == 0) {
       for (const graph::Param& param : node.params) {
         if (param.trainable && param.tied_to.empty()) {
@@ -368,6 +369,11 @@ void StepSimulator::backward_block(int block) {
     const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
     compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
     release(ws);
+    if (states_.grads_in_backward) {
+      // Optimizer in backward: each gradient is stepped and freed as it is produced.
+      for (size_t g = grads_before; g < param_grads_.size(); ++g) release(param_grads_[g]);
+      param_grads_.resize(grads_before);
+    }
     for (int t : an_.node_outputs[n]) {
       release(grad_handle_[t]);
       grad_handle_[t] = -1;
@@ -442,7 +448,10 @@ void StepSimulator::optimizer_step() {
     clock_ = std::max(clock_, collectives_done);
   }
   const Stream stream = config_.offload_optimizer == Offload::kNone ? Stream::kCompute : Stream::kCpu;
+  // foreach AdamW's temporary list lives for the step (planner/optimizer_step.h).
+  const int64_t step_temporaries = states_.step_transient > 0 ? alloc(states_.step_transient, "transient") : -1;
   clock_ = event(stream, Phase::kOptimizer, clock_, model.optimizer_ms, -1, label_);
+  release(step_temporaries);
   time_.optimizer_ms = model.optimizer_ms;
   for (int64_t handle : param_grads_) release(handle);  // zero_grad(set_to_none=True)
   param_grads_.clear();

@@ -36,6 +36,15 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
     std::fill(model.grads_bwd.begin(), model.grads_bwd.end(), out.states.grads_full);
   }
   model.grads_optimizer = out.states.grads_full;
+  model.optimizer_transient = out.states.step_transient;
+  if (out.states.grads_in_backward) {
+    // Optimizer in backward: no gradient outlives its parameter's update.
+    // While block k runs backward, at most its largest gradient and that step's
+    // temporaries are live, and never more than the gradients produced so far.
+    model.grads_fwd = 0;
+    for (int64_t& grads : model.grads_bwd) grads = std::min(grads, out.states.in_backward_bytes);
+    model.grads_optimizer = 0;
+  }
   model.copy_ms.resize(n);
   for (size_t k = 0; k < n; ++k) {
     model.copy_ms[k] = static_cast<double>(model.blocks[k].keep) / (context.gpu.host_link_gbps * 1e9) * 1e3;

@@ -167,10 +167,19 @@ std::string globals_line(const planner::GlobalConfig& config, int world_size) {
 
 std::string run_line(const planner::Plan& plan) {
   const planner::RunSettings& s = plan.settings;
+  const planner::ResolvedStack stack = planner::resolve_stack(s);
+  const auto open_or = [](const std::string& top, const std::string& bottom) {
+    return top == bottom ? top : bottom + " to " + top;
+  };
   return plan.model + ": " + std::string(planner::precision_name(s.precision)) + ", " +
          std::string(planner::optimizer_name(s.optimizer)) + ", " + mode_text(s) + ", sequence " +
          std::to_string(plan.seq_len) + ", " + plural(s.world_size(), "GPU", "GPUs") +
-         (s.nodes > 1 ? " (" + std::to_string(s.nodes) + " nodes)" : "");
+         (s.nodes > 1 ? " (" + std::to_string(s.nodes) + " nodes)" : "") + "\nstack " +
+         std::string(planner::stack_name(s.stack)) + ": optimizer step " +
+         open_or(std::string(planner::optimizer_impl_name(stack.top.optimizer_impl)),
+                 std::string(planner::optimizer_impl_name(stack.bottom.optimizer_impl))) +
+         ", loss " + open_or(planner::loss_name(stack.top.loss), planner::loss_name(stack.bottom.loss)) +
+         " (docs/stacks.md)";
 }
 
 std::string verdict_line(const planner::Prediction& p, std::string_view gpu_name,
@@ -181,6 +190,11 @@ std::string verdict_line(const planner::Prediction& p, std::string_view gpu_name
   if (p.fits()) {
     return "FITS" + where + "peak " + format_gib(p.gpu_total) + ", " + format_gib(p.gpu_margin()) +
            " to spare above " + margin;
+  }
+  if (p.tight()) {
+    return "TIGHT" + where + "peak " + format_gib(p.gpu_total_bottom) + " to " + format_gib(p.gpu_total) +
+           " against a budget of " + format_gib(p.gpu_budget) + " after " + margin +
+           ": it fits only if " + join(p.band_unknowns, "; ") + " turn out the cheaper way";
   }
   std::vector<std::string> reasons;
   if (!p.fits_gpu) {
@@ -336,7 +350,12 @@ std::string fit_report(const planner::FitAnswer& answer, std::string_view gpu_na
 std::string fit_report_body(const planner::FitAnswer& answer, std::string_view gpu_name) {
   const planner::Plan& given = answer.as_given;
   std::string out = run_line(given) + "\n";
-  out += verdict_line(given.prediction, gpu_name, given.settings.safety_margin) + "\n\n";
+  out += verdict_line(given.prediction, gpu_name, given.settings.safety_margin) + "\n";
+  if (!given.prediction.band_unknowns.empty()) {
+    out += "Band: " + format_gib(given.prediction.gpu_total_bottom) + " to " + format_gib(given.prediction.gpu_total) +
+           " (the verdict and any plan use the top); open: " + join(given.prediction.band_unknowns, "; ") + "\n";
+  }
+  out += "\n";
   out += "The run as given:\n" + plan_summary(given) + "\n";
   out += prediction_section(given);
   if (answer.fits) return out;
@@ -426,6 +445,7 @@ nlohmann::json fit_to_json(const planner::FitAnswer& answer, const planner::GpuS
   return {{"command", "fit"},
           {"gpu", gpu_to_json(gpu)},
           {"fits", answer.fits},
+          {"tight", p.tight()},
           {"fits_gpu", p.fits_gpu},
           {"fits_host", p.fits_host},
           {"fits_disk", p.fits_disk},

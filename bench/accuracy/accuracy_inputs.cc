@@ -61,6 +61,8 @@ const std::set<std::string>& settings_keys() {
     every.gpu_memory_bytes = 1;
     every.cuda_context_bytes = 1;
     every.calibration_file = "x";
+    every.optimizer_impl = planner::OptimizerImpl::kFused;
+    every.loss = planner::LossSpec{};
     const json every_json =
         planner::settings_to_json(every);  // named: items() does not extend a temporary
     std::set<std::string> out;

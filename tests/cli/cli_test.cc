@@ -236,3 +236,24 @@ TEST_CASE("plan -o to an unwritable place fails without a crash") {
 }
 
 }  // namespace
+
+TEST_CASE("fit names the stack it assumed; --stack, --optimizer-impl and --loss reach the planner") {
+  const RunOutput text = run_headroom("fit llama-3-8b --gpu a100-80g --lora --seq 2048 --stack torchtune");
+  REQUIRE(text.exit_code == 0);
+  CHECK(contains(text.out, "stack torchtune: optimizer step fused to foreach, loss chunked:8"));
+  CHECK(contains(text.out, "Band: "));
+  const RunOutput pinned = run_headroom(
+      "fit llama-3-8b --gpu a100-80g --lora --seq 2048 --stack torchtune --optimizer-impl fused --json");
+  REQUIRE(pinned.exit_code == 0);
+  const nlohmann::json j = parse_json(pinned.out);
+  CHECK(j["as_given"]["settings"]["stack"] == "torchtune");
+  CHECK(j["as_given"]["settings"]["optimizer_impl"] == "fused");
+  CHECK(j["as_given"]["prediction"]["band_unknowns"].empty());
+  CHECK(j["tight"] == false);
+  const RunOutput bad = run_headroom("fit llama-3-8b --loss chunked:0");
+  CHECK(bad.exit_code == 2);
+  CHECK(contains(bad.err, "--loss"));
+  const RunOutput bad_stack = run_headroom("fit llama-3-8b --stack axolotl");
+  CHECK(bad_stack.exit_code == 2);
+  CHECK(contains(bad_stack.err, "hf-trainer"));
+}

@@ -1,0 +1,31 @@
+// GPU memory that optimizer.step() allocates beyond parameters, gradients and
+// states, by optimizer implementation (planner/stack.h), and what optimizer-in-
+// backward changes about gradients. Sources in docs/stacks.md ("The optimizer step").
+#pragma once
+
+#include <cstdint>
+
+#include "planner/run_settings.h"
+
+namespace headroom::planner {
+
+struct OptimizerStepInputs {
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  OptimizerImpl impl = OptimizerImpl::kForeach;
+  bool optimizer_on_gpu = true;
+  int64_t gpu_state_bytes = 0;      // all optimizer states on this rank's GPU
+  int64_t largest_state_bytes = 0;  // one state tensor of the largest trainable parameter
+  int64_t largest_grad_bytes = 0;   // the gradient of the largest trainable parameter
+};
+
+struct OptimizerStepMemory {
+  int64_t step_transient = 0;  // live during optimizer.step(), on top of grads and states
+  // Optimizer in backward: gradients never accumulate; while backward produces
+  // one, that gradient and its step's temporaries are what the gradients cost.
+  bool in_backward = false;
+  int64_t in_backward_bytes = 0;
+};
+
+OptimizerStepMemory optimizer_step_memory(const OptimizerStepInputs& inputs);
+
+}  // namespace headroom::planner

@@ -1,0 +1,164 @@
+#include "planner/stack.h"
+
+#include <array>
+#include <charconv>
+#include <utility>
+
+#include "planner/run_settings.h"
+
+namespace headroom::planner {
+namespace {
+
+// A mechanism a stack pins (bottom == top) or leaves open between two values;
+// `open_because` says what the user could tell headroom to close it.
+template <typename T>
+struct Choice {
+  T bottom;
+  T top;
+  const char* open_because = nullptr;
+};
+
+struct StackRow {
+  Stack stack;
+  std::string_view name;
+  Choice<OptimizerImpl> optimizer;
+  Choice<LossSpec> loss;
+};
+
+constexpr LossSpec kFull{LossImpl::kFull, 8};
+constexpr LossSpec kKeep{LossImpl::kFullKeepLogits, 8};
+constexpr LossSpec kChunked8{LossImpl::kChunked, 8};
+constexpr LossSpec kNoUpcast{LossImpl::kNoUpcast, 8};
+constexpr OptimizerImpl kForeach = OptimizerImpl::kForeach;
+constexpr OptimizerImpl kFused = OptimizerImpl::kFused;
+
+// The table of docs/stacks.md; each entry's source is cited there.
+const std::array<StackRow, 7> kStacks = {{
+    {Stack::kUnspecified, "unspecified",
+     {kFused, kForeach, "the optimizer implementation (give --stack or --optimizer-impl)"},
+     {kFull, kKeep, "whether the model output is kept through backward (give --stack or --loss)"}},
+    // transformers 4.x defaults to adamw_torch (foreach); 5.x to adamw_torch_fused with torch >= 2.8
+    // (training_args.py). Trainer.compute_loss drops the outputs before backward (trainer.py).
+    {Stack::kHfTrainer, "hf-trainer",
+     {kFused, kForeach, "the optimizer implementation: transformers >= 5 with torch >= 2.8 uses fused AdamW, "
+                        "earlier versions foreach (give --optimizer-impl)"},
+     {kFull, kFull, nullptr}},
+    // torchtune configs name torch.optim.AdamW with or without fused: True; their loss is the
+    // chunked cross-entropy with 8 chunks (modules/loss).
+    {Stack::kTorchtune, "torchtune",
+     {kFused, kForeach, "whether the recipe's optimizer sets fused: True (give --optimizer-impl)"},
+     {kChunked8, kChunked8, nullptr}},
+    // litgpt: torch.optim.AdamW without fused; chunked_cross_entropy without an fp32 upcast, the
+    // logits list referenced through fabric.backward (litgpt/utils.py, finetune/lora.py).
+    {Stack::kLitgpt, "litgpt", {kForeach, kForeach, nullptr}, {kNoUpcast, kNoUpcast, nullptr}},
+    // torchtitan: optimizer implementation "fused" by default (components/optimizer); its loss
+    // upcasts the full logits (components/loss.py).
+    {Stack::kTorchtitan, "torchtitan",
+     {kFused, kFused, nullptr},
+     {kFull, kKeep, "whether the train step drops the logits before backward (give --loss)"}},
+    // DeepSpeed's own FusedAdam / DeepSpeedCPUAdam: no torch foreach temporaries; the loss is the
+    // model's (usually transformers').
+    {Stack::kDeepspeed, "deepspeed",
+     {kFused, kFused, nullptr},
+     {kFull, kKeep, "whether the training loop keeps the model output through backward (give --loss)"}},
+    // A plain loop: torch's default optimizer on CUDA is foreach (optimizer.py
+    // _default_to_fused_or_foreach); `out = model(...); out.loss.backward()` keeps the logits.
+    {Stack::kTorchAmp, "torch-amp", {kForeach, kForeach, nullptr}, {kKeep, kKeep, nullptr}},
+}};
+
+constexpr std::array<std::pair<OptimizerImpl, std::string_view>, 4> kImpls = {{
+    {OptimizerImpl::kForeach, "foreach"},
+    {OptimizerImpl::kFused, "fused"},
+    {OptimizerImpl::kForLoop, "for-loop"},
+    {OptimizerImpl::kInBackward, "in-backward"},
+}};
+
+const StackRow& row_of(Stack stack) {
+  for (const StackRow& row : kStacks) {
+    if (row.stack == stack) return row;
+  }
+  return kStacks[0];
+}
+
+}  // namespace
+
+ResolvedStack resolve_stack(const RunSettings& settings) {
+  const StackRow& row = row_of(settings.stack);
+  ResolvedStack out;
+  if (settings.optimizer_impl) {
+    out.top.optimizer_impl = out.bottom.optimizer_impl = *settings.optimizer_impl;
+  } else {
+    out.top.optimizer_impl = row.optimizer.top;
+    out.bottom.optimizer_impl = row.optimizer.bottom;
+    if (row.optimizer.open_because) out.unknowns.emplace_back(row.optimizer.open_because);
+  }
+  if (settings.loss) {
+    out.top.loss = out.bottom.loss = *settings.loss;
+  } else {
+    out.top.loss = row.loss.top;
+    out.bottom.loss = row.loss.bottom;
+    if (row.loss.open_because) out.unknowns.emplace_back(row.loss.open_because);
+  }
+  return out;
+}
+
+std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
+  const ResolvedStack resolved = resolve_stack(settings);
+  if (resolved.unknowns.empty()) return std::nullopt;
+  RunSettings bottom = settings;
+  bottom.optimizer_impl = resolved.bottom.optimizer_impl;
+  bottom.loss = resolved.bottom.loss;
+  return bottom;
+}
+
+std::string_view stack_name(Stack value) { return row_of(value).name; }
+
+std::optional<Stack> parse_stack(std::string_view text) {
+  for (const StackRow& row : kStacks) {
+    if (row.name == text) return row.stack;
+  }
+  return std::nullopt;
+}
+
+std::string_view optimizer_impl_name(OptimizerImpl value) {
+  for (const auto& [impl, name] : kImpls) {
+    if (impl == value) return name;
+  }
+  return "?";
+}
+
+std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text) {
+  for (const auto& [impl, name] : kImpls) {
+    if (name == text) return impl;
+  }
+  return std::nullopt;
+}
+
+std::string loss_name(const LossSpec& value) {
+  switch (value.impl) {
+    case LossImpl::kFullKeepLogits: return "full-keep-logits";
+    case LossImpl::kFull: return "full";
+    case LossImpl::kChunked: return "chunked:" + std::to_string(value.chunks);
+    case LossImpl::kNoUpcast: return "no-upcast";
+  }
+  return "?";
+}
+
+std::optional<LossSpec> parse_loss(std::string_view text) {
+  if (text == "full-keep-logits") return LossSpec{LossImpl::kFullKeepLogits, 8};
+  if (text == "full") return LossSpec{LossImpl::kFull, 8};
+  if (text == "no-upcast") return LossSpec{LossImpl::kNoUpcast, 8};
+  if (text == "chunked") return LossSpec{LossImpl::kChunked, 8};
+  if (text.starts_with("chunked:")) {
+    const std::string_view digits = text.substr(8);
+    int chunks = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), chunks);
+    if (error != std::errc() || end != digits.data() + digits.size() || chunks < 1 || chunks > 4096) {
+      return std::nullopt;
+    }
+    return LossSpec{LossImpl::kChunked, chunks};
+  }
+  return std::nullopt;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,73 @@
+// The training stack a run uses: the same model, batch and GPU allocate
+// differently under transformers' Trainer, torchtune, litgpt, torchtitan,
+// DeepSpeed or a plain AMP loop. A stack selects a row of a documented table
+// of mechanisms (docs/stacks.md, with the framework file that shows each);
+// every entry can be overridden on its own. What neither the stack nor an
+// override pins down is priced at its most expensive value (the top of the
+// band, what `plan` plans against) and at its cheapest (the bottom), so the
+// verdict can say TIGHT instead of a false FITS.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace headroom::planner {
+
+struct RunSettings;
+
+enum class Stack { kUnspecified, kHfTrainer, kTorchtune, kLitgpt, kTorchtitan, kDeepspeed, kTorchAmp };
+
+// How optimizer.step() runs (torch/optim/adam.py, adamw.py; docs/stacks.md).
+enum class OptimizerImpl {
+  kForeach,     // torch default on CUDA: one state-sized temporary list at the step
+  kFused,       // fused=True, DeepSpeed FusedAdam: no per-parameter temporaries
+  kForLoop,     // foreach=False: temporaries of one parameter at a time
+  kInBackward,  // torchtune optimizer_in_bwd: each gradient stepped and freed as it is produced
+};
+
+// How the causal-LM loss is computed over the vocabulary (docs/stacks.md, "The loss").
+enum class LossImpl {
+  kFullKeepLogits,  // fp32 upcast + cross-entropy; the caller keeps the bf16 logits through backward
+  kFull,            // the same, with the model output dropped before backward (transformers Trainer)
+  kChunked,         // torchtune: lm_head and fp32 cross-entropy chunk by chunk
+  kNoUpcast,        // litgpt: cross-entropy in the logits' dtype, logits kept through backward
+};
+
+struct LossSpec {
+  LossImpl impl = LossImpl::kFullKeepLogits;
+  int chunks = 8;  // kChunked: torchtune's num_output_chunks
+  bool operator==(const LossSpec&) const = default;
+};
+
+// One resolved row: every mechanism decided.
+struct StackSpec {
+  OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
+  LossSpec loss;
+};
+
+// The stack as the planner prices it: the top of the band (each unknown at its
+// most expensive value), the bottom, and in words what was not known.
+struct ResolvedStack {
+  StackSpec top;
+  StackSpec bottom;
+  std::vector<std::string> unknowns;  // empty: the band has no width from the stack
+};
+ResolvedStack resolve_stack(const RunSettings& settings);
+
+// `settings` with every unknown of its stack pinned to the cheapest value (the
+// bottom of the band); nullopt when the stack leaves nothing open.
+std::optional<RunSettings> bottom_of_band(const RunSettings& settings);
+
+std::string_view stack_name(Stack value);
+std::string_view optimizer_impl_name(OptimizerImpl value);
+std::string loss_name(const LossSpec& value);  // "full", "chunked:8", ...
+std::optional<Stack> parse_stack(std::string_view text);
+std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text);
+std::optional<LossSpec> parse_loss(std::string_view text);  // "chunked" = "chunked:8"
+inline constexpr const char* kStackNames = "hf-trainer, torchtune, litgpt, torchtitan, deepspeed, torch-amp, unspecified";
+inline constexpr const char* kOptimizerImplNames = "foreach, fused, for-loop, in-backward";
+inline constexpr const char* kLossNames = "full-keep-logits, full, chunked[:N], no-upcast";
+
+}  // namespace headroom::planner

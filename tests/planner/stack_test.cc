@@ -1,0 +1,255 @@
+// The training stack (planner/stack.h): the table and its overrides, the
+// optimizer step by implementation (planner/optimizer_step.h), the loss
+// variants (planner/loss_variants.h), and the band with its TIGHT verdict.
+// Byte figures follow docs/stacks.md; sources are cited there.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "models/zoo.h"
+#include "planner/loss_variants.h"
+#include "planner/model_states.h"
+#include "planner/optimizer_step.h"
+#include "planner/planner.h"
+
+namespace headroom::planner {
+namespace {
+
+RunSettings llama_lora(Stack stack) {
+  RunSettings s;
+  s.model = "llama-3-8b";
+  s.gpu = "a100-80g";
+  s.mode = TrainMode::kLora;
+  s.micro_batch = 2;
+  s.seq_len = 4096;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.stack = stack;
+  return s;
+}
+
+Prediction predict_as_given(const RunSettings& settings) {
+  Result<ModelContext> context = prepare_context(settings);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  Result<std::vector<BlockChoice>> choices = user_block_choices(context.value(), settings);
+  REQUIRE(choices.is_ok());
+  return predict(context.value(), settings, user_config(settings), choices.value());
+}
+
+const graph::Node& loss_node(const graph::LayerGraph& graph) {
+  for (const graph::Node& node : graph.nodes) {
+    if (node.op == "loss") return node;
+  }
+  FAIL("no loss node");
+  return graph.nodes.front();
+}
+
+bool saves(const graph::Node& node, const std::string& tensor) {
+  for (const graph::SavedRef& saved : node.saves) {
+    if (saved.tensor == tensor) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a stack pins its mechanisms; what it leaves open is a band; overrides pin") {
+  RunSettings s;
+  const ResolvedStack unspecified = resolve_stack(s);
+  CHECK(unspecified.unknowns.size() == 2);
+  CHECK(unspecified.top.optimizer_impl == OptimizerImpl::kForeach);
+  CHECK(unspecified.bottom.optimizer_impl == OptimizerImpl::kFused);
+  CHECK(unspecified.top.loss.impl == LossImpl::kFullKeepLogits);
+  CHECK(unspecified.bottom.loss.impl == LossImpl::kFull);
+
+  s.stack = Stack::kTorchAmp;
+  CHECK(resolve_stack(s).unknowns.empty());
+  CHECK_FALSE(bottom_of_band(s).has_value());
+
+  s.stack = Stack::kTorchtune;
+  CHECK(resolve_stack(s).top.loss == LossSpec{LossImpl::kChunked, 8});
+  CHECK(resolve_stack(s).unknowns.size() == 1);  // fused: True or not
+  s.optimizer_impl = OptimizerImpl::kFused;
+  CHECK(resolve_stack(s).unknowns.empty());
+  CHECK(resolve_stack(s).top.optimizer_impl == OptimizerImpl::kFused);
+
+  s.stack = Stack::kUnspecified;
+  s.loss = LossSpec{LossImpl::kNoUpcast, 8};
+  const std::optional<RunSettings> bottom = bottom_of_band(s);
+  CHECK_FALSE(bottom.has_value());  // optimizer and loss both pinned
+}
+
+TEST_CASE("names parse back, and bad ones are refused") {
+  for (const char* name : {"hf-trainer", "torchtune", "litgpt", "torchtitan", "deepspeed", "torch-amp", "unspecified"}) {
+    const std::optional<Stack> stack = parse_stack(name);
+    REQUIRE(stack.has_value());
+    CHECK(stack_name(*stack) == name);
+  }
+  CHECK_FALSE(parse_stack("axolotl").has_value());
+  CHECK(parse_loss("chunked") == LossSpec{LossImpl::kChunked, 8});
+  CHECK(parse_loss("chunked:16") == LossSpec{LossImpl::kChunked, 16});
+  CHECK(loss_name(*parse_loss("chunked:16")) == "chunked:16");
+  CHECK_FALSE(parse_loss("chunked:0").has_value());
+  CHECK_FALSE(parse_loss("chunked:8x").has_value());
+  CHECK_FALSE(parse_loss("fused").has_value());
+  CHECK(parse_optimizer_impl("in-backward") == OptimizerImpl::kInBackward);
+  CHECK_FALSE(parse_optimizer_impl("paged").has_value());
+}
+
+TEST_CASE("settings JSON carries the stack and its overrides; bad values name the field") {
+  RunSettings s;
+  s.stack = Stack::kLitgpt;
+  s.optimizer_impl = OptimizerImpl::kForLoop;
+  s.loss = LossSpec{LossImpl::kChunked, 4};
+  const nlohmann::json j = settings_to_json(s);
+  CHECK(j["stack"] == "litgpt");
+  CHECK(j["optimizer_impl"] == "for-loop");
+  CHECK(j["loss"] == "chunked:4");
+  const Result<RunSettings> back = settings_from_json(j, "t.json");
+  REQUIRE_MESSAGE(back.is_ok(), back.message());
+  CHECK(back->stack == Stack::kLitgpt);
+  CHECK(back->optimizer_impl == OptimizerImpl::kForLoop);
+  CHECK(back->loss == LossSpec{LossImpl::kChunked, 4});
+
+  nlohmann::json bad = j;
+  bad["loss"] = "chunked:-1";
+  const Result<RunSettings> refused = settings_from_json(bad, "t.json");
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.message().find("t.json: settings.loss") != std::string::npos);
+
+  nlohmann::json in_backward = settings_to_json(RunSettings{});
+  in_backward["optimizer_impl"] = "in-backward";
+  in_backward["grad_accum"] = 4;
+  const Result<RunSettings> accumulating = settings_from_json(in_backward, "t.json");
+  REQUIRE_FALSE(accumulating.is_ok());
+  CHECK(accumulating.message().find("optimizer_impl") != std::string::npos);
+}
+
+// torch/optim/adamw.py: foreach allocates exp_avg_sq_sqrt, one state-sized list;
+// the for-loop two temporaries of one parameter; fused none.
+TEST_CASE("the optimizer step: foreach, for-loop, fused, in-backward, offloaded, 8-bit") {
+  OptimizerStepInputs in;
+  in.gpu_state_bytes = 8'000;
+  in.largest_state_bytes = 1'000;
+  in.largest_grad_bytes = 500;
+  in.impl = OptimizerImpl::kForeach;
+  CHECK(optimizer_step_memory(in).step_transient == 4'000);
+  in.impl = OptimizerImpl::kForLoop;
+  CHECK(optimizer_step_memory(in).step_transient == 2'000);
+  in.impl = OptimizerImpl::kFused;
+  CHECK(optimizer_step_memory(in).step_transient == 0);
+  in.impl = OptimizerImpl::kInBackward;
+  const OptimizerStepMemory in_backward = optimizer_step_memory(in);
+  CHECK(in_backward.in_backward);
+  CHECK(in_backward.step_transient == 0);
+  CHECK(in_backward.in_backward_bytes == 1'500);
+  in.impl = OptimizerImpl::kForeach;
+  in.optimizer = OptimizerKind::kAdamW8bit;  // bitsandbytes updates in place
+  CHECK(optimizer_step_memory(in).step_transient == 0);
+  in.optimizer = OptimizerKind::kAdamW;
+  in.optimizer_on_gpu = false;  // DeepSpeedCPUAdam on the host
+  CHECK(optimizer_step_memory(in).step_transient == 0);
+}
+
+TEST_CASE("model states: foreach AdamW's temporary is one of its two states") {
+  RunSettings s;
+  s.model = "gpt2";
+  s.precision = Precision::kBf16Pure;
+  s.optimizer_impl = OptimizerImpl::kForeach;
+  const graph::LayerGraph graph = models::build_zoo_model("gpt2", models::ZooOptions{}).value();
+  const ModelStates foreach_states = model_states(graph, s, GlobalConfig{}, Accounting::kAllocated);
+  CHECK(foreach_states.step_transient == foreach_states.optimizer / 2);
+  CHECK(foreach_states.step_transient > 0);
+  s.optimizer_impl = OptimizerImpl::kFused;
+  CHECK(model_states(graph, s, GlobalConfig{}, Accounting::kAllocated).step_transient == 0);
+}
+
+TEST_CASE("full fine-tuning: foreach costs half the AdamW states at the step; in-backward frees gradients") {
+  RunSettings s;
+  s.model = "gpt2";
+  s.gpu = "a100-80g";
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kTorchAmp;
+  s.seq_len = 128;  // every block checkpointed at a short sequence: the optimizer step is the peak
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  const Prediction fused = predict_as_given(s);
+  // (fused peaks in backward, foreach at the step: its temporaries come on top of every gradient)
+  s.optimizer_impl = OptimizerImpl::kForeach;
+  const Prediction foreach_run = predict_as_given(s);
+  s.optimizer_impl = OptimizerImpl::kInBackward;
+  const Prediction in_backward = predict_as_given(s);
+  CHECK(foreach_run.peak_allocated > fused.peak_allocated);
+  CHECK(foreach_run.where.phase == "optimizer step");
+  // At most one bf16 state of gpt2's 124M parameters (the step now sets the peak).
+  CHECK(foreach_run.peak_allocated - fused.peak_allocated <= 125e6 * 2);
+  CHECK(in_backward.peak_allocated < fused.peak_allocated);
+  CHECK(in_backward.peak.gradients < fused.peak.gradients);
+}
+
+TEST_CASE("loss variants rewrite the loss node: what is saved, how large the logits are") {
+  const graph::LayerGraph original = models::build_zoo_model("llama-3-8b", models::ZooOptions{}).value();
+  const graph::Node& node = loss_node(original);
+  const std::string logits = node.inputs.front();
+  const std::string log_probs = node.name + ":log_probs";
+  REQUIRE(saves(node, logits));
+  REQUIRE(saves(node, log_probs));
+  const graph::SizeExpr logits_elements = original.find_tensor(logits)->elements;
+
+  graph::LayerGraph full = original;
+  apply_loss_impl(full, LossSpec{LossImpl::kFull, 8});
+  CHECK_FALSE(saves(loss_node(full), logits));
+  CHECK(saves(loss_node(full), log_probs));
+
+  graph::LayerGraph chunked = original;
+  apply_loss_impl(chunked, LossSpec{LossImpl::kChunked, 8});
+  CHECK_FALSE(saves(loss_node(chunked), logits));
+  CHECK(saves(loss_node(chunked), log_probs));
+  CHECK(chunked.find_tensor(logits)->elements.at(2, 4096) == logits_elements.at(2, 4096));  // all chunks at once
+  CHECK(loss_node(chunked).workspace_elements.at(2, 4096) == node.workspace_elements.at(2, 4096) / 8);
+  CHECK(chunked.find_tensor(log_probs)->dtype == graph::DType::kF32);
+
+  graph::LayerGraph no_upcast = original;
+  apply_loss_impl(no_upcast, LossSpec{LossImpl::kNoUpcast, 8});
+  CHECK(saves(loss_node(no_upcast), logits));
+  CHECK_FALSE(no_upcast.find_tensor(log_probs)->dtype.has_value());  // the compute dtype
+  CHECK(loss_node(no_upcast).workspace_elements.is_zero());
+}
+
+TEST_CASE("at a 128k vocabulary the loss decides: keep-logits > Trainer's > chunked") {
+  const Prediction keep = predict_as_given(llama_lora(Stack::kTorchAmp));
+  const Prediction trainer = predict_as_given(llama_lora(Stack::kHfTrainer));
+  RunSettings torchtune = llama_lora(Stack::kTorchtune);
+  torchtune.optimizer_impl = OptimizerImpl::kFused;
+  const Prediction chunked = predict_as_given(torchtune);
+  CHECK(keep.peak_allocated > trainer.peak_allocated);
+  CHECK(trainer.peak_allocated > chunked.peak_allocated);
+  // Dropping the kept bf16 logits saves B*S*V*2 bytes (2 x 4096 x 128256 x 2), within rounding.
+  CHECK(static_cast<double>(keep.peak_allocated - trainer.peak_allocated) >=
+        0.999 * 2.0 * 4096 * 128256 * 2);
+}
+
+TEST_CASE("the verdict is TIGHT when the band straddles the budget, and plans use its top") {
+  RunSettings s = llama_lora(Stack::kUnspecified);
+  const Result<FitAnswer> wide = fit(s);
+  REQUIRE(wide.is_ok());
+  const Prediction& p = wide->as_given.prediction;
+  REQUIRE(p.gpu_total_bottom < p.gpu_total);
+  CHECK(p.band_unknowns.size() == 2);
+  // A GPU whose budget falls inside the band.
+  const int64_t middle = (p.gpu_total_bottom + p.gpu_total) / 2;
+  s.gpu_memory_bytes = static_cast<int64_t>(static_cast<double>(middle) / (1.0 - s.safety_margin));
+  s.allow_micro_batch_change = false;
+  const Result<FitAnswer> tight = fit(s);
+  REQUIRE(tight.is_ok());
+  CHECK_FALSE(tight->fits);
+  CHECK(tight->as_given.prediction.tight());
+  // Pinning the cheap way closes the band and the run fits.
+  s.stack = Stack::kHfTrainer;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  const Result<FitAnswer> pinned = fit(s);
+  REQUIRE(pinned.is_ok());
+  CHECK(pinned->as_given.prediction.band_unknowns.empty());
+  CHECK(pinned->fits);
+}
+
+}  // namespace headroom::planner
