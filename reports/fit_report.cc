@@ -351,7 +351,8 @@ std::string fit_report_body(const planner::FitAnswer& answer, std::string_view g
   const planner::Plan& given = answer.as_given;
   std::string out = run_line(given) + "\n";
   out += verdict_line(given.prediction, gpu_name, given.settings.safety_margin) + "\n";
-  if (!given.prediction.band_unknowns.empty()) {
+  // Open mechanisms that change no byte of this run (e.g. no LM loss) leave no band to show.
+  if (given.prediction.gpu_total_bottom < given.prediction.gpu_total) {
     out += "Band: " + format_gib(given.prediction.gpu_total_bottom) + " to " + format_gib(given.prediction.gpu_total) +
            " (the verdict and any plan use the top); open: " + join(given.prediction.band_unknowns, "; ") + "\n";
   }

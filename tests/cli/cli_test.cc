@@ -238,7 +238,8 @@ TEST_CASE("plan -o to an unwritable place fails without a crash") {
 }  // namespace
 
 TEST_CASE("fit names the stack it assumed; --stack, --optimizer-impl and --loss reach the planner") {
-  const RunOutput text = run_headroom("fit llama-3-8b --gpu a100-80g --lora --seq 2048 --stack torchtune");
+  const RunOutput text =
+      run_headroom("fit gpt2 --gpu a100-80g --precision bf16 --checkpointing every --seq 128 --stack torchtune");
   REQUIRE(text.exit_code == 0);
   CHECK(contains(text.out, "stack torchtune: optimizer step fused to foreach, loss chunked:8"));
   CHECK(contains(text.out, "Band: "));
