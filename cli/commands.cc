@@ -3,6 +3,8 @@
 #include "cli/trainer_launch.h"
 
 #include <nlohmann/json.hpp>
+#include <exception>
+#include <iostream>
 #include <optional>
 #include <ostream>
 
@@ -376,5 +378,16 @@ const std::vector<Command> kCommands = {
 }  // namespace
 
 const std::vector<Command>& commands() { return kCommands; }
+
+int run_guarded(int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {
+    std::cerr << "headroom: internal error: " << error.what() << " (please report it with the command line)\n";
+  } catch (...) {
+    std::cerr << "headroom: internal error: unknown exception (please report it with the command line)\n";
+  }
+  return kExitFailure;
+}
 
 }  // namespace headroom::cli

@@ -42,13 +42,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace headroom::cli
 
-int main(int argc, char** argv) {
-  try {
-    return headroom::cli::run(argc, argv);
-  } catch (const std::exception& error) {
-    std::cerr << "headroom: internal error: " << error.what() << " (please report it with the command line)\n";
-  } catch (...) {
-    std::cerr << "headroom: internal error: unknown exception (please report it with the command line)\n";
-  }
-  return headroom::cli::kExitFailure;
-}
+int main(int argc, char** argv) { return headroom::cli::run_guarded(headroom::cli::run, argc, argv); }

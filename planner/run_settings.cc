@@ -202,6 +202,17 @@ Status read_enum(const nlohmann::json& j, const char* key, E& out, std::string_v
   return Status::ok();
 }
 
+// As read_enum, for a setting that is absent (nullopt) unless the file gives it.
+template <typename E, typename Parse>
+Status read_optional_enum(const nlohmann::json& j, const char* key, std::optional<E>& out, std::string_view origin,
+                          Parse parse, const char* expected) {
+  if (!j.contains(key)) return Status::ok();
+  E value{};
+  if (Status status = read_enum(j, key, value, origin, parse, expected); !status.is_ok()) return status;
+  out = value;
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view origin) {
@@ -283,17 +294,10 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   } else if (checkpointing != "none") {
     return fail(origin, "settings.checkpointing", "expected \"none\", \"every\" or \"list\", got \"" + checkpointing + "\"");
   }
-  if (j.contains("optimizer_impl")) {
-    OptimizerImpl impl{};
-    if (Status st = read_enum(j, "optimizer_impl", impl, origin, parse_optimizer_impl, kOptimizerImplNames); !st.is_ok()) {
-      return st;
-    }
-    s.optimizer_impl = impl;
-  }
-  if (j.contains("loss")) {
-    LossSpec loss;
-    if (Status st = read_enum(j, "loss", loss, origin, parse_loss, kLossNames); !st.is_ok()) return st;
-    s.loss = loss;
+  for (const Status& status :
+       {read_optional_enum(j, "optimizer_impl", s.optimizer_impl, origin, parse_optimizer_impl, kOptimizerImplNames),
+        read_optional_enum(j, "loss", s.loss, origin, parse_loss, kLossNames)}) {
+    if (!status.is_ok()) return status;
   }
   if (j.contains("dropout")) s.dropout = dropout;
   if (j.contains("gpu_memory_bytes")) s.gpu_memory_bytes = gpu_memory;

@@ -80,25 +80,28 @@ const StackRow& row_of(Stack stack) {
   return kStacks[0];
 }
 
+// An override pins the mechanism; otherwise the stack's row decides, and an open
+// row records why in `unknowns`.
+template <typename T>
+void resolve_choice(const std::optional<T>& override_value, const Choice<T>& choice, T& top, T& bottom,
+                    std::vector<std::string>& unknowns) {
+  if (override_value) {
+    top = bottom = *override_value;
+    return;
+  }
+  top = choice.top;
+  bottom = choice.bottom;
+  if (choice.open_because) unknowns.emplace_back(choice.open_because);
+}
+
 }  // namespace
 
 ResolvedStack resolve_stack(const RunSettings& settings) {
   const StackRow& row = row_of(settings.stack);
   ResolvedStack out;
-  if (settings.optimizer_impl) {
-    out.top.optimizer_impl = out.bottom.optimizer_impl = *settings.optimizer_impl;
-  } else {
-    out.top.optimizer_impl = row.optimizer.top;
-    out.bottom.optimizer_impl = row.optimizer.bottom;
-    if (row.optimizer.open_because) out.unknowns.emplace_back(row.optimizer.open_because);
-  }
-  if (settings.loss) {
-    out.top.loss = out.bottom.loss = *settings.loss;
-  } else {
-    out.top.loss = row.loss.top;
-    out.bottom.loss = row.loss.bottom;
-    if (row.loss.open_because) out.unknowns.emplace_back(row.loss.open_because);
-  }
+  resolve_choice(settings.optimizer_impl, row.optimizer, out.top.optimizer_impl, out.bottom.optimizer_impl,
+                 out.unknowns);
+  resolve_choice(settings.loss, row.loss, out.top.loss, out.bottom.loss, out.unknowns);
   return out;
 }
 

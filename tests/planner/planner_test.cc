@@ -9,19 +9,9 @@
 #include "models/gpt_stack.h"
 #include "planner/block_profile.h"
 #include "planner/planner.h"
+#include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
-namespace {
-
-Prediction predict_as_given(const RunSettings& settings) {
-  Result<ModelContext> context = prepare_context(settings);
-  REQUIRE_MESSAGE(context.is_ok(), context.message());
-  Result<std::vector<BlockChoice>> choices = user_block_choices(context.value(), settings);
-  REQUIRE(choices.is_ok());
-  return predict(context.value(), settings, user_config(settings), choices.value());
-}
-
-}  // namespace
 
 TEST_CASE("every zoo model on every catalogue GPU gets a consistent answer") {
   for (const models::ZooEntry& model : models::zoo_models()) {

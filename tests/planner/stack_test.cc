@@ -11,6 +11,7 @@
 #include "planner/model_states.h"
 #include "planner/optimizer_step.h"
 #include "planner/planner.h"
+#include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
 namespace {
@@ -25,14 +26,6 @@ RunSettings llama_lora(Stack stack) {
   s.checkpointing = CheckpointPolicy::kEveryBlock;
   s.stack = stack;
   return s;
-}
-
-Prediction predict_as_given(const RunSettings& settings) {
-  Result<ModelContext> context = prepare_context(settings);
-  REQUIRE_MESSAGE(context.is_ok(), context.message());
-  Result<std::vector<BlockChoice>> choices = user_block_choices(context.value(), settings);
-  REQUIRE(choices.is_ok());
-  return predict(context.value(), settings, user_config(settings), choices.value());
 }
 
 const graph::Node& loss_node(const graph::LayerGraph& graph) {
