@@ -209,6 +209,18 @@ const std::vector<SettingsFlag> kFlags = {
        s.loss = loss;
        return Status::ok();
      }},
+    {"--recompute", "KIND", kTraining,
+     "what a checkpointed block keeps: block (its inputs only) or selective-op (torchtitan's op-level "
+     "selective AC: also every other matmul output and the attention output; default: as the stack does)",
+     false,
+     [](RunSettings& s, std::string_view v) {
+       planner::Recompute recompute{};
+       if (Status st = set_enum(v, planner::parse_recompute, planner::kRecomputeNames, recompute); !st.is_ok()) {
+         return st;
+       }
+       s.recompute = recompute;
+       return Status::ok();
+     }},
     {"--mode", "MODE", kTraining, "full (default), lora or qlora", false,
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_mode, "full, lora, qlora", s.mode);

@@ -1,5 +1,6 @@
 // The torch-free half of executor/run.h: what the executor can apply, option
 // checks, and, in builds without LibTorch, a run_plan() that says so.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -47,6 +48,13 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
   if (plan.config.offload_optimizer == planner::Offload::kNvme) {
     return refuse(origin, "config.offload_optimizer",
                   "NVMe optimizer offload is not implemented in the executor; expected none or cpu");
+  }
+  const bool checkpoints = std::find(plan.blocks.begin(), plan.blocks.end(), planner::BlockChoice::kCheckpoint) !=
+                           plan.blocks.end();
+  if (checkpoints && planner::resolve_stack(s).top.recompute == planner::Recompute::kSelectiveOp) {
+    return refuse(origin, "settings.recompute",
+                  "selective-op checkpointing (torchtitan's op policy) is not implemented in the executor, which "
+                  "recomputes whole blocks; expected block");
   }
   if (plan.blocks.size() != plan.block_names.size()) {
     return refuse(origin, "blocks", "one decision per entry of block_names");

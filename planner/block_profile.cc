@@ -41,11 +41,12 @@ TensorFacts tensor_facts(const LayerGraph& graph, const GraphAnalysis& analysis,
 }
 
 // Peak bytes live while the block runs forward. With autograd the block's saved
-// tensors stay; without it (checkpointed forward) only pending inputs stay.
+// tensors stay; without it (checkpointed forward) only pending inputs stay, and
+// what selective AC holds (`held`).
 int64_t forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int block_index,
                      const TensorFacts& facts, const std::vector<int>& entry_live,
-                     bool with_saves, DType compute, int64_t batch, int64_t seq,
-                     Accounting accounting) {
+                     bool with_saves, const std::vector<int>& held, DType compute, int64_t batch,
+                     int64_t seq, Accounting accounting) {
   const graph::BlockStructure& block = analysis.blocks[block_index];
   std::vector<int> live = entry_live;
   std::vector<int> remaining(graph.tensors.size(), 0);
@@ -53,7 +54,8 @@ int64_t forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int
     for (int t : analysis.node_inputs[n]) ++remaining[t];
   }
   auto kept = [&](int t) {
-    return facts.read_by_later_block[t] || (with_saves && contains(block.saved_tensors, t));
+    return facts.read_by_later_block[t] || (with_saves && contains(block.saved_tensors, t)) ||
+           contains(held, t);
   };
   auto live_bytes = [&] {
     int64_t total = 0;
@@ -128,7 +130,8 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
 
 StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis, DType compute,
                          int64_t batch, int64_t seq, Accounting accounting, const GpuSpec& gpu,
-                         const TimeModelOptions& time_options) {
+                         const TimeModelOptions& time_options,
+                         const std::vector<std::vector<int>>& checkpoint_saves) {
   const TensorFacts facts = tensor_facts(graph, analysis, compute, batch, seq, accounting);
   StepProfile out;
   for (size_t t = 0; t < graph.tensors.size(); ++t) {
@@ -148,19 +151,28 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
       if (b > 0 && contains(analysis.blocks[b - 1].saved_tensors, t)) continue;
       entry_live.push_back(t);
     }
+    static const std::vector<int> kNothing;
+    const std::vector<int>& held = b < checkpoint_saves.size() ? checkpoint_saves[b] : kNothing;
     if (block.on_autograd) {
       for (int t : entry_live) profile.checkpoint += facts.bytes[t];
+      for (int t : held) profile.checkpoint += facts.bytes[t];
     }
     profile.fwd_peak = forward_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
-                                    true, compute, batch, seq, accounting);
+                                    true, kNothing, compute, batch, seq, accounting);
     profile.fwd_peak_nograd = forward_peak(graph, analysis, static_cast<int>(b), facts,
-                                           entry_live, false, compute, batch, seq, accounting);
+                                           entry_live, false, held, compute, batch, seq, accounting);
+    profile.recompute_peak = forward_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
+                                          true, held, compute, batch, seq, accounting);
 
     int64_t grad_transient = 0;
     for (int n : block.nodes) {
       const Node& node = graph.nodes[n];
       const NodeTimes times = node_times(graph, analysis, n, compute, batch, seq, gpu, time_options);
       profile.fwd_ms += times.fwd_ms;
+      // A selectively saved op is not run again: its output comes from the cache.
+      const bool cached = std::any_of(analysis.node_outputs[n].begin(), analysis.node_outputs[n].end(),
+                                      [&](int t) { return contains(held, t); });
+      if (!cached) profile.recompute_ms += times.fwd_ms;
       profile.bwd_ms += times.bwd_ms;
       profile.model_flops += times.fwd_flops + times.bwd_flops;
       if (!analysis.needs_input_grad[n] && !analysis.needs_param_grad[n]) continue;

@@ -15,15 +15,17 @@ namespace headroom::planner {
 
 struct BlockProfile {
   int64_t keep = 0;        // saved for backward when the block runs normally
-  int64_t checkpoint = 0;  // kept when checkpointed: its boundary inputs
+  int64_t checkpoint = 0;  // kept when checkpointed: its boundary inputs (+ selective-op saves)
   int64_t fwd_peak = 0;    // peak during its forward with autograd (boundary inputs + intermediates + saves)
   int64_t fwd_peak_nograd = 0;  // peak during a checkpointed (no-grad) forward
+  int64_t recompute_peak = 0;   // peak during its recompute in backward (fwd_peak, plus what selective AC holds)
   int64_t bwd_peak = 0;    // peak during its backward: saved tensors + gradient transients
   int64_t out_grad = 0;    // gradient of its outputs arriving from the next block
   bool on_autograd = false;
   bool checkpointable = true;
   double fwd_ms = 0;
   double bwd_ms = 0;
+  double recompute_ms = 0;  // the forward again in backward, less the ops selective AC saved
   double model_flops = 0;  // forward + backward FLOPs (for MFU)
 };
 
@@ -52,9 +54,12 @@ NodeTimes node_times(const graph::LayerGraph& graph, const graph::GraphAnalysis&
                      graph::DType compute_dtype, int64_t batch, int64_t seq, const GpuSpec& gpu,
                      const TimeModelOptions& options);
 
+// `checkpoint_saves`: per block, tensors a checkpointed block keeps besides its
+// inputs (ModelContext::checkpoint_saves; empty: whole-block recompute).
 StepProfile profile_step(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
                          graph::DType compute_dtype, int64_t batch, int64_t seq,
                          Accounting accounting, const GpuSpec& gpu,
-                         const TimeModelOptions& time_options = {});
+                         const TimeModelOptions& time_options = {},
+                         const std::vector<std::vector<int>>& checkpoint_saves = {});
 
 }  // namespace headroom::planner

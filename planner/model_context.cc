@@ -8,6 +8,7 @@
 #include "models/zoo.h"
 #include "planner/calibration.h"
 #include "planner/loss_variants.h"
+#include "planner/selective_checkpoint.h"
 #include "planner/trainability.h"
 
 namespace headroom::planner {
@@ -89,8 +90,12 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());
   // The loss as the stack computes it; the top of the band when not pinned.
-  apply_loss_impl(context.graph, resolve_stack(settings).top.loss);
+  const ResolvedStack stack = resolve_stack(settings);
+  apply_loss_impl(context.graph, stack.top.loss);
   context.analysis = graph::analyze_graph(context.graph);
+  if (stack.top.recompute == Recompute::kSelectiveOp) {
+    context.checkpoint_saves = selective_op_saves(context.graph, context.analysis);
+  }
 
   Result<GpuSpec> gpu = find_gpu(settings.gpu);
   if (!gpu.is_ok()) return gpu.status();

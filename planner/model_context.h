@@ -31,6 +31,10 @@ struct ModelContext {
   graph::DType compute_dtype = graph::DType::kBF16;
   TimeModelOptions time_options;                 // defaults, or from a calibration file
   std::optional<int64_t> measured_context_bytes;  // from a calibration file
+  // Per block, what a checkpointed block keeps besides its inputs (tensor
+  // indices): empty for whole-block recompute, the policy's saves for
+  // selective-op (planner/selective_checkpoint.h).
+  std::vector<std::vector<int>> checkpoint_saves;
   // A Hugging Face model directory: differences between its config-derived graph
   // and its safetensors headers (missing, extra, shape), for the user to see.
   std::vector<std::string> checkpoint_mismatches;

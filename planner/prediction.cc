@@ -24,10 +24,10 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   Prediction out;
   const StepProfile reserved_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
                                                     config.micro_batch, context.seq_len, Accounting::kReserved, context.gpu,
-                                                    context.time_options);
+                                                    context.time_options, context.checkpoint_saves);
   const StepProfile allocated_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
                                                      config.micro_batch, context.seq_len, Accounting::kAllocated, context.gpu,
-                                                     context.time_options);
+                                                     context.time_options, context.checkpoint_saves);
   const BuiltStep reserved = build_step(context, settings, config, reserved_profile, Accounting::kReserved);
   const BuiltStep allocated = build_step(context, settings, config, allocated_profile, Accounting::kAllocated);
   const StepPeak peak = walk_step(reserved.model, blocks, reserved.persistent);
@@ -82,7 +82,7 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
     const BlockProfile& block = reserved.model.blocks[k];
     times.micro_fwd_ms += block.fwd_ms;
     const double total = block_ms(reserved.model, static_cast<int>(k), blocks[k]);
-    const double recompute = (blocks[k] == BlockChoice::kCheckpoint && block.on_autograd) ? block.fwd_ms : 0;
+    const double recompute = (blocks[k] == BlockChoice::kCheckpoint && block.on_autograd) ? block.recompute_ms : 0;
     const double offload = blocks[k] == BlockChoice::kOffload ? total - block.fwd_ms - block.bwd_ms : 0;
     times.micro_bwd_ms += block.bwd_ms + recompute;
     times.micro_recompute_ms += recompute;

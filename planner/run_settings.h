@@ -55,6 +55,7 @@ struct RunSettings {
   Stack stack = Stack::kUnspecified;
   std::optional<OptimizerImpl> optimizer_impl;  // nullopt: as the stack does (or a band)
   std::optional<LossSpec> loss;                 // nullopt: as the stack does (or a band)
+  std::optional<Recompute> recompute;           // nullopt: as the stack does (or a band)
 
   // The run as the user launches it.
   Precision precision = Precision::kBf16Mixed;

@@ -140,6 +140,10 @@ class StepSimulator {
   double transfer_ms(double bytes) const { return planner::transfer_ms(bytes, ctx_.gpu.host_link_gbps); }
   const std::string& block_name(int block) const { return graph_.blocks[block].name; }
   bool checkpointed(int block) const { return choices_[block] == BlockChoice::kCheckpoint && an_.blocks[block].on_autograd; }
+  const std::vector<int>& selective_saves(int block) const {
+    static const std::vector<int> kNone;
+    return static_cast<size_t>(block) < ctx_.checkpoint_saves.size() ? ctx_.checkpoint_saves[block] : kNone;
+  }
   bool offloaded(int block) const { return choices_[block] == BlockChoice::kOffload && an_.blocks[block].on_autograd; }
 
   void allocate_states();
@@ -257,6 +261,7 @@ void StepSimulator::forward_block(int block, bool recompute) {
   const int64_t gathered = config_.zero_stage >= 3 ? alloc(block_param_bytes_[block], "ZeRO buffers") : -1;
   if (checkpointed(block) && !recompute) {
     for (int t : an_.blocks[block].boundary_inputs) ++held_by_checkpoint_[t];
+    for (int t : selective_saves(block)) ++held_by_checkpoint_[t];
   }
   for (int n : an_.blocks[block].nodes) {
     const Node& node = graph_.nodes[n];
@@ -270,9 +275,16 @@ void StepSimulator::forward_block(int block, bool recompute) {
         if (!recompute || graph_.nodes[consumer].block == block) ++pending_[t];
       }
     }
-    const int64_t workspace = node.workspace_elements.at(batch_, seq_);
+    // Selective AC hands a saved op's output back from its cache: no kernel runs.
+    const bool cached = recompute && std::any_of(an_.node_outputs[n].begin(), an_.node_outputs[n].end(), [&](int t) {
+      const std::vector<int>& saves = selective_saves(block);
+      return std::find(saves.begin(), saves.end(), t) != saves.end();
+    });
+    const int64_t workspace = cached ? 0 : node.workspace_elements.at(batch_, seq_);
     const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
-    compute(recompute ? Phase::kRecompute : Phase::kForward, times_[n].fwd_ms, block, label_, times_[n].fwd_flops);
+    if (!cached) {
+      compute(recompute ? Phase::kRecompute : Phase::kForward, times_[n].fwd_ms, block, label_, times_[n].fwd_flops);
+    }
     release(ws);
     if (saving) {
       for (int t : an_.node_saves[n]) ++saved_[t];
@@ -387,6 +399,10 @@ void StepSimulator::backward_block(int block) {
   }
   if (checkpointed(block)) {
     for (int t : an_.blocks[block].boundary_inputs) {
+      --held_by_checkpoint_[t];
+      maybe_free(t);
+    }
+    for (int t : selective_saves(block)) {
       --held_by_checkpoint_[t];
       maybe_free(t);
     }

@@ -23,6 +23,7 @@ struct StackRow {
   std::string_view name;
   Choice<OptimizerImpl> optimizer;
   Choice<LossSpec> loss;
+  Choice<Recompute> recompute;
 };
 
 constexpr LossSpec kFull{LossImpl::kFull, 8};
@@ -31,39 +32,48 @@ constexpr LossSpec kChunked8{LossImpl::kChunked, 8};
 constexpr LossSpec kNoUpcast{LossImpl::kNoUpcast, 8};
 constexpr OptimizerImpl kForeach = OptimizerImpl::kForeach;
 constexpr OptimizerImpl kFused = OptimizerImpl::kFused;
+constexpr Choice<Recompute> kWholeBlock{Recompute::kBlock, Recompute::kBlock, nullptr};
 
 // The table of docs/stacks.md; each entry's source is cited there.
 const std::array<StackRow, 7> kStacks = {{
     {Stack::kUnspecified, "unspecified",
      {kFused, kForeach, "the optimizer implementation (give --stack or --optimizer-impl)"},
-     {kFull, kKeep, "whether the model output is kept through backward (give --stack or --loss)"}},
+     {kFull, kKeep, "whether the model output is kept through backward (give --stack or --loss)"},
+     kWholeBlock},
     // transformers 4.x defaults to adamw_torch (foreach); 5.x to adamw_torch_fused with torch >= 2.8
     // (training_args.py). Trainer.compute_loss drops the outputs before backward (trainer.py).
     {Stack::kHfTrainer, "hf-trainer",
      {kFused, kForeach, "the optimizer implementation: transformers >= 5 with torch >= 2.8 uses fused AdamW, "
                         "earlier versions foreach (give --optimizer-impl)"},
-     {kFull, kFull, nullptr}},
+     {kFull, kFull, nullptr},
+     kWholeBlock},
     // torchtune configs name torch.optim.AdamW with or without fused: True; their loss is the
     // chunked cross-entropy with 8 chunks (modules/loss).
     {Stack::kTorchtune, "torchtune",
      {kFused, kForeach, "whether the recipe's optimizer sets fused: True (give --optimizer-impl)"},
-     {kChunked8, kChunked8, nullptr}},
+     {kChunked8, kChunked8, nullptr},
+     kWholeBlock},
     // litgpt: torch.optim.AdamW without fused; chunked_cross_entropy without an fp32 upcast, the
     // logits list referenced through fabric.backward (litgpt/utils.py, finetune/lora.py).
-    {Stack::kLitgpt, "litgpt", {kForeach, kForeach, nullptr}, {kNoUpcast, kNoUpcast, nullptr}},
+    {Stack::kLitgpt, "litgpt", {kForeach, kForeach, nullptr}, {kNoUpcast, kNoUpcast, nullptr}, kWholeBlock},
     // torchtitan: optimizer implementation "fused" by default (components/optimizer); its loss
-    // upcasts the full logits (components/loss.py).
+    // upcasts the full logits (components/loss.py). Its Llama train configs checkpoint with
+    // mode = 'selective', selective_ac_option = 'op' (train_configs/llama3_8b.toml); mode
+    // 'full' keeps only block inputs.
     {Stack::kTorchtitan, "torchtitan",
      {kFused, kFused, nullptr},
-     {kFull, kKeep, "whether the train step drops the logits before backward (give --loss)"}},
+     {kFull, kKeep, "whether the train step drops the logits before backward (give --loss)"},
+     {Recompute::kBlock, Recompute::kSelectiveOp,
+      "whether the config checkpoints whole blocks or selectively by op (give --recompute)"}},
     // DeepSpeed's own FusedAdam / DeepSpeedCPUAdam: no torch foreach temporaries; the loss is the
     // model's (usually transformers').
     {Stack::kDeepspeed, "deepspeed",
      {kFused, kFused, nullptr},
-     {kFull, kKeep, "whether the training loop keeps the model output through backward (give --loss)"}},
+     {kFull, kKeep, "whether the training loop keeps the model output through backward (give --loss)"},
+     kWholeBlock},
     // A plain loop: torch's default optimizer on CUDA is foreach (optimizer.py
     // _default_to_fused_or_foreach); `out = model(...); out.loss.backward()` keeps the logits.
-    {Stack::kTorchAmp, "torch-amp", {kForeach, kForeach, nullptr}, {kKeep, kKeep, nullptr}},
+    {Stack::kTorchAmp, "torch-amp", {kForeach, kForeach, nullptr}, {kKeep, kKeep, nullptr}, kWholeBlock},
 }};
 
 constexpr std::array<std::pair<OptimizerImpl, std::string_view>, 4> kImpls = {{
@@ -102,6 +112,11 @@ ResolvedStack resolve_stack(const RunSettings& settings) {
   resolve_choice(settings.optimizer_impl, row.optimizer, out.top.optimizer_impl, out.bottom.optimizer_impl,
                  out.unknowns);
   resolve_choice(settings.loss, row.loss, out.top.loss, out.bottom.loss, out.unknowns);
+  // Without checkpointing, how a checkpointed block recomputes cannot matter.
+  const bool checkpoints = settings.checkpointing != CheckpointPolicy::kNone;
+  std::vector<std::string> recompute_unknowns;
+  resolve_choice(settings.recompute, row.recompute, out.top.recompute, out.bottom.recompute, recompute_unknowns);
+  if (checkpoints) out.unknowns.insert(out.unknowns.end(), recompute_unknowns.begin(), recompute_unknowns.end());
   return out;
 }
 
@@ -111,6 +126,7 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
   RunSettings bottom = settings;
   bottom.optimizer_impl = resolved.bottom.optimizer_impl;
   bottom.loss = resolved.bottom.loss;
+  bottom.recompute = resolved.bottom.recompute;
   return bottom;
 }
 
@@ -161,6 +177,16 @@ std::optional<LossSpec> parse_loss(std::string_view text) {
     }
     return LossSpec{LossImpl::kChunked, chunks};
   }
+  return std::nullopt;
+}
+
+std::string_view recompute_name(Recompute value) {
+  return value == Recompute::kSelectiveOp ? "selective-op" : "block";
+}
+
+std::optional<Recompute> parse_recompute(std::string_view text) {
+  if (text == "block") return Recompute::kBlock;
+  if (text == "selective-op") return Recompute::kSelectiveOp;
   return std::nullopt;
 }
 

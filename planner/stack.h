@@ -35,6 +35,12 @@ enum class LossImpl {
   kNoUpcast,        // litgpt: cross-entropy in the logits' dtype, logits kept through backward
 };
 
+// What a checkpointed block keeps from its forward (docs/stacks.md, "Checkpointing").
+enum class Recompute {
+  kBlock,       // torch.utils.checkpoint of the whole block: only its inputs stay
+  kSelectiveOp, // torchtitan's op-level selective AC: also the outputs of every other mm and of SDPA
+};
+
 struct LossSpec {
   LossImpl impl = LossImpl::kFullKeepLogits;
   int chunks = 8;  // kChunked: torchtune's num_output_chunks
@@ -45,6 +51,7 @@ struct LossSpec {
 struct StackSpec {
   OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
   LossSpec loss;
+  Recompute recompute = Recompute::kBlock;
 };
 
 // The stack as the planner prices it: the top of the band (each unknown at its
@@ -66,8 +73,11 @@ std::string loss_name(const LossSpec& value);  // "full", "chunked:8", ...
 std::optional<Stack> parse_stack(std::string_view text);
 std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text);
 std::optional<LossSpec> parse_loss(std::string_view text);  // "chunked" = "chunked:8"
+std::string_view recompute_name(Recompute value);
+std::optional<Recompute> parse_recompute(std::string_view text);
 inline constexpr const char* kStackNames = "hf-trainer, torchtune, litgpt, torchtitan, deepspeed, torch-amp, unspecified";
 inline constexpr const char* kOptimizerImplNames = "foreach, fused, for-loop, in-backward";
 inline constexpr const char* kLossNames = "full-keep-logits, full, chunked[:N], no-upcast";
+inline constexpr const char* kRecomputeNames = "block, selective-op";
 
 }  // namespace headroom::planner

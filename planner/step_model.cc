@@ -45,7 +45,7 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
     case BlockChoice::kCheckpoint:
       forward = block.fwd_peak_nograd;
       // Recompute runs the forward again with autograd while the output gradient waits.
-      backward = block.on_autograd ? std::max(block.fwd_peak + block.out_grad, block.bwd_peak) : 0;
+      backward = block.on_autograd ? std::max(block.recompute_peak + block.out_grad, block.bwd_peak) : 0;
       break;
   }
   out.forward = out.forward_grads + forward + neighbour_copy;
@@ -66,7 +66,7 @@ constexpr double kOffloadOverheadMs = 0.02;
 double block_ms(const StepModel& model, int k, BlockChoice choice) {
   const BlockProfile& block = model.blocks[k];
   double ms = block.fwd_ms + block.bwd_ms;
-  if (choice == BlockChoice::kCheckpoint && block.on_autograd) ms += block.fwd_ms;
+  if (choice == BlockChoice::kCheckpoint && block.on_autograd) ms += block.recompute_ms;
   if (choice == BlockChoice::kOffload) {
     // The copy out overlaps the next block's forward, the copy back the next
     // block's backward (side stream); only what sticks out is exposed.
