@@ -221,6 +221,14 @@ const std::vector<SettingsFlag> kFlags = {
        s.recompute = recompute;
        return Status::ok();
      }},
+    {"--compile", nullptr, kTraining,
+     "the run uses torch.compile (torchtune compile: True, torchtitan --training.compile): a chunked loss is "
+     "priced as compiled; compiled blocks are priced as eager (docs/stacks.md)",
+     false,
+     [](RunSettings& s, std::string_view) {
+       s.compile = true;
+       return Status::ok();
+     }},
     {"--mode", "MODE", kTraining, "full (default), lora or qlora", false,
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_mode, "full, lora, qlora", s.mode);

@@ -18,13 +18,23 @@ graph::Tensor* find_tensor(graph::LayerGraph& graph, const std::string& name) {
   return nullptr;
 }
 
+// The linear (the LM head) that writes `tensor`, or null.
+const graph::LinearInfo* producing_linear(const graph::LayerGraph& graph, const std::string& tensor) {
+  for (const graph::Node& node : graph.nodes) {
+    if (node.linear && std::find(node.outputs.begin(), node.outputs.end(), tensor) != node.outputs.end()) {
+      return &*node.linear;
+    }
+  }
+  return nullptr;
+}
+
 void drop_save(graph::Node& node, const std::string& tensor) {
   std::erase_if(node.saves, [&](const graph::SavedRef& saved) { return saved.tensor == tensor; });
 }
 
 }  // namespace
 
-void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss) {
+void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled) {
   if (loss.impl == LossImpl::kFullKeepLogits) return;
   for (graph::Node& node : graph.nodes) {
     if (node.op != "loss" || node.inputs.empty()) continue;
@@ -51,8 +61,28 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss) {
         // cases) gets all 16-bit chunks from the model at once, so the logits keep
         // their full size here; LinearCrossEntropyLoss (0.6+) never holds more than a
         // chunk, which this over-counts by 2*T*V*(1 - 1/N) rather than risk under-counting.
-        drop_save(node, logits_name);
-        node.workspace_elements = divided(node.workspace_elements, loss.chunks);
+        if (compiled) {
+          // torchtune compile_loss compiles compute_cross_entropy (upcast + cross-entropy)
+          // per chunk (training/_compile.py). Inductor fuses the upcast into the
+          // max / sum-exp reductions, so no fp32 chunk is ever materialised, and the
+          // min-cut partitioner saves the graph's 16-bit input plus the reductions'
+          // outputs (a reduction whose output is under a quarter of its input may not
+          // be recomputed; torch/_functorch/partitioners.py should_ban_recomputation)
+          // rather than the fp32 log-probabilities, recomputing the pointwise rest in
+          // backward. What stays of the log-probabilities is those two fp32 statistics
+          // per row (max and log-sum-exp): the log_probs tensor shrinks to them.
+          const graph::LinearInfo* head = producing_linear(graph, logits_name);
+          if (head != nullptr) {
+            log_probs->elements = head->rows.scaled(2);
+            log_probs->dtype = graph::DType::kF32;
+          } else {
+            drop_save(node, log_probs_name);
+          }
+          node.workspace_elements = graph::SizeExpr{};
+        } else {
+          drop_save(node, logits_name);
+          node.workspace_elements = divided(node.workspace_elements, loss.chunks);
+        }
         break;
       case LossImpl::kNoUpcast:
         // litgpt chunked_cross_entropy: no .float(), so log_softmax runs and saves in

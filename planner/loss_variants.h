@@ -12,6 +12,8 @@ namespace headroom::planner {
 
 // Rewrites every "loss" node that reads logits and writes NAME:log_probs. A
 // graph without such a node (encoders, diffusion models) is left unchanged.
-void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss);
+// `compiled`: the run uses torch.compile, which changes a chunked loss (torchtune
+// compiles its per-chunk cross-entropy); the other variants are priced as eager.
+void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled = false);
 
 }  // namespace headroom::planner

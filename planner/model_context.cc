@@ -91,7 +91,7 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   context.graph = std::move(trained.value());
   // The loss as the stack computes it; the top of the band when not pinned.
   const ResolvedStack stack = resolve_stack(settings);
-  apply_loss_impl(context.graph, stack.top.loss);
+  apply_loss_impl(context.graph, stack.top.loss, settings.compile);
   context.analysis = graph::analyze_graph(context.graph);
   if (stack.top.recompute == Recompute::kSelectiveOp) {
     context.checkpoint_saves = selective_op_saves(context.graph, context.analysis);
@@ -179,6 +179,10 @@ std::vector<std::string> input_warnings(const ModelContext& context, const RunSe
   }
   for (const std::string& mismatch : context.checkpoint_mismatches) {
     out.push_back("checkpoint vs config.json: " + mismatch);
+  }
+  if (settings.compile) {
+    out.push_back("torch.compile: compiled blocks are priced as eager (what the partitioner keeps inside a block is "
+                  "not modelled; usually less); only a chunked loss is priced as compiled (docs/stacks.md)");
   }
   return out;
 }

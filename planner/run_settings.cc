@@ -128,6 +128,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   if (s.optimizer_impl) j["optimizer_impl"] = optimizer_impl_name(*s.optimizer_impl);
   if (s.loss) j["loss"] = loss_name(*s.loss);
   if (s.recompute) j["recompute"] = recompute_name(*s.recompute);
+  j["compile"] = s.compile;
   j["precision"] = precision_name(s.precision);
   j["optimizer"] = optimizer_name(s.optimizer);
   j["mode"] = mode_name(s.mode);
@@ -252,6 +253,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       read_field(j, "prefetch_bucket_elements", s.prefetch_bucket_elements, origin, "an integer"),
       read_field(j, "max_live_parameters", s.max_live_parameters, origin, "an integer"),
       read_field(j, "overlap_comm", s.overlap_comm, origin, "true or false"),
+      read_field(j, "compile", s.compile, origin, "true or false"),
       read_field(j, "checkpointing", checkpointing, origin, "\"none\", \"every\" or \"list\""),
       read_field(j, "checkpoint_blocks", s.checkpoint_blocks, origin, "a list of block names"),
       read_field(j, "gpu", s.gpu, origin, "a GPU id"),

@@ -201,6 +201,19 @@ TEST_CASE("loss variants rewrite the loss node: what is saved, how large the log
   CHECK(loss_node(chunked).workspace_elements.at(2, 4096) == node.workspace_elements.at(2, 4096) / 8);
   CHECK(chunked.find_tensor(log_probs)->dtype == graph::DType::kF32);
 
+  // Compiled (torchtune compile_loss): the 16-bit chunks are the compiled graphs'
+  // saved inputs; of the log-probabilities only max and log-sum-exp per token stay
+  // (fp32, 8 bytes a token); no fp32 upcast is materialised.
+  graph::LayerGraph compiled = original;
+  apply_loss_impl(compiled, LossSpec{LossImpl::kChunked, 8}, /*compiled=*/true);
+  CHECK(saves(loss_node(compiled), logits));
+  CHECK(graph::tensor_bytes(*compiled.find_tensor(log_probs), graph::DType::kBF16, 2, 4096) == 2 * 4096 * 8);
+  CHECK(loss_node(compiled).workspace_elements.is_zero());
+  // Compile changes only the chunked loss: the others are priced as eager.
+  graph::LayerGraph full_compiled = original;
+  apply_loss_impl(full_compiled, LossSpec{LossImpl::kFull, 8}, /*compiled=*/true);
+  CHECK(full_compiled.find_tensor(log_probs)->elements.at(2, 4096) == logits_elements.at(2, 4096));
+
   graph::LayerGraph no_upcast = original;
   apply_loss_impl(no_upcast, LossSpec{LossImpl::kNoUpcast, 8});
   CHECK(saves(loss_node(no_upcast), logits));
