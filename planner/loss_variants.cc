@@ -84,6 +84,16 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
           node.workspace_elements = divided(node.workspace_elements, loss.chunks);
         }
         break;
+      case LossImpl::kShiftCopy:
+        // Model code that computes its own loss the pre-4.46 transformers way, e.g.
+        // Qwen (v1) remote code QWenLMHeadModel.forward: shift_logits =
+        // lm_logits[..., :-1, :].contiguous() (a 16-bit copy of the logits), then
+        // CrossEntropyLoss, which autocast runs in fp32 (log_softmax keeps its fp32
+        // output). Saved as `full`; the copy is one more compute-dtype element per
+        // logit alive with the fp32 upcast. The output is dropped by the Trainer.
+        drop_save(node, logits_name);
+        node.workspace_elements = node.workspace_elements + logits->elements;
+        break;
       case LossImpl::kNoUpcast:
         // litgpt chunked_cross_entropy: no .float(), so log_softmax runs and saves in
         // the logits' dtype and there is no fp32 copy; the logits stay referenced

@@ -159,6 +159,7 @@ std::string loss_name(const LossSpec& value) {
     case LossImpl::kFull: return "full";
     case LossImpl::kChunked: return "chunked:" + std::to_string(value.chunks);
     case LossImpl::kNoUpcast: return "no-upcast";
+    case LossImpl::kShiftCopy: return "shift-copy";
   }
   return "?";
 }
@@ -167,6 +168,7 @@ std::optional<LossSpec> parse_loss(std::string_view text) {
   if (text == "full-keep-logits") return LossSpec{LossImpl::kFullKeepLogits, 8};
   if (text == "full") return LossSpec{LossImpl::kFull, 8};
   if (text == "no-upcast") return LossSpec{LossImpl::kNoUpcast, 8};
+  if (text == "shift-copy") return LossSpec{LossImpl::kShiftCopy, 8};
   if (text == "chunked") return LossSpec{LossImpl::kChunked, 8};
   if (text.starts_with("chunked:")) {
     const std::string_view digits = text.substr(8);

@@ -33,6 +33,7 @@ enum class LossImpl {
   kFull,            // the same, with the model output dropped before backward (transformers Trainer)
   kChunked,         // torchtune: lm_head and fp32 cross-entropy chunk by chunk
   kNoUpcast,        // litgpt: cross-entropy in the logits' dtype, logits kept through backward
+  kShiftCopy,       // model code that shifts with a contiguous 16-bit copy first (Qwen v1 remote code), output dropped
 };
 
 // What a checkpointed block keeps from its forward (docs/stacks.md, "Checkpointing").
@@ -77,7 +78,7 @@ std::string_view recompute_name(Recompute value);
 std::optional<Recompute> parse_recompute(std::string_view text);
 inline constexpr const char* kStackNames = "hf-trainer, torchtune, litgpt, torchtitan, deepspeed, torch-amp, unspecified";
 inline constexpr const char* kOptimizerImplNames = "foreach, fused, for-loop, in-backward";
-inline constexpr const char* kLossNames = "full-keep-logits, full, chunked[:N], no-upcast";
+inline constexpr const char* kLossNames = "full-keep-logits, full, chunked[:N], no-upcast, shift-copy";
 inline constexpr const char* kRecomputeNames = "block, selective-op";
 
 }  // namespace headroom::planner

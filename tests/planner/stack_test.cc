@@ -214,6 +214,16 @@ TEST_CASE("loss variants rewrite the loss node: what is saved, how large the log
   apply_loss_impl(full_compiled, LossSpec{LossImpl::kFull, 8}, /*compiled=*/true);
   CHECK(full_compiled.find_tensor(log_probs)->elements.at(2, 4096) == logits_elements.at(2, 4096));
 
+  // Qwen (v1) remote code: a contiguous 16-bit copy of the shifted logits lives
+  // beside the fp32 upcast; saved as `full`.
+  graph::LayerGraph shifted = original;
+  apply_loss_impl(shifted, LossSpec{LossImpl::kShiftCopy, 8});
+  CHECK_FALSE(saves(loss_node(shifted), logits));
+  CHECK(saves(loss_node(shifted), log_probs));
+  CHECK(loss_node(shifted).workspace_elements.at(2, 4096) ==
+        node.workspace_elements.at(2, 4096) + logits_elements.at(2, 4096));
+  CHECK(parse_loss("shift-copy") == LossSpec{LossImpl::kShiftCopy, 8});
+
   graph::LayerGraph no_upcast = original;
   apply_loss_impl(no_upcast, LossSpec{LossImpl::kNoUpcast, 8});
   CHECK(saves(loss_node(no_upcast), logits));
