@@ -202,7 +202,7 @@ const std::vector<SettingsFlag> kFlags = {
        return Status::ok();
      }},
     {"--loss", "KIND", kTraining,
-     "the LM loss: full-keep-logits, full, chunked[:N] or no-upcast (default: as the stack does)", false,
+     "the LM loss: full-keep-logits, full, chunked[:N], no-upcast or shift-copy (default: as the stack does)", false,
      [](RunSettings& s, std::string_view v) {
        planner::LossSpec loss;
        if (Status st = set_enum(v, planner::parse_loss, planner::kLossNames, loss); !st.is_ok()) return st;

@@ -27,6 +27,7 @@ constexpr int64_t kDefaultBucketElements =
     500'000'000;  // reduce_bucket_size, allgather_bucket_size
 constexpr int64_t kDefaultPrefetchElements = 50'000'000;  // stage3_prefetch_bucket_size
 constexpr int64_t kDefaultMaxLive = 1'000'000'000;        // stage3_max_live_parameters
+constexpr int64_t kDefaultSubGroup = 1'000'000'000;       // sub_group_size (runtime/zero/config.py)
 
 // The keys DeepSpeed's pydantic models accept (extra="forbid" in
 // deepspeed/runtime/config_utils.py), field names and aliases, from
@@ -258,6 +259,7 @@ void read_zero(Reader& reader, const json& ds, RunSettings& s) {
                                       s.prefetch_bucket_elements, kDefaultPrefetchElements);
   s.max_live_parameters = bucket("stage3_max_live_parameters", "max_live_parameters",
                                  s.max_live_parameters, kDefaultMaxLive);
+  s.sub_group_elements = bucket("sub_group_size", "sub_group_size", s.sub_group_elements, kDefaultSubGroup);
   // DeepSpeed's default: overlap_comm on for stage 3 only (overlap_comm_valid).
   const Field<bool> overlap = reader.flag(*zero, "overlap_comm", "zero_optimization.overlap_comm");
   s.overlap_comm = overlap.kind == Field<bool>::Kind::kAuto ? s.overlap_comm

@@ -183,6 +183,18 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   step.gpu_state_bytes = out.optimizer;
   step.largest_state_bytes = largest_state;
   step.largest_grad_bytes = largest_grad;
+  // ZeRO-3 means DeepSpeed's stage 3 unless the stack shards with FSDP2, whose
+  // reduce-scatter writes fp32 sharded gradients directly (torchtitan, torchtune, litgpt).
+  const bool fsdp_stack = settings.stack == Stack::kTorchtitan || settings.stack == Stack::kTorchtune ||
+                          settings.stack == Stack::kLitgpt;
+  if (shard_params && optimizer_on_gpu && !fsdp_stack) {
+    // flatten() concatenates the 16-bit partition (a copy), .to(fp32) converts it:
+    // both exist for a moment, then the fp32 copy lives through the sub-group's step.
+    const int64_t partition = ceil_div(out.trainable_params, world);
+    const int64_t per_element = 4 + (grad_width < 4 ? grad_width : 0);
+    step.zero3_fp32_subgroup_grad_bytes =
+        account(std::min(partition, settings.sub_group_elements) * per_element, accounting);
+  }
   const OptimizerStepMemory step_memory = optimizer_step_memory(step);
   out.step_transient = step_memory.step_transient;
   out.grads_in_backward = step_memory.in_backward;

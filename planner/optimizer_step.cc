@@ -14,12 +14,16 @@ OptimizerStepMemory optimizer_step_memory(const OptimizerStepInputs& in) {
   // kernel in place (bitsandbytes/optim/optimizer.py); SGD with momentum updates its
   // buffer in place.
   const bool torch_adamw = in.optimizer == OptimizerKind::kAdamW;
+  // DeepSpeed ZeRO-3 steps sub-group by sub-group; before each it copies the
+  // sub-group's 16-bit gradient partition to fp32 (stage3.py
+  // _prepare_fp32_grad_for_sub_group) and drops it after the step.
+  out.step_transient += in.zero3_fp32_subgroup_grad_bytes;
   switch (in.impl) {
     case OptimizerImpl::kForeach:
-      if (torch_adamw) out.step_transient = in.gpu_state_bytes / 2;  // one of exp_avg, exp_avg_sq
+      if (torch_adamw) out.step_transient += in.gpu_state_bytes / 2;  // one of exp_avg, exp_avg_sq
       break;
     case OptimizerImpl::kForLoop:
-      if (torch_adamw) out.step_transient = 2 * in.largest_state_bytes;
+      if (torch_adamw) out.step_transient += 2 * in.largest_state_bytes;
       break;
     case OptimizerImpl::kFused:
       break;

@@ -16,6 +16,9 @@ struct OptimizerStepInputs {
   int64_t gpu_state_bytes = 0;      // all optimizer states on this rank's GPU
   int64_t largest_state_bytes = 0;  // one state tensor of the largest trainable parameter
   int64_t largest_grad_bytes = 0;   // the gradient of the largest trainable parameter
+  // DeepSpeed ZeRO-3 on the GPU: fp32 bytes of its largest optimizer sub-group's
+  // gradient partition (0 when not DeepSpeed ZeRO-3).
+  int64_t zero3_fp32_subgroup_grad_bytes = 0;
 };
 
 struct OptimizerStepMemory {

@@ -99,7 +99,8 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
   if (s.lora.rank < 1 || s.lora.rank > 65536) return fail(origin, "lora.rank", "expected 1..65536, got " + std::to_string(s.lora.rank));
   if (s.lora.dropout < 0 || s.lora.dropout >= 1) return fail(origin, "lora.dropout", "expected a probability in [0, 1)");
   if (s.dropout && (*s.dropout < 0 || *s.dropout >= 1)) return fail(origin, "dropout", "expected a probability in [0, 1)");
-  if (s.reduce_bucket_elements < 1 || s.allgather_bucket_elements < 1 || s.prefetch_bucket_elements < 1 || s.max_live_parameters < 1) {
+  if (s.reduce_bucket_elements < 1 || s.allgather_bucket_elements < 1 || s.prefetch_bucket_elements < 1 || s.max_live_parameters < 1 ||
+      s.sub_group_elements < 1) {
     return fail(origin, "bucket sizes", "expected positive element counts");
   }
   if (s.gpu_memory_bytes && *s.gpu_memory_bytes <= 0) return fail(origin, "gpu_mem", "expected a positive size");
@@ -154,6 +155,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["allgather_bucket_elements"] = s.allgather_bucket_elements;
   j["prefetch_bucket_elements"] = s.prefetch_bucket_elements;
   j["max_live_parameters"] = s.max_live_parameters;
+  j["sub_group_elements"] = s.sub_group_elements;
   j["overlap_comm"] = s.overlap_comm;
   j["checkpointing"] = s.checkpointing == CheckpointPolicy::kNone         ? "none"
                        : s.checkpointing == CheckpointPolicy::kEveryBlock ? "every"
@@ -252,6 +254,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       read_field(j, "allgather_bucket_elements", s.allgather_bucket_elements, origin, "an integer"),
       read_field(j, "prefetch_bucket_elements", s.prefetch_bucket_elements, origin, "an integer"),
       read_field(j, "max_live_parameters", s.max_live_parameters, origin, "an integer"),
+      read_field(j, "sub_group_elements", s.sub_group_elements, origin, "an integer"),
       read_field(j, "overlap_comm", s.overlap_comm, origin, "true or false"),
       read_field(j, "compile", s.compile, origin, "true or false"),
       read_field(j, "checkpointing", checkpointing, origin, "\"none\", \"every\" or \"list\""),

@@ -93,6 +93,7 @@ struct RunSettings {
   int64_t allgather_bucket_elements = 500'000'000;  // DeepSpeed default allgather_bucket_size
   int64_t prefetch_bucket_elements = 50'000'000;    // DeepSpeed stage3_prefetch_bucket_size
   int64_t max_live_parameters = 1'000'000'000;      // DeepSpeed stage3_max_live_parameters
+  int64_t sub_group_elements = 1'000'000'000;       // DeepSpeed sub_group_size (ZeRO-3)
   bool overlap_comm = true;
 
   CheckpointPolicy checkpointing = CheckpointPolicy::kNone;

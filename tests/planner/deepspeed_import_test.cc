@@ -213,11 +213,12 @@ TEST_CASE("\"auto\" keeps the base, explicit values replace it") {
   CHECK(r->grad_accum == 5);
 
   r = apply_deepspeed_config(
-      json{{"zero_optimization", {{"stage", 3}, {"max_live_parameters", 5e7}}},
+      json{{"zero_optimization", {{"stage", 3}, {"max_live_parameters", 5e7}, {"sub_group_size", 2e8}}},
            {"bfloat16", {{"enabled", true}}}},
       base, "ds.json");
   REQUIRE_MESSAGE(r.is_ok(), r.message());
   CHECK(r->max_live_parameters == 50'000'000);  // the field name works like the stage3_ alias
+  CHECK(r->sub_group_elements == 200'000'000);
   CHECK(r->precision == Precision::kBf16Mixed);
   CHECK(r->offload_param == Offload::kNone);  // absent: none
 }

@@ -87,4 +87,31 @@ TEST_CASE("frozen parameters carry no gradient, optimizer state or master copy")
   CHECK(states.optimizer == 0);
   CHECK(states.params == 2048);  // 2000 bytes rounded up to the allocator's 512-byte blocks
 }
+
+TEST_CASE("DeepSpeed ZeRO-3 copies a sub-group's gradient partition to fp32 at the step; FSDP2 stacks do not") {
+  RunSettings settings;
+  settings.precision = Precision::kBf16Mixed;
+  settings.gpus_per_node = 2;
+  settings.stack = Stack::kDeepspeed;
+  settings.optimizer_impl = OptimizerImpl::kFused;
+  GlobalConfig config;
+  config.zero_stage = 3;
+  const graph::LayerGraph model = one_tensor_model(7'000'000'000);
+  // 3.5e9 partition elements per rank, sub-groups of sub_group_size = 1e9: the
+  // bf16 flat copy (2 bytes) and its fp32 conversion (4 bytes) of one sub-group.
+  CHECK(model_states(model, settings, config, Accounting::kAllocated).step_transient == 6'000'000'000);
+  settings.sub_group_elements = 100'000'000;
+  CHECK(model_states(model, settings, config, Accounting::kAllocated).step_transient == 600'000'000);
+  settings.sub_group_elements = 10'000'000'000;  // larger than the partition
+  CHECK(model_states(model, settings, config, Accounting::kAllocated).step_transient == 21'000'000'000);
+  settings.stack = Stack::kTorchtitan;  // FSDP2 reduce-scatters into fp32 shards
+  CHECK(model_states(model, settings, config, Accounting::kAllocated).step_transient == 0);
+  settings.stack = Stack::kDeepspeed;
+  config.zero_stage = 2;
+  CHECK(model_states(model, settings, config, Accounting::kAllocated).step_transient == 0);
+  config.zero_stage = 3;
+  config.offload_optimizer = Offload::kCpu;  // the fp32 copy is on the host
+  CHECK(model_states(model, settings, config, Accounting::kAllocated).step_transient == 0);
+}
+
 }  // namespace headroom::planner
