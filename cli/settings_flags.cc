@@ -221,6 +221,17 @@ const std::vector<SettingsFlag> kFlags = {
        s.recompute = recompute;
        return Status::ok();
      }},
+    {"--adapter-dtype", "DTYPE", kTraining,
+     "LoRA adapters' dtype under pure bf16: fp32 (PEFT) or model (torchtune, litgpt; default: as the stack does)",
+     false,
+     [](RunSettings& s, std::string_view v) {
+       planner::AdapterDtype dtype{};
+       if (Status st = set_enum(v, planner::parse_adapter_dtype, planner::kAdapterDtypeNames, dtype); !st.is_ok()) {
+         return st;
+       }
+       s.adapter_dtype = dtype;
+       return Status::ok();
+     }},
     {"--compile", nullptr, kTraining,
      "the run uses torch.compile (torchtune compile: True, torchtitan --training.compile): a chunked loss is "
      "priced as compiled; compiled blocks are priced as eager (docs/stacks.md)",

@@ -4,6 +4,7 @@
 
 #include "planner/allocator_rounding.h"
 #include "planner/optimizer_step.h"
+#include "planner/trainability.h"
 
 namespace headroom::planner {
 namespace {
@@ -41,12 +42,23 @@ int64_t largest_block_param_bytes(const graph::LayerGraph& graph, Precision prec
 
 }  // namespace
 
+// A PEFT adapter declared fp32 on a pure-bf16 model stays fp32 (4 bytes for the
+// weight, its gradient and each torch.optim state, which follow the parameter's dtype).
+bool fp32_adapter(const Param& param, Precision precision) {
+  return precision == Precision::kBf16Pure && param.trainable && param.dtype == DType::kF32 && is_lora_adapter(param);
+}
+
 int64_t param_storage_bytes(const Param& param, Precision precision) {
   if (!param.trainable && (is_quantized_storage(param.dtype) ||
                            (param.dtype == DType::kF32 && param.name.ends_with(".absmax2")))) {
     return graph::dtype_bytes(param.dtype, param.elements());
   }
+  if (fp32_adapter(param, precision)) return param.elements() * 4;
   return param.elements() * param_bytes_per_element(precision, param.trainable);
+}
+
+int64_t grad_bytes(const Param& param, Precision precision) {
+  return param.elements() * (fp32_adapter(param, precision) ? 4 : grad_bytes_per_element(precision));
 }
 
 int64_t account(int64_t bytes, Accounting accounting) {
@@ -127,8 +139,10 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
 
       out.trainable_params += elements;
       trainable_bytes_16 += elements;
-      const int64_t grad = elements * grad_bytes_per_element(precision);
-      const int64_t states = optimizer_state_bytes(settings.optimizer, precision, param.shape);
+      const int64_t grad = grad_bytes(param, precision);
+      const int64_t states = optimizer_state_bytes(settings.optimizer,
+                                                   fp32_adapter(param, precision) ? Precision::kFp32 : precision,
+                                                   param.shape);
       const int64_t master = elements * master_bytes_per_element(precision);
       const int64_t states_rank = shard_optimizer ? ceil_div(states, world) : states;
       const int64_t master_rank = shard_optimizer ? ceil_div(master, world) : master;

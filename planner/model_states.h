@@ -60,6 +60,11 @@ int64_t master_bytes_per_element(Precision precision);
 int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision,
                               const std::vector<int64_t>& shape);
 
+// Bytes per element of a trainable tensor's gradient: grad_bytes_per_element,
+// except LoRA adapters kept in fp32 under pure bf16 (PEFT), whose gradients,
+// like the adapters and their torch.optim states, stay fp32.
+int64_t grad_bytes(const graph::Param& param, Precision precision);
+
 // Device bytes of one parameter tensor before partitioning: its 16- or 32-bit
 // copy, or its quantized storage for frozen NF4/int8 weights and constants.
 int64_t param_storage_bytes(const graph::Param& param, Precision precision);

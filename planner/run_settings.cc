@@ -129,6 +129,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   if (s.optimizer_impl) j["optimizer_impl"] = optimizer_impl_name(*s.optimizer_impl);
   if (s.loss) j["loss"] = loss_name(*s.loss);
   if (s.recompute) j["recompute"] = recompute_name(*s.recompute);
+  if (s.adapter_dtype) j["adapter_dtype"] = adapter_dtype_name(*s.adapter_dtype);
   j["compile"] = s.compile;
   j["precision"] = precision_name(s.precision);
   j["optimizer"] = optimizer_name(s.optimizer);
@@ -303,7 +304,8 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   for (const Status& status :
        {read_optional_enum(j, "optimizer_impl", s.optimizer_impl, origin, parse_optimizer_impl, kOptimizerImplNames),
         read_optional_enum(j, "loss", s.loss, origin, parse_loss, kLossNames),
-        read_optional_enum(j, "recompute", s.recompute, origin, parse_recompute, kRecomputeNames)}) {
+        read_optional_enum(j, "recompute", s.recompute, origin, parse_recompute, kRecomputeNames),
+        read_optional_enum(j, "adapter_dtype", s.adapter_dtype, origin, parse_adapter_dtype, kAdapterDtypeNames)}) {
     if (!status.is_ok()) return status;
   }
   if (j.contains("dropout")) s.dropout = dropout;

@@ -56,6 +56,7 @@ struct RunSettings {
   std::optional<OptimizerImpl> optimizer_impl;  // nullopt: as the stack does (or a band)
   std::optional<LossSpec> loss;                 // nullopt: as the stack does (or a band)
   std::optional<Recompute> recompute;           // nullopt: as the stack does (or a band)
+  std::optional<AdapterDtype> adapter_dtype;    // nullopt: as the stack does (or a band)
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile). Only its effect on a chunked loss is modelled; compiled
   // blocks are priced as eager, and the answer says so (docs/stacks.md).

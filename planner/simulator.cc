@@ -373,7 +373,7 @@ void StepSimulator::backward_block(int block) {
     if (states_.grads_progressive && micro_ == 0) {
       for (const graph::Param& param : node.params) {
         if (param.trainable && param.tied_to.empty()) {
-          param_grads_.push_back(alloc(param.elements() * grad_bytes_per_element(settings_.precision), "gradients"));
+          param_grads_.push_back(alloc(grad_bytes(param, settings_.precision), "gradients"));
         }
       }
     }
@@ -412,7 +412,7 @@ void StepSimulator::backward_block(int block) {
   int64_t grad_bytes = 0;
   for (int n : nodes) {
     for (const graph::Param& param : graph_.nodes[n].params) {
-      if (param.trainable && param.tied_to.empty()) grad_bytes += param.elements() * grad_bytes_per_element(settings_.precision);
+      if (param.trainable && param.tied_to.empty()) grad_bytes += planner::grad_bytes(param, settings_.precision);
     }
   }
   const int world = settings_.world_size();

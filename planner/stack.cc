@@ -24,6 +24,7 @@ struct StackRow {
   Choice<OptimizerImpl> optimizer;
   Choice<LossSpec> loss;
   Choice<Recompute> recompute;
+  Choice<AdapterDtype> adapters;
 };
 
 constexpr LossSpec kFull{LossImpl::kFull, 8};
@@ -33,29 +34,37 @@ constexpr LossSpec kNoUpcast{LossImpl::kNoUpcast, 8};
 constexpr OptimizerImpl kForeach = OptimizerImpl::kForeach;
 constexpr OptimizerImpl kFused = OptimizerImpl::kFused;
 constexpr Choice<Recompute> kWholeBlock{Recompute::kBlock, Recompute::kBlock, nullptr};
+constexpr Choice<AdapterDtype> kPeftAdapters{AdapterDtype::kFp32, AdapterDtype::kFp32, nullptr};
+constexpr Choice<AdapterDtype> kModelDtypeAdapters{AdapterDtype::kModel, AdapterDtype::kModel, nullptr};
 
 // The table of docs/stacks.md; each entry's source is cited there.
 const std::array<StackRow, 7> kStacks = {{
     {Stack::kUnspecified, "unspecified",
      {kFused, kForeach, "the optimizer implementation (give --stack or --optimizer-impl)"},
      {kFull, kKeep, "whether the model output is kept through backward (give --stack or --loss)"},
-     kWholeBlock},
+     kWholeBlock,
+     {AdapterDtype::kModel, AdapterDtype::kFp32,
+      "whether LoRA adapters are fp32 (PEFT) or in the model's dtype (torchtune, litgpt; give --stack or "
+      "--adapter-dtype)"}},
     // transformers 4.x defaults to adamw_torch (foreach); 5.x to adamw_torch_fused with torch >= 2.8
     // (training_args.py). Trainer.compute_loss drops the outputs before backward (trainer.py).
     {Stack::kHfTrainer, "hf-trainer",
      {kFused, kForeach, "the optimizer implementation: transformers >= 5 with torch >= 2.8 uses fused AdamW, "
                         "earlier versions foreach (give --optimizer-impl)"},
      {kFull, kFull, nullptr},
-     kWholeBlock},
+     kWholeBlock,
+     kPeftAdapters},
     // torchtune configs name torch.optim.AdamW with or without fused: True; their loss is the
     // chunked cross-entropy with 8 chunks (modules/loss).
     {Stack::kTorchtune, "torchtune",
      {kFused, kForeach, "whether the recipe's optimizer sets fused: True (give --optimizer-impl)"},
      {kChunked8, kChunked8, nullptr},
-     kWholeBlock},
+     kWholeBlock,
+     kModelDtypeAdapters},
     // litgpt: torch.optim.AdamW without fused; chunked_cross_entropy without an fp32 upcast, the
     // logits list referenced through fabric.backward (litgpt/utils.py, finetune/lora.py).
-    {Stack::kLitgpt, "litgpt", {kForeach, kForeach, nullptr}, {kNoUpcast, kNoUpcast, nullptr}, kWholeBlock},
+    {Stack::kLitgpt, "litgpt", {kForeach, kForeach, nullptr}, {kNoUpcast, kNoUpcast, nullptr}, kWholeBlock,
+     kModelDtypeAdapters},
     // torchtitan: optimizer implementation "fused" by default (components/optimizer); its loss
     // upcasts the full logits (components/loss.py). Its Llama train configs checkpoint with
     // mode = 'selective', selective_ac_option = 'op' (train_configs/llama3_8b.toml); mode
@@ -64,16 +73,19 @@ const std::array<StackRow, 7> kStacks = {{
      {kFused, kFused, nullptr},
      {kFull, kKeep, "whether the train step drops the logits before backward (give --loss)"},
      {Recompute::kBlock, Recompute::kSelectiveOp,
-      "whether the config checkpoints whole blocks or selectively by op (give --recompute)"}},
+      "whether the config checkpoints whole blocks or selectively by op (give --recompute)"},
+     kPeftAdapters},
     // DeepSpeed's own FusedAdam / DeepSpeedCPUAdam: no torch foreach temporaries; the loss is the
     // model's (usually transformers').
     {Stack::kDeepspeed, "deepspeed",
      {kFused, kFused, nullptr},
      {kFull, kKeep, "whether the training loop keeps the model output through backward (give --loss)"},
-     kWholeBlock},
+     kWholeBlock,
+     kPeftAdapters},
     // A plain loop: torch's default optimizer on CUDA is foreach (optimizer.py
     // _default_to_fused_or_foreach); `out = model(...); out.loss.backward()` keeps the logits.
-    {Stack::kTorchAmp, "torch-amp", {kForeach, kForeach, nullptr}, {kKeep, kKeep, nullptr}, kWholeBlock},
+    {Stack::kTorchAmp, "torch-amp", {kForeach, kForeach, nullptr}, {kKeep, kKeep, nullptr}, kWholeBlock,
+     kPeftAdapters},
 }};
 
 constexpr std::array<std::pair<OptimizerImpl, std::string_view>, 4> kImpls = {{
@@ -117,6 +129,14 @@ ResolvedStack resolve_stack(const RunSettings& settings) {
   std::vector<std::string> recompute_unknowns;
   resolve_choice(settings.recompute, row.recompute, out.top.recompute, out.bottom.recompute, recompute_unknowns);
   if (checkpoints) out.unknowns.insert(out.unknowns.end(), recompute_unknowns.begin(), recompute_unknowns.end());
+  // The adapters' dtype changes bytes only where precision would otherwise make
+  // them 16-bit: LoRA under pure bf16 (DeepSpeed-style mixed precision casts the
+  // module to 16 bits and keeps fp32 masters either way).
+  const bool adapters_matter = settings.mode != TrainMode::kFull && settings.precision == Precision::kBf16Pure;
+  std::vector<std::string> adapter_unknowns;
+  resolve_choice(settings.adapter_dtype, row.adapters, out.top.adapter_dtype, out.bottom.adapter_dtype,
+                 adapter_unknowns);
+  if (adapters_matter) out.unknowns.insert(out.unknowns.end(), adapter_unknowns.begin(), adapter_unknowns.end());
   return out;
 }
 
@@ -127,6 +147,7 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
   bottom.optimizer_impl = resolved.bottom.optimizer_impl;
   bottom.loss = resolved.bottom.loss;
   bottom.recompute = resolved.bottom.recompute;
+  bottom.adapter_dtype = resolved.bottom.adapter_dtype;
   return bottom;
 }
 
@@ -189,6 +210,14 @@ std::string_view recompute_name(Recompute value) {
 std::optional<Recompute> parse_recompute(std::string_view text) {
   if (text == "block") return Recompute::kBlock;
   if (text == "selective-op") return Recompute::kSelectiveOp;
+  return std::nullopt;
+}
+
+std::string_view adapter_dtype_name(AdapterDtype value) { return value == AdapterDtype::kModel ? "model" : "fp32"; }
+
+std::optional<AdapterDtype> parse_adapter_dtype(std::string_view text) {
+  if (text == "fp32") return AdapterDtype::kFp32;
+  if (text == "model") return AdapterDtype::kModel;
   return std::nullopt;
 }
 

@@ -42,6 +42,12 @@ enum class Recompute {
   kSelectiveOp, // torchtitan's op-level selective AC: also the outputs of every other mm and of SDPA
 };
 
+// The dtype LoRA adapters are created in (docs/stacks.md, "LoRA adapters").
+enum class AdapterDtype {
+  kFp32,   // PEFT get_peft_model(autocast_adapter_dtype=True): fp32 adapters on a 16-bit model
+  kModel,  // torchtune, litgpt: built in the model's dtype
+};
+
 struct LossSpec {
   LossImpl impl = LossImpl::kFullKeepLogits;
   int chunks = 8;  // kChunked: torchtune's num_output_chunks
@@ -53,6 +59,7 @@ struct StackSpec {
   OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
   LossSpec loss;
   Recompute recompute = Recompute::kBlock;
+  AdapterDtype adapter_dtype = AdapterDtype::kFp32;
 };
 
 // The stack as the planner prices it: the top of the band (each unknown at its
@@ -76,9 +83,12 @@ std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text);
 std::optional<LossSpec> parse_loss(std::string_view text);  // "chunked" = "chunked:8"
 std::string_view recompute_name(Recompute value);
 std::optional<Recompute> parse_recompute(std::string_view text);
+std::string_view adapter_dtype_name(AdapterDtype value);
+std::optional<AdapterDtype> parse_adapter_dtype(std::string_view text);
 inline constexpr const char* kStackNames = "hf-trainer, torchtune, litgpt, torchtitan, deepspeed, torch-amp, unspecified";
 inline constexpr const char* kOptimizerImplNames = "foreach, fused, for-loop, in-backward";
 inline constexpr const char* kLossNames = "full-keep-logits, full, chunked[:N], no-upcast, shift-copy";
 inline constexpr const char* kRecomputeNames = "block, selective-op";
+inline constexpr const char* kAdapterDtypeNames = "fp32, model";
 
 }  // namespace headroom::planner

@@ -38,9 +38,10 @@ bool is_lora_target(const std::vector<std::string>& targets, std::string_view mo
 }
 
 // Adds PEFT-style adapters to a linear node: y = W x + B(A(dropout(x))).
-// lora_A [r, in] and lora_B [out, r] train; PEFT keeps them in fp32 by default
-// (autocast_adapter_dtype=True), which the optimizer-state accounting covers as
-// trainable parameters. Saved for backward: A's input (x, or the dropout output
+// lora_A [r, in] and lora_B [out, r] train, in `dtype`: fp32 as PEFT keeps them
+// (get_peft_model autocast_adapter_dtype=True), or the model's 16-bit dtype as
+// torchtune and litgpt build them (model_states prices fp32 adapters at 4 bytes
+// under pure bf16). Saved for backward: A's input (x, or the dropout output
 // and its bool mask when lora dropout > 0) and B's input x·A [rows, r].
 bool any_trainable_base(const Node& node) {
   for (const Param& param : node.params) {
@@ -49,13 +50,13 @@ bool any_trainable_base(const Node& node) {
   return false;
 }
 
-void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora) {
+void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora, DType dtype) {
   const graph::LinearInfo& linear = *node.linear;
   const int64_t r = lora.rank;
   // Asked before the adapters join node.params: they are trainable themselves.
   const bool frozen_base = !any_trainable_base(node);
-  node.params.push_back(Param{node.name + ".lora_A.weight", {r, linear.in_features}, DType::kF32, true, ""});
-  node.params.push_back(Param{node.name + ".lora_B.weight", {linear.out_features, r}, DType::kF32, true, ""});
+  node.params.push_back(Param{node.name + ".lora_A.weight", {r, linear.in_features}, dtype, true, ""});
+  node.params.push_back(Param{node.name + ".lora_B.weight", {linear.out_features, r}, dtype, true, ""});
   const std::string mid = node.name + ".lora_mid";
   graph.tensors.push_back(Tensor{mid, linear.rows.scaled(r), std::nullopt, false});
   node.outputs.push_back(mid);
@@ -131,6 +132,9 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
   }
   const std::vector<std::string>& targets =
       settings.lora.targets.empty() ? graph.lora_targets : settings.lora.targets;
+  // The top of the band: fp32 adapters unless the stack or the user says otherwise.
+  const DType adapter_dtype =
+      resolve_stack(settings).top.adapter_dtype == AdapterDtype::kFp32 ? DType::kF32 : DType::kBF16;
   int adapted = 0;
   for (Node& node : graph.nodes) {
     if (node.op != "linear" || !node.linear) continue;
@@ -140,7 +144,7 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
     }
     if (is_lora_target(targets, node.name) && !any_match(settings.train_patterns, node.name) &&
         !any_match(settings.lora_skip, node.name)) {
-      add_lora(graph, node, settings.lora);
+      add_lora(graph, node, settings.lora, adapter_dtype);
       ++adapted;
     }
   }
@@ -151,6 +155,10 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
                          "] (expected module-name suffixes such as q_proj)");
   }
   return graph;
+}
+
+bool is_lora_adapter(const Param& param) {
+  return param.name.ends_with(".lora_A.weight") || param.name.ends_with(".lora_B.weight");
 }
 
 }  // namespace headroom::planner

@@ -20,6 +20,9 @@ inline constexpr int64_t kNf4SecondLevelBlockSize = 256;
 Result<graph::LayerGraph> apply_training_mode(const graph::LayerGraph& graph,
                                               const RunSettings& settings);
 
+// A LoRA adapter weight added by apply_training_mode (lora_A / lora_B).
+bool is_lora_adapter(const graph::Param& param);
+
 // fnmatch-style glob on a module or parameter name.
 bool name_matches(std::string_view pattern, std::string_view name);
 

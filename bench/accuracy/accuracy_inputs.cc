@@ -64,6 +64,7 @@ const std::set<std::string>& settings_keys() {
     every.optimizer_impl = planner::OptimizerImpl::kFused;
     every.loss = planner::LossSpec{};
     every.recompute = planner::Recompute::kBlock;
+    every.adapter_dtype = planner::AdapterDtype::kFp32;
     const json every_json =
         planner::settings_to_json(every);  // named: items() does not extend a temporary
     std::set<std::string> out;

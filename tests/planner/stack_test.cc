@@ -269,3 +269,53 @@ TEST_CASE("the verdict is TIGHT when the band straddles the budget, and plans us
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("LoRA adapters: fp32 under PEFT, the model's dtype under torchtune; only pure bf16 tells them apart") {
+  RunSettings s;
+  s.model = "tiny-llama";
+  s.mode = TrainMode::kLora;
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kHfTrainer;
+  CHECK(resolve_stack(s).top.adapter_dtype == AdapterDtype::kFp32);
+  s.stack = Stack::kTorchtune;
+  CHECK(resolve_stack(s).top.adapter_dtype == AdapterDtype::kModel);
+  s.stack = Stack::kUnspecified;
+  const ResolvedStack open = resolve_stack(s);
+  CHECK(open.top.adapter_dtype == AdapterDtype::kFp32);
+  CHECK(open.bottom.adapter_dtype == AdapterDtype::kModel);
+  auto names_adapters = [](const ResolvedStack& r) {
+    return std::any_of(r.unknowns.begin(), r.unknowns.end(),
+                       [](const std::string& u) { return u.find("--adapter-dtype") != std::string::npos; });
+  };
+  CHECK(names_adapters(open));
+  RunSettings mixed = s;
+  mixed.precision = Precision::kBf16Mixed;  // DeepSpeed-style: 16-bit module, fp32 masters either way
+  CHECK_FALSE(names_adapters(resolve_stack(mixed)));
+
+  // Bytes: an fp32 adapter has 4-byte weights, gradients and AdamW states; a bf16 one 2.
+  auto states_for = [&](AdapterDtype dtype) {
+    RunSettings run = s;
+    run.adapter_dtype = dtype;
+    Result<ModelContext> context = prepare_context(run);
+    REQUIRE_MESSAGE(context.is_ok(), context.message());
+    int64_t adapter_elements = 0;
+    for (const graph::Node& node : context->graph.nodes) {
+      for (const graph::Param& p : node.params) {
+        if (p.trainable) adapter_elements += p.elements();
+      }
+    }
+    return std::pair{model_states(context->graph, run, user_config(run), Accounting::kAllocated), adapter_elements};
+  };
+  const auto [fp32, elements] = states_for(AdapterDtype::kFp32);
+  const auto [bf16, same_elements] = states_for(AdapterDtype::kModel);
+  REQUIRE(elements == same_elements);
+  REQUIRE(elements > 0);
+  CHECK(fp32.optimizer == doctest::Approx(2.0 * static_cast<double>(bf16.optimizer)).epsilon(0.01));
+  CHECK(fp32.params - bf16.params == doctest::Approx(2.0 * static_cast<double>(elements)).epsilon(0.01));
+  CHECK(fp32.grads_full == doctest::Approx(2.0 * static_cast<double>(bf16.grads_full)).epsilon(0.01));
+  CHECK(fp32.master == 0);
+}
+
+}  // namespace headroom::planner
