@@ -541,7 +541,10 @@ Result<RunResult> Trainer::run() {
     ++step_;
     result_.measured.steps.push_back(planner::MeasuredStep{static_cast<int>(step_), metrics->peak_allocated,
                                                            metrics->peak_reserved, metrics->step_ms, metrics->loss});
-    observer_.on_step(metrics.value());
+    if (Status observed = observer_.on_step(metrics.value()); !observed.is_ok()) {
+      return Status::error("step " + std::to_string(step_) + ": " + observed.message() + "; the run stops" +
+                           (result_.checkpoints_written.empty() ? "" : " (checkpoints written so far stay)"));
+    }
     const bool periodic = options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0;
     if (store_ && (periodic || step_ == options_.steps)) {
       if (Status s = save(step_); !s.is_ok()) {
