@@ -1,6 +1,7 @@
 #include "planner/plan.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace headroom::planner {
 
@@ -79,10 +80,11 @@ nlohmann::json plan_to_json(const Plan& plan) {
 
 Result<Plan> plan_from_json(const nlohmann::json& j, std::string_view origin) {
   const std::string where(origin);
-  if (!j.is_object() || j.value("format", "") != "headroom.plan") {
+  // Compared as JSON, so a value of another type is a mismatch rather than a type_error.
+  if (!j.is_object() || !j.contains("format") || j.at("format") != "headroom.plan") {
     return Status::error(where + ": format: expected \"headroom.plan\"");
   }
-  if (j.value("version", 0) != 1) return Status::error(where + ": version: expected 1");
+  if (!j.contains("version") || j.at("version") != 1) return Status::error(where + ": version: expected 1");
   Plan plan;
   try {
     plan.model = j.at("model").get<std::string>();
@@ -104,8 +106,13 @@ Result<Plan> plan_from_json(const nlohmann::json& j, std::string_view origin) {
   } catch (const nlohmann::json::exception&) {
     return Status::error(where + ": config: expected integers zero_stage, micro_batch, grad_accum");
   }
-  const auto optimizer = parse_offload(c.value("offload_optimizer", "none"));
-  const auto param = parse_offload(c.value("offload_param", "none"));
+  const auto offload_of = [&c](const char* key) -> std::optional<Offload> {
+    if (!c.contains(key)) return Offload::kNone;
+    if (!c.at(key).is_string()) return std::nullopt;
+    return parse_offload(c.at(key).get<std::string>());
+  };
+  const auto optimizer = offload_of("offload_optimizer");
+  const auto param = offload_of("offload_param");
   if (!optimizer || !param) return Status::error(where + ": config.offload_*: expected none, cpu or nvme");
   plan.config.offload_optimizer = *optimizer;
   plan.config.offload_param = *param;
@@ -121,7 +128,8 @@ Result<Plan> plan_from_json(const nlohmann::json& j, std::string_view origin) {
     else if (choice == "checkpoint") plan.blocks.push_back(BlockChoice::kCheckpoint);
     else if (choice == "offload") plan.blocks.push_back(BlockChoice::kOffload);
     else return Status::error(field + ".choice: expected keep, checkpoint or offload, got \"" + choice + "\"");
-    plan.block_names.push_back(entry.value("name", ""));
+    if (entry.contains("name") && !entry.at("name").is_string()) return Status::error(field + ".name: expected a string");
+    plan.block_names.push_back(entry.contains("name") ? entry.at("name").get<std::string>() : "");
   }
   return plan;
 }

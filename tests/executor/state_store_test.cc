@@ -618,7 +618,7 @@ TEST_CASE("hostile manifests are rejected with a reason, never followed") {
       {manifest("[1]"), "parts[0]: expected an object"},
       {std::string(100000, '[') + std::string(100000, ']'), "nested deeper"},
       {"{\"format\": \"\xff\xfe\"}", "invalid JSON"},
-      {"{\"format\": 1e99999}", "invalid JSON"},
+      {"{\"format\": 1e99999}", "format: number overflow"},
   };
   TempDir dir;
   StateStore store({dir.path});
