@@ -148,6 +148,19 @@ TEST_CASE("run: a metrics file that cannot be written stops the run (--metrics /
   CHECK_FALSE(contains(run.err, "step 2/3"));
 }
 
+TEST_CASE("run: a checkpoint directory that cannot be written is refused before step 1") {
+  TempDir dir;
+  const std::string plain = dir.file("plain");
+  write_text(plain, "a file, not a directory");
+  const RunOutput run = run_headroom("run " + quoted(tiny_plan()) + " --steps 2 --device cpu --checkpoint-every 0 "
+                                     "--checkpoint-dir " + quoted(plain + "/ckpt"));
+  if (built_without_libtorch(run)) return;
+  CHECK(run.exit_code == 1);
+  CHECK(contains(run.err, plain + "/ckpt/: checkpoints cannot be written there"));
+  CHECK(contains(run.err, "nothing was trained"));
+  CHECK_FALSE(contains(run.err, "step 1/2"));
+}
+
 TEST_CASE("run: --measurement-out through a symbolic link keeps the link") {
   TempDir dir;
   const std::string target = dir.file("measured.json");
