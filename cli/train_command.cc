@@ -163,8 +163,9 @@ nlohmann::json result_to_json(const executor::RunResult& r) {
 }  // namespace
 
 int run_training(const CliOptions& options, Terminal& terminal) {
+  // As simulate and report read it: the same loader, message and exit status.
   Result<planner::Plan> plan = planner::load_plan_file(options.plan_path);
-  if (!plan.is_ok()) return fail(terminal, kExitFailure, plan.message());
+  if (!plan.is_ok()) return fail(terminal, kExitUsage, "PLAN: " + plan.message());
 
   const executor::RunOptions& run = options.run;
   if (Status s = executor::validate_run_options(run, "command line"); !s.is_ok()) {

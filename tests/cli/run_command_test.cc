@@ -182,7 +182,7 @@ TEST_CASE("run refuses bad input with the exit status and a message naming it") 
   SUBCASE("a missing plan file") {
     const std::string missing = dir.file("no-such-plan.json");
     const RunOutput run = run_headroom("run " + quoted(missing) + " --device cpu --json");
-    CHECK(run.exit_code == 1);
+    CHECK(run.exit_code == 2);  // as simulate and report: a bad PLAN argument
     CHECK(contains(run.err, missing));
     CHECK(run.out.empty());
   }

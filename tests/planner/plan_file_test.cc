@@ -53,4 +53,57 @@ TEST_CASE("wrong JSON types are messages naming the field, not type_error.302 (i
   CHECK(refusal(plan).find("plan.json: blocks[0].name: expected a string") == 0);
 }
 
+TEST_CASE("impossible globals are refused by the settings' validation (issue 14: micro_batch -4 answered FITS)") {
+  struct Case {
+    const char* key;
+    json value;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"micro_batch", -4, "plan.json: config: micro_batch: expected an integer from 1 to 1024, got -4"},
+      {"micro_batch", 0, "plan.json: config: micro_batch: expected an integer from 1 to 1024, got 0"},
+      {"grad_accum", 0, "plan.json: config: grad_accum: expected an integer from 1 to 1000000, got 0"},
+      {"zero_stage", -1, "plan.json: config: zero_stage: expected an integer from 0 to 3, got -1"},
+      {"zero_stage", 7, "plan.json: config: zero_stage: expected an integer from 0 to 3, got 7"},
+      {"micro_batch", 1.9, "plan.json: config.micro_batch: expected an integer (at most 2^63 - 1), got 1.9"},
+      {"zero_stage", true, "plan.json: config.zero_stage: expected an integer (at most 2^63 - 1), got true"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.key);
+    json plan = good_plan();
+    plan["config"][c.key] = c.value;
+    CHECK(refusal(plan) == c.message);
+  }
+  json plan = good_plan();
+  plan["settings"]["zero_stage"] = 9;
+  CHECK(refusal(plan) == "plan.json: zero_stage: expected an integer from 0 to 3, got 9");
+  plan = good_plan();
+  plan["seq_len"] = json::parse("9223372036854775808");
+  CHECK(refusal(plan).find("plan.json: seq_len: expected an integer") == 0);
+  plan = good_plan();
+  plan["seq_len"] = 0;
+  CHECK(refusal(plan) == "plan.json: seq_len: expected an integer from 1 to 16000000, got 0");
+}
+
+TEST_CASE("unknown and missing keys in a plan file are named") {
+  json plan = good_plan();
+  plan["config"]["micro_bach"] = 64;
+  CHECK(refusal(plan).find("plan.json: config.micro_bach: unknown key (did you mean \"micro_batch\"?") == 0);
+  plan = good_plan();
+  plan["blocks"][1]["choise"] = "keep";
+  CHECK(refusal(plan).find("plan.json: blocks[1].choise: unknown key") == 0);
+  plan = good_plan();
+  plan["extra"] = 1;
+  CHECK(refusal(plan).find("plan.json: extra: unknown key") == 0);
+  plan = good_plan();
+  plan["settings"]["micro_bach"] = 64;
+  CHECK(refusal(plan).find("plan.json: settings.micro_bach: unknown key") == 0);
+  plan = good_plan();
+  plan["config"].erase("grad_accum");
+  CHECK(refusal(plan) == "plan.json: config.grad_accum: missing (expected an integer)");
+  plan = good_plan();
+  plan["blocks"][0].erase("choice");
+  CHECK(refusal(plan) == "plan.json: blocks[0].choice: missing (expected keep, checkpoint or offload)");
+}
+
 }  // namespace headroom::planner
