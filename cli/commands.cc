@@ -1,8 +1,13 @@
 #include "cli/commands.h"
 
+#include <unistd.h>
+
 #include "cli/trainer_launch.h"
 
 #include <nlohmann/json.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <optional>
@@ -379,15 +384,34 @@ const std::vector<Command> kCommands = {
 
 const std::vector<Command>& commands() { return kCommands; }
 
+namespace {
+
+// The answer goes to stdout: when writing it fails (a full disk, /dev/full) the
+// answer is lost, and exiting 0 would tell a script that it is there.
+int check_stdout(int status) {
+  std::cout.flush();
+  const bool failed = !std::cout.good() || std::fflush(stdout) != 0 || std::ferror(stdout) != 0;
+  if (!failed) return status;
+  // The stream does not keep the reason (errno is long overwritten when an
+  // early write failed): one more byte to the already incomplete answer says it.
+  errno = 0;
+  const int error = ::write(STDOUT_FILENO, "\n", 1) < 0 && errno != 0 ? errno : EIO;
+  std::cerr << "headroom: standard output: cannot write the answer: " << std::strerror(error) << "\n";
+  return status == kExitOk ? kExitFailure : status;
+}
+
+}  // namespace
+
 int run_guarded(int (*run)(int, char**), int argc, char** argv) {
+  int status = kExitFailure;
   try {
-    return run(argc, argv);
+    status = run(argc, argv);
   } catch (const std::exception& error) {
     std::cerr << "headroom: internal error: " << error.what() << " (please report it with the command line)\n";
   } catch (...) {
     std::cerr << "headroom: internal error: unknown exception (please report it with the command line)\n";
   }
-  return kExitFailure;
+  return check_stdout(status);
 }
 
 }  // namespace headroom::cli

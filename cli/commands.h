@@ -55,8 +55,9 @@ struct Command {
 const std::vector<Command>& commands();
 
 // Runs a front end's `run(argc, argv)` for main(): an exception that escapes it
-// becomes one "internal error" message on stderr and kExitFailure. Shared by
-// headroom and headroom-train.
+// becomes one "internal error" message on stderr and kExitFailure, and an answer
+// that could not be written to stdout turns a 0 into kExitFailure with a message.
+// Shared by headroom and headroom-train.
 int run_guarded(int (*run)(int, char**), int argc, char** argv);
 
 }  // namespace headroom::cli

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "graph/atomic_file.h"
+#include "graph/json_text.h"
 #include "planner/deepspeed_import.h"
 #include "reports/units.h"
 
@@ -18,12 +19,17 @@ using planner::RunSettings;
 // A settings file is a few kB; anything far larger is not one.
 constexpr int64_t kMaxSettingsFileBytes = int64_t{16} << 20;
 
-// Upper bounds that keep the planner's int64 arithmetic far from overflow
-// while allowing any real run (a million-token sequence, thousands of GPUs).
-constexpr int64_t kMaxBatch = 1'000'000;
-constexpr int64_t kMaxSeq = 16'000'000;
-constexpr int64_t kMaxResolution = 65'536;
-constexpr int64_t kMaxElements = 1'000'000'000'000;
+// The flags' bounds are the documented maxima every way settings arrive is
+// held to (planner/run_settings.h); the flag check only names the flag.
+using planner::kMaxBucketElements;
+using planner::kMaxGlobalBatch;
+using planner::kMaxGpusPerNode;
+using planner::kMaxGradAccum;
+using planner::kMaxLoraRank;
+using planner::kMaxMicroBatch;
+using planner::kMaxNodes;
+using planner::kMaxResolution;
+using planner::kMaxSeqLen;
 
 constexpr const char* kHardware = "Hardware and budgets";
 constexpr const char* kTraining = "Training";
@@ -159,9 +165,9 @@ const std::vector<SettingsFlag> kFlags = {
      "measured CUDA context size, overriding the catalogue's estimate", false,
      [](RunSettings& s, std::string_view v) { return set_optional_size(v, s.cuda_context_bytes); }},
     {"--gpus", "N", kHardware, "GPUs per node (default 1)", false,
-     [](RunSettings& s, std::string_view v) { return set_int(v, 1, 64, s.gpus_per_node); }},
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxGpusPerNode, s.gpus_per_node); }},
     {"--nodes", "N", kHardware, "number of nodes (default 1)", false,
-     [](RunSettings& s, std::string_view v) { return set_int(v, 1, 4096, s.nodes); }},
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxNodes, s.nodes); }},
     {"--host-ram", "SIZE", kHardware, "host RAM per node (default 128GiB)", false,
      [](RunSettings& s, std::string_view v) { return set_size(v, s.host_ram_bytes); }},
     {"--disk", "SIZE", kHardware, "free disk for checkpoints and NVMe offload (default 500GB)",
@@ -255,7 +261,7 @@ const std::vector<SettingsFlag> kFlags = {
        return Status::ok();
      }},
     {"--lora-rank", "N", kTraining, "LoRA rank r (default 16)", false,
-     [](RunSettings& s, std::string_view v) { return set_int(v, 1, 65536, s.lora.rank); }},
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxLoraRank, s.lora.rank); }},
     {"--lora-targets", "A,B,...", kTraining,
      "module-name suffixes that get adapters, e.g. q_proj,v_proj (default: the model's)", false,
      [](RunSettings& s, std::string_view v) { return set_list(v, s.lora.targets); }},
@@ -297,19 +303,19 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) { return set_int(v, 1, 1000, s.checkpoints_kept); }},
     // Batch and sequence.
     {"--batch,--micro-batch", "N", kBatch, "micro-batch per GPU (default 1)", false,
-     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxBatch, s.micro_batch); }},
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxMicroBatch, s.micro_batch); }},
     {"--seq", "N", kBatch, "sequence length in tokens (default: the model's)", false,
-     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxSeq, s.seq_len); }},
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxSeqLen, s.seq_len); }},
     {"--resolution", "PX", kBatch, "image models: pixels per side (overrides --seq)", false,
      [](RunSettings& s, std::string_view v) {
        return set_int(v, 1, kMaxResolution, s.resolution);
      }},
     {"--grad-accum", "N", kBatch, "gradient accumulation steps (default 1)", false,
-     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxBatch, s.grad_accum); }},
+     [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxGradAccum, s.grad_accum); }},
     {"--global-batch", "N", kBatch,
      "samples per optimizer step over all GPUs (default: micro-batch x accumulation x GPUs)", false,
      [](RunSettings& s, std::string_view v) {
-       return set_int(v, 1, kMaxBatch * 1000, s.global_batch);
+       return set_int(v, 1, kMaxGlobalBatch, s.global_batch);
      }},
     // Parallelism, ZeRO and offload.
     {"--zero", "STAGE", kParallel, "ZeRO stage 0 (default), 1, 2 or 3", false,
@@ -324,12 +330,12 @@ const std::vector<SettingsFlag> kFlags = {
      }},
     {"--reduce-bucket", "N", kParallel, "ZeRO reduce bucket in elements (default 500000000)", false,
      [](RunSettings& s, std::string_view v) {
-       return set_int(v, 1, kMaxElements, s.reduce_bucket_elements);
+       return set_int(v, 1, kMaxBucketElements, s.reduce_bucket_elements);
      }},
     {"--allgather-bucket", "N", kParallel, "ZeRO allgather bucket in elements (default 500000000)",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_int(v, 1, kMaxElements, s.allgather_bucket_elements);
+       return set_int(v, 1, kMaxBucketElements, s.allgather_bucket_elements);
      }},
     // Activation checkpointing.
     {"--checkpointing", "POLICY", kCheckpoints, "none (default) or every (every block)", false,
@@ -419,13 +425,12 @@ Status check_conflicts(const SettingsFlags& flags) {
 Result<RunSettings> load_settings_file(const std::string& path) {
   Result<std::string> text = graph::read_file(path, kMaxSettingsFileBytes);
   if (!text.is_ok()) return Status::error("--settings: " + text.message());
-  nlohmann::json json = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) {
-    return Status::error("--settings " + path +
-                         ": not valid JSON (expected a RunSettings object, "
-                         "see docs/cli-json.md)");
+  // The shared parse: depth limit, duplicate keys refused (not last-wins), numbers a double holds.
+  Result<nlohmann::json> json = graph::parse_json_text(text.value(), path);
+  if (!json.is_ok()) {
+    return Status::error("--settings: " + json.message() + " (expected a RunSettings object, see docs/cli-json.md)");
   }
-  return planner::settings_from_json(json, path);
+  return planner::settings_from_json(json.value(), path);
 }
 
 }  // namespace

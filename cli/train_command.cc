@@ -1,7 +1,9 @@
 #include "cli/train_command.h"
 
+#include <unistd.h>
+
 #include <cmath>
-#include <fstream>
+#include <cstring>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -39,18 +41,45 @@ std::string memory(int64_t bytes) {
   return out.str();
 }
 
+// --metrics FILE: one JSON line per step, appended. Every line is checked, so
+// a file that cannot be written (a full disk) stops the run rather than
+// leaving a metrics file that silently ends early.
+class MetricsFile {
+ public:
+  ~MetricsFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status open(const std::string& path) {
+    Result<int> fd = graph::open_for_appending(path);
+    if (!fd.is_ok()) return Status::error("--metrics " + fd.message());
+    fd_ = fd.value();
+    path_ = path;
+    return Status::ok();
+  }
+  bool is_open() const { return fd_ >= 0; }
+  Status append(const std::string& line) {
+    if (int error = graph::write_all(fd_, line); error != 0) {
+      return Status::error("--metrics " + path_ + ": cannot write: " + std::strerror(error));
+    }
+    return Status::ok();
+  }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
 // Progress on stderr (a bar that rewrites itself on a terminal, a line per
 // step otherwise) and, with --metrics, one JSON object per step.
 class ProgressObserver final : public executor::RunObserver {
  public:
-  ProgressObserver(Terminal& terminal, std::ofstream* metrics) : terminal_(terminal), metrics_(metrics) {}
+  ProgressObserver(Terminal& terminal, MetricsFile* metrics) : terminal_(terminal), metrics_(metrics) {}
 
   void on_start(const std::string& device, int64_t first_step, int64_t total_steps) override {
     terminal_.err << "training on " << device << ": steps " << first_step << "-" << total_steps << "\n";
   }
 
-  void on_step(const executor::StepMetrics& m) override {
-    if (metrics_) *metrics_ << step_to_json(m).dump() << "\n" << std::flush;
+  Status on_step(const executor::StepMetrics& m) override {
     constexpr int kWidth = 24;
     const int filled = static_cast<int>(kWidth * m.step / std::max<int64_t>(1, m.total_steps));
     std::ostringstream line;
@@ -64,6 +93,8 @@ class ProgressObserver final : public executor::RunObserver {
     } else {
       terminal_.err << line.str() << "\n";
     }
+    if (metrics_) return metrics_->append(step_to_json(m).dump() + "\n");
+    return Status::ok();
   }
 
   void on_checkpoint(int64_t step, const std::string& path) override {
@@ -73,7 +104,7 @@ class ProgressObserver final : public executor::RunObserver {
 
  private:
   Terminal& terminal_;
-  std::ofstream* metrics_;
+  MetricsFile* metrics_;
 };
 
 // 1,234,567 B: exact, since the rows are compared to the byte.
@@ -132,8 +163,9 @@ nlohmann::json result_to_json(const executor::RunResult& r) {
 }  // namespace
 
 int run_training(const CliOptions& options, Terminal& terminal) {
+  // As simulate and report read it: the same loader, message and exit status.
   Result<planner::Plan> plan = planner::load_plan_file(options.plan_path);
-  if (!plan.is_ok()) return fail(terminal, kExitFailure, plan.message());
+  if (!plan.is_ok()) return fail(terminal, kExitUsage, "PLAN: " + plan.message());
 
   const executor::RunOptions& run = options.run;
   if (Status s = executor::validate_run_options(run, "command line"); !s.is_ok()) {
@@ -148,10 +180,9 @@ int run_training(const CliOptions& options, Terminal& terminal) {
                 "--write-calibration " + options.calibration_out +
                     ": a calibration needs a run on a GPU, and this one would run on the CPU");
   }
-  std::ofstream metrics;
+  MetricsFile metrics;
   if (!options.metrics_path.empty()) {
-    metrics.open(options.metrics_path, std::ios::app);
-    if (!metrics) return fail(terminal, kExitFailure, "--metrics " + options.metrics_path + ": cannot open for appending");
+    if (Status s = metrics.open(options.metrics_path); !s.is_ok()) return fail(terminal, kExitFailure, s.message());
   }
   ProgressObserver observer(terminal, metrics.is_open() ? &metrics : nullptr);
   Result<executor::RunResult> result = executor::run_plan(plan.value(), run, observer);

@@ -72,7 +72,8 @@ class RunObserver {
  public:
   virtual ~RunObserver() = default;
   virtual void on_start(const std::string& /*device*/, int64_t /*first_step*/, int64_t /*total_steps*/) {}
-  virtual void on_step(const StepMetrics& /*metrics*/) {}
+  // An error (the metrics file cannot be written) stops the run with that message.
+  virtual Status on_step(const StepMetrics& /*metrics*/) { return Status::ok(); }
   virtual void on_checkpoint(int64_t /*step*/, const std::string& /*path*/) {}
 };
 

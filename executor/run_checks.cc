@@ -60,6 +60,13 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
     return refuse(origin, "blocks", "one decision per entry of block_names");
   }
   if (plan.seq_len <= 0) return refuse(origin, "seq_len", "a positive sequence length");
+  if (model->family == ModelFamily::kLlama && plan.seq_len < 2) {
+    // The loss is over next-token predictions: one token has none to make, and
+    // its mean over nothing is NaN.
+    return refuse(origin, "seq_len",
+                  "a causal language model needs at least 2 tokens per sequence (each token predicts the next), "
+                  "got " + std::to_string(plan.seq_len));
+  }
   if (plan.config.micro_batch < 1) return refuse(origin, "config.micro_batch", "at least 1");
   if (plan.config.grad_accum < 1) return refuse(origin, "config.grad_accum", "at least 1");
   return Status::ok();

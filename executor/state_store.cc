@@ -268,9 +268,13 @@ Inventory take_inventory(const std::vector<std::string>& names) {
 
 namespace {
 
+// How far read_checkpoint goes: the manifest only (cheap: it parses), every
+// part's size and checksum, or that and their contents kept for loading.
+enum class Depth { kManifest, kVerify, kLoad };
+
 // Reads and checks one checkpoint; the error says why it does not verify.
 Result<LoadedState> read_checkpoint(FileSystem& fs, const std::string& directory,
-                                    const Candidate& candidate, bool read_parts) {
+                                    const Candidate& candidate, Depth depth) {
   const std::string path = join(directory, candidate.name);
   const std::string manifest_path = join(path, std::string(kManifestName));
   Result<int64_t> manifest_bytes = fs.file_size(manifest_path);
@@ -287,7 +291,7 @@ Result<LoadedState> read_checkpoint(FileSystem& fs, const std::string& directory
   LoadedState state;
   state.step = candidate.step;
   state.path = path;
-  if (!read_parts) return state;
+  if (depth == Depth::kManifest) return state;
   for (const PartEntry& entry : entries.value()) {
     const std::string part_path = join(path, entry.name);
     auto mismatch = [&](int64_t on_disk) {
@@ -309,7 +313,7 @@ Result<LoadedState> read_checkpoint(FileSystem& fs, const std::string& directory
       return Status::error(part_path + ": checksum mismatch: crc32c " + hex32(crc) +
                            ", the manifest says " + hex32(entry.crc) + " (the data is damaged)");
     }
-    state.parts.emplace(entry.name, std::move(contents.value()));
+    if (depth == Depth::kLoad) state.parts.emplace(entry.name, std::move(contents.value()));
   }
   return state;
 }
@@ -339,7 +343,7 @@ std::string intact_note(FileSystem& fs, const std::string& directory) {
   Result<std::vector<std::string>> names = fs.list_directory(directory);
   if (!names.is_ok()) return "the checkpoints already there were not touched";
   for (const Candidate& candidate : take_inventory(names.value()).checkpoints) {
-    if (read_checkpoint(fs, directory, candidate, false).is_ok())
+    if (read_checkpoint(fs, directory, candidate, Depth::kManifest).is_ok())
       return candidate.name + " is intact";
   }
   return "no earlier checkpoint existed";
@@ -478,6 +482,7 @@ Status StateStore::save(int64_t step, const std::map<std::string, std::string>& 
                          status.message() +
                          ", so it may not survive a power loss; no checkpoint was removed");
   }
+  verified_.insert(step_name(step));  // written and flushed by this store just now
   if (replacing) {
     if (Status status = fs.remove_all(old_path); !status.is_ok()) {
       warnings_.push_back(status.message() +
@@ -488,10 +493,14 @@ Status StateStore::save(int64_t step, const std::map<std::string, std::string>& 
   return Status::ok();
 }
 
-// Removes complete checkpoints beyond the newest `keep` whose manifest parses
-// (the one just saved counts and is never removed). Each goes out of sight by
-// a rename first, so a removal that fails halfway never leaves a damaged
-// step-N behind. Failures are warnings: the data they concern is still there.
+// Removes complete checkpoints beyond the newest `keep` that verify (the one
+// just saved counts and is never removed). A checkpoint counts as kept only
+// when its parts match their checksums: a damaged one must not push out an
+// older good one (issue 14: a damaged step-6 kept, the good step-5 deleted).
+// Checkpoints this store wrote, or verified before, are not read again. Each
+// removed one goes out of sight by a rename first, so a removal that fails
+// halfway never leaves a damaged step-N behind. Failures are warnings: the
+// data they concern is still there.
 void StateStore::rotate(int64_t saved_step) {
   FileSystem& fs = *file_system_;
   const std::string& directory = options_.directory;
@@ -507,7 +516,11 @@ void StateStore::rotate(int64_t saved_step) {
       continue;
     }
     if (complete < options_.keep) {
-      if (read_checkpoint(fs, directory, candidate, false).is_ok()) ++complete;
+      if (verified_.count(candidate.name) != 0 ||
+          read_checkpoint(fs, directory, candidate, Depth::kVerify).is_ok()) {
+        verified_.insert(candidate.name);
+        ++complete;
+      }
       continue;
     }
     const std::string doomed = join(directory, "." + step_name(candidate.step) + ".deleting");
@@ -521,6 +534,27 @@ void StateStore::rotate(int64_t saved_step) {
   }
 }
 
+Status StateStore::check_writable() const {
+  FileSystem& fs = *file_system_;
+  const std::string& directory = options_.directory;
+  auto refuse = [&](const Status& cause) {
+    return Status::error(shown_directory(directory) + ": checkpoints cannot be written there: " + cause.message() +
+                         " (expected a writable directory; nothing was trained)");
+  };
+  if (directory.empty()) return Status::error("(no directory): expected a checkpoint directory");
+  if (Status status = fs.make_directory(directory); !status.is_ok()) return refuse(status);
+  // A name take_inventory() ignores (too short for one of ours), so a probe a
+  // crash leaves behind is never mistaken for a checkpoint.
+  const std::string probe = join(directory, ".probe-" + std::to_string(::getpid()));
+  if (Status status = fs.write_file(probe, "headroom checks that checkpoints can be written here\n");
+      !status.is_ok()) {
+    (void)fs.remove_all(probe);
+    return refuse(status);
+  }
+  if (Status status = fs.remove_all(probe); !status.is_ok()) return refuse(status);
+  return Status::ok();
+}
+
 Result<int64_t> StateStore::free_bytes() const {
   return file_system_->free_bytes(nearest_existing(*file_system_, options_.directory));
 }
@@ -532,7 +566,7 @@ Result<std::optional<LoadedState>> StateStore::load_latest() const {
   if (!inventory.is_ok()) return inventory.status();
   std::vector<std::string> skipped;
   for (const Candidate& candidate : inventory->checkpoints) {
-    Result<LoadedState> state = read_checkpoint(fs, directory, candidate, true);
+    Result<LoadedState> state = read_checkpoint(fs, directory, candidate, Depth::kLoad);
     if (state.is_ok()) {
       state->skipped = std::move(skipped);
       return std::optional<LoadedState>(std::move(state.value()));
@@ -554,7 +588,7 @@ Result<std::vector<int64_t>> StateStore::steps() const {
   if (!inventory.is_ok()) return inventory.status();
   std::vector<int64_t> result;
   for (const Candidate& candidate : inventory->checkpoints) {
-    if (read_checkpoint(fs, directory, candidate, false).is_ok()) result.push_back(candidate.step);
+    if (read_checkpoint(fs, directory, candidate, Depth::kManifest).is_ok()) result.push_back(candidate.step);
   }
   std::sort(result.begin(), result.end());
   return result;

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,6 +100,12 @@ class StateStore {
   // verifies (the message lists each one's damage).
   Result<std::optional<LoadedState>> load_latest() const;
 
+  // Before a run trains: creates the directory when missing and writes and
+  // removes a probe file in it, so that a directory that cannot be written (a
+  // read-only mount, no permission) is an error before step 1, not at the
+  // first save after the training. The message names the directory and why.
+  Status check_writable() const;
+
   // Free bytes on the disk that holds (or will hold) the directory.
   Result<int64_t> free_bytes() const;
 
@@ -114,6 +121,7 @@ class StateStore {
   StateStoreOptions options_;
   FileSystem* file_system_;
   std::vector<std::string> warnings_;
+  std::set<std::string> verified_;  // checkpoint names written or checksum-verified by this store
 };
 
 }  // namespace headroom::executor

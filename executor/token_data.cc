@@ -4,8 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "graph/atomic_file.h"
 
 namespace headroom::executor {
 
@@ -17,6 +20,17 @@ struct TokenSource::File {
     if (fd >= 0) ::close(fd);
   }
 };
+
+namespace {
+
+// A little-endian id of `width` bytes.
+uint64_t decode(const unsigned char* bytes, int width) {
+  uint64_t id = 0;
+  for (int b = width - 1; b >= 0; --b) id = (id << 8) | bytes[b];
+  return id;
+}
+
+}  // namespace
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
@@ -36,11 +50,12 @@ Result<TokenSource> TokenSource::open_file(const std::string& path, int token_by
   auto file = std::make_shared<File>();
   file->path = path;
   file->token_bytes = token_bytes;
-  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (file->fd < 0) return Status::error(path + ": cannot open the token file: " + std::strerror(errno));
+  // Never blocks (a FIFO is refused at once) and refuses anything but a regular file.
+  Result<int> fd = graph::open_regular_file(path);
+  if (!fd.is_ok()) return fd.status();
+  file->fd = fd.value();
   struct stat info {};
   if (::fstat(file->fd, &info) != 0) return Status::error(path + ": cannot stat: " + std::strerror(errno));
-  if (!S_ISREG(info.st_mode)) return Status::error(path + ": expected a regular file of token ids");
   if (info.st_size % token_bytes != 0) {
     return Status::error(path + ": " + std::to_string(info.st_size) + " bytes is not a whole number of " +
                          std::to_string(token_bytes) + "-byte token ids (expected raw little-endian uint" +
@@ -54,7 +69,40 @@ Result<TokenSource> TokenSource::open_file(const std::string& path, int token_by
     return Status::error(path + ": holds " + std::to_string(source.tokens_) + " tokens, expected at least one " +
                          "sequence of " + std::to_string(seq));
   }
+  if (Status ids = source.check_ids(); !ids.is_ok()) return ids;
   return source;
+}
+
+// One pass over the file before training: an id past the vocabulary would
+// otherwise stop the run only when a window reaches it, hours in.
+Status TokenSource::check_ids() const {
+  constexpr int64_t kChunkTokens = int64_t{1} << 18;
+  const int width = file_->token_bytes;
+  std::vector<unsigned char> bytes(static_cast<size_t>(kChunkTokens * width));
+  for (int64_t first = 0; first < tokens_; first += kChunkTokens) {
+    const int64_t count = std::min(kChunkTokens, tokens_ - first);
+    size_t done = 0;
+    const size_t want = static_cast<size_t>(count * width);
+    while (done < want) {
+      const ssize_t n = ::pread(file_->fd, bytes.data() + done, want - done, static_cast<off_t>(first * width) +
+                                                                             static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        return Status::error(file_->path + ": cannot read tokens at position " + std::to_string(first) + ": " +
+                             (n < 0 ? std::strerror(errno) : "unexpected end of file"));
+      }
+      done += static_cast<size_t>(n);
+    }
+    for (int64_t t = 0; t < count; ++t) {
+      const uint64_t id = decode(bytes.data() + t * width, width);
+      if (id >= static_cast<uint64_t>(vocab_)) {
+        return Status::error(file_->path + ": token " + std::to_string(first + t) + " is " + std::to_string(id) +
+                             ", expected an id below the model's vocabulary size " + std::to_string(vocab_) +
+                             " (the whole file is checked before training)");
+      }
+    }
+  }
+  return Status::ok();
 }
 
 Result<std::vector<int64_t>> TokenSource::sample(int64_t index, int64_t seq) const {
@@ -84,8 +132,7 @@ Result<std::vector<int64_t>> TokenSource::sample(int64_t index, int64_t seq) con
     done += static_cast<size_t>(n);
   }
   for (int64_t t = 0; t < seq; ++t) {
-    uint64_t id = 0;
-    for (int b = width - 1; b >= 0; --b) id = (id << 8) | bytes[static_cast<size_t>(t * width + b)];
+    const uint64_t id = decode(bytes.data() + t * width, width);
     if (id >= static_cast<uint64_t>(vocab_)) {
       return Status::error(file_->path + ": token " + std::to_string(first + t) + " is " + std::to_string(id) +
                            ", expected an id below the model's vocabulary size " + std::to_string(vocab_));

@@ -21,8 +21,10 @@ class TokenSource {
   // it, so a small decoder's loss falls well below ln(vocab) within tens of steps.
   static TokenSource synthetic(int64_t vocab, uint64_t seed);
 
-  // A token file of `token_bytes` (2 or 4) per id. Checks that the size is a
-  // whole number of ids and holds at least one sequence of `seq` tokens.
+  // A token file of `token_bytes` (2 or 4) per id. Checks that it is a regular
+  // file (a FIFO is refused, never waited on), that the size is a whole number
+  // of ids, that it holds at least one sequence of `seq` tokens, and that every
+  // id is below `vocab` (one pass before training, naming the first bad one).
   static Result<TokenSource> open_file(const std::string& path, int token_bytes, int64_t vocab, int64_t seq);
 
   // `seq` tokens of sample `index`: for a file, the window starting at
@@ -33,6 +35,8 @@ class TokenSource {
   int64_t file_tokens() const { return tokens_; }  // 0 for synthetic
 
  private:
+  Status check_ids() const;
+
   struct File;
   std::shared_ptr<File> file_;
   int64_t vocab_ = 0;

@@ -159,10 +159,14 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
   if (Status s = apply_trainability(out->module(), trained_graph, plan.model); !s.is_ok()) return s;
   // A Hugging Face directory with weights: train from them (frozen and
   // trainable alike); otherwise the seeded random initialisation stands.
-  if (models::is_hf_model_path(plan.settings.model) && has_safetensors(plan.settings.model)) {
-    Result<LoadedWeights> loaded = load_safetensors(out->module(), plan.settings.model);
-    if (!loaded.is_ok()) return loaded.status();
-    out->weights_source = loaded->source;
+  if (models::is_hf_model_path(plan.settings.model)) {
+    Result<bool> has_weights = has_safetensors(plan.settings.model);
+    if (!has_weights.is_ok()) return has_weights.status();
+    if (has_weights.value()) {
+      Result<LoadedWeights> loaded = load_safetensors(out->module(), plan.settings.model);
+      if (!loaded.is_ok()) return loaded.status();
+      out->weights_source = loaded->source;
+    }
   }
   out->module().to(options.device, options.dtype);
   out->module().train();

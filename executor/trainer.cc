@@ -27,6 +27,8 @@
 #include "executor/executable_model.h"
 #include "executor/mixed_adamw.h"
 #include "executor/offload.h"
+#include "executor/crc32c.h"
+#include "executor/run_state.h"
 #include "executor/run.h"
 #include "executor/state_store.h"
 #include "executor/train_model.h"
@@ -214,22 +216,19 @@ struct LossScaler {
   }
 };
 
-// Identity of a run: a checkpoint resumes only the run it was written by.
-nlohmann::json run_identity(const planner::Plan& plan, const RunOptions& options) {
-  return {{"model", plan.settings.model},
-          {"precision", planner::precision_name(plan.settings.precision)},
-          {"mode", planner::mode_name(plan.settings.mode)},
-          {"lora_rank", plan.settings.lora.rank},
-          {"micro_batch", plan.config.micro_batch},
-          {"grad_accum", plan.config.grad_accum},
-          {"seq_len", plan.seq_len},
-          {"lora_dropout", plan.settings.lora.dropout},
-          {"offload_optimizer", planner::offload_name(plan.config.offload_optimizer)},
-          {"learning_rate", options.learning_rate},
-          {"weight_decay", options.weight_decay},
-          {"seed", options.seed},
-          {"data", options.data},
-          {"token_bytes", options.token_bytes}};
+// A digest of every parameter's name, shape and trainability: part of the
+// run's identity, so a checkpoint never resumes into a model that changed
+// under the same path (run_state.h).
+std::string parameters_digest(torch::nn::Module& module) {
+  std::string listing;
+  int64_t count = 0;
+  for (const auto& item : module.named_parameters()) {
+    listing += item.key() + " " + c10::str(item.value().sizes()) + (item.value().requires_grad() ? " trains\n" : "\n");
+    ++count;
+  }
+  char text[64];
+  std::snprintf(text, sizeof text, "crc32c %08x of %lld tensors", crc32c(listing), static_cast<long long>(count));
+  return text;
 }
 
 std::string today() {
@@ -252,6 +251,7 @@ class Trainer {
   Status resume();
   void calibrate();
   Status save(int64_t step);
+  nlohmann::json identity() const { return run_identity(plan_, options_, parameters_digest(model_->module())); }
   Result<StepMetrics> train_step(int64_t step, bool measure_categories);
 
   const planner::Plan& plan_;
@@ -346,6 +346,7 @@ Status Trainer::setup() {
     store.keep = options_.checkpoints_kept;
     store_ = std::make_unique<StateStore>(store, options_.file_system ? *options_.file_system : real_file_system());
     if (Status disk = check_disk(); !disk.is_ok()) return disk;
+    if (Status writable = store_->check_writable(); !writable.is_ok()) return writable;
   }
   return Status::ok();
 }
@@ -414,20 +415,15 @@ Status Trainer::resume() {
   for (const char* part : {"run.json", "model.pt", "optimizer.pt", "rng.pt"}) {
     if (!state.parts.count(part)) return Status::error(state.path + ": checkpoint lacks the part " + part);
   }
-  const nlohmann::json run = nlohmann::json::parse(state.parts.at("run.json"), nullptr, false);
-  if (!run.is_object() || !run.contains("identity") || !run.contains("loss_scale")) {
-    return Status::error(state.path + "/run.json: expected a headroom run state");
-  }
-  const nlohmann::json identity = run_identity(plan_, options_);
-  if (run.at("identity") != identity) {
-    return Status::error(state.path + "/run.json: identity: written by another run (" + run.at("identity").dump() +
-                         "), expected " + identity.dump());
-  }
+  const std::string origin = state.path + "/run.json";
+  Result<RunState> run = parse_run_state(state.parts.at("run.json"), origin, state.step);
+  if (!run.is_ok()) return run.status();
+  if (Status same = check_identity(run->identity, identity(), origin); !same.is_ok()) return same;
   load_parameters(state.parts.at("model.pt"), model_->trainable(), state.path);
   optimizer_->load(state.parts.at("optimizer.pt"), state.path);
   load_rng(state.parts.at("rng.pt"), device_);
-  scaler_.scale = run.at("loss_scale").get<double>();
-  scaler_.clean_steps = run.value("clean_steps", int64_t{0});
+  scaler_.scale = run->loss_scale;
+  scaler_.clean_steps = run->clean_steps;
   step_ = state.step;
   result_.resumed_from = state.path;
   for (const std::string& skipped : state.skipped) result_.notes.push_back("resume skipped " + skipped);
@@ -436,13 +432,7 @@ Status Trainer::resume() {
 
 Status Trainer::save(int64_t step) {
   std::map<std::string, std::string> parts;
-  nlohmann::json run = {{"format", "headroom.run_state"},
-                        {"version", 1},
-                        {"step", step},
-                        {"identity", run_identity(plan_, options_)},
-                        {"loss_scale", scaler_.scale},
-                        {"clean_steps", scaler_.clean_steps}};
-  parts["run.json"] = run.dump(2) + "\n";
+  parts["run.json"] = run_state_text(RunState{step, identity(), scaler_.scale, scaler_.clean_steps});
   parts["model.pt"] = serialize_parameters(model_->trainable());
   parts["optimizer.pt"] = optimizer_->save();
   parts["rng.pt"] = serialize_rng(device_);
@@ -541,7 +531,10 @@ Result<RunResult> Trainer::run() {
     ++step_;
     result_.measured.steps.push_back(planner::MeasuredStep{static_cast<int>(step_), metrics->peak_allocated,
                                                            metrics->peak_reserved, metrics->step_ms, metrics->loss});
-    observer_.on_step(metrics.value());
+    if (Status observed = observer_.on_step(metrics.value()); !observed.is_ok()) {
+      return Status::error("step " + std::to_string(step_) + ": " + observed.message() + "; the run stops" +
+                           (result_.checkpoints_written.empty() ? "" : " (checkpoints written so far stay)"));
+    }
     const bool periodic = options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0;
     if (store_ && (periodic || step_ == options_.steps)) {
       if (Status s = save(step_); !s.is_ok()) {

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -90,9 +91,26 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-bool has_safetensors(const std::string& path) {
+Result<bool> has_safetensors(const std::string& path) {
   const std::string directory = directory_of(path);
-  return is_file(directory + "/model.safetensors.index.json") || is_file(directory + "/model.safetensors");
+  bool found = false;
+  for (const std::string& file : {directory + "/model.safetensors.index.json", directory + "/model.safetensors"}) {
+    struct stat link {};
+    if (::lstat(file.c_str(), &link) != 0) continue;  // absent: no weights of this kind
+    if (is_file(file)) {
+      found = true;
+      continue;
+    }
+    if (S_ISLNK(link.st_mode)) {
+      std::error_code error;
+      const std::string target = std::filesystem::read_symlink(file, error).string();
+      return Status::error(file + ": a symbolic link to " + (error ? std::string("a missing file") : target) +
+                           " that cannot be followed (an interrupted download?); expected the weights file, or "
+                           "no such file to train from random weights");
+    }
+    return Status::error(file + ": not a regular file (expected the safetensors weights)");
+  }
+  return found;
 }
 
 Result<LoadedWeights> load_safetensors(torch::nn::Module& module, const std::string& path) {

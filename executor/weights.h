@@ -19,8 +19,11 @@ struct LoadedWeights {
   std::string source;    // the file (or index) they came from
 };
 
-// Whether `directory` holds safetensors weights to load.
-bool has_safetensors(const std::string& directory);
+// Whether `directory` holds safetensors weights to load. A weights file that
+// is there but cannot be read (a dangling symbolic link, as an interrupted
+// Hugging Face cache download leaves; a directory) is an error naming it, not
+// "no weights": training from random weights instead would be a silent change.
+Result<bool> has_safetensors(const std::string& directory);
 
 // Fills every parameter of `module` (LoRA adapters excepted: they start fresh)
 // from the checkpoint in `directory`. A parameter the checkpoint lacks, a shape

@@ -4,7 +4,6 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -464,63 +463,6 @@ Result<LayerGraph> graph_from_json(const json& value, std::string_view origin) {
   }
   if (Status status = validate_graph(graph, origin); !status.is_ok()) return status;
   return graph;
-}
-
-Result<json> parse_json_text(std::string_view text, std::string_view origin) {
-  // The parser itself is iterative, but a deep document still costs a deep
-  // recursion later (every reader and destructor walks it), so nesting is cut
-  // off while parsing. The callback also sees each key, which catches the
-  // duplicate keys that nlohmann would otherwise silently collapse.
-  int depth = 0;
-  std::vector<std::unordered_set<std::string>> keys;
-  auto callback = [&](int /*parser_depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (++depth > kMaxJsonDepth) {
-          throw ParseError{std::string(origin) + ": JSON nested deeper than " +
-                           std::to_string(kMaxJsonDepth) + " levels (expected a flatter file)"};
-        }
-        if (event == json::parse_event_t::object_start) keys.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        keys.pop_back();
-        --depth;
-        break;
-      case json::parse_event_t::array_end:
-        --depth;
-        break;
-      case json::parse_event_t::key:
-        if (!keys.back().insert(parsed.get<std::string>()).second) {
-          throw ParseError{std::string(origin) + ": duplicate key " +
-                           in_quotes(parsed.get<std::string>()) +
-                           " in one object (expected each key once)"};
-        }
-        break;
-      case json::parse_event_t::value:
-        break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(text.begin(), text.end(), callback);
-  } catch (const ParseError& error) {
-    return Status::error(error.message);
-  } catch (const json::parse_error& error) {
-    // what() is "[json.exception.parse_error.101] parse error at line 1, column 5: ...".
-    std::string what = error.what();
-    const size_t bracket = what.find("] ");
-    if (bracket != std::string::npos) what = what.substr(bracket + 2);
-    return Status::error(std::string(origin) + ": invalid JSON at byte " +
-                         std::to_string(error.byte) + ": " + what);
-  } catch (const json::exception& error) {
-    // Found by fuzzing: a number such as 1e4096 overflows a double and nlohmann
-    // throws out_of_range.406 rather than parse_error.
-    std::string what = error.what();
-    const size_t bracket = what.find("] ");
-    if (bracket != std::string::npos) what = what.substr(bracket + 2);
-    return Status::error(std::string(origin) + ": invalid JSON: " + what + " (expected numbers a double can hold)");
-  }
 }
 
 Result<LayerGraph> load_graph_file(const std::string& path) {

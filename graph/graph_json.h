@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "graph/json_text.h"  // parse_json_text, for the readers of every format
 #include "graph/layer_graph.h"
 #include "graph/size_expr.h"
 #include "graph/status.h"
@@ -18,10 +19,8 @@
 namespace headroom::graph {
 
 inline constexpr std::string_view kLayerGraphFormatName = "headroom.layer_graph";
-// Limits against hostile files: the largest graph file read, and the deepest
-// JSON nesting accepted (a layer graph needs 5 levels).
+// The largest graph file read (a limit against hostile files).
 inline constexpr int64_t kMaxGraphFileBytes = int64_t{256} << 20;
-inline constexpr int kMaxJsonDepth = 64;
 
 // {"c":..,"b":..,"s":..,"bs":..,"ss":..,"bss":..} without zero terms, or a plain
 // integer when the expression is a constant (0 included).
@@ -34,10 +33,6 @@ Result<SizeExpr> size_expr_from_json(const nlohmann::json& json, std::string_vie
 nlohmann::json graph_to_json(const LayerGraph& graph);
 // `origin` (a file name) starts every error message.
 Result<LayerGraph> graph_from_json(const nlohmann::json& json, std::string_view origin);
-
-// Text to JSON with the depth limit above and an error naming `origin` and the
-// byte offset of a syntax error. Duplicate object keys are errors.
-Result<nlohmann::json> parse_json_text(std::string_view text, std::string_view origin);
 
 // Reads, parses and validates a graph file of at most kMaxGraphFileBytes.
 Result<LayerGraph> load_graph_file(const std::string& path);

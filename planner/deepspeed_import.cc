@@ -5,14 +5,13 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "graph/atomic_file.h"
+#include "graph/json_text.h"
 
 namespace headroom::planner {
 namespace {
@@ -20,7 +19,7 @@ namespace {
 using nlohmann::json;
 
 // Largest config file read; real ones are a few kB.
-constexpr std::streamsize kMaxFileBytes = 16 << 20;
+constexpr int64_t kMaxFileBytes = int64_t{16} << 20;
 
 // DeepSpeed's defaults for absent keys (deepspeed/runtime/zero/config.py).
 constexpr int64_t kDefaultBucketElements =
@@ -380,28 +379,6 @@ void check_offload_stage(Reader& reader, const RunSettings& s) {
   }
 }
 
-// Duplicate keys, which DeepSpeed refuses (dict_raise_error_on_duplicate_keys).
-class DuplicateKeyCheck {
- public:
-  bool operator()(int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      keys_.resize(static_cast<size_t>(depth) + 1);
-      keys_[static_cast<size_t>(depth)].clear();
-    } else if (event == json::parse_event_t::key && depth >= 1) {
-      const size_t level = static_cast<size_t>(depth) - 1;
-      if (level < keys_.size() && !keys_[level].insert(parsed.get<std::string>()).second &&
-          duplicate_.empty()) {
-        duplicate_ = parsed.get<std::string>();
-      }
-    }
-    return true;
-  }
-  std::string duplicate_;
-
- private:
-  std::vector<std::set<std::string>> keys_;
-};
-
 }  // namespace
 
 Result<RunSettings> apply_deepspeed_config(const json& ds, RunSettings base,
@@ -420,32 +397,14 @@ Result<RunSettings> apply_deepspeed_config(const json& ds, RunSettings base,
 }
 
 Result<RunSettings> load_deepspeed_config(const std::string& path, RunSettings base) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    return Status::error(path + ": cannot open (expected a readable DeepSpeed config JSON file)");
-  std::ostringstream text;
-  char buffer[65536];
-  std::streamsize total = 0;
-  while (file.read(buffer, sizeof(buffer)) || file.gcount() > 0) {
-    total += file.gcount();
-    if (total > kMaxFileBytes) {
-      return Status::error(path + ": larger than " + std::to_string(kMaxFileBytes >> 20) +
-                           " MiB (expected a DeepSpeed config JSON file)");
-    }
-    text.write(buffer, file.gcount());
-  }
-  DuplicateKeyCheck check;
-  json ds;
-  try {
-    ds = json::parse(text.str(), std::ref(check));
-  } catch (const json::parse_error& e) {
-    return Status::error(path + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!check.duplicate_.empty()) {
-    return Status::error(path + ": " + check.duplicate_ +
-                         ": duplicate key (DeepSpeed refuses duplicate keys)");
-  }
-  return apply_deepspeed_config(ds, std::move(base), path);
+  // The reader every JSON input shares: a regular file only (a FIFO would block),
+  // a size limit, a depth limit, duplicate keys refused (as DeepSpeed's
+  // dict_raise_error_on_duplicate_keys does), numbers a double can hold.
+  Result<std::string> text = graph::read_file(path, kMaxFileBytes);
+  if (!text.is_ok()) return text.status();
+  Result<json> ds = graph::parse_json_text(text.value(), path);
+  if (!ds.is_ok()) return ds.status();
+  return apply_deepspeed_config(ds.value(), std::move(base), path);
 }
 
 }  // namespace headroom::planner

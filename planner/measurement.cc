@@ -81,7 +81,8 @@ nlohmann::json measured_run_to_json(const MeasuredRun& run) {
 
 Result<MeasuredRun> measured_run_from_json(const nlohmann::json& j, std::string_view origin) {
   if (!j.is_object()) return bad(origin, "(top level)", "a JSON object");
-  if (j.value("format", "") != kFormat) return bad(origin, "format", "\"headroom.measurement\"");
+  // Compared as JSON: a format of another type is a mismatch, not a type_error (issue 14, found by fuzzing).
+  if (!j.contains("format") || j.at("format") != kFormat) return bad(origin, "format", "\"headroom.measurement\"");
   if (!j.contains("version") || j.at("version") != 1) return bad(origin, "version", "1");
   MeasuredRun run;
   for (const auto& [key, target] : {std::pair<const char*, std::string*>{"device", &run.device},

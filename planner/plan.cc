@@ -1,6 +1,9 @@
 #include "planner/plan.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
+
+#include "planner/json_fields.h"
 
 namespace headroom::planner {
 
@@ -77,51 +80,95 @@ nlohmann::json plan_to_json(const Plan& plan) {
   return j;
 }
 
+namespace {
+
+Status missing(const std::string& where, const char* field, const char* what) {
+  return Status::error(where + ": " + field + ": missing (expected " + what + ")");
+}
+
+// The plan's globals, strictly, then held to the ranges every setting is held
+// to: the config is applied to the plan's settings and the result validated
+// like any settings (planner/run_settings.h), so simulate, report and run
+// refuse a micro_batch of -4 or a zero_stage of 7 with the same message.
+Result<GlobalConfig> config_from_json(const nlohmann::json& c, const RunSettings& settings, const std::string& where) {
+  if (!c.is_object()) return Status::error(where + ": config: expected an object");
+  GlobalConfig config;
+  JsonFields r(c, where, "config.");
+  for (const Status& status :
+       {r.read("zero_stage", config.zero_stage),
+        r.read_enum("offload_optimizer", config.offload_optimizer, parse_offload, "none, cpu, nvme"),
+        r.read_enum("offload_param", config.offload_param, parse_offload, "none, cpu, nvme"),
+        r.read("micro_batch", config.micro_batch), r.read("grad_accum", config.grad_accum), r.unknown_keys()}) {
+    if (!status.is_ok()) return status;
+  }
+  for (const char* key : {"zero_stage", "micro_batch", "grad_accum"}) {
+    if (!c.contains(key)) return missing(where, (std::string("config.") + key).c_str(), "an integer");
+  }
+  RunSettings applied = settings;
+  applied.zero_stage = config.zero_stage;
+  applied.offload_optimizer = config.offload_optimizer;
+  applied.offload_param = config.offload_param;
+  applied.micro_batch = config.micro_batch;
+  applied.grad_accum = config.grad_accum;
+  applied.global_batch = 0;
+  if (Status valid = validate_settings(applied, where + ": config"); !valid.is_ok()) return valid;
+  return config;
+}
+
+}  // namespace
+
 Result<Plan> plan_from_json(const nlohmann::json& j, std::string_view origin) {
   const std::string where(origin);
-  if (!j.is_object() || j.value("format", "") != "headroom.plan") {
+  // Compared as JSON, so a value of another type is a mismatch rather than a type_error.
+  if (!j.is_object() || !j.contains("format") || j.at("format") != "headroom.plan") {
     return Status::error(where + ": format: expected \"headroom.plan\"");
   }
-  if (j.value("version", 0) != 1) return Status::error(where + ": version: expected 1");
+  if (!j.contains("version") || j.at("version") != 1) return Status::error(where + ": version: expected 1");
   Plan plan;
-  try {
-    plan.model = j.at("model").get<std::string>();
-    plan.gpu = j.at("gpu").get<std::string>();
-    plan.seq_len = j.at("seq_len").get<int64_t>();
-  } catch (const nlohmann::json::exception&) {
-    return Status::error(where + ": model/gpu/seq_len: expected a string, a string and an integer");
+  JsonFields r(j, where, "");
+  std::string format;
+  int64_t version = 0;
+  for (const Status& status : {r.read("format", format), r.read("version", version), r.read("model", plan.model),
+                               r.read("gpu", plan.gpu), r.read("seq_len", plan.seq_len)}) {
+    if (!status.is_ok()) return status;
   }
-  if (!j.contains("settings")) return Status::error(where + ": settings: missing");
-  Result<RunSettings> settings = settings_from_json(j.at("settings"), where);
-  if (!settings.is_ok()) return settings.status();
-  plan.settings = settings.value();
-  if (!j.contains("config") || !j.at("config").is_object()) return Status::error(where + ": config: expected an object");
-  const auto& c = j.at("config");
-  try {
-    plan.config.zero_stage = c.at("zero_stage").get<int>();
-    plan.config.micro_batch = c.at("micro_batch").get<int64_t>();
-    plan.config.grad_accum = c.at("grad_accum").get<int64_t>();
-  } catch (const nlohmann::json::exception&) {
-    return Status::error(where + ": config: expected integers zero_stage, micro_batch, grad_accum");
+  const nlohmann::json* settings = r.member("settings");
+  const nlohmann::json* config = r.member("config");
+  const nlohmann::json* blocks = r.member("blocks");
+  const nlohmann::json* prediction = r.member("prediction");  // recomputed on load; kept for readers of the file
+  if (Status unknown = r.unknown_keys(); !unknown.is_ok()) return unknown;
+  if (!j.contains("model")) return missing(where, "model", "a string");
+  if (!j.contains("gpu")) return missing(where, "gpu", "a string");
+  if (!j.contains("seq_len")) return missing(where, "seq_len", "an integer");
+  if (plan.seq_len < 1 || plan.seq_len > kMaxSeqLen) {
+    return Status::error(where + ": seq_len: expected an integer from 1 to " + std::to_string(kMaxSeqLen) + ", got " +
+                         std::to_string(plan.seq_len));
   }
-  const auto optimizer = parse_offload(c.value("offload_optimizer", "none"));
-  const auto param = parse_offload(c.value("offload_param", "none"));
-  if (!optimizer || !param) return Status::error(where + ": config.offload_*: expected none, cpu or nvme");
-  plan.config.offload_optimizer = *optimizer;
-  plan.config.offload_param = *param;
-  if (!j.contains("blocks") || !j.at("blocks").is_array()) return Status::error(where + ": blocks: expected an array");
-  for (size_t b = 0; b < j.at("blocks").size(); ++b) {
-    const auto& entry = j.at("blocks")[b];
-    const std::string field = where + ": blocks[" + std::to_string(b) + "]";
-    if (!entry.is_object() || !entry.contains("choice") || !entry.at("choice").is_string()) {
-      return Status::error(field + ": expected {\"name\", \"choice\"}");
+  if (settings == nullptr) return missing(where, "settings", "the run's settings");
+  Result<RunSettings> read_settings = settings_from_json(*settings, where);
+  if (!read_settings.is_ok()) return read_settings.status();
+  plan.settings = read_settings.value();
+  if (config == nullptr) return missing(where, "config", "an object");
+  Result<GlobalConfig> read_config = config_from_json(*config, plan.settings, where);
+  if (!read_config.is_ok()) return read_config.status();
+  plan.config = read_config.value();
+  if (prediction != nullptr && !prediction->is_object()) return Status::error(where + ": prediction: expected an object");
+  if (blocks == nullptr || !blocks->is_array()) return Status::error(where + ": blocks: expected an array");
+  for (size_t b = 0; b < blocks->size(); ++b) {
+    const auto& entry = (*blocks)[b];
+    const std::string field = "blocks[" + std::to_string(b) + "]";
+    if (!entry.is_object()) return Status::error(where + ": " + field + ": expected {\"name\", \"choice\"}");
+    std::string name;
+    BlockChoice choice = BlockChoice::kKeep;
+    JsonFields e(entry, where, field + ".");
+    for (const Status& status : {e.read("name", name), e.read_enum("choice", choice, parse_block_choice,
+                                                                    "keep, checkpoint, offload"),
+                                 e.unknown_keys()}) {
+      if (!status.is_ok()) return status;
     }
-    const std::string choice = entry.at("choice").get<std::string>();
-    if (choice == "keep") plan.blocks.push_back(BlockChoice::kKeep);
-    else if (choice == "checkpoint") plan.blocks.push_back(BlockChoice::kCheckpoint);
-    else if (choice == "offload") plan.blocks.push_back(BlockChoice::kOffload);
-    else return Status::error(field + ".choice: expected keep, checkpoint or offload, got \"" + choice + "\"");
-    plan.block_names.push_back(entry.value("name", ""));
+    if (!entry.contains("choice")) return missing(where, (field + ".choice").c_str(), "keep, checkpoint or offload");
+    plan.blocks.push_back(choice);
+    plan.block_names.push_back(name);
   }
   return plan;
 }

@@ -17,7 +17,7 @@ std::vector<int64_t> micro_batch_candidates(const RunSettings& settings) {
   if (!settings.allow_micro_batch_change) return {settings.micro_batch};
   const int64_t per_rank = settings.effective_global_batch() / settings.world_size();
   std::vector<int64_t> out;
-  for (int64_t mb = 1; mb <= per_rank && mb <= 1024; ++mb) {
+  for (int64_t mb = 1; mb <= per_rank && mb <= kMaxMicroBatch; ++mb) {
     if (per_rank % mb == 0) out.push_back(mb);
   }
   if (out.empty()) out.push_back(settings.micro_batch);
@@ -265,7 +265,9 @@ PlanResult find_plan(const ModelContext& context, const RunSettings& settings, c
     }
     result.suggestions = suggestions_for(context, settings);
   }
-  result.max_micro_batch = largest(4096, [&](int64_t mb) { return fits_at(context, settings, mb, context.seq_len); });
+  // Up to the documented maximum: sizes are validated to fit int64 only that far.
+  result.max_micro_batch =
+      largest(kMaxMicroBatch, [&](int64_t mb) { return fits_at(context, settings, mb, context.seq_len); });
   result.max_seq_len = largest(context.graph.sequence.max_seq,
                                [&](int64_t seq) { return fits_at(context, settings, 1, seq); });
   return result;

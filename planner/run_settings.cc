@@ -2,6 +2,8 @@
 
 #include <array>
 #include <nlohmann/json.hpp>
+
+#include "planner/json_fields.h"
 #include <string>
 #include <utility>
 
@@ -68,25 +70,108 @@ std::optional<Precision> parse_precision(std::string_view text) { return parse_o
 std::optional<OptimizerKind> parse_optimizer(std::string_view text) { return parse_of(kOptimizers, text); }
 std::optional<TrainMode> parse_mode(std::string_view text) { return parse_of(kModes, text); }
 std::optional<Offload> parse_offload(std::string_view text) { return parse_of(kOffloads, text); }
+std::optional<BlockChoice> parse_block_choice(std::string_view text) { return parse_of(kChoices, text); }
+
+namespace {
+
+// One row per integer setting: its name in messages and JSON, its value, and
+// the documented range (docs/cli-json.md). A new setting is one row.
+struct IntegerRange {
+  std::string_view field;
+  int64_t (*value)(const RunSettings&);
+  int64_t min;
+  int64_t max;
+  std::string_view note;  // what a special value means, for the message
+};
+
+const IntegerRange kIntegerRanges[] = {
+    {"micro_batch", [](const RunSettings& s) { return s.micro_batch; }, 1, kMaxMicroBatch, ""},
+    {"seq_len", [](const RunSettings& s) { return s.seq_len; }, 0, kMaxSeqLen, "0: the model's default"},
+    {"resolution", [](const RunSettings& s) { return s.resolution; }, 0, kMaxResolution, "0: the model's default"},
+    {"grad_accum", [](const RunSettings& s) { return s.grad_accum; }, 1, kMaxGradAccum, ""},
+    {"global_batch", [](const RunSettings& s) { return s.global_batch; }, 0, kMaxGlobalBatch,
+     "0: micro_batch x grad_accum x GPUs"},
+    {"gpus_per_node", [](const RunSettings& s) -> int64_t { return s.gpus_per_node; }, 1, kMaxGpusPerNode, ""},
+    {"nodes", [](const RunSettings& s) -> int64_t { return s.nodes; }, 1, kMaxNodes, ""},
+    {"zero_stage", [](const RunSettings& s) -> int64_t { return s.zero_stage; }, 0, 3, ""},
+    {"max_zero_stage", [](const RunSettings& s) -> int64_t { return s.max_zero_stage; }, 0, 3, ""},
+    {"lora.rank", [](const RunSettings& s) { return s.lora.rank; }, 1, kMaxLoraRank, ""},
+    {"reduce_bucket_elements", [](const RunSettings& s) { return s.reduce_bucket_elements; }, 1, kMaxBucketElements, ""},
+    {"allgather_bucket_elements", [](const RunSettings& s) { return s.allgather_bucket_elements; }, 1,
+     kMaxBucketElements, ""},
+    {"prefetch_bucket_elements", [](const RunSettings& s) { return s.prefetch_bucket_elements; }, 1,
+     kMaxBucketElements, ""},
+    {"max_live_parameters", [](const RunSettings& s) { return s.max_live_parameters; }, 1, kMaxBucketElements, ""},
+    {"sub_group_elements", [](const RunSettings& s) { return s.sub_group_elements; }, 1, kMaxBucketElements, ""},
+    {"gpu_memory_bytes", [](const RunSettings& s) { return s.gpu_memory_bytes.value_or(1); }, 1, kMaxBudgetBytes, ""},
+    {"cuda_context_bytes", [](const RunSettings& s) { return s.cuda_context_bytes.value_or(0); }, 0,
+     kMaxContextBytes, ""},
+    {"host_ram_bytes", [](const RunSettings& s) { return s.host_ram_bytes; }, 1, kMaxBudgetBytes, ""},
+    {"disk_free_bytes", [](const RunSettings& s) { return s.disk_free_bytes; }, 0, kMaxBudgetBytes, ""},
+    {"checkpoints_kept", [](const RunSettings& s) -> int64_t { return s.checkpoints_kept; }, 1, 1000, ""},
+};
+
+// One row per real-valued setting: its value and whether it is in range.
+struct RealRange {
+  std::string_view field;
+  double (*value)(const RunSettings&);
+  bool (*in_range)(double);
+  std::string_view expected;
+};
+
+const RealRange kRealRanges[] = {
+    {"safety_margin", [](const RunSettings& s) { return s.safety_margin; }, [](double v) { return v >= 0 && v < 0.5; },
+     "a fraction in [0, 0.5)"},
+    {"lora.dropout", [](const RunSettings& s) { return s.lora.dropout; }, [](double v) { return v >= 0 && v < 1; },
+     "a probability in [0, 1)"},
+    {"dropout", [](const RunSettings& s) { return s.dropout.value_or(0); }, [](double v) { return v >= 0 && v < 1; },
+     "a probability in [0, 1)"},
+    {"network_gbps", [](const RunSettings& s) { return s.network_gbps; },
+     [](double v) { return v > 0 && v <= kMaxBandwidthGbps; }, "a bandwidth in GB/s above 0, at most 1000000"},
+    {"nvme_gbps", [](const RunSettings& s) { return s.nvme_gbps; },
+     [](double v) { return v > 0 && v <= kMaxBandwidthGbps; }, "a bandwidth in GB/s above 0, at most 1000000"},
+};
+
+}  // namespace
 
 Status validate_settings(const RunSettings& s, std::string_view origin) {
-  if (s.micro_batch < 1) return fail(origin, "micro_batch", "expected an integer >= 1, got " + std::to_string(s.micro_batch));
-  if (s.seq_len < 0) return fail(origin, "seq_len", "expected an integer >= 1 (or 0 for the model default), got " + std::to_string(s.seq_len));
-  if (s.resolution < 0) return fail(origin, "resolution", "expected pixels >= 1 (or 0 for the model default), got " + std::to_string(s.resolution));
-  if (s.grad_accum < 1) return fail(origin, "grad_accum", "expected an integer >= 1, got " + std::to_string(s.grad_accum));
-  if (s.gpus_per_node < 1 || s.gpus_per_node > 64) return fail(origin, "gpus_per_node", "expected 1..64, got " + std::to_string(s.gpus_per_node));
-  if (s.nodes < 1 || s.nodes > 4096) return fail(origin, "nodes", "expected 1..4096, got " + std::to_string(s.nodes));
-  if (s.global_batch < 0) return fail(origin, "global_batch", "expected an integer >= 1 (or 0 to derive it), got " + std::to_string(s.global_batch));
+  for (const IntegerRange& range : kIntegerRanges) {
+    const int64_t value = range.value(s);
+    if (value < range.min || value > range.max) {
+      return fail(origin, range.field,
+                  "expected an integer from " + std::to_string(range.min) + " to " + std::to_string(range.max) +
+                      (range.note.empty() ? "" : " (" + std::string(range.note) + ")") + ", got " +
+                      std::to_string(value));
+    }
+  }
+  for (const RealRange& range : kRealRanges) {
+    const double value = range.value(s);
+    if (!range.in_range(value)) {  // NaN fails every comparison, so it is refused too
+      return fail(origin, range.field, "expected " + std::string(range.expected) + ", got " + std::to_string(value));
+    }
+  }
+  // In range one by one, the product may still be absurd; the ranges above
+  // keep it far inside int64 (1024 x 10^6 x 262144 < 2^63).
+  const int64_t product = s.micro_batch * s.grad_accum * s.world_size();
+  if (product > kMaxGlobalBatch) {
+    return fail(origin, "grad_accum",
+                "expected micro_batch x grad_accum x GPUs at most " + std::to_string(kMaxGlobalBatch) +
+                    " samples per step, got " + std::to_string(s.micro_batch) + " x " + std::to_string(s.grad_accum) +
+                    " x " + std::to_string(s.world_size()) + " = " + std::to_string(product));
+  }
   if (s.global_batch > 0 && s.global_batch % s.world_size() != 0) {
     return fail(origin, "global_batch", "expected a multiple of the number of GPUs (" + std::to_string(s.world_size()) + "), got " + std::to_string(s.global_batch));
   }
-  if (s.global_batch > 0 && s.global_batch != s.micro_batch * s.grad_accum * s.world_size() && s.grad_accum != 1) {
-    return fail(origin, "global_batch", "expected micro_batch x grad_accum x GPUs = " +
-                std::to_string(s.micro_batch * s.grad_accum * s.world_size()) + ", got " + std::to_string(s.global_batch) +
-                " (give either the global batch or the accumulation steps)");
+  if (s.global_batch > 0 && s.global_batch != product && s.grad_accum != 1) {
+    return fail(origin, "global_batch", "expected micro_batch x grad_accum x GPUs = " + std::to_string(product) +
+                ", got " + std::to_string(s.global_batch) + " (give either the global batch or the accumulation steps)");
   }
-  if (s.zero_stage < 0 || s.zero_stage > 3) return fail(origin, "zero_stage", "expected 0, 1, 2 or 3, got " + std::to_string(s.zero_stage));
-  if (s.max_zero_stage < 0 || s.max_zero_stage > 3) return fail(origin, "max_zero_stage", "expected 0..3, got " + std::to_string(s.max_zero_stage));
+  if (s.global_batch > 0 && s.global_batch / s.world_size() / s.micro_batch > kMaxGradAccum) {
+    return fail(origin, "global_batch",
+                "expected at most " + std::to_string(kMaxGradAccum) + " accumulation steps of micro_batch " +
+                    std::to_string(s.micro_batch) + " per GPU, got " + std::to_string(s.global_batch) +
+                    " samples (raise micro_batch or lower global_batch)");
+  }
   if (s.offload_param != Offload::kNone && s.zero_stage != 3) {
     return fail(origin, "offload_param", "parameter offload needs ZeRO stage 3 (DeepSpeed refuses it below), got stage " + std::to_string(s.zero_stage));
   }
@@ -96,19 +181,6 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
   if (s.offload_optimizer == Offload::kCpu && s.zero_stage == 0) {
     return fail(origin, "offload_optimizer", "optimizer offload needs ZeRO stage 1, 2 or 3 (ZeRO-Offload), got stage 0");
   }
-  if (s.lora.rank < 1 || s.lora.rank > 65536) return fail(origin, "lora.rank", "expected 1..65536, got " + std::to_string(s.lora.rank));
-  if (s.lora.dropout < 0 || s.lora.dropout >= 1) return fail(origin, "lora.dropout", "expected a probability in [0, 1)");
-  if (s.dropout && (*s.dropout < 0 || *s.dropout >= 1)) return fail(origin, "dropout", "expected a probability in [0, 1)");
-  if (s.reduce_bucket_elements < 1 || s.allgather_bucket_elements < 1 || s.prefetch_bucket_elements < 1 || s.max_live_parameters < 1 ||
-      s.sub_group_elements < 1) {
-    return fail(origin, "bucket sizes", "expected positive element counts");
-  }
-  if (s.gpu_memory_bytes && *s.gpu_memory_bytes <= 0) return fail(origin, "gpu_mem", "expected a positive size");
-  if (s.host_ram_bytes <= 0) return fail(origin, "host_ram", "expected a positive size");
-  if (s.disk_free_bytes < 0) return fail(origin, "disk", "expected a size >= 0");
-  if (!(s.safety_margin >= 0 && s.safety_margin < 0.5)) return fail(origin, "safety_margin", "expected a fraction in [0, 0.5)");
-  if (!(s.network_gbps > 0) || !(s.nvme_gbps > 0)) return fail(origin, "network_gbps/nvme_gbps", "expected positive bandwidths");
-  if (s.checkpoints_kept < 1 || s.checkpoints_kept > 1000) return fail(origin, "checkpoints_kept", "expected 1..1000");
   if (s.optimizer_impl == OptimizerImpl::kInBackward &&
       (s.grad_accum > 1 || s.zero_stage > 0 || s.offload_optimizer != Offload::kNone)) {
     // torchtune's recipes refuse the same (full_finetune_single_device.py: optimizer_in_bwd).
@@ -181,114 +253,78 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   return j;
 }
 
-namespace {
-
-// Reads json[key] into `out` when present, with a typed message when it is not `T`.
-template <typename T>
-Status read_field(const nlohmann::json& j, const char* key, T& out, std::string_view origin,
-                  const char* expected) {
-  if (!j.contains(key)) return Status::ok();
-  try {
-    out = j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    return fail(origin, std::string("settings.") + key, std::string("expected ") + expected);
-  }
-  return Status::ok();
-}
-
-template <typename E, typename Parse>
-Status read_enum(const nlohmann::json& j, const char* key, E& out, std::string_view origin,
-                 Parse parse, const char* expected) {
-  if (!j.contains(key)) return Status::ok();
-  if (!j.at(key).is_string()) return fail(origin, std::string("settings.") + key, std::string("expected one of ") + expected);
-  const auto parsed = parse(j.at(key).get<std::string>());
-  if (!parsed) return fail(origin, std::string("settings.") + key, std::string("expected one of ") + expected + ", got \"" + j.at(key).get<std::string>() + "\"");
-  out = *parsed;
-  return Status::ok();
-}
-
-// As read_enum, for a setting that is absent (nullopt) unless the file gives it.
-template <typename E, typename Parse>
-Status read_optional_enum(const nlohmann::json& j, const char* key, std::optional<E>& out, std::string_view origin,
-                          Parse parse, const char* expected) {
-  if (!j.contains(key)) return Status::ok();
-  E value{};
-  if (Status status = read_enum(j, key, value, origin, parse, expected); !status.is_ok()) return status;
-  out = value;
-  return Status::ok();
-}
-
-}  // namespace
-
 Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view origin) {
   if (!j.is_object()) return fail(origin, "settings", "expected a JSON object");
   RunSettings s;
   std::string attention = "sdpa";
   std::string checkpointing = "none";
-  double dropout = -1;
-  int64_t gpu_memory = 0;
-  int64_t context = 0;
+  // Strict: no coercion, and a key no line below reads is refused (JsonFields).
+  JsonFields r(j, origin, "settings.");
   const Status statuses[] = {
-      read_field(j, "model", s.model, origin, "a string"),
-      read_enum(j, "stack", s.stack, origin, parse_stack, kStackNames),
-      read_enum(j, "precision", s.precision, origin, parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16"),
-      read_enum(j, "optimizer", s.optimizer, origin, parse_optimizer, "adamw, adamw-8bit, sgd, adafactor"),
-      read_enum(j, "mode", s.mode, origin, parse_mode, "full, lora, qlora"),
-      read_field(j, "freeze_patterns", s.freeze_patterns, origin, "a list of strings"),
-      read_field(j, "train_patterns", s.train_patterns, origin, "a list of strings"),
-      read_field(j, "quantize_skip", s.quantize_skip, origin, "a list of strings"),
-      read_field(j, "lora_skip", s.lora_skip, origin, "a list of strings"),
-      read_field(j, "attention", attention, origin, "\"eager\" or \"sdpa\""),
-      read_field(j, "dropout", dropout, origin, "a number"),
-      read_field(j, "precomputed_text_embeddings", s.precomputed_text_embeddings, origin, "true or false"),
-      read_field(j, "micro_batch", s.micro_batch, origin, "an integer"),
-      read_field(j, "seq_len", s.seq_len, origin, "an integer"),
-      read_field(j, "resolution", s.resolution, origin, "an integer"),
-      read_field(j, "grad_accum", s.grad_accum, origin, "an integer"),
-      read_field(j, "global_batch", s.global_batch, origin, "an integer"),
-      read_field(j, "gpus_per_node", s.gpus_per_node, origin, "an integer"),
-      read_field(j, "nodes", s.nodes, origin, "an integer"),
-      read_field(j, "zero_stage", s.zero_stage, origin, "an integer"),
-      read_enum(j, "offload_optimizer", s.offload_optimizer, origin, parse_offload, "none, cpu, nvme"),
-      read_enum(j, "offload_param", s.offload_param, origin, parse_offload, "none, cpu, nvme"),
-      read_field(j, "reduce_bucket_elements", s.reduce_bucket_elements, origin, "an integer"),
-      read_field(j, "allgather_bucket_elements", s.allgather_bucket_elements, origin, "an integer"),
-      read_field(j, "prefetch_bucket_elements", s.prefetch_bucket_elements, origin, "an integer"),
-      read_field(j, "max_live_parameters", s.max_live_parameters, origin, "an integer"),
-      read_field(j, "sub_group_elements", s.sub_group_elements, origin, "an integer"),
-      read_field(j, "overlap_comm", s.overlap_comm, origin, "true or false"),
-      read_field(j, "compile", s.compile, origin, "true or false"),
-      read_field(j, "checkpointing", checkpointing, origin, "\"none\", \"every\" or \"list\""),
-      read_field(j, "checkpoint_blocks", s.checkpoint_blocks, origin, "a list of block names"),
-      read_field(j, "gpu", s.gpu, origin, "a GPU id"),
-      read_field(j, "calibration_file", s.calibration_file, origin, "a file path"),
-      read_field(j, "gpu_memory_bytes", gpu_memory, origin, "an integer"),
-      read_field(j, "cuda_context_bytes", context, origin, "an integer"),
-      read_field(j, "host_ram_bytes", s.host_ram_bytes, origin, "an integer"),
-      read_field(j, "disk_free_bytes", s.disk_free_bytes, origin, "an integer"),
-      read_field(j, "safety_margin", s.safety_margin, origin, "a number"),
-      read_field(j, "network_gbps", s.network_gbps, origin, "a number"),
-      read_field(j, "nvme_gbps", s.nvme_gbps, origin, "a number"),
-      read_field(j, "checkpoints_kept", s.checkpoints_kept, origin, "an integer"),
-      read_field(j, "save_optimizer_state", s.save_optimizer_state, origin, "true or false"),
-      read_field(j, "max_zero_stage", s.max_zero_stage, origin, "an integer"),
-      read_field(j, "allow_cpu_offload", s.allow_cpu_offload, origin, "true or false"),
-      read_field(j, "allow_nvme_offload", s.allow_nvme_offload, origin, "true or false"),
-      read_field(j, "allow_activation_offload", s.allow_activation_offload, origin, "true or false"),
-      read_field(j, "allow_micro_batch_change", s.allow_micro_batch_change, origin, "true or false"),
+      r.read("model", s.model),
+      r.read_enum("stack", s.stack, parse_stack, kStackNames),
+      r.read_enum("optimizer_impl", s.optimizer_impl, parse_optimizer_impl, kOptimizerImplNames),
+      r.read_enum("loss", s.loss, parse_loss, kLossNames),
+      r.read_enum("recompute", s.recompute, parse_recompute, kRecomputeNames),
+      r.read_enum("adapter_dtype", s.adapter_dtype, parse_adapter_dtype, kAdapterDtypeNames),
+      r.read_enum("precision", s.precision, parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16"),
+      r.read_enum("optimizer", s.optimizer, parse_optimizer, "adamw, adamw-8bit, sgd, adafactor"),
+      r.read_enum("mode", s.mode, parse_mode, "full, lora, qlora"),
+      r.read("freeze_patterns", s.freeze_patterns),
+      r.read("train_patterns", s.train_patterns),
+      r.read("quantize_skip", s.quantize_skip),
+      r.read("lora_skip", s.lora_skip),
+      r.read("attention", attention),
+      r.read("dropout", s.dropout),
+      r.read("precomputed_text_embeddings", s.precomputed_text_embeddings),
+      r.read("micro_batch", s.micro_batch),
+      r.read("seq_len", s.seq_len),
+      r.read("resolution", s.resolution),
+      r.read("grad_accum", s.grad_accum),
+      r.read("global_batch", s.global_batch),
+      r.read("gpus_per_node", s.gpus_per_node),
+      r.read("nodes", s.nodes),
+      r.read("zero_stage", s.zero_stage),
+      r.read_enum("offload_optimizer", s.offload_optimizer, parse_offload, "none, cpu, nvme"),
+      r.read_enum("offload_param", s.offload_param, parse_offload, "none, cpu, nvme"),
+      r.read("reduce_bucket_elements", s.reduce_bucket_elements),
+      r.read("allgather_bucket_elements", s.allgather_bucket_elements),
+      r.read("prefetch_bucket_elements", s.prefetch_bucket_elements),
+      r.read("max_live_parameters", s.max_live_parameters),
+      r.read("sub_group_elements", s.sub_group_elements),
+      r.read("overlap_comm", s.overlap_comm),
+      r.read("compile", s.compile),
+      r.read("checkpointing", checkpointing),
+      r.read("checkpoint_blocks", s.checkpoint_blocks),
+      r.read("gpu", s.gpu),
+      r.read("calibration_file", s.calibration_file),
+      r.read("gpu_memory_bytes", s.gpu_memory_bytes),
+      r.read("cuda_context_bytes", s.cuda_context_bytes),
+      r.read("host_ram_bytes", s.host_ram_bytes),
+      r.read("disk_free_bytes", s.disk_free_bytes),
+      r.read("safety_margin", s.safety_margin),
+      r.read("network_gbps", s.network_gbps),
+      r.read("nvme_gbps", s.nvme_gbps),
+      r.read("checkpoints_kept", s.checkpoints_kept),
+      r.read("save_optimizer_state", s.save_optimizer_state),
+      r.read("max_zero_stage", s.max_zero_stage),
+      r.read("allow_cpu_offload", s.allow_cpu_offload),
+      r.read("allow_nvme_offload", s.allow_nvme_offload),
+      r.read("allow_activation_offload", s.allow_activation_offload),
+      r.read("allow_micro_batch_change", s.allow_micro_batch_change),
   };
   for (const Status& status : statuses) {
     if (!status.is_ok()) return status;
   }
-  if (j.contains("lora")) {
-    const auto& lora = j.at("lora");
-    if (!lora.is_object()) return fail(origin, "settings.lora", "expected an object");
-    for (const Status& status : {read_field(lora, "rank", s.lora.rank, origin, "an integer"),
-                                 read_field(lora, "targets", s.lora.targets, origin, "a list of strings"),
-                                 read_field(lora, "dropout", s.lora.dropout, origin, "a number")}) {
+  if (const nlohmann::json* lora = r.member("lora")) {
+    if (!lora->is_object()) return r.expected("lora", "an object {\"rank\", \"targets\", \"dropout\"}", *lora);
+    JsonFields l(*lora, origin, "settings.lora.");
+    for (const Status& status : {l.read("rank", s.lora.rank), l.read("targets", s.lora.targets),
+                                 l.read("dropout", s.lora.dropout), l.unknown_keys()}) {
       if (!status.is_ok()) return status;
     }
   }
+  if (Status unknown = r.unknown_keys(); !unknown.is_ok()) return unknown;
   if (attention == "eager") {
     s.attention = models::AttentionImpl::kEager;
   } else if (attention != "sdpa") {
@@ -301,16 +337,6 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   } else if (checkpointing != "none") {
     return fail(origin, "settings.checkpointing", "expected \"none\", \"every\" or \"list\", got \"" + checkpointing + "\"");
   }
-  for (const Status& status :
-       {read_optional_enum(j, "optimizer_impl", s.optimizer_impl, origin, parse_optimizer_impl, kOptimizerImplNames),
-        read_optional_enum(j, "loss", s.loss, origin, parse_loss, kLossNames),
-        read_optional_enum(j, "recompute", s.recompute, origin, parse_recompute, kRecomputeNames),
-        read_optional_enum(j, "adapter_dtype", s.adapter_dtype, origin, parse_adapter_dtype, kAdapterDtypeNames)}) {
-    if (!status.is_ok()) return status;
-  }
-  if (j.contains("dropout")) s.dropout = dropout;
-  if (j.contains("gpu_memory_bytes")) s.gpu_memory_bytes = gpu_memory;
-  if (j.contains("cuda_context_bytes")) s.cuda_context_bytes = context;
   const Status valid = validate_settings(s, origin);
   if (!valid.is_ok()) return valid;
   return s;

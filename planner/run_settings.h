@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "graph/status.h"
+#include "graph/validate.h"
 #include "models/zoo.h"
 #include "planner/stack.h"
 #include <nlohmann/json_fwd.hpp>
@@ -126,8 +127,28 @@ struct RunSettings {
   }
 };
 
-// Checks ranges and combinations; `origin` names the source ("command line", a file).
-// Mirrors DeepSpeed's refusals: param offload and NVMe offload need ZeRO-3.
+// Documented maxima (docs/cli-json.md, "Limits"): every way settings arrive
+// (flags, --settings, --deepspeed, plan files) is held to them by
+// validate_settings. Within them the planner's int64 byte arithmetic cannot
+// overflow, and every answer comes in seconds.
+inline constexpr int64_t kMaxMicroBatch = graph::kValidateMaxBatch;  // every graph's sizes are checked up to it
+inline constexpr int64_t kMaxGradAccum = 1'000'000;
+inline constexpr int64_t kMaxGlobalBatch = 1'000'000'000;  // samples per optimizer step over all GPUs
+inline constexpr int64_t kMaxSeqLen = 16'000'000;
+inline constexpr int64_t kMaxResolution = 65'536;
+inline constexpr int64_t kMaxGpusPerNode = 64;
+inline constexpr int64_t kMaxNodes = 4096;
+inline constexpr int64_t kMaxLoraRank = 65'536;
+inline constexpr int64_t kMaxBucketElements = 1'000'000'000'000;
+inline constexpr int64_t kMaxBudgetBytes = int64_t{1} << 60;  // 1 EiB: GPU memory, host RAM, disk
+inline constexpr int64_t kMaxContextBytes = int64_t{1} << 40;
+inline constexpr double kMaxBandwidthGbps = 1e6;
+
+// Checks every setting against its range (one table row per setting) and the
+// combinations: param offload and NVMe offload need ZeRO-3 (as DeepSpeed
+// refuses them), micro_batch x grad_accum x GPUs within kMaxGlobalBatch. The
+// message names `origin` ("command line", a file), the field, the range and
+// the value.
 Status validate_settings(const RunSettings& settings, std::string_view origin);
 
 // Names for messages and JSON.
@@ -140,6 +161,7 @@ std::optional<Precision> parse_precision(std::string_view text);
 std::optional<OptimizerKind> parse_optimizer(std::string_view text);
 std::optional<TrainMode> parse_mode(std::string_view text);
 std::optional<Offload> parse_offload(std::string_view text);
+std::optional<BlockChoice> parse_block_choice(std::string_view text);
 
 nlohmann::json settings_to_json(const RunSettings& settings);
 Result<RunSettings> settings_from_json(const nlohmann::json& json, std::string_view origin);

@@ -10,7 +10,7 @@ command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ missing (apt-get insta
 build=out/fuzz/build
 mkdir -p "$build"
 flags=(-std=c++20 -O1 -g -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
-graph_sources=(graph/dtype.cc graph/size_expr.cc graph/layer_graph.cc graph/validate.cc graph/graph_json.cc
+graph_sources=(graph/dtype.cc graph/size_expr.cc graph/layer_graph.cc graph/validate.cc graph/graph_json.cc graph/json_text.cc
                graph/atomic_file.cc graph/graph_analysis.cc graph/safetensors_header.cc)
 model_sources=(models/*.cc)
 declare -A targets=(

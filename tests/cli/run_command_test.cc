@@ -136,6 +136,45 @@ TEST_CASE("run writes training-state checkpoints and resumes from the newest") {
   CHECK(json["measurement"]["steps"].size() == 2);
 }
 
+TEST_CASE("run: a metrics file that cannot be written stops the run (--metrics /dev/full)") {
+  if (!fs::exists("/dev/full")) {
+    MESSAGE("skipped: no /dev/full");
+    return;
+  }
+  const RunOutput run = run_headroom("run " + quoted(tiny_plan()) + " --steps 3 --device cpu --metrics /dev/full");
+  if (built_without_libtorch(run)) return;
+  CHECK(run.exit_code == 1);
+  CHECK(contains(run.err, "step 1: --metrics /dev/full: cannot write: No space left on device; the run stops"));
+  CHECK_FALSE(contains(run.err, "step 2/3"));
+}
+
+TEST_CASE("run: a checkpoint directory that cannot be written is refused before step 1") {
+  TempDir dir;
+  const std::string plain = dir.file("plain");
+  write_text(plain, "a file, not a directory");
+  const RunOutput run = run_headroom("run " + quoted(tiny_plan()) + " --steps 2 --device cpu --checkpoint-every 0 "
+                                     "--checkpoint-dir " + quoted(plain + "/ckpt"));
+  if (built_without_libtorch(run)) return;
+  CHECK(run.exit_code == 1);
+  CHECK(contains(run.err, plain + "/ckpt/: checkpoints cannot be written there"));
+  CHECK(contains(run.err, "nothing was trained"));
+  CHECK_FALSE(contains(run.err, "step 1/2"));
+}
+
+TEST_CASE("run: --measurement-out through a symbolic link keeps the link") {
+  TempDir dir;
+  const std::string target = dir.file("measured.json");
+  const std::string link = dir.file("measured.link");
+  write_text(target, "old");
+  fs::create_symlink(target, link);
+  const RunOutput run =
+      run_headroom("run " + quoted(tiny_plan()) + " --steps 1 --device cpu --measurement-out " + quoted(link));
+  if (built_without_libtorch(run)) return;
+  CHECK_MESSAGE(run.exit_code == 0, run.err);
+  CHECK(fs::is_symlink(link));
+  CHECK(contains(read_text(target), "\"headroom.measurement\""));
+}
+
 TEST_CASE("run refuses bad input with the exit status and a message naming it") {
   TempDir dir;
   const std::string& plan = tiny_plan();
@@ -143,7 +182,7 @@ TEST_CASE("run refuses bad input with the exit status and a message naming it") 
   SUBCASE("a missing plan file") {
     const std::string missing = dir.file("no-such-plan.json");
     const RunOutput run = run_headroom("run " + quoted(missing) + " --device cpu --json");
-    CHECK(run.exit_code == 1);
+    CHECK(run.exit_code == 2);  // as simulate and report: a bad PLAN argument
     CHECK(contains(run.err, missing));
     CHECK(run.out.empty());
   }

@@ -1,6 +1,7 @@
 // The torch-free half of the executor: which plans it can train, option
 // checks, and the token data (deterministic per sample, hostile files refused).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -87,6 +88,15 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   planner::Plan torn = plan;
   torn.block_names.pop_back();
   CHECK(check_executable(torn, "plan.json").message().find("plan.json: blocks") == 0);
+
+  // A one-token sequence has no next token to predict: its loss is NaN (issue 14).
+  planner::Plan one_token = plan;
+  one_token.seq_len = 1;
+  CHECK(check_executable(one_token, "plan.json").message() ==
+        "plan.json: seq_len: a causal language model needs at least 2 tokens per sequence (each token predicts "
+        "the next), got 1");
+  one_token.seq_len = 2;
+  CHECK(check_executable(one_token, "plan.json").is_ok());
 }
 
 TEST_CASE("run options are validated with the flag named") {
@@ -155,11 +165,25 @@ TEST_CASE("token files: little-endian ids, windows by sample index, hostile file
   REQUIRE(wide.is_ok());
   CHECK(wide->sample(0, 2).value() == std::vector<int64_t>{65538, 3});
 
+  // An id past the vocabulary is found when the file is opened, before any
+  // training (issue 14), wherever it is in the file.
   Result<TokenSource> small_vocab = TokenSource::open_file(path32, 4, 1000, 2);
-  REQUIRE(small_vocab.is_ok());
-  const std::string bad_id = small_vocab->sample(0, 2).message();
-  CHECK(bad_id.find(path32 + ": token 0 is 65538") == 0);
-  CHECK(bad_id.find("vocabulary size 1000") != std::string::npos);
+  REQUIRE_FALSE(small_vocab.is_ok());
+  CHECK(small_vocab.message().find(path32 + ": token 0 is 65538") == 0);
+  CHECK(small_vocab.message().find("vocabulary size 1000") != std::string::npos);
+  std::vector<unsigned char> many(2 * 600'000, 0);
+  many[many.size() - 2] = 0xff;  // the last of 600k uint16 ids is 255, past a vocabulary of 100
+  const std::string late = temp_file("late.bin", many);
+  Result<TokenSource> late_bad = TokenSource::open_file(late, 2, 100, 4);
+  REQUIRE_FALSE(late_bad.is_ok());
+  CHECK(late_bad.message().find(late + ": token 599999 is 255") == 0);
+  CHECK(TokenSource::open_file(late, 2, 256, 4).is_ok());
+  std::remove(late.c_str());
+  const std::string fifo = temp_file("fifo.bin", {});
+  std::remove(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(TokenSource::open_file(fifo, 2, 100, 1).message() == fifo + ": is a FIFO (expected a regular file)");
+  std::remove(fifo.c_str());
 
   const std::string odd = temp_file("odd.bin", {1, 2, 3});
   CHECK(TokenSource::open_file(odd, 2, 100, 1).message().find("not a whole number of 2-byte") != std::string::npos);

@@ -244,6 +244,59 @@ TEST_CASE("rotation keeps exactly `keep` checkpoints, the newest") {
   }
 }
 
+TEST_CASE("rotation never counts a checkpoint that fails its checksum as kept (issue 14)") {
+  // Resume fell back past a damaged step-6 to step-5; the next save (step 8)
+  // must keep step-5, the newest good one, not the damaged step-6.
+  TempDir dir;
+  {
+    StateStore writer({dir.path, 2});
+    REQUIRE(writer.save(5, parts_for(5)).is_ok());
+    REQUIRE(writer.save(6, parts_for(6)).is_ok());
+  }
+  std::string data = slurp(dir.sub("step-00000006/model.weights"));
+  data[100] = static_cast<char>(data[100] ^ 0x40);
+  put(dir.sub("step-00000006/model.weights"), data);
+
+  StateStore resumed({dir.path, 2});
+  REQUIRE(resumed.save(8, parts_for(8)).is_ok());
+  CHECK(fs::exists(dir.sub("step-00000005")));
+  CHECK(fs::exists(dir.sub("step-00000008")));
+  // Step 8 missing now: the good step-5 is what a resume falls back to.
+  fs::remove_all(dir.sub("step-00000008"));
+  std::optional<LoadedState> state = load(dir.path);
+  REQUIRE(state.has_value());
+  CHECK(state->step == 5);
+  CHECK(state->parts == parts_for(5));
+}
+
+TEST_CASE("check_writable finds a directory that cannot be written before any training") {
+  TempDir dir;
+  SUBCASE("a writable directory is created and left empty") {
+    StateStore store({dir.sub("new/checkpoints")});
+    REQUIRE(store.check_writable().is_ok());
+    CHECK(fs::is_directory(dir.sub("new/checkpoints")));
+    CHECK(entries(dir.sub("new/checkpoints")).empty());
+  }
+  SUBCASE("writes that fail (a read-only mount) are an error naming the directory") {
+    FaultInjectingFileSystem faulty;
+    faulty.fail_write = 1;
+    faulty.write_errno = EROFS;
+    StateStore store({dir.sub("ro"), 2}, faulty);
+    const Status status = store.check_writable();
+    REQUIRE_FALSE(status.is_ok());
+    CAPTURE(status.message());
+    CHECK(status.message().find(dir.sub("ro") + "/: checkpoints cannot be written there: ") == 0);
+    CHECK(status.message().find("Read-only file system") != std::string::npos);
+    CHECK(status.message().find("nothing was trained") != std::string::npos);
+    CHECK(entries(dir.sub("ro")).empty());
+  }
+  SUBCASE("a path under a regular file") {
+    put(dir.sub("plain"), "x");
+    StateStore store({dir.sub("plain/checkpoints")});
+    CHECK_FALSE(store.check_writable().is_ok());
+  }
+}
+
 TEST_CASE("saving an older step than those on disk never rotates the new one away") {
   TempDir dir;
   StateStore store({dir.path, 1});
@@ -618,7 +671,7 @@ TEST_CASE("hostile manifests are rejected with a reason, never followed") {
       {manifest("[1]"), "parts[0]: expected an object"},
       {std::string(100000, '[') + std::string(100000, ']'), "nested deeper"},
       {"{\"format\": \"\xff\xfe\"}", "invalid JSON"},
-      {"{\"format\": 1e99999}", "invalid JSON"},
+      {"{\"format\": 1e99999}", "format: number overflow"},
   };
   TempDir dir;
   StateStore store({dir.path});

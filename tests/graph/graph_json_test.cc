@@ -314,7 +314,8 @@ TEST_CASE("malformed and hostile text") {
   }
   SUBCASE("duplicate keys") {
     CHECK(parse_error("{\"a\": 1, \"b\": {\"a\": 2, \"a\": 3}}") ==
-          "m.json: duplicate key \"a\" in one object (expected each key once)");
+          "m.json: b.a: duplicate key (expected each key once)");
+    CHECK(parse_error("{\"x\": [0, {\"k\": 1, \"k\": 2}]}") == "m.json: x[1].k: duplicate key (expected each key once)");
     CHECK(
         parse_json_text("{\"a\": {\"a\": 1}, \"b\": [{\"a\": 1}, {\"a\": 2}]}", "m.json").is_ok());
   }
@@ -380,9 +381,25 @@ TEST_CASE("save_graph_file refuses what it could not read back") {
 }  // namespace
 }  // namespace headroom::graph
 
-TEST_CASE("numbers a double cannot hold are a clear error, not an exception (found by fuzzing)") {
+TEST_CASE("numbers a double cannot hold are a clear error naming the field (found by fuzzing; issue 14)") {
   const auto parsed = headroom::graph::parse_json_text("{\"a\": 1e4096}", "big.json");
   REQUIRE_FALSE(parsed.is_ok());
-  CHECK(parsed.message().find("big.json") != std::string::npos);
-  CHECK(parsed.message().find("number overflow") != std::string::npos);
+  CHECK(parsed.message() ==
+        "big.json: a: number overflow: 1e4096 does not fit a double (expected numbers a double can hold, up to "
+        "about 1.8e308)");
+  const auto nested = headroom::graph::parse_json_text("{\"zero\": {\"stage\": [1, -1e400]}}", "ds.json");
+  REQUIRE_FALSE(nested.is_ok());
+  CHECK(nested.message().find("ds.json: zero.stage[1]: number overflow: -1e400") == 0);
+  const auto top = headroom::graph::parse_json_text("1e400", "top.json");
+  REQUIRE_FALSE(top.is_ok());
+  CHECK(top.message().find("top.json: (top level): number overflow") == 0);
+}
+
+TEST_CASE("parse_json_text builds what nlohmann's parser builds") {
+  const std::string text =
+      R"({"a": [1, 2.5, -3, 18446744073709551615, true, null, "s", {"b": []}], "c": {"d": {"e": [[], [{}]]}}, "": 0})";
+  const auto parsed = headroom::graph::parse_json_text(text, "same.json");
+  REQUIRE(parsed.is_ok());
+  CHECK(parsed.value() == nlohmann::json::parse(text));
+  CHECK(parsed.value()["a"][3].is_number_unsigned());
 }

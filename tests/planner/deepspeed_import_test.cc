@@ -6,6 +6,11 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -155,8 +160,8 @@ TEST_CASE("the configs DeepSpeed refuses are refused, naming file and key") {
       {"bad_fractional_bucket.json", "zero_optimization.reduce_bucket_size", "got 1.5"},
       {"bad_stage_type.json", "zero_optimization.stage", "expected an integer"},
       {"bad_unknown_key.json", "zero_optimization.offload_optimiser", "unknown key"},
-      {"bad_duplicate_key.json", "stage", "duplicate key"},
-      {"bad_truncated.json", "not valid JSON", ""},
+      {"bad_duplicate_key.json", "zero_optimization.stage", "duplicate key"},
+      {"bad_truncated.json", "invalid JSON at byte", ""},
   };
   for (const Case& c : cases) {
     Result<RunSettings> r = load_deepspeed_config(data(c.file), base_settings(1));
@@ -192,6 +197,37 @@ TEST_CASE("malformed and hostile values") {
   error_of(json{{"train_batch_size", 1}, {"gradient_accumulation_steps", 2}}, "train_batch_size");
   error_of(json{{"optimizer", {{"type", 7}}}}, "optimizer.type");
   CHECK_FALSE(load_deepspeed_config(data("no_such_file.json"), base_settings(1)).is_ok());
+}
+
+TEST_CASE("hostile files: deep nesting, numbers past a double, a FIFO (issue 14)") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("headroom_ds_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = (dir / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  };
+  SUBCASE("60000 nested arrays: refused, not a stack overflow") {
+    const std::string path = write("deep.json", std::string(60000, '[') + std::string(60000, ']'));
+    Result<RunSettings> r = load_deepspeed_config(path, base_settings(1));
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.message() == path + ": JSON nested deeper than 64 levels (expected a flatter file)");
+  }
+  SUBCASE("1e400 names the file and the key") {
+    const std::string path = write("big.json", R"({"train_micro_batch_size_per_gpu": 1e400})");
+    Result<RunSettings> r = load_deepspeed_config(path, base_settings(1));
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.message().find(path + ": train_micro_batch_size_per_gpu: number overflow: 1e400") == 0);
+  }
+  SUBCASE("a FIFO is refused at once, not read forever") {
+    const std::string path = (dir / "fifo.json").string();
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    Result<RunSettings> r = load_deepspeed_config(path, base_settings(1));
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.message() == path + ": is a FIFO (expected a regular file)");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("\"auto\" keeps the base, explicit values replace it") {

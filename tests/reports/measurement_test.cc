@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -98,6 +99,8 @@ TEST_CASE("malformed measurements are refused with the file and the field") {
       {"another format", with([](auto& j) { j["format"] = "headroom.plan"; }),
        "m.json: format: expected"},
       {"no format", with([](auto& j) { j.erase("format"); }), "m.json: format: expected"},
+      {"a format that is not a string (issue 14: a type_error abort)", with([](auto& j) { j["format"] = 1; }),
+       "m.json: format: expected"},
       {"a future version", with([](auto& j) { j["version"] = 2; }), "m.json: version: expected 1"},
       {"device a number", with([](auto& j) { j["device"] = 7; }),
        "m.json: device: expected a string"},
@@ -188,3 +191,18 @@ TEST_CASE("the example measurement in tests/data loads") {
 }
 
 }  // namespace headroom::reports
+
+TEST_CASE("fuzz regressions of the measurement reader are refused cleanly") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(HEADROOM_SOURCE_DIR) / "tests/data/fuzz_regressions/fuzz_measurement";
+  int replayed = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    CAPTURE(entry.path().string());
+    const headroom::Result<headroom::reports::MeasuredRun> run =
+        headroom::reports::load_measured_run(entry.path().string());
+    CHECK_FALSE(run.is_ok());
+    CHECK(run.message().find(entry.path().string()) == 0);
+    ++replayed;
+  }
+  CHECK(replayed > 0);
+}

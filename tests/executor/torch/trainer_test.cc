@@ -47,7 +47,10 @@ planner::Plan plan_for(const std::string& model, planner::Precision precision, p
 
 struct Recorder final : RunObserver {
   std::vector<StepMetrics> steps;
-  void on_step(const StepMetrics& m) override { steps.push_back(m); }
+  Status on_step(const StepMetrics& m) override {
+    steps.push_back(m);
+    return Status::ok();
+  }
 };
 
 const CategoryCheck* find(const RunResult& r, const std::string& name) {

@@ -88,8 +88,8 @@ TEST_CASE("safetensors weights load exactly into the decoder") {
   torch::manual_seed(1);
   tm::LlamaForCausalLM source(tiny_tied());
   write_safetensors(dir + "/model.safetensors", parameters_of(*source));
-  CHECK(has_safetensors(dir));
-  CHECK(has_safetensors(dir + "/config.json"));
+  CHECK(has_safetensors(dir).value());
+  CHECK(has_safetensors(dir + "/config.json").value());
 
   torch::manual_seed(2);
   tm::LlamaForCausalLM target(tiny_tied());
@@ -122,6 +122,62 @@ TEST_CASE("a checkpoint that does not match the config is refused, naming the fi
   Result<LoadedWeights> missing = load_safetensors(*target, dir);
   REQUIRE_FALSE(missing.is_ok());
   CHECK(missing.message().find("has no tensor \"model.norm.weight\"") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a dangling model.safetensors link is an error naming it, not random weights (issue 14)") {
+  const std::string dir = model_dir("dangling");
+  CHECK_FALSE(has_safetensors(dir).value());  // no weights file at all: random initialisation
+  std::filesystem::create_symlink("../blobs/0123abcd.incomplete", dir + "/model.safetensors");
+  const Result<bool> dangling = has_safetensors(dir);
+  REQUIRE_FALSE(dangling.is_ok());
+  CHECK(dangling.message().find(dir + "/model.safetensors: a symbolic link to ../blobs/0123abcd.incomplete") == 0);
+
+  planner::RunSettings settings;
+  settings.model = dir;
+  settings.gpu = "a6000";
+  settings.seq_len = 16;
+  Result<planner::FitAnswer> answer = planner::fit(settings);
+  REQUIRE_MESSAGE(answer.is_ok(), answer.message());
+  RunOptions options;
+  options.steps = 1;
+  options.device = "cpu";
+  RunObserver quiet;
+  Result<RunResult> r = run_plan(answer->as_given, options, quiet);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.message().find(dir + "/model.safetensors") == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("resume refuses a checkpoint when the model's config changed under the same path (issue 14)") {
+  const std::string dir = model_dir("changed");
+  std::string untied = kConfig;
+  untied.replace(untied.find("\"tie_word_embeddings\": true"), 27, "\"tie_word_embeddings\": false");
+  std::ofstream(dir + "/config.json") << untied;
+  planner::RunSettings settings;
+  settings.model = dir;
+  settings.gpu = "a6000";
+  settings.seq_len = 16;
+  Result<planner::FitAnswer> answer = planner::fit(settings);
+  REQUIRE_MESSAGE(answer.is_ok(), answer.message());
+  RunOptions options;
+  options.steps = 1;
+  options.device = "cpu";
+  options.checkpoint_dir = dir + "/ckpt";
+  RunObserver quiet;
+  Result<RunResult> first = run_plan(answer->as_given, options, quiet);
+  REQUIRE_MESSAGE(first.is_ok(), first.message());
+
+  // Same path, same plan file, tied embeddings now: lm_head and its optimizer state would vanish.
+  std::ofstream(dir + "/config.json") << kConfig;
+  RunOptions resume = options;
+  resume.steps = 2;
+  resume.resume_dir = options.checkpoint_dir;
+  Result<RunResult> resumed = run_plan(answer->as_given, resume, quiet);
+  REQUIRE_FALSE(resumed.is_ok());
+  CHECK_MESSAGE(resumed.message().find(dir + "/ckpt/step-00000001/run.json: identity: written by another run "
+                                             "(parameters \"crc32c ") == 0,
+                resumed.message());
   std::filesystem::remove_all(dir);
 }
 
