@@ -238,6 +238,14 @@ const std::vector<SettingsFlag> kFlags = {
        s.adapter_dtype = dtype;
        return Status::ok();
      }},
+    {"--offload-checkpoint-inputs", nullptr, kTraining,
+     "checkpointed blocks keep their inputs in pinned host memory (torchtune enable_activation_offloading; "
+     "docs/stacks.md)",
+     false,
+     [](RunSettings& s, std::string_view) {
+       s.offload_checkpoint_inputs = true;
+       return Status::ok();
+     }},
     {"--compile", nullptr, kTraining,
      "the run uses torch.compile (torchtune compile: True, torchtitan --training.compile): a chunked loss is "
      "priced as compiled; compiled blocks are priced as eager (docs/stacks.md)",

@@ -56,6 +56,21 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                   "selective-op checkpointing (torchtitan's op policy) is not implemented in the executor, which "
                   "recomputes whole blocks; expected block");
   }
+  if (s.offload_checkpoint_inputs) {
+    return refuse(origin, "settings.offload_checkpoint_inputs",
+                  "offloading checkpointed blocks' inputs (torchtune's activation offloading) is not implemented in the "
+                  "executor; expected false (offloaded blocks are)");
+  }
+  if (s.compile) {
+    return refuse(origin, "settings.compile", "the executor runs eager LibTorch; expected false");
+  }
+  const planner::LossImpl loss = planner::resolve_stack(s).top.loss.impl;
+  if (loss != planner::LossImpl::kFull && loss != planner::LossImpl::kFullKeepLogits) {
+    return refuse(origin, "settings.loss",
+                  planner::loss_name(planner::resolve_stack(s).top.loss) +
+                      " is not how the executor computes the loss (transformers' full-vocabulary cross-entropy); "
+                      "expected full or full-keep-logits");
+  }
   if (plan.blocks.size() != plan.block_names.size()) {
     return refuse(origin, "blocks", "one decision per entry of block_names");
   }

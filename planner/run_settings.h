@@ -100,6 +100,9 @@ struct RunSettings {
 
   CheckpointPolicy checkpointing = CheckpointPolicy::kNone;
   std::vector<std::string> checkpoint_blocks;
+  // Checkpointed blocks keep their inputs in pinned host memory, as torchtune's
+  // enable_activation_offloading does (docs/stacks.md, "Offloading checkpoint inputs").
+  bool offload_checkpoint_inputs = false;
 
   // Hardware and budgets.
   std::string gpu = "a6000";

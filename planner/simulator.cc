@@ -1,6 +1,7 @@
 #include "planner/simulator.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <queue>
 #include <unordered_map>
@@ -34,6 +35,7 @@ class StepSimulator {
     pending_.assign(tensors, 0);
     saved_.assign(tensors, 0);
     held_by_checkpoint_.assign(tensors, 0);
+    inputs_on_host_.assign(graph_.blocks.size(), false);
     times_.resize(graph_.nodes.size());
     for (size_t n = 0; n < graph_.nodes.size(); ++n) {
       times_[n] = node_times(graph_, an_, static_cast<int>(n), context.compute_dtype, batch_, seq_,
@@ -149,6 +151,9 @@ class StepSimulator {
   void allocate_states();
   void thin_samples();
   void forward_block(int block, bool recompute);
+  void stash_checkpoint_inputs(int block);
+  void evict_checkpoint_inputs(int block);
+  void fetch_checkpoint_inputs(int block);
   void offload_block(int block);
   void prefetch_block(int block);
   void backward_block(int block);
@@ -175,6 +180,8 @@ class StepSimulator {
   std::vector<int64_t> block_param_bytes_;
   std::map<int, std::vector<int>> offloaded_tensors_;  // block -> tensors sent to the host
   std::map<int, double> prefetch_done_;                // block -> time its tensors are back
+  std::deque<int> input_stash_;                        // checkpointed blocks whose inputs are still on the GPU
+  std::vector<bool> inputs_on_host_;                   // per block: its checkpoint inputs were evicted
   std::vector<int64_t> param_grads_;                   // progressive gradient handles
   CachingAllocatorModel allocator_;
   std::unordered_map<int64_t, std::pair<int64_t, int>> live_;
@@ -262,6 +269,7 @@ void StepSimulator::forward_block(int block, bool recompute) {
   if (checkpointed(block) && !recompute) {
     for (int t : an_.blocks[block].boundary_inputs) ++held_by_checkpoint_[t];
     for (int t : selective_saves(block)) ++held_by_checkpoint_[t];
+    if (settings_.offload_checkpoint_inputs) stash_checkpoint_inputs(block);
   }
   for (int n : an_.blocks[block].nodes) {
     const Node& node = graph_.nodes[n];
@@ -298,6 +306,59 @@ void StepSimulator::forward_block(int block, bool recompute) {
     for (int t : an_.node_outputs[n]) maybe_free(t);
   }
   if (gathered >= 0) release(gathered);
+}
+
+// torchtune OffloadActivations: the checkpoint's saved inputs are copied to pinned
+// host memory as the block starts; their GPU copies stay in a forward stash until
+// kCheckpointOffloadStash later ones have been packed (training/_activation_offloading.py).
+void StepSimulator::stash_checkpoint_inputs(int block) {
+  int64_t bytes = 0;
+  for (int t : an_.blocks[block].boundary_inputs) {
+    if (handle_[t] >= 0) bytes += tensor_bytes_[t];
+  }
+  const double start = std::max(clock_, copy_out_free_);
+  copy_out_free_ = event(Stream::kCopyOut, Phase::kOffload, start, transfer_ms(static_cast<double>(bytes)), block,
+                         "offload inputs " + block_name(block), bytes);
+  input_stash_.push_back(block);
+  while (static_cast<int>(input_stash_.size()) > kCheckpointOffloadStash) {
+    evict_checkpoint_inputs(input_stash_.front());
+    input_stash_.pop_front();
+  }
+}
+
+// The GPU copies leave once their copy is done (the pack waits on its event).
+void StepSimulator::evict_checkpoint_inputs(int block) {
+  if (copy_out_free_ > clock_) {
+    time_.offload_exposed_ms += copy_out_free_ - clock_;
+    clock_ = copy_out_free_;
+  }
+  for (int t : an_.blocks[block].boundary_inputs) {
+    --held_by_checkpoint_[t];
+    maybe_free(t);
+  }
+  inputs_on_host_[block] = true;
+}
+
+// Backward unpacks the inputs on demand: a new GPU copy, and compute waits for it.
+void StepSimulator::fetch_checkpoint_inputs(int block) {
+  if (!inputs_on_host_[block]) return;
+  inputs_on_host_[block] = false;
+  label_ = "fetch inputs " + block_name(block);
+  int64_t bytes = 0;
+  for (int t : an_.blocks[block].boundary_inputs) {
+    if (handle_[t] < 0) {
+      handle_[t] = alloc(tensor_bytes_[t], block_category(block));
+      bytes += tensor_bytes_[t];
+    }
+    ++held_by_checkpoint_[t];
+  }
+  const double start = std::max(clock_, copy_in_free_);
+  copy_in_free_ = event(Stream::kCopyIn, Phase::kOffload, start, transfer_ms(static_cast<double>(bytes)), block,
+                        "fetch inputs " + block_name(block), bytes);
+  if (copy_in_free_ > clock_) {
+    time_.offload_exposed_ms += copy_in_free_ - clock_;
+    clock_ = copy_in_free_;
+  }
 }
 
 // Sends the block's saved tensors to pinned host memory on the copy stream; each
@@ -356,7 +417,10 @@ void StepSimulator::backward_block(int block) {
     }
     prefetch_done_.erase(block);
   }
-  if (checkpointed(block)) forward_block(block, true);
+  if (checkpointed(block)) {
+    if (settings_.offload_checkpoint_inputs) fetch_checkpoint_inputs(block);
+    forward_block(block, true);
+  }
   const int64_t gathered = config_.zero_stage >= 3 ? alloc(block_param_bytes_[block], "ZeRO buffers") : -1;
   const std::vector<int>& nodes = an_.blocks[block].nodes;
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
@@ -437,6 +501,11 @@ void StepSimulator::micro_step() {
   for (int b = 0; b < blocks; ++b) {
     forward_block(b, false);
     if (offloaded(b)) offload_block(b);
+  }
+  // Backward drops whatever the forward stash still holds on the GPU.
+  while (!input_stash_.empty()) {
+    evict_checkpoint_inputs(input_stash_.front());
+    input_stash_.pop_front();
   }
   for (int b = blocks - 1; b >= 0; --b) backward_block(b);
   settle(1e300);

@@ -21,6 +21,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   // Parameter streaming under ZeRO-3 offload already occupies the host link;
   // activation offload would compete for it, which this model does not price.
   model.allow_offload = settings.allow_activation_offload && config.offload_param == Offload::kNone;
+  if (settings.offload_checkpoint_inputs) model.checkpoint_stash = kCheckpointOffloadStash;
   const size_t n = model.blocks.size();
   model.grads_bwd.assign(n, 0);
   if (out.states.grads_progressive && config.grad_accum == 1) {

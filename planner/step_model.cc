@@ -100,13 +100,40 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
     prefix[k + 1] = prefix[k] + stored_bytes(model.blocks[k], choices[k]);
     if (choices[k] == BlockChoice::kOffload) peak.host_activations += model.blocks[k].keep;
   }
+  // With checkpoint inputs offloaded, P(k-1) holds only the latest of them in
+  // forward (the stash counts block k's own input, packed as block k starts), none
+  // in backward (the stash is dropped when backward starts) but the one coming
+  // back for block k-1 while block k runs backward.
+  std::vector<int64_t> forward_stored = prefix;
+  std::vector<int64_t> backward_stored = prefix;
+  const bool offload_inputs = model.checkpoint_stash >= 0;
+  if (offload_inputs) {
+    std::vector<int64_t> kept(n + 1, 0);  // stored by blocks before k, checkpoints excluded
+    for (int k = 0; k < n; ++k) {
+      const bool input_offloaded = choices[k] == BlockChoice::kCheckpoint && model.blocks[k].on_autograd;
+      kept[k + 1] = kept[k] + (input_offloaded ? 0 : stored_bytes(model.blocks[k], choices[k]));
+      if (input_offloaded) peak.host_activations += model.blocks[k].checkpoint;
+    }
+    for (int k = 0; k <= n; ++k) {
+      int64_t stash = 0;
+      int in_stash = 0;
+      for (int j = k - 1; j >= 0 && in_stash < model.checkpoint_stash - 1; --j) {
+        if (choices[j] != BlockChoice::kCheckpoint || !model.blocks[j].on_autograd) continue;
+        stash += model.blocks[j].checkpoint;
+        ++in_stash;
+      }
+      forward_stored[k] = kept[k] + stash;
+      const bool neighbour_back = k > 0 && choices[k - 1] == BlockChoice::kCheckpoint && model.blocks[k - 1].on_autograd;
+      backward_stored[k] = kept[k] + (neighbour_back ? model.blocks[k - 1].checkpoint : 0);
+    }
+  }
   const int64_t fixed = model.base + model.gathered;
   for (int k = 0; k < n; ++k) {
     const BlockChoice previous = k > 0 ? choices[k - 1] : BlockChoice::kKeep;
     const LocalPeak parts = local_parts(model, k, previous, choices[k]);
-    consider(fixed + prefix[k] + parts.forward, "forward", k, prefix[k],
+    consider(fixed + forward_stored[k] + parts.forward, "forward", k, forward_stored[k],
              parts.forward - parts.forward_grads, parts.forward_grads);
-    consider(fixed + prefix[k] + parts.backward, "backward", k, prefix[k],
+    consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k],
              parts.backward - parts.backward_grads, parts.backward_grads);
   }
   consider(model.base + model.grads_optimizer + model.optimizer_transient, "optimizer step", -1, 0,

@@ -19,6 +19,10 @@
 
 namespace headroom::planner {
 
+// torchtune OffloadActivations(max_fwd_stash_size=5): a packed tensor's GPU copy
+// is kept until five later ones have been packed (training/_activation_offloading.py).
+inline constexpr int kCheckpointOffloadStash = 5;
+
 struct StepModel {
   int64_t base = 0;          // resident all step on the allocator: params, states, buckets, workspaces, persistent tensors, pool slack
   int64_t gathered = 0;      // ZeRO-3 parameters gathered while blocks compute
@@ -29,6 +33,11 @@ struct StepModel {
   std::vector<BlockProfile> blocks;
   std::vector<double> copy_ms;     // per block: one-way copy time of its saved tensors
   bool allow_offload = true;       // activation offload to host permitted
+  // Checkpointed blocks' inputs kept in pinned host memory (torchtune activation
+  // offloading): -1 off; otherwise how many of the latest stay on the GPU during
+  // forward (its forward stash). The block solver prices them as stored (an upper
+  // bound); walk_step, which every prediction uses, prices them as offloaded.
+  int checkpoint_stash = -1;
 };
 
 int64_t stored_bytes(const BlockProfile& block, BlockChoice choice);

@@ -85,6 +85,22 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   nvme.config.offload_optimizer = planner::Offload::kNvme;
   CHECK(check_executable(nvme, "plan.json").message().find("NVMe") != std::string::npos);
 
+  // Stack mechanisms the trainer does not implement (issue 10): named, not mispredicted.
+  planner::Plan selective = plan;
+  selective.settings.recompute = planner::Recompute::kSelectiveOp;
+  selective.blocks[1] = planner::BlockChoice::kCheckpoint;
+  CHECK(check_executable(selective, "plan.json").message().find("plan.json: settings.recompute") == 0);
+  planner::Plan offload_inputs = plan;
+  offload_inputs.settings.offload_checkpoint_inputs = true;
+  CHECK(check_executable(offload_inputs, "plan.json").message().find("settings.offload_checkpoint_inputs") !=
+        std::string::npos);
+  planner::Plan compiled = plan;
+  compiled.settings.compile = true;
+  CHECK(check_executable(compiled, "plan.json").message().find("settings.compile") != std::string::npos);
+  planner::Plan chunked = plan;
+  chunked.settings.stack = planner::Stack::kTorchtune;
+  CHECK(check_executable(chunked, "plan.json").message().find("plan.json: settings.loss: chunked:8") == 0);
+
   planner::Plan torn = plan;
   torn.block_names.pop_back();
   CHECK(check_executable(torn, "plan.json").message().find("plan.json: blocks") == 0);

@@ -173,3 +173,33 @@ TEST_CASE("the recompute setting round-trips through settings JSON") {
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("torchtune activation offloading keeps only the forward stash of checkpoint inputs on the GPU") {
+  RunSettings s;
+  s.model = "llama-3-8b";
+  s.gpu = "a100-80g";
+  s.mode = TrainMode::kLora;
+  s.micro_batch = 2;
+  s.seq_len = 4096;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.stack = Stack::kTorchtune;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  const Prediction kept = predict_as_given(s);
+  s.offload_checkpoint_inputs = true;
+  const Prediction offloaded = predict_as_given(s);
+  // One checkpoint input: B x S x hidden in bf16. At the peak (the head, or the
+  // start of backward) 32 are stored without offload; with it, the last four
+  // before the head stay in the stash in forward and none in backward.
+  const int64_t input = int64_t{2} * 4096 * 4096 * 2;
+  const int64_t walk_drop = kept.peak_allocated - offloaded.peak_allocated;
+  const int64_t simulated_drop = kept.simulated_peak_allocated - offloaded.simulated_peak_allocated;
+  CHECK(walk_drop >= 27 * input);
+  CHECK(walk_drop <= 32 * input);
+  CHECK(simulated_drop >= 27 * input);
+  CHECK(simulated_drop <= 32 * input);
+  CHECK(offloaded.host_ram - kept.host_ram >= 32 * input);  // pinned host copies
+}
+
+}  // namespace headroom::planner
