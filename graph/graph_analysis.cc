@@ -5,6 +5,7 @@
 #include <boost/graph/topological_sort.hpp>
 #include <cassert>
 #include <iterator>
+#include <queue>
 #include <unordered_map>
 
 namespace headroom::graph {
@@ -12,25 +13,41 @@ namespace {
 
 using NodeGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
 
-// Execution order: a topological order of the producer -> consumer edges, made
-// stable by sorting on (block, topological rank). Valid because validation
-// guarantees no node reads from a later block.
+// Execution order: the producer -> consumer edges in topological order, taking
+// among the nodes that are ready the one created first (Kahn's algorithm with a
+// min-heap). Builders create nodes in the module's Python order, so this is the
+// order PyTorch runs them in (torchtune's chunked head: every chunk's logits before
+// any chunk's loss), which a depth-first order is not. Cycles throw not_a_dag, as
+// boost::topological_sort does. Blocks stay in their chain order.
 std::vector<int> execution_order(const LayerGraph& graph, const std::vector<int>& producer,
                                  const std::unordered_map<std::string, int>& tensor_ids) {
   const int node_count = static_cast<int>(graph.nodes.size());
   NodeGraph dag(node_count);
+  std::vector<int> unmet(node_count, 0);
   for (int consumer = 0; consumer < node_count; ++consumer) {
     for (const std::string& input : graph.nodes[consumer].inputs) {
       const int from = producer[tensor_ids.at(input)];
-      if (from >= 0) boost::add_edge(from, consumer, dag);
+      if (from >= 0) {
+        boost::add_edge(from, consumer, dag);
+        ++unmet[consumer];
+      }
     }
   }
-  std::vector<NodeGraph::vertex_descriptor> reversed;
-  boost::topological_sort(dag, std::back_inserter(reversed));  // throws not_a_dag on cycles
-  std::vector<int> rank(node_count);
-  for (int i = 0; i < node_count; ++i) {
-    rank[reversed[node_count - 1 - i]] = i;
+  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+  for (int n = 0; n < node_count; ++n) {
+    if (unmet[n] == 0) ready.push(n);
   }
+  std::vector<int> rank(node_count, -1);
+  int next = 0;
+  while (!ready.empty()) {
+    const int n = ready.top();
+    ready.pop();
+    rank[n] = next++;
+    for (auto [it, end] = boost::adjacent_vertices(n, dag); it != end; ++it) {
+      if (--unmet[*it] == 0) ready.push(static_cast<int>(*it));
+    }
+  }
+  if (next != node_count) throw boost::not_a_dag();
   std::vector<int> order(node_count);
   for (int i = 0; i < node_count; ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
+
+#include "planner/chunked_head.h"
 
 namespace headroom::planner {
 namespace {
@@ -36,6 +39,7 @@ void drop_save(graph::Node& node, const std::string& tensor) {
 
 void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled) {
   if (loss.impl == LossImpl::kFullKeepLogits) return;
+  std::vector<std::string> to_chunk;  // split after the loop: splitting reallocates graph.nodes
   for (graph::Node& node : graph.nodes) {
     if (node.op != "loss" || node.inputs.empty()) continue;
     const std::string log_probs_name = node.name + ":log_probs";
@@ -79,6 +83,8 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
             drop_save(node, log_probs_name);
           }
           node.workspace_elements = graph::SizeExpr{};
+          // Each chunk's saved logits go as its gradient comes: N head/loss pairs.
+          to_chunk.push_back(node.name);
         } else {
           drop_save(node, logits_name);
           node.workspace_elements = divided(node.workspace_elements, loss.chunks);
@@ -103,6 +109,7 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
         break;
     }
   }
+  for (const std::string& name : to_chunk) split_head_into_chunks(graph, name, loss.chunks);
 }
 
 }  // namespace headroom::planner

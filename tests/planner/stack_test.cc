@@ -201,14 +201,61 @@ TEST_CASE("loss variants rewrite the loss node: what is saved, how large the log
   CHECK(loss_node(chunked).workspace_elements.at(2, 4096) == node.workspace_elements.at(2, 4096) / 8);
   CHECK(chunked.find_tensor(log_probs)->dtype == graph::DType::kF32);
 
-  // Compiled (torchtune compile_loss): the 16-bit chunks are the compiled graphs'
-  // saved inputs; of the log-probabilities only max and log-sum-exp per token stay
-  // (fp32, 8 bytes a token); no fp32 upcast is materialised.
+  // Compiled (torchtune compile_loss): N head/loss pairs (TransformerDecoder with
+  // num_output_chunks); each loss keeps its 16-bit chunk and, of the log-probabilities,
+  // only max and log-sum-exp per token (fp32, 8 bytes a token); no fp32 upcast.
   graph::LayerGraph compiled = original;
   apply_loss_impl(compiled, LossSpec{LossImpl::kChunked, 8}, /*compiled=*/true);
-  CHECK(saves(loss_node(compiled), logits));
-  CHECK(graph::tensor_bytes(*compiled.find_tensor(log_probs), graph::DType::kBF16, 2, 4096) == 2 * 4096 * 8);
-  CHECK(loss_node(compiled).workspace_elements.is_zero());
+  int losses = 0;
+  int heads = 0;
+  int64_t logits_bytes = 0;
+  int64_t stats_bytes = 0;
+  int64_t weight_owners = 0;
+  for (const graph::Node& n : compiled.nodes) {
+    if (n.op == "loss") {
+      ++losses;
+      REQUIRE(n.inputs.front() == logits + "#chunk" + std::to_string(losses - 1));
+      CHECK(saves(n, n.inputs.front()));
+      CHECK(n.workspace_elements.is_zero());
+      logits_bytes += graph::tensor_bytes(*compiled.find_tensor(n.inputs.front()), graph::DType::kBF16, 2, 4096);
+      stats_bytes += graph::tensor_bytes(*compiled.find_tensor(n.name.substr(0, n.name.find('#')) + ":log_probs" +
+                                                                n.name.substr(n.name.find('#'))),
+                                         graph::DType::kBF16, 2, 4096);
+    }
+    if (n.linear && n.outputs.front().starts_with(logits + "#chunk")) {
+      ++heads;
+      for (const graph::Param& p : n.params) weight_owners += p.tied_to.empty() ? 1 : 0;
+    }
+  }
+  CHECK(losses == 8);
+  CHECK(heads == 8);
+  CHECK(weight_owners == 1);  // one lm_head weight, shared by the chunks
+  CHECK(logits_bytes == 2 * logits_elements.at(2, 4096));  // all chunks: the 16-bit logits once
+  // 8 bytes a token in all, each chunk's coefficient rounded up (SizeExpr holds integers).
+  CHECK(stats_bytes >= 2 * 4096 * 8);
+  CHECK(stats_bytes <= 2 * 4096 * 4 * 8);
+  CHECK(compiled.find_tensor(logits) == nullptr);
+  // Autograd frees each chunk's saved logits as its gradient is made: the head
+  // block's backward holds all logits plus one chunk's gradient, not two full sets.
+  {
+    RunSettings run;
+    run.model = "llama-3-8b";
+    run.mode = TrainMode::kLora;
+    run.micro_batch = 2;
+    run.seq_len = 4096;
+    run.checkpointing = CheckpointPolicy::kEveryBlock;
+    run.stack = Stack::kTorchtune;
+    run.optimizer_impl = OptimizerImpl::kFused;
+    run.compile = true;
+    Result<ModelContext> context = prepare_context(run);
+    REQUIRE_MESSAGE(context.is_ok(), context.message());
+    const StepProfile profile = profile_step(context->graph, context->analysis, context->compute_dtype, 2, 4096,
+                                             Accounting::kAllocated, context->gpu);
+    const BlockProfile& head_block = profile.blocks.back();
+    const int64_t all_logits = 2 * logits_elements.at(2, 4096);
+    CHECK(head_block.bwd_peak - head_block.keep - head_block.out_grad < all_logits / 4);
+  }
+
   // Compile changes only the chunked loss: the others are priced as eager.
   graph::LayerGraph full_compiled = original;
   apply_loss_impl(full_compiled, LossSpec{LossImpl::kFull, 8}, /*compiled=*/true);
