@@ -12,10 +12,11 @@ namespace {
 using graph::DType;
 using graph::Param;
 
-// bitsandbytes 8-bit optimizers quantize states in blocks of 2048 with one fp32
-// absmax per block, and keep 32-bit states for tensors under min_8bit_size = 4096
-// elements (bitsandbytes/optim/optimizer.py).
-constexpr int64_t kBnbBlock = 2048;
+// bitsandbytes 8-bit optimizers quantize states in blocks with one fp32 absmax per
+// block and state, and keep 32-bit states for tensors under min_8bit_size = 4096
+// elements (bitsandbytes/optim/optimizer.py init_state). Blocks are 256 elements
+// from 0.44.0 (2048 up to 0.43.x): the newer, larger count is priced.
+constexpr int64_t kBnbBlock = 256;
 constexpr int64_t kBnbMin8bitSize = 4096;
 
 // DeepSpeed NVMe offload keeps pinned staging buffers in host RAM: the
