@@ -41,6 +41,16 @@ int64_t largest_block_param_bytes(const graph::LayerGraph& graph, Precision prec
   return per_block.empty() ? 0 : *std::max_element(per_block.begin(), per_block.end());
 }
 
+int64_t largest_block_trainable_elements(const graph::LayerGraph& graph) {
+  std::vector<int64_t> per_block(graph.blocks.size(), 0);
+  for (const graph::Node& node : graph.nodes) {
+    for (const Param& param : node.params) {
+      if (param.tied_to.empty() && param.trainable) per_block[node.block] += param.elements();
+    }
+  }
+  return per_block.empty() ? 0 : *std::max_element(per_block.begin(), per_block.end());
+}
+
 }  // namespace
 
 // A PEFT adapter declared fp32 on a pure-bf16 model stays fp32 (4 bytes for the
@@ -170,7 +180,8 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   // keep a preallocated partition, and offload sends them to the host per bucket.
   out.grads_progressive = optimizer_on_gpu && !shard_grads;
   const int64_t grad_width = grad_bytes_per_element(precision);
-  if (shard_grads || !optimizer_on_gpu) {
+  const bool fsdp2 = shard_params && shards_with_fsdp2(settings.stack);
+  if ((shard_grads && !fsdp2) || !optimizer_on_gpu) {
     // DeepSpeed's reduce bucket (reduce_bucket_size elements, 16-bit) holds
     // gradients while they are reduced/partitioned or copied to the host.
     const int64_t bucket = std::min(settings.reduce_bucket_elements, trainable_bytes_16) * grad_width;
@@ -182,13 +193,25 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
     const int64_t bucket = std::min(settings.allgather_bucket_elements, out.total_params) * 2;
     out.comm_buckets += account(bucket, accounting);
   }
-  if (shard_params) {
+  if (shard_params && !fsdp2) {
     // ZeRO-3 gathers the parameters of the block being computed and prefetches the
     // next (stage3_prefetch_bucket_size), never beyond stage3_max_live_parameters.
     const int64_t block_bytes = largest_block_param_bytes(graph, precision);
     const int64_t prefetch = settings.prefetch_bucket_elements * 2;
     const int64_t live_cap = settings.max_live_parameters * 2;
     out.gathered_params = account(std::min(block_bytes + std::min(prefetch, block_bytes), live_cap), accounting);
+  }
+  if (fsdp2) {
+    // FSDP2 (torch/distributed/fsdp/_fully_shard): the block computing and the next
+    // one, all-gathered ahead on its own stream (implicit forward prefetching,
+    // explicit backward prefetching of one), with no live-parameter cap.
+    out.gathered_params = account(2 * largest_block_param_bytes(graph, precision), accounting);
+    // foreach_reduce (_fsdp_collectives.py) allocates the reduce-scatter input in
+    // reduce_dtype and copies the block's unsharded gradients (param dtype) into it
+    // before freeing them: both live at the end of the block's backward. torchtitan's
+    // mixed precision reduces in fp32; a pure 16-bit model reduces in its dtype.
+    const int64_t reduce_width = precision == Precision::kBf16Mixed || precision == Precision::kFp16Mixed ? 4 : grad_width;
+    out.reduce_scatter_bytes = account(largest_block_trainable_elements(graph) * (grad_width + reduce_width), accounting);
   }
 
   OptimizerStepInputs step;
@@ -200,9 +223,7 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   step.largest_grad_bytes = largest_grad;
   // ZeRO-3 means DeepSpeed's stage 3 unless the stack shards with FSDP2, whose
   // reduce-scatter writes fp32 sharded gradients directly (torchtitan, torchtune, litgpt).
-  const bool fsdp_stack = settings.stack == Stack::kTorchtitan || settings.stack == Stack::kTorchtune ||
-                          settings.stack == Stack::kLitgpt;
-  if (shard_params && optimizer_on_gpu && !fsdp_stack) {
+  if (shard_params && optimizer_on_gpu && !fsdp2) {
     // flatten() concatenates the 16-bit partition (a copy), .to(fp32) converts it:
     // both exist for a moment, then the fp32 copy lives through the sub-group's step.
     const int64_t partition = ceil_div(out.trainable_params, world);

@@ -35,6 +35,9 @@ struct ModelStates {
   int64_t master = 0;             // fp32 master weights on the GPU
   int64_t comm_buckets = 0;       // ZeRO reduce / allgather buckets, allocated for the whole run
   int64_t gathered_params = 0;    // ZeRO-3: full parameters gathered for the blocks in flight
+  // FSDP2: a block's unsharded gradients and its reduce-scatter input while its
+  // backward ends (the largest block's), on top of the sharded gradients.
+  int64_t reduce_scatter_bytes = 0;
   bool grads_progressive = true;  // grads appear block by block during the first backward
   std::vector<int64_t> block_grads;  // per block: gradient bytes it adds (progressive case)
   // optimizer.step() temporaries, and optimizer-in-backward (planner/optimizer_step.h).

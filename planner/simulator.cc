@@ -146,6 +146,24 @@ class StepSimulator {
     static const std::vector<int> kNone;
     return static_cast<size_t>(block) < ctx_.checkpoint_saves.size() ? ctx_.checkpoint_saves[block] : kNone;
   }
+  // ZeRO-3 all-gathers the block about to compute; FSDP2 also has the next one
+  // (`ahead`) in flight, prefetched on its all-gather stream.
+  int64_t gather(int block, int ahead) {
+    if (config_.zero_stage < 3) return -1;
+    int64_t bytes = block_param_bytes_[block];
+    const bool in_range = ahead >= 0 && static_cast<size_t>(ahead) < block_param_bytes_.size();
+    if (shards_with_fsdp2(settings_.stack) && in_range) bytes += block_param_bytes_[ahead];
+    return alloc(bytes, "ZeRO buffers");
+  }
+  int64_t grad_bytes_of_block(int block) const {
+    int64_t bytes = 0;
+    for (int n : an_.blocks[block].nodes) {
+      for (const graph::Param& param : graph_.nodes[n].params) {
+        if (param.trainable && param.tied_to.empty()) bytes += planner::grad_bytes(param, settings_.precision);
+      }
+    }
+    return bytes;
+  }
   bool offloaded(int block) const { return choices_[block] == BlockChoice::kOffload && an_.blocks[block].on_autograd; }
 
   void allocate_states();
@@ -265,7 +283,7 @@ void StepSimulator::allocate_states() {
 void StepSimulator::forward_block(int block, bool recompute) {
   const bool saving = !checkpointed(block) || recompute;
   const std::string prefix = recompute ? "recompute " : "forward ";
-  const int64_t gathered = config_.zero_stage >= 3 ? alloc(block_param_bytes_[block], "ZeRO buffers") : -1;
+  const int64_t gathered = recompute ? -1 : gather(block, block + 1);
   if (checkpointed(block) && !recompute) {
     for (int t : an_.blocks[block].boundary_inputs) ++held_by_checkpoint_[t];
     for (int t : selective_saves(block)) ++held_by_checkpoint_[t];
@@ -417,11 +435,11 @@ void StepSimulator::backward_block(int block) {
     }
     prefetch_done_.erase(block);
   }
+  const int64_t gathered = gather(block, block - 1);
   if (checkpointed(block)) {
     if (settings_.offload_checkpoint_inputs) fetch_checkpoint_inputs(block);
     forward_block(block, true);
   }
-  const int64_t gathered = config_.zero_stage >= 3 ? alloc(block_param_bytes_[block], "ZeRO buffers") : -1;
   const std::vector<int>& nodes = an_.blocks[block].nodes;
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     const int n = *it;
@@ -470,6 +488,13 @@ void StepSimulator::backward_block(int block) {
       --held_by_checkpoint_[t];
       maybe_free(t);
     }
+  }
+  if (states_.reduce_scatter_bytes > 0 && grad_bytes_of_block(block) > 0) {
+    // FSDP2 foreach_reduce: the block's unsharded gradients and the reduce-scatter
+    // input they are copied into, both live as its backward ends (the largest
+    // block's bytes, as the walk prices it).
+    label_ = "reduce-scatter " + block_name(block);
+    release(alloc(states_.reduce_scatter_bytes, "ZeRO buffers"));
   }
   if (gathered >= 0) release(gathered);
   // Gradient traffic of this block: reduce-scatter (ZeRO-2/3) or copies to a CPU optimizer.

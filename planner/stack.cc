@@ -153,6 +153,12 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
 
 std::string_view stack_name(Stack value) { return row_of(value).name; }
 
+// torchtitan (parallelisms), torchtune (training/_distributed.py shard_model) and
+// litgpt (FSDP strategy) shard with torch's fully_shard; the others mean DeepSpeed.
+bool shards_with_fsdp2(Stack value) {
+  return value == Stack::kTorchtitan || value == Stack::kTorchtune || value == Stack::kLitgpt;
+}
+
 std::optional<Stack> parse_stack(std::string_view text) {
   for (const StackRow& row : kStacks) {
     if (row.name == text) return row.stack;

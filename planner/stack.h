@@ -75,6 +75,9 @@ ResolvedStack resolve_stack(const RunSettings& settings);
 // bottom of the band); nullopt when the stack leaves nothing open.
 std::optional<RunSettings> bottom_of_band(const RunSettings& settings);
 
+// Whether the stack's ZeRO-3 is FSDP2 (fully_shard) rather than DeepSpeed's stage 3.
+bool shards_with_fsdp2(Stack value);
+
 std::string_view stack_name(Stack value);
 std::string_view optimizer_impl_name(OptimizerImpl value);
 std::string loss_name(const LossSpec& value);  // "full", "chunked:8", ...

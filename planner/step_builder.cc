@@ -36,6 +36,8 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
     model.grads_fwd = out.states.grads_full;
     std::fill(model.grads_bwd.begin(), model.grads_bwd.end(), out.states.grads_full);
   }
+  // FSDP2's unsharded gradients and reduce-scatter input while each block's backward ends.
+  for (int64_t& grads : model.grads_bwd) grads += out.states.reduce_scatter_bytes;
   model.grads_optimizer = out.states.grads_full;
   model.optimizer_transient = out.states.step_transient;
   if (out.states.grads_in_backward) {

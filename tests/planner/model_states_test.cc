@@ -114,4 +114,38 @@ TEST_CASE("DeepSpeed ZeRO-3 copies a sub-group's gradient partition to fp32 at t
   CHECK(model_states(model, settings, config, Accounting::kAllocated).step_transient == 0);
 }
 
+
+
+TEST_CASE("FSDP2 stacks: two blocks gathered without a live cap, and the reduce-scatter input per block") {
+  // Two blocks of 1e9 trainable bf16 parameters each, 8 GPUs, ZeRO-3.
+  graph::LayerGraph graph;
+  graph.name = "two-blocks";
+  graph.blocks = {{"a", "dense", true}, {"b", "dense", true}};
+  for (int b = 0; b < 2; ++b) {
+    graph::Node node;
+    node.name = "w" + std::to_string(b);
+    node.op = "linear";
+    node.block = b;
+    node.params.push_back({node.name + ".weight", {1'000'000'000}, graph::DType::kBF16, true, ""});
+    graph.nodes.push_back(node);
+  }
+  RunSettings settings;
+  settings.precision = Precision::kBf16Mixed;
+  settings.gpus_per_node = 8;
+  GlobalConfig config;
+  config.zero_stage = 3;
+  settings.stack = Stack::kDeepspeed;
+  const ModelStates deepspeed = model_states(graph, settings, config, Accounting::kAllocated);
+  // DeepSpeed: block + prefetch bucket (50M elements), capped at max_live_parameters (1e9 x 2 bytes).
+  CHECK(deepspeed.gathered_params == 2'000'000'000);
+  CHECK(deepspeed.reduce_scatter_bytes == 0);
+  settings.stack = Stack::kTorchtitan;
+  const ModelStates fsdp2 = model_states(graph, settings, config, Accounting::kAllocated);
+  CHECK(fsdp2.gathered_params == 4'000'000'000);  // this block and the next, 2 bytes each
+  // bf16 unsharded gradients (2) copied into an fp32 reduce-scatter input (4).
+  CHECK(fsdp2.reduce_scatter_bytes == 6'000'000'000);
+  CHECK(fsdp2.comm_buckets == 0);  // no DeepSpeed reduce bucket
+  settings.precision = Precision::kBf16Pure;  // torchtune: reduces in the model's dtype
+  CHECK(model_states(graph, settings, config, Accounting::kAllocated).reduce_scatter_bytes == 4'000'000'000);
+}
 }  // namespace headroom::planner
