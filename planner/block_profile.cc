@@ -1,6 +1,8 @@
 #include "planner/block_profile.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 namespace headroom::planner {
 namespace {
@@ -133,6 +135,32 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
                          const TimeModelOptions& time_options,
                          const std::vector<std::vector<int>>& checkpoint_saves) {
   const TensorFacts facts = tensor_facts(graph, analysis, compute, batch, seq, accounting);
+  // Shared weights (tied embeddings, a chunked head): every use but the first in
+  // backward materialises its partial gradient before autograd adds it into the
+  // input buffer (torch/csrc/autograd/input_buffer.cpp accumulate), a transient of
+  // the weight's size in the compute dtype.
+  std::map<std::string, bool> owner_trainable;
+  std::map<std::string, int> uses;
+  std::map<std::string, int> last_position;  // owner -> latest execution position of a use
+  std::vector<int> position(graph.nodes.size(), 0);
+  for (size_t i = 0; i < analysis.order.size(); ++i) position[analysis.order[i]] = static_cast<int>(i);
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    for (const graph::Param& param : graph.nodes[n].params) {
+      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+      if (param.tied_to.empty()) owner_trainable[owner] = param.trainable;
+      ++uses[owner];
+      last_position[owner] = std::max(last_position[owner], position[n]);
+    }
+  }
+  auto partial_gradients = [&](int n) {
+    int64_t bytes = 0;
+    for (const graph::Param& param : graph.nodes[n].params) {
+      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+      if (uses[owner] < 2 || !owner_trainable[owner] || last_position[owner] == position[n]) continue;
+      bytes += account(graph::dtype_bytes(compute, param.elements()), accounting);
+    }
+    return bytes;
+  };
   StepProfile out;
   for (size_t t = 0; t < graph.tensors.size(); ++t) {
     if (analysis.persistent[t]) out.persistent += facts.bytes[t];
@@ -186,6 +214,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
       for (int t : analysis.node_inputs[n]) {
         if (analysis.requires_grad[t] && !analysis.persistent[t]) grads += facts.bytes[t];
       }
+      grads += partial_gradients(n);
       grad_transient = std::max(grad_transient, grads);
     }
     for (int n : block.nodes) {

@@ -68,6 +68,21 @@ int64_t param_storage_bytes(const Param& param, Precision precision) {
   return param.elements() * param_bytes_per_element(precision, param.trainable);
 }
 
+std::map<std::string, int> shared_gradient_first_block(const graph::LayerGraph& graph) {
+  std::map<std::string, int> uses;
+  std::map<std::string, int> latest;
+  for (const graph::Node& node : graph.nodes) {
+    for (const Param& param : node.params) {
+      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+      ++uses[owner];
+      const auto [it, inserted] = latest.try_emplace(owner, node.block);
+      if (!inserted) it->second = std::max(it->second, node.block);
+    }
+  }
+  std::erase_if(latest, [&](const auto& entry) { return uses[entry.first] < 2; });
+  return latest;
+}
+
 int64_t grad_bytes(const Param& param, Precision precision) {
   return param.elements() * (fp32_adapter(param, precision) ? 4 : grad_bytes_per_element(precision));
 }
@@ -135,6 +150,7 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   int64_t checkpoint_optimizer = 0;
   int64_t largest_state = 0;  // one state tensor of the largest trainable parameter (rank share)
   int64_t largest_grad = 0;
+  const std::map<std::string, int> shared = shared_gradient_first_block(graph);
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
       if (!param.tied_to.empty()) continue;
@@ -166,7 +182,9 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
         out.optimizer += account(states_rank, accounting);
         out.master += account(master_rank, accounting);
         out.grads_full += account(grad_rank, accounting);
-        out.block_grads[node.block] += account(grad, accounting);
+        // A shared weight's gradient exists from its first use in backward on.
+        const auto first = shared.find(param.name);
+        out.block_grads[first == shared.end() ? node.block : first->second] += account(grad, accounting);
       } else {
         // ZeRO-Offload keeps fp32 master weights, optimizer states and fp32
         // gradients on the host (Ren et al. 2021, Sec. 4.1): 4 + states + 4 bytes.

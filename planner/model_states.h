@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "graph/layer_graph.h"
@@ -67,6 +68,12 @@ int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision,
 // except LoRA adapters kept in fp32 under pure bf16 (PEFT), whose gradients,
 // like the adapters and their torch.optim states, stay fp32.
 int64_t grad_bytes(const graph::Param& param, Precision precision);
+
+// A parameter used by several nodes (tied embeddings, a chunked head): its gradient
+// is summed in autograd's input buffer from the first use backward reaches, the
+// node in the latest block, until the last. Per owner parameter name: that block.
+// Parameters used once are not listed.
+std::map<std::string, int> shared_gradient_first_block(const graph::LayerGraph& graph);
 
 // Device bytes of one parameter tensor before partitioning: its 16- or 32-bit
 // copy, or its quantized storage for frozen NF4/int8 weights and constants.

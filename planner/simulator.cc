@@ -42,6 +42,16 @@ class StepSimulator {
                              context.gpu, context.time_options);
     }
     states_ = model_states(graph_, settings, config, Accounting::kAllocated);
+    std::map<std::string, int> uses;
+    for (const Node& node : graph_.nodes) {
+      for (const graph::Param& param : node.params) {
+        ++uses[param.tied_to.empty() ? param.name : param.tied_to];
+        if (param.tied_to.empty()) owners_[param.name] = &param;
+      }
+    }
+    for (const auto& [owner, count] : uses) {
+      if (count > 1 && owners_.count(owner)) shared_uses_[owner] = count;
+    }
     block_param_bytes_.assign(graph_.blocks.size(), 0);
     for (const Node& node : graph_.nodes) {
       for (const graph::Param& param : node.params) {
@@ -198,6 +208,10 @@ class StepSimulator {
   std::vector<int64_t> block_param_bytes_;
   std::map<int, std::vector<int>> offloaded_tensors_;  // block -> tensors sent to the host
   std::map<int, double> prefetch_done_;                // block -> time its tensors are back
+  std::map<std::string, int> shared_uses_;               // weights used by several nodes -> their uses
+  std::map<std::string, const graph::Param*> owners_;    // parameter name -> the parameter
+  std::map<std::string, int> seen_uses_;                 // uses backward has reached this micro-step
+  std::map<std::string, int64_t> shared_grads_;          // gradients still being summed
   std::deque<int> input_stash_;                        // checkpointed blocks whose inputs are still on the GPU
   std::vector<bool> inputs_on_host_;                   // per block: its checkpoint inputs were evicted
   std::vector<int64_t> param_grads_;                   // progressive gradient handles
@@ -452,17 +466,45 @@ void StepSimulator::backward_block(int block) {
       }
     }
     const size_t grads_before = param_grads_.size();
-    if (states_.grads_progressive && micro_ == 0) {
-      for (const graph::Param& param : node.params) {
-        if (param.trainable && param.tied_to.empty()) {
+    std::vector<int64_t> partials;     // later uses of a shared weight: their partial gradients
+    std::vector<std::string> finished;  // shared weights whose last use in backward this is
+    for (const graph::Param& param : node.params) {
+      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+      const auto shared = shared_uses_.find(owner);
+      if (shared == shared_uses_.end()) {
+        if (states_.grads_progressive && micro_ == 0 && param.trainable && param.tied_to.empty()) {
           param_grads_.push_back(alloc(grad_bytes(param, settings_.precision), "gradients"));
         }
+        continue;
       }
+      const graph::Param& original = *owners_.at(owner);
+      if (!original.trainable) continue;
+      // Summed in autograd's input buffer from the first use backward reaches to the
+      // last; every later use materialises its own partial first.
+      const int seen = ++seen_uses_[owner];
+      if (seen == 1) {
+        if (states_.grads_progressive && micro_ == 0) {
+          shared_grads_[owner] = alloc(grad_bytes(original, settings_.precision), "gradients");
+        }
+      } else {
+        partials.push_back(alloc(grad_bytes(original, settings_.precision), "transient"));
+      }
+      if (seen == shared->second) finished.push_back(owner);
     }
     const int64_t workspace = node.workspace_elements.at(batch_, seq_);
     const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
     compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
     release(ws);
+    for (int64_t partial : partials) release(partial);
+    for (const std::string& owner : finished) {
+      // AccumulateGrad runs once all uses are in: the gradient joins the others.
+      const auto it = shared_grads_.find(owner);
+      if (it != shared_grads_.end()) {
+        param_grads_.push_back(it->second);
+        shared_grads_.erase(it);
+      }
+      seen_uses_.erase(owner);
+    }
     if (states_.grads_in_backward) {
       // Optimizer in backward: each gradient is stepped and freed as it is produced.
       for (size_t g = grads_before; g < param_grads_.size(); ++g) release(param_grads_[g]);
@@ -534,6 +576,10 @@ void StepSimulator::micro_step() {
   }
   for (int b = blocks - 1; b >= 0; --b) backward_block(b);
   settle(1e300);
+  // A shared weight whose last use never ran backward still has its gradient.
+  for (const auto& [owner, handle] : shared_grads_) param_grads_.push_back(handle);
+  shared_grads_.clear();
+  seen_uses_.clear();
   // Whatever is still held (graph outputs nobody consumes) goes with the step.
   for (size_t t = 0; t < graph_.tensors.size(); ++t) {
     if (an_.persistent[t]) continue;

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include "planner/model_states.h"
+#include "planner/planner.h"
+#include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
 namespace {
@@ -148,4 +150,32 @@ TEST_CASE("FSDP2 stacks: two blocks gathered without a live cap, and the reduce-
   settings.precision = Precision::kBf16Pure;  // torchtune: reduces in the model's dtype
   CHECK(model_states(graph, settings, config, Accounting::kAllocated).reduce_scatter_bytes == 4'000'000'000);
 }
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("a tied embedding's gradient lives from the head's backward, where autograd first produces it") {
+  RunSettings settings;
+  settings.model = std::string(HEADROOM_SOURCE_DIR) + "/bench/accuracy/models/llama-3.2-3b/config.json";
+  settings.precision = Precision::kBf16Pure;
+  settings.seq_len = 1024;
+  Result<ModelContext> context = prepare_context(settings);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  const graph::LayerGraph& graph = context->graph;
+  const std::map<std::string, int> shared = shared_gradient_first_block(graph);
+  // embed_tokens (block 0) is tied to lm_head (the last block): its gradient is
+  // summed from the head's backward on, 128256 x 3072 bf16 elements.
+  REQUIRE(shared.size() == 1);
+  CHECK(shared.begin()->first.ends_with("embed_tokens.weight"));
+  CHECK(shared.begin()->second == static_cast<int>(graph.blocks.size()) - 1);
+  const ModelStates states = model_states(graph, settings, user_config(settings), Accounting::kAllocated);
+  const int64_t embedding_grad = int64_t{128256} * 3072 * 2;
+  CHECK(states.block_grads.back() >= embedding_grad);
+  CHECK(states.block_grads.front() < embedding_grad);
+  // The simulator agrees: while block 1 runs backward, the embedding's gradient is live.
+  const Prediction prediction = predict_as_given(settings);
+  CHECK(prediction.simulated_peak_allocated ==
+        doctest::Approx(static_cast<double>(prediction.peak_allocated)).epsilon(0.03));
+}
+
 }  // namespace headroom::planner
