@@ -108,6 +108,8 @@ SearchOptions search_options(const ModelContext& context, const RunSettings& set
   SearchOptions options;
   options.budget = allocator_budget(context, settings);
   options.gpu_budget = gpu_budget_bytes(context, settings);
+  // A micro-batch whose sizes leave int64 is never predicted (it could only wrap).
+  std::erase_if(micro_batches, [&](int64_t mb) { return !sizes_in_range(context, mb, context.seq_len); });
   options.micro_batches = std::move(micro_batches);
   return options;
 }
@@ -202,6 +204,7 @@ std::vector<FrontierPoint> pareto(std::vector<FrontierPoint> points) {
 
 // Whether any global configuration fits micro-batch `mb` at sequence length `seq`.
 bool fits_at(const ModelContext& base, const RunSettings& settings, int64_t mb, int64_t seq) {
+  if (!sizes_in_range(base, mb, seq)) return false;
   ModelContext context = base;
   context.seq_len = seq;
   RunSettings probe = settings;
