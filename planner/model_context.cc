@@ -106,6 +106,12 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
     return models::build_zoo_model(settings.model, options);
   }();
   if (!loaded.is_ok()) return loaded.status();
+  if (loaded->blocks.size() > kMaxBlocks) {
+    return Status::error("model: " + loaded->name + " has " + std::to_string(loaded->blocks.size()) +
+                         " blocks, more than the " + std::to_string(kMaxBlocks) +
+                         " headroom plans for (the largest published models have under 130 layers; expected a "
+                         "model of at most " + std::to_string(kMaxBlocks) + " blocks)");
+  }
   Result<graph::LayerGraph> trained = apply_training_mode(loaded.value(), settings);
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());

@@ -2,6 +2,7 @@
 // and derives the frontier, the largest micro-batch and sequence length, and
 // what would make an infeasible run fit.
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "planner/block_solver.h"
@@ -10,6 +11,25 @@
 
 namespace headroom::planner {
 namespace {
+
+// At most `limit` of the ascending `values`: all of them when they are few,
+// else the first, the last and those nearest to a geometric spread between
+// (each search costs a prediction per configuration: a per-GPU batch of
+// 720720 has 240 divisors up to 1024, which took minutes; issue 14).
+std::vector<int64_t> spread(const std::vector<int64_t>& values, size_t limit) {
+  if (values.size() <= limit) return values;
+  std::vector<int64_t> out;
+  const double first = std::log(static_cast<double>(values.front()));
+  const double last = std::log(static_cast<double>(values.back()));
+  for (size_t i = 0; i < limit; ++i) {
+    const double target = first + (last - first) * static_cast<double>(i) / static_cast<double>(limit - 1);
+    const auto nearest = std::min_element(values.begin(), values.end(), [&](int64_t a, int64_t b) {
+      return std::fabs(std::log(static_cast<double>(a)) - target) < std::fabs(std::log(static_cast<double>(b)) - target);
+    });
+    if (out.empty() || out.back() != *nearest) out.push_back(*nearest);
+  }
+  return out;
+}
 
 // Divisors of the per-rank batch, ascending: the micro-batches that keep the
 // global batch exact with whole accumulation steps.
@@ -21,7 +41,7 @@ std::vector<int64_t> micro_batch_candidates(const RunSettings& settings) {
     if (per_rank % mb == 0) out.push_back(mb);
   }
   if (out.empty()) out.push_back(settings.micro_batch);
-  return out;
+  return spread(out, kMaxMicroBatchCandidates);
 }
 
 // ZeRO stage and offload combinations DeepSpeed accepts, within what the user allows.
