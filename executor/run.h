@@ -33,6 +33,7 @@ struct RunOptions {
   int checkpoints_kept = 2;
   std::string resume_dir;         // continue from the newest checkpoint there (and save there by default)
   FileSystem* file_system = nullptr;  // checkpoint I/O; null = the real one (tests inject faults)
+  int64_t host_bytes_available = 0;   // host memory the run may use; 0 = what the system has (tests set it)
 };
 
 // One optimizer step as measured.

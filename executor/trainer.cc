@@ -25,6 +25,7 @@
 #include "executor/checkpoint.h"
 #include "executor/cpu_memory.h"
 #include "executor/executable_model.h"
+#include "executor/host_memory.h"
 #include "executor/mixed_adamw.h"
 #include "executor/offload.h"
 #include "executor/crc32c.h"
@@ -35,6 +36,7 @@
 #include "planner/block_profile.h"
 #include "planner/model_states.h"
 #include "planner/planner.h"
+#include "planner/prediction.h"
 
 namespace headroom::executor {
 namespace {
@@ -106,6 +108,7 @@ struct Predicted {
   int64_t workspaces = 0;  // cuBLAS workspace inside peak_allocated (none on a CPU)
   double step_ms = 0;      // the time model's optimizer step
   double matmul_efficiency = 0;  // the time model's assumption behind step_ms
+  int64_t host_offload = 0;      // host RAM the plan's offload takes (optimizer states, activations)
 };
 
 Result<Predicted> predict_categories(const planner::Plan& plan, const planner::ModelContext& context) {
@@ -130,6 +133,7 @@ Result<Predicted> predict_categories(const planner::Plan& plan, const planner::M
   p.peak_allocated = prediction.peak_allocated;
   p.workspaces = prediction.peak.workspaces;
   p.step_ms = prediction.time.step_ms;
+  p.host_offload = std::max<int64_t>(0, prediction.host_ram - planner::kHostBytesPerRank * plan.settings.gpus_per_node);
   p.matmul_efficiency = context.time_options.matmul_efficiency;
   return p;
 }
@@ -247,6 +251,7 @@ class Trainer {
 
  private:
   Status setup();
+  Status check_host(const planner::ModelContext& context) const;
   Status check_disk() const;
   Status resume();
   void calibrate();
@@ -300,6 +305,7 @@ Status Trainer::setup() {
   Result<Predicted> predicted = predict_categories(plan_, context.value());
   if (!predicted.is_ok()) return predicted.status();
   predicted_ = predicted.value();
+  if (Status host = check_host(context.value()); !host.is_ok()) return host;
 
   if (device_.is_cuda()) {
     // cuBLAS allocates its workspace through the caching allocator at the first
@@ -349,6 +355,33 @@ Status Trainer::setup() {
     if (Status writable = store_->check_writable(); !writable.is_ok()) return writable;
   }
   return Status::ok();
+}
+
+// Before anything is built (issue 14: a model larger than the machine was
+// OOM-killed without a word): the module is built in fp32 on the CPU before it
+// moves, a CPU run keeps everything the GPU would hold in host memory, and the
+// plan's offload lives there too.
+Status Trainer::check_host(const planner::ModelContext& context) const {
+  const int64_t build = context.graph.parameter_count() * 4;
+  const int64_t states = device_.is_cuda() ? 0 : predicted_.peak_allocated;
+  const int64_t needed = build + states + predicted_.host_offload;
+  int64_t available = options_.host_bytes_available;
+  if (available <= 0) {
+    Result<int64_t> measured = available_host_bytes();
+    if (!measured.is_ok()) return Status::ok();  // no /proc/meminfo: nothing to compare against
+    available = measured.value();
+  }
+  auto gib = [](int64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+    return std::string(text);
+  };
+  return check_host_memory(needed, available,
+                           "this plan (" + gib(build) + " of fp32 weights while the model is built" +
+                               (states > 0 ? ", " + gib(states) + " of model states and activations on the CPU" : "") +
+                               (predicted_.host_offload > 0 ? ", " + gib(predicted_.host_offload) + " offloaded to the host"
+                                                            : "") +
+                               ")");
 }
 
 // Before the first step, not at the first save hours later: the disk must hold

@@ -21,15 +21,15 @@ void GraphBuilder::begin_block(std::string name, std::string kind, bool checkpoi
 
 void GraphBuilder::add_tensor(const std::string& name, SizeExpr elements,
                               std::optional<DType> dtype, bool requires_grad) {
-  [[maybe_unused]] const bool inserted = tensor_names_.insert(name).second;
+  [[maybe_unused]] const bool inserted = tensor_index_.emplace(name, graph_.tensors.size()).second;
   assert(inserted && "duplicate tensor name");
   graph_.tensors.push_back(graph::Tensor{name, elements, dtype, requires_grad});
 }
 
 SizeExpr GraphBuilder::elements_of(const std::string& tensor) const {
-  const graph::Tensor* found = graph_.find_tensor(tensor);
-  assert(found != nullptr && "unknown tensor");
-  return found == nullptr ? SizeExpr{} : found->elements;
+  const auto found = tensor_index_.find(tensor);
+  assert(found != tensor_index_.end() && "unknown tensor");
+  return found == tensor_index_.end() ? SizeExpr{} : graph_.tensors[found->second].elements;
 }
 
 graph::Node& GraphBuilder::add_node(const std::string& name, const std::string& op,
@@ -363,7 +363,7 @@ std::string GraphBuilder::lm_loss(const std::string& name, const std::string& lo
 graph::LayerGraph GraphBuilder::finish() {
   graph::LayerGraph out = std::move(graph_);
   graph_ = graph::LayerGraph{};
-  tensor_names_.clear();
+  tensor_index_.clear();
   node_names_.clear();
   return out;
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -165,7 +166,7 @@ class GraphBuilder {
 
   graph::LayerGraph graph_;
   DType param_dtype_ = DType::kBF16;
-  std::set<std::string> tensor_names_;
+  std::map<std::string, size_t> tensor_index_;  // name -> index in graph_.tensors (a lookup per input: never a scan)
   std::set<std::string> node_names_;
 };
 

@@ -67,6 +67,27 @@ int64_t allocator_budget(const ModelContext& context, const RunSettings& setting
   return gpu_budget_bytes(context, settings) - context_bytes(context, settings);
 }
 
+bool sizes_in_range(const ModelContext& context, int64_t micro_batch, int64_t seq) {
+  // Each tensor: itself, its gradient and a transient copy, at its own width or fp32.
+  constexpr double kTensorCopies = 3.0;
+  // Each parameter: weight, gradient, two AdamW moments, an fp32 master (at most 4 bytes each).
+  constexpr double kParameterBytes = 20.0;
+  double total = 0;
+  for (const graph::Tensor& tensor : context.graph.tensors) {
+    const std::optional<int64_t> elements = tensor.elements.eval(micro_batch, seq);
+    if (!elements) return false;
+    total += static_cast<double>(*elements) * graph::dtype_bits(tensor.dtype.value_or(graph::DType::kF32)) / 8.0 *
+             kTensorCopies;
+  }
+  for (const graph::Node& node : context.graph.nodes) {
+    const std::optional<int64_t> workspace = node.workspace_elements.eval(micro_batch, seq);
+    if (!workspace) return false;
+    total += static_cast<double>(*workspace) * 4.0;
+    for (const graph::Param& param : node.params) total += static_cast<double>(param.elements()) * kParameterBytes;
+  }
+  return total < kMaxPredictedBytes;
+}
+
 Result<ModelContext> prepare_context(const RunSettings& settings) {
   const Status valid = validate_settings(settings, "settings");
   if (!valid.is_ok()) return valid;
@@ -86,6 +107,12 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
     return models::build_zoo_model(settings.model, options);
   }();
   if (!loaded.is_ok()) return loaded.status();
+  if (loaded->blocks.size() > kMaxBlocks) {
+    return Status::error("model: " + loaded->name + " has " + std::to_string(loaded->blocks.size()) +
+                         " blocks, more than the " + std::to_string(kMaxBlocks) +
+                         " headroom plans for (the largest published models have under 130 layers; expected a "
+                         "model of at most " + std::to_string(kMaxBlocks) + " blocks)");
+  }
   Result<graph::LayerGraph> trained = apply_training_mode(loaded.value(), settings);
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());
@@ -103,6 +130,12 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   const Result<int64_t> seq = resolve_seq_len(context.graph, settings);
   if (!seq.is_ok()) return seq.status();
   context.seq_len = seq.value();
+  if (!sizes_in_range(context, settings.micro_batch, context.seq_len)) {
+    return Status::error("micro_batch: " + std::to_string(settings.micro_batch) + " samples of " +
+                         std::to_string(context.seq_len) + " tokens of " + context.graph.name +
+                         " need more than 2^60 bytes (1 EiB), beyond what headroom computes exactly; expected a "
+                         "smaller micro-batch or sequence");
+  }
   context.compute_dtype = compute_dtype_for(settings.precision);
   if (!settings.calibration_file.empty()) {
     Result<Calibration> calibration = load_calibration(settings.calibration_file);

@@ -45,6 +45,17 @@ struct ModelContext {
 // resolves GPU, sequence length (resolution for image models) and budgets.
 Result<ModelContext> prepare_context(const RunSettings& settings);
 
+// Bytes a prediction may add up to, with room to spare below 2^63: every size
+// is an int64, and sums of them must never wrap.
+inline constexpr double kMaxPredictedBytes = 1152921504606846976.0;  // 2^60
+
+// Whether every size of the model at (micro_batch, seq) fits the int64 byte
+// arithmetic of a prediction: each tensor evaluates without overflow, and the
+// bytes of all tensors (saved, their gradients and a transient copy) and of the
+// parameters with gradients and AdamW states, summed in floating point, stay
+// under kMaxPredictedBytes. A run outside is refused, never wrapped.
+bool sizes_in_range(const ModelContext& context, int64_t micro_batch, int64_t seq);
+
 // The checkpoint decisions the user asked for (none / every block / a list).
 Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
                                                     const RunSettings& settings);

@@ -2,6 +2,7 @@
 // and derives the frontier, the largest micro-batch and sequence length, and
 // what would make an infeasible run fit.
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "planner/block_solver.h"
@@ -10,6 +11,25 @@
 
 namespace headroom::planner {
 namespace {
+
+// At most `limit` of the ascending `values`: all of them when they are few,
+// else the first, the last and those nearest to a geometric spread between
+// (each search costs a prediction per configuration: a per-GPU batch of
+// 720720 has 240 divisors up to 1024, which took minutes; issue 14).
+std::vector<int64_t> spread(const std::vector<int64_t>& values, size_t limit) {
+  if (values.size() <= limit) return values;
+  std::vector<int64_t> out;
+  const double first = std::log(static_cast<double>(values.front()));
+  const double last = std::log(static_cast<double>(values.back()));
+  for (size_t i = 0; i < limit; ++i) {
+    const double target = first + (last - first) * static_cast<double>(i) / static_cast<double>(limit - 1);
+    const auto nearest = std::min_element(values.begin(), values.end(), [&](int64_t a, int64_t b) {
+      return std::fabs(std::log(static_cast<double>(a)) - target) < std::fabs(std::log(static_cast<double>(b)) - target);
+    });
+    if (out.empty() || out.back() != *nearest) out.push_back(*nearest);
+  }
+  return out;
+}
 
 // Divisors of the per-rank batch, ascending: the micro-batches that keep the
 // global batch exact with whole accumulation steps.
@@ -21,7 +41,7 @@ std::vector<int64_t> micro_batch_candidates(const RunSettings& settings) {
     if (per_rank % mb == 0) out.push_back(mb);
   }
   if (out.empty()) out.push_back(settings.micro_batch);
-  return out;
+  return spread(out, kMaxMicroBatchCandidates);
 }
 
 // ZeRO stage and offload combinations DeepSpeed accepts, within what the user allows.
@@ -61,6 +81,12 @@ struct Candidate {
   bool found = false;
   Plan plan;
   double sample_ms = 0;
+  // The fastest plan that fits the GPU but not host RAM or disk: when nothing
+  // fits, it says which budget is short (issue 14: a GPU peak of 18 GiB was
+  // reported as "no plan fits even with 64x the GPU memory" when host RAM was).
+  bool gpu_only = false;
+  Plan gpu_only_plan;
+  double gpu_only_ms = 0;
 };
 
 double sample_ms_of(const Prediction& prediction, const GlobalConfig& config, int world) {
@@ -108,6 +134,8 @@ SearchOptions search_options(const ModelContext& context, const RunSettings& set
   SearchOptions options;
   options.budget = allocator_budget(context, settings);
   options.gpu_budget = gpu_budget_bytes(context, settings);
+  // A micro-batch whose sizes leave int64 is never predicted (it could only wrap).
+  std::erase_if(micro_batches, [&](int64_t mb) { return !sizes_in_range(context, mb, context.seq_len); });
   options.micro_batches = std::move(micro_batches);
   return options;
 }
@@ -163,8 +191,15 @@ Candidate search(const ModelContext& context, const RunSettings& settings, const
         solve(no_offload);
       }
       if (!solution.feasible) continue;
-      if (!plan.prediction.fits_host || !plan.prediction.fits_disk) continue;
       const double ms = sample_ms_of(plan.prediction, config, settings.world_size());
+      if (!plan.prediction.fits_host || !plan.prediction.fits_disk) {
+        if (!best.gpu_only || ms < best.gpu_only_ms * (1 - 1e-3)) {
+          best.gpu_only = true;
+          best.gpu_only_plan = plan;
+          best.gpu_only_ms = ms;
+        }
+        continue;
+      }
       if (points) {
         FrontierPoint point;
         point.gpu_total = plan.prediction.gpu_total;
@@ -202,6 +237,7 @@ std::vector<FrontierPoint> pareto(std::vector<FrontierPoint> points) {
 
 // Whether any global configuration fits micro-batch `mb` at sequence length `seq`.
 bool fits_at(const ModelContext& base, const RunSettings& settings, int64_t mb, int64_t seq) {
+  if (!sizes_in_range(base, mb, seq)) return false;
   ModelContext context = base;
   context.seq_len = seq;
   RunSettings probe = settings;
@@ -230,6 +266,7 @@ int64_t largest(int64_t limit, const std::function<bool(int64_t)>& fits) {
 }
 
 std::vector<Suggestion> suggestions_for(const ModelContext& context, const RunSettings& settings);
+std::vector<Suggestion> budget_suggestions(const RunSettings& settings, const Plan& gpu_only);
 
 }  // namespace
 
@@ -249,6 +286,13 @@ PlanResult find_plan(const ModelContext& context, const RunSettings& settings, c
   result.found = best.found;
   if (best.found) {
     result.best = std::move(best.plan);
+  } else if (best.gpu_only) {
+    // The GPU is not what is short: no wider GPU search, and suggestions for
+    // the budget that is.
+    result.best = std::move(best.gpu_only_plan);
+    if (!result.best.prediction.fits_host) result.short_of.push_back("host RAM");
+    if (!result.best.prediction.fits_disk) result.short_of.push_back("disk");
+    result.suggestions = budget_suggestions(settings, result.best);
   } else {
     // The plan closest to fitting: the fastest one under the smallest larger
     // budget that has one, to show how far off the run is.
@@ -258,11 +302,14 @@ PlanResult find_plan(const ModelContext& context, const RunSettings& settings, c
       // exceeds by design: the block walk alone, as for the frontier.
       wider.simulate_allocator = false;
       Candidate near = search(context, settings, wider, nullptr, nullptr, {});
-      if (near.found) {
-        result.best = std::move(near.plan);
+      if (near.found || near.gpu_only) {
+        result.best = std::move(near.found ? near.plan : near.gpu_only_plan);
         break;
       }
     }
+    result.short_of.push_back("GPU memory");
+    if (!result.best.model.empty() && !result.best.prediction.fits_host) result.short_of.push_back("host RAM");
+    if (!result.best.model.empty() && !result.best.prediction.fits_disk) result.short_of.push_back("disk");
     result.suggestions = suggestions_for(context, settings);
   }
   // Up to the documented maximum: sizes are validated to fit int64 only that far.
@@ -293,6 +340,63 @@ Candidate try_settings(const RunSettings& changed) {
   if (!context.is_ok()) return {};
   SearchOptions options = search_options(context.value(), changed, micro_batch_candidates(changed));
   return search(context.value(), changed, options, nullptr, nullptr, {});
+}
+
+// When a plan fits the GPU but not host RAM or disk: the budget that would
+// hold it, and the changes that make it need less of what is short.
+std::vector<Suggestion> budget_suggestions(const RunSettings& settings, const Plan& gpu_only) {
+  std::vector<Suggestion> out;
+  const Prediction& p = gpu_only.prediction;
+  const RunSettings defaults;
+  auto try_change = [&](const std::string& change, const RunSettings& changed) {
+    const Candidate found = try_settings(changed);
+    if (found.found) out.push_back(suggestion_from(change, found, changed));
+  };
+  if (!p.fits_host) {
+    Suggestion given;
+    given.change = "--host-ram " + std::to_string((p.host_ram + (int64_t{1} << 30) - 1) >> 30) + "GiB";
+    given.detail = "the plan's host RAM need per node" +
+                   std::string(settings.host_ram_bytes == defaults.host_ram_bytes
+                                   ? " (the budget of 128 GiB was assumed: give the machine's real host RAM)"
+                                   : "");
+    out.push_back(given);
+    // Host RAM is per node: the same GPUs over more nodes need less of it each.
+    if (settings.gpus_per_node > 8) {
+      RunSettings changed = settings;
+      changed.nodes = settings.world_size() / 8;
+      changed.gpus_per_node = 8;
+      if (changed.world_size() == settings.world_size()) {
+        try_change(std::to_string(changed.nodes) + " nodes of 8 GPUs (--gpus 8 --nodes " + std::to_string(changed.nodes) +
+                       ")",
+                   changed);
+      }
+    }
+    if (settings.allow_cpu_offload && gpu_only.config.offload_optimizer != Offload::kNone) {
+      RunSettings changed = settings;
+      changed.allow_cpu_offload = false;
+      try_change("no optimizer offload to host RAM (--no-offload)", changed);
+    }
+  }
+  if (!p.fits_disk) {
+    Suggestion given;
+    given.change = "--disk " + std::to_string((p.disk + 999'999'999) / 1'000'000'000) + "GB";
+    given.detail = "the disk the plan's checkpoints need" +
+                   std::string(settings.disk_free_bytes == defaults.disk_free_bytes
+                                   ? " (500 GB was assumed: give the real free space)"
+                                   : "");
+    out.push_back(given);
+    if (settings.checkpoints_kept > 1) {
+      RunSettings changed = settings;
+      changed.checkpoints_kept = 1;
+      try_change("keep one training-state checkpoint (--keep-checkpoints 1)", changed);
+    }
+    if (settings.save_optimizer_state) {
+      RunSettings changed = settings;
+      changed.save_optimizer_state = false;
+      try_change("checkpoints without optimizer state (--no-optimizer-state)", changed);
+    }
+  }
+  return out;
 }
 
 std::vector<Suggestion> suggestions_for(const ModelContext& context, const RunSettings& settings) {

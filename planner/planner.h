@@ -41,6 +41,10 @@ struct PlanResult {
   int64_t max_micro_batch = 0;     // largest micro-batch with some fitting plan (0: none)
   int64_t max_seq_len = 0;         // largest S with micro-batch 1 (0: none)
   std::vector<Suggestion> suggestions;  // when nothing fits
+  // When nothing fits: the budgets that are short, "GPU memory", "host RAM" or
+  // "disk". Host RAM or disk alone: `best` is the fastest plan that fits the
+  // GPU, and the suggestions are for the budget that is short.
+  std::vector<std::string> short_of;
   int configs_evaluated = 0;
   std::vector<std::string> warnings;  // assumptions and input problems the user should see
 };

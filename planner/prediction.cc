@@ -9,15 +9,6 @@
 #include "planner/step_time.h"
 
 namespace headroom::planner {
-namespace {
-
-// Host memory of one training process before any offload: the Python
-// interpreter, torch and the CUDA libraries mapped in, the data loader. An
-// assumption (docs/memory-model.md, "Host RAM") until the executor measures it.
-constexpr int64_t kHostBytesPerRank = 3LL << 30;
-
-}  // namespace
-
 Prediction predict(const ModelContext& context, const RunSettings& settings,
                    const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
                    bool simulate_allocator) {

@@ -11,6 +11,11 @@
 
 namespace headroom::planner {
 
+// Host memory of one training process before any offload: the Python
+// interpreter, torch and the CUDA libraries mapped in, the data loader. An
+// assumption (docs/memory-model.md, "Host RAM") until the executor measures it.
+inline constexpr int64_t kHostBytesPerRank = 3LL << 30;
+
 // Memory and time of one run with these decisions. With `simulate_allocator`
 // the caching-allocator simulation adds fragmentation and out-of-memory checks
 // (about as costly again as the rest; frontier sweeps leave it out).

@@ -146,6 +146,12 @@ inline constexpr int64_t kMaxBucketElements = 1'000'000'000'000;
 inline constexpr int64_t kMaxBudgetBytes = int64_t{1} << 60;  // 1 EiB: GPU memory, host RAM, disk
 inline constexpr int64_t kMaxContextBytes = int64_t{1} << 40;
 inline constexpr double kMaxBandwidthGbps = 1e6;
+// Of the model: blocks planned (the largest published LLMs have under 130
+// layers; 256 keeps the worst-case plan search near 20 s here), and the
+// micro-batches the plan search tries (a geometric spread of the divisors of
+// the per-GPU batch when it has more).
+inline constexpr size_t kMaxBlocks = 256;
+inline constexpr size_t kMaxMicroBatchCandidates = 12;
 
 // Checks every setting against its range (one table row per setting) and the
 // combinations: param offload and NVMe offload need ZeRO-3 (as DeepSpeed

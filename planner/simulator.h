@@ -18,6 +18,9 @@ namespace headroom::planner {
 struct SimulatorOptions {
   bool record_events = true;      // keep the timeline (large for big graphs)
   int max_memory_samples = 20000; // the curve is thinned to at most this many points
+  // Replay all grad_accum micro-steps instead of the first three and the last
+  // (the identical ones between are accounted, not replayed): for tests.
+  bool replay_every_micro_step = false;
 };
 
 Simulation simulate(const ModelContext& context, const RunSettings& settings,

@@ -95,6 +95,21 @@ bool has_best(const planner::PlanResult& result) {
   return result.found || !result.best.model.empty();
 }
 
+// Nothing fits, and the GPU is not what is short: host RAM or disk is.
+bool only_host_or_disk_short(const planner::PlanResult& result) {
+  return !result.found && !result.short_of.empty() &&
+         std::find(result.short_of.begin(), result.short_of.end(), "GPU memory") == result.short_of.end();
+}
+
+// "No plan fits the host RAM budget; the fastest plan that fits the GPU:" or the
+// least-memory plan found under a wider GPU budget.
+std::string no_fit_heading(const planner::PlanResult& result) {
+  if (only_host_or_disk_short(result)) {
+    return "No plan fits the " + join(result.short_of, " and ") + " budget; the fastest plan that fits the GPU:\n";
+  }
+  return "No plan fits; the least-memory plan:\n";
+}
+
 std::string widest_search_text() {
   return "even with up to " + std::to_string(kWidestSearchFactor) + "x the GPU memory";
 }
@@ -366,7 +381,9 @@ std::string fit_report_body(const planner::FitAnswer& answer, std::string_view g
     out += "\nThe fastest plan that fits (" + std::to_string(alt.configs_evaluated) +
            " configurations evaluated; `headroom plan` for details):\n" + plan_summary(alt.best);
   } else if (has_best(alt)) {
-    out += "\nNo plan fits within the budgets. The least-memory plan:\n" + plan_summary(alt.best);
+    out += only_host_or_disk_short(alt)
+               ? "\n" + no_fit_heading(alt) + plan_summary(alt.best)
+               : "\nNo plan fits within the budgets. The least-memory plan:\n" + plan_summary(alt.best);
     out += "\nWhat would make it fit:\n" + suggestions_text(alt.suggestions);
   } else {
     out += "\nNo plan fits, " + widest_search_text() + "; what would make it fit:\n" +
@@ -384,8 +401,7 @@ std::string plan_report_body(const planner::PlanResult& result, std::string_view
   std::string out;
   if (has_best(result)) {
     out += run_line(best) + "\n" + plan_verdict(result, gpu_name) + "\n\n";
-    out +=
-        (result.found ? "The fastest plan that fits:\n" : "No plan fits; the least-memory plan:\n");
+    out += result.found ? "The fastest plan that fits:\n" : no_fit_heading(result);
     out += plan_summary(best) + "\n" + prediction_section(best) + "\n";
   } else {
     out += plan_verdict(result, gpu_name) + "\n\n";
@@ -437,6 +453,7 @@ nlohmann::json plan_result_to_json(const planner::PlanResult& result) {
           {"max_micro_batch", result.max_micro_batch},
           {"max_seq_len", result.max_seq_len},
           {"suggestions", suggestions},
+          {"short_of", result.short_of},
           {"configs_evaluated", result.configs_evaluated},
           {"warnings", result.warnings}};
 }

@@ -161,6 +161,26 @@ TEST_CASE("run: a checkpoint directory that cannot be written is refused before 
   CHECK_FALSE(contains(run.err, "step 1/2"));
 }
 
+TEST_CASE("run: Llama-3-8B on the CPU of a machine without the memory is refused before building") {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  while (meminfo >> key && key != "MemAvailable:") meminfo.ignore(1 << 10, '\n');
+  meminfo >> kib;
+  if (kib <= 0 || kib > (int64_t{100} << 20)) {
+    MESSAGE("skipped: this machine may hold Llama-3-8B's states on the CPU (" << (kib >> 20) << " GiB available)");
+    return;
+  }
+  TempDir dir;
+  const std::string plan = dir.file("llama.json");
+  REQUIRE(run_headroom("fit llama-3-8b --gpu h100 --lora -o " + quoted(plan)).exit_code == 0);
+  const RunOutput run = run_headroom("run " + quoted(plan) + " --steps 1 --device cpu");
+  if (built_without_libtorch(run)) return;
+  CHECK(run.exit_code == 1);
+  CHECK(contains(run.err, "host memory: this plan ("));
+  CHECK(contains(run.err, "nothing was built or trained"));
+}
+
 TEST_CASE("run: --measurement-out through a symbolic link keeps the link") {
   TempDir dir;
   const std::string target = dir.file("measured.json");

@@ -147,4 +147,43 @@ TEST_CASE("Korthikanti et al. 2022: a GPT layer keeps sbh(34 + 5as/h) bytes") {
   CHECK(layers == 4);
 }
 
+TEST_CASE("when host RAM is what does not fit, the plan says so and suggests for it (issue 14)") {
+  // 64 GPUs on one node: the GPU peak is far under the budget, the assumed 128
+  // GiB of host RAM is what 64 training processes exceed.
+  RunSettings settings;
+  settings.model = "llama-3-8b";
+  settings.gpu = "h100";
+  settings.gpus_per_node = 64;
+  Result<PlanResult> result = plan(settings);
+  REQUIRE_MESSAGE(result.is_ok(), result.message());
+  CHECK_FALSE(result->found);
+  CHECK(result->short_of == std::vector<std::string>{"host RAM"});
+  REQUIRE_FALSE(result->best.model.empty());  // the fastest plan that fits the GPU
+  CHECK(result->best.prediction.fits_gpu);
+  CHECK_FALSE(result->best.prediction.fits_host);
+  REQUIRE_FALSE(result->suggestions.empty());
+  CHECK(result->suggestions[0].change.rfind("--host-ram ", 0) == 0);
+  bool spread = false;
+  for (const Suggestion& s : result->suggestions) spread |= s.change.find("8 nodes of 8 GPUs") == 0;
+  CHECK(spread);
+
+  // With the host RAM that holds it, it fits.
+  settings.host_ram_bytes = result->best.prediction.host_ram;
+  CHECK(plan(settings)->found);
+}
+
+TEST_CASE("when the GPU is what does not fit, short_of says so") {
+  RunSettings settings;
+  settings.model = "llama-3-8b";
+  settings.gpu = "4090";
+  settings.allow_cpu_offload = false;
+  settings.max_zero_stage = 0;
+  settings.seq_len = 8192;
+  Result<PlanResult> result = plan(settings);
+  REQUIRE(result.is_ok());
+  CHECK_FALSE(result->found);
+  REQUIRE_FALSE(result->short_of.empty());
+  CHECK(result->short_of.front() == "GPU memory");
+}
+
 }  // namespace headroom::planner

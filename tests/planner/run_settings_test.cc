@@ -10,6 +10,7 @@
 #include <string>
 
 #include "planner/deepspeed_import.h"
+#include "planner/model_context.h"
 #include "planner/stack.h"
 
 namespace headroom::planner {
@@ -101,6 +102,19 @@ TEST_CASE("unknown keys are refused, naming the key and the nearest known one") 
   CHECK(typo.find("s.json: settings.micro_bach: unknown key (did you mean \"micro_batch\"? expected one of ") == 0);
   CHECK(refusal(with("lora", {{"rank", 8}, {"alpha", 16}})).find("s.json: settings.lora.alpha: unknown key") == 0);
   CHECK(refusal(with("colour", "blue")).find("s.json: settings.colour: unknown key (expected one of ") == 0);
+}
+
+TEST_CASE("sizes whose sum would leave int64 are out of range, though each tensor fits") {
+  ModelContext context;
+  for (int i = 0; i < 512; ++i) {
+    graph::Tensor tensor;
+    tensor.name = "t" + std::to_string(i);
+    tensor.elements = graph::SizeExpr::per_token(int64_t{1} << 40);  // 2^40 per token, fp32
+    context.graph.tensors.push_back(tensor);
+  }
+  CHECK(sizes_in_range(context, 1, 1));           // 512 x 2^40 x 4 B x 3 = 1.5 x 2^53 B
+  CHECK_FALSE(sizes_in_range(context, 1024, 1));  // 1.5 x 2^63 B: refused, never summed into a wrap
+  CHECK_FALSE(sizes_in_range(context, int64_t{1} << 40, int64_t{1} << 40));  // the tensor itself overflows
 }
 
 TEST_CASE("what settings_to_json writes, with every optional field set, reads back") {

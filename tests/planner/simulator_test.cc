@@ -155,3 +155,55 @@ TEST_CASE("a calibration file changes the time prediction") {
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("identical micro-steps are accounted, not replayed: the same answer as replaying every one (issue 14)") {
+  struct Accumulation {
+    const char* model;
+    int64_t grad_accum;
+    int gpus;
+    int zero;
+    Offload offload;
+    BlockChoice choice;
+  };
+  const Accumulation cases[] = {
+      {"gpt2", 5, 1, 0, Offload::kNone, BlockChoice::kKeep},
+      {"gpt2", 12, 1, 0, Offload::kNone, BlockChoice::kCheckpoint},
+      {"gpt2", 9, 4, 2, Offload::kNone, BlockChoice::kKeep},      // gradients reduced every micro-step
+      {"gpt2", 7, 2, 1, Offload::kCpu, BlockChoice::kOffload},    // host copies and the last step's collectives
+      {"tiny-llama", 40, 8, 2, Offload::kCpu, BlockChoice::kKeep},
+  };
+  for (const Accumulation& c : cases) {
+    CAPTURE(c.model);
+    CAPTURE(c.grad_accum);
+    RunSettings settings;
+    settings.model = c.model;
+    settings.micro_batch = 2;
+    settings.grad_accum = c.grad_accum;
+    settings.gpus_per_node = c.gpus;
+    settings.zero_stage = c.zero;
+    settings.offload_optimizer = c.offload;
+    Result<ModelContext> context = prepare_context(settings);
+    REQUIRE_MESSAGE(context.is_ok(), context.message());
+    std::vector<BlockChoice> blocks(context->graph.blocks.size(), BlockChoice::kKeep);
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (context->graph.blocks[b].checkpointable) blocks[b] = c.choice;
+    }
+    SimulatorOptions every;
+    every.replay_every_micro_step = true;
+    const Simulation replayed = simulate(context.value(), settings, user_config(settings), blocks, every);
+    const Simulation accounted = simulate(context.value(), settings, user_config(settings), blocks);
+    CHECK(accounted.peak_allocated == replayed.peak_allocated);
+    CHECK(accounted.peak_reserved == replayed.peak_reserved);
+    CHECK(accounted.allocations == replayed.allocations);
+    CHECK(accounted.time.step_ms == doctest::Approx(replayed.time.step_ms).epsilon(1e-9));
+    CHECK(accounted.time.forward_ms == doctest::Approx(replayed.time.forward_ms).epsilon(1e-9));
+    CHECK(accounted.time.backward_ms == doctest::Approx(replayed.time.backward_ms).epsilon(1e-9));
+    CHECK(accounted.time.recompute_ms == doctest::Approx(replayed.time.recompute_ms).epsilon(1e-9));
+    CHECK(accounted.time.comm_exposed_ms == doctest::Approx(replayed.time.comm_exposed_ms).epsilon(1e-9));
+    CHECK(accounted.time.offload_exposed_ms == doctest::Approx(replayed.time.offload_exposed_ms).epsilon(1e-9));
+  }
+}
+
+}  // namespace headroom::planner

@@ -304,6 +304,23 @@ TEST_CASE("JSON without any plan has best null") {
   CHECK(contains(plan_report(near, "NVIDIA RTX A6000"), "the least-memory plan"));
 }
 
+TEST_CASE("when host RAM, not the GPU, is short, the report names it (issue 14)") {
+  planner::PlanResult result = result_without_any_plan();
+  result.best = sample_plan(false);
+  result.short_of = {"host RAM"};
+  const std::string text = plan_report(result, "NVIDIA RTX A6000");
+  CHECK(contains(text, "No plan fits the host RAM budget; the fastest plan that fits the GPU:\n"));
+  CHECK_FALSE(contains(text, "least-memory plan"));
+  planner::GpuSpec gpu;
+  gpu.id = "a6000";
+  gpu.name = "NVIDIA RTX A6000";
+  CHECK(plan_document_to_json(result, gpu)["short_of"] == nlohmann::json::array({"host RAM"}));
+  planner::FitAnswer answer;
+  answer.as_given = sample_plan(false);
+  answer.alternative = result;
+  CHECK(contains(fit_report(answer, "NVIDIA RTX A6000"), "No plan fits the host RAM budget"));
+}
+
 TEST_CASE("catalogue listings") {
   planner::GpuSpec gpu;
   gpu.id = "a6000";

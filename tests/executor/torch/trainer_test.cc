@@ -362,6 +362,24 @@ TEST_CASE("fp16 mixed precision scales the loss and trains") {
   check_categories(r.value(), {"parameters", "optimizer states + master weights", "gradients"});
 }
 
+TEST_CASE("a plan that needs more host memory than there is is refused before anything is built (issue 14)") {
+  const planner::Plan plan = plan_for("tiny-llama", planner::Precision::kFp32, planner::TrainMode::kFull,
+                                      planner::CheckpointPolicy::kNone);
+  RunOptions options;
+  options.steps = 1;
+  options.device = "cpu";
+  options.host_bytes_available = 1 << 20;  // 1 MiB
+  Recorder recorder;
+  Result<RunResult> r = run_plan(plan, options, recorder);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK_MESSAGE(r.message().find("host memory: this plan (") == 0, r.message());
+  CHECK(r.message().find("of model states and activations on the CPU") != std::string::npos);
+  CHECK(r.message().find("but 0.0 GiB is available") != std::string::npos);
+  CHECK(recorder.steps.empty());
+  options.host_bytes_available = int64_t{64} << 30;
+  CHECK(run_plan(plan, options, recorder).is_ok());
+}
+
 TEST_CASE("a token file trains and a bad one is refused naming the file") {
   const planner::Plan plan = plan_for("tiny-llama", planner::Precision::kFp32, planner::TrainMode::kFull,
                                       planner::CheckpointPolicy::kNone);
