@@ -246,6 +246,13 @@ const std::vector<SettingsFlag> kFlags = {
        s.offload_checkpoint_inputs = true;
        return Status::ok();
      }},
+    {"--no-double-quant", nullptr, kTraining,
+     "QLoRA without bitsandbytes double quantization (one fp32 absmax per 64 weights, transformers' default)",
+     false,
+     [](RunSettings& s, std::string_view) {
+       s.nf4_double_quant = false;
+       return Status::ok();
+     }},
     {"--compile", nullptr, kTraining,
      "the run uses torch.compile (torchtune compile: True, torchtitan --training.compile): a chunked loss is "
      "priced as compiled; compiled blocks are priced as eager (docs/stacks.md)",

@@ -60,8 +60,11 @@ bool fp32_adapter(const Param& param, Precision precision) {
 }
 
 int64_t param_storage_bytes(const Param& param, Precision precision) {
+  // Quantization constants keep their own dtype: fp32 second-level constants, or the
+  // fp32 absmax of NF4 without double quantization.
   if (!param.trainable && (is_quantized_storage(param.dtype) ||
-                           (param.dtype == DType::kF32 && param.name.ends_with(".absmax2")))) {
+                           (param.dtype == DType::kF32 &&
+                            (param.name.ends_with(".absmax2") || param.name.ends_with(".absmax"))))) {
     return graph::dtype_bytes(param.dtype, param.elements());
   }
   if (fp32_adapter(param, precision)) return param.elements() * 4;

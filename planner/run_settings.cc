@@ -203,6 +203,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   if (s.recompute) j["recompute"] = recompute_name(*s.recompute);
   if (s.adapter_dtype) j["adapter_dtype"] = adapter_dtype_name(*s.adapter_dtype);
   j["compile"] = s.compile;
+  j["nf4_double_quant"] = s.nf4_double_quant;
   j["offload_checkpoint_inputs"] = s.offload_checkpoint_inputs;
   j["precision"] = precision_name(s.precision);
   j["optimizer"] = optimizer_name(s.optimizer);
@@ -295,6 +296,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read("sub_group_elements", s.sub_group_elements),
       r.read("overlap_comm", s.overlap_comm),
       r.read("compile", s.compile),
+      r.read("nf4_double_quant", s.nf4_double_quant),
       r.read("offload_checkpoint_inputs", s.offload_checkpoint_inputs),
       r.read("checkpointing", checkpointing),
       r.read("checkpoint_blocks", s.checkpoint_blocks),

@@ -76,6 +76,10 @@ struct RunSettings {
   // QLoRA: linears kept in 16 bits (transformers skips the output embedding).
   std::vector<std::string> quantize_skip = {"*lm_head*", "*vision_tower*", "*multi_modal_projector*"};
   LoraSettings lora;
+  // QLoRA: bitsandbytes double quantization (an 8-bit absmax per 64 weights with an
+  // fp32 constant per 256 of those); false: one fp32 absmax per 64 weights, as
+  // transformers' BitsAndBytesConfig defaults (bnb_4bit_use_double_quant=False).
+  bool nf4_double_quant = true;
   models::AttentionImpl attention = models::AttentionImpl::kSdpa;
   std::optional<double> dropout;  // nullopt = the model's default
   bool precomputed_text_embeddings = true;  // Flux: text encoders not on the GPU

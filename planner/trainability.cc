@@ -89,7 +89,7 @@ void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora, DType dty
 // (first level: one 8-bit absmax per 64 weights; second level: one fp32 per 256
 // of those). bitsandbytes dequantizes the whole weight to the compute dtype for
 // each matmul, forward and backward: a transient of in*out elements.
-void quantize_linear(Node& node) {
+void quantize_linear(Node& node, bool double_quant) {
   for (Param& param : node.params) {
     if (param.name != node.name + ".weight" || param.trainable) continue;
     const int64_t elements = param.elements();
@@ -98,8 +98,13 @@ void quantize_linear(Node& node) {
     const int64_t absmax = (elements + kNf4BlockSize - 1) / kNf4BlockSize;
     const int64_t absmax2 = (absmax + kNf4SecondLevelBlockSize - 1) / kNf4SecondLevelBlockSize;
     // push_back may reallocate node.params: `param` is not used past this point.
-    node.params.push_back(Param{name + ".absmax", {absmax}, DType::kUInt8, false, ""});
-    node.params.push_back(Param{name + ".absmax2", {absmax2}, DType::kF32, false, ""});
+    if (double_quant) {
+      node.params.push_back(Param{name + ".absmax", {absmax}, DType::kUInt8, false, ""});
+      node.params.push_back(Param{name + ".absmax2", {absmax2}, DType::kF32, false, ""});
+    } else {
+      // bitsandbytes quantize_4bit without compress_statistics: fp32 absmax per block.
+      node.params.push_back(Param{name + ".absmax", {absmax}, DType::kF32, false, ""});
+    }
     node.workspace_elements += SizeExpr::constant(node.linear->in_features * node.linear->out_features);
     return;
   }
@@ -140,7 +145,7 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
     if (node.op != "linear" || !node.linear) continue;
     if (settings.mode == TrainMode::kQlora && !any_match(settings.quantize_skip, node.name) &&
         !any_match(settings.train_patterns, node.name)) {
-      quantize_linear(node);
+      quantize_linear(node, settings.nf4_double_quant);
     }
     if (is_lora_target(targets, node.name) && !any_match(settings.train_patterns, node.name) &&
         !any_match(settings.lora_skip, node.name)) {

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "planner/model_states.h"
+#include "planner/trainability.h"
 #include "planner/planner.h"
 #include "tests/planner/predict_as_given.h"
 
@@ -176,6 +177,41 @@ TEST_CASE("a tied embedding's gradient lives from the head's backward, where aut
   const Prediction prediction = predict_as_given(settings);
   CHECK(prediction.simulated_peak_allocated ==
         doctest::Approx(static_cast<double>(prediction.peak_allocated)).epsilon(0.03));
+}
+
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("NF4 with and without double quantization: 0.5 + 1/64 + 4/16384 vs 0.5 + 4/64 bytes a weight") {
+  graph::LayerGraph graph;
+  graph.name = "one-linear";
+  graph.blocks = {{"layer", "dense", true}};
+  graph::Node node;
+  node.name = "w";
+  node.op = "linear";
+  node.params.push_back({"w.weight", {4096, 4096}, graph::DType::kBF16, true, ""});
+  node.linear = graph::LinearInfo{4096, 4096, graph::SizeExpr::per_token(1)};
+  graph.nodes.push_back(node);
+  RunSettings settings;
+  settings.model = "one-linear";
+  settings.mode = TrainMode::kQlora;
+  settings.lora.targets = {"w"};
+  auto frozen_bytes = [&](bool double_quant) {
+    settings.nf4_double_quant = double_quant;
+    Result<graph::LayerGraph> quantized = apply_training_mode(graph, settings);
+    REQUIRE_MESSAGE(quantized.is_ok(), quantized.message());
+    int64_t bytes = 0;
+    for (const graph::Param& p : quantized->nodes.front().params) {
+      if (!p.trainable) bytes += param_storage_bytes(p, settings.precision);
+    }
+    return bytes;
+  };
+  const int64_t elements = int64_t{4096} * 4096;
+  // 4-bit codes, one uint8 absmax per 64 and one fp32 constant per 256 absmax.
+  CHECK(frozen_bytes(true) == elements / 2 + elements / 64 + elements / 64 / 256 * 4);
+  // transformers' default: one fp32 absmax per 64 weights.
+  CHECK(frozen_bytes(false) == elements / 2 + elements / 64 * 4);
 }
 
 }  // namespace headroom::planner
