@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "graph/atomic_file.h"
+#include "graph/json_text.h"
 #include "models/hf_fields.h"
 #include "models/hf_import.h"
 
@@ -31,7 +32,10 @@ Result<ExecutableModel> from_hf_config(const std::string& model, std::string_vie
                                : model + "/config.json";
   Result<std::string> text = graph::read_file(path, int64_t{16} << 20);
   if (!text.is_ok()) return text.status();
-  const nlohmann::json config = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+  // The shared parse (depth limit, duplicate keys, numbers a double holds), as the planner reads this file.
+  Result<nlohmann::json> parsed = graph::parse_json_text(text.value(), path);
+  if (!parsed.is_ok()) return parsed.status();
+  const nlohmann::json& config = parsed.value();
   if (!config.is_object()) return Status::error(path + ": expected a JSON object (a Hugging Face config.json)");
   const std::string type = config.contains("model_type") && config.at("model_type").is_string()
                                ? config.at("model_type").get<std::string>()

@@ -1,38 +1,81 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, AddressSanitizer + UBSan) and runs each for a
-# bounded time: FUZZ_SECONDS (default 60) per target. Seeds come from tests/data;
-# crashes are written to out/fuzz/<target>/ and the script fails. Inputs that once
-# crashed are kept in tests/data/fuzz_regressions/<target>/ and replayed first.
+# bounded time: FUZZ_SECONDS (default 60) per target; FUZZ_TARGETS (default: all)
+# names a subset. Seeds come from tests/data; crashes are written to
+# out/fuzz/<target>/crashes/ and the script fails. Inputs that once crashed are kept
+# in tests/data/fuzz_regressions/<target>/ and replayed first. The last line of each
+# target's log (runs, coverage) is printed; the CI job .ci/fuzz runs them all for 10
+# minutes each (label "fuzz", docs/cli.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-60}
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ missing (apt-get install clang)" >&2; exit 2; }
 build=out/fuzz/build
-mkdir -p "$build"
-flags=(-std=c++20 -O1 -g -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
-graph_sources=(graph/dtype.cc graph/size_expr.cc graph/layer_graph.cc graph/validate.cc graph/graph_json.cc graph/json_text.cc
-               graph/atomic_file.cc graph/graph_analysis.cc graph/safetensors_header.cc)
+mkdir -p "$build/obj"
+common=(-std=c++20 -O1 -g -I.)
+sanitizers=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
+
+graph_sources=(graph/dtype.cc graph/size_expr.cc graph/layer_graph.cc graph/validate.cc graph/graph_json.cc
+               graph/json_text.cc graph/atomic_file.cc graph/graph_analysis.cc graph/safetensors_header.cc)
 model_sources=(models/*.cc)
-declare -A targets=(
-  [fuzz_graph_json]="tests/fuzz/fuzz_graph_json.cc ${graph_sources[*]}"
-  [fuzz_safetensors]="tests/fuzz/fuzz_safetensors.cc ${graph_sources[*]}"
-  [fuzz_measurement]="tests/fuzz/fuzz_measurement.cc planner/measurement.cc ${graph_sources[*]}"
-  [fuzz_hf_config]="tests/fuzz/fuzz_hf_config.cc ${graph_sources[*]} ${model_sources[*]}"
+# The readers' side of the planner and executor: what settings, plans, DeepSpeed
+# configs and run states need, without the model builders or the solver.
+reader_sources=(planner/plan.cc planner/run_settings.cc planner/stack.cc planner/json_fields.cc
+                planner/deepspeed_import.cc planner/measurement.cc executor/run_state.cc)
+
+# Each source is compiled once (instrumented for coverage, not linked with the
+# fuzzer main) and reused by every target that needs it.
+objects() {
+  local out=()
+  for source in "$@"; do
+    local object="$build/obj/${source//\//_}.o"
+    if [ ! -f "$object" ] || [ "$source" -nt "$object" ]; then
+      clang++ "${common[@]}" -fsanitize=fuzzer-no-link "${sanitizers[@]}" -c "$source" -o "$object"
+    fi
+    out+=("$object")
+  done
+  echo "${out[@]}"
+}
+
+declare -A sources=(
+  [fuzz_graph_json]="${graph_sources[*]}"
+  [fuzz_safetensors]="${graph_sources[*]}"
+  [fuzz_measurement]="${graph_sources[*]} planner/measurement.cc"
+  [fuzz_hf_config]="${graph_sources[*]} ${model_sources[*]}"
+  [fuzz_deepspeed]="${graph_sources[*]} ${reader_sources[*]}"
+  [fuzz_settings]="${graph_sources[*]} ${reader_sources[*]}"
+  [fuzz_plan]="${graph_sources[*]} ${reader_sources[*]}"
+  [fuzz_run_state]="${graph_sources[*]} ${reader_sources[*]}"
 )
-status=0
-for target in fuzz_graph_json fuzz_safetensors fuzz_hf_config fuzz_measurement; do
-  echo "== $target: building"
-  # shellcheck disable=SC2086
-  clang++ "${flags[@]}" ${targets[$target]} -o "$build/$target"
-  corpus=out/fuzz/$target/corpus
-  crashes=out/fuzz/$target/crashes
-  mkdir -p "$corpus" "$crashes"
+all_targets=(fuzz_graph_json fuzz_safetensors fuzz_hf_config fuzz_measurement fuzz_deepspeed fuzz_settings fuzz_plan
+             fuzz_run_state)
+read -r -a targets <<< "${FUZZ_TARGETS:-${all_targets[*]}}"
+
+seed() {
+  local target=$1 corpus=$2
   case $target in
     fuzz_graph_json) cp tests/data/*.json "$corpus/" 2>/dev/null || true ;;
     fuzz_hf_config) for f in tests/data/hf/*/config.json; do cp "$f" "$corpus/$(basename "$(dirname "$f")").json"; done ;;
     fuzz_measurement) cp tests/data/measurement_example.json "$corpus/" ;;
     fuzz_safetensors) printf '\x00\x00' > "$corpus/empty" ;;
+    fuzz_deepspeed) cp tests/data/deepspeed/*.json "$corpus/" ;;
+    fuzz_settings) cp tests/data/fuzz_seeds/settings/*.json "$corpus/" ;;
+    fuzz_plan) cp tests/data/fuzz_seeds/plan/*.json "$corpus/" ;;
+    fuzz_run_state) cp tests/data/fuzz_seeds/run_state/*.json "$corpus/" ;;
   esac
+}
+
+status=0
+for target in "${targets[@]}"; do
+  [ -n "${sources[$target]+set}" ] || { echo "fuzz.sh: unknown target $target" >&2; exit 2; }
+  echo "== $target: building"
+  # shellcheck disable=SC2086
+  read -r -a linked <<< "$(objects ${sources[$target]})"
+  clang++ "${common[@]}" -fsanitize=fuzzer "${sanitizers[@]}" "tests/fuzz/$target.cc" "${linked[@]}" -o "$build/$target"
+  corpus=out/fuzz/$target/corpus
+  crashes=out/fuzz/$target/crashes
+  mkdir -p "$corpus" "$crashes"
+  seed "$target" "$corpus"
   regressions=tests/data/fuzz_regressions/$target
   if [ -d "$regressions" ] && [ -n "$(ls -A "$regressions")" ]; then
     echo "== $target: replaying $(ls "$regressions" | wc -l) regression inputs"

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -59,6 +60,16 @@ TEST_CASE("Hugging Face llama configs map onto the decoder; features it lacks ar
   Result<ExecutableModel> bert = executable_model(dir + "bert-base-uncased/config.json", "p");
   REQUIRE_FALSE(bert.is_ok());
   CHECK(executable_model(dir + "no-such-model", "p").message().find("no such file or directory") != std::string::npos);
+
+  // A hostile config.json gets the shared parse's refusal, naming the file.
+  const std::string deep = "/tmp/headroom_run_checks_" + std::to_string(::getpid()) + "_deep";
+  std::filesystem::create_directories(deep);
+  std::ofstream(deep + "/config.json") << "{\"model_type\": \"llama\", \"x\": " << std::string(5000, '[')
+                                       << std::string(5000, ']') << "}";
+  Result<ExecutableModel> nested = executable_model(deep, "p");
+  REQUIRE_FALSE(nested.is_ok());
+  CHECK(nested.message() == deep + "/config.json: JSON nested deeper than 64 levels (expected a flatter file)");
+  std::filesystem::remove_all(deep);
 }
 
 TEST_CASE("check_executable refuses what the trainer cannot apply, naming the field") {
