@@ -32,7 +32,7 @@ class JsonFields {
   Status read(const char* key, std::vector<std::string>& out);
   template <typename T>
   Status read(const char* key, std::optional<T>& out) {
-    if (!object_.contains(key)) return Status::ok();
+    if (!object_.contains(key)) return known(key);
     T value{};
     if (Status status = read(key, value); !status.is_ok()) return status;
     out = value;
@@ -50,10 +50,15 @@ class JsonFields {
   }
   template <typename E, typename Parse>
   Status read_enum(const char* key, std::optional<E>& out, Parse parse, std::string_view names) {
-    if (!object_.contains(key)) return Status::ok();
+    if (!object_.contains(key)) return known(key);
     E value{};
     if (Status status = read_enum(key, value, parse, names); !status.is_ok()) return status;
     out = value;
+    return Status::ok();
+  }
+  // An absent optional key is still one the reader knows (for the unknown-key message).
+  Status known(const char* key) {
+    read_.insert(key);
     return Status::ok();
   }
   // The member `key` for a nested reader (nullptr when absent), marked as read.

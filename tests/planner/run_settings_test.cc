@@ -102,6 +102,9 @@ TEST_CASE("unknown keys are refused, naming the key and the nearest known one") 
   CHECK(typo.find("s.json: settings.micro_bach: unknown key (did you mean \"micro_batch\"? expected one of ") == 0);
   CHECK(refusal(with("lora", {{"rank", 8}, {"alpha", 16}})).find("s.json: settings.lora.alpha: unknown key") == 0);
   CHECK(refusal(with("colour", "blue")).find("s.json: settings.colour: unknown key (expected one of ") == 0);
+  // Optional keys are known even when absent: a typo of one is named after it.
+  CHECK(refusal(with("recompue", "block")).find("did you mean \"recompute\"?") != std::string::npos);
+  CHECK(refusal(with("colour", "blue")).find("optimizer_impl") != std::string::npos);
 }
 
 TEST_CASE("sizes whose sum would leave int64 are out of range, though each tensor fits") {
