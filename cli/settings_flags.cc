@@ -137,6 +137,16 @@ Status set_enum(std::string_view value, std::optional<E> (*parse)(std::string_vi
   return Status::ok();
 }
 
+// The same for a setting that is unset (as the stack does) until a flag pins it.
+template <typename E>
+Status set_enum(std::string_view value, std::optional<E> (*parse)(std::string_view),
+                const char* choices, std::optional<E>& out) {
+  E parsed{};
+  if (Status status = set_enum(value, parse, choices, parsed); !status.is_ok()) return status;
+  out = parsed;
+  return Status::ok();
+}
+
 std::optional<models::AttentionImpl> parse_attention(std::string_view value) {
   if (value == "eager") return models::AttentionImpl::kEager;
   if (value == "sdpa") return models::AttentionImpl::kSdpa;
@@ -200,43 +210,25 @@ const std::vector<SettingsFlag> kFlags = {
     {"--optimizer-impl", "IMPL", kTraining,
      "how optimizer.step() runs: foreach, fused, for-loop or in-backward (default: as the stack does)", false,
      [](RunSettings& s, std::string_view v) {
-       planner::OptimizerImpl impl{};
-       if (Status st = set_enum(v, planner::parse_optimizer_impl, planner::kOptimizerImplNames, impl); !st.is_ok()) {
-         return st;
-       }
-       s.optimizer_impl = impl;
-       return Status::ok();
+       return set_enum(v, planner::parse_optimizer_impl, planner::kOptimizerImplNames, s.optimizer_impl);
      }},
     {"--loss", "KIND", kTraining,
      "the LM loss: full-keep-logits, full, chunked[:N], no-upcast or shift-copy (default: as the stack does)", false,
      [](RunSettings& s, std::string_view v) {
-       planner::LossSpec loss;
-       if (Status st = set_enum(v, planner::parse_loss, planner::kLossNames, loss); !st.is_ok()) return st;
-       s.loss = loss;
-       return Status::ok();
+       return set_enum(v, planner::parse_loss, planner::kLossNames, s.loss);
      }},
     {"--recompute", "KIND", kTraining,
      "what a checkpointed block keeps: block (its inputs only) or selective-op (torchtitan's op-level "
      "selective AC: also every other matmul output and the attention output; default: as the stack does)",
      false,
      [](RunSettings& s, std::string_view v) {
-       planner::Recompute recompute{};
-       if (Status st = set_enum(v, planner::parse_recompute, planner::kRecomputeNames, recompute); !st.is_ok()) {
-         return st;
-       }
-       s.recompute = recompute;
-       return Status::ok();
+       return set_enum(v, planner::parse_recompute, planner::kRecomputeNames, s.recompute);
      }},
     {"--adapter-dtype", "DTYPE", kTraining,
      "LoRA adapters' dtype under pure bf16: fp32 (PEFT) or model (torchtune, litgpt; default: as the stack does)",
      false,
      [](RunSettings& s, std::string_view v) {
-       planner::AdapterDtype dtype{};
-       if (Status st = set_enum(v, planner::parse_adapter_dtype, planner::kAdapterDtypeNames, dtype); !st.is_ok()) {
-         return st;
-       }
-       s.adapter_dtype = dtype;
-       return Status::ok();
+       return set_enum(v, planner::parse_adapter_dtype, planner::kAdapterDtypeNames, s.adapter_dtype);
      }},
     {"--offload-checkpoint-inputs", nullptr, kTraining,
      "checkpointed blocks keep their inputs in pinned host memory (torchtune enable_activation_offloading; "

@@ -180,6 +180,25 @@ std::string globals_line(const planner::GlobalConfig& config, int world_size) {
          plural(world_size, "GPU", "GPUs") + " = global batch " + std::to_string(global);
 }
 
+// The stack's other mechanisms, named where they change this run's answer.
+std::string stack_extras(const planner::RunSettings& s, const planner::ResolvedStack& stack) {
+  std::string out;
+  const bool checkpoints = s.checkpointing != planner::CheckpointPolicy::kNone;
+  if (checkpoints || stack.top.recompute != stack.bottom.recompute) {
+    const std::string top(planner::recompute_name(stack.top.recompute));
+    const std::string bottom(planner::recompute_name(stack.bottom.recompute));
+    out += ", checkpointed blocks recompute " + (top == bottom ? top : bottom + " to " + top);
+  }
+  if (s.offload_checkpoint_inputs) out += " with their inputs offloaded";
+  if (s.mode != planner::TrainMode::kFull && s.precision == planner::Precision::kBf16Pure) {
+    const std::string top(planner::adapter_dtype_name(stack.top.adapter_dtype));
+    const std::string bottom(planner::adapter_dtype_name(stack.bottom.adapter_dtype));
+    out += ", adapters " + (top == bottom ? top : bottom + " to " + top);
+  }
+  if (s.compile) out += ", torch.compile";
+  return out;
+}
+
 std::string run_line(const planner::Plan& plan) {
   const planner::RunSettings& s = plan.settings;
   const planner::ResolvedStack stack = planner::resolve_stack(s);
@@ -194,7 +213,7 @@ std::string run_line(const planner::Plan& plan) {
          open_or(std::string(planner::optimizer_impl_name(stack.top.optimizer_impl)),
                  std::string(planner::optimizer_impl_name(stack.bottom.optimizer_impl))) +
          ", loss " + open_or(planner::loss_name(stack.top.loss), planner::loss_name(stack.bottom.loss)) +
-         " (docs/stacks.md)";
+         stack_extras(s, stack) + " (docs/stacks.md)";
 }
 
 std::string verdict_line(const planner::Prediction& p, std::string_view gpu_name,

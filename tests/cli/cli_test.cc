@@ -258,3 +258,23 @@ TEST_CASE("fit names the stack it assumed; --stack, --optimizer-impl and --loss 
   CHECK(bad_stack.exit_code == 2);
   CHECK(contains(bad_stack.err, "hf-trainer"));
 }
+
+TEST_CASE("the stack line names recompute, offloaded checkpoint inputs, adapters and compile; the flags reach JSON") {
+  const RunOutput titan =
+      run_headroom("fit tiny-llama --gpu a6000 --stack torchtitan --checkpointing every --compile");
+  REQUIRE(titan.exit_code == 0);
+  CHECK(contains(titan.out, "checkpointed blocks recompute block to selective-op, torch.compile (docs/stacks.md)"));
+  const RunOutput tune = run_headroom(
+      "fit tiny-llama --gpu a6000 --stack torchtune --mode lora --precision bf16 --checkpointing every "
+      "--offload-checkpoint-inputs --recompute block --adapter-dtype fp32 --no-double-quant --json");
+  REQUIRE(tune.exit_code == 0);
+  const nlohmann::json settings = parse_json(tune.out)["as_given"]["settings"];
+  CHECK(settings["recompute"] == "block");
+  CHECK(settings["adapter_dtype"] == "fp32");
+  CHECK(settings["offload_checkpoint_inputs"] == true);
+  CHECK(settings["nf4_double_quant"] == false);
+  CHECK(settings["compile"] == false);
+  const RunOutput bad = run_headroom("fit tiny-llama --adapter-dtype bf16");
+  CHECK(bad.exit_code == 2);
+  CHECK(contains(bad.err, "fp32, model"));
+}
