@@ -385,9 +385,12 @@ std::string fit_report_body(const planner::FitAnswer& answer, std::string_view g
   const planner::Plan& given = answer.as_given;
   std::string out = run_line(given) + "\n";
   out += verdict_line(given.prediction, gpu_name, given.settings.safety_margin) + "\n";
-  // Open mechanisms that change no byte of this run (e.g. no LM loss) leave no band to show.
-  if (given.prediction.gpu_total_bottom < given.prediction.gpu_total) {
-    out += "Band: " + format_gib(given.prediction.gpu_total_bottom) + " to " + format_gib(given.prediction.gpu_total) +
+  // Open mechanisms that change this run by less than the report shows (e.g. no LM
+  // loss, or a tiny model) leave no band to show: "0.4 GiB to 0.4 GiB" says nothing.
+  const std::string bottom = format_gib(given.prediction.gpu_total_bottom);
+  const std::string top = format_gib(given.prediction.gpu_total);
+  if (bottom != top) {
+    out += "Band: " + bottom + " to " + top +
            " (the verdict and any plan use the top); open: " + join(given.prediction.band_unknowns, "; ") + "\n";
   }
   out += "\n";
