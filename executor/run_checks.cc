@@ -49,9 +49,10 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
     return refuse(origin, "config.offload_optimizer",
                   "NVMe optimizer offload is not implemented in the executor; expected none or cpu");
   }
+  const planner::StackSpec stack = planner::resolve_stack(s).top;
   const bool checkpoints = std::find(plan.blocks.begin(), plan.blocks.end(), planner::BlockChoice::kCheckpoint) !=
                            plan.blocks.end();
-  if (checkpoints && planner::resolve_stack(s).top.recompute == planner::Recompute::kSelectiveOp) {
+  if (checkpoints && stack.recompute == planner::Recompute::kSelectiveOp) {
     return refuse(origin, "settings.recompute",
                   "selective-op checkpointing (torchtitan's op policy) is not implemented in the executor, which "
                   "recomputes whole blocks; expected block");
@@ -64,10 +65,9 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
   if (s.compile) {
     return refuse(origin, "settings.compile", "the executor runs eager LibTorch; expected false");
   }
-  const planner::LossImpl loss = planner::resolve_stack(s).top.loss.impl;
-  if (loss != planner::LossImpl::kFull && loss != planner::LossImpl::kFullKeepLogits) {
+  if (stack.loss.impl != planner::LossImpl::kFull && stack.loss.impl != planner::LossImpl::kFullKeepLogits) {
     return refuse(origin, "settings.loss",
-                  planner::loss_name(planner::resolve_stack(s).top.loss) +
+                  planner::loss_name(stack.loss) +
                       " is not how the executor computes the loss (transformers' full-vocabulary cross-entropy); "
                       "expected full or full-keep-logits");
   }

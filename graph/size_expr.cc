@@ -48,6 +48,12 @@ SizeExpr& SizeExpr::operator+=(const SizeExpr& other) {
   return *this;
 }
 
+SizeExpr SizeExpr::divided_up(int64_t divisor) const {
+  assert(divisor > 0);
+  const auto up = [divisor](int64_t v) { return v / divisor + (v % divisor > 0 ? 1 : 0); };
+  return SizeExpr{up(c), up(b), up(s), up(bs), up(ss), up(bss)};
+}
+
 SizeExpr SizeExpr::scaled(int64_t factor) const {
   SizeExpr out;
   [[maybe_unused]] bool overflow = false;

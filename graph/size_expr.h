@@ -39,6 +39,9 @@ struct SizeExpr {
   friend SizeExpr operator+(SizeExpr a, const SizeExpr& other) { return a += other; }
   // Multiplies every coefficient (e.g. elements -> bytes). Asserts no overflow.
   SizeExpr scaled(int64_t factor) const;
+  // Divides every coefficient by `divisor`, rounding each up, so a share of a
+  // size is never priced below its exact value (a chunk of a chunked loss).
+  SizeExpr divided_up(int64_t divisor) const;
   bool operator==(const SizeExpr& other) const = default;
 
   // Human form, e.g. "4096*B*S + 32*B*S^2".

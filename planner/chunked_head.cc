@@ -6,11 +6,6 @@
 namespace headroom::planner {
 namespace {
 
-graph::SizeExpr divided(const graph::SizeExpr& e, int64_t n) {
-  const auto up = [n](int64_t v) { return (v + n - 1) / n; };
-  return graph::SizeExpr{up(e.c), up(e.b), up(e.s), up(e.bs), up(e.ss), up(e.bss)};
-}
-
 int node_index(const graph::LayerGraph& graph, const std::string& name) {
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     if (graph.nodes[i].name == name) return static_cast<int>(i);
@@ -42,7 +37,7 @@ graph::Node chunk_of(const graph::Node& node, int index, int chunks, std::map<st
     const graph::Tensor* tensor = graph.find_tensor(output);
     graph::Tensor copy = *tensor;
     copy.name = output + suffix;
-    copy.elements = divided(tensor->elements, chunks);
+    copy.elements = tensor->elements.divided_up(chunks);
     new_tensors.push_back(copy);
     renamed[output] = copy.name;
     output = copy.name;
@@ -50,11 +45,11 @@ graph::Node chunk_of(const graph::Node& node, int index, int chunks, std::map<st
   for (graph::SavedRef& saved : out.saves) {
     if (const auto it = renamed.find(saved.tensor); it != renamed.end()) saved.tensor = it->second;
   }
-  out.fwd_flops = divided(node.fwd_flops, chunks);
-  out.bwd_input_flops = divided(node.bwd_input_flops, chunks);
-  out.bwd_param_flops = divided(node.bwd_param_flops, chunks);
-  out.fwd_io_elements = divided(node.fwd_io_elements, chunks);
-  out.workspace_elements = divided(node.workspace_elements, chunks);
+  out.fwd_flops = node.fwd_flops.divided_up(chunks);
+  out.bwd_input_flops = node.bwd_input_flops.divided_up(chunks);
+  out.bwd_param_flops = node.bwd_param_flops.divided_up(chunks);
+  out.fwd_io_elements = node.fwd_io_elements.divided_up(chunks);
+  out.workspace_elements = node.workspace_elements.divided_up(chunks);
   // linear->rows stays whole: SizeExpr's integer coefficients cannot hold B*S/N,
   // and nothing reads it once the training mode (LoRA, QLoRA) has been applied.
   if (index > 0) {

@@ -9,11 +9,6 @@
 namespace headroom::planner {
 namespace {
 
-graph::SizeExpr divided(const graph::SizeExpr& e, int64_t n) {
-  const auto up = [n](int64_t v) { return (v + n - 1) / n; };
-  return graph::SizeExpr{up(e.c), up(e.b), up(e.s), up(e.bs), up(e.ss), up(e.bss)};
-}
-
 graph::Tensor* find_tensor(graph::LayerGraph& graph, const std::string& name) {
   for (graph::Tensor& tensor : graph.tensors) {
     if (tensor.name == name) return &tensor;
@@ -87,7 +82,7 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
           to_chunk.push_back(node.name);
         } else {
           drop_save(node, logits_name);
-          node.workspace_elements = divided(node.workspace_elements, loss.chunks);
+          node.workspace_elements = node.workspace_elements.divided_up(loss.chunks);
         }
         break;
       case LossImpl::kShiftCopy:

@@ -182,6 +182,13 @@ class StepSimulator {
   void forward_block(int block, bool recompute);
   void stash_checkpoint_inputs(int block);
   void evict_checkpoint_inputs(int block);
+  // Evicts the oldest stashed checkpoint inputs until at most `keep` stay on the GPU.
+  void trim_input_stash(size_t keep) {
+    while (input_stash_.size() > keep) {
+      evict_checkpoint_inputs(input_stash_.front());
+      input_stash_.pop_front();
+    }
+  }
   void fetch_checkpoint_inputs(int block);
   void offload_block(int block);
   void prefetch_block(int block);
@@ -355,10 +362,7 @@ void StepSimulator::stash_checkpoint_inputs(int block) {
   copy_out_free_ = event(Stream::kCopyOut, Phase::kOffload, start, transfer_ms(static_cast<double>(bytes)), block,
                          "offload inputs " + block_name(block), bytes);
   input_stash_.push_back(block);
-  while (static_cast<int>(input_stash_.size()) > kCheckpointOffloadStash) {
-    evict_checkpoint_inputs(input_stash_.front());
-    input_stash_.pop_front();
-  }
+  trim_input_stash(kCheckpointOffloadStash);
 }
 
 // The GPU copies leave once their copy is done (the pack waits on its event).
@@ -543,12 +547,7 @@ void StepSimulator::backward_block(int block) {
   }
   if (gathered >= 0) release(gathered);
   // Gradient traffic of this block: reduce-scatter (ZeRO-2/3) or copies to a CPU optimizer.
-  int64_t grad_bytes = 0;
-  for (int n : nodes) {
-    for (const graph::Param& param : graph_.nodes[n].params) {
-      if (param.trainable && param.tied_to.empty()) grad_bytes += planner::grad_bytes(param, settings_.precision);
-    }
-  }
+  const int64_t grad_bytes = grad_bytes_of_block(block);
   const int world = settings_.world_size();
   const bool last_micro = micro_ + 1 == config_.grad_accum;
   if (grad_bytes > 0 && world > 1 && (config_.zero_stage >= 2 || last_micro)) {
@@ -573,10 +572,7 @@ void StepSimulator::micro_step() {
     if (offloaded(b)) offload_block(b);
   }
   // Backward drops whatever the forward stash still holds on the GPU.
-  while (!input_stash_.empty()) {
-    evict_checkpoint_inputs(input_stash_.front());
-    input_stash_.pop_front();
-  }
+  trim_input_stash(0);
   for (int b = blocks - 1; b >= 0; --b) backward_block(b);
   settle(1e300);
   // A shared weight whose last use never ran backward still has its gradient.

@@ -103,17 +103,17 @@ const StackRow& row_of(Stack stack) {
 }
 
 // An override pins the mechanism; otherwise the stack's row decides, and an open
-// row records why in `unknowns`.
+// row records why in `unknowns` when the choice can change this run (`matters`).
 template <typename T>
 void resolve_choice(const std::optional<T>& override_value, const Choice<T>& choice, T& top, T& bottom,
-                    std::vector<std::string>& unknowns) {
+                    std::vector<std::string>& unknowns, bool matters = true) {
   if (override_value) {
     top = bottom = *override_value;
     return;
   }
   top = choice.top;
   bottom = choice.bottom;
-  if (choice.open_because) unknowns.emplace_back(choice.open_because);
+  if (choice.open_because && matters) unknowns.emplace_back(choice.open_because);
 }
 
 }  // namespace
@@ -126,17 +126,14 @@ ResolvedStack resolve_stack(const RunSettings& settings) {
   resolve_choice(settings.loss, row.loss, out.top.loss, out.bottom.loss, out.unknowns);
   // Without checkpointing, how a checkpointed block recomputes cannot matter.
   const bool checkpoints = settings.checkpointing != CheckpointPolicy::kNone;
-  std::vector<std::string> recompute_unknowns;
-  resolve_choice(settings.recompute, row.recompute, out.top.recompute, out.bottom.recompute, recompute_unknowns);
-  if (checkpoints) out.unknowns.insert(out.unknowns.end(), recompute_unknowns.begin(), recompute_unknowns.end());
+  resolve_choice(settings.recompute, row.recompute, out.top.recompute, out.bottom.recompute, out.unknowns,
+                 checkpoints);
   // The adapters' dtype changes bytes only where precision would otherwise make
   // them 16-bit: LoRA under pure bf16 (DeepSpeed-style mixed precision casts the
   // module to 16 bits and keeps fp32 masters either way).
   const bool adapters_matter = settings.mode != TrainMode::kFull && settings.precision == Precision::kBf16Pure;
-  std::vector<std::string> adapter_unknowns;
   resolve_choice(settings.adapter_dtype, row.adapters, out.top.adapter_dtype, out.bottom.adapter_dtype,
-                 adapter_unknowns);
-  if (adapters_matter) out.unknowns.insert(out.unknowns.end(), adapter_unknowns.begin(), adapter_unknowns.end());
+                 out.unknowns, adapters_matter);
   return out;
 }
 

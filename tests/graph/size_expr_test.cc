@@ -61,6 +61,8 @@ TEST_CASE("SizeExpr arithmetic and predicates") {
   CHECK(a == SizeExpr{2, 3, 4, 5, 6, 7});
   CHECK(SizeExpr::per_token(3) + SizeExpr::constant(1) == SizeExpr{1, 0, 0, 3, 0, 0});
   CHECK(SizeExpr{1, 2, 3, 4, 5, 6}.scaled(2) == SizeExpr{2, 4, 6, 8, 10, 12});
+  // Each coefficient rounded up: a share is never priced below its exact value.
+  CHECK(SizeExpr{0, 1, 8, 9, 16, 128256}.divided_up(8) == SizeExpr{0, 1, 1, 2, 2, 16032});
   CHECK(SizeExpr{}.is_zero());
   CHECK_FALSE(SizeExpr::constant(1).is_zero());
   CHECK(SizeExpr{0, 0, 0, 0, -1, 0}.any_negative());
