@@ -246,8 +246,8 @@ const std::vector<SettingsFlag> kFlags = {
        return Status::ok();
      }},
     {"--compile", nullptr, kTraining,
-     "the run uses torch.compile (torchtune compile: True, torchtitan --training.compile): a chunked loss is "
-     "priced as compiled; compiled blocks are priced as eager (docs/stacks.md)",
+     "the run uses torch.compile (torchtune compile: True, torchtitan --training.compile): blocks save what "
+     "the min-cut partitioner keeps, a chunked loss is priced as compiled; time is priced as eager (docs/stacks.md)",
      false,
      [](RunSettings& s, std::string_view) {
        s.compile = true;

@@ -183,35 +183,12 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
 
   out.blocks.assign(graph.blocks.size(), {});
   for (int n : out.order) out.blocks[graph.nodes[n].block].nodes.push_back(n);
-
-  // Which tensors each block saves itself (to attribute shared ones to the producer).
-  std::vector<std::vector<bool>> saved_by_block(graph.blocks.size(),
-                                                std::vector<bool>(tensor_count, false));
-  for (int n = 0; n < node_count; ++n) {
-    for (const SavedRef& saved : graph.nodes[n].saves) {
-      const int t = tensor_ids.at(saved.tensor);
-      if (out.save_active(n, saved.when, t)) {
-        saved_by_block[graph.nodes[n].block][t] = true;
-      }
-    }
-  }
-
   for (size_t b = 0; b < graph.blocks.size(); ++b) {
     BlockStructure& block = out.blocks[b];
     for (int n : block.nodes) {
       const Node& node = graph.nodes[n];
       block.on_autograd |= out.needs_input_grad[n] || out.needs_param_grad[n];
       block.has_trainable |= out.needs_param_grad[n];
-      for (const SavedRef& saved : node.saves) {
-        const int t = tensor_ids.at(saved.tensor);
-        if (!out.save_active(n, saved.when, t) || out.persistent[t]) continue;
-        const int producer_block = out.producer[t] < 0 ? -1 : graph.nodes[out.producer[t]].block;
-        if (producer_block != static_cast<int>(b) && producer_block >= 0 &&
-            saved_by_block[producer_block][t]) {
-          continue;  // the producing block keeps it and counts it
-        }
-        push_unique(block.saved_tensors, t);
-      }
       for (const std::string& input : node.inputs) {
         const int t = tensor_ids.at(input);
         if (out.persistent[t] || out.producer[t] < 0) continue;
@@ -219,7 +196,31 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
       }
     }
   }
+  attribute_block_saves(graph, out);
   return out;
+}
+
+void attribute_block_saves(const LayerGraph& graph, GraphAnalysis& analysis) {
+  const size_t tensor_count = graph.tensors.size();
+  // Which tensors each block saves itself (to attribute shared ones to the producer).
+  std::vector<std::vector<bool>> saved_by_block(graph.blocks.size(), std::vector<bool>(tensor_count, false));
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    for (int t : analysis.node_saves[n]) saved_by_block[graph.nodes[n].block][t] = true;
+  }
+  for (size_t b = 0; b < graph.blocks.size(); ++b) {
+    BlockStructure& block = analysis.blocks[b];
+    block.saved_tensors.clear();
+    for (int n : block.nodes) {
+      for (int t : analysis.node_saves[n]) {
+        if (analysis.persistent[t]) continue;
+        const int producer_block = analysis.producer[t] < 0 ? -1 : graph.nodes[analysis.producer[t]].block;
+        if (producer_block != static_cast<int>(b) && producer_block >= 0 && saved_by_block[producer_block][t]) {
+          continue;  // the producing block keeps it and counts it
+        }
+        push_unique(block.saved_tensors, t);
+      }
+    }
+  }
 }
 
 }  // namespace headroom::graph

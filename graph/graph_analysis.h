@@ -53,6 +53,10 @@ struct GraphAnalysis {
 // Assumes `graph` passed validate_graph(); asserts otherwise.
 GraphAnalysis analyze_graph(const LayerGraph& graph);
 
+// Recomputes every block's saved_tensors from node_saves (the attribution rules
+// above), after a stage rewrote what nodes save (planner/compiled_blocks.h).
+void attribute_block_saves(const LayerGraph& graph, GraphAnalysis& analysis);
+
 // Bytes of one tensor at (batch, seq) when unset dtypes mean `compute_dtype`.
 int64_t tensor_bytes(const Tensor& tensor, DType compute_dtype, int64_t batch, int64_t seq);
 

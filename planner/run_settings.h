@@ -59,8 +59,9 @@ struct RunSettings {
   std::optional<Recompute> recompute;           // nullopt: as the stack does (or a band)
   std::optional<AdapterDtype> adapter_dtype;    // nullopt: as the stack does (or a band)
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
-  // --training.compile). Only its effect on a chunked loss is modelled; compiled
-  // blocks are priced as eager, and the answer says so (docs/stacks.md).
+  // --training.compile): checkpointable blocks save what the min-cut partitioner
+  // keeps (planner/compiled_blocks.h) and a chunked loss is priced as compiled;
+  // step time is priced as eager, and the answer says so (docs/stacks.md).
   bool compile = false;
 
   // The run as the user launches it.

@@ -256,7 +256,7 @@ TEST_CASE("loss variants rewrite the loss node: what is saved, how large the log
     CHECK(head_block.bwd_peak - head_block.keep - head_block.out_grad < all_logits / 4);
   }
 
-  // Compile changes only the chunked loss: the others are priced as eager.
+  // Of the losses, compile changes only the chunked one: the others are priced as eager.
   graph::LayerGraph full_compiled = original;
   apply_loss_impl(full_compiled, LossSpec{LossImpl::kFull, 8}, /*compiled=*/true);
   CHECK(full_compiled.find_tensor(log_probs)->elements.at(2, 4096) == logits_elements.at(2, 4096));
