@@ -238,6 +238,17 @@ const std::vector<SettingsFlag> kFlags = {
        s.offload_checkpoint_inputs = true;
        return Status::ok();
      }},
+    {"--expandable-segments", "on|off", kTraining,
+     "the CUDA caching allocator runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (on) or without "
+     "(off); default: as the stack's launcher does (torchtitan: on; docs/stacks.md)",
+     false,
+     [](RunSettings& s, std::string_view v) {
+       if (v == "on" || v == "off") {
+         s.expandable_segments = v == "on";
+         return Status::ok();
+       }
+       return Status::error("expected on or off, got '" + std::string(v) + "'");
+     }},
     {"--no-double-quant", nullptr, kTraining,
      "QLoRA without bitsandbytes double quantization (one fp32 absmax per 64 weights, transformers' default)",
      false,

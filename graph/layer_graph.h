@@ -77,6 +77,10 @@ struct Node {
   SizeExpr bwd_param_flops;   // FLOPs of the weight-gradient part of backward
   SizeExpr fwd_io_elements;   // activation elements read + written in forward (roofline)
   SizeExpr workspace_elements;  // transient scratch during forward/backward, compute dtype
+  // Scratch of the backward when it differs from the forward's (the loss: the
+  // gradients of its fp32 intermediates); unset: workspace_elements.
+  std::optional<SizeExpr> bwd_workspace_elements;
+  const SizeExpr& backward_workspace() const { return bwd_workspace_elements ? *bwd_workspace_elements : workspace_elements; }
   std::optional<LinearInfo> linear;
 };
 

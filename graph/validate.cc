@@ -209,6 +209,9 @@ Status Validator::check_nodes() {
     for (const auto& [field, expr] : sizes) {
       if (Status s = check_size(path + field, *expr); !s.is_ok()) return s;
     }
+    if (node.bwd_workspace_elements) {
+      if (Status s = check_size(path + ".bwd_workspace_elements", *node.bwd_workspace_elements); !s.is_ok()) return s;
+    }
     if (node.linear) {
       if (node.linear->in_features <= 0 || node.linear->out_features <= 0) {
         return fail(path + ".linear",

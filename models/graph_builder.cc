@@ -337,23 +337,39 @@ std::string GraphBuilder::sdpa_attention(const std::string& prefix, const std::s
 
 std::string GraphBuilder::lm_loss(const std::string& name, const std::string& logits,
                                   const std::string& labels, SizeExpr rows, int64_t vocab) {
-  // transformers ForCausalLMLoss: logits.float() (a transient f32 copy, two
-  // compute-dtype elements per element), then cross_entropy = log_softmax
-  // (keeps its f32 output) + nll_loss. The bf16 logits stay alive in the
-  // returned ModelOutput until backward is done.
+  // transformers ForCausalLMLoss: logits.float(), then cross_entropy =
+  // log_softmax (keeps its f32 output) + nll_loss. The 16-bit logits stay alive
+  // in the returned ModelOutput until backward is done (the upcast node keeps
+  // them). The upcast is a node of its own because its backward is a step of
+  // its own: nll_loss_backward fills a dense f32 gradient of the log-probs, and
+  // log_softmax's backward writes the f32 gradient of the upcast logits while
+  // that one and the saved log-probs are alive (12 bytes a logit); only then
+  // does ToCopyBackward make the 16-bit gradient, beside the f32 one (6 bytes)
+  // (tools/autograd/derivatives.yaml: nll_loss_forward, _log_softmax, _to_copy).
   const SizeExpr elements = times(rows, vocab);
+  OpSpec upcast;
+  upcast.name = name + ".upcast";
+  upcast.op = "to_f32";
+  upcast.inputs = {logits};
+  upcast.out_elements = elements;
+  upcast.out_dtype = DType::kF32;
+  upcast.saves = {SavedRef{logits, SaveWhen::kAnyGrad}};
+  const std::string logits_f32 = op(upcast);
+
   const std::string log_probs = name + ":log_probs";
   OpSpec spec;
   spec.name = name;
   spec.op = "loss";
-  spec.inputs = {logits, labels};
+  spec.inputs = {logits_f32, labels};
   spec.out_elements = SizeExpr::constant(1);
   spec.out_dtype = DType::kF32;
-  spec.saves = {SavedRef{logits, SaveWhen::kAnyGrad}, SavedRef{log_probs, SaveWhen::kAnyGrad}};
+  spec.saves = {SavedRef{log_probs, SaveWhen::kAnyGrad}};
   spec.fwd_flops = elements.scaled(kSoftmaxFlopsPerElement);
   spec.bwd_input_flops = elements.scaled(2);
-  spec.workspace_elements = elements.scaled(2);
   const std::string loss = op(spec);
+  // The f32 gradient of the log-probs, as two 16-bit compute elements (in f32
+  // training this, like the upcast itself, over-counts: .float() is a no-op there).
+  graph_.nodes.back().bwd_workspace_elements = elements.scaled(2);
   graph_.nodes.back().outputs.push_back(log_probs);
   graph_.nodes.back().fwd_io_elements += elements;
   add_tensor(log_probs, elements, DType::kF32);

@@ -140,8 +140,9 @@ class GraphBuilder {
                              const AttentionShape& shape);
 
   // HF causal-LM cross entropy on `logits` [rows, vocab] with int64 `labels`:
-  // keeps the logits (held by the returned output) and the f32 log-softmax; the
-  // f32 upcast is workspace. Output: the f32 scalar loss.
+  // node "<name>.upcast" (logits.float(), keeps the 16-bit logits: the returned
+  // output holds them), then node `name` (log_softmax + nll_loss, keeps the f32
+  // log-probs). Output: the f32 scalar loss.
   std::string lm_loss(const std::string& name, const std::string& logits,
                       const std::string& labels, SizeExpr rows, int64_t vocab);
 

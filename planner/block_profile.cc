@@ -206,7 +206,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
       if (!analysis.needs_input_grad[n] && !analysis.needs_param_grad[n]) continue;
 
       // Gradients in flight at this node: of its outputs and of its inputs that need one.
-      int64_t grads = account(graph::dtype_bytes(compute, node.workspace_elements.at(batch, seq)), accounting);
+      int64_t grads = account(graph::dtype_bytes(compute, node.backward_workspace().at(batch, seq)), accounting);
       // An output nobody reads (the loss) gets only the scalar seed gradient.
       for (int t : analysis.node_outputs[n]) {
         if (analysis.requires_grad[t] && !analysis.consumers[t].empty()) grads += facts.bytes[t];

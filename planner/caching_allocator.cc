@@ -23,7 +23,31 @@ bool should_split(bool small, int64_t remaining) {
 
 }  // namespace
 
-CachingAllocatorModel::CachingAllocatorModel(int64_t capacity_bytes) : capacity_(capacity_bytes) {}
+CachingAllocatorModel::CachingAllocatorModel(int64_t capacity_bytes, bool expandable_segments)
+    : capacity_(capacity_bytes) {
+  if (expandable_segments) {
+    // Pages: kSmallBuffer for the small pool, the large segment size for the large one.
+    expandable_small_.emplace(kSmallSegmentBytes);
+    expandable_large_.emplace(kLargeSegmentBytes);
+  }
+}
+
+int64_t CachingAllocatorModel::allocate_expandable(int64_t size, bool small) {
+  ExpandablePool& pool = small ? *expandable_small_ : *expandable_large_;
+  int64_t offset = pool.allocate(size, reserved_, capacity_);
+  if (offset < 0) {
+    // The OOM retry: every pool gives back the pages its free blocks do not use.
+    reserved_ -= expandable_small_->unmap_free_pages() + expandable_large_->unmap_free_pages();
+    offset = pool.allocate(size, reserved_, capacity_);
+  }
+  peak_reserved_ = std::max(peak_reserved_, reserved_);
+  if (offset < 0) return -1;
+  const int64_t handle = next_block_++;
+  expandable_handles_[handle] = ExpandableHandle{small, offset};
+  allocated_ += size;
+  peak_allocated_ = std::max(peak_allocated_, allocated_);
+  return handle;
+}
 
 int64_t CachingAllocatorModel::new_segment(int64_t size, bool small) {
   if (reserved_ + size > capacity_) release_free_segments();
@@ -78,6 +102,7 @@ int64_t CachingAllocatorModel::take(int64_t block_id, int64_t size) {
 int64_t CachingAllocatorModel::allocate(int64_t bytes) {
   const int64_t size = allocated_bytes_for_request(bytes);
   const bool small = size <= kSmallRequestBytes;
+  if (expandable_small_) return allocate_expandable(size, small);
   auto& pool = small ? free_small_ : free_large_;
   auto it = pool.lower_bound({size, -1, -1});
   if (it != pool.end()) {
@@ -90,6 +115,12 @@ int64_t CachingAllocatorModel::allocate(int64_t bytes) {
 }
 
 void CachingAllocatorModel::release(int64_t handle) {
+  if (const auto expandable = expandable_handles_.find(handle); expandable != expandable_handles_.end()) {
+    ExpandablePool& pool = expandable->second.small ? *expandable_small_ : *expandable_large_;
+    allocated_ -= pool.release(expandable->second.offset);
+    expandable_handles_.erase(expandable);
+    return;
+  }
   auto found = blocks_.find(handle);
   assert(found != blocks_.end() && !found->second.free);
   Block& block = found->second;

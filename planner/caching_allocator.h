@@ -7,21 +7,26 @@
 // merge with free neighbours of the same segment; segments are never returned
 // except when a new one would not fit, when all fully free segments are
 // released first (as on an OOM retry). Reserved = sum of segments.
+// With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
+// each pool is one growing segment instead (planner/expandable_pool.h).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
+
+#include "planner/expandable_pool.h"
 
 namespace headroom::planner {
 
 class CachingAllocatorModel {
  public:
   // `capacity_bytes`: what cudaMalloc may hand out in total (device memory minus context).
-  explicit CachingAllocatorModel(int64_t capacity_bytes = INT64_MAX / 4);
+  explicit CachingAllocatorModel(int64_t capacity_bytes = INT64_MAX / 4, bool expandable_segments = false);
 
   // Returns a handle, or -1 when even after releasing cached segments the device is full.
   int64_t allocate(int64_t bytes);
@@ -30,7 +35,8 @@ class CachingAllocatorModel {
 
   int64_t allocated_bytes() const { return allocated_; }
   int64_t reserved_bytes() const { return reserved_; }
-  int64_t segment_count() const { return static_cast<int64_t>(segments_.size()); }
+  // Expandable segments count as one segment per pool.
+  int64_t segment_count() const { return static_cast<int64_t>(segments_.size()) + (expandable_small_ ? 2 : 0); }
   int64_t peak_allocated_bytes() const { return peak_allocated_; }
   int64_t peak_reserved_bytes() const { return peak_reserved_; }
 
@@ -50,6 +56,7 @@ class CachingAllocatorModel {
     std::map<int64_t, int64_t> blocks;  // offset -> block id, in address order
   };
 
+  int64_t allocate_expandable(int64_t size, bool small);
   int64_t new_segment(int64_t size, bool small);
   void release_free_segments();
   int64_t take(int64_t block_id, int64_t size);
@@ -65,6 +72,14 @@ class CachingAllocatorModel {
   std::unordered_map<int64_t, Block> blocks_;
   std::set<FreeKey> free_small_;
   std::set<FreeKey> free_large_;
+  // Expandable segments: one pool each, and where each handle lives.
+  std::optional<ExpandablePool> expandable_small_;
+  std::optional<ExpandablePool> expandable_large_;
+  struct ExpandableHandle {
+    bool small = false;
+    int64_t offset = 0;
+  };
+  std::unordered_map<int64_t, ExpandableHandle> expandable_handles_;
 };
 
 }  // namespace headroom::planner

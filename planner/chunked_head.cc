@@ -50,6 +50,7 @@ graph::Node chunk_of(const graph::Node& node, int index, int chunks, std::map<st
   out.bwd_param_flops = node.bwd_param_flops.divided_up(chunks);
   out.fwd_io_elements = node.fwd_io_elements.divided_up(chunks);
   out.workspace_elements = node.workspace_elements.divided_up(chunks);
+  if (node.bwd_workspace_elements) out.bwd_workspace_elements = node.bwd_workspace_elements->divided_up(chunks);
   // linear->rows stays whole: SizeExpr's integer coefficients cannot hold B*S/N,
   // and nothing reads it once the training mode (LoRA, QLoRA) has been applied.
   if (index > 0) {

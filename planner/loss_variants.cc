@@ -26,6 +26,25 @@ const graph::LinearInfo* producing_linear(const graph::LayerGraph& graph, const 
   return nullptr;
 }
 
+graph::Node* producing_node(graph::LayerGraph& graph, const std::string& tensor) {
+  for (graph::Node& node : graph.nodes) {
+    if (std::find(node.outputs.begin(), node.outputs.end(), tensor) != node.outputs.end()) return &node;
+  }
+  return nullptr;
+}
+
+// Removes a one-input, one-output node: its readers read its input instead.
+void bypass(graph::LayerGraph& graph, const std::string& node_name) {
+  const auto it = std::find_if(graph.nodes.begin(), graph.nodes.end(),
+                               [&](const graph::Node& n) { return n.name == node_name; });
+  if (it == graph.nodes.end()) return;
+  const std::string input = it->inputs.front();
+  const std::string output = it->outputs.front();
+  graph.nodes.erase(it);
+  std::erase_if(graph.tensors, [&](const graph::Tensor& t) { return t.name == output; });
+  for (graph::Node& node : graph.nodes) std::replace(node.inputs.begin(), node.inputs.end(), output, input);
+}
+
 void drop_save(graph::Node& node, const std::string& tensor) {
   std::erase_if(node.saves, [&](const graph::SavedRef& saved) { return saved.tensor == tensor; });
 }
@@ -34,15 +53,19 @@ void drop_save(graph::Node& node, const std::string& tensor) {
 
 void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled) {
   if (loss.impl == LossImpl::kFullKeepLogits) return;
-  std::vector<std::string> to_chunk;  // split after the loop: splitting reallocates graph.nodes
+  std::vector<std::string> to_chunk;     // split after the loop: splitting reallocates graph.nodes
+  std::vector<std::string> to_bypass;    // upcast nodes the variant has no use for
   for (graph::Node& node : graph.nodes) {
     if (node.op != "loss" || node.inputs.empty()) continue;
     const std::string log_probs_name = node.name + ":log_probs";
     if (std::find(node.outputs.begin(), node.outputs.end(), log_probs_name) == node.outputs.end()) continue;
-    const std::string& logits_name = node.inputs.front();
+    graph::Node* upcast = producing_node(graph, node.inputs.front());
+    if (upcast == nullptr || upcast->op != "to_f32" || upcast->inputs.empty()) continue;
+    const std::string logits_name = upcast->inputs.front();
     graph::Tensor* logits = find_tensor(graph, logits_name);
+    graph::Tensor* logits_f32 = find_tensor(graph, node.inputs.front());
     graph::Tensor* log_probs = find_tensor(graph, log_probs_name);
-    if (logits == nullptr || log_probs == nullptr) continue;
+    if (logits == nullptr || logits_f32 == nullptr || log_probs == nullptr) continue;
     switch (loss.impl) {
       case LossImpl::kFullKeepLogits:
         break;
@@ -50,7 +73,7 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
         // transformers Trainer.compute_loss returns only the loss, so the output
         // holding the 16-bit logits is gone before backward; cross_entropy keeps
         // only its fp32 log-probabilities (trainer.py, loss/loss_utils.py).
-        drop_save(node, logits_name);
+        drop_save(*upcast, logits_name);
         break;
       case LossImpl::kChunked:
         // torchtune: the fp32 upcast and cross-entropy run chunk by chunk, and the
@@ -70,6 +93,7 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
           // rather than the fp32 log-probabilities, recomputing the pointwise rest in
           // backward. What stays of the log-probabilities is those two fp32 statistics
           // per row (max and log-sum-exp): the log_probs tensor shrinks to them.
+          to_bypass.push_back(upcast->name);
           const graph::LinearInfo* head = producing_linear(graph, logits_name);
           if (head != nullptr) {
             log_probs->elements = head->rows.scaled(2);
@@ -77,12 +101,18 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
           } else {
             drop_save(node, log_probs_name);
           }
+          node.saves.push_back({logits_name, graph::SaveWhen::kAnyGrad});
           node.workspace_elements = graph::SizeExpr{};
+          node.bwd_workspace_elements = graph::SizeExpr{};
           // Each chunk's saved logits go as its gradient comes: N head/loss pairs.
           to_chunk.push_back(node.name);
         } else {
-          drop_save(node, logits_name);
-          node.workspace_elements = node.workspace_elements.divided_up(loss.chunks);
+          // One chunk's f32 copy and, in backward, its gradients at a time.
+          drop_save(*upcast, logits_name);
+          logits_f32->elements = logits_f32->elements.divided_up(loss.chunks);
+          if (node.bwd_workspace_elements) {
+            node.bwd_workspace_elements = node.bwd_workspace_elements->divided_up(loss.chunks);
+          }
         }
         break;
       case LossImpl::kShiftCopy:
@@ -92,18 +122,23 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
         // CrossEntropyLoss, which autocast runs in fp32 (log_softmax keeps its fp32
         // output). Saved as `full`; the copy is one more compute-dtype element per
         // logit alive with the fp32 upcast. The output is dropped by the Trainer.
-        drop_save(node, logits_name);
-        node.workspace_elements = node.workspace_elements + logits->elements;
+        drop_save(*upcast, logits_name);
+        upcast->workspace_elements = upcast->workspace_elements + logits->elements;
         break;
       case LossImpl::kNoUpcast:
         // litgpt chunked_cross_entropy: no .float(), so log_softmax runs and saves in
         // the logits' dtype and there is no fp32 copy; the logits stay referenced
-        // through backward (litgpt/utils.py, finetune/lora.py).
+        // through backward (litgpt/utils.py, finetune/lora.py). In backward the
+        // gradient of the 16-bit log-probs is alive with the logits' gradient.
+        to_bypass.push_back(upcast->name);
+        node.saves.push_back({logits_name, graph::SaveWhen::kAnyGrad});
         log_probs->dtype.reset();
         node.workspace_elements = graph::SizeExpr{};
+        node.bwd_workspace_elements = logits->elements;
         break;
     }
   }
+  for (const std::string& name : to_bypass) bypass(graph, name);
   for (const std::string& name : to_chunk) split_head_into_chunks(graph, name, loss.chunks);
 }
 

@@ -205,6 +205,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["compile"] = s.compile;
   j["nf4_double_quant"] = s.nf4_double_quant;
   j["offload_checkpoint_inputs"] = s.offload_checkpoint_inputs;
+  if (s.expandable_segments) j["expandable_segments"] = *s.expandable_segments;
   j["precision"] = precision_name(s.precision);
   j["optimizer"] = optimizer_name(s.optimizer);
   j["mode"] = mode_name(s.mode);
@@ -298,6 +299,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read("compile", s.compile),
       r.read("nf4_double_quant", s.nf4_double_quant),
       r.read("offload_checkpoint_inputs", s.offload_checkpoint_inputs),
+      r.read("expandable_segments", s.expandable_segments),
       r.read("checkpointing", checkpointing),
       r.read("checkpoint_blocks", s.checkpoint_blocks),
       r.read("gpu", s.gpu),

@@ -108,6 +108,9 @@ struct RunSettings {
   // Checkpointed blocks keep their inputs in pinned host memory, as torchtune's
   // enable_activation_offloading does (docs/stacks.md, "Offloading checkpoint inputs").
   bool offload_checkpoint_inputs = false;
+  // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (planner/expandable_pool.h);
+  // nullopt: as the stack's launcher sets it (uses_expandable_segments).
+  std::optional<bool> expandable_segments;
 
   // Hardware and budgets.
   std::string gpu = "a6000";

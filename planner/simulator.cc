@@ -22,7 +22,7 @@ class StepSimulator {
   StepSimulator(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
                 const std::vector<BlockChoice>& choices, const SimulatorOptions& options)
       : ctx_(context), graph_(context.graph), an_(context.analysis), settings_(settings), config_(config),
-        choices_(choices), options_(options), allocator_(allocator_budget(context, settings)) {
+        choices_(choices), options_(options), allocator_(allocator_budget(context, settings), uses_expandable_segments(settings)) {
     batch_ = config.micro_batch;
     seq_ = context.seq_len;
     const size_t tensors = graph_.tensors.size();
@@ -498,7 +498,7 @@ void StepSimulator::backward_block(int block) {
       }
       if (seen == shared->second) finished.push_back(owner);
     }
-    const int64_t workspace = node.workspace_elements.at(batch_, seq_);
+    const int64_t workspace = node.backward_workspace().at(batch_, seq_);
     const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
     compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
     release(ws);

@@ -150,6 +150,10 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
 
 std::string_view stack_name(Stack value) { return row_of(value).name; }
 
+bool uses_expandable_segments(const RunSettings& settings) {
+  return settings.expandable_segments.value_or(settings.stack == Stack::kTorchtitan);
+}
+
 // torchtitan (parallelisms), torchtune (training/_distributed.py shard_model) and
 // litgpt (FSDP strategy) shard with torch's fully_shard; the others mean DeepSpeed.
 bool shards_with_fsdp2(Stack value) {

@@ -75,6 +75,12 @@ ResolvedStack resolve_stack(const RunSettings& settings);
 // bottom of the band); nullopt when the stack leaves nothing open.
 std::optional<RunSettings> bottom_of_band(const RunSettings& settings);
 
+// Whether the caching allocator runs with expandable segments: as the settings
+// say, else as the stack's launcher sets PYTORCH_CUDA_ALLOC_CONF (torchtitan's
+// run_llama_train.sh / run_train.sh export expandable_segments:True; the others
+// leave the default).
+bool uses_expandable_segments(const RunSettings& settings);
+
 // Whether the stack's ZeRO-3 is FSDP2 (fully_shard) rather than DeepSpeed's stage 3.
 bool shards_with_fsdp2(Stack value);
 

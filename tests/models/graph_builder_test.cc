@@ -117,16 +117,26 @@ TEST_CASE("SDPA keeps q, k, v, out and an f32 logsumexp; causal halves the FLOPs
   CHECK(n.bwd_input_flops == SizeExpr{0, 0, 0, 0, 0, 5 * 2 * 8});
 }
 
-TEST_CASE("lm loss keeps the logits and the f32 log-softmax; upcast is workspace") {
+TEST_CASE("lm loss: the upcast keeps the logits, the loss the f32 log-softmax; backward holds its f32 gradient") {
   GraphBuilder b;
   b.begin_block("b", "test", false);
   const std::string logits = b.input("logits", SizeExpr::per_token(10), std::nullopt, true);
   const std::string labels = b.input("labels", SizeExpr::per_token(1), DType::kInt64, false);
   b.lm_loss("loss", logits, labels, SizeExpr::per_token(1), 10);
   const graph::LayerGraph& g = b.graph();
-  CHECK(saves(*g.find_node("loss"), "logits", SaveWhen::kAnyGrad));
+  const graph::Node& upcast = *g.find_node("loss.upcast");
+  CHECK(upcast.op == "to_f32");
+  CHECK(saves(upcast, "logits", SaveWhen::kAnyGrad));
+  CHECK(g.find_tensor("loss.upcast")->dtype == DType::kF32);
+  CHECK(g.find_tensor("loss.upcast")->elements == SizeExpr::per_token(10));
+  const graph::Node& loss = *g.find_node("loss");
+  CHECK(loss.inputs.front() == "loss.upcast");
+  CHECK(saves(loss, "loss:log_probs", SaveWhen::kAnyGrad));
+  CHECK_FALSE(saves(loss, "logits", SaveWhen::kAnyGrad));
   CHECK(g.find_tensor("loss:log_probs")->dtype == DType::kF32);
-  CHECK(g.find_node("loss")->workspace_elements == SizeExpr::per_token(20));
+  CHECK(loss.workspace_elements.is_zero());
+  // nll_loss_backward's dense f32 gradient of the log-probs: 4 bytes, two 16-bit elements.
+  CHECK(loss.backward_workspace() == SizeExpr::per_token(20));
 }
 
 }  // namespace

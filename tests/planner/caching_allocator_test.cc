@@ -72,3 +72,60 @@ TEST_CASE("at capacity, cached free segments are released before giving up") {
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+namespace {
+constexpr int64_t kMebibyte = 1 << 20;
+}
+
+TEST_CASE("expandable segments: a miss maps only the shortfall, in 20 MiB pages, onto the free tail") {
+  CachingAllocatorModel allocator(INT64_MAX / 4, /*expandable_segments=*/true);
+  const int64_t a = allocator.allocate(30 * kMebibyte);
+  CHECK(allocator.reserved_bytes() == 40 * kMebibyte);  // two pages; 10 MiB free at the tail
+  const int64_t b = allocator.allocate(25 * kMebibyte);
+  // The 10 MiB tail grows by one page to 30 MiB: 25 used, 5 left free.
+  CHECK(allocator.reserved_bytes() == 60 * kMebibyte);
+  allocator.release(a);
+  // The default allocator's fragmentation case: a 40 MiB hole and a 50 MiB request.
+  // Here the request takes a fresh range after the tail (the hole is not beside
+  // unmapped space), mapping 50 - 5 = 45 MiB, rounded to 60.
+  allocator.allocate(50 * kMebibyte);
+  CHECK(allocator.reserved_bytes() == 120 * kMebibyte);
+  CHECK(allocator.allocated_bytes() == 75 * kMebibyte);
+  allocator.release(b);
+  CHECK(allocator.segment_count() == 2);  // one segment per pool
+}
+
+TEST_CASE("expandable segments: freed neighbours merge into one range that serves a larger request") {
+  // Default allocator: two segments of 2 and 4 units, freed, cannot serve 6 (a
+  // block never spans segments): a third segment. Expandable: one range, whose
+  // freed 6 units merge and serve it.
+  for (bool expandable : {false, true}) {
+    CAPTURE(expandable);
+    CachingAllocatorModel allocator(INT64_MAX / 4, expandable);
+    const int64_t unit = 100 * kMebibyte;
+    const int64_t a = allocator.allocate(2 * unit);
+    const int64_t b = allocator.allocate(4 * unit);
+    allocator.release(a);
+    allocator.release(b);
+    allocator.allocate(6 * unit);
+    CHECK(allocator.peak_allocated_bytes() == 6 * unit);
+    CHECK(allocator.peak_reserved_bytes() == (expandable ? 6 : 12) * unit);
+  }
+}
+
+TEST_CASE("expandable segments: out of memory, free pages are unmapped and the request retried") {
+  CachingAllocatorModel allocator(100 * kMebibyte, /*expandable_segments=*/true);
+  const int64_t a = allocator.allocate(60 * kMebibyte);
+  const int64_t b = allocator.allocate(20 * kMebibyte);
+  CHECK(allocator.reserved_bytes() == 80 * kMebibyte);
+  allocator.release(a);
+  // 60 MiB free at the front; a 70 MiB request does not fit it, and mapping 70
+  // more would pass 100: the free 60 MiB are unmapped, then 70 are mapped after b.
+  CHECK(allocator.allocate(70 * kMebibyte) >= 0);
+  CHECK(allocator.reserved_bytes() == 20 * kMebibyte + 80 * kMebibyte);
+  CHECK(allocator.allocate(40 * kMebibyte) < 0);  // nothing left to unmap
+  allocator.release(b);
+}
+
+}  // namespace headroom::planner

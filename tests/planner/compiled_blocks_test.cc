@@ -104,3 +104,4 @@ TEST_CASE("the partitioner saves a graph input rather than recompute from an unf
 }
 
 }  // namespace headroom::planner
+

@@ -6,7 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/graph_builder.h"
 #include "models/zoo.h"
+#include "planner/block_profile.h"
+#include "planner/hardware.h"
 #include "planner/loss_variants.h"
 #include "planner/model_states.h"
 #include "planner/optimizer_step.h"
@@ -182,23 +185,28 @@ TEST_CASE("full fine-tuning: foreach costs half the AdamW states at the step; in
 TEST_CASE("loss variants rewrite the loss node: what is saved, how large the logits are") {
   const graph::LayerGraph original = models::build_zoo_model("llama-3-8b", models::ZooOptions{}).value();
   const graph::Node& node = loss_node(original);
-  const std::string logits = node.inputs.front();
+  const graph::Node& upcast = *original.find_node(node.name + ".upcast");
+  const std::string logits = upcast.inputs.front();
+  const std::string logits_f32 = node.inputs.front();
   const std::string log_probs = node.name + ":log_probs";
-  REQUIRE(saves(node, logits));
+  REQUIRE(saves(upcast, logits));
   REQUIRE(saves(node, log_probs));
   const graph::SizeExpr logits_elements = original.find_tensor(logits)->elements;
+  const auto upcast_of = [&](const graph::LayerGraph& g) { return g.find_node(node.name + ".upcast"); };
 
   graph::LayerGraph full = original;
   apply_loss_impl(full, LossSpec{LossImpl::kFull, 8});
-  CHECK_FALSE(saves(loss_node(full), logits));
+  CHECK_FALSE(saves(*upcast_of(full), logits));
   CHECK(saves(loss_node(full), log_probs));
 
   graph::LayerGraph chunked = original;
   apply_loss_impl(chunked, LossSpec{LossImpl::kChunked, 8});
-  CHECK_FALSE(saves(loss_node(chunked), logits));
+  CHECK_FALSE(saves(*upcast_of(chunked), logits));
   CHECK(saves(loss_node(chunked), log_probs));
   CHECK(chunked.find_tensor(logits)->elements.at(2, 4096) == logits_elements.at(2, 4096));  // all chunks at once
-  CHECK(loss_node(chunked).workspace_elements.at(2, 4096) == node.workspace_elements.at(2, 4096) / 8);
+  // One chunk's f32 copy, and in backward one chunk's gradients, at a time.
+  CHECK(chunked.find_tensor(logits_f32)->elements.at(2, 4096) == logits_elements.at(2, 4096) / 8);
+  CHECK(loss_node(chunked).backward_workspace().at(2, 4096) == node.backward_workspace().at(2, 4096) / 8);
   CHECK(chunked.find_tensor(log_probs)->dtype == graph::DType::kF32);
 
   // Compiled (torchtune compile_loss): N head/loss pairs (TransformerDecoder with
@@ -217,6 +225,7 @@ TEST_CASE("loss variants rewrite the loss node: what is saved, how large the log
       REQUIRE(n.inputs.front() == logits + "#chunk" + std::to_string(losses - 1));
       CHECK(saves(n, n.inputs.front()));
       CHECK(n.workspace_elements.is_zero());
+      CHECK(n.backward_workspace().is_zero());
       logits_bytes += graph::tensor_bytes(*compiled.find_tensor(n.inputs.front()), graph::DType::kBF16, 2, 4096);
       stats_bytes += graph::tensor_bytes(*compiled.find_tensor(n.name.substr(0, n.name.find('#')) + ":log_probs" +
                                                                 n.name.substr(n.name.find('#'))),
@@ -235,6 +244,7 @@ TEST_CASE("loss variants rewrite the loss node: what is saved, how large the log
   CHECK(stats_bytes >= 2 * 4096 * 8);
   CHECK(stats_bytes <= 2 * 4096 * 4 * 8);
   CHECK(compiled.find_tensor(logits) == nullptr);
+  CHECK(upcast_of(compiled) == nullptr);  // fused into the reductions
   // Autograd frees each chunk's saved logits as its gradient is made: the head
   // block's backward holds all logits plus one chunk's gradient, not two full sets.
   {
@@ -265,17 +275,20 @@ TEST_CASE("loss variants rewrite the loss node: what is saved, how large the log
   // beside the fp32 upcast; saved as `full`.
   graph::LayerGraph shifted = original;
   apply_loss_impl(shifted, LossSpec{LossImpl::kShiftCopy, 8});
-  CHECK_FALSE(saves(loss_node(shifted), logits));
+  CHECK_FALSE(saves(*upcast_of(shifted), logits));
   CHECK(saves(loss_node(shifted), log_probs));
-  CHECK(loss_node(shifted).workspace_elements.at(2, 4096) ==
-        node.workspace_elements.at(2, 4096) + logits_elements.at(2, 4096));
+  CHECK(upcast_of(shifted)->workspace_elements.at(2, 4096) == logits_elements.at(2, 4096));
   CHECK(parse_loss("shift-copy") == LossSpec{LossImpl::kShiftCopy, 8});
 
   graph::LayerGraph no_upcast = original;
   apply_loss_impl(no_upcast, LossSpec{LossImpl::kNoUpcast, 8});
+  CHECK(upcast_of(no_upcast) == nullptr);
+  CHECK(loss_node(no_upcast).inputs.front() == logits);
   CHECK(saves(loss_node(no_upcast), logits));
   CHECK_FALSE(no_upcast.find_tensor(log_probs)->dtype.has_value());  // the compute dtype
   CHECK(loss_node(no_upcast).workspace_elements.is_zero());
+  // The 16-bit gradient of the log-probs beside the logits' gradient.
+  CHECK(loss_node(no_upcast).backward_workspace() == logits_elements);
 }
 
 TEST_CASE("at a 128k vocabulary the loss decides: keep-logits > Trainer's > chunked") {
@@ -293,6 +306,9 @@ TEST_CASE("at a 128k vocabulary the loss decides: keep-logits > Trainer's > chun
 
 TEST_CASE("the verdict is TIGHT when the band straddles the budget, and plans use its top") {
   RunSettings s = llama_lora(Stack::kUnspecified);
+  // At B = 2 both ends of the loss band reserve the same: the kept logits fit in
+  // blocks the allocator has cached by then. At B = 8 they do not.
+  s.micro_batch = 8;
   const Result<FitAnswer> wide = fit(s);
   REQUIRE(wide.is_ok());
   const Prediction& p = wide->as_given.prediction;
@@ -363,6 +379,60 @@ TEST_CASE("LoRA adapters: fp32 under PEFT, the model's dtype under torchtune; on
   CHECK(fp32.params - bf16.params == doctest::Approx(2.0 * static_cast<double>(elements)).epsilon(0.01));
   CHECK(fp32.grads_full == doctest::Approx(2.0 * static_cast<double>(bf16.grads_full)).epsilon(0.01));
   CHECK(fp32.master == 0);
+}
+
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("the loss backward holds 12 bytes a logit: f32 log-probs, their gradient, the upcast's gradient") {
+  // hidden [T, 16] -> head -> logits [T, 4096] -> lm_loss. T = B*S = 64.
+  models::GraphBuilder b;
+  b.begin_block("head", "head", false);
+  const std::string hidden = b.input("hidden", graph::SizeExpr::per_token(16), std::nullopt, true);
+  const std::string labels = b.input("labels", graph::SizeExpr::per_token(1), graph::DType::kInt64, false);
+  const std::string logits = b.linear("lm_head", hidden, graph::SizeExpr::per_token(1), 16, 4096, false);
+  b.lm_loss("loss", logits, labels, graph::SizeExpr::per_token(1), 4096);
+  graph::LayerGraph graph = b.finish();
+  apply_loss_impl(graph, LossSpec{LossImpl::kFull, 8});
+  const graph::GraphAnalysis analysis = graph::analyze_graph(graph);
+  const GpuSpec gpu = find_gpu("a100-80g").value();
+  const StepProfile profile =
+      profile_step(graph, analysis, graph::DType::kBF16, 4, 16, Accounting::kAllocated, gpu);
+  const int64_t logits_count = 64 * 4096;
+  // At the loss node's backward the f32 log-probs, nll's dense f32 gradient of
+  // them and log_softmax's f32 gradient of the upcast logits are alive together
+  // (the head's input is a graph input: persistent, not the block's).
+  CHECK(profile.blocks[0].bwd_peak == 12 * logits_count);
+}
+
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("expandable segments follow the stack's launcher unless the settings say") {
+  RunSettings s;
+  CHECK_FALSE(uses_expandable_segments(s));
+  s.stack = Stack::kTorchtitan;  // run_llama_train.sh exports expandable_segments:True
+  CHECK(uses_expandable_segments(s));
+  s.expandable_segments = false;
+  CHECK_FALSE(uses_expandable_segments(s));
+  s.stack = Stack::kHfTrainer;
+  s.expandable_segments = true;
+  CHECK(uses_expandable_segments(s));
+  // The JSON key round-trips; absent stays absent.
+  const Result<RunSettings> back = settings_from_json(settings_to_json(s), "settings");
+  REQUIRE(back.is_ok());
+  CHECK(back->expandable_segments == std::optional<bool>(true));
+  CHECK_FALSE(settings_to_json(RunSettings{}).contains("expandable_segments"));
+  // The simulator's reserved memory follows it: the same run reserves less.
+  RunSettings run = llama_lora(Stack::kHfTrainer);
+  run.micro_batch = 8;
+  const Prediction plain = predict_as_given(run);
+  run.expandable_segments = true;
+  const Prediction expandable = predict_as_given(run);
+  CHECK(expandable.peak_reserved < plain.peak_reserved);
+  CHECK(expandable.peak_allocated == plain.peak_allocated);
 }
 
 }  // namespace headroom::planner
