@@ -190,9 +190,9 @@ const std::vector<SettingsFlag> kFlags = {
     {"--nvme-gbps", "GB/s", kHardware, "NVMe sequential bandwidth (default 3.0)", false,
      [](RunSettings& s, std::string_view v) { return set_positive(v, s.nvme_gbps); }},
     // Training.
-    {"--precision", "P", kTraining, "fp32, bf16-mixed (default), fp16-mixed or bf16 (pure)", false,
+    {"--precision", "P", kTraining, "fp32, bf16-mixed (default), fp16-mixed, bf16 (pure), or bf16-amp / fp16-amp (torch.autocast over fp32 weights)", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16",
+       return set_enum(v, planner::parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16, bf16-amp, fp16-amp",
                        s.precision);
      }},
     {"--optimizer", "NAME", kTraining, "adamw (default), adamw-8bit, sgd or adafactor", false,

@@ -62,6 +62,12 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                   "offloading checkpointed blocks' inputs (torchtune's activation offloading) is not implemented in the "
                   "executor; expected false (offloaded blocks are)");
   }
+  if (planner::is_autocast(s.precision)) {
+    return refuse(origin, "settings.precision",
+                  std::string(planner::precision_name(s.precision)) +
+                      " (torch.autocast over fp32 weights) is priced but not run by the executor; expected fp32, "
+                      "bf16-mixed, fp16-mixed or bf16");
+  }
   if (s.compile) {
     return refuse(origin, "settings.compile", "the executor runs eager LibTorch; expected false");
   }

@@ -93,6 +93,8 @@ torch::ScalarType training_dtype(planner::Precision precision) {
     case planner::Precision::kFp16Mixed: return torch::kHalf;
     case planner::Precision::kBf16Mixed:
     case planner::Precision::kBf16Pure: return torch::kBFloat16;
+    case planner::Precision::kBf16Amp:
+    case planner::Precision::kFp16Amp: return torch::kFloat;  // refused by check_executable
   }
   return torch::kFloat;
 }

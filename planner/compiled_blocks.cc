@@ -29,7 +29,7 @@ OpClass classify(const std::string& op) {
   static const std::set<std::string> recomputable = {
       "norm",        "add",        "mul",           "split",     "transpose_contiguous",
       "select_token", "mul_scalar", "axpy",          "add_scalar", "sinusoidal",
-      "rope_table"};
+      "rope_table",  "cast",       "to_f32"};
   if (op.starts_with("activation:") || recomputable.count(op)) return OpClass::kRecomputable;
   if (op == "dropout") return OpClass::kRandom;
   return OpClass::kBanned;

@@ -6,6 +6,7 @@
 #include "graph/graph_json.h"
 #include "models/hf_import.h"
 #include "models/zoo.h"
+#include "planner/autocast.h"
 #include "planner/calibration.h"
 #include "planner/compiled_blocks.h"
 #include "planner/loss_variants.h"
@@ -22,7 +23,9 @@ bool looks_like_path(const std::string& model) {
 graph::DType compute_dtype_for(Precision precision) {
   switch (precision) {
     case Precision::kFp32: return graph::DType::kF32;
-    case Precision::kFp16Mixed: return graph::DType::kF16;
+    case Precision::kFp16Mixed:
+    case Precision::kFp16Amp: return graph::DType::kF16;
+    case Precision::kBf16Amp:
     case Precision::kBf16Mixed:
     case Precision::kBf16Pure: return graph::DType::kBF16;
   }
@@ -120,6 +123,7 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   // The loss as the stack computes it; the top of the band when not pinned.
   const ResolvedStack stack = resolve_stack(settings);
   apply_loss_impl(context.graph, stack.top.loss, settings.compile);
+  if (is_autocast(settings.precision)) apply_autocast(context.graph);
   context.analysis = graph::analyze_graph(context.graph);
   if (stack.top.recompute == Recompute::kSelectiveOp) {
     context.checkpoint_saves = selective_op_saves(context.graph, context.analysis);

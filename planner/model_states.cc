@@ -97,11 +97,15 @@ int64_t account(int64_t bytes, Accounting accounting) {
 // Mixed precision as DeepSpeed/Megatron do it (ZeRO paper, Sec. 3.1): 16-bit
 // parameters and gradients (2 + 2 bytes), fp32 master weights (4) beside the
 // optimizer states. fp32 training: 4 + 4, no master. Pure bf16: 2 + 2, no master.
+// PyTorch AMP: the fp32 model's own weights and gradients, 4 + 4, no master (the
+// 16-bit weight copies are activations: planner/autocast.h).
 int64_t param_bytes_per_element(Precision precision, bool /*trainable*/) {
-  return precision == Precision::kFp32 ? 4 : 2;
+  return precision == Precision::kFp32 || is_autocast(precision) ? 4 : 2;
 }
 
-int64_t grad_bytes_per_element(Precision precision) { return precision == Precision::kFp32 ? 4 : 2; }
+int64_t grad_bytes_per_element(Precision precision) {
+  return precision == Precision::kFp32 || is_autocast(precision) ? 4 : 2;
+}
 
 int64_t master_bytes_per_element(Precision precision) {
   return (precision == Precision::kBf16Mixed || precision == Precision::kFp16Mixed) ? 4 : 0;

@@ -27,11 +27,13 @@ std::optional<E> parse_of(const std::array<std::pair<E, std::string_view>, N>& t
   return std::nullopt;
 }
 
-constexpr std::array<std::pair<Precision, std::string_view>, 4> kPrecisions = {{
+constexpr std::array<std::pair<Precision, std::string_view>, 6> kPrecisions = {{
     {Precision::kFp32, "fp32"},
     {Precision::kBf16Mixed, "bf16-mixed"},
     {Precision::kFp16Mixed, "fp16-mixed"},
     {Precision::kBf16Pure, "bf16"},
+    {Precision::kBf16Amp, "bf16-amp"},
+    {Precision::kFp16Amp, "fp16-amp"},
 }};
 constexpr std::array<std::pair<OptimizerKind, std::string_view>, 4> kOptimizers = {{
     {OptimizerKind::kAdamW, "adamw"},

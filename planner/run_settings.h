@@ -23,7 +23,15 @@ enum class Precision {
   kBf16Mixed,  // bf16 compute, bf16 params/grads, fp32 master weights in the optimizer
   kFp16Mixed,  // as bf16 mixed, with loss scaling
   kBf16Pure,   // everything bf16, no master weights
+  // PyTorch AMP: torch.autocast over an fp32 model. Weights, gradients and
+  // optimizer states fp32, no master copy; matmuls run on 16-bit copies of the
+  // weights that autograd keeps until backward (docs/memory-model.md, "Precision").
+  kBf16Amp,
+  kFp16Amp,    // as bf16-amp in fp16, with a GradScaler
 };
+
+// Whether the model's weights stay fp32 and autocast casts them per matmul.
+inline bool is_autocast(Precision p) { return p == Precision::kBf16Amp || p == Precision::kFp16Amp; }
 
 enum class OptimizerKind { kAdamW, kAdamW8bit, kSgdMomentum, kAdafactor };
 

@@ -241,6 +241,12 @@ std::vector<std::string> deepspeed_notes(const planner::Plan& plan) {
     notes.push_back(std::string("nvme_path is a placeholder (") + kNvmePathPlaceholder +
                     "): point it at a local NVMe file system.");
   }
+  if (planner::is_autocast(plan.settings.precision)) {
+    notes.push_back(std::string(planner::precision_name(plan.settings.precision)) +
+                    " is torch.autocast over fp32 weights: DeepSpeed's bf16 / fp16 modes would hold 16-bit weights "
+                    "and fp32 master copies instead, so both are off here; run the forward under torch.autocast "
+                    "yourself (the PyTorch export shows the loop).");
+  }
   if (plan.settings.precision == Precision::kBf16Pure) {
     notes.push_back(
         "pure bf16 has no DeepSpeed form: the config uses bf16 with fp32 master weights, "
@@ -310,7 +316,7 @@ std::string accelerate_config_yaml(const planner::Plan& plan) {
                          : c.zero_stage == 0 ? "NO_SHARD"
                                              : "SHARD_GRAD_OP";
   const Precision precision = plan.settings.precision;
-  const char* mixed = precision == Precision::kFp16Mixed ? "fp16"
+  const char* mixed = precision == Precision::kFp16Mixed || precision == Precision::kFp16Amp ? "fp16"
                       : precision == Precision::kFp32    ? "no"
                                                          : "bf16";
   const auto yes_no = [](bool value) { return value ? "true" : "false"; };
@@ -345,7 +351,7 @@ std::string accelerate_config_yaml(const planner::Plan& plan) {
 std::string torch_snippet(const planner::Plan& plan) {
   const CheckpointModules modules = checkpoint_modules(plan);
   const Precision precision = plan.settings.precision;
-  const char* dtype = precision == Precision::kFp16Mixed ? "torch.float16"
+  const char* dtype = precision == Precision::kFp16Mixed || precision == Precision::kFp16Amp ? "torch.float16"
                       : precision == Precision::kFp32    ? "None"
                                                          : "torch.bfloat16";
   std::ostringstream out;
@@ -395,7 +401,8 @@ std::string torch_snippet(const planner::Plan& plan) {
       << "# apply_headroom_plan(model)\n";
   if (precision == Precision::kBf16Pure)
     out << "# model.to(torch.bfloat16)  # pure bf16: no fp32 master weights\n";
-  if (precision == Precision::kFp16Mixed) out << "# scaler = torch.amp.GradScaler(\"cuda\")\n";
+  const bool scaled = precision == Precision::kFp16Mixed || precision == Precision::kFp16Amp;
+  if (scaled) out << "# scaler = torch.amp.GradScaler(\"cuda\")\n";
   out << "# for step, batch in enumerate(loader):  # DataLoader(batch_size=MICRO_BATCH)\n";
   if (precision == Precision::kFp32) {
     out << "#     loss = model(**batch).loss / GRAD_ACCUM\n";
@@ -403,7 +410,7 @@ std::string torch_snippet(const planner::Plan& plan) {
     out << "#     with torch.autocast(\"cuda\", dtype=AUTOCAST_DTYPE):\n"
         << "#         loss = model(**batch).loss / GRAD_ACCUM\n";
   }
-  if (precision == Precision::kFp16Mixed) {
+  if (scaled) {
     out << "#     scaler.scale(loss).backward()\n"
         << "#     if (step + 1) % GRAD_ACCUM == 0:\n"
         << "#         scaler.unscale_(optimizer)\n"

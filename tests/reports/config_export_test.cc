@@ -321,3 +321,24 @@ TEST_CASE("torch snippet: the plan's modules, valid Python even for hostile name
 }
 
 }  // namespace headroom::reports
+
+namespace headroom::reports {
+
+TEST_CASE("AMP plans export as autocast: no DeepSpeed 16-bit mode, Accelerate and torch in the AMP dtype") {
+  const planner::Plan bf16_amp =
+      make_plan(settings("gpt2", 2, Offload::kNone, Offload::kNone, Precision::kBf16Amp, 1, 1, 1), false);
+  const nlohmann::json ds = deepspeed_config(bf16_amp);
+  CHECK(ds["bf16"]["enabled"] == false);
+  CHECK(ds["fp16"]["enabled"] == false);
+  bool autocast_note = false;
+  for (const std::string& note : deepspeed_notes(bf16_amp)) autocast_note = autocast_note || contains(note, "torch.autocast");
+  CHECK(autocast_note);
+  const planner::Plan fp16_amp =
+      make_plan(settings("gpt2", 2, Offload::kNone, Offload::kNone, Precision::kFp16Amp, 1, 1, 1), false);
+  CHECK(contains(accelerate_config_yaml(fp16_amp), "mixed_precision: fp16"));
+  const std::string snippet = torch_snippet(fp16_amp);
+  CHECK(contains(snippet, "torch.float16"));
+  CHECK(contains(snippet, "GradScaler"));
+}
+
+}  // namespace headroom::reports

@@ -1,0 +1,101 @@
+#include "planner/autocast.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace headroom::planner {
+namespace {
+
+using graph::DType;
+
+// Ops on autocast's lower-precision list, as the graph builders name them.
+bool runs_in_16_bit(const std::string& op) {
+  return op == "linear" || op == "matmul" || op == "attention" || op == "conv2d";
+}
+
+bool quantized(DType dtype) {
+  return dtype == DType::kNF4 || dtype == DType::kFP4 || dtype == DType::kUInt8 || dtype == DType::kInt8;
+}
+
+// The weight a lower-precision op multiplies by: "<node>.weight", unquantized.
+const graph::Param* matmul_weight(const graph::Node& node) {
+  for (const graph::Param& param : node.params) {
+    if (param.name == node.name + ".weight" && !quantized(param.dtype)) return &param;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void apply_autocast(graph::LayerGraph& graph) {
+  std::map<std::string, graph::Tensor*> tensors;
+  for (graph::Tensor& tensor : graph.tensors) tensors[tensor.name] = &tensor;
+  const auto is_f32 = [&](const std::string& name) {
+    const graph::Tensor* tensor = tensors.at(name);
+    return tensor->dtype == DType::kF32;
+  };
+
+  // Output dtypes, producers first (the builders create nodes in execution order).
+  // An op autocast does not cast runs in its inputs' promoted dtype; one that owns
+  // an fp32 parameter (norm weights, embeddings) or is a norm (layer_norm is on the
+  // fp32 list) yields fp32.
+  for (const graph::Node& node : graph.nodes) {
+    if (runs_in_16_bit(node.op)) continue;
+    const bool owns_fp32 = std::any_of(node.params.begin(), node.params.end(),
+                                       [](const graph::Param& p) { return !quantized(p.dtype); });
+    const bool f32_input = std::any_of(node.inputs.begin(), node.inputs.end(), is_f32);
+    if (!(owns_fp32 || f32_input || node.op == "norm")) continue;
+    for (const std::string& output : node.outputs) {
+      graph::Tensor* tensor = tensors.at(output);
+      if (!tensor->dtype) tensor->dtype = DType::kF32;
+    }
+  }
+
+  // Casts in front of each lower-precision op: its weight, and its fp32 inputs.
+  std::vector<graph::Node> rewritten;
+  std::vector<graph::Tensor> added;
+  rewritten.reserve(graph.nodes.size() * 2);
+  for (graph::Node node : graph.nodes) {
+    if (!runs_in_16_bit(node.op)) {
+      rewritten.push_back(std::move(node));
+      continue;
+    }
+    const auto cast_node = [&](const std::string& name, std::vector<std::string> inputs,
+                               graph::SizeExpr elements) {
+      graph::Node cast;
+      cast.name = name;
+      cast.op = "cast";
+      cast.block = node.block;
+      cast.inputs = std::move(inputs);
+      cast.outputs = {name};
+      // Reads 4 bytes and writes 2 per element: three 16-bit elements of traffic.
+      cast.fwd_io_elements = elements.scaled(3);
+      added.push_back(graph::Tensor{name, elements, std::nullopt, false});
+      rewritten.push_back(std::move(cast));
+    };
+    for (std::string& input : node.inputs) {
+      if (!is_f32(input)) continue;
+      const std::string name = node.name + ".cast:" + input;
+      cast_node(name, {input}, tensors.at(input)->elements);
+      for (graph::SavedRef& saved : node.saves) {
+        if (saved.tensor == input) saved.tensor = name;
+      }
+      input = name;
+    }
+    if (const graph::Param* weight = matmul_weight(node)) {
+      const std::string name = node.name + ".weight_cast";
+      cast_node(name, {}, graph::SizeExpr::constant(weight->elements()));
+      node.inputs.push_back(name);
+      // The matmul keeps the 16-bit weight for its input gradient (mm backward: dx = dy W).
+      node.saves.push_back({name, graph::SaveWhen::kInputGrad});
+    }
+    rewritten.push_back(std::move(node));
+  }
+  graph.nodes = std::move(rewritten);
+  graph.tensors.insert(graph.tensors.end(), added.begin(), added.end());
+}
+
+}  // namespace headroom::planner

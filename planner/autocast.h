@@ -1,0 +1,27 @@
+// PyTorch AMP: torch.autocast over an fp32 model (precision bf16-amp / fp16-amp).
+// Autocast runs ops on its lower-precision list (mm, addmm, linear, matmul,
+// convolution, scaled_dot_product_attention) on 16-bit copies of their fp32
+// inputs and returns 16-bit outputs; ops on its fp32 list (layer_norm, softmax,
+// the losses) and everything else run in what their inputs are, with type
+// promotion (fp32 + bf16 = fp32) (aten/src/ATen/autocast_mode.cpp, cached_cast;
+// autocast_mode.h's op lists). What that means for memory:
+// - every matmul weight is cast to a 16-bit copy, which the matmul keeps for
+//   its input gradient until backward (autocast caches the copy of a trainable
+//   leaf for the rest of the forward; a frozen one is cast at each call);
+// - the residual stream, norms and what follows them stay fp32, and each matmul
+//   casts its fp32 input to its own 16-bit copy, which is what it keeps.
+// docs/memory-model.md, "Precision".
+#pragma once
+
+#include "graph/layer_graph.h"
+
+namespace headroom::planner {
+
+// Rewrites `graph` (its tensors' dtypes unset = the 16-bit compute dtype) for an
+// autocast run: fp32 outputs where autocast leaves fp32, and a cast node before
+// each lower-precision op for its weight ("<node>.weight_cast") and for each
+// fp32 activation input ("<node>.cast:<input>"), which the op reads and keeps
+// in place of the fp32 tensor.
+void apply_autocast(graph::LayerGraph& graph);
+
+}  // namespace headroom::planner

@@ -1,0 +1,91 @@
+// PyTorch AMP (precision bf16-amp / fp16-amp; planner/autocast.h): which tensors
+// autocast leaves fp32, the 16-bit copies the matmuls keep, and the model states
+// of an fp32 model. docs/memory-model.md, "Precision".
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "models/graph_builder.h"
+#include "planner/autocast.h"
+#include "planner/model_states.h"
+#include "planner/planner.h"
+#include "tests/planner/predict_as_given.h"
+
+namespace headroom::planner {
+namespace {
+
+bool keeps(const graph::Node& node, const std::string& tensor) {
+  return std::any_of(node.saves.begin(), node.saves.end(),
+                     [&](const graph::SavedRef& s) { return s.tensor == tensor; });
+}
+
+}  // namespace
+
+TEST_CASE("autocast: norms and the residual stay fp32; each matmul keeps its own 16-bit copies") {
+  // x -> LayerNorm -> fc1 -> GELU -> fc2 -> + x
+  models::GraphBuilder b;
+  b.begin_block("block", "mlp", true);
+  const graph::SizeExpr row = graph::SizeExpr::per_token(64);
+  const std::string x = b.input("x", row, graph::DType::kF32, true);
+  const std::string n = b.norm("ln", x, graph::SizeExpr::per_token(1), 64, models::NormKind::kLayerNorm, true, true);
+  const std::string h = b.linear("fc1", n, graph::SizeExpr::per_token(1), 64, 256, true);
+  const std::string a = b.activation("act", h, graph::SizeExpr::per_token(256), "gelu");
+  const std::string o = b.linear("fc2", a, graph::SizeExpr::per_token(1), 256, 64, true);
+  b.add("residual", x, o, row);
+  graph::LayerGraph graph = b.finish();
+  apply_autocast(graph);
+
+  CHECK(graph.find_tensor("ln")->dtype == graph::DType::kF32);        // layer_norm is on the fp32 list
+  CHECK_FALSE(graph.find_tensor("fc1")->dtype.has_value());            // a matmul returns 16-bit
+  CHECK_FALSE(graph.find_tensor("act")->dtype.has_value());            // GELU runs in its input's dtype
+  CHECK(graph.find_tensor("residual")->dtype == graph::DType::kF32);  // fp32 + bf16 promotes
+  // fc1 reads and keeps a 16-bit copy of the fp32 norm output, not the norm output.
+  const graph::Node& fc1 = *graph.find_node("fc1");
+  CHECK(std::find(fc1.inputs.begin(), fc1.inputs.end(), "fc1.cast:ln") != fc1.inputs.end());
+  CHECK(keeps(fc1, "fc1.cast:ln"));
+  CHECK_FALSE(keeps(fc1, "ln"));
+  CHECK_FALSE(graph.find_tensor("fc1.cast:ln")->dtype.has_value());
+  // Both matmuls keep a 16-bit copy of their weight; fc2's input is already 16-bit.
+  CHECK(keeps(fc1, "fc1.weight_cast"));
+  CHECK(graph.find_tensor("fc1.weight_cast")->elements == graph::SizeExpr::constant(64 * 256));
+  const graph::Node& fc2 = *graph.find_node("fc2");
+  CHECK(keeps(fc2, "fc2.weight_cast"));
+  CHECK(keeps(fc2, "act"));
+  CHECK(graph.find_node("fc2.cast:act") == nullptr);
+  // Casts run right before their matmul.
+  const auto position = [&](const std::string& name) {
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      if (graph.nodes[i].name == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  CHECK(position("fc1.cast:ln") + 2 == position("fc1"));
+  CHECK(position("fc1.weight_cast") + 1 == position("fc1"));
+}
+
+TEST_CASE("AMP model states: fp32 weights and gradients, fp32 AdamW states, no master copy") {
+  const graph::Param weight{"w", {1000, 1000}, graph::DType::kBF16, true, ""};
+  CHECK(param_storage_bytes(weight, Precision::kBf16Amp) == 4'000'000);
+  CHECK(grad_bytes(weight, Precision::kBf16Amp) == 4'000'000);
+  CHECK(master_bytes_per_element(Precision::kBf16Amp) == 0);
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdamW, Precision::kFp16Amp, {1000, 1000}) == 8'000'000);
+}
+
+TEST_CASE("an AMP ViT keeps more activations than DeepSpeed-style mixed precision, fewer than fp32") {
+  RunSettings s;
+  s.model = "vit-b-16";
+  s.gpu = "4090";
+  s.micro_batch = 64;
+  s.precision = Precision::kBf16Mixed;
+  const Prediction mixed = predict_as_given(s);
+  s.precision = Precision::kBf16Amp;
+  const Prediction amp = predict_as_given(s);
+  s.precision = Precision::kFp32;
+  const Prediction fp32 = predict_as_given(s);
+  CHECK(amp.peak.activations > mixed.peak.activations);
+  CHECK(amp.peak.activations < fp32.peak.activations);
+  CHECK(amp.peak.master_weights == 0);
+}
+
+}  // namespace headroom::planner
