@@ -249,6 +249,14 @@ const std::vector<SettingsFlag> kFlags = {
        }
        return Status::error("expected on or off, got '" + std::string(v) + "'");
      }},
+    {"--paged-optimizer", nullptr, kTraining,
+     "bitsandbytes PagedAdamW / PagedAdamW8bit: the states of large tensors live in CUDA unified memory, outside "
+     "the caching allocator (docs/memory-model.md)",
+     false,
+     [](RunSettings& s, std::string_view) {
+       s.paged_optimizer = true;
+       return Status::ok();
+     }},
     {"--no-double-quant", nullptr, kTraining,
      "QLoRA without bitsandbytes double quantization (one fp32 absmax per 64 weights, transformers' default)",
      false,

@@ -62,6 +62,11 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                   "offloading checkpointed blocks' inputs (torchtune's activation offloading) is not implemented in the "
                   "executor; expected false (offloaded blocks are)");
   }
+  if (s.paged_optimizer) {
+    return refuse(origin, "settings.paged_optimizer",
+                  "bitsandbytes' paged optimizers are priced but not run by the executor (it steps torch AdamW); "
+                  "expected false");
+  }
   if (planner::is_autocast(s.precision)) {
     return refuse(origin, "settings.precision",
                   std::string(planner::precision_name(s.precision)) +

@@ -18,6 +18,14 @@ using graph::Param;
 // from 0.44.0 (2048 up to 0.43.x): the newer, larger count is priced.
 constexpr int64_t kBnbBlock = 256;
 constexpr int64_t kBnbMin8bitSize = 4096;
+// bitsandbytes optim/optimizer.py, Optimizer8bit.get_state_buffer: a paged
+// optimizer takes unified memory (F.get_paged) for tensors of at least 1e5
+// elements; smaller ones get ordinary device tensors.
+constexpr int64_t kBnbPagedMinElements = 100'000;
+
+bool paged(const RunSettings& settings, int64_t elements) {
+  return settings.paged_optimizer && elements >= kBnbPagedMinElements;
+}
 
 // DeepSpeed NVMe offload keeps pinned staging buffers in host RAM: the
 // offload_optimizer default buffer_count 4 and offload_param buffer_count 5 with
@@ -174,9 +182,11 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
       out.trainable_params += elements;
       trainable_bytes_16 += elements;
       const int64_t grad = grad_bytes(param, precision);
-      const int64_t states = optimizer_state_bytes(settings.optimizer,
-                                                   fp32_adapter(param, precision) ? Precision::kFp32 : precision,
-                                                   param.shape);
+      // bitsandbytes' 32-bit PagedAdamW keeps fp32 states whatever the parameter's dtype.
+      const bool fp32_states = fp32_adapter(param, precision) ||
+                               (settings.paged_optimizer && settings.optimizer == OptimizerKind::kAdamW);
+      const int64_t states =
+          optimizer_state_bytes(settings.optimizer, fp32_states ? Precision::kFp32 : precision, param.shape);
       const int64_t master = elements * master_bytes_per_element(precision);
       const int64_t states_rank = shard_optimizer ? ceil_div(states, world) : states;
       const int64_t master_rank = shard_optimizer ? ceil_div(master, world) : master;
@@ -185,7 +195,13 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
       const int states_per_param = settings.optimizer == OptimizerKind::kAdamW ? 2 : 1;
       largest_state = std::max(largest_state, account(states_rank / states_per_param, accounting));
       largest_grad = std::max(largest_grad, account(grad, accounting));
-      if (optimizer_on_gpu) {
+      if (optimizer_on_gpu && paged(settings, elements)) {
+        out.paged_optimizer += states_rank;
+        out.master += account(master_rank, accounting);
+        out.grads_full += account(grad_rank, accounting);
+        const auto first = shared.find(param.name);
+        out.block_grads[first == shared.end() ? node.block : first->second] += account(grad, accounting);
+      } else if (optimizer_on_gpu) {
         out.optimizer += account(states_rank, accounting);
         out.master += account(master_rank, accounting);
         out.grads_full += account(grad_rank, accounting);

@@ -32,7 +32,8 @@ struct ModelStates {
   // GPU bytes per rank.
   int64_t params = 0;             // resident (partition under ZeRO-3), incl. quantization constants
   int64_t grads_full = 0;         // all gradients this rank keeps at the optimizer step
-  int64_t optimizer = 0;          // optimizer states on the GPU
+  int64_t optimizer = 0;          // optimizer states on the GPU, in the caching allocator
+  int64_t paged_optimizer = 0;    // bitsandbytes paged states: unified memory, outside it
   int64_t master = 0;             // fp32 master weights on the GPU
   int64_t comm_buckets = 0;       // ZeRO reduce / allgather buckets, allocated for the whole run
   int64_t gathered_params = 0;    // ZeRO-3: full parameters gathered for the blocks in flight

@@ -19,7 +19,7 @@ nlohmann::json breakdown_to_json(const MemoryBreakdown& m) {
       {"optimizer_states_bytes", m.optimizer_states}, {"master_weights_bytes", m.master_weights},
       {"zero_buffers_bytes", m.zero_buffers},   {"activations_bytes", m.activations},
       {"transient_bytes", m.transient},         {"allocator_bytes", m.allocator},
-      {"total_bytes", m.total()},
+      {"total_bytes", m.total()},               {"paged_optimizer_states_bytes", m.paged_optimizer_states},
   };
 }
 

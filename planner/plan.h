@@ -25,6 +25,9 @@ struct MemoryBreakdown {
   int64_t activations = 0;      // saved for backward (and persistent inputs)
   int64_t transient = 0;        // the block in flight: its intermediates, recompute, gradients, offload copies
   int64_t allocator = 0;        // pool slack and simulated fragmentation of the caching allocator
+  // bitsandbytes paged optimizer states: CUDA unified memory outside the caching
+  // allocator, moved to host RAM when the GPU runs short, so not in total().
+  int64_t paged_optimizer_states = 0;
 
   int64_t total() const;        // everything, what nvidia-smi shows for the process
 };

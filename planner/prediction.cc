@@ -31,6 +31,7 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   m.parameters = reserved.states.params;
   m.gradients = peak.gradients;
   m.optimizer_states = reserved.states.optimizer;
+  m.paged_optimizer_states = reserved.states.paged_optimizer;
   m.master_weights = reserved.states.master;
   m.zero_buffers = reserved.states.comm_buckets + (peak.block >= 0 ? reserved.states.gathered_params : 0);
   m.activations = peak.activations;
@@ -58,8 +59,11 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   out.where.block = peak.block;
   if (peak.block >= 0) out.where.block_name = context.graph.blocks[peak.block].name;
 
+  // Paged optimizer states are evicted to host RAM when the GPU runs short: the
+  // host must be able to hold them (every rank of the node).
   out.host_ram = kHostBytesPerRank * settings.gpus_per_node + reserved.states.host_offload +
-                 peak.host_activations * settings.gpus_per_node;
+                 peak.host_activations * settings.gpus_per_node +
+                 reserved.states.paged_optimizer * settings.gpus_per_node;
   out.host_ram_budget = settings.host_ram_bytes;
   out.checkpoint_bytes = reserved.states.checkpoint;
   // Kept checkpoints plus the one being written before the oldest is removed.

@@ -190,6 +190,14 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
                 "in-backward steps each gradient as it is produced: expected grad_accum 1, zero_stage 0 and no "
                 "optimizer offload");
   }
+  if (s.paged_optimizer && s.optimizer != OptimizerKind::kAdamW && s.optimizer != OptimizerKind::kAdamW8bit) {
+    return fail(origin, "paged_optimizer",
+                "bitsandbytes has paged AdamW (32-bit) and AdamW8bit only: expected optimizer adamw or adamw-8bit, got " +
+                    std::string(optimizer_name(s.optimizer)));
+  }
+  if (s.paged_optimizer && s.offload_optimizer != Offload::kNone) {
+    return fail(origin, "paged_optimizer", "a paged optimizer runs on the GPU: expected offload_optimizer none");
+  }
   if (s.checkpointing == CheckpointPolicy::kList && s.checkpoint_blocks.empty()) {
     return fail(origin, "checkpoint_blocks", "expected at least one block name with a list checkpointing policy");
   }
@@ -208,6 +216,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["nf4_double_quant"] = s.nf4_double_quant;
   j["offload_checkpoint_inputs"] = s.offload_checkpoint_inputs;
   if (s.expandable_segments) j["expandable_segments"] = *s.expandable_segments;
+  j["paged_optimizer"] = s.paged_optimizer;
   j["precision"] = precision_name(s.precision);
   j["optimizer"] = optimizer_name(s.optimizer);
   j["mode"] = mode_name(s.mode);
@@ -302,6 +311,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read("nf4_double_quant", s.nf4_double_quant),
       r.read("offload_checkpoint_inputs", s.offload_checkpoint_inputs),
       r.read("expandable_segments", s.expandable_segments),
+      r.read("paged_optimizer", s.paged_optimizer),
       r.read("checkpointing", checkpointing),
       r.read("checkpoint_blocks", s.checkpoint_blocks),
       r.read("gpu", s.gpu),

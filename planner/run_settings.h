@@ -119,6 +119,10 @@ struct RunSettings {
   // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (planner/expandable_pool.h);
   // nullopt: as the stack's launcher sets it (uses_expandable_segments).
   std::optional<bool> expandable_segments;
+  // bitsandbytes' paged optimizers (PagedAdamW, PagedAdamW8bit): the states of
+  // tensors of 10^5 elements and more live in CUDA unified memory, outside the
+  // caching allocator, and move to host RAM when the GPU runs short.
+  bool paged_optimizer = false;
 
   // Hardware and budgets.
   std::string gpu = "a6000";

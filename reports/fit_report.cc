@@ -270,7 +270,13 @@ std::string breakdown_table(const planner::Prediction& p) {
   row("total", total);
   table.add_row({"peak allocated", format_gib(p.peak_allocated), ""});
   table.add_row({"peak reserved", format_gib(p.peak_reserved), ""});
-  return table.render();
+  std::string out = table.render();
+  if (b.paged_optimizer_states > 0) {
+    out += "  plus " + format_gib(b.paged_optimizer_states) +
+           " of paged optimizer states in unified memory (outside the caching allocator; moved to host RAM when "
+           "the GPU runs short, slower but no out-of-memory)\n";
+  }
+  return out;
 }
 
 std::string peak_line(const planner::Prediction& p) {

@@ -3,6 +3,7 @@
 // 120 GB per GPU at stage 0, 31.4 GB at stage 1, 16.6 GB at stage 2, 1.9 GB at stage 3.
 #include <doctest/doctest.h>
 
+#include "planner/allocator_rounding.h"
 #include "planner/model_states.h"
 #include "planner/trainability.h"
 #include "planner/planner.h"
@@ -212,6 +213,55 @@ TEST_CASE("NF4 with and without double quantization: 0.5 + 1/64 + 4/16384 vs 0.5
   CHECK(frozen_bytes(true) == elements / 2 + elements / 64 + elements / 64 / 256 * 4);
   // transformers' default: one fp32 absmax per 64 weights.
   CHECK(frozen_bytes(false) == elements / 2 + elements / 64 * 4);
+}
+
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("bitsandbytes paged optimizers: large tensors' states in unified memory, small ones on the device") {
+  graph::LayerGraph graph = one_tensor_model(1'000'000);
+  graph::Node small = graph.nodes.front();
+  small.name = "n";
+  small.op = "norm";
+  small.params = {{"n.weight", {99'999}, graph::DType::kBF16, true, ""}};
+  graph.nodes.push_back(small);
+  RunSettings settings;
+  settings.precision = Precision::kBf16Pure;
+  settings.optimizer = OptimizerKind::kAdamW8bit;
+  settings.paged_optimizer = true;
+  const ModelStates paged = model_states(graph, settings, GlobalConfig{}, Accounting::kAllocated);
+  // 8-bit: 2 bytes and one fp32 absmax per 256 elements per state (get_state_buffer
+  // pages tensors of at least 1e5 elements).
+  CHECK(paged.paged_optimizer == 2 * 1'000'000 + 2 * ((1'000'000 + 255) / 256) * 4);
+  CHECK(paged.optimizer == allocated_bytes(2 * 99'999 + 2 * ((99'999 + 255) / 256) * 4));
+  // The 32-bit PagedAdamW keeps fp32 states even for bf16 parameters.
+  settings.optimizer = OptimizerKind::kAdamW;
+  CHECK(model_states(graph, settings, GlobalConfig{}, Accounting::kAllocated).paged_optimizer == 8 * 1'000'000);
+  // Not paged: everything in the caching allocator.
+  settings.paged_optimizer = false;
+  const ModelStates device = model_states(graph, settings, GlobalConfig{}, Accounting::kAllocated);
+  CHECK(device.paged_optimizer == 0);
+  CHECK(device.optimizer > 0);
+}
+
+TEST_CASE("a paged optimizer leaves the GPU peak, adds to what the host must hold, and is bnb's only") {
+  RunSettings s;
+  s.model = "llama-3-8b";
+  s.gpu = "4090";
+  s.precision = Precision::kBf16Pure;
+  s.optimizer = OptimizerKind::kAdamW8bit;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.seq_len = 1024;
+  const Prediction device = predict_as_given(s);
+  s.paged_optimizer = true;
+  const Prediction paged = predict_as_given(s);
+  CHECK(paged.peak.paged_optimizer_states > 15'000'000'000);  // 2 bytes a parameter, 8.03B
+  CHECK(paged.peak_allocated < device.peak_allocated - 14'000'000'000);
+  CHECK(paged.host_ram == device.host_ram + paged.peak.paged_optimizer_states);
+  s.optimizer = OptimizerKind::kSgdMomentum;
+  const Status refused = validate_settings(s, "settings");
+  CHECK(refused.message().find("paged_optimizer") != std::string::npos);
 }
 
 }  // namespace headroom::planner
