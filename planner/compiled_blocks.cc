@@ -24,8 +24,9 @@ enum class OpClass {
 
 OpClass classify(const std::string& op) {
   // Our norm nodes are x.float(), pow, mean, rsqrt, mul (and sub for layer_norm):
-  // all on the allowlist. The copy ops are clones, selects, scalar arithmetic,
-  // rotate_half (slice, neg, cat) is the one exception: cat is not on the list.
+  // all on the allowlist, as are the copy ops that are clones, selects, casts and
+  // scalar arithmetic. rotate_half (slice, neg, cat) and concat use cat, which is
+  // not on the list; neither is softmax (eager attention), kept as saved.
   static const std::set<std::string> recomputable = {
       "norm",        "add",        "mul",           "split",     "transpose_contiguous",
       "select_token", "mul_scalar", "axpy",          "add_scalar", "sinusoidal",
