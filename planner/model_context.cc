@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <system_error>
 
 #include "graph/graph_json.h"
 #include "models/hf_import.h"
@@ -90,6 +92,18 @@ bool sizes_in_range(const ModelContext& context, int64_t micro_batch, int64_t se
     for (const graph::Param& param : node.params) total += static_cast<double>(param.elements()) * kParameterBytes;
   }
   return total < kMaxPredictedBytes;
+}
+
+RunSettings settings_for_plan(const RunSettings& settings) {
+  RunSettings out = settings;
+  const auto absolute = [](const std::string& path) {
+    std::error_code error;
+    const std::filesystem::path full = std::filesystem::absolute(path, error);
+    return error ? path : full.lexically_normal().string();
+  };
+  if (looks_like_path(out.model)) out.model = absolute(out.model);
+  if (!out.calibration_file.empty()) out.calibration_file = absolute(out.calibration_file);
+  return out;
 }
 
 Result<ModelContext> prepare_context(const RunSettings& settings) {

@@ -56,6 +56,10 @@ inline constexpr double kMaxPredictedBytes = 1152921504606846976.0;  // 2^60
 // under kMaxPredictedBytes. A run outside is refused, never wrapped.
 bool sizes_in_range(const ModelContext& context, int64_t micro_batch, int64_t seq);
 
+// `settings` as a plan file keeps them: a model or calibration file given as a
+// relative path becomes absolute, so the plan runs from any directory.
+RunSettings settings_for_plan(const RunSettings& settings);
+
 // The checkpoint decisions the user asked for (none / every block / a list).
 Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
                                                     const RunSettings& settings);

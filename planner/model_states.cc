@@ -67,16 +67,37 @@ bool fp32_adapter(const Param& param, Precision precision) {
   return precision == Precision::kBf16Pure && param.trainable && param.dtype == DType::kF32 && is_lora_adapter(param);
 }
 
-int64_t param_storage_bytes(const Param& param, Precision precision) {
+DType stored_dtype(const Param& param, Precision precision) {
   // Quantization constants keep their own dtype: fp32 second-level constants, or the
   // fp32 absmax of NF4 without double quantization.
   if (!param.trainable && (is_quantized_storage(param.dtype) ||
                            (param.dtype == DType::kF32 &&
                             (param.name.ends_with(".absmax2") || param.name.ends_with(".absmax"))))) {
-    return graph::dtype_bytes(param.dtype, param.elements());
+    return param.dtype;
   }
-  if (fp32_adapter(param, precision)) return param.elements() * 4;
-  return param.elements() * param_bytes_per_element(precision, param.trainable);
+  if (fp32_adapter(param, precision) || param_bytes_per_element(precision, param.trainable) == 4) return DType::kF32;
+  return precision == Precision::kFp16Mixed ? DType::kF16 : DType::kBF16;
+}
+
+int64_t param_storage_bytes(const Param& param, Precision precision) {
+  return graph::dtype_bytes(stored_dtype(param, precision), param.elements());
+}
+
+ModelSize model_size(const graph::LayerGraph& graph, Precision precision) {
+  ModelSize out;
+  for (const graph::Node& node : graph.nodes) {
+    for (const Param& param : node.params) {
+      if (!param.tied_to.empty()) continue;
+      // Quantization constants are storage, not parameters of the model.
+      if (!param.name.ends_with(".absmax") && !param.name.ends_with(".absmax2")) {
+        out.total_params += param.elements();
+        if (param.trainable) out.trainable_params += param.elements();
+      }
+      out.weight_bytes_by_dtype[std::string(graph::dtype_name(stored_dtype(param, precision)))] +=
+          param_storage_bytes(param, precision);
+    }
+  }
+  return out;
 }
 
 std::map<std::string, int> shared_gradient_first_block(const graph::LayerGraph& graph) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "graph/layer_graph.h"
@@ -27,6 +28,18 @@ struct GlobalConfig {
   int64_t micro_batch = 1;
   int64_t grad_accum = 1;
 };
+
+// What the model is as the run holds it: parameters counted once (tied weights
+// once), those that train, and the bytes of its weights by stored dtype (the
+// training mode applied: NF4 and its constants under QLoRA, fp32 adapters).
+struct ModelSize {
+  int64_t total_params = 0;
+  int64_t trainable_params = 0;
+  std::map<std::string, int64_t> weight_bytes_by_dtype;  // "bf16", "f32", "nf4", "uint8", ...
+};
+ModelSize model_size(const graph::LayerGraph& graph, Precision precision);
+// The dtype a parameter is held in on the GPU under `precision`.
+graph::DType stored_dtype(const graph::Param& param, Precision precision);
 
 struct ModelStates {
   // GPU bytes per rank.

@@ -41,6 +41,9 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   j["simulated_peak_allocated_bytes"] = p.simulated_peak_allocated;
   j["simulated_peak_reserved_bytes"] = p.simulated_peak_reserved;
   j["simulated_out_of_memory"] = p.simulated_out_of_memory;
+  j["model"] = {{"total_parameters", p.model.total_params},
+                {"trainable_parameters", p.model.trainable_params},
+                {"weight_bytes_by_dtype", p.model.weight_bytes_by_dtype}};
   j["breakdown"] = breakdown_to_json(p.peak);
   j["peak_at"] = {{"phase", p.where.phase}, {"block", p.where.block}, {"block_name", p.where.block_name}};
   j["host_ram_bytes"] = p.host_ram;

@@ -68,6 +68,7 @@ struct Prediction {
   int64_t disk_budget = 0;
   int64_t checkpoint_bytes = 0;    // one training-state checkpoint
   TimeBreakdown time;
+  ModelSize model;                 // parameter counts and weight bytes by dtype
   bool fits_gpu = false;
   bool fits_host = false;
   bool fits_disk = false;

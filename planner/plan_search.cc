@@ -99,7 +99,7 @@ Plan make_plan(const ModelContext& context, const RunSettings& settings, const G
   Plan plan;
   plan.model = context.graph.name;
   plan.gpu = context.gpu.id;
-  plan.settings = settings;
+  plan.settings = settings_for_plan(settings);
   plan.settings.zero_stage = config.zero_stage;
   plan.settings.offload_optimizer = config.offload_optimizer;
   plan.settings.offload_param = config.offload_param;

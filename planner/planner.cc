@@ -11,7 +11,7 @@ Result<FitAnswer> fit(const RunSettings& settings) {
   Plan& plan = answer.as_given;
   plan.model = context->graph.name;
   plan.gpu = context->gpu.id;
-  plan.settings = settings;
+  plan.settings = settings_for_plan(settings);
   plan.config = user_config(settings);
   plan.blocks = choices.value();
   for (const graph::Block& block : context->graph.blocks) plan.block_names.push_back(block.name);

@@ -32,6 +32,7 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   m.gradients = peak.gradients;
   m.optimizer_states = reserved.states.optimizer;
   m.paged_optimizer_states = reserved.states.paged_optimizer;
+  out.model = model_size(context.graph, settings.precision);
   m.master_weights = reserved.states.master;
   m.zero_buffers = reserved.states.comm_buckets + (peak.block >= 0 ? reserved.states.gathered_params : 0);
   m.activations = peak.activations;

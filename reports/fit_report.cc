@@ -199,6 +199,19 @@ std::string stack_extras(const planner::RunSettings& s, const planner::ResolvedS
   return out;
 }
 
+// "\nmodel: 8.03 B parameters, 8.03 B trainable; weights 16.1 GB bf16".
+std::string model_line(const planner::ModelSize& model) {
+  if (model.total_params == 0) return "";
+  std::vector<std::string> weights;
+  for (const auto& [dtype, bytes] : model.weight_bytes_by_dtype) {
+    // Quantization constants are megabytes beside gigabytes of weights.
+    const std::string size = bytes >= 100'000'000 ? format_gb(bytes) : fixed(static_cast<double>(bytes) / 1e6, 1) + " MB";
+    weights.push_back(size + " " + dtype);
+  }
+  return "\nmodel: " + format_count(model.total_params) + " parameters, " + format_count(model.trainable_params) +
+         " trainable; weights " + join(weights, " + ");
+}
+
 std::string run_line(const planner::Plan& plan) {
   const planner::RunSettings& s = plan.settings;
   const planner::ResolvedStack stack = planner::resolve_stack(s);
@@ -213,7 +226,7 @@ std::string run_line(const planner::Plan& plan) {
          open_or(std::string(planner::optimizer_impl_name(stack.top.optimizer_impl)),
                  std::string(planner::optimizer_impl_name(stack.bottom.optimizer_impl))) +
          ", loss " + open_or(planner::loss_name(stack.top.loss), planner::loss_name(stack.bottom.loss)) +
-         stack_extras(s, stack) + " (docs/stacks.md)";
+         stack_extras(s, stack) + " (docs/stacks.md)" + model_line(plan.prediction.model);
 }
 
 std::string verdict_line(const planner::Prediction& p, std::string_view gpu_name,

@@ -3,6 +3,11 @@
 // 120 GB per GPU at stage 0, 31.4 GB at stage 1, 16.6 GB at stage 2, 1.9 GB at stage 3.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <map>
+#include <string>
+#include <system_error>
+
 #include "planner/allocator_rounding.h"
 #include "planner/model_states.h"
 #include "planner/trainability.h"
@@ -262,6 +267,56 @@ TEST_CASE("a paged optimizer leaves the GPU peak, adds to what the host must hol
   s.optimizer = OptimizerKind::kSgdMomentum;
   const Status refused = validate_settings(s, "settings");
   CHECK(refused.message().find("paged_optimizer") != std::string::npos);
+}
+
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("what the model is: parameters once, trainable ones, weight bytes by stored dtype") {
+  RunSettings s;
+  s.model = "gpt2";
+  s.gpu = "4090";
+  const Prediction gpt2 = predict_as_given(s);
+  // GPT-2 small: 124,439,808 parameters, the tied embedding counted once.
+  CHECK(gpt2.model.total_params == 124'439'808);
+  CHECK(gpt2.model.trainable_params == gpt2.model.total_params);
+  CHECK(gpt2.model.weight_bytes_by_dtype == std::map<std::string, int64_t>{{"bf16", 2 * 124'439'808}});
+
+  // QLoRA: the base weights NF4 (half a byte), their constants stored but not
+  // counted as parameters, the adapters trainable.
+  s.model = "llama-3-8b";
+  s.mode = TrainMode::kQlora;
+  const Prediction qlora = predict_as_given(s);
+  CHECK(qlora.model.total_params > 8'030'000'000);
+  CHECK(qlora.model.total_params < 8'080'000'000);  // 8.03 B + 42 M adapters, no absmax
+  CHECK(qlora.model.trainable_params == 41'943'040);
+  const auto& bytes = qlora.model.weight_bytes_by_dtype;
+  REQUIRE(bytes.count("nf4") == 1);
+  REQUIRE(bytes.count("u8") == 1);
+  CHECK(bytes.at("u8") * 64 == bytes.at("nf4") * 2);  // one 8-bit absmax per 64 weights of half a byte
+  int64_t total = 0;
+  for (const auto& [dtype, b] : bytes) total += b;
+  CHECK(total < 6'000'000'000);
+}
+
+TEST_CASE("a plan names its model by an absolute path, so it runs from any directory") {
+  RunSettings s;
+  s.model = "tests/data/hf/llama-3.2-1b";
+  s.gpu = "a100-80g";
+  s.calibration_file = "tests/data/calibration_a6000.json";
+  std::error_code error;
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(HEADROOM_SOURCE_DIR);
+  const Result<FitAnswer> answer = fit(s);
+  std::filesystem::current_path(before, error);
+  REQUIRE_MESSAGE(answer.is_ok(), answer.message());
+  const RunSettings& kept = answer->as_given.settings;
+  CHECK(std::filesystem::path(kept.model).is_absolute());
+  CHECK(kept.model == std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b");
+  CHECK(std::filesystem::path(kept.calibration_file).is_absolute());
+  // A zoo name stays a name.
+  CHECK(settings_for_plan(RunSettings{}).model == RunSettings{}.model);
 }
 
 }  // namespace headroom::planner
