@@ -28,6 +28,21 @@ const graph::Param* matmul_weight(const graph::Node& node) {
   return nullptr;
 }
 
+// A cast node "name" in `block` writing tensor "name" (16-bit, `elements`).
+void add_cast(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, const std::string& name,
+              int block, std::vector<std::string> inputs, graph::SizeExpr elements) {
+  graph::Node cast;
+  cast.name = name;
+  cast.op = "cast";
+  cast.block = block;
+  cast.inputs = std::move(inputs);
+  cast.outputs = {name};
+  // Reads 4 bytes and writes 2 per element: three 16-bit elements of traffic.
+  cast.fwd_io_elements = elements.scaled(3);
+  tensors.push_back(graph::Tensor{name, elements, std::nullopt, false});
+  nodes.push_back(std::move(cast));
+}
+
 }  // namespace
 
 void apply_autocast(graph::LayerGraph& graph) {
@@ -63,23 +78,10 @@ void apply_autocast(graph::LayerGraph& graph) {
       rewritten.push_back(std::move(node));
       continue;
     }
-    const auto cast_node = [&](const std::string& name, std::vector<std::string> inputs,
-                               graph::SizeExpr elements) {
-      graph::Node cast;
-      cast.name = name;
-      cast.op = "cast";
-      cast.block = node.block;
-      cast.inputs = std::move(inputs);
-      cast.outputs = {name};
-      // Reads 4 bytes and writes 2 per element: three 16-bit elements of traffic.
-      cast.fwd_io_elements = elements.scaled(3);
-      added.push_back(graph::Tensor{name, elements, std::nullopt, false});
-      rewritten.push_back(std::move(cast));
-    };
     for (std::string& input : node.inputs) {
       if (!is_f32(input)) continue;
       const std::string name = node.name + ".cast:" + input;
-      cast_node(name, {input}, tensors.at(input)->elements);
+      add_cast(rewritten, added, name, node.block, {input}, tensors.at(input)->elements);
       for (graph::SavedRef& saved : node.saves) {
         if (saved.tensor == input) saved.tensor = name;
       }
@@ -87,10 +89,33 @@ void apply_autocast(graph::LayerGraph& graph) {
     }
     if (const graph::Param* weight = matmul_weight(node)) {
       const std::string name = node.name + ".weight_cast";
-      cast_node(name, {}, graph::SizeExpr::constant(weight->elements()));
+      add_cast(rewritten, added, name, node.block, {}, graph::SizeExpr::constant(weight->elements()));
       node.inputs.push_back(name);
       // The matmul keeps the 16-bit weight for its input gradient (mm backward: dx = dy W).
       node.saves.push_back({name, graph::SaveWhen::kInputGrad});
+    }
+    rewritten.push_back(std::move(node));
+  }
+  graph.nodes = std::move(rewritten);
+  graph.tensors.insert(graph.tensors.end(), added.begin(), added.end());
+}
+
+void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph) {
+  std::vector<graph::Node> rewritten;
+  std::vector<graph::Tensor> added;
+  rewritten.reserve(graph.nodes.size() * 2);
+  for (graph::Node& node : graph.nodes) {
+    int64_t adapter_elements = 0;
+    for (const graph::Param& param : node.params) {
+      const bool adapter = param.name.ends_with(".lora_A.weight") || param.name.ends_with(".lora_B.weight");
+      if (adapter && param.trainable && param.dtype == DType::kF32) adapter_elements += param.elements();
+    }
+    if (node.op == "linear" && adapter_elements > 0) {
+      const std::string name = node.name + ".adapter_cast";
+      add_cast(rewritten, added, name, node.block, {}, graph::SizeExpr::constant(adapter_elements));
+      node.inputs.push_back(name);
+      // lora_A's copy for the input gradient, lora_B's for lora_A's gradient.
+      node.saves.push_back({name, graph::SaveWhen::kAnyGrad});
     }
     rewritten.push_back(std::move(node));
   }

@@ -24,4 +24,11 @@ namespace headroom::planner {
 // in place of the fp32 tensor.
 void apply_autocast(graph::LayerGraph& graph);
 
+// Autocast over a 16-bit model with fp32 LoRA adapters: transformers' Trainer
+// with bf16=True runs the forward under torch.autocast (Accelerate's
+// prepare_model wraps model.forward), so each adapted linear casts its fp32
+// adapter weights to 16-bit copies, kept for backward ("<node>.adapter_cast").
+// Everything else is 16-bit already and is not copied.
+void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph);
+
 }  // namespace headroom::planner

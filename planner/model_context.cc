@@ -138,6 +138,9 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   const ResolvedStack stack = resolve_stack(settings);
   apply_loss_impl(context.graph, stack.top.loss, settings.compile);
   if (is_autocast(settings.precision)) apply_autocast(context.graph);
+  if (settings.precision == Precision::kBf16Pure && settings.stack == Stack::kHfTrainer) {
+    apply_autocast_to_fp32_adapters(context.graph);
+  }
   context.analysis = graph::analyze_graph(context.graph);
   if (stack.top.recompute == Recompute::kSelectiveOp) {
     context.checkpoint_saves = selective_op_saves(context.graph, context.analysis);

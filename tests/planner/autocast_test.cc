@@ -89,3 +89,30 @@ TEST_CASE("an AMP ViT keeps more activations than DeepSpeed-style mixed precisio
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("Trainer(bf16=True) on a bf16 model: fp32 LoRA adapters are cast per linear and kept") {
+  RunSettings s;
+  s.model = "llama-3-8b";
+  s.gpu = "a100-80g";
+  s.mode = TrainMode::kLora;
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kHfTrainer;  // PEFT's fp32 adapters, Accelerate's autocast around forward
+  Result<ModelContext> context = prepare_context(s);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  const graph::Node* q = context->graph.find_node("model.layers.0.self_attn.q_proj");
+  REQUIRE(q != nullptr);
+  // r = 16: lora_A [16, 4096] and lora_B [4096, 16], one 16-bit copy of both.
+  const graph::Tensor* cast = context->graph.find_tensor("model.layers.0.self_attn.q_proj.adapter_cast");
+  REQUIRE(cast != nullptr);
+  CHECK(cast->elements == graph::SizeExpr::constant(16 * 4096 + 4096 * 16));
+  CHECK(keeps(*q, "model.layers.0.self_attn.q_proj.adapter_cast"));
+  // torchtune runs no autocast, and its adapters are bf16 anyway.
+  s.stack = Stack::kTorchtune;
+  Result<ModelContext> torchtune = prepare_context(s);
+  REQUIRE(torchtune.is_ok());
+  CHECK(torchtune->graph.find_tensor("model.layers.0.self_attn.q_proj.adapter_cast") == nullptr);
+}
+
+}  // namespace headroom::planner
