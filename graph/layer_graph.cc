@@ -1,5 +1,7 @@
 #include "graph/layer_graph.h"
 
+#include <algorithm>
+
 namespace headroom::graph {
 
 int64_t Param::elements() const {
@@ -40,6 +42,14 @@ const Node* LayerGraph::find_node(const std::string& node_name) const {
     if (node.name == node_name) return &node;
   }
   return nullptr;
+}
+
+int LayerGraph::producer_of(const std::string& tensor) const {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::vector<std::string>& outputs = nodes[i].outputs;
+    if (std::find(outputs.begin(), outputs.end(), tensor) != outputs.end()) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 }  // namespace headroom::graph

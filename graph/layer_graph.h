@@ -118,6 +118,8 @@ struct LayerGraph {
   int64_t trainable_parameter_count() const;
   const Tensor* find_tensor(const std::string& name) const;
   const Node* find_node(const std::string& name) const;
+  // Index in `nodes` of the node that writes `tensor`, or -1 (a graph input).
+  int producer_of(const std::string& tensor) const;
 };
 
 }  // namespace headroom::graph

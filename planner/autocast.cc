@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "planner/model_states.h"
+#include "planner/trainability.h"
+
 namespace headroom::planner {
 namespace {
 
@@ -16,14 +19,10 @@ bool runs_in_16_bit(const std::string& op) {
   return op == "linear" || op == "matmul" || op == "attention" || op == "conv2d";
 }
 
-bool quantized(DType dtype) {
-  return dtype == DType::kNF4 || dtype == DType::kFP4 || dtype == DType::kUInt8 || dtype == DType::kInt8;
-}
-
 // The weight a lower-precision op multiplies by: "<node>.weight", unquantized.
 const graph::Param* matmul_weight(const graph::Node& node) {
   for (const graph::Param& param : node.params) {
-    if (param.name == node.name + ".weight" && !quantized(param.dtype)) return &param;
+    if (param.name == node.name + ".weight" && !is_quantized_storage(param.dtype)) return &param;
   }
   return nullptr;
 }
@@ -60,7 +59,7 @@ void apply_autocast(graph::LayerGraph& graph) {
   for (const graph::Node& node : graph.nodes) {
     if (runs_in_16_bit(node.op)) continue;
     const bool owns_fp32 = std::any_of(node.params.begin(), node.params.end(),
-                                       [](const graph::Param& p) { return !quantized(p.dtype); });
+                                       [](const graph::Param& p) { return !is_quantized_storage(p.dtype); });
     const bool f32_input = std::any_of(node.inputs.begin(), node.inputs.end(), is_f32);
     if (!(owns_fp32 || f32_input || node.op == "norm")) continue;
     for (const std::string& output : node.outputs) {
@@ -107,8 +106,7 @@ void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph) {
   for (graph::Node& node : graph.nodes) {
     int64_t adapter_elements = 0;
     for (const graph::Param& param : node.params) {
-      const bool adapter = param.name.ends_with(".lora_A.weight") || param.name.ends_with(".lora_B.weight");
-      if (adapter && param.trainable && param.dtype == DType::kF32) adapter_elements += param.elements();
+      if (is_lora_adapter(param) && param.trainable && param.dtype == DType::kF32) adapter_elements += param.elements();
     }
     if (node.op == "linear" && adapter_elements > 0) {
       const std::string name = node.name + ".adapter_cast";

@@ -13,14 +13,6 @@ int node_index(const graph::LayerGraph& graph, const std::string& name) {
   return -1;
 }
 
-int producer_index(const graph::LayerGraph& graph, const std::string& tensor) {
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    const auto& outputs = graph.nodes[i].outputs;
-    if (std::find(outputs.begin(), outputs.end(), tensor) != outputs.end()) return static_cast<int>(i);
-  }
-  return -1;
-}
-
 // One chunk of `node`: its outputs renamed (new tensors of 1/chunks the size,
 // each coefficient rounded up: a per-token statistic of 2 elements becomes 1 per
 // token per chunk, a few bytes a token too many),
@@ -68,7 +60,7 @@ void split_head_into_chunks(graph::LayerGraph& graph, const std::string& loss_na
   if (chunks < 2) return;
   const int loss = node_index(graph, loss_name);
   if (loss < 0 || graph.nodes[loss].inputs.empty()) return;
-  const int head = producer_index(graph, graph.nodes[loss].inputs.front());
+  const int head = graph.producer_of(graph.nodes[loss].inputs.front());
   if (head < 0 || !graph.nodes[head].linear || head > loss) return;
 
   std::vector<graph::Tensor> new_tensors;

@@ -103,7 +103,11 @@ class BlockJointGraph {
     const std::vector<int>& nodes = analysis.blocks[block].nodes;
     for (size_t i = 0; i < nodes.size(); ++i) position_[nodes[i]] = static_cast<int>(i);
     for (int n : nodes) {
-      for (int t : analysis.node_inputs[n]) local(t);
+      for (int t : analysis.node_inputs[n]) {
+        local(t);
+        std::vector<int>& users = users_[t];  // in execution order, as `nodes` is
+        if (users.empty() || users.back() != n) users.push_back(n);
+      }
       for (int t : analysis.node_outputs[n]) local(t);
       for (int t : analysis.node_saves[n]) {
         local(t);
@@ -160,13 +164,11 @@ class BlockJointGraph {
   // A placeholder (the block's inputs) is not fusible with anything.
   bool producer_fusible(int t) const { return in_block(an_.producer[t]) && fusible(op_class(an_.producer[t])); }
 
-  std::vector<int> block_consumers(int t) const {
-    std::vector<int> out;
-    for (int c : an_.consumers[t]) {
-      if (in_block(c)) out.push_back(c);
-    }
-    std::sort(out.begin(), out.end(), [&](int a, int b) { return position_.at(a) < position_.at(b); });
-    return out;
+  // The block's nodes that read `t`, in execution order.
+  const std::vector<int>& block_consumers(int t) const {
+    static const std::vector<int> kNone;
+    const auto found = users_.find(t);
+    return found == users_.end() ? kNone : found->second;
   }
 
   // dist_from_bw: 1 for a tensor the backward reads, else one more than the
@@ -230,7 +232,7 @@ class BlockJointGraph {
   void ban_used_far_apart(std::vector<bool>& banned) const {
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const int t = tensors_[i];
-      const std::vector<int> users = block_consumers(t);
+      const std::vector<int>& users = block_consumers(t);
       if (users.empty()) continue;
       const int last = position_.at(users.back());
       const int first_unfusible = first_unfusible_position(users, last);
@@ -286,6 +288,7 @@ class BlockJointGraph {
   std::unordered_map<int, int> index_;     // tensor -> local index
   std::vector<double> bytes_;
   std::unordered_map<int, std::vector<int>> backward_readers_;  // tensor -> nodes saving it
+  std::unordered_map<int, std::vector<int>> users_;             // tensor -> block nodes reading it
 };
 
 }  // namespace

@@ -16,21 +16,10 @@ graph::Tensor* find_tensor(graph::LayerGraph& graph, const std::string& name) {
   return nullptr;
 }
 
-// The linear (the LM head) that writes `tensor`, or null.
-const graph::LinearInfo* producing_linear(const graph::LayerGraph& graph, const std::string& tensor) {
-  for (const graph::Node& node : graph.nodes) {
-    if (node.linear && std::find(node.outputs.begin(), node.outputs.end(), tensor) != node.outputs.end()) {
-      return &*node.linear;
-    }
-  }
-  return nullptr;
-}
-
+// The node that writes `tensor` (the upcast before a loss, the LM head before that), or null.
 graph::Node* producing_node(graph::LayerGraph& graph, const std::string& tensor) {
-  for (graph::Node& node : graph.nodes) {
-    if (std::find(node.outputs.begin(), node.outputs.end(), tensor) != node.outputs.end()) return &node;
-  }
-  return nullptr;
+  const int index = graph.producer_of(tensor);
+  return index < 0 ? nullptr : &graph.nodes[index];
 }
 
 // Removes a one-input, one-output node: its readers read its input instead.
@@ -94,9 +83,9 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
           // backward. What stays of the log-probabilities is those two fp32 statistics
           // per row (max and log-sum-exp): the log_probs tensor shrinks to them.
           to_bypass.push_back(upcast->name);
-          const graph::LinearInfo* head = producing_linear(graph, logits_name);
-          if (head != nullptr) {
-            log_probs->elements = head->rows.scaled(2);
+          const graph::Node* head = producing_node(graph, logits_name);
+          if (head != nullptr && head->linear) {
+            log_probs->elements = head->linear->rows.scaled(2);
             log_probs->dtype = graph::DType::kF32;
           } else {
             drop_save(node, log_probs_name);

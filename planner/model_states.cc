@@ -35,9 +35,6 @@ constexpr int64_t kNvmeParamBufferBytes = 5LL * 100'000'000 * 2;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-bool is_quantized_storage(DType dtype) {
-  return dtype == DType::kNF4 || dtype == DType::kFP4 || dtype == DType::kUInt8 || dtype == DType::kInt8;
-}
 
 int64_t largest_block_param_bytes(const graph::LayerGraph& graph, Precision precision) {
   std::vector<int64_t> per_block(graph.blocks.size(), 0);
@@ -67,12 +64,15 @@ bool fp32_adapter(const Param& param, Precision precision) {
   return precision == Precision::kBf16Pure && param.trainable && param.dtype == DType::kF32 && is_lora_adapter(param);
 }
 
+bool is_quantized_storage(DType dtype) {
+  return dtype == DType::kNF4 || dtype == DType::kFP4 || dtype == DType::kUInt8 || dtype == DType::kInt8;
+}
+
 DType stored_dtype(const Param& param, Precision precision) {
   // Quantization constants keep their own dtype: fp32 second-level constants, or the
   // fp32 absmax of NF4 without double quantization.
   if (!param.trainable && (is_quantized_storage(param.dtype) ||
-                           (param.dtype == DType::kF32 &&
-                            (param.name.ends_with(".absmax2") || param.name.ends_with(".absmax"))))) {
+                           (param.dtype == DType::kF32 && is_quantization_constant(param)))) {
     return param.dtype;
   }
   if (fp32_adapter(param, precision) || param_bytes_per_element(precision, param.trainable) == 4) return DType::kF32;
@@ -89,7 +89,7 @@ ModelSize model_size(const graph::LayerGraph& graph, Precision precision) {
     for (const Param& param : node.params) {
       if (!param.tied_to.empty()) continue;
       // Quantization constants are storage, not parameters of the model.
-      if (!param.name.ends_with(".absmax") && !param.name.ends_with(".absmax2")) {
+      if (!is_quantization_constant(param)) {
         out.total_params += param.elements();
         if (param.trainable) out.trainable_params += param.elements();
       }
@@ -216,14 +216,13 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
       const int states_per_param = settings.optimizer == OptimizerKind::kAdamW ? 2 : 1;
       largest_state = std::max(largest_state, account(states_rank / states_per_param, accounting));
       largest_grad = std::max(largest_grad, account(grad, accounting));
-      if (optimizer_on_gpu && paged(settings, elements)) {
-        out.paged_optimizer += states_rank;
-        out.master += account(master_rank, accounting);
-        out.grads_full += account(grad_rank, accounting);
-        const auto first = shared.find(param.name);
-        out.block_grads[first == shared.end() ? node.block : first->second] += account(grad, accounting);
-      } else if (optimizer_on_gpu) {
-        out.optimizer += account(states_rank, accounting);
+      if (optimizer_on_gpu) {
+        // Paged states live in unified memory, outside the caching allocator.
+        if (paged(settings, elements)) {
+          out.paged_optimizer += states_rank;
+        } else {
+          out.optimizer += account(states_rank, accounting);
+        }
         out.master += account(master_rank, accounting);
         out.grads_full += account(grad_rank, accounting);
         // A shared weight's gradient exists from its first use in backward on.

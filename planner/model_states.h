@@ -38,6 +38,8 @@ struct ModelSize {
   std::map<std::string, int64_t> weight_bytes_by_dtype;  // "bf16", "f32", "nf4", "uint8", ...
 };
 ModelSize model_size(const graph::LayerGraph& graph, Precision precision);
+// Whether `dtype` is quantized storage (NF4, FP4, 8-bit): kept as is under any precision.
+bool is_quantized_storage(graph::DType dtype);
 // The dtype a parameter is held in on the GPU under `precision`.
 graph::DType stored_dtype(const graph::Param& param, Precision precision);
 

@@ -162,6 +162,10 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
   return graph;
 }
 
+bool is_quantization_constant(const Param& param) {
+  return param.name.ends_with(".absmax") || param.name.ends_with(".absmax2");
+}
+
 bool is_lora_adapter(const Param& param) {
   return param.name.ends_with(".lora_A.weight") || param.name.ends_with(".lora_B.weight");
 }

@@ -22,6 +22,9 @@ Result<graph::LayerGraph> apply_training_mode(const graph::LayerGraph& graph,
 
 // A LoRA adapter weight added by apply_training_mode (lora_A / lora_B).
 bool is_lora_adapter(const graph::Param& param);
+// Whether `param` is a constant of a quantized weight (QLoRA's ".absmax",
+// ".absmax2"): storage, not a parameter of the model.
+bool is_quantization_constant(const graph::Param& param);
 
 // fnmatch-style glob on a module or parameter name.
 bool name_matches(std::string_view pattern, std::string_view name);
