@@ -13,15 +13,6 @@
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
-namespace {
-
-bool keeps(const graph::Node& node, const std::string& tensor) {
-  return std::any_of(node.saves.begin(), node.saves.end(),
-                     [&](const graph::SavedRef& s) { return s.tensor == tensor; });
-}
-
-}  // namespace
-
 TEST_CASE("autocast: norms and the residual stay fp32; each matmul keeps its own 16-bit copies") {
   // x -> LayerNorm -> fc1 -> GELU -> fc2 -> + x
   models::GraphBuilder b;
@@ -43,15 +34,15 @@ TEST_CASE("autocast: norms and the residual stay fp32; each matmul keeps its own
   // fc1 reads and keeps a 16-bit copy of the fp32 norm output, not the norm output.
   const graph::Node& fc1 = *graph.find_node("fc1");
   CHECK(std::find(fc1.inputs.begin(), fc1.inputs.end(), "fc1.cast:ln") != fc1.inputs.end());
-  CHECK(keeps(fc1, "fc1.cast:ln"));
-  CHECK_FALSE(keeps(fc1, "ln"));
+  CHECK(saves(fc1, "fc1.cast:ln"));
+  CHECK_FALSE(saves(fc1, "ln"));
   CHECK_FALSE(graph.find_tensor("fc1.cast:ln")->dtype.has_value());
   // Both matmuls keep a 16-bit copy of their weight; fc2's input is already 16-bit.
-  CHECK(keeps(fc1, "fc1.weight_cast"));
+  CHECK(saves(fc1, "fc1.weight_cast"));
   CHECK(graph.find_tensor("fc1.weight_cast")->elements == graph::SizeExpr::constant(64 * 256));
   const graph::Node& fc2 = *graph.find_node("fc2");
-  CHECK(keeps(fc2, "fc2.weight_cast"));
-  CHECK(keeps(fc2, "act"));
+  CHECK(saves(fc2, "fc2.weight_cast"));
+  CHECK(saves(fc2, "act"));
   CHECK(graph.find_node("fc2.cast:act") == nullptr);
   // Casts run right before their matmul.
   const auto position = [&](const std::string& name) {
@@ -107,7 +98,7 @@ TEST_CASE("Trainer(bf16=True) on a bf16 model: fp32 LoRA adapters are cast per l
   const graph::Tensor* cast = context->graph.find_tensor("model.layers.0.self_attn.q_proj.adapter_cast");
   REQUIRE(cast != nullptr);
   CHECK(cast->elements == graph::SizeExpr::constant(16 * 4096 + 4096 * 16));
-  CHECK(keeps(*q, "model.layers.0.self_attn.q_proj.adapter_cast"));
+  CHECK(saves(*q, "model.layers.0.self_attn.q_proj.adapter_cast"));
   // torchtune runs no autocast, and its adapters are bf16 anyway.
   s.stack = Stack::kTorchtune;
   Result<ModelContext> torchtune = prepare_context(s);

@@ -35,18 +35,10 @@ std::set<std::string> names(const graph::LayerGraph& graph, const std::vector<in
 
 }  // namespace
 
-int decoder(const graph::LayerGraph& graph, const std::string& suffix) {
-  for (size_t b = 0; b < graph.blocks.size(); ++b) {
-    if (graph.blocks[b].name.ends_with(suffix)) return static_cast<int>(b);
-  }
-  FAIL("no block " << suffix);
-  return -1;
-}
-
 TEST_CASE("a compiled Llama block keeps matmul and attention inputs, recomputes norms and SiLU") {
   Result<ModelContext> eager = prepare_context(torchtune_1b(false));
   REQUIRE_MESSAGE(eager.is_ok(), eager.message());
-  const int block = decoder(eager->graph, ".layers.1");
+  const int block = block_ending(eager->graph, ".layers.1");
   const std::string p = "model.layers.1.";
   const std::vector<int> cut = partitioner_saves(eager->graph, eager->analysis, block, eager->compute_dtype, 2, 1024);
   // The block input replaces the f32 copy and the normalized tensor of the Python
@@ -72,7 +64,7 @@ TEST_CASE("compile cuts a Python-RMSNorm Llama block's saved bytes by 30%") {
   for (bool compile : {false, true}) {
     Result<ModelContext> context = prepare_context(torchtune_1b(compile));
     REQUIRE_MESSAGE(context.is_ok(), context.message());
-    const int block = decoder(context->graph, ".layers.1");
+    const int block = block_ending(context->graph, ".layers.1");
     const StepProfile profile = profile_step(context->graph, context->analysis, context->compute_dtype, 2, 1024,
                                              Accounting::kAllocated, context->gpu);
     CAPTURE(compile);

@@ -1,14 +1,46 @@
 // Test support for the planner suites: the prediction of a run exactly as given
-// (its own checkpointing and globals, no search), as `headroom fit` makes it.
+// (its own checkpointing and globals, no search), as `headroom fit` makes it, and
+// the few settings and graph lookups several suites share.
 #pragma once
 
 #include <doctest/doctest.h>
 
+#include <string>
 #include <vector>
 
 #include "planner/planner.h"
 
 namespace headroom::planner {
+
+// Llama 3 8B with LoRA on an A100 80GB, B = 2, S = 4096, every block checkpointed.
+inline RunSettings llama_lora(Stack stack) {
+  RunSettings s;
+  s.model = "llama-3-8b";
+  s.gpu = "a100-80g";
+  s.mode = TrainMode::kLora;
+  s.micro_batch = 2;
+  s.seq_len = 4096;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.stack = stack;
+  return s;
+}
+
+// The index of the block whose name ends with `suffix` (".layers.0").
+inline int block_ending(const graph::LayerGraph& graph, const std::string& suffix) {
+  for (size_t b = 0; b < graph.blocks.size(); ++b) {
+    if (graph.blocks[b].name.ends_with(suffix)) return static_cast<int>(b);
+  }
+  FAIL("no block ending in " << suffix);
+  return -1;
+}
+
+// Whether `node` keeps `tensor` for backward (under any condition).
+inline bool saves(const graph::Node& node, const std::string& tensor) {
+  for (const graph::SavedRef& saved : node.saves) {
+    if (saved.tensor == tensor) return true;
+  }
+  return false;
+}
 
 inline Prediction predict_as_given(const RunSettings& settings) {
   Result<ModelContext> context = prepare_context(settings);

@@ -32,14 +32,6 @@ RunSettings torchtitan_8b(std::optional<Recompute> recompute) {
   return s;
 }
 
-int first_decoder(const graph::LayerGraph& graph) {
-  for (size_t b = 0; b < graph.blocks.size(); ++b) {
-    if (graph.blocks[b].name.ends_with(".layers.0")) return static_cast<int>(b);
-  }
-  FAIL("no layers.0 block");
-  return -1;
-}
-
 // The tensor names kept, each less the block's prefix ("model.layers.0").
 std::set<std::string> kept_suffixes(const ModelContext& context, int block) {
   const std::string prefix = context.graph.blocks[block].name;
@@ -57,7 +49,7 @@ std::set<std::string> kept_suffixes(const ModelContext& context, int block) {
 TEST_CASE("torchtitan's op policy keeps mm 1, 3, 5, 7 of a Llama block and the attention output") {
   Result<ModelContext> context = prepare_context(torchtitan_8b(Recompute::kSelectiveOp));
   REQUIRE_MESSAGE(context.is_ok(), context.message());
-  const int block = first_decoder(context->graph);
+  const int block = block_ending(context->graph, ".layers.0");
   // Python order q, k, v, o, gate (w1), up (w3), down (w2): the odd-numbered mms stay.
   const std::set<std::string> expected = {".self_attn.q_proj", ".self_attn.v_proj", ".self_attn.sdpa",
                                           ".self_attn.sdpa:lse", ".mlp.gate_proj", ".mlp.down_proj"};
@@ -177,14 +169,7 @@ TEST_CASE("the recompute setting round-trips through settings JSON") {
 namespace headroom::planner {
 
 TEST_CASE("torchtune activation offloading keeps only the forward stash of checkpoint inputs on the GPU") {
-  RunSettings s;
-  s.model = "llama-3-8b";
-  s.gpu = "a100-80g";
-  s.mode = TrainMode::kLora;
-  s.micro_batch = 2;
-  s.seq_len = 4096;
-  s.checkpointing = CheckpointPolicy::kEveryBlock;
-  s.stack = Stack::kTorchtune;
+  RunSettings s = llama_lora(Stack::kTorchtune);
   s.optimizer_impl = OptimizerImpl::kFused;
   const Prediction kept = predict_as_given(s);
   s.offload_checkpoint_inputs = true;

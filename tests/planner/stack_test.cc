@@ -19,31 +19,12 @@
 namespace headroom::planner {
 namespace {
 
-RunSettings llama_lora(Stack stack) {
-  RunSettings s;
-  s.model = "llama-3-8b";
-  s.gpu = "a100-80g";
-  s.mode = TrainMode::kLora;
-  s.micro_batch = 2;
-  s.seq_len = 4096;
-  s.checkpointing = CheckpointPolicy::kEveryBlock;
-  s.stack = stack;
-  return s;
-}
-
 const graph::Node& loss_node(const graph::LayerGraph& graph) {
   for (const graph::Node& node : graph.nodes) {
     if (node.op == "loss") return node;
   }
   FAIL("no loss node");
   return graph.nodes.front();
-}
-
-bool saves(const graph::Node& node, const std::string& tensor) {
-  for (const graph::SavedRef& saved : node.saves) {
-    if (saved.tensor == tensor) return true;
-  }
-  return false;
 }
 
 }  // namespace
