@@ -266,7 +266,8 @@ const std::vector<SettingsFlag> kFlags = {
      }},
     {"--compile", nullptr, kTraining,
      "the run uses torch.compile (torchtune compile: True, torchtitan --training.compile): blocks save what "
-     "the min-cut partitioner keeps, a chunked loss is priced as compiled; time is priced as eager (docs/stacks.md)",
+     "the min-cut partitioner keeps and run their pointwise ops as fused kernels, a chunked loss is priced as "
+     "compiled (docs/stacks.md)",
      false,
      [](RunSettings& s, std::string_view) {
        s.compile = true;

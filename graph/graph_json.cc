@@ -245,7 +245,7 @@ Node Reader::node(const json& j, std::string_view path) const {
   object(j, path,
          {"name", "op", "block", "inputs", "outputs", "params", "saves", "fwd_flops",
           "bwd_input_flops", "bwd_param_flops", "fwd_io_elements", "workspace_elements",
-          "bwd_workspace_elements", "linear"});
+          "bwd_workspace_elements", "fwd_io_f32_elements", "linear"});
   Node out;
   out.name = string(*member(j, path, "name", true), join(path, "name"));
   out.op = string(*member(j, path, "op", true), join(path, "op"));
@@ -278,6 +278,9 @@ Node Reader::node(const json& j, std::string_view path) const {
     *field = size(*member(j, path, key, true), join(path, key));
   if (const json* bwd_workspace = member(j, path, "bwd_workspace_elements", false)) {
     out.bwd_workspace_elements = size(*bwd_workspace, join(path, "bwd_workspace_elements"));
+  }
+  if (const json* f32_io = member(j, path, "fwd_io_f32_elements", false)) {
+    out.fwd_io_f32_elements = size(*f32_io, join(path, "fwd_io_f32_elements"));
   }
   if (const json* linear = member(j, path, "linear", false)) {
     const std::string linear_path = join(path, "linear");
@@ -373,6 +376,9 @@ json node_to_json(const Node& node) {
               {"fwd_io_elements", size_expr_to_json(node.fwd_io_elements)},
               {"workspace_elements", size_expr_to_json(node.workspace_elements)}};
   if (node.bwd_workspace_elements) out["bwd_workspace_elements"] = size_expr_to_json(*node.bwd_workspace_elements);
+  if (!node.fwd_io_f32_elements.is_zero()) {
+    out["fwd_io_f32_elements"] = size_expr_to_json(node.fwd_io_f32_elements);
+  }
   if (node.linear) {
     out["linear"] = {{"in_features", node.linear->in_features},
                      {"out_features", node.linear->out_features},
@@ -404,7 +410,7 @@ bool nodes_equal(const Node& a, const Node& b) {
          a.outputs == b.outputs && a.fwd_flops == b.fwd_flops &&
          a.bwd_input_flops == b.bwd_input_flops && a.bwd_param_flops == b.bwd_param_flops &&
          a.fwd_io_elements == b.fwd_io_elements && a.workspace_elements == b.workspace_elements &&
-         a.bwd_workspace_elements == b.bwd_workspace_elements;
+         a.bwd_workspace_elements == b.bwd_workspace_elements && a.fwd_io_f32_elements == b.fwd_io_f32_elements;
 }
 
 bool sequences_equal(const SequenceSpec& a, const SequenceSpec& b) {

@@ -76,6 +76,10 @@ struct Node {
   SizeExpr bwd_input_flops;   // FLOPs of the input-gradient part of backward
   SizeExpr bwd_param_flops;   // FLOPs of the weight-gradient part of backward
   SizeExpr fwd_io_elements;   // activation elements read + written in forward (roofline)
+  // Float32 elements read + written in forward besides those, at 4 bytes whatever
+  // the compute dtype: the upcast intermediates of ops written in Python (an
+  // RMSNorm's x.float(), pow, mean, multiply and cast back are five kernels).
+  SizeExpr fwd_io_f32_elements;
   SizeExpr workspace_elements;  // transient scratch during forward/backward, compute dtype
   // Scratch of the backward when it differs from the forward's (the loss: the
   // gradients of its fp32 intermediates); unset: workspace_elements.

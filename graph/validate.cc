@@ -204,6 +204,7 @@ Status Validator::check_nodes() {
         {".bwd_input_flops", &node.bwd_input_flops},
         {".bwd_param_flops", &node.bwd_param_flops},
         {".fwd_io_elements", &node.fwd_io_elements},
+        {".fwd_io_f32_elements", &node.fwd_io_f32_elements},
         {".workspace_elements", &node.workspace_elements},
     };
     for (const auto& [field, expr] : sizes) {

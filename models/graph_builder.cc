@@ -147,6 +147,16 @@ std::string GraphBuilder::python_rms_norm(const std::string& module, const std::
   const std::string normalized = module + ":normalized";
   graph::Node& node = graph_.nodes.back();
   node.outputs.insert(node.outputs.end(), {x32, normalized});
+  // Eager traffic of the Python ops, one kernel each. Hugging Face
+  // (LlamaRMSNorm): x.float() reads x and writes x32; pow writes x32^2 and mean
+  // reads it; the multiply by rstd reads x32 and writes the f32 normalized; the
+  // cast back reads it and writes 16 bits; weight * reads that and writes y.
+  // GemmaRMSNorm and torchtune's RMSNorm (normalized_f32): the weight
+  // multiplies the f32 normalized, and the cast back to x's dtype comes last. With fp32 compute x.float() is a
+  // no-op; the one extra copy counted then is a small overestimate.
+  const SizeExpr elements = times(rows, width);
+  node.fwd_io_elements = elements.scaled(normalized_f32 ? 2 : 4) + rows;
+  node.fwd_io_f32_elements = elements.scaled(normalized_f32 ? 9 : 7);
   node.saves = {SavedRef{x32, SaveWhen::kInputGrad}, SavedRef{rstd, SaveWhen::kInputGrad},
                 SavedRef{normalized, SaveWhen::kParamGrad}};
   add_tensor(x32, times(rows, width), DType::kF32);

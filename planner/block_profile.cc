@@ -109,16 +109,60 @@ double weight_bytes(const Node& node, DType compute) {
 
 }  // namespace
 
+namespace {
+
+double tensors_bytes(const LayerGraph& graph, const std::vector<int>& tensors, DType compute,
+                     int64_t batch, int64_t seq) {
+  double bytes = 0;
+  for (int t : tensors) bytes += static_cast<double>(graph::tensor_bytes(graph.tensors[t], compute, batch, seq));
+  return bytes;
+}
+
+// A node inside a generated kernel: its FLOPs as in eager mode; the kernel's
+// traffic and launch on its lead node (forward) and backward lead (backward).
+NodeTimes fused_node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int n,
+                           const FusedKernel& kernel, DType compute, int64_t batch, int64_t seq,
+                           double tflops, const GpuSpec& gpu, const TimeModelOptions& options) {
+  const Node& node = graph.nodes[n];
+  NodeTimes out;
+  out.fwd_flops = static_cast<double>(node.fwd_flops.at(batch, seq));
+  double fwd_bytes = weight_bytes(node, compute);
+  if (n == kernel.lead) {
+    fwd_bytes += tensors_bytes(graph, kernel.reads, compute, batch, seq) +
+                 tensors_bytes(graph, kernel.writes, compute, batch, seq);
+  }
+  out.fwd_ms = roofline_ms(out.fwd_flops, fwd_bytes, tflops, gpu.memory_bandwidth_gbps, options) +
+               (n == kernel.lead ? kLaunchMs : 0.0);
+  if (analysis.needs_input_grad[n]) out.bwd_flops += static_cast<double>(node.bwd_input_flops.at(batch, seq));
+  if (analysis.needs_param_grad[n]) out.bwd_flops += static_cast<double>(node.bwd_param_flops.at(batch, seq));
+  double bwd_bytes = analysis.needs_param_grad[n] ? weight_bytes(node, compute) : 0;
+  if (n == kernel.backward_lead) {
+    bwd_bytes += tensors_bytes(graph, kernel.saved, compute, batch, seq) +
+                 tensors_bytes(graph, kernel.grads_in, compute, batch, seq) +
+                 tensors_bytes(graph, kernel.grads_out, compute, batch, seq);
+  }
+  out.bwd_ms = roofline_ms(out.bwd_flops, bwd_bytes, tflops, gpu.memory_bandwidth_gbps, options) +
+               (n == kernel.backward_lead ? kLaunchMs : 0.0);
+  return out;
+}
+
+}  // namespace
+
 NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int n, DType compute,
                      int64_t batch, int64_t seq, const GpuSpec& gpu, const TimeModelOptions& options) {
   const Node& node = graph.nodes[n];
   const double tflops = compute == DType::kF32   ? gpu.fp32_tflops
                         : compute == DType::kF16 ? gpu.fp16_tflops
                                                  : gpu.bf16_tflops;
+  if (options.fused && options.fused->kernel_of[n] >= 0) {
+    return fused_node_times(graph, analysis, n, options.fused->kernels[options.fused->kernel_of[n]], compute,
+                            batch, seq, tflops, gpu, options);
+  }
   const double element_bytes = graph::dtype_bits(compute) / 8.0;
   NodeTimes out;
   out.fwd_flops = static_cast<double>(node.fwd_flops.at(batch, seq));
-  const double io = static_cast<double>(node.fwd_io_elements.at(batch, seq)) * element_bytes;
+  const double io = static_cast<double>(node.fwd_io_elements.at(batch, seq)) * element_bytes +
+                    static_cast<double>(node.fwd_io_f32_elements.at(batch, seq)) * 4.0;
   const double weights = weight_bytes(node, compute);
   out.fwd_ms = roofline_ms(out.fwd_flops, io + weights, tflops, gpu.memory_bandwidth_gbps, options) + kLaunchMs;
   const bool input_grad = analysis.needs_input_grad[n];

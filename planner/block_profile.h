@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "graph/graph_analysis.h"
 #include "graph/layer_graph.h"
+#include "planner/fused_kernels.h"
 #include "planner/hardware.h"
 #include "planner/model_states.h"
 
@@ -40,6 +42,9 @@ struct TimeModelOptions {
   // executor (docs/memory-model.md, "Time model").
   double matmul_efficiency = 0.6;
   double bandwidth_efficiency = 0.7;
+  // The kernels torch.compile generates for the compiled blocks; null in eager
+  // mode, where every node is its own kernel.
+  std::shared_ptr<const FusedKernels> fused;
 };
 
 // Roofline time and FLOPs of one node's forward and backward (backward only for

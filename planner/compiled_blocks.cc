@@ -11,32 +11,10 @@
 #include <unordered_map>
 #include <utility>
 
+#include "planner/inductor_ops.h"
+
 namespace headroom::planner {
 namespace {
-
-// How the partitioner treats an op (partitioners.py get_default_op_list, with
-// ban_recompute_not_in_allowlist = True in torch/_functorch/config.py).
-enum class OpClass {
-  kRecomputable,  // pointwise ops, casts, views and the reductions sum/mean/var_mean
-  kRandom,        // native_dropout: fusible, never recomputed
-  kBanned,        // mm, addmm, SDPA, convolution, embedding, cat: outside the allowlist
-};
-
-OpClass classify(const std::string& op) {
-  // Our norm nodes are x.float(), pow, mean, rsqrt, mul (and sub for layer_norm):
-  // all on the allowlist, as are the copy ops that are clones, selects, casts and
-  // scalar arithmetic. rotate_half (slice, neg, cat) and concat use cat, which is
-  // not on the list; neither is softmax (eager attention), kept as saved.
-  static const std::set<std::string> recomputable = {
-      "norm",        "add",        "mul",           "split",     "transpose_contiguous",
-      "select_token", "mul_scalar", "axpy",          "add_scalar", "sinusoidal",
-      "rope_table",  "cast",       "to_f32"};
-  if (op.starts_with("activation:") || recomputable.count(op)) return OpClass::kRecomputable;
-  if (op == "dropout") return OpClass::kRandom;
-  return OpClass::kBanned;
-}
-
-bool fusible(OpClass c) { return c != OpClass::kBanned; }
 
 // Capacity standing for "never cut": above any byte count times the 1.1^100
 // distance weight (2^60 * 13781 < 1e23), and exact enough in a double.
@@ -160,7 +138,7 @@ class BlockJointGraph {
   }
 
   bool in_block(int node) const { return node >= 0 && graph_.nodes[node].block == block_; }
-  OpClass op_class(int node) const { return classify(graph_.nodes[node].op); }
+  OpClass op_class(int node) const { return classify_op(graph_.nodes[node].op); }
   // A placeholder (the block's inputs) is not fusible with anything.
   bool producer_fusible(int t) const { return in_block(an_.producer[t]) && fusible(op_class(an_.producer[t])); }
 

@@ -68,8 +68,9 @@ struct RunSettings {
   std::optional<AdapterDtype> adapter_dtype;    // nullopt: as the stack does (or a band)
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile): checkpointable blocks save what the min-cut partitioner
-  // keeps (planner/compiled_blocks.h) and a chunked loss is priced as compiled;
-  // step time is priced as eager, and the answer says so (docs/stacks.md).
+  // keeps (planner/compiled_blocks.h) and run their pointwise ops as fused
+  // kernels (planner/fused_kernels.h); a chunked loss is priced as compiled
+  // (docs/stacks.md).
   bool compile = false;
 
   // The run as the user launches it.

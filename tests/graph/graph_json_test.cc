@@ -60,6 +60,7 @@ LayerGraph rich_graph() {
   graph.tensors[0].dtype = DType::kF8E4M3;
   graph.tensors[2].elements = SizeExpr{1, 2, 3, 4, 5, 6};
   graph.nodes[1].workspace_elements = SizeExpr{0, 0, 0, 0, 7, 8};
+  graph.nodes[1].fwd_io_f32_elements = SizeExpr{0, 0, 0, 9, 0, 0};
   graph.nodes[3].params[0].trainable = false;
   graph.nodes[3].params[1].dtype = DType::kNF4;
   graph.nodes[4].params.push_back(
@@ -143,6 +144,7 @@ TEST_CASE("graphs_equal notices each kind of difference") {
   CHECK(differs([](LayerGraph& g) { g.nodes[0].linear->rows.bs = 2; }));
   CHECK(differs([](LayerGraph& g) { g.nodes[2].linear = g.nodes[0].linear; }));
   CHECK(differs([](LayerGraph& g) { g.nodes[1].workspace_elements.ss = 0; }));
+  CHECK(differs([](LayerGraph& g) { g.nodes[1].fwd_io_f32_elements = {}; }));
 }
 
 TEST_CASE("size expressions in JSON") {
