@@ -150,6 +150,7 @@ Status set_enum(std::string_view value, std::optional<E> (*parse)(std::string_vi
 std::optional<models::AttentionImpl> parse_attention(std::string_view value) {
   if (value == "eager") return models::AttentionImpl::kEager;
   if (value == "sdpa") return models::AttentionImpl::kSdpa;
+  if (value == "flex") return models::AttentionImpl::kFlex;
   return std::nullopt;
 }
 
@@ -308,9 +309,19 @@ const std::vector<SettingsFlag> kFlags = {
        s.train_patterns.emplace_back(v);
        return Status::ok();
      }},
-    {"--attention", "IMPL", kTraining, "eager or sdpa (default; fused/flash attention)", false,
+    {"--attention", "IMPL", kTraining, "eager, sdpa (default; fused/flash attention) or flex (torch flex_attention, as torchtune runs packed "
+     "samples)", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, parse_attention, "eager, sdpa", s.attention);
+       return set_enum(v, parse_attention, "eager, sdpa, flex", s.attention);
+     }},
+    {"--document-tokens", "N", kTraining,
+     "flex attention over packed samples: the mean document length; the document mask skips the tiles between "
+     "documents (default: one causal document per row)", false,
+     [](RunSettings& s, std::string_view v) {
+       int64_t tokens = 0;
+       Status status = parse_int(v, 1, planner::kMaxSeqLen, tokens);
+       if (status.is_ok()) s.document_tokens = tokens;
+       return status;
      }},
     {"--dropout", "F", kTraining, "override every dropout probability of the model", false,
      [](RunSettings& s, std::string_view v) {

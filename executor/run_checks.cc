@@ -73,6 +73,10 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                       " (torch.autocast over fp32 weights) is priced but not run by the executor; expected fp32, "
                       "bf16-mixed, fp16-mixed or bf16");
   }
+  if (s.attention == models::AttentionImpl::kFlex) {
+    return refuse(origin, "settings.attention",
+                  "flex_attention is priced but not run by the executor (its attention is SDPA); expected sdpa");
+  }
   if (s.compile) {
     return refuse(origin, "settings.compile", "the executor runs eager LibTorch; expected false");
   }

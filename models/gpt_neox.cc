@@ -44,7 +44,7 @@ std::string neox_attention(GraphBuilder& b, const NeoxConfig& c, const std::stri
   // v is a view of query_key_value's output: SDPA/flash keeps the view, so the
   // whole fused qkv stays alive until backward (traced by scripts/exporter);
   // eager attention's matmul keeps a contiguous copy of v instead.
-  const std::string v = options.attention == AttentionImpl::kSdpa ? qkv : parts[2];
+  const std::string v = options.attention != AttentionImpl::kEager ? qkv : parts[2];
   std::string out = attention(b, options.attention, a, q, k, v, shape,
                               EagerAttentionOptions{true, dropout_p(options, c.attention_dropout)});
   if (options.attention == AttentionImpl::kEager) {

@@ -322,26 +322,39 @@ std::string GraphBuilder::eager_attention(const std::string& prefix, const std::
 std::string GraphBuilder::sdpa_attention(const std::string& prefix, const std::string& q,
                                          const std::string& k, const std::string& v,
                                          const AttentionShape& shape) {
+  return fused_attention(prefix + ".sdpa", "attention", q, k, v, shape, {":lse"});
+}
+
+std::string GraphBuilder::flex_attention(const std::string& prefix, const std::string& q,
+                                         const std::string& k, const std::string& v,
+                                         const AttentionShape& shape) {
+  return fused_attention(prefix + ".flex", "flex_attention", q, k, v, shape, {":lse", ":max_scores"});
+}
+
+std::string GraphBuilder::fused_attention(const std::string& name, const std::string& op_name,
+                                          const std::string& q, const std::string& k, const std::string& v,
+                                          const AttentionShape& shape, const std::vector<std::string>& row_stats) {
   // Forward: QK^T and PV, 2*2*Sq*Sk*head_dim per head; causal kernels skip the
   // masked half of the tiles, so causal counts half. Backward recomputes P
   // and does four matmuls: 2.5x forward (Dao 2023, FlashAttention-2, Sec. 3).
   SizeExpr fwd = shape.scores_per_head.scaled(4 * shape.heads * shape.head_dim);
   if (shape.causal) fwd = shape.scores_per_head.scaled(2 * shape.heads * shape.head_dim);
   OpSpec spec;
-  spec.name = prefix + ".sdpa";
-  spec.op = "attention";
+  spec.name = name;
+  spec.op = op_name;
   spec.inputs = {q, k, v};
   spec.out_elements = times(shape.query_rows, shape.heads * shape.head_dim);
-  const std::string lse = spec.name + ":lse";
   spec.saves = {SavedRef{q, SaveWhen::kInputGrad}, SavedRef{k, SaveWhen::kInputGrad},
-                SavedRef{v, SaveWhen::kInputGrad}, SavedRef{spec.name, SaveWhen::kInputGrad},
-                SavedRef{lse, SaveWhen::kInputGrad}};
+                SavedRef{v, SaveWhen::kInputGrad}, SavedRef{spec.name, SaveWhen::kInputGrad}};
+  for (const std::string& stat : row_stats) spec.saves.push_back(SavedRef{name + stat, SaveWhen::kInputGrad});
   spec.fwd_flops = fwd;
   spec.bwd_input_flops = SizeExpr{fwd.c * 5 / 2, fwd.b * 5 / 2,  fwd.s * 5 / 2,
                                   fwd.bs * 5 / 2, fwd.ss * 5 / 2, fwd.bss * 5 / 2};
   const std::string out = op(spec);
-  graph_.nodes.back().outputs.push_back(lse);
-  add_tensor(lse, times(shape.query_rows, shape.heads), DType::kF32);
+  for (const std::string& stat : row_stats) {
+    graph_.nodes.back().outputs.push_back(name + stat);
+    add_tensor(name + stat, times(shape.query_rows, shape.heads), DType::kF32);
+  }
   return out;
 }
 

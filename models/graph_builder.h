@@ -138,6 +138,13 @@ class GraphBuilder {
   std::string sdpa_attention(const std::string& prefix, const std::string& q,
                              const std::string& k, const std::string& v,
                              const AttentionShape& shape);
+  // flex_attention: node "<prefix>.flex", op "flex_attention". Keeps what SDPA
+  // keeps and the f32 row maxima (FlexAttentionAutogradOp.forward saves q, k, v,
+  // out, logsumexp and max_scores; torch/_higher_order_ops/flex_attention.py,
+  // torch 2.11). The same FLOPs: a causal block mask skips the masked tiles.
+  std::string flex_attention(const std::string& prefix, const std::string& q,
+                             const std::string& k, const std::string& v,
+                             const AttentionShape& shape);
 
   // HF causal-LM cross entropy on `logits` [rows, vocab] with int64 `labels`:
   // node "<name>.upcast" (logits.float(), keeps the 16-bit logits: the returned
@@ -167,6 +174,13 @@ class GraphBuilder {
 
   graph::LayerGraph graph_;
   DType param_dtype_ = DType::kBF16;
+  // The fused attention kernels: node `name` of op `op_name`, keeping q, k, v,
+  // the output and one f32 statistic per query row and head per `row_stats`
+  // suffix.
+  std::string fused_attention(const std::string& name, const std::string& op_name, const std::string& q,
+                              const std::string& k, const std::string& v, const AttentionShape& shape,
+                              const std::vector<std::string>& row_stats);
+
   std::map<std::string, size_t> tensor_index_;  // name -> index in graph_.tensors (a lookup per input: never a scan)
   std::set<std::string> node_names_;
 };

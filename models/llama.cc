@@ -53,7 +53,7 @@ std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::s
   const SizeExpr kv_elements = times(tokens(), a.kv_heads * a.head_dim);
   const std::string q_rope = apply_rope(b, a.prefix + ".q", q, cos, sin, q_elements);
   std::string k_rope = apply_rope(b, a.prefix + ".k", k, cos, sin, kv_elements);
-  std::string v_in = impl == AttentionImpl::kSdpa && !a.v_base.empty() ? a.v_base : v;
+  std::string v_in = impl != AttentionImpl::kEager && !a.v_base.empty() ? a.v_base : v;
   int64_t kv_heads = a.kv_heads;
   if (impl == AttentionImpl::kEager && a.kv_heads != a.heads) {
     k_rope = b.copy(a.prefix + ".repeat_kv_k", "repeat_kv", {k_rope}, q_elements);
@@ -64,7 +64,7 @@ std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::s
       self_attention_shape(a.heads, kv_heads, a.head_dim, tokens(), square_tokens(), true);
   const EagerAttentionOptions eager{a.softmax_fp32, a.dropout};
   const std::string out = attention(b, impl, a.prefix, q_rope, k_rope, v_in, shape, eager);
-  if (impl == AttentionImpl::kSdpa) return out;
+  if (impl != AttentionImpl::kEager) return out;
   return b.copy(a.prefix + ".attn_output", "transpose_contiguous", {out}, q_elements);
 }
 

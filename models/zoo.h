@@ -18,6 +18,10 @@ namespace headroom::models {
 enum class AttentionImpl {
   kEager,  // matmul + softmax + matmul: keeps the [B, heads, S, S] probabilities
   kSdpa,   // fused SDPA / flash attention: keeps q, k, v, out and the logsumexp
+  // torch.nn.attention.flex_attention (torchtune with packed samples, torchtitan
+  // flex): a generated flash-style kernel; keeps what SDPA keeps plus the f32
+  // row maxima, and runs slower than FlashAttention-2 (docs/stacks.md).
+  kFlex,
 };
 
 struct ZooOptions {

@@ -16,7 +16,7 @@ using graph::DType;
 
 // Ops on autocast's lower-precision list, as the graph builders name them.
 bool runs_in_16_bit(const std::string& op) {
-  return op == "linear" || op == "matmul" || op == "attention" || op == "conv2d";
+  return op == "linear" || op == "matmul" || op == "attention" || op == "flex_attention" || op == "conv2d";
 }
 
 // The weight a lower-precision op multiplies by: "<node>.weight", unquantized.

@@ -11,6 +11,7 @@
 #include "planner/autocast.h"
 #include "planner/calibration.h"
 #include "planner/compiled_blocks.h"
+#include "planner/document_mask.h"
 #include "planner/fused_kernels.h"
 #include "planner/loss_variants.h"
 #include "planner/selective_checkpoint.h"
@@ -153,6 +154,7 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   const Result<int64_t> seq = resolve_seq_len(context.graph, settings);
   if (!seq.is_ok()) return seq.status();
   context.seq_len = seq.value();
+  if (settings.document_tokens) apply_document_mask(context.graph, *settings.document_tokens, context.seq_len);
   if (!sizes_in_range(context, settings.micro_batch, context.seq_len)) {
     return Status::error("micro_batch: " + std::to_string(settings.micro_batch) + " samples of " +
                          std::to_string(context.seq_len) + " tokens of " + context.graph.name +

@@ -108,6 +108,7 @@ const IntegerRange kIntegerRanges[] = {
     {"gpu_memory_bytes", [](const RunSettings& s) { return s.gpu_memory_bytes.value_or(1); }, 1, kMaxBudgetBytes, ""},
     {"cuda_context_bytes", [](const RunSettings& s) { return s.cuda_context_bytes.value_or(0); }, 0,
      kMaxContextBytes, ""},
+    {"document_tokens", [](const RunSettings& s) { return s.document_tokens.value_or(1); }, 1, kMaxSeqLen, ""},
     {"host_ram_bytes", [](const RunSettings& s) { return s.host_ram_bytes; }, 1, kMaxBudgetBytes, ""},
     {"disk_free_bytes", [](const RunSettings& s) { return s.disk_free_bytes; }, 0, kMaxBudgetBytes, ""},
     {"checkpoints_kept", [](const RunSettings& s) -> int64_t { return s.checkpoints_kept; }, 1, 1000, ""},
@@ -198,6 +199,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
   if (s.paged_optimizer && s.offload_optimizer != Offload::kNone) {
     return fail(origin, "paged_optimizer", "a paged optimizer runs on the GPU: expected offload_optimizer none");
   }
+  if (s.document_tokens && s.attention != models::AttentionImpl::kFlex) {
+    return fail(origin, "document_tokens",
+                "a document mask skips tiles only in flex attention (SDPA and eager attention compute every tile of "
+                "a dense mask): expected attention flex");
+  }
   if (s.checkpointing == CheckpointPolicy::kList && s.checkpoint_blocks.empty()) {
     return fail(origin, "checkpoint_blocks", "expected at least one block name with a list checkpointing policy");
   }
@@ -225,7 +231,9 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["quantize_skip"] = s.quantize_skip;
   j["lora_skip"] = s.lora_skip;
   j["lora"] = {{"rank", s.lora.rank}, {"targets", s.lora.targets}, {"dropout", s.lora.dropout}};
-  j["attention"] = s.attention == models::AttentionImpl::kEager ? "eager" : "sdpa";
+  j["attention"] = s.attention == models::AttentionImpl::kEager  ? "eager"
+                   : s.attention == models::AttentionImpl::kFlex ? "flex"
+                                                                 : "sdpa";
   if (s.dropout) j["dropout"] = *s.dropout;
   j["precomputed_text_embeddings"] = s.precomputed_text_embeddings;
   j["micro_batch"] = s.micro_batch;
@@ -251,6 +259,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["gpu"] = s.gpu;
   if (s.gpu_memory_bytes) j["gpu_memory_bytes"] = *s.gpu_memory_bytes;
   if (s.cuda_context_bytes) j["cuda_context_bytes"] = *s.cuda_context_bytes;
+  if (s.document_tokens) j["document_tokens"] = *s.document_tokens;
   if (!s.calibration_file.empty()) j["calibration_file"] = s.calibration_file;
   j["host_ram_bytes"] = s.host_ram_bytes;
   j["disk_free_bytes"] = s.disk_free_bytes;
@@ -318,6 +327,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read("calibration_file", s.calibration_file),
       r.read("gpu_memory_bytes", s.gpu_memory_bytes),
       r.read("cuda_context_bytes", s.cuda_context_bytes),
+      r.read("document_tokens", s.document_tokens),
       r.read("host_ram_bytes", s.host_ram_bytes),
       r.read("disk_free_bytes", s.disk_free_bytes),
       r.read("safety_margin", s.safety_margin),
@@ -345,8 +355,10 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   if (Status unknown = r.unknown_keys(); !unknown.is_ok()) return unknown;
   if (attention == "eager") {
     s.attention = models::AttentionImpl::kEager;
+  } else if (attention == "flex") {
+    s.attention = models::AttentionImpl::kFlex;
   } else if (attention != "sdpa") {
-    return fail(origin, "settings.attention", "expected \"eager\" or \"sdpa\", got \"" + attention + "\"");
+    return fail(origin, "settings.attention", "expected \"eager\", \"sdpa\" or \"flex\", got \"" + attention + "\"");
   }
   if (checkpointing == "every") {
     s.checkpointing = CheckpointPolicy::kEveryBlock;

@@ -91,6 +91,10 @@ struct RunSettings {
   // transformers' BitsAndBytesConfig defaults (bnb_4bit_use_double_quant=False).
   bool nf4_double_quant = true;
   models::AttentionImpl attention = models::AttentionImpl::kSdpa;
+  // Flex attention over packed samples with a document mask (torchtune packed):
+  // the mean document length in tokens. The mask skips the tiles between
+  // documents (planner/document_mask.h); nullopt: one causal document per row.
+  std::optional<int64_t> document_tokens;
   std::optional<double> dropout;  // nullopt = the model's default
   bool precomputed_text_embeddings = true;  // Flux: text encoders not on the GPU
 

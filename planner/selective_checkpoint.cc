@@ -32,7 +32,7 @@ std::vector<std::vector<int>> selective_op_saves(const graph::LayerGraph& graph,
         if (mm_count % 2 == 1 && !outputs.empty() && !analysis.persistent[outputs[0]]) {
           out[b].push_back(outputs[0]);
         }
-      } else if (node.op == "attention") {
+      } else if (node.op == "attention" || node.op == "flex_attention") {
         for (int t : outputs) {
           if (!analysis.persistent[t]) out[b].push_back(t);
         }

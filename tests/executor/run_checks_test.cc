@@ -108,6 +108,9 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   planner::Plan compiled = plan;
   compiled.settings.compile = true;
   CHECK(check_executable(compiled, "plan.json").message().find("settings.compile") != std::string::npos);
+  planner::Plan flex = plan;
+  flex.settings.attention = models::AttentionImpl::kFlex;
+  CHECK(check_executable(flex, "plan.json").message().find("plan.json: settings.attention") == 0);
   planner::Plan paged = plan;
   paged.settings.paged_optimizer = true;
   CHECK(check_executable(paged, "plan.json").message().find("settings.paged_optimizer") != std::string::npos);

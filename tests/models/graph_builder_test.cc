@@ -117,6 +117,28 @@ TEST_CASE("SDPA keeps q, k, v, out and an f32 logsumexp; causal halves the FLOPs
   CHECK(n.bwd_input_flops == SizeExpr{0, 0, 0, 0, 0, 5 * 2 * 8});
 }
 
+TEST_CASE("flex_attention keeps what SDPA keeps and its f32 row maxima, at SDPA's FLOPs") {
+  GraphBuilder b;
+  b.begin_block("b", "test", false);
+  const SizeExpr e = SizeExpr::per_token(16);
+  const std::string q = b.input("q", e, std::nullopt, true);
+  const std::string k = b.input("k", e, std::nullopt, true);
+  const std::string v = b.input("v", e, std::nullopt, true);
+  AttentionShape shape{2, 2, 8, SizeExpr::per_token(1), SizeExpr::per_token(1),
+                       SizeExpr{0, 0, 0, 0, 0, 1}, true};
+  CHECK(b.flex_attention("attn", q, k, v, shape) == "attn.flex");
+  const graph::Node& n = *b.graph().find_node("attn.flex");
+  CHECK(n.op == "flex_attention");
+  CHECK(n.saves.size() == 6);
+  for (const char* tensor : {"q", "k", "v", "attn.flex", "attn.flex:lse", "attn.flex:max_scores"}) {
+    CHECK_MESSAGE(saves(n, tensor, SaveWhen::kInputGrad), tensor);
+  }
+  CHECK(b.graph().find_tensor("attn.flex:max_scores")->elements == SizeExpr::per_token(2));
+  CHECK(b.graph().find_tensor("attn.flex:max_scores")->dtype == graph::DType::kF32);
+  CHECK(n.fwd_flops == SizeExpr{0, 0, 0, 0, 0, 2 * 2 * 8});
+  CHECK(n.bwd_input_flops == SizeExpr{0, 0, 0, 0, 0, 5 * 2 * 8});
+}
+
 TEST_CASE("lm loss: the upcast keeps the logits, the loss the f32 log-softmax; backward holds its f32 gradient") {
   GraphBuilder b;
   b.begin_block("b", "test", false);

@@ -155,7 +155,7 @@ TEST_CASE("every attention implementation and dropout override builds a valid gr
   for (const char* name : {"gemma-2b", "phi-3-mini-4k", "pythia-160m", "opt-125m", "roberta-base",
                            "vit-base-patch16-224", "clip-vit-base-patch32",
                            "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer"}) {
-    for (AttentionImpl impl : {AttentionImpl::kEager, AttentionImpl::kSdpa}) {
+    for (AttentionImpl impl : {AttentionImpl::kEager, AttentionImpl::kSdpa, AttentionImpl::kFlex}) {
       ZooOptions options;
       options.attention = impl;
       options.dropout = 0.1;

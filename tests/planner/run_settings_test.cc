@@ -130,9 +130,27 @@ TEST_CASE("what settings_to_json writes, with every optional field set, reads ba
   s.calibration_file = "calibration.json";
   s.checkpointing = CheckpointPolicy::kList;
   s.checkpoint_blocks = {"layers.0"};
+  s.attention = models::AttentionImpl::kFlex;
+  s.document_tokens = 300;
   const Result<RunSettings> back = settings_from_json(settings_to_json(s), "s.json");
   REQUIRE_MESSAGE(back.is_ok(), back.message());
   CHECK(settings_to_json(back.value()) == settings_to_json(s));
+}
+
+TEST_CASE("each attention kernel reads back; another name is refused, naming the three") {
+  for (models::AttentionImpl impl :
+       {models::AttentionImpl::kEager, models::AttentionImpl::kSdpa, models::AttentionImpl::kFlex}) {
+    RunSettings s;
+    s.attention = impl;
+    const Result<RunSettings> back = settings_from_json(settings_to_json(s), "s.json");
+    REQUIRE_MESSAGE(back.is_ok(), back.message());
+    CHECK(back->attention == impl);
+  }
+  nlohmann::json j = settings_to_json(RunSettings{});
+  j["attention"] = "xformers";
+  const Result<RunSettings> bad = settings_from_json(j, "s.json");
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.message().find("s.json: settings.attention: expected \"eager\", \"sdpa\" or \"flex\"") == 0);
 }
 
 }  // namespace headroom::planner

@@ -1,0 +1,106 @@
+// The attention kernel a run uses (--attention): flex_attention keeps what SDPA
+// keeps plus its f32 row maxima, and runs at FlexAttention's measured speed
+// against FlashAttention-2. docs/stacks.md, "Attention kernels".
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "planner/block_profile.h"
+#include "planner/document_mask.h"
+#include "planner/planner.h"
+#include "tests/planner/predict_as_given.h"
+
+namespace headroom::planner {
+namespace {
+
+RunSettings torchtune_1b(models::AttentionImpl attention) {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
+  s.gpu = "a100-80g";
+  s.precision = Precision::kBf16Pure;
+  s.micro_batch = 2;
+  s.seq_len = 1024;
+  s.stack = Stack::kTorchtune;
+  s.attention = attention;
+  return s;
+}
+
+int node_named(const graph::LayerGraph& graph, const std::string& name) {
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (graph.nodes[n].name == name) return static_cast<int>(n);
+  }
+  FAIL("no node " << name);
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("flex attention keeps one more f32 value per token and head than SDPA, in every layer") {
+  const Prediction sdpa = predict_as_given(torchtune_1b(models::AttentionImpl::kSdpa));
+  const Prediction flex = predict_as_given(torchtune_1b(models::AttentionImpl::kFlex));
+  // Llama-3.2-1B: 16 layers, 32 heads; B*S = 2048 tokens; max_scores is f32.
+  const int64_t max_scores = 2 * 1024 * 32 * 4;
+  CHECK(flex.peak_allocated - sdpa.peak_allocated == 16 * max_scores);
+}
+
+TEST_CASE("flex attention runs at 90% of FlashAttention-2's speed forward, 85% backward") {
+  Result<ModelContext> sdpa = prepare_context(torchtune_1b(models::AttentionImpl::kSdpa));
+  Result<ModelContext> flex = prepare_context(torchtune_1b(models::AttentionImpl::kFlex));
+  REQUIRE(sdpa.is_ok());
+  REQUIRE(flex.is_ok());
+  const NodeTimes s = node_times(sdpa->graph, sdpa->analysis, node_named(sdpa->graph, "model.layers.3.self_attn.sdpa"),
+                                 sdpa->compute_dtype, 2, 1024, sdpa->gpu, sdpa->time_options);
+  const NodeTimes f = node_times(flex->graph, flex->analysis, node_named(flex->graph, "model.layers.3.self_attn.flex"),
+                                 flex->compute_dtype, 2, 1024, flex->gpu, flex->time_options);
+  // The same FLOPs (causal: half of 4*S^2*heads*head_dim per sample) ...
+  CHECK(f.fwd_flops == s.fwd_flops);
+  CHECK(f.fwd_flops == doctest::Approx(2.0 * 2 * 1024.0 * 1024 * 32 * 64));
+  // ... compute-bound at this size, so the time is the FLOP time over the speed.
+  const double launch = 0.005;
+  CHECK(s.fwd_ms - launch == doctest::Approx(s.fwd_flops / (312e12 * 0.6) * 1e3));
+  CHECK(f.fwd_ms - launch == doctest::Approx((s.fwd_ms - launch) / 0.90));
+  CHECK(f.bwd_ms - 2 * launch == doctest::Approx((s.bwd_ms - 2 * launch) / 0.85));
+}
+
+TEST_CASE("a document mask visits the tiles of each document's causal block, not the row's") {
+  // A 4096-token row is 32 tiles of 128: 32 * 33 / 2 = 528 causal tiles.
+  CHECK(document_mask_work(4096, 4096) == 1.0);
+  CHECK(document_mask_work(8192, 4096) == 1.0);
+  // 512-token documents at random offsets span 1 + 511/128 tiles each; 8 of them.
+  const double m = 1 + 511.0 / 128;
+  CHECK(document_mask_work(512, 4096) == doctest::Approx(8 * m * (m + 1) / 2 / 528));
+  CHECK(document_mask_work(128, 4096) < document_mask_work(512, 4096));
+  CHECK(document_mask_work(512, 4096) < document_mask_work(2048, 4096));
+  CHECK(document_mask_work(1, 4096) > 0);
+}
+
+TEST_CASE("--document-tokens scales flex attention's FLOPs and nothing else") {
+  RunSettings packed = torchtune_1b(models::AttentionImpl::kFlex);
+  packed.document_tokens = 256;
+  Result<ModelContext> whole = prepare_context(torchtune_1b(models::AttentionImpl::kFlex));
+  Result<ModelContext> documents = prepare_context(packed);
+  REQUIRE(whole.is_ok());
+  REQUIRE(documents.is_ok());
+  const int flex = node_named(whole->graph, "model.layers.3.self_attn.flex");
+  const double work = document_mask_work(256, 1024);
+  CHECK(static_cast<double>(documents->graph.nodes[flex].fwd_flops.at(2, 1024)) ==
+        doctest::Approx(work * static_cast<double>(whole->graph.nodes[flex].fwd_flops.at(2, 1024))));
+  CHECK(static_cast<double>(documents->graph.nodes[flex].bwd_input_flops.at(2, 1024)) ==
+        doctest::Approx(work * static_cast<double>(whole->graph.nodes[flex].bwd_input_flops.at(2, 1024))));
+  const int q_proj = node_named(whole->graph, "model.layers.3.self_attn.q_proj");
+  CHECK(documents->graph.nodes[q_proj].fwd_flops == whole->graph.nodes[q_proj].fwd_flops);
+  // The saves do not depend on the mask.
+  CHECK(predict_as_given(packed).peak_allocated ==
+        predict_as_given(torchtune_1b(models::AttentionImpl::kFlex)).peak_allocated);
+}
+
+TEST_CASE("a document length is refused without flex attention, naming the field") {
+  RunSettings s = torchtune_1b(models::AttentionImpl::kSdpa);
+  s.document_tokens = 256;
+  const Status status = validate_settings(s, "run.json");
+  REQUIRE_FALSE(status.is_ok());
+  CHECK(status.message().find("run.json: document_tokens: ") == 0);
+  CHECK(status.message().find("expected attention flex") != std::string::npos);
+}
+
+}  // namespace headroom::planner
