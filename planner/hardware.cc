@@ -81,6 +81,33 @@ std::vector<GpuSpec> build_catalogue() {
       .source = "Ada whitepaper App. (RTX 4090); nvidia-smi 24564 MiB",
   });
 
+  // RTX 4070 Ti SUPER (AD103, January 2024; after the Ada whitepaper): NVIDIA's product page
+  // gives 8,448 CUDA cores (66 SMs), a 2,610 MHz boost clock and 16 GB of 21 Gbps GDDR6X on a
+  // 256-bit bus (672 GB/s), PCIe 4.0 x16. The Ada whitepaper's per-SM rates (RTX 4090: 165.2
+  // TFLOPS BF16/FP16 with FP32 accumulate, 82.6 FP32 over 128 SMs at 2,520 MHz: 512 and 256
+  // FLOPs per SM per clock) at 66 SMs and 2,610 MHz give 88.2 and 44.1 TFLOPS. A PyTorch
+  // bf16 matmul on this card measures 91-99 TFLOPS at its above-boost running clocks
+  // (zzc0721/torch-performance-test-data#70, #71), consistent with the half-rate FP32
+  // accumulate of GeForce parts.
+  gpus.push_back(GpuSpec{
+      .id = "4070ti-super",
+      .name = "NVIDIA GeForce RTX 4070 Ti SUPER",
+      .aliases = {"rtx4070ti-super", "rtx-4070-ti-super", "4070-ti-super", "geforce-rtx-4070-ti-super",
+                  "nvidia geforce rtx 4070 ti super"},
+      .memory_bytes = smi_mib(16376),  // nvidia-smi "16376MiB" at 285 W (public run logs)
+      .bf16_tflops = 88.2,
+      .fp16_tflops = 88.2,
+      .fp32_tflops = 44.1,
+      .tf32_tflops = 44.1,
+      .memory_bandwidth_gbps = 672.0,
+      .host_link_gbps = kPcie4HostGbps,
+      .nvlink_gbps = 0.0,
+      .cuda_context_bytes = kCudaContextBytes,
+      .cublas_workspace_bytes = kCublasWorkspaceDefaultBytes,
+      .architecture = "ada",
+      .source = "NVIDIA product page (66 SMs, 2610 MHz, 672 GB/s); Ada whitepaper per-SM rates; nvidia-smi 16376 MiB",
+  });
+
   // GA102 whitepaper v2.0 (RTX A6000) and RTX A6000 datasheet: FP32 38.7, FP16/BF16 tensor
   // 154.8 (full rate with FP32 accumulate on the professional card), TF32 77.4 TFLOPS dense;
   // 768 GB/s GDDR6; PCIe 4.0 x16. NVLink bridge (112.5 GB/s bidirectional, two cards) not

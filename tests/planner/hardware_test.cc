@@ -15,7 +15,7 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kGiB = int64_t{1} << 30;
 
 const std::vector<std::string> kExpectedIds = {
-    "3090", "4090", "a6000", "l40s", "a100-40g", "a100-80g", "h100-sxm", "h100-pcie", "h200"};
+    "3090", "4090", "4070ti-super", "a6000", "l40s", "a100-40g", "a100-80g", "h100-sxm", "h100-pcie", "h200"};
 
 std::string upper(std::string text) {
   for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -102,7 +102,7 @@ TEST_CASE("every GPU's figures are filled in and consistent") {
     CHECK_FALSE(spec.source.empty());
     CHECK((spec.architecture == "ampere" || spec.architecture == "ada" ||
            spec.architecture == "hopper"));
-    CHECK(spec.memory_bytes > 20 * kGiB);
+    CHECK(spec.memory_bytes > 12 * kGiB);  // the smallest catalogued card has 16 GB
     CHECK(spec.memory_bytes % kMiB == 0);  // nvidia-smi reports whole MiB
     CHECK(spec.memory_bytes > spec.cuda_context_bytes + spec.cublas_workspace_bytes);
     CHECK(spec.cuda_context_bytes >= 100 * kMiB);
@@ -154,6 +154,10 @@ TEST_CASE("known values from public sources") {
   CHECK(gpu("3090").bf16_tflops == doctest::Approx(71.0));
   // Ada whitepaper: RTX 4090 FP16/BF16 with FP32 accumulate 165.2 TFLOPS dense.
   CHECK(gpu("4090").bf16_tflops == doctest::Approx(165.2));
+  // The same per-SM rate at 66 SMs and 2,610 MHz: RTX 4070 Ti SUPER 88.2; 21 Gbps x 256 bits.
+  CHECK(gpu("4070ti-super").bf16_tflops == doctest::Approx(66 * 2.61e9 * 512 / 1e12).epsilon(0.001));
+  CHECK(gpu("4070ti-super").memory_bandwidth_gbps == doctest::Approx(21.0 * 256 / 8));
+  CHECK(gpu("4070ti-super").memory_bytes == 16376 * kMiB);
   // nvidia-smi memory.total: H100 80GB HBM3 81559 MiB, A6000 49140 MiB (48 GB class),
   // RTX 3090 24576 MiB, H200 143771 MiB.
   CHECK(gpu("h100-sxm").memory_bytes == 81559 * kMiB);
