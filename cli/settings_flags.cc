@@ -196,9 +196,9 @@ const std::vector<SettingsFlag> kFlags = {
        return set_enum(v, planner::parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16, bf16-amp, fp16-amp",
                        s.precision);
      }},
-    {"--optimizer", "NAME", kTraining, "adamw (default), adamw-8bit, sgd or adafactor", false,
+    {"--optimizer", "NAME", kTraining, "adamw (default), adamw-8bit (bitsandbytes), adamw-4bit (torchao), sgd or adafactor", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_optimizer, "adamw, adamw-8bit, sgd, adafactor",
+       return set_enum(v, planner::parse_optimizer, "adamw, adamw-8bit, adamw-4bit, sgd, adafactor",
                        s.optimizer);
      }},
     {"--stack", "NAME", kTraining,

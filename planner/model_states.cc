@@ -22,6 +22,12 @@ constexpr int64_t kBnbMin8bitSize = 4096;
 // optimizer takes unified memory (F.get_paged) for tensors of at least 1e5
 // elements; smaller ones get ordinary device tensors.
 constexpr int64_t kBnbPagedMinElements = 100'000;
+// torchao AdamW4bit (torchao/optim/adam.py, subclass_4bit.py): each state is
+// packed 4-bit codes (n/2 bytes) and one fp32 scale per 128-element block; a
+// tensor under 4096 elements, or not a multiple of the block, keeps a plain
+// zeros_like state in the parameter's dtype (_new_buffer, "follow bitsandbytes").
+constexpr int64_t kTorchao4bitBlock = 128;
+constexpr int64_t kTorchaoMinQuantizedSize = 4096;
 
 bool paged(const RunSettings& settings, int64_t elements) {
   return settings.paged_optimizer && elements >= kBnbPagedMinElements;
@@ -153,6 +159,9 @@ int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision,
     case OptimizerKind::kAdamW8bit:
       if (elements < kBnbMin8bitSize) return 2 * elements * 4;
       return 2 * elements + 2 * ceil_div(elements, kBnbBlock) * 4;
+    case OptimizerKind::kAdamW4bit:
+      if (elements < kTorchaoMinQuantizedSize || elements % kTorchao4bitBlock != 0) return 2 * elements * state_width;
+      return 2 * (elements / 2 + elements / kTorchao4bitBlock * 4);
     case OptimizerKind::kSgdMomentum:  // one momentum buffer
       return elements * state_width;
     case OptimizerKind::kAdafactor: {

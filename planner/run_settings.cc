@@ -35,9 +35,10 @@ constexpr std::array<std::pair<Precision, std::string_view>, 6> kPrecisions = {{
     {Precision::kBf16Amp, "bf16-amp"},
     {Precision::kFp16Amp, "fp16-amp"},
 }};
-constexpr std::array<std::pair<OptimizerKind, std::string_view>, 4> kOptimizers = {{
+constexpr std::array<std::pair<OptimizerKind, std::string_view>, 5> kOptimizers = {{
     {OptimizerKind::kAdamW, "adamw"},
     {OptimizerKind::kAdamW8bit, "adamw-8bit"},
+    {OptimizerKind::kAdamW4bit, "adamw-4bit"},
     {OptimizerKind::kSgdMomentum, "sgd"},
     {OptimizerKind::kAdafactor, "adafactor"},
 }};

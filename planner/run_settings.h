@@ -33,7 +33,8 @@ enum class Precision {
 // Whether the model's weights stay fp32 and autocast casts them per matmul.
 inline bool is_autocast(Precision p) { return p == Precision::kBf16Amp || p == Precision::kFp16Amp; }
 
-enum class OptimizerKind { kAdamW, kAdamW8bit, kSgdMomentum, kAdafactor };
+// kAdamW8bit is bitsandbytes' AdamW8bit; kAdamW4bit is torchao's AdamW4bit.
+enum class OptimizerKind { kAdamW, kAdamW8bit, kAdamW4bit, kSgdMomentum, kAdafactor };
 
 enum class TrainMode {
   kFull,   // every parameter not matched by freeze_patterns trains

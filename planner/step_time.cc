@@ -15,6 +15,7 @@ double optimizer_traffic_bytes(const RunSettings& settings) {
   switch (settings.optimizer) {
     case OptimizerKind::kAdamW: states = settings.precision == Precision::kBf16Pure ? 4 : 8; break;
     case OptimizerKind::kAdamW8bit: states = 2; break;
+    case OptimizerKind::kAdamW4bit: states = 1; break;
     case OptimizerKind::kSgdMomentum: states = 4; break;
     case OptimizerKind::kAdafactor: states = 0.1; break;
   }

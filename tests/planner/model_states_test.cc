@@ -64,6 +64,13 @@ TEST_CASE("bytes per parameter by precision and optimizer") {
         2 * 4096 * 4096 + 2 * (4096 * 4096 / 256) * 4);
   // ... but 32-bit states below min_8bit_size = 4096 elements.
   CHECK(optimizer_state_bytes(OptimizerKind::kAdamW8bit, Precision::kBf16Mixed, {1024}) == 8 * 1024);
+  // torchao AdamW4bit: half a byte per state plus an fp32 scale per 128 elements and state ...
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdamW4bit, Precision::kBf16Amp, matrix) ==
+        2 * (4096 * 4096 / 2 + (4096 * 4096 / 128) * 4));
+  // ... and a plain state in the parameter's dtype under 4096 elements or off the block.
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdamW4bit, Precision::kBf16Amp, {1024}) == 8 * 1024);
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdamW4bit, Precision::kBf16Pure, {1024}) == 4 * 1024);
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdamW4bit, Precision::kBf16Amp, {4100, 3}) == 8 * 4100 * 3);
   CHECK(optimizer_state_bytes(OptimizerKind::kSgdMomentum, Precision::kFp32, matrix) == 4 * 4096 * 4096);
   // Adafactor factors the second moment of a matrix into a row and a column.
   CHECK(optimizer_state_bytes(OptimizerKind::kAdafactor, Precision::kFp32, {1024, 512}) == (1024 + 512) * 4);
