@@ -24,32 +24,40 @@ bool should_split(bool small, int64_t remaining) {
 }  // namespace
 
 CachingAllocatorModel::CachingAllocatorModel(int64_t capacity_bytes, bool expandable_segments)
-    : capacity_(capacity_bytes) {
-  if (expandable_segments) {
-    // Pages: kSmallBuffer for the small pool, the large segment size for the large one.
-    expandable_small_.emplace(kSmallSegmentBytes);
-    expandable_large_.emplace(kLargeSegmentBytes);
+    : capacity_(capacity_bytes), expandable_segments_(expandable_segments) {}
+
+int64_t CachingAllocatorModel::reserved_bytes(int stream) const {
+  int64_t total = 0;
+  for (const auto& [id, segment] : segments_) {
+    if (segment.stream == stream) total += segment.size;
   }
+  for (const auto& [pool_key, pool] : expandable_) {
+    if (pool_key.first == stream) total += pool.mapped_bytes();
+  }
+  return total;
 }
 
-int64_t CachingAllocatorModel::allocate_expandable(int64_t size, bool small) {
-  ExpandablePool& pool = small ? *expandable_small_ : *expandable_large_;
+int64_t CachingAllocatorModel::allocate_expandable(int64_t size, bool small, int stream) {
+  const std::pair<int, bool> pool_key{stream, small};
+  // Pages: kSmallBuffer for the small pool, the large segment size for the large one.
+  ExpandablePool& pool =
+      expandable_.try_emplace(pool_key, small ? kSmallSegmentBytes : kLargeSegmentBytes).first->second;
   int64_t offset = pool.allocate(size, reserved_, capacity_);
   if (offset < 0) {
     // The OOM retry: every pool gives back the pages its free blocks do not use.
-    reserved_ -= expandable_small_->unmap_free_pages() + expandable_large_->unmap_free_pages();
+    for (auto& [other_key, other] : expandable_) reserved_ -= other.unmap_free_pages();
     offset = pool.allocate(size, reserved_, capacity_);
   }
   peak_reserved_ = std::max(peak_reserved_, reserved_);
   if (offset < 0) return -1;
   const int64_t handle = next_block_++;
-  expandable_handles_[handle] = ExpandableHandle{small, offset};
+  expandable_handles_[handle] = ExpandableHandle{pool_key, offset};
   allocated_ += size;
   peak_allocated_ = std::max(peak_allocated_, allocated_);
   return handle;
 }
 
-int64_t CachingAllocatorModel::new_segment(int64_t size, bool small) {
+int64_t CachingAllocatorModel::new_segment(int64_t size, bool small, int stream) {
   if (reserved_ + size > capacity_) release_free_segments();
   if (reserved_ + size > capacity_) return -1;
   const int64_t segment_id = next_segment_++;
@@ -57,9 +65,10 @@ int64_t CachingAllocatorModel::new_segment(int64_t size, bool small) {
   Segment& segment = segments_[segment_id];
   segment.size = size;
   segment.small = small;
+  segment.stream = stream;
   segment.blocks[0] = block_id;
-  blocks_[block_id] = Block{segment_id, 0, size, true, small};
-  (small ? free_small_ : free_large_).insert({size, segment_id, 0});
+  blocks_[block_id] = Block{segment_id, 0, size, true, small, stream};
+  (small ? free_small_ : free_large_).insert(key(blocks_[block_id]));
   reserved_ += size;
   peak_reserved_ = std::max(peak_reserved_, reserved_);
   return block_id;
@@ -70,7 +79,7 @@ void CachingAllocatorModel::release_free_segments() {
     Segment& segment = it->second;
     const int64_t only = segment.blocks.size() == 1 ? segment.blocks.begin()->second : -1;
     if (only >= 0 && blocks_.at(only).free) {
-      (segment.small ? free_small_ : free_large_).erase({segment.size, it->first, 0});
+      (segment.small ? free_small_ : free_large_).erase({segment.stream, segment.size, it->first, 0});
       blocks_.erase(only);
       reserved_ -= segment.size;
       it = segments_.erase(it);
@@ -84,13 +93,14 @@ void CachingAllocatorModel::release_free_segments() {
 int64_t CachingAllocatorModel::take(int64_t block_id, int64_t size) {
   Block& block = blocks_.at(block_id);
   auto& pool = block.small ? free_small_ : free_large_;
-  pool.erase({block.size, block.segment, block.offset});
+  pool.erase(key(block));
   const int64_t remaining = block.size - size;
   if (should_split(block.small, remaining)) {
     const int64_t rest_id = next_block_++;
-    blocks_[rest_id] = Block{block.segment, block.offset + size, remaining, true, block.small};
+    const Block rest{block.segment, block.offset + size, remaining, true, block.small, block.stream};
+    blocks_[rest_id] = rest;
     segments_.at(block.segment).blocks[block.offset + size] = rest_id;
-    pool.insert({remaining, block.segment, block.offset + size});
+    pool.insert(key(rest));
     block.size = size;
   }
   block.free = false;
@@ -99,24 +109,24 @@ int64_t CachingAllocatorModel::take(int64_t block_id, int64_t size) {
   return block_id;
 }
 
-int64_t CachingAllocatorModel::allocate(int64_t bytes) {
+int64_t CachingAllocatorModel::allocate(int64_t bytes, int stream) {
   const int64_t size = allocated_bytes_for_request(bytes);
   const bool small = size <= kSmallRequestBytes;
-  if (expandable_small_) return allocate_expandable(size, small);
+  if (expandable_segments_) return allocate_expandable(size, small, stream);
   auto& pool = small ? free_small_ : free_large_;
-  auto it = pool.lower_bound({size, -1, -1});
-  if (it != pool.end()) {
-    const auto [block_size, segment_id, offset] = *it;
+  auto it = pool.lower_bound({stream, size, -1, -1});
+  if (it != pool.end() && std::get<0>(*it) == stream) {
+    const auto [block_stream, block_size, segment_id, offset] = *it;
     return take(segments_.at(segment_id).blocks.at(offset), size);
   }
-  const int64_t block_id = new_segment(segment_size_for(size), small);
+  const int64_t block_id = new_segment(segment_size_for(size), small, stream);
   if (block_id < 0) return -1;
   return take(block_id, size);
 }
 
 void CachingAllocatorModel::release(int64_t handle) {
   if (const auto expandable = expandable_handles_.find(handle); expandable != expandable_handles_.end()) {
-    ExpandablePool& pool = expandable->second.small ? *expandable_small_ : *expandable_large_;
+    ExpandablePool& pool = expandable_.at(expandable->second.pool);
     allocated_ -= pool.release(expandable->second.offset);
     expandable_handles_.erase(expandable);
     return;
@@ -134,7 +144,7 @@ void CachingAllocatorModel::release(int64_t handle) {
     auto previous = std::prev(position);
     Block& left = blocks_.at(previous->second);
     if (left.free) {
-      pool.erase({left.size, left.segment, left.offset});
+      pool.erase(key(left));
       left.size += block.size;
       segment.blocks.erase(position);
       blocks_.erase(handle);
@@ -147,13 +157,13 @@ void CachingAllocatorModel::release(int64_t handle) {
   if (next != segment.blocks.end()) {
     Block& right = blocks_.at(next->second);
     if (right.free) {
-      pool.erase({right.size, right.segment, right.offset});
+      pool.erase(key(right));
       merged.size += right.size;
       blocks_.erase(next->second);
       segment.blocks.erase(next);
     }
   }
-  pool.insert({merged.size, merged.segment, merged.offset});
+  pool.insert(key(merged));
 }
 
 }  // namespace headroom::planner

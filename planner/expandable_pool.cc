@@ -168,4 +168,12 @@ int64_t ExpandablePool::unmap_free_pages() {
   return released;
 }
 
+int64_t ExpandablePool::mapped_bytes() const {
+  int64_t total = 0;
+  for (const auto& [offset, block] : blocks_) {
+    if (block.state != State::kUnmapped) total += block.size;
+  }
+  return total;
+}
+
 }  // namespace headroom::planner

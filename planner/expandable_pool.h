@@ -33,6 +33,8 @@ class ExpandablePool {
   int64_t release(int64_t offset);
   // Unmaps the whole pages inside every free block; returns the bytes given back.
   int64_t unmap_free_pages();
+  // Bytes mapped: this pool's share of reserved memory.
+  int64_t mapped_bytes() const;
 
  private:
   enum class State { kAllocated, kFree, kUnmapped };

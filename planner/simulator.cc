@@ -79,16 +79,18 @@ class StepSimulator {
     }
     return block_categories_[block];
   }
-  int64_t alloc(int64_t bytes, const std::string& name) { return alloc(bytes, category(name)); }
-  int64_t alloc(int64_t bytes, int category) {
-    int64_t handle = allocator_.allocate(bytes);
+  int64_t alloc(int64_t bytes, const std::string& name, int stream = 0) {
+    return alloc(bytes, category(name), stream);
+  }
+  int64_t alloc(int64_t bytes, int category, int stream = 0) {
+    int64_t handle = allocator_.allocate(bytes, stream);
     if (handle < 0) {
       if (!out_.out_of_memory) {
         out_.out_of_memory = true;
         out_.out_of_memory_at = label_;
       }
       allocator_.set_capacity(INT64_MAX / 4);
-      handle = allocator_.allocate(bytes);
+      handle = allocator_.allocate(bytes, stream);
     }
     const int64_t size = allocated_bytes_for_request(bytes);
     live_[handle] = {size, category};
@@ -157,15 +159,33 @@ class StepSimulator {
     static const std::vector<int> kNone;
     return static_cast<size_t>(block) < ctx_.checkpoint_saves.size() ? ctx_.checkpoint_saves[block] : kNone;
   }
-  // ZeRO-3 all-gathers the block about to compute; FSDP2 also has the next one
-  // (`ahead`) in flight, prefetched on its all-gather stream.
+  // ZeRO-3 all-gathers the block about to compute. FSDP2 all-gathers into a
+  // buffer allocated on its all-gather copy-in stream (foreach_all_gather,
+  // torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), copies it out
+  // into the unsharded parameters on the compute stream
+  // (foreach_all_gather_copy_out) and drops it; the next block's (`ahead`)
+  // buffer is prefetched while this one computes. The copy-in stream caches
+  // its own blocks (planner/caching_allocator.h).
   int64_t gather(int block, int ahead) {
     if (config_.zero_stage < 3) return -1;
-    int64_t bytes = block_param_bytes_[block];
+    if (!shards_with_fsdp2(settings_.stack)) return alloc(block_param_bytes_[block], "ZeRO buffers");
+    const auto prefetched = all_gather_buffers_.find(block);
+    int64_t copy_in = -1;
+    if (prefetched != all_gather_buffers_.end()) {
+      copy_in = prefetched->second;
+      all_gather_buffers_.erase(prefetched);
+    } else {
+      copy_in = alloc(block_param_bytes_[block], "ZeRO buffers", kAllGatherStream);
+    }
+    const int64_t unsharded = alloc(block_param_bytes_[block], "ZeRO buffers");
+    release(copy_in);
     const bool in_range = ahead >= 0 && static_cast<size_t>(ahead) < block_param_bytes_.size();
-    if (shards_with_fsdp2(settings_.stack) && in_range) bytes += block_param_bytes_[ahead];
-    return alloc(bytes, "ZeRO buffers");
+    if (in_range && !all_gather_buffers_.count(ahead)) {
+      all_gather_buffers_[ahead] = alloc(block_param_bytes_[ahead], "ZeRO buffers", kAllGatherStream);
+    }
+    return unsharded;
   }
+  static constexpr int kAllGatherStream = 1;
   int64_t grad_bytes_of_block(int block) const {
     int64_t bytes = 0;
     for (int n : an_.blocks[block].nodes) {
@@ -217,6 +237,7 @@ class StepSimulator {
   std::vector<int64_t> block_param_bytes_;
   std::map<int, std::vector<int>> offloaded_tensors_;  // block -> tensors sent to the host
   std::map<int, double> prefetch_done_;                // block -> time its tensors are back
+  std::map<int, int64_t> all_gather_buffers_;          // FSDP2: block -> its prefetched copy-in buffer
   std::map<std::string, int> shared_uses_;               // weights used by several nodes -> their uses
   std::map<std::string, const graph::Param*> owners_;    // parameter name -> the parameter
   std::map<std::string, int> seen_uses_;                 // uses backward has reached this micro-step
@@ -590,6 +611,8 @@ void StepSimulator::micro_step() {
     grad_handle_[t] = -1;
   }
   prefetch_done_.clear();
+  for (const auto& [block, buffer] : all_gather_buffers_) release(buffer);
+  all_gather_buffers_.clear();
 }
 
 void StepSimulator::optimizer_step() {

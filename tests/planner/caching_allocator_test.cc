@@ -93,7 +93,39 @@ TEST_CASE("expandable segments: a miss maps only the shortfall, in 20 MiB pages,
   CHECK(allocator.reserved_bytes() == 120 * kMebibyte);
   CHECK(allocator.allocated_bytes() == 75 * kMebibyte);
   allocator.release(b);
-  CHECK(allocator.segment_count() == 2);  // one segment per pool
+  CHECK(allocator.segment_count() == 1);  // one segment per pool used: only the large one
+  allocator.allocate(512);
+  CHECK(allocator.segment_count() == 2);
+}
+
+TEST_CASE("a block one stream freed is not reused by another; an OOM retry releases it") {
+  // get_free_block searches (stream, size): the side stream's cached 100 MiB block
+  // stays cached while the compute stream maps its own segment.
+  CachingAllocatorModel allocator(300 * kMebibyte);
+  const int64_t side = allocator.allocate(100 * kMebibyte, /*stream=*/1);
+  allocator.release(side);
+  CHECK(allocator.reserved_bytes(1) == 100 * kMebibyte);
+  const int64_t compute = allocator.allocate(100 * kMebibyte);
+  CHECK(allocator.reserved_bytes(0) == 100 * kMebibyte);
+  CHECK(allocator.reserved_bytes() == 200 * kMebibyte);
+  // The same stream reuses its own cached block: nothing new.
+  allocator.release(compute);
+  allocator.allocate(100 * kMebibyte);
+  CHECK(allocator.reserved_bytes() == 200 * kMebibyte);
+  // 150 MiB more on the compute stream does not fit beside 200 reserved in 300: the
+  // retry releases the side stream's free segment first (release_cached_blocks).
+  CHECK(allocator.allocate(150 * kMebibyte) >= 0);
+  CHECK(allocator.reserved_bytes(1) == 0);
+  CHECK(allocator.reserved_bytes() == 250 * kMebibyte);
+}
+
+TEST_CASE("expandable segments: one growing range per stream") {
+  CachingAllocatorModel allocator(INT64_MAX / 4, /*expandable_segments=*/true);
+  allocator.release(allocator.allocate(30 * kMebibyte, 1));
+  allocator.allocate(30 * kMebibyte);
+  CHECK(allocator.reserved_bytes(1) == 40 * kMebibyte);  // stays mapped for stream 1
+  CHECK(allocator.reserved_bytes(0) == 40 * kMebibyte);
+  CHECK(allocator.segment_count() == 2);
 }
 
 TEST_CASE("expandable segments: freed neighbours merge into one range that serves a larger request") {
