@@ -82,7 +82,9 @@ void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora, DType dty
   const SizeExpr adapter_flops = linear.rows.scaled(2 * r * (linear.in_features + linear.out_features));
   node.fwd_flops += adapter_flops;
   node.bwd_input_flops += adapter_flops;
-  node.bwd_param_flops += adapter_flops;
+  // The node now trains (its adapters), but a frozen base weight still gets no
+  // dW = dY^T X: only the adapters' weight gradients are computed.
+  node.bwd_param_flops = frozen_base ? adapter_flops : node.bwd_param_flops + adapter_flops;
 }
 
 // QLoRA: the frozen base weight becomes NF4 with double-quantized constants
