@@ -96,21 +96,30 @@ double roofline_ms(double flops, double bytes, double tflops, double gbps,
   return std::max(compute_ms, memory_ms);
 }
 
-// Bytes of weights a node reads per pass: 16-bit copies of trainable and frozen
-// weights; NF4 weights are read at 4 bits and dequantized to a 16-bit copy that
-// is written and read again (bitsandbytes dequantize + GEMM).
+// Bytes of weights a node's GEMM reads per pass: a copy in the compute dtype of
+// every weight (a 4-bit one is dequantized first, below).
 double weight_bytes(const Node& node, DType compute) {
   double bytes = 0;
   for (const graph::Param& param : node.params) {
     if (!param.tied_to.empty()) continue;
-    const double elements = static_cast<double>(param.elements());
-    if (param.dtype == DType::kNF4 || param.dtype == DType::kFP4) {
-      bytes += elements * (0.5 + 2.0 * graph::dtype_bits(compute) / 8.0);
-    } else {
-      bytes += elements * graph::dtype_bits(compute) / 8.0;
-    }
+    bytes += static_cast<double>(param.elements()) * graph::dtype_bits(compute) / 8.0;
   }
   return bytes;
+}
+
+// A 4-bit weight is dequantized by a kernel of its own before each GEMM that
+// reads it, forward and for dX in backward: bitsandbytes MatMul4Bit calls
+// F.dequantize_4bit, then linear / matmul (bitsandbytes/autograd/_functions.py);
+// torchao's NF4Tensor linear does the same. It reads half a byte and writes a
+// compute-dtype copy per weight: memory bound, and not overlapped with the GEMM.
+double dequantize_ms(const Node& node, DType compute, const GpuSpec& gpu, const TimeModelOptions& options) {
+  double bytes = 0;
+  for (const graph::Param& param : node.params) {
+    if (!param.tied_to.empty() || (param.dtype != DType::kNF4 && param.dtype != DType::kFP4)) continue;
+    bytes += static_cast<double>(param.elements()) * (0.5 + graph::dtype_bits(compute) / 8.0);
+  }
+  if (bytes == 0) return 0;
+  return bytes / (gpu.memory_bandwidth_gbps * 1e9 * options.bandwidth_efficiency) * 1e3 + kLaunchMs;
 }
 
 }  // namespace
@@ -172,15 +181,16 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   const double weights = weight_bytes(node, compute);
   // A slower kernel costs as if it did proportionally more work at the same rate.
   const bool flex = node.op == "flex_attention";
+  const double dequantize = dequantize_ms(node, compute, gpu, options);
   out.fwd_ms = roofline_ms(out.fwd_flops / (flex ? kFlexForwardSpeed : 1.0), io + weights, tflops,
-                           gpu.memory_bandwidth_gbps, options) + kLaunchMs;
+                           gpu.memory_bandwidth_gbps, options) + kLaunchMs + dequantize;
   const bool input_grad = analysis.needs_input_grad[n];
   const bool param_grad = analysis.needs_param_grad[n];
   if (!input_grad && !param_grad) return out;
   if (input_grad) out.bwd_flops += static_cast<double>(node.bwd_input_flops.at(batch, seq));
   if (param_grad) out.bwd_flops += static_cast<double>(node.bwd_param_flops.at(batch, seq));
   out.bwd_ms = roofline_ms(out.bwd_flops / (flex ? kFlexBackwardSpeed : 1.0), 2 * io + weights, tflops,
-                           gpu.memory_bandwidth_gbps, options) + 2 * kLaunchMs;
+                           gpu.memory_bandwidth_gbps, options) + 2 * kLaunchMs + (input_grad ? dequantize : 0.0);
   return out;
 }
 
