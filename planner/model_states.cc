@@ -179,7 +179,8 @@ int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision,
 ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& settings,
                          const GlobalConfig& config, Accounting accounting) {
   ModelStates out;
-  const int world = settings.world_size();
+  // What ZeRO divides by: the shard group (every GPU unless hybrid sharding).
+  const int world = settings.shard_group_size();
   const Precision precision = settings.precision;
   const bool shard_optimizer = config.zero_stage >= 1;
   const bool shard_grads = config.zero_stage >= 2;

@@ -95,6 +95,8 @@ const IntegerRange kIntegerRanges[] = {
     {"global_batch", [](const RunSettings& s) { return s.global_batch; }, 0, kMaxGlobalBatch,
      "0: micro_batch x grad_accum x GPUs"},
     {"gpus_per_node", [](const RunSettings& s) -> int64_t { return s.gpus_per_node; }, 1, kMaxGpusPerNode, ""},
+    {"shard_gpus", [](const RunSettings& s) -> int64_t { return s.shard_gpus; }, 0, kMaxGpusPerNode * kMaxNodes,
+     "0: every GPU"},
     {"nodes", [](const RunSettings& s) -> int64_t { return s.nodes; }, 1, kMaxNodes, ""},
     {"zero_stage", [](const RunSettings& s) -> int64_t { return s.zero_stage; }, 0, 3, ""},
     {"max_zero_stage", [](const RunSettings& s) -> int64_t { return s.max_zero_stage; }, 0, 3, ""},
@@ -205,6 +207,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
                 "a document mask skips tiles only in flex attention (SDPA and eager attention compute every tile of "
                 "a dense mask): expected attention flex");
   }
+  if (s.shard_gpus > 0 && s.world_size() % s.shard_gpus != 0) {
+    return fail(origin, "shard_gpus",
+                "expected a divisor of the GPU count (" + std::to_string(s.world_size()) +
+                    "): hybrid sharding replicates whole shard groups, got " + std::to_string(s.shard_gpus));
+  }
   if (s.checkpointing == CheckpointPolicy::kList && s.checkpoint_blocks.empty()) {
     return fail(origin, "checkpoint_blocks", "expected at least one block name with a list checkpointing policy");
   }
@@ -243,6 +250,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["grad_accum"] = s.grad_accum;
   j["global_batch"] = s.global_batch;
   j["gpus_per_node"] = s.gpus_per_node;
+  if (s.shard_gpus > 0) j["shard_gpus"] = s.shard_gpus;
   j["nodes"] = s.nodes;
   j["zero_stage"] = s.zero_stage;
   j["offload_optimizer"] = offload_name(s.offload_optimizer);
@@ -307,6 +315,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read("grad_accum", s.grad_accum),
       r.read("global_batch", s.global_batch),
       r.read("gpus_per_node", s.gpus_per_node),
+      r.read("shard_gpus", s.shard_gpus),
       r.read("nodes", s.nodes),
       r.read("zero_stage", s.zero_stage),
       r.read_enum("offload_optimizer", s.offload_optimizer, parse_offload, "none, cpu, nvme"),

@@ -150,7 +150,13 @@ struct RunSettings {
   bool allow_activation_offload = true;
   bool allow_micro_batch_change = true;
 
+  // Hybrid sharding (HSDP: FSDP HYBRID_SHARD, torchtitan data_parallel_replicate
+  // x shard degrees, fms-fsdp "hsdp"): ZeRO shards over groups of this many GPUs
+  // and replicates across the groups. 0: one group of every GPU.
+  int shard_gpus = 0;
+
   int world_size() const { return gpus_per_node * nodes; }
+  int shard_group_size() const { return shard_gpus > 0 ? shard_gpus : world_size(); }
   int64_t effective_global_batch() const {
     return global_batch > 0 ? global_batch : micro_batch * grad_accum * world_size();
   }

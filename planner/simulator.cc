@@ -576,12 +576,13 @@ void StepSimulator::backward_block(int block) {
     const double bytes = ring * static_cast<double>(grad_bytes);
     const double start = std::max(clock_, comm_free_);
     comm_free_ = event(Stream::kComm, Phase::kComm, start,
-                       planner::transfer_ms(bytes, collective_gbps(settings_, ctx_.gpu)), block,
-                       "reduce gradients " + block_name(block), static_cast<int64_t>(bytes));
+                       gradient_collective_ms(settings_, ctx_.gpu, config_.zero_stage, static_cast<double>(grad_bytes)),
+                       block, "reduce gradients " + block_name(block), static_cast<int64_t>(bytes));
   }
   if (grad_bytes > 0 && config_.offload_optimizer != Offload::kNone && last_micro) {
     const double start = std::max(clock_, copy_out_free_);
-    copy_out_free_ = event(Stream::kCopyOut, Phase::kOptimizer, start, transfer_ms(static_cast<double>(grad_bytes) / (config_.zero_stage >= 1 ? world : 1)),
+    const int shard = config_.zero_stage >= 1 ? settings_.shard_group_size() : 1;
+    copy_out_free_ = event(Stream::kCopyOut, Phase::kOptimizer, start, transfer_ms(static_cast<double>(grad_bytes) / shard),
                            block, "gradients to host " + block_name(block), grad_bytes);
   }
 }

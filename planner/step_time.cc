@@ -31,13 +31,34 @@ double collective_gbps(const RunSettings& settings, const GpuSpec& gpu) {
   return gpu.nvlink_gbps > 0 ? gpu.nvlink_gbps : gpu.host_link_gbps;
 }
 
+double shard_group_gbps(const RunSettings& settings, const GpuSpec& gpu) {
+  if (settings.shard_group_size() > settings.gpus_per_node) return settings.network_gbps;
+  return gpu.nvlink_gbps > 0 ? gpu.nvlink_gbps : gpu.host_link_gbps;
+}
+
+double gradient_collective_ms(const RunSettings& settings, const GpuSpec& gpu, int zero_stage, double grad_bytes) {
+  const int world = settings.world_size();
+  if (world <= 1 || grad_bytes <= 0) return 0;
+  if (zero_stage <= 1) {
+    const double ring = static_cast<double>(world - 1) / world;
+    return transfer_ms(2 * ring * grad_bytes, collective_gbps(settings, gpu));
+  }
+  const int shard = settings.shard_group_size();
+  const int replicas = world / shard;
+  double ms = transfer_ms(static_cast<double>(shard - 1) / shard * grad_bytes, shard_group_gbps(settings, gpu));
+  if (replicas > 1) {
+    ms += transfer_ms(2.0 * (replicas - 1) / replicas * grad_bytes / shard, settings.network_gbps);
+  }
+  return ms;
+}
+
 TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
                         const GpuSpec& gpu, const ModelStates& states,
                         const StepTimeInputs& in) {
   TimeBreakdown out;
   const int world = settings.world_size();
   const double accum = static_cast<double>(config.grad_accum);
-  const double shard = config.zero_stage >= 1 ? world : 1;
+  const double shard = config.zero_stage >= 1 ? settings.shard_group_size() : 1;
   const double trainable = static_cast<double>(states.trainable_params);
   const double total = static_cast<double>(states.total_params);
   const double grad_width = settings.precision == Precision::kFp32 ? 4 : 2;
@@ -61,19 +82,21 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
   double comm_micro = 0;
   double comm_step = 0;
   if (world > 1) {
-    const double ring = static_cast<double>(world - 1) / world;
-    const double gbps = collective_gbps(settings, gpu);
     const double grad_bytes = trainable * grad_width;
+    const double reduce = gradient_collective_ms(settings, gpu, config.zero_stage, grad_bytes);
     if (config.zero_stage <= 1) {
-      comm_step += transfer_ms(2 * ring * grad_bytes, gbps);  // all-reduce at the boundary
+      comm_step += reduce;  // all-reduce at the boundary
     } else {
-      comm_micro += transfer_ms(ring * grad_bytes, gbps);  // reduce-scatter every micro-step
+      comm_micro += reduce;  // reduce-scatter (and the replicas' all-reduce) every micro-step
     }
+    const int group = settings.shard_group_size();
+    const double group_ring = static_cast<double>(group - 1) / group;
+    const double group_gbps = shard_group_gbps(settings, gpu);
     if (config.zero_stage == 1 || config.zero_stage == 2) {
-      comm_step += transfer_ms(ring * trainable * 2, gbps);  // all-gather updated params
+      comm_step += transfer_ms(group_ring * trainable * 2, group_gbps);  // all-gather updated params
     }
     if (config.zero_stage == 3) {
-      comm_micro += transfer_ms(2 * ring * total * 2, gbps);  // gather for forward and backward
+      comm_micro += transfer_ms(2 * group_ring * total * 2, group_gbps);  // gather for forward and backward
     }
   }
   // ZeRO-3 parameter offload brings every parameter in for forward and backward.

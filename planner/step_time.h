@@ -35,6 +35,17 @@ double transfer_ms(double bytes, double gbps);
 // one when the GPU has it, otherwise PCIe peer-to-peer at the host-link rate.
 double collective_gbps(const RunSettings& settings, const GpuSpec& gpu);
 
+// Bandwidth inside one shard group: NVLink or PCIe when the group fits in a
+// node, the network otherwise.
+double shard_group_gbps(const RunSettings& settings, const GpuSpec& gpu);
+
+// Milliseconds of the collective that reduces `grad_bytes` of gradients: an
+// all-reduce over every GPU at stages 0-1, a reduce-scatter within the shard
+// group at stages 2-3 followed, under hybrid sharding, by an all-reduce of each
+// rank's shard across the replicas over the network (ring algorithms: (N-1)/N
+// of the buffer per phase).
+double gradient_collective_ms(const RunSettings& settings, const GpuSpec& gpu, int zero_stage, double grad_bytes);
+
 TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
                         const GpuSpec& gpu, const ModelStates& states,
                         const StepTimeInputs& inputs);

@@ -12,6 +12,7 @@
 #include "planner/model_states.h"
 #include "planner/trainability.h"
 #include "planner/planner.h"
+#include "planner/step_time.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
@@ -324,6 +325,59 @@ TEST_CASE("a plan names its model by an absolute path, so it runs from any direc
   CHECK(std::filesystem::path(kept.calibration_file).is_absolute());
   // A zoo name stays a name.
   CHECK(settings_for_plan(RunSettings{}).model == RunSettings{}.model);
+}
+
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("hybrid sharding divides model states by the shard group, not by every GPU") {
+  RunSettings settings;
+  settings.model = "llama-3-8b";
+  settings.precision = Precision::kBf16Mixed;
+  settings.gpus_per_node = 8;
+  settings.nodes = 4;
+  GlobalConfig config;
+  config.zero_stage = 3;
+  Result<ModelContext> context = prepare_context(settings);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  const ModelStates everywhere = model_states(context->graph, settings, config, Accounting::kAllocated);
+  settings.shard_gpus = 8;
+  const ModelStates per_node = model_states(context->graph, settings, config, Accounting::kAllocated);
+  // 32 shards against 8: four times the states, within rounding of each tensor's share.
+  CHECK(static_cast<double>(per_node.optimizer) == doctest::Approx(4.0 * everywhere.optimizer).epsilon(0.001));
+  CHECK(static_cast<double>(per_node.master) == doctest::Approx(4.0 * everywhere.master).epsilon(0.001));
+  CHECK(static_cast<double>(per_node.params) == doctest::Approx(4.0 * everywhere.params).epsilon(0.001));
+}
+
+TEST_CASE("hybrid sharding: a reduce-scatter inside the node, then an all-reduce of the shard across nodes") {
+  RunSettings settings;
+  settings.gpus_per_node = 8;
+  settings.nodes = 16;
+  settings.network_gbps = 25;
+  const GpuSpec gpu = find_gpu("a100-80g").value();
+  const double grads = 14e9;  // 7B parameters in bf16
+  // Sharded over all 128 GPUs: the reduce-scatter crosses the network.
+  CHECK(gradient_collective_ms(settings, gpu, 3, grads) == doctest::Approx(127.0 / 128 * grads / 25e9 * 1e3));
+  // Shard groups of one node: NVLink (300 GB/s a direction) for the reduce-scatter, then the
+  // 16 replicas all-reduce each rank's 1/8 over the network.
+  settings.shard_gpus = 8;
+  CHECK(gradient_collective_ms(settings, gpu, 3, grads) ==
+        doctest::Approx(7.0 / 8 * grads / 300e9 * 1e3 + 2.0 * 15 / 16 * grads / 8 / 25e9 * 1e3));
+  // Stages 0-1 all-reduce over every GPU whatever the groups.
+  CHECK(gradient_collective_ms(settings, gpu, 1, grads) == doctest::Approx(2.0 * 127 / 128 * grads / 25e9 * 1e3));
+}
+
+TEST_CASE("a shard group must divide the GPUs") {
+  RunSettings settings;
+  settings.gpus_per_node = 8;
+  settings.nodes = 2;
+  settings.shard_gpus = 6;
+  const Status status = validate_settings(settings, "run.json");
+  REQUIRE_FALSE(status.is_ok());
+  CHECK(status.message().find("run.json: shard_gpus: expected a divisor of the GPU count (16)") == 0);
+  settings.shard_gpus = 8;
+  CHECK(validate_settings(settings, "run.json").is_ok());
 }
 
 }  // namespace headroom::planner

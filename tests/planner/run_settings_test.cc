@@ -132,6 +132,8 @@ TEST_CASE("what settings_to_json writes, with every optional field set, reads ba
   s.checkpoint_blocks = {"layers.0"};
   s.attention = models::AttentionImpl::kFlex;
   s.document_tokens = 300;
+  s.gpus_per_node = 8;
+  s.shard_gpus = 4;
   const Result<RunSettings> back = settings_from_json(settings_to_json(s), "s.json");
   REQUIRE_MESSAGE(back.is_ok(), back.message());
   CHECK(settings_to_json(back.value()) == settings_to_json(s));
