@@ -95,6 +95,51 @@ Result<graph::LayerGraph> hf_llama_family(const HfFields& c, const std::string& 
   return graph;
 }
 
+// The original Qwen (QWenConfig in configuration_qwen.py, remote code):
+// hidden_size, num_hidden_layers, num_attention_heads, intermediate_size (w1 and
+// w2 take half each), vocab_size, kv_channels (hidden_size / heads: c_attn is
+// hidden -> 3 x heads x kv_channels), max_position_embeddings 8192,
+// attn_dropout_prob and emb_dropout_prob 0.0, no_bias true.
+Result<graph::LayerGraph> hf_qwen_family(const HfFields& c, const std::string& type,
+                                         const ZooOptions& options) {
+  HfReader r(c);
+  QwenConfig config;
+  config.hidden = r.positive("hidden_size");
+  config.layers = r.layers("num_hidden_layers");
+  config.heads = r.positive("num_attention_heads");
+  const int64_t intermediate = r.positive("intermediate_size");
+  config.ffn_half = intermediate / 2;
+  config.vocab = r.positive("vocab_size");
+  config.dropout = r.probability_or("attn_dropout_prob", 0.0);
+  const double embedding_dropout = r.probability_or("emb_dropout_prob", 0.0);
+  const int64_t max_position = r.positive_or("max_position_embeddings", 8192);
+  r.divides("num_attention_heads", config.hidden, config.heads, "hidden_size");
+  const int64_t kv_channels = r.positive_or("kv_channels", config.heads > 0 ? config.hidden / config.heads : 1);
+  if (r.status().is_ok() && kv_channels * config.heads != config.hidden) {
+    r.fail(field_error(c.origin, c.name("kv_channels"),
+                       "hidden_size / num_attention_heads = " + std::to_string(config.hidden / config.heads) +
+                           " (headroom builds c_attn as hidden -> 3 x hidden), got " + std::to_string(kv_channels)));
+  }
+  if (r.status().is_ok() && intermediate % 2 != 0) {
+    r.fail(field_error(c.origin, c.name("intermediate_size"),
+                       "an even count (w1 and w2 take half each), got " + std::to_string(intermediate)));
+  }
+  if (r.status().is_ok() && !r.boolean_or("no_bias", true)) {
+    r.fail(field_error(c.origin, c.name("no_bias"),
+                       "true, as every published Qwen config sets it (biases on c_proj, w1 and w2 are not built)"));
+  }
+  if (r.status().is_ok() && embedding_dropout != config.dropout) {
+    r.fail(field_error(c.origin, c.name("emb_dropout_prob"),
+                       "the same probability as attn_dropout_prob (headroom applies one)"));
+  }
+  if (!r.status().is_ok()) return r.status();
+  graph::LayerGraph graph = build_qwen(config, options);
+  graph.family = type;
+  set_token_sequence(graph, max_position);
+  graph.lora_targets = {"c_attn", "c_proj", "w1", "w2"};
+  return graph;
+}
+
 // GPT-2 (GPT2Config: n_layer 12, n_embd 768, n_head 12, vocab_size 50257,
 // n_positions 1024, n_inner null (4 x n_embd), *_pdrop 0.1; embeddings tied).
 Result<graph::LayerGraph> hf_gpt2_family(const HfFields& c, const std::string& type,

@@ -10,20 +10,6 @@
 namespace headroom::models {
 namespace {
 
-// Qwen/Qwen-7B config.json (QWenConfig): hidden_size 4096, num_hidden_layers
-// 32, num_attention_heads 32, kv_channels 128, intermediate_size 22016 (w1 and
-// w2 take half each: 11008), vocab_size 151936, seq_length 8192,
-// max_position_embeddings 32768, no_bias true (c_attn keeps its bias),
-// attn_dropout_prob 0.0, emb_dropout_prob 0.0, tie_word_embeddings false.
-struct QwenConfig {
-  int64_t hidden = 4096;
-  int64_t ffn_half = 11008;
-  int64_t layers = 32;
-  int64_t heads = 32;
-  int64_t vocab = 151936;
-};
-constexpr QwenConfig kQwen7b{};
-
 std::string layer_prefix(const std::string& prefix, int64_t i) {
   return prefix + ".layers." + std::to_string(i);
 }
@@ -181,8 +167,9 @@ graph::LayerGraph build_llama(const LlamaConfig& c, const ZooOptions& options) {
   return graph;
 }
 
-graph::LayerGraph build_qwen_7b(const ZooOptions& options) {
-  const QwenConfig& c = kQwen7b;
+graph::LayerGraph build_qwen_7b(const ZooOptions& options) { return build_qwen(kQwen7b, options); }
+
+graph::LayerGraph build_qwen(const QwenConfig& c, const ZooOptions& options) {
   const int64_t head_dim = c.hidden / c.heads;
   const SizeExpr rows = tokens();
   const SizeExpr h_elements = times(rows, c.hidden);
@@ -192,7 +179,7 @@ graph::LayerGraph build_qwen_7b(const ZooOptions& options) {
   b.begin_block("embeddings", "embedding", false);
   const std::string ids = b.input("input_ids", tokens(), DType::kInt64, false);
   std::string hidden = b.embedding("transformer.wte", ids, rows, c.vocab, c.hidden);
-  hidden = b.dropout("transformer.drop", hidden, h_elements, dropout_p(options, 0.0));
+  hidden = b.dropout("transformer.drop", hidden, h_elements, dropout_p(options, c.dropout));
   const auto [cos, sin] = add_rope_tables(b, "transformer", head_dim);
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "transformer.h." + std::to_string(i);
@@ -204,7 +191,7 @@ graph::LayerGraph build_qwen_7b(const ZooOptions& options) {
                                    {{p + ".attn.query", part}, {p + ".attn.key", part},
                                     {p + ".attn.value", part}});
     // modeling_qwen.py _attn: softmax(attn_weights.float()).type(value.dtype).
-    RopeAttention a{p + ".attn", c.heads, c.heads, head_dim, true, dropout_p(options, 0.0), {}};
+    RopeAttention a{p + ".attn", c.heads, c.heads, head_dim, true, dropout_p(options, c.dropout), {}};
     const std::string attn = rope_attention(b, a, qkv_parts[0], qkv_parts[1], qkv_parts[2], cos, sin,
                                             options.attention);
     const std::string o = b.linear(p + ".attn.c_proj", attn, rows, c.hidden, c.hidden, false);

@@ -78,6 +78,25 @@ std::string add_rms_norm(GraphBuilder& b, RmsNormStyle style, const std::string&
                          const std::string& x, SizeExpr rows, int64_t width);
 
 graph::LayerGraph build_llama(const LlamaConfig& config, const ZooOptions& options);
+// The original Qwen (QWenLMHeadModel, remote code modeling_qwen.py): fused c_attn
+// with a bias, MHA, MLP a1 * silu(a2) over w1 and w2 of intermediate_size / 2
+// each, c_proj; no other biases (no_bias true).
+struct QwenConfig {
+  int64_t hidden = 4096;
+  int64_t ffn_half = 11008;
+  int64_t layers = 32;
+  int64_t heads = 32;
+  int64_t vocab = 151936;
+  double dropout = 0.0;  // attn_dropout_prob = emb_dropout_prob
+};
+// Qwen/Qwen-7B config.json (QWenConfig): hidden_size 4096, num_hidden_layers
+// 32, num_attention_heads 32, kv_channels 128, intermediate_size 22016 (w1 and
+// w2 take half each: 11008), vocab_size 151936, seq_length 8192,
+// max_position_embeddings 32768, no_bias true (c_attn keeps its bias),
+// attn_dropout_prob 0.0, emb_dropout_prob 0.0, tie_word_embeddings false.
+inline constexpr QwenConfig kQwen7b{};
+
+graph::LayerGraph build_qwen(const QwenConfig& config, const ZooOptions& options);
 graph::LayerGraph build_qwen_7b(const ZooOptions& options);
 
 }  // namespace headroom::models

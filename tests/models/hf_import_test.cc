@@ -186,6 +186,39 @@ TEST_CASE("the Llama-3-8B config.json gives exactly the zoo's graph, with transf
   CHECK_FALSE(graph::graphs_equal(from_config, zoo.value()));
 }
 
+TEST_CASE("the original Qwen-7B config.json (remote code, model_type qwen) gives the zoo's qwen-7b graph") {
+  graph::LayerGraph from_config = load("qwen-7b/config.json");
+  Result<graph::LayerGraph> zoo = build_zoo_model("qwen-7b", ZooOptions{});
+  REQUIRE(zoo.is_ok());
+  CHECK(from_config.family == "qwen");
+  CHECK(from_config.find_node("transformer.h.0.attn.c_attn") != nullptr);
+  CHECK(from_config.find_node("transformer.h.0.mlp.w1")->linear->out_features == 11008);  // 22016 / 2
+  from_config.name = zoo->name;
+  from_config.description = zoo->description;
+  from_config.source = zoo->source;
+  from_config.sequence = zoo->sequence;
+  CHECK(graph::graphs_equal(from_config, zoo.value()));
+  CHECK(from_config.parameter_count() == zoo->parameter_count());
+}
+
+TEST_CASE("a Qwen config headroom cannot build exactly is refused, naming the field") {
+  const std::string dir = scratch_dir("qwen-odd");
+  std::ifstream original(kData + "qwen-7b/config.json");
+  nlohmann::json config = nlohmann::json::parse(original);
+  const auto write_config = [&] { std::ofstream(dir + "/config.json") << config.dump(); };
+  config["kv_channels"] = 64;
+  write_config();
+  Result<HfModel> odd = load_hf_model(dir, ZooOptions{});
+  REQUIRE_FALSE(odd.is_ok());
+  CHECK(odd.message().find("kv_channels: expected hidden_size / num_attention_heads = 128") != std::string::npos);
+  config["kv_channels"] = 128;
+  config["no_bias"] = false;
+  write_config();
+  odd = load_hf_model(dir, ZooOptions{});
+  REQUIRE_FALSE(odd.is_ok());
+  CHECK(odd.message().find("no_bias: expected true") != std::string::npos);
+}
+
 TEST_CASE("a checkpoint's safetensors header is compared with the graph") {
   const std::string dir = scratch_dir("tiny");
   nlohmann::json config = {{"model_type", "llama"},      {"hidden_size", 8},
