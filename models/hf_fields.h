@@ -136,6 +136,8 @@ Result<graph::LayerGraph> hf_opt_family(const HfFields& c, const std::string& ty
                                         const ZooOptions& options);
 Result<graph::LayerGraph> hf_vit_family(const HfFields& c, const std::string& type,
                                         const ZooOptions& options);
+Result<graph::LayerGraph> hf_dinov2_family(const HfFields& c, const std::string& type,
+                                           const ZooOptions& options);
 Result<graph::LayerGraph> hf_clip_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options);
 Result<graph::LayerGraph> hf_llava_family(const HfFields& c, const std::string& type,

@@ -28,7 +28,8 @@ const std::map<std::string, HfFamilyReader>& readers() {
       {"roberta", hf_bert_family}, {"vit", hf_vit_family},
       {"clip", hf_clip_family},    {"clip_vision_model", hf_clip_family},
       {"siglip", hf_clip_family},  {"siglip_vision_model", hf_clip_family},
-      {"llava", hf_llava_family},  {"qwen", hf_qwen_family}};
+      {"llava", hf_llava_family},  {"qwen", hf_qwen_family},
+      {"dinov2", hf_dinov2_family}};
   return kReaders;
 }
 
@@ -43,7 +44,8 @@ std::string type_from_architectures(const nlohmann::json& config) {
       {"RobertaFor", "roberta"}, {"ViTFor", "vit"},
       {"CLIPModel", "clip"},     {"CLIPVisionModel", "clip_vision_model"},
       {"SiglipModel", "siglip"}, {"SiglipVisionModel", "siglip_vision_model"},
-      {"LlavaFor", "llava"},     {"QWenLMHeadModel", "qwen"}};
+      {"LlavaFor", "llava"},     {"QWenLMHeadModel", "qwen"},
+      {"Dinov2", "dinov2"}};
   if (!config.contains("architectures") || !config.at("architectures").is_array()) return "";
   for (const nlohmann::json& arch : config.at("architectures")) {
     if (!arch.is_string()) continue;

@@ -99,6 +99,46 @@ Result<graph::LayerGraph> hf_vit_family(const HfFields& c, const std::string& ty
   return graph;
 }
 
+// Dinov2ForImageClassification (Dinov2Config: 768 hidden, 12 layers, 12 heads,
+// mlp_ratio 4, image 224, patch 14, qkv_bias true, layerscale_value 1.0,
+// use_swiglu_ffn false, dropouts 0; labels = len(id2label), 2 by default). The
+// SwiGLU width is int(hidden * mlp_ratio) * 2/3 rounded up to a multiple of 8
+// (Dinov2SwiGLUFFN), the plain MLP's int(hidden * mlp_ratio).
+Result<graph::LayerGraph> hf_dinov2_family(const HfFields& c, const std::string& type,
+                                           const ZooOptions& options) {
+  HfReader r(c);
+  VisionFields v = read_vision(r, VisionFields{768, 12, 12, 3072, 224, 14});
+  const double ratio = c.has("mlp_ratio") && c.json.at("mlp_ratio").is_number() ? c.json.at("mlp_ratio").get<double>() : 4.0;
+  if (!(ratio > 0 && ratio <= 64)) r.fail(field_error(c.origin, c.name("mlp_ratio"), "a ratio above 0, at most 64"));
+  const bool swiglu = r.boolean_or("use_swiglu_ffn", false);
+  const int64_t plain = static_cast<int64_t>(static_cast<double>(v.hidden) * ratio);
+  v.mlp = swiglu ? (plain * 2 / 3 + 7) / 8 * 8 : plain;
+  VisionSpec s = spec_of(v, VisionStyle::kDinov2, "dinov2", 1);
+  s.post_layernorm = true;
+  s.layer_scale = true;
+  s.swiglu = swiglu;
+  s.dropout = r.probability_or("hidden_dropout_prob", 0.0);
+  s.attention_dropout = r.probability_or("attention_probs_dropout_prob", 0.0);
+  if (!r.boolean_or("qkv_bias", true)) r.fail(field_error(c.origin, c.name("qkv_bias"), "true (the only DINOv2 built)"));
+  if (r.probability_or("drop_path_rate", 0.0) > 0) {
+    r.fail(field_error(c.origin, c.name("drop_path_rate"), "0 (stochastic depth is not built)"));
+  }
+  int64_t labels = 2;
+  if (c.has("id2label")) {
+    if (!c.json.at("id2label").is_object() || c.json.at("id2label").empty()) {
+      r.fail(field_error(c.origin, c.name("id2label"), "an object of labels"));
+    } else {
+      labels = static_cast<int64_t>(c.json.at("id2label").size());
+    }
+  }
+  if (!r.status().is_ok()) return r.status();
+  graph::LayerGraph graph = build_dinov2_from(s, labels, options);
+  graph.family = type;
+  set_image_sequence(graph, v.patch, v.image, 1);
+  graph.lora_targets = {"query", "key", "value", "dense"};
+  return graph;
+}
+
 // CLIPModel / SiglipModel (text_config + vision_config), or the vision model
 // alone (clip_vision_model / siglip_vision_model, fields at the top level).
 // CLIPTextConfig: vocab_size 49408, hidden 512, intermediate 2048, 12 layers, 8

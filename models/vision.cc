@@ -31,6 +31,13 @@ LayerNames layer_names(const VisionSpec& s, int64_t i) {
            p + ".mlp.fc1", p + ".mlp.activation_fn", p + ".mlp.fc2"};
       break;
     }
+    case VisionStyle::kDinov2: {
+      const std::string p = s.prefix + ".encoder.layer." + idx;
+      n = {p + ".norm1", p + ".attention.attention.query", p + ".attention.attention.key",
+           p + ".attention.attention.value", "", p + ".attention.output.dense", p + ".norm2",
+           p + (s.swiglu ? ".mlp.weights_in" : ".mlp.fc1"), p + ".mlp.activation", p + (s.swiglu ? ".mlp.weights_out" : ".mlp.fc2")};
+      break;
+    }
     case VisionStyle::kBlip2: {
       const std::string p = s.prefix + ".encoder.layers." + idx;
       n = {p + ".layer_norm1", "", "", "", p + ".self_attn.qkv", p + ".self_attn.projection",
@@ -42,8 +49,8 @@ LayerNames layer_names(const VisionSpec& s, int64_t i) {
 }
 
 std::string layer_prefix(const VisionSpec& s, int64_t i) {
-  return s.prefix + (s.style == VisionStyle::kVit ? ".encoder.layer." : ".encoder.layers.") +
-         std::to_string(i);
+  const bool hf_vit_names = s.style == VisionStyle::kVit || s.style == VisionStyle::kDinov2;
+  return s.prefix + (hf_vit_names ? ".encoder.layer." : ".encoder.layers.") + std::to_string(i);
 }
 
 // HF QuickGELUActivation: x * sigmoid(1.702 * x), Python ops: sigmoid keeps
@@ -56,6 +63,35 @@ std::string quick_gelu(GraphBuilder& b, const std::string& name, const std::stri
              elements.scaled(2), {}, {}};
   const std::string s = b.op(sig);
   return b.mul(name, x, s, elements);
+}
+
+// Dinov2LayerScale: hidden * lambda1 over the channels. The product keeps its
+// input for lambda's gradient (and lambda, a parameter, for dx).
+std::string layer_scale(GraphBuilder& b, const std::string& name, const std::string& x, SizeExpr rows,
+                        int64_t width) {
+  const SizeExpr elements = times(rows, width);
+  OpSpec spec;
+  spec.name = name;
+  spec.op = "mul";
+  spec.inputs = {x};
+  spec.out_elements = elements;
+  spec.saves = {SavedRef{x, SaveWhen::kParamGrad}};
+  spec.params = {b.param(name + ".lambda1", {width})};
+  spec.fwd_flops = elements;
+  spec.bwd_input_flops = elements;
+  spec.bwd_param_flops = elements;
+  return b.op(spec);
+}
+
+// Dinov2SwiGLUFFN: weights_in to 2 x mlp, chunk, silu(x1) * x2, weights_out.
+std::string swiglu_ffn(GraphBuilder& b, const VisionSpec& s, const LayerNames& n, const std::string& y) {
+  const SizeExpr mlp_elements = times(s.rows, s.mlp);
+  const std::string both = b.linear(n.fc1, y, s.rows, s.hidden, 2 * s.mlp, true);
+  const std::string p = n.fc1.substr(0, n.fc1.rfind('.'));
+  const auto halves = b.split(p + ".chunk", both, {{p + ".x1", mlp_elements}, {p + ".x2", mlp_elements}});
+  const std::string act = b.activation(n.act, halves[0], mlp_elements, "silu");
+  const std::string gated = b.mul(p + ".gate", act, halves[1], mlp_elements);
+  return b.linear(n.fc2, gated, s.rows, s.mlp, s.hidden, true);
 }
 
 std::string add_layer(GraphBuilder& b, const VisionSpec& s, int64_t i, const std::string& hidden,
@@ -97,14 +133,21 @@ std::string add_layer(GraphBuilder& b, const VisionSpec& s, int64_t i, const std
   }
   std::string o = b.linear(n.out, attn, rows, s.hidden, s.hidden, true);
   o = b.dropout(n.out + ".dropout", o, h_elements, dropout_p(options, s.dropout));
+  if (s.layer_scale) o = layer_scale(b, layer_prefix(s, i) + ".layer_scale1", o, rows, s.hidden);
   const std::string h = b.add(layer_prefix(s, i) + ".residual_attn", hidden, o, h_elements);
   const std::string y = b.norm(n.ln2, h, rows, s.hidden, NormKind::kLayerNorm, true, true);
-  const std::string fc1 = b.linear(n.fc1, y, rows, s.hidden, s.mlp, true);
-  const std::string act = s.style == VisionStyle::kClip     ? quick_gelu(b, n.act, fc1, mlp_elements)
-                          : s.style == VisionStyle::kSiglip ? b.activation(n.act, fc1, mlp_elements, "gelu_tanh")
-                                                            : b.activation(n.act, fc1, mlp_elements, "gelu");
-  std::string down = b.linear(n.fc2, act, rows, s.mlp, s.hidden, true);
+  std::string down;
+  if (s.swiglu) {
+    down = swiglu_ffn(b, s, n, y);
+  } else {
+    const std::string fc1 = b.linear(n.fc1, y, rows, s.hidden, s.mlp, true);
+    const std::string act = s.style == VisionStyle::kClip     ? quick_gelu(b, n.act, fc1, mlp_elements)
+                            : s.style == VisionStyle::kSiglip ? b.activation(n.act, fc1, mlp_elements, "gelu_tanh")
+                                                              : b.activation(n.act, fc1, mlp_elements, "gelu");
+    down = b.linear(n.fc2, act, rows, s.mlp, s.hidden, true);
+  }
   down = b.dropout(n.fc2 + ".dropout", down, h_elements, dropout_p(options, s.dropout));
+  if (s.layer_scale) down = layer_scale(b, layer_prefix(s, i) + ".layer_scale2", down, rows, s.hidden);
   return b.add(layer_prefix(s, i) + ".residual_mlp", h, down, h_elements);
 }
 
@@ -114,8 +157,8 @@ std::string add_embeddings(GraphBuilder& b, const VisionSpec& s) {
   const std::string pixels = b.input("pixel_values", times(s.patch_rows, patch_pixels),
                                      std::nullopt, false);
   // Conv2d with kernel = stride = patch: a linear over patches.
-  const std::string conv_name = s.style == VisionStyle::kVit ? e + ".patch_embeddings.projection"
-                                                             : e + ".patch_embedding";
+  const bool hf_vit_names = s.style == VisionStyle::kVit || s.style == VisionStyle::kDinov2;
+  const std::string conv_name = hf_vit_names ? e + ".patch_embeddings.projection" : e + ".patch_embedding";
   const bool conv_bias = s.style != VisionStyle::kClip;
   OpSpec conv;
   conv.name = conv_name;
@@ -130,13 +173,15 @@ std::string add_embeddings(GraphBuilder& b, const VisionSpec& s) {
   const std::string patches = b.op(conv);
   const SizeExpr h_elements = times(s.rows, s.hidden);
   OpSpec cls{e + ".cat_class_token", "concat", {patches}, h_elements, std::nullopt, {}, {}, {}, {}, {}, {}};
-  const std::string cls_name = s.style == VisionStyle::kVit ? e + ".cls_token" : e + ".class_embedding";
+  const std::string cls_name = hf_vit_names ? e + ".cls_token" : e + ".class_embedding";
   const std::vector<int64_t> cls_shape =
       s.style == VisionStyle::kClip ? std::vector<int64_t>{s.hidden} : std::vector<int64_t>{1, 1, s.hidden};
   cls.params = {b.param(cls_name, cls_shape)};
+  // Dinov2Embeddings.mask_token [1, hidden]: a parameter that only masked-image
+  // pretraining reads.
+  if (s.style == VisionStyle::kDinov2) cls.params.push_back(b.param(e + ".mask_token", {1, s.hidden}));
   const std::string with_cls = s.style == VisionStyle::kSiglip ? patches : b.op(cls);
-  const std::string pos_name = s.style == VisionStyle::kVit ? e + ".position_embeddings"
-                                                            : e + ".position_embedding";
+  const std::string pos_name = hf_vit_names ? e + ".position_embeddings" : e + ".position_embedding";
   OpSpec pos{pos_name, "add", {with_cls}, h_elements, std::nullopt, {}, {}, h_elements, {}, h_elements, {}};
   const bool embedding_table = s.style == VisionStyle::kClip || s.style == VisionStyle::kSiglip;
   pos.params = {embedding_table ? b.param(pos_name + ".weight", {s.positions, s.hidden})
@@ -185,7 +230,8 @@ std::string add_vision_encoder(GraphBuilder& b, const VisionSpec& s, const ZooOp
 }
 
 std::string add_vision_post_norm(GraphBuilder& b, const VisionSpec& s, const std::string& hidden) {
-  const std::string name = s.style == VisionStyle::kVit ? s.prefix + ".layernorm" : s.prefix + ".post_layernorm";
+  const bool hf_vit_names = s.style == VisionStyle::kVit || s.style == VisionStyle::kDinov2;
+  const std::string name = hf_vit_names ? s.prefix + ".layernorm" : s.prefix + ".post_layernorm";
   return b.norm(name, hidden, s.rows, s.hidden, NormKind::kLayerNorm, true, true);
 }
 

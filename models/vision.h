@@ -15,6 +15,7 @@ enum class VisionStyle {
   kClip,   // HF CLIPVisionModel: self_attn.q_proj/k_proj/v_proj/out_proj, quick_gelu
   kBlip2,  // HF Blip2VisionModel (EVA ViT-g): fused self_attn.qkv with q_bias/v_bias
   kSiglip,  // HF SiglipVisionModel: CLIP's names, no class token, gelu_pytorch_tanh
+  kDinov2,  // HF Dinov2Model: ViT's attention names, norm1/norm2, mlp.*, layer_scale1/2
 };
 
 struct VisionSpec {
@@ -33,6 +34,11 @@ struct VisionSpec {
   double dropout = 0.0;            // hidden dropout
   double attention_dropout = 0.0;
   bool post_layernorm = false;     // a final LayerNorm after the layers
+  // DINOv2: a learned per-channel scale on each residual branch
+  // (Dinov2LayerScale: hidden * lambda1), and the SwiGLU FFN (Dinov2SwiGLUFFN:
+  // weights_in to 2 x mlp, chunked, silu(x1) * x2, weights_out) instead of fc1/fc2.
+  bool layer_scale = false;
+  bool swiglu = false;
 };
 
 // Adds a non-checkpointable "vision_embeddings" block (pixel_values input, patch

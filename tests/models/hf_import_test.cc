@@ -154,7 +154,8 @@ TEST_CASE("model_type from architectures when the field is missing") {
 TEST_CASE("every attention implementation and dropout override builds a valid graph per family") {
   for (const char* name : {"gemma-2b", "phi-3-mini-4k", "pythia-160m", "opt-125m", "roberta-base",
                            "vit-base-patch16-224", "clip-vit-base-patch32",
-                           "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer"}) {
+                           "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer", "dinov2-giant",
+                           "qwen-7b"}) {
     for (AttentionImpl impl : {AttentionImpl::kEager, AttentionImpl::kSdpa, AttentionImpl::kFlex}) {
       ZooOptions options;
       options.attention = impl;
@@ -217,6 +218,23 @@ TEST_CASE("a Qwen config headroom cannot build exactly is refused, naming the fi
   odd = load_hf_model(dir, ZooOptions{});
   REQUIRE_FALSE(odd.is_ok());
   CHECK(odd.message().find("no_bias: expected true") != std::string::npos);
+}
+
+TEST_CASE("DINOv2-giant: SwiGLU FFN of 4096, layer scales, the class-and-mean-patch classifier") {
+  graph::LayerGraph g = load("dinov2-giant");
+  CHECK(g.family == "dinov2");
+  // int(1536 * 4) * 2 / 3 = 4096 (a multiple of 8): weights_in 1536 -> 8192, weights_out 4096 -> 1536.
+  CHECK(g.find_node("dinov2.encoder.layer.0.mlp.weights_in")->linear->out_features == 8192);
+  CHECK(g.find_node("dinov2.encoder.layer.0.mlp.weights_out")->linear->in_features == 4096);
+  CHECK(g.find_node("dinov2.encoder.layer.39.layer_scale2") != nullptr);
+  // Per layer: norms 2 x 3072, q/k/v/out 4 x (1536^2 + 1536), weights_in 1536 x 8192 + 8192,
+  // weights_out 4096 x 1536 + 1536, two lambdas of 1536: 28,336,640. Embeddings: patch conv
+  // 1536 x 3 x 14 x 14 + 1536, cls and mask tokens, 1370 positions (518/14 = 37, 37^2 + 1):
+  // 3,012,096. Final layernorm 3072. Dinov2Model: 1,136,480,768 (facebook/dinov2-giant, 1.14B);
+  // the default 2-label classifier over 2 x 1536 adds 6,146.
+  CHECK(g.parameter_count() == int64_t{40} * 28'336'640 + 3'012'096 + 3'072 + 6'146);
+  CHECK(g.sequence.default_resolution == 518);
+  CHECK(g.sequence.default_seq == 37 * 37 + 1);
 }
 
 TEST_CASE("a checkpoint's safetensors header is compared with the graph") {
