@@ -327,6 +327,14 @@ const std::vector<SettingsFlag> kFlags = {
        if (status.is_ok()) s.document_tokens = tokens;
        return status;
      }},
+    {"--text-tokens", "N", kTraining,
+     "Flux: T5 tokens per sample (diffusers' --max_sequence_length; default 512)", false,
+     [](RunSettings& s, std::string_view v) {
+       int64_t tokens = 0;
+       Status status = parse_int(v, 1, planner::kMaxSeqLen, tokens);
+       if (status.is_ok()) s.text_tokens = tokens;
+       return status;
+     }},
     {"--dropout", "F", kTraining, "override every dropout probability of the model", false,
      [](RunSettings& s, std::string_view v) {
        double p = 0;

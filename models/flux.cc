@@ -237,7 +237,9 @@ std::string time_text_embed(GraphBuilder& b, const FluxConfig& f, const std::str
 
 }  // namespace
 
-graph::LayerGraph build_flux(const FluxConfig& f, const ZooOptions& options) {
+graph::LayerGraph build_flux(const FluxConfig& config, const ZooOptions& options) {
+  FluxConfig f = config;
+  if (options.text_tokens) f.text_tokens = *options.text_tokens;
   GraphBuilder b;
   b.set_param_dtype(DType::kBF16);  // published bfloat16
   Context c{b, f, options, "", "", ""};

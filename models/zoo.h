@@ -28,6 +28,9 @@ struct ZooOptions {
   AttentionImpl attention = AttentionImpl::kSdpa;
   std::optional<double> dropout;  // overrides every dropout p; nullopt = model default
   bool precomputed_text_embeddings = true;  // flux: T5/CLIP outputs given as inputs
+  // flux: T5 tokens per sample (diffusers' max_sequence_length); nullopt: the
+  // model's default (512 for FLUX.1-dev and Kontext).
+  std::optional<int64_t> text_tokens;
 };
 
 struct ZooEntry {

@@ -117,6 +117,7 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
     options.attention = settings.attention;
     options.dropout = settings.dropout;
     options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
+    options.text_tokens = settings.text_tokens;
     if (looks_like_path(settings.model) && models::is_hf_model_path(settings.model)) {
       Result<models::HfModel> model = models::load_hf_model(settings.model, options);
       if (!model.is_ok()) return model.status();
@@ -132,6 +133,10 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
                          " blocks, more than the " + std::to_string(kMaxBlocks) +
                          " headroom plans for (the largest published models have under 130 layers; expected a "
                          "model of at most " + std::to_string(kMaxBlocks) + " blocks)");
+  }
+  if (settings.text_tokens && loaded->family != "flux") {
+    return Status::error("text_tokens: " + loaded->name + " (" + loaded->family +
+                         ") has no T5 text input; expected text_tokens only for a Flux model");
   }
   Result<graph::LayerGraph> trained = apply_training_mode(loaded.value(), settings);
   if (!trained.is_ok()) return trained.status();

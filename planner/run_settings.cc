@@ -112,6 +112,7 @@ const IntegerRange kIntegerRanges[] = {
     {"cuda_context_bytes", [](const RunSettings& s) { return s.cuda_context_bytes.value_or(0); }, 0,
      kMaxContextBytes, ""},
     {"document_tokens", [](const RunSettings& s) { return s.document_tokens.value_or(1); }, 1, kMaxSeqLen, ""},
+    {"text_tokens", [](const RunSettings& s) { return s.text_tokens.value_or(1); }, 1, kMaxSeqLen, ""},
     {"host_ram_bytes", [](const RunSettings& s) { return s.host_ram_bytes; }, 1, kMaxBudgetBytes, ""},
     {"disk_free_bytes", [](const RunSettings& s) { return s.disk_free_bytes; }, 0, kMaxBudgetBytes, ""},
     {"checkpoints_kept", [](const RunSettings& s) -> int64_t { return s.checkpoints_kept; }, 1, 1000, ""},
@@ -269,6 +270,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   if (s.gpu_memory_bytes) j["gpu_memory_bytes"] = *s.gpu_memory_bytes;
   if (s.cuda_context_bytes) j["cuda_context_bytes"] = *s.cuda_context_bytes;
   if (s.document_tokens) j["document_tokens"] = *s.document_tokens;
+  if (s.text_tokens) j["text_tokens"] = *s.text_tokens;
   if (!s.calibration_file.empty()) j["calibration_file"] = s.calibration_file;
   j["host_ram_bytes"] = s.host_ram_bytes;
   j["disk_free_bytes"] = s.disk_free_bytes;
@@ -338,6 +340,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read("gpu_memory_bytes", s.gpu_memory_bytes),
       r.read("cuda_context_bytes", s.cuda_context_bytes),
       r.read("document_tokens", s.document_tokens),
+      r.read("text_tokens", s.text_tokens),
       r.read("host_ram_bytes", s.host_ram_bytes),
       r.read("disk_free_bytes", s.disk_free_bytes),
       r.read("safety_margin", s.safety_margin),

@@ -98,6 +98,8 @@ struct RunSettings {
   std::optional<int64_t> document_tokens;
   std::optional<double> dropout;  // nullopt = the model's default
   bool precomputed_text_embeddings = true;  // Flux: text encoders not on the GPU
+  // Flux: T5 tokens per sample (diffusers' --max_sequence_length); nullopt: 512.
+  std::optional<int64_t> text_tokens;
 
   int64_t micro_batch = 1;
   int64_t seq_len = 0;      // 0 = model default; tokens (or image tokens)

@@ -67,6 +67,7 @@ const std::set<std::string>& settings_keys() {
     every.adapter_dtype = planner::AdapterDtype::kFp32;
     every.document_tokens = 1;
     every.shard_gpus = 1;
+    every.text_tokens = 1;
     const json every_json =
         planner::settings_to_json(every);  // named: items() does not extend a temporary
     std::set<std::string> out;

@@ -139,5 +139,16 @@ TEST_CASE("flux joint attention scores expand (S+512)^2") {
   CHECK(scores->elements == graph::SizeExpr{0, 24 * 512 * 512, 0, 24 * 1024, 0, 24});
 }
 
+TEST_CASE("flux with a shorter T5 length (diffusers' max_sequence_length 77): (S+77)^2 scores, 77 text rows") {
+  ZooOptions options;
+  options.attention = AttentionImpl::kEager;
+  options.text_tokens = 77;
+  const graph::LayerGraph g = build("flux-kontext-dev", options);
+  CHECK(g.find_tensor("transformer_blocks.0.attn.qk")->elements == graph::SizeExpr{0, 24 * 77 * 77, 0, 24 * 154, 0, 24});
+  CHECK(g.find_tensor("encoder_hidden_states")->elements == graph::SizeExpr{0, 77 * 4096, 0, 0, 0, 0});
+  // The parameters do not depend on the text length.
+  CHECK(g.parameter_count() == build("flux-kontext-dev", ZooOptions{}).parameter_count());
+}
+
 }  // namespace
 }  // namespace headroom::models

@@ -94,6 +94,15 @@ TEST_CASE("--document-tokens scales flex attention's FLOPs and nothing else") {
         predict_as_given(torchtune_1b(models::AttentionImpl::kFlex)).peak_allocated);
 }
 
+TEST_CASE("a T5 length is refused for a model without a T5 input, naming the field") {
+  RunSettings s = torchtune_1b(models::AttentionImpl::kSdpa);
+  s.text_tokens = 77;
+  const Result<ModelContext> context = prepare_context(s);
+  REQUIRE_FALSE(context.is_ok());
+  CHECK(context.message().find("text_tokens: ") == 0);
+  CHECK(context.message().find("expected text_tokens only for a Flux model") != std::string::npos);
+}
+
 TEST_CASE("a document length is refused without flex attention, naming the field") {
   RunSettings s = torchtune_1b(models::AttentionImpl::kSdpa);
   s.document_tokens = 256;

@@ -134,6 +134,7 @@ TEST_CASE("what settings_to_json writes, with every optional field set, reads ba
   s.document_tokens = 300;
   s.gpus_per_node = 8;
   s.shard_gpus = 4;
+  s.text_tokens = 77;
   const Result<RunSettings> back = settings_from_json(settings_to_json(s), "s.json");
   REQUIRE_MESSAGE(back.is_ok(), back.message());
   CHECK(settings_to_json(back.value()) == settings_to_json(s));
