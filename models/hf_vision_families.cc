@@ -65,6 +65,17 @@ VisionSpec spec_of(const VisionFields& v, VisionStyle style, const std::string& 
   return s;
 }
 
+// The classifier's classes: len(id2label), 2 when the config has none
+// (PretrainedConfig's default).
+int64_t read_labels(HfReader& r, const HfFields& c) {
+  if (!c.has("id2label")) return 2;
+  if (!c.json.at("id2label").is_object() || c.json.at("id2label").empty()) {
+    r.fail(field_error(c.origin, c.name("id2label"), "an object of labels"));
+    return 2;
+  }
+  return static_cast<int64_t>(c.json.at("id2label").size());
+}
+
 // CLIPVisionConfig: 768 hidden, 12 layers, 12 heads, 3072 intermediate, 224 px, patch 32.
 constexpr VisionFields kClipVisionDefaults{768, 12, 12, 3072, 224, 32};
 // SiglipVisionConfig: as CLIP's with patch 16.
@@ -83,14 +94,7 @@ Result<graph::LayerGraph> hf_vit_family(const HfFields& c, const std::string& ty
   s.attention_dropout = r.probability_or("attention_probs_dropout_prob", 0.0);
   if (!r.boolean_or("qkv_bias", true))
     r.fail(field_error(c.origin, c.name("qkv_bias"), "true (the only ViT built)"));
-  int64_t labels = 2;
-  if (c.has("id2label")) {
-    if (!c.json.at("id2label").is_object() || c.json.at("id2label").empty()) {
-      r.fail(field_error(c.origin, c.name("id2label"), "an object of labels"));
-    } else {
-      labels = static_cast<int64_t>(c.json.at("id2label").size());
-    }
-  }
+  const int64_t labels = read_labels(r, c);
   if (!r.status().is_ok()) return r.status();
   graph::LayerGraph graph = build_vit_from(s, labels, options);
   graph.family = type;
@@ -123,14 +127,7 @@ Result<graph::LayerGraph> hf_dinov2_family(const HfFields& c, const std::string&
   if (r.probability_or("drop_path_rate", 0.0) > 0) {
     r.fail(field_error(c.origin, c.name("drop_path_rate"), "0 (stochastic depth is not built)"));
   }
-  int64_t labels = 2;
-  if (c.has("id2label")) {
-    if (!c.json.at("id2label").is_object() || c.json.at("id2label").empty()) {
-      r.fail(field_error(c.origin, c.name("id2label"), "an object of labels"));
-    } else {
-      labels = static_cast<int64_t>(c.json.at("id2label").size());
-    }
-  }
+  const int64_t labels = read_labels(r, c);
   if (!r.status().is_ok()) return r.status();
   graph::LayerGraph graph = build_dinov2_from(s, labels, options);
   graph.family = type;

@@ -13,17 +13,7 @@
 namespace headroom::planner {
 namespace {
 
-RunSettings torchtune_1b(models::AttentionImpl attention) {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
-  s.gpu = "a100-80g";
-  s.precision = Precision::kBf16Pure;
-  s.micro_batch = 2;
-  s.seq_len = 1024;
-  s.stack = Stack::kTorchtune;
-  s.attention = attention;
-  return s;
-}
+RunSettings torchtune_1b(models::AttentionImpl attention) { return torchtune_llama_1b(false, attention); }
 
 int node_named(const graph::LayerGraph& graph, const std::string& name) {
   for (size_t n = 0; n < graph.nodes.size(); ++n) {

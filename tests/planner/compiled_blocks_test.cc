@@ -15,18 +15,6 @@
 namespace headroom::planner {
 namespace {
 
-RunSettings torchtune_1b(bool compile) {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
-  s.gpu = "a100-80g";
-  s.precision = Precision::kBf16Pure;
-  s.micro_batch = 2;
-  s.seq_len = 1024;
-  s.stack = Stack::kTorchtune;
-  s.compile = compile;
-  return s;
-}
-
 std::set<std::string> names(const graph::LayerGraph& graph, const std::vector<int>& tensors) {
   std::set<std::string> out;
   for (int t : tensors) out.insert(graph.tensors[t].name);
@@ -36,7 +24,7 @@ std::set<std::string> names(const graph::LayerGraph& graph, const std::vector<in
 }  // namespace
 
 TEST_CASE("a compiled Llama block keeps matmul and attention inputs, recomputes norms and SiLU") {
-  Result<ModelContext> eager = prepare_context(torchtune_1b(false));
+  Result<ModelContext> eager = prepare_context(torchtune_llama_1b(false));
   REQUIRE_MESSAGE(eager.is_ok(), eager.message());
   const int block = block_ending(eager->graph, ".layers.1");
   const std::string p = "model.layers.1.";
@@ -62,7 +50,7 @@ TEST_CASE("compile cuts a Python-RMSNorm Llama block's saved bytes by 30%") {
   const int64_t eager_per_token = (4 + 2 + 2) * 2048 * 2 + attention + 4 * 2 * 8192 + stats;
   const int64_t compiled_per_token = 2 * 2048 * 4 + attention + 3 * 2 * 8192 + stats;
   for (bool compile : {false, true}) {
-    Result<ModelContext> context = prepare_context(torchtune_1b(compile));
+    Result<ModelContext> context = prepare_context(torchtune_llama_1b(compile));
     REQUIRE_MESSAGE(context.is_ok(), context.message());
     const int block = block_ending(context->graph, ".layers.1");
     const StepProfile profile = profile_step(context->graph, context->analysis, context->compute_dtype, 2, 1024,
@@ -70,8 +58,8 @@ TEST_CASE("compile cuts a Python-RMSNorm Llama block's saved bytes by 30%") {
     CAPTURE(compile);
     CHECK(profile.blocks[block].keep == tokens * (compile ? compiled_per_token : eager_per_token));
   }
-  const Prediction eager = predict_as_given(torchtune_1b(false));
-  const Prediction compiled = predict_as_given(torchtune_1b(true));
+  const Prediction eager = predict_as_given(torchtune_llama_1b(false));
+  const Prediction compiled = predict_as_given(torchtune_llama_1b(true));
   CHECK(compiled.peak_allocated < eager.peak_allocated);
 }
 

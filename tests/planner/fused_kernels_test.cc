@@ -14,18 +14,6 @@
 namespace headroom::planner {
 namespace {
 
-RunSettings torchtune_1b(bool compile) {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
-  s.gpu = "a100-80g";
-  s.precision = Precision::kBf16Pure;
-  s.micro_batch = 2;
-  s.seq_len = 1024;
-  s.stack = Stack::kTorchtune;
-  s.compile = compile;
-  return s;
-}
-
 std::set<std::string> node_names(const graph::LayerGraph& graph, const std::vector<int>& nodes) {
   std::set<std::string> out;
   for (int n : nodes) out.insert(graph.nodes[n].name);
@@ -61,7 +49,7 @@ int node_index(const graph::LayerGraph& graph, const std::string& name) {
 }
 
 TEST_CASE("a compiled Llama layer runs its pointwise ops as five kernels") {
-  Result<ModelContext> compiled = prepare_context(torchtune_1b(true));
+  Result<ModelContext> compiled = prepare_context(torchtune_llama_1b(true));
   REQUIRE_MESSAGE(compiled.is_ok(), compiled.message());
   const graph::LayerGraph& graph = compiled->graph;
   const std::string p = "model.layers.1.";
@@ -102,8 +90,8 @@ TEST_CASE("eager RMSNorm pays for its Python ops; compiled, for one read and one
   const double weight = 2048.0 * 2;
   const double bytes_per_ms = 2039e9 * 0.7 / 1e3;
   const double launch = 0.005;
-  Result<ModelContext> eager = prepare_context(torchtune_1b(false));
-  Result<ModelContext> compiled = prepare_context(torchtune_1b(true));
+  Result<ModelContext> eager = prepare_context(torchtune_llama_1b(false));
+  Result<ModelContext> compiled = prepare_context(torchtune_llama_1b(true));
   REQUIRE(eager.is_ok());
   REQUIRE(compiled.is_ok());
   const int norm = node_index(eager->graph, "model.layers.1.input_layernorm");
@@ -122,7 +110,7 @@ TEST_CASE("eager RMSNorm pays for its Python ops; compiled, for one read and one
 }
 
 TEST_CASE("a kernel's traffic and launch sit on its lead node only") {
-  Result<ModelContext> compiled = prepare_context(torchtune_1b(true));
+  Result<ModelContext> compiled = prepare_context(torchtune_llama_1b(true));
   REQUIRE(compiled.is_ok());
   const FusedKernel& rope = kernel_with(compiled.value(), "model.layers.1.self_attn.q.rope");
   const int follower = node_index(compiled->graph, "model.layers.1.self_attn.q.rope");
@@ -136,8 +124,8 @@ TEST_CASE("a kernel's traffic and launch sit on its lead node only") {
 }
 
 TEST_CASE("compile makes a Llama step faster by the memory-bound traffic it removes") {
-  const Prediction eager = predict_as_given(torchtune_1b(false));
-  const Prediction compiled = predict_as_given(torchtune_1b(true));
+  const Prediction eager = predict_as_given(torchtune_llama_1b(false));
+  const Prediction compiled = predict_as_given(torchtune_llama_1b(true));
   CHECK(compiled.time.step_ms < eager.time.step_ms);
   CHECK(compiled.time.step_ms > 0.6 * eager.time.step_ms);  // matmuls and attention are unchanged
 }

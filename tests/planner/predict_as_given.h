@@ -25,6 +25,22 @@ inline RunSettings llama_lora(Stack stack) {
   return s;
 }
 
+// torchtune's full fine-tune of Llama 3.2 1B (its config.json: transformers'
+// Python RMSNorm) on an A100 80GB in pure bf16, B = 2, S = 1024.
+inline RunSettings torchtune_llama_1b(bool compile = false,
+                                      models::AttentionImpl attention = models::AttentionImpl::kSdpa) {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
+  s.gpu = "a100-80g";
+  s.precision = Precision::kBf16Pure;
+  s.micro_batch = 2;
+  s.seq_len = 1024;
+  s.stack = Stack::kTorchtune;
+  s.compile = compile;
+  s.attention = attention;
+  return s;
+}
+
 // The index of the block whose name ends with `suffix` (".layers.0").
 inline int block_ending(const graph::LayerGraph& graph, const std::string& suffix) {
   for (size_t b = 0; b < graph.blocks.size(); ++b) {
