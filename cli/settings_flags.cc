@@ -110,6 +110,13 @@ Status set_optional_size(std::string_view value, std::optional<int64_t>& out) {
   return status;
 }
 
+Status set_optional_int(std::string_view value, int64_t min, int64_t max, std::optional<int64_t>& out) {
+  int64_t parsed = 0;
+  Status status = parse_int(value, min, max, parsed);
+  if (status.is_ok()) out = parsed;
+  return status;
+}
+
 // "a, b,c" -> {"a", "b", "c"}; empty items are an error.
 Status set_list(std::string_view value, std::vector<std::string>& out) {
   std::vector<std::string> items;
@@ -322,19 +329,11 @@ const std::vector<SettingsFlag> kFlags = {
      "flex attention over packed samples: the mean document length; the document mask skips the tiles between "
      "documents (default: one causal document per row)", false,
      [](RunSettings& s, std::string_view v) {
-       int64_t tokens = 0;
-       Status status = parse_int(v, 1, planner::kMaxSeqLen, tokens);
-       if (status.is_ok()) s.document_tokens = tokens;
-       return status;
+       return set_optional_int(v, 1, planner::kMaxSeqLen, s.document_tokens);
      }},
     {"--text-tokens", "N", kTraining,
      "Flux: T5 tokens per sample (diffusers' --max_sequence_length; default 512)", false,
-     [](RunSettings& s, std::string_view v) {
-       int64_t tokens = 0;
-       Status status = parse_int(v, 1, planner::kMaxSeqLen, tokens);
-       if (status.is_ok()) s.text_tokens = tokens;
-       return status;
-     }},
+     [](RunSettings& s, std::string_view v) { return set_optional_int(v, 1, planner::kMaxSeqLen, s.text_tokens); }},
     {"--dropout", "F", kTraining, "override every dropout probability of the model", false,
      [](RunSettings& s, std::string_view v) {
        double p = 0;
