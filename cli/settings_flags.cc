@@ -373,6 +373,14 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_offload, "none, cpu, nvme", s.offload_optimizer);
      }},
+    {"--cpu-offload", "IMPL", kParallel,
+     "who offloads the optimizer with --offload-optimizer cpu: zero-offload (DeepSpeed, default), torchao "
+     "(CPUOffloadOptimizer: one GPU, no ZeRO) or torchao-offload-gradients",
+     false,
+     [](RunSettings& s, std::string_view v) {
+       return set_enum(v, planner::parse_cpu_offload, "zero-offload, torchao, torchao-offload-gradients",
+                       s.cpu_offload);
+     }},
     {"--offload-param", "WHERE", kParallel, "none (default), cpu or nvme (needs --zero 3)", false,
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_offload, "none, cpu, nvme", s.offload_param);

@@ -28,6 +28,9 @@ constexpr int64_t kBnbPagedMinElements = 100'000;
 // zeros_like state in the parameter's dtype (_new_buffer, "follow bitsandbytes").
 constexpr int64_t kTorchao4bitBlock = 128;
 constexpr int64_t kTorchaoMinQuantizedSize = 4096;
+// torchao CPUOffloadOptimizer (torchao/optim/cpu_offload.py): parameters under
+// minimal_size = 4096 elements keep an ordinary optimizer on the GPU.
+constexpr int64_t kTorchaoOffloadMinSize = 4096;
 
 bool paged(const RunSettings& settings, int64_t elements) {
   return settings.paged_optimizer && elements >= kBnbPagedMinElements;
@@ -187,6 +190,9 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   const bool shard_params = config.zero_stage >= 3;
   const bool optimizer_on_gpu = config.offload_optimizer == Offload::kNone;
   const bool params_on_gpu = config.offload_param == Offload::kNone;
+  // torchao's CPUOffloadOptimizer: host optimizer per large parameter, no ZeRO.
+  const bool torchao_offload = !optimizer_on_gpu && settings.cpu_offload != CpuOffloadImpl::kZeroOffload;
+  const bool keep_gpu_grads = settings.cpu_offload == CpuOffloadImpl::kTorchao;
   out.block_grads.assign(graph.blocks.size(), 0);
 
   int64_t trainable_bytes_16 = 0;  // trainable elements, for buckets and host buffers
@@ -226,7 +232,20 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
       const int states_per_param = settings.optimizer == OptimizerKind::kAdamW ? 2 : 1;
       largest_state = std::max(largest_state, account(states_rank / states_per_param, accounting));
       largest_grad = std::max(largest_grad, account(grad, accounting));
-      if (optimizer_on_gpu) {
+      const auto add_gpu_grad = [&] {
+        out.grads_full += account(grad_rank, accounting);
+        // A shared weight's gradient exists from its first use in backward on.
+        const auto first = shared.find(param.name);
+        out.block_grads[first == shared.end() ? node.block : first->second] += account(grad, accounting);
+      };
+      if (torchao_offload && elements >= kTorchaoOffloadMinSize) {
+        // A pinned host copy of the parameter and of its gradient, and the wrapped
+        // optimizer's states on the host in the parameter's dtype. The GPU gradient
+        // is copied out by a post-accumulate-grad hook; with offload_gradients it
+        // is then freed, otherwise it stays until zero_grad.
+        host_optimizer += param_storage_bytes(param, precision) + grad + states;
+        if (keep_gpu_grads) add_gpu_grad();
+      } else if (optimizer_on_gpu || torchao_offload) {
         // Paged states live in unified memory, outside the caching allocator.
         if (paged(settings, elements)) {
           out.paged_optimizer += states_rank;
@@ -234,10 +253,7 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
           out.optimizer += account(states_rank, accounting);
         }
         out.master += account(master_rank, accounting);
-        out.grads_full += account(grad_rank, accounting);
-        // A shared weight's gradient exists from its first use in backward on.
-        const auto first = shared.find(param.name);
-        out.block_grads[first == shared.end() ? node.block : first->second] += account(grad, accounting);
+        add_gpu_grad();
       } else {
         // ZeRO-Offload keeps fp32 master weights, optimizer states and fp32
         // gradients on the host (Ren et al. 2021, Sec. 4.1): 4 + states + 4 bytes.
@@ -249,10 +265,10 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
 
   // Gradients appear block by block only in plain data parallelism: ZeRO-2/3
   // keep a preallocated partition, and offload sends them to the host per bucket.
-  out.grads_progressive = optimizer_on_gpu && !shard_grads;
+  out.grads_progressive = (optimizer_on_gpu || torchao_offload) && !shard_grads;
   const int64_t grad_width = grad_bytes_per_element(precision);
   const bool fsdp2 = shard_params && shards_with_fsdp2(settings.stack);
-  if ((shard_grads && !fsdp2) || !optimizer_on_gpu) {
+  if ((shard_grads && !fsdp2) || (!optimizer_on_gpu && !torchao_offload)) {
     // DeepSpeed's reduce bucket (reduce_bucket_size elements, 16-bit) holds
     // gradients while they are reduced/partitioned or copied to the host.
     const int64_t bucket = std::min(settings.reduce_bucket_elements, trainable_bytes_16) * grad_width;
@@ -306,6 +322,13 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   out.step_transient = step_memory.step_transient;
   out.grads_in_backward = step_memory.in_backward;
   out.in_backward_bytes = step_memory.in_backward_bytes;
+  if (torchao_offload && !keep_gpu_grads) {
+    // offload_gradients: each gradient lives from its production to the end of
+    // its copy out (record_stream), one at a time; the few kept for parameters
+    // under 4096 elements are priced the same way.
+    out.grads_in_backward = true;
+    out.in_backward_bytes = largest_grad;
+  }
 
   const int ranks_per_node = settings.gpus_per_node;
   if (config.offload_optimizer == Offload::kCpu) out.host_offload += host_optimizer * ranks_per_node;

@@ -54,7 +54,11 @@ std::vector<GlobalConfig> global_candidates(const RunSettings& settings, int64_t
   const int max_stage = settings.mode == TrainMode::kQlora ? std::min(settings.max_zero_stage, 2) : settings.max_zero_stage;
   for (int stage = 0; stage <= max_stage; ++stage) {
     std::vector<Offload> optimizer_offloads = {Offload::kNone};
-    if (stage >= 1 && settings.allow_cpu_offload) optimizer_offloads.push_back(Offload::kCpu);
+    // DeepSpeed's ZeRO-Offload needs a ZeRO stage; torchao's CPUOffloadOptimizer
+    // runs on one GPU without one.
+    const bool torchao_offload = settings.cpu_offload != CpuOffloadImpl::kZeroOffload;
+    const bool offload_here = torchao_offload ? stage == 0 && settings.world_size() == 1 : stage >= 1;
+    if (offload_here && settings.allow_cpu_offload) optimizer_offloads.push_back(Offload::kCpu);
     if (stage == 3 && settings.allow_nvme_offload) optimizer_offloads.push_back(Offload::kNvme);
     for (Offload optimizer : optimizer_offloads) {
       std::vector<Offload> param_offloads = {Offload::kNone};

@@ -52,6 +52,11 @@ constexpr std::array<std::pair<Offload, std::string_view>, 3> kOffloads = {{
     {Offload::kCpu, "cpu"},
     {Offload::kNvme, "nvme"},
 }};
+constexpr std::array<std::pair<CpuOffloadImpl, std::string_view>, 3> kCpuOffloads = {{
+    {CpuOffloadImpl::kZeroOffload, "zero-offload"},
+    {CpuOffloadImpl::kTorchao, "torchao"},
+    {CpuOffloadImpl::kTorchaoGradients, "torchao-offload-gradients"},
+}};
 constexpr std::array<std::pair<BlockChoice, std::string_view>, 3> kChoices = {{
     {BlockChoice::kKeep, "keep"},
     {BlockChoice::kCheckpoint, "checkpoint"},
@@ -74,6 +79,8 @@ std::optional<OptimizerKind> parse_optimizer(std::string_view text) { return par
 std::optional<TrainMode> parse_mode(std::string_view text) { return parse_of(kModes, text); }
 std::optional<Offload> parse_offload(std::string_view text) { return parse_of(kOffloads, text); }
 std::optional<BlockChoice> parse_block_choice(std::string_view text) { return parse_of(kChoices, text); }
+std::string_view cpu_offload_name(CpuOffloadImpl value) { return name_of(kCpuOffloads, value); }
+std::optional<CpuOffloadImpl> parse_cpu_offload(std::string_view text) { return parse_of(kCpuOffloads, text); }
 
 namespace {
 
@@ -185,7 +192,19 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
   if (s.offload_optimizer == Offload::kNvme && s.zero_stage != 3) {
     return fail(origin, "offload_optimizer", "NVMe optimizer offload needs ZeRO stage 3 (ZeRO-Infinity), got stage " + std::to_string(s.zero_stage));
   }
-  if (s.offload_optimizer == Offload::kCpu && s.zero_stage == 0) {
+  // cpu_offload says how a CPU optimizer offload runs, whether the user or the
+  // planner chooses it.
+  const bool torchao_offload = s.cpu_offload != CpuOffloadImpl::kZeroOffload;
+  if (torchao_offload && s.offload_optimizer == Offload::kCpu && (s.world_size() != 1 || s.zero_stage != 0)) {
+    // torchao/optim/cpu_offload.py: "Offload optimizer to CPU for single-GPU training".
+    return fail(origin, "cpu_offload", "torchao's CPUOffloadOptimizer is for single-GPU training: expected 1 GPU and zero_stage 0");
+  }
+  if (s.cpu_offload == CpuOffloadImpl::kTorchaoGradients && s.grad_accum > 1) {
+    return fail(origin, "cpu_offload",
+                "offload_gradients frees each gradient once copied out, which torchao says is not compatible with "
+                "gradient accumulation: expected grad_accum 1");
+  }
+  if (s.offload_optimizer == Offload::kCpu && s.zero_stage == 0 && !torchao_offload) {
     return fail(origin, "offload_optimizer", "optimizer offload needs ZeRO stage 1, 2 or 3 (ZeRO-Offload), got stage 0");
   }
   if (s.optimizer_impl == OptimizerImpl::kInBackward &&
@@ -255,6 +274,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["nodes"] = s.nodes;
   j["zero_stage"] = s.zero_stage;
   j["offload_optimizer"] = offload_name(s.offload_optimizer);
+  if (s.cpu_offload != CpuOffloadImpl::kZeroOffload) j["cpu_offload"] = cpu_offload_name(s.cpu_offload);
   j["offload_param"] = offload_name(s.offload_param);
   j["reduce_bucket_elements"] = s.reduce_bucket_elements;
   j["allgather_bucket_elements"] = s.allgather_bucket_elements;
@@ -321,6 +341,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read("nodes", s.nodes),
       r.read("zero_stage", s.zero_stage),
       r.read_enum("offload_optimizer", s.offload_optimizer, parse_offload, "none, cpu, nvme"),
+      r.read_enum("cpu_offload", s.cpu_offload, parse_cpu_offload, "zero-offload, torchao, torchao-offload-gradients"),
       r.read_enum("offload_param", s.offload_param, parse_offload, "none, cpu, nvme"),
       r.read("reduce_bucket_elements", s.reduce_bucket_elements),
       r.read("allgather_bucket_elements", s.allgather_bucket_elements),

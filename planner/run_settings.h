@@ -44,6 +44,13 @@ enum class TrainMode {
 
 enum class Offload { kNone, kCpu, kNvme };
 
+// Who offloads the optimizer to the CPU (offload_optimizer cpu).
+enum class CpuOffloadImpl {
+  kZeroOffload,        // DeepSpeed ZeRO-Offload: ZeRO >= 1, fp32 master and states on the host
+  kTorchao,            // torchao CPUOffloadOptimizer: one GPU, no ZeRO; gradients stay on the GPU
+  kTorchaoGradients,   // the same with offload_gradients=True: each gradient freed once copied out
+};
+
 enum class CheckpointPolicy {
   kNone,        // no activation checkpointing
   kEveryBlock,  // every checkpointable block
@@ -152,6 +159,7 @@ struct RunSettings {
   bool allow_activation_offload = true;
   bool allow_micro_batch_change = true;
 
+  CpuOffloadImpl cpu_offload = CpuOffloadImpl::kZeroOffload;
   // Hybrid sharding (HSDP: FSDP HYBRID_SHARD, torchtitan data_parallel_replicate
   // x shard degrees, fms-fsdp "hsdp"): ZeRO shards over groups of this many GPUs
   // and replicates across the groups. 0: one group of every GPU.
@@ -200,6 +208,8 @@ std::string_view optimizer_name(OptimizerKind value);
 std::string_view mode_name(TrainMode value);
 std::string_view offload_name(Offload value);
 std::string_view block_choice_name(BlockChoice value);
+std::string_view cpu_offload_name(CpuOffloadImpl value);
+std::optional<CpuOffloadImpl> parse_cpu_offload(std::string_view text);
 std::optional<Precision> parse_precision(std::string_view text);
 std::optional<OptimizerKind> parse_optimizer(std::string_view text);
 std::optional<TrainMode> parse_mode(std::string_view text);
