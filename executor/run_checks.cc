@@ -45,6 +45,12 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
     return refuse(origin, plan.config.zero_stage == 3 ? "config.zero_stage" : "config.offload_param",
                   "ZeRO-3 / parameter offload is not implemented in the executor; expected stage 0-2");
   }
+  if (plan.config.offload_optimizer == planner::Offload::kCpu &&
+      s.cpu_offload != planner::CpuOffloadImpl::kZeroOffload) {
+    return refuse(origin, "settings.cpu_offload",
+                  "torchao's CPUOffloadOptimizer is priced but not run by the executor (its CPU offload keeps "
+                  "ZeRO-Offload's layout); expected zero-offload");
+  }
   if (plan.config.offload_optimizer == planner::Offload::kNvme) {
     return refuse(origin, "config.offload_optimizer",
                   "NVMe optimizer offload is not implemented in the executor; expected none or cpu");

@@ -108,6 +108,10 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   planner::Plan compiled = plan;
   compiled.settings.compile = true;
   CHECK(check_executable(compiled, "plan.json").message().find("settings.compile") != std::string::npos);
+  planner::Plan torchao = plan;
+  torchao.config.offload_optimizer = planner::Offload::kCpu;
+  torchao.settings.cpu_offload = planner::CpuOffloadImpl::kTorchao;
+  CHECK(check_executable(torchao, "plan.json").message().find("plan.json: settings.cpu_offload") == 0);
   planner::Plan flex = plan;
   flex.settings.attention = models::AttentionImpl::kFlex;
   CHECK(check_executable(flex, "plan.json").message().find("plan.json: settings.attention") == 0);
