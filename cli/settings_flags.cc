@@ -154,12 +154,6 @@ Status set_enum(std::string_view value, std::optional<E> (*parse)(std::string_vi
   return Status::ok();
 }
 
-std::optional<models::AttentionImpl> parse_attention(std::string_view value) {
-  if (value == "eager") return models::AttentionImpl::kEager;
-  if (value == "sdpa") return models::AttentionImpl::kSdpa;
-  if (value == "flex") return models::AttentionImpl::kFlex;
-  return std::nullopt;
-}
 
 std::optional<planner::CheckpointPolicy> parse_checkpointing(std::string_view value) {
   if (value == "none") return planner::CheckpointPolicy::kNone;
@@ -323,7 +317,7 @@ const std::vector<SettingsFlag> kFlags = {
     {"--attention", "IMPL", kTraining, "eager, sdpa (default; fused/flash attention) or flex (torch flex_attention, as torchtune runs packed "
      "samples)", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, parse_attention, "eager, sdpa, flex", s.attention);
+       return set_enum(v, planner::parse_attention, "eager, sdpa, flex", s.attention);
      }},
     {"--document-tokens", "N", kTraining,
      "flex attention over packed samples: the mean document length; the document mask skips the tiles between "

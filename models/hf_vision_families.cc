@@ -129,7 +129,7 @@ Result<graph::LayerGraph> hf_dinov2_family(const HfFields& c, const std::string&
   }
   const int64_t labels = read_labels(r, c);
   if (!r.status().is_ok()) return r.status();
-  graph::LayerGraph graph = build_dinov2_from(s, labels, options);
+  graph::LayerGraph graph = build_vit_from(s, labels, options);
   graph.family = type;
   set_image_sequence(graph, v.patch, v.image, 1);
   graph.lora_targets = {"query", "key", "value", "dense"};

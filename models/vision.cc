@@ -7,6 +7,10 @@
 namespace headroom::models {
 namespace {
 
+// HF ViTModel and Dinov2Model share the embedding, layer and final-norm names
+// (embeddings.cls_token, encoder.layer.N, layernorm); CLIP's family does not.
+bool hf_vit_names(const VisionSpec& s) { return s.style == VisionStyle::kVit || s.style == VisionStyle::kDinov2; }
+
 struct LayerNames {
   std::string ln1, q, k, v, qkv, out, ln2, fc1, act, fc2;
 };
@@ -49,8 +53,7 @@ LayerNames layer_names(const VisionSpec& s, int64_t i) {
 }
 
 std::string layer_prefix(const VisionSpec& s, int64_t i) {
-  const bool hf_vit_names = s.style == VisionStyle::kVit || s.style == VisionStyle::kDinov2;
-  return s.prefix + (hf_vit_names ? ".encoder.layer." : ".encoder.layers.") + std::to_string(i);
+  return s.prefix + (hf_vit_names(s) ? ".encoder.layer." : ".encoder.layers.") + std::to_string(i);
 }
 
 // HF QuickGELUActivation: x * sigmoid(1.702 * x), Python ops: sigmoid keeps
@@ -157,8 +160,7 @@ std::string add_embeddings(GraphBuilder& b, const VisionSpec& s) {
   const std::string pixels = b.input("pixel_values", times(s.patch_rows, patch_pixels),
                                      std::nullopt, false);
   // Conv2d with kernel = stride = patch: a linear over patches.
-  const bool hf_vit_names = s.style == VisionStyle::kVit || s.style == VisionStyle::kDinov2;
-  const std::string conv_name = hf_vit_names ? e + ".patch_embeddings.projection" : e + ".patch_embedding";
+  const std::string conv_name = hf_vit_names(s) ? e + ".patch_embeddings.projection" : e + ".patch_embedding";
   const bool conv_bias = s.style != VisionStyle::kClip;
   OpSpec conv;
   conv.name = conv_name;
@@ -173,7 +175,7 @@ std::string add_embeddings(GraphBuilder& b, const VisionSpec& s) {
   const std::string patches = b.op(conv);
   const SizeExpr h_elements = times(s.rows, s.hidden);
   OpSpec cls{e + ".cat_class_token", "concat", {patches}, h_elements, std::nullopt, {}, {}, {}, {}, {}, {}};
-  const std::string cls_name = hf_vit_names ? e + ".cls_token" : e + ".class_embedding";
+  const std::string cls_name = hf_vit_names(s) ? e + ".cls_token" : e + ".class_embedding";
   const std::vector<int64_t> cls_shape =
       s.style == VisionStyle::kClip ? std::vector<int64_t>{s.hidden} : std::vector<int64_t>{1, 1, s.hidden};
   cls.params = {b.param(cls_name, cls_shape)};
@@ -181,7 +183,7 @@ std::string add_embeddings(GraphBuilder& b, const VisionSpec& s) {
   // pretraining reads.
   if (s.style == VisionStyle::kDinov2) cls.params.push_back(b.param(e + ".mask_token", {1, s.hidden}));
   const std::string with_cls = s.style == VisionStyle::kSiglip ? patches : b.op(cls);
-  const std::string pos_name = hf_vit_names ? e + ".position_embeddings" : e + ".position_embedding";
+  const std::string pos_name = hf_vit_names(s) ? e + ".position_embeddings" : e + ".position_embedding";
   OpSpec pos{pos_name, "add", {with_cls}, h_elements, std::nullopt, {}, {}, h_elements, {}, h_elements, {}};
   const bool embedding_table = s.style == VisionStyle::kClip || s.style == VisionStyle::kSiglip;
   pos.params = {embedding_table ? b.param(pos_name + ".weight", {s.positions, s.hidden})
@@ -230,8 +232,7 @@ std::string add_vision_encoder(GraphBuilder& b, const VisionSpec& s, const ZooOp
 }
 
 std::string add_vision_post_norm(GraphBuilder& b, const VisionSpec& s, const std::string& hidden) {
-  const bool hf_vit_names = s.style == VisionStyle::kVit || s.style == VisionStyle::kDinov2;
-  const std::string name = hf_vit_names ? s.prefix + ".layernorm" : s.prefix + ".post_layernorm";
+  const std::string name = hf_vit_names(s) ? s.prefix + ".layernorm" : s.prefix + ".post_layernorm";
   return b.norm(name, hidden, s.rows, s.hidden, NormKind::kLayerNorm, true, true);
 }
 

@@ -14,45 +14,35 @@
 namespace headroom::models {
 namespace {
 
-// Classification over the class token: select [:, 0], linear, cross entropy on
+// The classifier over per-sample `features` [B, width] and cross entropy on
 // [B, classes] logits (small: per sample).
-void add_cls_head(GraphBuilder& b, const std::string& select, const std::string& classifier,
-                  const std::string& hidden, int64_t width, int64_t classes) {
-  const std::string labels = b.input("labels", SizeExpr::per_sample(1), DType::kInt64, false);
-  const std::string cls = b.copy(select, "select_token", {hidden}, SizeExpr::per_sample(width));
-  const std::string logits = b.linear(classifier, cls, SizeExpr::per_sample(1), width, classes, true);
+void add_classifier_loss(GraphBuilder& b, const std::string& labels, const std::string& features, int64_t width,
+                         int64_t classes) {
+  const std::string logits = b.linear("classifier", features, SizeExpr::per_sample(1), width, classes, true);
   OpSpec loss{"loss", "loss", {logits, labels}, SizeExpr::constant(1), DType::kF32,
               {SavedRef{logits, SaveWhen::kAnyGrad}}, {}, SizeExpr::per_sample(5 * classes),
               SizeExpr::per_sample(2 * classes), {}, {}};
   b.op(loss);
 }
 
+// ViTForImageClassification: the class token, select [:, 0].
 // Dinov2ForImageClassification: the class token beside the mean of the patch
-// tokens, [B, 2 x hidden], then the classifier and cross entropy. The mean's
-// backward needs no saved tensor; the concatenation keeps nothing either.
-void add_dinov2_head(GraphBuilder& b, const std::string& hidden, int64_t width, int64_t classes) {
+// tokens, [B, 2 x hidden]. The mean's backward needs no saved tensor; the
+// concatenation keeps nothing either.
+void add_classification_head(GraphBuilder& b, const VisionSpec& s, const std::string& hidden, int64_t classes) {
   const std::string labels = b.input("labels", SizeExpr::per_sample(1), DType::kInt64, false);
-  const std::string cls = b.copy("dinov2.select_cls", "select_token", {hidden}, SizeExpr::per_sample(width));
-  const std::string mean = b.copy("dinov2.mean_patches", "mean_tokens", {hidden}, SizeExpr::per_sample(width));
-  const std::string both = b.copy("dinov2.cat_cls_mean", "concat", {cls, mean}, SizeExpr::per_sample(2 * width));
-  const std::string logits = b.linear("classifier", both, SizeExpr::per_sample(1), 2 * width, classes, true);
-  OpSpec loss{"loss", "loss", {logits, labels}, SizeExpr::constant(1), DType::kF32,
-              {SavedRef{logits, SaveWhen::kAnyGrad}}, {}, SizeExpr::per_sample(5 * classes),
-              SizeExpr::per_sample(2 * classes), {}, {}};
-  b.op(loss);
+  const SizeExpr token = SizeExpr::per_sample(s.hidden);
+  const std::string cls = b.copy(s.prefix + ".select_cls", "select_token", {hidden}, token);
+  if (s.style != VisionStyle::kDinov2) {
+    add_classifier_loss(b, labels, cls, s.hidden, classes);
+    return;
+  }
+  const std::string mean = b.copy(s.prefix + ".mean_patches", "mean_tokens", {hidden}, token);
+  const std::string both = b.copy(s.prefix + ".cat_cls_mean", "concat", {cls, mean}, SizeExpr::per_sample(2 * s.hidden));
+  add_classifier_loss(b, labels, both, 2 * s.hidden, classes);
 }
 
 }  // namespace
-
-graph::LayerGraph build_dinov2_from(const VisionSpec& s, int64_t classes, const ZooOptions& options) {
-  GraphBuilder b;
-  b.set_param_dtype(DType::kF32);  // published float32
-  std::string hidden = add_vision_encoder(b, s, options);
-  b.begin_block("head", "classifier", false);
-  hidden = add_vision_post_norm(b, s, hidden);
-  add_dinov2_head(b, hidden, s.hidden, classes);
-  return b.finish();
-}
 
 graph::LayerGraph build_vit_b16(const ZooOptions& options) {
   // google/vit-base-patch16-224 config.json: hidden_size 768, num_hidden_layers
@@ -81,7 +71,7 @@ graph::LayerGraph build_vit_from(const VisionSpec& s, int64_t classes, const Zoo
   std::string hidden = add_vision_encoder(b, s, options);
   b.begin_block("head", "classifier", false);
   hidden = add_vision_post_norm(b, s, hidden);
-  add_cls_head(b, "vit.select_cls", "classifier", hidden, s.hidden, classes);
+  add_classification_head(b, s, hidden, classes);
   return b.finish();
 }
 

@@ -77,9 +77,8 @@ struct OptConfig {
 graph::LayerGraph build_opt_from(const OptConfig& config, const ZooOptions& options);
 
 // ViTForImageClassification (no pooler) over `classes` labels.
+// ViTForImageClassification, or Dinov2ForImageClassification when spec.style is kDinov2.
 graph::LayerGraph build_vit_from(const VisionSpec& spec, int64_t classes, const ZooOptions& options);
-// Dinov2ForImageClassification over `spec` (style kDinov2).
-graph::LayerGraph build_dinov2_from(const VisionSpec& spec, int64_t classes, const ZooOptions& options);
 
 // CLIPModel / SiglipModel: both towers and the contrastive loss, or the vision
 // tower alone (CLIPVisionModel / SiglipVisionModel) when text_layers is 0.

@@ -122,9 +122,14 @@ double dequantize_ms(const Node& node, DType compute, const GpuSpec& gpu, const 
   return bytes / (gpu.memory_bandwidth_gbps * 1e9 * options.bandwidth_efficiency) * 1e3 + kLaunchMs;
 }
 
-}  // namespace
-
-namespace {
+// FLOPs of the backward parts a node runs: dX when an input needs a gradient,
+// dW when it trains a parameter.
+double backward_flops(const Node& node, const GraphAnalysis& analysis, int n, int64_t batch, int64_t seq) {
+  double flops = 0;
+  if (analysis.needs_input_grad[n]) flops += static_cast<double>(node.bwd_input_flops.at(batch, seq));
+  if (analysis.needs_param_grad[n]) flops += static_cast<double>(node.bwd_param_flops.at(batch, seq));
+  return flops;
+}
 
 double tensors_bytes(const LayerGraph& graph, const std::vector<int>& tensors, DType compute,
                      int64_t batch, int64_t seq) {
@@ -148,8 +153,7 @@ NodeTimes fused_node_times(const LayerGraph& graph, const GraphAnalysis& analysi
   }
   out.fwd_ms = roofline_ms(out.fwd_flops, fwd_bytes, tflops, gpu.memory_bandwidth_gbps, options) +
                (n == kernel.lead ? kLaunchMs : 0.0);
-  if (analysis.needs_input_grad[n]) out.bwd_flops += static_cast<double>(node.bwd_input_flops.at(batch, seq));
-  if (analysis.needs_param_grad[n]) out.bwd_flops += static_cast<double>(node.bwd_param_flops.at(batch, seq));
+  out.bwd_flops = backward_flops(node, analysis, n, batch, seq);
   double bwd_bytes = analysis.needs_param_grad[n] ? weight_bytes(node, compute) : 0;
   if (n == kernel.backward_lead) {
     bwd_bytes += tensors_bytes(graph, kernel.saved, compute, batch, seq) +
@@ -187,8 +191,7 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   const bool input_grad = analysis.needs_input_grad[n];
   const bool param_grad = analysis.needs_param_grad[n];
   if (!input_grad && !param_grad) return out;
-  if (input_grad) out.bwd_flops += static_cast<double>(node.bwd_input_flops.at(batch, seq));
-  if (param_grad) out.bwd_flops += static_cast<double>(node.bwd_param_flops.at(batch, seq));
+  out.bwd_flops = backward_flops(node, analysis, n, batch, seq);
   out.bwd_ms = roofline_ms(out.bwd_flops / (flex ? kFlexBackwardSpeed : 1.0), 2 * io + weights, tflops,
                            gpu.memory_bandwidth_gbps, options) + 2 * kLaunchMs + (input_grad ? dequantize : 0.0);
   return out;

@@ -79,7 +79,7 @@ void CachingAllocatorModel::release_free_segments() {
     Segment& segment = it->second;
     const int64_t only = segment.blocks.size() == 1 ? segment.blocks.begin()->second : -1;
     if (only >= 0 && blocks_.at(only).free) {
-      (segment.small ? free_small_ : free_large_).erase({segment.stream, segment.size, it->first, 0});
+      (segment.small ? free_small_ : free_large_).erase(key(blocks_.at(only)));
       blocks_.erase(only);
       reserved_ -= segment.size;
       it = segments_.erase(it);

@@ -52,6 +52,11 @@ constexpr std::array<std::pair<Offload, std::string_view>, 3> kOffloads = {{
     {Offload::kCpu, "cpu"},
     {Offload::kNvme, "nvme"},
 }};
+constexpr std::array<std::pair<models::AttentionImpl, std::string_view>, 3> kAttentions = {{
+    {models::AttentionImpl::kEager, "eager"},
+    {models::AttentionImpl::kSdpa, "sdpa"},
+    {models::AttentionImpl::kFlex, "flex"},
+}};
 constexpr std::array<std::pair<CpuOffloadImpl, std::string_view>, 3> kCpuOffloads = {{
     {CpuOffloadImpl::kZeroOffload, "zero-offload"},
     {CpuOffloadImpl::kTorchao, "torchao"},
@@ -80,6 +85,8 @@ std::optional<TrainMode> parse_mode(std::string_view text) { return parse_of(kMo
 std::optional<Offload> parse_offload(std::string_view text) { return parse_of(kOffloads, text); }
 std::optional<BlockChoice> parse_block_choice(std::string_view text) { return parse_of(kChoices, text); }
 std::string_view cpu_offload_name(CpuOffloadImpl value) { return name_of(kCpuOffloads, value); }
+std::string_view attention_name(models::AttentionImpl value) { return name_of(kAttentions, value); }
+std::optional<models::AttentionImpl> parse_attention(std::string_view text) { return parse_of(kAttentions, text); }
 std::optional<CpuOffloadImpl> parse_cpu_offload(std::string_view text) { return parse_of(kCpuOffloads, text); }
 
 namespace {
@@ -259,9 +266,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["quantize_skip"] = s.quantize_skip;
   j["lora_skip"] = s.lora_skip;
   j["lora"] = {{"rank", s.lora.rank}, {"targets", s.lora.targets}, {"dropout", s.lora.dropout}};
-  j["attention"] = s.attention == models::AttentionImpl::kEager  ? "eager"
-                   : s.attention == models::AttentionImpl::kFlex ? "flex"
-                                                                 : "sdpa";
+  j["attention"] = attention_name(s.attention);
   if (s.dropout) j["dropout"] = *s.dropout;
   j["precomputed_text_embeddings"] = s.precomputed_text_embeddings;
   j["micro_batch"] = s.micro_batch;
@@ -387,11 +392,9 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
     }
   }
   if (Status unknown = r.unknown_keys(); !unknown.is_ok()) return unknown;
-  if (attention == "eager") {
-    s.attention = models::AttentionImpl::kEager;
-  } else if (attention == "flex") {
-    s.attention = models::AttentionImpl::kFlex;
-  } else if (attention != "sdpa") {
+  if (const std::optional<models::AttentionImpl> parsed = parse_attention(attention)) {
+    s.attention = *parsed;
+  } else {
     return fail(origin, "settings.attention", "expected \"eager\", \"sdpa\" or \"flex\", got \"" + attention + "\"");
   }
   if (checkpointing == "every") {

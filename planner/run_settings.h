@@ -209,6 +209,8 @@ std::string_view mode_name(TrainMode value);
 std::string_view offload_name(Offload value);
 std::string_view block_choice_name(BlockChoice value);
 std::string_view cpu_offload_name(CpuOffloadImpl value);
+std::string_view attention_name(models::AttentionImpl value);
+std::optional<models::AttentionImpl> parse_attention(std::string_view text);
 std::optional<CpuOffloadImpl> parse_cpu_offload(std::string_view text);
 std::optional<Precision> parse_precision(std::string_view text);
 std::optional<OptimizerKind> parse_optimizer(std::string_view text);

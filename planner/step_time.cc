@@ -22,18 +22,23 @@ double optimizer_traffic_bytes(const RunSettings& settings) {
   return 2 * param + param + 2 * master + 2 * states;
 }
 
+// GPUs of `group` consecutive ranks talk over the network once the group spans
+// nodes, otherwise over NVLink, or PCIe peer-to-peer without it.
+double group_gbps(const RunSettings& settings, const GpuSpec& gpu, int group) {
+  if (group > settings.gpus_per_node) return settings.network_gbps;
+  return gpu.nvlink_gbps > 0 ? gpu.nvlink_gbps : gpu.host_link_gbps;
+}
+
 }  // namespace
 
 double transfer_ms(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e9) * 1e3 : 0; }
 
 double collective_gbps(const RunSettings& settings, const GpuSpec& gpu) {
-  if (settings.nodes > 1) return settings.network_gbps;
-  return gpu.nvlink_gbps > 0 ? gpu.nvlink_gbps : gpu.host_link_gbps;
+  return group_gbps(settings, gpu, settings.world_size());
 }
 
 double shard_group_gbps(const RunSettings& settings, const GpuSpec& gpu) {
-  if (settings.shard_group_size() > settings.gpus_per_node) return settings.network_gbps;
-  return gpu.nvlink_gbps > 0 ? gpu.nvlink_gbps : gpu.host_link_gbps;
+  return group_gbps(settings, gpu, settings.shard_group_size());
 }
 
 double gradient_collective_ms(const RunSettings& settings, const GpuSpec& gpu, int zero_stage, double grad_bytes) {

@@ -82,16 +82,24 @@ TEST_CASE("dropout p == 0 adds nothing; p > 0 keeps a bool mask") {
   CHECK(b.graph().find_tensor("d1:mask")->dtype == DType::kBool);
 }
 
-TEST_CASE("eager attention with an f32 softmax keeps the f32 probs and uses the cast copy") {
+// q, k, v of 16 values per token requiring grad; 2 heads of 8, causal, S x S scores.
+struct AttentionInputs {
   GraphBuilder b;
-  b.begin_block("b", "test", false);
-  const SizeExpr e = SizeExpr::per_token(16);
-  const std::string q = b.input("q", e, std::nullopt, true);
-  const std::string k = b.input("k", e, std::nullopt, true);
-  const std::string v = b.input("v", e, std::nullopt, true);
-  AttentionShape shape{2, 2, 8, SizeExpr::per_token(1), SizeExpr::per_token(1),
-                       SizeExpr{0, 0, 0, 0, 0, 1}, true};
-  b.eager_attention("attn", q, k, v, shape, EagerAttentionOptions{true, 0.0});
+  std::string q, k, v;
+  AttentionShape shape{2, 2, 8, SizeExpr::per_token(1), SizeExpr::per_token(1), SizeExpr{0, 0, 0, 0, 0, 1}, true};
+  AttentionInputs() {
+    b.begin_block("b", "test", false);
+    const SizeExpr e = SizeExpr::per_token(16);
+    q = b.input("q", e, std::nullopt, true);
+    k = b.input("k", e, std::nullopt, true);
+    v = b.input("v", e, std::nullopt, true);
+  }
+};
+
+TEST_CASE("eager attention with an f32 softmax keeps the f32 probs and uses the cast copy") {
+  AttentionInputs in;
+  GraphBuilder& b = in.b;
+  b.eager_attention("attn", in.q, in.k, in.v, in.shape, EagerAttentionOptions{true, 0.0});
   const graph::LayerGraph& g = b.graph();
   CHECK(g.find_tensor("attn.softmax")->dtype == DType::kF32);
   CHECK(saves(*g.find_node("attn.softmax"), "attn.softmax", SaveWhen::kInputGrad));
@@ -101,15 +109,9 @@ TEST_CASE("eager attention with an f32 softmax keeps the f32 probs and uses the 
 }
 
 TEST_CASE("SDPA keeps q, k, v, out and an f32 logsumexp; causal halves the FLOPs") {
-  GraphBuilder b;
-  b.begin_block("b", "test", false);
-  const SizeExpr e = SizeExpr::per_token(16);
-  const std::string q = b.input("q", e, std::nullopt, true);
-  const std::string k = b.input("k", e, std::nullopt, true);
-  const std::string v = b.input("v", e, std::nullopt, true);
-  AttentionShape shape{2, 2, 8, SizeExpr::per_token(1), SizeExpr::per_token(1),
-                       SizeExpr{0, 0, 0, 0, 0, 1}, true};
-  b.sdpa_attention("attn", q, k, v, shape);
+  AttentionInputs in;
+  GraphBuilder& b = in.b;
+  b.sdpa_attention("attn", in.q, in.k, in.v, in.shape);
   const graph::Node& n = *b.graph().find_node("attn.sdpa");
   CHECK(n.saves.size() == 5);
   CHECK(b.graph().find_tensor("attn.sdpa:lse")->elements == SizeExpr::per_token(2));
@@ -118,15 +120,9 @@ TEST_CASE("SDPA keeps q, k, v, out and an f32 logsumexp; causal halves the FLOPs
 }
 
 TEST_CASE("flex_attention keeps what SDPA keeps and its f32 row maxima, at SDPA's FLOPs") {
-  GraphBuilder b;
-  b.begin_block("b", "test", false);
-  const SizeExpr e = SizeExpr::per_token(16);
-  const std::string q = b.input("q", e, std::nullopt, true);
-  const std::string k = b.input("k", e, std::nullopt, true);
-  const std::string v = b.input("v", e, std::nullopt, true);
-  AttentionShape shape{2, 2, 8, SizeExpr::per_token(1), SizeExpr::per_token(1),
-                       SizeExpr{0, 0, 0, 0, 0, 1}, true};
-  CHECK(b.flex_attention("attn", q, k, v, shape) == "attn.flex");
+  AttentionInputs in;
+  GraphBuilder& b = in.b;
+  CHECK(b.flex_attention("attn", in.q, in.k, in.v, in.shape) == "attn.flex");
   const graph::Node& n = *b.graph().find_node("attn.flex");
   CHECK(n.op == "flex_attention");
   CHECK(n.saves.size() == 6);

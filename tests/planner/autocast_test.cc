@@ -79,9 +79,6 @@ TEST_CASE("an AMP ViT keeps more activations than DeepSpeed-style mixed precisio
   CHECK(amp.peak.master_weights == 0);
 }
 
-}  // namespace headroom::planner
-
-namespace headroom::planner {
 
 TEST_CASE("Trainer(bf16=True) on a bf16 model: fp32 LoRA adapters are cast per linear and kept") {
   RunSettings s;

@@ -165,9 +165,6 @@ TEST_CASE("FSDP2 stacks: two blocks gathered without a live cap, and the reduce-
   settings.precision = Precision::kBf16Pure;  // torchtune: reduces in the model's dtype
   CHECK(model_states(graph, settings, config, Accounting::kAllocated).reduce_scatter_bytes == 4'000'000'000);
 }
-}  // namespace headroom::planner
-
-namespace headroom::planner {
 
 TEST_CASE("a tied embedding's gradient lives from the head's backward, where autograd first produces it") {
   RunSettings settings;
@@ -193,9 +190,6 @@ TEST_CASE("a tied embedding's gradient lives from the head's backward, where aut
         doctest::Approx(static_cast<double>(prediction.peak_allocated)).epsilon(0.03));
 }
 
-}  // namespace headroom::planner
-
-namespace headroom::planner {
 
 TEST_CASE("NF4 with and without double quantization: 0.5 + 1/64 + 4/16384 vs 0.5 + 4/64 bytes a weight") {
   graph::LayerGraph graph;
@@ -228,9 +222,6 @@ TEST_CASE("NF4 with and without double quantization: 0.5 + 1/64 + 4/16384 vs 0.5
   CHECK(frozen_bytes(false) == elements / 2 + elements / 64 * 4);
 }
 
-}  // namespace headroom::planner
-
-namespace headroom::planner {
 
 TEST_CASE("bitsandbytes paged optimizers: large tensors' states in unified memory, small ones on the device") {
   graph::LayerGraph graph = one_tensor_model(1'000'000);
@@ -277,9 +268,6 @@ TEST_CASE("a paged optimizer leaves the GPU peak, adds to what the host must hol
   CHECK(refused.message().find("paged_optimizer") != std::string::npos);
 }
 
-}  // namespace headroom::planner
-
-namespace headroom::planner {
 
 TEST_CASE("what the model is: parameters once, trainable ones, weight bytes by stored dtype") {
   RunSettings s;
@@ -327,9 +315,6 @@ TEST_CASE("a plan names its model by an absolute path, so it runs from any direc
   CHECK(settings_for_plan(RunSettings{}).model == RunSettings{}.model);
 }
 
-}  // namespace headroom::planner
-
-namespace headroom::planner {
 
 TEST_CASE("hybrid sharding divides model states by the shard group, not by every GPU") {
   RunSettings settings;
