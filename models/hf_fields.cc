@@ -1,6 +1,7 @@
 #include "models/hf_fields.h"
 
 #include <algorithm>
+#include <sstream>
 
 namespace headroom::models {
 
@@ -44,10 +45,16 @@ Result<double> probability_or(const HfFields& c, const char* key, double fallbac
 }
 
 Result<double> fraction_or(const HfFields& c, const char* key, double fallback) {
+  return positive_number_or(c, key, fallback, 1.0);
+}
+
+Result<double> positive_number_or(const HfFields& c, const char* key, double fallback, double max) {
   if (!c.has(key)) return fallback;
   const nlohmann::json& value = c.json.at(key);
-  if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > 1) {
-    return field_error(c.origin, c.name(key), "a number in (0, 1], got " + value.dump());
+  if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > max) {
+    std::ostringstream bound;
+    bound << max;
+    return field_error(c.origin, c.name(key), "a number in (0, " + bound.str() + "], got " + value.dump());
   }
   return value.get<double>();
 }

@@ -47,6 +47,8 @@ Result<bool> boolean_or(const HfFields& c, const char* key, bool fallback);
 Result<double> probability_or(const HfFields& c, const char* key, double fallback);
 // A fraction in (0, 1].
 Result<double> fraction_or(const HfFields& c, const char* key, double fallback);
+// A number in (0, max].
+Result<double> positive_number_or(const HfFields& c, const char* key, double fallback, double max);
 Result<std::string> string_or(const HfFields& c, const char* key, const std::string& fallback);
 // A nested config object ("text_config"); an empty object when missing and `optional`.
 Result<HfFields> sub_config(const HfFields& c, const char* key, bool optional);
@@ -72,6 +74,9 @@ class HfReader {
   double fraction_or(const char* key, double fallback) {
     return keep(models::fraction_or(c_, key, fallback), fallback);
   }
+  double positive_number_or(const char* key, double fallback, double max) {
+    return keep(models::positive_number_or(c_, key, fallback, max), fallback);
+  }
   std::string string_or(const char* key, const std::string& fallback) {
     return keep(models::string_or(c_, key, fallback), fallback);
   }
@@ -93,6 +98,10 @@ class HfReader {
   }
   void fail(Status status) {
     if (status_.is_ok()) status_ = std::move(status);
+  }
+  // Fails on `field` with `expected` unless `holds`; only the first failure is kept.
+  void check(bool holds, const char* field, const std::string& expected) {
+    if (!holds) fail(field_error(c_.origin, c_.name(field), expected));
   }
   const HfFields& fields() const { return c_; }
   const Status& status() const { return status_; }

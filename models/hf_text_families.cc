@@ -114,24 +114,18 @@ Result<graph::LayerGraph> hf_qwen_family(const HfFields& c, const std::string& t
   const double embedding_dropout = r.probability_or("emb_dropout_prob", 0.0);
   const int64_t max_position = r.positive_or("max_position_embeddings", 8192);
   r.divides("num_attention_heads", config.hidden, config.heads, "hidden_size");
-  const int64_t kv_channels = r.positive_or("kv_channels", config.heads > 0 ? config.hidden / config.heads : 1);
-  if (r.status().is_ok() && kv_channels * config.heads != config.hidden) {
-    r.fail(field_error(c.origin, c.name("kv_channels"),
-                       "hidden_size / num_attention_heads = " + std::to_string(config.hidden / config.heads) +
-                           " (headroom builds c_attn as hidden -> 3 x hidden), got " + std::to_string(kv_channels)));
-  }
-  if (r.status().is_ok() && intermediate % 2 != 0) {
-    r.fail(field_error(c.origin, c.name("intermediate_size"),
-                       "an even count (w1 and w2 take half each), got " + std::to_string(intermediate)));
-  }
-  if (r.status().is_ok() && !r.boolean_or("no_bias", true)) {
-    r.fail(field_error(c.origin, c.name("no_bias"),
-                       "true, as every published Qwen config sets it (biases on c_proj, w1 and w2 are not built)"));
-  }
-  if (r.status().is_ok() && embedding_dropout != config.dropout) {
-    r.fail(field_error(c.origin, c.name("emb_dropout_prob"),
-                       "the same probability as attn_dropout_prob (headroom applies one)"));
-  }
+  const int64_t kv_channels = r.positive_or("kv_channels", config.hidden / config.heads);
+  // After an earlier error the sizes are stand-ins (1): these checks still run,
+  // and only the first failure is reported.
+  r.check(kv_channels * config.heads == config.hidden, "kv_channels",
+          "hidden_size / num_attention_heads = " + std::to_string(config.hidden / config.heads) +
+              " (headroom builds c_attn as hidden -> 3 x hidden), got " + std::to_string(kv_channels));
+  r.check(intermediate % 2 == 0, "intermediate_size",
+          "an even count (w1 and w2 take half each), got " + std::to_string(intermediate));
+  r.check(r.boolean_or("no_bias", true), "no_bias",
+          "true, as every published Qwen config sets it (biases on c_proj, w1 and w2 are not built)");
+  r.check(embedding_dropout == config.dropout, "emb_dropout_prob",
+          "the same probability as attn_dropout_prob (headroom applies one)");
   if (!r.status().is_ok()) return r.status();
   graph::LayerGraph graph = build_qwen(config, options);
   graph.family = type;

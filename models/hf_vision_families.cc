@@ -76,6 +76,23 @@ int64_t read_labels(HfReader& r, const HfFields& c) {
   return static_cast<int64_t>(c.json.at("id2label").size());
 }
 
+// ViTConfig's and Dinov2Config's hidden_dropout_prob and attention_probs_dropout_prob (0).
+void read_vit_dropouts(HfReader& r, VisionSpec& s) {
+  s.dropout = r.probability_or("hidden_dropout_prob", 0.0);
+  s.attention_dropout = r.probability_or("attention_probs_dropout_prob", 0.0);
+}
+
+// ViTForImageClassification or Dinov2ForImageClassification (by s.style): the
+// image sequence with its class token, LoRA on the attention and dense layers.
+graph::LayerGraph vit_classifier_graph(const VisionSpec& s, const VisionFields& v, int64_t labels,
+                                       const std::string& type, const ZooOptions& options) {
+  graph::LayerGraph graph = build_vit_from(s, labels, options);
+  graph.family = type;
+  set_image_sequence(graph, v.patch, v.image, 1);
+  graph.lora_targets = {"query", "key", "value", "dense"};
+  return graph;
+}
+
 // CLIPVisionConfig: 768 hidden, 12 layers, 12 heads, 3072 intermediate, 224 px, patch 32.
 constexpr VisionFields kClipVisionDefaults{768, 12, 12, 3072, 224, 32};
 // SiglipVisionConfig: as CLIP's with patch 16.
@@ -90,17 +107,11 @@ Result<graph::LayerGraph> hf_vit_family(const HfFields& c, const std::string& ty
   HfReader r(c);
   const VisionFields v = read_vision(r, VisionFields{768, 12, 12, 3072, 224, 16});
   VisionSpec s = spec_of(v, VisionStyle::kVit, "vit", 1);
-  s.dropout = r.probability_or("hidden_dropout_prob", 0.0);
-  s.attention_dropout = r.probability_or("attention_probs_dropout_prob", 0.0);
-  if (!r.boolean_or("qkv_bias", true))
-    r.fail(field_error(c.origin, c.name("qkv_bias"), "true (the only ViT built)"));
+  read_vit_dropouts(r, s);
+  r.check(r.boolean_or("qkv_bias", true), "qkv_bias", "true (the only ViT built)");
   const int64_t labels = read_labels(r, c);
   if (!r.status().is_ok()) return r.status();
-  graph::LayerGraph graph = build_vit_from(s, labels, options);
-  graph.family = type;
-  set_image_sequence(graph, v.patch, v.image, 1);
-  graph.lora_targets = {"query", "key", "value", "dense"};
-  return graph;
+  return vit_classifier_graph(s, v, labels, type, options);
 }
 
 // Dinov2ForImageClassification (Dinov2Config: 768 hidden, 12 layers, 12 heads,
@@ -112,28 +123,19 @@ Result<graph::LayerGraph> hf_dinov2_family(const HfFields& c, const std::string&
                                            const ZooOptions& options) {
   HfReader r(c);
   VisionFields v = read_vision(r, VisionFields{768, 12, 12, 3072, 224, 14});
-  const double ratio = c.has("mlp_ratio") && c.json.at("mlp_ratio").is_number() ? c.json.at("mlp_ratio").get<double>() : 4.0;
-  if (!(ratio > 0 && ratio <= 64)) r.fail(field_error(c.origin, c.name("mlp_ratio"), "a ratio above 0, at most 64"));
+  const double ratio = r.positive_number_or("mlp_ratio", 4.0, 64.0);
   const bool swiglu = r.boolean_or("use_swiglu_ffn", false);
   const int64_t plain = static_cast<int64_t>(static_cast<double>(v.hidden) * ratio);
   v.mlp = swiglu ? (plain * 2 / 3 + 7) / 8 * 8 : plain;
   VisionSpec s = spec_of(v, VisionStyle::kDinov2, "dinov2", 1);
-  s.post_layernorm = true;
   s.layer_scale = true;
   s.swiglu = swiglu;
-  s.dropout = r.probability_or("hidden_dropout_prob", 0.0);
-  s.attention_dropout = r.probability_or("attention_probs_dropout_prob", 0.0);
-  if (!r.boolean_or("qkv_bias", true)) r.fail(field_error(c.origin, c.name("qkv_bias"), "true (the only DINOv2 built)"));
-  if (r.probability_or("drop_path_rate", 0.0) > 0) {
-    r.fail(field_error(c.origin, c.name("drop_path_rate"), "0 (stochastic depth is not built)"));
-  }
+  read_vit_dropouts(r, s);
+  r.check(r.boolean_or("qkv_bias", true), "qkv_bias", "true (the only DINOv2 built)");
+  r.check(r.probability_or("drop_path_rate", 0.0) == 0, "drop_path_rate", "0 (stochastic depth is not built)");
   const int64_t labels = read_labels(r, c);
   if (!r.status().is_ok()) return r.status();
-  graph::LayerGraph graph = build_vit_from(s, labels, options);
-  graph.family = type;
-  set_image_sequence(graph, v.patch, v.image, 1);
-  graph.lora_targets = {"query", "key", "value", "dense"};
-  return graph;
+  return vit_classifier_graph(s, v, labels, type, options);
 }
 
 // CLIPModel / SiglipModel (text_config + vision_config), or the vision model

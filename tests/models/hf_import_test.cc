@@ -237,6 +237,20 @@ TEST_CASE("DINOv2-giant: SwiGLU FFN of 4096, layer scales, the class-and-mean-pa
   CHECK(g.sequence.default_seq == 37 * 37 + 1);
 }
 
+TEST_CASE("a DINOv2 mlp_ratio that is not a positive number of at most 64 is refused, naming the field") {
+  const std::string dir = scratch_dir("dinov2-odd");
+  std::ifstream original(kData + "dinov2-giant/config.json");
+  nlohmann::json config = nlohmann::json::parse(original);
+  for (const nlohmann::json& bad : {nlohmann::json("4"), nlohmann::json(0), nlohmann::json(65)}) {
+    config["mlp_ratio"] = bad;
+    std::ofstream(dir + "/config.json") << config.dump();
+    const Result<HfModel> odd = load_hf_model(dir, ZooOptions{});
+    REQUIRE_FALSE(odd.is_ok());
+    CHECK_MESSAGE(odd.message().find("mlp_ratio: expected a number in (0, 64], got " + bad.dump()) != std::string::npos,
+                  odd.message());
+  }
+}
+
 TEST_CASE("a checkpoint's safetensors header is compared with the graph") {
   const std::string dir = scratch_dir("tiny");
   nlohmann::json config = {{"model_type", "llama"},      {"hidden_size", 8},
