@@ -126,6 +126,50 @@ class FluxModel final : public TrainModel {
   TrainModelOptions options_;
 };
 
+// QLoRA: every linear whose weight the planner's graph stores as NF4 is
+// quantized, in the module's final dtype and device, as bitsandbytes
+// quantizes a Linear4bit when it moves to the GPU. Returns how many.
+int quantize_nf4_linears(torch::nn::Module& module, const graph::LayerGraph& graph, bool double_quant) {
+  std::map<std::string, bool> nf4;
+  for (const graph::Node& node : graph.nodes) {
+    for (const graph::Param& param : node.params) nf4[param.name] = param.dtype == graph::DType::kNF4;
+  }
+  int quantized = 0;
+  for (const auto& item : module.named_modules()) {
+    auto* linear = dynamic_cast<tm::LinearImpl*>(item.value().get());
+    if (linear == nullptr) continue;
+    const auto found = nf4.find(item.key() + ".weight");
+    if (found == nf4.end() || !found->second) continue;
+    linear->quantize_nf4(double_quant);
+    ++quantized;
+  }
+  return quantized;
+}
+
+// PEFT keeps adapters in fp32 on a 16-bit model (get_peft_model's
+// autocast_adapter_dtype=True), and the planner's graph says so with f32
+// adapter parameters: those go back to fp32 after the module's move to its
+// 16-bit dtype, and their layers do autocast's casts (LinearImpl). Only pure
+// bf16 keeps them so (planner/model_states.cc fp32_adapter): under mixed
+// precision every parameter is 16-bit with an fp32 master copy.
+void keep_fp32_adapters(torch::nn::Module& module, const graph::LayerGraph& graph, planner::Precision precision) {
+  if (precision != planner::Precision::kBf16Pure) return;
+  std::map<std::string, bool> fp32;
+  for (const graph::Node& node : graph.nodes) {
+    for (const graph::Param& param : node.params) fp32[param.name] = param.dtype == graph::DType::kF32;
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& item : module.named_modules()) {
+    auto* linear = dynamic_cast<tm::LinearImpl*>(item.value().get());
+    if (linear == nullptr || !linear->lora_a.defined()) continue;
+    const auto found = fp32.find(item.key() + ".lora_A.weight");
+    if (found == fp32.end() || !found->second) continue;
+    linear->lora_a.set_data(linear->lora_a.to(torch::kFloat));
+    linear->lora_b.set_data(linear->lora_b.to(torch::kFloat));
+    linear->adapter_autocast = true;
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> TrainModel::trainable() {
@@ -169,6 +213,11 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
     }
   }
   out->module().to(options.device, options.dtype);
+  keep_fp32_adapters(out->module(), trained_graph, plan.settings.precision);
+  if (plan.settings.mode == planner::TrainMode::kQlora &&
+      quantize_nf4_linears(out->module(), trained_graph, plan.settings.nf4_double_quant) == 0) {
+    return Status::error(plan.model + ": QLoRA: no linear of the module is NF4 in the planner's graph (a bug in models/)");
+  }
   out->module().train();
   return out;
 }

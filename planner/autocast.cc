@@ -42,6 +42,42 @@ void add_cast(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tenso
   nodes.push_back(std::move(cast));
 }
 
+bool has_fp32_adapters(const graph::Node& node) {
+  return std::any_of(node.params.begin(), node.params.end(), [](const graph::Param& param) {
+    return is_lora_adapter(param) && param.trainable && param.dtype == DType::kF32;
+  });
+}
+
+// PEFT casts a LoRA layer's input to the adapters' dtype before lora_A
+// (peft/tuners/lora/layer.py, Linear.forward: x = self._cast_input_dtype(x,
+// lora_A.weight.dtype); x.to(lora_A.weight.dtype) since d6015bc, May 2023).
+// Under autocast lora_A casts that fp32 copy back to 16 bits: a tensor of the
+// layer's own, which lora_A keeps for its weight gradient. So each adapted
+// linear with a 16-bit input keeps its own copy of it, where the graph had
+// lora_A keep the shared x. With lora dropout the dropout output already is
+// that per-layer tensor (add_lora), and an fp32 input already has its cast
+// ("<node>.cast:<input>").
+void copy_adapter_input(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, graph::Node& node) {
+  if (node.op != "linear" || !node.linear || node.inputs.empty() || !has_fp32_adapters(node)) return;
+  const std::string& x = node.inputs.front();
+  if (x.starts_with(node.name + ".cast:")) return;
+  const bool dropout = std::find(node.outputs.begin(), node.outputs.end(), node.name + ".lora_dropout_out") !=
+                       node.outputs.end();
+  if (dropout) return;
+  const bool frozen_base = std::none_of(node.params.begin(), node.params.end(), [](const graph::Param& param) {
+    return param.trainable && !is_lora_adapter(param);
+  });
+  const std::string name = node.name + ".adapter_input_cast";
+  add_cast(nodes, tensors, name, node.block, {x}, node.linear->rows.scaled(node.linear->in_features));
+  if (frozen_base) {
+    std::erase_if(node.saves, [&](const graph::SavedRef& saved) {
+      return saved.tensor == x && saved.when == graph::SaveWhen::kParamGrad;
+    });
+  }
+  node.inputs.push_back(name);
+  node.saves.push_back({name, graph::SaveWhen::kParamGrad});
+}
+
 }  // namespace
 
 void apply_autocast(graph::LayerGraph& graph) {
@@ -93,6 +129,7 @@ void apply_autocast(graph::LayerGraph& graph) {
       // The matmul keeps the 16-bit weight for its input gradient (mm backward: dx = dy W).
       node.saves.push_back({name, graph::SaveWhen::kInputGrad});
     }
+    copy_adapter_input(rewritten, added, node);
     rewritten.push_back(std::move(node));
   }
   graph.nodes = std::move(rewritten);
@@ -115,6 +152,7 @@ void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph) {
       // lora_A's copy for the input gradient, lora_B's for lora_A's gradient.
       node.saves.push_back({name, graph::SaveWhen::kAnyGrad});
     }
+    copy_adapter_input(rewritten, added, node);
     rewritten.push_back(std::move(node));
   }
   graph.nodes = std::move(rewritten);

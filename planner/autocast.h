@@ -28,7 +28,10 @@ void apply_autocast(graph::LayerGraph& graph);
 // with bf16=True runs the forward under torch.autocast (Accelerate's
 // prepare_model wraps model.forward), so each adapted linear casts its fp32
 // adapter weights to 16-bit copies, kept for backward ("<node>.adapter_cast").
-// Everything else is 16-bit already and is not copied.
+// PEFT casts the layer's input to fp32 for the adapters and lora_A casts it
+// back: each adapted linear keeps its own 16-bit copy of its input
+// ("<node>.adapter_input_cast"; apply_autocast adds the same). Everything else
+// is 16-bit already and is not copied.
 void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph);
 
 }  // namespace headroom::planner

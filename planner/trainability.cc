@@ -91,6 +91,12 @@ void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora, DType dty
 // (first level: one 8-bit absmax per 64 weights; second level: one fp32 per 256
 // of those). bitsandbytes dequantizes the whole weight to the compute dtype for
 // each matmul, forward and backward: a transient of in*out elements.
+// Beside the packed weight, bitsandbytes' QuantState keeps on the device
+// (bitsandbytes/functional.py quantize_4bit): absmax; its own copy of the NF4
+// code book (get_4bit_type, 16 fp32); and with compress_statistics the fp32
+// absmax of the absmax, their mean (`offset`, a 0-dim tensor) and a copy of the
+// 256-entry dynamic map (quantize_blockwise, code.to(A.device, copy=True)).
+// Named as its state dict names them (offset is a JSON field there).
 void quantize_linear(Node& node, bool double_quant) {
   for (Param& param : node.params) {
     if (param.name != node.name + ".weight" || param.trainable) continue;
@@ -98,14 +104,14 @@ void quantize_linear(Node& node, bool double_quant) {
     const std::string name = param.name;
     param.dtype = DType::kNF4;
     const int64_t absmax = (elements + kNf4BlockSize - 1) / kNf4BlockSize;
-    const int64_t absmax2 = (absmax + kNf4SecondLevelBlockSize - 1) / kNf4SecondLevelBlockSize;
+    const int64_t nested = (absmax + kNf4SecondLevelBlockSize - 1) / kNf4SecondLevelBlockSize;
     // push_back may reallocate node.params: `param` is not used past this point.
+    node.params.push_back(Param{name + ".absmax", {absmax}, double_quant ? DType::kUInt8 : DType::kF32, false, ""});
+    node.params.push_back(Param{name + ".quant_map", {kNf4Values}, DType::kF32, false, ""});
     if (double_quant) {
-      node.params.push_back(Param{name + ".absmax", {absmax}, DType::kUInt8, false, ""});
-      node.params.push_back(Param{name + ".absmax2", {absmax2}, DType::kF32, false, ""});
-    } else {
-      // bitsandbytes quantize_4bit without compress_statistics: fp32 absmax per block.
-      node.params.push_back(Param{name + ".absmax", {absmax}, DType::kF32, false, ""});
+      node.params.push_back(Param{name + ".nested_absmax", {nested}, DType::kF32, false, ""});
+      node.params.push_back(Param{name + ".nested_quant_map", {kDynamicMapValues}, DType::kF32, false, ""});
+      node.params.push_back(Param{name + ".nested_offset", {1}, DType::kF32, false, ""});
     }
     node.workspace_elements += SizeExpr::constant(node.linear->in_features * node.linear->out_features);
     return;
@@ -165,7 +171,10 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
 }
 
 bool is_quantization_constant(const Param& param) {
-  return param.name.ends_with(".absmax") || param.name.ends_with(".absmax2");
+  for (const char* suffix : {".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map", ".nested_offset"}) {
+    if (param.name.ends_with(suffix)) return true;
+  }
+  return false;
 }
 
 bool is_lora_adapter(const Param& param) {

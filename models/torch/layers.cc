@@ -75,16 +75,40 @@ void LinearImpl::add_lora(int64_t rank, double alpha, double dropout) {
   lora_scale = alpha / static_cast<double>(rank);
 }
 
+void LinearImpl::quantize_nf4(bool double_quant) {
+  if (nf4) return;
+  torch::NoGradGuard no_grad;
+  Nf4Weight q = models::torch_modules::quantize_nf4(weight, double_quant);
+  weight.set_data(q.packed);
+  q.packed = weight;
+  for (const auto& [name, tensor] : q.tensors()) {
+    if (!name.empty()) register_buffer("weight_" + name, tensor);
+  }
+  if (q.double_quant()) register_buffer("weight_offset", q.offset);
+  nf4 = std::move(q);
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   namespace F = torch::nn::functional;
-  torch::Tensor y = F::linear(x, weight, bias);
+  torch::Tensor y;
+  if (nf4) {
+    y = nf4_linear(x, *nf4);
+    if (bias.defined()) y = y + bias;
+  } else {
+    y = F::linear(x, weight, bias);
+  }
   if (!lora_a.defined()) return y;
   // native_dropout keeps a bool mask for backward on every device (the generic
   // CPU dropout would keep a mask in the compute dtype): what the planner counts.
-  const torch::Tensor a_input =
-      lora_dropout > 0 && is_training() ? std::get<0>(at::native_dropout(x, lora_dropout, true)) : x;
-  y = y + F::linear(F::linear(a_input, lora_a), lora_b) * lora_scale;
-  return y;
+  // PEFT's input cast (peft/tuners/lora/layer.py: x = self._cast_input_dtype(x, lora_A.weight.dtype)).
+  const torch::Tensor xa = adapter_autocast ? x.to(lora_a.scalar_type()) : x;
+  torch::Tensor a_input =
+      lora_dropout > 0 && is_training() ? std::get<0>(at::native_dropout(xa, lora_dropout, true)) : xa;
+  if (!adapter_autocast) return y + F::linear(F::linear(a_input, lora_a), lora_b) * lora_scale;
+  // Autocast's casts for linear, the input and both weights (not cached for
+  // activations; the adapters' casts are what backward keeps for dX).
+  const torch::ScalarType low = x.scalar_type();
+  return y + F::linear(F::linear(a_input.to(low), lora_a.to(low)), lora_b.to(low)) * lora_scale;
 }
 
 RMSNormImpl::RMSNormImpl(int64_t width, double epsilon, bool python_ops) : eps(epsilon), transformers_ops(python_ops) {

@@ -7,9 +7,12 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "models/torch/nf4.h"
 
 namespace headroom::models::torch_modules {
 
@@ -24,6 +27,12 @@ class LinearImpl : public torch::nn::Module {
   // and saved once, as the planner's graph counts it (tied_to).
   explicit LinearImpl(torch::Tensor tied_weight);
   void add_lora(int64_t rank, double alpha, double dropout = 0);
+  // QLoRA: the frozen weight becomes NF4 (models/torch/nf4.h). The parameter
+  // "weight" keeps its name and holds the packed bytes, as bitsandbytes'
+  // Params4bit does; absmax and the rest are buffers ("weight_absmax", ...).
+  // Call after the module has its final device and dtype: Module::to would
+  // convert the packed bytes too.
+  void quantize_nf4(bool double_quant);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
   torch::Tensor bias;
@@ -31,6 +40,12 @@ class LinearImpl : public torch::nn::Module {
   torch::Tensor lora_b;
   double lora_scale = 0;
   double lora_dropout = 0;  // PEFT's lora_dropout on the adapter's input (training only)
+  // fp32 adapters under transformers' Trainer with bf16=True over a 16-bit
+  // model (planner/autocast.h, apply_autocast_to_fp32_adapters): PEFT casts x
+  // to fp32 for the adapters, then autocast casts it, A and B to 16 bits for
+  // each matmul. The executor runs no autocast, so it does these casts itself.
+  bool adapter_autocast = false;
+  std::optional<Nf4Weight> nf4;  // set by quantize_nf4
 };
 TORCH_MODULE(Linear);
 

@@ -1,0 +1,261 @@
+#include "models/torch/nf4.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace headroom::models::torch_modules {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// bitsandbytes/functional.py get_4bit_type("nf4"): quantiles of N(0, 1) with
+// equal probability mass (create_normal_map(offset=0.9677083)), sorted.
+constexpr float kNf4Values[16] = {
+    -1.0f,
+    -0.6961928009986877f,
+    -0.5250730514526367f,
+    -0.39491748809814453f,
+    -0.28444138169288635f,
+    -0.18477343022823334f,
+    -0.09105003625154495f,
+    0.0f,
+    0.07958029955625534f,
+    0.16093020141124725f,
+    0.24611230194568634f,
+    0.33791524171829224f,
+    0.44070982933044434f,
+    0.5626170039176941f,
+    0.7229568362236023f,
+    1.0f,
+};
+
+
+// The per-block scaling of bnb's default quantize kernels: full blocks are
+// multiplied by 1 / absmax, a partial last block divided by its absmax (two
+// roundings that can differ in the last bit, so both are kept). Returns the
+// scaled values clamped to [-1, 1] and the f32 absmax.
+std::pair<torch::Tensor, torch::Tensor> scale_blocks(const torch::Tensor& values, int64_t blocksize) {
+  const torch::Tensor flat = values.reshape(-1).to(torch::kFloat);
+  const int64_t n = flat.numel();
+  const int64_t rem = n % blocksize;
+  const int64_t full = n - rem;
+  const torch::Tensor blocks = flat.slice(0, 0, full).view({full / blocksize, blocksize});
+  torch::Tensor absmax = std::get<0>(blocks.abs().max(-1));
+  torch::Tensor scaled = torch::clamp(blocks * (1.0 / absmax.clamp_min(1e-38)).view({-1, 1}), -1, 1).reshape(-1);
+  if (rem > 0) {
+    const torch::Tensor tail = flat.slice(0, full);
+    const torch::Tensor am = tail.abs().max().clamp_min(1e-38);
+    absmax = torch::cat({absmax, am.unsqueeze(0)});
+    scaled = torch::cat({scaled, torch::clamp(tail / am, -1, 1)});
+  }
+  return {scaled, absmax};
+}
+
+// Index of the nearest code (the midpoints between sorted codes as bucket bounds).
+torch::Tensor nearest_code(const torch::Tensor& scaled, const torch::Tensor& code) {
+  const torch::Tensor bounds = (code.slice(0, 0, -1) + code.slice(0, 1)) / 2;
+  return torch::bucketize(scaled, bounds, /*out_int32=*/true);
+}
+
+// codes [n] f32 values times their block's absmax (a partial last block too).
+torch::Tensor scale_back(const torch::Tensor& values, const torch::Tensor& absmax, int64_t blocksize) {
+  const int64_t n = values.numel();
+  const int64_t rem = n % blocksize;
+  const int64_t full = n - rem;
+  torch::Tensor out = (values.slice(0, 0, full).view({-1, blocksize}) * absmax.slice(0, 0, full / blocksize).view({-1, 1}))
+                          .reshape(-1);
+  if (rem > 0) out = torch::cat({out, values.slice(0, full) * absmax[full / blocksize]});
+  return out;
+}
+
+// The absmax of each 64-weight block, f32 (double quantization undone).
+torch::Tensor block_absmax(const Nf4Weight& w) {
+  if (!w.double_quant()) return w.absmax;
+  return dequantize_blockwise(w.absmax, w.nested_absmax, w.nested_quant_map, kNf4NestedBlocksize) + w.offset;
+}
+
+const char* dtype_text(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kFloat: return "float32";
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kHalf: return "float16";
+    default: throw std::invalid_argument("NF4 weights dequantize to float32, bfloat16 or float16");
+  }
+}
+
+// bitsandbytes' MatMul4Bit for the training shapes (autograd/_functions.py):
+// forward dequantizes and multiplies; backward dequantizes again for dX and
+// computes no dW (PyTorch has no gradient for packed 4-bit data).
+struct Nf4Matmul : public torch::autograd::Function<Nf4Matmul> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const Nf4Weight& weight) {
+    // The storage itself, not a copy: these tensors are the module's buffers.
+    for (const auto& [name, tensor] : weight.tensors()) ctx->saved_data["t." + name] = tensor;
+    if (weight.double_quant()) ctx->saved_data["offset"] = weight.offset;
+    ctx->saved_data["shape"] = weight.shape;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(weight.dtype);
+    return torch::matmul(x, dequantize_nf4(weight).to(x.scalar_type()).t());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto& saved = ctx->saved_data;
+    Nf4Weight weight;
+    weight.packed = saved["t."].toTensor();
+    weight.absmax = saved["t.absmax"].toTensor();
+    weight.quant_map = saved["t.quant_map"].toTensor();
+    if (saved.count("offset")) {
+      weight.nested_absmax = saved["t.nested_absmax"].toTensor();
+      weight.nested_quant_map = saved["t.nested_quant_map"].toTensor();
+      weight.offset = saved["offset"].toTensor();
+    }
+    weight.shape = saved["shape"].toIntVector();
+    weight.dtype = static_cast<torch::ScalarType>(saved["dtype"].toInt());
+    const torch::Tensor& g = grad_outputs[0];
+    return {torch::matmul(g, dequantize_nf4(weight).to(g.scalar_type())), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor nf4_code_book(const torch::Device& device) {
+  return torch::tensor(std::vector<float>(std::begin(kNf4Values), std::end(kNf4Values)), torch::kFloat).to(device);
+}
+
+// bitsandbytes create_dynamic_map(signed=True, max_exponent_bits=7,
+// total_bits=8): for each exponent i in 0..6, 2^i + 1 linearly spaced fraction
+// boundaries in [0.1, 1] whose midpoints are scaled by 10^(i - 6), with both
+// signs; then 0 and 1, sorted. The arithmetic is f32 tensor arithmetic, as
+// bitsandbytes computes it, so the values are bit for bit the same.
+torch::Tensor dynamic_map(const torch::Device& device) {
+  constexpr int kMaxExponentBits = 7;
+  constexpr int kNonSignBits = 7;
+  std::vector<torch::Tensor> parts;
+  for (int i = 0; i < kMaxExponentBits; ++i) {
+    const int64_t fraction_items = (int64_t{1} << (i + kNonSignBits - kMaxExponentBits)) + 1;
+    const torch::Tensor boundaries = torch::linspace(0.1, 1, fraction_items, torch::kFloat);
+    const torch::Tensor means = (boundaries.slice(0, 0, -1) + boundaries.slice(0, 1)) / 2.0;
+    const double scale = std::pow(10.0, -(kMaxExponentBits - 1) + i);
+    parts.push_back(scale * means);
+    parts.push_back(-scale * means);
+  }
+  parts.push_back(torch::tensor({0.0f, 1.0f}));
+  torch::Tensor data = torch::cat(parts);
+  // 127 values per sign plus 0 and 1: 256, so bnb's zero padding adds nothing here.
+  data = torch::cat({data, torch::zeros({256 - data.numel()}, torch::kFloat)});
+  return std::get<0>(data.sort()).to(device);
+}
+
+BlockwiseQuantized quantize_blockwise(const torch::Tensor& values, const torch::Tensor& code, int64_t blocksize) {
+  auto [scaled, absmax] = scale_blocks(values, blocksize);
+  return {nearest_code(scaled, code.to(torch::kFloat)).to(torch::kUInt8).view(values.sizes()), absmax};
+}
+
+torch::Tensor dequantize_blockwise(const torch::Tensor& codes, const torch::Tensor& absmax, const torch::Tensor& code,
+                                   int64_t blocksize) {
+  const torch::Tensor values = code.index({codes.reshape(-1).to(torch::kLong)});
+  return scale_back(values, absmax, blocksize).view(codes.sizes());
+}
+
+int64_t Nf4Weight::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Nf4Weight::tensors() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out = {{"", packed}, {"absmax", absmax}, {"quant_map", quant_map}};
+  if (double_quant()) {
+    out.emplace_back("nested_absmax", nested_absmax);
+    out.emplace_back("nested_quant_map", nested_quant_map);
+  }
+  return out;
+}
+
+Nf4Weight quantize_nf4(const torch::Tensor& weight, bool double_quant) {
+  torch::NoGradGuard no_grad;
+  Nf4Weight out;
+  out.shape = weight.sizes().vec();
+  out.dtype = weight.scalar_type();
+  dtype_text(out.dtype);  // refuses other dtypes before any work
+  out.quant_map = nf4_code_book(weight.device());
+  auto [scaled, absmax] = scale_blocks(weight, kNf4Blocksize);
+  if (scaled.numel() % 2 != 0) scaled = torch::constant_pad_nd(scaled, {0, 1});
+  const torch::Tensor q = nearest_code(scaled, out.quant_map).to(torch::kUInt8);
+  out.packed = torch::bitwise_or(q.slice(0, 0, torch::indexing::None, 2).bitwise_left_shift(4),
+                                 q.slice(0, 1, torch::indexing::None, 2))
+                   .unsqueeze(1);
+  if (!double_quant) {
+    out.absmax = absmax;
+    return out;
+  }
+  // bnb quantize_4bit(compress_statistics=True): offset = absmax.mean(), the
+  // rest quantize_blockwise(absmax - offset, blocksize=256) with the dynamic map.
+  out.offset = absmax.mean();
+  out.nested_quant_map = dynamic_map(weight.device());
+  BlockwiseQuantized nested = quantize_blockwise(absmax - out.offset, out.nested_quant_map, kNf4NestedBlocksize);
+  out.absmax = nested.codes;
+  out.nested_absmax = nested.absmax;
+  return out;
+}
+
+torch::Tensor dequantize_nf4(const Nf4Weight& w) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = w.numel();
+  const torch::Tensor bytes = w.packed.reshape(-1);
+  const torch::Tensor idx = torch::stack({bytes.bitwise_right_shift(4), bytes.bitwise_and(0xF)}, 1).reshape(-1);
+  const torch::Tensor values = w.quant_map.index({idx.slice(0, 0, n).to(torch::kLong)});
+  return scale_back(values, block_absmax(w), kNf4Blocksize).view(w.shape).to(w.dtype);
+}
+
+std::string nf4_quant_state_json(const Nf4Weight& w) {
+  // Key order as QuantState.as_dict writes it.
+  nlohmann::ordered_json j;
+  j["quant_type"] = "nf4";
+  j["blocksize"] = kNf4Blocksize;
+  j["dtype"] = dtype_text(w.dtype);
+  j["shape"] = w.shape;
+  if (w.double_quant()) {
+    j["nested_blocksize"] = kNf4NestedBlocksize;
+    j["nested_offset"] = w.offset.item<float>();
+    j["nested_dtype"] = "float32";
+  }
+  return j.dump();
+}
+
+void read_nf4_quant_state(const std::string& text, const std::string& origin, Nf4Weight& w,
+                          const torch::Device& device) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  auto fail = [&](const std::string& field, const std::string& expected) {
+    throw std::invalid_argument(origin + ": " + field + ": expected " + expected);
+  };
+  if (!j.is_object()) fail("quant_state", "a JSON object (QuantState.as_dict(packed=True))");
+  if (j.value("quant_type", "") != "nf4") fail("quant_type", "\"nf4\" (FP4 is not supported)");
+  if (!j.contains("blocksize") || j["blocksize"] != kNf4Blocksize) fail("blocksize", "64");
+  const std::string dtype = j.value("dtype", "");
+  if (dtype == "float32") {
+    w.dtype = torch::kFloat;
+  } else if (dtype == "bfloat16") {
+    w.dtype = torch::kBFloat16;
+  } else if (dtype == "float16") {
+    w.dtype = torch::kHalf;
+  } else {
+    fail("dtype", "float32, bfloat16 or float16");
+  }
+  if (!j.contains("shape") || !j["shape"].is_array() || j["shape"].empty()) fail("shape", "a list of sizes");
+  w.shape.clear();
+  for (const nlohmann::json& d : j["shape"]) {
+    if (!d.is_number_integer() || d.get<int64_t>() <= 0) fail("shape", "positive integer sizes");
+    w.shape.push_back(d.get<int64_t>());
+  }
+  if (j.contains("nested_offset")) {
+    if (j.value("nested_blocksize", 0) != kNf4NestedBlocksize) fail("nested_blocksize", "256");
+    if (!j["nested_offset"].is_number()) fail("nested_offset", "a number");
+    w.offset = torch::tensor(j["nested_offset"].get<float>(), torch::kFloat).to(device);
+  }
+}
+
+torch::Tensor nf4_linear(const torch::Tensor& x, const Nf4Weight& weight) { return Nf4Matmul::apply(x, weight); }
+
+}  // namespace headroom::models::torch_modules
