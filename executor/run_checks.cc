@@ -31,10 +31,6 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                       " GPUs: the executor trains on one GPU (or the CPU); sharding over c10d is not "
                       "implemented yet, expected a plan for 1 GPU");
   }
-  if (s.mode == planner::TrainMode::kQlora) {
-    return refuse(origin, "settings.mode",
-                  "QLoRA (4-bit NF4 base weights) is not implemented in the executor; expected full or lora");
-  }
   if (s.optimizer != planner::OptimizerKind::kAdamW) {
     return refuse(origin, "settings.optimizer",
                   std::string(planner::optimizer_name(s.optimizer)) +
@@ -56,6 +52,15 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                   "NVMe optimizer offload is not implemented in the executor; expected none or cpu");
   }
   const planner::StackSpec stack = planner::resolve_stack(s).top;
+  if (s.mode != planner::TrainMode::kFull && s.precision == planner::Precision::kBf16Pure &&
+      stack.adapter_dtype == planner::AdapterDtype::kFp32 && s.stack != planner::Stack::kHfTrainer) {
+    // The planner prices fp32 adapters over bf16 weights as the Trainer runs
+    // them (under autocast, planner/autocast.h); elsewhere no stack does.
+    return refuse(origin, "settings.adapter_dtype",
+                  "fp32 adapters on a bf16 model are priced, and run, as transformers' Trainer runs them (under "
+                  "autocast); expected settings.stack hf-trainer (--stack hf-trainer) or adapter_dtype model "
+                  "(--adapter-dtype model)");
+  }
   const bool checkpoints = std::find(plan.blocks.begin(), plan.blocks.end(), planner::BlockChoice::kCheckpoint) !=
                            plan.blocks.end();
   if (checkpoints && stack.recompute == planner::Recompute::kSelectiveOp) {

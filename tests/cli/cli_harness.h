@@ -85,4 +85,17 @@ inline nlohmann::json parse_json(const std::string& text) {
 
 inline std::string quoted(const std::string& path) { return "'" + path + "'"; }
 
+// True, with a MESSAGE, when `run` is this binary's refusal to train because it
+// was built without LibTorch (no headroom-train); the caller then skips. In a
+// build that has the trainer, that refusal is a failure, never a skip; any other
+// failure is left to the caller's checks, so a broken executor never passes.
+inline bool built_without_libtorch(const RunOutput& run) {
+  if (run.exit_code != 1 || !contains(run.err, "built without LibTorch")) return false;
+#ifdef HEADROOM_TRAINER_BUILT
+  FAIL("headroom-train was built, but `headroom run` did not find it: " << run.err);
+#endif
+  MESSAGE("skipped: this headroom was built without LibTorch, so `headroom run` cannot train");
+  return true;
+}
+
 }  // namespace headroom::cli_harness

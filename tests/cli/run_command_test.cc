@@ -47,19 +47,6 @@ const std::string& tiny_plan() {
   return path;
 }
 
-// True, with a MESSAGE, when `run` is this binary's refusal to train because it
-// was built without LibTorch (no headroom-train); the caller then skips. In a
-// build that has the trainer, that refusal is a failure, never a skip; any other
-// failure is left to the caller's checks, so a broken executor never passes.
-bool built_without_libtorch(const RunOutput& run) {
-  if (run.exit_code != 1 || !contains(run.err, "built without LibTorch")) return false;
-#ifdef HEADROOM_TRAINER_BUILT
-  FAIL("headroom-train was built, but `headroom run` did not find it: " << run.err);
-#endif
-  MESSAGE("skipped: this headroom was built without LibTorch, so `headroom run` cannot train");
-  return true;
-}
-
 TEST_CASE("fit -o writes a plan that run trains on the CPU, with metrics and a measurement") {
   TempDir dir;
   const std::string& plan = tiny_plan();

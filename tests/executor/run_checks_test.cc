@@ -80,9 +80,9 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   two_gpus.settings.gpus_per_node = 2;
   CHECK(check_executable(two_gpus, "plan.json").message().find("plan.json: settings.gpus_per_node") == 0);
 
-  planner::Plan qlora = plan;
+  planner::Plan qlora = plan;  // NF4 bases are trained (models/torch/nf4.h)
   qlora.settings.mode = planner::TrainMode::kQlora;
-  CHECK(check_executable(qlora, "plan.json").message().find("QLoRA") != std::string::npos);
+  CHECK(check_executable(qlora, "plan.json").is_ok());
 
   planner::Plan adam8 = plan;
   adam8.settings.optimizer = planner::OptimizerKind::kAdamW8bit;

@@ -103,4 +103,40 @@ TEST_CASE("Trainer(bf16=True) on a bf16 model: fp32 LoRA adapters are cast per l
   CHECK(torchtune->graph.find_tensor("model.layers.0.self_attn.q_proj.adapter_cast") == nullptr);
 }
 
+TEST_CASE("Trainer(bf16=True): without lora dropout each adapted linear keeps its own 16-bit copy of its input") {
+  RunSettings s;
+  s.model = "llama-3-8b";
+  s.gpu = "a100-80g";
+  s.mode = TrainMode::kLora;
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kHfTrainer;
+  s.lora.dropout = 0;
+  Result<ModelContext> context = prepare_context(s);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  const std::string q_name = "model.layers.0.self_attn.q_proj";
+  const graph::Node* q = context->graph.find_node(q_name);
+  const graph::Node* k = context->graph.find_node("model.layers.0.self_attn.k_proj");
+  REQUIRE(q != nullptr);
+  REQUIRE(k != nullptr);
+  // PEFT's x.to(fp32) and autocast's cast back: one [tokens, 4096] tensor per
+  // linear, kept for lora_A's gradient in place of the shared normed input.
+  const graph::Tensor* copy = context->graph.find_tensor(q_name + ".adapter_input_cast");
+  REQUIRE(copy != nullptr);
+  CHECK(copy->elements == graph::SizeExpr::per_token(4096));
+  CHECK(saves(*q, q_name + ".adapter_input_cast"));
+  CHECK(saves(*k, "model.layers.0.self_attn.k_proj.adapter_input_cast"));
+  CHECK_FALSE(saves(*q, q->inputs.front()));  // the frozen base keeps nothing of x
+  // With dropout, the dropout output is that per-layer tensor already.
+  s.lora.dropout = 0.05;
+  Result<ModelContext> dropout = prepare_context(s);
+  REQUIRE(dropout.is_ok());
+  CHECK(dropout->graph.find_tensor(q_name + ".adapter_input_cast") == nullptr);
+  // Adapters in the model's dtype (torchtune, litgpt) are not cast at all.
+  s.lora.dropout = 0;
+  s.adapter_dtype = AdapterDtype::kModel;
+  Result<ModelContext> model_dtype = prepare_context(s);
+  REQUIRE(model_dtype.is_ok());
+  CHECK(model_dtype->graph.find_tensor(q_name + ".adapter_input_cast") == nullptr);
+}
+
 }  // namespace headroom::planner
