@@ -58,14 +58,14 @@ class LlamaModel final : public TrainModel {
     }
     const torch::Tensor input = torch::tensor(ids, torch::kLong).view({batch, options_.seq_len}).to(options_.device);
     auto [loss, logits] = net_->loss_and_logits(input, runner);
-    logits_ = logits;
+    if (options_.keep_logits) logits_ = logits;
     return loss;
   }
   void release_outputs() override { logits_ = torch::Tensor(); }
 
  private:
   tm::LlamaForCausalLM net_;
-  torch::Tensor logits_;  // held as a training loop holds CausalLMOutput
+  torch::Tensor logits_;  // held as a training loop holds CausalLMOutput (keep_logits)
   TokenSource data_;
   TrainModelOptions options_;
 };

@@ -40,6 +40,11 @@ struct TrainModelOptions {
   torch::Device device = torch::kCPU;
   torch::ScalarType dtype = torch::kFloat;  // parameters and compute
   int64_t seq_len = 0;                      // tokens (image tokens for Flux)
+  // Whether the training loop holds the logits through backward, as the plan's
+  // loss says (planner LossImpl kFullKeepLogits: a loop that keeps the model's
+  // output; kFull: transformers' Trainer, whose training_step drops it, so only
+  // what the loss saved stays).
+  bool keep_logits = true;
 };
 
 // Builds the module (random initialisation from the global generator, so the

@@ -324,6 +324,7 @@ Status Trainer::setup() {
   model_options.device = device_;
   model_options.dtype = training_dtype(plan_.settings.precision);
   model_options.seq_len = plan_.seq_len;
+  model_options.keep_logits = planner::resolve_stack(plan_.settings).top.loss.impl == planner::LossImpl::kFullKeepLogits;
   Result<std::unique_ptr<TrainModel>> built =
       make_train_model(model.value(), plan_, context->graph, options_, model_options);
   if (!built.is_ok()) return built.status();

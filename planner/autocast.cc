@@ -141,16 +141,25 @@ void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph) {
   std::vector<graph::Tensor> added;
   rewritten.reserve(graph.nodes.size() * 2);
   for (graph::Node& node : graph.nodes) {
-    int64_t adapter_elements = 0;
-    for (const graph::Param& param : node.params) {
-      if (is_lora_adapter(param) && param.trainable && param.dtype == DType::kF32) adapter_elements += param.elements();
-    }
-    if (node.op == "linear" && adapter_elements > 0) {
-      const std::string name = node.name + ".adapter_cast";
-      add_cast(rewritten, added, name, node.block, {}, graph::SizeExpr::constant(adapter_elements));
-      node.inputs.push_back(name);
-      // lora_A's copy for the input gradient, lora_B's for lora_A's gradient.
-      node.saves.push_back({name, graph::SaveWhen::kAnyGrad});
+    if (node.op == "linear") {
+      // Copied in node.params order (lora_A, then lora_B), so the loop below may
+      // not hold references into node.params while nodes grow.
+      std::vector<std::pair<std::string, int64_t>> adapters;
+      for (const graph::Param& param : node.params) {
+        if (is_lora_adapter(param) && param.trainable && param.dtype == DType::kF32) {
+          adapters.emplace_back(param.name, param.elements());
+        }
+      }
+      for (const auto& [param, elements] : adapters) {
+        const bool lora_a = param.ends_with(".lora_A.weight");
+        const std::string name = node.name + (lora_a ? ".adapter_cast_a" : ".adapter_cast_b");
+        add_cast(rewritten, added, name, node.block, {}, graph::SizeExpr::constant(elements));
+        node.inputs.push_back(name);
+        // Each matmul keeps its 16-bit weight for its input's gradient: lora_A's
+        // input is x (needed when x requires grad), lora_B's is x·A (needed
+        // whenever A trains).
+        node.saves.push_back({name, lora_a ? graph::SaveWhen::kInputGrad : graph::SaveWhen::kAnyGrad});
+      }
     }
     copy_adapter_input(rewritten, added, node);
     rewritten.push_back(std::move(node));

@@ -27,7 +27,8 @@ void apply_autocast(graph::LayerGraph& graph);
 // Autocast over a 16-bit model with fp32 LoRA adapters: transformers' Trainer
 // with bf16=True runs the forward under torch.autocast (Accelerate's
 // prepare_model wraps model.forward), so each adapted linear casts its fp32
-// adapter weights to 16-bit copies, kept for backward ("<node>.adapter_cast").
+// adapter weights to 16-bit copies, kept for backward ("<node>.adapter_cast_a",
+// "_b").
 // PEFT casts the layer's input to fp32 for the adapters and lora_A casts it
 // back: each adapted linear keeps its own 16-bit copy of its input
 // ("<node>.adapter_input_cast"; apply_autocast adds the same). Everything else

@@ -91,16 +91,26 @@ TEST_CASE("Trainer(bf16=True) on a bf16 model: fp32 LoRA adapters are cast per l
   REQUIRE_MESSAGE(context.is_ok(), context.message());
   const graph::Node* q = context->graph.find_node("model.layers.0.self_attn.q_proj");
   REQUIRE(q != nullptr);
-  // r = 16: lora_A [16, 4096] and lora_B [4096, 16], one 16-bit copy of both.
-  const graph::Tensor* cast = context->graph.find_tensor("model.layers.0.self_attn.q_proj.adapter_cast");
-  REQUIRE(cast != nullptr);
-  CHECK(cast->elements == graph::SizeExpr::constant(16 * 4096 + 4096 * 16));
-  CHECK(saves(*q, "model.layers.0.self_attn.q_proj.adapter_cast"));
+  // r = 16: lora_A [16, 4096] and lora_B [4096, 16], a 16-bit copy of each.
+  const graph::Tensor* cast_a = context->graph.find_tensor("model.layers.0.self_attn.q_proj.adapter_cast_a");
+  const graph::Tensor* cast_b = context->graph.find_tensor("model.layers.0.self_attn.q_proj.adapter_cast_b");
+  REQUIRE(cast_a != nullptr);
+  REQUIRE(cast_b != nullptr);
+  CHECK(cast_a->elements == graph::SizeExpr::constant(16 * 4096));
+  CHECK(cast_b->elements == graph::SizeExpr::constant(4096 * 16));
+  // lora_A's copy serves dX only: layer 0's input does not require grad (the
+  // embedding is frozen), so only lora_B's copy is kept there.
+  const int q_index = static_cast<int>(q - context->graph.nodes.data());
+  CHECK_FALSE(context->analysis.needs_input_grad[q_index]);
+  const graph::Node* o = context->graph.find_node("model.layers.0.self_attn.o_proj");
+  REQUIRE(o != nullptr);
+  CHECK(context->analysis.needs_input_grad[static_cast<int>(o - context->graph.nodes.data())]);
+  CHECK(saves(*q, "model.layers.0.self_attn.q_proj.adapter_cast_b"));
   // torchtune runs no autocast, and its adapters are bf16 anyway.
   s.stack = Stack::kTorchtune;
   Result<ModelContext> torchtune = prepare_context(s);
   REQUIRE(torchtune.is_ok());
-  CHECK(torchtune->graph.find_tensor("model.layers.0.self_attn.q_proj.adapter_cast") == nullptr);
+  CHECK(torchtune->graph.find_tensor("model.layers.0.self_attn.q_proj.adapter_cast_b") == nullptr);
 }
 
 TEST_CASE("Trainer(bf16=True): without lora dropout each adapted linear keeps its own 16-bit copy of its input") {
