@@ -203,6 +203,9 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
   if (Status s = apply_trainability(out->module(), trained_graph, plan.model); !s.is_ok()) return s;
   // A Hugging Face directory with weights: train from them (frozen and
   // trainable alike); otherwise the seeded random initialisation stands.
+  // A bitsandbytes-quantized checkpoint's NF4 weights are read after the
+  // module is quantized, into its NF4 storage (load_nf4_states).
+  std::vector<std::string> nf4_weights;
   if (models::is_hf_model_path(plan.settings.model)) {
     Result<bool> has_weights = has_safetensors(plan.settings.model);
     if (!has_weights.is_ok()) return has_weights.status();
@@ -210,6 +213,7 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
       Result<LoadedWeights> loaded = load_safetensors(out->module(), plan.settings.model);
       if (!loaded.is_ok()) return loaded.status();
       out->weights_source = loaded->source;
+      nf4_weights = loaded->nf4_weights;
     }
   }
   out->module().to(options.device, options.dtype);
@@ -218,6 +222,7 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
       quantize_nf4_linears(out->module(), trained_graph, plan.settings.nf4_double_quant) == 0) {
     return Status::error(plan.model + ": QLoRA: no linear of the module is NF4 in the planner's graph (a bug in models/)");
   }
+  if (Status s = load_nf4_states(out->module(), plan.settings.model, nf4_weights); !s.is_ok()) return s;
   out->module().train();
   return out;
 }

@@ -79,6 +79,7 @@ void LinearImpl::quantize_nf4(bool double_quant) {
   if (nf4) return;
   torch::NoGradGuard no_grad;
   Nf4Weight q = models::torch_modules::quantize_nf4(weight, double_quant);
+  weight.set_requires_grad(false);  // a 4-bit weight is frozen: it has no gradient
   weight.set_data(q.packed);
   q.packed = weight;
   for (const auto& [name, tensor] : q.tensors()) {

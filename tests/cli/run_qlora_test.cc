@@ -15,15 +15,17 @@ namespace {
 
 using namespace headroom::cli_harness;  // NOLINT(google-build-using-namespace): test helpers
 
-// Trains `fit_flags` on tiny-llama for 12 steps and checks the loss and the categories.
-void check_adapter_run(const std::string& fit_flags) {
+// Trains `fit_flags` on `model` for 12 steps and checks the loss (falling by
+// `loss_drop` at least) and the categories; returns the run's JSON.
+nlohmann::json check_adapter_run(const std::string& fit_flags, const std::string& model = "tiny-llama",
+                                 double loss_drop = 0.2) {
   TempDir dir;
   const std::string plan = dir.file("plan.json");
-  const RunOutput fit = run_headroom("fit tiny-llama --gpu a6000 --precision bf16 --stack hf-trainer --batch 4 " +
+  const RunOutput fit = run_headroom("fit " + quoted(model) + " --gpu a6000 --precision bf16 --stack hf-trainer --batch 4 " +
                                      fit_flags + " -o " + quoted(plan));
   REQUIRE(fit.exit_code == 0);
   const RunOutput run = run_headroom("run " + quoted(plan) + " --steps 12 --lr 2e-2 --device cpu --json");
-  if (built_without_libtorch(run)) return;
+  if (built_without_libtorch(run)) return nullptr;
   REQUIRE_MESSAGE(run.exit_code == 0, run.err);
   const nlohmann::json json = parse_json(run.out);
 
@@ -33,7 +35,7 @@ void check_adapter_run(const std::string& fit_flags) {
   const double last = (steps[9]["loss"].get<double>() + steps[10]["loss"].get<double>() +
                        steps[11]["loss"].get<double>()) / 3;
   CHECK(std::isfinite(last));
-  CHECK(last < first - 0.2);
+  CHECK(last <= first - loss_drop);
 
   int compared = 0;
   for (const nlohmann::json& category : json["categories"]) {
@@ -47,10 +49,22 @@ void check_adapter_run(const std::string& fit_flags) {
     ++compared;
   }
   CHECK(compared == 4);  // parameters, optimizer states, gradients, activations
+  return json;
 }
 
 TEST_CASE("run trains QLoRA with an NF4 base and fp32 adapters as the planner prices them") {
   check_adapter_run("--qlora");
+}
+
+TEST_CASE("run trains QLoRA from a checkpoint bitsandbytes quantized, its NF4 weights as stored") {
+  // transformers + bitsandbytes save_pretrained of a 4-bit tiny Llama (scripts/make_bnb_checkpoint.py).
+  const std::string model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/tiny-llama-bnb-nf4";
+  // Initialised as transformers does (std 0.02), its loss starts at that of
+  // uniform guesses on the synthetic tokens (ln 256 = 5.55): 12 steps are only
+  // asked not to diverge.
+  const nlohmann::json json = check_adapter_run("--qlora --seq 64", model, -0.05);
+  if (json.is_null()) return;
+  CHECK(json.dump().find("weights: loaded from " + model + "/model.safetensors") != std::string::npos);
 }
 
 TEST_CASE("run trains LoRA with fp32 adapters over bf16 and no dropout as the planner prices them") {

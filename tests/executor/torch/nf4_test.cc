@@ -9,11 +9,16 @@
 
 #include <fstream>
 #include <iterator>
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "executor/executable_model.h"
+#include "executor/weights.h"
 #include "graph/safetensors_header.h"
+#include "models/torch/llama_module.h"
 #include "models/torch/layers.h"
 #include "models/torch/nf4.h"
 
@@ -25,12 +30,14 @@ namespace headroom::models::torch_modules {
 namespace {
 
 const std::string kReference = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/nf4/bnb_nf4_reference.safetensors";
+// A tiny Llama quantized and saved by transformers and bitsandbytes (scripts/make_bnb_checkpoint.py).
+const std::string kBnbCheckpoint = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/tiny-llama-bnb-nf4";
 
-// Every tensor of the reference file, by name.
-std::map<std::string, torch::Tensor> read_reference() {
-  Result<std::vector<graph::SafetensorsEntry>> entries = graph::read_safetensors_header(kReference);
+// Every tensor of a safetensors file, by name.
+std::map<std::string, torch::Tensor> read_reference(const std::string& path = kReference) {
+  Result<std::vector<graph::SafetensorsEntry>> entries = graph::read_safetensors_header(path);
   REQUIRE_MESSAGE(entries.is_ok(), entries.message());
-  std::ifstream in(kReference, std::ios::binary);
+  std::ifstream in(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   uint64_t header = 0;
   for (int i = 7; i >= 0; --i) header = (header << 8) | static_cast<unsigned char>(bytes[i]);
@@ -230,6 +237,57 @@ TEST_CASE("a quant_state that is not NF4 at block 64 is refused naming the field
   CHECK(message(R"({"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [0]})") ==
         "q_proj.weight: shape: expected positive integer sizes");
   CHECK(message("not json").find("q_proj.weight: quant_state") == 0);
+}
+
+// The checkpoint's module with its NF4 linears quantized as a QLoRA plan does,
+// and the names load_safetensors left for load_nf4_states.
+std::pair<LlamaForCausalLM, std::vector<std::string>> load_bnb_checkpoint(bool double_quant) {
+  Result<executor::ExecutableModel> model = executor::executable_model(kBnbCheckpoint, "test");
+  REQUIRE_MESSAGE(model.is_ok(), model.message());
+  LlamaForCausalLM net(model->llama);
+  Result<executor::LoadedWeights> loaded = executor::load_safetensors(*net, kBnbCheckpoint);
+  REQUIRE_MESSAGE(loaded.is_ok(), loaded.message());
+  net->to(torch::kBFloat16);
+  for (const auto& item : net->named_modules()) {
+    auto* linear = dynamic_cast<LinearImpl*>(item.value().get());
+    const std::string name = item.key() + ".weight";
+    if (linear && std::count(loaded->nf4_weights.begin(), loaded->nf4_weights.end(), name)) {
+      linear->quantize_nf4(double_quant);
+    }
+  }
+  return {net, loaded->nf4_weights};
+}
+
+TEST_CASE("a checkpoint bitsandbytes quantized loads into the NF4 linears byte for byte") {
+  auto [net, nf4_weights] = load_bnb_checkpoint(true);
+  CHECK(nf4_weights.size() == 14);  // q, k, v, o, gate, up, down in 2 layers; lm_head stays bf16
+  REQUIRE(executor::load_nf4_states(*net, kBnbCheckpoint, nf4_weights).is_ok());
+  const auto stored = read_reference(kBnbCheckpoint + "/model.safetensors");
+  int compared = 0;
+  for (const auto& item : net->named_modules()) {
+    auto* linear = dynamic_cast<LinearImpl*>(item.value().get());
+    if (!linear || !linear->nf4) continue;
+    const std::string name = item.key() + ".weight";
+    CAPTURE(name);
+    for (const auto& [suffix, tensor] : linear->nf4->tensors()) {
+      CHECK(same(tensor, stored.at(suffix.empty() ? name : name + "." + suffix)));
+    }
+    const nlohmann::json state = nlohmann::json::parse(text_of(stored.at(name + ".quant_state.bitsandbytes__nf4")));
+    CHECK(linear->nf4->offset.item<float>() == state["nested_offset"].get<float>());
+    ++compared;
+  }
+  CHECK(compared == 14);
+  // The module computes with them: a forward pass gives a finite loss.
+  const torch::Tensor ids = torch::randint(0, 256, {2, 16}, torch::kLong);
+  CHECK(std::isfinite(net->loss_and_logits(ids, {}).first.item<double>()));
+}
+
+TEST_CASE("a pre-quantized checkpoint that the plan quantizes otherwise is refused naming the tensor") {
+  auto [net, nf4_weights] = load_bnb_checkpoint(false);
+  const Status status = executor::load_nf4_states(*net, kBnbCheckpoint, nf4_weights);
+  REQUIRE_FALSE(status.is_ok());
+  CHECK(status.message().find("model.layers.0.") != std::string::npos);
+  CHECK(status.message().find("double-quantized, but the plan says nf4_double_quant false") != std::string::npos);
 }
 
 }  // namespace
