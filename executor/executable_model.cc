@@ -14,7 +14,7 @@ namespace {
 
 constexpr const char* kSupported =
     "tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-flux, flux-kontext-dev, or a Hugging Face "
-    "llama/mistral/qwen2 model directory";
+    "llama/mistral/qwen2 or vit model directory";
 
 Status unsupported(std::string_view origin, const std::string& model, const std::string& why) {
   return Status::error(std::string(origin) + ": model: \"" + model + "\" " + why +
@@ -40,10 +40,23 @@ Result<ExecutableModel> from_hf_config(const std::string& model, std::string_vie
   const std::string type = config.contains("model_type") && config.at("model_type").is_string()
                                ? config.at("model_type").get<std::string>()
                                : std::string();
+  const models::HfFields fields{config, path, ""};
+  if (type == "vit") {
+    Result<models::HfVitClassifier> vit = models::read_hf_vit_classifier(fields);
+    if (!vit.is_ok()) return vit.status();
+    if (vit->spec.dropout > 0 || vit->spec.attention_dropout > 0) {
+      return unsupported(origin, model, "has dropout in its encoder, which the LibTorch ViT does not run");
+    }
+    ExecutableModel out;
+    out.family = ModelFamily::kVit;
+    out.vit = vit->spec;
+    out.classes = vit->classes;
+    out.image = vit->image;
+    return out;
+  }
   if (type != "llama" && type != "mistral" && type != "qwen2") {
     return unsupported(origin, model, "has model_type \"" + type + "\"");
   }
-  const models::HfFields fields{config, path, ""};
   Result<models::LlamaConfig> llama = models::read_llama_config(fields, type);
   if (!llama.is_ok()) return llama.status();
   const models::LlamaConfig& c = llama.value();

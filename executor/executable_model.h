@@ -9,20 +9,25 @@
 #include "graph/status.h"
 #include "models/flux.h"
 #include "models/llama.h"
+#include "models/vision.h"
 
 namespace headroom::executor {
 
-enum class ModelFamily { kLlama, kFlux };
+enum class ModelFamily { kLlama, kFlux, kVit };
 
 struct ExecutableModel {
   ModelFamily family = ModelFamily::kLlama;
   models::LlamaConfig llama;  // family kLlama
   models::FluxConfig flux;    // family kFlux
+  models::VisionSpec vit;     // family kVit: ViTForImageClassification's encoder
+  int64_t classes = 0;        // family kVit
+  int64_t image = 0;          // family kVit: pixels per side
 };
 
 // `model` as a Plan names it: a zoo name (tiny-llama, llama-3-8b, llama-3.1-8b,
 // mistral-7b, tiny-flux, flux-kontext-dev) or a Hugging Face llama / mistral /
-// qwen2 model directory or config.json whose features the module has. Anything
+// qwen2 model directory or config.json whose features the module has, or a
+// Hugging Face ViTForImageClassification (model_type vit). Anything
 // else is an error naming `origin`, the field "model" and what is supported.
 Result<ExecutableModel> executable_model(const std::string& model, std::string_view origin);
 

@@ -9,6 +9,7 @@
 #include "models/hf_import.h"
 #include "models/torch/flux_module.h"
 #include "models/torch/llama_module.h"
+#include "models/torch/vit_module.h"
 
 namespace headroom::executor {
 namespace {
@@ -170,6 +171,46 @@ void keep_fp32_adapters(torch::nn::Module& module, const graph::LayerGraph& grap
   }
 }
 
+// ViTForImageClassification on synthetic images from a fixed pool of
+// kPoolSize (image, label) samples, so that a short run shows the loss falling.
+class VitModel final : public TrainModel {
+ public:
+  static constexpr int64_t kPoolSize = 8;
+
+  VitModel(const ExecutableModel& model, const tm::LoraOptions& lora, uint64_t seed, const TrainModelOptions& options)
+      : image_(model.image), classes_(model.classes), net_(model.vit, model.classes, lora), seed_(seed),
+        options_(options) {}
+  torch::nn::Module& module() override { return *net_; }
+  int64_t tokens_per_sample() const override { return options_.seq_len; }
+
+  Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
+    std::vector<torch::Tensor> images;
+    std::vector<int64_t> labels;
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t index = (first + i) % kPoolSize;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed_ ^ static_cast<uint64_t>(index)));
+      images.push_back(at::randn({1, 3, image_, image_}, gen, torch::TensorOptions().dtype(torch::kFloat)));
+      labels.push_back(index % classes_);
+    }
+    // Held through backward, as a training loop holds its batch (the Trainer's `inputs`).
+    pixels_ = torch::cat(images).to(options_.device, options_.dtype);
+    labels_ = torch::tensor(labels, torch::kLong).to(options_.device);
+    return net_->loss(pixels_, labels_, runner);
+  }
+  void release_outputs() override {
+    pixels_ = torch::Tensor();
+    labels_ = torch::Tensor();
+  }
+
+ private:
+  int64_t image_;
+  int64_t classes_;
+  tm::VitForImageClassification net_;
+  torch::Tensor pixels_, labels_;
+  uint64_t seed_;
+  TrainModelOptions options_;
+};
+
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> TrainModel::trainable() {
@@ -193,12 +234,18 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
     }
     const int64_t rank = plan.settings.lora.rank;
     out = std::make_unique<LlamaModel>(model.llama, lora_options(plan, tm::llama_lora(rank)), std::move(data), options);
-  } else {
+  } else if (model.family == ModelFamily::kFlux) {
     if (run.data != "synthetic") {
       return Status::error(run.data + ": Flux trains on synthetic latents only (expected --data synthetic)");
     }
     const int64_t rank = plan.settings.lora.rank;
     out = std::make_unique<FluxModel>(model.flux, lora_options(plan, tm::flux_lora(rank)), run.seed, options);
+  } else {
+    if (run.data != "synthetic") {
+      return Status::error(run.data + ": ViT trains on synthetic images only (expected --data synthetic)");
+    }
+    const int64_t rank = plan.settings.lora.rank;
+    out = std::make_unique<VitModel>(model, lora_options(plan, tm::vit_lora(rank)), run.seed, options);
   }
   if (Status s = apply_trainability(out->module(), trained_graph, plan.model); !s.is_ok()) return s;
   // A Hugging Face directory with weights: train from them (frozen and

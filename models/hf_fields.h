@@ -14,6 +14,7 @@
 #include "graph/layer_graph.h"
 #include "graph/status.h"
 #include "models/llama.h"
+#include "models/vision.h"
 #include "models/zoo.h"
 
 namespace headroom::models {
@@ -148,6 +149,15 @@ Result<graph::LayerGraph> hf_opt_family(const HfFields& c, const std::string& ty
                                         const ZooOptions& options);
 Result<graph::LayerGraph> hf_vit_family(const HfFields& c, const std::string& type,
                                         const ZooOptions& options);
+// ViTForImageClassification as hf_vit_family reads it: the encoder (style
+// kVit, prefix "vit"), the classes (len(id2label)) and the image size; the
+// executor builds its module from the same reading (models/torch/vit_module.h).
+struct HfVitClassifier {
+  VisionSpec spec;
+  int64_t classes = 2;
+  int64_t image = 224;
+};
+Result<HfVitClassifier> read_hf_vit_classifier(const HfFields& c);
 Result<graph::LayerGraph> hf_dinov2_family(const HfFields& c, const std::string& type,
                                            const ZooOptions& options);
 Result<graph::LayerGraph> hf_clip_family(const HfFields& c, const std::string& type,

@@ -90,16 +90,26 @@ constexpr VisionFields kSiglipVisionDefaults{768, 12, 12, 3072, 224, 16};
 
 // ViTForImageClassification (ViTConfig: 768 hidden, 12 layers, 12 heads, 3072
 // intermediate, 224 px, patch 16, dropouts 0, qkv_bias true; labels = len(id2label), 2 by default).
-Result<graph::LayerGraph> hf_vit_family(const HfFields& c, const std::string& type,
-                                        const ZooOptions& options) {
+Result<HfVitClassifier> read_hf_vit_classifier(const HfFields& c) {
   HfReader r(c);
   const VisionFields v = read_vision(r, VisionFields{768, 12, 12, 3072, 224, 16});
-  VisionSpec s = spec_of(v, VisionStyle::kVit, "vit", 1);
-  read_vit_dropouts(r, s);
+  HfVitClassifier out;
+  out.spec = spec_of(v, VisionStyle::kVit, "vit", 1);
+  read_vit_dropouts(r, out.spec);
   r.check(r.boolean_or("qkv_bias", true), "qkv_bias", "true (the only ViT built)");
-  const int64_t labels = read_labels(r, c);
+  out.classes = read_labels(r, c);
+  out.image = v.image;
   if (!r.status().is_ok()) return r.status();
-  return vit_classifier_graph(s, v, labels, type, options);
+  return out;
+}
+
+Result<graph::LayerGraph> hf_vit_family(const HfFields& c, const std::string& type,
+                                        const ZooOptions& options) {
+  Result<HfVitClassifier> vit = read_hf_vit_classifier(c);
+  if (!vit.is_ok()) return vit.status();
+  const VisionSpec& s = vit->spec;
+  const VisionFields v{s.hidden, s.layers, s.heads, s.mlp, vit->image, s.patch};
+  return vit_classifier_graph(s, v, vit->classes, type, options);
 }
 
 // Dinov2ForImageClassification (Dinov2Config: 768 hidden, 12 layers, 12 heads,
