@@ -14,7 +14,7 @@ namespace {
 
 constexpr const char* kSupported =
     "tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-flux, flux-kontext-dev, or a Hugging Face "
-    "llama/mistral/qwen2 or vit model directory";
+    "llama/mistral/qwen2, vit or llava model directory";
 
 Status unsupported(std::string_view origin, const std::string& model, const std::string& why) {
   return Status::error(std::string(origin) + ": model: \"" + model + "\" " + why +
@@ -52,6 +52,27 @@ Result<ExecutableModel> from_hf_config(const std::string& model, std::string_vie
     out.vit = vit->spec;
     out.classes = vit->classes;
     out.image = vit->image;
+    return out;
+  }
+  if (type == "llava") {
+    Result<models::HfLlava> llava = models::read_hf_llava(fields);
+    if (!llava.is_ok()) return llava.status();
+    const models::LlamaConfig& text = llava->config.text;
+    if (text.qk_norm || text.scale_embeddings || text.fused_projections ||
+        std::string_view(text.mlp_activation) != "silu" || std::string_view(llava->config.projector_act) != "gelu") {
+      return unsupported(origin, model, "uses features the LibTorch LLaVA lacks (a text model other than Llama's, or a "
+                                        "projector activation other than gelu)");
+    }
+    if (llava->image_token >= text.vocab) {
+      return Status::error(path + ": image_token_index: " + std::to_string(llava->image_token) +
+                           " is outside the text vocabulary of " + std::to_string(text.vocab) +
+                           " (expected the id of the image placeholder token)");
+    }
+    ExecutableModel out;
+    out.family = ModelFamily::kLlava;
+    out.llava = llava->config;
+    out.image = llava->image;
+    out.image_token = llava->image_token;
     return out;
   }
   if (type != "llama" && type != "mistral" && type != "qwen2") {

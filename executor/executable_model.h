@@ -10,10 +10,11 @@
 #include "models/flux.h"
 #include "models/llama.h"
 #include "models/vision.h"
+#include "models/zoo_builders.h"
 
 namespace headroom::executor {
 
-enum class ModelFamily { kLlama, kFlux, kVit };
+enum class ModelFamily { kLlama, kFlux, kVit, kLlava };
 
 struct ExecutableModel {
   ModelFamily family = ModelFamily::kLlama;
@@ -21,13 +22,16 @@ struct ExecutableModel {
   models::FluxConfig flux;    // family kFlux
   models::VisionSpec vit;     // family kVit: ViTForImageClassification's encoder
   int64_t classes = 0;        // family kVit
-  int64_t image = 0;          // family kVit: pixels per side
+  int64_t image = 0;          // families kVit, kLlava: pixels per side
+  models::LlavaConfig llava;  // family kLlava
+  int64_t image_token = 0;    // family kLlava: the placeholder id (image_token_index)
 };
 
 // `model` as a Plan names it: a zoo name (tiny-llama, llama-3-8b, llama-3.1-8b,
 // mistral-7b, tiny-flux, flux-kontext-dev) or a Hugging Face llama / mistral /
 // qwen2 model directory or config.json whose features the module has, or a
-// Hugging Face ViTForImageClassification (model_type vit). Anything
+// Hugging Face ViTForImageClassification (model_type vit) or
+// LlavaForConditionalGeneration (model_type llava, a CLIP tower and a Llama). Anything
 // else is an error naming `origin`, the field "model" and what is supported.
 Result<ExecutableModel> executable_model(const std::string& model, std::string_view origin);
 

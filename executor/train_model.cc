@@ -9,6 +9,7 @@
 #include "models/hf_import.h"
 #include "models/torch/flux_module.h"
 #include "models/torch/llama_module.h"
+#include "models/torch/llava_module.h"
 #include "models/torch/vit_module.h"
 
 namespace headroom::executor {
@@ -21,6 +22,8 @@ tm::LoraOptions lora_options(const planner::Plan& plan, tm::LoraOptions defaults
   if (s.mode == planner::TrainMode::kFull) return {};
   defaults.dropout = s.lora.dropout;
   if (!s.lora.targets.empty()) defaults.targets = {s.lora.targets.begin(), s.lora.targets.end()};
+  defaults.skip = s.lora_skip;
+  defaults.skip.insert(defaults.skip.end(), s.train_patterns.begin(), s.train_patterns.end());
   return defaults;
 }
 
@@ -211,6 +214,63 @@ class VitModel final : public TrainModel {
   TrainModelOptions options_;
 };
 
+// LLaVA on synthetic samples: an image from a fixed pool of kPoolSize and
+// tokens from the token source, the first image_tokens positions being the
+// image placeholder (as LLaVA's prompt puts "<image>" first).
+class LlavaModel final : public TrainModel {
+ public:
+  static constexpr int64_t kPoolSize = 8;
+
+  LlavaModel(const ExecutableModel& model, const tm::LoraOptions& lora, TokenSource data, uint64_t seed,
+             const TrainModelOptions& options)
+      : image_(model.image), image_tokens_(model.llava.image_tokens), image_token_(model.image_token),
+        net_(model.llava, model.image_token, lora), data_(std::move(data)), seed_(seed), options_(options) {}
+  torch::nn::Module& module() override { return *net_; }
+  int64_t tokens_per_sample() const override { return options_.seq_len; }
+
+  Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
+    if (options_.seq_len <= image_tokens_ + 1) {
+      return Status::error("seq_len " + std::to_string(options_.seq_len) + " leaves no text after the " +
+                           std::to_string(image_tokens_) + " image tokens (expected more)");
+    }
+    std::vector<torch::Tensor> images;
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t index = first + i;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed_ ^ static_cast<uint64_t>(index % kPoolSize)));
+      images.push_back(at::randn({1, 3, image_, image_}, gen, torch::TensorOptions().dtype(torch::kFloat)));
+      Result<std::vector<int64_t>> text = data_.sample(index, options_.seq_len);
+      if (!text.is_ok()) return text.status();
+      for (int64_t t = 0; t < options_.seq_len; ++t) {
+        const int64_t id = text.value()[static_cast<size_t>(t)];
+        // Only the placeholders carry the image token: a text token that draws
+        // its id becomes 0, or masked_scatter would place a feature there.
+        ids.push_back(t < image_tokens_ ? image_token_ : (id == image_token_ ? 0 : id));
+      }
+    }
+    pixels_ = torch::cat(images).to(options_.device, options_.dtype);
+    input_ = torch::tensor(ids, torch::kLong).view({batch, options_.seq_len}).to(options_.device);
+    auto [loss, logits] = net_->loss_and_logits(pixels_, input_, runner);
+    if (options_.keep_logits) logits_ = logits;
+    return loss;
+  }
+  void release_outputs() override {
+    logits_ = torch::Tensor();
+    pixels_ = torch::Tensor();
+    input_ = torch::Tensor();
+  }
+
+ private:
+  int64_t image_;
+  int64_t image_tokens_;
+  int64_t image_token_;
+  tm::LlavaForConditionalGeneration net_;
+  torch::Tensor pixels_, input_, logits_;  // held through backward, as a training loop holds batch and output
+  TokenSource data_;
+  uint64_t seed_;
+  TrainModelOptions options_;
+};
+
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> TrainModel::trainable() {
@@ -240,6 +300,13 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
     }
     const int64_t rank = plan.settings.lora.rank;
     out = std::make_unique<FluxModel>(model.flux, lora_options(plan, tm::flux_lora(rank)), run.seed, options);
+  } else if (model.family == ModelFamily::kLlava) {
+    if (run.data != "synthetic") {
+      return Status::error(run.data + ": LLaVA trains on synthetic images and tokens only (expected --data synthetic)");
+    }
+    const int64_t rank = plan.settings.lora.rank;
+    out = std::make_unique<LlavaModel>(model, lora_options(plan, tm::llama_lora(rank)),
+                                       TokenSource::synthetic(model.llava.text.vocab, run.seed), run.seed, options);
   } else {
     if (run.data != "synthetic") {
       return Status::error(run.data + ": ViT trains on synthetic images only (expected --data synthetic)");

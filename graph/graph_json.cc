@@ -225,7 +225,7 @@ Tensor Reader::tensor(const json& j, std::string_view path) const {
 }
 
 Param Reader::param(const json& j, std::string_view path) const {
-  object(j, path, {"name", "shape", "dtype", "trainable", "tied_to"});
+  object(j, path, {"name", "shape", "dtype", "trainable", "tied_to", "buffer"});
   Param out;
   out.name = string(*member(j, path, "name", true), join(path, "name"));
   const std::string shape_path = join(path, "shape");
@@ -237,6 +237,9 @@ Param Reader::param(const json& j, std::string_view path) const {
   out.trainable = boolean(*member(j, path, "trainable", true), join(path, "trainable"));
   if (const json* value = member(j, path, "tied_to", false)) {
     out.tied_to = string(*value, join(path, "tied_to"));
+  }
+  if (const json* value = member(j, path, "buffer", false)) {
+    out.buffer = boolean(*value, join(path, "buffer"));
   }
   return out;
 }
@@ -357,6 +360,7 @@ json node_to_json(const Node& node) {
               {"dtype", dtype_name(param.dtype)},
               {"trainable", param.trainable}};
     if (!param.tied_to.empty()) p["tied_to"] = param.tied_to;
+    if (param.buffer) p["buffer"] = true;
     params.push_back(std::move(p));
   }
   json saves = json::array();
@@ -389,7 +393,7 @@ json node_to_json(const Node& node) {
 
 bool params_equal(const Param& a, const Param& b) {
   return a.name == b.name && a.shape == b.shape && a.dtype == b.dtype &&
-         a.trainable == b.trainable && a.tied_to == b.tied_to;
+         a.trainable == b.trainable && a.tied_to == b.tied_to && a.buffer == b.buffer;
 }
 
 bool nodes_equal(const Node& a, const Node& b) {

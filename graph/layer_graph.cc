@@ -14,7 +14,7 @@ int64_t LayerGraph::parameter_count() const {
   int64_t total = 0;
   for (const Node& node : nodes) {
     for (const Param& param : node.params) {
-      if (param.tied_to.empty()) total += param.elements();
+      if (param.tied_to.empty() && !param.buffer) total += param.elements();
     }
   }
   return total;

@@ -29,6 +29,10 @@ struct Param {
   // Non-empty: this is the same storage as the parameter named here (tied
   // embeddings); it is counted once, and its trainability follows the original.
   std::string tied_to;
+  // A module buffer (BatchNorm's running_mean, running_var, num_batches_tracked):
+  // in the state dict and on the device, but never trained (trainable is false)
+  // and not one of the model's parameters (not in parameter_count()).
+  bool buffer = false;
 
   int64_t elements() const;  // product of shape; 1 for a scalar
 };
@@ -118,7 +122,7 @@ struct LayerGraph {
   std::vector<Tensor> tensors;
   std::vector<Node> nodes;  // any order; analysis derives the execution order
 
-  int64_t parameter_count() const;
+  int64_t parameter_count() const;  // untied parameters, buffers excluded (as module.parameters())
   int64_t trainable_parameter_count() const;
   const Tensor* find_tensor(const std::string& name) const;
   const Node* find_node(const std::string& name) const;

@@ -281,6 +281,10 @@ Status Validator::check_params() {
                                         "; a shared weight is a second entry with tied_to)");
       }
       params_.push_back(ParamRef{&param, path});
+      if (param.buffer && (param.trainable || !param.tied_to.empty())) {
+        return fail(path + ".buffer", "true on a trainable or tied parameter (expected a buffer to be "
+                                      "\"trainable\": false and not tied: buffers are never trained)");
+      }
       int64_t elements = 1;
       for (size_t d = 0; d < param.shape.size(); ++d) {
         const std::string field = path + ".shape[" + std::to_string(d) + "]";

@@ -15,6 +15,7 @@
 #include "graph/status.h"
 #include "models/llama.h"
 #include "models/vision.h"
+#include "models/zoo_builders.h"
 #include "models/zoo.h"
 
 namespace headroom::models {
@@ -164,6 +165,17 @@ Result<graph::LayerGraph> hf_clip_family(const HfFields& c, const std::string& t
                                          const ZooOptions& options);
 Result<graph::LayerGraph> hf_llava_family(const HfFields& c, const std::string& type,
                                           const ZooOptions& options);
+// LlavaForConditionalGeneration as hf_llava_family reads it, with the image
+// size and the placeholder token id (image_token_index, 32000 by default);
+// the executor builds its module from the same reading.
+struct HfLlava {
+  LlavaConfig config;
+  int64_t image = 336;
+  int64_t image_token = 32000;
+};
+Result<HfLlava> read_hf_llava(const HfFields& c);
+Result<graph::LayerGraph> hf_resnet_family(const HfFields& c, const std::string& type,
+                                           const ZooOptions& options);
 Result<graph::LayerGraph> hf_flux_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options);
 // A timm Hub config.json ({"architecture": "vit_giant_patch14_dinov2", "num_classes": ...}).

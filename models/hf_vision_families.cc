@@ -1,13 +1,15 @@
 // config.json readers of the image families: vit, clip / clip_vision_model,
-// siglip / siglip_vision_model, llava, and diffusers' FluxTransformer2DModel.
+// siglip / siglip_vision_model, llava, resnet, and diffusers' FluxTransformer2DModel.
 // Field names and defaults as in transformers' ViTConfig, CLIPVisionConfig,
-// CLIPTextConfig, SiglipVisionConfig, SiglipTextConfig, LlavaConfig and
-// diffusers' FluxTransformer2DModel.__init__.
+// CLIPTextConfig, SiglipVisionConfig, SiglipTextConfig, LlavaConfig, ResNetConfig
+// and diffusers' FluxTransformer2DModel.__init__.
 #include <string>
+#include <vector>
 
 #include "models/flux.h"
 #include "models/hf_fields.h"
 #include "models/layers.h"
+#include "models/resnet.h"
 #include "models/zoo_builders.h"
 
 namespace headroom::models {
@@ -79,6 +81,26 @@ graph::LayerGraph vit_classifier_graph(const VisionSpec& s, const VisionFields& 
   set_image_sequence(graph, v.patch, v.image, 1);
   graph.lora_targets = {"query", "key", "value", "dense"};
   return graph;
+}
+
+// A list of `count` positive integers of at most `max` (ResNetConfig's
+// hidden_sizes and depths), or `fallback` when missing.
+std::vector<int64_t> positive_list_or(HfReader& r, const char* key, std::vector<int64_t> fallback, int64_t max) {
+  const HfFields& c = r.fields();
+  if (!c.has(key)) return fallback;
+  const nlohmann::json& list = c.json.at(key);
+  std::vector<int64_t> out;
+  if (list.is_array() && list.size() == fallback.size()) {
+    for (const nlohmann::json& value : list) {
+      if (!value.is_number_integer() || value.get<int64_t>() <= 0 || value.get<int64_t>() > max) break;
+      out.push_back(value.get<int64_t>());
+    }
+  }
+  if (out.size() == fallback.size()) return out;
+  r.fail(field_error(c.origin, c.name(key),
+                     "a list of " + std::to_string(fallback.size()) + " positive integers of at most " +
+                         std::to_string(max) + " (one per stage)"));
+  return fallback;
 }
 
 // CLIPVisionConfig: 768 hidden, 12 layers, 12 heads, 3072 intermediate, 224 px, patch 32.
@@ -188,8 +210,7 @@ Result<graph::LayerGraph> hf_clip_family(const HfFields& c, const std::string& t
 // defaults, text_config LlamaConfig defaults, projector_hidden_act gelu,
 // vision_feature_layer -2, vision_feature_select_strategy "default" (drops the
 // class token), image_seq_length 576).
-Result<graph::LayerGraph> hf_llava_family(const HfFields& c, const std::string& type,
-                                          const ZooOptions& options) {
+Result<HfLlava> read_hf_llava(const HfFields& c) {
   Result<HfFields> vision_fields = sub_config(c, "vision_config", false);
   if (!vision_fields.is_ok()) return vision_fields.status();
   Result<HfFields> text_fields = sub_config(c, "text_config", false);
@@ -240,8 +261,12 @@ Result<graph::LayerGraph> hf_llava_family(const HfFields& c, const std::string& 
     }
   }
   const std::string act = r.string_or("projector_hidden_act", "gelu");
+  const int64_t image_token = r.positive_or("image_token_index", 32000);
   if (!r.status().is_ok()) return r.status();
-  LlavaConfig config;
+  HfLlava out;
+  out.image = v.image;
+  out.image_token = image_token;
+  LlavaConfig& config = out.config;
   config.vision = spec_of(v, VisionStyle::kClip, "vision_tower.vision_model", 1);
   config.vision.rows = fixed_tokens(patches + 1);
   config.vision.patch_rows = fixed_tokens(patches);
@@ -250,11 +275,56 @@ Result<graph::LayerGraph> hf_llava_family(const HfFields& c, const std::string& 
   config.text = text.value();
   config.image_tokens = image_tokens;
   config.projector_act = act == "gelu" ? "gelu" : act == "silu" ? "silu" : "gelu_tanh";
+  return out;
+}
+
+Result<graph::LayerGraph> hf_llava_family(const HfFields& c, const std::string& type,
+                                          const ZooOptions& options) {
+  Result<HfLlava> llava = read_hf_llava(c);
+  if (!llava.is_ok()) return llava.status();
+  const LlavaConfig& config = llava->config;
   graph::LayerGraph graph = build_llava_from(config, options);
   graph.family = type;
   set_token_sequence(graph, config.text.max_position);
   graph.lora_targets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                         "gate_proj", "up_proj", "down_proj"};
+  return graph;
+}
+
+// ResNetForImageClassification (ResNetConfig: num_channels 3, embedding_size 64,
+// hidden_sizes [256, 512, 1024, 2048], depths [3, 4, 6, 3], layer_type
+// "bottleneck", hidden_act "relu", downsample_in_first_stage false,
+// downsample_in_bottleneck false; labels = len(id2label), 2 by default). The
+// defaults are microsoft/resnet-50, torchvision's resnet50 under HF's names.
+// Four stages (S = (resolution / 32)^2, as every published HF ResNet); no image
+// size in the config: 224 px by default, up to 1024.
+Result<graph::LayerGraph> hf_resnet_family(const HfFields& c, const std::string& type,
+                                           const ZooOptions& options) {
+  HfReader r(c);
+  ResNetConfig config;
+  config.names = ResNetNames::kHuggingFace;
+  config.stem_width = r.positive_or("embedding_size", 64);
+  config.widths = positive_list_or(r, "hidden_sizes", {256, 512, 1024, 2048}, kMaxHfSize);
+  config.depths = positive_list_or(r, "depths", {3, 4, 6, 3}, kMaxHfLayers);
+  const std::string layer_type = r.string_or("layer_type", "bottleneck");
+  r.check(layer_type == "bottleneck" || layer_type == "basic", "layer_type",
+          "\"bottleneck\" or \"basic\", got \"" + layer_type + "\"");
+  config.bottleneck = layer_type == "bottleneck";
+  config.stride_in_1x1 = r.boolean_or("downsample_in_bottleneck", false);
+  r.check(!r.boolean_or("downsample_in_first_stage", false), "downsample_in_first_stage",
+          "false (a first stage with stride 2 ends at stride 64, which S = (resolution / 32)^2 cannot say)");
+  r.check(r.string_or("hidden_act", "relu") == "relu", "hidden_act", "\"relu\" (the only activation built)");
+  r.check(r.positive_or("num_channels", 3) == 3, "num_channels", "3 (RGB)");
+  for (int64_t width : config.widths) {
+    if (config.bottleneck) r.check(width % 4 == 0, "hidden_sizes", "multiples of 4 (a bottleneck's inner width is a quarter)");
+  }
+  config.classes = read_labels(r, c);
+  if (!r.status().is_ok()) return r.status();
+  graph::LayerGraph graph = build_resnet(config, options);
+  graph.family = type;
+  set_image_sequence(graph, 32, 224, 0);
+  graph.sequence.max_seq = (1024 / 32) * (1024 / 32);
+  graph.lora_targets = {"classifier.1"};
   return graph;
 }
 

@@ -22,6 +22,15 @@ std::string attention(GraphBuilder& b, AttentionImpl impl, const std::string& pr
   return b.eager_attention(prefix, q, k, v, shape, eager);
 }
 
+void add_classifier_loss(GraphBuilder& b, const std::string& name, const std::string& labels,
+                         const std::string& features, int64_t width, int64_t classes) {
+  const std::string logits = b.linear(name, features, SizeExpr::per_sample(1), width, classes, true);
+  OpSpec loss{"loss", "loss", {logits, labels}, SizeExpr::constant(1), DType::kF32,
+              {SavedRef{logits, SaveWhen::kAnyGrad}}, {}, SizeExpr::per_sample(5 * classes),
+              SizeExpr::per_sample(2 * classes), {}, {}};
+  b.op(loss);
+}
+
 AttentionShape self_attention_shape(int64_t heads, int64_t kv_heads, int64_t head_dim,
                                     SizeExpr rows, SizeExpr scores_per_head, bool causal) {
   AttentionShape shape;

@@ -29,6 +29,12 @@ std::string attention(GraphBuilder& b, AttentionImpl impl, const std::string& pr
 AttentionShape self_attention_shape(int64_t heads, int64_t kv_heads, int64_t head_dim,
                                     SizeExpr rows, SizeExpr scores_per_head, bool causal);
 
+// The classifier `name` (a linear with bias) over per-sample `features`
+// [B, width], then node "loss": cross entropy on the [B, classes] logits
+// against int64 `labels`, keeping the logits (small: per sample).
+void add_classifier_loss(GraphBuilder& b, const std::string& name, const std::string& labels,
+                         const std::string& features, int64_t width, int64_t classes);
+
 // Token-count expressions: B*S, and B*n for a fixed count n per sample.
 inline SizeExpr tokens() { return SizeExpr::per_token(1); }
 inline SizeExpr fixed_tokens(int64_t n) { return SizeExpr::per_sample(n); }

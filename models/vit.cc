@@ -14,17 +14,6 @@
 namespace headroom::models {
 namespace {
 
-// The classifier over per-sample `features` [B, width] and cross entropy on
-// [B, classes] logits (small: per sample).
-void add_classifier_loss(GraphBuilder& b, const std::string& name, const std::string& labels,
-                         const std::string& features, int64_t width, int64_t classes) {
-  const std::string logits = b.linear(name, features, SizeExpr::per_sample(1), width, classes, true);
-  OpSpec loss{"loss", "loss", {logits, labels}, SizeExpr::constant(1), DType::kF32,
-              {SavedRef{logits, SaveWhen::kAnyGrad}}, {}, SizeExpr::per_sample(5 * classes),
-              SizeExpr::per_sample(2 * classes), {}, {}};
-  b.op(loss);
-}
-
 // ViTForImageClassification, and timm's VisionTransformer with global_pool
 // 'token' (forward_head: x[:, 0], then `head`): the class token, select [:, 0].
 // Dinov2ForImageClassification: the class token beside the mean of the patch

@@ -4,6 +4,7 @@
 
 #include "models/flux.h"
 #include "models/llama.h"
+#include "models/resnet.h"
 #include "models/zoo_builders.h"
 
 namespace headroom::models {
@@ -118,6 +119,12 @@ std::vector<ZooEntry> make_zoo() {
        "https://huggingface.co/google-bert/bert-large-uncased/blob/main/config.json",
        token_sequence(512, 512), {"query", "key", "value", "dense"}},
       build_bert_large));
+  zoo.push_back(entry(
+      {"resnet-50", "resnet", "ResNet-50 (torchvision resnet50, v1.5) with BatchNorm at 224px, 25.6M",
+       "https://github.com/pytorch/vision/blob/main/torchvision/models/resnet.py (resnet50: Bottleneck, "
+       "[3, 4, 6, 3]); https://pytorch.org/vision/stable/models/generated/torchvision.models.resnet50.html",
+       image_sequence(32, 1, 0, 224, 1024), {"fc"}},
+      [](const ZooOptions& o) { return build_resnet(kResNet50, o); }));
   // Tiny variants that the executor trains on a CPU (tests, `headroom run`).
   zoo.push_back(entry({"tiny-llama", "llama", "Llama 3 architecture at toy size for CPU runs, 0.22M parameters",
                        "headroom (models/llama.h kTinyLlama)", token_sequence(64, 256), kLlamaLora},
@@ -126,6 +133,10 @@ std::vector<ZooEntry> make_zoo() {
                        "headroom (models/flux.h kTinyFlux)", image_sequence(16, 1, 0, 128, 256),
                        {"to_q", "to_k", "to_v", "to_out.0"}},
                       [](const ZooOptions& o) { return build_flux(kTinyFlux, o); }));
+  zoo.push_back(entry({"tiny-resnet", "resnet", "ResNet (Bottleneck, [1, 1, 1, 1], width 8, 10 classes) with "
+                       "BatchNorm at 32px for CPU runs", "headroom (models/resnet.h kTinyResNet)",
+                       image_sequence(32, 1, 0, 32, 256), {"fc"}},
+                      [](const ZooOptions& o) { return build_resnet(kTinyResNet, o); }));
   return zoo;
 }
 

@@ -97,7 +97,11 @@ void apply_autocast(graph::LayerGraph& graph) {
     const bool owns_fp32 = std::any_of(node.params.begin(), node.params.end(),
                                        [](const graph::Param& p) { return !is_quantized_storage(p.dtype); });
     const bool f32_input = std::any_of(node.inputs.begin(), node.inputs.end(), is_f32);
-    if (!(owns_fp32 || f32_input || node.op == "norm")) continue;
+    // batch_norm is on neither of autocast's lists, and cuDNN's and the native
+    // kernels write the input's dtype beside fp32 weights and statistics
+    // (aten/src/ATen/native/cudnn/BatchNorm.cpp): its weights do not make it fp32.
+    const bool keeps_input_dtype = node.op.starts_with("batch_norm");
+    if (!((owns_fp32 && !keeps_input_dtype) || f32_input || node.op == "norm")) continue;
     for (const std::string& output : node.outputs) {
       graph::Tensor* tensor = tensors.at(output);
       if (!tensor->dtype) tensor->dtype = DType::kF32;

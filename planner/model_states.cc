@@ -84,6 +84,9 @@ DType stored_dtype(const Param& param, Precision precision) {
                            (param.dtype == DType::kF32 && is_quantization_constant(param)))) {
     return param.dtype;
   }
+  // An integer buffer (BatchNorm's num_batches_tracked, int64) is not cast with
+  // the model: Module.to(dtype) and .bfloat16() cast floating-point tensors only.
+  if (param.buffer && (param.dtype == DType::kInt64 || param.dtype == DType::kInt32)) return param.dtype;
   if (fp32_adapter(param, precision) || param_bytes_per_element(precision, param.trainable) == 4) return DType::kF32;
   return precision == Precision::kFp16Mixed ? DType::kF16 : DType::kBF16;
 }
@@ -97,8 +100,8 @@ ModelSize model_size(const graph::LayerGraph& graph, Precision precision) {
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
       if (!param.tied_to.empty()) continue;
-      // Quantization constants are storage, not parameters of the model.
-      if (!is_quantization_constant(param)) {
+      // Quantization constants and buffers are storage, not parameters of the model.
+      if (!is_quantization_constant(param) && !param.buffer) {
         out.total_params += param.elements();
         if (param.trainable) out.trainable_params += param.elements();
       }

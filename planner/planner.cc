@@ -1,5 +1,7 @@
 #include "planner/planner.h"
 
+#include "planner/training_notes.h"
+
 namespace headroom::planner {
 
 Result<FitAnswer> fit(const RunSettings& settings) {
@@ -21,6 +23,12 @@ Result<FitAnswer> fit(const RunSettings& settings) {
   answer.fits = plan.prediction.fits();
   if (!answer.fits) answer.alternative = find_plan(context.value(), settings);
   answer.warnings = input_warnings(context.value(), settings);
+  for (const std::string& note : training_notes(context->graph, plan.config, "the run")) answer.warnings.push_back(note);
+  if (!answer.fits && answer.alternative.found) {
+    for (const std::string& note : training_notes(context->graph, answer.alternative.best.config, "the plan found")) {
+      answer.warnings.push_back(note);
+    }
+  }
   return answer;
 }
 
@@ -29,6 +37,11 @@ Result<PlanResult> plan(const RunSettings& settings, const Progress& progress) {
   if (!context.is_ok()) return context.status();
   PlanResult result = find_plan(context.value(), settings, progress);
   result.warnings = input_warnings(context.value(), settings);
+  if (result.found) {
+    for (const std::string& note : training_notes(context->graph, result.best.config, "the plan")) {
+      result.warnings.push_back(note);
+    }
+  }
   return result;
 }
 

@@ -129,6 +129,7 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
   const bool adapters = settings.mode != TrainMode::kFull;
   for (Node& node : graph.nodes) {
     for (Param& param : node.params) {
+      if (param.buffer) continue;  // BatchNorm statistics: never trained
       if (adapters) {
         param.trainable = any_match(settings.train_patterns, node.name);
       } else {

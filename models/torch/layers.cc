@@ -1,5 +1,8 @@
 #include "models/torch/layers.h"
 
+#include <fnmatch.h>
+
+#include <algorithm>
 #include <cmath>
 
 namespace headroom::models::torch_modules {
@@ -129,6 +132,10 @@ int add_lora_adapters(torch::nn::Module& root, const LoraOptions& lora) {
   for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
     if (!linear || linear->lora_a.defined()) continue;
+    const bool skipped = std::any_of(lora.skip.begin(), lora.skip.end(), [&](const std::string& pattern) {
+      return fnmatch(pattern.c_str(), item.key().c_str(), 0) == 0;
+    });
+    if (skipped) continue;
     for (const std::string& target : lora.targets) {
       if (ends_with_component(item.key(), target)) {
         linear->add_lora(lora.rank, lora.alpha, lora.dropout);

@@ -72,6 +72,9 @@ struct LoraOptions {
   double dropout = 0;  // lora_dropout
   // Module names (or their last components, "to_out.0") that get adapters.
   std::set<std::string> targets;
+  // fnmatch patterns of module names that get none, as the planner's
+  // lora_skip and train_patterns (planner/trainability.cc).
+  std::vector<std::string> skip;
 };
 
 // Adds adapters to every Linear under `root` whose name ends in a target.

@@ -65,6 +65,8 @@ LayerGraph rich_graph() {
   graph.nodes[3].params[1].dtype = DType::kNF4;
   graph.nodes[4].params.push_back(
       Param{"head.loss.tied", {64, 10}, DType::kBF16, true, "head.proj.weight"});
+  // A module buffer (BatchNorm's num_batches_tracked): stored, never trained.
+  graph.nodes[4].params.push_back(Param{"head.loss.steps", {}, DType::kInt64, false, "", true});
   graph.nodes[0].saves[0].when = SaveWhen::kAnyGrad;
   graph.nodes[2].linear.reset();
   return graph;
@@ -125,6 +127,15 @@ TEST_CASE("round trip through a file is exact") {
   CHECK(text.back() == '\n');
 }
 
+TEST_CASE("a buffer is written only when set and is not a parameter of the model") {
+  const LayerGraph graph = rich_graph();
+  const json written = graph_to_json(graph);
+  CHECK(written["nodes"][4]["params"][1]["buffer"] == true);
+  CHECK_FALSE(written["nodes"][4]["params"][0].contains("buffer"));
+  // 16,384 + 256 + 16,384 + 64 + 640 + 10 toy parameters: the buffer's one element is not among them.
+  CHECK(graph.parameter_count() == 33738);
+}
+
 TEST_CASE("graphs_equal notices each kind of difference") {
   const LayerGraph base = rich_graph();
   CHECK(graphs_equal(base, base));
@@ -141,6 +152,7 @@ TEST_CASE("graphs_equal notices each kind of difference") {
   CHECK(differs([](LayerGraph& g) { g.tensors[0].requires_grad = false; }));
   CHECK(differs([](LayerGraph& g) { g.nodes[0].saves[0].when = SaveWhen::kInputGrad; }));
   CHECK(differs([](LayerGraph& g) { g.nodes[4].params[0].tied_to.clear(); }));
+  CHECK(differs([](LayerGraph& g) { g.nodes[4].params[1].buffer = false; }));
   CHECK(differs([](LayerGraph& g) { g.nodes[0].linear->rows.bs = 2; }));
   CHECK(differs([](LayerGraph& g) { g.nodes[2].linear = g.nodes[0].linear; }));
   CHECK(differs([](LayerGraph& g) { g.nodes[1].workspace_elements.ss = 0; }));

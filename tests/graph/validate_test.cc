@@ -203,6 +203,15 @@ TEST_CASE("tied parameters") {
   }
 }
 
+TEST_CASE("a buffer is neither trainable nor tied") {
+  LayerGraph graph = toy();
+  graph.nodes[0].params.push_back(Param{"mlp.0.fc1.running_mean", {256}, DType::kF32, false, "", true});
+  CHECK(validate_graph(graph, "toy.json").is_ok());
+  graph.nodes[0].params.back().trainable = true;
+  check_error(graph, "nodes[0] (\"mlp.0.fc1\").params[2] (\"mlp.0.fc1.running_mean\").buffer",
+              "buffers are never trained");
+}
+
 TEST_CASE("node references") {
   LayerGraph graph = toy();
   SUBCASE("unknown input: the message in full") {
