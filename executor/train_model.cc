@@ -31,7 +31,10 @@ tm::LoraOptions lora_options(const planner::Plan& plan, tm::LoraOptions defaults
 Status apply_trainability(torch::nn::Module& module, const graph::LayerGraph& graph, const std::string& model) {
   std::map<std::string, bool> trainable;
   for (const graph::Node& node : graph.nodes) {
-    for (const graph::Param& param : node.params) trainable[param.name] = param.trainable;
+    // A parameter nothing reads ("unused" node: LLaVA's vision layers past the
+    // feature layer) never gets a gradient; frozen here it gets no optimizer
+    // state either, as torch.optim gives it none (planner/model_states.cc).
+    for (const graph::Param& param : node.params) trainable[param.name] = param.trainable && node.op != "unused";
   }
   for (auto& item : module.named_parameters()) {
     const auto found = trainable.find(item.key());

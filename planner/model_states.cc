@@ -221,6 +221,10 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
 
       out.trainable_params += elements;
       trainable_bytes_16 += elements;
+      // A parameter whose output nothing reads (LLaVA's vision layers past the
+      // feature layer, one "unused" node) never gets a gradient, and torch.optim
+      // creates no state for it (its step skips parameters whose grad is None).
+      if (node.op == "unused") continue;
       const int64_t grad = grad_bytes(param, precision);
       // bitsandbytes' 32-bit PagedAdamW keeps fp32 states whatever the parameter's dtype.
       const bool fp32_states = fp32_adapter(param, precision) ||
@@ -253,7 +257,11 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
         if (paged(settings, elements)) {
           out.paged_optimizer += states_rank;
         } else {
-          out.optimizer += account(states_rank, accounting);
+          // torch.optim allocates each AdamW state as a tensor of its own
+          // (zeros_like for exp_avg and exp_avg_sq in _init_group), each rounded
+          // by the allocator; ZeRO's partitions are flat buffers.
+          const int64_t tensors = !shard_optimizer && settings.optimizer == OptimizerKind::kAdamW ? 2 : 1;
+          out.optimizer += tensors * account(ceil_div(states_rank, tensors), accounting);
         }
         out.master += account(master_rank, accounting);
         add_gpu_grad();

@@ -105,6 +105,33 @@ TEST_CASE("frozen parameters carry no gradient, optimizer state or master copy")
   CHECK(states.params == 2048);  // 2000 bytes rounded up to the allocator's 512-byte blocks
 }
 
+TEST_CASE("AdamW's two states are two allocations, each rounded by the allocator") {
+  // 64 bf16 weights under pure bf16: exp_avg and exp_avg_sq of 128 bytes each,
+  // 512 allocated each (torch.optim's zeros_like per state), not 512 for both.
+  RunSettings settings;
+  settings.precision = Precision::kBf16Pure;
+  const ModelStates one_gpu = model_states(one_tensor_model(64), settings, GlobalConfig{}, Accounting::kAllocated);
+  CHECK(one_gpu.optimizer == 2 * 512);
+  // ZeRO's optimizer partition is one flat buffer per rank.
+  settings.gpus_per_node = 2;
+  GlobalConfig zero1;
+  zero1.zero_stage = 1;
+  const ModelStates sharded = model_states(one_tensor_model(64), settings, zero1, Accounting::kAllocated);
+  CHECK(sharded.optimizer == 512);
+}
+
+TEST_CASE("a parameter nothing reads gets no gradient and no optimizer state") {
+  // LLaVA's vision layers past the feature layer: one "unused" node.
+  graph::LayerGraph graph = one_tensor_model(1000);
+  graph.nodes[0].op = "unused";
+  RunSettings settings;
+  const ModelStates states = model_states(graph, settings, GlobalConfig{}, Accounting::kAllocated);
+  CHECK(states.trainable_params == 1000);  // trainable, as requires_grad says
+  CHECK(states.grads_full == 0);
+  CHECK(states.optimizer == 0);
+  CHECK(states.params == 2048);
+}
+
 TEST_CASE("DeepSpeed ZeRO-3 copies a sub-group's gradient partition to fp32 at the step, FSDP2 stacks do not") {
   RunSettings settings;
   settings.precision = Precision::kBf16Mixed;
