@@ -1,5 +1,7 @@
 #include "cli/train_command.h"
 
+#include "cli/run_request.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -163,29 +165,16 @@ nlohmann::json result_to_json(const executor::RunResult& r) {
 }  // namespace
 
 int run_training(const CliOptions& options, Terminal& terminal) {
-  // As simulate and report read it: the same loader, message and exit status.
-  Result<planner::Plan> plan = planner::load_plan_file(options.plan_path);
-  if (!plan.is_ok()) return fail(terminal, kExitUsage, "PLAN: " + plan.message());
-
+  RunRequest request = check_run_request(options, terminal, executor::cuda_available());
+  if (request.exit_code != 0) return request.exit_code;
   const executor::RunOptions& run = options.run;
-  if (Status s = executor::validate_run_options(run, "command line"); !s.is_ok()) {
-    return fail(terminal, kExitUsage, s.message());
-  }
-  if (Status s = executor::check_executable(plan.value(), options.plan_path); !s.is_ok()) {
-    return fail(terminal, kExitFailure, s.message());
-  }
-  // Outputs that cannot be written are refused before hours of training.
-  if (!options.calibration_out.empty() && (run.device == "cpu" || !executor::cuda_available())) {
-    return fail(terminal, kExitUsage,
-                "--write-calibration " + options.calibration_out +
-                    ": a calibration needs a run on a GPU, and this one would run on the CPU");
-  }
+  const planner::Plan& plan = request.plan;
   MetricsFile metrics;
   if (!options.metrics_path.empty()) {
     if (Status s = metrics.open(options.metrics_path); !s.is_ok()) return fail(terminal, kExitFailure, s.message());
   }
   ProgressObserver observer(terminal, metrics.is_open() ? &metrics : nullptr);
-  Result<executor::RunResult> result = executor::run_plan(plan.value(), run, observer);
+  Result<executor::RunResult> result = executor::run_plan(plan, run, observer);
   if (!result.is_ok()) return fail(terminal, kExitFailure, result.message());
 
   if (!options.measurement_out.empty()) {

@@ -1,5 +1,7 @@
 #include "cli/trainer_launch.h"
 
+#include "cli/run_request.h"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,6 +26,11 @@ std::string trainer_path() {
 int launch_trainer(const CliOptions& options, Terminal& terminal) {
   const std::string trainer = trainer_path();
   if (trainer.empty() || access(trainer.c_str(), X_OK) != 0) {
+    // Bad input is named as the trainer would name it, in every build; only a
+    // request that could run is told there is no trainer.
+    if (const RunRequest request = check_run_request(options, terminal, false); request.exit_code != 0) {
+      return request.exit_code;
+    }
     terminal.err << "headroom: this headroom was built without LibTorch (no " << kTrainerName
                  << (trainer.empty() ? std::string() : " at " + trainer)
                  << "), so it cannot train: run scripts/setup_torch.sh, then scripts/build.sh "
