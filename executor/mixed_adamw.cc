@@ -171,6 +171,7 @@ void MixedAdamW::zero_grad() {
 
 std::string MixedAdamW::save() const {
   torch::serialize::OutputArchive archive;
+  write_optimizer_kind(archive, planner::OptimizerKind::kAdamW);
   archive.write("steps", torch::tensor(steps_, torch::kLong));
   for (const auto& slot : slots_) {
     archive.write(slot->name + "/exp_avg", slot->exp_avg.cpu());
@@ -186,14 +187,9 @@ void MixedAdamW::load(const std::string& bytes, const std::string& origin) {
   torch::NoGradGuard no_grad;
   torch::serialize::InputArchive archive;
   archive.load_from(bytes.data(), bytes.size());
-  auto read = [&](const std::string& key, torch::Tensor& into) {
-    torch::Tensor value;
-    if (!archive.try_read(key, value)) throw std::runtime_error(origin + ": optimizer state lacks \"" + key + "\"");
-    if (value.sizes() != into.sizes()) {
-      throw std::runtime_error(origin + ": optimizer state \"" + key + "\" has another shape than the model's");
-    }
-    into.copy_(value);
-  };
+  // Checkpoints written before the other optimizers carry no marker.
+  check_optimizer_kind(archive, planner::OptimizerKind::kAdamW, origin, /*legacy_ok=*/true);
+  auto read = [&](const std::string& key, torch::Tensor& into) { read_state(archive, key, into, origin); };
   torch::Tensor steps = torch::zeros({}, torch::kLong);
   read("steps", steps);
   steps_ = steps.item<int64_t>();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "executor/cpu_adamw.h"
+#include "executor/optimizer.h"
 
 namespace headroom::executor {
 
@@ -25,28 +26,23 @@ struct MixedAdamWOptions {
   int cpu_threads = 0;          // for the CPU step; 0 = all cores
 };
 
-class MixedAdamW {
+class MixedAdamW final : public Optimizer {
  public:
   // `parameters`: (name, tensor) of every trainable parameter. States are
   // allocated here, so their memory is measurable before the first step.
   MixedAdamW(std::vector<std::pair<std::string, torch::Tensor>> parameters, MixedAdamWOptions options);
-  ~MixedAdamW();
+  ~MixedAdamW() override;
   MixedAdamW(const MixedAdamW&) = delete;
   MixedAdamW& operator=(const MixedAdamW&) = delete;
 
-  // One step with every gradient multiplied by `grad_scale` first (1 / loss
-  // scale). With `check_finite` a step whose gradients hold inf/NaN changes
-  // nothing and returns false (fp16 loss scaling).
-  bool step(double grad_scale, bool check_finite);
-  void zero_grad();  // drops gradients (set to none), device and host
-
-  int64_t steps_taken() const { return steps_; }
-  // Bytes of the moments and master weights (what a checkpoint of them holds).
-  int64_t state_bytes() const;
-  // Serialized state (moments, master weights, step count) for checkpoints;
-  // load() checks names and shapes (the parameters come from the model part).
-  std::string save() const;
-  void load(const std::string& bytes, const std::string& origin);
+  // Optimizer's contract; zero_grad also clears the host gradients under offload.
+  bool step(double grad_scale, bool check_finite) override;
+  void zero_grad() override;
+  int64_t steps_taken() const override { return steps_; }
+  int64_t state_bytes() const override;  // moments and master weights
+  // Moments, master weights, step count.
+  std::string save() const override;
+  void load(const std::string& bytes, const std::string& origin) override;
 
  private:
   struct Slot;

@@ -31,11 +31,16 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                       " GPUs: the executor trains on one GPU (or the CPU); sharding over c10d is not "
                       "implemented yet, expected a plan for 1 GPU");
   }
-  if (s.optimizer != planner::OptimizerKind::kAdamW) {
+  if (s.optimizer == planner::OptimizerKind::kAdamW4bit) {
     return refuse(origin, "settings.optimizer",
-                  std::string(planner::optimizer_name(s.optimizer)) +
-                      " is not implemented in the executor (8-bit AdamW, SGD and Adafactor are planned "
-                      "only); expected adamw");
+                  "torchao's AdamW4bit is priced but not run by the executor; expected adamw, adamw-8bit, sgd or "
+                  "adafactor");
+  }
+  if (s.optimizer != planner::OptimizerKind::kAdamW && plan.config.offload_optimizer != planner::Offload::kNone) {
+    return refuse(origin, "config.offload_optimizer",
+                  "the executor offloads only AdamW to the CPU (ZeRO-Offload's CPU Adam), not " +
+                      std::string(planner::optimizer_name(s.optimizer)) +
+                      "; expected none, or optimizer adamw");
   }
   if (plan.config.zero_stage == 3 || plan.config.offload_param != planner::Offload::kNone) {
     return refuse(origin, plan.config.zero_stage == 3 ? "config.zero_stage" : "config.offload_param",

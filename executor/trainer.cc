@@ -1,8 +1,8 @@
 // run_plan(): trains a Plan with LibTorch and measures what the planner
 // predicted. The loop is the planner's step: grad_accum micro-batches of
 // micro_batch samples, each block kept, checkpointed or offloaded as the plan
-// says, then one AdamW step (on the device, or on the CPU when the plan
-// offloads the optimizer). Memory is read from the CUDA caching allocator, or
+// says, then one step of the plan's optimizer (executor/optimizer.h; AdamW on
+// the CPU when the plan offloads the optimizer). Memory is read from the CUDA caching allocator, or
 // on the CPU from the tracking allocator with CUDA's 512-byte rounding, at the
 // points where the planner's categories can be told apart.
 #include <ATen/cuda/CUDAContext.h>
@@ -26,8 +26,8 @@
 #include "executor/cpu_memory.h"
 #include "executor/executable_model.h"
 #include "executor/host_memory.h"
-#include "executor/mixed_adamw.h"
 #include "executor/offload.h"
+#include "executor/optimizer.h"
 #include "executor/crc32c.h"
 #include "executor/run_state.h"
 #include "executor/run.h"
@@ -271,7 +271,7 @@ class Trainer {
   std::unordered_set<const void*> parameter_storages_;
   OffloadStats offload_stats_;
   std::unique_ptr<TrainModel> model_;
-  std::unique_ptr<MixedAdamW> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StateStore> store_;
   tm::BlockRunner runner_;
   LossScaler scaler_;
@@ -336,13 +336,14 @@ Status Trainer::setup() {
   const int64_t after_model = probe_->live();
   measured_["parameters"] = after_model - before_model;
 
-  MixedAdamWOptions adam;
-  adam.hyper.lr = options_.learning_rate;
-  adam.hyper.weight_decay = options_.weight_decay;
-  adam.master_weights = planner::master_bytes_per_element(plan_.settings.precision) > 0;
-  adam.offload_to_cpu = plan_.config.offload_optimizer == planner::Offload::kCpu;
-  adam.cpu_threads = options_.cpu_threads;
-  optimizer_ = std::make_unique<MixedAdamW>(model_->trainable(), adam);
+  OptimizerOptions optimizer;
+  optimizer.kind = plan_.settings.optimizer;
+  optimizer.learning_rate = options_.learning_rate;
+  optimizer.weight_decay = options_.weight_decay;
+  optimizer.master_weights = planner::master_bytes_per_element(plan_.settings.precision) > 0;
+  optimizer.offload_to_cpu = plan_.config.offload_optimizer == planner::Offload::kCpu;
+  optimizer.cpu_threads = options_.cpu_threads;
+  optimizer_ = make_optimizer(model_->trainable(), optimizer);
   probe_->synchronize();
   measured_["optimizer states + master weights"] = probe_->live() - after_model;
 

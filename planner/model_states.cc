@@ -173,9 +173,12 @@ int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision,
     case OptimizerKind::kAdafactor: {
       // Factored second moment for matrices: one row and one column vector
       // (Shazeer & Stern 2018, Sec. 3; HF Adafactor keeps them in fp32); no first moment.
-      if (shape.size() < 2) return elements * 4;
-      const int64_t cols = shape.back();
-      const int64_t rows = elements / cols;
+      // A tensor of more dimensions factors its last two per leading index: rows
+      // are shape[:-1], columns shape[:-2] + shape[-1:] (torch/optim/_adafactor.py
+      // row_shape[-1] = 1, col_shape[-2] = 1; transformers' Adafactor likewise).
+      if (shape.size() < 2 || elements == 0) return elements * 4;
+      const int64_t rows = elements / shape.back();
+      const int64_t cols = elements / shape[shape.size() - 2];
       return (rows + cols) * 4;
     }
   }

@@ -84,9 +84,19 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   qlora.settings.mode = planner::TrainMode::kQlora;
   CHECK(check_executable(qlora, "plan.json").is_ok());
 
-  planner::Plan adam8 = plan;
-  adam8.settings.optimizer = planner::OptimizerKind::kAdamW8bit;
-  CHECK(check_executable(adam8, "plan.json").message().find("settings.optimizer") != std::string::npos);
+  // AdamW, 8-bit AdamW, SGD and Adafactor run (executor/optimizer.h); torchao's
+  // 4-bit AdamW does not, and only AdamW is offloaded to the CPU.
+  for (planner::OptimizerKind kind : {planner::OptimizerKind::kAdamW8bit, planner::OptimizerKind::kSgdMomentum,
+                                      planner::OptimizerKind::kAdafactor}) {
+    planner::Plan other = plan;
+    other.settings.optimizer = kind;
+    CHECK(check_executable(other, "plan.json").is_ok());
+    other.config.offload_optimizer = planner::Offload::kCpu;
+    CHECK(check_executable(other, "plan.json").message().find("plan.json: config.offload_optimizer") == 0);
+  }
+  planner::Plan adam4 = plan;
+  adam4.settings.optimizer = planner::OptimizerKind::kAdamW4bit;
+  CHECK(check_executable(adam4, "plan.json").message().find("plan.json: settings.optimizer") == 0);
 
   planner::Plan zero3 = plan;
   zero3.config.zero_stage = 3;

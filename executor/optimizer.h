@@ -1,0 +1,103 @@
+// The optimizer the trainer steps, one per planner::OptimizerKind it can run:
+// AdamW (executor/mixed_adamw.h, also offloaded to the CPU), SGD with momentum
+// (executor/sgd.h), Adafactor (executor/adafactor.h) and bitsandbytes' 8-bit
+// AdamW (executor/adamw8bit.h). Each allocates its states, and fp32 master
+// weights where the planner counts them (planner::master_bytes_per_element), in
+// its constructor, so the bytes it adds are measurable before the first step
+// and compare with the planner's `optimizer + master` (docs/executor.md).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "planner/run_settings.h"
+
+namespace headroom::executor {
+
+using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // One step with every gradient multiplied by `grad_scale` first (1 / loss
+  // scale). With `check_finite` a step whose gradients hold inf/NaN changes
+  // nothing and returns false (fp16 loss scaling).
+  virtual bool step(double grad_scale, bool check_finite) = 0;
+  virtual void zero_grad() = 0;  // drops gradients (set to none)
+
+  virtual int64_t steps_taken() const = 0;
+  // Bytes of the states and master weights (what a checkpoint of them holds).
+  virtual int64_t state_bytes() const = 0;
+  // Serialized state for checkpoints; load() checks the optimizer, names and
+  // shapes (the parameters themselves come from the model part) and throws
+  // std::runtime_error naming `origin` when they differ.
+  virtual std::string save() const = 0;
+  virtual void load(const std::string& bytes, const std::string& origin) = 0;
+};
+
+struct OptimizerOptions {
+  planner::OptimizerKind kind = planner::OptimizerKind::kAdamW;
+  double learning_rate = 1e-3;
+  double weight_decay = 0.0;
+  bool master_weights = false;  // fp32 master copies of 16-bit parameters
+  bool offload_to_cpu = false;  // ZeRO-Offload: AdamW only (run_checks.cc refuses the others)
+  int cpu_threads = 0;          // for the CPU AdamW step; 0 = all cores
+};
+
+// The optimizer of `options.kind` over `parameters` (name, tensor of every
+// trainable parameter). Throws std::invalid_argument for a kind the executor
+// does not run (check_executable refuses those plans first).
+std::unique_ptr<Optimizer> make_optimizer(NamedParameters parameters, const OptimizerOptions& options);
+
+// ---- Shared by the optimizers (composition, not a base class) ----
+
+// The tensors an optimizer updates: each trainable parameter and, where kept,
+// its fp32 master copy, which the update then writes and copies back.
+class UpdatedWeights {
+ public:
+  UpdatedWeights(NamedParameters parameters, bool master_weights);
+
+  size_t size() const { return entries_.size(); }
+  const std::string& name(size_t i) const { return entries_[i].name; }
+  const torch::Tensor& parameter(size_t i) const { return entries_[i].param; }
+  // What the update writes: the fp32 master, or the parameter itself.
+  torch::Tensor& weights(size_t i);
+  // The gradient in the weights' dtype times `grad_scale`; undefined when the
+  // parameter has none this step.
+  torch::Tensor gradient(size_t i, double grad_scale) const;
+  // After the update: the parameter takes the master's values (rounded).
+  void publish(size_t i);
+
+  bool gradients_finite(double grad_scale) const;
+  void zero_grad();
+  int64_t master_bytes() const;
+  void save(torch::serialize::OutputArchive& archive) const;
+  void load(torch::serialize::InputArchive& archive, const std::string& origin);
+
+ private:
+  struct Entry {
+    std::string name;
+    torch::Tensor param;   // the model's tensor (device, training dtype)
+    torch::Tensor master;  // fp32 copy, when kept
+  };
+  std::vector<Entry> entries_;
+};
+
+// Checkpoint helpers: a marker naming the optimizer that wrote the state, so a
+// checkpoint of another optimizer is refused by name, and reads that check
+// presence and shape before copying into the live tensor.
+void write_optimizer_kind(torch::serialize::OutputArchive& archive, planner::OptimizerKind kind);
+// `legacy_ok`: a state with no marker at all is accepted (AdamW's, written
+// before there were others).
+void check_optimizer_kind(torch::serialize::InputArchive& archive, planner::OptimizerKind kind,
+                          const std::string& origin, bool legacy_ok = false);
+void read_state(torch::serialize::InputArchive& archive, const std::string& key, torch::Tensor& into,
+                const std::string& origin);
+
+}  // namespace headroom::executor
