@@ -13,7 +13,8 @@ namespace headroom::executor {
 namespace {
 
 constexpr const char* kSupported =
-    "tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-flux, flux-kontext-dev, or a Hugging Face "
+    "tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-flux, flux-kontext-dev, tiny-resnet, resnet-50, or a "
+    "Hugging Face "
     "llama/mistral/qwen2, vit or llava model directory";
 
 Status unsupported(std::string_view origin, const std::string& model, const std::string& why) {
@@ -103,6 +104,12 @@ Result<ExecutableModel> executable_model(const std::string& model, std::string_v
       {"llama-3.1-8b", &models::kLlama31_8b, nullptr}, {"mistral-7b", &models::kMistral7b, nullptr},
       {"tiny-flux", nullptr, &models::kTinyFlux},    {"flux-kontext-dev", nullptr, &models::kFluxKontextDev},
   };
+  for (const auto& [name, config] : {std::pair{"tiny-resnet", &models::kTinyResNet}, std::pair{"resnet-50", &models::kResNet50}}) {
+    if (model != name) continue;
+    out.family = ModelFamily::kResNet;
+    out.resnet = *config;
+    return out;
+  }
   for (const auto& entry : zoo) {
     if (model != entry.name) continue;
     if (entry.llama) {

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
 #include <map>
 
 #include "executor/token_data.h"
@@ -10,6 +11,7 @@
 #include "models/torch/flux_module.h"
 #include "models/torch/llama_module.h"
 #include "models/torch/llava_module.h"
+#include "models/torch/resnet_module.h"
 #include "models/torch/vit_module.h"
 
 namespace headroom::executor {
@@ -274,6 +276,48 @@ class LlavaModel final : public TrainModel {
   TrainModelOptions options_;
 };
 
+// torchvision's ResNet on synthetic images from a fixed pool of kPoolSize,
+// at 32 x sqrt(S) pixels a side (S counts the final 1/32 feature map).
+class ResNetModel final : public TrainModel {
+ public:
+  static constexpr int64_t kPoolSize = 8;
+
+  ResNetModel(const models::ResNetConfig& config, uint64_t seed, const TrainModelOptions& options)
+      : classes_(config.classes), net_(config), seed_(seed), options_(options) {
+    side_ = 32 * static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(options.seq_len))));
+  }
+  torch::nn::Module& module() override { return *net_; }
+  int64_t tokens_per_sample() const override { return options_.seq_len; }
+  tm::ResNetImpl& net() { return *net_; }
+
+  Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
+    std::vector<torch::Tensor> images;
+    std::vector<int64_t> labels;
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t index = (first + i) % kPoolSize;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed_ ^ static_cast<uint64_t>(index)));
+      images.push_back(at::randn({1, 3, side_, side_}, gen, torch::TensorOptions().dtype(torch::kFloat)));
+      labels.push_back(index % classes_);
+    }
+    // Held through backward, as a training loop holds its batch.
+    pixels_ = torch::cat(images).to(options_.device, options_.dtype);
+    labels_ = torch::tensor(labels, torch::kLong).to(options_.device);
+    return net_->loss(pixels_, labels_, runner);
+  }
+  void release_outputs() override {
+    pixels_ = torch::Tensor();
+    labels_ = torch::Tensor();
+  }
+
+ private:
+  int64_t classes_;
+  int64_t side_ = 32;
+  tm::ResNet net_;
+  torch::Tensor pixels_, labels_;
+  uint64_t seed_;
+  TrainModelOptions options_;
+};
+
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> TrainModel::trainable() {
@@ -303,6 +347,14 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
     }
     const int64_t rank = plan.settings.lora.rank;
     out = std::make_unique<FluxModel>(model.flux, lora_options(plan, tm::flux_lora(rank)), run.seed, options);
+  } else if (model.family == ModelFamily::kResNet) {
+    if (run.data != "synthetic") {
+      return Status::error(run.data + ": ResNet trains on synthetic images only (expected --data synthetic)");
+    }
+    if (plan.settings.mode != planner::TrainMode::kFull) {
+      return Status::error(plan.model + ": settings.mode: the executor trains ResNet fully (expected full)");
+    }
+    out = std::make_unique<ResNetModel>(model.resnet, run.seed, options);
   } else if (model.family == ModelFamily::kLlava) {
     if (run.data != "synthetic") {
       return Status::error(run.data + ": LLaVA trains on synthetic images and tokens only (expected --data synthetic)");
@@ -334,6 +386,7 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
     }
   }
   out->module().to(options.device, options.dtype);
+  if (auto* resnet = dynamic_cast<ResNetModel*>(out.get())) resnet->net().restore_integer_buffers();
   keep_fp32_adapters(out->module(), trained_graph, plan.settings.precision);
   if (plan.settings.mode == planner::TrainMode::kQlora &&
       quantize_nf4_linears(out->module(), trained_graph, plan.settings.nf4_double_quant) == 0) {
