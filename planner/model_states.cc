@@ -152,8 +152,8 @@ int64_t master_bytes_per_element(Precision precision) {
   return (precision == Precision::kBf16Mixed || precision == Precision::kFp16Mixed) ? 4 : 0;
 }
 
-int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision,
-                              const std::vector<int64_t>& shape) {
+std::vector<int64_t> optimizer_state_tensors(OptimizerKind optimizer, Precision precision,
+                                             const std::vector<int64_t>& shape) {
   int64_t elements = 1;
   for (int64_t dim : shape) elements *= dim;
   // torch.optim keeps states in the parameter's dtype: fp32 with a master copy,
@@ -161,28 +161,42 @@ int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision,
   const int64_t state_width = precision == Precision::kBf16Pure ? 2 : 4;
   switch (optimizer) {
     case OptimizerKind::kAdamW:  // exp_avg and exp_avg_sq (Loshchilov & Hutter; torch.optim.AdamW)
-      return 2 * elements * state_width;
-    case OptimizerKind::kAdamW8bit:
-      if (elements < kBnbMin8bitSize) return 2 * elements * 4;
-      return 2 * elements + 2 * ceil_div(elements, kBnbBlock) * 4;
-    case OptimizerKind::kAdamW4bit:
-      if (elements < kTorchaoMinQuantizedSize || elements % kTorchao4bitBlock != 0) return 2 * elements * state_width;
-      return 2 * (elements / 2 + elements / kTorchao4bitBlock * 4);
+      return {elements * state_width, elements * state_width};
+    case OptimizerKind::kAdamW8bit: {
+      // state1, state2 as uint8 codes and their fp32 absmax1, absmax2 (bitsandbytes
+      // optim/optimizer.py Optimizer2State.init_state); fp32 states when small.
+      if (elements < kBnbMin8bitSize) return {elements * 4, elements * 4};
+      const int64_t absmax = ceil_div(elements, kBnbBlock) * 4;
+      return {elements, elements, absmax, absmax};
+    }
+    case OptimizerKind::kAdamW4bit: {
+      if (elements < kTorchaoMinQuantizedSize || elements % kTorchao4bitBlock != 0) {
+        return {elements * state_width, elements * state_width};
+      }
+      const int64_t scale = elements / kTorchao4bitBlock * 4;  // OptimState4bit: codes and scale tensors
+      return {elements / 2, scale, elements / 2, scale};
+    }
     case OptimizerKind::kSgdMomentum:  // one momentum buffer
-      return elements * state_width;
+      return {elements * state_width};
     case OptimizerKind::kAdafactor: {
       // Factored second moment for matrices: one row and one column vector
       // (Shazeer & Stern 2018, Sec. 3; HF Adafactor keeps them in fp32); no first moment.
       // A tensor of more dimensions factors its last two per leading index: rows
       // are shape[:-1], columns shape[:-2] + shape[-1:] (torch/optim/_adafactor.py
       // row_shape[-1] = 1, col_shape[-2] = 1; transformers' Adafactor likewise).
-      if (shape.size() < 2 || elements == 0) return elements * 4;
+      if (shape.size() < 2 || elements == 0) return {elements * 4};
       const int64_t rows = elements / shape.back();
       const int64_t cols = elements / shape[shape.size() - 2];
-      return (rows + cols) * 4;
+      return {rows * 4, cols * 4};
     }
   }
-  return 0;
+  return {};
+}
+
+int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision, const std::vector<int64_t>& shape) {
+  int64_t bytes = 0;
+  for (int64_t tensor : optimizer_state_tensors(optimizer, precision, shape)) bytes += tensor;
+  return bytes;
 }
 
 ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& settings,
@@ -208,6 +222,7 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   int64_t checkpoint_optimizer = 0;
   int64_t largest_state = 0;  // one state tensor of the largest trainable parameter (rank share)
   int64_t largest_grad = 0;
+  bool bnb_maps = false;  // an 8-bit state on the device: the optimizer's two quantization maps there
   const std::map<std::string, int> shared = shared_gradient_first_block(graph);
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
@@ -260,11 +275,18 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
         if (paged(settings, elements)) {
           out.paged_optimizer += states_rank;
         } else {
-          // torch.optim allocates each AdamW state as a tensor of its own
-          // (zeros_like for exp_avg and exp_avg_sq in _init_group), each rounded
-          // by the allocator; ZeRO's partitions are flat buffers.
-          const int64_t tensors = !shard_optimizer && settings.optimizer == OptimizerKind::kAdamW ? 2 : 1;
-          out.optimizer += tensors * account(ceil_div(states_rank, tensors), accounting);
+          // Each state is a tensor of its own (torch.optim's zeros_like per state,
+          // bitsandbytes' codes and absmax), each rounded by the allocator; ZeRO's
+          // partitions are flat buffers.
+          if (settings.optimizer == OptimizerKind::kAdamW8bit && elements >= kBnbMin8bitSize) bnb_maps = true;
+          if (shard_optimizer) {
+            out.optimizer += account(states_rank, accounting);
+          } else {
+            for (int64_t tensor : optimizer_state_tensors(
+                     settings.optimizer, fp32_states ? Precision::kFp32 : precision, param.shape)) {
+              out.optimizer += account(tensor, accounting);
+            }
+          }
         }
         out.master += account(master_rank, accounting);
         add_gpu_grad();
@@ -276,6 +298,11 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
       }
     }
   }
+
+  // bitsandbytes' 8-bit optimizers move their two 256-value fp32 maps (signed
+  // and unsigned dynamic) to the device once and share them among all states
+  // (optim/optimizer.py Optimizer2State.init_state, name2qmap).
+  if (bnb_maps) out.optimizer += 2 * account(256 * 4, accounting);
 
   // Gradients appear block by block only in plain data parallelism: ZeRO-2/3
   // keep a preallocated partition, and offload sends them to the host per bucket.

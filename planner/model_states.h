@@ -76,6 +76,10 @@ struct ModelStates {
 int64_t param_bytes_per_element(Precision precision, bool trainable);
 int64_t grad_bytes_per_element(Precision precision);
 int64_t master_bytes_per_element(Precision precision);
+// The state tensors the optimizer allocates for one parameter of `shape`, in
+// bytes, each its own allocation (optimizer_state_bytes is their sum).
+std::vector<int64_t> optimizer_state_tensors(OptimizerKind optimizer, Precision precision,
+                                             const std::vector<int64_t>& shape);
 // Optimizer state bytes for one parameter tensor of `shape`.
 int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision,
                               const std::vector<int64_t>& shape);
