@@ -22,6 +22,7 @@
 
 #include "executor/cpu_adamw.h"
 #include "executor/optimizer.h"
+#include "models/torch/blockwise_quant.h"
 
 namespace headroom::executor {
 
@@ -31,15 +32,17 @@ namespace bnb {
 inline constexpr int64_t kBlockSize = 256;       // optim/optimizer.py init_state, backends/cpu/ops.py
 inline constexpr int64_t kMin8bitSize = 4096;    // Optimizer2State min_8bit_size default
 
-// functional.create_dynamic_map(signed, max_exponent_bits = 7, total_bits = 8):
-// 256 sorted fp32 values in [-1, 1] (signed) or [0, 1].
-torch::Tensor dynamic_map(bool is_signed);
-// (codes as uint8 of x's shape, fp32 absmax per block) of x against `code`.
-std::pair<torch::Tensor, torch::Tensor> quantize_blockwise(const torch::Tensor& x, const torch::Tensor& code,
-                                                           int64_t block_size = kBlockSize);
-// fp32 values of `codes` (any shape) scaled by their block's absmax.
-torch::Tensor dequantize_blockwise(const torch::Tensor& codes, const torch::Tensor& absmax,
-                                   const torch::Tensor& code, int64_t block_size = kBlockSize);
+// The quantization itself is models/torch/blockwise_quant.h, shared with
+// QLoRA's double quantization; here with the optimizers' block of 256.
+using models::torch_modules::dynamic_map;
+inline std::pair<torch::Tensor, torch::Tensor> quantize_blockwise(const torch::Tensor& x, const torch::Tensor& code,
+                                                                  int64_t block_size = kBlockSize) {
+  return models::torch_modules::quantize_blockwise(x, code, block_size);
+}
+inline torch::Tensor dequantize_blockwise(const torch::Tensor& codes, const torch::Tensor& absmax,
+                                          const torch::Tensor& code, int64_t block_size = kBlockSize) {
+  return models::torch_modules::dequantize_blockwise(codes, absmax, code, block_size);
+}
 
 }  // namespace bnb
 

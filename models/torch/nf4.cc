@@ -33,44 +33,6 @@ constexpr float kNf4Values[16] = {
 };
 
 
-// The per-block scaling of bnb's default quantize kernels: full blocks are
-// multiplied by 1 / absmax, a partial last block divided by its absmax (two
-// roundings that can differ in the last bit, so both are kept). Returns the
-// scaled values clamped to [-1, 1] and the f32 absmax.
-std::pair<torch::Tensor, torch::Tensor> scale_blocks(const torch::Tensor& values, int64_t blocksize) {
-  const torch::Tensor flat = values.reshape(-1).to(torch::kFloat);
-  const int64_t n = flat.numel();
-  const int64_t rem = n % blocksize;
-  const int64_t full = n - rem;
-  const torch::Tensor blocks = flat.slice(0, 0, full).view({full / blocksize, blocksize});
-  torch::Tensor absmax = std::get<0>(blocks.abs().max(-1));
-  torch::Tensor scaled = torch::clamp(blocks * (1.0 / absmax.clamp_min(1e-38)).view({-1, 1}), -1, 1).reshape(-1);
-  if (rem > 0) {
-    const torch::Tensor tail = flat.slice(0, full);
-    const torch::Tensor am = tail.abs().max().clamp_min(1e-38);
-    absmax = torch::cat({absmax, am.unsqueeze(0)});
-    scaled = torch::cat({scaled, torch::clamp(tail / am, -1, 1)});
-  }
-  return {scaled, absmax};
-}
-
-// Index of the nearest code (the midpoints between sorted codes as bucket bounds).
-torch::Tensor nearest_code(const torch::Tensor& scaled, const torch::Tensor& code) {
-  const torch::Tensor bounds = (code.slice(0, 0, -1) + code.slice(0, 1)) / 2;
-  return torch::bucketize(scaled, bounds, /*out_int32=*/true);
-}
-
-// codes [n] f32 values times their block's absmax (a partial last block too).
-torch::Tensor scale_back(const torch::Tensor& values, const torch::Tensor& absmax, int64_t blocksize) {
-  const int64_t n = values.numel();
-  const int64_t rem = n % blocksize;
-  const int64_t full = n - rem;
-  torch::Tensor out = (values.slice(0, 0, full).view({-1, blocksize}) * absmax.slice(0, 0, full / blocksize).view({-1, 1}))
-                          .reshape(-1);
-  if (rem > 0) out = torch::cat({out, values.slice(0, full) * absmax[full / blocksize]});
-  return out;
-}
-
 // The absmax of each 64-weight block, f32 (double quantization undone).
 torch::Tensor block_absmax(const Nf4Weight& w) {
   if (!w.double_quant()) return w.absmax;
@@ -123,41 +85,6 @@ torch::Tensor nf4_code_book(const torch::Device& device) {
   return torch::tensor(std::vector<float>(std::begin(kNf4Values), std::end(kNf4Values)), torch::kFloat).to(device);
 }
 
-// bitsandbytes create_dynamic_map(signed=True, max_exponent_bits=7,
-// total_bits=8): for each exponent i in 0..6, 2^i + 1 linearly spaced fraction
-// boundaries in [0.1, 1] whose midpoints are scaled by 10^(i - 6), with both
-// signs; then 0 and 1, sorted. The arithmetic is f32 tensor arithmetic, as
-// bitsandbytes computes it, so the values are bit for bit the same.
-torch::Tensor dynamic_map(const torch::Device& device) {
-  constexpr int kMaxExponentBits = 7;
-  constexpr int kNonSignBits = 7;
-  std::vector<torch::Tensor> parts;
-  for (int i = 0; i < kMaxExponentBits; ++i) {
-    const int64_t fraction_items = (int64_t{1} << (i + kNonSignBits - kMaxExponentBits)) + 1;
-    const torch::Tensor boundaries = torch::linspace(0.1, 1, fraction_items, torch::kFloat);
-    const torch::Tensor means = (boundaries.slice(0, 0, -1) + boundaries.slice(0, 1)) / 2.0;
-    const double scale = std::pow(10.0, -(kMaxExponentBits - 1) + i);
-    parts.push_back(scale * means);
-    parts.push_back(-scale * means);
-  }
-  parts.push_back(torch::tensor({0.0f, 1.0f}));
-  torch::Tensor data = torch::cat(parts);
-  // 127 values per sign plus 0 and 1: 256, so bnb's zero padding adds nothing here.
-  data = torch::cat({data, torch::zeros({256 - data.numel()}, torch::kFloat)});
-  return std::get<0>(data.sort()).to(device);
-}
-
-BlockwiseQuantized quantize_blockwise(const torch::Tensor& values, const torch::Tensor& code, int64_t blocksize) {
-  auto [scaled, absmax] = scale_blocks(values, blocksize);
-  return {nearest_code(scaled, code.to(torch::kFloat)).to(torch::kUInt8).view(values.sizes()), absmax};
-}
-
-torch::Tensor dequantize_blockwise(const torch::Tensor& codes, const torch::Tensor& absmax, const torch::Tensor& code,
-                                   int64_t blocksize) {
-  const torch::Tensor values = code.index({codes.reshape(-1).to(torch::kLong)});
-  return scale_back(values, absmax, blocksize).view(codes.sizes());
-}
-
 int64_t Nf4Weight::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -193,10 +120,10 @@ Nf4Weight quantize_nf4(const torch::Tensor& weight, bool double_quant) {
   // bnb quantize_4bit(compress_statistics=True): offset = absmax.mean(), the
   // rest quantize_blockwise(absmax - offset, blocksize=256) with the dynamic map.
   out.offset = absmax.mean();
-  out.nested_quant_map = dynamic_map(weight.device());
-  BlockwiseQuantized nested = quantize_blockwise(absmax - out.offset, out.nested_quant_map, kNf4NestedBlocksize);
-  out.absmax = nested.codes;
-  out.nested_absmax = nested.absmax;
+  out.nested_quant_map = dynamic_map(true, weight.device());
+  auto [codes, nested_absmax] = quantize_blockwise(absmax - out.offset, out.nested_quant_map, kNf4NestedBlocksize);
+  out.absmax = codes;
+  out.nested_absmax = nested_absmax;
   return out;
 }
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "models/torch/blockwise_quant.h"
+
 namespace headroom::models::torch_modules {
 
 inline constexpr int64_t kNf4Blocksize = 64;          // bnb quantize_4bit's default, QLoRA's
@@ -23,21 +25,6 @@ inline constexpr int64_t kNf4NestedBlocksize = 256;  // quantize_4bit's second l
 
 // The 16 NF4 values, sorted (bitsandbytes get_4bit_type("nf4")), f32.
 torch::Tensor nf4_code_book(const torch::Device& device = torch::kCPU);
-// bitsandbytes create_dynamic_map(signed=True): 256 sorted f32 values, the map
-// of its 8-bit block-wise quantization (nested absmax, 8-bit optimizer states).
-torch::Tensor dynamic_map(const torch::Device& device = torch::kCPU);
-
-// Block-wise quantization with a sorted code book: each value divided by its
-// block's absmax and stored as the index of the nearest code.
-struct BlockwiseQuantized {
-  torch::Tensor codes;   // uint8, the input's shape
-  torch::Tensor absmax;  // f32 [ceil(n / blocksize)]
-};
-BlockwiseQuantized quantize_blockwise(const torch::Tensor& values, const torch::Tensor& code, int64_t blocksize);
-// f32 values of `codes` (any shape) scaled by their blocks' absmax.
-torch::Tensor dequantize_blockwise(const torch::Tensor& codes, const torch::Tensor& absmax, const torch::Tensor& code,
-                                   int64_t blocksize);
-
 // One NF4 weight with everything bitsandbytes keeps beside it on the device
 // (QuantState: absmax, code, offset and state2's absmax and code), named as
 // its state dict names them under "<weight>.".
