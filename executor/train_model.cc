@@ -179,17 +179,20 @@ void keep_fp32_adapters(torch::nn::Module& module, const graph::LayerGraph& grap
   }
 }
 
-// ViTForImageClassification on synthetic images from a fixed pool of
+// An image classifier (ViT, ResNet) on synthetic images from a fixed pool of
 // kPoolSize (image, label) samples, so that a short run shows the loss falling.
-class VitModel final : public TrainModel {
+// The batch is held through backward, as a training loop holds its inputs (the
+// Trainer's `inputs`): a frozen first layer keeps no pixels, the loop does.
+template <typename Net>
+class ImageClassifier final : public TrainModel {
  public:
   static constexpr int64_t kPoolSize = 8;
 
-  VitModel(const ExecutableModel& model, const tm::LoraOptions& lora, uint64_t seed, const TrainModelOptions& options)
-      : image_(model.image), classes_(model.classes), net_(model.vit, model.classes, lora), seed_(seed),
-        options_(options) {}
+  ImageClassifier(Net net, int64_t side, int64_t classes, uint64_t seed, const TrainModelOptions& options)
+      : side_(side), classes_(classes), net_(std::move(net)), seed_(seed), options_(options) {}
   torch::nn::Module& module() override { return *net_; }
   int64_t tokens_per_sample() const override { return options_.seq_len; }
+  Net& net() { return net_; }
 
   Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
     std::vector<torch::Tensor> images;
@@ -197,10 +200,9 @@ class VitModel final : public TrainModel {
     for (int64_t i = 0; i < batch; ++i) {
       const int64_t index = (first + i) % kPoolSize;
       auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed_ ^ static_cast<uint64_t>(index)));
-      images.push_back(at::randn({1, 3, image_, image_}, gen, torch::TensorOptions().dtype(torch::kFloat)));
+      images.push_back(at::randn({1, 3, side_, side_}, gen, torch::TensorOptions().dtype(torch::kFloat)));
       labels.push_back(index % classes_);
     }
-    // Held through backward, as a training loop holds its batch (the Trainer's `inputs`).
     pixels_ = torch::cat(images).to(options_.device, options_.dtype);
     labels_ = torch::tensor(labels, torch::kLong).to(options_.device);
     return net_->loss(pixels_, labels_, runner);
@@ -211,13 +213,14 @@ class VitModel final : public TrainModel {
   }
 
  private:
-  int64_t image_;
+  int64_t side_;
   int64_t classes_;
-  tm::VitForImageClassification net_;
+  Net net_;
   torch::Tensor pixels_, labels_;
   uint64_t seed_;
   TrainModelOptions options_;
 };
+
 
 // LLaVA on synthetic samples: an image from a fixed pool of kPoolSize and
 // tokens from the token source, the first image_tokens positions being the
@@ -276,47 +279,6 @@ class LlavaModel final : public TrainModel {
   TrainModelOptions options_;
 };
 
-// torchvision's ResNet on synthetic images from a fixed pool of kPoolSize,
-// at 32 x sqrt(S) pixels a side (S counts the final 1/32 feature map).
-class ResNetModel final : public TrainModel {
- public:
-  static constexpr int64_t kPoolSize = 8;
-
-  ResNetModel(const models::ResNetConfig& config, uint64_t seed, const TrainModelOptions& options)
-      : classes_(config.classes), net_(config), seed_(seed), options_(options) {
-    side_ = 32 * static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(options.seq_len))));
-  }
-  torch::nn::Module& module() override { return *net_; }
-  int64_t tokens_per_sample() const override { return options_.seq_len; }
-  tm::ResNetImpl& net() { return *net_; }
-
-  Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
-    std::vector<torch::Tensor> images;
-    std::vector<int64_t> labels;
-    for (int64_t i = 0; i < batch; ++i) {
-      const int64_t index = (first + i) % kPoolSize;
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed_ ^ static_cast<uint64_t>(index)));
-      images.push_back(at::randn({1, 3, side_, side_}, gen, torch::TensorOptions().dtype(torch::kFloat)));
-      labels.push_back(index % classes_);
-    }
-    // Held through backward, as a training loop holds its batch.
-    pixels_ = torch::cat(images).to(options_.device, options_.dtype);
-    labels_ = torch::tensor(labels, torch::kLong).to(options_.device);
-    return net_->loss(pixels_, labels_, runner);
-  }
-  void release_outputs() override {
-    pixels_ = torch::Tensor();
-    labels_ = torch::Tensor();
-  }
-
- private:
-  int64_t classes_;
-  int64_t side_ = 32;
-  tm::ResNet net_;
-  torch::Tensor pixels_, labels_;
-  uint64_t seed_;
-  TrainModelOptions options_;
-};
 
 }  // namespace
 
@@ -354,7 +316,10 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
     if (plan.settings.mode != planner::TrainMode::kFull) {
       return Status::error(plan.model + ": settings.mode: the executor trains ResNet fully (expected full)");
     }
-    out = std::make_unique<ResNetModel>(model.resnet, run.seed, options);
+    // Pixels a side: 32 x sqrt(S), S counting the final 1/32 feature map.
+    const int64_t side = 32 * static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(options.seq_len))));
+    out = std::make_unique<ImageClassifier<tm::ResNet>>(tm::ResNet(model.resnet), side, model.resnet.classes, run.seed,
+                                                        options);
   } else if (model.family == ModelFamily::kLlava) {
     if (run.data != "synthetic") {
       return Status::error(run.data + ": LLaVA trains on synthetic images and tokens only (expected --data synthetic)");
@@ -367,7 +332,9 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
       return Status::error(run.data + ": ViT trains on synthetic images only (expected --data synthetic)");
     }
     const int64_t rank = plan.settings.lora.rank;
-    out = std::make_unique<VitModel>(model, lora_options(plan, tm::vit_lora(rank)), run.seed, options);
+    tm::VitForImageClassification net(model.vit, model.classes, lora_options(plan, tm::vit_lora(rank)));
+    out = std::make_unique<ImageClassifier<tm::VitForImageClassification>>(std::move(net), model.image, model.classes,
+                                                                            run.seed, options);
   }
   if (Status s = apply_trainability(out->module(), trained_graph, plan.model); !s.is_ok()) return s;
   // A Hugging Face directory with weights: train from them (frozen and
@@ -386,7 +353,7 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
     }
   }
   out->module().to(options.device, options.dtype);
-  if (auto* resnet = dynamic_cast<ResNetModel*>(out.get())) resnet->net().restore_integer_buffers();
+  if (auto* resnet = dynamic_cast<ImageClassifier<tm::ResNet>*>(out.get())) resnet->net()->restore_integer_buffers();
   keep_fp32_adapters(out->module(), trained_graph, plan.settings.precision);
   if (plan.settings.mode == planner::TrainMode::kQlora &&
       quantize_nf4_linears(out->module(), trained_graph, plan.settings.nf4_double_quant) == 0) {

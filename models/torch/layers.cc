@@ -126,6 +126,14 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return weight * normed.to(x.scalar_type());
 }
 
+std::shared_ptr<torch::nn::Module> named_scope(torch::nn::Module& parent, const std::string& name) {
+  return parent.register_module(name, std::make_shared<torch::nn::Module>());
+}
+
+torch::nn::LayerNorm layer_norm(int64_t width, double eps) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(eps));
+}
+
 int add_lora_adapters(torch::nn::Module& root, const LoraOptions& lora) {
   if (lora.rank <= 0) return 0;
   int added = 0;

@@ -77,6 +77,13 @@ struct LoraOptions {
   std::vector<std::string> skip;
 };
 
+// An empty child module `name` of `parent`: a name prefix for its children,
+// as transformers' nested modules give ("attention.attention.query").
+std::shared_ptr<torch::nn::Module> named_scope(torch::nn::Module& parent, const std::string& name);
+
+// nn.LayerNorm(width, eps) with weight and bias.
+torch::nn::LayerNorm layer_norm(int64_t width, double eps);
+
 // Adds adapters to every Linear under `root` whose name ends in a target.
 // Returns how many were added.
 int add_lora_adapters(torch::nn::Module& root, const LoraOptions& lora);

@@ -10,27 +10,21 @@ namespace F = torch::nn::functional;
 // CLIPVisionConfig's layer_norm_eps default.
 constexpr double kClipLayerNormEps = 1e-5;
 
-torch::nn::LayerNorm layer_norm(int64_t width) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(kClipLayerNormEps));
-}
 
-std::shared_ptr<torch::nn::Module> scope(torch::nn::Module& parent, const std::string& name) {
-  return parent.register_module(name, std::make_shared<torch::nn::Module>());
-}
 
 int64_t head_dim_of(const LlamaConfig& c) { return c.head_dim > 0 ? c.head_dim : c.hidden / c.heads; }
 
 }  // namespace
 
 ClipLayerImpl::ClipLayerImpl(const VisionSpec& s) : spec(s) {
-  layer_norm1 = register_module("layer_norm1", layer_norm(s.hidden));
-  auto attn = scope(*this, "self_attn");
+  layer_norm1 = register_module("layer_norm1", layer_norm(s.hidden, kClipLayerNormEps));
+  auto attn = named_scope(*this, "self_attn");
   q_proj = attn->register_module("q_proj", Linear(s.hidden, s.hidden, true));
   k_proj = attn->register_module("k_proj", Linear(s.hidden, s.hidden, true));
   v_proj = attn->register_module("v_proj", Linear(s.hidden, s.hidden, true));
   out_proj = attn->register_module("out_proj", Linear(s.hidden, s.hidden, true));
-  layer_norm2 = register_module("layer_norm2", layer_norm(s.hidden));
-  auto mlp = scope(*this, "mlp");
+  layer_norm2 = register_module("layer_norm2", layer_norm(s.hidden, kClipLayerNormEps));
+  auto mlp = named_scope(*this, "mlp");
   fc1 = mlp->register_module("fc1", Linear(s.hidden, s.mlp, true));
   fc2 = mlp->register_module("fc2", Linear(s.mlp, s.hidden, true));
 }
@@ -55,8 +49,8 @@ LlavaForConditionalGenerationImpl::LlavaForConditionalGenerationImpl(const Llava
                                                                      const LoraOptions& lora)
     : config(c), image_token(placeholder) {
   const VisionSpec& v = c.vision;
-  auto vision = scope(*scope(*this, "vision_tower"), "vision_model");
-  auto embeddings = scope(*vision, "embeddings");
+  auto vision = named_scope(*named_scope(*this, "vision_tower"), "vision_model");
+  auto embeddings = named_scope(*vision, "embeddings");
   // CLIPVisionEmbeddings: a bias-free patch convolution, the class embedding
   // and a position table read through position_ids (a non-persistent buffer).
   patch_weight = embeddings->register_module(
@@ -65,18 +59,18 @@ LlavaForConditionalGenerationImpl::LlavaForConditionalGenerationImpl(const Llava
   class_embedding = embeddings->register_parameter("class_embedding", torch::randn({v.hidden}) * 0.02);
   position_embedding =
       embeddings->register_module("position_embedding", torch::nn::Embedding(v.positions, v.hidden))->weight;
-  pre_layrnorm = vision->register_module("pre_layrnorm", layer_norm(v.hidden));
-  auto vision_layers_scope = scope(*scope(*vision, "encoder"), "layers");
+  pre_layrnorm = vision->register_module("pre_layrnorm", layer_norm(v.hidden, kClipLayerNormEps));
+  auto vision_layers_scope = named_scope(*named_scope(*vision, "encoder"), "layers");
   for (int64_t i = 0; i < v.layers_to_run; ++i) {
     vision_layers.push_back(vision_layers_scope->register_module(std::to_string(i), ClipLayer(v)));
   }
-  auto projector = scope(*this, "multi_modal_projector");
+  auto projector = named_scope(*this, "multi_modal_projector");
   linear_1 = projector->register_module("linear_1", Linear(v.hidden, c.text.hidden, true));
   linear_2 = projector->register_module("linear_2", Linear(c.text.hidden, c.text.hidden, true));
-  auto language_model = scope(*this, "language_model");
-  auto model = scope(*language_model, "model");
+  auto language_model = named_scope(*this, "language_model");
+  auto model = named_scope(*language_model, "model");
   embed_tokens = model->register_module("embed_tokens", torch::nn::Embedding(c.text.vocab, c.text.hidden));
-  auto list = scope(*model, "layers");
+  auto list = named_scope(*model, "layers");
   for (int64_t i = 0; i < c.text.layers; ++i) layers.push_back(list->register_module(std::to_string(i), DecoderLayer(c.text)));
   norm = model->register_module("norm", RMSNorm(c.text.hidden, 1e-5, c.text.rms_norm != RmsNormStyle::kFused));
   lm_head = language_model->register_module(
@@ -87,7 +81,7 @@ LlavaForConditionalGenerationImpl::LlavaForConditionalGenerationImpl(const Llava
   // adapters (PEFT's adapters there would train nothing; the planner's graph
   // holds these parameters in one node that is not a linear) and never run.
   for (int64_t i = v.layers_to_run; i < v.layers; ++i) vision_layers_scope->register_module(std::to_string(i), ClipLayer(v));
-  post_layernorm = vision->register_module("post_layernorm", layer_norm(v.hidden));
+  post_layernorm = vision->register_module("post_layernorm", layer_norm(v.hidden, kClipLayerNormEps));
 }
 
 std::pair<torch::Tensor, torch::Tensor> LlavaForConditionalGenerationImpl::loss_and_logits(

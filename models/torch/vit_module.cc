@@ -11,28 +11,22 @@ namespace F = torch::nn::functional;
 // ViTConfig's layer_norm_eps default.
 constexpr double kLayerNormEps = 1e-12;
 
-torch::nn::LayerNorm layer_norm(int64_t width) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(kLayerNormEps));
-}
 
 // An empty module that only gives its children a name prefix.
-std::shared_ptr<torch::nn::Module> scope(torch::nn::Module& parent, const std::string& name) {
-  return parent.register_module(name, std::make_shared<torch::nn::Module>());
-}
 
 }  // namespace
 
 VitLayerImpl::VitLayerImpl(const VisionSpec& s) : spec(s) {
-  layernorm_before = register_module("layernorm_before", layer_norm(s.hidden));
-  auto attention = scope(*this, "attention");
-  auto self = scope(*attention, "attention");
+  layernorm_before = register_module("layernorm_before", layer_norm(s.hidden, kLayerNormEps));
+  auto attention = named_scope(*this, "attention");
+  auto self = named_scope(*attention, "attention");
   query = self->register_module("query", Linear(s.hidden, s.hidden, true));
   key = self->register_module("key", Linear(s.hidden, s.hidden, true));
   value = self->register_module("value", Linear(s.hidden, s.hidden, true));
-  attention_output = scope(*attention, "output")->register_module("dense", Linear(s.hidden, s.hidden, true));
-  layernorm_after = register_module("layernorm_after", layer_norm(s.hidden));
-  intermediate = scope(*this, "intermediate")->register_module("dense", Linear(s.hidden, s.mlp, true));
-  output = scope(*this, "output")->register_module("dense", Linear(s.mlp, s.hidden, true));
+  attention_output = named_scope(*attention, "output")->register_module("dense", Linear(s.hidden, s.hidden, true));
+  layernorm_after = register_module("layernorm_after", layer_norm(s.hidden, kLayerNormEps));
+  intermediate = named_scope(*this, "intermediate")->register_module("dense", Linear(s.hidden, s.mlp, true));
+  output = named_scope(*this, "output")->register_module("dense", Linear(s.mlp, s.hidden, true));
 }
 
 // transformers' ViTLayer with the SDPA attention (ViTSdpaSelfAttention):
@@ -55,8 +49,8 @@ torch::Tensor VitLayerImpl::forward(const torch::Tensor& hidden) {
 VitForImageClassificationImpl::VitForImageClassificationImpl(const VisionSpec& s, int64_t num_classes,
                                                              const LoraOptions& lora)
     : spec(s), classes(num_classes) {
-  auto vit = scope(*this, "vit");
-  auto embeddings = scope(*vit, "embeddings");
+  auto vit = named_scope(*this, "vit");
+  auto embeddings = named_scope(*vit, "embeddings");
   // nn.Conv2d(3, hidden, kernel_size=patch, stride=patch) and its default init.
   auto conv = embeddings->register_module(
       "patch_embeddings", std::make_shared<torch::nn::Module>())->register_module(
@@ -67,9 +61,9 @@ VitForImageClassificationImpl::VitForImageClassificationImpl(const VisionSpec& s
   cls_token = embeddings->register_parameter("cls_token", torch::randn({1, 1, s.hidden}) * 0.02);
   position_embeddings =
       embeddings->register_parameter("position_embeddings", torch::randn({1, s.positions, s.hidden}) * 0.02);
-  auto layer_list = scope(*scope(*vit, "encoder"), "layer");
+  auto layer_list = named_scope(*named_scope(*vit, "encoder"), "layer");
   for (int64_t i = 0; i < s.layers; ++i) layers.push_back(layer_list->register_module(std::to_string(i), VitLayer(s)));
-  layernorm = vit->register_module("layernorm", layer_norm(s.hidden));
+  layernorm = vit->register_module("layernorm", layer_norm(s.hidden, kLayerNormEps));
   classifier = register_module("classifier", Linear(s.hidden, num_classes, true));
   add_lora_adapters(*this, lora);
 }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -84,6 +85,23 @@ inline nlohmann::json parse_json(const std::string& text) {
 }
 
 inline std::string quoted(const std::string& path) { return "'" + path + "'"; }
+
+// Checks each memory category a `run --json` measured apart (the peak excepted:
+// indicative on a CPU) is within `tolerance` of its prediction; returns how many.
+inline int check_categories_within(const nlohmann::json& run, double tolerance) {
+  int compared = 0;
+  for (const nlohmann::json& category : run["categories"]) {
+    const std::string name = category["category"];
+    if (name.find("peak") != std::string::npos) continue;
+    CAPTURE(category.dump());
+    const double predicted = category["predicted_bytes"].get<double>();
+    const double measured = category["measured_bytes"].get<double>();
+    REQUIRE(measured > 0);
+    CHECK(std::abs(predicted - measured) / measured <= tolerance);
+    ++compared;
+  }
+  return compared;
+}
 
 // True, with a MESSAGE, when `run` is this binary's refusal to train because it
 // was built without LibTorch (no headroom-train); the caller then skips. In a

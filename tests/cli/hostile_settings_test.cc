@@ -53,7 +53,7 @@ TEST_CASE("simulate, report and run refuse a bad plan identically") {
   write_text(plan, edited.dump());
   const std::string expected = "headroom: PLAN: " + plan +
                                ": config: micro_batch: expected an integer from 1 to 1024, got -4\n";
-  for (const std::string command : {"simulate " + quoted(plan), "report " + quoted(plan) + " -o " +
+  for (const std::string& command : {"simulate " + quoted(plan), "report " + quoted(plan) + " -o " +
                                         quoted(dir.file("r.html")),
                                     "run " + quoted(plan) + " --steps 1 --device cpu"}) {
     CAPTURE(command);

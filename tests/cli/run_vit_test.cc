@@ -31,17 +31,7 @@ void check_vit_run(const std::string& fit_flags, double lr) {
   const double last = steps[11]["loss"].get<double>();
   CHECK(std::isfinite(last));
   CHECK(last < first / 2);  // 8 images, 10 classes: memorised within 12 steps
-  int compared = 0;
-  for (const nlohmann::json& category : json["categories"]) {
-    const std::string name = category["category"];
-    if (name.find("peak") != std::string::npos) continue;  // indicative on a CPU
-    CAPTURE(category.dump());
-    const double predicted = category["predicted_bytes"].get<double>();
-    const double measured = category["measured_bytes"].get<double>();
-    REQUIRE(measured > 0);
-    CHECK(std::abs(predicted - measured) / measured <= 0.05);
-    ++compared;
-  }
+  const int compared = check_categories_within(json, 0.05);
   CHECK(compared == 4);
 }
 
