@@ -1,7 +1,8 @@
 // Checkpointing through LibTorch: gradients equal those of the run without
 // checkpointing, for the first block, every block, a frozen base with LoRA
 // adapters (whose first block's input does not require grad), and a fully
-// frozen block/model, on tiny-llama and tiny-flux (float64).
+// frozen block/model, on tiny-llama and tiny-flux, and on the ViT, LLaVA and
+// ResNet modules (float64).
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
@@ -14,6 +15,9 @@
 #include "models/llama.h"
 #include "models/torch/flux_module.h"
 #include "models/torch/llama_module.h"
+#include "models/torch/llava_module.h"
+#include "models/torch/resnet_module.h"
+#include "models/torch/vit_module.h"
 
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.
@@ -62,6 +66,19 @@ double max_relative_difference(const std::vector<torch::Tensor>& a, const std::v
 }
 
 void check_matches(torch::nn::Module& model, const Loss& loss, const std::set<std::string>& blocks, const char* what) {
+  // Every block asked for is one the model runs through the runner: a name the
+  // model does not use would be checkpointed by nothing and match trivially.
+  std::set<std::string> seen;
+  const tm::BlockRunner recording = [&](const std::string& name, torch::nn::Module&, const tm::BlockFn& fn,
+                                        const std::vector<torch::Tensor>& inputs) {
+    seen.insert(name);
+    return fn(inputs);
+  };
+  (void)loss(recording);
+  for (const std::string& block : blocks) {
+    INFO("block " << block);
+    CHECK(seen.count(block) == 1);
+  }
   // The same seed for both runs: dropout draws the same masks when the
   // checkpointed recompute replays the forward's generator state.
   torch::manual_seed(11);
@@ -186,6 +203,73 @@ TEST_CASE("tiny-flux: a fully frozen model checkpoints without error") {
   for (auto& p : model->parameters()) p.set_requires_grad(false);
   const torch::Tensor loss = model->forward(tm::synthetic_flux_batch(models::kTinyFlux, 1, 16), checkpoint_runner(kFluxAll));
   CHECK_FALSE(loss.requires_grad());
+}
+
+namespace {
+
+// A ViT of 2 layers at 32 px, patch 8 (16 patches and the class token).
+models::VisionSpec tiny_vit_spec(models::VisionStyle style, const std::string& prefix) {
+  models::VisionSpec s;
+  s.style = style;
+  s.prefix = prefix;
+  s.hidden = 32;
+  s.layers = s.layers_to_run = 2;
+  s.heads = 4;
+  s.mlp = 64;
+  s.patch = 8;
+  s.positions = 17;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("ViT classifier: checkpointed gradients equal plain gradients, fully trained and with LoRA") {
+  const Float64 f64;
+  torch::manual_seed(4);
+  const torch::Tensor images = torch::randn({2, 3, 32, 32});
+  const torch::Tensor labels = torch::tensor({1, 3}, torch::kLong);
+  const std::set<std::string> all = {"vit.encoder.layer.0", "vit.encoder.layer.1"};
+  tm::VitForImageClassification full(tiny_vit_spec(models::VisionStyle::kVit, "vit"), 5);
+  const Loss full_loss = [&](const tm::BlockRunner& r) { return full->loss(images, labels, r); };
+  check_matches(*full, full_loss, all, "ViT every block");
+  tm::VitForImageClassification lora(tiny_vit_spec(models::VisionStyle::kVit, "vit"), 5, tm::vit_lora(4));
+  tm::freeze_base(*lora);
+  randomize_lora_b(*lora);
+  const Loss lora_loss = [&](const tm::BlockRunner& r) { return lora->loss(images, labels, r); };
+  check_matches(*lora, lora_loss, {"vit.encoder.layer.0"}, "ViT LoRA first block");
+}
+
+TEST_CASE("LLaVA: checkpointed gradients equal plain gradients in the vision tower and the decoder") {
+  const Float64 f64;
+  torch::manual_seed(6);
+  models::LlavaConfig config;
+  config.vision = tiny_vit_spec(models::VisionStyle::kClip, "vision_tower.vision_model");
+  config.vision.layers = 3;  // the last one past the feature layer, never run
+  config.text = models::kTinyLlama;
+  config.image_tokens = 16;
+  const int64_t image_token = 255;
+  tm::LlavaForConditionalGeneration model(config, image_token);
+  const torch::Tensor images = torch::randn({2, 3, 32, 32});
+  torch::Tensor ids = torch::randint(0, 200, {2, 24}, torch::kLong);
+  ids.narrow(1, 0, 16).fill_(image_token);
+  const Loss loss = [&](const tm::BlockRunner& r) { return model->loss_and_logits(images, ids, r).first; };
+  check_matches(*model, loss,
+                {"vision_tower.vision_model.encoder.layers.0", "vision_tower.vision_model.encoder.layers.1",
+                 "language_model.model.layers.0", "language_model.model.layers.3"},
+                "LLaVA tower and decoder blocks");
+}
+
+TEST_CASE("ResNet: checkpointed gradients equal plain gradients with BatchNorm in training mode") {
+  // BatchNorm normalizes with the batch's statistics, which the recompute
+  // sees again: the gradients match (the running statistics are updated once
+  // more by the recompute, as under torch.utils.checkpoint).
+  const Float64 f64;
+  torch::manual_seed(8);
+  tm::ResNet model(models::kTinyResNet);
+  const torch::Tensor images = torch::randn({4, 3, 32, 32});
+  const torch::Tensor labels = torch::tensor({0, 1, 2, 3}, torch::kLong);
+  const Loss loss = [&](const tm::BlockRunner& r) { return model->loss(images, labels, r); };
+  check_matches(*model, loss, {"layer1.0", "layer2.0", "layer3.0", "layer4.0"}, "ResNet every block");
 }
 
 }  // namespace headroom::executor
