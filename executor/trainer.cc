@@ -55,6 +55,14 @@ class MemoryProbe {
       cpu_->set_rounding(kCudaRounding);
     }
   }
+  // The tracker is process-wide: later measurements in the process (tests run
+  // one after another) count bytes as requested again. A free subtracts what
+  // its allocation added, so tensors that outlive the run stay balanced.
+  ~MemoryProbe() {
+    if (cpu_) cpu_->set_rounding(1);
+  }
+  MemoryProbe(const MemoryProbe&) = delete;
+  MemoryProbe& operator=(const MemoryProbe&) = delete;
   int64_t live() const {
     if (cpu_) return cpu_->live_bytes();
     return stat().allocated_bytes[kAggregate].current;
