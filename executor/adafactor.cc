@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 
 namespace headroom::executor {
 namespace {
@@ -105,45 +104,21 @@ int64_t Adafactor::state_bytes() const {
   return bytes;
 }
 
-std::string Adafactor::save() const {
-  torch::serialize::OutputArchive archive;
-  write_optimizer_kind(archive, planner::OptimizerKind::kAdafactor);
-  archive.write("steps", torch::tensor(steps_, torch::kLong));
-  for (size_t i = 0; i < weights_.size(); ++i) {
-    const State& s = states_[i];
-    const std::string& name = weights_.name(i);
-    if (s.row_var.defined()) {
-      archive.write(name + "/row_var", s.row_var.cpu());
-      archive.write(name + "/col_var", s.col_var.cpu());
-    } else {
-      archive.write(name + "/variance", s.variance.cpu());
-    }
+std::vector<StateTensors> Adafactor::state_tensors() const {
+  std::vector<StateTensors> out;
+  for (const State& s : states_) {
+    out.push_back(s.row_var.defined() ? StateTensors{{"row_var", s.row_var}, {"col_var", s.col_var}}
+                                      : StateTensors{{"variance", s.variance}});
   }
-  weights_.save(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
+  return out;
+}
+
+std::string Adafactor::save() const {
+  return save_optimizer_state(planner::OptimizerKind::kAdafactor, steps_, {}, state_tensors(), weights_);
 }
 
 void Adafactor::load(const std::string& bytes, const std::string& origin) {
-  torch::NoGradGuard no_grad;
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
-  check_optimizer_kind(archive, planner::OptimizerKind::kAdafactor, origin);
-  torch::Tensor steps = torch::zeros({}, torch::kLong);
-  read_state(archive, "steps", steps, origin);
-  steps_ = steps.item<int64_t>();
-  for (size_t i = 0; i < weights_.size(); ++i) {
-    State& s = states_[i];
-    const std::string& name = weights_.name(i);
-    if (s.row_var.defined()) {
-      read_state(archive, name + "/row_var", s.row_var, origin);
-      read_state(archive, name + "/col_var", s.col_var, origin);
-    } else {
-      read_state(archive, name + "/variance", s.variance, origin);
-    }
-  }
-  weights_.load(archive, origin);
+  steps_ = load_optimizer_state(bytes, origin, planner::OptimizerKind::kAdafactor, {}, state_tensors(), weights_);
 }
 
 }  // namespace headroom::executor

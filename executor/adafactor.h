@@ -50,6 +50,8 @@ class Adafactor final : public Optimizer {
     double eps1 = 0;
   };
   void update(size_t i, const torch::Tensor& grad, double step);
+  // Each parameter's states by name, for save and load.
+  std::vector<StateTensors> state_tensors() const;
   UpdatedWeights weights_;
   std::vector<State> states_;
   AdafactorOptions options_;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 
 namespace headroom::executor {
 
@@ -110,45 +109,25 @@ int64_t AdamW8bit::state_bytes() const {
   return bytes;
 }
 
-std::string AdamW8bit::save() const {
-  torch::serialize::OutputArchive archive;
-  write_optimizer_kind(archive, planner::OptimizerKind::kAdamW8bit);
-  archive.write("steps", torch::tensor(steps_, torch::kLong));
-  for (size_t i = 0; i < weights_.size(); ++i) {
-    const State& s = states_[i];
-    const std::string& name = weights_.name(i);
-    archive.write(name + "/state1", s.state1.cpu());
-    archive.write(name + "/state2", s.state2.cpu());
+std::vector<StateTensors> AdamW8bit::state_tensors() const {
+  std::vector<StateTensors> out;
+  for (const State& s : states_) {
+    StateTensors tensors{{"state1", s.state1}, {"state2", s.state2}};
     if (s.absmax1.defined()) {
-      archive.write(name + "/absmax1", s.absmax1.cpu());
-      archive.write(name + "/absmax2", s.absmax2.cpu());
+      tensors.emplace_back("absmax1", s.absmax1);
+      tensors.emplace_back("absmax2", s.absmax2);
     }
+    out.push_back(std::move(tensors));
   }
-  weights_.save(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
+  return out;
+}
+
+std::string AdamW8bit::save() const {
+  return save_optimizer_state(planner::OptimizerKind::kAdamW8bit, steps_, {}, state_tensors(), weights_);
 }
 
 void AdamW8bit::load(const std::string& bytes, const std::string& origin) {
-  torch::NoGradGuard no_grad;
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
-  check_optimizer_kind(archive, planner::OptimizerKind::kAdamW8bit, origin);
-  torch::Tensor steps = torch::zeros({}, torch::kLong);
-  read_state(archive, "steps", steps, origin);
-  steps_ = steps.item<int64_t>();
-  for (size_t i = 0; i < weights_.size(); ++i) {
-    State& s = states_[i];
-    const std::string& name = weights_.name(i);
-    read_state(archive, name + "/state1", s.state1, origin);
-    read_state(archive, name + "/state2", s.state2, origin);
-    if (s.absmax1.defined()) {
-      read_state(archive, name + "/absmax1", s.absmax1, origin);
-      read_state(archive, name + "/absmax2", s.absmax2, origin);
-    }
-  }
-  weights_.load(archive, origin);
+  steps_ = load_optimizer_state(bytes, origin, planner::OptimizerKind::kAdamW8bit, {}, state_tensors(), weights_);
 }
 
 }  // namespace headroom::executor

@@ -75,6 +75,8 @@ class AdamW8bit final : public Optimizer {
     torch::Tensor absmax2;
   };
   void update_quantized(State& s, torch::Tensor& weights, const torch::Tensor& grad) const;
+  // Each parameter's states by name, for save and load.
+  std::vector<StateTensors> state_tensors() const;
   void update_32bit(State& s, torch::Tensor& weights, const torch::Tensor& grad) const;
   UpdatedWeights weights_;
   std::vector<State> states_;

@@ -1,5 +1,6 @@
 #include "executor/optimizer.h"
 
+#include <sstream>
 #include <stdexcept>
 
 #include "executor/adafactor.h"
@@ -162,6 +163,38 @@ void read_state(torch::serialize::InputArchive& archive, const std::string& key,
     throw std::runtime_error(origin + ": optimizer state \"" + key + "\" has another shape or dtype than this run's");
   }
   into.copy_(value);
+}
+
+std::string save_optimizer_state(planner::OptimizerKind kind, int64_t steps, const StateTensors& shared,
+                                 const std::vector<StateTensors>& per_parameter, const UpdatedWeights& weights) {
+  torch::serialize::OutputArchive archive;
+  write_optimizer_kind(archive, kind);
+  archive.write("steps", torch::tensor(steps, torch::kLong));
+  for (const auto& [key, tensor] : shared) archive.write(key, tensor.cpu());
+  for (size_t i = 0; i < per_parameter.size(); ++i) {
+    for (const auto& [key, tensor] : per_parameter[i]) archive.write(weights.name(i) + "/" + key, tensor.cpu());
+  }
+  weights.save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+int64_t load_optimizer_state(const std::string& bytes, const std::string& origin, planner::OptimizerKind kind,
+                             const StateTensors& shared, const std::vector<StateTensors>& per_parameter,
+                             UpdatedWeights& weights) {
+  torch::NoGradGuard no_grad;
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  check_optimizer_kind(archive, kind, origin);
+  torch::Tensor steps = torch::zeros({}, torch::kLong);
+  read_state(archive, "steps", steps, origin);
+  for (auto [key, tensor] : shared) read_state(archive, key, tensor, origin);
+  for (size_t i = 0; i < per_parameter.size(); ++i) {
+    for (auto [key, tensor] : per_parameter[i]) read_state(archive, weights.name(i) + "/" + key, tensor, origin);
+  }
+  weights.load(archive, origin);
+  return steps.item<int64_t>();
 }
 
 }  // namespace headroom::executor

@@ -100,4 +100,19 @@ void check_optimizer_kind(torch::serialize::InputArchive& archive, planner::Opti
 void read_state(torch::serialize::InputArchive& archive, const std::string& key, torch::Tensor& into,
                 const std::string& origin);
 
+// Named state tensors: a parameter's ("row_var", "state1", ...) or the whole
+// optimizer's ("started"). Handles of the live tensors, so a load fills them.
+using StateTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// The checkpoint every optimizer but AdamW writes: its kind, the step count,
+// `shared` tensors, each parameter's as "<parameter>/<state>", and the master
+// weights.
+std::string save_optimizer_state(planner::OptimizerKind kind, int64_t steps, const StateTensors& shared,
+                                 const std::vector<StateTensors>& per_parameter, const UpdatedWeights& weights);
+// Reads such a checkpoint into the same tensors, each checked for presence,
+// shape and dtype (read_state); returns the step count.
+int64_t load_optimizer_state(const std::string& bytes, const std::string& origin, planner::OptimizerKind kind,
+                             const StateTensors& shared, const std::vector<StateTensors>& per_parameter,
+                             UpdatedWeights& weights);
+
 }  // namespace headroom::executor

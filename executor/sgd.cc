@@ -1,6 +1,5 @@
 #include "executor/sgd.h"
 
-#include <sstream>
 
 namespace headroom::executor {
 
@@ -39,35 +38,23 @@ int64_t SgdMomentum::state_bytes() const {
   return bytes;
 }
 
+std::vector<StateTensors> SgdMomentum::state_tensors() const {
+  std::vector<StateTensors> out;
+  for (const torch::Tensor& buffer : buffers_) out.push_back({{"momentum_buffer", buffer}});
+  return out;
+}
+
 std::string SgdMomentum::save() const {
-  torch::serialize::OutputArchive archive;
-  write_optimizer_kind(archive, planner::OptimizerKind::kSgdMomentum);
-  archive.write("steps", torch::tensor(steps_, torch::kLong));
-  archive.write("started", torch::tensor(std::vector<int64_t>(started_.begin(), started_.end()), torch::kLong));
-  for (size_t i = 0; i < weights_.size(); ++i) {
-    archive.write(weights_.name(i) + "/momentum_buffer", buffers_[i].cpu());
-  }
-  weights_.save(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
+  const torch::Tensor started = torch::tensor(std::vector<int64_t>(started_.begin(), started_.end()), torch::kLong);
+  return save_optimizer_state(planner::OptimizerKind::kSgdMomentum, steps_, {{"started", started}}, state_tensors(),
+                              weights_);
 }
 
 void SgdMomentum::load(const std::string& bytes, const std::string& origin) {
-  torch::NoGradGuard no_grad;
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
-  check_optimizer_kind(archive, planner::OptimizerKind::kSgdMomentum, origin);
-  torch::Tensor steps = torch::zeros({}, torch::kLong);
-  read_state(archive, "steps", steps, origin);
-  steps_ = steps.item<int64_t>();
-  torch::Tensor started = torch::zeros({static_cast<int64_t>(started_.size())}, torch::kLong);
-  read_state(archive, "started", started, origin);
+  const torch::Tensor started = torch::zeros({static_cast<int64_t>(started_.size())}, torch::kLong);
+  steps_ = load_optimizer_state(bytes, origin, planner::OptimizerKind::kSgdMomentum, {{"started", started}},
+                                state_tensors(), weights_);
   for (size_t i = 0; i < started_.size(); ++i) started_[i] = started[static_cast<int64_t>(i)].item<int64_t>() != 0;
-  for (size_t i = 0; i < weights_.size(); ++i) {
-    read_state(archive, weights_.name(i) + "/momentum_buffer", buffers_[i], origin);
-  }
-  weights_.load(archive, origin);
 }
 
 }  // namespace headroom::executor

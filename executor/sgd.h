@@ -38,6 +38,8 @@ class SgdMomentum final : public Optimizer {
   void load(const std::string& bytes, const std::string& origin) override;
 
  private:
+  // Each parameter's momentum buffer by name, for save and load.
+  std::vector<StateTensors> state_tensors() const;
   UpdatedWeights weights_;
   std::vector<torch::Tensor> buffers_;
   // Per parameter: whether its buffer holds a value yet (torch creates it at
