@@ -84,6 +84,12 @@ std::shared_ptr<torch::nn::Module> named_scope(torch::nn::Module& parent, const 
 // nn.LayerNorm(width, eps) with weight and bias.
 torch::nn::LayerNorm layer_norm(int64_t width, double eps);
 
+// Bidirectional multi-head SDPA over projected q, k, v [B, S, heads * d], as
+// the vision encoders' SDPA attention runs it: heads split by view and
+// transpose, no mask, and the heads merged back into [B, S, heads * d].
+torch::Tensor encoder_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                int64_t heads);
+
 // Adds adapters to every Linear under `root` whose name ends in a target.
 // Returns how many were added.
 int add_lora_adapters(torch::nn::Module& root, const LoraOptions& lora);

@@ -30,16 +30,12 @@ ClipLayerImpl::ClipLayerImpl(const VisionSpec& s) : spec(s) {
 }
 
 torch::Tensor ClipLayerImpl::forward(const torch::Tensor& hidden) {
-  const int64_t batch = hidden.size(0);
-  const int64_t seq = hidden.size(1);
-  const int64_t d = spec.hidden / spec.heads;
   const torch::Tensor x = layer_norm1(hidden);
-  const torch::Tensor q = q_proj(x).view({batch, seq, spec.heads, d}).transpose(1, 2);
-  const torch::Tensor k = k_proj(x).view({batch, seq, spec.heads, d}).transpose(1, 2);
-  const torch::Tensor v = v_proj(x).view({batch, seq, spec.heads, d}).transpose(1, 2);
-  torch::Tensor attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/false);
-  attn = attn.transpose(1, 2).reshape({batch, seq, spec.hidden});
-  const torch::Tensor h = hidden + out_proj(attn);
+  // q, k, v in this order (argument order is unspecified; LoRA dropout draws in it).
+  const torch::Tensor q = q_proj(x);
+  const torch::Tensor k = k_proj(x);
+  const torch::Tensor v = v_proj(x);
+  const torch::Tensor h = hidden + out_proj(encoder_attention(q, k, v, spec.heads));
   // QuickGELUActivation as Python ops: x * sigmoid(1.702 * x).
   const torch::Tensor up = fc1(layer_norm2(h));
   return h + fc2(up * torch::sigmoid(1.702 * up));

@@ -32,16 +32,12 @@ VitLayerImpl::VitLayerImpl(const VisionSpec& s) : spec(s) {
 // transformers' ViTLayer with the SDPA attention (ViTSdpaSelfAttention):
 // pre-norm, residual around attention and around the MLP; dropouts are 0.
 torch::Tensor VitLayerImpl::forward(const torch::Tensor& hidden) {
-  const int64_t batch = hidden.size(0);
-  const int64_t seq = hidden.size(1);
-  const int64_t d = spec.hidden / spec.heads;
   const torch::Tensor x = layernorm_before(hidden);
-  const torch::Tensor q = query(x).view({batch, seq, spec.heads, d}).transpose(1, 2);
-  const torch::Tensor k = key(x).view({batch, seq, spec.heads, d}).transpose(1, 2);
-  const torch::Tensor v = value(x).view({batch, seq, spec.heads, d}).transpose(1, 2);
-  torch::Tensor attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/false);
-  attn = attn.transpose(1, 2).reshape({batch, seq, spec.hidden});
-  const torch::Tensor h = hidden + attention_output(attn);
+  // q, k, v in this order (argument order is unspecified; LoRA dropout draws in it).
+  const torch::Tensor q = query(x);
+  const torch::Tensor k = key(x);
+  const torch::Tensor v = value(x);
+  const torch::Tensor h = hidden + attention_output(encoder_attention(q, k, v, spec.heads));
   const torch::Tensor y = layernorm_after(h);
   return h + output(F::gelu(intermediate(y)));
 }
