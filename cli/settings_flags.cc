@@ -380,6 +380,15 @@ const std::vector<SettingsFlag> kFlags = {
     // Parallelism, ZeRO and offload.
     {"--zero", "STAGE", kParallel, "ZeRO stage 0 (default), 1, 2 or 3", false,
      [](RunSettings& s, std::string_view v) { return set_int(v, 0, 3, s.zero_stage); }},
+    {"--fsdp-own-group", "BLOCK", kParallel,
+     "FSDP2 stacks: a block outside the layers (embeddings, head) sharded by a fully_shard of its own, as torchtune's "
+     "custom_sharded_layers; the others stay unsharded from forward to the end of backward with the root (repeatable)",
+     true,
+     [](RunSettings& s, std::string_view v) {
+       if (v.empty()) return expected("a block name such as 'embeddings' or 'head'", v);
+       s.fsdp_own_groups.emplace_back(v);
+       return Status::ok();
+     }},
     {"--offload-optimizer", "WHERE", kParallel, "none (default), cpu or nvme", false,
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_offload, "none, cpu, nvme", s.offload_optimizer);

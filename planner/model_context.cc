@@ -21,6 +21,25 @@
 namespace headroom::planner {
 namespace {
 
+// Each name in fsdp_own_groups must be a block outside the layers: the layers
+// have their own fully_shard already.
+Status check_fsdp_own_groups(const graph::LayerGraph& graph, const RunSettings& settings) {
+  for (const std::string& pattern : settings.fsdp_own_groups) {
+    std::string outside;  // the non-layer blocks, for the message
+    bool matched = false;
+    for (const graph::Block& block : graph.blocks) {
+      if (block.checkpointable) continue;
+      outside += (outside.empty() ? "\"" : ", \"") + block.name + "\"";
+      matched = matched || name_matches(pattern, block.name);
+    }
+    if (!matched) {
+      return Status::error("fsdp_own_groups: \"" + pattern + "\" matches no block of " + graph.name +
+                           " outside its layers (expected one of " + outside + ")");
+    }
+  }
+  return Status::ok();
+}
+
 bool looks_like_path(const std::string& model) {
   return model.find('/') != std::string::npos || model.ends_with(".json");
 }
@@ -151,6 +170,7 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
     apply_autocast_to_fp32_adapters(context.graph);
   }
   context.analysis = graph::analyze_graph(context.graph);
+  if (Status groups = check_fsdp_own_groups(context.graph, settings); !groups.is_ok()) return groups;
   if (stack.top.recompute == Recompute::kSelectiveOp) {
     context.checkpoint_saves = selective_op_saves(context.graph, context.analysis);
   }

@@ -55,17 +55,42 @@ int64_t largest_block_param_bytes(const graph::LayerGraph& graph, Precision prec
   return per_block.empty() ? 0 : *std::max_element(per_block.begin(), per_block.end());
 }
 
-int64_t largest_block_trainable_elements(const graph::LayerGraph& graph) {
+// The largest block FSDP2 all-gathers on its own (a layer); with no layers, the largest block.
+int64_t largest_layer_param_bytes(const graph::LayerGraph& graph, const RunSettings& settings) {
+  const Precision precision = settings.precision;
   std::vector<int64_t> per_block(graph.blocks.size(), 0);
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
-      if (param.tied_to.empty() && param.trainable) per_block[node.block] += param.elements();
+      if (param.tied_to.empty()) per_block[node.block] += param_storage_bytes(param, precision);
+    }
+  }
+  int64_t largest = 0;
+  for (size_t b = 0; b < per_block.size(); ++b) {
+    if (!in_fsdp2_root(graph.blocks[b], settings)) largest = std::max(largest, per_block[b]);
+  }
+  return largest > 0 ? largest : largest_block_param_bytes(graph, precision);
+}
+
+// The trainable elements of the largest layer FSDP2 reduces on its own.
+int64_t largest_layer_trainable_elements(const graph::LayerGraph& graph, const RunSettings& settings) {
+  std::vector<int64_t> per_block(graph.blocks.size(), 0);
+  for (const graph::Node& node : graph.nodes) {
+    for (const Param& param : node.params) {
+      if (param.tied_to.empty() && param.trainable && !in_fsdp2_root(graph.blocks[node.block], settings)) {
+        per_block[node.block] += param.elements();
+      }
     }
   }
   return per_block.empty() ? 0 : *std::max_element(per_block.begin(), per_block.end());
 }
 
 }  // namespace
+
+bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings) {
+  if (block.checkpointable) return false;
+  return std::none_of(settings.fsdp_own_groups.begin(), settings.fsdp_own_groups.end(),
+                      [&](const std::string& pattern) { return name_matches(pattern, block.name); });
+}
 
 // A PEFT adapter declared fp32 on a pure-bf16 model stays fp32 (4 bytes for the
 // weight, its gradient and each torch.optim state, which follow the parameter's dtype).
@@ -214,6 +239,8 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   const bool torchao_offload = !optimizer_on_gpu && settings.cpu_offload != CpuOffloadImpl::kZeroOffload;
   const bool keep_gpu_grads = settings.cpu_offload == CpuOffloadImpl::kTorchao;
   out.block_grads.assign(graph.blocks.size(), 0);
+  const bool fsdp2 = shard_params && shards_with_fsdp2(settings.stack);
+  if (fsdp2) out.fsdp2_root_grads.assign(graph.blocks.size(), 0);
 
   int64_t trainable_bytes_16 = 0;  // trainable elements, for buckets and host buffers
   int64_t host_optimizer = 0;
@@ -230,11 +257,19 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
       const int64_t elements = param.elements();
       out.total_params += elements;
       const int64_t storage = param_storage_bytes(param, precision);
-      const int64_t resident = shard_params ? ceil_div(storage, world) : storage;
+      // FSDP2 keeps the sharded parameter in its original dtype and casts only the
+      // all-gather input (MixedPrecisionPolicy.param_dtype, _fsdp_param.py
+      // all_gather_inputs): under mixed precision the fp32 shard is the master copy.
+      const bool fp32_shard = fsdp2 && master_bytes_per_element(precision) > 0 &&
+                              !is_quantized_storage(stored_dtype(param, precision));
+      const int64_t resident =
+          shard_params ? ceil_div(fp32_shard ? elements * 4 : storage, world) : storage;
+      if (fsdp2 && in_fsdp2_root(graph.blocks[node.block], settings)) out.fsdp2_root_params += storage;
       if (params_on_gpu) out.params += account(resident, accounting);
       host_params += params_on_gpu ? 0 : resident;
       const bool full_finetune = settings.mode == TrainMode::kFull;
-      if (full_finetune || param.trainable) checkpoint_weights += storage;
+      // FSDP2's state dict holds the sharded parameters in their own (fp32) dtype.
+      if (full_finetune || param.trainable) checkpoint_weights += fp32_shard ? elements * 4 : storage;
       if (!param.trainable) continue;
 
       out.trainable_params += elements;
@@ -243,13 +278,19 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
       // feature layer, one "unused" node) never gets a gradient, and torch.optim
       // creates no state for it (its step skips parameters whose grad is None).
       if (node.op == "unused") continue;
-      const int64_t grad = grad_bytes(param, precision);
+      // FSDP2's sharded gradient takes the sharded parameter's dtype (fp32 under
+      // mixed precision: foreach_reduce reduces in reduce_dtype, then casts to it).
+      const int64_t grad = fp32_shard ? elements * 4 : grad_bytes(param, precision);
+      if (fsdp2 && in_fsdp2_root(graph.blocks[node.block], settings)) {
+        out.fsdp2_root_grads[node.block] += account(grad_bytes(param, precision), accounting);
+        out.fsdp2_root_trainable += elements;
+      }
       // bitsandbytes' 32-bit PagedAdamW keeps fp32 states whatever the parameter's dtype.
       const bool fp32_states = fp32_adapter(param, precision) ||
                                (settings.paged_optimizer && settings.optimizer == OptimizerKind::kAdamW);
       const int64_t states =
           optimizer_state_bytes(settings.optimizer, fp32_states ? Precision::kFp32 : precision, param.shape);
-      const int64_t master = elements * master_bytes_per_element(precision);
+      const int64_t master = fp32_shard ? 0 : elements * master_bytes_per_element(precision);
       const int64_t states_rank = shard_optimizer ? ceil_div(states, world) : states;
       const int64_t master_rank = shard_optimizer ? ceil_div(master, world) : master;
       const int64_t grad_rank = shard_grads ? ceil_div(grad, world) : grad;
@@ -308,7 +349,6 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   // keep a preallocated partition, and offload sends them to the host per bucket.
   out.grads_progressive = (optimizer_on_gpu || torchao_offload) && !shard_grads;
   const int64_t grad_width = grad_bytes_per_element(precision);
-  const bool fsdp2 = shard_params && shards_with_fsdp2(settings.stack);
   if ((shard_grads && !fsdp2) || (!optimizer_on_gpu && !torchao_offload)) {
     // DeepSpeed's reduce bucket (reduce_bucket_size elements, 16-bit) holds
     // gradients while they are reduced/partitioned or copied to the host.
@@ -333,13 +373,21 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
     // FSDP2 (torch/distributed/fsdp/_fully_shard): the block computing and the next
     // one, all-gathered ahead on its own stream (implicit forward prefetching,
     // explicit backward prefetching of one), with no live-parameter cap.
-    out.gathered_params = account(2 * largest_block_param_bytes(graph, precision), accounting);
+    // The root group is all-gathered once at the root's pre-forward and stays
+    // unsharded until the end of backward: torch never reshards the root after
+    // forward (_fsdp_state.py _lazy_init, post_forward_mesh_info = None), and its
+    // post-backward runs in the final callback (_root_post_backward_final_callback).
+    out.fsdp2_root_params = account(out.fsdp2_root_params, accounting);
+    out.gathered_params = account(2 * largest_layer_param_bytes(graph, settings), accounting) + out.fsdp2_root_params;
     // foreach_reduce (_fsdp_collectives.py) allocates the reduce-scatter input in
     // reduce_dtype and copies the block's unsharded gradients (param dtype) into it
     // before freeing them: both live at the end of the block's backward. torchtitan's
     // mixed precision reduces in fp32; a pure 16-bit model reduces in its dtype.
     const int64_t reduce_width = precision == Precision::kBf16Mixed || precision == Precision::kFp16Mixed ? 4 : grad_width;
-    out.reduce_scatter_bytes = account(largest_block_trainable_elements(graph) * (grad_width + reduce_width), accounting);
+    out.reduce_scatter_bytes = account(largest_layer_trainable_elements(graph, settings) * (grad_width + reduce_width), accounting);
+    // The root group reduces once, in the final callback: its reduce-scatter input
+    // beside its unsharded gradients (fsdp2_root_grads), after the last block's backward.
+    out.fsdp2_root_reduce_scatter = account(out.fsdp2_root_trainable * reduce_width, accounting);
   }
 
   OptimizerStepInputs step;

@@ -55,6 +55,14 @@ struct ModelStates {
   // FSDP2: a block's unsharded gradients and its reduce-scatter input while its
   // backward ends (the largest block's), on top of the sharded gradients.
   int64_t reduce_scatter_bytes = 0;
+  // FSDP2's root group (the parameters outside the per-layer groups): its unsharded
+  // parameters (also counted in gathered_params), its unsharded gradients per block
+  // (alive from that block's backward to the end of backward), its trainable
+  // elements and the reduce-scatter input of its one reduction at the end of backward.
+  int64_t fsdp2_root_params = 0;
+  std::vector<int64_t> fsdp2_root_grads;
+  int64_t fsdp2_root_trainable = 0;
+  int64_t fsdp2_root_reduce_scatter = 0;
   bool grads_progressive = true;  // grads appear block by block during the first backward
   std::vector<int64_t> block_grads;  // per block: gradient bytes it adds (progressive case)
   // optimizer.step() temporaries, and optimizer-in-backward (planner/optimizer_step.h).
@@ -70,6 +78,13 @@ struct ModelStates {
   int64_t total_params = 0;      // counted once (tied weights once)
   int64_t trainable_params = 0;
 };
+
+// Whether a block's parameters belong to FSDP2's root group: the parameters no
+// fully_shard of their own wraps. torchtitan's parallelize_llama and torchtune's
+// shard_model wrap each transformer layer (and torchtune the modules its
+// custom_sharded_layers names: settings.fsdp_own_groups), then the whole model,
+// so the root holds the blocks that are not layers: embeddings, the final norm, the head.
+bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings);
 
 // Bytes per element of parameters, gradients, optimizer states and master
 // weights for a precision and optimizer; exposed for tests against the ZeRO paper.

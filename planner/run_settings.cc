@@ -268,6 +268,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["freeze_patterns"] = s.freeze_patterns;
   j["train_patterns"] = s.train_patterns;
   j["quantize_skip"] = s.quantize_skip;
+  j["fsdp_own_groups"] = s.fsdp_own_groups;
   j["lora_skip"] = s.lora_skip;
   j["lora"] = {{"rank", s.lora.rank}, {"targets", s.lora.targets}, {"dropout", s.lora.dropout}};
   j["attention"] = attention_name(s.attention);
@@ -336,6 +337,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read("freeze_patterns", s.freeze_patterns),
       r.read("train_patterns", s.train_patterns),
       r.read("quantize_skip", s.quantize_skip),
+      r.read("fsdp_own_groups", s.fsdp_own_groups),
       r.read("lora_skip", s.lora_skip),
       r.read("attention", attention),
       r.read("dropout", s.dropout),

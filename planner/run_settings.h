@@ -96,6 +96,10 @@ struct RunSettings {
   std::vector<std::string> lora_skip = {"*vision_tower*"};
   // QLoRA: linears kept in 16 bits (transformers skips the output embedding).
   std::vector<std::string> quantize_skip = {"*lm_head*", "*vision_tower*", "*multi_modal_projector*"};
+  // FSDP2: blocks outside the layers (graph block names or globs, "embeddings",
+  // "head") wrapped by a fully_shard of their own, as torchtune's
+  // custom_sharded_layers does; the rest belong to the root group.
+  std::vector<std::string> fsdp_own_groups;
   LoraSettings lora;
   // QLoRA: bitsandbytes double quantization (an 8-bit absmax per 64 weights with an
   // fp32 constant per 256 of those); false: one fp32 absmax per 64 weights, as

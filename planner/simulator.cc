@@ -58,6 +58,11 @@ class StepSimulator {
         if (param.tied_to.empty()) block_param_bytes_[node.block] += param_storage_bytes(param, settings.precision);
       }
     }
+    if (fsdp2() && fsdp2_keeps_last_layer(settings.stack)) {
+      for (size_t b = 0; b < graph_.blocks.size(); ++b) {
+        if (graph_.blocks[b].checkpointable) kept_layer_ = static_cast<int>(b);
+      }
+    }
   }
 
   Simulation run();
@@ -169,23 +174,58 @@ class StepSimulator {
   int64_t gather(int block, int ahead) {
     if (config_.zero_stage < 3) return -1;
     if (!shards_with_fsdp2(settings_.stack)) return alloc(block_param_bytes_[block], "ZeRO buffers");
-    const auto prefetched = all_gather_buffers_.find(block);
-    int64_t copy_in = -1;
-    if (prefetched != all_gather_buffers_.end()) {
-      copy_in = prefetched->second;
-      all_gather_buffers_.erase(prefetched);
-    } else {
-      copy_in = alloc(block_param_bytes_[block], "ZeRO buffers", kAllGatherStream);
+    int64_t unsharded = -1;  // the root group is gathered for the whole micro-step (gather_root)
+    if (block == kept_layer_ && kept_unsharded_ >= 0) {
+      unsharded = kept_unsharded_;  // never resharded after its forward
+      kept_unsharded_ = -1;
+    } else if (!in_root_group(block)) {
+      const auto prefetched = all_gather_buffers_.find(block);
+      int64_t copy_in = -1;
+      if (prefetched != all_gather_buffers_.end()) {
+        copy_in = prefetched->second;
+        all_gather_buffers_.erase(prefetched);
+      } else {
+        copy_in = alloc(block_param_bytes_[block], "ZeRO buffers", kAllGatherStream);
+      }
+      unsharded = alloc(block_param_bytes_[block], "ZeRO buffers");
+      release(copy_in);
     }
-    const int64_t unsharded = alloc(block_param_bytes_[block], "ZeRO buffers");
-    release(copy_in);
-    const bool in_range = ahead >= 0 && static_cast<size_t>(ahead) < block_param_bytes_.size();
+    const bool in_range =
+        ahead >= 0 && static_cast<size_t>(ahead) < block_param_bytes_.size() && !in_root_group(ahead) &&
+        !(ahead == kept_layer_ && kept_unsharded_ >= 0);
     if (in_range && !all_gather_buffers_.count(ahead)) {
       all_gather_buffers_[ahead] = alloc(block_param_bytes_[ahead], "ZeRO buffers", kAllGatherStream);
     }
     return unsharded;
   }
   static constexpr int kAllGatherStream = 1;
+  bool fsdp2() const { return config_.zero_stage >= 3 && shards_with_fsdp2(settings_.stack); }
+  bool in_root_group(int block) const { return fsdp2() && in_fsdp2_root(graph_.blocks[block], settings_); }
+  // FSDP2's root group: one all-gather at the root's pre-forward, through a buffer
+  // on the all-gather stream, into unsharded parameters that stay until the end
+  // of backward (planner/model_states.h, fsdp2_root_params).
+  void gather_root() {
+    int64_t bytes = 0;
+    for (size_t b = 0; b < graph_.blocks.size(); ++b) {
+      if (in_root_group(static_cast<int>(b))) bytes += block_param_bytes_[b];
+    }
+    if (bytes == 0) return;
+    label_ = "all-gather root group";
+    const int64_t copy_in = alloc(bytes, "ZeRO buffers", kAllGatherStream);
+    root_params_ = alloc(bytes, "ZeRO buffers");
+    release(copy_in);
+  }
+  // The root's post-backward in the final callback: its reduce-scatter input
+  // beside its unsharded gradients, then all of it and the parameters are freed.
+  void reshard_root() {
+    if (root_params_ < 0) return;
+    label_ = "reduce-scatter root group";
+    if (!root_grads_.empty()) release(alloc(states_.fsdp2_root_reduce_scatter, "ZeRO buffers"));
+    for (int64_t handle : root_grads_) release(handle);
+    root_grads_.clear();
+    release(root_params_);
+    root_params_ = -1;
+  }
   int64_t grad_bytes_of_block(int block) const {
     int64_t bytes = 0;
     for (int n : an_.blocks[block].nodes) {
@@ -238,6 +278,10 @@ class StepSimulator {
   std::map<int, std::vector<int>> offloaded_tensors_;  // block -> tensors sent to the host
   std::map<int, double> prefetch_done_;                // block -> time its tensors are back
   std::map<int, int64_t> all_gather_buffers_;          // FSDP2: block -> its prefetched copy-in buffer
+  int64_t root_params_ = -1;                           // FSDP2: the root group's unsharded parameters
+  int kept_layer_ = -1;                                // FSDP2: the layer left unsharded after forward
+  int64_t kept_unsharded_ = -1;                        // its unsharded parameters until its backward
+  std::vector<int64_t> root_grads_;                    // FSDP2: the root group's unsharded gradients
   std::map<std::string, int> shared_uses_;               // weights used by several nodes -> their uses
   std::map<std::string, const graph::Param*> owners_;    // parameter name -> the parameter
   std::map<std::string, int> seen_uses_;                 // uses backward has reached this micro-step
@@ -368,7 +412,11 @@ void StepSimulator::forward_block(int block, bool recompute) {
     }
     for (int t : an_.node_outputs[n]) maybe_free(t);
   }
-  if (gathered >= 0) release(gathered);
+  if (gathered >= 0 && block == kept_layer_ && !recompute) {
+    kept_unsharded_ = gathered;
+  } else if (gathered >= 0) {
+    release(gathered);
+  }
 }
 
 // torchtune OffloadActivations: the checkpoint's saved inputs are copied to pinned
@@ -559,7 +607,9 @@ void StepSimulator::backward_block(int block) {
       maybe_free(t);
     }
   }
-  if (states_.reduce_scatter_bytes > 0 && grad_bytes_of_block(block) > 0) {
+  if (in_root_group(block) && grad_bytes_of_block(block) > 0) {
+    root_grads_.push_back(alloc(grad_bytes_of_block(block), "gradients"));
+  } else if (states_.reduce_scatter_bytes > 0 && grad_bytes_of_block(block) > 0) {
     // FSDP2 foreach_reduce: the block's unsharded gradients and the reduce-scatter
     // input they are copied into, both live as its backward ends (the largest
     // block's bytes, as the walk prices it).
@@ -589,6 +639,7 @@ void StepSimulator::backward_block(int block) {
 
 void StepSimulator::micro_step() {
   const int blocks = static_cast<int>(graph_.blocks.size());
+  gather_root();
   for (int b = 0; b < blocks; ++b) {
     forward_block(b, false);
     if (offloaded(b)) offload_block(b);
@@ -596,6 +647,7 @@ void StepSimulator::micro_step() {
   // Backward drops whatever the forward stash still holds on the GPU.
   trim_input_stash(0);
   for (int b = blocks - 1; b >= 0; --b) backward_block(b);
+  reshard_root();
   settle(1e300);
   // A shared weight whose last use never ran backward still has its gradient.
   for (const auto& [owner, handle] : shared_grads_) param_grads_.push_back(handle);
@@ -614,6 +666,8 @@ void StepSimulator::micro_step() {
   prefetch_done_.clear();
   for (const auto& [block, buffer] : all_gather_buffers_) release(buffer);
   all_gather_buffers_.clear();
+  release(kept_unsharded_);
+  kept_unsharded_ = -1;
 }
 
 void StepSimulator::optimizer_step() {

@@ -207,6 +207,8 @@ bool shards_with_fsdp2(Stack value) {
   return value == Stack::kTorchtitan || value == Stack::kTorchtune || value == Stack::kLitgpt;
 }
 
+bool fsdp2_keeps_last_layer(Stack value) { return value == Stack::kTorchtitan; }
+
 std::optional<Stack> parse_stack(std::string_view text) {
   for (const StackRow& row : kStacks) {
     if (row.name == text) return row.stack;

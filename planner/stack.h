@@ -87,6 +87,11 @@ bool uses_expandable_segments(const RunSettings& settings);
 // Whether the stack's ZeRO-3 is FSDP2 (fully_shard) rather than DeepSpeed's stage 3.
 bool shards_with_fsdp2(Stack value);
 
+// Whether the stack's fully_shard leaves the last layer unsharded after forward,
+// since backward needs it at once (torchtitan's apply_fsdp at 9dec370:
+// reshard_after_forward = int(layer_id) < len(model.layers) - 1).
+bool fsdp2_keeps_last_layer(Stack value);
+
 std::string_view stack_name(Stack value);
 std::string_view optimizer_impl_name(OptimizerImpl value);
 std::string loss_name(const LossSpec& value);  // "full", "chunked:8", ...

@@ -38,6 +38,13 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   }
   // FSDP2's unsharded gradients and reduce-scatter input while each block's backward ends.
   for (int64_t& grads : model.grads_bwd) grads += out.states.reduce_scatter_bytes;
+  // FSDP2's root group keeps its unsharded gradients from its block's backward to
+  // the end of backward (it reduces in the final callback).
+  int64_t root_grads = 0;
+  for (size_t k = std::min(n, out.states.fsdp2_root_grads.size()); k-- > 0;) {
+    root_grads += out.states.fsdp2_root_grads[k];
+    model.grads_bwd[k] += root_grads;
+  }
   model.grads_optimizer = out.states.grads_full;
   model.optimizer_transient = out.states.step_transient;
   if (out.states.grads_in_backward) {

@@ -199,7 +199,17 @@ Result<ConfigImport> import_tree(const nlohmann::json& root, std::string_view or
   out.shard_when_distributed = true;
   if (distributed) {
     s.zero_stage = r.boolean_or("fsdp_reshard_after_forward", true) ? 3 : 2;
-    r.at("custom_sharded_layers");  // which modules get their own FSDP unit: the blocks either way
+    // Modules wrapped by a fully_shard of their own besides the layers (shard_model's
+    // custom_sharded_layers); the others outside the layers stay in the root group.
+    for (const std::string& module : r.strings("custom_sharded_layers")) {
+      if (module == "tok_embeddings") {
+        s.fsdp_own_groups.push_back("embeddings");
+      } else if (module == "output") {
+        s.fsdp_own_groups.push_back("head");
+      } else {
+        r.fail("custom_sharded_layers", "names among tok_embeddings and output, got \"" + module + "\"");
+      }
+    }
     if (r.has("fsdp_sharding_strategy")) {
       const std::string strategy = r.string_or("fsdp_sharding_strategy", "FULL_SHARD");
       if (strategy != "FULL_SHARD") r.fail("fsdp_sharding_strategy", "FULL_SHARD", r.at("fsdp_sharding_strategy"));

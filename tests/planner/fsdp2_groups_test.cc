@@ -1,0 +1,200 @@
+// FSDP2's parameter groups (torch/distributed/fsdp/_fully_shard): the sharded
+// parameter keeps its own dtype, the root group (what no per-layer fully_shard
+// wraps) stays unsharded from forward to the end of backward, torchtune's
+// custom_sharded_layers give blocks groups of their own, and torchtitan leaves
+// its last layer unsharded after forward.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "planner/model_states.h"
+#include "planner/planner.h"
+#include "planner/simulator.h"
+#include "planner/torchtune_import.h"
+
+namespace headroom::planner {
+namespace {
+
+// embeddings (2^26 elements), two layers of 2^27 and a head of 2^28: the head
+// is the largest block, as a 128k-vocabulary head is next to a Llama layer.
+graph::LayerGraph llm_shaped() {
+  graph::LayerGraph graph;
+  graph.name = "llm-shaped";
+  graph.blocks = {{"embeddings", "embedding", false},
+                  {"layers.0", "dense", true},
+                  {"layers.1", "dense", true},
+                  {"head", "lm_head", false}};
+  const int64_t elements[] = {int64_t{1} << 26, int64_t{1} << 27, int64_t{1} << 27, int64_t{1} << 28};
+  for (int b = 0; b < 4; ++b) {
+    graph::Node node;
+    node.name = graph.blocks[b].name + ".w";
+    node.op = "linear";
+    node.block = b;
+    node.params.push_back({node.name + ".weight", {elements[b]}, graph::DType::kBF16, true, ""});
+    graph.nodes.push_back(node);
+  }
+  return graph;
+}
+
+RunSettings torchtitan_on_8() {
+  RunSettings settings;
+  settings.precision = Precision::kBf16Mixed;
+  settings.gpus_per_node = 8;
+  settings.stack = Stack::kTorchtitan;
+  return settings;
+}
+
+constexpr int64_t kEmbed = int64_t{1} << 26;
+constexpr int64_t kLayer = int64_t{1} << 27;
+constexpr int64_t kHead = int64_t{1} << 28;
+constexpr int64_t kAll = kEmbed + 2 * kLayer + kHead;
+
+}  // namespace
+
+TEST_CASE("FSDP2 under mixed precision shards fp32 parameters and gradients, with no separate master copy") {
+  GlobalConfig config;
+  config.zero_stage = 3;
+  const ModelStates fsdp2 = model_states(llm_shaped(), torchtitan_on_8(), config, Accounting::kAllocated);
+  CHECK(fsdp2.params == kAll * 4 / 8);
+  CHECK(fsdp2.master == 0);
+  CHECK(fsdp2.grads_full == kAll * 4 / 8);
+  CHECK(fsdp2.optimizer == kAll * 8 / 8);
+  // The same 16 bytes a parameter as DeepSpeed's stage 3, split differently:
+  // 16-bit partitions beside fp32 masters.
+  RunSettings deepspeed = torchtitan_on_8();
+  deepspeed.stack = Stack::kDeepspeed;
+  const ModelStates zero3 = model_states(llm_shaped(), deepspeed, config, Accounting::kAllocated);
+  CHECK(zero3.params == kAll * 2 / 8);
+  CHECK(zero3.master == kAll * 4 / 8);
+  CHECK(zero3.grads_full == kAll * 2 / 8);
+  CHECK(zero3.params + zero3.master + zero3.grads_full == fsdp2.params + fsdp2.master + fsdp2.grads_full);
+}
+
+TEST_CASE("FSDP2's root group: unsharded through forward and backward, reduced once at the end") {
+  GlobalConfig config;
+  config.zero_stage = 3;
+  const ModelStates states = model_states(llm_shaped(), torchtitan_on_8(), config, Accounting::kAllocated);
+  CHECK(states.fsdp2_root_params == (kEmbed + kHead) * 2);
+  // Two layers in flight (this one and the prefetched next), the head excluded
+  // although it is the largest block, plus the root.
+  CHECK(states.gathered_params == 2 * kLayer * 2 + (kEmbed + kHead) * 2);
+  // A layer reduces as its backward ends: bf16 gradients into an fp32 input.
+  CHECK(states.reduce_scatter_bytes == kLayer * (2 + 4));
+  REQUIRE(states.fsdp2_root_grads.size() == 4);
+  CHECK(states.fsdp2_root_grads[3] == kHead * 2);
+  CHECK(states.fsdp2_root_grads[0] == kEmbed * 2);
+  CHECK(states.fsdp2_root_grads[1] == 0);
+  CHECK(states.fsdp2_root_reduce_scatter == (kEmbed + kHead) * 4);
+
+  SUBCASE("torchtune's custom_sharded_layers: the embeddings and the head get groups of their own") {
+    RunSettings own = torchtitan_on_8();
+    own.fsdp_own_groups = {"embeddings", "head"};
+    const ModelStates separate = model_states(llm_shaped(), own, config, Accounting::kAllocated);
+    CHECK(separate.fsdp2_root_params == 0);
+    CHECK(separate.gathered_params == 2 * kHead * 2);  // now the head is the largest group
+    CHECK(separate.fsdp2_root_reduce_scatter == 0);
+  }
+  SUBCASE("DeepSpeed's stage 3 has no root group") {
+    RunSettings deepspeed = torchtitan_on_8();
+    deepspeed.stack = Stack::kDeepspeed;
+    const ModelStates zero3 = model_states(llm_shaped(), deepspeed, config, Accounting::kAllocated);
+    CHECK(zero3.fsdp2_root_params == 0);
+    CHECK(zero3.fsdp2_root_grads.empty());
+  }
+}
+
+namespace {
+
+// torchtitan's published Llama 3.1 8B run (B = 2, S = 8192, 8 GPUs), pinned so
+// that only the FSDP2 grouping differs between the runs compared.
+RunSettings torchtitan_8b() {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/bench/accuracy/models/llama-3.1-8b/config.json";
+  s.gpu = "h100-sxm";
+  s.gpu_memory_bytes = int64_t{96} << 30;
+  s.precision = Precision::kBf16Mixed;
+  s.micro_batch = 2;
+  s.seq_len = 8192;
+  s.gpus_per_node = 8;
+  s.zero_stage = 3;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.stack = Stack::kTorchtitan;
+  s.loss = LossSpec{LossImpl::kFull};
+  s.optimizer_impl = OptimizerImpl::kForeach;
+  s.recompute = Recompute::kBlock;
+  s.expandable_segments = true;
+  return s;
+}
+
+Simulation simulate_as_given(const RunSettings& settings) {
+  Result<ModelContext> context = prepare_context(settings);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  Result<std::vector<BlockChoice>> blocks = user_block_choices(context.value(), settings);
+  REQUIRE(blocks.is_ok());
+  SimulatorOptions options;
+  options.record_events = false;
+  options.max_memory_samples = 1 << 20;  // keep every sample
+  return simulate(context.value(), settings, user_config(settings), blocks.value(), options);
+}
+
+int64_t allocated_after(const Simulation& simulation, const std::string& label) {
+  int64_t last = -1;
+  for (const MemorySample& sample : simulation.memory) {
+    if (sample.label == label) last = sample.allocated;
+  }
+  REQUIRE_MESSAGE(last >= 0, "no sample labelled " << label);
+  return last;
+}
+
+constexpr int64_t kEmbedding8b = int64_t{128256} * 4096 * 2;  // bf16, unsharded
+constexpr int64_t kLayer8b = int64_t{218'112'000} * 2;          // one decoder layer, bf16
+
+}  // namespace
+
+TEST_CASE("the root group's embedding is live at the loss backward unless it is sharded on its own") {
+  const Simulation root = simulate_as_given(torchtitan_8b());
+  RunSettings own = torchtitan_8b();
+  own.fsdp_own_groups = {"embeddings"};
+  const Simulation separate = simulate_as_given(own);
+  CHECK(root.peak_label.find("backward loss") == 0);
+  CHECK(separate.peak_label.find("backward loss") == 0);
+  CHECK(root.peak_allocated - separate.peak_allocated == kEmbedding8b);
+}
+
+TEST_CASE("torchtitan leaves its last layer unsharded after forward, torchtune reshards it") {
+  RunSettings torchtitan = torchtitan_8b();
+  RunSettings torchtune = torchtitan_8b();
+  torchtune.stack = Stack::kTorchtune;
+  const int64_t kept = allocated_after(simulate_as_given(torchtitan), "forward lm_head");
+  const int64_t resharded = allocated_after(simulate_as_given(torchtune), "forward lm_head");
+  CHECK(kept - resharded == kLayer8b);
+}
+
+TEST_CASE("fsdp_own_groups must name blocks outside the layers") {
+  RunSettings settings = torchtitan_8b();
+  settings.fsdp_own_groups = {"model.layers.3"};
+  Result<ModelContext> context = prepare_context(settings);
+  REQUIRE_FALSE(context.is_ok());
+  CHECK(context.message().find("fsdp_own_groups: \"model.layers.3\" matches no block of") == 0);
+  CHECK(context.message().find("expected one of \"embeddings\"") != std::string::npos);
+}
+
+TEST_CASE("torchtune's custom_sharded_layers become fsdp_own_groups") {
+  const std::string config =
+      "model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\nbatch_size: 2\ndataset:\n  packed: True\n"
+      "tokenizer:\n  max_seq_len: 2048\noptimizer:\n  _component_: torch.optim.AdamW\nfsdp_cpu_offload: False\n";
+  Result<ConfigImport> own =
+      import_torchtune_config(config + "custom_sharded_layers: ['tok_embeddings', 'output']\n", "c.yaml", {}, RunSettings{});
+  REQUIRE_MESSAGE(own.is_ok(), own.message());
+  CHECK(own->settings.fsdp_own_groups == std::vector<std::string>{"embeddings", "head"});
+  Result<ConfigImport> none = import_torchtune_config(config, "c.yaml", {}, RunSettings{});
+  REQUIRE_MESSAGE(none.is_ok(), none.message());
+  CHECK(none->settings.fsdp_own_groups.empty());
+  Result<ConfigImport> bad =
+      import_torchtune_config(config + "custom_sharded_layers: ['norm']\n", "c.yaml", {}, RunSettings{});
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.message().find("custom_sharded_layers") != std::string::npos);
+  CHECK(bad.message().find("tok_embeddings and output") != std::string::npos);
+}
+
+}  // namespace headroom::planner
