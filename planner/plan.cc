@@ -45,6 +45,13 @@ nlohmann::json prediction_to_json(const Prediction& p) {
                 {"trainable_parameters", p.model.trainable_params},
                 {"weight_bytes_by_dtype", p.model.weight_bytes_by_dtype}};
   j["breakdown"] = breakdown_to_json(p.peak);
+  const MeasurableMemory& a = p.allocated;
+  j["allocated"] = {{"parameters_bytes", a.parameters},
+                    {"optimizer_states_bytes", a.optimizer_states},
+                    {"master_weights_bytes", a.master_weights},
+                    {"gradients_bytes", a.gradients},
+                    {"activations_bytes", a.activations},
+                    {"offloaded_activations_bytes", a.offloaded_activations}};
   j["peak_at"] = {{"phase", p.where.phase}, {"block", p.where.block}, {"block_name", p.where.block_name}};
   j["host_ram_bytes"] = p.host_ram;
   j["host_ram_budget_bytes"] = p.host_ram_budget;

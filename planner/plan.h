@@ -32,6 +32,18 @@ struct MemoryBreakdown {
   int64_t total() const;        // everything, what nvidia-smi shows for the process
 };
 
+// The categories a training run can measure apart, per rank, in allocated
+// accounting (torch.cuda.memory_allocated: requests rounded to 512 B): what the
+// executor checks its measurement against (executor/prediction_check.h).
+struct MeasurableMemory {
+  int64_t parameters = 0;             // resident, incl. quantization constants
+  int64_t optimizer_states = 0;       // on the GPU, in the caching allocator
+  int64_t master_weights = 0;         // fp32 master copies on the GPU
+  int64_t gradients = 0;              // all gradients kept at the optimizer step
+  int64_t activations = 0;            // saved on the GPU at the end of one micro-batch's forward, inputs included
+  int64_t offloaded_activations = 0;  // saved by the offloaded blocks, in host memory instead
+};
+
 struct PeakLocation {
   std::string phase;  // "forward", "backward", "optimizer step"
   int block = -1;     // block index, -1 for the optimizer step
@@ -62,6 +74,7 @@ struct Prediction {
   int64_t gpu_capacity = 0;        // the GPU's memory
   int64_t gpu_budget = 0;          // capacity minus the safety margin
   PeakLocation where;
+  MeasurableMemory allocated;      // by category, as a run measures them
   int64_t host_ram = 0;            // per node
   int64_t host_ram_budget = 0;
   int64_t disk = 0;                // checkpoints kept + one being written + NVMe swap

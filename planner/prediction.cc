@@ -56,6 +56,21 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   out.gpu_total = m.total();
   out.gpu_capacity = context.gpu.memory_bytes;
   out.gpu_budget = gpu_budget_bytes(context, settings);
+  // What a run measures apart, as it counts (allocated accounting): the model
+  // states, and what one micro-batch's forward leaves saved for backward.
+  MeasurableMemory& measurable = out.allocated;
+  measurable.parameters = allocated.states.params;
+  measurable.optimizer_states = allocated.states.optimizer;
+  measurable.master_weights = allocated.states.master;
+  measurable.gradients = allocated.states.grads_full;
+  measurable.activations = allocated_profile.persistent;
+  for (size_t k = 0; k < blocks.size() && k < allocated_profile.blocks.size(); ++k) {
+    switch (blocks[k]) {
+      case BlockChoice::kKeep: measurable.activations += allocated_profile.blocks[k].keep; break;
+      case BlockChoice::kCheckpoint: measurable.activations += allocated_profile.blocks[k].checkpoint; break;
+      case BlockChoice::kOffload: measurable.offloaded_activations += allocated_profile.blocks[k].keep; break;
+    }
+  }
   out.where.phase = peak.phase;
   out.where.block = peak.block;
   if (peak.block >= 0) out.where.block_name = context.graph.blocks[peak.block].name;
