@@ -174,7 +174,7 @@ int run_training(const CliOptions& options, Terminal& terminal) {
     if (Status s = metrics.open(options.metrics_path); !s.is_ok()) return fail(terminal, kExitFailure, s.message());
   }
   ProgressObserver observer(terminal, metrics.is_open() ? &metrics : nullptr);
-  Result<executor::RunResult> result = executor::run_plan(plan, run, observer);
+  Result<executor::RunResult> result = executor::train_plan(plan, run, observer);
   if (!result.is_ok()) return fail(terminal, kExitFailure, result.message());
 
   if (!options.measurement_out.empty()) {

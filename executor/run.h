@@ -1,6 +1,6 @@
 // `headroom run`: train with a Plan through LibTorch and measure what the
 // planner predicted. This header is torch-free so the front end can include it
-// in every build; run_plan() itself exists only when LibTorch was found
+// in every build; train_plan() itself exists only when LibTorch was found
 // (HEADROOM_HAVE_EXECUTOR), and check_executable() always does.
 #pragma once
 
@@ -68,7 +68,7 @@ struct RunResult {
   std::vector<std::string> notes;                   // what the run could not apply or measure
 };
 
-// Receives progress while run_plan() trains; the front end renders it.
+// Receives progress while train_plan() trains; the front end renders it.
 class RunObserver {
  public:
   virtual ~RunObserver() = default;
@@ -95,6 +95,6 @@ bool cuda_available();
 // Trains `plan` for options.steps optimizer steps and measures memory and time
 // against the plan's prediction. Errors (bad data file, failed checkpoint save,
 // LibTorch failures) come back as a Status; checkpoints already written stay.
-Result<RunResult> run_plan(const planner::Plan& plan, const RunOptions& options, RunObserver& observer);
+Result<RunResult> train_plan(const planner::Plan& plan, const RunOptions& options, RunObserver& observer);
 
 }  // namespace headroom::executor

@@ -1,5 +1,5 @@
 // The torch-free half of executor/run.h: what the executor can apply, option
-// checks, and, in builds without LibTorch, a run_plan() that says so.
+// checks, and, in builds without LibTorch, a train_plan() that says so.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -141,7 +141,7 @@ Status validate_run_options(const RunOptions& o, std::string_view origin) {
 bool executor_available() { return false; }
 bool cuda_available() { return false; }
 
-Result<RunResult> run_plan(const planner::Plan&, const RunOptions&, RunObserver&) {
+Result<RunResult> train_plan(const planner::Plan&, const RunOptions&, RunObserver&) {
   return Status::error(
       "this headroom was built without LibTorch, so it cannot train: run scripts/setup_torch.sh, then "
       "scripts/build.sh (docs/executor.md)");

@@ -1,4 +1,4 @@
-// run_plan(): trains a Plan with LibTorch and measures what the planner
+// train_plan(): trains a Plan with LibTorch and measures what the planner
 // predicted. The loop is the planner's step: grad_accum micro-batches of
 // micro_batch samples, each block kept, checkpointed or offloaded as the plan
 // says, then one step of the plan's optimizer (executor/optimizer.h; AdamW on
@@ -626,7 +626,7 @@ Result<RunResult> Trainer::run() {
 bool executor_available() { return true; }
 bool cuda_available() { return torch::cuda::is_available(); }
 
-Result<RunResult> run_plan(const planner::Plan& plan, const RunOptions& options, RunObserver& observer) {
+Result<RunResult> train_plan(const planner::Plan& plan, const RunOptions& options, RunObserver& observer) {
   // LibTorch reports failures as exceptions; they end here as one message.
   try {
     RunOptions resolved = options;

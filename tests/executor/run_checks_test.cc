@@ -244,10 +244,10 @@ TEST_CASE("token files: little-endian ids, windows by sample index, hostile file
   for (const std::string& p : {path16, path32, odd}) std::remove(p.c_str());
 }
 
-TEST_CASE("without LibTorch, run_plan says how to get the executor") {
+TEST_CASE("without LibTorch, train_plan says how to get the executor") {
   if (executor_available()) return;  // the LibTorch build trains instead (tests/executor/torch)
   RunObserver observer;
-  Result<RunResult> r = run_plan(plan_for("tiny-llama"), RunOptions{}, observer);
+  Result<RunResult> r = train_plan(plan_for("tiny-llama"), RunOptions{}, observer);
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.message().find("scripts/setup_torch.sh") != std::string::npos);
 }

@@ -1,7 +1,7 @@
 // Shared by the optimizer tests (sgd_test.cc, adafactor_test.cc,
 // adamw8bit_test.cc): parameters with gradients set by hand, the planner's
 // count of an optimizer's bytes for them, and tiny-llama runs through
-// run_plan() with the loss, the measured optimizer bytes and an exact resume.
+// train_plan() with the loss, the measured optimizer bytes and an exact resume.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -139,19 +139,19 @@ inline RunResult run_and_resume(const planner::Plan& plan, double learning_rate,
   base.checkpoint_every = steps / 2;
   RunOptions straight = base;
   straight.checkpoint_dir = temp_dir(name + "_straight");
-  Result<RunResult> full = run_plan(plan, straight, straight_steps);
+  Result<RunResult> full = train_plan(plan, straight, straight_steps);
   REQUIRE_MESSAGE(full.is_ok(), full.message());
 
   RunOptions half = base;
   half.steps = steps / 2;
   half.checkpoint_dir = temp_dir(name + "_half");
   Recorder first;
-  Result<RunResult> stopped = run_plan(plan, half, first);
+  Result<RunResult> stopped = train_plan(plan, half, first);
   REQUIRE_MESSAGE(stopped.is_ok(), stopped.message());
   RunOptions resumed = base;
   resumed.resume_dir = half.checkpoint_dir;
   Recorder rest;
-  Result<RunResult> second = run_plan(plan, resumed, rest);
+  Result<RunResult> second = train_plan(plan, resumed, rest);
   REQUIRE_MESSAGE(second.is_ok(), second.message());
   REQUIRE(rest.steps.size() == static_cast<size_t>(steps - steps / 2));
   for (size_t i = 0; i < rest.steps.size(); ++i) {

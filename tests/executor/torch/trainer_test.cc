@@ -133,7 +133,7 @@ TEST_CASE("tiny-llama trains on the CPU with a checkpoint-every plan, memory as 
   options.learning_rate = 3e-3;
   options.device = "cpu";
   Recorder recorder;
-  Result<RunResult> r = run_plan(plan, options, recorder);
+  Result<RunResult> r = train_plan(plan, options, recorder);
   REQUIRE_MESSAGE(r.is_ok(), r.message());
   REQUIRE(recorder.steps.size() == 40);
   INFO("loss " << recorder.steps.front().loss << " -> " << recorder.steps.back().loss);
@@ -149,7 +149,7 @@ TEST_CASE("tiny-llama, bf16 mixed precision with LoRA and dropout: master weight
   options.steps = 3;
   options.device = "cpu";
   Recorder recorder;
-  Result<RunResult> r = run_plan(plan, options, recorder);
+  Result<RunResult> r = train_plan(plan, options, recorder);
   REQUIRE_MESSAGE(r.is_ok(), r.message());
   check_categories(r.value(), {"parameters", "optimizer states + master weights", "gradients", "activations"});
 }
@@ -162,7 +162,7 @@ TEST_CASE("tiny-flux trains with LoRA and checkpointing, loss falls, memory as p
   options.learning_rate = 1e-2;
   options.device = "cpu";
   Recorder recorder;
-  Result<RunResult> r = run_plan(plan, options, recorder);
+  Result<RunResult> r = train_plan(plan, options, recorder);
   REQUIRE_MESSAGE(r.is_ok(), r.message());
   INFO("loss " << recorder.steps.front().loss << " -> " << recorder.steps.back().loss);
   CHECK(recorder.steps.back().loss < 0.9 * recorder.steps.front().loss);
@@ -181,7 +181,7 @@ TEST_CASE("an offload plan moves what the planner says to the host") {
   options.steps = 2;
   options.device = "cpu";
   Recorder recorder;
-  Result<RunResult> r = run_plan(plan, options, recorder);
+  Result<RunResult> r = train_plan(plan, options, recorder);
   REQUIRE_MESSAGE(r.is_ok(), r.message());
   check_categories(r.value(), {"activations", "offloaded activations"});
 }
@@ -227,7 +227,7 @@ TEST_CASE("checkpoints survive a failed write and a full disk, resume continues 
   RunOptions straight = base;
   straight.checkpoint_dir = temp_dir("straight");
   Recorder full;
-  REQUIRE(run_plan(plan, straight, full).is_ok());
+  REQUIRE(train_plan(plan, straight, full).is_ok());
 
   // The save at step 4 fails mid-write: the run stops, step 2 stays intact.
   FaultyFileSystem faulty;
@@ -239,7 +239,7 @@ TEST_CASE("checkpoints survive a failed write and a full disk, resume continues 
     void on_checkpoint(int64_t, const std::string&) override { fs->fail_writes = true; }
   } arm;
   arm.fs = &faulty;
-  Result<RunResult> failed = run_plan(plan, broken, arm);
+  Result<RunResult> failed = train_plan(plan, broken, arm);
   REQUIRE_FALSE(failed.is_ok());
   CHECK_MESSAGE(failed.message().find("step 4: checkpoint not saved") == 0, failed.message());
   CHECK(failed.message().find("injected") != std::string::npos);
@@ -253,7 +253,7 @@ TEST_CASE("checkpoints survive a failed write and a full disk, resume continues 
   resumed.resume_dir = broken.checkpoint_dir;
   resumed.checkpoint_dir = broken.checkpoint_dir;
   Recorder rest;
-  Result<RunResult> second = run_plan(plan, resumed, rest);
+  Result<RunResult> second = train_plan(plan, resumed, rest);
   REQUIRE_MESSAGE(second.is_ok(), second.message());
   CHECK(second->first_step == 3);
   REQUIRE(rest.steps.size() == 4);
@@ -270,7 +270,7 @@ TEST_CASE("checkpoints survive a failed write and a full disk, resume continues 
   no_space.checkpoint_dir = temp_dir("full");
   no_space.file_system = &small_disk;
   RunObserver quiet;
-  Result<RunResult> refused = run_plan(plan, no_space, quiet);
+  Result<RunResult> refused = train_plan(plan, no_space, quiet);
   REQUIRE_FALSE(refused.is_ok());
   CHECK_MESSAGE(refused.message().find("--checkpoint-dir " + no_space.checkpoint_dir + ": 0.00 GiB free") == 0,
                 refused.message());
@@ -288,7 +288,7 @@ TEST_CASE("checkpoints survive a failed write and a full disk, resume continues 
   RunOptions fills = base;
   fills.checkpoint_dir = temp_dir("fills");
   fills.file_system = &filling;
-  Result<RunResult> stopped = run_plan(plan, fills, fill);
+  Result<RunResult> stopped = train_plan(plan, fills, fill);
   REQUIRE_FALSE(stopped.is_ok());
   CHECK_MESSAGE(stopped.message().find("step 4: checkpoint not saved") == 0, stopped.message());
   CHECK(stopped.message().find("nothing was written; step-00000002 is intact") != std::string::npos);
@@ -299,7 +299,7 @@ TEST_CASE("checkpoints survive a failed write and a full disk, resume continues 
   RunOptions other = base;
   other.seed = 99;
   other.resume_dir = straight.checkpoint_dir;
-  Result<RunResult> wrong = run_plan(plan, other, quiet);
+  Result<RunResult> wrong = train_plan(plan, other, quiet);
   REQUIRE_FALSE(wrong.is_ok());
   CHECK_MESSAGE(wrong.message().find("written by another run") != std::string::npos, wrong.message());
   for (const std::string& d : {straight.checkpoint_dir, broken.checkpoint_dir, no_space.checkpoint_dir,
@@ -324,8 +324,8 @@ TEST_CASE("AdamW offloaded to the CPU trains like AdamW on the device (bf16 mixe
   options.device = "cpu";
   Recorder a;
   Recorder b;
-  Result<RunResult> on_device = run_plan(device, options, a);
-  Result<RunResult> on_host = run_plan(offloaded, options, b);
+  Result<RunResult> on_device = train_plan(device, options, a);
+  Result<RunResult> on_host = train_plan(offloaded, options, b);
   REQUIRE_MESSAGE(on_device.is_ok(), on_device.message());
   REQUIRE_MESSAGE(on_host.is_ok(), on_host.message());
   REQUIRE(a.steps.size() == b.steps.size());
@@ -346,7 +346,7 @@ TEST_CASE("fp16 mixed precision scales the loss and trains") {
   options.learning_rate = 3e-3;
   options.device = "cpu";
   Recorder recorder;
-  Result<RunResult> r = run_plan(plan, options, recorder);
+  Result<RunResult> r = train_plan(plan, options, recorder);
   REQUIRE_MESSAGE(r.is_ok(), r.message());
   // GradScaler's rule: start at 2^16, halve and skip on inf/NaN gradients.
   double scale = 65536.0;
@@ -370,14 +370,14 @@ TEST_CASE("a plan that needs more host memory than there is is refused before an
   options.device = "cpu";
   options.host_bytes_available = 1 << 20;  // 1 MiB
   Recorder recorder;
-  Result<RunResult> r = run_plan(plan, options, recorder);
+  Result<RunResult> r = train_plan(plan, options, recorder);
   REQUIRE_FALSE(r.is_ok());
   CHECK_MESSAGE(r.message().find("host memory: this plan (") == 0, r.message());
   CHECK(r.message().find("of model states and activations on the CPU") != std::string::npos);
   CHECK(r.message().find("but 0.0 GiB is available") != std::string::npos);
   CHECK(recorder.steps.empty());
   options.host_bytes_available = int64_t{64} << 30;
-  CHECK(run_plan(plan, options, recorder).is_ok());
+  CHECK(train_plan(plan, options, recorder).is_ok());
 }
 
 TEST_CASE("a token file trains and a bad one is refused naming the file") {
@@ -397,14 +397,14 @@ TEST_CASE("a token file trains and a bad one is refused naming the file") {
   options.data = path;
   options.token_bytes = 2;
   RunObserver quiet;
-  Result<RunResult> ok = run_plan(plan, options, quiet);
+  Result<RunResult> ok = train_plan(plan, options, quiet);
   CHECK_MESSAGE(ok.is_ok(), ok.message());
   options.token_bytes = 4;
   {
     std::ofstream out(path, std::ios::binary | std::ios::app);
     out.write("\x01\x00", 2);  // now an odd number of uint32 ids: 8194 bytes
   }
-  Result<RunResult> bad = run_plan(plan, options, quiet);
+  Result<RunResult> bad = train_plan(plan, options, quiet);
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.message().find(path) == 0);
   std::filesystem::remove(path);

@@ -143,7 +143,7 @@ TEST_CASE("a dangling model.safetensors link is an error naming it, not random w
   options.steps = 1;
   options.device = "cpu";
   RunObserver quiet;
-  Result<RunResult> r = run_plan(answer->as_given, options, quiet);
+  Result<RunResult> r = train_plan(answer->as_given, options, quiet);
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.message().find(dir + "/model.safetensors") == 0);
   std::filesystem::remove_all(dir);
@@ -165,7 +165,7 @@ TEST_CASE("resume refuses a checkpoint when the model's config changed under the
   options.device = "cpu";
   options.checkpoint_dir = dir + "/ckpt";
   RunObserver quiet;
-  Result<RunResult> first = run_plan(answer->as_given, options, quiet);
+  Result<RunResult> first = train_plan(answer->as_given, options, quiet);
   REQUIRE_MESSAGE(first.is_ok(), first.message());
 
   // Same path, same plan file, tied embeddings now: lm_head and its optimizer state would vanish.
@@ -173,7 +173,7 @@ TEST_CASE("resume refuses a checkpoint when the model's config changed under the
   RunOptions resume = options;
   resume.steps = 2;
   resume.resume_dir = options.checkpoint_dir;
-  Result<RunResult> resumed = run_plan(answer->as_given, resume, quiet);
+  Result<RunResult> resumed = train_plan(answer->as_given, resume, quiet);
   REQUIRE_FALSE(resumed.is_ok());
   CHECK_MESSAGE(resumed.message().find(dir + "/ckpt/step-00000001/run.json: identity: written by another run "
                                              "(parameters \"crc32c ") == 0,
@@ -199,7 +199,7 @@ TEST_CASE("headroom run trains a Hugging Face directory from its weights") {
   options.steps = 2;
   options.device = "cpu";
   RunObserver quiet;
-  Result<RunResult> r = run_plan(answer->as_given, options, quiet);
+  Result<RunResult> r = train_plan(answer->as_given, options, quiet);
   REQUIRE_MESSAGE(r.is_ok(), r.message());
   bool loaded = false;
   for (const std::string& note : r->notes) loaded |= note == "weights: loaded from " + dir + "/model.safetensors";
