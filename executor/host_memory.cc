@@ -67,4 +67,17 @@ Status check_host_memory(int64_t needed, int64_t available, const std::string& w
                        "a GPU for the model states)");
 }
 
+Status check_run_host_memory(const RunHostNeed& need, int64_t available) {
+  if (available <= 0) {
+    Result<int64_t> measured = available_host_bytes();
+    if (!measured.is_ok()) return Status::ok();  // no /proc/meminfo: nothing to compare against
+    available = measured.value();
+  }
+  return check_host_memory(need.build + need.states + need.offload, available,
+                           "this plan (" + gib(need.build) + " of fp32 weights while the model is built" +
+                               (need.states > 0 ? ", " + gib(need.states) + " of model states and activations on the CPU"
+                                                : "") +
+                               (need.offload > 0 ? ", " + gib(need.offload) + " offloaded to the host" : "") + ")");
+}
+
 }  // namespace headroom::executor

@@ -23,4 +23,16 @@ Result<int64_t> available_host_bytes();
 // both figures and what to do.
 Status check_host_memory(int64_t needed, int64_t available, const std::string& what);
 
+// What a run needs of host memory before the trainer builds anything, in bytes.
+struct RunHostNeed {
+  int64_t build = 0;    // the module's fp32 weights: it is built on the CPU before it moves
+  int64_t states = 0;   // a CPU run: everything the GPU would hold (the plan's peak allocated); 0 on a GPU
+  int64_t offload = 0;  // what the plan offloads to host memory (optimizer states, activations)
+};
+
+// check_host_memory for a run, its parts named in the message. `available`
+// 0: what the machine has (available_host_bytes); when that cannot be read,
+// there is nothing to compare against and the run may go on.
+Status check_run_host_memory(const RunHostNeed& need, int64_t available);
+
 }  // namespace headroom::executor

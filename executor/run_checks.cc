@@ -16,11 +16,6 @@ Status refuse(std::string_view origin, const std::string& field, const std::stri
 
 }  // namespace
 
-double CategoryCheck::relative_error() const {
-  if (measured == 0) return predicted == 0 ? 0.0 : 1.0;
-  return static_cast<double>(predicted - measured) / static_cast<double>(measured);
-}
-
 Status check_executable(const planner::Plan& plan, std::string_view origin) {
   Result<ExecutableModel> model = executable_model(plan.settings.model, origin);
   if (!model.is_ok()) return model.status();

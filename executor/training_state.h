@@ -1,0 +1,71 @@
+// A run's training state and its checkpoints (docs/training-checkpoints.md):
+// what one checkpoint holds (run.json, model.pt, optimizer.pt, rng.pt), the
+// room its directory needs before the first step, and resuming the newest one
+// into the model, the optimizer, the RNG streams and the fp16 loss scaler.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "executor/optimizer.h"
+#include "executor/run.h"
+#include "executor/state_store.h"
+#include "executor/train_model.h"
+#include "graph/status.h"
+#include "planner/plan.h"
+
+namespace headroom::executor {
+
+// fp16 dynamic loss scaling with torch.amp.GradScaler's defaults: start at
+// 2^16, halve on inf/NaN gradients (skipping the step), double after 2000
+// clean steps.
+struct LossScaler {
+  bool enabled = false;
+  double scale = 65536.0;
+  int64_t clean_steps = 0;
+  void update(bool finite);
+};
+
+// What a checkpoint saves and a resume restores; references into the trainer.
+struct TrainingState {
+  TrainModel& model;
+  Optimizer& optimizer;
+  LossScaler& scaler;
+  torch::Device device;  // whose RNG stream is saved with the CPU's
+};
+
+// The run's identity (run_state.h) for `model`: part of every checkpoint, so
+// that a checkpoint never resumes into another run or a model that changed.
+nlohmann::json training_identity(const planner::Plan& plan, const RunOptions& options, TrainModel& model);
+
+// The parts of the checkpoint of `step`, for StateStore::save.
+std::map<std::string, std::string> checkpoint_parts(int64_t step, const nlohmann::json& identity,
+                                                    const TrainingState& state);
+
+struct Resumed {
+  int64_t step = 0;                  // optimizer steps the checkpoint had done
+  std::string path;                  // its directory
+  std::vector<std::string> skipped;  // damaged newer checkpoints passed over, with why
+};
+
+// Restores `state` from the newest complete checkpoint in `directory`. Errors
+// name the checkpoint: none there, a part missing, another run's identity.
+// LibTorch failures while reading parts throw (train_plan turns them into errors).
+Result<Resumed> resume_training(const std::string& directory, FileSystem& file_system,
+                                const nlohmann::json& identity, const TrainingState& state);
+
+// Before the first step, not at the first save hours later: refuses a disk
+// that cannot hold the checkpoints kept plus the one being written, each of
+// `checkpoint_bytes`, naming `options.checkpoint_dir` and what to do.
+Status check_checkpoint_room(const StateStore& store, FileSystem& file_system, const RunOptions& options,
+                             int64_t checkpoint_bytes);
+
+// "DIR/step-00000042": where `store` writes the checkpoint of `step`.
+std::string checkpoint_path(const std::string& directory, int64_t step);
+
+}  // namespace headroom::executor
