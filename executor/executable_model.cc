@@ -2,30 +2,97 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cassert>
 #include <nlohmann/json.hpp>
 
 #include "graph/atomic_file.h"
 #include "graph/json_text.h"
-#include "models/hf_fields.h"
 #include "models/hf_import.h"
 
 namespace headroom::executor {
 namespace {
 
-constexpr const char* kSupported =
-    "tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-flux, flux-kontext-dev, tiny-resnet, resnet-50, or a "
-    "Hugging Face "
-    "llama/mistral/qwen2, vit or llava model directory";
+// "tiny-llama, ..., resnet-50, or a Hugging Face llama/mistral/qwen2, vit or
+// llava model directory": every family's zoo names and model types.
+std::string supported() {
+  std::string zoo;
+  std::vector<std::string> types;
+  for (const ModelFamilyInfo& family : model_families()) {
+    for (const auto& [name, model] : family.zoo) zoo += name + ", ";
+    std::string joined;
+    for (const std::string& type : family.hf_model_types) joined += (joined.empty() ? "" : "/") + type;
+    if (!joined.empty()) types.push_back(joined);
+  }
+  std::string hf;
+  for (size_t i = 0; i < types.size(); ++i) {
+    hf += (i == 0 ? "" : i + 1 == types.size() ? " or " : ", ") + types[i];
+  }
+  return zoo + "or a Hugging Face " + hf + " model directory";
+}
 
 Status unsupported(std::string_view origin, const std::string& model, const std::string& why) {
-  return Status::error(std::string(origin) + ": model: \"" + model + "\" " + why +
-                       "; the executor trains " + kSupported +
-                       " (the planner answers for every model, the executor only for these)");
+  return Status::error(std::string(origin) + ": model: \"" + model + "\" " + why + "; the executor trains " +
+                       supported() + " (the planner answers for every model, the executor only for these)");
+}
+
+// A model of `family`, its config in `field`.
+template <typename Config>
+ExecutableModel of(ModelFamily family, Config ExecutableModel::*field, const Config& config) {
+  ExecutableModel out;
+  out.family = family;
+  out.*field = config;
+  return out;
 }
 
 // A Hugging Face llama-family config the LibTorch decoder reproduces exactly:
 // features it lacks (Qwen3's q/k norm, Gemma's GeGLU and scaled embeddings,
 // Phi-3's fused projections) are refused rather than trained differently.
+Result<ExecutableModel> read_hf_llama(const HfConfig& hf) {
+  Result<models::LlamaConfig> llama = models::read_llama_config(hf.fields, hf.type);
+  if (!llama.is_ok()) return llama.status();
+  const models::LlamaConfig& c = llama.value();
+  if (c.qk_norm || c.scale_embeddings || c.fused_projections || std::string_view(c.mlp_activation) != "silu") {
+    return unsupported(hf.origin, hf.model,
+                       "uses features the LibTorch decoder lacks (q/k norm, GeGLU, fused projections)");
+  }
+  return of(ModelFamily::kLlama, &ExecutableModel::llama, c);
+}
+
+Result<ExecutableModel> read_hf_vit(const HfConfig& hf) {
+  Result<models::HfVitClassifier> vit = models::read_hf_vit_classifier(hf.fields);
+  if (!vit.is_ok()) return vit.status();
+  if (vit->spec.dropout > 0 || vit->spec.attention_dropout > 0) {
+    return unsupported(hf.origin, hf.model, "has dropout in its encoder, which the LibTorch ViT does not run");
+  }
+  ExecutableModel out = of(ModelFamily::kVit, &ExecutableModel::vit, vit->spec);
+  out.classes = vit->classes;
+  out.image = vit->image;
+  return out;
+}
+
+Result<ExecutableModel> read_hf_llava(const HfConfig& hf) {
+  Result<models::HfLlava> llava = models::read_hf_llava(hf.fields);
+  if (!llava.is_ok()) return llava.status();
+  const models::LlamaConfig& text = llava->config.text;
+  if (text.qk_norm || text.scale_embeddings || text.fused_projections ||
+      std::string_view(text.mlp_activation) != "silu" || std::string_view(llava->config.projector_act) != "gelu") {
+    return unsupported(hf.origin, hf.model,
+                       "uses features the LibTorch LLaVA lacks (a text model other than Llama's, or a "
+                       "projector activation other than gelu)");
+  }
+  if (llava->image_token >= text.vocab) {
+    return Status::error(hf.path + ": image_token_index: " + std::to_string(llava->image_token) +
+                         " is outside the text vocabulary of " + std::to_string(text.vocab) +
+                         " (expected the id of the image placeholder token)");
+  }
+  ExecutableModel out = of(ModelFamily::kLlava, &ExecutableModel::llava, llava->config);
+  out.image = llava->image;
+  out.image_token = llava->image_token;
+  return out;
+}
+
+// Reads a Hugging Face config.json through the row of the family that has its model_type.
 Result<ExecutableModel> from_hf_config(const std::string& model, std::string_view origin) {
   const std::string path = models::is_hf_model_path(model) && model.size() >= 11 &&
                                    model.compare(model.size() - 11, 11, "config.json") == 0
@@ -42,84 +109,55 @@ Result<ExecutableModel> from_hf_config(const std::string& model, std::string_vie
                                ? config.at("model_type").get<std::string>()
                                : std::string();
   const models::HfFields fields{config, path, ""};
-  if (type == "vit") {
-    Result<models::HfVitClassifier> vit = models::read_hf_vit_classifier(fields);
-    if (!vit.is_ok()) return vit.status();
-    if (vit->spec.dropout > 0 || vit->spec.attention_dropout > 0) {
-      return unsupported(origin, model, "has dropout in its encoder, which the LibTorch ViT does not run");
-    }
-    ExecutableModel out;
-    out.family = ModelFamily::kVit;
-    out.vit = vit->spec;
-    out.classes = vit->classes;
-    out.image = vit->image;
-    return out;
+  for (const ModelFamilyInfo& family : model_families()) {
+    const auto& types = family.hf_model_types;
+    if (std::find(types.begin(), types.end(), type) == types.end()) continue;
+    return family.read_hf(HfConfig{fields, type, path, model, origin});
   }
-  if (type == "llava") {
-    Result<models::HfLlava> llava = models::read_hf_llava(fields);
-    if (!llava.is_ok()) return llava.status();
-    const models::LlamaConfig& text = llava->config.text;
-    if (text.qk_norm || text.scale_embeddings || text.fused_projections ||
-        std::string_view(text.mlp_activation) != "silu" || std::string_view(llava->config.projector_act) != "gelu") {
-      return unsupported(origin, model, "uses features the LibTorch LLaVA lacks (a text model other than Llama's, or a "
-                                        "projector activation other than gelu)");
-    }
-    if (llava->image_token >= text.vocab) {
-      return Status::error(path + ": image_token_index: " + std::to_string(llava->image_token) +
-                           " is outside the text vocabulary of " + std::to_string(text.vocab) +
-                           " (expected the id of the image placeholder token)");
-    }
-    ExecutableModel out;
-    out.family = ModelFamily::kLlava;
-    out.llava = llava->config;
-    out.image = llava->image;
-    out.image_token = llava->image_token;
-    return out;
-  }
-  if (type != "llama" && type != "mistral" && type != "qwen2") {
-    return unsupported(origin, model, "has model_type \"" + type + "\"");
-  }
-  Result<models::LlamaConfig> llama = models::read_llama_config(fields, type);
-  if (!llama.is_ok()) return llama.status();
-  const models::LlamaConfig& c = llama.value();
-  if (c.qk_norm || c.scale_embeddings || c.fused_projections || std::string_view(c.mlp_activation) != "silu") {
-    return unsupported(origin, model, "uses features the LibTorch decoder lacks (q/k norm, GeGLU, fused projections)");
-  }
-  ExecutableModel out;
-  out.family = ModelFamily::kLlama;
-  out.llama = c;
-  return out;
+  return unsupported(origin, model, "has model_type \"" + type + "\"");
+}
+
+std::vector<ModelFamilyInfo> make_families() {
+  // clang-format off
+  constexpr ModelFamily kLlama = ModelFamily::kLlama, kFlux = ModelFamily::kFlux, kResNet = ModelFamily::kResNet;
+  auto llama = [&](const models::LlamaConfig& c) { return of(kLlama, &ExecutableModel::llama, c); };
+  auto flux = [&](const models::FluxConfig& c) { return of(kFlux, &ExecutableModel::flux, c); };
+  auto resnet = [&](const models::ResNetConfig& c) { return of(kResNet, &ExecutableModel::resnet, c); };
+  std::vector<ModelFamilyInfo> families = {
+      {kLlama, "Llama",
+       {{"tiny-llama", llama(models::kTinyLlama)}, {"llama-3-8b", llama(models::kLlama3_8b)},
+        {"llama-3.1-8b", llama(models::kLlama31_8b)}, {"mistral-7b", llama(models::kMistral7b)}},
+       {"llama", "mistral", "qwen2"}, read_hf_llama, nullptr, false, true},
+      {kFlux, "Flux", {{"tiny-flux", flux(models::kTinyFlux)}, {"flux-kontext-dev", flux(models::kFluxKontextDev)}},
+       {}, nullptr, "latents", false, false},
+      {ModelFamily::kVit, "ViT", {}, {"vit"}, read_hf_vit, "images", false, false},
+      // A causal LM too, whose batches check the stronger bound: text after the image tokens.
+      {ModelFamily::kLlava, "LLaVA", {}, {"llava"}, read_hf_llava, "images and tokens", false, false},
+      {kResNet, "ResNet", {{"tiny-resnet", resnet(models::kTinyResNet)}, {"resnet-50", resnet(models::kResNet50)}},
+       {}, nullptr, "images", true, false},
+  };
+  // clang-format on
+  assert(families.size() == kModelFamilyCount);
+  for (size_t i = 0; i < families.size(); ++i) assert(families[i].family == static_cast<ModelFamily>(i));
+  return families;
 }
 
 }  // namespace
 
+const std::vector<ModelFamilyInfo>& model_families() {
+  static const std::vector<ModelFamilyInfo> families = make_families();
+  return families;
+}
+
+const ModelFamilyInfo& model_family(ModelFamily family) {
+  return model_families().at(static_cast<size_t>(family));
+}
+
 Result<ExecutableModel> executable_model(const std::string& model, std::string_view origin) {
-  ExecutableModel out;
-  const struct {
-    const char* name;
-    const models::LlamaConfig* llama;
-    const models::FluxConfig* flux;
-  } zoo[] = {
-      {"tiny-llama", &models::kTinyLlama, nullptr},  {"llama-3-8b", &models::kLlama3_8b, nullptr},
-      {"llama-3.1-8b", &models::kLlama31_8b, nullptr}, {"mistral-7b", &models::kMistral7b, nullptr},
-      {"tiny-flux", nullptr, &models::kTinyFlux},    {"flux-kontext-dev", nullptr, &models::kFluxKontextDev},
-  };
-  for (const auto& [name, config] : {std::pair{"tiny-resnet", &models::kTinyResNet}, std::pair{"resnet-50", &models::kResNet50}}) {
-    if (model != name) continue;
-    out.family = ModelFamily::kResNet;
-    out.resnet = *config;
-    return out;
-  }
-  for (const auto& entry : zoo) {
-    if (model != entry.name) continue;
-    if (entry.llama) {
-      out.family = ModelFamily::kLlama;
-      out.llama = *entry.llama;
-    } else {
-      out.family = ModelFamily::kFlux;
-      out.flux = *entry.flux;
+  for (const ModelFamilyInfo& family : model_families()) {
+    for (const auto& [name, zoo_model] : family.zoo) {
+      if (model == name) return zoo_model;
     }
-    return out;
   }
   if (models::is_hf_model_path(model)) return from_hf_config(model, origin);
   // A path, as the planner reads MODEL: a layer graph, or nothing at all.

@@ -101,7 +101,7 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
     return refuse(origin, "blocks", "one decision per entry of block_names");
   }
   if (plan.seq_len <= 0) return refuse(origin, "seq_len", "a positive sequence length");
-  if (model->family == ModelFamily::kLlama && plan.seq_len < 2) {
+  if (model_family(model->family).min_two_tokens && plan.seq_len < 2) {
     // The loss is over next-token predictions: one token has none to make, and
     // its mean over nothing is NaN.
     return refuse(origin, "seq_len",

@@ -192,7 +192,6 @@ class ImageClassifier final : public TrainModel {
       : side_(side), classes_(classes), net_(std::move(net)), seed_(seed), options_(options) {}
   torch::nn::Module& module() override { return *net_; }
   int64_t tokens_per_sample() const override { return options_.seq_len; }
-  Net& net() { return net_; }
 
   Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
     std::vector<torch::Tensor> images;
@@ -210,6 +209,9 @@ class ImageClassifier final : public TrainModel {
   void release_outputs() override {
     pixels_ = torch::Tensor();
     labels_ = torch::Tensor();
+  }
+  void moved() override {
+    if constexpr (requires { net_->restore_integer_buffers(); }) net_->restore_integer_buffers();
   }
 
  private:
@@ -280,6 +282,83 @@ class LlavaModel final : public TrainModel {
 };
 
 
+// What a family's builder gets: the model, the plan and the run.
+struct BuildInputs {
+  const ExecutableModel& model;
+  const planner::Plan& plan;
+  const RunOptions& run;
+  const TrainModelOptions& options;
+  int64_t lora_rank() const { return plan.settings.lora.rank; }
+};
+
+Result<std::unique_ptr<TrainModel>> build_llama(const BuildInputs& in) {
+  TokenSource data = TokenSource::synthetic(in.model.llama.vocab, in.run.seed);
+  if (in.run.data != "synthetic") {
+    Result<TokenSource> file =
+        TokenSource::open_file(in.run.data, in.run.token_bytes, in.model.llama.vocab, in.options.seq_len);
+    if (!file.is_ok()) return file.status();
+    data = file.value();
+  }
+  return std::unique_ptr<TrainModel>(std::make_unique<LlamaModel>(
+      in.model.llama, lora_options(in.plan, tm::llama_lora(in.lora_rank())), std::move(data), in.options));
+}
+
+Result<std::unique_ptr<TrainModel>> build_flux(const BuildInputs& in) {
+  return std::unique_ptr<TrainModel>(std::make_unique<FluxModel>(
+      in.model.flux, lora_options(in.plan, tm::flux_lora(in.lora_rank())), in.run.seed, in.options));
+}
+
+Result<std::unique_ptr<TrainModel>> build_vit(const BuildInputs& in) {
+  tm::VitForImageClassification net(in.model.vit, in.model.classes, lora_options(in.plan, tm::vit_lora(in.lora_rank())));
+  return std::unique_ptr<TrainModel>(std::make_unique<ImageClassifier<tm::VitForImageClassification>>(
+      std::move(net), in.model.image, in.model.classes, in.run.seed, in.options));
+}
+
+Result<std::unique_ptr<TrainModel>> build_llava(const BuildInputs& in) {
+  return std::unique_ptr<TrainModel>(
+      std::make_unique<LlavaModel>(in.model, lora_options(in.plan, tm::llama_lora(in.lora_rank())),
+                                   TokenSource::synthetic(in.model.llava.text.vocab, in.run.seed), in.run.seed,
+                                   in.options));
+}
+
+Result<std::unique_ptr<TrainModel>> build_resnet(const BuildInputs& in) {
+  // Pixels a side: 32 x sqrt(S), S counting the final 1/32 feature map.
+  const int64_t side = 32 * static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(in.options.seq_len))));
+  return std::unique_ptr<TrainModel>(std::make_unique<ImageClassifier<tm::ResNet>>(
+      tm::ResNet(in.model.resnet), side, in.model.resnet.classes, in.run.seed, in.options));
+}
+
+// Each family's training model, one row per family in ModelFamily order; the
+// rest of the family's row (names, data, modes) is model_families()'s.
+struct FamilyBuilder {
+  ModelFamily family;
+  Result<std::unique_ptr<TrainModel>> (*build)(const BuildInputs& inputs);
+};
+constexpr FamilyBuilder kBuilders[] = {
+    {ModelFamily::kLlama, build_llama}, {ModelFamily::kFlux, build_flux},   {ModelFamily::kVit, build_vit},
+    {ModelFamily::kLlava, build_llava}, {ModelFamily::kResNet, build_resnet},
+};
+constexpr bool builders_in_family_order() {
+  for (size_t i = 0; i < std::size(kBuilders); ++i) {
+    if (kBuilders[i].family != static_cast<ModelFamily>(i)) return false;
+  }
+  return std::size(kBuilders) == kModelFamilyCount;
+}
+static_assert(builders_in_family_order(), "one builder per ModelFamily, in its order");
+
+// What the family's row says a run of it needs, before anything is built.
+Status check_family(const ModelFamilyInfo& family, const planner::Plan& plan, const RunOptions& run) {
+  if (family.synthetic_data != nullptr && run.data != "synthetic") {
+    return Status::error(run.data + ": " + family.name + " trains on synthetic " + family.synthetic_data +
+                         " only (expected --data synthetic)");
+  }
+  if (family.full_only && plan.settings.mode != planner::TrainMode::kFull) {
+    return Status::error(plan.model + ": settings.mode: the executor trains " + family.name +
+                         " fully (expected full)");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> TrainModel::trainable() {
@@ -293,49 +372,11 @@ std::vector<std::pair<std::string, torch::Tensor>> TrainModel::trainable() {
 Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& model, const planner::Plan& plan,
                                                      const graph::LayerGraph& trained_graph, const RunOptions& run,
                                                      const TrainModelOptions& options) {
-  std::unique_ptr<TrainModel> out;
-  if (model.family == ModelFamily::kLlama) {
-    TokenSource data = TokenSource::synthetic(model.llama.vocab, run.seed);
-    if (run.data != "synthetic") {
-      Result<TokenSource> file = TokenSource::open_file(run.data, run.token_bytes, model.llama.vocab, options.seq_len);
-      if (!file.is_ok()) return file.status();
-      data = file.value();
-    }
-    const int64_t rank = plan.settings.lora.rank;
-    out = std::make_unique<LlamaModel>(model.llama, lora_options(plan, tm::llama_lora(rank)), std::move(data), options);
-  } else if (model.family == ModelFamily::kFlux) {
-    if (run.data != "synthetic") {
-      return Status::error(run.data + ": Flux trains on synthetic latents only (expected --data synthetic)");
-    }
-    const int64_t rank = plan.settings.lora.rank;
-    out = std::make_unique<FluxModel>(model.flux, lora_options(plan, tm::flux_lora(rank)), run.seed, options);
-  } else if (model.family == ModelFamily::kResNet) {
-    if (run.data != "synthetic") {
-      return Status::error(run.data + ": ResNet trains on synthetic images only (expected --data synthetic)");
-    }
-    if (plan.settings.mode != planner::TrainMode::kFull) {
-      return Status::error(plan.model + ": settings.mode: the executor trains ResNet fully (expected full)");
-    }
-    // Pixels a side: 32 x sqrt(S), S counting the final 1/32 feature map.
-    const int64_t side = 32 * static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(options.seq_len))));
-    out = std::make_unique<ImageClassifier<tm::ResNet>>(tm::ResNet(model.resnet), side, model.resnet.classes, run.seed,
-                                                        options);
-  } else if (model.family == ModelFamily::kLlava) {
-    if (run.data != "synthetic") {
-      return Status::error(run.data + ": LLaVA trains on synthetic images and tokens only (expected --data synthetic)");
-    }
-    const int64_t rank = plan.settings.lora.rank;
-    out = std::make_unique<LlavaModel>(model, lora_options(plan, tm::llama_lora(rank)),
-                                       TokenSource::synthetic(model.llava.text.vocab, run.seed), run.seed, options);
-  } else {
-    if (run.data != "synthetic") {
-      return Status::error(run.data + ": ViT trains on synthetic images only (expected --data synthetic)");
-    }
-    const int64_t rank = plan.settings.lora.rank;
-    tm::VitForImageClassification net(model.vit, model.classes, lora_options(plan, tm::vit_lora(rank)));
-    out = std::make_unique<ImageClassifier<tm::VitForImageClassification>>(std::move(net), model.image, model.classes,
-                                                                            run.seed, options);
-  }
+  if (Status s = check_family(model_family(model.family), plan, run); !s.is_ok()) return s;
+  Result<std::unique_ptr<TrainModel>> built =
+      kBuilders[static_cast<size_t>(model.family)].build(BuildInputs{model, plan, run, options});
+  if (!built.is_ok()) return built.status();
+  std::unique_ptr<TrainModel> out = std::move(built.value());
   if (Status s = apply_trainability(out->module(), trained_graph, plan.model); !s.is_ok()) return s;
   // A Hugging Face directory with weights: train from them (frozen and
   // trainable alike); otherwise the seeded random initialisation stands.
@@ -353,7 +394,7 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
     }
   }
   out->module().to(options.device, options.dtype);
-  if (auto* resnet = dynamic_cast<ImageClassifier<tm::ResNet>*>(out.get())) resnet->net()->restore_integer_buffers();
+  out->moved();
   keep_fp32_adapters(out->module(), trained_graph, plan.settings.precision);
   if (plan.settings.mode == planner::TrainMode::kQlora &&
       quantize_nf4_linears(out->module(), trained_graph, plan.settings.nf4_double_quant) == 0) {

@@ -31,6 +31,9 @@ class TrainModel {
   virtual int64_t tokens_per_sample() const = 0;
   // Drops the model outputs loss() keeps alive through backward (the logits).
   virtual void release_outputs() {}
+  // Called once the module has moved to its device and dtype (ResNet puts its
+  // integer BatchNorm counters back).
+  virtual void moved() {}
   // Trainable parameters with their names, in registration order.
   std::vector<std::pair<std::string, torch::Tensor>> trainable();
   std::string weights_source;  // the safetensors file the weights came from; empty: random

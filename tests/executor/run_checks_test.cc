@@ -48,6 +48,28 @@ TEST_CASE("the executor trains the llama and flux zoo models and refuses the oth
   CHECK(gpt2.message().find("tiny-llama") != std::string::npos);
 }
 
+TEST_CASE("one row per trainable family: its zoo names resolve to it, and the refusal lists every row") {
+  const std::vector<ModelFamilyInfo>& families = model_families();
+  REQUIRE(families.size() == kModelFamilyCount);
+  Result<ExecutableModel> gpt2 = executable_model("gpt2", "p");
+  REQUIRE_FALSE(gpt2.is_ok());
+  for (size_t i = 0; i < families.size(); ++i) {
+    const ModelFamilyInfo& family = families[i];
+    INFO(family.name);
+    CHECK(family.family == static_cast<ModelFamily>(i));
+    CHECK(&model_family(family.family) == &family);
+    CHECK((family.hf_model_types.empty() || family.read_hf != nullptr));
+    for (const auto& [name, model] : family.zoo) {
+      CHECK(executable_model(name, "p").value().family == family.family);
+      CHECK(gpt2.message().find(name) != std::string::npos);
+    }
+    for (const std::string& type : family.hf_model_types) CHECK(gpt2.message().find(type) != std::string::npos);
+  }
+  CHECK(gpt2.message().find("the executor trains tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-flux, "
+                            "flux-kontext-dev, tiny-resnet, resnet-50, or a Hugging Face llama/mistral/qwen2, vit or "
+                            "llava model directory (") != std::string::npos);
+}
+
 TEST_CASE("Hugging Face llama configs map onto the decoder, features it lacks are refused") {
   const std::string dir = HEADROOM_SOURCE_DIR "/tests/data/hf/";
   Result<ExecutableModel> mistral = executable_model(dir + "mistral-7b", "p");

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/executable_model.h"
 #include "executor/offload.h"
 #include "executor/run.h"
 #include "executor/state_store.h"
@@ -408,6 +409,28 @@ TEST_CASE("a token file trains and a bad one is refused naming the file") {
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.message().find(path) == 0);
   std::filesystem::remove(path);
+}
+
+}  // namespace headroom::executor
+
+namespace headroom::executor {
+
+TEST_CASE("a family that trains on synthetic data only refuses a token file, as its row says") {
+  for (const char* model : {"tiny-flux", "tiny-resnet"}) {
+    INFO(model);
+    const planner::Plan plan =
+        plan_for(model, planner::Precision::kFp32, planner::TrainMode::kFull, planner::CheckpointPolicy::kNone);
+    RunOptions options;
+    options.steps = 1;
+    options.device = "cpu";
+    options.data = "/tmp/tokens.bin";
+    RunObserver quiet;
+    Result<RunResult> r = train_plan(plan, options, quiet);
+    REQUIRE_FALSE(r.is_ok());
+    const ModelFamilyInfo& family = model_family(executable_model(model, "p").value().family);
+    CHECK(r.message() == std::string("/tmp/tokens.bin: ") + family.name + " trains on synthetic " +
+                             family.synthetic_data + " only (expected --data synthetic)");
+  }
 }
 
 }  // namespace headroom::executor
