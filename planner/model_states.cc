@@ -46,29 +46,18 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 
 int64_t largest_block_param_bytes(const graph::LayerGraph& graph, Precision precision) {
-  std::vector<int64_t> per_block(graph.blocks.size(), 0);
-  for (const graph::Node& node : graph.nodes) {
-    for (const Param& param : node.params) {
-      if (param.tied_to.empty()) per_block[node.block] += param_storage_bytes(param, precision);
-    }
-  }
+  const std::vector<int64_t> per_block = block_param_bytes(graph, precision);
   return per_block.empty() ? 0 : *std::max_element(per_block.begin(), per_block.end());
 }
 
 // The largest block FSDP2 all-gathers on its own (a layer); with no layers, the largest block.
 int64_t largest_layer_param_bytes(const graph::LayerGraph& graph, const RunSettings& settings) {
-  const Precision precision = settings.precision;
-  std::vector<int64_t> per_block(graph.blocks.size(), 0);
-  for (const graph::Node& node : graph.nodes) {
-    for (const Param& param : node.params) {
-      if (param.tied_to.empty()) per_block[node.block] += param_storage_bytes(param, precision);
-    }
-  }
+  const std::vector<int64_t> per_block = block_param_bytes(graph, settings.precision);
   int64_t largest = 0;
   for (size_t b = 0; b < per_block.size(); ++b) {
     if (!in_fsdp2_root(graph.blocks[b], settings)) largest = std::max(largest, per_block[b]);
   }
-  return largest > 0 ? largest : largest_block_param_bytes(graph, precision);
+  return largest > 0 ? largest : largest_block_param_bytes(graph, settings.precision);
 }
 
 // The trainable elements of the largest layer FSDP2 reduces on its own.
@@ -85,6 +74,16 @@ int64_t largest_layer_trainable_elements(const graph::LayerGraph& graph, const R
 }
 
 }  // namespace
+
+std::vector<int64_t> block_param_bytes(const graph::LayerGraph& graph, Precision precision) {
+  std::vector<int64_t> per_block(graph.blocks.size(), 0);
+  for (const graph::Node& node : graph.nodes) {
+    for (const Param& param : node.params) {
+      if (param.tied_to.empty()) per_block[node.block] += param_storage_bytes(param, precision);
+    }
+  }
+  return per_block;
+}
 
 bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings) {
   if (block.checkpointable) return false;

@@ -86,6 +86,9 @@ struct ModelStates {
 // so the root holds the blocks that are not layers: embeddings, the final norm, the head.
 bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings);
 
+// Per block, the bytes of its own parameters as stored on the GPU (tied ones counted at their owner).
+std::vector<int64_t> block_param_bytes(const graph::LayerGraph& graph, Precision precision);
+
 // Bytes per element of parameters, gradients, optimizer states and master
 // weights for a precision and optimizer; exposed for tests against the ZeRO paper.
 int64_t param_bytes_per_element(Precision precision, bool trainable);

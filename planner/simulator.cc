@@ -52,12 +52,7 @@ class StepSimulator {
     for (const auto& [owner, count] : uses) {
       if (count > 1 && owners_.count(owner)) shared_uses_[owner] = count;
     }
-    block_param_bytes_.assign(graph_.blocks.size(), 0);
-    for (const Node& node : graph_.nodes) {
-      for (const graph::Param& param : node.params) {
-        if (param.tied_to.empty()) block_param_bytes_[node.block] += param_storage_bytes(param, settings.precision);
-      }
-    }
+    block_param_bytes_ = block_param_bytes(graph_, settings.precision);
     if (fsdp2() && fsdp2_keeps_last_layer(settings.stack)) {
       for (size_t b = 0; b < graph_.blocks.size(); ++b) {
         if (graph_.blocks[b].checkpointable) kept_layer_ = static_cast<int>(b);
