@@ -96,6 +96,12 @@ double roofline_ms(double flops, double bytes, double tflops, double gbps,
   return std::max(compute_ms, memory_ms);
 }
 
+// How much slower than a GEMM the fused attention kernel runs: its published
+// efficiency against matmul_efficiency (1 when the GPU has no published figure).
+double attention_slowdown(double attention_efficiency, const TimeModelOptions& options) {
+  return attention_efficiency > 0 ? options.matmul_efficiency / attention_efficiency : 1.0;
+}
+
 // Bytes of weights a node's GEMM reads per pass: a copy in the compute dtype of
 // every weight (a 4-bit one is dequantized first, below).
 double weight_bytes(const Node& node, DType compute) {
@@ -187,15 +193,19 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   const double io = static_cast<double>(node.fwd_io_elements.at(batch, seq)) * element_bytes +
                     static_cast<double>(node.fwd_io_f32_elements.at(batch, seq)) * 4.0;
   const double weights = weight_bytes(node, compute);
-  // A slower kernel costs as if it did proportionally more work at the same rate.
+  // A slower kernel costs as if it did proportionally more work at the same rate:
+  // the fused attention kernel at its own efficiency, FlexAttention slower still.
   const bool flex = node.op == "flex_attention";
+  const bool attention = flex || node.op == "attention";
+  const double attention_fwd = attention ? attention_slowdown(options.attention_forward_efficiency, options) : 1.0;
+  const double attention_bwd = attention ? attention_slowdown(options.attention_backward_efficiency, options) : 1.0;
   const double dequantize = dequantize_ms(node, compute, gpu, options);
   // torch.chunk / split / unbind return views of their input: no kernel runs in
   // forward. Their backward (SplitBackward, UnbindBackward: a cat or stack of
   // the parts' gradients) does write a new tensor.
   const bool view_forward = node.op == "split";
   out.fwd_ms = view_forward ? 0.0
-                            : roofline_ms(out.fwd_flops / (flex ? kFlexForwardSpeed : 1.0), io + weights, tflops,
+                            : roofline_ms(out.fwd_flops * attention_fwd / (flex ? kFlexForwardSpeed : 1.0), io + weights, tflops,
                                           gpu.memory_bandwidth_gbps, options) + kLaunchMs + dequantize;
   const bool input_grad = analysis.needs_input_grad[n];
   const bool param_grad = analysis.needs_param_grad[n];
@@ -204,7 +214,7 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   // A view's backward reads the parts' gradients and writes the input's, once each
   // (its io); other ops read the gradient and what they saved, about twice theirs.
   const double bwd_bytes = (view_forward ? io : 2 * io) + weights;
-  out.bwd_ms = roofline_ms(out.bwd_flops / (flex ? kFlexBackwardSpeed : 1.0), bwd_bytes, tflops,
+  out.bwd_ms = roofline_ms(out.bwd_flops * attention_bwd / (flex ? kFlexBackwardSpeed : 1.0), bwd_bytes, tflops,
                            gpu.memory_bandwidth_gbps, options) + 2 * kLaunchMs + (input_grad ? dequantize : 0.0);
   return out;
 }

@@ -42,6 +42,11 @@ struct TimeModelOptions {
   // executor (docs/memory-model.md, "Time model").
   double matmul_efficiency = 0.6;
   double bandwidth_efficiency = 0.7;
+  // Fraction of the peak that the fused attention kernel (SDPA's flash backend,
+  // FlexAttention's before its own slowdown) reaches, per pass; 0: matmul_efficiency.
+  // From the GPU's catalogue entry (GpuSpec::attention_*_efficiency).
+  double attention_forward_efficiency = 0;
+  double attention_backward_efficiency = 0;
   // The kernels torch.compile generates for the compiled blocks; null in eager
   // mode, where every node is its own kernel.
   std::shared_ptr<const FusedKernels> fused;

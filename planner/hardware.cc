@@ -35,6 +35,28 @@ constexpr int64_t kCudaContextBytes = 400 * kMiB;
 constexpr int64_t kCublasWorkspaceDefaultBytes = (2 * 4096 + 8 * 16) * int64_t{1024};
 constexpr int64_t kCublasWorkspaceHopperBytes = 8 * 4096 * int64_t{1024};
 
+// Achieved bf16 matmul rate over the catalogued dense peak (GpuSpec::matmul_efficiency).
+// Data-centre parts: Bekman, "Machine Learning Engineering", compute/accelerator/README.md,
+// "Maximum Achievable Matmul FLOPS comparison table" (mamf-finder.py, mean of 100
+// iterations at the best shape): A100 SXM 271.2 of 312 TFLOPS (86.9%, torch 2.6 cu126),
+// H100 SXM 794.5 of 989 (80.3%, torch 2.7 cu126; "H200 is the same"). GeForce parts run
+// above their spec boost clock: zzc0721/torch-performance-test-data#78 measures 164.81
+// TFLOPS bf16 on an RTX 4090 (2048^3, torch 2.7 cu128; 99.8% of 165.2) and #70 92.74 on a
+// stock RTX 4070 Ti SUPER (10240^3, torch 2.2.1; 105% of 88.2; #71 is overclocked).
+constexpr double kA100MatmulEfficiency = 271.2 / 312.0;
+constexpr double kH100MatmulEfficiency = 794.5 / 989.0;
+constexpr double k4090MatmulEfficiency = 164.81 / 165.2;
+constexpr double k4070TiSuperMatmulEfficiency = 92.74 / 88.2;
+
+// FlashAttention-2 (PyTorch's SDPA flash backend is FA2's code). Dao, "FlashAttention-2",
+// arXiv 2307.08691, abstract and Sec. 4.1: 50-73% of the A100's peak, the forward pass at
+// the top of the range and the backward pass (2.5x the forward's FLOPs) at the bottom.
+// Shah et al., "FlashAttention-3", arXiv 2407.08608, abstract: FA2 reaches only 35% of
+// the H100's peak (it uses no Hopper instructions: no TMA, no wgmma).
+constexpr double kAmpereFa2ForwardEfficiency = 0.73;
+constexpr double kAmpereFa2BackwardEfficiency = 0.50;
+constexpr double kHopperFa2Efficiency = 0.35;
+
 std::vector<GpuSpec> build_catalogue() {
   std::vector<GpuSpec> gpus;
 
@@ -77,6 +99,7 @@ std::vector<GpuSpec> build_catalogue() {
       .nvlink_gbps = 0.0,
       .cuda_context_bytes = kCudaContextBytes,
       .cublas_workspace_bytes = kCublasWorkspaceDefaultBytes,
+      .matmul_efficiency = k4090MatmulEfficiency,
       .architecture = "ada",
       .source = "Ada whitepaper App. (RTX 4090); nvidia-smi 24564 MiB",
   });
@@ -104,6 +127,7 @@ std::vector<GpuSpec> build_catalogue() {
       .nvlink_gbps = 0.0,
       .cuda_context_bytes = kCudaContextBytes,
       .cublas_workspace_bytes = kCublasWorkspaceDefaultBytes,
+      .matmul_efficiency = k4070TiSuperMatmulEfficiency,
       .architecture = "ada",
       .source = "NVIDIA product page (66 SMs, 2610 MHz, 672 GB/s); Ada whitepaper per-SM rates; nvidia-smi 16376 MiB",
   });
@@ -167,6 +191,9 @@ std::vector<GpuSpec> build_catalogue() {
       .nvlink_gbps = 300.0,
       .cuda_context_bytes = kCudaContextBytes,
       .cublas_workspace_bytes = kCublasWorkspaceDefaultBytes,
+      .matmul_efficiency = kA100MatmulEfficiency,
+      .attention_forward_efficiency = kAmpereFa2ForwardEfficiency,
+      .attention_backward_efficiency = kAmpereFa2BackwardEfficiency,
       .architecture = "ampere",
       .source = "NVIDIA A100 datasheet; nvidia-smi 40960 MiB",
   });
@@ -186,6 +213,9 @@ std::vector<GpuSpec> build_catalogue() {
       .nvlink_gbps = 300.0,
       .cuda_context_bytes = kCudaContextBytes,
       .cublas_workspace_bytes = kCublasWorkspaceDefaultBytes,
+      .matmul_efficiency = kA100MatmulEfficiency,
+      .attention_forward_efficiency = kAmpereFa2ForwardEfficiency,
+      .attention_backward_efficiency = kAmpereFa2BackwardEfficiency,
       .architecture = "ampere",
       .source = "NVIDIA A100 datasheet; nvidia-smi 81920 MiB",
   });
@@ -207,6 +237,9 @@ std::vector<GpuSpec> build_catalogue() {
       .nvlink_gbps = 450.0,
       .cuda_context_bytes = kCudaContextBytes,
       .cublas_workspace_bytes = kCublasWorkspaceHopperBytes,
+      .matmul_efficiency = kH100MatmulEfficiency,
+      .attention_forward_efficiency = kHopperFa2Efficiency,
+      .attention_backward_efficiency = kHopperFa2Efficiency,
       .architecture = "hopper",
       .source = "NVIDIA H100 whitepaper/datasheet (SXM5); nvidia-smi 81559 MiB",
   });
@@ -228,6 +261,8 @@ std::vector<GpuSpec> build_catalogue() {
       .nvlink_gbps = 0.0,
       .cuda_context_bytes = kCudaContextBytes,
       .cublas_workspace_bytes = kCublasWorkspaceHopperBytes,
+      .attention_forward_efficiency = kHopperFa2Efficiency,
+      .attention_backward_efficiency = kHopperFa2Efficiency,
       .architecture = "hopper",
       .source = "NVIDIA H100 datasheet (PCIe); nvidia-smi 81559 MiB",
   });
@@ -249,6 +284,9 @@ std::vector<GpuSpec> build_catalogue() {
       .nvlink_gbps = 450.0,
       .cuda_context_bytes = kCudaContextBytes,
       .cublas_workspace_bytes = kCublasWorkspaceHopperBytes,
+      .matmul_efficiency = kH100MatmulEfficiency,
+      .attention_forward_efficiency = kHopperFa2Efficiency,
+      .attention_backward_efficiency = kHopperFa2Efficiency,
       .architecture = "hopper",
       .source = "NVIDIA H200 datasheet; nvidia-smi 143771 MiB",
   });

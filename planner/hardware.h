@@ -33,6 +33,15 @@ struct GpuSpec {
   int64_t cuda_context_bytes = 0;
   // PyTorch's default cuBLAS workspace per (handle, stream) on this architecture.
   int64_t cublas_workspace_bytes = 0;
+  // Fraction of bf16_tflops that a large bf16 matmul reaches in a published PyTorch
+  // benchmark on this GPU (best shape, as shipped clocks): the rate the time model
+  // gives GEMM FLOPs. 0 where no measurement is published: the time model's default.
+  double matmul_efficiency = 0;
+  // Fraction of bf16_tflops that FlashAttention-2 (PyTorch's SDPA flash backend)
+  // reaches per pass on this architecture in its authors' benchmarks; 0 where none
+  // is published (attention then runs at the GEMM rate).
+  double attention_forward_efficiency = 0;
+  double attention_backward_efficiency = 0;
   std::string architecture;  // "ampere", "ada" or "hopper"
   std::string source;        // short citation(s) for the figures above
 };

@@ -196,6 +196,17 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
     context.time_options.fused =
         std::make_shared<const FusedKernels>(fuse_compiled_blocks(context.graph, context.analysis));
   }
+  // A published matmul benchmark of this GPU replaces the default GEMM efficiency
+  // (GpuSpec::matmul_efficiency: bf16 tensor-core rates, so 16-bit compute only);
+  // a calibration file, below, overrides it.
+  if (context.gpu.matmul_efficiency > 0 && context.compute_dtype != graph::DType::kF32) {
+    context.time_options.matmul_efficiency = context.gpu.matmul_efficiency;
+  }
+  // FlashAttention runs 16-bit only; fp32 attention takes SDPA's math path (GEMMs).
+  if (context.compute_dtype != graph::DType::kF32) {
+    context.time_options.attention_forward_efficiency = context.gpu.attention_forward_efficiency;
+    context.time_options.attention_backward_efficiency = context.gpu.attention_backward_efficiency;
+  }
   if (!settings.calibration_file.empty()) {
     Result<Calibration> calibration = load_calibration(settings.calibration_file);
     if (!calibration.is_ok()) return calibration.status();

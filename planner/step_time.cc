@@ -31,6 +31,12 @@ double group_gbps(const RunSettings& settings, const GpuSpec& gpu, int group) {
 
 }  // namespace
 
+double host_adam_bytes_per_param(const RunSettings& settings) {
+  const bool torchao = settings.cpu_offload != CpuOffloadImpl::kZeroOffload;
+  const double element = torchao && settings.precision == Precision::kBf16Pure ? 2 : 4;
+  return 7 * element;  // param read + written, gradient read, two moments read + written
+}
+
 double transfer_ms(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e9) * 1e3 : 0; }
 
 double collective_gbps(const RunSettings& settings, const GpuSpec& gpu) {
@@ -75,7 +81,7 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
   } else {
     // CPU Adam on this rank's partition, then the updated 16-bit parameters go
     // back over the host link; gradient copies overlap backward (per bucket).
-    out.optimizer_ms = trainable / shard / kCpuAdamParamsPerSecond * 1e3 +
+    out.optimizer_ms = transfer_ms(trainable / shard * host_adam_bytes_per_param(settings), kHostOptimizerGbps) +
                        transfer_ms(trainable / shard * 2, gpu.host_link_gbps);
     if (config.offload_optimizer == Offload::kNvme) {
       // Read and write back the fp32 master and states (ZeRO-Infinity).

@@ -13,11 +13,19 @@
 
 namespace headroom::planner {
 
-// DeepSpeed's CPU Adam is bound by host memory traffic (~28 bytes per parameter:
-// fp32 param, grad, two moments read and written, 16-bit copy written); at
-// ~28 GB/s of effective host bandwidth that is 1e9 parameters per second. An
-// assumption until the executor measures it (calibration).
-inline constexpr double kCpuAdamParamsPerSecond = 1e9;
+// A host AdamW step is bound by host memory traffic: ~28 GB/s of effective host
+// bandwidth, 1e9 parameters per second at DeepSpeed CPU Adam's 28 bytes per
+// parameter. An assumption until the executor measures it (calibration).
+inline constexpr double kHostOptimizerGbps = 28.0;
+
+// Bytes a host AdamW step reads and writes per parameter: the parameter read and
+// written, its gradient read, both moments read and written. DeepSpeed's CPU Adam
+// (ZeRO-Offload) holds them all fp32: 28 B. torchao's CPUOffloadOptimizer steps
+// torch.optim.AdamW on a host copy in the parameter's own dtype
+// (torchao/optim/cpu_offload.py: torch.empty_like(p_device, device="cpu")), whose
+// moments are zeros_like the parameter (torch/optim/adam.py _init_group): 14 B for
+// a pure-bf16 model, 28 B for an fp32 one.
+double host_adam_bytes_per_param(const RunSettings& settings);
 
 struct StepTimeInputs {
   double micro_fwd_ms = 0;        // forward of the chain, one micro-step

@@ -45,9 +45,10 @@ TEST_CASE("flex attention runs at 90% of FlashAttention-2's speed forward, 85% b
   // The same FLOPs (causal: half of 4*S^2*heads*head_dim per sample) ...
   CHECK(f.fwd_flops == s.fwd_flops);
   CHECK(f.fwd_flops == doctest::Approx(2.0 * 2 * 1024.0 * 1024 * 32 * 64));
-  // ... compute-bound at this size, so the time is the FLOP time over the speed.
+  // ... compute-bound at this size, so the time is the FLOP time over the speed
+  // (FlashAttention-2 forward on an A100: 73% of its peak, tests/planner/gpu_efficiency_test.cc).
   const double launch = 0.005;
-  CHECK(s.fwd_ms - launch == doctest::Approx(s.fwd_flops / (312e12 * 0.6) * 1e3));
+  CHECK(s.fwd_ms - launch == doctest::Approx(s.fwd_flops / (312e12 * 0.73) * 1e3));
   CHECK(f.fwd_ms - launch == doctest::Approx((s.fwd_ms - launch) / 0.90));
   CHECK(f.bwd_ms - 2 * launch == doctest::Approx((s.bwd_ms - 2 * launch) / 0.85));
 }
