@@ -37,6 +37,7 @@ struct CliOptions {
   std::string metrics_path;        // run --metrics FILE (JSON lines)
   std::string measurement_out;     // run --measurement-out FILE
   std::string calibration_out;     // run --write-calibration FILE
+  int nproc = 1;                   // run --nproc N: ranks started on this machine (cli/rank_launcher.h)
   // The command line after the program name, as given: `headroom run` passes it
   // on to the trainer executable unchanged (cli/trainer_launch.h).
   std::vector<std::string> arguments;

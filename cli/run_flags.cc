@@ -20,6 +20,10 @@ void add_run_flags(CLI::App& command, CliOptions& options) {
   command.add_option("--checkpoint-every", run.checkpoint_every, "steps between checkpoints (0: at the end only)");
   command.add_option("--keep", run.checkpoints_kept, "complete checkpoints kept")->capture_default_str();
   command.add_option("--resume", run.resume_dir, "continue from the newest checkpoint in DIR")->type_name("DIR");
+  command.add_option("--nproc", options.nproc,
+                     "start N ranks on this machine, as torchrun --nproc-per-node N does (the plan's GPU count)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   command.add_option("--metrics", options.metrics_path, "append one JSON line per step to FILE")->type_name("FILE");
   command.add_option("--measurement-out", options.measurement_out,
                      "write the measured run for `headroom report --measurement` (docs/report.md)")

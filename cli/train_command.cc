@@ -134,7 +134,8 @@ void print_summary(const executor::RunResult& r, Terminal& terminal) {
     reports::TextTable table({"memory (first step)", "predicted", "measured", "error"});
     table.set_left_aligned(0);
     for (const executor::CategoryCheck& c : r.categories) {
-      table.add_row({c.category, exact_bytes(c.predicted), exact_bytes(c.measured),
+      table.add_row({c.rank >= 0 ? c.category + " (rank " + std::to_string(c.rank) + ")" : c.category,
+                     exact_bytes(c.predicted), exact_bytes(c.measured),
                      format_error(c.relative_error())});
     }
     terminal.out << "\nPredicted vs measured (bytes as torch.cuda.memory_allocated counts them):\n"
@@ -147,12 +148,15 @@ void print_summary(const executor::RunResult& r, Terminal& terminal) {
 nlohmann::json result_to_json(const executor::RunResult& r) {
   nlohmann::json categories = nlohmann::json::array();
   for (const executor::CategoryCheck& c : r.categories) {
-    categories.push_back({{"category", c.category},
+    nlohmann::json row = {{"category", c.category},
                           {"predicted_bytes", c.predicted},
                           {"measured_bytes", c.measured},
-                          {"relative_error", c.relative_error()}});
+                          {"relative_error", c.relative_error()}};
+    if (c.rank >= 0) row["rank"] = c.rank;
+    categories.push_back(row);
   }
   return {{"command", "run"},
+          {"world_size", r.world_size},
           {"first_step", r.first_step},
           {"last_step", r.last_step},
           {"resumed_from", r.resumed_from},
@@ -176,6 +180,8 @@ int run_training(const CliOptions& options, Terminal& terminal) {
   ProgressObserver observer(terminal, metrics.is_open() ? &metrics : nullptr);
   Result<executor::RunResult> result = executor::train_plan(plan, run, observer);
   if (!result.is_ok()) return fail(terminal, kExitFailure, result.message());
+  // A job of several ranks reports once, from rank 0 (its rows cover every rank).
+  if (result->rank != 0) return kExitOk;
 
   if (!options.measurement_out.empty()) {
     const std::string out = planner::measured_run_to_json(result->measured).dump(2) + "\n";

@@ -6,10 +6,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <exception>
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/rank_launcher.h"
 #include "cli/run_flags.h"
 #include "cli/train_command.h"
 
@@ -36,6 +40,22 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
   Terminal terminal{std::cout, std::cerr, isatty(fileno(stderr)) != 0};
+  const char* world = std::getenv("WORLD_SIZE");
+  if (options.nproc > 1 && world == nullptr) {
+    // This process starts the ranks; each one, seeing RANK, trains.
+    std::error_code error;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
+    if (error) {
+      std::cerr << "headroom: --nproc: cannot find this executable (/proc/self/exe): " << error.message() << "\n";
+      return kExitFailure;
+    }
+    return launch_local_ranks(self, options.arguments, options.nproc, terminal);
+  }
+  if (options.nproc > 1 && std::to_string(options.nproc) != world) {
+    std::cerr << "headroom: --nproc " << options.nproc << ": this process is one rank of a job of WORLD_SIZE=" << world
+              << " (started by torchrun or --nproc); expected --nproc " << world << " or none\n";
+    return kExitUsage;
+  }
   return run_training(options, terminal);
 }
 

@@ -30,10 +30,15 @@ class Optimizer {
   // nothing and returns false (fp16 loss scaling).
   virtual bool step(double grad_scale, bool check_finite) = 0;
   virtual void zero_grad() = 0;  // drops gradients (set to none)
+  // After each micro-step's backward: a sharded optimizer reduces what its
+  // gradient hooks have not (executor/zero_adamw.h).
+  virtual void backward_done() {}
 
   virtual int64_t steps_taken() const = 0;
   // Bytes of the states and master weights (what a checkpoint of them holds).
   virtual int64_t state_bytes() const = 0;
+  // Bytes of the states a checkpoint holds: every rank's, for a sharded optimizer.
+  virtual int64_t checkpoint_bytes() const { return state_bytes(); }
   // Serialized state for checkpoints; load() checks the optimizer, names and
   // shapes (the parameters themselves come from the model part) and throws
   // std::runtime_error naming `origin` when they differ.

@@ -54,6 +54,7 @@ struct CategoryCheck {
   std::string category;  // "parameters", "gradients", "optimizer states", "activations", ...
   int64_t predicted = 0;
   int64_t measured = 0;
+  int rank = -1;  // a job of several ranks: the rank measured (the one furthest from the prediction)
   double relative_error() const;  // (predicted - measured) / measured; 0 when both are 0
 };
 
@@ -66,6 +67,8 @@ struct RunResult {
   std::vector<std::string> checkpoints_written;     // directories
   std::optional<planner::Calibration> calibration;  // CUDA runs only
   std::vector<std::string> notes;                   // what the run could not apply or measure
+  int rank = 0;        // this process's rank in the job
+  int world_size = 1;  // ranks in the job
 };
 
 // Receives progress while train_plan() trains; the front end renders it.
@@ -79,8 +82,9 @@ class RunObserver {
 };
 
 // Why this build cannot train `plan`, or ok: the model family has LibTorch
-// modules (llama-family decoders, Flux), a single GPU or the CPU, AdamW, no
-// QLoRA, no parameter or NVMe offload, no ZeRO-3. `origin` names the plan file.
+// modules (the families of executable_model.h), one rank or several (data
+// parallel, ZeRO-1/2 with AdamW), no parameter or NVMe offload, no ZeRO-3.
+// `origin` names the plan file.
 Status check_executable(const planner::Plan& plan, std::string_view origin);
 
 // Validates options; `origin` names where they came from ("command line").

@@ -20,11 +20,22 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
   Result<ExecutableModel> model = executable_model(plan.settings.model, origin);
   if (!model.is_ok()) return model.status();
   const planner::RunSettings& s = plan.settings;
-  if (s.world_size() != 1) {
-    return refuse(origin, "settings.gpus_per_node",
-                  std::to_string(s.world_size()) +
-                      " GPUs: the executor trains on one GPU (or the CPU); sharding over c10d is not "
-                      "implemented yet, expected a plan for 1 GPU");
+  if (s.world_size() > 1) {
+    // Several ranks over c10d (issue 11): data parallel, ZeRO-1 and ZeRO-2.
+    if (s.shard_gpus > 0 && s.shard_gpus != s.world_size()) {
+      return refuse(origin, "settings.shard_gpus",
+                    "hybrid sharding is priced but not run by the executor; expected 0 (one group of every rank)");
+    }
+    if (plan.config.zero_stage >= 1 && plan.config.zero_stage <= 2 && s.optimizer != planner::OptimizerKind::kAdamW) {
+      return refuse(origin, "settings.optimizer",
+                    "the executor partitions only AdamW over ranks (ZeRO-" + std::to_string(plan.config.zero_stage) +
+                        "); expected adamw, or zero_stage 0 for " + std::string(planner::optimizer_name(s.optimizer)));
+    }
+    if (plan.config.zero_stage == 0 && plan.config.offload_optimizer != planner::Offload::kNone) {
+      return refuse(origin, "config.zero_stage",
+                    "optimizer offload on several ranks partitions the optimizer (ZeRO-Offload runs on stage 1 or "
+                    "2); expected zero_stage 1 or 2");
+    }
   }
   if (s.optimizer == planner::OptimizerKind::kAdamW4bit) {
     return refuse(origin, "settings.optimizer",

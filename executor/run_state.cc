@@ -38,7 +38,9 @@ json run_identity(const planner::Plan& plan, const RunOptions& options, const st
           {"mode", planner::mode_name(plan.settings.mode)},
           {"lora_rank", plan.settings.lora.rank},
           {"micro_batch", plan.config.micro_batch},
-          {"grad_accum", plan.config.grad_accum},
+          // Samples per optimizer step over every rank: the data a step reads, the
+          // same whether one process accumulates them or several ranks share them.
+          {"samples_per_step", plan.config.micro_batch * plan.config.grad_accum * plan.settings.world_size()},
           {"seq_len", plan.seq_len},
           {"lora_dropout", plan.settings.lora.dropout},
           {"offload_optimizer", planner::offload_name(plan.config.offload_optimizer)},
@@ -106,7 +108,16 @@ Result<RunState> parse_run_state(std::string_view text, const std::string& origi
   return state;
 }
 
-Status check_identity(const json& saved, const json& current, const std::string& origin) {
+Status check_identity(const json& saved_as_written, const json& current, const std::string& origin) {
+  // Checkpoints from before several ranks name grad_accum: one process, so
+  // their samples per step are micro_batch x grad_accum.
+  json saved = saved_as_written;
+  if (saved.is_object() && saved.contains("grad_accum") && !saved.contains("samples_per_step") &&
+      saved.contains("micro_batch") && saved["grad_accum"].is_number_integer() &&
+      saved["micro_batch"].is_number_integer()) {
+    saved["samples_per_step"] = saved["micro_batch"].get<int64_t>() * saved["grad_accum"].get<int64_t>();
+    saved.erase("grad_accum");
+  }
   if (saved == current) return Status::ok();
   std::string differences;
   auto shown = [](const json* value) {

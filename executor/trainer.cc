@@ -17,7 +17,10 @@
 #include <map>
 
 #include "executor/checkpoint.h"
+#include "executor/communicator.h"
 #include "executor/executable_model.h"
+#include "executor/gloo_communicator.h"
+#include "executor/gradient_all_reduce.h"
 #include "executor/host_memory.h"
 #include "executor/memory_probe.h"
 #include "executor/offload.h"
@@ -27,6 +30,8 @@
 #include "executor/state_store.h"
 #include "executor/train_model.h"
 #include "executor/training_state.h"
+#include "executor/zero_adamw.h"
+#include "executor/crc32c.h"
 #include "planner/model_states.h"
 #include "planner/plan_file.h"
 #include "planner/stack.h"
@@ -67,6 +72,17 @@ tm::BlockRunner plan_runner(const planner::Plan& plan, OffloadStats& offload_sta
   };
 }
 
+// Several ranks: each step's random stream (dropout) is the rank's own and
+// depends only on (seed, rank, step), so a resume on any step continues it
+// exactly without saving every rank's generator.
+uint64_t step_seed(uint64_t seed, int rank, int64_t step) {
+  uint64_t z = seed ^ (0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(rank) + 1)) ^
+               (0xbf58476d1ce4e5b9ULL * static_cast<uint64_t>(step));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 std::string today() {
   const std::time_t now = std::time(nullptr);
   char text[32];
@@ -86,6 +102,7 @@ class Trainer {
   Status setup();
   Status build_model(const ExecutableModel& model, const graph::LayerGraph& graph);
   Status open_store();
+  Status open_leader_store();
   Status resume();
   Status save(int64_t step);
   FileSystem& file_system() const { return options_.file_system ? *options_.file_system : real_file_system(); }
@@ -93,12 +110,21 @@ class Trainer {
   nlohmann::json identity() const { return training_identity(plan_, options_, *model_); }
   Result<StepMetrics> train_step(int64_t step, bool measure_categories);
   void describe_device();
+  Status join_job();
+  // The job goes on only if every rank's `local` is ok; a rank that failed
+  // keeps its own message, the others learn which rank stopped the job.
+  Status agree(const Status& local, const std::string& what);
+  Status gather_category_checks();
+  int world() const { return comm_->world_size(); }
+  int rank() const { return comm_->rank(); }
+  bool leader() const { return comm_->rank() == 0; }
 
   const planner::Plan& plan_;  // its prediction is what the run is checked against
   const planner::ModelContext& context_;
   const RunOptions& options_;
   RunObserver& observer_;
   torch::Device device_ = torch::kCPU;
+  std::unique_ptr<Communicator> comm_;
   std::unique_ptr<MemoryProbe> probe_;
   // Before the model: host copies of offloaded tensors still held by a graph
   // (after a failed backward) report to these while the model is destroyed.
@@ -114,10 +140,70 @@ class Trainer {
   RunResult result_;
 };
 
+// The ranks of the job meet (torchrun's environment; none: one process) and
+// check that they all run the plan with the same options.
+Status Trainer::join_job() {
+  Result<Rendezvous> meet = rendezvous_from_environment();
+  if (!meet.is_ok()) return meet.status();
+  if (meet->world_size == 1) {
+    comm_ = single_process_communicator();
+  } else {
+    Result<std::unique_ptr<Communicator>> joined = connect_gloo(meet.value());
+    if (!joined.is_ok()) return joined.status();
+    comm_ = std::move(joined.value());
+  }
+  const int planned = plan_.settings.world_size();
+  if (world() != planned) {
+    return Status::error("plan: settings.gpus_per_node x settings.nodes: the plan is for " + std::to_string(planned) +
+                         " ranks, but this job has " + std::to_string(world()) +
+                         (world() == 1 ? " (no RANK / WORLD_SIZE in the environment)" : " (WORLD_SIZE)") +
+                         "; start it with `headroom run PLAN --nproc " + std::to_string(planned) +
+                         "` or `torchrun --nproc-per-node " + std::to_string(planned) + " --no-python headroom-train run PLAN`");
+  }
+  if (world() == 1) return Status::ok();
+  // Every rank must train the same plan with the same options: a digest of
+  // both, compared with rank 0's.
+  const std::string mine = planner::plan_to_json(plan_).dump() + "|" + std::to_string(options_.steps) + "|" +
+                           options_.data + "|" + std::to_string(options_.token_bytes) + "|" +
+                           std::to_string(options_.learning_rate) + "|" + std::to_string(options_.weight_decay) +
+                           "|" + std::to_string(options_.seed) + "|" + options_.device + "|" + options_.resume_dir;
+  const torch::Tensor digest = torch::full({1}, static_cast<int64_t>(crc32c(mine)), torch::kLong);
+  torch::Tensor all = torch::empty({world()}, torch::kLong);
+  if (Status s = comm_->all_gather(digest, all); !s.is_ok()) return s;
+  for (int r = 1; r < world(); ++r) {
+    if (all[r].item<int64_t>() != all[0].item<int64_t>()) {
+      return Status::error("rank " + std::to_string(r) +
+                           " runs another plan or other options than rank 0 (digests differ); every rank must be "
+                           "started with the same plan file and flags");
+    }
+  }
+  return Status::ok();
+}
+
+Status Trainer::agree(const Status& local, const std::string& what) {
+  if (world() == 1) return local;
+  torch::Tensor failed = torch::zeros({world()}, torch::kFloat);
+  failed[rank()] = local.is_ok() ? 0.0f : 1.0f;
+  if (Status s = comm_->all_reduce_sum(failed); !s.is_ok()) return s;
+  if (!local.is_ok()) return local;
+  for (int r = 0; r < world(); ++r) {
+    if (failed[r].item<float>() > 0) {
+      return Status::error(what + ": rank " + std::to_string(r) + " failed (its message says why); the job stops");
+    }
+  }
+  return Status::ok();
+}
+
 Status Trainer::setup() {
+  if (Status s = join_job(); !s.is_ok()) return s;
   const bool want_cuda = options_.device == "cuda" || (options_.device == "auto" && torch::cuda::is_available());
   if (want_cuda && !torch::cuda::is_available()) {
     return Status::error("--device cuda: no CUDA device is visible to LibTorch (expected a GPU, or --device cpu)");
+  }
+  if (want_cuda && world() > 1) {
+    return Status::error("--device: " + std::to_string(world()) +
+                         " ranks on CUDA need the NCCL communicator, which the executor does not have yet; "
+                         "expected --device cpu (Gloo) for a job of several ranks");
   }
   device_ = want_cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   probe_ = std::make_unique<MemoryProbe>(device_);
@@ -178,7 +264,19 @@ Status Trainer::build_model(const ExecutableModel& model, const graph::LayerGrap
   optimizer.master_weights = planner::master_bytes_per_element(plan_.settings.precision) > 0;
   optimizer.offload_to_cpu = plan_.config.offload_optimizer == planner::Offload::kCpu;
   optimizer.cpu_threads = options_.cpu_threads;
-  optimizer_ = make_optimizer(model_->trainable(), optimizer);
+  if (world() > 1 && plan_.config.zero_stage >= 1) {
+    ZeroAdamWOptions zero;
+    zero.hyper.lr = options_.learning_rate;
+    zero.hyper.weight_decay = options_.weight_decay;
+    zero.stage = plan_.config.zero_stage;
+    zero.master_weights = optimizer.master_weights;
+    zero.offload_to_cpu = optimizer.offload_to_cpu;
+    zero.cpu_threads = options_.cpu_threads;
+    zero.bucket_elements = plan_.settings.reduce_bucket_elements;
+    optimizer_ = std::make_unique<ZeroAdamW>(model_->trainable(), *comm_, zero);
+  } else {
+    optimizer_ = make_optimizer(model_->trainable(), optimizer);
+  }
   probe_->synchronize();
   measured_.optimizer = probe_->live() - after_model;
   return Status::ok();
@@ -188,11 +286,18 @@ Status Trainer::build_model(const ExecutableModel& model, const graph::LayerGrap
 // kept and writable, both before the first step.
 Status Trainer::open_store() {
   if (options_.checkpoint_dir.empty()) return Status::ok();
+  // Rank 0 writes the checkpoints (the whole state, gathered: executor/zero_adamw.h).
+  Status opened = Status::ok();
+  if (leader()) opened = open_leader_store();
+  return agree(opened, "--checkpoint-dir " + options_.checkpoint_dir);
+}
+
+Status Trainer::open_leader_store() {
   StateStoreOptions store;
   store.directory = options_.checkpoint_dir;
   store.keep = options_.checkpoints_kept;
   store_ = std::make_unique<StateStore>(store, file_system());
-  int64_t checkpoint_bytes = optimizer_->state_bytes();
+  int64_t checkpoint_bytes = optimizer_->checkpoint_bytes();
   for (const auto& [name, tensor] : model_->trainable()) checkpoint_bytes += static_cast<int64_t>(tensor.nbytes());
   if (Status room = check_checkpoint_room(*store_, file_system(), options_, checkpoint_bytes); !room.is_ok()) {
     return room;
@@ -210,10 +315,14 @@ Status Trainer::resume() {
 }
 
 Status Trainer::save(int64_t step) {
-  if (Status saved = store_->save(step, checkpoint_parts(step, identity(), state())); !saved.is_ok()) return saved;
+  // Every rank takes part in gathering the state; rank 0 writes it.
+  std::map<std::string, std::string> parts = checkpoint_parts(step, identity(), state());
+  Status saved = leader() ? store_->save(step, parts) : Status::ok();
+  parts.clear();
+  if (Status s = agree(saved, "checkpoint of step " + std::to_string(step)); !s.is_ok()) return s;
   const std::string path = checkpoint_path(options_.checkpoint_dir, step);
   result_.checkpoints_written.push_back(path);
-  observer_.on_checkpoint(step, path);
+  if (leader()) observer_.on_checkpoint(step, path);
   return Status::ok();
 }
 
@@ -222,10 +331,13 @@ Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {
   const int64_t accum = plan_.config.grad_accum;
   probe_->synchronize();
   probe_->reset_peak();
+  if (world() > 1) torch::manual_seed(step_seed(options_.seed, rank(), step));
   const auto start = Clock::now();
   double loss_sum = 0;
   for (int64_t m = 0; m < accum; ++m) {
-    const int64_t first = ((step - 1) * accum + m) * micro;
+    // Rank r reads the r-th contiguous slice of the step's global batch, so the
+    // job sees the samples one process would in accum x world micro-steps.
+    const int64_t first = (((step - 1) * world() + rank()) * accum + m) * micro;
     const int64_t before_forward = probe_->live();
     const int64_t host_before = offload_stats_.host_live_bytes;
     Result<torch::Tensor> loss = model_->loss(first, micro, runner_);
@@ -242,8 +354,23 @@ Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {
     if (scaler_.enabled) scaled = scaled * scaler_.scale;
     scaled.backward();
     model_->release_outputs();
+    optimizer_->backward_done();
   }
-  const bool finite = optimizer_->step(scaler_.enabled ? 1.0 / scaler_.scale : 1.0, scaler_.enabled);
+  double grad_scale = scaler_.enabled ? 1.0 / scaler_.scale : 1.0;
+  if (world() > 1 && plan_.config.zero_stage == 0) {
+    // Plain data parallelism: sum the whole gradients, the optimizer takes the mean.
+    if (Status s = all_reduce_gradients(model_->trainable(), *comm_, plan_.settings.reduce_bucket_elements);
+        !s.is_ok()) {
+      return s;
+    }
+    grad_scale /= world();
+  }
+  if (world() > 1) {
+    torch::Tensor sum = torch::full({1}, loss_sum, torch::kDouble);
+    if (Status s = comm_->all_reduce_sum(sum); !s.is_ok()) return Status::error("all-reduce of the loss: " + s.message());
+    loss_sum = sum.item<double>() / world();
+  }
+  const bool finite = optimizer_->step(grad_scale, scaler_.enabled);
   scaler_.update(finite);
   // The gradients are what dropping them frees (first-use caches of autograd
   // and the kernels stay out of the figure).
@@ -262,7 +389,7 @@ Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {
   metrics.total_steps = options_.steps;
   metrics.loss = loss_sum / static_cast<double>(accum);
   metrics.step_ms = ms;
-  metrics.tokens_per_s = static_cast<double>(micro * accum * model_->tokens_per_sample()) / (ms / 1000.0);
+  metrics.tokens_per_s = static_cast<double>(micro * accum * world() * model_->tokens_per_sample()) / (ms / 1000.0);
   metrics.peak_allocated = probe_->peak_allocated();
   metrics.peak_reserved = probe_->peak_reserved();
   metrics.loss_scale = scaler_.scale;
@@ -286,6 +413,31 @@ void Trainer::describe_device() {
   }
 }
 
+// Several ranks: each category's row shows the rank whose measurement is
+// furthest from the (per-rank) prediction, so every rank is within it.
+Status Trainer::gather_category_checks() {
+  if (world() == 1) return Status::ok();
+  const auto rows = static_cast<int64_t>(result_.categories.size());
+  torch::Tensor mine = torch::empty({rows}, torch::kLong);
+  for (int64_t i = 0; i < rows; ++i) mine[i] = result_.categories[static_cast<size_t>(i)].measured;
+  torch::Tensor all = torch::empty({rows * world()}, torch::kLong);
+  if (Status s = comm_->all_gather(mine, all); !s.is_ok()) return Status::error("all-gather of measurements: " + s.message());
+  for (int64_t i = 0; i < rows; ++i) {
+    CategoryCheck& row = result_.categories[static_cast<size_t>(i)];
+    CategoryCheck worst = row;
+    worst.rank = 0;
+    for (int r = 0; r < world(); ++r) {
+      CategoryCheck candidate = row;
+      candidate.measured = all[r * rows + i].item<int64_t>();
+      candidate.rank = r;
+      if (r == 0 || std::abs(candidate.relative_error()) > std::abs(worst.relative_error())) worst = candidate;
+    }
+    row = worst;
+  }
+  result_.notes.push_back("several ranks: each memory row is the rank furthest from the per-rank prediction");
+  return Status::ok();
+}
+
 Result<RunResult> Trainer::run() {
   if (Status s = setup(); !s.is_ok()) return s;
   if (!options_.resume_dir.empty()) {
@@ -297,7 +449,9 @@ Result<RunResult> Trainer::run() {
   }
   result_.first_step = step_ + 1;
   describe_device();
-  observer_.on_start(result_.measured.device, result_.first_step, options_.steps);
+  result_.rank = rank();
+  result_.world_size = world();
+  if (leader()) observer_.on_start(result_.measured.device, result_.first_step, options_.steps);
   const bool fresh = step_ == 0;
   while (step_ < options_.steps) {
     Result<StepMetrics> metrics = train_step(step_ + 1, /*measure_categories=*/fresh && step_ == 0);
@@ -305,12 +459,14 @@ Result<RunResult> Trainer::run() {
     ++step_;
     result_.measured.steps.push_back(planner::MeasuredStep{static_cast<int>(step_), metrics->peak_allocated,
                                                            metrics->peak_reserved, metrics->step_ms, metrics->loss});
-    if (Status observed = observer_.on_step(metrics.value()); !observed.is_ok()) {
+    Status observed = leader() ? observer_.on_step(metrics.value()) : Status::ok();
+    if (world() > 1) observed = agree(observed, "progress");
+    if (!observed.is_ok()) {
       return Status::error("step " + std::to_string(step_) + ": " + observed.message() + "; the run stops" +
                            (result_.checkpoints_written.empty() ? "" : " (checkpoints written so far stay)"));
     }
     const bool periodic = options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0;
-    if (store_ && (periodic || step_ == options_.steps)) {
+    if (!options_.checkpoint_dir.empty() && (periodic || step_ == options_.steps)) {
       if (Status s = save(step_); !s.is_ok()) {
         return Status::error("step " + std::to_string(step_) + ": checkpoint not saved, the run stops: " + s.message());
       }
@@ -323,6 +479,7 @@ Result<RunResult> Trainer::run() {
   }
   if (fresh && result_.first_step <= result_.last_step) {
     add_category_checks(plan_, measured_, device_.is_cuda(), result_);
+    if (Status s = gather_category_checks(); !s.is_ok()) return s;
   } else if (!fresh) {
     result_.notes.push_back("resumed run: memory categories are measured on a fresh run's first step only");
   }
@@ -330,6 +487,13 @@ Result<RunResult> Trainer::run() {
 }
 
 }  // namespace
+
+// "rank 2 of 4: " in a job of several ranks, so each rank's message says whose it is.
+static std::string rank_prefix() {
+  Result<Rendezvous> meet = rendezvous_from_environment();
+  if (!meet.is_ok() || meet->world_size == 1) return {};
+  return "rank " + std::to_string(meet->rank) + " of " + std::to_string(meet->world_size) + ": ";
+}
 
 bool executor_available() { return true; }
 bool cuda_available() { return torch::cuda::is_available(); }
@@ -348,11 +512,13 @@ Result<RunResult> train_plan(const planner::Plan& plan, const RunOptions& option
     // A resumed run goes on writing checkpoints where it resumed from.
     if (resolved.checkpoint_dir.empty()) resolved.checkpoint_dir = resolved.resume_dir;
     Trainer trainer(prepared.value(), resolved, observer);
-    return trainer.run();
+    Result<RunResult> result = trainer.run();
+    if (!result.is_ok()) return Status::error(rank_prefix() + result.message());
+    return result;
   } catch (const c10::Error& e) {
-    return Status::error("LibTorch: " + std::string(e.what_without_backtrace()));
+    return Status::error(rank_prefix() + "LibTorch: " + std::string(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    return Status::error(e.what());
+    return Status::error(rank_prefix() + e.what());
   }
 }
 

@@ -98,9 +98,24 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   planner::Plan plan = plan_for("tiny-llama");
   CHECK(check_executable(plan, "plan.json").is_ok());
 
+  // Several ranks (issue 11): data parallel and ZeRO-1/2 with AdamW run; what
+  // they do not partition, or hybrid sharding, is refused naming the field.
   planner::Plan two_gpus = plan;
   two_gpus.settings.gpus_per_node = 2;
-  CHECK(check_executable(two_gpus, "plan.json").message().find("plan.json: settings.gpus_per_node") == 0);
+  CHECK(check_executable(two_gpus, "plan.json").is_ok());
+  two_gpus.config.zero_stage = 2;
+  CHECK(check_executable(two_gpus, "plan.json").is_ok());
+  two_gpus.settings.optimizer = planner::OptimizerKind::kSgdMomentum;
+  CHECK(check_executable(two_gpus, "plan.json").message().find("plan.json: settings.optimizer") == 0);
+  two_gpus.config.zero_stage = 0;
+  CHECK(check_executable(two_gpus, "plan.json").is_ok());  // every optimizer runs data parallel
+  two_gpus.settings.optimizer = planner::OptimizerKind::kAdamW;
+  two_gpus.config.offload_optimizer = planner::Offload::kCpu;
+  CHECK(check_executable(two_gpus, "plan.json").message().find("plan.json: config.zero_stage") == 0);
+  two_gpus.config.offload_optimizer = planner::Offload::kNone;
+  two_gpus.settings.gpus_per_node = 4;
+  two_gpus.settings.shard_gpus = 2;
+  CHECK(check_executable(two_gpus, "plan.json").message().find("plan.json: settings.shard_gpus") == 0);
 
   planner::Plan qlora = plan;  // NF4 bases are trained (models/torch/nf4.h)
   qlora.settings.mode = planner::TrainMode::kQlora;

@@ -90,4 +90,18 @@ TEST_CASE("a checkpoint of another run or another model is refused, naming what 
         std::string::npos);
 }
 
+TEST_CASE("the identity names samples per step, so a checkpoint resumes on another number of ranks") {
+  json now = sample_state().identity;
+  now["micro_batch"] = 2;
+  now["samples_per_step"] = 8;  // e.g. 2 ranks x 2 micro-steps x 2 samples, or 1 process x 4 x 2
+  // A checkpoint from before several ranks names grad_accum: one process.
+  json older = now;
+  older.erase("samples_per_step");
+  older["grad_accum"] = 4;
+  CHECK(check_identity(older, now, kOrigin).is_ok());
+  older["grad_accum"] = 2;
+  CHECK(check_identity(older, now, kOrigin).message().find("samples_per_step 4 in the checkpoint, 8 in this run") !=
+        std::string::npos);
+}
+
 }  // namespace headroom::executor

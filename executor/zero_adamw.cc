@@ -1,0 +1,289 @@
+#include "executor/zero_adamw.h"
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace headroom::executor {
+namespace {
+
+std::vector<int64_t> element_counts(const NamedParameters& parameters) {
+  std::vector<int64_t> counts;
+  for (const auto& [name, tensor] : parameters) counts.push_back(tensor.numel());
+  return counts;
+}
+
+HalfKind half_kind(torch::ScalarType type) {
+  if (type == torch::kBFloat16) return HalfKind::kBf16;
+  if (type == torch::kHalf) return HalfKind::kFp16;
+  return HalfKind::kNone;
+}
+
+// Stage 2: tells the optimizer that backward has accumulated a gradient.
+class GradientReady final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradientReady(ZeroAdamW& owner, size_t index) : owner_(owner), index_(index) {}
+  void operator()(const torch::autograd::Variable& /*tensor*/) override { owner_.gradient_ready(index_); }
+
+ private:
+  ZeroAdamW& owner_;
+  size_t index_;
+};
+
+}  // namespace
+
+ZeroAdamW::ZeroAdamW(NamedParameters parameters, Communicator& communicator, ZeroAdamWOptions options)
+    : parameters_(std::move(parameters)),
+      comm_(communicator),
+      options_(options),
+      layout_(element_counts(parameters_), options.bucket_elements, communicator.world_size(), communicator.rank()),
+      dtype_(parameters_.empty() ? torch::kFloat : parameters_.front().second.scalar_type()),
+      device_(parameters_.empty() ? torch::Device(torch::kCPU) : parameters_.front().second.device()) {
+  if (options_.stage != 1 && options_.stage != 2) throw std::invalid_argument("ZeroAdamW: stage 1 or 2");
+  for (const auto& [name, tensor] : parameters_) {
+    if (tensor.scalar_type() != dtype_ || tensor.device() != device_) {
+      throw std::invalid_argument("ZeroAdamW: parameter " + name + " has another dtype or device than " +
+                                  parameters_.front().first + "; expected one dtype for every trainable parameter");
+    }
+  }
+  torch::NoGradGuard no_grad;
+  const int64_t n = layout_.partition_elements();
+  const bool keep_master = options_.offload_to_cpu || (options_.master_weights && dtype_ != torch::kFloat);
+  const torch::ScalarType state_type = keep_master ? torch::kFloat : dtype_;
+  const torch::TensorOptions where = options_.offload_to_cpu
+                                         ? torch::TensorOptions().device(torch::kCPU)
+                                         : torch::TensorOptions().device(device_);
+  if (keep_master) {
+    // Pinned where the GPU copies from it; the moments stay pageable (mixed_adamw.cc).
+    master_ = torch::empty({n}, where.dtype(torch::kFloat).pinned_memory(options_.offload_to_cpu && device_.is_cuda()));
+    master_.copy_(own_parameters());
+  }
+  exp_avg_ = torch::zeros({n}, where.dtype(state_type));
+  exp_avg_sq_ = torch::zeros({n}, where.dtype(state_type));
+  pending_.resize(layout_.buckets().size());
+  for (size_t b = 0; b < pending_.size(); ++b) pending_[b] = static_cast<int64_t>(layout_.buckets()[b].parameters.size());
+  ready_.assign(parameters_.size(), 0);
+  if (options_.stage == 2) {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      torch::autograd::impl::set_post_acc_grad_hooks(parameters_[i].second, std::make_unique<GradientReady>(*this, i));
+    }
+  }
+}
+
+ZeroAdamW::~ZeroAdamW() {
+  if (options_.stage != 2) return;
+  for (const auto& [name, tensor] : parameters_) torch::autograd::impl::set_post_acc_grad_hooks(tensor, nullptr);
+}
+
+void ZeroAdamW::check(const Status& status, const char* what) const {
+  if (!status.is_ok()) throw std::runtime_error(std::string("ZeRO-") + std::to_string(options_.stage) + " " + what +
+                                                ": " + status.message());
+}
+
+torch::Tensor ZeroAdamW::own_parameters() const {
+  torch::Tensor flat = torch::zeros({layout_.partition_elements()}, torch::TensorOptions().dtype(dtype_).device(device_));
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const OwnedSlice s = layout_.owned(i, layout_.rank());
+    if (s.elements == 0) continue;
+    flat.narrow(0, s.partition_begin, s.elements)
+        .copy_(parameters_[i].second.detach().reshape(-1).narrow(0, s.parameter_begin, s.elements));
+  }
+  return flat;
+}
+
+torch::Tensor ZeroAdamW::bucket_gradients(const ZeroBucket& bucket) const {
+  torch::Tensor flat =
+      torch::zeros({bucket.chunk * layout_.world()}, torch::TensorOptions().dtype(dtype_).device(device_));
+  for (size_t j = 0; j < bucket.parameters.size(); ++j) {
+    const torch::Tensor& grad = parameters_[bucket.parameters[j]].second.grad();
+    if (grad.defined()) flat.narrow(0, bucket.offsets[j], grad.numel()).copy_(grad.reshape(-1));
+  }
+  return flat;
+}
+
+void ZeroAdamW::ensure_gradient_partition() {
+  if (gradients_.defined()) return;
+  const int64_t n = layout_.partition_elements();
+  gradients_ = options_.offload_to_cpu ? torch::zeros({n}, torch::kFloat)
+                                       : torch::zeros({n}, torch::TensorOptions().dtype(dtype_).device(device_));
+}
+
+void ZeroAdamW::reduce_bucket(size_t index) {
+  torch::NoGradGuard no_grad;
+  const ZeroBucket& bucket = layout_.buckets()[index];
+  torch::Tensor flat = bucket_gradients(bucket);
+  // Stage 2 holds no whole gradient past its bucket (stage 1 keeps them to zero_grad).
+  if (options_.stage == 2) {
+    for (size_t k : bucket.parameters) parameters_[k].second.mutable_grad() = torch::Tensor();
+  }
+  torch::Tensor chunk = torch::empty({bucket.chunk}, flat.options());
+  check(comm_.reduce_scatter_sum(flat, chunk), "reduce-scatter of gradients");
+  flat = torch::Tensor();
+  ensure_gradient_partition();
+  gradients_.narrow(0, bucket.partition_offset, bucket.chunk)
+      .add_(chunk.to(gradients_.device(), gradients_.scalar_type()));
+}
+
+void ZeroAdamW::gradient_ready(size_t index) {
+  if (ready_[index]) return;
+  ready_[index] = 1;
+  const size_t bucket = layout_.bucket_of(index);
+  if (--pending_[bucket] == 0) reduce_bucket(bucket);
+}
+
+void ZeroAdamW::backward_done() {
+  if (options_.stage != 2) return;
+  // A parameter backward gave no gradient (unused this step) leaves its bucket
+  // waiting: reduce it with zeros there, in bucket order on every rank.
+  for (size_t b = 0; b < pending_.size(); ++b) {
+    if (pending_[b] > 0) reduce_bucket(b);
+    pending_[b] = static_cast<int64_t>(layout_.buckets()[b].parameters.size());
+  }
+  std::fill(ready_.begin(), ready_.end(), 0);
+}
+
+void ZeroAdamW::publish(const torch::Tensor& partition) {
+  torch::NoGradGuard no_grad;
+  for (const ZeroBucket& bucket : layout_.buckets()) {
+    const torch::Tensor chunk =
+        partition.narrow(0, bucket.partition_offset, bucket.chunk).to(device_, dtype_).contiguous();
+    torch::Tensor full = torch::empty({bucket.chunk * layout_.world()}, chunk.options());
+    check(comm_.all_gather(chunk, full), "all-gather of updated parameters");
+    for (size_t j = 0; j < bucket.parameters.size(); ++j) {
+      torch::Tensor param = parameters_[bucket.parameters[j]].second.detach();
+      param.copy_(full.narrow(0, bucket.offsets[j], param.numel()).view(param.sizes()));
+    }
+  }
+}
+
+bool ZeroAdamW::step(double grad_scale, bool check_finite) {
+  torch::NoGradGuard no_grad;
+  if (options_.stage == 1) {
+    for (size_t b = 0; b < layout_.buckets().size(); ++b) reduce_bucket(b);
+  }
+  ensure_gradient_partition();
+  // The reduce-scatter summed the ranks' gradients; AdamW takes their mean.
+  const double scale = grad_scale / layout_.world();
+  if (check_finite) {
+    const bool finite =
+        gradients_.numel() == 0 ||
+        torch::isfinite(gradients_.abs().amax().to(torch::kFloat) * scale).all().item<bool>();
+    torch::Tensor skipped = torch::full({1}, finite ? 0.0f : 1.0f);
+    check(comm_.all_reduce_sum(skipped), "all-reduce of the inf/NaN check");
+    if (skipped.item<float>() > 0) {
+      if (options_.stage == 1) gradients_ = torch::Tensor();
+      return false;
+    }
+  }
+  ++steps_;
+  const AdamWHyper& h = options_.hyper;
+  if (options_.offload_to_cpu) {
+    torch::Tensor half;  // the updated 16-bit partition, when the parameters are 16-bit
+    if (dtype_ != torch::kFloat) {
+      half = torch::empty({layout_.partition_elements()},
+                          torch::TensorOptions().dtype(dtype_).pinned_memory(device_.is_cuda()));
+    }
+    const torch::Tensor grads = gradients_.contiguous();
+    cpu_adamw_step(master_.data_ptr<float>(), exp_avg_.data_ptr<float>(), exp_avg_sq_.data_ptr<float>(),
+                   grads.data_ptr(), HalfKind::kNone, static_cast<float>(scale),
+                   half.defined() ? half.data_ptr() : nullptr, half.defined() ? half_kind(dtype_) : HalfKind::kNone,
+                   layout_.partition_elements(), steps_, h, options_.cpu_threads);
+    publish(half.defined() ? half : master_);
+  } else {
+    // MixedAdamW's update (torch.optim.AdamW), on the partition.
+    torch::Tensor weights = master_.defined() ? master_ : own_parameters();
+    torch::Tensor grad = gradients_.to(weights.scalar_type());
+    if (scale != 1.0) grad = grad * scale;
+    const double bias1 = 1 - std::pow(h.beta1, static_cast<double>(steps_));
+    const double bias2 = 1 - std::pow(h.beta2, static_cast<double>(steps_));
+    weights.mul_(1 - h.lr * h.weight_decay);
+    exp_avg_.lerp_(grad, 1 - h.beta1);
+    exp_avg_sq_.mul_(h.beta2).addcmul_(grad, grad, 1 - h.beta2);
+    const torch::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bias2)).add_(h.eps);
+    weights.addcdiv_(exp_avg_, denom, -h.lr / bias1);
+    grad = torch::Tensor();
+    publish(weights);
+  }
+  // Stage 1's partition is a step transient; stage 2's lives to zero_grad.
+  if (options_.stage == 1) gradients_ = torch::Tensor();
+  return true;
+}
+
+void ZeroAdamW::zero_grad() {
+  for (auto& [name, tensor] : parameters_) tensor.mutable_grad() = torch::Tensor();
+  gradients_ = torch::Tensor();
+}
+
+std::vector<std::pair<const char*, torch::Tensor>> ZeroAdamW::states() const {
+  std::vector<std::pair<const char*, torch::Tensor>> out = {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
+  if (master_.defined()) out.emplace_back("master", master_);
+  return out;
+}
+
+int64_t ZeroAdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [key, tensor] : states()) bytes += static_cast<int64_t>(tensor.nbytes());
+  return bytes;
+}
+
+int64_t ZeroAdamW::checkpoint_bytes() const {
+  int64_t elements = 0;
+  for (const auto& [name, tensor] : parameters_) elements += tensor.numel();
+  int64_t per_element = 0;
+  for (const auto& [key, tensor] : states()) per_element += static_cast<int64_t>(tensor.element_size());
+  return elements * per_element;
+}
+
+std::string ZeroAdamW::save() const {
+  torch::NoGradGuard no_grad;
+  const bool writer = layout_.rank() == 0;
+  torch::serialize::OutputArchive archive;
+  if (writer) {
+    write_optimizer_kind(archive, planner::OptimizerKind::kAdamW);
+    archive.write("steps", torch::tensor(steps_, torch::kLong));
+  }
+  // Each state whole, bucket by bucket: MixedAdamW's per-parameter format.
+  for (const auto& [key, flat] : states()) {
+    for (const ZeroBucket& bucket : layout_.buckets()) {
+      const torch::Tensor chunk = flat.narrow(0, bucket.partition_offset, bucket.chunk).contiguous();
+      torch::Tensor full = torch::empty({bucket.chunk * layout_.world()}, chunk.options().pinned_memory(false));
+      check(comm_.all_gather(chunk, full), "all-gather of the optimizer state for a checkpoint");
+      if (!writer) continue;
+      for (size_t j = 0; j < bucket.parameters.size(); ++j) {
+        const auto& [name, param] = parameters_[bucket.parameters[j]];
+        archive.write(name + "/" + key, full.narrow(0, bucket.offsets[j], param.numel()).view(param.sizes()).cpu().clone());
+      }
+    }
+  }
+  if (!writer) return {};
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+void ZeroAdamW::load(const std::string& bytes, const std::string& origin) {
+  torch::NoGradGuard no_grad;
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  check_optimizer_kind(archive, planner::OptimizerKind::kAdamW, origin, /*legacy_ok=*/true);
+  torch::Tensor steps = torch::zeros({}, torch::kLong);
+  read_state(archive, "steps", steps, origin);
+  steps_ = steps.item<int64_t>();
+  // Every rank reads the whole state and keeps its partition: any world size.
+  for (const auto& [key, flat] : states()) {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const auto& [name, param] = parameters_[i];
+      torch::Tensor whole = torch::empty(param.sizes(), torch::TensorOptions().dtype(flat.scalar_type()));
+      read_state(archive, name + "/" + key, whole, origin);
+      const OwnedSlice s = layout_.owned(i, layout_.rank());
+      if (s.elements == 0) continue;
+      torch::Tensor target = flat;
+      target.narrow(0, s.partition_begin, s.elements).copy_(whole.reshape(-1).narrow(0, s.parameter_begin, s.elements));
+    }
+  }
+}
+
+}  // namespace headroom::executor

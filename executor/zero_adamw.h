@@ -1,0 +1,96 @@
+// AdamW sharded over the ranks of a data-parallel job as DeepSpeed's ZeRO
+// stages 1 and 2 shard it (Rajbhandari et al. 2020, "ZeRO", Sec. 5.1-5.2;
+// deepspeed/runtime/zero/stage_1_and_2.py), over a Communicator
+// (executor/communicator.h). The split is executor/zero_layout.h's.
+//
+// Stage 1: each rank keeps the fp32 master weights and both moments of its
+// partition only. Backward leaves every gradient whole on every rank; the step
+// reduce-scatters them bucket by bucket, updates the partition and all-gathers
+// the updated 16-bit parameters.
+// Stage 2: the gradients are partitioned too. A post-accumulate-grad hook
+// copies each gradient into its bucket as backward produces it and frees it;
+// a full bucket is reduce-scattered at once, its chunk added into the rank's
+// gradient partition. As in DeepSpeed, this happens on every micro-step of an
+// accumulation (stage 2 has no no_sync: a rank cannot hold a partition and the
+// whole gradients too).
+// With CPU offload (ZeRO-Offload) the partition's master weights, moments and
+// fp32 gradients live in host memory and cpu_adamw_step updates them.
+//
+// The update is MixedAdamW's (torch.optim.AdamW), element by element, so a job
+// of N ranks trains as one process does on the same global batch, up to the
+// order of the gradient sums. Checkpoints hold the whole state in MixedAdamW's
+// format (rank 0 writes it), so they resume on any number of ranks.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/communicator.h"
+#include "executor/cpu_adamw.h"
+#include "executor/optimizer.h"
+#include "executor/zero_layout.h"
+
+namespace headroom::executor {
+
+struct ZeroAdamWOptions {
+  AdamWHyper hyper;
+  int stage = 1;                 // 1 or 2
+  bool master_weights = false;   // fp32 master copies of 16-bit parameters
+  bool offload_to_cpu = false;   // partition states and gradients in host memory, CPU step
+  int cpu_threads = 0;           // for the CPU step; 0 = all cores
+  int64_t bucket_elements = 500'000'000;  // DeepSpeed's reduce_bucket_size
+};
+
+class ZeroAdamW final : public Optimizer {
+ public:
+  // `parameters`: every trainable parameter, in the same order on every rank,
+  // all of one dtype. `communicator` must outlive the optimizer. Collective
+  // failures throw std::runtime_error naming the collective.
+  ZeroAdamW(NamedParameters parameters, Communicator& communicator, ZeroAdamWOptions options);
+  ~ZeroAdamW() override;
+  ZeroAdamW(const ZeroAdamW&) = delete;
+  ZeroAdamW& operator=(const ZeroAdamW&) = delete;
+
+  bool step(double grad_scale, bool check_finite) override;  // grad_scale excludes the 1/world average
+  void zero_grad() override;
+  void backward_done() override;
+  int64_t steps_taken() const override { return steps_; }
+  int64_t state_bytes() const override;       // this rank's partition
+  int64_t checkpoint_bytes() const override;  // the whole state
+  // Collective: every rank calls it; rank 0 gets the whole state, the others "".
+  std::string save() const override;
+  void load(const std::string& bytes, const std::string& origin) override;
+
+  // Stage 2, from the gradient hook: parameter `index` has its gradient.
+  void gradient_ready(size_t index);
+  const ZeroLayout& layout() const { return layout_; }
+
+ private:
+  torch::Tensor bucket_gradients(const ZeroBucket& bucket) const;
+  void reduce_bucket(size_t bucket);
+  void ensure_gradient_partition();
+  torch::Tensor own_parameters() const;  // this rank's chunks of the parameters, flat
+  void publish(const torch::Tensor& partition);
+  std::vector<std::pair<const char*, torch::Tensor>> states() const;
+  void check(const Status& status, const char* what) const;
+
+  NamedParameters parameters_;
+  Communicator& comm_;
+  ZeroAdamWOptions options_;
+  ZeroLayout layout_;
+  torch::ScalarType dtype_;
+  torch::Device device_;
+  torch::Tensor master_;      // fp32 partition, when kept (device, or host under offload)
+  torch::Tensor exp_avg_;     // fp32, or the parameters' dtype without master weights
+  torch::Tensor exp_avg_sq_;
+  torch::Tensor gradients_;   // the reduced gradient partition; undefined between steps
+  std::vector<int64_t> pending_;  // stage 2: gradients each bucket still waits for
+  std::vector<char> ready_;       // stage 2: which parameters' gradients are in
+  int64_t steps_ = 0;
+};
+
+}  // namespace headroom::executor

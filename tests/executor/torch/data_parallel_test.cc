@@ -1,0 +1,374 @@
+// headroom run on several ranks (issue 11): jobs of 2 and 4 processes over
+// Gloo, started by `headroom-train run --nproc N` as torchrun starts ranks,
+// train as one process does on the same global batch (data parallel, ZeRO-1,
+// ZeRO-2, ZeRO-2 with CPU offload), measure each rank's partitions as the
+// planner predicts them, checkpoint and resume on the same and on another
+// number of ranks, and stop with a message when a rank dies or runs another plan.
+//
+// Tolerance: the ranks sum their gradients in another order than one process
+// accumulates them, so fp32 gradients differ in their last bits. The losses
+// then agree within 1e-5 relative, and the optimizer states (exp_avg is
+// linear in the gradient) within 1e-4 of each tensor's largest value. Weights
+// get 1e-2 of the learning rate: AdamW's update m / sqrt(v) is normalised, so
+// an element whose gradient is a near-cancelling sum can move by up to lr when
+// rounding tips it (measured here: at most 1.4e-3 lr over 4 steps). A bug moves
+// them by far more: a wrong slice or a lost gradient by about lr per step, and
+// a wrong 1/world (which AdamW's normalisation hides from the weights) doubles
+// exp_avg.
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "executor/run.h"
+#include "executor/state_store.h"
+#include "planner/planner.h"
+
+// c10/util/logging defines CHECK (an abort); the tests mean doctest's.
+#undef CHECK
+#define CHECK DOCTEST_CHECK
+
+namespace headroom::executor {
+namespace {
+
+constexpr double kLearningRate = 3e-3;
+
+struct Job {
+  planner::RunSettings settings;
+  int ranks = 1;
+};
+
+planner::Plan plan_for(const Job& job) {
+  planner::RunSettings settings = job.settings;
+  settings.gpus_per_node = job.ranks;
+  Result<planner::FitAnswer> answer = planner::fit(settings);
+  REQUIRE_MESSAGE(answer.is_ok(), answer.message());
+  return answer->as_given;
+}
+
+planner::RunSettings tiny_llama(int zero, int64_t grad_accum) {
+  planner::RunSettings s;
+  s.model = "tiny-llama";
+  s.gpu = "a6000";
+  s.precision = planner::Precision::kFp32;
+  s.mode = planner::TrainMode::kFull;
+  s.checkpointing = planner::CheckpointPolicy::kEveryBlock;
+  s.micro_batch = 2;
+  s.grad_accum = grad_accum;
+  s.zero_stage = zero;
+  return s;
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = "/tmp/headroom_dp_" + std::to_string(::getpid()) + "_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+  std::vector<double> losses;  // from the metrics file
+  double seconds = 0;
+};
+
+// `headroom-train run PLAN ARGS` in `dir`, with the plan written there.
+Outcome train(const planner::Plan& plan, const std::string& dir, const std::string& args) {
+  const std::string plan_path = dir + "/plan.json";
+  std::ofstream(plan_path) << planner::plan_to_json(plan).dump(2);
+  std::filesystem::remove(dir + "/metrics.jsonl");
+  const std::string command = std::string(HEADROOM_TRAINER) + " run " + plan_path + " --device cpu --lr " +
+                              std::to_string(kLearningRate) + " --metrics " + dir + "/metrics.jsonl " + args +
+                              " >" + dir + "/out.txt 2>" + dir + "/err.txt";
+  const auto start = std::chrono::steady_clock::now();
+  const int status = std::system(command.c_str());
+  Outcome o;
+  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.out = slurp(dir + "/out.txt");
+  o.err = slurp(dir + "/err.txt");
+  std::ifstream metrics(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) o.losses.push_back(nlohmann::json::parse(line).at("loss"));
+  return o;
+}
+
+// Every tensor of one part of the newest checkpoint in `dir`.
+std::map<std::string, torch::Tensor> saved(const std::string& dir, const std::string& part) {
+  StateStoreOptions options;
+  options.directory = dir;
+  auto loaded = StateStore(options).load_latest();
+  REQUIRE(loaded.is_ok());
+  REQUIRE(loaded->has_value());
+  const std::string& bytes = loaded.value()->parts.at(part);
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  std::map<std::string, torch::Tensor> out;
+  for (const std::string& key : archive.keys()) {
+    torch::Tensor t;
+    archive.read(key, t);
+    out[key] = t;
+  }
+  return out;
+}
+
+void check_same_losses(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("step " << i + 1 << ": " << got[i] << " vs " << want[i]);
+    CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]));
+  }
+}
+
+// Weights within 1e-2 x lr; optimizer states within 1e-4 of their largest value.
+void check_same_state(const std::string& got_dir, const std::string& want_dir) {
+  for (const char* part : {"model.pt", "optimizer.pt"}) {
+    const auto got = saved(got_dir, part);
+    const auto want = saved(want_dir, part);
+    REQUIRE(got.size() == want.size());
+    for (const auto& [name, tensor] : want) {
+      REQUIRE_MESSAGE(got.count(name), name);
+      const torch::Tensor& other = got.at(name);
+      REQUIRE(other.sizes() == tensor.sizes());
+      if (!tensor.is_floating_point()) {
+        CHECK_MESSAGE(torch::equal(other, tensor), name);
+        continue;
+      }
+      const bool weights = std::string(part) == "model.pt";
+      const double bound = weights ? 1e-2 * kLearningRate : 1e-4 * std::max(1e-12, tensor.abs().max().item<double>());
+      const double worst = (other.to(torch::kDouble) - tensor.to(torch::kDouble)).abs().max().item<double>();
+      CHECK_MESSAGE(worst <= bound, part << " " << name << ": differs by " << worst);
+    }
+  }
+}
+
+// The run's JSON answer: each memory row within 5 % (the rows are the ranks
+// furthest from the prediction).
+void check_rows(const Outcome& o, const std::vector<std::string>& names) {
+  const nlohmann::json answer = nlohmann::json::parse(o.out);
+  for (const std::string& name : names) {
+    bool found = false;
+    for (const nlohmann::json& row : answer.at("categories")) {
+      if (row.at("category") != name) continue;
+      found = true;
+      INFO(name << " (rank " << row.value("rank", -1) << "): predicted " << row.at("predicted_bytes")
+                << " measured " << row.at("measured_bytes"));
+      CHECK(row.at("measured_bytes").get<int64_t>() > 0);
+      CHECK(std::abs(row.at("relative_error").get<double>()) <= 0.05);
+    }
+    CHECK_MESSAGE(found, name);
+  }
+}
+
+// The reference: one process, the same micro-batch, accumulating every rank's micro-steps.
+Outcome one_process(planner::RunSettings settings, int ranks, const std::string& dir, int steps) {
+  settings.grad_accum *= ranks;
+  return train(plan_for(Job{settings, 1}), dir, "--steps " + std::to_string(steps) + " --checkpoint-dir " + dir + "/ckpt");
+}
+
+}  // namespace
+
+TEST_CASE("data parallel, ZeRO-1 and ZeRO-2 on 2 ranks train as one process does") {
+  const int steps = 4;
+  const std::string reference_dir = temp_dir("ref");
+  const Outcome reference = one_process(tiny_llama(0, 2), 2, reference_dir, steps);
+  REQUIRE_MESSAGE(reference.exit_code == 0, reference.err);
+  for (int zero : {0, 1, 2}) {
+    CAPTURE(zero);
+    const std::string dir = temp_dir("z" + std::to_string(zero));
+    const Outcome job = train(plan_for(Job{tiny_llama(zero, 2), 2}), dir,
+                              "--nproc 2 --json --steps " + std::to_string(steps) + " --checkpoint-dir " + dir + "/ckpt");
+    REQUIRE_MESSAGE(job.exit_code == 0, job.err);
+    check_same_losses(job.losses, reference.losses);
+    check_same_state(dir + "/ckpt", reference_dir + "/ckpt");
+    check_rows(job, {"parameters", "optimizer states + master weights", "gradients", "activations"});
+    std::filesystem::remove_all(dir);
+  }
+  CHECK(reference.losses.back() < reference.losses.front());
+  std::filesystem::remove_all(reference_dir);
+}
+
+TEST_CASE("ZeRO-2 on 4 ranks with an offloaded block, and ZeRO-2 with CPU AdamW, train as one process does") {
+  const int steps = 3;
+  planner::RunSettings settings = tiny_llama(2, 1);
+  // An offloaded block beside the checkpointed ones.
+  auto with_offload = [](planner::Plan plan) {
+    plan.blocks[1] = planner::BlockChoice::kOffload;
+    return plan;
+  };
+  const std::string reference_dir = temp_dir("ref4");
+  planner::RunSettings single = settings;
+  single.grad_accum = 4;
+  const Outcome reference = train(with_offload(plan_for(Job{single, 1})), reference_dir,
+                                  "--steps " + std::to_string(steps) + " --checkpoint-dir " + reference_dir + "/ckpt");
+  REQUIRE_MESSAGE(reference.exit_code == 0, reference.err);
+  const std::string dir = temp_dir("z2x4");
+  const Outcome job = train(with_offload(plan_for(Job{settings, 4})), dir,
+                            "--nproc 4 --json --steps " + std::to_string(steps) + " --checkpoint-dir " + dir + "/ckpt");
+  REQUIRE_MESSAGE(job.exit_code == 0, job.err);
+  check_same_losses(job.losses, reference.losses);
+  check_same_state(dir + "/ckpt", reference_dir + "/ckpt");
+  check_rows(job, {"parameters", "optimizer states + master weights", "gradients", "activations"});
+
+  // ZeRO-Offload: the partition's states on the host, stepped by the CPU AdamW,
+  // against one process offloading the same way.
+  planner::RunSettings offload = tiny_llama(2, 1);
+  offload.offload_optimizer = planner::Offload::kCpu;
+  const std::string offload_ref_dir = temp_dir("refoff");
+  const Outcome offload_ref = one_process(offload, 2, offload_ref_dir, steps);
+  REQUIRE_MESSAGE(offload_ref.exit_code == 0, offload_ref.err);
+  const std::string offload_dir = temp_dir("z2off");
+  const Outcome offloaded = train(plan_for(Job{offload, 2}), offload_dir,
+                                  "--nproc 2 --steps " + std::to_string(steps) + " --checkpoint-dir " + offload_dir + "/ckpt");
+  REQUIRE_MESSAGE(offloaded.exit_code == 0, offloaded.err);
+  check_same_losses(offloaded.losses, offload_ref.losses);
+  check_same_state(offload_dir + "/ckpt", offload_ref_dir + "/ckpt");
+  for (const std::string& d : {reference_dir, dir, offload_ref_dir, offload_dir}) std::filesystem::remove_all(d);
+}
+
+TEST_CASE("a ZeRO-2 checkpoint resumes exactly on 2 ranks, and on 4 ranks and 1 process re-partitioned") {
+  planner::RunSettings settings = tiny_llama(2, 2);
+  const std::string straight_dir = temp_dir("straight");
+  const Outcome straight = train(plan_for(Job{settings, 2}), straight_dir,
+                                 "--nproc 2 --steps 4 --checkpoint-every 2 --checkpoint-dir " + straight_dir + "/ckpt");
+  REQUIRE_MESSAGE(straight.exit_code == 0, straight.err);
+
+  // Stop at step 2, resume to 4 on the same ranks: bit for bit.
+  const std::string half_dir = temp_dir("half");
+  const Outcome first = train(plan_for(Job{settings, 2}), half_dir,
+                              "--nproc 2 --steps 2 --checkpoint-dir " + half_dir + "/ckpt");
+  REQUIRE_MESSAGE(first.exit_code == 0, first.err);
+  const Outcome second = train(plan_for(Job{settings, 2}), half_dir, "--nproc 2 --steps 4 --resume " + half_dir + "/ckpt");
+  REQUIRE_MESSAGE(second.exit_code == 0, second.err);
+  REQUIRE(second.losses.size() == 2);
+  CHECK(second.losses[0] == straight.losses[2]);
+  CHECK(second.losses[1] == straight.losses[3]);
+  for (const char* part : {"model.pt", "optimizer.pt"}) {
+    const auto a = saved(straight_dir + "/ckpt", part);
+    const auto b = saved(half_dir + "/ckpt", part);
+    REQUIRE(a.size() == b.size());
+    for (const auto& [name, tensor] : a) CHECK_MESSAGE(torch::equal(tensor, b.at(name)), part << " " << name);
+  }
+
+  // The same global batch on 4 ranks (1 micro-step each) and on 1 process (4):
+  // the step-2 checkpoint re-partitions, and training goes on as the straight run.
+  for (int ranks : {4, 1}) {
+    CAPTURE(ranks);
+    planner::RunSettings other = settings;
+    other.grad_accum = 4 / ranks;
+    const std::string dir = temp_dir("repart" + std::to_string(ranks));
+    std::filesystem::create_directories(dir + "/ckpt");
+    std::filesystem::copy(half_dir + "/ckpt/step-00000002", dir + "/ckpt/step-00000002",
+                          std::filesystem::copy_options::recursive);
+    const Outcome resumed = train(plan_for(Job{other, ranks}), dir,
+                                  (ranks > 1 ? "--nproc " + std::to_string(ranks) : std::string()) +
+                                      " --steps 4 --resume " + dir + "/ckpt");
+    REQUIRE_MESSAGE(resumed.exit_code == 0, resumed.err);
+    REQUIRE(resumed.losses.size() == 2);
+    check_same_losses(resumed.losses, {straight.losses[2], straight.losses[3]});
+    check_same_state(dir + "/ckpt", straight_dir + "/ckpt");
+    std::filesystem::remove_all(dir);
+  }
+  std::filesystem::remove_all(straight_dir);
+  std::filesystem::remove_all(half_dir);
+}
+
+TEST_CASE("tiny-flux with LoRA and checkpointing trains on 2 ranks at ZeRO-1 as one process does") {
+  planner::RunSettings settings;
+  settings.model = "tiny-flux";
+  settings.gpu = "a6000";
+  settings.precision = planner::Precision::kFp32;
+  settings.mode = planner::TrainMode::kLora;
+  settings.lora.rank = 4;
+  settings.lora.dropout = 0;  // each rank draws its own masks (docs/executor.md)
+  settings.checkpointing = planner::CheckpointPolicy::kEveryBlock;
+  settings.micro_batch = 2;
+  settings.zero_stage = 1;
+  const std::string reference_dir = temp_dir("fluxref");
+  const Outcome reference = one_process(settings, 2, reference_dir, 3);
+  REQUIRE_MESSAGE(reference.exit_code == 0, reference.err);
+  const std::string dir = temp_dir("flux");
+  const Outcome job = train(plan_for(Job{settings, 2}), dir, "--nproc 2 --json --steps 3 --checkpoint-dir " + dir + "/ckpt");
+  REQUIRE_MESSAGE(job.exit_code == 0, job.err);
+  check_same_losses(job.losses, reference.losses);
+  check_same_state(dir + "/ckpt", reference_dir + "/ckpt");
+  check_rows(job, {"optimizer states + master weights", "gradients"});
+  std::filesystem::remove_all(reference_dir);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a killed rank ends the job with a message naming it, within seconds") {
+  const std::string dir = temp_dir("kill");
+  const planner::Plan plan = plan_for(Job{tiny_llama(2, 1), 2});
+  std::ofstream(dir + "/plan.json") << planner::plan_to_json(plan).dump(2);
+  // Start the job, wait for its first step, kill rank 1 (the launcher's last child).
+  const std::string script =
+      std::string(HEADROOM_TRAINER) + " run " + dir + "/plan.json --device cpu --nproc 2 --steps 100000 --metrics " +
+      dir + "/metrics.jsonl >" + dir + "/out.txt 2>" + dir + "/err.txt & launcher=$!; " +
+      "for i in $(seq 600); do [ -s " + dir + "/metrics.jsonl ] && break; sleep 0.1; done; " +
+      "kill -9 $(pgrep -P $launcher | tail -n 1); start=$(date +%s); wait $launcher; code=$?; " +
+      "echo $code $(( $(date +%s) - start )) > " + dir + "/result.txt";
+  REQUIRE(std::system(("bash -c '" + script + "'").c_str()) == 0);
+  std::istringstream result(slurp(dir + "/result.txt"));
+  int code = -1;
+  int seconds = -1;
+  result >> code >> seconds;
+  const std::string err = slurp(dir + "/err.txt");
+  CHECK(code != 0);
+  CHECK(seconds < 60);
+  CHECK_MESSAGE(err.find("rank 1 of 2 was killed by signal 9") != std::string::npos, err);
+  CHECK_MESSAGE(err.find("rank 0 of 2: ") != std::string::npos, err);  // rank 0 says why it stopped
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("ranks started with other options, or a plan for another number of ranks, are refused at start") {
+  const std::string dir = temp_dir("mismatch");
+  const planner::Plan plan = plan_for(Job{tiny_llama(1, 1), 2});
+  std::ofstream(dir + "/plan.json") << planner::plan_to_json(plan).dump(2);
+  // Two ranks by hand, as torchrun would start them, one with another learning rate.
+  const std::string base = std::string("RANK=%d WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=") +
+                           std::to_string(29700 + ::getpid() % 200) + " " + HEADROOM_TRAINER + " run " + dir +
+                           "/plan.json --device cpu --steps 2 ";
+  char rank0[1024];
+  char rank1[1024];
+  std::snprintf(rank0, sizeof rank0, base.c_str(), 0);
+  std::snprintf(rank1, sizeof rank1, base.c_str(), 1);
+  const std::string script = std::string(rank0) + " --lr 0.001 >/dev/null 2>" + dir + "/err0.txt & " + rank1 +
+                             " --lr 0.002 >/dev/null 2>" + dir + "/err1.txt; a=$?; wait $!; b=$?; echo $a $b > " + dir +
+                             "/codes.txt";
+  REQUIRE(std::system(("bash -c '" + script + "'").c_str()) == 0);
+  std::istringstream codes(slurp(dir + "/codes.txt"));
+  int a = 0;
+  int b = 0;
+  codes >> a >> b;
+  CHECK(a != 0);
+  CHECK(b != 0);
+  const std::string err = slurp(dir + "/err1.txt");
+  CHECK_MESSAGE(err.find("runs another plan or other options than rank 0") != std::string::npos, err);
+
+  // The 2-rank plan started as one process says how to start it.
+  const Outcome alone = train(plan, dir, "--steps 1");
+  CHECK(alone.exit_code != 0);
+  CHECK_MESSAGE(alone.err.find("the plan is for 2 ranks, but this job has 1") != std::string::npos, alone.err);
+  CHECK(alone.err.find("--nproc 2") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace headroom::executor
