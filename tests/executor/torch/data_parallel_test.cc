@@ -16,6 +16,9 @@
 // a wrong 1/world (which AdamW's normalisation hides from the weights) doubles
 // exp_avg.
 #include <doctest/doctest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -183,6 +186,20 @@ Outcome one_process(planner::RunSettings settings, int ranks, const std::string&
   return train(plan_for(Job{settings, 1}), dir, "--steps " + std::to_string(steps) + " --checkpoint-dir " + dir + "/ckpt");
 }
 
+// A loopback port nothing listens on now (the kernel's pick), for rank 0's store.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
 }  // namespace
 
 TEST_CASE("data parallel, ZeRO-1 and ZeRO-2 on 2 ranks train as one process does") {
@@ -344,7 +361,7 @@ TEST_CASE("ranks started with other options, or a plan for another number of ran
   std::ofstream(dir + "/plan.json") << planner::plan_to_json(plan).dump(2);
   // Two ranks by hand, as torchrun would start them, one with another learning rate.
   const std::string base = std::string("RANK=%d WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=") +
-                           std::to_string(29700 + ::getpid() % 200) + " " + HEADROOM_TRAINER + " run " + dir +
+                           std::to_string(free_port()) + " " + HEADROOM_TRAINER + " run " + dir +
                            "/plan.json --device cpu --steps 2 ";
   char rank0[1024];
   char rank1[1024];
