@@ -25,9 +25,11 @@
 #include <vector>
 
 #include "executor/cpu_adamw.h"
+#include "executor/mixed_adamw.h"
 
 namespace {
 
+using headroom::executor::adamw_update;
 using headroom::executor::AdamWHyper;
 using headroom::executor::HalfKind;
 
@@ -107,19 +109,12 @@ void bench_size(int64_t n, const AdamWHyper& h) {
                                     .weight_decay(h.weight_decay));
   const double frontend_s = median_seconds([&](int64_t) { optimizer.step(); });
 
-  // Python's torch.optim.AdamW CPU path (torch/optim/adam.py, _single_tensor_adam), as ATen ops.
+  // Python's torch.optim.AdamW CPU path (torch/optim/adam.py, _single_tensor_adam), as ATen ops:
+  // the executor's own device update (executor/mixed_adamw.h adamw_update).
   torch::NoGradGuard no_grad;
   torch::Tensor python = initial.clone();
   torch::Tensor pm = torch::zeros({n}), pv = torch::zeros({n});
-  const double python_s = median_seconds([&](int64_t k) {
-    const double bias_correction1 = 1 - std::pow(h.beta1, static_cast<double>(k));
-    const double bias_correction2 = 1 - std::pow(h.beta2, static_cast<double>(k));
-    python.mul_(1 - h.lr * h.weight_decay);
-    pm.lerp_(grad, 1 - h.beta1);
-    pv.mul_(h.beta2).addcmul_(grad, grad, 1 - h.beta2);
-    const torch::Tensor denom = (pv.sqrt() / std::sqrt(bias_correction2)).add_(h.eps);
-    python.addcdiv_(pm, denom, -h.lr / bias_correction1);
-  });
+  const double python_s = median_seconds([&](int64_t k) { adamw_update(python, pm, pv, grad, h, k); });
 
   // at::_fused_adamw_ (the step count lives in a tensor, incremented first as Python does).
   torch::Tensor fused = initial.clone();

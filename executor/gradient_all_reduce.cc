@@ -1,8 +1,16 @@
 #include "executor/gradient_all_reduce.h"
 
-#include "executor/zero_layout.h"
-
 namespace headroom::executor {
+
+torch::Tensor bucket_gradients(const ZeroBucket& bucket, const NamedParameters& parameters, int64_t length,
+                               const torch::TensorOptions& options) {
+  torch::Tensor flat = torch::zeros({length}, options);
+  for (size_t j = 0; j < bucket.parameters.size(); ++j) {
+    const torch::Tensor& grad = parameters[bucket.parameters[j]].second.grad();
+    if (grad.defined()) flat.narrow(0, bucket.offsets[j], grad.numel()).copy_(grad.reshape(-1));
+  }
+  return flat;
+}
 
 Status all_reduce_gradients(const NamedParameters& parameters, Communicator& communicator, int64_t bucket_elements) {
   if (communicator.world_size() == 1 || parameters.empty()) return Status::ok();
@@ -13,16 +21,12 @@ Status all_reduce_gradients(const NamedParameters& parameters, Communicator& com
   const ZeroLayout layout(elements, bucket_elements, 1, 0);
   const torch::Tensor& first = parameters.front().second;
   for (const ZeroBucket& bucket : layout.buckets()) {
-    torch::Tensor flat = torch::zeros({bucket.elements}, first.options().requires_grad(false));
-    for (size_t j = 0; j < bucket.parameters.size(); ++j) {
-      const torch::Tensor& grad = parameters[bucket.parameters[j]].second.grad();
-      if (grad.defined()) flat.narrow(0, bucket.offsets[j], grad.numel()).copy_(grad.reshape(-1));
-    }
+    torch::Tensor flat = bucket_gradients(bucket, parameters, bucket.elements, first.options().requires_grad(false));
     if (Status s = communicator.all_reduce_sum(flat); !s.is_ok()) {
       return Status::error("all-reduce of gradients: " + s.message());
     }
     for (size_t j = 0; j < bucket.parameters.size(); ++j) {
-      torch::Tensor& grad = const_cast<torch::Tensor&>(parameters[bucket.parameters[j]].second).mutable_grad();
+      torch::Tensor& grad = parameters[bucket.parameters[j]].second.mutable_grad();
       if (grad.defined()) grad.copy_(flat.narrow(0, bucket.offsets[j], grad.numel()).view(grad.sizes()));
     }
   }

@@ -11,8 +11,15 @@
 
 #include "executor/communicator.h"
 #include "executor/optimizer.h"
+#include "executor/zero_layout.h"
 
 namespace headroom::executor {
+
+// The gradients of `bucket`'s parameters, flat at their bucket offsets, in a
+// zeroed tensor of `length` >= bucket.elements (ZeRO pads it to a multiple of
+// the world size) with `options`; a parameter without a gradient stays zeros.
+torch::Tensor bucket_gradients(const ZeroBucket& bucket, const NamedParameters& parameters, int64_t length,
+                               const torch::TensorOptions& options);
 
 // Sums every gradient over the ranks in place. A parameter without a gradient
 // contributes zeros and stays without one. All trainable parameters share one

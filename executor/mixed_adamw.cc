@@ -9,13 +9,24 @@
 #include <stdexcept>
 
 namespace headroom::executor {
-namespace {
-
 HalfKind half_kind(torch::ScalarType type) {
   if (type == torch::kBFloat16) return HalfKind::kBf16;
   if (type == torch::kHalf) return HalfKind::kFp16;
   return HalfKind::kNone;
 }
+
+void adamw_update(const torch::Tensor& weights, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
+                  const torch::Tensor& grad, const AdamWHyper& h, int64_t step) {
+  const double bias1 = 1 - std::pow(h.beta1, static_cast<double>(step));
+  const double bias2 = 1 - std::pow(h.beta2, static_cast<double>(step));
+  weights.mul_(1 - h.lr * h.weight_decay);
+  exp_avg.lerp_(grad, 1 - h.beta1);
+  exp_avg_sq.mul_(h.beta2).addcmul_(grad, grad, 1 - h.beta2);
+  const torch::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias2)).add_(h.eps);
+  weights.addcdiv_(exp_avg, denom, -h.lr / bias1);
+}
+
+namespace {
 
 torch::TensorOptions host_f32(const torch::Tensor& like) {
   return torch::TensorOptions().dtype(torch::kFloat).device(torch::kCPU).pinned_memory(like.is_cuda());
@@ -112,8 +123,6 @@ bool MixedAdamW::step(double grad_scale, bool check_finite) {
   if (check_finite && !grads_finite(grad_scale)) return false;
   ++steps_;
   const AdamWHyper& h = options_.hyper;
-  const double bias1 = 1 - std::pow(h.beta1, static_cast<double>(steps_));
-  const double bias2 = 1 - std::pow(h.beta2, static_cast<double>(steps_));
   for (const auto& slot : slots_) {
     if (options_.offload_to_cpu) {
       torch::Tensor grad = slot->host_grad.defined() ? slot->host_grad : slot->param.grad();
@@ -139,13 +148,7 @@ bool MixedAdamW::step(double grad_scale, bool check_finite) {
     torch::Tensor& weights = slot->master.defined() ? slot->master : slot->param;
     torch::Tensor grad = raw.to(weights.scalar_type());
     if (grad_scale != 1.0) grad = grad * grad_scale;
-    // torch.optim.AdamW, single-tensor path (amsgrad=False): decoupled decay,
-    // lerp for the first moment, bias-corrected denominator.
-    weights.mul_(1 - h.lr * h.weight_decay);
-    slot->exp_avg.lerp_(grad, 1 - h.beta1);
-    slot->exp_avg_sq.mul_(h.beta2).addcmul_(grad, grad, 1 - h.beta2);
-    const torch::Tensor denom = (slot->exp_avg_sq.sqrt() / std::sqrt(bias2)).add_(h.eps);
-    weights.addcdiv_(slot->exp_avg, denom, -h.lr / bias1);
+    adamw_update(weights, slot->exp_avg, slot->exp_avg_sq, grad, h, steps_);
     if (slot->master.defined()) slot->param.copy_(slot->master);
   }
   return true;

@@ -26,6 +26,18 @@ struct MixedAdamWOptions {
   int cpu_threads = 0;          // for the CPU step; 0 = all cores
 };
 
+// torch.optim.AdamW's update, single-tensor path (amsgrad=False): decoupled
+// decay, lerp for the first moment, bias-corrected denominator, in place on
+// `weights` and both moments after `step` steps (1-based). `grad` has the
+// weights' dtype and is already scaled. MixedAdamW steps each parameter with
+// it, ZeroAdamW (executor/zero_adamw.h) a rank's partition: one arithmetic, so
+// both train alike.
+void adamw_update(const torch::Tensor& weights, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
+                  const torch::Tensor& grad, const AdamWHyper& hyper, int64_t step);
+
+// The cpu_adamw_step element kind of a dtype: bf16, fp16, or kNone (fp32).
+HalfKind half_kind(torch::ScalarType type);
+
 class MixedAdamW final : public Optimizer {
  public:
   // `parameters`: (name, tensor) of every trainable parameter. States are

@@ -1,9 +1,11 @@
 #include "executor/zero_adamw.h"
 
+#include "executor/gradient_all_reduce.h"
+#include "executor/mixed_adamw.h"
+
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
@@ -14,12 +16,6 @@ std::vector<int64_t> element_counts(const NamedParameters& parameters) {
   std::vector<int64_t> counts;
   for (const auto& [name, tensor] : parameters) counts.push_back(tensor.numel());
   return counts;
-}
-
-HalfKind half_kind(torch::ScalarType type) {
-  if (type == torch::kBFloat16) return HalfKind::kBf16;
-  if (type == torch::kHalf) return HalfKind::kFp16;
-  return HalfKind::kNone;
 }
 
 // Stage 2: tells the optimizer that backward has accumulated a gradient.
@@ -94,16 +90,6 @@ torch::Tensor ZeroAdamW::own_parameters() const {
   return flat;
 }
 
-torch::Tensor ZeroAdamW::bucket_gradients(const ZeroBucket& bucket) const {
-  torch::Tensor flat =
-      torch::zeros({bucket.chunk * layout_.world()}, torch::TensorOptions().dtype(dtype_).device(device_));
-  for (size_t j = 0; j < bucket.parameters.size(); ++j) {
-    const torch::Tensor& grad = parameters_[bucket.parameters[j]].second.grad();
-    if (grad.defined()) flat.narrow(0, bucket.offsets[j], grad.numel()).copy_(grad.reshape(-1));
-  }
-  return flat;
-}
-
 void ZeroAdamW::ensure_gradient_partition() {
   if (gradients_.defined()) return;
   const int64_t n = layout_.partition_elements();
@@ -114,7 +100,8 @@ void ZeroAdamW::ensure_gradient_partition() {
 void ZeroAdamW::reduce_bucket(size_t index) {
   torch::NoGradGuard no_grad;
   const ZeroBucket& bucket = layout_.buckets()[index];
-  torch::Tensor flat = bucket_gradients(bucket);
+  torch::Tensor flat = bucket_gradients(bucket, parameters_, bucket.chunk * layout_.world(),
+                                        torch::TensorOptions().dtype(dtype_).device(device_));
   // Stage 2 holds no whole gradient past its bucket (stage 1 keeps them to zero_grad).
   if (options_.stage == 2) {
     for (size_t k : bucket.parameters) parameters_[k].second.mutable_grad() = torch::Tensor();
@@ -194,16 +181,10 @@ bool ZeroAdamW::step(double grad_scale, bool check_finite) {
     publish(half.defined() ? half : master_);
   } else {
     // MixedAdamW's update (torch.optim.AdamW), on the partition.
-    torch::Tensor weights = master_.defined() ? master_ : own_parameters();
+    const torch::Tensor weights = master_.defined() ? master_ : own_parameters();
     torch::Tensor grad = gradients_.to(weights.scalar_type());
     if (scale != 1.0) grad = grad * scale;
-    const double bias1 = 1 - std::pow(h.beta1, static_cast<double>(steps_));
-    const double bias2 = 1 - std::pow(h.beta2, static_cast<double>(steps_));
-    weights.mul_(1 - h.lr * h.weight_decay);
-    exp_avg_.lerp_(grad, 1 - h.beta1);
-    exp_avg_sq_.mul_(h.beta2).addcmul_(grad, grad, 1 - h.beta2);
-    const torch::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bias2)).add_(h.eps);
-    weights.addcdiv_(exp_avg_, denom, -h.lr / bias1);
+    adamw_update(weights, exp_avg_, exp_avg_sq_, grad, h, steps_);
     grad = torch::Tensor();
     publish(weights);
   }
@@ -280,8 +261,7 @@ void ZeroAdamW::load(const std::string& bytes, const std::string& origin) {
       read_state(archive, name + "/" + key, whole, origin);
       const OwnedSlice s = layout_.owned(i, layout_.rank());
       if (s.elements == 0) continue;
-      torch::Tensor target = flat;
-      target.narrow(0, s.partition_begin, s.elements).copy_(whole.reshape(-1).narrow(0, s.parameter_begin, s.elements));
+      flat.narrow(0, s.partition_begin, s.elements).copy_(whole.reshape(-1).narrow(0, s.parameter_begin, s.elements));
     }
   }
 }

@@ -70,7 +70,6 @@ class ZeroAdamW final : public Optimizer {
   const ZeroLayout& layout() const { return layout_; }
 
  private:
-  torch::Tensor bucket_gradients(const ZeroBucket& bucket) const;
   void reduce_bucket(size_t bucket);
   void ensure_gradient_partition();
   torch::Tensor own_parameters() const;  // this rank's chunks of the parameters, flat

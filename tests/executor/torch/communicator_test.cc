@@ -2,9 +2,7 @@
 // torchrun's environment, and c10d's Gloo group across real processes started
 // as torchrun starts them (tests/executor/torch/comm_worker_main.cc).
 #include <doctest/doctest.h>
-#include <netinet/in.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <csignal>
 #include <unistd.h>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "executor/communicator.h"
+#include "tests/executor/torch/run_test_support.h"
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.
 #undef CHECK
@@ -25,19 +24,6 @@ extern char** environ;
 namespace headroom::executor {
 namespace {
 
-// A port the kernel just handed out, free again once the socket closes.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
-  socklen_t length = sizeof(address);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 struct JobResult {
   std::vector<int> exit_codes;  // per rank
@@ -46,7 +32,7 @@ struct JobResult {
 
 // Starts `world` comm_worker processes with torchrun's variables and waits for all.
 JobResult run_job(int world, const std::string& scenario, int timeout_ms) {
-  const int port = free_port();
+  const int port = run_test::free_port();
   const auto start = std::chrono::steady_clock::now();
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {

@@ -16,9 +16,6 @@
 // a wrong 1/world (which AdamW's normalisation hides from the weights) doubles
 // exp_avg.
 #include <doctest/doctest.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -35,6 +32,7 @@
 #include "executor/run.h"
 #include "executor/state_store.h"
 #include "planner/planner.h"
+#include "tests/executor/torch/run_test_support.h"
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.
 #undef CHECK
@@ -113,24 +111,6 @@ Outcome train(const planner::Plan& plan, const std::string& dir, const std::stri
   return o;
 }
 
-// Every tensor of one part of the newest checkpoint in `dir`.
-std::map<std::string, torch::Tensor> saved(const std::string& dir, const std::string& part) {
-  StateStoreOptions options;
-  options.directory = dir;
-  auto loaded = StateStore(options).load_latest();
-  REQUIRE(loaded.is_ok());
-  REQUIRE(loaded->has_value());
-  const std::string& bytes = loaded.value()->parts.at(part);
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
-  std::map<std::string, torch::Tensor> out;
-  for (const std::string& key : archive.keys()) {
-    torch::Tensor t;
-    archive.read(key, t);
-    out[key] = t;
-  }
-  return out;
-}
 
 void check_same_losses(const std::vector<double>& got, const std::vector<double>& want) {
   REQUIRE(got.size() == want.size());
@@ -143,8 +123,8 @@ void check_same_losses(const std::vector<double>& got, const std::vector<double>
 // Weights within 1e-2 x lr; optimizer states within 1e-4 of their largest value.
 void check_same_state(const std::string& got_dir, const std::string& want_dir) {
   for (const char* part : {"model.pt", "optimizer.pt"}) {
-    const auto got = saved(got_dir, part);
-    const auto want = saved(want_dir, part);
+    const auto got = run_test::checkpoint_part(got_dir, part);
+    const auto want = run_test::checkpoint_part(want_dir, part);
     REQUIRE(got.size() == want.size());
     for (const auto& [name, tensor] : want) {
       REQUIRE_MESSAGE(got.count(name), name);
@@ -186,19 +166,6 @@ Outcome one_process(planner::RunSettings settings, int ranks, const std::string&
   return train(plan_for(Job{settings, 1}), dir, "--steps " + std::to_string(steps) + " --checkpoint-dir " + dir + "/ckpt");
 }
 
-// A loopback port nothing listens on now (the kernel's pick), for rank 0's store.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 }  // namespace
 
@@ -278,8 +245,8 @@ TEST_CASE("a ZeRO-2 checkpoint resumes exactly on 2 ranks, and on 4 ranks and 1 
   CHECK(second.losses[0] == straight.losses[2]);
   CHECK(second.losses[1] == straight.losses[3]);
   for (const char* part : {"model.pt", "optimizer.pt"}) {
-    const auto a = saved(straight_dir + "/ckpt", part);
-    const auto b = saved(half_dir + "/ckpt", part);
+    const auto a = run_test::checkpoint_part(straight_dir + "/ckpt", part);
+    const auto b = run_test::checkpoint_part(half_dir + "/ckpt", part);
     REQUIRE(a.size() == b.size());
     for (const auto& [name, tensor] : a) CHECK_MESSAGE(torch::equal(tensor, b.at(name)), part << " " << name);
   }
@@ -361,7 +328,7 @@ TEST_CASE("ranks started with other options, or a plan for another number of ran
   std::ofstream(dir + "/plan.json") << planner::plan_to_json(plan).dump(2);
   // Two ranks by hand, as torchrun would start them, one with another learning rate.
   const std::string base = std::string("RANK=%d WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=") +
-                           std::to_string(free_port()) + " " + HEADROOM_TRAINER + " run " + dir +
+                           std::to_string(run_test::free_port()) + " " + HEADROOM_TRAINER + " run " + dir +
                            "/plan.json --device cpu --steps 2 ";
   char rank0[1024];
   char rank1[1024];

@@ -20,6 +20,7 @@
 #include "models/llama.h"
 #include "models/torch/llama_module.h"
 #include "planner/planner.h"
+#include "tests/executor/torch/run_test_support.h"
 
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.
@@ -106,23 +107,6 @@ class FaultyFileSystem final : public FileSystem {
   static FileSystem& real() { return real_file_system(); }
 };
 
-std::map<std::string, torch::Tensor> saved_model(const std::string& dir) {
-  StateStoreOptions options;
-  options.directory = dir;
-  auto loaded = StateStore(options).load_latest();
-  REQUIRE(loaded.is_ok());
-  REQUIRE(loaded->has_value());
-  const std::string& bytes = loaded.value()->parts.at("model.pt");
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
-  std::map<std::string, torch::Tensor> out;
-  for (const std::string& key : archive.keys()) {
-    torch::Tensor t;
-    archive.read(key, t);
-    out[key] = t;
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -259,8 +243,8 @@ TEST_CASE("checkpoints survive a failed write and a full disk, resume continues 
   CHECK(second->first_step == 3);
   REQUIRE(rest.steps.size() == 4);
   for (size_t i = 0; i < rest.steps.size(); ++i) CHECK(rest.steps[i].loss == full.steps[i + 2].loss);
-  const auto a = saved_model(straight.checkpoint_dir);
-  const auto b = saved_model(broken.checkpoint_dir);
+  const auto a = run_test::checkpoint_part(straight.checkpoint_dir, "model.pt");
+  const auto b = run_test::checkpoint_part(broken.checkpoint_dir, "model.pt");
   REQUIRE(a.size() == b.size());
   for (const auto& [name, tensor] : a) CHECK_MESSAGE(torch::equal(tensor, b.at(name)), name);
 
