@@ -7,6 +7,7 @@
 #include "executor/adamw8bit.h"
 #include "executor/mixed_adamw.h"
 #include "executor/sgd.h"
+#include "executor/zero_adamw.h"
 
 namespace headroom::executor {
 
@@ -16,6 +17,12 @@ std::unique_ptr<Optimizer> make_optimizer(NamedParameters parameters, const Opti
     throw std::invalid_argument(std::string(planner::optimizer_name(options.kind)) +
                                 ": only AdamW is offloaded to the CPU by the executor");
   }
+  const bool partitioned =
+      options.communicator != nullptr && options.communicator->world_size() > 1 && options.zero_stage >= 1;
+  if (partitioned && options.kind != OptimizerKind::kAdamW) {
+    throw std::invalid_argument(std::string(planner::optimizer_name(options.kind)) +
+                                ": only AdamW is partitioned over ranks by the executor");
+  }
   switch (options.kind) {
     case OptimizerKind::kAdamW: {
       MixedAdamWOptions adam;
@@ -24,6 +31,13 @@ std::unique_ptr<Optimizer> make_optimizer(NamedParameters parameters, const Opti
       adam.master_weights = options.master_weights;
       adam.offload_to_cpu = options.offload_to_cpu;
       adam.cpu_threads = options.cpu_threads;
+      if (partitioned) {
+        ZeroAdamWOptions zero;
+        zero.adam = adam;
+        zero.stage = options.zero_stage;
+        zero.bucket_elements = options.reduce_bucket_elements;
+        return std::make_unique<ZeroAdamW>(std::move(parameters), *options.communicator, zero);
+      }
       return std::make_unique<MixedAdamW>(std::move(parameters), adam);
     }
     case OptimizerKind::kSgdMomentum: {

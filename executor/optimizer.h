@@ -19,6 +19,8 @@
 
 namespace headroom::executor {
 
+class Communicator;  // executor/communicator.h
+
 using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;
 
 class Optimizer {
@@ -53,11 +55,18 @@ struct OptimizerOptions {
   bool master_weights = false;  // fp32 master copies of 16-bit parameters
   bool offload_to_cpu = false;  // ZeRO-Offload: AdamW only (run_checks.cc refuses the others)
   int cpu_threads = 0;          // for the CPU AdamW step; 0 = all cores
+  // Several ranks at ZeRO stage 1 or 2: AdamW partitioned over `communicator`'s
+  // ranks (executor/zero_adamw.h), which must outlive the optimizer. Null, one
+  // rank, or stage 0: every rank steps the whole optimizer.
+  Communicator* communicator = nullptr;
+  int zero_stage = 0;
+  int64_t reduce_bucket_elements = 500'000'000;  // DeepSpeed's reduce_bucket_size
 };
 
 // The optimizer of `options.kind` over `parameters` (name, tensor of every
-// trainable parameter). Throws std::invalid_argument for a kind the executor
-// does not run (check_executable refuses those plans first).
+// trainable parameter), partitioned over ranks as `options` says. Throws
+// std::invalid_argument for a kind the executor does not run, or does not
+// partition (check_executable refuses those plans first).
 std::unique_ptr<Optimizer> make_optimizer(NamedParameters parameters, const OptimizerOptions& options);
 
 // ---- Shared by the optimizers (composition, not a base class) ----

@@ -30,7 +30,6 @@
 #include "executor/state_store.h"
 #include "executor/train_model.h"
 #include "executor/training_state.h"
-#include "executor/zero_adamw.h"
 #include "executor/crc32c.h"
 #include "planner/model_states.h"
 #include "planner/plan_file.h"
@@ -264,19 +263,10 @@ Status Trainer::build_model(const ExecutableModel& model, const graph::LayerGrap
   optimizer.master_weights = planner::master_bytes_per_element(plan_.settings.precision) > 0;
   optimizer.offload_to_cpu = plan_.config.offload_optimizer == planner::Offload::kCpu;
   optimizer.cpu_threads = options_.cpu_threads;
-  if (world() > 1 && plan_.config.zero_stage >= 1) {
-    ZeroAdamWOptions zero;
-    zero.hyper.lr = options_.learning_rate;
-    zero.hyper.weight_decay = options_.weight_decay;
-    zero.stage = plan_.config.zero_stage;
-    zero.master_weights = optimizer.master_weights;
-    zero.offload_to_cpu = optimizer.offload_to_cpu;
-    zero.cpu_threads = options_.cpu_threads;
-    zero.bucket_elements = plan_.settings.reduce_bucket_elements;
-    optimizer_ = std::make_unique<ZeroAdamW>(model_->trainable(), *comm_, zero);
-  } else {
-    optimizer_ = make_optimizer(model_->trainable(), optimizer);
-  }
+  optimizer.communicator = comm_.get();
+  optimizer.zero_stage = plan_.config.zero_stage;
+  optimizer.reduce_bucket_elements = plan_.settings.reduce_bucket_elements;
+  optimizer_ = make_optimizer(model_->trainable(), optimizer);
   probe_->synchronize();
   measured_.optimizer = probe_->live() - after_model;
   return Status::ok();

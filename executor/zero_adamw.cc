@@ -1,7 +1,6 @@
 #include "executor/zero_adamw.h"
 
 #include "executor/gradient_all_reduce.h"
-#include "executor/mixed_adamw.h"
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -47,14 +46,14 @@ ZeroAdamW::ZeroAdamW(NamedParameters parameters, Communicator& communicator, Zer
   }
   torch::NoGradGuard no_grad;
   const int64_t n = layout_.partition_elements();
-  const bool keep_master = options_.offload_to_cpu || (options_.master_weights && dtype_ != torch::kFloat);
+  const bool keep_master = options_.adam.offload_to_cpu || (options_.adam.master_weights && dtype_ != torch::kFloat);
   const torch::ScalarType state_type = keep_master ? torch::kFloat : dtype_;
-  const torch::TensorOptions where = options_.offload_to_cpu
+  const torch::TensorOptions where = options_.adam.offload_to_cpu
                                          ? torch::TensorOptions().device(torch::kCPU)
                                          : torch::TensorOptions().device(device_);
   if (keep_master) {
     // Pinned where the GPU copies from it; the moments stay pageable (mixed_adamw.cc).
-    master_ = torch::empty({n}, where.dtype(torch::kFloat).pinned_memory(options_.offload_to_cpu && device_.is_cuda()));
+    master_ = torch::empty({n}, where.dtype(torch::kFloat).pinned_memory(options_.adam.offload_to_cpu && device_.is_cuda()));
     master_.copy_(own_parameters());
   }
   exp_avg_ = torch::zeros({n}, where.dtype(state_type));
@@ -93,7 +92,7 @@ torch::Tensor ZeroAdamW::own_parameters() const {
 void ZeroAdamW::ensure_gradient_partition() {
   if (gradients_.defined()) return;
   const int64_t n = layout_.partition_elements();
-  gradients_ = options_.offload_to_cpu ? torch::zeros({n}, torch::kFloat)
+  gradients_ = options_.adam.offload_to_cpu ? torch::zeros({n}, torch::kFloat)
                                        : torch::zeros({n}, torch::TensorOptions().dtype(dtype_).device(device_));
 }
 
@@ -166,8 +165,8 @@ bool ZeroAdamW::step(double grad_scale, bool check_finite) {
     }
   }
   ++steps_;
-  const AdamWHyper& h = options_.hyper;
-  if (options_.offload_to_cpu) {
+  const AdamWHyper& h = options_.adam.hyper;
+  if (options_.adam.offload_to_cpu) {
     torch::Tensor half;  // the updated 16-bit partition, when the parameters are 16-bit
     if (dtype_ != torch::kFloat) {
       half = torch::empty({layout_.partition_elements()},
@@ -177,7 +176,7 @@ bool ZeroAdamW::step(double grad_scale, bool check_finite) {
     cpu_adamw_step(master_.data_ptr<float>(), exp_avg_.data_ptr<float>(), exp_avg_sq_.data_ptr<float>(),
                    grads.data_ptr(), HalfKind::kNone, static_cast<float>(scale),
                    half.defined() ? half.data_ptr() : nullptr, half.defined() ? half_kind(dtype_) : HalfKind::kNone,
-                   layout_.partition_elements(), steps_, h, options_.cpu_threads);
+                   layout_.partition_elements(), steps_, h, options_.adam.cpu_threads);
     publish(half.defined() ? half : master_);
   } else {
     // MixedAdamW's update (torch.optim.AdamW), on the partition.

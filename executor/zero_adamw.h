@@ -31,17 +31,17 @@
 
 #include "executor/communicator.h"
 #include "executor/cpu_adamw.h"
+#include "executor/mixed_adamw.h"
 #include "executor/optimizer.h"
 #include "executor/zero_layout.h"
 
 namespace headroom::executor {
 
 struct ZeroAdamWOptions {
-  AdamWHyper hyper;
-  int stage = 1;                 // 1 or 2
-  bool master_weights = false;   // fp32 master copies of 16-bit parameters
-  bool offload_to_cpu = false;   // partition states and gradients in host memory, CPU step
-  int cpu_threads = 0;           // for the CPU step; 0 = all cores
+  // As one process's AdamW: hyperparameters, master weights, CPU offload (then
+  // of the partition), CPU threads.
+  MixedAdamWOptions adam;
+  int stage = 1;                          // 1 or 2
   int64_t bucket_elements = 500'000'000;  // DeepSpeed's reduce_bucket_size
 };
 
