@@ -20,9 +20,11 @@ double optimizer_traffic_bytes(const RunSettings& settings, bool fsdp) {
     case OptimizerKind::kAdafactor: states = 0.1; break;
   }
   if (fsdp && mixed) return 2 * 4 + 4 + 2 * states;
-  const double param = settings.precision == Precision::kFp32 ? 4 : 2;
+  // Under AMP the parameters and their gradients are the fp32 model's own.
+  const double param = static_cast<double>(param_bytes_per_element(settings.precision, true));
+  const double grad = static_cast<double>(grad_bytes_per_element(settings.precision));
   const double master = mixed ? 4 : 0;
-  return 2 * param + param + 2 * master + 2 * states;
+  return 2 * param + grad + 2 * master + 2 * states;
 }
 
 // GPUs of `group` consecutive ranks talk over the network once the group spans
@@ -75,7 +77,10 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
   const double shard = config.zero_stage >= 1 ? settings.shard_group_size() : 1;
   const double trainable = static_cast<double>(states.trainable_params);
   const double total = static_cast<double>(states.total_params);
-  const double grad_width = settings.precision == Precision::kFp32 ? 4 : 2;
+  // Widths as the memory model stores them: under AMP (autocast over fp32 weights)
+  // parameters and gradients are fp32, so DDP and ZeRO move 4 bytes per element.
+  const double param_width = static_cast<double>(param_bytes_per_element(settings.precision, true));
+  const double grad_width = static_cast<double>(grad_bytes_per_element(settings.precision));
   // torch's FSDPs reduce-scatter in their reduce dtype (fp32 under Composer's
   // mixed_precision DEFAULT and torchtitan's mixed precision: reduce_dtype_of).
   const bool fsdp = config.zero_stage >= 3 && shards_with_fsdp(settings);
@@ -114,12 +119,13 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
     const double group_ring = static_cast<double>(group - 1) / group;
     const double group_gbps = shard_group_gbps(settings, gpu);
     if (config.zero_stage == 1 || config.zero_stage == 2) {
-      comm_step += transfer_ms(group_ring * trainable * 2, group_gbps);  // all-gather updated params
+      comm_step += transfer_ms(group_ring * trainable * param_width, group_gbps);  // all-gather updated params
     }
     if (config.zero_stage == 3) {
-      // Gather for forward and backward: 16-bit parameters, fp8 weights at one byte
-      // under the fp8 all-gather.
-      const double gathered_bytes = total * 2 - static_cast<double>(states.float8_gathered_params);
+      // Gather for forward and backward: parameters as stored (16-bit, fp32 under
+      // AMP), fp8 weights at one byte under the fp8 all-gather.
+      const double gathered_bytes =
+          total * param_width - static_cast<double>(states.float8_gathered_params) * (param_width - 1);
       comm_micro += transfer_ms(2 * group_ring * gathered_bytes, group_gbps);
     }
   }
@@ -131,9 +137,10 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
     const double shard_bytes = static_cast<double>(states.host_shard_bytes);
     param_fetch_micro = transfer_ms(2.0 * shard_bytes + static_cast<double>(states.host_grad_bytes), gpu.host_link_gbps);
   } else if (config.offload_param == Offload::kCpu) {
-    param_fetch_micro = transfer_ms(2.0 * total / world * 2, gpu.host_link_gbps);
+    param_fetch_micro = transfer_ms(2.0 * total / world * param_width, gpu.host_link_gbps);
   } else if (config.offload_param == Offload::kNvme) {
-    param_fetch_micro = transfer_ms(2.0 * total / world * 2, std::min(gpu.host_link_gbps, settings.nvme_gbps));
+    param_fetch_micro =
+        transfer_ms(2.0 * total / world * param_width, std::min(gpu.host_link_gbps, settings.nvme_gbps));
   }
 
   const double compute_micro = in.micro_fwd_ms + in.micro_bwd_ms;
