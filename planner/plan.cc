@@ -62,6 +62,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   j["time"] = {{"forward_ms", t.forward_ms},     {"backward_ms", t.backward_ms},
                {"recompute_ms", t.recompute_ms}, {"offload_exposed_ms", t.offload_exposed_ms},
                {"comm_exposed_ms", t.comm_exposed_ms}, {"optimizer_ms", t.optimizer_ms},
+               {"paged_migration_ms", t.paged_migration_ms},
                {"step_ms", t.step_ms},           {"samples_per_s", t.samples_per_s},
                {"tokens_per_s", t.tokens_per_s}, {"mfu", t.mfu}};
   return j;

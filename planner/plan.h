@@ -57,6 +57,7 @@ struct TimeBreakdown {
   double offload_exposed_ms = 0;  // activation copies not hidden behind compute
   double comm_exposed_ms = 0;     // ZeRO collectives not hidden behind backward
   double optimizer_ms = 0;        // GPU or CPU optimizer step incl. offload transfers
+  double paged_migration_ms = 0;  // of which: paged optimizer states moved in and out of the GPU
   double step_ms = 0;             // one optimizer step: accumulation loop + optimizer
   double samples_per_s = 0;       // whole job (all GPUs)
   double tokens_per_s = 0;

@@ -9,6 +9,19 @@
 #include "planner/step_time.h"
 
 namespace headroom::planner {
+
+int64_t paged_migrated_bytes(int64_t paged, int64_t capacity, int64_t held) {
+  // Unified memory gets what the process has not reserved. The UVM driver evicts
+  // the least recently migrated 2 MB root chunk (open-gpu-kernel-modules,
+  // kernel-open/nvidia-uvm/uvm_pmm_gpu.c: root_chunks.va_block_used, an LRU list
+  // that pick_root_chunk_to_evict takes the head of). The optimizer sweeps the
+  // states in the same order every step, and LRU under a cyclic sweep larger
+  // than its room misses on every chunk: each step moves all of them in, and
+  // the updated ones out.
+  const int64_t room = std::max<int64_t>(0, capacity - held);
+  return paged > room ? 2 * paged : 0;
+}
+
 Prediction predict(const ModelContext& context, const RunSettings& settings,
                    const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
                    bool simulate_allocator) {
@@ -99,6 +112,8 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
     times.micro_recompute_ms += recompute;
     times.micro_offload_ms += offload;
   }
+  times.paged_migrated_bytes = static_cast<double>(paged_migrated_bytes(reserved.states.paged_optimizer, out.gpu_capacity,
+                                                                        out.gpu_total));
   out.time = step_time(settings, config, context.gpu, reserved.states, times);
   out.fits_gpu = out.gpu_total <= out.gpu_budget && !simulation.out_of_memory;
   out.gpu_total_bottom = out.gpu_total;  // widened by with_band() when the stack leaves mechanisms open

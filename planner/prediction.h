@@ -16,6 +16,12 @@ namespace headroom::planner {
 // assumption (docs/memory-model.md, "Host RAM") until the executor measures it.
 inline constexpr int64_t kHostBytesPerRank = 3LL << 30;
 
+// Bytes of bitsandbytes paged optimizer states (`paged`, unified memory) moved
+// over the host link per step, both ways, when they do not fit in what the
+// process leaves free of the GPU's `capacity` (`held`: reserved plus context):
+// all of them twice, or none.
+int64_t paged_migrated_bytes(int64_t paged, int64_t capacity, int64_t held);
+
 // Memory and time of one run with these decisions. With `simulate_allocator`
 // the caching-allocator simulation adds fragmentation and out-of-memory checks
 // (about as costly again as the rest; frontier sweeps leave it out).

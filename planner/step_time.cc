@@ -104,6 +104,12 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
     }
   }
 
+  // Paged states the GPU cannot hold migrate over the host link during the step,
+  // each state prefetched before its update and synchronised after it
+  // (bitsandbytes optim/optimizer.py, Optimizer8bit.step): nothing hides them.
+  out.paged_migration_ms = transfer_ms(in.paged_migrated_bytes, gpu.host_link_gbps);
+  out.optimizer_ms += out.paged_migration_ms;
+
   // Collectives (ring algorithms: each moves (N-1)/N of the buffer per phase).
   double comm_micro = 0;
   double comm_step = 0;

@@ -297,6 +297,11 @@ std::string breakdown_table(const planner::Prediction& p) {
     out += "  plus " + format_gib(b.paged_optimizer_states) +
            " of paged optimizer states in unified memory (outside the caching allocator; moved to host RAM when "
            "the GPU runs short, slower but no out-of-memory)\n";
+    if (p.time.paged_migration_ms > 0) {
+      out += "  they do not fit in the " + format_gib(std::max<int64_t>(0, p.gpu_capacity - p.gpu_total)) +
+             " the run leaves free: every step moves them in and out over the host link (" +
+             format_ms(p.time.paged_migration_ms) + ")\n";
+    }
   }
   return out;
 }
@@ -339,7 +344,12 @@ std::string time_text(const planner::Prediction& p) {
   part("recompute", t.recompute_ms);
   part("exposed activation offload", t.offload_exposed_ms);
   part("exposed communication", t.comm_exposed_ms);
-  part("optimizer", t.optimizer_ms);
+  if (t.paged_migration_ms > 0) {
+    parts.push_back("optimizer " + format_ms(t.optimizer_ms) + ", of which paging optimizer states " +
+                    format_ms(t.paged_migration_ms));
+  } else {
+    part("optimizer", t.optimizer_ms);
+  }
   std::string out = "Time: " + format_ms(t.step_ms) + " per optimizer step";
   if (!parts.empty()) out += " (" + join(parts, ", ") + ")";
   out += "\nThroughput: " + fixed(t.samples_per_s, 2) + " samples/s, " +

@@ -12,6 +12,7 @@
 #include "planner/model_states.h"
 #include "planner/trainability.h"
 #include "planner/planner.h"
+#include "planner/prediction.h"
 #include "planner/step_time.h"
 #include "tests/planner/predict_as_given.h"
 
@@ -283,6 +284,14 @@ TEST_CASE("bitsandbytes paged optimizers: large tensors' states in unified memor
   CHECK(device.optimizer > 0);
 }
 
+TEST_CASE("paged states migrate all or nothing: LRU eviction under a cyclic sweep misses on every chunk") {
+  CHECK(paged_migrated_bytes(10, 100, 80) == 0);   // 10 bytes in 20 free
+  CHECK(paged_migrated_bytes(20, 100, 80) == 0);   // exactly fits
+  CHECK(paged_migrated_bytes(21, 100, 80) == 42);  // one byte short: everything, both ways
+  CHECK(paged_migrated_bytes(5, 100, 120) == 10);  // the run alone overcommits the GPU
+  CHECK(paged_migrated_bytes(0, 100, 120) == 0);
+}
+
 TEST_CASE("a paged optimizer leaves the GPU peak, adds to what the host must hold, and is bnb's only") {
   RunSettings s;
   s.model = "llama-3-8b";
@@ -297,6 +306,18 @@ TEST_CASE("a paged optimizer leaves the GPU peak, adds to what the host must hol
   CHECK(paged.peak.paged_optimizer_states > 15'000'000'000);  // 2 bytes a parameter, 8.03B
   CHECK(paged.peak_allocated < device.peak_allocated - 14'000'000'000);
   CHECK(paged.host_ram == device.host_ram + paged.peak.paged_optimizer_states);
+  // 15 GB of states beside a run that leaves about 4 GiB of the 24 GB free: each
+  // step sweeps all of them through the GPU and back over PCIe 4.0.
+  const GpuSpec gpu = find_gpu("4090").value();
+  REQUIRE(paged.peak.paged_optimizer_states > paged.gpu_capacity - paged.gpu_total);
+  CHECK(paged.time.paged_migration_ms ==
+        doctest::Approx(transfer_ms(2.0 * static_cast<double>(paged.peak.paged_optimizer_states), gpu.host_link_gbps)));
+  CHECK(paged.time.optimizer_ms > paged.time.paged_migration_ms);
+  CHECK(device.time.paged_migration_ms == 0);
+  // On an 80 GB A100 they stay resident after the first step: nothing moves.
+  s.gpu = "a100-80g";
+  CHECK(predict_as_given(s).time.paged_migration_ms == 0);
+  s.gpu = "4090";
   s.optimizer = OptimizerKind::kSgdMomentum;
   const Status refused = validate_settings(s, "settings");
   CHECK(refused.message().find("paged_optimizer") != std::string::npos);
