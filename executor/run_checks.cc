@@ -111,6 +111,11 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
     return refuse(origin, "settings.quant",
                   "a GPTQ base is priced but not run by the executor (its QLoRA linears are NF4); expected nf4");
   }
+  if (!s.scoped_lora.empty()) {
+    return refuse(origin, "settings.scoped_lora",
+                  "adapters of a second rank in one part of the model are priced but not built by the executor "
+                  "(its LoRA has one rank); expected none");
+  }
   if (stack.loss.impl != planner::LossImpl::kFull && stack.loss.impl != planner::LossImpl::kFullKeepLogits) {
     return refuse(origin, "settings.loss",
                   planner::loss_name(stack.loss) +

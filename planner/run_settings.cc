@@ -236,6 +236,19 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
                 "bitsandbytes has paged AdamW (32-bit) and AdamW8bit only: expected optimizer adamw or adamw-8bit, got " +
                     std::string(optimizer_name(s.optimizer)));
   }
+  for (size_t i = 0; i < s.scoped_lora.size(); ++i) {
+    const ScopedLora& l = s.scoped_lora[i];
+    const std::string field = "scoped_lora[" + std::to_string(i) + "]";
+    if (s.mode == TrainMode::kFull) return fail(origin, field, "adapters need mode lora or qlora, got full");
+    if (l.scope.empty()) return fail(origin, field + ".scope", "expected a glob over module names, such as *vision_tower*");
+    if (l.lora.rank < 1 || l.lora.rank > kMaxLoraRank) {
+      return fail(origin, field + ".rank",
+                  "expected an integer from 1 to " + std::to_string(kMaxLoraRank) + ", got " + std::to_string(l.lora.rank));
+    }
+    if (!(l.lora.dropout >= 0 && l.lora.dropout < 1)) {
+      return fail(origin, field + ".dropout", "expected a probability in [0, 1), got " + std::to_string(l.lora.dropout));
+    }
+  }
   if (s.paged_optimizer && s.offload_optimizer != Offload::kNone) {
     return fail(origin, "paged_optimizer", "a paged optimizer runs on the GPU: expected offload_optimizer none");
   }
@@ -334,6 +347,13 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["fsdp_own_groups"] = s.fsdp_own_groups;
   j["lora_skip"] = s.lora_skip;
   j["lora"] = {{"rank", s.lora.rank}, {"targets", s.lora.targets}, {"dropout", s.lora.dropout}};
+  if (!s.scoped_lora.empty()) {
+    nlohmann::json scoped = nlohmann::json::array();
+    for (const ScopedLora& l : s.scoped_lora) {
+      scoped.push_back({{"scope", l.scope}, {"rank", l.lora.rank}, {"targets", l.lora.targets}, {"dropout", l.lora.dropout}});
+    }
+    j["scoped_lora"] = scoped;
+  }
   j["attention"] = attention_name(s.attention);
   if (s.dropout) j["dropout"] = *s.dropout;
   j["precomputed_text_embeddings"] = s.precomputed_text_embeddings;
@@ -465,6 +485,24 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
     for (const Status& status : {l.read("rank", s.lora.rank), l.read("targets", s.lora.targets),
                                  l.read("dropout", s.lora.dropout), l.unknown_keys()}) {
       if (!status.is_ok()) return status;
+    }
+  }
+  if (const nlohmann::json* scoped = r.member("scoped_lora")) {
+    if (!scoped->is_array()) return r.expected("scoped_lora", "a list of {\"scope\", \"rank\", \"targets\", \"dropout\"}", *scoped);
+    for (size_t i = 0; i < scoped->size(); ++i) {
+      const nlohmann::json& item = (*scoped)[i];
+      const std::string prefix = "settings.scoped_lora[" + std::to_string(i) + "].";
+      if (!item.is_object()) {
+        return fail(origin, "settings.scoped_lora[" + std::to_string(i) + "]",
+                    "expected an object {\"scope\", \"rank\", \"targets\", \"dropout\"}");
+      }
+      ScopedLora l;
+      JsonFields f(item, origin, prefix);
+      for (const Status& status : {f.read("scope", l.scope), f.read("rank", l.lora.rank), f.read("targets", l.lora.targets),
+                                   f.read("dropout", l.lora.dropout), f.unknown_keys()}) {
+        if (!status.is_ok()) return status;
+      }
+      s.scoped_lora.push_back(std::move(l));
     }
   }
   if (Status unknown = r.unknown_keys(); !unknown.is_ok()) return unknown;

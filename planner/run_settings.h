@@ -67,6 +67,15 @@ struct LoraSettings {
   double dropout = 0.05;
 };
 
+// Adapters of their own inside one part of the model (XTuner's visual_encoder_lora
+// on LLaVA's vision tower, next to llm_lora): linears whose names match `scope`
+// (a glob) get `lora` instead of the main adapters; empty targets: every linear
+// there, as XTuner's find_all_linear_names picks them.
+struct ScopedLora {
+  std::string scope;
+  LoraSettings lora;
+};
+
 struct RunSettings {
   std::string model = "llama-3-8b";  // zoo name or layer-graph JSON path
 
@@ -110,6 +119,7 @@ struct RunSettings {
   // custom_sharded_layers does; the rest belong to the root group.
   std::vector<std::string> fsdp_own_groups;
   LoraSettings lora;
+  std::vector<ScopedLora> scoped_lora;  // LoRA/QLoRA: more adapters, scope by scope
   // QLoRA: bitsandbytes double quantization (an 8-bit absmax per 64 weights with an
   // fp32 constant per 256 of those); false: one fp32 absmax per 64 weights, as
   // transformers' BitsAndBytesConfig defaults (bnb_4bit_use_double_quant=False).

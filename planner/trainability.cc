@@ -152,6 +152,7 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
   const DType adapter_dtype =
       resolve_stack(settings).top.adapter_dtype == AdapterDtype::kFp32 ? DType::kF32 : DType::kBF16;
   int adapted = 0;
+  std::vector<int> scoped_adapted(settings.scoped_lora.size(), 0);
   for (Node& node : graph.nodes) {
     if (node.op != "linear" || !node.linear) continue;
     if (settings.mode == TrainMode::kQlora && !any_match(settings.quantize_skip, node.name) &&
@@ -162,10 +163,27 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
         quantize_linear(node, settings.nf4_double_quant);
       }
     }
-    if (is_lora_target(targets, node.name) && !any_match(settings.train_patterns, node.name) &&
-        !any_match(settings.lora_skip, node.name)) {
+    if (any_match(settings.train_patterns, node.name)) continue;
+    // A scoped adapter (its own rank in one part of the model) wins over the main one.
+    const auto scope = std::find_if(settings.scoped_lora.begin(), settings.scoped_lora.end(),
+                                    [&](const ScopedLora& l) { return name_matches(l.scope, node.name); });
+    if (scope != settings.scoped_lora.end()) {
+      if (scope->lora.targets.empty() || is_lora_target(scope->lora.targets, node.name)) {
+        add_lora(graph, node, scope->lora, adapter_dtype);
+        ++scoped_adapted[scope - settings.scoped_lora.begin()];
+      }
+      continue;
+    }
+    if (is_lora_target(targets, node.name) && !any_match(settings.lora_skip, node.name)) {
       add_lora(graph, node, settings.lora, adapter_dtype);
       ++adapted;
+    }
+  }
+  for (size_t i = 0; i < settings.scoped_lora.size(); ++i) {
+    if (scoped_adapted[i] == 0) {
+      return Status::error(settings.model + ": scoped_lora[" + std::to_string(i) + "]: no linear module matches scope " +
+                           settings.scoped_lora[i].scope + (settings.scoped_lora[i].lora.targets.empty() ? "" : " and its targets") +
+                           " (expected a glob over the model's module names, such as *vision_tower*)");
     }
   }
   if (adapted == 0) {

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Reads an MMEngine / XTuner Python config with MMEngine's own loader and prints it as JSON.
+
+    .venv/bin/python scripts/exporter/read_mmengine_config.py CONFIG.py [--cfg-options KEY=VALUE ...]
+
+An MMEngine config is Python code. It is read here by mmengine.config.Config.fromfile,
+exactly as `xtuner train` and MMEngine's Runner read it, never parsed by guessing. A
+config that imports other packages (XTuner's: transformers, peft, torch, xtuner) is
+loaded in MMEngine's lazy-import mode: each import becomes a LazyObject naming its
+module, so neither xtuner nor the model code has to be installed. `--cfg-options`
+merges KEY=VALUE overrides as `xtuner train --cfg-options` does (DictAction).
+
+Printed: {"format": "headroom.mmengine-config", "version": 1, "file": ..., "mmengine":
+..., "config": {...}}, where an imported object is {"import": "module.Name"} (torch
+dtypes included: {"import": "torch.float16"}), tuples are lists, and any other object
+is {"repr": "..."}. headroom --xtuner reads this (planner/xtuner_import.h).
+
+Exit status: 0 printed; 2 bad input (one message naming the file); 3 mmengine is not
+installed (scripts/setup_exporter.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _import_name(obj: Any) -> str:
+    """Dotted name of a LazyObject or LazyAttr (mmengine/config/lazy.py)."""
+    from mmengine.config.lazy import LazyAttr, LazyObject
+
+    if isinstance(obj, LazyAttr):
+        return f"{_import_name(obj.source)}.{obj.name}"
+    if isinstance(obj, LazyObject):
+        module = obj._module
+        if isinstance(module, list):  # `import torch`: the module itself
+            module = module[0] if len(module) == 1 else ",".join(module)
+        return module if obj._imported is None else f"{module}.{obj._imported}"
+    raise TypeError(type(obj))
+
+
+def _plain(value: Any) -> Any:
+    from mmengine.config.lazy import LazyAttr, LazyObject
+
+    if isinstance(value, (LazyObject, LazyAttr)):
+        return {"import": _import_name(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"repr": repr(value)}
+    module = getattr(value, "__module__", None)
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    if module and name:  # a class or function imported in a non-lazy config
+        return {"import": f"{module}.{name}"}
+    text = repr(value)
+    if text.startswith("torch."):  # torch.float16 in a non-lazy config
+        return {"import": text}
+    return {"repr": text}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("config", help="an MMEngine / XTuner config (.py)")
+    parser.add_argument("--cfg-options", nargs="+", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    path = Path(args.config)
+    if not path.is_file():
+        print(f"{path}: no such file (expected an MMEngine / XTuner config .py)", file=sys.stderr)
+        return 2
+    try:
+        import mmengine
+        from mmengine.config import Config, DictAction
+    except ImportError as error:
+        print(f"{path}: reading an MMEngine config needs mmengine ({error}): run scripts/setup_exporter.sh",
+              file=sys.stderr)
+        return 3
+    try:
+        cfg = Config.fromfile(str(path))
+        if args.cfg_options:
+            overrides = argparse.Namespace()
+            DictAction(option_strings=["--cfg-options"], dest="options")(None, overrides, args.cfg_options)
+            cfg.merge_from_dict(overrides.options)
+        raw = cfg._to_lazy_dict() if hasattr(cfg, "_to_lazy_dict") else cfg.to_dict()
+    except Exception as error:  # the config is user code: any failure is bad input
+        print(f"{path}: MMEngine could not load it: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+    out = {
+        "format": "headroom.mmengine-config",
+        "version": 1,
+        "file": str(path),
+        "mmengine": mmengine.__version__,
+        "config": _plain(raw),
+    }
+    json.dump(out, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
