@@ -393,9 +393,13 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   const int64_t grad_width = grad_bytes_per_element(precision);
   if ((shard_grads && !fsdp) || (!optimizer_on_gpu && !torchao_offload && !fsdp2)) {
     // DeepSpeed's reduce bucket (reduce_bucket_size elements, 16-bit) holds
-    // gradients while they are reduced/partitioned or copied to the host.
+    // gradients while they are reduced/partitioned or copied to the host. At
+    // stages 1 and 2 backward() allocates it twice under overlap_comm, "double
+    // buffers to avoid data access conflict" (runtime/zero/stage_1_and_2.py,
+    // ipg_buffer buf_0 and buf_1, with contiguous_gradients, its default).
     const int64_t bucket = std::min(settings.reduce_bucket_elements, trainable_bytes_16) * grad_width;
-    out.comm_buckets += account(bucket, accounting);
+    const bool double_buffered = settings.overlap_comm && config.zero_stage <= 2 && !shards_with_fsdp(settings);
+    out.comm_buckets += (double_buffered ? 2 : 1) * account(bucket, accounting);
     if (!optimizer_on_gpu) out.grads_full = 0;
   }
   if (config.zero_stage >= 1 && world > 1 && !shard_params) {

@@ -91,8 +91,12 @@ TEST_CASE("CPU optimizer offload moves states, master weights and gradients to t
   CHECK(states.params == 2'000'000'000);
   // ZeRO-Offload: fp32 master (4) + Adam states (8) + fp32 gradients (4) per parameter on the host.
   CHECK(states.host_offload == 16'000'000'000);
-  // The reduce bucket stays on the GPU: 5e8 elements of 16-bit gradients.
-  CHECK(states.comm_buckets == 1'000'000'000);
+  // The reduce bucket stays on the GPU: 5e8 elements of 16-bit gradients, twice
+  // under overlap_comm (stage_1_and_2.py backward: ipg_buffer buf_0 and buf_1).
+  CHECK(states.comm_buckets == 2'000'000'000);
+  settings.overlap_comm = false;
+  CHECK(model_states(one_tensor_model(1'000'000'000), settings, config, Accounting::kAllocated).comm_buckets ==
+        1'000'000'000);
 }
 
 TEST_CASE("frozen parameters carry no gradient, optimizer state or master copy") {
