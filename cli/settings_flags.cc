@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "graph/atomic_file.h"
@@ -14,6 +15,8 @@
 #include "planner/axolotl_import.h"
 #include "planner/hf_trainer_import.h"
 #include "planner/llamafactory_import.h"
+#include "planner/xtuner_import.h"
+#include "cli/mmengine_loader.h"
 #include "planner/torchtune_import.h"
 #include "reports/units.h"
 
@@ -532,6 +535,11 @@ const std::vector<SettingsFlag> kFlags = {
      "answer for this LLaMA-Factory training config (YAML: finetuning_type, lora_*, quantization_bit, cutoff_len, "
      "and the Trainer's own keys; docs/config-import.md); MODEL gives the model",
      false, [](RunSettings&, std::string_view) { return Status::ok(); }},
+    {"--xtuner", "FILE", kTraining,
+     "answer for this XTuner config (the MMEngine Python config of `xtuner train`, read by MMEngine's own loader, "
+     "or the JSON scripts/exporter/read_mmengine_config.py prints; with --deepspeed as xtuner train takes it; "
+     "docs/config-import.md); MODEL gives the model",
+     false, [](RunSettings&, std::string_view) { return Status::ok(); }},
     {"--peft", "FILE", kTraining,
      "the run's PEFT adapter_config.json: LoRA rank, targets, dropout, modules_to_save (docs/config-import.md)",
      false, [](RunSettings&, std::string_view) { return Status::ok(); }},
@@ -622,9 +630,15 @@ void add_settings_flags(CLI::App& command, SettingsFlags& flags) {
   }
 }
 
+bool flag_given_early(const SettingsFlags& flags, const char* wanted) {
+  return std::any_of(flags.given.begin(), flags.given.end(),
+                     [&](const auto& given) { return primary_name(*given.first) == wanted; });
+}
+
 Result<RunSettings> resolve_settings(const std::string& model, const SettingsFlags& flags,
                                      std::vector<std::string>* notes) {
-  std::string torchtune_file, accelerate_file, axolotl_file, llamafactory_file, hf_args_file, peft_file;
+  std::string torchtune_file, accelerate_file, axolotl_file, llamafactory_file, xtuner_file, hf_args_file, peft_file;
+  bool with_deepspeed = false;
   std::vector<std::string> torchtune_overrides;
   for (const auto& [flag, value] : flags.given) {
     const std::string name = primary_name(*flag);
@@ -633,6 +647,8 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
     if (name == "--accelerate") accelerate_file = value;
     if (name == "--axolotl") axolotl_file = value;
     if (name == "--llamafactory") llamafactory_file = value;
+    if (name == "--xtuner") xtuner_file = value;
+    if (name == "--deepspeed") with_deepspeed = true;
     if (name == "--hf-args") hf_args_file = value;
     if (name == "--peft") peft_file = value;
   }
@@ -706,6 +722,25 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
                        planner::load_llamafactory_config(llamafactory_file, settings));
     if (!read.is_ok()) return read;
   }
+  std::optional<planner::ConfigImport> xtuner;
+  if (!xtuner_file.empty()) {
+    if (!hf_args_file.empty() || !torchtune_file.empty() || !axolotl_file.empty() || !llamafactory_file.empty() ||
+        !accelerate_file.empty() || !peft_file.empty()) {
+      return Status::error("--xtuner: an XTuner config holds the model, adapters and optimizer itself; expected "
+                           "--xtuner without --hf-args, --torchtune, --axolotl, --llamafactory, --accelerate or --peft");
+    }
+    Result<planner::ConfigImport> imported = Status::error("");
+    if (xtuner_file.ends_with(".py")) {
+      Result<nlohmann::json> dump = read_mmengine_config(xtuner_file);
+      imported = dump.is_ok() ? planner::import_xtuner_config(dump.value(), xtuner_file, settings, with_deepspeed)
+                              : Result<planner::ConfigImport>(dump.status());
+    } else {
+      imported = planner::load_xtuner_dump(xtuner_file, settings, with_deepspeed);
+    }
+    if (imported.is_ok()) xtuner = imported.value();
+    Status read = take("--xtuner", xtuner_file, "XTuner config", std::move(imported));
+    if (!read.is_ok()) return read;
+  }
   if (!hf_args_file.empty()) {
     Status read = take("--hf-args", hf_args_file, "TrainingArguments",
                        planner::load_training_arguments(hf_args_file, settings));
@@ -724,6 +759,12 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
       Status status = flag->apply(settings, value);
       if (!status.is_ok()) return Status::error(primary_name(*flag) + ": " + status.message());
     }
+  }
+  // xtuner train gives DeepSpeed MMEngine's batch and accumulation, whatever the
+  // DeepSpeed file says (xtuner/tools/train.py); the flags still win.
+  if (xtuner && with_deepspeed) {
+    if (!flag_given_early(flags, "--batch")) settings.micro_batch = xtuner->settings.micro_batch;
+    if (!flag_given_early(flags, "--grad-accum")) settings.grad_accum = xtuner->settings.grad_accum;
   }
   // What the files left to the GPU count, now that the flags have given it.
   const auto flag_given = [&](const char* wanted) {

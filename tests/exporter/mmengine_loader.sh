@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# CTest exporter/mmengine_loader: MMEngine's own loader reads the XTuner configs in
+# tests/data/xtuner (scripts/exporter/read_mmengine_config.py, lazy imports: no
+# xtuner, peft or bitsandbytes needed) and prints what the checked-in dumps hold,
+# which the planner tests read; `headroom fit --xtuner CONFIG.py` runs the loader
+# itself; a config MMEngine cannot load is one message naming it and a non-zero
+# exit. Exit 77 (skip) without mmengine in .venv (scripts/setup_exporter.sh).
+#   mmengine_loader.sh HEADROOM_BINARY OUT_DIR
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+headroom="$1"
+out="$2"
+python="$root/.venv/bin/python"
+loader="$root/scripts/exporter/read_mmengine_config.py"
+if [ ! -x "$python" ] || ! "$python" -c 'import mmengine.config' 2>/dev/null; then
+  echo "mmengine_loader: skipped: mmengine not in .venv (scripts/setup_exporter.sh)"
+  exit 77
+fi
+rm -rf "$out" && mkdir -p "$out"
+data="$root/tests/data/xtuner"
+checked=0
+for config in "$data"/*.py; do
+  name="$(basename "$config" .py)"
+  "$python" "$loader" "$config" > "$out/$name.dump.json"
+  # The config part must equal the checked-in dump (the file path may differ).
+  "$python" - "$out/$name.dump.json" "$data/$name.dump.json" <<'PY'
+import json, sys
+fresh, kept = (json.load(open(p))["config"] for p in sys.argv[1:3])
+if fresh != kept:
+    sys.exit(f"mmengine_loader: {sys.argv[2]} is stale: the loader now prints another config")
+PY
+  checked=$((checked + 1))
+done
+if [ "$checked" -lt 2 ]; then
+  echo "mmengine_loader: expected the 2 XTuner configs in $data, found $checked"
+  exit 1
+fi
+
+# headroom runs the loader itself for a .py and answers for the run.
+"$headroom" fit llava-llama-3-8b --xtuner "$data/llava_llama3_8b_qlora_finetune.py" \
+  --deepspeed "$data/deepspeed_zero2_offload.json" --gpu 4090 --json > "$out/llava.fit.json" 2> "$out/llava.fit.err"
+"$python" - "$out/llava.fit.json" <<'PY'
+import json, sys
+fit = json.load(open(sys.argv[1]))
+settings = fit["as_given"]["settings"]
+assert settings["mode"] == "qlora" and settings["lora"]["rank"] == 512, settings["lora"]
+assert settings["scoped_lora"][0]["rank"] == 64, settings.get("scoped_lora")
+assert settings["precision"] == "bf16-mixed" and settings["zero_stage"] == 2, settings
+assert fit["fits"], "the seed run should fit a 24 GB GPU"
+PY
+
+# A config MMEngine cannot load: one message naming it, exit 2, no traceback.
+printf 'model = dict(type=\n' > "$out/broken.py"
+set +e
+"$headroom" fit llama-3-8b --xtuner "$out/broken.py" --gpu 4090 > /dev/null 2> "$out/broken.err"
+status=$?
+set -e
+if [ "$status" -ne 2 ] || ! grep -q "broken.py" "$out/broken.err" || grep -q "Traceback" "$out/broken.err"; then
+  echo "mmengine_loader: a broken config gave exit $status and:"
+  cat "$out/broken.err"
+  exit 1
+fi
+echo "mmengine_loader: $checked XTuner configs read by MMEngine match their dumps; --xtuner CONFIG.py answers"
