@@ -33,6 +33,8 @@ using FlagList = std::vector<std::pair<std::string, std::string>>;
 Reply build_flags(const std::string& settings_text, const std::string& settings_file,
                   const FlagList& given, SettingsFlags& flags) {
   flags.settings_text = settings_text;
+  flags.settings_origin =
+      "the settings dict";  // messages: "the settings dict: settings.micro_bach: ..."
   flags.settings_file = settings_file;
   for (const auto& [name, value] : given) {
     if (Status status = give_flag(flags, name, value); !status.is_ok()) {

@@ -101,8 +101,9 @@ def test_bad_settings_key_names_it(tmp_path, cli):
     with pytest.raises(headroom.SettingsError) as raised:
         headroom.fit(settings=str(path))
     assert raised.value.message == message and raised.value.exit_status == status == 2
-    with pytest.raises(headroom.SettingsError, match="micro_bach.*did you mean \"micro_batch\""):
+    with pytest.raises(headroom.SettingsError, match="micro_bach.*did you mean \"micro_batch\"") as from_dict:
         headroom.fit(settings=settings)
+    assert from_dict.value.message.startswith("the settings dict: settings.micro_bach: unknown key")
     assert isinstance(raised.value, ValueError)
 
 
