@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include "cli/answers.h"
 #include "cli/recipe_exports.h"
 #include "cli/trainer_launch.h"
 
@@ -45,42 +46,12 @@ void print_json(Terminal& terminal, const nlohmann::json& document) {
   terminal.out << document.dump(2) << "\n";
 }
 
-// The settings and the GPU as the planner will see them.
-struct Prepared {
-  planner::RunSettings settings;
-  planner::GpuSpec gpu;  // with --gpu-mem applied
-};
-
-// Resolves the flags, looks the GPU up and refuses budgets the CUDA context
-// alone would fill. Returns kExitOk or the exit status after printing why.
-int prepare(const CliOptions& options, Terminal& terminal, Prepared& prepared) {
-  std::vector<std::string> notes;
-  Result<planner::RunSettings> settings = resolve_settings(options.model, options.settings, &notes);
-  if (!settings.is_ok()) return fail(terminal, kExitUsage, settings.message());
-  for (const std::string& note : notes) terminal.err << "headroom: " << note << "\n";
-  prepared.settings = settings.value();
-  const planner::RunSettings& s = prepared.settings;
-
-  Result<planner::GpuSpec> gpu = planner::find_gpu(s.gpu);
-  if (!gpu.is_ok()) return fail(terminal, kExitFailure, gpu.message());
-  prepared.gpu = gpu.value();
-  if (s.gpu_memory_bytes) prepared.gpu = planner::with_memory(prepared.gpu, *s.gpu_memory_bytes);
-
-  // Below the context size every plan is nonsense: nothing of the model fits
-  // beside the memory CUDA and PyTorch's kernels take before the first tensor.
-  const int64_t context = s.cuda_context_bytes.value_or(prepared.gpu.cuda_context_bytes);
-  const auto budget = static_cast<int64_t>(static_cast<double>(prepared.gpu.memory_bytes) *
-                                           (1.0 - s.safety_margin));
-  if (budget <= context) {
-    return fail(terminal, kExitUsage,
-                "--gpu-mem: " + reports::format_gib(prepared.gpu.memory_bytes) +
-                    " of GPU memory (" + reports::format_gib(budget) + " after the " +
-                    reports::format_percent(s.safety_margin) +
-                    " safety margin) does not exceed the CUDA context alone (" +
-                    reports::format_gib(context) + " on " + prepared.gpu.name +
-                    "); expected GPU memory larger than the context size, e.g. --gpu-mem 24GiB");
-  }
-  return kExitOk;
+// Prints the notes of an answer, then, when it is a refusal, its message.
+// Returns kExitOk or the exit status of the refusal.
+template <typename T>
+int report_refusal(Terminal& terminal, const Answered<T>& answered) {
+  for (const std::string& note : answered.notes) terminal.err << "headroom: " << note << "\n";
+  return answered.is_ok() ? kExitOk : fail(terminal, answered.exit_status, answered.message);
 }
 
 // A progress callback that rewrites one line on a terminal; empty otherwise.
@@ -100,18 +71,16 @@ int emit_exports(const CliOptions& options, Terminal& terminal, const planner::P
                  nlohmann::json* document);
 
 int run_fit(const CliOptions& options, Terminal& terminal) {
-  Prepared prepared;
-  if (int status = prepare(options, terminal, prepared); status != kExitOk) return status;
-  Result<planner::FitAnswer> answer = planner::fit(prepared.settings);
-  if (!answer.is_ok()) return fail(terminal, kExitFailure, answer.message());
+  const Answered<FitOutcome> fit = answer_fit(options.model, options.settings);
+  if (int status = report_refusal(terminal, fit); status != kExitOk) return status;
   if (options.json) {
-    print_json(terminal, reports::fit_to_json(answer.value(), prepared.gpu));
+    print_json(terminal, fit_document(*fit.value));
   } else {
-    terminal.out << reports::fit_report(answer.value(), prepared.gpu.name);
+    terminal.out << reports::fit_report(fit->answer, fit->run.gpu.name);
   }
   // -o: the run exactly as given, as a plan file that `headroom run` can train.
   if (options.output_path.empty()) return kExitOk;
-  const std::string text = planner::plan_to_json(answer->as_given).dump(2) + "\n";
+  const std::string text = planner::plan_to_json(fit->answer.as_given).dump(2) + "\n";
   if (Status written = graph::write_file_atomic(options.output_path, text); !written.is_ok()) {
     return fail(terminal, kExitFailure, "-o: " + written.message());
   }
@@ -120,34 +89,30 @@ int run_fit(const CliOptions& options, Terminal& terminal) {
 }
 
 int run_plan(const CliOptions& options, Terminal& terminal) {
-  Prepared prepared;
-  if (int status = prepare(options, terminal, prepared); status != kExitOk) return status;
   bool shown = false;
-  Result<planner::PlanResult> result =
-      planner::plan(prepared.settings, progress_callback(terminal, shown));
+  const Answered<PlanOutcome> plan =
+      answer_plan(options.model, options.settings, progress_callback(terminal, shown));
   clear_progress(terminal, shown);
-  if (!result.is_ok()) return fail(terminal, kExitFailure, result.message());
+  if (int status = report_refusal(terminal, plan); status != kExitOk) return status;
+  const planner::PlanResult& result = plan->result;
 
-  if (!options.emit.empty() && !result->found) {
+  if (!options.emit.empty() && !result.found) {
     return fail(terminal, kExitFailure, "--emit: nothing to export, no plan fits the budgets");
   }
   if (options.json) {
-    nlohmann::json document = reports::plan_document_to_json(result.value(), prepared.gpu);
-    document["output_file"] = result->found && !options.output_path.empty()
-                                  ? nlohmann::json(options.output_path)
-                                  : nlohmann::json(nullptr);
-    if (int status = emit_exports(options, terminal, result->best, &document); status != kExitOk) return status;
+    nlohmann::json document = plan_document(*plan.value, options.output_path);
+    if (int status = emit_exports(options, terminal, result.best, &document); status != kExitOk) return status;
     print_json(terminal, document);
   } else {
-    terminal.out << reports::plan_report(result.value(), prepared.gpu.name);
-    if (int status = emit_exports(options, terminal, result->best, nullptr); status != kExitOk) return status;
+    terminal.out << reports::plan_report(result, plan->run.gpu.name);
+    if (int status = emit_exports(options, terminal, result.best, nullptr); status != kExitOk) return status;
   }
   if (options.output_path.empty()) return kExitOk;
-  if (!result->found) {
+  if (!result.found) {
     return fail(terminal, kExitFailure,
                 "-o " + options.output_path + ": not written, no plan fits the budgets");
   }
-  const std::string text = planner::plan_to_json(result->best).dump(2) + "\n";
+  const std::string text = planner::plan_to_json(result.best).dump(2) + "\n";
   if (Status written = graph::write_file_atomic(options.output_path, text); !written.is_ok()) {
     return fail(terminal, kExitFailure, "-o: " + written.message());
   }

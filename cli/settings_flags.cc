@@ -582,15 +582,19 @@ Status check_conflicts(const SettingsFlags& flags) {
   return Status::ok();
 }
 
-Result<RunSettings> load_settings_file(const std::string& path) {
-  Result<std::string> text = graph::read_file(path, kMaxSettingsFileBytes);
-  if (!text.is_ok()) return Status::error("--settings: " + text.message());
+Result<RunSettings> parse_settings_text(const std::string& text, const std::string& origin) {
   // The shared parse: depth limit, duplicate keys refused (not last-wins), numbers a double holds.
-  Result<nlohmann::json> json = graph::parse_json_text(text.value(), path);
+  Result<nlohmann::json> json = graph::parse_json_text(text, origin);
   if (!json.is_ok()) {
     return Status::error("--settings: " + json.message() + " (expected a RunSettings object, see docs/cli-json.md)");
   }
-  return planner::settings_from_json(json.value(), path);
+  return planner::settings_from_json(json.value(), origin);
+}
+
+Result<RunSettings> load_settings_file(const std::string& path) {
+  Result<std::string> text = graph::read_file(path, kMaxSettingsFileBytes);
+  if (!text.is_ok()) return Status::error("--settings: " + text.message());
+  return parse_settings_text(text.value(), path);
 }
 
 }  // namespace
@@ -600,6 +604,25 @@ const std::vector<SettingsFlag>& settings_flag_table() { return kFlags; }
 std::string primary_name(const SettingsFlag& flag) {
   const std::string names = flag.names;
   return names.substr(0, names.find(','));
+}
+
+Status give_flag(SettingsFlags& flags, std::string_view name, std::string value) {
+  for (const SettingsFlag& flag : kFlags) {
+    std::string_view names = flag.names;
+    while (!names.empty()) {
+      const size_t comma = names.find(',');
+      if (names.substr(0, comma) == name) {
+        if (flag.value_name == nullptr && !value.empty()) {
+          return Status::error(std::string(name) + ": a switch takes no value, got '" + value + "'");
+        }
+        flags.given.emplace_back(&flag, std::move(value));
+        return Status::ok();
+      }
+      names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
+    }
+  }
+  return Status::error(std::string(name) + ": unknown settings flag (expected one of docs/cli.md's settings flags, "
+                       "e.g. --hf-args)");
 }
 
 void add_settings_flags(CLI::App& command, SettingsFlags& flags) {
@@ -660,8 +683,10 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
                          "--torchtune alone, or --hf-args / --peft / --accelerate without it");
   }
   RunSettings settings;
-  if (!flags.settings_file.empty()) {
-    Result<RunSettings> loaded = load_settings_file(flags.settings_file);
+  if (!flags.settings_file.empty() || !flags.settings_text.empty()) {
+    Result<RunSettings> loaded = flags.settings_file.empty()
+                                     ? parse_settings_text(flags.settings_text, flags.settings_origin)
+                                     : load_settings_file(flags.settings_file);
     if (!loaded.is_ok()) return loaded.status();
     settings = loaded.value();
   } else if (model.empty() && torchtune_file.empty()) {

@@ -40,8 +40,18 @@ const std::vector<SettingsFlag>& settings_flag_table();
 // What the command line gave: the --settings file and each flag with its value.
 struct SettingsFlags {
   std::string settings_file;
+  // The same RunSettings JSON given as text rather than a file (the Python
+  // package's settings dict), named `settings_origin` in messages. Read only
+  // when settings_file is empty.
+  std::string settings_text;
+  std::string settings_origin = "settings";
   std::vector<std::pair<const SettingsFlag*, std::string>> given;
 };
+
+// Appends a flag by any of its spellings ("--hf-args", "--micro-batch") with its
+// value ("" for a switch), as the command line would; for front ends other than
+// the command line (the Python package). Errors name the flag.
+Status give_flag(SettingsFlags& flags, std::string_view name, std::string value);
 
 // Adds --settings and every row of the table to `command`, recording into `flags`.
 void add_settings_flags(CLI::App& command, SettingsFlags& flags);

@@ -1,0 +1,94 @@
+#include "cli/answers.h"
+
+#include <utility>
+
+#include "cli/commands.h"
+#include "reports/fit_report.h"
+#include "reports/units.h"
+
+namespace headroom::cli {
+namespace {
+
+template <typename T>
+Answered<T> refuse(int exit_status, std::string message, std::vector<std::string> notes) {
+  Answered<T> answered;
+  answered.exit_status = exit_status;
+  answered.message = std::move(message);
+  answered.notes = std::move(notes);
+  return answered;
+}
+
+}  // namespace
+
+Answered<PreparedRun> prepare_run(const std::string& model, const SettingsFlags& flags) {
+  std::vector<std::string> notes;
+  Result<planner::RunSettings> settings = resolve_settings(model, flags, &notes);
+  // The command line shows the notes only of settings that resolved.
+  if (!settings.is_ok()) return refuse<PreparedRun>(kExitUsage, settings.message(), {});
+  PreparedRun run;
+  run.settings = std::move(settings.value());
+  const planner::RunSettings& s = run.settings;
+
+  Result<planner::GpuSpec> gpu = planner::find_gpu(s.gpu);
+  if (!gpu.is_ok()) return refuse<PreparedRun>(kExitFailure, gpu.message(), std::move(notes));
+  run.gpu = gpu.value();
+  if (s.gpu_memory_bytes) run.gpu = planner::with_memory(run.gpu, *s.gpu_memory_bytes);
+
+  // Below the context size every plan is nonsense: nothing of the model fits
+  // beside the memory CUDA and PyTorch's kernels take before the first tensor.
+  const int64_t context = s.cuda_context_bytes.value_or(run.gpu.cuda_context_bytes);
+  const auto budget =
+      static_cast<int64_t>(static_cast<double>(run.gpu.memory_bytes) * (1.0 - s.safety_margin));
+  if (budget <= context) {
+    return refuse<PreparedRun>(
+        kExitUsage,
+        "--gpu-mem: " + reports::format_gib(run.gpu.memory_bytes) + " of GPU memory (" +
+            reports::format_gib(budget) + " after the " + reports::format_percent(s.safety_margin) +
+            " safety margin) does not exceed the CUDA context alone (" +
+            reports::format_gib(context) + " on " + run.gpu.name +
+            "); expected GPU memory larger than the context size, e.g. --gpu-mem 24GiB",
+        std::move(notes));
+  }
+  Answered<PreparedRun> answered;
+  answered.value = std::move(run);
+  answered.notes = std::move(notes);
+  return answered;
+}
+
+Answered<FitOutcome> answer_fit(const std::string& model, const SettingsFlags& flags) {
+  Answered<PreparedRun> prepared = prepare_run(model, flags);
+  if (!prepared.is_ok())
+    return refuse<FitOutcome>(prepared.exit_status, prepared.message, prepared.notes);
+  Result<planner::FitAnswer> answer = planner::fit(prepared->settings);
+  if (!answer.is_ok()) return refuse<FitOutcome>(kExitFailure, answer.message(), prepared.notes);
+  Answered<FitOutcome> answered;
+  answered.value = FitOutcome{std::move(*prepared.value), std::move(answer.value())};
+  answered.notes = std::move(prepared.notes);
+  return answered;
+}
+
+Answered<PlanOutcome> answer_plan(const std::string& model, const SettingsFlags& flags,
+                                  const planner::Progress& progress) {
+  Answered<PreparedRun> prepared = prepare_run(model, flags);
+  if (!prepared.is_ok())
+    return refuse<PlanOutcome>(prepared.exit_status, prepared.message, prepared.notes);
+  Result<planner::PlanResult> result = planner::plan(prepared->settings, progress);
+  if (!result.is_ok()) return refuse<PlanOutcome>(kExitFailure, result.message(), prepared.notes);
+  Answered<PlanOutcome> answered;
+  answered.value = PlanOutcome{std::move(*prepared.value), std::move(result.value())};
+  answered.notes = std::move(prepared.notes);
+  return answered;
+}
+
+nlohmann::json fit_document(const FitOutcome& fit) {
+  return reports::fit_to_json(fit.answer, fit.run.gpu);
+}
+
+nlohmann::json plan_document(const PlanOutcome& plan, const std::string& output_path) {
+  nlohmann::json document = reports::plan_document_to_json(plan.result, plan.run.gpu);
+  document["output_file"] = plan.result.found && !output_path.empty() ? nlohmann::json(output_path)
+                                                                      : nlohmann::json(nullptr);
+  return document;
+}
+
+}  // namespace headroom::cli

@@ -1,0 +1,1 @@
+"""Integrations with training libraries: headroom.integrations.transformers."""
