@@ -216,7 +216,7 @@ int emit_exports(const CliOptions& options, Terminal& terminal, const planner::P
       text = patch.value();
     } else {
       return fail(terminal, kExitUsage, "--emit: unknown kind \"" + kind +
-                                            "\" (expected deepspeed, accelerate, torch, torchtune or hf-args, "
+                                            "\" (expected deepspeed, accelerate, torch, torchtune, hf-args, axolotl, llamafactory or xtuner, "
                                             "optionally =FILE)");
     }
     if (equals != std::string::npos && path.empty()) {

@@ -81,8 +81,8 @@ int run(int argc, char** argv) {
     if (std::string(command.name) == "plan") {
       sub->add_option("--emit", options.emit,
                       "also export the best plan: deepspeed, accelerate or torch (docs/config-export.md), or "
-                      "torchtune / hf-args (the keys to change in the --torchtune / --hf-args file, "
-                      "docs/config-import.md), to stdout or KIND=FILE; repeatable")
+                      "torchtune / hf-args / axolotl / llamafactory / xtuner (the keys to change in the file the run "
+                      "was read from, docs/config-import.md), to stdout or KIND=FILE; repeatable")
           ->type_name("KIND[=FILE]");
     }
     if (std::string(command.name) == "report") {

@@ -5,6 +5,10 @@
 #include "planner/hf_trainer_import.h"
 #include "planner/model_context.h"
 #include "planner/torchtune_import.h"
+#include "planner/axolotl_import.h"
+#include "planner/llamafactory_import.h"
+#include "planner/xtuner_import.h"
+#include "cli/mmengine_loader.h"
 #include "reports/recipe_export.h"
 
 namespace headroom::cli {
@@ -28,17 +32,57 @@ Result<std::vector<bool>> checkpointable_blocks(const planner::Plan& best) {
   return out;
 }
 
+// The XTuner write-back: the config read again (through MMEngine's loader for a
+// .py), and the top-level variables that hold the dicts' values found in it.
+Result<std::string> xtuner_export(const std::string& path, bool with_deepspeed, const planner::Plan& best,
+                                  const std::vector<bool>& checkpointable, std::vector<std::string>& notes) {
+  Result<nlohmann::json> dump = Status::error("");
+  std::string py_path = path;
+  if (path.ends_with(".py")) {
+    dump = read_mmengine_config(path);
+  } else {
+    Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
+    if (!text.is_ok()) return text.status();
+    nlohmann::json parsed = nlohmann::json::parse(text.value(), nullptr, false);
+    if (parsed.is_discarded()) return Status::error(path + ": not JSON (expected what read_mmengine_config.py prints)");
+    dump = parsed;
+    py_path = parsed.value("file", "");
+  }
+  if (!dump.is_ok()) return dump.status();
+  Result<planner::ConfigImport> given = planner::import_xtuner_config(dump.value(), path, planner::RunSettings{}, with_deepspeed);
+  if (!given.is_ok()) return given.status();
+  const nlohmann::json& cfg = dump->at("config");
+  const auto feeds = [&](const char* variable, const char* dict, const char* key) {
+    return cfg.contains(variable) && cfg.contains(dict) && cfg.at(dict).is_object() && cfg.at(dict).contains(key) &&
+           cfg.at(variable) == cfg.at(dict).at(key);
+  };
+  const reports::XtunerVariables variables{feeds("batch_size", "train_dataloader", "batch_size"),
+                                           feeds("accumulative_counts", "optim_wrapper", "accumulative_counts")};
+  // The .py text for the diff; without it (a dump whose file is elsewhere) the
+  // --cfg-options alone say the keys.
+  Result<std::string> py_text = py_path.empty() ? Result<std::string>(Status::error("")) : graph::read_file(py_path, planner::kMaxConfigFileBytes);
+  const reports::RecipePatch patch =
+      reports::xtuner_patch(best, given->settings, checkpointable, py_text.is_ok() ? py_text.value() : "",
+                            py_path.empty() ? path : py_path,
+                            py_text.is_ok() ? variables : reports::XtunerVariables{});
+  notes.insert(notes.end(), patch.notes.begin(), patch.notes.end());
+  return patch.text;
+}
+
 }  // namespace
 
-bool is_recipe_export(std::string_view kind) { return kind == "torchtune" || kind == "hf-args"; }
+bool is_recipe_export(std::string_view kind) {
+  return kind == "torchtune" || kind == "hf-args" || kind == "axolotl" || kind == "llamafactory" || kind == "xtuner";
+}
 
 Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& flags, const planner::Plan& best,
                                   std::vector<std::string>& notes) {
   const bool torchtune = kind == "torchtune";
-  const std::vector<std::string> files = values_of(flags, torchtune ? "--torchtune" : "--hf-args");
+  const std::string flag = "--" + std::string(kind);
+  const std::vector<std::string> files = values_of(flags, flag);
   if (files.empty()) {
     return Status::error(std::string("--emit ") + std::string(kind) + ": writes the plan back into the file the run was "
-                         "read from; expected " + (torchtune ? "--torchtune FILE" : "--hf-args FILE") + " with it");
+                         "read from; expected " + flag + " FILE with it");
   }
   const std::string& path = files.back();
   Result<std::vector<bool>> checkpointable = checkpointable_blocks(best);
@@ -52,6 +96,19 @@ Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& fl
     if (!given.is_ok()) return given.status();
     patch = reports::torchtune_patch(best, given->settings, checkpointable.value(), text.value(), path,
                                      values_of(flags, "--torchtune-set"));
+  } else if (kind == "axolotl" || kind == "llamafactory") {
+    Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
+    if (!text.is_ok()) return text.status();
+    const bool axolotl = kind == "axolotl";
+    Result<planner::ConfigImport> given = axolotl ? planner::import_axolotl_config(text.value(), path, planner::RunSettings{})
+                                                  : planner::import_llamafactory_config(text.value(), path, planner::RunSettings{});
+    if (!given.is_ok()) return given.status();
+    patch = axolotl ? reports::axolotl_patch(best, given->settings, checkpointable.value(), text.value(), path)
+                    : reports::llamafactory_patch(best, given->settings, checkpointable.value(), text.value(), path);
+  } else if (kind == "xtuner") {
+    Result<std::string> patch_text = xtuner_export(path, !values_of(flags, "--deepspeed").empty(), best,
+                                                   checkpointable.value(), notes);
+    return patch_text;
   } else {
     Result<planner::ConfigImport> given = planner::load_training_arguments(path, planner::RunSettings{});
     if (!given.is_ok()) return given.status();

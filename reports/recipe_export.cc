@@ -1,6 +1,7 @@
 #include "reports/recipe_export.h"
 
 #include <nlohmann/json.hpp>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -35,31 +36,23 @@ bool checkpoint_every_layer(const LayerChoices& layers, std::vector<std::string>
   return touched > 0;
 }
 
-// A unified diff (no context lines) of the top-level `key: value` lines of a
-// YAML file: a changed value replaces its line, keeping a trailing comment; a
-// key the file lacks is appended.
-std::string yaml_diff(std::string_view text, std::string_view path,
-                      const std::vector<std::pair<std::string, std::string>>& changes) {
+// Lines of `text`.
+std::vector<std::string> lines_of(std::string_view text) {
   std::vector<std::string> lines;
   std::istringstream in{std::string(text)};
   for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// A unified diff (no context lines) replacing lines of `lines` in place
+// (`replaced`: line index -> new text) and appending `appended` at the end,
+// hunks in file order as patch(1) expects them.
+std::string replace_lines_diff(const std::vector<std::string>& lines, std::string_view path,
+                               std::map<size_t, std::string> replaced, const std::vector<std::string>& appended) {
   std::ostringstream out;
   out << "--- " << path << "\n+++ " << path << "\n";
-  std::vector<std::string> appended;
-  int shift = 0;  // lines added before the current one
-  for (const auto& [key, value] : changes) {
-    const std::regex pattern("^" + key + R"(:\s*([^#]*?)(\s+#.*)?$)");
-    bool found = false;
-    for (size_t i = 0; i < lines.size(); ++i) {
-      std::smatch match;
-      if (!std::regex_match(lines[i], match, pattern)) continue;
-      const std::string replaced = key + ": " + value + match[2].str();
-      out << "@@ -" << i + 1 << ",1 +" << i + 1 + shift << ",1 @@\n-" << lines[i] << "\n+" << replaced << "\n";
-      lines[i] = replaced;
-      found = true;
-      break;
-    }
-    if (!found) appended.push_back(key + ": " + value);
+  for (const auto& [i, line] : replaced) {
+    out << "@@ -" << i + 1 << ",1 +" << i + 1 << ",1 @@\n-" << lines[i] << "\n+" << line << "\n";
   }
   if (!appended.empty()) {
     out << "@@ -" << lines.size() << ",0 +" << lines.size() + 1 << "," << appended.size() << " @@\n";
@@ -68,7 +61,151 @@ std::string yaml_diff(std::string_view text, std::string_view path,
   return out.str();
 }
 
+// A unified diff of the top-level `key: value` lines of a YAML file: a changed
+// value replaces its line, keeping a trailing comment; a key the file lacks is
+// appended.
+std::string yaml_diff(std::string_view text, std::string_view path,
+                      const std::vector<std::pair<std::string, std::string>>& changes) {
+  const std::vector<std::string> lines = lines_of(text);
+  std::map<size_t, std::string> replaced;
+  std::vector<std::string> appended;
+  for (const auto& [key, value] : changes) {
+    const std::regex pattern("^" + key + R"(:\s*([^#]*?)(\s+#.*)?$)");
+    bool found = false;
+    for (size_t i = 0; i < lines.size() && !found; ++i) {
+      std::smatch match;
+      if (!std::regex_match(lines[i], match, pattern)) continue;
+      replaced[i] = key + ": " + value + match[2].str();
+      found = true;
+    }
+    if (!found) appended.push_back(key + ": " + value);
+  }
+  return replace_lines_diff(lines, path, std::move(replaced), appended);
+}
+
+// A unified diff of top-level Python assignments `key = N` (an XTuner config's
+// variables): a changed value replaces its line, keeping a trailing comment.
+// Keys without such a line are left to --cfg-options.
+std::string python_assignment_diff(std::string_view text, std::string_view path,
+                                   const std::vector<std::pair<std::string, std::string>>& changes) {
+  const std::vector<std::string> lines = lines_of(text);
+  std::map<size_t, std::string> replaced;
+  for (const auto& [key, value] : changes) {
+    const std::regex pattern("^" + key + R"(\s*=\s*[0-9]+(\s*#.*)?$)");
+    for (size_t i = 0; i < lines.size(); ++i) {
+      std::smatch match;
+      if (!std::regex_match(lines[i], match, pattern)) continue;
+      replaced[i] = key + " = " + value + match[1].str();
+      break;
+    }
+  }
+  return replace_lines_diff(lines, path, std::move(replaced), {});
+}
+
+// The keys the Trainer-style recipes (axolotl, LLaMA-Factory) share, in their
+// own spellings: the micro-batch, accumulation, all-or-nothing checkpointing
+// (`checkpoint_off` names a key that is true when checkpointing is off) and
+// the DeepSpeed config that ZeRO and offload need.
+struct TrainerKeys {
+  const char* micro_batch;
+  const char* accumulation;
+  const char* checkpointing;
+  bool checkpoint_off;
+};
+
+RecipePatch trainer_style_patch(const planner::Plan& plan, const planner::RunSettings& given,
+                                const std::vector<bool>& checkpointable, std::string_view yaml_text,
+                                std::string_view path, const TrainerKeys& keys, const std::string& launch) {
+  RecipePatch patch;
+  const planner::GlobalConfig& c = plan.config;
+  set_if_changed(patch, keys.micro_batch, std::to_string(given.micro_batch), std::to_string(c.micro_batch));
+  set_if_changed(patch, keys.accumulation, std::to_string(given.grad_accum), std::to_string(c.grad_accum));
+  const bool checkpoint = checkpoint_every_layer(layer_choices(plan, checkpointable), patch.notes, keys.checkpointing);
+  const bool was = given.checkpointing != CheckpointPolicy::kNone;
+  set_if_changed(patch, keys.checkpointing, boolean(keys.checkpoint_off ? !was : was, false),
+                 boolean(keys.checkpoint_off ? !checkpoint : checkpoint, false));
+  if (c.zero_stage != given.zero_stage || c.offload_optimizer != given.offload_optimizer ||
+      c.offload_param != given.offload_param) {
+    patch.changes.emplace_back("deepspeed", "ds_config.json");
+    patch.notes.push_back("ZeRO stage " + std::to_string(c.zero_stage) +
+                          " and offload are DeepSpeed's: write ds_config.json with --emit deepspeed=ds_config.json");
+  }
+  std::ostringstream text;
+  if (patch.changes.empty()) {
+    text << "# the config already runs the plan: no key to change\n";
+  } else {
+    text << "# " << launch << " " << path << " after this patch:\n" << yaml_diff(yaml_text, path, patch.changes);
+  }
+  patch.text = text.str();
+  return patch;
+}
+
 }  // namespace
+
+RecipePatch axolotl_patch(const planner::Plan& plan, const planner::RunSettings& given,
+                          const std::vector<bool>& checkpointable, std::string_view yaml_text, std::string_view path) {
+  return trainer_style_patch(plan, given, checkpointable, yaml_text, path,
+                             {"micro_batch_size", "gradient_accumulation_steps", "gradient_checkpointing", false},
+                             "axolotl train");
+}
+
+RecipePatch llamafactory_patch(const planner::Plan& plan, const planner::RunSettings& given,
+                               const std::vector<bool>& checkpointable, std::string_view yaml_text,
+                               std::string_view path) {
+  // disable_gradient_checkpointing (model_args.py): checkpointing is on unless it is true.
+  return trainer_style_patch(plan, given, checkpointable, yaml_text, path,
+                             {"per_device_train_batch_size", "gradient_accumulation_steps",
+                              "disable_gradient_checkpointing", true},
+                             "llamafactory-cli train");
+}
+
+RecipePatch xtuner_patch(const planner::Plan& plan, const planner::RunSettings& given,
+                         const std::vector<bool>& checkpointable, std::string_view py_text, std::string_view path,
+                         XtunerVariables variable_feeds) {
+  RecipePatch patch;
+  const planner::GlobalConfig& c = plan.config;
+  set_if_changed(patch, "train_dataloader.batch_size", std::to_string(given.micro_batch), std::to_string(c.micro_batch));
+  set_if_changed(patch, "optim_wrapper.accumulative_counts", std::to_string(given.grad_accum),
+                 std::to_string(c.grad_accum));
+  const bool checkpoint =
+      checkpoint_every_layer(layer_choices(plan, checkpointable), patch.notes, "model.use_activation_checkpointing");
+  set_if_changed(patch, "model.use_activation_checkpointing",
+                 boolean(given.checkpointing != CheckpointPolicy::kNone, true), boolean(checkpoint, true));
+  const bool deepspeed = c.zero_stage != given.zero_stage || c.offload_optimizer != given.offload_optimizer ||
+                         c.offload_param != given.offload_param;
+  if (deepspeed) {
+    patch.notes.push_back("ZeRO stage " + std::to_string(c.zero_stage) +
+                          " and offload are DeepSpeed's: write ds_config.json with --emit deepspeed=ds_config.json "
+                          "and give it to xtuner train --deepspeed");
+  }
+  std::ostringstream text;
+  if (patch.changes.empty() && !deepspeed) {
+    text << "# the config already runs the plan: no key to change\n";
+    patch.text = text.str();
+    return patch;
+  }
+  text << "# xtuner train " << path;
+  if (!patch.changes.empty()) {
+    text << " --cfg-options";
+    for (const auto& [key, value] : patch.changes) text << " " << key << "=" << value;
+  }
+  if (deepspeed) text << " --deepspeed ds_config.json";
+  text << "\n";
+  // The same in the file, where a top-level variable feeds the key.
+  std::vector<std::pair<std::string, std::string>> lines;
+  for (const auto& [key, value] : patch.changes) {
+    if (key == "train_dataloader.batch_size" && variable_feeds.batch_size) lines.emplace_back("batch_size", value);
+    if (key == "optim_wrapper.accumulative_counts" && variable_feeds.accumulative_counts) {
+      lines.emplace_back("accumulative_counts", value);
+    }
+  }
+  if (!lines.empty()) {
+    text << "# or in the file (its top-level variables feed those keys):\n"
+         << python_assignment_diff(py_text, path, lines);
+  }
+  patch.text = text.str();
+  return patch;
+}
 
 LayerChoices layer_choices(const planner::Plan& plan, const std::vector<bool>& checkpointable) {
   LayerChoices out;

@@ -43,4 +43,30 @@ RecipePatch torchtune_patch(const planner::Plan& plan, const planner::RunSetting
 RecipePatch trainer_arguments_patch(const planner::Plan& plan, const planner::RunSettings& given,
                                     const std::vector<bool>& checkpointable);
 
+// The axolotl keys (micro_batch_size, gradient_accumulation_steps,
+// gradient_checkpointing, deepspeed) that turn `given` into `plan`, as a
+// unified diff of the YAML file.
+RecipePatch axolotl_patch(const planner::Plan& plan, const planner::RunSettings& given,
+                          const std::vector<bool>& checkpointable, std::string_view yaml_text, std::string_view path);
+
+// The same for a LLaMA-Factory config (per_device_train_batch_size,
+// gradient_accumulation_steps, disable_gradient_checkpointing, deepspeed).
+RecipePatch llamafactory_patch(const planner::Plan& plan, const planner::RunSettings& given,
+                               const std::vector<bool>& checkpointable, std::string_view yaml_text,
+                               std::string_view path);
+
+// The XTuner config keys (train_dataloader.batch_size,
+// optim_wrapper.accumulative_counts, model.use_activation_checkpointing) as the
+// `--cfg-options` of `xtuner train`, with `--deepspeed` when the plan needs ZeRO
+// or offload; and a unified diff of the config's top-level `batch_size = N` /
+// `accumulative_counts = N` lines where `variable_feeds` says that variable
+// holds the dict's value (XTuner's own configs are written that way).
+struct XtunerVariables {
+  bool batch_size = false;           // top-level batch_size == train_dataloader.batch_size
+  bool accumulative_counts = false;  // top-level accumulative_counts == optim_wrapper.accumulative_counts
+};
+RecipePatch xtuner_patch(const planner::Plan& plan, const planner::RunSettings& given,
+                         const std::vector<bool>& checkpointable, std::string_view py_text, std::string_view path,
+                         XtunerVariables variable_feeds);
+
 }  // namespace headroom::reports

@@ -49,6 +49,20 @@ assert settings["precision"] == "bf16-mixed" and settings["zero_stage"] == 2, se
 assert fit["fits"], "the seed run should fit a 24 GB GPU"
 PY
 
+# The plan written back (--emit xtuner), applied with patch(1) to a copy of the
+# config, and the copy read again by MMEngine: it is the plan.
+cp "$data/llama3_8b_instruct_qlora_alpaca_e3.py" "$out/sft.py"
+run=(llama-3-8b --gpu 4090 --gpu-mem 18GiB --no-offload --max-zero 0 --xtuner "$out/sft.py")
+"$headroom" plan "${run[@]}" --batch 4 --json -o "$out/sft.plan.json" --emit xtuner="$out/sft.patch" > /dev/null 2>&1
+patch --quiet "$out/sft.py" < "$out/sft.patch"
+"$headroom" fit "${run[@]}" --json > "$out/sft.after.json" 2> /dev/null
+"$python" - "$out/sft.plan.json" "$out/sft.after.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))["config"]
+after = json.load(open(sys.argv[2]))["as_given"]["settings"]
+assert (after["micro_batch"], after["grad_accum"]) == (plan["micro_batch"], plan["grad_accum"]), (plan, after)
+PY
+
 # A config MMEngine cannot load: one message naming it, exit 2, no traceback.
 printf 'model = dict(type=\n' > "$out/broken.py"
 set +e

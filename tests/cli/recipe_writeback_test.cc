@@ -1,0 +1,117 @@
+// `plan --emit axolotl|llamafactory|xtuner`: the best plan written back into the
+// user's own config. The patch is applied with patch(1) to a copy of the file,
+// and the copy, read again, is the plan (issue 13: "the written-back patch
+// applied to it gives the chosen plan").
+#include <cstdlib>
+#include <string>
+
+#include "tests/cli/cli_harness.h"
+
+namespace headroom {
+namespace {
+
+using namespace cli_harness;
+
+const std::string kData = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/";
+
+// The settings of `fit --json` for a run.
+nlohmann::json fitted_settings(const std::string& args) {
+  const RunOutput fit = run_headroom("fit " + args + " --json");
+  REQUIRE_MESSAGE(fit.exit_code == 0, fit.err);
+  return parse_json(fit.out)["as_given"]["settings"];
+}
+
+// Plans `args` (the config flag among them), writes the `kind` export, applies
+// its diff to `copy` and returns the plan's chosen config.
+nlohmann::json plan_and_patch(const std::string& args, const std::string& kind, const std::string& copy,
+                              const TempDir& dir) {
+  const std::string exported = dir.file(kind + ".patch");
+  const RunOutput plan = run_headroom("plan " + args + " --json -o " + quoted(dir.file("plan.json")) + " --emit " +
+                                      kind + "=" + quoted(exported));
+  REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
+  const std::string text = read_text(exported);
+  CAPTURE(text);
+  REQUIRE(contains(text, "+++ "));
+  const std::string command = "patch --quiet " + quoted(copy) + " < " + quoted(exported);
+  REQUIRE(std::system(command.c_str()) == 0);
+  return parse_json(read_text(dir.file("plan.json")))["config"];
+}
+
+}  // namespace
+
+TEST_CASE("an axolotl config takes the written-back patch and then reads as the plan") {
+  TempDir dir;
+  const std::string copy = dir.file("qlora.yml");
+  write_text(copy, read_text(kData + "axolotl/llama-3-qlora.yml"));
+  // A 16 GB budget: the config's micro-batch 2 without checkpointing does not fit.
+  const std::string budget = "llama-3-8b --gpu 4090 --gpu-mem 16GiB --no-offload --max-zero 0";
+  const nlohmann::json before = fitted_settings(budget + " --axolotl " + quoted(copy));
+  const nlohmann::json config = plan_and_patch(budget + " --axolotl " + quoted(copy), "axolotl", copy, dir);
+  const nlohmann::json after = fitted_settings(budget + " --axolotl " + quoted(copy));
+  CHECK(after["micro_batch"] == config["micro_batch"]);
+  CHECK(after["grad_accum"] == config["grad_accum"]);
+  CHECK(after != before);  // the patch changed the run
+  CHECK(contains(read_text(copy), "micro_batch_size: " + std::to_string(config["micro_batch"].get<int>())));
+}
+
+TEST_CASE("a LLaMA-Factory config takes the written-back patch and then reads as the plan") {
+  TempDir dir;
+  const std::string copy = dir.file("sft.yaml");
+  write_text(copy, read_text(kData + "llamafactory/llama3_lora_sft_otfq.yaml"));
+  const std::string run = "llama-3-8b --gpu 4090 --gpu-mem 12GiB --no-offload --max-zero 0 --llamafactory " + quoted(copy);
+  // Micro-batch 8 does not fit 12 GiB: the plan keeps the global batch of 64 in
+  // micro-batches of 1, so the file's accumulation (8) becomes 64.
+  const nlohmann::json config = plan_and_patch(run + " --batch 8", "llamafactory", copy, dir);
+  const nlohmann::json after = fitted_settings(run);
+  CHECK(after["micro_batch"] == config["micro_batch"]);
+  CHECK(after["grad_accum"] == config["grad_accum"]);
+  CHECK(config["grad_accum"].get<int>() * config["micro_batch"].get<int>() == 64);
+  // The run as the patched file says it fits.
+  const RunOutput fit = run_headroom("fit " + run + " --json");
+  CHECK(parse_json(fit.out)["fits"] == true);
+}
+
+TEST_CASE("an XTuner config: --cfg-options for xtuner train, and the top-level variables' lines patched") {
+  TempDir dir;
+  const std::string copy = dir.file("sft.py");
+  write_text(copy, read_text(kData + "xtuner/llama3_8b_instruct_qlora_alpaca_e3.py"));
+  // The loader's dump, pointed at the copy (no mmengine needed here).
+  nlohmann::json dump = parse_json(read_text(kData + "xtuner/llama3_8b_instruct_qlora_alpaca_e3.dump.json"));
+  dump["file"] = copy;
+  const std::string dump_path = dir.file("sft.dump.json");
+  write_text(dump_path, dump.dump());
+  // Micro-batch 4 on 18 GiB: the planner brings it down to 1 and raises the
+  // accumulation from the file's 16 to keep the global batch (64).
+  const std::string run = "llama-3-8b --gpu 4090 --gpu-mem 18GiB --no-offload --max-zero 0 --xtuner " +
+                          quoted(dump_path) + " --batch 4";
+  const std::string exported = dir.file("xtuner.patch");
+  const RunOutput plan = run_headroom("plan " + run + " --json -o " + quoted(dir.file("plan.json")) +
+                                      " --emit xtuner=" + quoted(exported));
+  REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
+  const nlohmann::json config = parse_json(read_text(dir.file("plan.json")))["config"];
+  const std::string text = read_text(exported);
+  CAPTURE(text);
+  CHECK(contains(text, "# xtuner train " + copy + " --cfg-options"));
+  CHECK(contains(text, "optim_wrapper.accumulative_counts=" + std::to_string(config["grad_accum"].get<int>())));
+  REQUIRE(std::system(("patch --quiet " + quoted(copy) + " < " + quoted(exported)).c_str()) == 0);
+  const std::string patched = read_text(copy);
+  CHECK(config["grad_accum"] == 64);
+  CHECK(contains(patched, "\naccumulative_counts = 64\n"));
+  CHECK(contains(patched, "\nbatch_size = 1  # per device\n"));  // the file's micro-batch was already the plan's
+  // The patched file, read again through its dump, is the plan.
+  nlohmann::json reread = dump;
+  reread["config"]["accumulative_counts"] = 64;
+  reread["config"]["optim_wrapper"]["accumulative_counts"] = 64;
+  write_text(dump_path, reread.dump());
+  const nlohmann::json after = fitted_settings("llama-3-8b --gpu 4090 --xtuner " + quoted(dump_path));
+  CHECK(after["grad_accum"] == 64);
+  CHECK(after["micro_batch"] == config["micro_batch"]);
+}
+
+TEST_CASE("--emit of a config kind the run was not read from names the flag it needs") {
+  const RunOutput out = run_headroom("plan llama-3-8b --gpu 4090 --lora --emit axolotl");
+  CHECK(out.exit_code == 2);
+  CHECK(contains(out.err, "expected --axolotl FILE"));
+}
+
+}  // namespace headroom
