@@ -12,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include <torch/cuda.h>
+
 #include "executor/communicator.h"
+#include "executor/nccl_communicator.h"
 #include "tests/executor/torch/run_test_support.h"
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.
@@ -135,6 +138,19 @@ TEST_CASE("Gloo: a rank that hangs ends the others' collective with an error at 
   const JobResult job = run_job(2, "hang", 3'000);
   CHECK(job.exit_codes == std::vector<int>{0, 128 + SIGKILL});
   CHECK(job.seconds < 30);
+}
+
+TEST_CASE("the NCCL group is built against CUDA LibTorch, and without a GPU joining it says so") {
+#ifdef USE_C10D_NCCL
+  // torch_cuda defines USE_C10D_NCCL: this build found NCCL's header beside it.
+  CHECK(nccl_built());
+#endif
+  if (torch::cuda::is_available()) return;  // the GPU path itself runs in bench/gpu_validation.sh
+  Rendezvous alone;
+  alone.world_size = 2;
+  Result<std::unique_ptr<Communicator>> joined = connect_nccl(alone, 0);
+  REQUIRE_FALSE(joined.is_ok());
+  CHECK(joined.message().find(nccl_built() ? "no CUDA device is visible" : "built without") != std::string::npos);
 }
 
 }  // namespace headroom::executor
