@@ -138,6 +138,7 @@ class Trainer {
   std::unique_ptr<TrainModel> model_;
   nlohmann::json identity_;
   std::unique_ptr<Zero3Parameters> zero3_;  // ZeRO-3's partitioned parameters; null at stages 0-2
+  int64_t gathered_peak_ = 0;                // ZeRO-3: most gathered at once over the first step
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StateStore> store_;
   tm::BlockRunner runner_;
@@ -394,6 +395,7 @@ Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {
   if (measure_categories) {
     probe_->synchronize();
     measured_.gradients = with_grads - probe_->live();
+    if (zero3_) gathered_peak_ = zero3_->stats().peak_live_bytes;  // before a checkpoint gathers everything
   }
   probe_->synchronize();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -493,7 +495,7 @@ Result<RunResult> Trainer::run() {
   }
   if (fresh && result_.first_step <= result_.last_step) {
     add_category_checks(plan_, measured_, device_.is_cuda(), result_);
-    if (zero3_) add_gathered_check(plan_, context_.graph, zero3_->stats().peak_live_bytes, result_);
+    if (zero3_) add_gathered_check(plan_, context_.graph, gathered_peak_, result_);
     if (Status s = gather_category_checks(); !s.is_ok()) return s;
   } else if (!fresh) {
     result_.notes.push_back("resumed run: memory categories are measured on a fresh run's first step only");
