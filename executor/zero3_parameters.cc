@@ -110,63 +110,15 @@ PartitionedParameter Zero3Parameters::partition_of(const torch::Tensor& paramete
   throw std::invalid_argument("ZeRO-3: a trainable parameter that is not partitioned");
 }
 
-void Zero3Parameters::gather(int index) { gather_group({index}); }
-
-// One all-gather for every parameter of `indices` not gathered yet, as
-// DeepSpeed's all_gather_coalesced (partition_parameters.py): this rank's
-// chunks side by side, gathered into one flat buffer of world rows, each
-// parameter then copied out of its column and the buffer freed. Parameters of
-// another dtype than the first go one by one.
-void Zero3Parameters::gather_group(const std::vector<int>& indices) {
-  std::vector<int> todo;
-  for (int index : indices) {
-    const Param& p = params_[static_cast<size_t>(index)];
-    if (p.gathered.defined() || std::find(todo.begin(), todo.end(), index) != todo.end()) continue;
-    if (!todo.empty() && p.shard.scalar_type() != params_[static_cast<size_t>(todo.front())].shard.scalar_type()) {
-      gather_group({index});
-      continue;
-    }
-    todo.push_back(index);
-  }
-  if (todo.empty()) return;
-  torch::NoGradGuard no_grad;
-  const int64_t world = comm_.world_size();
-  const torch::TensorOptions options = params_[static_cast<size_t>(todo.front())].shard.options();
-  auto collect = [&](const torch::Tensor& input, torch::Tensor& output) {
-    if (Status s = comm_.all_gather(input, output); !s.is_ok()) {
-      throw std::runtime_error("ZeRO-3 all-gather of parameters: " + s.message());
-    }
-  };
-  if (todo.size() == 1) {
-    Param& p = params_[static_cast<size_t>(todo.front())];
-    torch::Tensor whole = torch::empty({p.chunk * world}, options);
-    collect(p.shard, whole);
-    adopt(todo.front(), whole);
-    return;
-  }
-  int64_t width = 0;
-  for (int index : todo) width += params_[static_cast<size_t>(index)].chunk;
-  torch::Tensor mine = torch::empty({width}, options);
-  int64_t offset = 0;
-  for (int index : todo) {
-    const Param& p = params_[static_cast<size_t>(index)];
-    mine.narrow(0, offset, p.chunk).copy_(p.shard);
-    offset += p.chunk;
-  }
-  torch::Tensor rows = torch::empty({world * width}, options);
-  collect(mine, rows);
-  rows = rows.view({world, width});
-  offset = 0;
-  for (int index : todo) {
-    const int64_t chunk = params_[static_cast<size_t>(index)].chunk;
-    adopt(index, rows.narrow(1, offset, chunk).contiguous().view({-1}));
-    offset += chunk;
-  }
-}
-
-void Zero3Parameters::adopt(int index, torch::Tensor whole) {
+void Zero3Parameters::gather(int index) {
   Param& p = params_[static_cast<size_t>(index)];
-  p.gathered = std::move(whole);
+  if (p.gathered.defined()) return;
+  torch::NoGradGuard no_grad;
+  p.gathered = torch::empty({p.chunk * comm_.world_size()}, p.shard.options());
+  if (Status s = comm_.all_gather(p.shard, p.gathered); !s.is_ok()) {
+    p.gathered = torch::Tensor();
+    throw std::runtime_error("ZeRO-3 all-gather of parameters: " + s.message());
+  }
   p.tensor.set_data(p.gathered.narrow(0, 0, p.numel).view(p.shape));
   by_storage_[p.gathered.storage().data()] = index;
   ++stats_.gathers;
@@ -186,7 +138,9 @@ void Zero3Parameters::release(int index) {
   p.gathered = torch::Tensor();
 }
 
-void Zero3Parameters::ensure(int block) { gather_group(params_of_block_[static_cast<size_t>(block)]); }
+void Zero3Parameters::ensure(int block) {
+  for (int index : params_of_block_[static_cast<size_t>(block)]) gather(index);
+}
 
 // partitioned_param_coordinator.py fetch_sub_module: parameters of the next
 // sub-module are prefetched while the numel in flight stays within
@@ -194,18 +148,14 @@ void Zero3Parameters::ensure(int block) { gather_group(params_of_block_[static_c
 void Zero3Parameters::prefetch(int block) {
   if (block < 0) return;
   int64_t budget = options_.prefetch_elements;
-  int64_t live = live_elements_;
-  std::vector<int> chosen;
   for (int index : params_of_block_[static_cast<size_t>(block)]) {
     const Param& p = params_[static_cast<size_t>(index)];
     if (p.gathered.defined()) continue;
     const int64_t elements = p.chunk * comm_.world_size();
-    if (elements > budget || live + elements > options_.max_live_elements) break;
+    if (elements > budget || live_elements_ + elements > options_.max_live_elements) break;
     budget -= elements;
-    live += elements;
-    chosen.push_back(index);
+    gather(index);
   }
-  gather_group(chosen);
 }
 
 void Zero3Parameters::release_except(const std::set<int>& keep) {
@@ -259,7 +209,7 @@ void Zero3Parameters::backward_done() {
 }
 
 void Zero3Parameters::gather_all() {
-  for (size_t b = 0; b < params_of_block_.size(); ++b) ensure(static_cast<int>(b));
+  for (size_t i = 0; i < params_.size(); ++i) gather(static_cast<int>(i));
 }
 
 void Zero3Parameters::release_all(bool keep_changes) {

@@ -18,10 +18,7 @@
 // embeddings and head included) is prefetched, up to prefetch_elements and
 // never beyond max_live_elements (stage3_prefetch_bucket_size,
 // stage3_max_live_parameters). Gloo's collectives are synchronous here, so the
-// prefetch takes the memory the planner prices without hiding any time. The
-// parameters gathered together are one all-gather into a flat buffer, copied
-// out per parameter (all_gather_coalesced); stats() counts the parameters, not
-// that transient buffer.
+// prefetch takes the memory the planner prices without hiding any time.
 //
 // Autograd saves views of gathered weights (a linear's weight.t()); a saved view
 // would keep the whole gathered parameter alive until backward. The saved
@@ -112,8 +109,6 @@ class Zero3Parameters final : public SavedTensorRedirect {
 
  private:
   void gather(int param);
-  void gather_group(const std::vector<int>& params);
-  void adopt(int param, torch::Tensor whole);
   void release(int param);
   void ensure(int block);
   void prefetch(int block);
