@@ -127,14 +127,14 @@ std::vector<ModelFamilyInfo> make_families() {
       {kLlama, "Llama",
        {{"tiny-llama", llama(models::kTinyLlama)}, {"llama-3-8b", llama(models::kLlama3_8b)},
         {"llama-3.1-8b", llama(models::kLlama31_8b)}, {"mistral-7b", llama(models::kMistral7b)}},
-       {"llama", "mistral", "qwen2"}, read_hf_llama, nullptr, false, true},
+       {"llama", "mistral", "qwen2"}, read_hf_llama, nullptr, false, true, true},
       {kFlux, "Flux", {{"tiny-flux", flux(models::kTinyFlux)}, {"flux-kontext-dev", flux(models::kFluxKontextDev)}},
-       {}, nullptr, "latents", false, false},
-      {ModelFamily::kVit, "ViT", {}, {"vit"}, read_hf_vit, "images", false, false},
+       {}, nullptr, "latents", false, false, true},
+      {ModelFamily::kVit, "ViT", {}, {"vit"}, read_hf_vit, "images", false, false, false},
       // A causal LM too, whose batches check the stronger bound: text after the image tokens.
-      {ModelFamily::kLlava, "LLaVA", {}, {"llava"}, read_hf_llava, "images and tokens", false, false},
+      {ModelFamily::kLlava, "LLaVA", {}, {"llava"}, read_hf_llava, "images and tokens", false, false, false},
       {kResNet, "ResNet", {{"tiny-resnet", resnet(models::kTinyResNet)}, {"resnet-50", resnet(models::kResNet50)}},
-       {}, nullptr, "images", true, false},
+       {}, nullptr, "images", true, false, false},
   };
   // clang-format on
   assert(families.size() == kModelFamilyCount);

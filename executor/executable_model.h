@@ -60,6 +60,9 @@ struct ModelFamilyInfo {
   const char* synthetic_data;
   bool full_only;  // trains every parameter (settings.mode full), no adapters
   bool min_two_tokens;  // a causal LM checked by check_executable: each token predicts the next
+  // Its module runs every graph block, embeddings and head included, through
+  // the BlockRunner, so ZeRO-3 can gather each block's parameters around it.
+  bool runs_every_block;
 };
 
 // Every trainable family, in ModelFamily order.

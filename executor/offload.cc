@@ -102,6 +102,7 @@ struct ScopeState {
 };
 
 thread_local ScopeState t_state;  // stats == nullptr: no scope
+thread_local SavedTensorRedirect* t_redirect = nullptr;
 
 // One saved tensor: the original (parameters) or its shared host copy.
 class OffloadHooks final : public torch::autograd::SavedVariableHooks {
@@ -148,8 +149,10 @@ class OffloadHooks final : public torch::autograd::SavedVariableHooks {
 
 struct OffloadEngine final : torch::autograd::Engine {
   std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
-    if (t_state.stats == nullptr) return nullptr;
-    return std::make_unique<OffloadHooks>(t_state);
+    std::unique_ptr<torch::autograd::SavedVariableHooks> offload;
+    if (t_state.stats != nullptr) offload = std::make_unique<OffloadHooks>(t_state);
+    if (t_redirect != nullptr) return t_redirect->hooks(std::move(offload));
+    return offload;
   }
   static torch::autograd::Engine& instance() {
     static OffloadEngine engine;
@@ -177,6 +180,13 @@ OffloadScope::OffloadScope(OffloadStats& stats, const std::unordered_set<const v
 }
 
 OffloadScope::~OffloadScope() { t_state = ScopeState{previous_stats_, previous_parameters_, previous_copies_}; }
+
+RedirectScope::RedirectScope(SavedTensorRedirect& redirect) : previous_(t_redirect) {
+  install_offload_engine();
+  t_redirect = &redirect;
+}
+
+RedirectScope::~RedirectScope() { t_redirect = previous_; }
 
 std::unordered_set<const void*> parameter_storages(torch::nn::Module& module) {
   std::unordered_set<const void*> out;

@@ -10,6 +10,7 @@
 // engine does for torch.autograd.graph.saved_tensors_hooks.
 #pragma once
 
+#include <torch/csrc/autograd/saved_variable_hooks.h>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -56,6 +57,29 @@ class OffloadScope {
   const std::unordered_set<const void*>* previous_parameters_;
   CopyMap* previous_copies_;
   std::unique_ptr<CopyMap> copies_;
+};
+
+// A second saved-tensor policy, consulted before offload's while it is
+// installed on a thread (ZeRO-3's gathered parameters, executor/zero3_parameters.h):
+// for each tensor autograd saves, it gets the hooks offload would use
+// (`otherwise`, null outside an OffloadScope) and returns the hooks to use.
+class SavedTensorRedirect {
+ public:
+  virtual ~SavedTensorRedirect() = default;
+  virtual std::unique_ptr<torch::autograd::SavedVariableHooks> hooks(
+      std::unique_ptr<torch::autograd::SavedVariableHooks> otherwise) = 0;
+};
+
+// Installs `redirect` on this thread while alive (the offloading engine too).
+class RedirectScope {
+ public:
+  explicit RedirectScope(SavedTensorRedirect& redirect);
+  ~RedirectScope();
+  RedirectScope(const RedirectScope&) = delete;
+  RedirectScope& operator=(const RedirectScope&) = delete;
+
+ private:
+  SavedTensorRedirect* previous_;
 };
 
 // Storage data pointers of `module`'s parameters, for OffloadScope.

@@ -17,8 +17,8 @@ std::unique_ptr<Optimizer> make_optimizer(NamedParameters parameters, const Opti
     throw std::invalid_argument(std::string(planner::optimizer_name(options.kind)) +
                                 ": only AdamW is offloaded to the CPU by the executor");
   }
-  const bool partitioned =
-      options.communicator != nullptr && options.communicator->world_size() > 1 && options.zero_stage >= 1;
+  const bool partitioned = options.communicator != nullptr &&
+                           (options.zero_stage == 3 || (options.communicator->world_size() > 1 && options.zero_stage >= 1));
   if (partitioned && options.kind != OptimizerKind::kAdamW) {
     throw std::invalid_argument(std::string(planner::optimizer_name(options.kind)) +
                                 ": only AdamW is partitioned over ranks by the executor");
@@ -36,6 +36,7 @@ std::unique_ptr<Optimizer> make_optimizer(NamedParameters parameters, const Opti
         zero.adam = adam;
         zero.stage = options.zero_stage;
         zero.bucket_elements = options.reduce_bucket_elements;
+        zero.partitioned = options.partitioned;
         return std::make_unique<ZeroAdamW>(std::move(parameters), *options.communicator, zero);
       }
       return std::make_unique<MixedAdamW>(std::move(parameters), adam);

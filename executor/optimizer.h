@@ -23,6 +23,14 @@ class Communicator;  // executor/communicator.h
 
 using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;
 
+// ZeRO-3 (executor/zero3_parameters.h): a parameter whose data is empty, and
+// this rank's chunk of it: elements [rank x shard.numel(), ...) of the
+// flattened parameter, zero-padded, which the optimizer reads and updates.
+struct PartitionedParameter {
+  torch::Tensor shard;
+  std::vector<int64_t> shape;  // the whole parameter's
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -57,9 +65,12 @@ struct OptimizerOptions {
   int cpu_threads = 0;          // for the CPU AdamW step; 0 = all cores
   // Several ranks at ZeRO stage 1 or 2: AdamW partitioned over `communicator`'s
   // ranks (executor/zero_adamw.h), which must outlive the optimizer. Null, one
-  // rank, or stage 0: every rank steps the whole optimizer.
+  // rank, or stage 0: every rank steps the whole optimizer. Stage 3 (any
+  // number of ranks): `partitioned` holds each parameter's partition, in the
+  // order of the parameters.
   Communicator* communicator = nullptr;
   int zero_stage = 0;
+  std::vector<PartitionedParameter> partitioned;
   int64_t reduce_bucket_elements = 500'000'000;  // DeepSpeed's reduce_bucket_size
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "planner/model_states.h"
 #include "planner/prediction.h"
 
 namespace headroom::executor {
@@ -43,6 +44,13 @@ void add_category_checks(const planner::Plan& plan, const MeasuredCategories& me
     result.notes.push_back("CPU run: CPU kernels' temporaries differ from CUDA's, so the peak is indicative; "
                            "the per-category rows are the check");
   }
+}
+
+void add_gathered_check(const planner::Plan& plan, const graph::LayerGraph& graph, int64_t measured_peak_bytes,
+                        RunResult& result) {
+  const planner::ModelStates states =
+      planner::model_states(graph, plan.settings, plan.config, planner::Accounting::kAllocated);
+  result.categories.push_back(CategoryCheck{"gathered parameters (ZeRO-3)", states.gathered_params, measured_peak_bytes});
 }
 
 std::optional<planner::Calibration> calibrate(const planner::Plan& plan, double matmul_efficiency,

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "executor/run.h"
+#include "graph/layer_graph.h"
 #include "planner/calibration.h"
 #include "planner/measurement.h"
 #include "planner/plan.h"
@@ -34,6 +35,12 @@ int64_t predicted_host_offload(const planner::Plan& plan);
 // cannot compare. result.measured holds the first step.
 void add_category_checks(const planner::Plan& plan, const MeasuredCategories& measured, bool on_cuda,
                          RunResult& result);
+
+// ZeRO-3: the row of the gathered parameters, `measured_peak_bytes` (the most
+// gathered at once over a step) against the planner's gathered_params for the
+// plan (allocated accounting), on `graph` (the plan's model).
+void add_gathered_check(const planner::Plan& plan, const graph::LayerGraph& graph, int64_t measured_peak_bytes,
+                        RunResult& result);
 
 // A GPU run's calibration: the time model's matmul efficiency (the one the
 // plan's step time was predicted with) scaled by predicted / measured median

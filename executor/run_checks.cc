@@ -6,12 +6,48 @@
 
 #include "executor/executable_model.h"
 #include "executor/run.h"
+#include "planner/stack.h"
 
 namespace headroom::executor {
 namespace {
 
 Status refuse(std::string_view origin, const std::string& field, const std::string& why) {
   return Status::error(std::string(origin) + ": " + field + ": " + why);
+}
+
+// ZeRO-3 runs as DeepSpeed's stage 3 (executor/zero3_parameters.h), with AdamW,
+// for the families whose modules run every block through the BlockRunner.
+Status check_zero3(const planner::Plan& plan, const ExecutableModel& model, std::string_view origin) {
+  const planner::RunSettings& s = plan.settings;
+  if (plan.config.offload_param != planner::Offload::kNone) {
+    return refuse(origin, "config.offload_param",
+                  "parameter offload (ZeRO-Infinity's offload_param) is not implemented in the executor; expected none");
+  }
+  if (plan.config.zero_stage != 3) return Status::ok();
+  if (planner::shards_with_fsdp(s)) {
+    return refuse(origin, "settings.sharding",
+                  std::string(planner::sharding_of(s) == planner::Sharding::kFsdp1 ? "FSDP1's FlatParameter units"
+                                                                                   : "FSDP2's per-parameter DTensor shards") +
+                      " are priced but not run by the executor, which shards ZeRO-3 as DeepSpeed does; expected "
+                      "sharding deepspeed (--sharding deepspeed)");
+  }
+  if (s.optimizer != planner::OptimizerKind::kAdamW) {
+    return refuse(origin, "settings.optimizer",
+                  "the executor partitions only AdamW at ZeRO-3; expected adamw, or zero_stage 0 for " +
+                      std::string(planner::optimizer_name(s.optimizer)));
+  }
+  if (s.mode == planner::TrainMode::kQlora) {
+    return refuse(origin, "settings.mode",
+                  "QLoRA's NF4 base weights are not partitioned by the executor's ZeRO-3; expected lora or full, or "
+                  "zero_stage 0-2");
+  }
+  if (!model_family(model.family).runs_every_block) {
+    return refuse(origin, "config.zero_stage",
+                  std::string(model_family(model.family).name) +
+                      " modules do not run their embeddings and head as blocks, which ZeRO-3 gathers; expected "
+                      "zero_stage 0-2 (ZeRO-3 runs Llama and Flux)");
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -33,8 +69,8 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
     }
     if (plan.config.zero_stage == 0 && plan.config.offload_optimizer != planner::Offload::kNone) {
       return refuse(origin, "config.zero_stage",
-                    "optimizer offload on several ranks partitions the optimizer (ZeRO-Offload runs on stage 1 or "
-                    "2); expected zero_stage 1 or 2");
+                    "optimizer offload on several ranks partitions the optimizer (ZeRO-Offload runs on stage 1, "
+                    "2 or 3); expected zero_stage 1, 2 or 3");
     }
   }
   if (s.optimizer == planner::OptimizerKind::kAdamW4bit) {
@@ -48,10 +84,7 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                       std::string(planner::optimizer_name(s.optimizer)) +
                       "; expected none, or optimizer adamw");
   }
-  if (plan.config.zero_stage == 3 || plan.config.offload_param != planner::Offload::kNone) {
-    return refuse(origin, plan.config.zero_stage == 3 ? "config.zero_stage" : "config.offload_param",
-                  "ZeRO-3 / parameter offload is not implemented in the executor; expected stage 0-2");
-  }
+  if (Status zero3 = check_zero3(plan, model.value(), origin); !zero3.is_ok()) return zero3;
   if (plan.config.offload_optimizer == planner::Offload::kCpu &&
       s.cpu_offload != planner::CpuOffloadImpl::kZeroOffload) {
     return refuse(origin, "settings.cpu_offload",

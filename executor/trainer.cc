@@ -7,6 +7,7 @@
 // the plan (executor/prediction_check.h); training-state checkpoints are
 // written and resumed through executor/training_state.h.
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/util/accumulate.h>
 #include <cuda_runtime_api.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -31,6 +32,7 @@
 #include "executor/train_model.h"
 #include "executor/training_state.h"
 #include "executor/crc32c.h"
+#include "executor/zero3_parameters.h"
 #include "planner/model_states.h"
 #include "planner/plan_file.h"
 #include "planner/stack.h"
@@ -53,11 +55,14 @@ torch::ScalarType training_dtype(planner::Precision precision) {
   return torch::kFloat;
 }
 
-// The plan's per-block decision as a BlockRunner over the module's blocks.
-tm::BlockRunner plan_runner(const planner::Plan& plan, OffloadStats& offload_stats,
+// The plan's per-block decision as a BlockRunner over the module's blocks
+// (the embeddings and the head, which the models run through it too, plainly).
+tm::BlockRunner plan_runner(const planner::Plan& plan, const graph::LayerGraph& graph, OffloadStats& offload_stats,
                             const std::unordered_set<const void*>& parameters) {
   std::map<std::string, planner::BlockChoice> choices;
-  for (size_t b = 0; b < plan.blocks.size(); ++b) choices[plan.block_names[b]] = plan.blocks[b];
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
+    if (graph.blocks[b].checkpointable) choices[plan.block_names[b]] = plan.blocks[b];
+  }
   return [choices, &offload_stats, &parameters](const std::string& name, torch::nn::Module& block,
                                                 const tm::BlockFn& fn, const std::vector<torch::Tensor>& inputs) {
     const auto found = choices.find(name);
@@ -106,7 +111,8 @@ class Trainer {
   Status save(int64_t step);
   FileSystem& file_system() const { return options_.file_system ? *options_.file_system : real_file_system(); }
   TrainingState state() { return TrainingState{*model_, *optimizer_, scaler_, device_}; }
-  nlohmann::json identity() const { return training_identity(plan_, options_, *model_); }
+  // Computed before ZeRO-3 empties the parameters, whose shapes it digests.
+  const nlohmann::json& identity() const { return identity_; }
   Result<StepMetrics> train_step(int64_t step, bool measure_categories);
   void describe_device();
   Status join_job();
@@ -130,6 +136,9 @@ class Trainer {
   std::unordered_set<const void*> parameter_storages_;
   OffloadStats offload_stats_;
   std::unique_ptr<TrainModel> model_;
+  nlohmann::json identity_;
+  std::unique_ptr<Zero3Parameters> zero3_;  // ZeRO-3's partitioned parameters; null at stages 0-2
+  int64_t gathered_peak_ = 0;                // ZeRO-3: most gathered at once over the first step
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StateStore> store_;
   tm::BlockRunner runner_;
@@ -233,7 +242,8 @@ Status Trainer::setup() {
   if (Status s = build_model(model.value(), context_.graph); !s.is_ok()) return s;
   scaler_.enabled = plan_.settings.precision == planner::Precision::kFp16Mixed;
   parameter_storages_ = parameter_storages(model_->module());
-  runner_ = plan_runner(plan_, offload_stats_, parameter_storages_);
+  runner_ = plan_runner(plan_, context_.graph, offload_stats_, parameter_storages_);
+  if (zero3_) runner_ = zero3_->runner(runner_);
   return open_store();
 }
 
@@ -249,6 +259,8 @@ Status Trainer::build_model(const ExecutableModel& model, const graph::LayerGrap
   Result<std::unique_ptr<TrainModel>> built = make_train_model(model, plan_, graph, options_, model_options);
   if (!built.is_ok()) return built.status();
   model_ = std::move(built.value());
+  identity_ = training_identity(plan_, options_, *model_);
+  if (plan_.config.zero_stage == 3) zero3_ = partition_parameters(model_->module(), graph, plan_, *comm_);
   result_.notes.push_back(model_->weights_source.empty()
                               ? "weights: random initialisation (seed " + std::to_string(options_.seed) + ")"
                               : "weights: loaded from " + model_->weights_source);
@@ -266,6 +278,9 @@ Status Trainer::build_model(const ExecutableModel& model, const graph::LayerGrap
   optimizer.communicator = comm_.get();
   optimizer.zero_stage = plan_.config.zero_stage;
   optimizer.reduce_bucket_elements = plan_.settings.reduce_bucket_elements;
+  if (zero3_) {
+    for (const auto& [name, tensor] : model_->trainable()) optimizer.partitioned.push_back(zero3_->partition_of(tensor));
+  }
   optimizer_ = make_optimizer(model_->trainable(), optimizer);
   probe_->synchronize();
   measured_.optimizer = probe_->live() - after_model;
@@ -288,7 +303,10 @@ Status Trainer::open_leader_store() {
   store.keep = options_.checkpoints_kept;
   store_ = std::make_unique<StateStore>(store, file_system());
   int64_t checkpoint_bytes = optimizer_->checkpoint_bytes();
-  for (const auto& [name, tensor] : model_->trainable()) checkpoint_bytes += static_cast<int64_t>(tensor.nbytes());
+  for (const auto& [name, tensor] : model_->trainable()) {
+    const std::vector<int64_t> shape = zero3_ ? zero3_->partition_of(tensor).shape : tensor.sizes().vec();
+    checkpoint_bytes += c10::multiply_integers(shape) * static_cast<int64_t>(tensor.element_size());
+  }
   if (Status room = check_checkpoint_room(*store_, file_system(), options_, checkpoint_bytes); !room.is_ok()) {
     return room;
   }
@@ -296,7 +314,10 @@ Status Trainer::open_leader_store() {
 }
 
 Status Trainer::resume() {
+  // ZeRO-3: the whole parameters take the checkpoint, then each rank keeps its chunk.
+  if (zero3_) zero3_->gather_all();
   Result<Resumed> resumed = resume_training(options_.resume_dir, file_system(), identity(), state());
+  if (zero3_) zero3_->release_all(/*keep_changes=*/resumed.is_ok());
   if (!resumed.is_ok()) return resumed.status();
   step_ = resumed->step;
   result_.resumed_from = resumed->path;
@@ -306,7 +327,9 @@ Status Trainer::resume() {
 
 Status Trainer::save(int64_t step) {
   // Every rank takes part in gathering the state; rank 0 writes it.
+  if (zero3_) zero3_->gather_all();  // rank 0 writes the whole parameters, as at stages 0-2
   std::map<std::string, std::string> parts = checkpoint_parts(step, identity(), state());
+  if (zero3_) zero3_->release_all(/*keep_changes=*/false);
   Status saved = leader() ? store_->save(step, parts) : Status::ok();
   parts.clear();
   if (Status s = agree(saved, "checkpoint of step " + std::to_string(step)); !s.is_ok()) return s;
@@ -321,6 +344,7 @@ Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {
   const int64_t accum = plan_.config.grad_accum;
   probe_->synchronize();
   probe_->reset_peak();
+  if (zero3_) zero3_->reset_peak();
   if (world() > 1) torch::manual_seed(step_seed(options_.seed, rank(), step));
   const auto start = Clock::now();
   double loss_sum = 0;
@@ -343,6 +367,7 @@ Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {
     torch::Tensor scaled = loss.value() / static_cast<double>(accum);
     if (scaler_.enabled) scaled = scaled * scaler_.scale;
     scaled.backward();
+    if (zero3_) zero3_->backward_done();
     model_->release_outputs();
     optimizer_->backward_done();
   }
@@ -370,6 +395,7 @@ Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {
   if (measure_categories) {
     probe_->synchronize();
     measured_.gradients = with_grads - probe_->live();
+    if (zero3_) gathered_peak_ = zero3_->stats().peak_live_bytes;  // before a checkpoint gathers everything
   }
   probe_->synchronize();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -469,6 +495,7 @@ Result<RunResult> Trainer::run() {
   }
   if (fresh && result_.first_step <= result_.last_step) {
     add_category_checks(plan_, measured_, device_.is_cuda(), result_);
+    if (zero3_) add_gathered_check(plan_, context_.graph, gathered_peak_, result_);
     if (Status s = gather_category_checks(); !s.is_ok()) return s;
   } else if (!fresh) {
     result_.notes.push_back("resumed run: memory categories are measured on a fresh run's first step only");

@@ -11,9 +11,24 @@
 namespace headroom::executor {
 namespace {
 
-std::vector<int64_t> element_counts(const NamedParameters& parameters) {
+// Each parameter's whole shape: at stage 3 its data is empty, its partition knows.
+std::vector<std::vector<int64_t>> whole_shapes(const NamedParameters& parameters, const ZeroAdamWOptions& options) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    shapes.push_back(options.stage == 3 ? options.partitioned.at(i).shape : parameters[i].second.sizes().vec());
+  }
+  return shapes;
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<int64_t> element_counts(const std::vector<std::vector<int64_t>>& shapes) {
   std::vector<int64_t> counts;
-  for (const auto& [name, tensor] : parameters) counts.push_back(tensor.numel());
+  for (const auto& shape : shapes) counts.push_back(numel_of(shape));
   return counts;
 }
 
@@ -32,12 +47,24 @@ class GradientReady final : public torch::autograd::PostAccumulateGradHook {
 
 ZeroAdamW::ZeroAdamW(NamedParameters parameters, Communicator& communicator, ZeroAdamWOptions options)
     : parameters_(std::move(parameters)),
+      shapes_(whole_shapes(parameters_, options)),
       comm_(communicator),
       options_(options),
-      layout_(element_counts(parameters_), options.bucket_elements, communicator.world_size(), communicator.rank()),
+      // Stage 3: one bucket per parameter (a bucket of 1 element holds only
+      // one), so a rank's chunk of each is the parameter's partition.
+      layout_(element_counts(shapes_), options.stage == 3 ? 1 : options.bucket_elements, communicator.world_size(),
+              communicator.rank()),
       dtype_(parameters_.empty() ? torch::kFloat : parameters_.front().second.scalar_type()),
       device_(parameters_.empty() ? torch::Device(torch::kCPU) : parameters_.front().second.device()) {
-  if (options_.stage != 1 && options_.stage != 2) throw std::invalid_argument("ZeroAdamW: stage 1 or 2");
+  if (options_.stage < 1 || options_.stage > 3) throw std::invalid_argument("ZeroAdamW: stage 1, 2 or 3");
+  if (options_.stage == 3) {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (options_.partitioned[i].shard.numel() != layout_.buckets()[layout_.bucket_of(i)].chunk) {
+        throw std::invalid_argument("ZeroAdamW: the partition of " + parameters_[i].first +
+                                    " is not ceil(elements / world) long");
+      }
+    }
+  }
   for (const auto& [name, tensor] : parameters_) {
     if (tensor.scalar_type() != dtype_ || tensor.device() != device_) {
       throw std::invalid_argument("ZeroAdamW: parameter " + name + " has another dtype or device than " +
@@ -61,7 +88,7 @@ ZeroAdamW::ZeroAdamW(NamedParameters parameters, Communicator& communicator, Zer
   pending_.resize(layout_.buckets().size());
   for (size_t b = 0; b < pending_.size(); ++b) pending_[b] = static_cast<int64_t>(layout_.buckets()[b].parameters.size());
   ready_.assign(parameters_.size(), 0);
-  if (options_.stage == 2) {
+  if (partitions_gradients()) {
     for (size_t i = 0; i < parameters_.size(); ++i) {
       torch::autograd::impl::set_post_acc_grad_hooks(parameters_[i].second, std::make_unique<GradientReady>(*this, i));
     }
@@ -69,7 +96,7 @@ ZeroAdamW::ZeroAdamW(NamedParameters parameters, Communicator& communicator, Zer
 }
 
 ZeroAdamW::~ZeroAdamW() {
-  if (options_.stage != 2) return;
+  if (!partitions_gradients()) return;
   for (const auto& [name, tensor] : parameters_) torch::autograd::impl::set_post_acc_grad_hooks(tensor, nullptr);
 }
 
@@ -80,6 +107,13 @@ void ZeroAdamW::check(const Status& status, const char* what) const {
 
 torch::Tensor ZeroAdamW::own_parameters() const {
   torch::Tensor flat = torch::zeros({layout_.partition_elements()}, torch::TensorOptions().dtype(dtype_).device(device_));
+  if (options_.stage == 3) {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const ZeroBucket& bucket = layout_.buckets()[layout_.bucket_of(i)];
+      flat.narrow(0, bucket.partition_offset, bucket.chunk).copy_(options_.partitioned[i].shard);
+    }
+    return flat;
+  }
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const OwnedSlice s = layout_.owned(i, layout_.rank());
     if (s.elements == 0) continue;
@@ -101,8 +135,8 @@ void ZeroAdamW::reduce_bucket(size_t index) {
   const ZeroBucket& bucket = layout_.buckets()[index];
   torch::Tensor flat = bucket_gradients(bucket, parameters_, bucket.chunk * layout_.world(),
                                         torch::TensorOptions().dtype(dtype_).device(device_));
-  // Stage 2 holds no whole gradient past its bucket (stage 1 keeps them to zero_grad).
-  if (options_.stage == 2) {
+  // Stages 2 and 3 hold no whole gradient past its bucket (stage 1 keeps them to zero_grad).
+  if (partitions_gradients()) {
     for (size_t k : bucket.parameters) parameters_[k].second.mutable_grad() = torch::Tensor();
   }
   torch::Tensor chunk = torch::empty({bucket.chunk}, flat.options());
@@ -121,7 +155,7 @@ void ZeroAdamW::gradient_ready(size_t index) {
 }
 
 void ZeroAdamW::backward_done() {
-  if (options_.stage != 2) return;
+  if (!partitions_gradients()) return;
   // A parameter backward gave no gradient (unused this step) leaves its bucket
   // waiting: reduce it with zeros there, in bucket order on every rank.
   for (size_t b = 0; b < pending_.size(); ++b) {
@@ -133,6 +167,14 @@ void ZeroAdamW::backward_done() {
 
 void ZeroAdamW::publish(const torch::Tensor& partition) {
   torch::NoGradGuard no_grad;
+  if (options_.stage == 3) {
+    // The partitions are the parameters: nothing to gather until a block runs.
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const ZeroBucket& bucket = layout_.buckets()[layout_.bucket_of(i)];
+      options_.partitioned[i].shard.copy_(partition.narrow(0, bucket.partition_offset, bucket.chunk));
+    }
+    return;
+  }
   for (const ZeroBucket& bucket : layout_.buckets()) {
     const torch::Tensor chunk =
         partition.narrow(0, bucket.partition_offset, bucket.chunk).to(device_, dtype_).contiguous();
@@ -211,7 +253,7 @@ int64_t ZeroAdamW::state_bytes() const {
 
 int64_t ZeroAdamW::checkpoint_bytes() const {
   int64_t elements = 0;
-  for (const auto& [name, tensor] : parameters_) elements += tensor.numel();
+  for (const auto& shape : shapes_) elements += numel_of(shape);
   int64_t per_element = 0;
   for (const auto& [key, tensor] : states()) per_element += static_cast<int64_t>(tensor.element_size());
   return elements * per_element;
@@ -233,8 +275,9 @@ std::string ZeroAdamW::save() const {
       check(comm_.all_gather(chunk, full), "all-gather of the optimizer state for a checkpoint");
       if (!writer) continue;
       for (size_t j = 0; j < bucket.parameters.size(); ++j) {
-        const auto& [name, param] = parameters_[bucket.parameters[j]];
-        archive.write(name + "/" + key, full.narrow(0, bucket.offsets[j], param.numel()).view(param.sizes()).cpu().clone());
+        const std::vector<int64_t>& shape = shapes_[bucket.parameters[j]];
+        archive.write(parameters_[bucket.parameters[j]].first + "/" + key,
+                      full.narrow(0, bucket.offsets[j], numel_of(shape)).view(shape).cpu().clone());
       }
     }
   }
@@ -255,9 +298,8 @@ void ZeroAdamW::load(const std::string& bytes, const std::string& origin) {
   // Every rank reads the whole state and keeps its partition: any world size.
   for (const auto& [key, flat] : states()) {
     for (size_t i = 0; i < parameters_.size(); ++i) {
-      const auto& [name, param] = parameters_[i];
-      torch::Tensor whole = torch::empty(param.sizes(), torch::TensorOptions().dtype(flat.scalar_type()));
-      read_state(archive, name + "/" + key, whole, origin);
+      torch::Tensor whole = torch::empty(shapes_[i], torch::TensorOptions().dtype(flat.scalar_type()));
+      read_state(archive, parameters_[i].first + "/" + key, whole, origin);
       const OwnedSlice s = layout_.owned(i, layout_.rank());
       if (s.elements == 0) continue;
       flat.narrow(0, s.partition_begin, s.elements).copy_(whole.reshape(-1).narrow(0, s.parameter_begin, s.elements));

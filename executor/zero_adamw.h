@@ -13,6 +13,11 @@
 // gradient partition. As in DeepSpeed, this happens on every micro-step of an
 // accumulation (stage 2 has no no_sync: a rank cannot hold a partition and the
 // whole gradients too).
+// Stage 3: the parameters themselves are partitioned too
+// (executor/zero3_parameters.h). Each parameter is a bucket of its own, so a
+// rank's chunk of it is exactly the parameter's partition (DeepSpeed's
+// per-parameter ds_tensor); gradients are reduce-scattered as at stage 2, and
+// the step updates the partitions in place instead of all-gathering anything.
 // With CPU offload (ZeRO-Offload) the partition's master weights, moments and
 // fp32 gradients live in host memory and cpu_adamw_step updates them.
 //
@@ -41,8 +46,9 @@ struct ZeroAdamWOptions {
   // As one process's AdamW: hyperparameters, master weights, CPU offload (then
   // of the partition), CPU threads.
   MixedAdamWOptions adam;
-  int stage = 1;                          // 1 or 2
-  int64_t bucket_elements = 500'000'000;  // DeepSpeed's reduce_bucket_size
+  int stage = 1;                          // 1, 2 or 3
+  int64_t bucket_elements = 500'000'000;  // DeepSpeed's reduce_bucket_size (stages 1 and 2)
+  std::vector<PartitionedParameter> partitioned;  // stage 3: each parameter's partition, in order
 };
 
 class ZeroAdamW final : public Optimizer {
@@ -65,7 +71,7 @@ class ZeroAdamW final : public Optimizer {
   std::string save() const override;
   void load(const std::string& bytes, const std::string& origin) override;
 
-  // Stage 2, from the gradient hook: parameter `index` has its gradient.
+  // Stages 2 and 3, from the gradient hook: parameter `index` has its gradient.
   void gradient_ready(size_t index);
   const ZeroLayout& layout() const { return layout_; }
 
@@ -76,8 +82,10 @@ class ZeroAdamW final : public Optimizer {
   void publish(const torch::Tensor& partition);
   std::vector<std::pair<const char*, torch::Tensor>> states() const;
   void check(const Status& status, const char* what) const;
+  bool partitions_gradients() const { return options_.stage >= 2; }
 
   NamedParameters parameters_;
+  std::vector<std::vector<int64_t>> shapes_;  // each parameter's whole shape
   Communicator& comm_;
   ZeroAdamWOptions options_;
   ZeroLayout layout_;

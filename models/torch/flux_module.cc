@@ -214,7 +214,11 @@ std::vector<torch::Tensor> FluxTransformerImpl::embed(const FluxBatch& batch) {
 }
 
 torch::Tensor FluxTransformerImpl::forward(const FluxBatch& batch, const BlockRunner& runner) {
-  const auto e = embed(batch);
+  // The embeddings and the head run through the runner too, under the graph's
+  // block names (ZeRO-3 gathers their parameters around them).
+  const auto e = run_block(runner, "embeddings", *this, [this, &batch](const std::vector<torch::Tensor>&) {
+    return embed(batch);
+  }, {batch.hidden_states, batch.encoder_hidden_states, batch.pooled_projections, batch.timestep, batch.guidance});
   torch::Tensor img = e[0];
   torch::Tensor txt = e[1];
   const auto run = [&](const std::string& name, auto block) {
@@ -230,8 +234,10 @@ torch::Tensor FluxTransformerImpl::forward(const FluxBatch& batch, const BlockRu
     run("single_transformer_blocks." + std::to_string(i), single_transformer_blocks[i]);
   }
   // AdaLayerNormContinuous: scale first, then shift.
-  const auto mod = norm_out(e[2]);
-  const auto prediction = proj_out(modulate(img, mod[1], mod[0]));
+  const auto prediction = run_block(runner, "head", *this, [this](const std::vector<torch::Tensor>& in) {
+    const auto mod = norm_out(in[1]);
+    return std::vector<torch::Tensor>{proj_out(modulate(in[0], mod[1], mod[0]))};
+  }, {img, e[2]})[0];
   return F::mse_loss(prediction, batch.target);
 }
 

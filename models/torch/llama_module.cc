@@ -84,7 +84,12 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids, cons
 std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::loss_and_logits(const torch::Tensor& input_ids,
                                                                               const BlockRunner& runner) {
   const int64_t seq = input_ids.size(1);
-  torch::Tensor hidden = embed_tokens(input_ids);
+  // The embeddings and the head run through the runner too, under the graph's
+  // block names (ZeRO-3 gathers their parameters around them).
+  auto embed = embed_tokens;
+  torch::Tensor hidden = run_block(runner, "embeddings", *embed_tokens, [embed](const std::vector<torch::Tensor>& in) mutable {
+    return std::vector<torch::Tensor>{embed(in[0])};
+  }, {input_ids})[0];
   const auto [cos, sin] = llama_rope_tables(seq, head_dim_of(config), hidden.options().requires_grad(false));
   for (size_t i = 0; i < layers.size(); ++i) {
     DecoderLayer layer = layers[i];  // held by the block function for a recomputing backward
@@ -93,7 +98,11 @@ std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::loss_and_logits(co
     };
     hidden = run_block(runner, "model.layers." + std::to_string(i), *layer, fn, {hidden, cos, sin})[0];
   }
-  const auto logits = lm_head(norm(hidden));
+  auto head_norm = norm;
+  auto head = lm_head;
+  const auto logits = run_block(runner, "head", *lm_head, [head_norm, head](const std::vector<torch::Tensor>& in) mutable {
+    return std::vector<torch::Tensor>{head(head_norm(in[0]))};
+  }, {hidden})[0];
   // transformers ForCausalLMLoss: shift the labels, not the logits (no copy of
   // the logits): position t predicts token t+1, the last position is ignored.
   const auto labels = torch::constant_pad_nd(input_ids.narrow(1, 1, seq - 1), {0, 1}, -100).reshape({-1});

@@ -135,9 +135,34 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   adam4.settings.optimizer = planner::OptimizerKind::kAdamW4bit;
   CHECK(check_executable(adam4, "plan.json").message().find("plan.json: settings.optimizer") == 0);
 
+  // ZeRO-3 runs as DeepSpeed's stage 3, with AdamW, on Llama and Flux; torch's
+  // FSDPs, other optimizers, QLoRA and parameter offload are refused by name.
   planner::Plan zero3 = plan;
   zero3.config.zero_stage = 3;
-  CHECK(check_executable(zero3, "plan.json").message().find("ZeRO-3") != std::string::npos);
+  zero3.settings.gpus_per_node = 2;
+  CHECK(check_executable(zero3, "plan.json").is_ok());
+  zero3.config.offload_optimizer = planner::Offload::kCpu;
+  CHECK(check_executable(zero3, "plan.json").is_ok());
+  for (planner::Sharding fsdp : {planner::Sharding::kFsdp1, planner::Sharding::kFsdp2}) {
+    planner::Plan other = zero3;
+    other.settings.sharding = fsdp;
+    const std::string message = check_executable(other, "plan.json").message();
+    CHECK(message.find("plan.json: settings.sharding") == 0);
+    CHECK(message.find(fsdp == planner::Sharding::kFsdp1 ? "FSDP1" : "FSDP2") != std::string::npos);
+  }
+  planner::Plan zero3_sgd = zero3;
+  zero3_sgd.config.offload_optimizer = planner::Offload::kNone;
+  zero3_sgd.settings.optimizer = planner::OptimizerKind::kSgdMomentum;
+  CHECK(check_executable(zero3_sgd, "plan.json").message().find("plan.json: settings.optimizer") == 0);
+  planner::Plan zero3_qlora = zero3;
+  zero3_qlora.settings.mode = planner::TrainMode::kQlora;
+  CHECK(check_executable(zero3_qlora, "plan.json").message().find("plan.json: settings.mode") == 0);
+  planner::Plan param_offload = zero3;
+  param_offload.config.offload_param = planner::Offload::kCpu;
+  CHECK(check_executable(param_offload, "plan.json").message().find("plan.json: config.offload_param") == 0);
+  planner::Plan resnet = plan_for("tiny-resnet");
+  resnet.config.zero_stage = 3;
+  CHECK(check_executable(resnet, "plan.json").message().find("plan.json: config.zero_stage: ResNet") == 0);
 
   planner::Plan nvme = plan;
   nvme.config.offload_optimizer = planner::Offload::kNvme;
