@@ -60,6 +60,19 @@ cases=(
   "bench/gpu_models/llama-3b-untied|--seq 4096 --batch 2 --lora --gpu-mem 30GiB --no-activation-offload|plan|Llama 3B LoRA, planner's plan at 30 GiB, no offload"
   "tiny-flux|--batch 4 --lora|fit|tiny-flux LoRA"
 )
+# Several GPUs (issue 11): the ranks meet in NCCL's group, one per GPU of this
+# machine; the plan is for that many GPUs and each rank measures its own share.
+gpu_count=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+if [ "$gpu_count" -ge 2 ]; then
+  n=$(( gpu_count < 4 ? gpu_count : 4 ))
+  cases+=(
+    "tiny-llama|--batch 8 --seq 256 --gpus $n|fit|tiny-llama, DDP on $n GPUs (NCCL)"
+    "bench/gpu_models/llama-1b-untied|--seq 2048 --batch 2 --gpus $n --zero 1|fit|Llama 1B, ZeRO-1 on $n GPUs"
+    "bench/gpu_models/llama-1b-untied|--seq 2048 --batch 2 --gpus $n --zero 2|fit|Llama 1B, ZeRO-2 on $n GPUs"
+    "bench/gpu_models/llama-1b-untied|--seq 2048 --batch 2 --gpus $n --zero 3 --checkpointing every|fit|Llama 1B, ZeRO-3 on $n GPUs, checkpoint every block"
+    "bench/gpu_models/llama-1b-untied|--seq 2048 --batch 2 --gpus $n --zero 2 --offload-optimizer cpu|fit|Llama 1B, ZeRO-2 with CPU AdamW on $n GPUs"
+  )
+fi
 
 results="$work/results.jsonl"
 : > "$results"
@@ -73,7 +86,10 @@ for entry in "${cases[@]}"; do
     echo "case $i ($label): no plan: $(tail -1 "$work/plan-$i.txt")" >&2
     continue
   fi
-  if ! $headroom run "$plan" --steps "$steps" --device cuda --measurement-out "$work/measured-$i.json" --json \
+  ranks=$(grep -o -- '--gpus [0-9]*' <<<"$flags" | awk '{print $2}')
+  nproc_flag=()
+  [ -n "$ranks" ] && nproc_flag=(--nproc "$ranks")
+  if ! $headroom run "$plan" --steps "$steps" --device cuda "${nproc_flag[@]}" --measurement-out "$work/measured-$i.json" --json \
         >"$work/run-$i.json" 2>"$work/run-$i.log"; then
     echo "case $i ($label): run failed: $(tail -1 "$work/run-$i.log")" >&2
     continue

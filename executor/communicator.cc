@@ -79,6 +79,12 @@ Result<Rendezvous> rendezvous_from_environment() {
   if (addr->empty()) return Status::error("environment: MASTER_ADDR: empty (expected a host name or address)");
   out.rank = rank_value.value();
   out.world_size = world_size.value();
+  out.local_rank = out.rank;
+  if (const std::optional<std::string> local = environment("LOCAL_RANK")) {
+    Result<int> local_value = whole_number("LOCAL_RANK", *local, 0, world_size.value() - 1);
+    if (!local_value.is_ok()) return local_value.status();
+    out.local_rank = local_value.value();
+  }
   out.master_addr = *addr;
   out.master_port = port_value.value();
   return out;

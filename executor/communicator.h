@@ -44,13 +44,15 @@ std::unique_ptr<Communicator> single_process_communicator();
 struct Rendezvous {
   int rank = 0;
   int world_size = 1;
+  int local_rank = 0;  // this rank's GPU on its machine (LOCAL_RANK; RANK when unset)
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   // How long a collective (and joining the group) may wait for a peer.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 
-// Reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets them;
+// Reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets them
+// (and LOCAL_RANK, optional);
 // none of them set means one process. Some set without the others, or values
 // out of range, is an error naming the variable.
 Result<Rendezvous> rendezvous_from_environment();

@@ -21,6 +21,7 @@
 #include "executor/communicator.h"
 #include "executor/executable_model.h"
 #include "executor/gloo_communicator.h"
+#include "executor/nccl_communicator.h"
 #include "executor/gradient_all_reduce.h"
 #include "executor/host_memory.h"
 #include "executor/memory_probe.h"
@@ -115,7 +116,7 @@ class Trainer {
   const nlohmann::json& identity() const { return identity_; }
   Result<StepMetrics> train_step(int64_t step, bool measure_categories);
   void describe_device();
-  Status join_job();
+  Status join_job(bool on_cuda);
   // The job goes on only if every rank's `local` is ok; a rank that failed
   // keeps its own message, the others learn which rank stopped the job.
   Status agree(const Status& local, const std::string& what);
@@ -129,6 +130,7 @@ class Trainer {
   const RunOptions& options_;
   RunObserver& observer_;
   torch::Device device_ = torch::kCPU;
+  int local_device_ = 0;  // the CUDA device of this rank (LOCAL_RANK in a job of several)
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<MemoryProbe> probe_;
   // Before the model: host copies of offloaded tensors still held by a graph
@@ -150,15 +152,18 @@ class Trainer {
 
 // The ranks of the job meet (torchrun's environment; none: one process) and
 // check that they all run the plan with the same options.
-Status Trainer::join_job() {
+Status Trainer::join_job(bool on_cuda) {
   Result<Rendezvous> meet = rendezvous_from_environment();
   if (!meet.is_ok()) return meet.status();
   if (meet->world_size == 1) {
     comm_ = single_process_communicator();
   } else {
-    Result<std::unique_ptr<Communicator>> joined = connect_gloo(meet.value());
+    // GPUs meet in NCCL's group, each rank on its machine's LOCAL_RANK device; CPUs in Gloo's.
+    Result<std::unique_ptr<Communicator>> joined =
+        on_cuda ? connect_nccl(meet.value(), meet->local_rank) : connect_gloo(meet.value());
     if (!joined.is_ok()) return joined.status();
     comm_ = std::move(joined.value());
+    if (on_cuda) local_device_ = meet->local_rank;
   }
   const int planned = plan_.settings.world_size();
   if (world() != planned) {
@@ -203,17 +208,13 @@ Status Trainer::agree(const Status& local, const std::string& what) {
 }
 
 Status Trainer::setup() {
-  if (Status s = join_job(); !s.is_ok()) return s;
   const bool want_cuda = options_.device == "cuda" || (options_.device == "auto" && torch::cuda::is_available());
   if (want_cuda && !torch::cuda::is_available()) {
     return Status::error("--device cuda: no CUDA device is visible to LibTorch (expected a GPU, or --device cpu)");
   }
-  if (want_cuda && world() > 1) {
-    return Status::error("--device: " + std::to_string(world()) +
-                         " ranks on CUDA need the NCCL communicator, which the executor does not have yet; "
-                         "expected --device cpu (Gloo) for a job of several ranks");
-  }
-  device_ = want_cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (Status s = join_job(want_cuda); !s.is_ok()) return s;
+  device_ = want_cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_device_))
+                      : torch::Device(torch::kCPU);
   probe_ = std::make_unique<MemoryProbe>(device_);
   install_offload_engine();
 
