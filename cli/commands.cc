@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include "cli/answers.h"
+#include "cli/run_flags.h"
 #include "cli/recipe_exports.h"
 #include "cli/trainer_launch.h"
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <algorithm>
 #include <cerrno>
@@ -293,6 +295,25 @@ int run_gpus(const CliOptions& options, Terminal& terminal) {
   return kExitOk;
 }
 
+// The flags only one command has.
+void add_plan_flags(CLI::App& command, CliOptions& options) {
+  command
+      .add_option("--emit", options.emit,
+                  "also export the best plan: deepspeed, accelerate or torch (docs/config-export.md), or "
+                  "torchtune / hf-args / axolotl / llamafactory / xtuner (the keys to change in the file the run "
+                  "was read from, docs/config-import.md), to stdout or KIND=FILE; repeatable")
+      ->type_name("KIND[=FILE]");
+}
+
+void add_report_flags(CLI::App& command, CliOptions& options) {
+  command.add_option("--measurement", options.measurement_path, "measured peaks and step times to overlay (docs/report.md)")
+      ->type_name("FILE");
+}
+
+void add_simulate_flags(CLI::App& command, CliOptions& options) {
+  command.add_flag("--events", options.events, "include the whole timeline in --json output");
+}
+
 const std::vector<Command> kCommands = {
     {"fit", "Will this run fit? Predict memory, disk and time for the run exactly as given",
      "Predicts the peak GPU memory (by category), host RAM, disk and step time of one training\n"
@@ -305,7 +326,7 @@ const std::vector<Command> kCommands = {
      "  headroom fit gpt2 --gpu a6000 --batch 8 --json\n"
      "  headroom fit ./my-model.json --gpu a100-80g --gpus 4 --zero 3\n"
      "  headroom fit tiny-llama --gpu a6000 --checkpointing every -o plan.json   # then: headroom run plan.json",
-     true, true, false, run_fit},
+     true, "write the run as given as a plan file for `headroom run` (atomically)", false, run_fit},
     {"plan", "Find the fastest plan that fits (checkpointing, ZeRO, offload, micro-batch)",
      "Searches ZeRO stage, optimizer and parameter offload, micro-batch and the per-block\n"
      "choice (keep / checkpoint / offload activations) for the fastest run that fits the GPU,\n"
@@ -316,7 +337,7 @@ const std::vector<Command> kCommands = {
      "Examples:\n"
      "  headroom plan llama-3-8b --gpu a6000 --lora --seq 4096 -o plan.json\n"
      "  headroom plan llama-3-8b --gpu h100 --gpus 8 --global-batch 256 --no-offload",
-     true, true, false, run_plan},
+     true, "write the best plan as JSON to FILE (replaced atomically)", false, run_plan, add_plan_flags},
     {"run", "Train with a plan through LibTorch and measure what was predicted",
      "Trains the plan's model (tiny-llama, tiny-flux, Llama-family and Flux models) exactly as\n"
      "the plan says: blocks kept, checkpointed or offloaded, mixed precision with fp32 master\n"
@@ -329,18 +350,18 @@ const std::vector<Command> kCommands = {
      "  headroom fit tiny-llama --gpu a6000 --checkpointing every -o plan.json\n"
      "  headroom run plan.json --steps 30 --checkpoint-dir ckpt --checkpoint-every 10\n"
      "  headroom run plan.json --steps 60 --resume ckpt --metrics metrics.jsonl",
-     false, false, true, launch_trainer},
+     false, nullptr, true, launch_trainer, add_run_flags},
     {"models", "List the built-in model zoo with parameter counts",
      "Lists every zoo model: its name (use it as MODEL), parameter count and description.\n\n"
      "Example:\n"
      "  headroom models --json",
-     false, false, false, run_models},
+     false, nullptr, false, run_models},
     {"gpus", "List the GPU catalogue (memory, bf16 TFLOPS, bandwidth)",
      "Lists every catalogued GPU: the id to pass to --gpu, its name, memory in GiB as CUDA\n"
      "reports it, dense bf16 tensor TFLOPS, memory bandwidth and NVLink bandwidth.\n\n"
      "Example:\n"
      "  headroom gpus",
-     false, false, false, run_gpus},
+     false, nullptr, false, run_gpus},
     {"simulate", "Replay one training step of a plan: memory curve, peak, timeline",
      "Replays one optimizer step of a plan file tensor by tensor on a model of PyTorch's CUDA\n"
      "caching allocator: every allocation and free, every kernel with its roofline time, offload\n"
@@ -350,7 +371,7 @@ const std::vector<Command> kCommands = {
      "Examples:\n"
      "  headroom plan llama-3-8b --gpu a6000 --lora -o plan.json && headroom simulate plan.json\n"
      "  headroom simulate plan.json --json --events > step.json",
-     false, false, true, run_simulate},
+     false, nullptr, true, run_simulate, add_simulate_flags},
     {"report", "Write a self-contained HTML report with charts for a plan",
      "Writes one HTML file, viewable offline, for a plan file: the memory breakdown against the\n"
      "GPU and the budget, memory over the step with the peak marked, the memory/time frontier\n"
@@ -360,7 +381,7 @@ const std::vector<Command> kCommands = {
      "  headroom plan flux-kontext-dev --gpu a6000 --lora --resolution 1024 -o plan.json\n"
      "  headroom report plan.json -o report.html\n"
      "  headroom report plan.json -o report.html --measurement measured.json",
-     false, true, true, run_report},
+     false, "write the HTML report to FILE (replaced atomically)", true, run_report, add_report_flags},
 };
 
 }  // namespace

@@ -11,6 +11,10 @@
 #include "cli/settings_flags.h"
 #include "executor/run.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace headroom::cli {
 
 inline constexpr int kExitOk = 0;
@@ -43,14 +47,17 @@ struct CliOptions {
   std::vector<std::string> arguments;
 };
 
+// One row per command: what it takes and the flags it owns. main.cc builds a
+// subcommand from each row and adds nothing by command name.
 struct Command {
   const char* name;
   const char* summary;      // one line in `headroom --help`
   const char* description;  // a paragraph and an example for `headroom NAME --help`
   bool takes_model;         // MODEL argument and the settings flags
-  bool takes_output;        // -o FILE
+  const char* output_help;  // -o FILE: what it writes; nullptr: no -o
   bool takes_plan;          // PLAN argument (simulate, report)
   int (*run)(const CliOptions& options, Terminal& terminal);
+  void (*add_flags)(CLI::App& command, CliOptions& options) = nullptr;  // the command's own flags
 };
 
 const std::vector<Command>& commands();

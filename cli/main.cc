@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/run_flags.h"
 #include "cli/settings_flags.h"
 
 namespace headroom::cli {
@@ -70,30 +69,10 @@ int run(int argc, char** argv) {
       sub->add_option("PLAN", options.plan_path, "a plan file written by `headroom plan -o`")->required();
     }
     sub->add_flag("--json", options.json, "print one JSON document on stdout (docs/cli-json.md)");
-    if (command.takes_output) {
-      const std::string name = command.name;
-      sub->add_option("-o,--output", options.output_path,
-                      command.takes_plan ? "write the HTML report to FILE (replaced atomically)"
-                      : name == "fit"    ? "write the run as given as a plan file for `headroom run` (atomically)"
-                                         : "write the best plan as JSON to FILE (replaced atomically)")
-          ->type_name("FILE");
+    if (command.output_help != nullptr) {
+      sub->add_option("-o,--output", options.output_path, command.output_help)->type_name("FILE");
     }
-    if (std::string(command.name) == "plan") {
-      sub->add_option("--emit", options.emit,
-                      "also export the best plan: deepspeed, accelerate or torch (docs/config-export.md), or "
-                      "torchtune / hf-args / axolotl / llamafactory / xtuner (the keys to change in the file the run "
-                      "was read from, docs/config-import.md), to stdout or KIND=FILE; repeatable")
-          ->type_name("KIND[=FILE]");
-    }
-    if (std::string(command.name) == "report") {
-      sub->add_option("--measurement", options.measurement_path,
-                      "measured peaks and step times to overlay (docs/report.md)")
-          ->type_name("FILE");
-    }
-    if (std::string(command.name) == "simulate") {
-      sub->add_flag("--events", options.events, "include the whole timeline in --json output");
-    }
-    if (std::string(command.name) == "run") add_run_flags(*sub, options);
+    if (command.add_flags != nullptr) command.add_flags(*sub, options);
     if (command.takes_model) add_settings_flags(*sub, options.settings);
     subcommands.emplace_back(sub, &command);
   }
