@@ -356,6 +356,29 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) { return set_list(v, s.lora.targets); }},
     {"--lora-dropout", "F", kTraining, "LoRA dropout probability (default 0.05)", false,
      [](RunSettings& s, std::string_view v) { return set_fraction(v, 0, 1, s.lora.dropout); }},
+    {"--scoped-lora", "GLOB:RANK[:A,B,...]", kTraining,
+     "LoRA/QLoRA: adapters of their own rank on the linears matching GLOB, e.g. '*vision_tower*:64' (XTuner's "
+     "visual_encoder_lora), on every linear there or on the listed suffixes; the lora dropout (repeatable)",
+     true,
+     [](RunSettings& s, std::string_view v) {
+       const size_t colon = v.find(':');
+       if (colon == std::string_view::npos || colon == 0) {
+         return expected("GLOB:RANK[:A,B,...], such as '*vision_tower*:64'", v);
+       }
+       const std::string_view rest = v.substr(colon + 1);
+       const size_t second = rest.find(':');
+       planner::ScopedLora scoped;
+       scoped.scope = std::string(v.substr(0, colon));
+       scoped.lora.dropout = s.lora.dropout;
+       if (Status rank = set_int(rest.substr(0, second), 1, planner::kMaxLoraRank, scoped.lora.rank); !rank.is_ok()) {
+         return expected("GLOB:RANK[:A,B,...] with a rank from 1 to " + std::to_string(planner::kMaxLoraRank), v);
+       }
+       if (second != std::string_view::npos) {
+         if (Status targets = set_list(rest.substr(second + 1), scoped.lora.targets); !targets.is_ok()) return targets;
+       }
+       s.scoped_lora.push_back(std::move(scoped));
+       return Status::ok();
+     }},
     {"--freeze", "PATTERN", kTraining, "freeze parameters of nodes matching the glob (repeatable)",
      true,
      [](RunSettings& s, std::string_view v) {
