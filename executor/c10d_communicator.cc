@@ -3,7 +3,9 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <chrono>
 #include <exception>
+#include <thread>
 #include <vector>
 
 namespace headroom::executor {
@@ -13,10 +15,19 @@ namespace {
 // stayed silent past the timeout raises (Gloo's gloo::IoException, NCCL's
 // DistBackendError), both derived from std::exception.
 template <typename Issue>
-Status run(const std::string& group, const char* collective, Issue issue) {
+Status run(const std::string& group, const char* collective, Issue issue, bool await_release) {
   try {
     c10::intrusive_ptr<c10d::Work> work = issue();
     work->wait();
+    if (await_release) {
+      // Gloo's worker thread drops its reference to a finished work just after
+      // marking it complete (ProcessGroupGloo::runLoop, workInProgress_). Until
+      // then the work keeps the tensors it was handed, so a buffer freed after
+      // the call would stay live for a moment that depends on the thread: wait
+      // for that reference (microseconds) so memory is freed when this returns.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (work.use_count() > 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    }
     return Status::ok();
   } catch (const std::exception& e) {
     return Status::error(std::string(collective) + ": " + e.what() + " (expected every rank of the job alive and in " +
@@ -28,13 +39,17 @@ class C10dCommunicator final : public Communicator {
  public:
   C10dCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> backend,
                    std::string name, StageTensor to_group)
-      : store_(std::move(store)), backend_(std::move(backend)), name_(std::move(name)), to_group_(std::move(to_group)) {}
+      : store_(std::move(store)),
+        backend_(std::move(backend)),
+        name_(std::move(name)),
+        to_group_(std::move(to_group)),
+        await_release_(name_ == "gloo") {}
   int rank() const override { return backend_->getRank(); }
   int world_size() const override { return backend_->getSize(); }
 
   Status all_reduce_sum(at::Tensor& tensor) override {
     std::vector<at::Tensor> tensors{staged(tensor)};
-    Status s = run(name_, "all_reduce", [&] { return backend_->allreduce(tensors); });
+    Status s = run(name_, "all_reduce", [&] { return backend_->allreduce(tensors); }, await_release_);
     return s.is_ok() ? back(tensors[0], tensor) : s;
   }
   Status reduce_scatter_sum(const at::Tensor& input, at::Tensor& output) override {
@@ -44,7 +59,9 @@ class C10dCommunicator final : public Communicator {
     }
     at::Tensor flat_input = staged(input.contiguous().view({-1}));
     at::Tensor flat_output = staged(output.view({-1}));
-    Status s = run(name_, "reduce_scatter", [&] { return backend_->_reduce_scatter_base(flat_output, flat_input); });
+    Status s = run(
+        name_, "reduce_scatter", [&] { return backend_->_reduce_scatter_base(flat_output, flat_input); },
+        await_release_);
     return s.is_ok() ? back(flat_output, output) : s;
   }
   Status all_gather(const at::Tensor& input, at::Tensor& output) override {
@@ -54,18 +71,18 @@ class C10dCommunicator final : public Communicator {
     }
     at::Tensor flat_input = staged(input.contiguous().view({-1}));
     at::Tensor flat_output = staged(output.view({-1}));
-    Status s = run(name_, "all_gather", [&] { return backend_->_allgather_base(flat_output, flat_input); });
+    Status s = run(name_, "all_gather", [&] { return backend_->_allgather_base(flat_output, flat_input); }, await_release_);
     return s.is_ok() ? back(flat_output, output) : s;
   }
   Status broadcast(at::Tensor& tensor, int root) override {
     std::vector<at::Tensor> tensors{staged(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    Status s = run(name_, "broadcast", [&] { return backend_->broadcast(tensors, options); });
+    Status s = run(name_, "broadcast", [&] { return backend_->broadcast(tensors, options); }, await_release_);
     return s.is_ok() ? back(tensors[0], tensor) : s;
   }
   Status barrier() override {
-    return run(name_, "barrier", [&] { return backend_->barrier(); });
+    return run(name_, "barrier", [&] { return backend_->barrier(); }, await_release_);
   }
 
  private:
@@ -81,6 +98,8 @@ class C10dCommunicator final : public Communicator {
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::string name_;
   StageTensor to_group_;
+  // Gloo only: NCCL's watchdog keeps finished works for a while by design.
+  bool await_release_;
 };
 
 }  // namespace
