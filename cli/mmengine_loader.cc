@@ -11,6 +11,9 @@
 #include <filesystem>
 #include <vector>
 
+#include "graph/atomic_file.h"
+#include "planner/config_import.h"
+
 namespace headroom::cli {
 namespace {
 
@@ -115,6 +118,18 @@ Result<nlohmann::json> read_mmengine_config(const std::string& config_py) {
   }
   nlohmann::json dump = nlohmann::json::parse(done.out, nullptr, false);
   if (dump.is_discarded()) return Status::error(config_py + ": the MMEngine loader printed no JSON");
+  return dump;
+}
+
+Result<nlohmann::json> read_xtuner_config(const std::string& path) {
+  if (path.ends_with(".py")) return read_mmengine_config(path);
+  Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
+  if (!text.is_ok()) return text.status();
+  nlohmann::json dump = nlohmann::json::parse(text.value(), nullptr, false);
+  if (dump.is_discarded()) {
+    return Status::error(path + ": not JSON (expected an XTuner config .py, or what "
+                                "scripts/exporter/read_mmengine_config.py prints)");
+  }
   return dump;
 }
 

@@ -19,4 +19,8 @@ std::string mmengine_python();
 // file) with a hint when mmengine is missing.
 Result<nlohmann::json> read_mmengine_config(const std::string& config_py);
 
+// What `--xtuner FILE` names, as the loader prints it: a .py config through the
+// loader, any other file as that JSON already printed.
+Result<nlohmann::json> read_xtuner_config(const std::string& path);
+
 }  // namespace headroom::cli

@@ -36,20 +36,12 @@ Result<std::vector<bool>> checkpointable_blocks(const planner::Plan& best) {
 // .py), and the top-level variables that hold the dicts' values found in it.
 Result<std::string> xtuner_export(const std::string& path, bool with_deepspeed, const planner::Plan& best,
                                   const std::vector<bool>& checkpointable, std::vector<std::string>& notes) {
-  Result<nlohmann::json> dump = Status::error("");
-  std::string py_path = path;
-  if (path.ends_with(".py")) {
-    dump = read_mmengine_config(path);
-  } else {
-    Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
-    if (!text.is_ok()) return text.status();
-    nlohmann::json parsed = nlohmann::json::parse(text.value(), nullptr, false);
-    if (parsed.is_discarded()) return Status::error(path + ": not JSON (expected what read_mmengine_config.py prints)");
-    dump = parsed;
-    py_path = parsed.value("file", "");
-  }
+  Result<nlohmann::json> dump = read_xtuner_config(path);
   if (!dump.is_ok()) return dump.status();
-  Result<planner::ConfigImport> given = planner::import_xtuner_config(dump.value(), path, planner::RunSettings{}, with_deepspeed);
+  // The config the loader read (for a .py, `path` itself).
+  const std::string py_path = dump->value("file", "");
+  Result<planner::ConfigImport> given =
+      planner::import_xtuner_config(dump.value(), path, planner::RunSettings{}, with_deepspeed);
   if (!given.is_ok()) return given.status();
   const nlohmann::json& cfg = dump->at("config");
   const auto feeds = [&](const char* variable, const char* dict, const char* key) {
@@ -60,7 +52,8 @@ Result<std::string> xtuner_export(const std::string& path, bool with_deepspeed, 
                                            feeds("accumulative_counts", "optim_wrapper", "accumulative_counts")};
   // The .py text for the diff; without it (a dump whose file is elsewhere) the
   // --cfg-options alone say the keys.
-  Result<std::string> py_text = py_path.empty() ? Result<std::string>(Status::error("")) : graph::read_file(py_path, planner::kMaxConfigFileBytes);
+  Result<std::string> py_text = py_path.empty() ? Result<std::string>(Status::error(""))
+                                                : graph::read_file(py_path, planner::kMaxConfigFileBytes);
   const reports::RecipePatch patch =
       reports::xtuner_patch(best, given->settings, checkpointable, py_text.is_ok() ? py_text.value() : "",
                             py_path.empty() ? path : py_path,

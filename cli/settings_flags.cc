@@ -676,7 +676,8 @@ void add_settings_flags(CLI::App& command, SettingsFlags& flags) {
   }
 }
 
-bool flag_given_early(const SettingsFlags& flags, const char* wanted) {
+// Whether the command line gave `wanted` (its primary spelling).
+static bool flag_given(const SettingsFlags& flags, const char* wanted) {
   return std::any_of(flags.given.begin(), flags.given.end(),
                      [&](const auto& given) { return primary_name(*given.first) == wanted; });
 }
@@ -777,14 +778,10 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
       return Status::error("--xtuner: an XTuner config holds the model, adapters and optimizer itself; expected "
                            "--xtuner without --hf-args, --torchtune, --axolotl, --llamafactory, --accelerate or --peft");
     }
-    Result<planner::ConfigImport> imported = Status::error("");
-    if (xtuner_file.ends_with(".py")) {
-      Result<nlohmann::json> dump = read_mmengine_config(xtuner_file);
-      imported = dump.is_ok() ? planner::import_xtuner_config(dump.value(), xtuner_file, settings, with_deepspeed)
-                              : Result<planner::ConfigImport>(dump.status());
-    } else {
-      imported = planner::load_xtuner_dump(xtuner_file, settings, with_deepspeed);
-    }
+    Result<nlohmann::json> dump = read_xtuner_config(xtuner_file);
+    Result<planner::ConfigImport> imported =
+        dump.is_ok() ? planner::import_xtuner_config(dump.value(), xtuner_file, settings, with_deepspeed)
+                     : Result<planner::ConfigImport>(dump.status());
     if (imported.is_ok()) xtuner = imported.value();
     Status read = take("--xtuner", xtuner_file, "XTuner config", std::move(imported));
     if (!read.is_ok()) return read;
@@ -811,19 +808,15 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
   // xtuner train gives DeepSpeed MMEngine's batch and accumulation, whatever the
   // DeepSpeed file says (xtuner/tools/train.py); the flags still win.
   if (xtuner && with_deepspeed) {
-    if (!flag_given_early(flags, "--batch")) settings.micro_batch = xtuner->settings.micro_batch;
-    if (!flag_given_early(flags, "--grad-accum")) settings.grad_accum = xtuner->settings.grad_accum;
+    if (!flag_given(flags, "--batch")) settings.micro_batch = xtuner->settings.micro_batch;
+    if (!flag_given(flags, "--grad-accum")) settings.grad_accum = xtuner->settings.grad_accum;
   }
   // What the files left to the GPU count, now that the flags have given it.
-  const auto flag_given = [&](const char* wanted) {
-    return std::any_of(flags.given.begin(), flags.given.end(),
-                       [&](const auto& given) { return primary_name(*given.first) == wanted; });
-  };
-  if (shard_when_distributed && settings.world_size() > 1 && settings.zero_stage == 0 && !flag_given("--zero")) {
+  if (shard_when_distributed && settings.world_size() > 1 && settings.zero_stage == 0 && !flag_given(flags, "--zero")) {
     settings.zero_stage = 3;
     if (notes != nullptr) notes->push_back("torchtune config: more than one GPU runs a distributed recipe, which shards with FSDP2 (ZeRO-3)");
   }
-  if (shard_within_node && settings.nodes > 1 && !flag_given("--shard-gpus")) settings.shard_gpus = settings.gpus_per_node;
+  if (shard_within_node && settings.nodes > 1 && !flag_given(flags, "--shard-gpus")) settings.shard_gpus = settings.gpus_per_node;
   if (sequence_unknown && settings.seq_len == 0 && settings.resolution == 0) {
     return Status::error(sequence_source +
                          ": the sequence length is not in the file (a null tokenizer.max_seq_len without packing, "

@@ -59,10 +59,6 @@ std::optional<std::string> import_name(const json* value) {
   return std::nullopt;
 }
 
-bool ends_with(std::string_view text, std::string_view tail) {
-  return text.size() >= tail.size() && text.substr(text.size() - tail.size()) == tail;
-}
-
 // The last dotted component: "xtuner.model.LLaVAModel" -> "LLaVAModel".
 std::string last_name(const std::string& dotted) {
   const size_t dot = dotted.rfind('.');
@@ -131,7 +127,7 @@ struct LoadedPart {
 
 Status read_pretrained(Reader& r, const json& part, const std::string& path, RunSettings& s, LoadedPart& out) {
   const std::optional<std::string> type = import_name(Reader::at(part, "type"));
-  if (!type || !ends_with(*type, "from_pretrained")) {
+  if (!type || !type->ends_with("from_pretrained")) {
     return r.fail(path + ".type", "a from_pretrained loader (transformers.AutoModelForCausalLM.from_pretrained, ...)",
                   part.value("type", json()));
   }
@@ -246,20 +242,18 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
       }
       ScopedLora scoped;
       scoped.scope = "*vision_tower*";
-      bool tower_all = false;
-      if (Status read = read_lora(r, *vlora, "model.visual_encoder_lora", scoped.lora, tower_all); !read.is_ok()) return read;
-      if (tower_all) scoped.lora.targets.clear();  // every linear of the tower
+      bool tower_all = false;  // read_lora leaves the targets empty: every linear of the tower
+      if (Status read = read_lora(r, *vlora, "model.visual_encoder_lora", scoped.lora, tower_all); !read.is_ok()) {
+        return read;
+      }
       s.scoped_lora.push_back(scoped);
       r.note("model.visual_encoder_lora: rank " + std::to_string(scoped.lora.rank) +
-             " on every linear of the vision tower (find_all_linear_names), beside the LLM's rank " +
-             std::to_string(s.lora.rank));
+             (tower_all ? " on every linear of the vision tower (find_all_linear_names)" : " on its target_modules") +
+             ", beside the LLM's rank " + std::to_string(s.lora.rank));
     } else if (!freeze_vision) {
-      // The tower trains in full (LLaVAModel only freezes it when told).
-      if (s.mode == TrainMode::kFull) {
-        // nothing frozen there
-      } else {
-        s.train_patterns.push_back("*vision_tower*");
-      }
+      // The tower trains in full (LLaVAModel only freezes it when told): in
+      // adapter mode that must be said; in full mode nothing freezes it.
+      if (s.mode != TrainMode::kFull) s.train_patterns.push_back("*vision_tower*");
     } else if (s.mode == TrainMode::kFull) {
       s.freeze_patterns.push_back("*vision_tower*");
     }
@@ -453,14 +447,5 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
   return out;
 }
 
-Result<ConfigImport> load_xtuner_dump(const std::string& path, RunSettings base, bool with_deepspeed) {
-  Result<std::string> text = graph::read_file(path, kMaxConfigFileBytes);
-  if (!text.is_ok()) return text.status();
-  json dump = json::parse(text.value(), nullptr, false);
-  if (dump.is_discarded()) {
-    return Status::error(path + ": not JSON (expected what scripts/exporter/read_mmengine_config.py prints)");
-  }
-  return import_xtuner_config(dump, path, std::move(base), with_deepspeed);
-}
 
 }  // namespace headroom::planner

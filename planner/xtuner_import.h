@@ -23,7 +23,5 @@ namespace headroom::planner {
 // ZeRO and offload to that DeepSpeed config (read by --deepspeed after this).
 Result<ConfigImport> import_xtuner_config(const nlohmann::json& dump, std::string_view origin, RunSettings base,
                                           bool with_deepspeed);
-// The same from a file holding that JSON.
-Result<ConfigImport> load_xtuner_dump(const std::string& path, RunSettings base, bool with_deepspeed);
 
 }  // namespace headroom::planner

@@ -102,6 +102,18 @@ std::string python_assignment_diff(std::string_view text, std::string_view path,
   return replace_lines_diff(lines, path, std::move(replaced), {});
 }
 
+// ZeRO and offload are the DeepSpeed config's: whether the plan changes them,
+// and the note that points at the export writing that config.
+bool changes_deepspeed_config(const planner::GlobalConfig& c, const planner::RunSettings& given) {
+  return c.zero_stage != given.zero_stage || c.offload_optimizer != given.offload_optimizer ||
+         c.offload_param != given.offload_param;
+}
+
+std::string deepspeed_config_note(const planner::GlobalConfig& c) {
+  return "ZeRO stage " + std::to_string(c.zero_stage) +
+         " and offload are DeepSpeed's: write ds_config.json with --emit deepspeed=ds_config.json";
+}
+
 // The keys the Trainer-style recipes (axolotl, LLaMA-Factory) share, in their
 // own spellings: the micro-batch, accumulation, all-or-nothing checkpointing
 // (`checkpoint_off` names a key that is true when checkpointing is off) and
@@ -124,11 +136,9 @@ RecipePatch trainer_style_patch(const planner::Plan& plan, const planner::RunSet
   const bool was = given.checkpointing != CheckpointPolicy::kNone;
   set_if_changed(patch, keys.checkpointing, boolean(keys.checkpoint_off ? !was : was, false),
                  boolean(keys.checkpoint_off ? !checkpoint : checkpoint, false));
-  if (c.zero_stage != given.zero_stage || c.offload_optimizer != given.offload_optimizer ||
-      c.offload_param != given.offload_param) {
+  if (changes_deepspeed_config(c, given)) {
     patch.changes.emplace_back("deepspeed", "ds_config.json");
-    patch.notes.push_back("ZeRO stage " + std::to_string(c.zero_stage) +
-                          " and offload are DeepSpeed's: write ds_config.json with --emit deepspeed=ds_config.json");
+    patch.notes.push_back(deepspeed_config_note(c));
   }
   std::ostringstream text;
   if (patch.changes.empty()) {
@@ -171,13 +181,8 @@ RecipePatch xtuner_patch(const planner::Plan& plan, const planner::RunSettings& 
       checkpoint_every_layer(layer_choices(plan, checkpointable), patch.notes, "model.use_activation_checkpointing");
   set_if_changed(patch, "model.use_activation_checkpointing",
                  boolean(given.checkpointing != CheckpointPolicy::kNone, true), boolean(checkpoint, true));
-  const bool deepspeed = c.zero_stage != given.zero_stage || c.offload_optimizer != given.offload_optimizer ||
-                         c.offload_param != given.offload_param;
-  if (deepspeed) {
-    patch.notes.push_back("ZeRO stage " + std::to_string(c.zero_stage) +
-                          " and offload are DeepSpeed's: write ds_config.json with --emit deepspeed=ds_config.json "
-                          "and give it to xtuner train --deepspeed");
-  }
+  const bool deepspeed = changes_deepspeed_config(c, given);
+  if (deepspeed) patch.notes.push_back(deepspeed_config_note(c) + " and give it to xtuner train --deepspeed");
   std::ostringstream text;
   if (patch.changes.empty() && !deepspeed) {
     text << "# the config already runs the plan: no key to change\n";
@@ -286,13 +291,10 @@ RecipePatch trainer_arguments_patch(const planner::Plan& plan, const planner::Ru
     patch.changes.emplace_back("gradient_checkpointing", boolean(checkpoint, true));
     merge["gradient_checkpointing"] = checkpoint;
   }
-  const bool deepspeed_needed = c.zero_stage != given.zero_stage || c.offload_optimizer != given.offload_optimizer ||
-                                c.offload_param != given.offload_param;
-  if (deepspeed_needed) {
+  if (changes_deepspeed_config(c, given)) {
     patch.changes.emplace_back("deepspeed", "ds_config.json");
     merge["deepspeed"] = "ds_config.json";
-    patch.notes.push_back("ZeRO stage " + std::to_string(c.zero_stage) +
-                          " and offload are DeepSpeed's: write ds_config.json with --emit deepspeed=ds_config.json");
+    patch.notes.push_back(deepspeed_config_note(c));
   }
   std::ostringstream text;
   if (patch.changes.empty()) {
