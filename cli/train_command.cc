@@ -25,14 +25,24 @@ int fail(Terminal& terminal, int exit_code, const std::string& message) {
 }
 
 nlohmann::json step_to_json(const executor::StepMetrics& m) {
-  return {{"step", m.step},
-          {"loss", m.loss},
-          {"step_ms", m.step_ms},
-          {"tokens_per_s", m.tokens_per_s},
-          {"peak_allocated_bytes", m.peak_allocated},
-          {"peak_reserved_bytes", m.peak_reserved},
-          {"loss_scale", m.loss_scale},
-          {"skipped", m.skipped}};
+  nlohmann::json line = {{"step", m.step},
+                         {"loss", m.loss},
+                         {"step_ms", m.step_ms},
+                         {"tokens_per_s", m.tokens_per_s},
+                         {"peak_allocated_bytes", m.peak_allocated},
+                         {"peak_reserved_bytes", m.peak_reserved},
+                         {"loss_scale", m.loss_scale},
+                         {"skipped", m.skipped}};
+  if (!m.ranks.empty()) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (size_t r = 0; r < m.ranks.size(); ++r) {
+      ranks.push_back({{"rank", r},
+                       {"peak_allocated_bytes", m.ranks[r].peak_allocated},
+                       {"peak_reserved_bytes", m.ranks[r].peak_reserved}});
+    }
+    line["ranks"] = std::move(ranks);
+  }
+  return line;
 }
 
 // GiB, or MiB below 1 GiB (tiny models on a CPU).

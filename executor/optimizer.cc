@@ -170,6 +170,24 @@ void check_optimizer_kind(torch::serialize::InputArchive& archive, planner::Opti
   }
 }
 
+std::pair<std::string, torch::Tensor> optimizer_kind_marker(planner::OptimizerKind kind) {
+  return {kind_key(kind), torch::ones({1}, torch::kByte)};
+}
+
+void check_optimizer_kind_marker(const std::map<std::string, torch::Tensor>& header, planner::OptimizerKind kind,
+                                 const std::string& origin) {
+  if (header.count(kind_key(kind))) return;
+  for (planner::OptimizerKind other : kKinds) {
+    if (other != kind && header.count(kind_key(other))) {
+      throw std::runtime_error(origin + ": the optimizer state is " + std::string(planner::optimizer_name(other)) +
+                               "'s, but this run steps " + std::string(planner::optimizer_name(kind)) +
+                               "; resume with the plan that wrote it");
+    }
+  }
+  throw std::runtime_error(origin + ": the optimizer state names no optimizer; expected " +
+                           std::string(planner::optimizer_name(kind)) + "'s");
+}
+
 void read_state(torch::serialize::InputArchive& archive, const std::string& key, torch::Tensor& into,
                 const std::string& origin) {
   torch::Tensor value;

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -49,11 +50,20 @@ class Optimizer {
   virtual int64_t state_bytes() const = 0;
   // Bytes of the states a checkpoint holds: every rank's, for a sharded optimizer.
   virtual int64_t checkpoint_bytes() const { return state_bytes(); }
-  // Serialized state for checkpoints; load() checks the optimizer, names and
-  // shapes (the parameters themselves come from the model part) and throws
+  // Serialized state for checkpoints: the whole state, or, for a partitioned
+  // optimizer, this rank's partition as a rank part (executor/sharded_checkpoint.h).
+  // load() reads a whole state (one process's, or a partitioned optimizer's
+  // assembled) and keeps what this rank holds; it checks the optimizer, names
+  // and shapes (the parameters themselves come from the model part) and throws
   // std::runtime_error naming `origin` when they differ.
   virtual std::string save() const = 0;
   virtual void load(const std::string& bytes, const std::string& origin) = 0;
+  // Whether each rank saves its own partition (ZeRO): then save() is this rank's part.
+  virtual bool partitioned() const { return false; }
+  // A partitioned optimizer reads its own rank part back when it was written
+  // by a job of the same ranks and layout; false (nothing changed) otherwise,
+  // and the caller assembles the whole state from every rank's part instead.
+  virtual bool load_partition(const std::string& /*bytes*/, const std::string& /*origin*/) { return false; }
 };
 
 struct OptimizerOptions {
@@ -122,6 +132,10 @@ void write_optimizer_kind(torch::serialize::OutputArchive& archive, planner::Opt
 // before there were others).
 void check_optimizer_kind(torch::serialize::InputArchive& archive, planner::OptimizerKind kind,
                           const std::string& origin, bool legacy_ok = false);
+// The same marker as a header entry of a rank part (executor/sharded_checkpoint.h), and its check.
+std::pair<std::string, torch::Tensor> optimizer_kind_marker(planner::OptimizerKind kind);
+void check_optimizer_kind_marker(const std::map<std::string, torch::Tensor>& header, planner::OptimizerKind kind,
+                                 const std::string& origin);
 void read_state(torch::serialize::InputArchive& archive, const std::string& key, torch::Tensor& into,
                 const std::string& origin);
 

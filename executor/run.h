@@ -47,6 +47,13 @@ struct StepMetrics {
   int64_t peak_reserved = 0;
   double loss_scale = 1;       // fp16 dynamic loss scale after the step
   bool skipped = false;        // fp16: non-finite gradients, step skipped
+  // A job of several ranks: each rank's peaks over this step, by rank (the
+  // fields above are rank 0's). Empty for one process.
+  struct RankPeaks {
+    int64_t peak_allocated = 0;
+    int64_t peak_reserved = 0;
+  };
+  std::vector<RankPeaks> ranks;
 };
 
 // Predicted vs measured bytes of one memory category.

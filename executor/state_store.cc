@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -274,7 +275,8 @@ enum class Depth { kManifest, kVerify, kLoad };
 
 // Reads and checks one checkpoint; the error says why it does not verify.
 Result<LoadedState> read_checkpoint(FileSystem& fs, const std::string& directory,
-                                    const Candidate& candidate, Depth depth) {
+                                    const Candidate& candidate, Depth depth,
+                                    const std::function<bool(const std::string&)>& wanted = nullptr) {
   const std::string path = join(directory, candidate.name);
   const std::string manifest_path = join(path, std::string(kManifestName));
   Result<int64_t> manifest_bytes = fs.file_size(manifest_path);
@@ -291,6 +293,7 @@ Result<LoadedState> read_checkpoint(FileSystem& fs, const std::string& directory
   LoadedState state;
   state.step = candidate.step;
   state.path = path;
+  for (const PartEntry& entry : entries.value()) state.names.push_back(entry.name);
   if (depth == Depth::kManifest) return state;
   for (const PartEntry& entry : entries.value()) {
     const std::string part_path = join(path, entry.name);
@@ -303,6 +306,7 @@ Result<LoadedState> read_checkpoint(FileSystem& fs, const std::string& directory
     Result<int64_t> bytes = fs.file_size(part_path);
     if (!bytes.is_ok()) return bytes.status();
     if (bytes.value() != entry.bytes) return mismatch(bytes.value());
+    if (wanted && !wanted(entry.name)) continue;  // another reader's part: its size is checked
     Result<std::string> contents = fs.read_file(part_path);
     if (!contents.is_ok()) return contents.status();
     if (static_cast<int64_t>(contents.value().size()) != entry.bytes) {
@@ -367,16 +371,54 @@ std::string nearest_existing(FileSystem& fs, std::string path) {
 
 }  // namespace
 
+namespace {
+
+// "DIR/: saving step N: WHY; nothing was written; step-M is intact".
+Status refusal(FileSystem& fs, const std::string& directory, int64_t step, const std::string& why) {
+  return Status::error(shown_directory(directory) + ": saving step " + std::to_string(step) + ": " + why +
+                       "; nothing was written; " + intact_note(fs, directory));
+}
+
+// Where a save writes before its rename into place: the process's own name,
+// or one every rank of a job can compute.
+std::string temp_path_of(const std::string& directory, int64_t step, const std::string& tag) {
+  return join(directory, "." + step_name(step) + ".tmp-" + tag);
+}
+
+std::string shared_temp_path(const std::string& directory, int64_t step) {
+  return temp_path_of(directory, step, "ranks");
+}
+
+}  // namespace
+
 Status StateStore::save(int64_t step, const std::map<std::string, std::string>& parts) {
   warnings_.clear();
+  FileSystem& fs = *file_system_;
+  if (parts.empty()) return refusal(fs, options_.directory, step, "no parts given (expected at least one)");
+  for (const auto& [name, contents] : parts) {
+    if (!valid_part_name(name)) {
+      return refusal(fs, options_.directory, step,
+                     "part name " + in_quotes(name) +
+                         " is not allowed (expected [A-Za-z0-9_.-]+, not MANIFEST, not starting with '.')");
+    }
+  }
+  const std::string temp_path = temp_path_of(options_.directory, step, std::to_string(::getpid()));
+  if (Status status = begin(step, bytes_to_write(parts), temp_path); !status.is_ok()) return status;
+  std::vector<WrittenPart> written;
+  for (const auto& [name, contents] : parts) {
+    if (Status status = fs.write_file(join(temp_path, name), contents); !status.is_ok())
+      return abandon(step, temp_path, status);
+    written.push_back({name, static_cast<int64_t>(contents.size()), crc32c(contents)});
+  }
+  return commit(step, written, temp_path);
+}
+
+Status StateStore::begin(int64_t step, int64_t bytes, const std::string& temp_path) {
   FileSystem& fs = *file_system_;
   const std::string& directory = options_.directory;
   const std::string shown = shown_directory(directory);
   const std::string what = "saving step " + std::to_string(step);
-  auto refuse = [&](const std::string& why) {
-    return Status::error(shown + ": " + what + ": " + why + "; nothing was written; " +
-                         intact_note(fs, directory));
-  };
+  auto refuse = [&](const std::string& why) { return refusal(fs, directory, step, why); };
   if (directory.empty())
     return Status::error("(no directory): " + what + ": expected a checkpoint directory");
   if (options_.keep < 1)
@@ -384,14 +426,6 @@ Status StateStore::save(int64_t step, const std::map<std::string, std::string>& 
   if (options_.min_free_bytes < 0) return refuse("min_free_bytes is negative");
   if (step < 0 || step > kMaxStep)
     return refuse("expected a step from 0 to " + std::to_string(kMaxStep));
-  if (parts.empty()) return refuse("no parts given (expected at least one)");
-  for (const auto& [name, contents] : parts) {
-    if (!valid_part_name(name)) {
-      return refuse(
-          "part name " + in_quotes(name) +
-          " is not allowed (expected [A-Za-z0-9_.-]+, not MANIFEST, not starting with '.')");
-    }
-  }
 
   // Leftovers of an interrupted save go first: they are garbage and their
   // space counts towards this save.
@@ -411,69 +445,74 @@ Status StateStore::save(int64_t step, const std::map<std::string, std::string>& 
     }
   }
 
-  const int64_t needed = bytes_to_write(parts);
   Result<int64_t> free = free_bytes();
   if (!free.is_ok()) return refuse(free.message());
   const int64_t keep_free = options_.min_free_bytes;
-  if (free.value() < needed || free.value() - needed < keep_free) {
+  if (free.value() < bytes || free.value() - bytes < keep_free) {
     std::string message =
-        format_bytes(free.value()) + " free, " + what + " needs " + format_bytes(needed);
+        format_bytes(free.value()) + " free, " + what + " needs " + format_bytes(bytes);
     if (keep_free > 0) message += " (+" + format_bytes(keep_free) + " kept free)";
     return Status::error(shown + ": " + message + "; nothing was written; " +
                          intact_note(fs, directory));
   }
   if (Status status = fs.make_directory(directory); !status.is_ok())
     return refuse(status.message());
-
-  const std::string final_path = join(directory, step_name(step));
-  const std::string temp_path =
-      join(directory, "." + step_name(step) + ".tmp-" + std::to_string(::getpid()));
-  const std::string old_path = join(directory, "." + step_name(step) + ".old");
   // Everything after this point has written something: a failure removes the
   // temporary directory and says whether that worked.
-  auto abandon = [&](const Status& cause) {
-    std::string message = shown + ": " + what + " failed: " + cause.message();
-    if (Status removed = fs.remove_all(temp_path); removed.is_ok()) {
-      message += "; the partial checkpoint was removed";
-    } else {
-      message += "; the partial checkpoint could not be removed (" + removed.message() +
-                 ") and the next save removes it";
-    }
-    return Status::error(message + "; " + intact_note(fs, directory));
-  };
+  if (Status status = fs.make_directory(temp_path); !status.is_ok()) return abandon(step, temp_path, status);
+  return Status::ok();
+}
 
-  if (Status status = fs.make_directory(temp_path); !status.is_ok()) return abandon(status);
-  std::vector<PartEntry> entries;
-  for (const auto& [name, contents] : parts) {
-    if (Status status = fs.write_file(join(temp_path, name), contents); !status.is_ok())
-      return abandon(status);
-    entries.push_back({name, static_cast<int64_t>(contents.size()), crc32c(contents)});
+Status StateStore::abandon(int64_t step, const std::string& temp_path, const Status& cause) const {
+  FileSystem& fs = *file_system_;
+  const std::string& directory = options_.directory;
+  std::string message = shown_directory(directory) + ": saving step " + std::to_string(step) +
+                        " failed: " + cause.message();
+  if (Status removed = fs.remove_all(temp_path); removed.is_ok()) {
+    message += "; the partial checkpoint was removed";
+  } else {
+    message += "; the partial checkpoint could not be removed (" + removed.message() +
+               ") and the next save removes it";
   }
+  return Status::error(message + "; " + intact_note(fs, directory));
+}
+
+Status StateStore::commit(int64_t step, const std::vector<WrittenPart>& parts, const std::string& temp_path) {
+  FileSystem& fs = *file_system_;
+  const std::string& directory = options_.directory;
+  const std::string shown = shown_directory(directory);
+  const std::string what = "saving step " + std::to_string(step);
+  const std::string final_path = join(directory, step_name(step));
+  const std::string old_path = join(directory, "." + step_name(step) + ".old");
+  auto abandon_with = [&](const Status& cause) { return abandon(step, temp_path, cause); };
+
+  std::vector<PartEntry> entries;
+  for (const WrittenPart& part : parts) entries.push_back({part.name, part.bytes, part.crc32c});
   // MANIFEST last: a directory with a valid MANIFEST has all its parts.
   const std::string manifest = manifest_text(step, entries);
   if (Status status = fs.write_file(join(temp_path, std::string(kManifestName)), manifest);
       !status.is_ok()) {
-    return abandon(status);
+    return abandon_with(status);
   }
-  if (Status status = fs.sync_directory(temp_path); !status.is_ok()) return abandon(status);
+  if (Status status = fs.sync_directory(temp_path); !status.is_ok()) return abandon_with(status);
 
   // rename() cannot replace a non-empty directory, so an existing checkpoint
   // of this step steps aside first; until the new one is in place the loader
   // still finds it under .old (see take_inventory).
   const bool replacing = fs.exists(final_path);
   if (replacing) {
-    if (Status status = fs.rename(final_path, old_path); !status.is_ok()) return abandon(status);
+    if (Status status = fs.rename(final_path, old_path); !status.is_ok()) return abandon_with(status);
   }
   if (Status status = fs.rename(temp_path, final_path); !status.is_ok()) {
     if (replacing) {
       if (Status back = fs.rename(old_path, final_path); !back.is_ok()) {
-        const Status failed = abandon(status);
+        const Status failed = abandon_with(status);
         return Status::error(failed.message() + "; the earlier " + step_name(step) +
                              " is intact as " + old_path +
                              " (it loads from there; the next save moves it back)");
       }
     }
-    return abandon(status);
+    return abandon_with(status);
   }
   if (Status status = fs.sync_directory(directory); !status.is_ok()) {
     // The new checkpoint is in place but its name may not survive a power
@@ -491,6 +530,53 @@ Status StateStore::save(int64_t step, const std::map<std::string, std::string>& 
   }
   rotate(step);
   return Status::ok();
+}
+
+// ---- A save of several ranks.
+
+int64_t StateStore::bytes_on_disk(int64_t bytes) { return round_to_blocks(bytes); }
+
+int64_t StateStore::shared_save_overhead(const std::vector<std::string>& part_names) {
+  std::vector<PartEntry> entries;
+  // The largest byte count a manifest can hold, so its size is an upper bound.
+  for (const std::string& name : part_names) entries.push_back({name, std::numeric_limits<int64_t>::max(), 0});
+  return kBlockBytes + round_to_blocks(static_cast<int64_t>(manifest_text(kMaxStep, entries).size()));
+}
+
+Status StateStore::begin_shared_save(int64_t step, int64_t bytes) {
+  warnings_.clear();
+  return begin(step, bytes, shared_temp_path(options_.directory, step));
+}
+
+Result<WrittenPart> StateStore::write_shared_part(int64_t step, const std::string& name,
+                                                  std::string_view contents) {
+  if (!valid_part_name(name)) {
+    return Status::error(shown_directory(options_.directory) + ": saving step " + std::to_string(step) +
+                         ": part name " + in_quotes(name) + " is not allowed");
+  }
+  const std::string temp_path = shared_temp_path(options_.directory, step);
+  if (Status status = file_system_->write_file(join(temp_path, name), contents); !status.is_ok()) {
+    return Status::error(shown_directory(options_.directory) + ": saving step " + std::to_string(step) +
+                         ": " + status.message());
+  }
+  return WrittenPart{name, static_cast<int64_t>(contents.size()), crc32c(contents)};
+}
+
+Status StateStore::commit_shared_save(int64_t step, const std::vector<WrittenPart>& parts) {
+  const std::string temp_path = shared_temp_path(options_.directory, step);
+  std::set<std::string> seen;
+  for (const WrittenPart& part : parts) {
+    if (!valid_part_name(part.name) || !seen.insert(part.name).second) {
+      return abandon(step, temp_path,
+                     Status::error("part " + in_quotes(part.name) + " is not allowed or given twice"));
+    }
+  }
+  if (parts.empty()) return abandon(step, temp_path, Status::error("no parts were written"));
+  return commit(step, parts, temp_path);
+}
+
+Status StateStore::abandon_shared_save(int64_t step, const Status& cause) {
+  return abandon(step, shared_temp_path(options_.directory, step), cause);
 }
 
 // Removes complete checkpoints beyond the newest `keep` that verify (the one
@@ -559,14 +645,15 @@ Result<int64_t> StateStore::free_bytes() const {
   return file_system_->free_bytes(nearest_existing(*file_system_, options_.directory));
 }
 
-Result<std::optional<LoadedState>> StateStore::load_latest() const {
+Result<std::optional<LoadedState>> StateStore::load_latest(const LoadRequest& request) const {
   FileSystem& fs = *file_system_;
   const std::string& directory = options_.directory;
   Result<Inventory> inventory = inventory_of(fs, directory);
   if (!inventory.is_ok()) return inventory.status();
   std::vector<std::string> skipped;
   for (const Candidate& candidate : inventory->checkpoints) {
-    Result<LoadedState> state = read_checkpoint(fs, directory, candidate, Depth::kLoad);
+    if (request.at_most_step && candidate.step > *request.at_most_step) continue;
+    Result<LoadedState> state = read_checkpoint(fs, directory, candidate, Depth::kLoad, request.wanted);
     if (state.is_ok()) {
       state->skipped = std::move(skipped);
       return std::optional<LoadedState>(std::move(state.value()));

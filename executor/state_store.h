@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -62,8 +63,27 @@ struct StateStoreOptions {
 struct LoadedState {
   int64_t step = 0;
   std::string path;                          // the checkpoint's directory
-  std::map<std::string, std::string> parts;  // name -> contents
+  std::map<std::string, std::string> parts;  // name -> contents (the parts asked for)
+  std::vector<std::string> names;            // every part its manifest lists, in manifest order
   std::vector<std::string> skipped;          // damaged newer checkpoints, with why
+};
+
+// Which checkpoint load_latest takes and which of its parts it reads.
+struct LoadRequest {
+  // The parts to read and checksum; the others are only checked for their
+  // size (a rank of a job reads its own partition, not every rank's). Null:
+  // every part.
+  std::function<bool(const std::string& part)> wanted;
+  // The newest checkpoint at or before this step (the ranks of a job agree on
+  // the newest one that verifies for all of them).
+  std::optional<int64_t> at_most_step;
+};
+
+// One part of a checkpoint as written: what its manifest entry records.
+struct WrittenPart {
+  std::string name;
+  int64_t bytes = 0;
+  uint32_t crc32c = 0;
 };
 
 class StateStore {
@@ -88,6 +108,29 @@ class StateStore {
   // Leftovers of an interrupted earlier save are cleaned up first.
   Status save(int64_t step, const std::map<std::string, std::string>& parts);
 
+  // ---- One checkpoint written by several processes (the ranks of a job),
+  // each holding a StateStore of the same directory, which they must all see
+  // (one machine or a shared file system, as DeepSpeed's save_checkpoint
+  // assumes). The caller runs the steps in order, the ranks agreeing between
+  // them (a collective), and the leader ends every failure with
+  // abandon_shared_save:
+  //   leader      begin_shared_save(step, bytes)   checks as save() does, tidies
+  //                                                leftovers, makes the temporary directory
+  //   every rank  write_shared_part(step, ...)     each of its parts, flushed
+  //   leader      commit_shared_save(step, parts)  MANIFEST of every rank's parts
+  //                                                last, then rename and rotate as save()
+  // `bytes`: bytes_on_disk of every rank's parts together.
+  Status begin_shared_save(int64_t step, int64_t bytes);
+  Result<WrittenPart> write_shared_part(int64_t step, const std::string& name, std::string_view contents);
+  Status commit_shared_save(int64_t step, const std::vector<WrittenPart>& parts);
+  // Removes the temporary directory of a shared save that failed with `cause`;
+  // the returned error says what failed and which checkpoint is intact.
+  Status abandon_shared_save(int64_t step, const Status& cause);
+  // Disk bytes one part of `bytes` takes (4 KiB blocks); a shared save needs
+  // the sum over every rank's parts plus shared_save_overhead(parts).
+  static int64_t bytes_on_disk(int64_t bytes);
+  static int64_t shared_save_overhead(const std::vector<std::string>& part_names);
+
   // What the last save could not tidy up without failing: an old checkpoint
   // or a leftover temporary directory that could not be removed (it stays on
   // disk and the next save tries again). Empty after a clean save.
@@ -98,7 +141,7 @@ class StateStore {
   // so that `--resume DIR` never silently starts from scratch: a missing
   // directory ("DIR: no such directory") and checkpoints of which none
   // verifies (the message lists each one's damage).
-  Result<std::optional<LoadedState>> load_latest() const;
+  Result<std::optional<LoadedState>> load_latest(const LoadRequest& request = {}) const;
 
   // Before a run trains: creates the directory when missing and writes and
   // removes a probe file in it, so that a directory that cannot be written (a
@@ -117,6 +160,12 @@ class StateStore {
 
  private:
   void rotate(int64_t saved_step);
+  // The checks and tidying every save starts with, up to a temporary
+  // directory at `temp_path` with room for `bytes`.
+  Status begin(int64_t step, int64_t bytes, const std::string& temp_path);
+  // MANIFEST of `parts` into `temp_path`, then rename into place and rotate.
+  Status commit(int64_t step, const std::vector<WrittenPart>& parts, const std::string& temp_path);
+  Status abandon(int64_t step, const std::string& temp_path, const Status& cause) const;
 
   StateStoreOptions options_;
   FileSystem* file_system_;

@@ -28,6 +28,7 @@
 #include "executor/offload.h"
 #include "executor/optimizer.h"
 #include "executor/prediction_check.h"
+#include "executor/sharded_checkpoint.h"
 #include "executor/run.h"
 #include "executor/state_store.h"
 #include "executor/train_model.h"
@@ -110,8 +111,12 @@ class Trainer {
   Status open_leader_store();
   Status resume();
   Status save(int64_t step);
+  Status save_shared(int64_t step, const std::map<std::string, std::string>& parts);
+  Result<std::vector<int64_t>> proposals(int64_t proposed);
   FileSystem& file_system() const { return options_.file_system ? *options_.file_system : real_file_system(); }
-  TrainingState state() { return TrainingState{*model_, *optimizer_, scaler_, device_}; }
+  TrainingState state() {
+    return TrainingState{*model_, *optimizer_, scaler_, device_, zero3_.get(), rank(), world()};
+  }
   // Computed before ZeRO-3 empties the parameters, whose shapes it digests.
   const nlohmann::json& identity() const { return identity_; }
   Result<StepMetrics> train_step(int64_t step, bool measure_categories);
@@ -292,9 +297,19 @@ Status Trainer::build_model(const ExecutableModel& model, const graph::LayerGrap
 // kept and writable, both before the first step.
 Status Trainer::open_store() {
   if (options_.checkpoint_dir.empty()) return Status::ok();
-  // Rank 0 writes the checkpoints (the whole state, gathered: executor/zero_adamw.h).
+  // Rank 0 checks the room for the whole checkpoint; with a partitioned
+  // optimizer every rank writes its own part, so every rank checks that it
+  // can write there (a rank on a machine that does not see the directory).
   Status opened = Status::ok();
-  if (leader()) opened = open_leader_store();
+  if (leader()) {
+    opened = open_leader_store();
+  } else if (optimizer_->partitioned()) {
+    StateStoreOptions store;
+    store.directory = options_.checkpoint_dir;
+    store.keep = options_.checkpoints_kept;
+    store_ = std::make_unique<StateStore>(store, file_system());
+    opened = store_->check_writable();
+  }
   return agree(opened, "--checkpoint-dir " + options_.checkpoint_dir);
 }
 
@@ -314,11 +329,17 @@ Status Trainer::open_leader_store() {
   return store_->check_writable();
 }
 
+// Each rank proposes the newest checkpoint it can read and learns every proposal.
+Result<std::vector<int64_t>> Trainer::proposals(int64_t proposed) {
+  if (world() == 1) return std::vector<int64_t>{proposed};
+  torch::Tensor all = torch::empty({world()}, torch::kLong);
+  if (Status s = comm_->all_gather(torch::full({1}, proposed, torch::kLong), all); !s.is_ok()) return s;
+  return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + world());
+}
+
 Status Trainer::resume() {
-  // ZeRO-3: the whole parameters take the checkpoint, then each rank keeps its chunk.
-  if (zero3_) zero3_->gather_all();
-  Result<Resumed> resumed = resume_training(options_.resume_dir, file_system(), identity(), state());
-  if (zero3_) zero3_->release_all(/*keep_changes=*/resumed.is_ok());
+  Result<Resumed> resumed = resume_training(options_.resume_dir, file_system(), identity(), state(),
+                                            [this](int64_t proposed) { return proposals(proposed); });
   if (!resumed.is_ok()) return resumed.status();
   step_ = resumed->step;
   result_.resumed_from = resumed->path;
@@ -327,17 +348,86 @@ Status Trainer::resume() {
 }
 
 Status Trainer::save(int64_t step) {
-  // Every rank takes part in gathering the state; rank 0 writes it.
-  if (zero3_) zero3_->gather_all();  // rank 0 writes the whole parameters, as at stages 0-2
-  std::map<std::string, std::string> parts = checkpoint_parts(step, identity(), state());
-  if (zero3_) zero3_->release_all(/*keep_changes=*/false);
-  Status saved = leader() ? store_->save(step, parts) : Status::ok();
-  parts.clear();
-  if (Status s = agree(saved, "checkpoint of step " + std::to_string(step)); !s.is_ok()) return s;
+  if (optimizer_->partitioned()) {
+    // Every rank writes its own partition; nothing is gathered.
+    if (Status s = save_shared(step, checkpoint_parts(step, identity(), state())); !s.is_ok()) return s;
+  } else {
+    // Every rank holds the whole state: rank 0 writes it.
+    Status saved = leader() ? store_->save(step, checkpoint_parts(step, identity(), state())) : Status::ok();
+    if (Status s = agree(saved, "checkpoint of step " + std::to_string(step)); !s.is_ok()) return s;
+  }
   const std::string path = checkpoint_path(options_.checkpoint_dir, step);
   result_.checkpoints_written.push_back(path);
   if (leader()) observer_.on_checkpoint(step, path);
   return Status::ok();
+}
+
+// StateStore's shared save: rank 0 checks the room for every rank's parts and
+// makes the temporary directory, every rank writes its parts into it, and rank
+// 0 writes the MANIFEST of them all last and renames it into place.
+Status Trainer::save_shared(int64_t step, const std::map<std::string, std::string>& parts) {
+  const std::string what = "checkpoint of step " + std::to_string(step);
+  const std::vector<std::string> kinds = rank_part_kinds(state());
+  // What every rank's parts take on disk, for rank 0's free-space check.
+  int64_t mine = 0;
+  for (const auto& [name, contents] : parts) mine += StateStore::bytes_on_disk(static_cast<int64_t>(contents.size()));
+  torch::Tensor total = torch::full({1}, mine, torch::kLong);
+  if (Status s = comm_->all_reduce_sum(total); !s.is_ok()) return s;
+  std::vector<std::string> names;
+  for (const auto& [name, contents] : parts) {
+    if (!parse_rank_part_name(name)) names.push_back(name);
+  }
+  for (int r = 0; r < world(); ++r) {
+    for (const std::string& kind : kinds) names.push_back(rank_part_name(kind, r, world()));
+  }
+  Status begun = leader() ? store_->begin_shared_save(step, total.item<int64_t>() + StateStore::shared_save_overhead(names))
+                          : Status::ok();
+  if (Status s = agree(begun, what); !s.is_ok()) return s;
+
+  std::vector<WrittenPart> written;
+  Status wrote = Status::ok();
+  for (const auto& [name, contents] : parts) {
+    Result<WrittenPart> part = store_->write_shared_part(step, name, contents);
+    if (!part.is_ok()) {
+      wrote = part.status();
+      break;
+    }
+    written.push_back(part.value());
+  }
+  if (Status s = agree(wrote, what); !s.is_ok()) {
+    if (leader()) return store_->abandon_shared_save(step, s);
+    return s;
+  }
+  // Every rank's (bytes, crc32c) of each of its rank parts, in `kinds` order, to rank 0.
+  torch::Tensor records = torch::empty({static_cast<int64_t>(kinds.size()), 2}, torch::kLong);
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    for (const WrittenPart& part : written) {
+      if (part.name != rank_part_name(kinds[k], rank(), world())) continue;
+      records[k][0] = part.bytes;
+      records[k][1] = static_cast<int64_t>(part.crc32c);
+    }
+  }
+  torch::Tensor all = torch::empty({static_cast<int64_t>(world() * kinds.size() * 2)}, torch::kLong);
+  if (Status s = comm_->all_gather(records.reshape(-1), all); !s.is_ok()) {
+    if (leader()) return store_->abandon_shared_save(step, s);
+    return s;
+  }
+  Status committed = Status::ok();
+  if (leader()) {
+    std::vector<WrittenPart> manifest;
+    for (const WrittenPart& part : written) {
+      if (!parse_rank_part_name(part.name)) manifest.push_back(part);
+    }
+    for (int r = 0; r < world(); ++r) {
+      for (size_t k = 0; k < kinds.size(); ++k) {
+        const int64_t at = static_cast<int64_t>((r * kinds.size() + k) * 2);
+        manifest.push_back(WrittenPart{rank_part_name(kinds[k], r, world()), all[at].item<int64_t>(),
+                                       static_cast<uint32_t>(all[at + 1].item<int64_t>())});
+      }
+    }
+    committed = store_->commit_shared_save(step, manifest);
+  }
+  return agree(committed, what);
 }
 
 Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {
@@ -474,6 +564,16 @@ Result<RunResult> Trainer::run() {
     Result<StepMetrics> metrics = train_step(step_ + 1, /*measure_categories=*/fresh && step_ == 0);
     if (!metrics.is_ok()) return metrics.status();
     ++step_;
+    if (world() > 1) {
+      // Every rank's peaks for the metrics file: the ranks differ (rank 0
+      // owns the buckets' first chunks, ZeRO-3 gathers unevenly sized blocks).
+      const torch::Tensor mine = torch::tensor({metrics->peak_allocated, metrics->peak_reserved}, torch::kLong);
+      torch::Tensor all = torch::empty({2 * world()}, torch::kLong);
+      if (Status s = comm_->all_gather(mine, all); !s.is_ok()) return s;
+      for (int r = 0; r < world(); ++r) {
+        metrics->ranks.push_back({all[2 * r].item<int64_t>(), all[2 * r + 1].item<int64_t>()});
+      }
+    }
     result_.measured.steps.push_back(planner::MeasuredStep{static_cast<int>(step_), metrics->peak_allocated,
                                                            metrics->peak_reserved, metrics->step_ms, metrics->loss});
     Status observed = leader() ? observer_.on_step(metrics.value()) : Status::ok();

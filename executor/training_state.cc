@@ -10,6 +10,7 @@
 
 #include "executor/crc32c.h"
 #include "executor/run_state.h"
+#include "executor/sharded_checkpoint.h"
 
 namespace headroom::executor {
 namespace {
@@ -73,6 +74,91 @@ std::string parameters_digest(torch::nn::Module& module) {
   return text;
 }
 
+// ZeRO-3: this rank's chunk of every trainable parameter, elements
+// [rank x chunk, ...) of the flattened parameter (zero3_parameters.h), without
+// the padding of the last rank's chunk.
+std::vector<ParameterSlice> model_slices(const TrainingState& state) {
+  std::vector<ParameterSlice> slices;
+  for (const auto& [name, tensor] : state.model.trainable()) {
+    const PartitionedParameter p = state.zero3->partition_of(tensor);
+    const int64_t numel = c10::multiply_integers(p.shape);
+    const int64_t begin = state.rank * p.shard.numel();
+    const int64_t elements = std::max<int64_t>(0, std::min<int64_t>(p.shard.numel(), numel - begin));
+    if (elements > 0) slices.push_back({name, p.shape, begin, {{"value", p.shard.narrow(0, 0, elements)}}});
+  }
+  return slices;
+}
+
+// ZeRO-3 resumed by as many ranks: this rank's own model part straight into its
+// partitions; false (nothing changed) when its slices are not exactly those.
+bool load_model_partition(const std::string& bytes, const std::string& origin, const TrainingState& state) {
+  Result<ReadRankPart> part = read_rank_part(bytes, origin);
+  if (!part.is_ok()) throw std::runtime_error(part.message());
+  const std::vector<ParameterSlice> mine = model_slices(state);
+  if (part->rank != state.rank || part->world != state.world || part->slices.size() != mine.size()) return false;
+  std::map<std::string, const ParameterSlice*> saved;
+  for (const ParameterSlice& slice : part->slices) saved[slice.parameter] = &slice;
+  for (const ParameterSlice& slice : mine) {
+    auto found = saved.find(slice.parameter);
+    if (found == saved.end() || found->second->begin != slice.begin || found->second->shape != slice.shape ||
+        found->second->states.size() != 1 || found->second->states[0].first != "value" ||
+        found->second->states[0].second.numel() != slice.states[0].second.numel()) {
+      return false;
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (const ParameterSlice& slice : mine) {
+    torch::Tensor into = slice.states[0].second;  // a view of the partition
+    into.copy_(saved.at(slice.parameter)->states[0].second);
+  }
+  return true;
+}
+
+// ZeRO-3 from whole parameters: each rank keeps its chunk, no collective (the
+// ranks may reach here on different paths).
+void load_parameters_into_partitions(const std::string& bytes, const TrainingState& state, const std::string& origin) {
+  torch::NoGradGuard no_grad;
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  for (const auto& [name, tensor] : state.model.trainable()) {
+    const PartitionedParameter p = state.zero3->partition_of(tensor);
+    torch::Tensor value;
+    if (!archive.try_read(name, value) || value.sizes().vec() != p.shape) {
+      throw std::runtime_error(origin + ": model: parameter \"" + name + "\" missing or of another shape");
+    }
+    const int64_t begin = state.rank * p.shard.numel();
+    const int64_t elements = std::max<int64_t>(0, std::min<int64_t>(p.shard.numel(), value.numel() - begin));
+    if (elements > 0) p.shard.narrow(0, 0, elements).copy_(value.reshape(-1).narrow(0, begin, elements));
+  }
+}
+
+// Every rank's part of `kind` in the checkpoint of `step`, read and verified
+// (a re-partition needs them all).
+Result<std::map<std::string, std::string>> read_rank_parts(const StateStore& store, int64_t step,
+                                                           const std::string& kind) {
+  LoadRequest request;
+  request.wanted = [&](const std::string& name) {
+    const std::optional<RankPart> part = parse_rank_part_name(name);
+    return part && part->kind == kind;
+  };
+  request.at_most_step = step;
+  Result<std::optional<LoadedState>> loaded = store.load_latest(request);
+  if (!loaded.is_ok()) return loaded.status();
+  if (!loaded.value() || loaded.value()->step != step) {
+    return Status::error(checkpoint_path(store.options().directory, step) +
+                         ": no longer verifies while its rank parts are read (changed during the resume?)");
+  }
+  return std::move(loaded.value()->parts);
+}
+
+bool has_rank_parts(const LoadedState& saved, const std::string& kind) {
+  for (const std::string& name : saved.names) {
+    const std::optional<RankPart> part = parse_rank_part_name(name);
+    if (part && part->kind == kind) return true;
+  }
+  return false;
+}
+
 std::string gib(int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
@@ -96,36 +182,117 @@ nlohmann::json training_identity(const planner::Plan& plan, const RunOptions& op
   return run_identity(plan, options, parameters_digest(model.module()));
 }
 
+std::vector<std::string> rank_part_kinds(const TrainingState& state) {
+  if (!state.optimizer.partitioned()) return {};
+  if (state.zero3) return {"model", "optimizer"};
+  return {"optimizer"};
+}
+
 std::map<std::string, std::string> checkpoint_parts(int64_t step, const nlohmann::json& identity,
                                                     const TrainingState& state) {
   std::map<std::string, std::string> parts;
-  parts["run.json"] = run_state_text(RunState{step, identity, state.scaler.scale, state.scaler.clean_steps});
-  parts["model.pt"] = serialize_parameters(state.model.trainable());
-  parts["optimizer.pt"] = state.optimizer.save();
-  parts["rng.pt"] = serialize_rng(state.device);
+  const bool partitioned = state.optimizer.partitioned();
+  if (state.rank == 0) {
+    parts["run.json"] = run_state_text(RunState{step, identity, state.scaler.scale, state.scaler.clean_steps});
+    parts["rng.pt"] = serialize_rng(state.device);
+    if (!state.zero3) parts["model.pt"] = serialize_parameters(state.model.trainable());
+    if (!partitioned) parts["optimizer.pt"] = state.optimizer.save();
+  }
+  if (partitioned) {
+    parts[rank_part_name("optimizer", state.rank, state.world)] = state.optimizer.save();
+    if (state.zero3) {
+      parts[rank_part_name("model", state.rank, state.world)] =
+          write_rank_part(state.rank, state.world, {}, model_slices(state));
+    }
+  }
   return parts;
 }
 
 Result<Resumed> resume_training(const std::string& directory, FileSystem& file_system,
-                                const nlohmann::json& identity, const TrainingState& state) {
+                                const nlohmann::json& identity, const TrainingState& state,
+                                const AgreeOnStep& agree) {
   StateStoreOptions options;
   options.directory = directory;
   const StateStore store(options, file_system);
-  Result<std::optional<LoadedState>> loaded = store.load_latest();
-  if (!loaded.is_ok()) return loaded.status();
-  if (!loaded.value().has_value()) {
-    return Status::error("--resume " + directory + ": holds no complete checkpoint to resume from");
+  // The parts every rank holds, and this rank's own partition of a job of as many ranks.
+  LoadRequest request;
+  request.wanted = [&](const std::string& name) {
+    const std::optional<RankPart> part = parse_rank_part_name(name);
+    return !part || (part->rank == state.rank && part->world == state.world);
+  };
+  std::optional<LoadedState> found;
+  Status failed = Status::ok();
+  for (;;) {
+    Result<std::optional<LoadedState>> loaded = store.load_latest(request);
+    found.reset();
+    if (!loaded.is_ok()) {
+      failed = loaded.status();
+    } else if (!loaded.value().has_value()) {
+      failed = Status::error("--resume " + directory + ": holds no complete checkpoint to resume from");
+    } else {
+      found = std::move(loaded.value());
+      failed = Status::ok();
+    }
+    Result<std::vector<int64_t>> proposals = agree(found ? found->step : -1);
+    if (!proposals.is_ok()) return proposals.status();
+    const auto [oldest, newest] = std::minmax_element(proposals->begin(), proposals->end());
+    if (*oldest == *newest) break;  // every rank reads the same checkpoint, or none has one
+    if (*oldest < 0) {
+      if (!found) return failed;
+      return Status::error("--resume " + directory +
+                           ": another rank of the job finds no checkpoint there that verifies (its message says why)");
+    }
+    request.at_most_step = *oldest;  // the newest every rank can read
   }
-  const LoadedState& saved = *loaded.value();
-  for (const char* part : {"run.json", "model.pt", "optimizer.pt", "rng.pt"}) {
+  if (!found) return failed;
+  const LoadedState& saved = *found;
+  for (const char* part : {"run.json", "rng.pt"}) {
     if (!saved.parts.count(part)) return Status::error(saved.path + ": checkpoint lacks the part " + part);
   }
   const std::string origin = saved.path + "/run.json";
   Result<RunState> run = parse_run_state(saved.parts.at("run.json"), origin, saved.step);
   if (!run.is_ok()) return run.status();
   if (Status same = check_identity(run->identity, identity, origin); !same.is_ok()) return same;
-  load_parameters(saved.parts.at("model.pt"), state.model.trainable(), saved.path);
-  state.optimizer.load(saved.parts.at("optimizer.pt"), saved.path);
+
+  // The model: whole, or ZeRO-3's partitions (this rank's own, else all assembled).
+  std::string whole_model;
+  if (saved.parts.count("model.pt")) {
+    whole_model = saved.parts.at("model.pt");
+  } else if (has_rank_parts(saved, "model")) {
+    const std::string own = rank_part_name("model", state.rank, state.world);
+    if (!(state.zero3 && saved.parts.count(own) && load_model_partition(saved.parts.at(own), saved.path + "/" + own, state))) {
+      Result<std::map<std::string, std::string>> parts = read_rank_parts(store, saved.step, "model");
+      if (!parts.is_ok()) return parts.status();
+      Result<std::string> assembled = assemble_whole(parts.value(), saved.path);
+      if (!assembled.is_ok()) return assembled.status();
+      whole_model = std::move(assembled.value());
+    }
+  } else {
+    return Status::error(saved.path + ": checkpoint lacks the part model.pt");
+  }
+  if (!whole_model.empty()) {
+    if (state.zero3) {
+      load_parameters_into_partitions(whole_model, state, saved.path);
+    } else {
+      load_parameters(whole_model, state.model.trainable(), saved.path);
+    }
+  }
+
+  // The optimizer: whole, or each rank's partition (this rank's own, else all assembled).
+  if (saved.parts.count("optimizer.pt")) {
+    state.optimizer.load(saved.parts.at("optimizer.pt"), saved.path);
+  } else if (has_rank_parts(saved, "optimizer")) {
+    const std::string own = rank_part_name("optimizer", state.rank, state.world);
+    if (!(saved.parts.count(own) && state.optimizer.load_partition(saved.parts.at(own), saved.path + "/" + own))) {
+      Result<std::map<std::string, std::string>> parts = read_rank_parts(store, saved.step, "optimizer");
+      if (!parts.is_ok()) return parts.status();
+      Result<std::string> assembled = assemble_whole(parts.value(), saved.path);
+      if (!assembled.is_ok()) return assembled.status();
+      state.optimizer.load(assembled.value(), saved.path);
+    }
+  } else {
+    return Status::error(saved.path + ": checkpoint lacks the part optimizer.pt");
+  }
   load_rng(saved.parts.at("rng.pt"), state.device);
   state.scaler.scale = run->loss_scale;
   state.scaler.clean_steps = run->clean_steps;

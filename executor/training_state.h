@@ -1,12 +1,14 @@
 // A run's training state and its checkpoints (docs/training-checkpoints.md):
-// what one checkpoint holds (run.json, model.pt, optimizer.pt, rng.pt), the
-// room its directory needs before the first step, and resuming the newest one
-// into the model, the optimizer, the RNG streams and the fp16 loss scaler.
+// what one checkpoint holds (run.json, model.pt, optimizer.pt, rng.pt; with a
+// partitioned optimizer each rank's partition instead, executor/sharded_checkpoint.h),
+// the room its directory needs before the first step, and resuming the newest
+// one into the model, the optimizer, the RNG streams and the fp16 loss scaler.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,6 +18,7 @@
 #include "executor/run.h"
 #include "executor/state_store.h"
 #include "executor/train_model.h"
+#include "executor/zero3_parameters.h"
 #include "graph/status.h"
 #include "planner/plan.h"
 
@@ -37,15 +40,30 @@ struct TrainingState {
   Optimizer& optimizer;
   LossScaler& scaler;
   torch::Device device;  // whose RNG stream is saved with the CPU's
+  Zero3Parameters* zero3 = nullptr;  // ZeRO-3: the parameters are partitioned
+  int rank = 0;
+  int world = 1;
 };
 
 // The run's identity (run_state.h) for `model`: part of every checkpoint, so
 // that a checkpoint never resumes into another run or a model that changed.
 nlohmann::json training_identity(const planner::Plan& plan, const RunOptions& options, TrainModel& model);
 
-// The parts of the checkpoint of `step`, for StateStore::save.
+// The parts of the checkpoint of `step` this rank writes. A partitioned
+// optimizer (ZeRO): every rank its partition ("optimizer.rank-R-of-N.pt", and
+// "model.rank-R-of-N.pt" at stage 3), rank 0 also run.json, rng.pt and, below
+// stage 3, model.pt; they go through StateStore's shared save. Otherwise rank
+// 0 writes every part whole (StateStore::save) and the other ranks none.
 std::map<std::string, std::string> checkpoint_parts(int64_t step, const nlohmann::json& identity,
                                                     const TrainingState& state);
+// The kinds of rank part every rank writes ("model", "optimizer"); none
+// without a partitioned optimizer.
+std::vector<std::string> rank_part_kinds(const TrainingState& state);
+
+// The ranks of a job settle on one checkpoint: each proposes the newest that
+// verifies for it (-1: none) and gets every rank's proposal (a collective), so
+// that all of them decide alike. One process: its own proposal.
+using AgreeOnStep = std::function<Result<std::vector<int64_t>>(int64_t proposed)>;
 
 struct Resumed {
   int64_t step = 0;                  // optimizer steps the checkpoint had done
@@ -53,11 +71,15 @@ struct Resumed {
   std::vector<std::string> skipped;  // damaged newer checkpoints passed over, with why
 };
 
-// Restores `state` from the newest complete checkpoint in `directory`. Errors
-// name the checkpoint: none there, a part missing, another run's identity.
+// Restores `state` from the newest checkpoint in `directory` that verifies on
+// every rank. A rank reads the parts every rank holds and its own partition
+// when the checkpoint was written by as many ranks; any other checkpoint of a
+// partitioned optimizer is re-partitioned from every rank's part. Errors name
+// the checkpoint: none there, a part missing, another run's identity.
 // LibTorch failures while reading parts throw (train_plan turns them into errors).
 Result<Resumed> resume_training(const std::string& directory, FileSystem& file_system,
-                                const nlohmann::json& identity, const TrainingState& state);
+                                const nlohmann::json& identity, const TrainingState& state,
+                                const AgreeOnStep& agree);
 
 // Before the first step, not at the first save hours later: refuses a disk
 // that cannot hold the checkpoints kept plus the one being written, each of

@@ -1,6 +1,7 @@
 #include "executor/zero_adamw.h"
 
 #include "executor/gradient_all_reduce.h"
+#include "executor/sharded_checkpoint.h"
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -261,30 +262,59 @@ int64_t ZeroAdamW::checkpoint_bytes() const {
 
 std::string ZeroAdamW::save() const {
   torch::NoGradGuard no_grad;
-  const bool writer = layout_.rank() == 0;
-  torch::serialize::OutputArchive archive;
-  if (writer) {
-    write_optimizer_kind(archive, planner::OptimizerKind::kAdamW);
-    archive.write("steps", torch::tensor(steps_, torch::kLong));
+  std::vector<ParameterSlice> slices;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const OwnedSlice s = layout_.owned(i, layout_.rank());
+    if (s.elements == 0) continue;
+    ParameterSlice slice{parameters_[i].first, shapes_[i], s.parameter_begin, {}};
+    for (const auto& [key, flat] : states()) slice.states.emplace_back(key, flat.narrow(0, s.partition_begin, s.elements));
+    slices.push_back(std::move(slice));
   }
-  // Each state whole, bucket by bucket: MixedAdamW's per-parameter format.
-  for (const auto& [key, flat] : states()) {
-    for (const ZeroBucket& bucket : layout_.buckets()) {
-      const torch::Tensor chunk = flat.narrow(0, bucket.partition_offset, bucket.chunk).contiguous();
-      torch::Tensor full = torch::empty({bucket.chunk * layout_.world()}, chunk.options().pinned_memory(false));
-      check(comm_.all_gather(chunk, full), "all-gather of the optimizer state for a checkpoint");
-      if (!writer) continue;
-      for (size_t j = 0; j < bucket.parameters.size(); ++j) {
-        const std::vector<int64_t>& shape = shapes_[bucket.parameters[j]];
-        archive.write(parameters_[bucket.parameters[j]].first + "/" + key,
-                      full.narrow(0, bucket.offsets[j], numel_of(shape)).view(shape).cpu().clone());
+  const std::vector<std::pair<std::string, torch::Tensor>> header = {
+      optimizer_kind_marker(planner::OptimizerKind::kAdamW), {"steps", torch::tensor(steps_, torch::kLong)}};
+  return write_rank_part(layout_.rank(), layout_.world(), header, slices);
+}
+
+bool ZeroAdamW::load_partition(const std::string& bytes, const std::string& origin) {
+  torch::NoGradGuard no_grad;
+  Result<ReadRankPart> part = read_rank_part(bytes, origin);
+  if (!part.is_ok()) throw std::runtime_error(part.message());
+  if (part->rank != layout_.rank() || part->world != layout_.world()) return false;
+  std::map<std::string, const ParameterSlice*> by_name;
+  for (const ParameterSlice& slice : part->slices) by_name[slice.parameter] = &slice;
+  // The same layout: exactly this rank's slices, each with every state; else
+  // the caller assembles (another bucket size, or other parameters).
+  size_t owned = 0;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const OwnedSlice s = layout_.owned(i, layout_.rank());
+    if (s.elements == 0) continue;
+    ++owned;
+    auto found = by_name.find(parameters_[i].first);
+    if (found == by_name.end() || found->second->begin != s.parameter_begin || found->second->shape != shapes_[i]) {
+      return false;
+    }
+    for (const auto& [key, flat] : states()) {
+      bool present = false;
+      for (const auto& [state, tensor] : found->second->states) {
+        if (state == key && tensor.numel() == s.elements && tensor.scalar_type() == flat.scalar_type()) present = true;
+      }
+      if (!present) return false;
+    }
+  }
+  if (owned != part->slices.size()) return false;
+  check_optimizer_kind_marker(part->header, planner::OptimizerKind::kAdamW, origin);
+  if (!part->header.count("steps")) throw std::runtime_error(origin + ": steps: missing");
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const OwnedSlice s = layout_.owned(i, layout_.rank());
+    if (s.elements == 0) continue;
+    for (const auto& [key, flat] : states()) {
+      for (const auto& [state, tensor] : by_name.at(parameters_[i].first)->states) {
+        if (state == key) flat.narrow(0, s.partition_begin, s.elements).copy_(tensor);
       }
     }
   }
-  if (!writer) return {};
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
+  steps_ = part->header.at("steps").item<int64_t>();
+  return true;
 }
 
 void ZeroAdamW::load(const std::string& bytes, const std::string& origin) {

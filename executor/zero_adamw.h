@@ -23,8 +23,9 @@
 //
 // The update is MixedAdamW's (torch.optim.AdamW), element by element, so a job
 // of N ranks trains as one process does on the same global batch, up to the
-// order of the gradient sums. Checkpoints hold the whole state in MixedAdamW's
-// format (rank 0 writes it), so they resume on any number of ranks.
+// order of the gradient sums. Each rank checkpoints its own partition
+// (executor/sharded_checkpoint.h); assembled, the parts are MixedAdamW's
+// format, so they resume on any number of ranks.
 #pragma once
 
 #include <torch/torch.h>
@@ -67,9 +68,11 @@ class ZeroAdamW final : public Optimizer {
   int64_t steps_taken() const override { return steps_; }
   int64_t state_bytes() const override;       // this rank's partition
   int64_t checkpoint_bytes() const override;  // the whole state
-  // Collective: every rank calls it; rank 0 gets the whole state, the others "".
+  // This rank's partition: each state's slice of every parameter it owns elements of.
   std::string save() const override;
-  void load(const std::string& bytes, const std::string& origin) override;
+  void load(const std::string& bytes, const std::string& origin) override;  // the whole state
+  bool partitioned() const override { return true; }
+  bool load_partition(const std::string& bytes, const std::string& origin) override;
 
   // Stages 2 and 3, from the gradient hook: parameter `index` has its gradient.
   void gradient_ready(size_t index);

@@ -746,3 +746,121 @@ TEST_CASE("bad arguments to save are refused before anything is written") {
 
 }  // namespace
 }  // namespace headroom::executor
+
+namespace headroom::executor {
+namespace {
+
+// Two ranks' stores of one directory saving step `step` together, as the
+// trainer's shared save runs them (rank 0 begins and commits).
+Status shared_save(StateStore& rank0, StateStore& rank1, int64_t step, const Parts& of0, const Parts& of1) {
+  int64_t bytes = 0;
+  std::vector<std::string> names;
+  for (const Parts* parts : {&of0, &of1}) {
+    for (const auto& [name, contents] : *parts) {
+      bytes += StateStore::bytes_on_disk(static_cast<int64_t>(contents.size()));
+      names.push_back(name);
+    }
+  }
+  if (Status s = rank0.begin_shared_save(step, bytes + StateStore::shared_save_overhead(names)); !s.is_ok()) return s;
+  std::vector<WrittenPart> written;
+  for (auto [store, parts] : {std::pair{&rank0, &of0}, std::pair{&rank1, &of1}}) {
+    for (const auto& [name, contents] : *parts) {
+      Result<WrittenPart> part = store->write_shared_part(step, name, contents);
+      if (!part.is_ok()) return rank0.abandon_shared_save(step, part.status());
+      written.push_back(part.value());
+    }
+  }
+  return rank0.commit_shared_save(step, written);
+}
+
+const Parts kRank0 = {{"run.json", "{\"step\": 2}"}, {"optimizer.rank-00000-of-00002.pt", std::string(5000, 'a')}};
+const Parts kRank1 = {{"optimizer.rank-00001-of-00002.pt", std::string(7000, 'b')}};
+
+}  // namespace
+
+TEST_CASE("two ranks save one checkpoint together: one MANIFEST lists every rank's parts") {
+  TempDir dir;
+  const std::string ckpt = dir.sub("ckpt");
+  StateStore rank0({ckpt}), rank1({ckpt});
+  REQUIRE(shared_save(rank0, rank1, 2, kRank0, kRank1).is_ok());
+  CHECK(entries(ckpt) == std::vector<std::string>{"step-00000002"});
+  Parts all = kRank0;
+  all.insert(kRank1.begin(), kRank1.end());
+  check_latest(ckpt, 2, all);
+
+  // A rank reads what every rank holds and its own partition; the other
+  // rank's part is only checked for its size.
+  LoadRequest request;
+  request.wanted = [](const std::string& name) { return name.find("rank-00001") == std::string::npos; };
+  Result<std::optional<LoadedState>> mine = rank0.load_latest(request);
+  REQUIRE(mine.is_ok());
+  REQUIRE(mine.value().has_value());
+  CHECK(mine.value()->parts == kRank0);
+  CHECK(mine.value()->names.size() == 3);
+}
+
+TEST_CASE("a rank whose part cannot be written leaves no checkpoint, and the earlier one intact") {
+  TempDir dir;
+  const std::string ckpt = dir.sub("ckpt");
+  StateStore rank0({ckpt});
+  REQUIRE(shared_save(rank0, rank0, 2, kRank0, kRank1).is_ok());
+  FaultInjectingFileSystem faulty;
+  faulty.fail_write = 1;  // rank 1's first part
+  StateStore broken_rank1({ckpt}, faulty);
+  Status saved = shared_save(rank0, broken_rank1, 4, kRank0, kRank1);
+  REQUIRE_FALSE(saved.is_ok());
+  CHECK(saved.message().find("saving step 4 failed") != std::string::npos);
+  CHECK(saved.message().find("step-00000002 is intact") != std::string::npos);
+  CHECK(entries(ckpt) == std::vector<std::string>{"step-00000002"});
+  Parts all = kRank0;
+  all.insert(kRank1.begin(), kRank1.end());
+  check_latest(ckpt, 2, all);
+}
+
+TEST_CASE("a shared save refuses a disk without room for every rank's parts before writing") {
+  TempDir dir;
+  const std::string ckpt = dir.sub("ckpt");
+  FaultInjectingFileSystem small;
+  small.reported_free_bytes = 12 * 1024;  // rank 0's parts fit, not rank 1's as well
+  StateStore rank0({ckpt}, small), rank1({ckpt}, small);
+  Status saved = shared_save(rank0, rank1, 2, kRank0, kRank1);
+  REQUIRE_FALSE(saved.is_ok());
+  CHECK(saved.message().find("nothing was written") != std::string::npos);
+  CHECK_FALSE(fs::exists(ckpt + "/step-00000002"));
+}
+
+TEST_CASE("load_latest at_most_step takes the newest checkpoint at or before it") {
+  TempDir dir;
+  StateStore store({dir.path, 3});
+  for (int64_t step : {2, 4, 6}) REQUIRE(store.save(step, parts_for(step)).is_ok());
+  LoadRequest request;
+  request.at_most_step = 5;
+  Result<std::optional<LoadedState>> loaded = store.load_latest(request);
+  REQUIRE(loaded.is_ok());
+  REQUIRE(loaded.value().has_value());
+  CHECK(loaded.value()->step == 4);
+  CHECK(loaded.value()->parts == parts_for(4));
+  request.at_most_step = 1;
+  loaded = store.load_latest(request);
+  REQUIRE(loaded.is_ok());
+  CHECK_FALSE(loaded.value().has_value());
+}
+
+TEST_CASE("a part another rank reads is still checked for its size") {
+  TempDir dir;
+  const std::string ckpt = dir.sub("ckpt");
+  StateStore rank0({ckpt, 2}), rank1({ckpt, 2});
+  REQUIRE(shared_save(rank0, rank1, 2, kRank0, kRank1).is_ok());
+  REQUIRE(shared_save(rank0, rank1, 4, kRank0, kRank1).is_ok());
+  put(ckpt + "/step-00000004/optimizer.rank-00001-of-00002.pt", "truncated");
+  LoadRequest request;
+  request.wanted = [](const std::string& name) { return name.find("rank-00001") == std::string::npos; };
+  Result<std::optional<LoadedState>> loaded = rank0.load_latest(request);
+  REQUIRE(loaded.is_ok());
+  REQUIRE(loaded.value().has_value());
+  CHECK(loaded.value()->step == 2);
+  REQUIRE(loaded.value()->skipped.size() == 1);
+  CHECK(loaded.value()->skipped[0].find("truncated or overwritten") != std::string::npos);
+}
+
+}  // namespace headroom::executor

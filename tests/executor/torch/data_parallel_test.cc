@@ -27,11 +27,13 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "executor/run.h"
+#include "executor/sharded_checkpoint.h"
 #include "executor/state_store.h"
 #include "planner/planner.h"
 #include "tests/executor/torch/run_test_support.h"
@@ -90,6 +92,7 @@ struct Outcome {
   std::string out;
   std::string err;
   std::vector<double> losses;  // from the metrics file
+  std::vector<nlohmann::json> rank_peaks;  // each line's "ranks" (several ranks)
   double seconds = 0;
 };
 
@@ -113,7 +116,11 @@ Outcome train(const planner::Plan& plan, const std::string& dir, const std::stri
   o.out = slurp(dir + "/out.txt");
   o.err = slurp(dir + "/err.txt");
   std::ifstream metrics(dir + "/metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) o.losses.push_back(nlohmann::json::parse(line).at("loss"));
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json step = nlohmann::json::parse(line);
+    o.losses.push_back(step.at("loss"));
+    o.rank_peaks.push_back(step.value("ranks", nlohmann::json()));
+  }
   return o;
 }
 
@@ -189,6 +196,16 @@ TEST_CASE("data parallel, ZeRO-1 and ZeRO-2 on 2 ranks train as one process does
     check_same_losses(job.losses, reference.losses);
     check_same_state(dir + "/ckpt", reference_dir + "/ckpt");
     check_rows(job, {"parameters", "optimizer states + master weights", "gradients", "activations"});
+    // The metrics file has every rank's peaks on each step; rank 0's are the line's own.
+    REQUIRE(job.rank_peaks.size() == static_cast<size_t>(steps));
+    for (const nlohmann::json& ranks : job.rank_peaks) {
+      REQUIRE(ranks.size() == 2);
+      for (int r = 0; r < 2; ++r) {
+        CHECK(ranks[r].at("rank") == r);
+        CHECK(ranks[r].at("peak_allocated_bytes").get<int64_t>() > 0);
+      }
+    }
+    CHECK(reference.rank_peaks.front().is_null());  // one process: no per-rank column
     std::filesystem::remove_all(dir);
   }
   CHECK(reference.losses.back() < reference.losses.front());
@@ -237,12 +254,28 @@ TEST_CASE("ZeRO-2 on 4 ranks with an offloaded block, and ZeRO-2 with CPU AdamW,
 // ranks is bit for bit the straight run; resumed on 4 ranks (1 micro-step each)
 // and on 1 process (4) with the same global batch, the checkpoint re-partitions
 // and training goes on as the straight run.
+// The files of a sharded checkpoint: each rank's own optimizer partition (and
+// at stage 3 its parameters), the whole parts only where every rank holds them.
+void check_rank_parts(const std::string& checkpoint, int stage, int ranks) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoint)) names.insert(entry.path().filename());
+  std::set<std::string> want = {"MANIFEST", "run.json", "rng.pt"};
+  if (stage < 3) want.insert("model.pt");
+  if (ranks == 1 && stage < 3) want.insert("optimizer.pt");  // one process steps the whole optimizer
+  for (int r = 0; ranks > 1 || stage == 3 ? r < ranks : false; ++r) {
+    want.insert(rank_part_name("optimizer", r, ranks));
+    if (stage == 3) want.insert(rank_part_name("model", r, ranks));
+  }
+  CHECK(names == want);
+}
+
 void check_resume_and_repartition(int stage, const std::string& prefix) {
   planner::RunSettings settings = tiny_llama(stage, 2);
   const std::string straight_dir = temp_dir(prefix + "straight");
   const Outcome straight = train(plan_for(Job{settings, 2}), straight_dir,
                                  "--nproc 2 --steps 4 --checkpoint-every 2 --checkpoint-dir " + straight_dir + "/ckpt");
   REQUIRE_MESSAGE(straight.exit_code == 0, straight.err);
+  check_rank_parts(straight_dir + "/ckpt/step-00000004", stage, 2);
 
   // Stop at step 2, resume to 4 on the same ranks: bit for bit.
   const std::string half_dir = temp_dir(prefix + "half");
@@ -278,6 +311,7 @@ void check_resume_and_repartition(int stage, const std::string& prefix) {
     REQUIRE(resumed.losses.size() == 2);
     check_same_losses(resumed.losses, {straight.losses[2], straight.losses[3]});
     check_same_state(dir + "/ckpt", straight_dir + "/ckpt");
+    check_rank_parts(dir + "/ckpt/step-00000004", stage, ranks);
     std::filesystem::remove_all(dir);
   }
   std::filesystem::remove_all(straight_dir);
@@ -286,6 +320,27 @@ void check_resume_and_repartition(int stage, const std::string& prefix) {
 
 TEST_CASE("a ZeRO-2 checkpoint resumes exactly on 2 ranks, and on 4 ranks and 1 process re-partitioned") {
   check_resume_and_repartition(2, "");
+}
+
+TEST_CASE("when one rank's part of the newest checkpoint is damaged, every rank resumes from the one before") {
+  planner::RunSettings settings = tiny_llama(2, 2);
+  const std::string dir = temp_dir("damaged");
+  const Outcome straight = train(plan_for(Job{settings, 2}), dir,
+                                 "--nproc 2 --steps 4 --checkpoint-every 2 --checkpoint-dir " + dir + "/ckpt");
+  REQUIRE_MESSAGE(straight.exit_code == 0, straight.err);
+  // Rank 1's partition of step 4, its size unchanged: only rank 1 reads it
+  // and finds the checksum wrong, rank 0 would take step 4.
+  const std::string part = dir + "/ckpt/step-00000004/" + rank_part_name("optimizer", 1, 2);
+  std::string bytes = slurp(part);
+  REQUIRE(bytes.size() > 100);
+  bytes[bytes.size() / 2] ^= 0x55;
+  std::ofstream(part, std::ios::binary | std::ios::trunc) << bytes;
+  const Outcome resumed = train(plan_for(Job{settings, 2}), dir, "--nproc 2 --steps 4 --resume " + dir + "/ckpt");
+  REQUIRE_MESSAGE(resumed.exit_code == 0, resumed.err);
+  REQUIRE(resumed.losses.size() == 2);  // steps 3 and 4 again, from step 2
+  CHECK(resumed.losses[0] == straight.losses[2]);
+  CHECK(resumed.losses[1] == straight.losses[3]);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("tiny-flux with LoRA and checkpointing trains on 2 ranks at ZeRO-1 as one process does") {

@@ -32,15 +32,7 @@ inline int free_port() {
   return ntohs(address.sin_port);
 }
 
-// Every tensor of one part ("model.pt", "optimizer.pt") of the newest
-// checkpoint in `dir`.
-inline std::map<std::string, torch::Tensor> checkpoint_part(const std::string& dir, const std::string& part) {
-  StateStoreOptions options;
-  options.directory = dir;
-  auto loaded = StateStore(options).load_latest();
-  REQUIRE(loaded.is_ok());
-  REQUIRE(loaded->has_value());
-  const std::string& bytes = loaded.value()->parts.at(part);
+inline std::map<std::string, torch::Tensor> archive_tensors(const std::string& bytes) {
   torch::serialize::InputArchive archive;
   archive.load_from(bytes.data(), bytes.size());
   std::map<std::string, torch::Tensor> out;
@@ -49,6 +41,51 @@ inline std::map<std::string, torch::Tensor> checkpoint_part(const std::string& d
     archive.read(key, t);
     out[key] = t;
   }
+  return out;
+}
+
+// Every tensor of one part ("model.pt", "optimizer.pt") of the newest
+// checkpoint in `dir`. A sharded run's checkpoint holds each rank's slices in
+// "<kind>.rank-R-of-N.pt" instead (executor/sharded_checkpoint.h): they are put
+// together here, independently of the executor's own assembly, as
+// "slices/<parameter>/<state>" at "slices/<parameter>/begin" of a parameter
+// of "slices/<parameter>/shape" ("value": the parameter itself).
+inline std::map<std::string, torch::Tensor> checkpoint_part(const std::string& dir, const std::string& part) {
+  StateStoreOptions options;
+  options.directory = dir;
+  auto loaded = StateStore(options).load_latest();
+  REQUIRE(loaded.is_ok());
+  REQUIRE(loaded->has_value());
+  const auto& parts = loaded.value()->parts;
+  if (parts.count(part)) return archive_tensors(parts.at(part));
+  const std::string kind = part.substr(0, part.find('.'));
+  std::map<std::string, torch::Tensor> out;
+  std::map<std::string, int64_t> written;
+  int ranks = 0;
+  for (const auto& [name, bytes] : parts) {
+    if (name.rfind(kind + ".rank-", 0) != 0) continue;
+    ++ranks;
+    const auto tensors = archive_tensors(bytes);
+    for (const auto& [key, tensor] : tensors) {
+      if (key.rfind("slices/", 0) != 0) {
+        if (key != "rank" && key != "world") out[key] = tensor;
+        continue;
+      }
+      const std::string rest = key.substr(7);
+      const std::string parameter = rest.substr(0, rest.rfind('/'));
+      const std::string state = rest.substr(rest.rfind('/') + 1);
+      if (state == "begin" || state == "shape") continue;
+      const torch::Tensor shape = tensors.at("slices/" + parameter + "/shape");
+      const std::vector<int64_t> sizes(shape.data_ptr<int64_t>(), shape.data_ptr<int64_t>() + shape.numel());
+      const std::string whole = state == "value" ? parameter : parameter + "/" + state;
+      if (!out.count(whole)) out[whole] = torch::zeros(sizes, tensor.options());
+      const int64_t begin = tensors.at("slices/" + parameter + "/begin").item<int64_t>();
+      out[whole].view(-1).narrow(0, begin, tensor.numel()).copy_(tensor);
+      written[whole] += tensor.numel();
+    }
+  }
+  REQUIRE_MESSAGE(ranks > 0, dir << " holds neither " << part << " nor rank parts of it");
+  for (const auto& [key, count] : written) CHECK_MESSAGE(count == out.at(key).numel(), key);
   return out;
 }
 
