@@ -3,6 +3,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace headroom::executor {
 namespace {
 
@@ -10,14 +13,22 @@ namespace {
 // when the block runs on a GPU, that device's. The recompute in backward must
 // draw the same masks as the forward did (torch.utils.checkpoint's
 // preserve_rng_state), or the gradients belong to another network.
+//
+// The CPU state (about 5 KB, mt19937's) is kept as plain host bytes, not as a
+// tensor: on a GPU run it is host memory that torch.cuda.memory_allocated never
+// counts, but a tensor would go through the CPU run's tracking allocator and
+// count as 5 KiB of activations per checkpointed block (measured on the tiny
+// vision models: -6% to -9% of their activations).
 struct RngState {
-  torch::Tensor cpu;
+  std::vector<uint8_t> cpu;
   torch::Tensor cuda;
   c10::DeviceIndex device = -1;
 
   static RngState capture(const std::vector<torch::Tensor>& inputs) {
     RngState state;
-    state.cpu = at::detail::getDefaultCPUGenerator().get_state();
+    const torch::Tensor cpu_state = at::detail::getDefaultCPUGenerator().get_state();
+    const auto* bytes = cpu_state.data_ptr<uint8_t>();
+    state.cpu.assign(bytes, bytes + cpu_state.numel());
     for (const torch::Tensor& t : inputs) {
       if (t.defined() && t.is_cuda()) {
         state.device = t.device().index();
@@ -29,7 +40,8 @@ struct RngState {
   }
   void restore() const {
     at::Generator cpu_generator = at::detail::getDefaultCPUGenerator();
-    cpu_generator.set_state(cpu);
+    std::vector<uint8_t> bytes = cpu;  // from_blob needs a mutable buffer; set_state copies from it
+    cpu_generator.set_state(torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kUInt8));
     if (device >= 0) {
       at::Generator cuda_generator = at::cuda::detail::getDefaultCUDAGenerator(device);
       cuda_generator.set_state(cuda);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "graph/atomic_file.h"
@@ -123,6 +124,12 @@ std::vector<ModelFamilyInfo> make_families() {
   auto llama = [&](const models::LlamaConfig& c) { return of(kLlama, &ExecutableModel::llama, c); };
   auto flux = [&](const models::FluxConfig& c) { return of(kFlux, &ExecutableModel::flux, c); };
   auto resnet = [&](const models::ResNetConfig& c) { return of(kResNet, &ExecutableModel::resnet, c); };
+  // EVA ViT-g (VisionStyle::kBlip2): images of patch x sqrt(patches) pixels a side.
+  auto eva = [&](const models::VisionSpec& v) {
+    ExecutableModel out = of(ModelFamily::kVit, &ExecutableModel::vit, v);
+    out.image = v.patch * static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(v.positions - 1))));
+    return out;
+  };
   std::vector<ModelFamilyInfo> families = {
       {kLlama, "Llama",
        {{"tiny-llama", llama(models::kTinyLlama)}, {"llama-3-8b", llama(models::kLlama3_8b)},
@@ -130,7 +137,9 @@ std::vector<ModelFamilyInfo> make_families() {
        {"llama", "mistral", "qwen2"}, read_hf_llama, nullptr, false, true, true},
       {kFlux, "Flux", {{"tiny-flux", flux(models::kTinyFlux)}, {"flux-kontext-dev", flux(models::kFluxKontextDev)}},
        {}, nullptr, "latents", false, false, true},
-      {ModelFamily::kVit, "ViT", {}, {"vit"}, read_hf_vit, "images", false, false, false},
+      {ModelFamily::kVit, "ViT",
+       {{"tiny-eva-vit", eva(models::tiny_eva_vit_spec())}, {"eva-vit-g", eva(models::eva_vit_g_spec())}},
+       {"vit"}, read_hf_vit, "images", false, false, false},
       // A causal LM too, whose batches check the stronger bound: text after the image tokens.
       {ModelFamily::kLlava, "LLaVA", {}, {"llava"}, read_hf_llava, "images and tokens", false, false, false},
       {kResNet, "ResNet", {{"tiny-resnet", resnet(models::kTinyResNet)}, {"resnet-50", resnet(models::kResNet50)}},

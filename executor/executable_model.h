@@ -30,8 +30,10 @@ struct ExecutableModel {
   ModelFamily family = ModelFamily::kLlama;
   models::LlamaConfig llama;  // family kLlama
   models::FluxConfig flux;    // family kFlux
-  models::VisionSpec vit;     // family kVit: ViTForImageClassification's encoder
-  int64_t classes = 0;        // family kVit
+  // family kVit: ViTForImageClassification's encoder (style kVit), or EVA
+  // ViT-g as Blip2VisionModel with its feature loss (style kBlip2)
+  models::VisionSpec vit;
+  int64_t classes = 0;        // family kVit, style kVit
   int64_t image = 0;          // families kVit, kLlava: pixels per side
   models::LlavaConfig llava;  // family kLlava
   int64_t image_token = 0;    // family kLlava: the placeholder id (image_token_index)

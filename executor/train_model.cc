@@ -223,6 +223,39 @@ class ImageClassifier final : public TrainModel {
   TrainModelOptions options_;
 };
 
+// EVA ViT-g (Blip2VisionModel) on synthetic images from a fixed pool of
+// kPoolSize, its loss the mean of its output (the seed story's
+// `outputs.mean()`). The batch is held through backward, as the seed's loop
+// holds `batch`.
+class EvaVitModel final : public TrainModel {
+ public:
+  static constexpr int64_t kPoolSize = 8;
+
+  EvaVitModel(tm::Blip2VisionModel net, int64_t side, uint64_t seed, const TrainModelOptions& options)
+      : side_(side), net_(std::move(net)), seed_(seed), options_(options) {}
+  torch::nn::Module& module() override { return *net_; }
+  int64_t tokens_per_sample() const override { return options_.seq_len; }
+
+  Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
+    std::vector<torch::Tensor> images;
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t index = (first + i) % kPoolSize;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed_ ^ static_cast<uint64_t>(index)));
+      images.push_back(at::randn({1, 3, side_, side_}, gen, torch::TensorOptions().dtype(torch::kFloat)));
+    }
+    // The seed's batch.to(next(model_engine.parameters()).dtype).
+    pixels_ = torch::cat(images).to(options_.device, options_.dtype);
+    return net_->loss(pixels_, runner);
+  }
+  void release_outputs() override { pixels_ = torch::Tensor(); }
+
+ private:
+  int64_t side_;
+  tm::Blip2VisionModel net_;
+  torch::Tensor pixels_;
+  uint64_t seed_;
+  TrainModelOptions options_;
+};
 
 // LLaVA on synthetic samples: an image from a fixed pool of kPoolSize and
 // tokens from the token source, the first image_tokens positions being the
@@ -309,6 +342,10 @@ Result<std::unique_ptr<TrainModel>> build_flux(const BuildInputs& in) {
 }
 
 Result<std::unique_ptr<TrainModel>> build_vit(const BuildInputs& in) {
+  if (in.model.vit.style == models::VisionStyle::kBlip2) {
+    tm::Blip2VisionModel net(in.model.vit, lora_options(in.plan, tm::eva_vit_lora(in.lora_rank())));
+    return std::unique_ptr<TrainModel>(std::make_unique<EvaVitModel>(std::move(net), in.model.image, in.run.seed, in.options));
+  }
   tm::VitForImageClassification net(in.model.vit, in.model.classes, lora_options(in.plan, tm::vit_lora(in.lora_rank())));
   return std::unique_ptr<TrainModel>(std::make_unique<ImageClassifier<tm::VitForImageClassification>>(
       std::move(net), in.model.image, in.model.classes, in.run.seed, in.options));

@@ -73,7 +73,7 @@ graph::LayerGraph build_vit_from(const VisionSpec& s, int64_t classes, const Zoo
   return b.finish();
 }
 
-graph::LayerGraph build_eva_vit_g(const ZooOptions& options) {
+VisionSpec eva_vit_g_spec() {
   // Salesforce/blip2-opt-2.7b config.json vision_config (Blip2VisionConfig):
   // hidden_size 1408, intermediate_size 6144, num_hidden_layers 39,
   // num_attention_heads 16, patch_size 14, image_size 224 (257 tokens),
@@ -92,18 +92,40 @@ graph::LayerGraph build_eva_vit_g(const ZooOptions& options) {
   s.rows = tokens();
   s.patch_rows = tokens();
   s.scores_per_head = square_tokens();
+  s.post_layernorm = true;
+  return s;
+}
+
+VisionSpec tiny_eva_vit_spec() {
+  // EVA ViT-g's structure at toy size for CPU runs: hidden 64, 3 layers, 4
+  // heads, MLP 256, patch 8 at 32 px (16 patches + the class token).
+  VisionSpec s = eva_vit_g_spec();
+  s.hidden = 64;
+  s.layers = 3;
+  s.layers_to_run = 3;
+  s.heads = 4;
+  s.mlp = 256;
+  s.patch = 8;
+  s.positions = 17;
+  return s;
+}
+
+graph::LayerGraph build_eva_vit_from(const VisionSpec& s, const ZooOptions& options) {
   GraphBuilder b;
   b.set_param_dtype(DType::kF32);  // the BLIP-2 checkpoints are float32
   std::string hidden = add_vision_encoder(b, s, options);
   b.begin_block("head", "feature_loss", false);
   hidden = add_vision_post_norm(b, s, hidden);
   // No task head: a feature-matching loss stands in for whatever consumes the
-  // features (BLIP-2's Q-Former); it keeps nothing large.
+  // features (BLIP-2's Q-Former); it keeps nothing large. The seed story's
+  // loss is outputs.mean(), whose backward keeps nothing at all.
   OpSpec loss{"loss", "loss", {hidden}, SizeExpr::constant(1), DType::kF32, {}, {},
               times(tokens(), 2 * s.hidden), times(tokens(), s.hidden), {}, {}};
   b.op(loss);
   return b.finish();
 }
+
+graph::LayerGraph build_eva_vit_g(const ZooOptions& options) { return build_eva_vit_from(eva_vit_g_spec(), options); }
 
 graph::LayerGraph build_clip_vit_l14_336_vision(const ZooOptions& options) {
   VisionSpec s = clip_vit_l14_336("vision_model", tokens(), tokens(), square_tokens());

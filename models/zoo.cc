@@ -143,6 +143,10 @@ std::vector<ZooEntry> make_zoo() {
                        "BatchNorm at 32px for CPU runs", "headroom (models/resnet.h kTinyResNet)",
                        image_sequence(32, 1, 0, 32, 256), {"fc"}},
                       [](const ZooOptions& o) { return build_resnet(kTinyResNet, o); }));
+  zoo.push_back(entry({"tiny-eva-vit", "vit", "EVA ViT-g's structure (BLIP-2 vision encoder, 3 layers, hidden 64) "
+                       "at 32px for CPU runs", "headroom (models/vit.cc tiny_eva_vit_spec)",
+                       image_sequence(8, 1, 1, 32, 32), {"qkv", "projection", "fc1", "fc2"}},
+                      [](const ZooOptions& o) { return build_eva_vit_from(tiny_eva_vit_spec(), o); }));
   return zoo;
 }
 

@@ -128,6 +128,14 @@ struct LlavaConfig {
 };
 graph::LayerGraph build_llava_from(const LlavaConfig& config, const ZooOptions& options);
 
+// EVA ViT-g/14 as BLIP-2's vision encoder (HF Blip2VisionModel names, LAVIS
+// create_eva_vit_g's q_bias/v_bias): the encoder, its post LayerNorm and a
+// feature loss over every token (the seed story's outputs.mean()). The
+// executor builds its module from the same specs (models/torch/eva_vit_module.h).
+VisionSpec eva_vit_g_spec();
+VisionSpec tiny_eva_vit_spec();  // the same structure at toy size for CPU runs
+graph::LayerGraph build_eva_vit_from(const VisionSpec& spec, const ZooOptions& options);
+
 graph::LayerGraph build_flux_kontext(const ZooOptions& options);
 graph::LayerGraph build_vit_b16(const ZooOptions& options);
 graph::LayerGraph build_eva_vit_g(const ZooOptions& options);

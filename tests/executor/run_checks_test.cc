@@ -66,8 +66,8 @@ TEST_CASE("one row per trainable family: its zoo names resolve to it, and the re
     for (const std::string& type : family.hf_model_types) CHECK(gpt2.message().find(type) != std::string::npos);
   }
   CHECK(gpt2.message().find("the executor trains tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-flux, "
-                            "flux-kontext-dev, tiny-resnet, resnet-50, or a Hugging Face llama/mistral/qwen2, vit or "
-                            "llava model directory (") != std::string::npos);
+                            "flux-kontext-dev, tiny-eva-vit, eva-vit-g, tiny-resnet, resnet-50, or a Hugging Face "
+                            "llama/mistral/qwen2, vit or llava model directory (") != std::string::npos);
 }
 
 TEST_CASE("Hugging Face llama configs map onto the decoder, features it lacks are refused") {

@@ -1,8 +1,8 @@
 // Checkpointing through LibTorch: gradients equal those of the run without
 // checkpointing, for the first block, every block, a frozen base with LoRA
 // adapters (whose first block's input does not require grad), and a fully
-// frozen block/model, on tiny-llama and tiny-flux, and on the ViT, LLaVA and
-// ResNet modules (float64).
+// frozen block/model, on tiny-llama and tiny-flux, and on the ViT, EVA ViT,
+// LLaVA and ResNet modules (float64).
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
@@ -18,6 +18,7 @@
 #include "models/torch/llava_module.h"
 #include "models/torch/resnet_module.h"
 #include "models/torch/vit_module.h"
+#include "models/zoo_builders.h"
 
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.
@@ -237,6 +238,41 @@ TEST_CASE("ViT classifier: checkpointed gradients equal plain gradients, fully t
   randomize_lora_b(*lora);
   const Loss lora_loss = [&](const tm::BlockRunner& r) { return lora->loss(images, labels, r); };
   check_matches(*lora, lora_loss, {"vit.encoder.layer.0"}, "ViT LoRA first block");
+}
+
+TEST_CASE("EVA ViT (Blip2VisionModel): checkpointed gradients equal plain gradients, fully trained and with LoRA") {
+  const Float64 f64;
+  torch::manual_seed(5);
+  const torch::Tensor images = torch::randn({2, 3, 32, 32});
+  const models::VisionSpec spec = models::tiny_eva_vit_spec();
+  const std::set<std::string> all = {"vision_model.encoder.layers.0", "vision_model.encoder.layers.1",
+                                     "vision_model.encoder.layers.2"};
+  // The loss is the mean of the post LayerNorm's output: with its weight all
+  // ones, the mean over channels of a normalised row is 0 whatever the row, and
+  // the encoder would get no gradient at all. Random norm weights and q/v
+  // biases make every gradient non-trivial.
+  auto perturb = [](torch::nn::Module& model) {
+    torch::NoGradGuard no_grad;
+    for (auto& item : model.named_parameters()) {
+      const std::string& name = item.key();
+      if (name.find("norm") != std::string::npos && name.ends_with(".weight")) item.value().normal_(1, 0.5);
+      if (name.ends_with("q_bias") || name.ends_with("v_bias")) item.value().normal_(0, 0.1);
+    }
+  };
+  tm::Blip2VisionModel full(spec);
+  perturb(*full);
+  const Loss full_loss = [&](const tm::BlockRunner& r) { return full->loss(images, r); };
+  check_matches(*full, full_loss, all, "EVA ViT every block");
+  CHECK(has_grad(*full, "vision_model.encoder.layers.0.self_attn.q_bias"));
+  CHECK(has_grad(*full, "vision_model.embeddings.class_embedding"));
+  tm::Blip2VisionModel lora(spec, tm::eva_vit_lora(4));
+  perturb(*lora);
+  tm::freeze_base(*lora);
+  randomize_lora_b(*lora);
+  const Loss lora_loss = [&](const tm::BlockRunner& r) { return lora->loss(images, r); };
+  check_matches(*lora, lora_loss, {"vision_model.encoder.layers.0", "vision_model.encoder.layers.2"},
+                "EVA ViT LoRA (qkv, projection, fc1, fc2)");
+  CHECK(has_grad(*lora, "vision_model.encoder.layers.0.self_attn.qkv.lora_A.weight"));
 }
 
 TEST_CASE("LLaVA: checkpointed gradients equal plain gradients in the vision tower and the decoder") {

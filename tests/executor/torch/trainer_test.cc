@@ -400,7 +400,7 @@ TEST_CASE("a token file trains and a bad one is refused naming the file") {
 namespace headroom::executor {
 
 TEST_CASE("a family that trains on synthetic data only refuses a token file, as its row says") {
-  for (const char* model : {"tiny-flux", "tiny-resnet"}) {
+  for (const char* model : {"tiny-flux", "tiny-resnet", "tiny-eva-vit"}) {
     INFO(model);
     const planner::Plan plan =
         plan_for(model, planner::Precision::kFp32, planner::TrainMode::kFull, planner::CheckpointPolicy::kNone);
