@@ -139,7 +139,7 @@ std::vector<ModelFamilyInfo> make_families() {
        {}, nullptr, "latents", false, false, true},
       {ModelFamily::kVit, "ViT",
        {{"tiny-eva-vit", eva(models::tiny_eva_vit_spec())}, {"eva-vit-g", eva(models::eva_vit_g_spec())}},
-       {"vit"}, read_hf_vit, "images", false, false, false},
+       {"vit"}, read_hf_vit, "images", false, false, true},
       // A causal LM too, whose batches check the stronger bound: text after the image tokens.
       {ModelFamily::kLlava, "LLaVA", {}, {"llava"}, read_hf_llava, "images and tokens", false, false, false},
       {kResNet, "ResNet", {{"tiny-resnet", resnet(models::kTinyResNet)}, {"resnet-50", resnet(models::kResNet50)}},

@@ -45,7 +45,7 @@ Status check_zero3(const planner::Plan& plan, const ExecutableModel& model, std:
     return refuse(origin, "config.zero_stage",
                   std::string(model_family(model.family).name) +
                       " modules do not run their embeddings and head as blocks, which ZeRO-3 gathers; expected "
-                      "zero_stage 0-2 (ZeRO-3 runs Llama and Flux)");
+                      "zero_stage 0-2 (ZeRO-3 runs Llama, Flux and ViT)");
   }
   return Status::ok();
 }

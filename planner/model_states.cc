@@ -281,6 +281,15 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   int64_t largest_state = 0;  // one state tensor of the largest trainable parameter (rank share)
   int64_t largest_grad = 0;
   bool bnb_maps = false;  // an 8-bit state on the device: the optimizer's two quantization maps there
+  // DeepSpeed's ZeRO keeps a rank's partition of the fp32 master weights, of
+  // each optimizer state and of the gradients as one flat buffer each (stage
+  // 1/2: single_partition_of_fp32_groups and its states, the averaged gradient
+  // partition, runtime/zero/stage_1_and_2.py; stage 3: fp32_partitioned_groups_flat
+  // per sub-group and grad_partitions_flat_buffer, runtime/zero/stage3.py), so
+  // the allocator rounds each once, not once per parameter. FSDP's shards are
+  // tensors of their own (FSDP2's DTensors, FSDP1's FlatParameter per unit).
+  const bool flat_partitions = shard_optimizer && !fsdp;
+  int64_t flat_states = 0, flat_master = 0, flat_grads = 0;
   const std::map<std::string, int> shared = shared_gradient_first_block(graph);
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
@@ -334,7 +343,11 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
       largest_state = std::max(largest_state, account(states_rank / states_per_param, accounting));
       largest_grad = std::max(largest_grad, account(grad, accounting));
       const auto add_gpu_grad = [&] {
-        out.grads_full += account(grad_rank, accounting);
+        if (flat_partitions && shard_grads) {
+          flat_grads += grad_rank;
+        } else {
+          out.grads_full += account(grad_rank, accounting);
+        }
         // A shared weight's gradient exists from its first use in backward on.
         const auto first = shared.find(param.name);
         out.block_grads[first == shared.end() ? node.block : first->second] += account(grad, accounting);
@@ -355,8 +368,11 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
           // bitsandbytes' codes and absmax), each rounded by the allocator; ZeRO's
           // partitions are flat buffers.
           if (settings.optimizer == OptimizerKind::kAdamW8bit && elements >= kBnbMin8bitSize) bnb_maps = true;
-          if (shard_optimizer) {
-            out.optimizer += account(states_rank, accounting);
+          if (flat_partitions) {
+            flat_states += states_rank;
+          } else if (shard_optimizer) {
+            // FSDP: torch.optim's states of each sharded parameter, one tensor per state.
+            out.optimizer += states_per_param * account(ceil_div(states_rank, states_per_param), accounting);
           } else {
             for (int64_t tensor : optimizer_state_tensors(
                      settings.optimizer, fp32_states ? Precision::kFp32 : precision, param.shape)) {
@@ -364,7 +380,11 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
             }
           }
         }
-        out.master += account(master_rank, accounting);
+        if (flat_partitions) {
+          flat_master += master_rank;
+        } else {
+          out.master += account(master_rank, accounting);
+        }
         add_gpu_grad();
       } else if (fsdp2) {
         // FSDP2's CPUOffloadPolicy: the sharded gradient copied to the host in the
@@ -380,6 +400,13 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
                           (master > 0 ? master_rank : elements * 4 / (shard_optimizer ? world : 1));
       }
     }
+  }
+
+  if (flat_partitions) {
+    const int64_t states_per_param = settings.optimizer == OptimizerKind::kAdamW ? 2 : 1;
+    out.optimizer += states_per_param * account(ceil_div(flat_states, states_per_param), accounting);
+    out.master += account(flat_master, accounting);
+    out.grads_full += account(flat_grads, accounting);
   }
 
   // bitsandbytes' 8-bit optimizers move their two 256-value fp32 maps (signed

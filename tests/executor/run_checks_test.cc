@@ -135,7 +135,7 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   adam4.settings.optimizer = planner::OptimizerKind::kAdamW4bit;
   CHECK(check_executable(adam4, "plan.json").message().find("plan.json: settings.optimizer") == 0);
 
-  // ZeRO-3 runs as DeepSpeed's stage 3, with AdamW, on Llama and Flux; torch's
+  // ZeRO-3 runs as DeepSpeed's stage 3, with AdamW, on Llama, Flux and ViT; torch's
   // FSDPs, other optimizers, QLoRA and parameter offload are refused by name.
   planner::Plan zero3 = plan;
   zero3.config.zero_stage = 3;
@@ -163,6 +163,10 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   planner::Plan resnet = plan_for("tiny-resnet");
   resnet.config.zero_stage = 3;
   CHECK(check_executable(resnet, "plan.json").message().find("plan.json: config.zero_stage: ResNet") == 0);
+  planner::Plan eva = plan_for("tiny-eva-vit");  // the ViT module runs its embeddings and head as blocks
+  eva.config.zero_stage = 3;
+  eva.settings.gpus_per_node = 2;
+  CHECK(check_executable(eva, "plan.json").is_ok());
 
   planner::Plan nvme = plan;
   nvme.config.offload_optimizer = planner::Offload::kNvme;

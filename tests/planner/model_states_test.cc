@@ -117,12 +117,44 @@ TEST_CASE("AdamW's two states are two allocations, each rounded by the allocator
   settings.precision = Precision::kBf16Pure;
   const ModelStates one_gpu = model_states(one_tensor_model(64), settings, GlobalConfig{}, Accounting::kAllocated);
   CHECK(one_gpu.optimizer == 2 * 512);
-  // ZeRO's optimizer partition is one flat buffer per rank.
+  // ZeRO's optimizer runs on a flat partition: each state is zeros_like of it,
+  // still two allocations.
   settings.gpus_per_node = 2;
   GlobalConfig zero1;
   zero1.zero_stage = 1;
   const ModelStates sharded = model_states(one_tensor_model(64), settings, zero1, Accounting::kAllocated);
-  CHECK(sharded.optimizer == 512);
+  CHECK(sharded.optimizer == 2 * 512);
+}
+
+TEST_CASE("DeepSpeed's ZeRO partitions are flat buffers rounded once, not once per parameter") {
+  // 40 parameters of 100 bf16 weights on 2 ranks, bf16 mixed: a rank's fp32
+  // master partition is 40 x 50 x 4 = 8,000 bytes, each AdamW state as much,
+  // and at stage 2 its bf16 gradient partition 4,000: each one buffer
+  // (stage_1_and_2.py single_partition_of_fp32_groups, its optimizer's states,
+  // the averaged gradient partition), so 8,192 and 4,096 allocated, where
+  // rounding each parameter's 200 or 100 bytes to 512 would give 20,480.
+  graph::LayerGraph graph = one_tensor_model(100);
+  for (int i = 1; i < 40; ++i) {
+    graph::Node node = graph.nodes.front();
+    node.name = "w" + std::to_string(i);
+    node.params.front().name = node.name + ".weight";
+    graph.nodes.push_back(node);
+  }
+  RunSettings settings;
+  settings.precision = Precision::kBf16Mixed;
+  settings.gpus_per_node = 2;
+  GlobalConfig zero2;
+  zero2.zero_stage = 2;
+  const ModelStates deepspeed = model_states(graph, settings, zero2, Accounting::kAllocated);
+  CHECK(deepspeed.master == 8192);
+  CHECK(deepspeed.optimizer == 2 * 8192);
+  CHECK(deepspeed.grads_full == 4096);
+  // FSDP2 shards every parameter as a DTensor of its own: rounded each.
+  settings.sharding = Sharding::kFsdp2;
+  GlobalConfig zero3;
+  zero3.zero_stage = 3;
+  const ModelStates fsdp2 = model_states(graph, settings, zero3, Accounting::kAllocated);
+  CHECK(fsdp2.optimizer == 2 * 40 * 512);
 }
 
 TEST_CASE("a parameter nothing reads gets no gradient and no optimizer state") {
