@@ -13,8 +13,18 @@ constexpr double kLayerNormEps = 1e-12;
 // Blip2VisionConfig's layer_norm_eps default (LAVIS: partial(nn.LayerNorm, eps=1e-6)).
 constexpr double kBlip2LayerNormEps = 1e-6;
 
-
-// An empty module that only gives its children a name prefix.
+// ViTPatchEmbeddings and Blip2VisionEmbeddings alike (interpolate_pos_encoding
+// off): the conv, flatten(2).transpose(1, 2), the class token first, plus the
+// position embeddings.
+BlockFn patch_embeddings(const VisionSpec& s, torch::Tensor cls, torch::Tensor weight, torch::Tensor bias,
+                         torch::Tensor positions) {
+  return [s, cls, weight, bias, positions](const std::vector<torch::Tensor>& in) {
+    const int64_t batch = in[0].size(0);
+    const torch::Tensor patches =
+        F::conv2d(in[0], weight, F::Conv2dFuncOptions().bias(bias).stride(s.patch)).flatten(2).transpose(1, 2);
+    return std::vector<torch::Tensor>{torch::cat({cls.expand({batch, 1, s.hidden}), patches}, 1) + positions};
+  };
+}
 
 }  // namespace
 
@@ -68,16 +78,7 @@ VitForImageClassificationImpl::VitForImageClassificationImpl(const VisionSpec& s
 
 torch::Tensor VitForImageClassificationImpl::loss(const torch::Tensor& pixel_values, const torch::Tensor& labels,
                                                   const BlockRunner& runner) {
-  // ViTPatchEmbeddings: conv, flatten(2).transpose(1, 2); then the class token
-  // and the position embeddings (interpolate_pos_encoding off).
-  const VisionSpec s = spec;
-  const torch::Tensor cls = cls_token, weight = patch_weight, bias = patch_bias, positions = position_embeddings;
-  const BlockFn embed = [s, cls, weight, bias, positions](const std::vector<torch::Tensor>& in) {
-    const int64_t batch = in[0].size(0);
-    const torch::Tensor patches =
-        F::conv2d(in[0], weight, F::Conv2dFuncOptions().bias(bias).stride(s.patch)).flatten(2).transpose(1, 2);
-    return std::vector<torch::Tensor>{torch::cat({cls.expand({batch, 1, s.hidden}), patches}, 1) + positions};
-  };
+  const BlockFn embed = patch_embeddings(spec, cls_token, patch_weight, patch_bias, position_embeddings);
   torch::Tensor hidden = run_block(runner, "vision_embeddings", *embeddings, embed, {pixel_values})[0];
   for (size_t i = 0; i < layers.size(); ++i) {
     VitLayer layer = layers[i];
@@ -151,16 +152,7 @@ Blip2VisionModelImpl::Blip2VisionModelImpl(const VisionSpec& s, const LoraOption
 }
 
 torch::Tensor Blip2VisionModelImpl::loss(const torch::Tensor& pixel_values, const BlockRunner& runner) {
-  // Blip2VisionEmbeddings.forward (interpolate_pos_encoding off): the conv,
-  // flatten(2).transpose(1, 2), the class embedding first, plus the positions.
-  const VisionSpec s = spec;
-  const torch::Tensor cls = class_embedding, weight = patch_weight, bias = patch_bias, positions = position_embedding;
-  const BlockFn embed = [s, cls, weight, bias, positions](const std::vector<torch::Tensor>& in) {
-    const int64_t batch = in[0].size(0);
-    const torch::Tensor patches =
-        F::conv2d(in[0], weight, F::Conv2dFuncOptions().bias(bias).stride(s.patch)).flatten(2).transpose(1, 2);
-    return std::vector<torch::Tensor>{torch::cat({cls.expand({batch, 1, s.hidden}), patches}, 1) + positions};
-  };
+  const BlockFn embed = patch_embeddings(spec, class_embedding, patch_weight, patch_bias, position_embedding);
   torch::Tensor hidden = run_block(runner, "vision_embeddings", *embeddings, embed, {pixel_values})[0];
   for (size_t i = 0; i < layers.size(); ++i) {
     Blip2VisionLayer layer = layers[i];  // held by the block function for a recomputing backward

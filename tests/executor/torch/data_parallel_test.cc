@@ -461,9 +461,9 @@ TEST_CASE("tiny-flux with LoRA on a frozen base trains on 2 ranks at ZeRO-3 as o
 }
 
 // A ViT-family model (its embeddings and head run as blocks too) at ZeRO-3 on
-// 2 ranks against one process: `model` fully trained in fp32, micro-batch 2,
-// with block 1 (the first layer) offloaded, block 2 kept and the others as
-// `checkpointing` says.
+// 2 ranks against one process: `model` in fp32 trained as `mode` says,
+// micro-batch 2, block 1 (the first layer) offloaded, block 2 kept and the
+// others checkpointed.
 void check_vit_family_zero3(const std::string& model, const std::string& name, planner::TrainMode mode) {
   planner::RunSettings settings;
   settings.model = model;
