@@ -92,6 +92,19 @@ Result<ExecutableModel> read_hf_llava(const HfConfig& hf) {
   return out;
 }
 
+// BertForSequenceClassification / RobertaForSequenceClassification: the
+// LibTorch module runs exact GELU and absolute positions (BertConfig's defaults).
+Result<ExecutableModel> read_hf_bert(const HfConfig& hf) {
+  Result<models::BertConfig> bert = models::read_hf_bert(hf.fields, hf.type);
+  if (!bert.is_ok()) return bert.status();
+  if (!bert->exact_gelu || !bert->absolute_positions) {
+    return unsupported(hf.origin, hf.model,
+                       "uses features the LibTorch BERT lacks (hidden_act other than gelu, or relative "
+                       "position embeddings)");
+  }
+  return of(ModelFamily::kBert, &ExecutableModel::bert, bert.value());
+}
+
 // Reads a Hugging Face config.json through the row of the family that has its model_type.
 Result<ExecutableModel> from_hf_config(const std::string& model, std::string_view origin) {
   const std::string path = models::is_hf_model_path(model) && model.size() >= 11 &&
@@ -135,6 +148,9 @@ std::vector<ModelFamilyInfo> make_families() {
       {ModelFamily::kLlava, "LLaVA", {}, {"llava"}, read_hf_llava, "images and tokens", false, false, false},
       {kResNet, "ResNet", {{"tiny-resnet", resnet(models::kTinyResNet)}, {"resnet-50", resnet(models::kResNet50)}},
        {}, nullptr, "images", true, false, false},
+      {ModelFamily::kBert, "BERT",
+       {{"bert-large-uncased", of(ModelFamily::kBert, &ExecutableModel::bert, models::kBertLargeUncased)}},
+       {"bert", "roberta"}, read_hf_bert, "token ids and labels", false, false, false},
   };
   // clang-format on
   assert(families.size() == kModelFamilyCount);

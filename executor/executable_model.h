@@ -23,8 +23,8 @@
 namespace headroom::executor {
 
 // In model_families() order.
-enum class ModelFamily { kLlama, kFlux, kVit, kLlava, kResNet };
-inline constexpr size_t kModelFamilyCount = 5;
+enum class ModelFamily { kLlama, kFlux, kVit, kLlava, kResNet, kBert };
+inline constexpr size_t kModelFamilyCount = 6;
 
 struct ExecutableModel {
   ModelFamily family = ModelFamily::kLlama;
@@ -36,6 +36,7 @@ struct ExecutableModel {
   models::LlavaConfig llava;  // family kLlava
   int64_t image_token = 0;    // family kLlava: the placeholder id (image_token_index)
   models::ResNetConfig resnet;  // family kResNet (torchvision names)
+  models::BertConfig bert;      // family kBert: BertForSequenceClassification or RoBERTa's
 };
 
 // A Hugging Face config.json of one of a family's model types, as it is read.
@@ -72,7 +73,7 @@ const ModelFamilyInfo& model_family(ModelFamily family);
 // `model` as a Plan names it: a zoo name of a family's row (tiny-llama,
 // llama-3-8b, tiny-flux, resnet-50, ...) or a Hugging Face model directory or
 // config.json of one of the families' model types (llama / mistral / qwen2,
-// vit, llava) whose features the module has. Anything else is an error naming
+// vit, llava, bert / roberta) whose features the module has. Anything else is an error naming
 // `origin`, the field "model" and what is supported.
 Result<ExecutableModel> executable_model(const std::string& model, std::string_view origin);
 

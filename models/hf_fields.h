@@ -142,6 +142,9 @@ Result<graph::LayerGraph> hf_qwen_family(const HfFields& c, const std::string& t
                                          const ZooOptions& options);
 Result<graph::LayerGraph> hf_gpt2_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options);
+// BertForSequenceClassification / RobertaForSequenceClassification as
+// hf_bert_family reads it; the executor builds its module from the same reading.
+Result<BertConfig> read_hf_bert(const HfFields& c, const std::string& type);
 Result<graph::LayerGraph> hf_bert_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options);
 Result<graph::LayerGraph> hf_neox_family(const HfFields& c, const std::string& type,
