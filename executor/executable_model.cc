@@ -150,7 +150,7 @@ std::vector<ModelFamilyInfo> make_families() {
        {}, nullptr, "images", true, false, false},
       {ModelFamily::kBert, "BERT",
        {{"bert-large-uncased", of(ModelFamily::kBert, &ExecutableModel::bert, models::kBertLargeUncased)}},
-       {"bert", "roberta"}, read_hf_bert, "token ids and labels", false, false, false},
+       {"bert", "roberta"}, read_hf_bert, "token ids and labels", false, false, true},
   };
   // clang-format on
   assert(families.size() == kModelFamilyCount);
