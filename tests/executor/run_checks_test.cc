@@ -67,7 +67,7 @@ TEST_CASE("one row per trainable family: its zoo names resolve to it, and the re
   }
   CHECK(gpt2.message().find("the executor trains tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-flux, "
                             "flux-kontext-dev, tiny-resnet, resnet-50, bert-large-uncased, or a Hugging Face "
-                            "llama/mistral/qwen2, vit, llava or bert/roberta model directory (") != std::string::npos);
+                            "llama/mistral/qwen2, vit, llava, bert/roberta or clip model directory (") != std::string::npos);
 }
 
 TEST_CASE("Hugging Face llama configs map onto the decoder, features it lacks are refused") {
@@ -130,6 +130,34 @@ TEST_CASE("Hugging Face BERT and RoBERTa configs map onto the BERT module as the
   Result<ExecutableModel> pad = executable_model(other, "p");
   REQUIRE_FALSE(pad.is_ok());
   CHECK(pad.message().find("pad_token_id") != std::string::npos);
+  std::filesystem::remove_all(other);
+}
+
+TEST_CASE("Hugging Face CLIPModel configs map onto the CLIP module, the vision model alone and SigLIP are refused") {
+  const std::string dir = HEADROOM_SOURCE_DIR "/tests/data/hf/";
+  // openai/clip-vit-base-patch32 config.json: projection_dim 512, text 512 wide with 77
+  // positions and eos_token_id 2 (the highest id pools), vision 768 wide, 224 px, patch 32.
+  Result<ExecutableModel> clip = executable_model(dir + "clip-vit-base-patch32", "p");
+  REQUIRE(clip.is_ok());
+  CHECK(clip->family == ModelFamily::kClip);
+  CHECK(clip->image == 224);
+  CHECK(clip->clip.config.projection_dim == 512);
+  CHECK(clip->clip.config.text_tokens == 77);
+  CHECK(clip->clip.config.vision.hidden == 768);
+  CHECK(clip->clip.eos_token == 2);
+  Result<ExecutableModel> siglip = executable_model(dir + "siglip-base-patch16-224", "p");
+  REQUIRE_FALSE(siglip.is_ok());
+  CHECK(siglip.message().find("model_type \"siglip\"") != std::string::npos);
+  const std::string other = "/tmp/headroom_run_checks_" + std::to_string(::getpid()) + "_clip";
+  std::filesystem::create_directories(other);
+  std::ofstream(other + "/config.json") << R"({"model_type": "clip", "text_config": {"hidden_act": "gelu"}})";
+  Result<ExecutableModel> gelu = executable_model(other, "p");
+  REQUIRE_FALSE(gelu.is_ok());
+  CHECK(gelu.message().find("quick_gelu") != std::string::npos);
+  std::ofstream(other + "/config.json") << R"({"model_type": "clip", "text_config": {"eos_token_id": 60000}})";
+  Result<ExecutableModel> eos = executable_model(other, "p");
+  REQUIRE_FALSE(eos.is_ok());
+  CHECK(eos.message().find("eos_token_id") != std::string::npos);
   std::filesystem::remove_all(other);
 }
 

@@ -2,7 +2,7 @@
 // checkpointing, for the first block, every block, a frozen base with LoRA
 // adapters (whose first block's input does not require grad), and a fully
 // frozen block/model, on tiny-llama and tiny-flux, and on the ViT, LLaVA,
-// ResNet and BERT modules (float64).
+// ResNet, BERT and CLIP modules (float64).
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
@@ -14,6 +14,7 @@
 #include "models/flux.h"
 #include "models/llama.h"
 #include "models/torch/bert_module.h"
+#include "models/torch/clip_module.h"
 #include "models/torch/flux_module.h"
 #include "models/torch/llama_module.h"
 #include "models/torch/llava_module.h"
@@ -323,6 +324,36 @@ TEST_CASE("BERT: checkpointed gradients equal plain gradients with dropout, full
 
 TEST_CASE("RoBERTa: checkpointed gradients equal plain gradients with dropout, fully trained and with LoRA") {
   check_bert(true);
+}
+
+TEST_CASE("CLIP: checkpointed gradients equal plain gradients in both towers, fully trained and with LoRA") {
+  const Float64 f64;
+  torch::manual_seed(12);
+  models::HfClip clip;
+  clip.config.vision = tiny_vit_spec(models::VisionStyle::kClip, "vision_model");
+  clip.config.text_hidden = 32;
+  clip.config.text_layers = 2;
+  clip.config.text_heads = 4;
+  clip.config.text_mlp = 64;
+  clip.config.text_vocab = 100;
+  clip.config.text_tokens = 10;
+  clip.config.projection_dim = 16;
+  clip.eos_token = 99;
+  const torch::Tensor images = torch::randn({3, 3, 32, 32});
+  torch::Tensor ids = torch::randint(0, 99, {3, 10}, torch::kLong);
+  ids.select(1, 9).fill_(99);
+  const std::set<std::string> all = {"vision_embeddings", "vision_model.encoder.layers.0", "vision_model.encoder.layers.1",
+                                     "vision_head", "text_embeddings", "text_model.encoder.layers.0",
+                                     "text_model.encoder.layers.1", "text_head", "head"};
+  tm::ClipModel full(clip);
+  const Loss full_loss = [&](const tm::BlockRunner& r) { return full->loss(images, ids, r); };
+  check_matches(*full, full_loss, all, "CLIP every block");
+  tm::ClipModel lora(clip, tm::clip_lora(4));
+  tm::freeze_base(*lora);
+  randomize_lora_b(*lora);
+  const Loss lora_loss = [&](const tm::BlockRunner& r) { return lora->loss(images, ids, r); };
+  check_matches(*lora, lora_loss, {"vision_model.encoder.layers.0", "text_model.encoder.layers.1"},
+                "CLIP LoRA a layer of each tower");
 }
 
 }  // namespace headroom::executor
