@@ -5,8 +5,8 @@
 // planner predicts them, checkpoint and resume on the same and on another
 // number of ranks, and stop with a message when a rank dies or runs another plan.
 // ZeRO-3 (partitioned parameters gathered per block) likewise, with kept,
-// checkpointed and offloaded blocks, CPU AdamW, LoRA on a frozen base, and a
-// Hugging Face BERT.
+// checkpointed and offloaded blocks, CPU AdamW, LoRA on a frozen base, and
+// Hugging Face BERT and CLIP.
 //
 // Tolerance: the ranks sum their gradients in another order than one process
 // accumulates them, so fp32 gradients differ in their last bits. The losses
@@ -406,30 +406,32 @@ TEST_CASE("tiny-flux with LoRA on a frozen base trains on 2 ranks at ZeRO-3 as o
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a Hugging Face BERT with LoRA trains on 2 ranks at ZeRO-3 as one process does") {
-  // Its module runs the embeddings, every layer and the head as blocks, which
-  // ZeRO-3 gathers around them. LoRA: fully trained, the key projections'
-  // biases would be compared too, whose gradient is zero but for rounding
-  // (softmax does not change when every score of a row moves by q.b_k).
-  // No checkpointing: a checkpointed block keeps the CPU generator's state,
-  // 5 KB that a CPU run counts and these tiny activations would feel.
+namespace {
+
+// A Hugging Face model (tests/data/hf/<name>) with LoRA on 2 ranks at ZeRO-3
+// against one process. LoRA: fully trained, BERT's and CLIP's key projection
+// biases would be compared too, whose gradient is zero but for rounding
+// (softmax does not change when every score of a row moves by q.b_k). No
+// checkpointing: a checkpointed block keeps the CPU generator's state, 5 KB
+// that a CPU run counts and these tiny activations would feel.
+void check_hf_zero3_lora(const std::string& name) {
   planner::RunSettings settings;
-  settings.model = HEADROOM_SOURCE_DIR "/tests/data/hf/tiny-bert";
+  settings.model = HEADROOM_SOURCE_DIR "/tests/data/hf/" + name;
   settings.gpu = "a6000";
   settings.precision = planner::Precision::kFp32;
   settings.mode = planner::TrainMode::kLora;
   settings.lora.rank = 4;
-  settings.lora.dropout = 0;
-  settings.dropout = 0;  // each rank draws its own masks (docs/executor.md)
+  settings.lora.dropout = 0;  // each rank draws its own masks (docs/executor.md)
+  settings.dropout = 0;
   settings.checkpointing = planner::CheckpointPolicy::kNone;
   settings.micro_batch = 2;
   settings.zero_stage = 3;
   planner::RunSettings single = settings;
   single.zero_stage = 0;
-  const std::string reference_dir = temp_dir("z3bertref");
+  const std::string reference_dir = temp_dir("z3" + name + "ref");
   const Outcome reference = one_process(single, 2, reference_dir, 3);
   REQUIRE_MESSAGE(reference.exit_code == 0, reference.err);
-  const std::string dir = temp_dir("z3bert");
+  const std::string dir = temp_dir("z3" + name);
   const Outcome job = train(plan_for(Job{settings, 2}), dir, "--nproc 2 --json --steps 3 --checkpoint-dir " + dir + "/ckpt");
   REQUIRE_MESSAGE(job.exit_code == 0, job.err);
   check_same_losses(job.losses, reference.losses);
@@ -437,6 +439,18 @@ TEST_CASE("a Hugging Face BERT with LoRA trains on 2 ranks at ZeRO-3 as one proc
   check_zero3_rows(job, {"parameters", "optimizer states + master weights", "gradients", "activations"});
   std::filesystem::remove_all(reference_dir);
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+
+// Their modules run every block (embeddings and heads included) through the
+// runner, which ZeRO-3 gathers around them.
+TEST_CASE("a Hugging Face BERT with LoRA trains on 2 ranks at ZeRO-3 as one process does") {
+  check_hf_zero3_lora("tiny-bert");
+}
+
+TEST_CASE("a Hugging Face CLIPModel with LoRA trains on 2 ranks at ZeRO-3 as one process does") {
+  check_hf_zero3_lora("tiny-clip");
 }
 
 TEST_CASE("a killed rank ends the job with a message naming it, within seconds") {
