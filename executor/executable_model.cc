@@ -93,6 +93,39 @@ Result<ExecutableModel> read_hf_llava(const HfConfig& hf) {
   return out;
 }
 
+// BertForSequenceClassification / RobertaForSequenceClassification: the
+// LibTorch module runs exact GELU and absolute positions (BertConfig's defaults).
+Result<ExecutableModel> read_hf_bert(const HfConfig& hf) {
+  Result<models::BertConfig> bert = models::read_hf_bert(hf.fields, hf.type);
+  if (!bert.is_ok()) return bert.status();
+  if (!bert->exact_gelu || !bert->absolute_positions) {
+    return unsupported(hf.origin, hf.model,
+                       "uses features the LibTorch BERT lacks (hidden_act other than gelu, or relative "
+                       "position embeddings)");
+  }
+  return of(ModelFamily::kBert, &ExecutableModel::bert, bert.value());
+}
+
+// CLIPModel (model_type clip: both towers and the contrastive loss); the
+// vision model alone and SigLIP are priced only.
+Result<ExecutableModel> read_hf_clip(const HfConfig& hf) {
+  Result<models::HfClip> clip = models::read_hf_clip(hf.fields, hf.type);
+  if (!clip.is_ok()) return clip.status();
+  if (!clip->quick_gelu || clip->config.vision.attention_dropout > 0 || clip->text_attention_dropout > 0) {
+    return unsupported(hf.origin, hf.model,
+                       "uses features the LibTorch CLIP lacks (hidden_act other than quick_gelu, or attention "
+                       "dropout)");
+  }
+  if (clip->eos_token >= clip->config.text_vocab) {
+    return Status::error(hf.path + ": text_config.eos_token_id: " + std::to_string(clip->eos_token) +
+                         " is outside the text vocabulary of " + std::to_string(clip->config.text_vocab) +
+                         " (expected the id of the token the text tower pools)");
+  }
+  ExecutableModel out = of(ModelFamily::kClip, &ExecutableModel::clip, clip.value());
+  out.image = clip->image;
+  return out;
+}
+
 // Reads a Hugging Face config.json through the row of the family that has its model_type.
 Result<ExecutableModel> from_hf_config(const std::string& model, std::string_view origin) {
   const std::string path = models::is_hf_model_path(model) && model.size() >= 11 &&
@@ -144,6 +177,10 @@ std::vector<ModelFamilyInfo> make_families() {
       {ModelFamily::kLlava, "LLaVA", {}, {"llava"}, read_hf_llava, "images and tokens", false, false, false},
       {kResNet, "ResNet", {{"tiny-resnet", resnet(models::kTinyResNet)}, {"resnet-50", resnet(models::kResNet50)}},
        {}, nullptr, "images", true, false, false},
+      {ModelFamily::kBert, "BERT",
+       {{"bert-large-uncased", of(ModelFamily::kBert, &ExecutableModel::bert, models::kBertLargeUncased)}},
+       {"bert", "roberta"}, read_hf_bert, "token ids and labels", false, false, true},
+      {ModelFamily::kClip, "CLIP", {}, {"clip"}, read_hf_clip, "image-text pairs", false, false, true},
   };
   // clang-format on
   assert(families.size() == kModelFamilyCount);

@@ -23,8 +23,8 @@
 namespace headroom::executor {
 
 // In model_families() order.
-enum class ModelFamily { kLlama, kFlux, kVit, kLlava, kResNet };
-inline constexpr size_t kModelFamilyCount = 5;
+enum class ModelFamily { kLlama, kFlux, kVit, kLlava, kResNet, kBert, kClip };
+inline constexpr size_t kModelFamilyCount = 7;
 
 struct ExecutableModel {
   ModelFamily family = ModelFamily::kLlama;
@@ -34,10 +34,12 @@ struct ExecutableModel {
   // ViT-g as Blip2VisionModel with its feature loss (style kBlip2)
   models::VisionSpec vit;
   int64_t classes = 0;        // family kVit, style kVit
-  int64_t image = 0;          // families kVit, kLlava: pixels per side
+  int64_t image = 0;          // families kVit, kLlava, kClip: pixels per side
   models::LlavaConfig llava;  // family kLlava
   int64_t image_token = 0;    // family kLlava: the placeholder id (image_token_index)
   models::ResNetConfig resnet;  // family kResNet (torchvision names)
+  models::BertConfig bert;      // family kBert: BertForSequenceClassification or RoBERTa's
+  models::HfClip clip;          // family kClip: CLIPModel, both towers
 };
 
 // A Hugging Face config.json of one of a family's model types, as it is read.
@@ -74,7 +76,7 @@ const ModelFamilyInfo& model_family(ModelFamily family);
 // `model` as a Plan names it: a zoo name of a family's row (tiny-llama,
 // llama-3-8b, tiny-flux, resnet-50, ...) or a Hugging Face model directory or
 // config.json of one of the families' model types (llama / mistral / qwen2,
-// vit, llava) whose features the module has. Anything else is an error naming
+// vit, llava, bert / roberta, clip) whose features the module has. Anything else is an error naming
 // `origin`, the field "model" and what is supported.
 Result<ExecutableModel> executable_model(const std::string& model, std::string_view origin);
 

@@ -8,6 +8,8 @@
 #include "executor/token_data.h"
 #include "executor/weights.h"
 #include "models/hf_import.h"
+#include "models/torch/bert_module.h"
+#include "models/torch/clip_module.h"
 #include "models/torch/flux_module.h"
 #include "models/torch/llama_module.h"
 #include "models/torch/llava_module.h"
@@ -314,6 +316,96 @@ class LlavaModel final : public TrainModel {
   TrainModelOptions options_;
 };
 
+// A sequence classifier (BERT, RoBERTa) on synthetic token ids from a fixed
+// pool of kPoolSize (sequence, label) samples, so that a short run shows the
+// loss falling. Token types are zeros, as a tokenizer gives one sentence; the
+// ids avoid the padding token. The batch (input_ids, token_type_ids, labels)
+// is held through backward, as a training loop holds its inputs.
+class SequenceClassifier final : public TrainModel {
+ public:
+  static constexpr int64_t kPoolSize = 8;
+
+  SequenceClassifier(const models::BertConfig& config, const tm::LoraOptions& lora, uint64_t seed,
+                     const TrainModelOptions& options)
+      : config_(config), net_(config, lora), seed_(seed), options_(options) {}
+  torch::nn::Module& module() override { return *net_; }
+  int64_t tokens_per_sample() const override { return options_.seq_len; }
+
+  Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
+    std::vector<torch::Tensor> ids;
+    std::vector<int64_t> labels;
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t index = (first + i) % kPoolSize;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed_ ^ static_cast<uint64_t>(index)));
+      // Ids in [0, vocab - 1), those at or past the padding id moved up by one.
+      torch::Tensor sample = at::randint(config_.vocab - 1, {1, options_.seq_len}, gen, torch::kLong);
+      ids.push_back(sample + sample.ge(config_.pad_token).to(torch::kLong));
+      labels.push_back(index % config_.labels);
+    }
+    input_ids_ = torch::cat(ids).to(options_.device);
+    token_types_ = torch::zeros_like(input_ids_);
+    labels_ = torch::tensor(labels, torch::kLong).to(options_.device);
+    return net_->loss(input_ids_, token_types_, labels_, runner);
+  }
+  void release_outputs() override {
+    input_ids_ = torch::Tensor();
+    token_types_ = torch::Tensor();
+    labels_ = torch::Tensor();
+  }
+
+ private:
+  models::BertConfig config_;
+  tm::BertForSequenceClassification net_;
+  torch::Tensor input_ids_, token_types_, labels_;
+  uint64_t seed_;
+  TrainModelOptions options_;
+};
+
+// CLIPModel on synthetic image-text pairs from a fixed pool of kPoolSize:
+// pair i is image i and text i, the text's last token its EOS (the pooled
+// one), the others drawn below the vocabulary's size without the EOS id. The
+// batch is held through backward, as a training loop holds its inputs.
+class ImageTextPairs final : public TrainModel {
+ public:
+  static constexpr int64_t kPoolSize = 8;
+
+  ImageTextPairs(const ExecutableModel& model, const tm::LoraOptions& lora, uint64_t seed,
+                 const TrainModelOptions& options)
+      : image_(model.image), clip_(model.clip), net_(model.clip, lora), seed_(seed), options_(options) {}
+  torch::nn::Module& module() override { return *net_; }
+  int64_t tokens_per_sample() const override { return options_.seq_len; }
+
+  Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
+    const models::ClipConfig& c = clip_.config;
+    // eos_token_id 2 pools the highest id: the last token is then vocab - 1.
+    const int64_t eos = clip_.eos_token == 2 ? c.text_vocab - 1 : clip_.eos_token;
+    std::vector<torch::Tensor> images, texts;
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t index = (first + i) % kPoolSize;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed_ ^ static_cast<uint64_t>(index)));
+      images.push_back(at::randn({1, 3, image_, image_}, gen, torch::TensorOptions().dtype(torch::kFloat)));
+      torch::Tensor ids = at::randint(c.text_vocab - 1, {1, c.text_tokens}, gen, torch::kLong);
+      ids = ids + ids.ge(eos).to(torch::kLong);  // every id but the EOS
+      ids.select(1, c.text_tokens - 1).fill_(eos);
+      texts.push_back(ids);
+    }
+    pixels_ = torch::cat(images).to(options_.device, options_.dtype);
+    input_ids_ = torch::cat(texts).to(options_.device);
+    return net_->loss(pixels_, input_ids_, runner);
+  }
+  void release_outputs() override {
+    pixels_ = torch::Tensor();
+    input_ids_ = torch::Tensor();
+  }
+
+ private:
+  int64_t image_;
+  models::HfClip clip_;
+  tm::ClipModel net_;
+  torch::Tensor pixels_, input_ids_;
+  uint64_t seed_;
+  TrainModelOptions options_;
+};
 
 // What a family's builder gets: the model, the plan and the run.
 struct BuildInputs {
@@ -365,6 +457,33 @@ Result<std::unique_ptr<TrainModel>> build_resnet(const BuildInputs& in) {
       tm::ResNet(in.model.resnet), side, in.model.resnet.classes, in.run.seed, in.options));
 }
 
+Result<std::unique_ptr<TrainModel>> build_bert(const BuildInputs& in) {
+  models::BertConfig config = in.model.bert;
+  // The plan's --dropout overrides every dropout, as in the planner's graph (dropout_p).
+  if (const std::optional<double> p = in.plan.settings.dropout) {
+    config.hidden_dropout = config.attention_dropout = config.classifier_dropout = *p;
+  }
+  if (config.attention_dropout > 0 && in.options.device.is_cpu()) {
+    // aten sdp_utils_cpp: the CPU flash kernel takes no dropout, so SDPA falls
+    // back to its math path, which keeps the probabilities and their mask.
+    return Status::error(in.plan.model + ": attention dropout " + std::to_string(config.attention_dropout) +
+                         " runs on LibTorch's CPU SDPA math path, which keeps the [B, heads, S, S] probabilities "
+                         "that the priced fused kernel does not (expected a GPU, or --dropout 0, or a config with "
+                         "attention_probs_dropout_prob 0)");
+  }
+  return std::unique_ptr<TrainModel>(std::make_unique<SequenceClassifier>(
+      config, lora_options(in.plan, tm::bert_lora(in.lora_rank())), in.run.seed, in.options));
+}
+
+Result<std::unique_ptr<TrainModel>> build_clip(const BuildInputs& in) {
+  if (in.plan.settings.dropout.value_or(0) > 0) {
+    return Status::error(in.plan.model + ": settings.dropout: the LibTorch CLIP runs no dropout, as CLIP's "
+                         "configs have none (expected 0)");
+  }
+  return std::unique_ptr<TrainModel>(std::make_unique<ImageTextPairs>(
+      in.model, lora_options(in.plan, tm::clip_lora(in.lora_rank())), in.run.seed, in.options));
+}
+
 // Each family's training model, one row per family in ModelFamily order; the
 // rest of the family's row (names, data, modes) is model_families()'s.
 struct FamilyBuilder {
@@ -373,7 +492,8 @@ struct FamilyBuilder {
 };
 constexpr FamilyBuilder kBuilders[] = {
     {ModelFamily::kLlama, build_llama}, {ModelFamily::kFlux, build_flux},   {ModelFamily::kVit, build_vit},
-    {ModelFamily::kLlava, build_llava}, {ModelFamily::kResNet, build_resnet},
+    {ModelFamily::kLlava, build_llava}, {ModelFamily::kResNet, build_resnet}, {ModelFamily::kBert, build_bert},
+    {ModelFamily::kClip, build_clip},
 };
 constexpr bool builders_in_family_order() {
   for (size_t i = 0; i < std::size(kBuilders); ++i) {

@@ -14,7 +14,7 @@ namespace {
 // vocab_size 30522, max_position_embeddings 512, type_vocab_size 2,
 // hidden_dropout_prob 0.1, attention_probs_dropout_prob 0.1. Head: pooler
 // (dense + tanh on [CLS]) and classifier for num_labels 2 (the HF default).
-constexpr BertConfig kBertLarge{};
+// BertConfig's defaults (models/zoo_builders.h, kBertLargeUncased).
 
 std::string bert_layer(GraphBuilder& b, const BertConfig& c, int64_t i, const std::string& hidden,
                        const ZooOptions& options) {
@@ -56,22 +56,27 @@ std::string tanh(GraphBuilder& b, const std::string& name, const std::string& x,
 }
 
 // BertForSequenceClassification: pooler (dense + tanh on [CLS]), dropout, classifier.
+// [CLS] is hidden_states[:, 0], a view of the last layer's output
+// (modeling_bert.py BertPooler), so the pooler's dense, keeping its input for
+// its weight gradient, keeps that whole [B, S, hidden] tensor alive, not one
+// token (measured by the executor on tests/data/hf/tiny-bert fully fine-tuned:
+// activations -3.6% with a one-token copy).
 std::string bert_head(GraphBuilder& b, const BertConfig& c, const std::string& hidden, const ZooOptions& options) {
   const SizeExpr one = SizeExpr::per_sample(1);
-  const std::string cls = b.copy("bert.pooler.select_cls", "select_token", {hidden}, times(one, c.hidden));
-  const std::string pooled = b.linear("bert.pooler.dense", cls, one, c.hidden, c.hidden, true);
+  const std::string pooled = b.linear("bert.pooler.dense", hidden, one, c.hidden, c.hidden, true);
   std::string x = tanh(b, "bert.pooler.activation", pooled, c.hidden);
-  x = b.dropout("dropout", x, times(one, c.hidden), dropout_p(options, c.hidden_dropout));
+  x = b.dropout("dropout", x, times(one, c.hidden), dropout_p(options, c.classifier_dropout));
   return b.linear("classifier", x, one, c.hidden, c.labels, true);
 }
 
-// RobertaClassificationHead: [CLS], dropout, dense, tanh, dropout, out_proj.
+// RobertaClassificationHead: [CLS] (features[:, 0, :], a view), dropout, dense,
+// tanh, dropout, out_proj. The first dropout reads the view and keeps only its
+// mask; without dropout the dense keeps the whole [B, S, hidden] output, as BERT's pooler.
 std::string roberta_head(GraphBuilder& b, const BertConfig& c, const std::string& hidden,
                          const ZooOptions& options) {
   const SizeExpr one = SizeExpr::per_sample(1);
-  const double p = dropout_p(options, c.hidden_dropout);
-  std::string x = b.copy("classifier.select_cls", "select_token", {hidden}, times(one, c.hidden));
-  x = b.dropout("classifier.dropout_in", x, times(one, c.hidden), p);
+  const double p = dropout_p(options, c.classifier_dropout);
+  std::string x = b.dropout("classifier.dropout_in", hidden, times(one, c.hidden), p);
   x = b.linear("classifier.dense", x, one, c.hidden, c.hidden, true);
   x = tanh(b, "classifier.tanh", x, c.hidden);
   x = b.dropout("classifier.dropout_out", x, times(one, c.hidden), p);
@@ -80,12 +85,15 @@ std::string roberta_head(GraphBuilder& b, const BertConfig& c, const std::string
 
 }  // namespace
 
-graph::LayerGraph build_bert_large(const ZooOptions& options) { return build_bert_from(kBertLarge, options); }
+graph::LayerGraph build_bert_large(const ZooOptions& options) { return build_bert_from(kBertLargeUncased, options); }
 
 graph::LayerGraph build_bert_from(const BertConfig& c, const ZooOptions& options) {
   const SizeExpr rows = tokens();
   const SizeExpr h_elements = times(rows, c.hidden);
-  const SizeExpr positions{0, 0, 1, 0, 0, 0};
+  // BERT's position_ids are its buffer's first S entries, one row for the batch;
+  // RoBERTa's are made per sample from the input ids
+  // (create_position_ids_from_input_ids), so are their embeddings.
+  const SizeExpr positions = c.roberta_head ? rows : SizeExpr{0, 0, 1, 0, 0, 0};
   GraphBuilder b;
   b.set_param_dtype(DType::kF32);  // published float32
   b.begin_block("embeddings", "embedding", false);

@@ -142,6 +142,9 @@ Result<graph::LayerGraph> hf_qwen_family(const HfFields& c, const std::string& t
                                          const ZooOptions& options);
 Result<graph::LayerGraph> hf_gpt2_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options);
+// BertForSequenceClassification / RobertaForSequenceClassification as
+// hf_bert_family reads it; the executor builds its module from the same reading.
+Result<BertConfig> read_hf_bert(const HfFields& c, const std::string& type);
 Result<graph::LayerGraph> hf_bert_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options);
 Result<graph::LayerGraph> hf_neox_family(const HfFields& c, const std::string& type,
@@ -163,6 +166,19 @@ struct HfVitClassifier {
 Result<HfVitClassifier> read_hf_vit_classifier(const HfFields& c);
 Result<graph::LayerGraph> hf_dinov2_family(const HfFields& c, const std::string& type,
                                            const ZooOptions& options);
+// CLIPModel / SiglipModel (or a vision model alone) as hf_clip_family reads
+// it, with what the executor's CLIP module needs beyond the graph's shapes.
+struct HfClip {
+  ClipConfig config;
+  int64_t image = 224;             // vision_config.image_size
+  int64_t eos_token = 49407;       // text_config.eos_token_id: the pooled token
+  double logit_scale_init = 2.6592;  // logit_scale_init_value
+  double text_attention_dropout = 0;  // text_config.attention_dropout
+  double layer_norm_eps = 1e-5;       // vision_config.layer_norm_eps
+  double text_layer_norm_eps = 1e-5;  // text_config.layer_norm_eps
+  bool quick_gelu = true;          // both towers' hidden_act is "quick_gelu"
+};
+Result<HfClip> read_hf_clip(const HfFields& c, const std::string& type);
 Result<graph::LayerGraph> hf_clip_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options);
 Result<graph::LayerGraph> hf_llava_family(const HfFields& c, const std::string& type,

@@ -165,8 +165,7 @@ Result<graph::LayerGraph> hf_gpt2_family(const HfFields& c, const std::string& t
 // / 50265 (RoBERTa), 512 positions (RoBERTa's checkpoints say 514: 2 for the
 // padding offset), type_vocab_size 2, dropouts 0.1; num_labels =
 // len(id2label), 2 by default).
-Result<graph::LayerGraph> hf_bert_family(const HfFields& c, const std::string& type,
-                                         const ZooOptions& options) {
+Result<BertConfig> read_hf_bert(const HfFields& c, const std::string& type) {
   HfReader r(c);
   BertConfig config;
   const bool roberta = type == "roberta" || type == "xlm-roberta";
@@ -179,6 +178,9 @@ Result<graph::LayerGraph> hf_bert_family(const HfFields& c, const std::string& t
   config.token_types = r.positive_or("type_vocab_size", 2);
   config.hidden_dropout = r.probability_or("hidden_dropout_prob", 0.1);
   config.attention_dropout = r.probability_or("attention_probs_dropout_prob", 0.1);
+  // BertForSequenceClassification and RobertaClassificationHead: classifier_dropout
+  // if not None else hidden_dropout_prob.
+  config.classifier_dropout = r.probability_or("classifier_dropout", config.hidden_dropout);
   r.divides("num_attention_heads", config.hidden, config.heads, "hidden_size");
   config.labels = 2;
   if (c.has("id2label")) {
@@ -188,11 +190,32 @@ Result<graph::LayerGraph> hf_bert_family(const HfFields& c, const std::string& t
       config.labels = static_cast<int64_t>(c.json.at("id2label").size());
     }
   }
+  // BertConfig: layer_norm_eps 1e-12, hidden_act "gelu", position_embedding_type
+  // "absolute", pad_token_id 0 (RobertaConfig: pad_token_id 1).
+  config.layer_norm_eps = r.positive_number_or("layer_norm_eps", 1e-12, 1.0);
+  config.exact_gelu = r.string_or("hidden_act", "gelu") == "gelu";
+  config.absolute_positions = r.string_or("position_embedding_type", "absolute") == "absolute";
+  config.pad_token = roberta ? 1 : 0;
+  if (c.has("pad_token_id") && !c.json.at("pad_token_id").is_null()) {
+    const nlohmann::json& pad = c.json.at("pad_token_id");
+    const bool valid = pad.is_number_integer() && pad.get<int64_t>() >= 0 && pad.get<int64_t>() < config.vocab;
+    r.check(valid, "pad_token_id", "a token id below vocab_size");
+    if (valid) config.pad_token = pad.get<int64_t>();
+  }
   if (!r.status().is_ok()) return r.status();
   if (roberta) {
     config.prefix = "roberta";
     config.roberta_head = true;
   }
+  return config;
+}
+
+Result<graph::LayerGraph> hf_bert_family(const HfFields& c, const std::string& type,
+                                         const ZooOptions& options) {
+  Result<BertConfig> read = read_hf_bert(c, type);
+  if (!read.is_ok()) return read.status();
+  const BertConfig& config = read.value();
+  const bool roberta = config.roberta_head;
   graph::LayerGraph graph = build_bert_from(config, options);
   graph.family = type;
   // RoBERTa's positions start after padding_idx + 1 = 2: two rows are never used.

@@ -163,8 +163,7 @@ Result<graph::LayerGraph> hf_dinov2_family(const HfFields& c, const std::string&
 // CLIPTextConfig: vocab_size 49408, hidden 512, intermediate 2048, 12 layers, 8
 // heads, 77 positions; CLIPConfig projection_dim 512. SiglipTextConfig:
 // vocab_size 32000, hidden 768, intermediate 3072, 12 layers, 12 heads, 64 positions.
-Result<graph::LayerGraph> hf_clip_family(const HfFields& c, const std::string& type,
-                                         const ZooOptions& options) {
+Result<HfClip> read_hf_clip(const HfFields& c, const std::string& type) {
   const bool siglip = type.rfind("siglip", 0) == 0;
   const bool vision_only = type.find("vision_model") != std::string::npos;
   Result<HfFields> vision_fields =
@@ -172,11 +171,16 @@ Result<graph::LayerGraph> hf_clip_family(const HfFields& c, const std::string& t
   if (!vision_fields.is_ok()) return vision_fields.status();
   HfReader vr(vision_fields.value());
   const VisionFields v = read_vision(vr, siglip ? kSiglipVisionDefaults : kClipVisionDefaults);
-  ClipConfig config;
+  HfClip out;
+  out.image = v.image;
+  ClipConfig& config = out.config;
   config.vision = spec_of(v, siglip ? VisionStyle::kSiglip : VisionStyle::kClip, "vision_model",
                           siglip ? 0 : 1);
   config.vision.attention_dropout = vr.probability_or("attention_dropout", 0.0);
   config.vision_head = siglip && vr.boolean_or("vision_use_head", true);
+  // CLIPVisionConfig / CLIPTextConfig: hidden_act "quick_gelu", layer_norm_eps 1e-5.
+  out.quick_gelu = vr.string_or("hidden_act", "quick_gelu") == "quick_gelu";
+  out.layer_norm_eps = vr.positive_number_or("layer_norm_eps", 1e-5, 1.0);
   if (!vr.status().is_ok()) return vr.status();
   if (!vision_only) {
     Result<HfFields> text_fields = sub_config(c, "text_config", true);
@@ -189,9 +193,17 @@ Result<graph::LayerGraph> hf_clip_family(const HfFields& c, const std::string& t
     config.text_vocab = tr.positive_or("vocab_size", siglip ? 32000 : 49408);
     config.text_tokens = tr.positive_or("max_position_embeddings", siglip ? 64 : 77);
     tr.divides("num_attention_heads", config.text_hidden, config.text_heads, "hidden_size");
+    // CLIPTextConfig: eos_token_id 49407 (2 in configs before transformers#24773:
+    // the pooled token is then the highest id's), attention_dropout 0.
+    out.eos_token = tr.positive_or("eos_token_id", 49407);
+    out.text_attention_dropout = tr.probability_or("attention_dropout", 0.0);
+    out.quick_gelu = out.quick_gelu && tr.string_or("hidden_act", "quick_gelu") == "quick_gelu";
+    out.text_layer_norm_eps = tr.positive_number_or("layer_norm_eps", 1e-5, 1.0);
     if (!tr.status().is_ok()) return tr.status();
     HfReader r(c);
     config.projection_dim = siglip ? 0 : r.positive_or("projection_dim", 512);
+    // CLIPConfig: logit_scale_init_value 2.6592 (log(1 / 0.07)).
+    out.logit_scale_init = r.positive_number_or("logit_scale_init_value", 2.6592, 100.0);
     if (siglip && config.text_hidden != v.hidden) {
       r.fail(field_error(c.origin, "text_config.hidden_size",
                          "vision_config.hidden_size (" + std::to_string(v.hidden) +
@@ -199,9 +211,18 @@ Result<graph::LayerGraph> hf_clip_family(const HfFields& c, const std::string& t
     }
     if (!r.status().is_ok()) return r.status();
   }
+  return out;
+}
+
+Result<graph::LayerGraph> hf_clip_family(const HfFields& c, const std::string& type,
+                                         const ZooOptions& options) {
+  Result<HfClip> clip = read_hf_clip(c, type);
+  if (!clip.is_ok()) return clip.status();
+  const ClipConfig& config = clip->config;
+  const bool siglip = config.vision.style == VisionStyle::kSiglip;
   graph::LayerGraph graph = build_clip_from(config, options);
   graph.family = type;
-  set_image_sequence(graph, v.patch, v.image, siglip ? 0 : 1);
+  set_image_sequence(graph, config.vision.patch, clip->image, siglip ? 0 : 1);
   graph.lora_targets = {"q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"};
   return graph;
 }

@@ -35,10 +35,20 @@ struct BertConfig {
   int64_t token_types = 2;      // type_vocab_size
   double hidden_dropout = 0.1;  // hidden_dropout_prob
   double attention_dropout = 0.1;  // attention_probs_dropout_prob
+  double classifier_dropout = 0.1;  // classifier_dropout (null: hidden_dropout_prob)
   int64_t labels = 2;           // num_labels (len(id2label))
   const char* prefix = "bert";  // "roberta": parameter names "roberta.embeddings..."
   bool roberta_head = false;    // RobertaClassificationHead (dense, tanh, out_proj), no pooler
+  // Read for the executor's module (models/torch/bert_module.h); the graph's
+  // memory does not depend on them.
+  double layer_norm_eps = 1e-12;  // layer_norm_eps (RoBERTa's checkpoints: 1e-5)
+  bool exact_gelu = true;         // hidden_act "gelu" (ACT2FN's exact erf GELU)
+  bool absolute_positions = true;  // position_embedding_type "absolute"
+  int64_t pad_token = 0;          // pad_token_id: word_embeddings' padding_idx
 };
+// google-bert/bert-large-uncased (the zoo's bert-large-uncased): BertConfig's
+// field defaults above are its config.json.
+inline constexpr BertConfig kBertLargeUncased{};
 graph::LayerGraph build_bert_from(const BertConfig& config, const ZooOptions& options);
 
 // GPT-NeoX / Pythia (HF GPTNeoXConfig names in comments).

@@ -135,12 +135,12 @@ torch::nn::LayerNorm layer_norm(int64_t width, double eps) {
 }
 
 torch::Tensor encoder_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                int64_t heads) {
+                                int64_t heads, double dropout_p, bool causal) {
   const int64_t batch = q.size(0);
   const int64_t seq = q.size(1);
   const int64_t width = q.size(2);
   auto split = [&](const torch::Tensor& t) { return t.view({batch, seq, heads, width / heads}).transpose(1, 2); };
-  const torch::Tensor attn = at::scaled_dot_product_attention(split(q), split(k), split(v), {}, 0.0, false);
+  const torch::Tensor attn = at::scaled_dot_product_attention(split(q), split(k), split(v), {}, dropout_p, causal);
   return attn.transpose(1, 2).reshape({batch, seq, width});
 }
 

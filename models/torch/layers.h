@@ -87,8 +87,11 @@ torch::nn::LayerNorm layer_norm(int64_t width, double eps);
 // Bidirectional multi-head SDPA over projected q, k, v [B, S, heads * d], as
 // the vision encoders' SDPA attention runs it: heads split by view and
 // transpose, no mask, and the heads merged back into [B, S, heads * d].
+// `dropout_p` on the probabilities (transformers passes the module's p while
+// training): fused on a GPU, while LibTorch's CPU SDPA runs it on its math path.
+// `causal`: SDPA's is_causal (CLIP's text encoder).
 torch::Tensor encoder_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                int64_t heads);
+                                int64_t heads, double dropout_p = 0.0, bool causal = false);
 
 // Adds adapters to every Linear under `root` whose name ends in a target.
 // Returns how many were added.

@@ -13,22 +13,12 @@
 
 #include <vector>
 
+#include "models/torch/clip_tower.h"
 #include "models/torch/layers.h"
 #include "models/torch/llama_module.h"
 #include "models/zoo_builders.h"
 
 namespace headroom::models::torch_modules {
-
-// CLIPEncoderLayer with SDPA attention and quick_gelu.
-class ClipLayerImpl : public torch::nn::Module {
- public:
-  explicit ClipLayerImpl(const VisionSpec& spec);
-  torch::Tensor forward(const torch::Tensor& hidden);
-  VisionSpec spec;
-  torch::nn::LayerNorm layer_norm1{nullptr}, layer_norm2{nullptr};
-  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, out_proj{nullptr}, fc1{nullptr}, fc2{nullptr};
-};
-TORCH_MODULE(ClipLayer);
 
 class LlavaForConditionalGenerationImpl : public torch::nn::Module {
  public:
@@ -40,9 +30,7 @@ class LlavaForConditionalGenerationImpl : public torch::nn::Module {
                                                           const torch::Tensor& input_ids, const BlockRunner& runner);
   LlavaConfig config;
   int64_t image_token;
-  torch::Tensor patch_weight, class_embedding, position_embedding;
-  torch::nn::LayerNorm pre_layrnorm{nullptr}, post_layernorm{nullptr};
-  std::vector<ClipLayer> vision_layers;
+  ClipVisionTower vision{nullptr};  // "vision_tower.vision_model" (models/torch/clip_tower.h)
   Linear linear_1{nullptr}, linear_2{nullptr};
   torch::nn::Embedding embed_tokens{nullptr};
   std::vector<DecoderLayer> layers;

@@ -66,8 +66,9 @@ TEST_CASE("one row per trainable family: its zoo names resolve to it, and the re
     for (const std::string& type : family.hf_model_types) CHECK(gpt2.message().find(type) != std::string::npos);
   }
   CHECK(gpt2.message().find("the executor trains tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-flux, "
-                            "flux-kontext-dev, tiny-eva-vit, eva-vit-g, tiny-resnet, resnet-50, or a Hugging Face "
-                            "llama/mistral/qwen2, vit or llava model directory (") != std::string::npos);
+                            "flux-kontext-dev, tiny-eva-vit, eva-vit-g, tiny-resnet, resnet-50, bert-large-uncased, "
+                            "or a Hugging Face llama/mistral/qwen2, vit, llava, bert/roberta or clip model directory (") !=
+        std::string::npos);
 }
 
 TEST_CASE("Hugging Face llama configs map onto the decoder, features it lacks are refused") {
@@ -79,8 +80,9 @@ TEST_CASE("Hugging Face llama configs map onto the decoder, features it lacks ar
   Result<ExecutableModel> qwen3 = executable_model(dir + "qwen3-0.6b", "p");
   REQUIRE_FALSE(qwen3.is_ok());
   CHECK(qwen3.message().find("model_type \"qwen3\"") != std::string::npos);
-  Result<ExecutableModel> bert = executable_model(dir + "bert-base-uncased/config.json", "p");
-  REQUIRE_FALSE(bert.is_ok());
+  Result<ExecutableModel> gpt2 = executable_model(dir + "gpt2-medium/config.json", "p");
+  REQUIRE_FALSE(gpt2.is_ok());
+  CHECK(gpt2.message().find("model_type \"gpt2\"") != std::string::npos);
   CHECK(executable_model(dir + "no-such-model", "p").message().find("no such file or directory") != std::string::npos);
 
   // A hostile config.json gets the shared parse's refusal, naming the file.
@@ -92,6 +94,72 @@ TEST_CASE("Hugging Face llama configs map onto the decoder, features it lacks ar
   REQUIRE_FALSE(nested.is_ok());
   CHECK(nested.message() == deep + "/config.json: JSON nested deeper than 64 levels (expected a flatter file)");
   std::filesystem::remove_all(deep);
+}
+
+TEST_CASE("Hugging Face BERT and RoBERTa configs map onto the BERT module as the planner reads them") {
+  const std::string dir = HEADROOM_SOURCE_DIR "/tests/data/hf/";
+  // google-bert/bert-base-uncased config.json: 768 hidden, 12 layers, layer_norm_eps 1e-12, pad_token_id 0.
+  Result<ExecutableModel> bert = executable_model(dir + "bert-base-uncased/config.json", "p");
+  REQUIRE(bert.is_ok());
+  CHECK(bert->family == ModelFamily::kBert);
+  CHECK(bert->bert.hidden == 768);
+  CHECK(bert->bert.layers == 12);
+  CHECK(std::string(bert->bert.prefix) == "bert");
+  CHECK_FALSE(bert->bert.roberta_head);
+  CHECK(bert->bert.layer_norm_eps == 1e-12);
+  CHECK(bert->bert.pad_token == 0);
+  // FacebookAI/roberta-base config.json: layer_norm_eps 1e-05, pad_token_id 1, type_vocab_size 1.
+  Result<ExecutableModel> roberta = executable_model(dir + "roberta-base", "p");
+  REQUIRE(roberta.is_ok());
+  CHECK(std::string(roberta->bert.prefix) == "roberta");
+  CHECK(roberta->bert.roberta_head);
+  CHECK(roberta->bert.layer_norm_eps == 1e-5);
+  CHECK(roberta->bert.pad_token == 1);
+  CHECK(roberta->bert.token_types == 1);
+  CHECK(roberta->bert.positions == 514);
+
+  // An activation or position embedding the module does not run is refused.
+  const std::string other = "/tmp/headroom_run_checks_" + std::to_string(::getpid()) + "_bert";
+  std::filesystem::create_directories(other);
+  std::ofstream(other + "/config.json") << R"({"model_type": "bert", "hidden_act": "gelu_new"})";
+  Result<ExecutableModel> gelu_new = executable_model(other, "p");
+  REQUIRE_FALSE(gelu_new.is_ok());
+  CHECK(gelu_new.message().find("hidden_act other than gelu") != std::string::npos);
+  std::ofstream(other + "/config.json") << R"({"model_type": "bert", "position_embedding_type": "relative_key"})";
+  CHECK_FALSE(executable_model(other, "p").is_ok());
+  std::ofstream(other + "/config.json") << R"({"model_type": "bert", "pad_token_id": 40000})";
+  Result<ExecutableModel> pad = executable_model(other, "p");
+  REQUIRE_FALSE(pad.is_ok());
+  CHECK(pad.message().find("pad_token_id") != std::string::npos);
+  std::filesystem::remove_all(other);
+}
+
+TEST_CASE("Hugging Face CLIPModel configs map onto the CLIP module, the vision model alone and SigLIP are refused") {
+  const std::string dir = HEADROOM_SOURCE_DIR "/tests/data/hf/";
+  // openai/clip-vit-base-patch32 config.json: projection_dim 512, text 512 wide with 77
+  // positions and eos_token_id 2 (the highest id pools), vision 768 wide, 224 px, patch 32.
+  Result<ExecutableModel> clip = executable_model(dir + "clip-vit-base-patch32", "p");
+  REQUIRE(clip.is_ok());
+  CHECK(clip->family == ModelFamily::kClip);
+  CHECK(clip->image == 224);
+  CHECK(clip->clip.config.projection_dim == 512);
+  CHECK(clip->clip.config.text_tokens == 77);
+  CHECK(clip->clip.config.vision.hidden == 768);
+  CHECK(clip->clip.eos_token == 2);
+  Result<ExecutableModel> siglip = executable_model(dir + "siglip-base-patch16-224", "p");
+  REQUIRE_FALSE(siglip.is_ok());
+  CHECK(siglip.message().find("model_type \"siglip\"") != std::string::npos);
+  const std::string other = "/tmp/headroom_run_checks_" + std::to_string(::getpid()) + "_clip";
+  std::filesystem::create_directories(other);
+  std::ofstream(other + "/config.json") << R"({"model_type": "clip", "text_config": {"hidden_act": "gelu"}})";
+  Result<ExecutableModel> gelu = executable_model(other, "p");
+  REQUIRE_FALSE(gelu.is_ok());
+  CHECK(gelu.message().find("quick_gelu") != std::string::npos);
+  std::ofstream(other + "/config.json") << R"({"model_type": "clip", "text_config": {"eos_token_id": 60000}})";
+  Result<ExecutableModel> eos = executable_model(other, "p");
+  REQUIRE_FALSE(eos.is_ok());
+  CHECK(eos.message().find("eos_token_id") != std::string::npos);
+  std::filesystem::remove_all(other);
 }
 
 TEST_CASE("check_executable refuses what the trainer cannot apply, naming the field") {

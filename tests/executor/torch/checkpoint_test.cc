@@ -2,7 +2,7 @@
 // checkpointing, for the first block, every block, a frozen base with LoRA
 // adapters (whose first block's input does not require grad), and a fully
 // frozen block/model, on tiny-llama and tiny-flux, and on the ViT, EVA ViT,
-// LLaVA and ResNet modules (float64).
+// LLaVA, ResNet, BERT and CLIP modules (float64).
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
@@ -13,6 +13,8 @@
 #include "executor/checkpoint.h"
 #include "models/flux.h"
 #include "models/llama.h"
+#include "models/torch/bert_module.h"
+#include "models/torch/clip_module.h"
 #include "models/torch/flux_module.h"
 #include "models/torch/llama_module.h"
 #include "models/torch/llava_module.h"
@@ -306,6 +308,88 @@ TEST_CASE("ResNet: checkpointed gradients equal plain gradients with BatchNorm i
   const torch::Tensor labels = torch::tensor({0, 1, 2, 3}, torch::kLong);
   const Loss loss = [&](const tm::BlockRunner& r) { return model->loss(images, labels, r); };
   check_matches(*model, loss, {"layer1.0", "layer2.0", "layer3.0", "layer4.0"}, "ResNet every block");
+}
+
+namespace {
+
+// A BERT (or RoBERTa) of 2 layers with every dropout on: the recompute must
+// draw the forward's masks (hidden, attention probabilities, classifier).
+models::BertConfig tiny_bert_config(bool roberta) {
+  models::BertConfig c;
+  c.hidden = 32;
+  c.layers = 2;
+  c.heads = 4;
+  c.intermediate = 64;
+  c.vocab = 100;
+  c.positions = 20;
+  c.labels = 3;
+  c.hidden_dropout = c.attention_dropout = c.classifier_dropout = 0.1;
+  if (roberta) {
+    c.prefix = "roberta";
+    c.roberta_head = true;
+    c.pad_token = 1;
+    c.token_types = 1;
+  }
+  return c;
+}
+
+void check_bert(bool roberta) {
+  const Float64 f64;
+  torch::manual_seed(9);
+  const models::BertConfig c = tiny_bert_config(roberta);
+  const torch::Tensor ids = torch::randint(2, c.vocab, {2, 12}, torch::kLong);
+  const torch::Tensor types = torch::zeros_like(ids);
+  const torch::Tensor labels = torch::tensor({0, 2}, torch::kLong);
+  const std::string p = c.prefix;
+  const std::set<std::string> all = {"embeddings", p + ".encoder.layer.0", p + ".encoder.layer.1", "head"};
+  tm::BertForSequenceClassification full(c);
+  const Loss full_loss = [&](const tm::BlockRunner& r) { return full->loss(ids, types, labels, r); };
+  check_matches(*full, full_loss, all, roberta ? "RoBERTa every block" : "BERT every block");
+  tm::BertForSequenceClassification lora(c, tm::bert_lora(4));
+  tm::freeze_base(*lora);
+  randomize_lora_b(*lora);
+  const Loss lora_loss = [&](const tm::BlockRunner& r) { return lora->loss(ids, types, labels, r); };
+  check_matches(*lora, lora_loss, {p + ".encoder.layer.0"}, roberta ? "RoBERTa LoRA first layer" : "BERT LoRA first layer");
+}
+
+}  // namespace
+
+TEST_CASE("BERT: checkpointed gradients equal plain gradients with dropout, fully trained and with LoRA") {
+  check_bert(false);
+}
+
+TEST_CASE("RoBERTa: checkpointed gradients equal plain gradients with dropout, fully trained and with LoRA") {
+  check_bert(true);
+}
+
+TEST_CASE("CLIP: checkpointed gradients equal plain gradients in both towers, fully trained and with LoRA") {
+  const Float64 f64;
+  torch::manual_seed(12);
+  models::HfClip clip;
+  clip.config.vision = tiny_vit_spec(models::VisionStyle::kClip, "vision_model");
+  clip.config.text_hidden = 32;
+  clip.config.text_layers = 2;
+  clip.config.text_heads = 4;
+  clip.config.text_mlp = 64;
+  clip.config.text_vocab = 100;
+  clip.config.text_tokens = 10;
+  clip.config.projection_dim = 16;
+  clip.eos_token = 99;
+  const torch::Tensor images = torch::randn({3, 3, 32, 32});
+  torch::Tensor ids = torch::randint(0, 99, {3, 10}, torch::kLong);
+  ids.select(1, 9).fill_(99);
+  const std::set<std::string> all = {"vision_embeddings", "vision_model.encoder.layers.0", "vision_model.encoder.layers.1",
+                                     "vision_head", "text_embeddings", "text_model.encoder.layers.0",
+                                     "text_model.encoder.layers.1", "text_head", "head"};
+  tm::ClipModel full(clip);
+  const Loss full_loss = [&](const tm::BlockRunner& r) { return full->loss(images, ids, r); };
+  check_matches(*full, full_loss, all, "CLIP every block");
+  tm::ClipModel lora(clip, tm::clip_lora(4));
+  tm::freeze_base(*lora);
+  randomize_lora_b(*lora);
+  const Loss lora_loss = [&](const tm::BlockRunner& r) { return lora->loss(images, ids, r); };
+  check_matches(*lora, lora_loss, {"vision_model.encoder.layers.0", "text_model.encoder.layers.1"},
+                "CLIP LoRA a layer of each tower");
 }
 
 }  // namespace headroom::executor

@@ -5,7 +5,8 @@
 // planner predicts them, checkpoint and resume on the same and on another
 // number of ranks, and stop with a message when a rank dies or runs another plan.
 // ZeRO-3 (partitioned parameters gathered per block) likewise, with kept,
-// checkpointed and offloaded blocks, CPU AdamW, and LoRA on a frozen base.
+// checkpointed and offloaded blocks, CPU AdamW, LoRA on a frozen base, and
+// Hugging Face BERT and CLIP.
 //
 // Tolerance: the ranks sum their gradients in another order than one process
 // accumulates them, so fp32 gradients differ in their last bits. The losses
@@ -460,18 +461,20 @@ TEST_CASE("tiny-flux with LoRA on a frozen base trains on 2 ranks at ZeRO-3 as o
   std::filesystem::remove_all(dir);
 }
 
-// A ViT-family model (its embeddings and head run as blocks too) at ZeRO-3 on
-// 2 ranks against one process: `model` in fp32 trained as `mode` says,
-// micro-batch 2, block 1 (the first layer) offloaded, block 2 kept and the
-// others checkpointed.
-void check_vit_family_zero3(const std::string& model, const std::string& name, planner::TrainMode mode) {
+// A model whose module runs every block (embeddings and heads included)
+// through the runner, which ZeRO-3 gathers around them, at ZeRO-3 on 2 ranks
+// against one process: `model` in fp32 trained as `mode` says, no dropout
+// (each rank draws its own masks, docs/executor.md), micro-batch 2, block 1
+// offloaded, block 2 kept and the others checkpointed.
+void check_zero3_like_one_process(const std::string& model, const std::string& name, planner::TrainMode mode) {
   planner::RunSettings settings;
   settings.model = model;
   settings.gpu = "a6000";
   settings.precision = planner::Precision::kFp32;
   settings.mode = mode;
   settings.lora.rank = 4;
-  settings.lora.dropout = 0;  // each rank draws its own masks (docs/executor.md)
+  settings.lora.dropout = 0;
+  settings.dropout = 0;
   settings.checkpointing = planner::CheckpointPolicy::kEveryBlock;
   settings.micro_batch = 2;
   settings.zero_stage = 3;
@@ -495,15 +498,24 @@ void check_vit_family_zero3(const std::string& model, const std::string& name, p
 }
 
 TEST_CASE("tiny-eva-vit at ZeRO-3 on 2 ranks, embeddings and head gathered as blocks, trains as one process does") {
-  check_vit_family_zero3("tiny-eva-vit", "z3eva", planner::TrainMode::kFull);
+  check_zero3_like_one_process("tiny-eva-vit", "z3eva", planner::TrainMode::kFull);
 }
 
-// With LoRA on its frozen base: fully trained, the key bias (which EVA does not
-// have) gets a gradient that is zero up to rounding (softmax ignores a shift
-// shared by every key), and AdamW turns that noise into steps of ~0.1 lr whose
-// sign depends on the order of the sums, so no tolerance can compare them.
+// The Hugging Face models with LoRA on their frozen bases: fully trained, the
+// key projection's bias (which EVA does not have) gets a gradient that is
+// zero up to rounding (softmax ignores a shift shared by every key), and AdamW
+// turns that noise into steps of ~0.1 lr whose sign depends on the order of
+// the sums, so no tolerance can compare them.
 TEST_CASE("a Hugging Face ViT classifier with LoRA at ZeRO-3 on 2 ranks trains as one process does") {
-  check_vit_family_zero3(std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/tiny-vit", "z3vit", planner::TrainMode::kLora);
+  check_zero3_like_one_process(HEADROOM_SOURCE_DIR "/tests/data/hf/tiny-vit", "z3vit", planner::TrainMode::kLora);
+}
+
+TEST_CASE("a Hugging Face BERT with LoRA trains on 2 ranks at ZeRO-3 as one process does") {
+  check_zero3_like_one_process(HEADROOM_SOURCE_DIR "/tests/data/hf/tiny-bert", "z3bert", planner::TrainMode::kLora);
+}
+
+TEST_CASE("a Hugging Face CLIPModel with LoRA trains on 2 ranks at ZeRO-3 as one process does") {
+  check_zero3_like_one_process(HEADROOM_SOURCE_DIR "/tests/data/hf/tiny-clip", "z3clip", planner::TrainMode::kLora);
 }
 
 TEST_CASE("a killed rank ends the job with a message naming it, within seconds") {
