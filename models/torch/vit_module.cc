@@ -159,7 +159,7 @@ torch::Tensor Blip2VisionModelImpl::loss(const torch::Tensor& pixel_values, cons
     const BlockFn fn = [layer](const std::vector<torch::Tensor>& in) mutable {
       return std::vector<torch::Tensor>{layer->forward(in[0])};
     };
-    hidden = run_block(runner, s.prefix + ".encoder.layers." + std::to_string(i), *layer, fn, {hidden})[0];
+    hidden = run_block(runner, spec.prefix + ".encoder.layers." + std::to_string(i), *layer, fn, {hidden})[0];
   }
   // Blip2VisionModel: last_hidden_state = post_layernorm(encoder output); the
   // pooled output (post_layernorm of the class token again) is not read.
