@@ -50,17 +50,16 @@ TEST_CASE("run trains a Hugging Face BERT sequence classifier with LoRA under th
   check_bert_run(tiny_bert(), "--batch 4 --precision bf16 --lora --stack hf-trainer", 1e-2);
 }
 
-// Batch 8: each checkpointed block keeps the CPU generator's state for its
-// recompute (5,056 bytes, torch.utils.checkpoint's preserve_rng_state), which
-// a CPU run counts and a GPU run keeps in host memory; at batch 4 those two
-// states are -3.8% of these tiny activations, at batch 8 -1.9%.
+// Every layer checkpointed: activations -0.2% at batch 8 (-0.35% at batch 4).
 TEST_CASE("run trains a Hugging Face BERT sequence classifier with every layer checkpointed as priced") {
   check_bert_run(tiny_bert(), "--batch 8 --precision fp32 --checkpointing every", 1e-3);
 }
 
 TEST_CASE("run trains a Hugging Face RoBERTa sequence classifier, fully fine-tuned and with LoRA, as priced") {
   check_bert_run(tiny_roberta(), "--batch 4 --precision fp32", 3e-3);
-  check_bert_run(tiny_roberta(), "--batch 4 --precision bf16 --lora --stack hf-trainer", 3e-2);
+  // 1e-2, not more: at 3e-2 the bf16 LoRA run oscillates (its step-12 loss
+  // 0.66 on this CPU, 0.88 with AVX2 kernels), too chaotic to check.
+  check_bert_run(tiny_roberta(), "--batch 4 --precision bf16 --lora --stack hf-trainer", 1e-2);
 }
 
 TEST_CASE("run refuses attention dropout on the CPU, where SDPA keeps what the fused kernel does not") {
