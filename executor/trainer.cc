@@ -28,7 +28,6 @@
 #include "executor/offload.h"
 #include "executor/optimizer.h"
 #include "executor/prediction_check.h"
-#include "executor/sharded_checkpoint.h"
 #include "executor/run.h"
 #include "executor/state_store.h"
 #include "executor/train_model.h"
@@ -111,7 +110,6 @@ class Trainer {
   Status open_leader_store();
   Status resume();
   Status save(int64_t step);
-  Status save_shared(int64_t step, const std::map<std::string, std::string>& parts);
   Result<std::vector<int64_t>> proposals(int64_t proposed);
   FileSystem& file_system() const { return options_.file_system ? *options_.file_system : real_file_system(); }
   TrainingState state() {
@@ -350,7 +348,12 @@ Status Trainer::resume() {
 Status Trainer::save(int64_t step) {
   if (optimizer_->partitioned()) {
     // Every rank writes its own partition; nothing is gathered.
-    if (Status s = save_shared(step, checkpoint_parts(step, identity(), state())); !s.is_ok()) return s;
+    const auto agree_on = [this](const Status& local, const std::string& what) { return agree(local, what); };
+    if (Status s = save_sharded_checkpoint(step, checkpoint_parts(step, identity(), state()), state(), *store_, *comm_,
+                                           agree_on);
+        !s.is_ok()) {
+      return s;
+    }
   } else {
     // Every rank holds the whole state: rank 0 writes it.
     Status saved = leader() ? store_->save(step, checkpoint_parts(step, identity(), state())) : Status::ok();
@@ -360,74 +363,6 @@ Status Trainer::save(int64_t step) {
   result_.checkpoints_written.push_back(path);
   if (leader()) observer_.on_checkpoint(step, path);
   return Status::ok();
-}
-
-// StateStore's shared save: rank 0 checks the room for every rank's parts and
-// makes the temporary directory, every rank writes its parts into it, and rank
-// 0 writes the MANIFEST of them all last and renames it into place.
-Status Trainer::save_shared(int64_t step, const std::map<std::string, std::string>& parts) {
-  const std::string what = "checkpoint of step " + std::to_string(step);
-  const std::vector<std::string> kinds = rank_part_kinds(state());
-  // What every rank's parts take on disk, for rank 0's free-space check.
-  int64_t mine = 0;
-  for (const auto& [name, contents] : parts) mine += StateStore::bytes_on_disk(static_cast<int64_t>(contents.size()));
-  torch::Tensor total = torch::full({1}, mine, torch::kLong);
-  if (Status s = comm_->all_reduce_sum(total); !s.is_ok()) return s;
-  std::vector<std::string> names;
-  for (const auto& [name, contents] : parts) {
-    if (!parse_rank_part_name(name)) names.push_back(name);
-  }
-  for (int r = 0; r < world(); ++r) {
-    for (const std::string& kind : kinds) names.push_back(rank_part_name(kind, r, world()));
-  }
-  Status begun = leader() ? store_->begin_shared_save(step, total.item<int64_t>() + StateStore::shared_save_overhead(names))
-                          : Status::ok();
-  if (Status s = agree(begun, what); !s.is_ok()) return s;
-
-  std::vector<WrittenPart> written;
-  Status wrote = Status::ok();
-  for (const auto& [name, contents] : parts) {
-    Result<WrittenPart> part = store_->write_shared_part(step, name, contents);
-    if (!part.is_ok()) {
-      wrote = part.status();
-      break;
-    }
-    written.push_back(part.value());
-  }
-  if (Status s = agree(wrote, what); !s.is_ok()) {
-    if (leader()) return store_->abandon_shared_save(step, s);
-    return s;
-  }
-  // Every rank's (bytes, crc32c) of each of its rank parts, in `kinds` order, to rank 0.
-  torch::Tensor records = torch::empty({static_cast<int64_t>(kinds.size()), 2}, torch::kLong);
-  for (size_t k = 0; k < kinds.size(); ++k) {
-    for (const WrittenPart& part : written) {
-      if (part.name != rank_part_name(kinds[k], rank(), world())) continue;
-      records[k][0] = part.bytes;
-      records[k][1] = static_cast<int64_t>(part.crc32c);
-    }
-  }
-  torch::Tensor all = torch::empty({static_cast<int64_t>(world() * kinds.size() * 2)}, torch::kLong);
-  if (Status s = comm_->all_gather(records.reshape(-1), all); !s.is_ok()) {
-    if (leader()) return store_->abandon_shared_save(step, s);
-    return s;
-  }
-  Status committed = Status::ok();
-  if (leader()) {
-    std::vector<WrittenPart> manifest;
-    for (const WrittenPart& part : written) {
-      if (!parse_rank_part_name(part.name)) manifest.push_back(part);
-    }
-    for (int r = 0; r < world(); ++r) {
-      for (size_t k = 0; k < kinds.size(); ++k) {
-        const int64_t at = static_cast<int64_t>((r * kinds.size() + k) * 2);
-        manifest.push_back(WrittenPart{rank_part_name(kinds[k], r, world()), all[at].item<int64_t>(),
-                                       static_cast<uint32_t>(all[at + 1].item<int64_t>())});
-      }
-    }
-    committed = store_->commit_shared_save(step, manifest);
-  }
-  return agree(committed, what);
 }
 
 Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {

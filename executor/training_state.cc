@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "executor/communicator.h"
 #include "executor/crc32c.h"
 #include "executor/run_state.h"
 #include "executor/sharded_checkpoint.h"
@@ -297,6 +298,76 @@ Result<Resumed> resume_training(const std::string& directory, FileSystem& file_s
   state.scaler.scale = run->loss_scale;
   state.scaler.clean_steps = run->clean_steps;
   return Resumed{saved.step, saved.path, saved.skipped};
+}
+
+Status save_sharded_checkpoint(int64_t step, const std::map<std::string, std::string>& parts,
+                               const TrainingState& state, StateStore& store, Communicator& comm,
+                               const AgreeOnStatus& agree) {
+  const int rank = state.rank;
+  const int world = state.world;
+  const bool leader = rank == 0;
+  const std::string what = "checkpoint of step " + std::to_string(step);
+  const std::vector<std::string> kinds = rank_part_kinds(state);
+  // What every rank's parts take on disk, for rank 0's free-space check.
+  int64_t mine = 0;
+  for (const auto& [name, contents] : parts) mine += StateStore::bytes_on_disk(static_cast<int64_t>(contents.size()));
+  torch::Tensor total = torch::full({1}, mine, torch::kLong);
+  if (Status s = comm.all_reduce_sum(total); !s.is_ok()) return s;
+  std::vector<std::string> names;
+  for (const auto& [name, contents] : parts) {
+    if (!parse_rank_part_name(name)) names.push_back(name);
+  }
+  for (int r = 0; r < world; ++r) {
+    for (const std::string& kind : kinds) names.push_back(rank_part_name(kind, r, world));
+  }
+  Status begun = leader ? store.begin_shared_save(step, total.item<int64_t>() + StateStore::shared_save_overhead(names))
+                          : Status::ok();
+  if (Status s = agree(begun, what); !s.is_ok()) return s;
+
+  std::vector<WrittenPart> written;
+  Status wrote = Status::ok();
+  for (const auto& [name, contents] : parts) {
+    Result<WrittenPart> part = store.write_shared_part(step, name, contents);
+    if (!part.is_ok()) {
+      wrote = part.status();
+      break;
+    }
+    written.push_back(part.value());
+  }
+  if (Status s = agree(wrote, what); !s.is_ok()) {
+    if (leader) return store.abandon_shared_save(step, s);
+    return s;
+  }
+  // Every rank's (bytes, crc32c) of each of its rank parts, in `kinds` order, to rank 0.
+  torch::Tensor records = torch::empty({static_cast<int64_t>(kinds.size()), 2}, torch::kLong);
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    for (const WrittenPart& part : written) {
+      if (part.name != rank_part_name(kinds[k], rank, world)) continue;
+      records[k][0] = part.bytes;
+      records[k][1] = static_cast<int64_t>(part.crc32c);
+    }
+  }
+  torch::Tensor all = torch::empty({static_cast<int64_t>(world * kinds.size() * 2)}, torch::kLong);
+  if (Status s = comm.all_gather(records.reshape(-1), all); !s.is_ok()) {
+    if (leader) return store.abandon_shared_save(step, s);
+    return s;
+  }
+  Status committed = Status::ok();
+  if (leader) {
+    std::vector<WrittenPart> manifest;
+    for (const WrittenPart& part : written) {
+      if (!parse_rank_part_name(part.name)) manifest.push_back(part);
+    }
+    for (int r = 0; r < world; ++r) {
+      for (size_t k = 0; k < kinds.size(); ++k) {
+        const int64_t at = static_cast<int64_t>((r * kinds.size() + k) * 2);
+        manifest.push_back(WrittenPart{rank_part_name(kinds[k], r, world), all[at].item<int64_t>(),
+                                       static_cast<uint32_t>(all[at + 1].item<int64_t>())});
+      }
+    }
+    committed = store.commit_shared_save(step, manifest);
+  }
+  return agree(committed, what);
 }
 
 Status check_checkpoint_room(const StateStore& store, FileSystem& file_system, const RunOptions& options,

@@ -24,6 +24,8 @@
 
 namespace headroom::executor {
 
+class Communicator;  // executor/communicator.h
+
 // fp16 dynamic loss scaling with torch.amp.GradScaler's defaults: start at
 // 2^16, halve on inf/NaN gradients (skipping the step), double after 2000
 // clean steps.
@@ -59,6 +61,20 @@ std::map<std::string, std::string> checkpoint_parts(int64_t step, const nlohmann
 // The kinds of rank part every rank writes ("model", "optimizer"); none
 // without a partitioned optimizer.
 std::vector<std::string> rank_part_kinds(const TrainingState& state);
+
+// A rank's local status made the job's (a collective): an error on any rank
+// is an error on every rank, naming `what`.
+using AgreeOnStatus = std::function<Status(const Status& local, const std::string& what)>;
+
+// The checkpoint of `step` of a partitioned optimizer, written by every rank of
+// the job together (StateStore's shared save): rank 0 checks the room for
+// every rank's `parts` and makes the temporary directory, every rank writes
+// its parts into it, and rank 0 writes the MANIFEST of them all last, with
+// each part's size and checksum, and renames it into place. A failure on any
+// rank ends the save on every rank; rank 0 removes what was written.
+Status save_sharded_checkpoint(int64_t step, const std::map<std::string, std::string>& parts,
+                               const TrainingState& state, StateStore& store, Communicator& comm,
+                               const AgreeOnStatus& agree);
 
 // The ranks of a job settle on one checkpoint: each proposes the newest that
 // verifies for it (-1: none) and gets every rank's proposal (a collective), so
