@@ -75,16 +75,21 @@ std::string parameters_digest(torch::nn::Module& module) {
   return text;
 }
 
-// ZeRO-3: this rank's chunk of every trainable parameter, elements
-// [rank x chunk, ...) of the flattened parameter (zero3_parameters.h), without
-// the padding of the last rank's chunk.
+// ZeRO-3: the elements of a parameter that `rank` holds, [rank x chunk, ...)
+// of the flattened parameter (zero3_parameters.h), without the padding of the
+// last rank's chunk: where they begin, and how many (0: none).
+std::pair<int64_t, int64_t> owned_elements(const PartitionedParameter& p, int rank) {
+  const int64_t begin = rank * p.shard.numel();
+  const int64_t numel = c10::multiply_integers(p.shape);
+  return {begin, std::max<int64_t>(0, std::min<int64_t>(p.shard.numel(), numel - begin))};
+}
+
+// ZeRO-3: this rank's chunk of every trainable parameter it holds elements of.
 std::vector<ParameterSlice> model_slices(const TrainingState& state) {
   std::vector<ParameterSlice> slices;
   for (const auto& [name, tensor] : state.model.trainable()) {
     const PartitionedParameter p = state.zero3->partition_of(tensor);
-    const int64_t numel = c10::multiply_integers(p.shape);
-    const int64_t begin = state.rank * p.shard.numel();
-    const int64_t elements = std::max<int64_t>(0, std::min<int64_t>(p.shard.numel(), numel - begin));
+    const auto [begin, elements] = owned_elements(p, state.rank);
     if (elements > 0) slices.push_back({name, p.shape, begin, {{"value", p.shard.narrow(0, 0, elements)}}});
   }
   return slices;
@@ -127,8 +132,7 @@ void load_parameters_into_partitions(const std::string& bytes, const TrainingSta
     if (!archive.try_read(name, value) || value.sizes().vec() != p.shape) {
       throw std::runtime_error(origin + ": model: parameter \"" + name + "\" missing or of another shape");
     }
-    const int64_t begin = state.rank * p.shard.numel();
-    const int64_t elements = std::max<int64_t>(0, std::min<int64_t>(p.shard.numel(), value.numel() - begin));
+    const auto [begin, elements] = owned_elements(p, state.rank);
     if (elements > 0) p.shard.narrow(0, 0, elements).copy_(value.reshape(-1).narrow(0, begin, elements));
   }
 }

@@ -208,21 +208,6 @@ void Zero3Parameters::backward_done() {
   backward_block_ = static_cast<int>(blocks_.size());
 }
 
-void Zero3Parameters::gather_all() {
-  for (size_t i = 0; i < params_.size(); ++i) gather(static_cast<int>(i));
-}
-
-void Zero3Parameters::release_all(bool keep_changes) {
-  torch::NoGradGuard no_grad;
-  if (keep_changes) {
-    const int rank = comm_.rank();
-    for (Param& p : params_) {
-      if (p.gathered.defined()) p.shard.copy_(p.gathered.narrow(0, rank * p.chunk, p.chunk));
-    }
-  }
-  release_except({});
-}
-
 std::unique_ptr<torch::autograd::SavedVariableHooks> Zero3Parameters::hooks(
     std::unique_ptr<torch::autograd::SavedVariableHooks> otherwise) {
   return std::make_unique<GatheredViewHooks>(*this, std::move(otherwise));

@@ -77,12 +77,6 @@ class Zero3Parameters final : public SavedTensorRedirect {
   // After each micro-step's backward: frees what is still gathered.
   void backward_done();
 
-  // Whole parameters on every rank (collective), for a checkpoint or a resume;
-  // release_all() frees them again, first taking this rank's chunk of each
-  // into its partition when `keep_changes` (a resume loaded them).
-  void gather_all();
-  void release_all(bool keep_changes);
-
   // A trainable parameter's partition (shared with the optimizer) and shape.
   PartitionedParameter partition_of(const torch::Tensor& parameter) const;
   // Bytes of every parameter's partition on this rank.
