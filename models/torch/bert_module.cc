@@ -126,13 +126,7 @@ torch::Tensor BertForSequenceClassificationImpl::loss(const torch::Tensor& input
   torch::Tensor hidden = run_block(runner, "embeddings", *embeddings_, [self](const std::vector<torch::Tensor>& in) {
     return std::vector<torch::Tensor>{self->embed(in[0], in[1])};
   }, {input_ids, token_type_ids})[0];
-  for (size_t i = 0; i < layers.size(); ++i) {
-    BertLayer layer = layers[i];  // held by the block function for a recomputing backward
-    const BlockFn fn = [layer](const std::vector<torch::Tensor>& in) mutable {
-      return std::vector<torch::Tensor>{layer->forward(in[0])};
-    };
-    hidden = run_block(runner, prefix + ".encoder.layer." + std::to_string(i), *layer, fn, {hidden})[0];
-  }
+  hidden = run_encoder_layers(runner, prefix + ".encoder.layer.", layers, hidden);
   const torch::Tensor logits = run_block(runner, "head", *head_, [self](const std::vector<torch::Tensor>& in) {
     return std::vector<torch::Tensor>{self->classify(in[0])};
   }, {hidden})[0];

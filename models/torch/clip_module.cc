@@ -42,14 +42,7 @@ torch::Tensor ClipTextTowerImpl::encode(const torch::Tensor& input_ids, const Bl
     return std::vector<torch::Tensor>{F::embedding(in[0], self->token_embedding) +
                                       F::embedding(positions, self->position_embedding)};
   }, {input_ids})[0];
-  for (size_t i = 0; i < layers.size(); ++i) {
-    ClipLayer layer = layers[i];  // held by the block function for a recomputing backward
-    const BlockFn fn = [layer](const std::vector<torch::Tensor>& in) mutable {
-      return std::vector<torch::Tensor>{layer->forward(in[0])};
-    };
-    hidden = run_block(runner, spec.prefix + ".encoder.layers." + std::to_string(i), *layer, fn, {hidden})[0];
-  }
-  return hidden;
+  return run_encoder_layers(runner, spec.prefix + ".encoder.layers.", layers, hidden);
 }
 
 ClipModelImpl::ClipModelImpl(const HfClip& c, const LoraOptions& lora) : clip(c) {

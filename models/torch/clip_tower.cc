@@ -81,14 +81,7 @@ torch::Tensor ClipVisionTowerImpl::encode(const torch::Tensor& pixel_values, con
   torch::Tensor hidden = run_block(runner, "vision_embeddings", *embeddings_, [self](const std::vector<torch::Tensor>& in) {
     return std::vector<torch::Tensor>{self->embed(in[0])};
   }, {pixel_values})[0];
-  for (size_t i = 0; i < layers.size(); ++i) {
-    ClipLayer layer = layers[i];  // held by the block function for a recomputing backward
-    const BlockFn fn = [layer](const std::vector<torch::Tensor>& in) mutable {
-      return std::vector<torch::Tensor>{layer->forward(in[0])};
-    };
-    hidden = run_block(runner, spec.prefix + ".encoder.layers." + std::to_string(i), *layer, fn, {hidden})[0];
-  }
-  return hidden;
+  return run_encoder_layers(runner, spec.prefix + ".encoder.layers.", layers, hidden);
 }
 
 }  // namespace headroom::models::torch_modules

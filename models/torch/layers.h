@@ -117,4 +117,19 @@ using BlockRunner = std::function<std::vector<torch::Tensor>(const std::string& 
 std::vector<torch::Tensor> run_block(const BlockRunner& runner, const std::string& name, torch::nn::Module& block,
                                      const BlockFn& fn, const std::vector<torch::Tensor>& inputs);
 
+// An encoder's layers, each taking and giving the hidden states, run in order
+// as the blocks "<prefix>0", "<prefix>1", ... through `runner`.
+template <typename Layer>
+torch::Tensor run_encoder_layers(const BlockRunner& runner, const std::string& prefix, const std::vector<Layer>& layers,
+                                 torch::Tensor hidden) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    Layer layer = layers[i];  // held by the block function for a recomputing backward
+    const BlockFn fn = [layer](const std::vector<torch::Tensor>& in) mutable {
+      return std::vector<torch::Tensor>{layer->forward(in[0])};
+    };
+    hidden = run_block(runner, prefix + std::to_string(i), *layer, fn, {hidden})[0];
+  }
+  return hidden;
+}
+
 }  // namespace headroom::models::torch_modules

@@ -80,13 +80,7 @@ torch::Tensor VitForImageClassificationImpl::loss(const torch::Tensor& pixel_val
                                                   const BlockRunner& runner) {
   const BlockFn embed = patch_embeddings(spec, cls_token, patch_weight, patch_bias, position_embeddings);
   torch::Tensor hidden = run_block(runner, "vision_embeddings", *embeddings, embed, {pixel_values})[0];
-  for (size_t i = 0; i < layers.size(); ++i) {
-    VitLayer layer = layers[i];
-    const BlockFn fn = [layer](const std::vector<torch::Tensor>& in) mutable {
-      return std::vector<torch::Tensor>{layer->forward(in[0])};
-    };
-    hidden = run_block(runner, spec.prefix + ".encoder.layer." + std::to_string(i), *layer, fn, {hidden})[0];
-  }
+  hidden = run_encoder_layers(runner, spec.prefix + ".encoder.layer.", layers, hidden);
   // ViTForImageClassification: the class token of the final layernorm's output
   // (a view of it), the classifier, CrossEntropyLoss: the graph's block "head".
   auto norm = layernorm;
@@ -154,13 +148,7 @@ Blip2VisionModelImpl::Blip2VisionModelImpl(const VisionSpec& s, const LoraOption
 torch::Tensor Blip2VisionModelImpl::loss(const torch::Tensor& pixel_values, const BlockRunner& runner) {
   const BlockFn embed = patch_embeddings(spec, class_embedding, patch_weight, patch_bias, position_embedding);
   torch::Tensor hidden = run_block(runner, "vision_embeddings", *embeddings, embed, {pixel_values})[0];
-  for (size_t i = 0; i < layers.size(); ++i) {
-    Blip2VisionLayer layer = layers[i];  // held by the block function for a recomputing backward
-    const BlockFn fn = [layer](const std::vector<torch::Tensor>& in) mutable {
-      return std::vector<torch::Tensor>{layer->forward(in[0])};
-    };
-    hidden = run_block(runner, spec.prefix + ".encoder.layers." + std::to_string(i), *layer, fn, {hidden})[0];
-  }
+  hidden = run_encoder_layers(runner, spec.prefix + ".encoder.layers.", layers, hidden);
   // Blip2VisionModel: last_hidden_state = post_layernorm(encoder output); the
   // pooled output (post_layernorm of the class token again) is not read.
   auto norm = post_layernorm;
