@@ -208,11 +208,11 @@ int emit_exports(const CliOptions& options, Terminal& terminal, const planner::P
     std::string text;
     if (kind == "deepspeed") {
       text = reports::deepspeed_config(best).dump(2) + "\n";
-    } else if (kind == "accelerate") {
+    } else if (kind == "accelerate" && !is_recipe_export(kind, options.settings)) {
       text = reports::accelerate_config_yaml(best);
     } else if (kind == "torch") {
       text = reports::torch_snippet(best);
-    } else if (is_recipe_export(kind)) {
+    } else if (is_recipe_export(kind, options.settings)) {
       Result<std::string> patch = recipe_export(kind, options.settings, best, recipe_notes);
       if (!patch.is_ok()) return fail(terminal, kExitUsage, patch.message());
       text = patch.value();
@@ -243,8 +243,8 @@ int emit_exports(const CliOptions& options, Terminal& terminal, const planner::P
   }
   // DeepSpeed's notes go with its exports (and the accelerate and torch ones, which
   // share their caveats); the recipe exports bring their own.
-  const bool deepspeed_family = std::any_of(options.emit.begin(), options.emit.end(), [](const std::string& request) {
-    return !is_recipe_export(request.substr(0, request.find('=')));
+  const bool deepspeed_family = std::any_of(options.emit.begin(), options.emit.end(), [&](const std::string& request) {
+    return !is_recipe_export(request.substr(0, request.find('=')), options.settings);
   });
   std::vector<std::string> notes;
   if (deepspeed_family) notes = reports::deepspeed_notes(best);
@@ -300,8 +300,9 @@ void add_plan_flags(CLI::App& command, CliOptions& options) {
   command
       .add_option("--emit", options.emit,
                   "also export the best plan: deepspeed, accelerate or torch (docs/config-export.md), or "
-                  "torchtune / hf-args / axolotl / llamafactory / xtuner (the keys to change in the file the run "
-                  "was read from, docs/config-import.md), to stdout or KIND=FILE; repeatable")
+                  "torchtune / hf-args / axolotl / llamafactory / xtuner / accelerate (the keys to change in the "
+                  "file the run was read from, docs/config-import.md; accelerate is a patch of --accelerate FILE "
+                  "when one was given), to stdout or KIND=FILE; repeatable")
       ->type_name("KIND[=FILE]");
 }
 

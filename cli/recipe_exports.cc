@@ -1,6 +1,7 @@
 #include "cli/recipe_exports.h"
 
 #include "graph/atomic_file.h"
+#include "planner/accelerate_import.h"
 #include "planner/config_import.h"
 #include "planner/hf_trainer_import.h"
 #include "planner/model_context.h"
@@ -9,6 +10,7 @@
 #include "planner/llamafactory_import.h"
 #include "planner/xtuner_import.h"
 #include "cli/mmengine_loader.h"
+#include "reports/accelerate_patch.h"
 #include "reports/recipe_export.h"
 
 namespace headroom::cli {
@@ -64,7 +66,8 @@ Result<std::string> xtuner_export(const std::string& path, bool with_deepspeed, 
 
 }  // namespace
 
-bool is_recipe_export(std::string_view kind) {
+bool is_recipe_export(std::string_view kind, const SettingsFlags& flags) {
+  if (kind == "accelerate") return !values_of(flags, "--accelerate").empty();
   return kind == "torchtune" || kind == "hf-args" || kind == "axolotl" || kind == "llamafactory" || kind == "xtuner";
 }
 
@@ -98,14 +101,32 @@ Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& fl
     if (!given.is_ok()) return given.status();
     patch = axolotl ? reports::axolotl_patch(best, given->settings, checkpointable.value(), text.value(), path)
                     : reports::llamafactory_patch(best, given->settings, checkpointable.value(), text.value(), path);
+  } else if (kind == "accelerate") {
+    Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
+    if (!text.is_ok()) return text.status();
+    Result<planner::ConfigImport> given = planner::import_accelerate_config(text.value(), path, planner::RunSettings{});
+    if (!given.is_ok()) return given.status();
+    Result<reports::RecipePatch> written =
+        reports::accelerate_patch(best, given->settings, checkpointable.value(), text.value(), path);
+    if (!written.is_ok()) return written.status();
+    patch = std::move(written.value());
   } else if (kind == "xtuner") {
     Result<std::string> patch_text = xtuner_export(path, !values_of(flags, "--deepspeed").empty(), best,
                                                    checkpointable.value(), notes);
     return patch_text;
   } else {
-    Result<planner::ConfigImport> given = planner::load_training_arguments(path, planner::RunSettings{});
+    // Launched by `accelerate launch --config_file`, the Trainer's arguments
+    // refine that file's run, and ZeRO, offload and FSDP checkpointing are its keys.
+    const std::vector<std::string> accelerate = values_of(flags, "--accelerate");
+    planner::RunSettings base;
+    if (!accelerate.empty()) {
+      Result<planner::ConfigImport> launch = planner::load_accelerate_config(accelerate.back(), base);
+      if (!launch.is_ok()) return launch.status();
+      base = launch->settings;
+    }
+    Result<planner::ConfigImport> given = planner::load_training_arguments(path, base);
     if (!given.is_ok()) return given.status();
-    patch = reports::trainer_arguments_patch(best, given->settings, checkpointable.value());
+    patch = reports::trainer_arguments_patch(best, given->settings, checkpointable.value(), !accelerate.empty());
   }
   notes.insert(notes.end(), patch.notes.begin(), patch.notes.end());
   return patch.text;

@@ -406,7 +406,16 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
   read_optim(r, s, out);
   const bool checkpointing =
       r.boolean_or("gradient_checkpointing", false) || r.boolean_or("activation_checkpointing", false);
-  s.checkpointing = checkpointing ? CheckpointPolicy::kEveryBlock : CheckpointPolicy::kNone;
+  // An Accelerate FSDP config read before (fsdp_activation_checkpointing) keeps
+  // its checkpointing; the Trainer refuses gradient_checkpointing beside it
+  // (transformers trainer.py, create_accelerator_and_postprocess).
+  const bool fsdp_checkpointing =
+      s.sharding && *s.sharding != Sharding::kDeepspeed && s.checkpointing != CheckpointPolicy::kNone;
+  if (fsdp_checkpointing && r.boolean_or("gradient_checkpointing", false)) {
+    r.fail("gradient_checkpointing", "false beside the Accelerate config's fsdp_activation_checkpointing (the Trainer "
+           "refuses both)");
+  }
+  if (!fsdp_checkpointing) s.checkpointing = checkpointing ? CheckpointPolicy::kEveryBlock : CheckpointPolicy::kNone;
   r.has("gradient_checkpointing_kwargs");  // use_reentrant: the same tensors either way
   // Setting the compile mode or backend turns torch_compile on (TrainingArguments.__post_init__).
   s.compile = r.boolean_or("torch_compile", false) || r.has("torch_compile_mode") || r.has("torch_compile_backend");

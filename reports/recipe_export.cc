@@ -1,9 +1,11 @@
 #include "reports/recipe_export.h"
 
 #include <nlohmann/json.hpp>
-#include <map>
 #include <regex>
 #include <sstream>
+
+#include "planner/stack.h"
+#include "reports/line_edits.h"
 
 namespace headroom::reports {
 namespace {
@@ -18,56 +20,13 @@ void set_if_changed(RecipePatch& patch, const std::string& key, const std::strin
   if (now != wanted) patch.changes.emplace_back(key, wanted);
 }
 
-// Checkpointing as all-or-nothing recipes say it: every layer or none. A plan
-// that checkpoints some layers, or offloads a layer's activations, is written
-// as checkpointing every layer, which keeps less than the plan, and said.
-bool checkpoint_every_layer(const LayerChoices& layers, std::vector<std::string>& notes, const std::string& key) {
-  const int touched = layers.checkpointed + layers.offloaded;
-  if (touched > 0 && touched < layers.layers) {
-    notes.push_back(key + " checkpoints every layer or none: the plan checkpoints or offloads " +
-                    std::to_string(touched) + " of " + std::to_string(layers.layers) +
-                    " layers; every layer is written, which keeps less memory and recomputes more than the plan");
-  }
-  if (layers.offloaded > 0) {
-    notes.push_back("the plan keeps " + std::to_string(layers.offloaded) +
-                    " layers' activations in pinned CPU memory, which these keys cannot say; they are written as "
-                    "checkpointed");
-  }
-  return touched > 0;
-}
-
-// Lines of `text`.
-std::vector<std::string> lines_of(std::string_view text) {
-  std::vector<std::string> lines;
-  std::istringstream in{std::string(text)};
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-// A unified diff (no context lines) replacing lines of `lines` in place
-// (`replaced`: line index -> new text) and appending `appended` at the end,
-// hunks in file order as patch(1) expects them.
-std::string replace_lines_diff(const std::vector<std::string>& lines, std::string_view path,
-                               std::map<size_t, std::string> replaced, const std::vector<std::string>& appended) {
-  std::ostringstream out;
-  out << "--- " << path << "\n+++ " << path << "\n";
-  for (const auto& [i, line] : replaced) {
-    out << "@@ -" << i + 1 << ",1 +" << i + 1 << ",1 @@\n-" << lines[i] << "\n+" << line << "\n";
-  }
-  if (!appended.empty()) {
-    out << "@@ -" << lines.size() << ",0 +" << lines.size() + 1 << "," << appended.size() << " @@\n";
-    for (const std::string& line : appended) out << "+" << line << "\n";
-  }
-  return out.str();
-}
-
 // A unified diff of the top-level `key: value` lines of a YAML file: a changed
 // value replaces its line, keeping a trailing comment; a key the file lacks is
 // appended.
 std::string yaml_diff(std::string_view text, std::string_view path,
                       const std::vector<std::pair<std::string, std::string>>& changes) {
-  const std::vector<std::string> lines = lines_of(text);
-  std::map<size_t, std::string> replaced;
+  LineEdits edits(text);
+  const std::vector<std::string>& lines = edits.lines();
   std::vector<std::string> appended;
   for (const auto& [key, value] : changes) {
     const std::regex pattern("^" + key + R"(:\s*([^#]*?)(\s+#.*)?$)");
@@ -75,12 +34,13 @@ std::string yaml_diff(std::string_view text, std::string_view path,
     for (size_t i = 0; i < lines.size() && !found; ++i) {
       std::smatch match;
       if (!std::regex_match(lines[i], match, pattern)) continue;
-      replaced[i] = key + ": " + value + match[2].str();
+      edits.replace(i, key + ": " + value + match[2].str());
       found = true;
     }
     if (!found) appended.push_back(key + ": " + value);
   }
-  return replace_lines_diff(lines, path, std::move(replaced), appended);
+  edits.insert_before(lines.size(), appended);
+  return edits.unified_diff(path);
 }
 
 // A unified diff of top-level Python assignments `key = N` (an XTuner config's
@@ -88,30 +48,18 @@ std::string yaml_diff(std::string_view text, std::string_view path,
 // Keys without such a line are left to --cfg-options.
 std::string python_assignment_diff(std::string_view text, std::string_view path,
                                    const std::vector<std::pair<std::string, std::string>>& changes) {
-  const std::vector<std::string> lines = lines_of(text);
-  std::map<size_t, std::string> replaced;
+  LineEdits edits(text);
+  const std::vector<std::string>& lines = edits.lines();
   for (const auto& [key, value] : changes) {
     const std::regex pattern("^" + key + R"(\s*=\s*[0-9]+(\s*#.*)?$)");
     for (size_t i = 0; i < lines.size(); ++i) {
       std::smatch match;
       if (!std::regex_match(lines[i], match, pattern)) continue;
-      replaced[i] = key + " = " + value + match[1].str();
+      edits.replace(i, key + " = " + value + match[1].str());
       break;
     }
   }
-  return replace_lines_diff(lines, path, std::move(replaced), {});
-}
-
-// ZeRO and offload are the DeepSpeed config's: whether the plan changes them,
-// and the note that points at the export writing that config.
-bool changes_deepspeed_config(const planner::GlobalConfig& c, const planner::RunSettings& given) {
-  return c.zero_stage != given.zero_stage || c.offload_optimizer != given.offload_optimizer ||
-         c.offload_param != given.offload_param;
-}
-
-std::string deepspeed_config_note(const planner::GlobalConfig& c) {
-  return "ZeRO stage " + std::to_string(c.zero_stage) +
-         " and offload are DeepSpeed's: write ds_config.json with --emit deepspeed=ds_config.json";
+  return edits.unified_diff(path);
 }
 
 // The keys the Trainer-style recipes (axolotl, LLaMA-Factory) share, in their
@@ -151,6 +99,36 @@ RecipePatch trainer_style_patch(const planner::Plan& plan, const planner::RunSet
 }
 
 }  // namespace
+
+// Checkpointing as all-or-nothing recipes say it: every layer or none. A plan
+// that checkpoints some layers, or offloads a layer's activations, is written
+// as checkpointing every layer, which keeps less than the plan, and said.
+bool checkpoint_every_layer(const LayerChoices& layers, std::vector<std::string>& notes, const std::string& key) {
+  const int touched = layers.checkpointed + layers.offloaded;
+  if (touched > 0 && touched < layers.layers) {
+    notes.push_back(key + " checkpoints every layer or none: the plan checkpoints or offloads " +
+                    std::to_string(touched) + " of " + std::to_string(layers.layers) +
+                    " layers; every layer is written, which keeps less memory and recomputes more than the plan");
+  }
+  if (layers.offloaded > 0) {
+    notes.push_back("the plan keeps " + std::to_string(layers.offloaded) +
+                    " layers' activations in pinned CPU memory, which these keys cannot say; they are written as "
+                    "checkpointed");
+  }
+  return touched > 0;
+}
+
+// ZeRO and offload are the DeepSpeed config's: whether the plan changes them,
+// and the note that points at the export writing that config.
+bool changes_deepspeed_config(const planner::GlobalConfig& c, const planner::RunSettings& given) {
+  return c.zero_stage != given.zero_stage || c.offload_optimizer != given.offload_optimizer ||
+         c.offload_param != given.offload_param;
+}
+
+std::string deepspeed_config_note(const planner::GlobalConfig& c) {
+  return "ZeRO stage " + std::to_string(c.zero_stage) +
+         " and offload are DeepSpeed's: write ds_config.json with --emit deepspeed=ds_config.json";
+}
 
 RecipePatch axolotl_patch(const planner::Plan& plan, const planner::RunSettings& given,
                           const std::vector<bool>& checkpointable, std::string_view yaml_text, std::string_view path) {
@@ -273,7 +251,7 @@ RecipePatch torchtune_patch(const planner::Plan& plan, const planner::RunSetting
 }
 
 RecipePatch trainer_arguments_patch(const planner::Plan& plan, const planner::RunSettings& given,
-                                    const std::vector<bool>& checkpointable) {
+                                    const std::vector<bool>& checkpointable, bool accelerate_launch) {
   RecipePatch patch;
   const planner::GlobalConfig& c = plan.config;
   nlohmann::json merge = nlohmann::json::object();
@@ -285,13 +263,21 @@ RecipePatch trainer_arguments_patch(const planner::Plan& plan, const planner::Ru
     patch.changes.emplace_back("gradient_accumulation_steps", std::to_string(c.grad_accum));
     merge["gradient_accumulation_steps"] = c.grad_accum;
   }
-  const bool checkpoint =
-      checkpoint_every_layer(layer_choices(plan, checkpointable), patch.notes, "gradient_checkpointing");
-  if (checkpoint != (given.checkpointing != CheckpointPolicy::kNone)) {
-    patch.changes.emplace_back("gradient_checkpointing", boolean(checkpoint, true));
-    merge["gradient_checkpointing"] = checkpoint;
+  // The Trainer refuses gradient_checkpointing beside FSDP's activation
+  // checkpointing (transformers trainer.py, create_accelerator_and_postprocess):
+  // under an Accelerate FSDP config, checkpointing is that file's key.
+  const bool fsdp_launch = accelerate_launch && given.sharding && *given.sharding != planner::Sharding::kDeepspeed;
+  if (!fsdp_launch) {
+    const bool checkpoint =
+        checkpoint_every_layer(layer_choices(plan, checkpointable), patch.notes, "gradient_checkpointing");
+    if (checkpoint != (given.checkpointing != CheckpointPolicy::kNone)) {
+      patch.changes.emplace_back("gradient_checkpointing", boolean(checkpoint, true));
+      merge["gradient_checkpointing"] = checkpoint;
+    }
   }
-  if (changes_deepspeed_config(c, given)) {
+  if (accelerate_launch) {
+    // ZeRO and offload: the Accelerate config's keys (--emit accelerate).
+  } else if (changes_deepspeed_config(c, given)) {
     patch.changes.emplace_back("deepspeed", "ds_config.json");
     merge["deepspeed"] = "ds_config.json";
     patch.notes.push_back(deepspeed_config_note(c));

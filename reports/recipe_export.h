@@ -30,6 +30,16 @@ struct LayerChoices {
 };
 LayerChoices layer_choices(const planner::Plan& plan, const std::vector<bool>& checkpointable);
 
+// Checkpointing as all-or-nothing keys (`key`) say it: true when the plan
+// checkpoints or offloads any layer; a plan that does so for some layers, or
+// offloads activations, is written as every layer checkpointed, said in `notes`.
+bool checkpoint_every_layer(const LayerChoices& layers, std::vector<std::string>& notes, const std::string& key);
+
+// Whether the plan's ZeRO stage or offload differs from `given`'s (the
+// DeepSpeed config's keys), and the note that points at --emit deepspeed.
+bool changes_deepspeed_config(const planner::GlobalConfig& c, const planner::RunSettings& given);
+std::string deepspeed_config_note(const planner::GlobalConfig& c);
+
 // The torchtune overrides that turn `given` (the run as the config and its
 // `overrides` say it) into `plan`, as `tune run` takes them after the given
 // ones, and a unified diff of the config file (`yaml_text`, at `path`) for the
@@ -40,8 +50,10 @@ RecipePatch torchtune_patch(const planner::Plan& plan, const planner::RunSetting
 
 // The TrainingArguments that turn `given` into `plan`: as command-line
 // arguments and as a JSON merge patch (RFC 7386) of to_json_string's object.
+// `accelerate_launch`: the run is launched with an Accelerate config, whose
+// keys (accelerate_patch) say ZeRO and offload, and under FSDP checkpointing.
 RecipePatch trainer_arguments_patch(const planner::Plan& plan, const planner::RunSettings& given,
-                                    const std::vector<bool>& checkpointable);
+                                    const std::vector<bool>& checkpointable, bool accelerate_launch = false);
 
 // The axolotl keys (micro_batch_size, gradient_accumulation_steps,
 // gradient_checkpointing, deepspeed) that turn `given` into `plan`, as a

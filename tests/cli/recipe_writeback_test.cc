@@ -114,4 +114,64 @@ TEST_CASE("--emit of a config kind the run was not read from names the flag it n
   CHECK(contains(out.err, "expected --axolotl FILE"));
 }
 
+TEST_CASE("an Accelerate DDP config and TrainingArguments take both written-back patches and then read as the plan") {
+  TempDir dir;
+  const std::string accelerate = dir.file("ddp.yaml");
+  const std::string arguments = dir.file("args.json");
+  // `accelerate config` for 4 GPUs with DDP (keys as it writes them, sorted;
+  // docs/source/basic_tutorials/launch.md) and a TRL SFTConfig as JSON.
+  write_text(accelerate,
+             "compute_environment: LOCAL_MACHINE\ndebug: false\ndistributed_type: MULTI_GPU\ndowncast_bf16: 'no'\n"
+             "gpu_ids: all\nmachine_rank: 0\nmain_training_function: main\nmixed_precision: bf16\nnum_machines: 1\n"
+             "num_processes: 4\nrdzv_backend: static\nsame_network: true\nuse_cpu: false\n");
+  write_text(arguments,
+             R"({"output_dir": "out", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, )"
+             R"("bf16": true, "gradient_checkpointing": false, "max_length": 1024, "packing": true})");
+  // Full fine-tuning of an 8B model does not fit four 80 GB GPUs with DDP: the plan shards.
+  const std::string run =
+      "llama-3-8b --gpu a100-80gb --accelerate " + quoted(accelerate) + " --hf-args " + quoted(arguments);
+  const RunOutput plan = run_headroom("plan " + run + " --json -o " + quoted(dir.file("plan.json")) +
+                                      " --emit accelerate=" + quoted(dir.file("acc.patch")) +
+                                      " --emit hf-args=" + quoted(dir.file("args.patch")));
+  REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
+  const nlohmann::json config = parse_json(read_text(dir.file("plan.json")))["config"];
+  REQUIRE(config["zero_stage"].get<int>() > 0);
+  const std::string command = "patch --quiet " + quoted(accelerate) + " < " + quoted(dir.file("acc.patch"));
+  REQUIRE(std::system(command.c_str()) == 0);
+  CHECK(contains(read_text(accelerate), "distributed_type: DEEPSPEED\n"));
+  CHECK(contains(read_text(accelerate), "main_training_function: main\n"));  // the user's keys stay
+  // The Trainer's patch leaves ZeRO to the Accelerate file: no `deepspeed` key.
+  const std::string args_patch = read_text(dir.file("args.patch"));
+  CHECK_FALSE(contains(args_patch, "deepspeed"));
+  nlohmann::json args = parse_json(read_text(arguments));
+  args.merge_patch(parse_json(args_patch.substr(args_patch.find("{"))));
+  write_text(arguments, args.dump());
+  const nlohmann::json after = fitted_settings(run);
+  CHECK(after["zero_stage"] == config["zero_stage"]);
+  CHECK(after["offload_optimizer"] == config["offload_optimizer"]);
+  CHECK(after["offload_param"] == config["offload_param"]);
+  CHECK(after["micro_batch"] == config["micro_batch"]);
+  CHECK(after["grad_accum"] == config["grad_accum"]);
+  // Read again, the pair already runs the plan.
+  const RunOutput again = run_headroom("plan " + run + " --emit accelerate");
+  CHECK(contains(again.out, "no key to change"));
+}
+
+TEST_CASE("TrainingArguments beside an Accelerate FSDP config: gradient_checkpointing with fsdp_activation_checkpointing is refused") {
+  TempDir dir;
+  const std::string arguments = dir.file("args.json");
+  write_text(arguments, R"({"per_device_train_batch_size": 1, "bf16": true, "gradient_checkpointing": true, "max_length": 2048})");
+  const RunOutput fit = run_headroom("fit llama-3-8b --gpu a100-80gb --accelerate " + quoted(kData + "accelerate/fsdp_8gpu.yaml") +
+                                     " --hf-args " + quoted(arguments));
+  CHECK(fit.exit_code == 2);
+  CHECK(contains(fit.err, "gradient_checkpointing"));
+  CHECK(contains(fit.err, "fsdp_activation_checkpointing"));
+  // Without it, the Accelerate file's checkpointing stays.
+  write_text(arguments, R"({"per_device_train_batch_size": 1, "bf16": true, "max_length": 2048})");
+  const nlohmann::json settings =
+      fitted_settings("llama-3-8b --gpu a100-80gb --accelerate " + quoted(kData + "accelerate/fsdp_8gpu.yaml") +
+                      " --hf-args " + quoted(arguments));
+  CHECK(settings["checkpointing"] != "none");
+}
+
 }  // namespace headroom
