@@ -218,7 +218,7 @@ int emit_exports(const CliOptions& options, Terminal& terminal, const planner::P
       text = patch.value();
     } else {
       return fail(terminal, kExitUsage, "--emit: unknown kind \"" + kind +
-                                            "\" (expected deepspeed, accelerate, torch, torchtune, hf-args, axolotl, llamafactory or xtuner, "
+                                            "\" (expected deepspeed, accelerate, torch, torchtune, hf-args, axolotl, llamafactory, xtuner or mmengine, "
                                             "optionally =FILE)");
     }
     if (equals != std::string::npos && path.empty()) {
@@ -300,9 +300,9 @@ void add_plan_flags(CLI::App& command, CliOptions& options) {
   command
       .add_option("--emit", options.emit,
                   "also export the best plan: deepspeed, accelerate or torch (docs/config-export.md), or "
-                  "torchtune / hf-args / axolotl / llamafactory / xtuner / accelerate (the keys to change in the "
-                  "file the run was read from, docs/config-import.md; accelerate is a patch of --accelerate FILE "
-                  "when one was given), to stdout or KIND=FILE; repeatable")
+                  "torchtune / hf-args / axolotl / llamafactory / xtuner / mmengine / accelerate (the keys to change "
+                  "in the file the run was read from, docs/config-import.md; accelerate is a patch of --accelerate "
+                  "FILE when one was given), to stdout or KIND=FILE; repeatable")
       ->type_name("KIND[=FILE]");
 }
 

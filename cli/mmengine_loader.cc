@@ -121,13 +121,13 @@ Result<nlohmann::json> read_mmengine_config(const std::string& config_py) {
   return dump;
 }
 
-Result<nlohmann::json> read_xtuner_config(const std::string& path) {
+Result<nlohmann::json> read_mmengine_file(const std::string& path) {
   if (path.ends_with(".py")) return read_mmengine_config(path);
   Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
   if (!text.is_ok()) return text.status();
   nlohmann::json dump = nlohmann::json::parse(text.value(), nullptr, false);
   if (dump.is_discarded()) {
-    return Status::error(path + ": not JSON (expected an XTuner config .py, or what "
+    return Status::error(path + ": not JSON (expected an MMEngine config .py, or what "
                                 "scripts/exporter/read_mmengine_config.py prints)");
   }
   return dump;

@@ -1,6 +1,6 @@
-// Reading an MMEngine / XTuner Python config through MMEngine's own loader
+// Reading an MMEngine (XTuner, mmpretrain) Python config through MMEngine's own loader
 // (scripts/exporter/read_mmengine_config.py) in the project's Python: the config
-// is code, so headroom never parses it itself. docs/config-import.md ("XTuner").
+// is code, so headroom never parses it itself. docs/config-import.md ("MMEngine configs").
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -19,8 +19,11 @@ std::string mmengine_python();
 // file) with a hint when mmengine is missing.
 Result<nlohmann::json> read_mmengine_config(const std::string& config_py);
 
-// What `--xtuner FILE` names, as the loader prints it: a .py config through the
-// loader, any other file as that JSON already printed.
-Result<nlohmann::json> read_xtuner_config(const std::string& path);
+// What `--mmengine FILE` names, as the loader prints it: a .py config through
+// the loader, any other file as that JSON already printed.
+Result<nlohmann::json> read_mmengine_file(const std::string& path);
+
+// The same for `--xtuner FILE`.
+inline Result<nlohmann::json> read_xtuner_config(const std::string& path) { return read_mmengine_file(path); }
 
 }  // namespace headroom::cli

@@ -1,5 +1,7 @@
 #include "cli/recipe_exports.h"
 
+#include <algorithm>
+
 #include "graph/atomic_file.h"
 #include "planner/accelerate_import.h"
 #include "planner/config_import.h"
@@ -8,6 +10,7 @@
 #include "planner/torchtune_import.h"
 #include "planner/axolotl_import.h"
 #include "planner/llamafactory_import.h"
+#include "planner/mmengine_import.h"
 #include "planner/xtuner_import.h"
 #include "cli/mmengine_loader.h"
 #include "reports/accelerate_patch.h"
@@ -64,11 +67,40 @@ Result<std::string> xtuner_export(const std::string& path, bool with_deepspeed, 
   return patch.text;
 }
 
+// The mmpretrain write-back: the config read again, and which of the plan's
+// blocks with_cp=True checkpoints (the config read once more with it set: the
+// reader knows which blocks' inputs need no gradient).
+Result<std::string> mmpretrain_export(const std::string& path, const nlohmann::json& dump, const planner::Plan& best,
+                                      std::vector<std::string>& notes) {
+  Result<planner::ConfigImport> given = planner::import_mmengine_config(dump, path, planner::RunSettings{}, false);
+  if (!given.is_ok()) return given.status();
+  nlohmann::json with_cp = dump;
+  with_cp["config"]["model"]["backbone"]["with_cp"] = true;
+  Result<planner::ConfigImport> checkpointed = planner::import_mmengine_config(with_cp, path, planner::RunSettings{}, false);
+  if (!checkpointed.is_ok()) return checkpointed.status();
+  const planner::RunSettings& cp = checkpointed->settings;
+  Result<planner::ModelContext> context = planner::prepare_context(best.settings);
+  if (!context.is_ok()) return context.status();
+  std::vector<bool> with_cp_blocks;
+  for (const graph::Block& block : context->graph.blocks) {
+    const bool listed = std::find(cp.checkpoint_blocks.begin(), cp.checkpoint_blocks.end(), block.name) !=
+                        cp.checkpoint_blocks.end();
+    with_cp_blocks.push_back(block.checkpointable && (cp.checkpointing == planner::CheckpointPolicy::kEveryBlock ||
+                                                      (cp.checkpointing == planner::CheckpointPolicy::kList && listed)));
+  }
+  const std::string py_path = dump.value("file", "");
+  const reports::RecipePatch patch =
+      reports::mmengine_patch(best, given->settings, with_cp_blocks, py_path.empty() ? path : py_path);
+  notes.insert(notes.end(), patch.notes.begin(), patch.notes.end());
+  return patch.text;
+}
+
 }  // namespace
 
 bool is_recipe_export(std::string_view kind, const SettingsFlags& flags) {
   if (kind == "accelerate") return !values_of(flags, "--accelerate").empty();
-  return kind == "torchtune" || kind == "hf-args" || kind == "axolotl" || kind == "llamafactory" || kind == "xtuner";
+  return kind == "torchtune" || kind == "hf-args" || kind == "axolotl" || kind == "llamafactory" || kind == "xtuner" ||
+         kind == "mmengine";
 }
 
 Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& flags, const planner::Plan& best,
@@ -110,6 +142,16 @@ Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& fl
         reports::accelerate_patch(best, given->settings, checkpointable.value(), text.value(), path);
     if (!written.is_ok()) return written.status();
     patch = std::move(written.value());
+  } else if (kind == "mmengine") {
+    // Any MMEngine config: XTuner's are written back as --emit xtuner writes them.
+    Result<nlohmann::json> dump = read_mmengine_file(path);
+    if (!dump.is_ok()) return dump.status();
+    Result<planner::MmengineKind> config_kind = planner::mmengine_kind(dump.value(), path);
+    if (!config_kind.is_ok()) return config_kind.status();
+    if (config_kind.value() == planner::MmengineKind::kXtuner) {
+      return xtuner_export(path, !values_of(flags, "--deepspeed").empty(), best, checkpointable.value(), notes);
+    }
+    return mmpretrain_export(path, dump.value(), best, notes);
   } else if (kind == "xtuner") {
     Result<std::string> patch_text = xtuner_export(path, !values_of(flags, "--deepspeed").empty(), best,
                                                    checkpointable.value(), notes);

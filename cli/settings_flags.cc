@@ -15,6 +15,7 @@
 #include "planner/axolotl_import.h"
 #include "planner/hf_trainer_import.h"
 #include "planner/llamafactory_import.h"
+#include "planner/mmengine_import.h"
 #include "planner/xtuner_import.h"
 #include "cli/mmengine_loader.h"
 #include "planner/torchtune_import.h"
@@ -563,6 +564,11 @@ const std::vector<SettingsFlag> kFlags = {
      "or the JSON scripts/exporter/read_mmengine_config.py prints; with --deepspeed as xtuner train takes it; "
      "docs/config-import.md); MODEL gives the model",
      false, [](RunSettings&, std::string_view) { return Status::ok(); }},
+    {"--mmengine", "FILE", kTraining,
+     "answer for this MMEngine config (the Python config of an OpenMMLab tools/train.py, read by MMEngine's own "
+     "loader, or the JSON scripts/exporter/read_mmengine_config.py prints): mmpretrain's ImageClassifier names "
+     "its zoo model; XTuner's models are read as --xtuner reads them (MODEL gives the LLM); docs/config-import.md",
+     false, [](RunSettings&, std::string_view) { return Status::ok(); }},
     {"--peft", "FILE", kTraining,
      "the run's PEFT adapter_config.json: LoRA rank, targets, dropout, modules_to_save (docs/config-import.md)",
      false, [](RunSettings&, std::string_view) { return Status::ok(); }},
@@ -684,7 +690,8 @@ static bool flag_given(const SettingsFlags& flags, const char* wanted) {
 
 Result<RunSettings> resolve_settings(const std::string& model, const SettingsFlags& flags,
                                      std::vector<std::string>* notes) {
-  std::string torchtune_file, accelerate_file, axolotl_file, llamafactory_file, xtuner_file, hf_args_file, peft_file;
+  std::string torchtune_file, accelerate_file, axolotl_file, llamafactory_file, xtuner_file, mmengine_file, hf_args_file,
+      peft_file;
   bool with_deepspeed = false;
   std::vector<std::string> torchtune_overrides;
   for (const auto& [flag, value] : flags.given) {
@@ -695,6 +702,7 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
     if (name == "--axolotl") axolotl_file = value;
     if (name == "--llamafactory") llamafactory_file = value;
     if (name == "--xtuner") xtuner_file = value;
+    if (name == "--mmengine") mmengine_file = value;
     if (name == "--deepspeed") with_deepspeed = true;
     if (name == "--hf-args") hf_args_file = value;
     if (name == "--peft") peft_file = value;
@@ -713,10 +721,10 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
                                      : load_settings_file(flags.settings_file);
     if (!loaded.is_ok()) return loaded.status();
     settings = loaded.value();
-  } else if (model.empty() && torchtune_file.empty()) {
+  } else if (model.empty() && torchtune_file.empty() && mmengine_file.empty()) {
     return Status::error(
         "MODEL: missing (expected a zoo name such as llama-3-8b, see `headroom "
-        "models`, a layer-graph JSON file, or --torchtune with a recipe config)");
+        "models`, a layer-graph JSON file, or --torchtune / --mmengine with a config that names it)");
   }
   // The user's own config files are the base the other flags refine, read in
   // this order; each keeps what the ones before it set and it does not say.
@@ -771,19 +779,33 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
                        planner::load_llamafactory_config(llamafactory_file, settings));
     if (!read.is_ok()) return read;
   }
+  // An XTuner config (--xtuner, or --mmengine with an XTuner model): read before
+  // the flags; with --deepspeed its batch and accumulation win over the file's.
   std::optional<planner::ConfigImport> xtuner;
-  if (!xtuner_file.empty()) {
+  if (!xtuner_file.empty() || !mmengine_file.empty()) {
+    const char* flag = xtuner_file.empty() ? "--mmengine" : "--xtuner";
+    const std::string& file = xtuner_file.empty() ? mmengine_file : xtuner_file;
     if (!hf_args_file.empty() || !torchtune_file.empty() || !axolotl_file.empty() || !llamafactory_file.empty() ||
-        !accelerate_file.empty() || !peft_file.empty()) {
-      return Status::error("--xtuner: an XTuner config holds the model, adapters and optimizer itself; expected "
-                           "--xtuner without --hf-args, --torchtune, --axolotl, --llamafactory, --accelerate or --peft");
+        !accelerate_file.empty() || !peft_file.empty() || (!xtuner_file.empty() && !mmengine_file.empty())) {
+      return Status::error(std::string(flag) + ": an MMEngine config holds the model and optimizer itself; expected " +
+                           flag + " without --hf-args, --torchtune, --axolotl, --llamafactory, --accelerate, --peft "
+                           "or another MMEngine config");
     }
-    Result<nlohmann::json> dump = read_xtuner_config(xtuner_file);
+    Result<nlohmann::json> dump = read_mmengine_file(file);
+    if (!dump.is_ok()) return Status::error(std::string(flag) + ": " + dump.message());
+    Result<planner::MmengineKind> kind = xtuner_file.empty() ? planner::mmengine_kind(dump.value(), file)
+                                                             : Result<planner::MmengineKind>(planner::MmengineKind::kXtuner);
+    if (!kind.is_ok()) return Status::error(std::string(flag) + ": " + kind.message());
+    const bool is_xtuner = kind.value() == planner::MmengineKind::kXtuner;
+    if (is_xtuner && model.empty() && flags.settings_file.empty() && flags.settings_text.empty()) {
+      return Status::error("MODEL: missing (an XTuner config names checkpoints, which headroom does not load; "
+                           "expected MODEL as that LLM: a zoo name, its config.json or a layer graph)");
+    }
     Result<planner::ConfigImport> imported =
-        dump.is_ok() ? planner::import_xtuner_config(dump.value(), xtuner_file, settings, with_deepspeed)
-                     : Result<planner::ConfigImport>(dump.status());
-    if (imported.is_ok()) xtuner = imported.value();
-    Status read = take("--xtuner", xtuner_file, "XTuner config", std::move(imported));
+        is_xtuner ? planner::import_xtuner_config(dump.value(), file, settings, with_deepspeed)
+                  : planner::import_mmengine_config(dump.value(), file, settings, with_deepspeed);
+    if (imported.is_ok() && is_xtuner) xtuner = imported.value();
+    Status read = take(flag, file, is_xtuner ? "XTuner config" : "mmpretrain config", std::move(imported));
     if (!read.is_ok()) return read;
   }
   if (!hf_args_file.empty()) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "graph/atomic_file.h"
+#include "planner/mmengine_config.h"
 
 namespace headroom::planner {
 namespace {
@@ -17,55 +18,7 @@ using nlohmann::json;
 // Image tokens of the zoo's LLaVA tower (CLIP ViT-L/14 at 336 px: 24 x 24 patches).
 constexpr int64_t kLlavaImageTokens = 576;
 
-// One config being read: the field errors name the file and the dotted key, and
-// every key of a dict that is read but not understood joins `ignored`.
-class Reader {
- public:
-  Reader(std::string_view origin, ConfigImport& out) : origin_(origin), out_(out) {}
-
-  // The value at `key` of `obj`, or nullptr when absent or None.
-  static const json* at(const json& obj, const char* key) {
-    if (!obj.is_object()) return nullptr;
-    const auto it = obj.find(key);
-    return it == obj.end() || it->is_null() ? nullptr : &*it;
-  }
-  Status fail(const std::string& path, const std::string& expected, const json& got = nullptr) const {
-    return config_field_error(origin_, path, expected, got);
-  }
-  // Keys of `obj` outside `read`, listed as not read under `path`.
-  void rest(const json& obj, const std::string& path, std::initializer_list<const char*> read) {
-    if (!obj.is_object()) return;
-    for (const auto& [key, value] : obj.items()) {
-      if (std::none_of(read.begin(), read.end(), [&](const char* k) { return key == k; })) {
-        out_.ignored.push_back(path.empty() ? key : path + "." + key);
-      }
-    }
-  }
-  void note(const std::string& text) { out_.notes.push_back(text); }
-
- private:
-  std::string_view origin_;
-  ConfigImport& out_;
-};
-
-// An imported object as the loader prints it ({"import": "torch.float16"}), or a
-// class named by a string (MMEngine's registry form, type='LLaVAModel').
-std::optional<std::string> import_name(const json* value) {
-  if (value == nullptr) return std::nullopt;
-  if (value->is_string()) return value->get<std::string>();
-  if (value->is_object() && value->contains("import") && value->at("import").is_string()) {
-    return value->at("import").get<std::string>();
-  }
-  return std::nullopt;
-}
-
-// The last dotted component: "xtuner.model.LLaVAModel" -> "LLaVAModel".
-std::string last_name(const std::string& dotted) {
-  const size_t dot = dotted.rfind('.');
-  return dot == std::string::npos ? dotted : dotted.substr(dot + 1);
-}
-
-bool is_true(const json* value) { return value != nullptr && *value == json(true); }
+using Reader = MmengineReader;
 
 // torch_dtype as from_pretrained takes it: torch.float16, "bfloat16", "auto".
 enum class Dtype { kFp32, kFp16, kBf16 };
@@ -175,12 +128,9 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
   out.settings = std::move(base);
   RunSettings& s = out.settings;
   Reader r(origin, out);
-  if (!dump.is_object() || dump.value("format", "") != "headroom.mmengine-config" || !dump.contains("config") ||
-      !dump.at("config").is_object()) {
-    return r.fail("format", "the JSON scripts/exporter/read_mmengine_config.py prints (format headroom.mmengine-config)",
-                  dump.is_object() ? dump.value("format", json()) : dump);
-  }
-  const json& cfg = dump.at("config");
+  Result<const json*> config = mmengine_config_of(dump, origin);
+  if (!config.is_ok()) return config.status();
+  const json& cfg = *config.value();
 
   // The model: SupervisedFinetune (a causal LM) or LLaVAModel (xtuner/model/sft.py, llava.py).
   const json* model = Reader::at(cfg, "model");
@@ -288,14 +238,9 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
                            "tokenizer", "image_processor", "template", "max_position_embeddings", "peft_model"});
 
   // Batch and sequence (train_dataloader; the dataset's max_length and packing).
-  const json* loader = Reader::at(cfg, "train_dataloader");
-  if (loader == nullptr || !loader->is_object()) return r.fail("train_dataloader", "a dict with batch_size and dataset");
-  const json* batch = Reader::at(*loader, "batch_size");
-  if (batch == nullptr || !batch->is_number_integer() || batch->get<int64_t>() < 1) {
-    return r.fail("train_dataloader.batch_size", "a positive integer", loader->value("batch_size", json()));
-  }
-  s.micro_batch = batch->get<int64_t>();
-  const json* dataset = Reader::at(*loader, "dataset");
+  Result<const json*> loader = read_train_batch(r, cfg, s);
+  if (!loader.is_ok()) return loader.status();
+  const json* dataset = Reader::at(*loader.value(), "dataset");
   const json* max_length = dataset != nullptr ? Reader::at(*dataset, "max_length") : nullptr;
   if (max_length == nullptr || !max_length->is_number_integer() || max_length->get<int64_t>() < 2) {
     return r.fail("train_dataloader.dataset.max_length", "the token cap of a sample (an integer)",
@@ -320,42 +265,11 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
     }
   }
 
-  // The optimizer wrapper: AMP and accumulation (mmengine/optim/optimizer/*.py).
-  const json* wrapper = Reader::at(cfg, "optim_wrapper");
-  if (wrapper == nullptr || !wrapper->is_object()) return r.fail("optim_wrapper", "a dict with type and optimizer");
-  const std::string wrapper_type = last_name(import_name(Reader::at(*wrapper, "type")).value_or(""));
-  if (wrapper_type != "AmpOptimWrapper" && wrapper_type != "OptimWrapper" && wrapper_type != "DeepSpeedOptimWrapper") {
-    return r.fail("optim_wrapper.type", "AmpOptimWrapper, OptimWrapper or DeepSpeedOptimWrapper",
-                  wrapper->value("type", json()));
-  }
-  if (const json* accum = Reader::at(*wrapper, "accumulative_counts")) {
-    if (!accum->is_number_integer() || accum->get<int64_t>() < 1) {
-      return r.fail("optim_wrapper.accumulative_counts", "a positive integer", *accum);
-    }
-    s.grad_accum = accum->get<int64_t>();
-  } else {
-    s.grad_accum = 1;
-  }
-  const json* optimizer = Reader::at(*wrapper, "optimizer");
-  const std::string optimizer_type =
-      optimizer != nullptr ? import_name(Reader::at(*optimizer, "type")).value_or("") : "";
-  const std::string optimizer_name = last_name(optimizer_type);
-  s.paged_optimizer = false;
-  if (optimizer_name == "AdamW" && optimizer_type.find("bitsandbytes") == std::string::npos) {
-    s.optimizer = OptimizerKind::kAdamW;
-  } else if (optimizer_name == "AdamW8bit" || optimizer_name == "PagedAdamW8bit") {
-    s.optimizer = OptimizerKind::kAdamW8bit;
-    s.paged_optimizer = optimizer_name == "PagedAdamW8bit";
-  } else if (optimizer_name == "PagedAdamW" || optimizer_name == "PagedAdamW32bit") {
-    s.optimizer = OptimizerKind::kAdamW;
-    s.paged_optimizer = true;
-  } else {
-    return r.fail("optim_wrapper.optimizer.type",
-                  "torch.optim.AdamW or bitsandbytes' AdamW8bit, PagedAdamW8bit, PagedAdamW (the others' states are "
-                  "not modelled here)",
-                  optimizer != nullptr ? optimizer->value("type", json()) : json());
-  }
-  if (optimizer != nullptr) r.rest(*optimizer, "optim_wrapper.optimizer", {"type", "lr", "betas", "weight_decay", "eps"});
+  // The optimizer wrapper: AMP, accumulation and the optimizer (shared by every
+  // MMEngine config: planner/mmengine_config.h).
+  Result<OptimWrapperConfig> wrapper = read_optim_wrapper(r, cfg, s);
+  if (!wrapper.is_ok()) return wrapper.status();
+  const std::string wrapper_type = wrapper->type;
 
   // Precision and who runs the step.
   if (with_deepspeed || wrapper_type == "DeepSpeedOptimWrapper") {
@@ -371,13 +285,10 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
            "for every GPU headroom knows); the DeepSpeed file's ZeRO stage and offload are read by --deepspeed");
   } else {
     // MMEngine's AmpOptimWrapper: torch.autocast around forward and loss, over
-    // the model as loaded (amp_optimizer_wrapper.py; dtype None is fp16 on CUDA).
-    const json* dtype = Reader::at(*wrapper, "dtype");
-    const bool bf16 = dtype != nullptr && (*dtype == json("bfloat16") || torch_dtype(dtype) == Dtype::kBf16);
-    if (dtype != nullptr && !bf16 && *dtype != json("float16") && torch_dtype(dtype) != Dtype::kFp16) {
-      return r.fail("optim_wrapper.dtype", "float16 or bfloat16", *dtype);
-    }
-    const bool amp = wrapper_type == "AmpOptimWrapper";
+    // the model as loaded (amp_optimizer_wrapper.py; dtype None is fp16 on CUDA;
+    // float32 autocasts to fp32, which is no 16-bit compute).
+    const bool bf16 = wrapper->bf16;
+    const bool amp = wrapper_type == "AmpOptimWrapper" && !wrapper->autocast_fp32;
     if (llava && (llm_fp32 != vision_fp32)) {
       return r.fail("model.visual_encoder.torch_dtype",
                     "the LLM's weight dtype: without --deepspeed the vision tower and projector keep the dtype "
@@ -394,7 +305,7 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
       if (*language.dtype == Dtype::kFp16) r.note("model.llm.torch_dtype float16: priced as bf16 (the same bytes)");
     }
     s.stack = Stack::kTorchAmp;
-    s.optimizer_impl = OptimizerImpl::kForeach;  // torch.optim.AdamW's default on CUDA
+    s.optimizer_impl = wrapper->impl;  // foreach, torch.optim's default on CUDA, unless the optimizer says
     if (lora != nullptr && language.quantized) {
       r.note("PEFT's prepare_model_for_kbit_training leaves the embeddings, norms and output layer in fp32 around "
              "the 4-bit linears: priced as " + std::string(amp ? "autocast over an fp32 model" : "an fp32 model"));
@@ -403,20 +314,12 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
   // The loss: LLaVAModel / SupervisedFinetune return only outputs.loss, so the
   // model output (and its logits) is dropped before backward.
   s.loss = LossSpec{LossImpl::kFull, 8};
-  r.rest(*wrapper, "optim_wrapper",
-         {"type", "optimizer", "accumulative_counts", "dtype", "clip_grad", "loss_scale", "paramwise_cfg"});
 
-  // Checkpoints: the CheckpointHook keeps max_keep_ckpts (-1, its default: all).
-  if (const json* hooks = Reader::at(cfg, "default_hooks")) {
-    if (const json* checkpoint = Reader::at(*hooks, "checkpoint")) {
-      const json* keep = Reader::at(*checkpoint, "max_keep_ckpts");
-      if (keep != nullptr && keep->is_number_integer() && keep->get<int64_t>() > 0) {
-        s.checkpoints_kept = static_cast<int>(std::min<int64_t>(keep->get<int64_t>(), 1000));
-      } else {
-        r.note("default_hooks.checkpoint.max_keep_ckpts: every checkpoint is kept; the disk figure counts " +
-               std::to_string(s.checkpoints_kept) + " (give --keep-checkpoints)");
-      }
-    }
+  // Checkpoints (the CheckpointHook) and, without DeepSpeed, the Runner's model
+  // wrapper; with --deepspeed xtuner's FlexibleRunner shards, not the wrapper.
+  read_checkpoint_hook(r, cfg, s);
+  if (!with_deepspeed) {
+    if (Status read = read_model_wrapper(r, cfg, s); !read.is_ok()) return read;
   }
   if (const json* parallel = Reader::at(cfg, "sequence_parallel_size"); parallel != nullptr && *parallel != json(1)) {
     return r.fail("sequence_parallel_size", "1 (sequence parallelism is not modelled)", *parallel);
@@ -427,23 +330,10 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
   }
   // Top-level variables (max_length = 2048, lr = 2e-4) feed the dicts read above,
   // which carry their values; they are named apart from the dicts not read.
-  std::string variables;
-  for (const auto& [key, value] : cfg.items()) {
-    static const std::set<std::string> kRead = {"model", "train_dataloader", "optim_wrapper", "default_hooks",
-                                                "sequence_parallel_size", "strategy"};
-    if (kRead.count(key) > 0) continue;
-    const bool scalar = !value.is_object() && !(value.is_array() && std::any_of(value.begin(), value.end(), [](const json& v) {
-      return v.is_object();
-    }));
-    if (scalar) {
-      variables += (variables.empty() ? "" : ", ") + key;
-    } else {
-      out.ignored.push_back(key);
-    }
-  }
-  if (!variables.empty()) {
-    r.note("top-level variables, not read themselves (the dicts read carry the values they feed): " + variables);
-  }
+  std::set<std::string> read = {"model", "train_dataloader", "optim_wrapper", "default_hooks",
+                                "sequence_parallel_size", "strategy"};
+  if (!with_deepspeed) read.insert("model_wrapper_cfg");
+  list_unread_top_level(r, cfg, read);
   return out;
 }
 

@@ -3,7 +3,8 @@
 // reads it (scripts/exporter/read_mmengine_config.py, lazy-import mode) and
 // prints it as JSON, which this reads: the model (XTuner's SupervisedFinetune or
 // LLaVAModel with their LoRA and bitsandbytes keys), the data loader's batch and
-// sequence, the optimizer wrapper (AMP, accumulation) and the checkpoint hook.
+// sequence, the optimizer wrapper (AMP, accumulation) and the checkpoint hook
+// (those last, as every MMEngine config's, by planner/mmengine_config.h).
 // Rules in docs/config-import.md ("XTuner configs").
 #pragma once
 

@@ -190,6 +190,77 @@ RecipePatch xtuner_patch(const planner::Plan& plan, const planner::RunSettings& 
   return patch;
 }
 
+RecipePatch mmengine_patch(const planner::Plan& plan, const planner::RunSettings& given,
+                           const std::vector<bool>& with_cp_blocks, std::string_view path) {
+  RecipePatch patch;
+  const planner::GlobalConfig& c = plan.config;
+  set_if_changed(patch, "train_dataloader.batch_size", std::to_string(given.micro_batch), std::to_string(c.micro_batch));
+  set_if_changed(patch, "optim_wrapper.accumulative_counts", std::to_string(given.grad_accum),
+                 std::to_string(c.grad_accum));
+  // Precision: AmpOptimWrapper autocasts (dtype float16 or bfloat16), OptimWrapper
+  // trains in fp32 (mmengine/optim/optimizer/amp_optimizer_wrapper.py).
+  const planner::Precision wanted = plan.settings.precision;
+  if (wanted != given.precision) {
+    if (planner::is_autocast(wanted)) {
+      patch.changes.emplace_back("optim_wrapper.type", "AmpOptimWrapper");
+      patch.changes.emplace_back("optim_wrapper.dtype", wanted == planner::Precision::kBf16Amp ? "bfloat16" : "float16");
+    } else if (wanted == planner::Precision::kFp32) {
+      patch.changes.emplace_back("optim_wrapper.type", "OptimWrapper");
+      if (planner::is_autocast(given.precision)) patch.changes.emplace_back("optim_wrapper.dtype", "None");
+    } else {
+      patch.notes.push_back("precision " + std::string(planner::precision_name(wanted)) +
+                            " has no MMEngine optimizer-wrapper key (AmpOptimWrapper autocasts an fp32 model)");
+    }
+  }
+  // with_cp is all-or-nothing for the backbone: the blocks it checkpoints are
+  // `with_cp_blocks`. Any block the plan checkpoints or offloads turns it on.
+  int planned = 0;
+  int differing = 0;
+  int offloaded = 0;
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
+    const bool touched = plan.blocks[b] != BlockChoice::kKeep;
+    const bool by_with_cp = b < with_cp_blocks.size() && with_cp_blocks[b];
+    if (touched) ++planned;
+    if (plan.blocks[b] == BlockChoice::kOffload) ++offloaded;
+    if (touched != by_with_cp) ++differing;
+  }
+  const bool with_cp = planned > 0;
+  set_if_changed(patch, "model.backbone.with_cp", boolean(given.checkpointing != CheckpointPolicy::kNone, true),
+                 boolean(with_cp, true));
+  if (with_cp && differing > 0) {
+    patch.notes.push_back("model.backbone.with_cp checkpoints every block whose input needs a gradient or none: the "
+                          "plan differs from that in " + std::to_string(differing) +
+                          " blocks; with_cp=True is written, which keeps less memory and recomputes more than the plan");
+  }
+  if (offloaded > 0) {
+    patch.notes.push_back("the plan keeps " + std::to_string(offloaded) +
+                          " blocks' activations in pinned CPU memory, which MMEngine has no key for; they are written "
+                          "as checkpointed");
+  }
+  if (c.zero_stage > 0 || c.offload_optimizer != Offload::kNone || c.offload_param != Offload::kNone) {
+    patch.notes.push_back("ZeRO stage " + std::to_string(c.zero_stage) +
+                          " and offload have no key here: MMEngine's Runner wraps the model in DDP "
+                          "(model_wrapper_cfg); its MMFullyShardedDataParallel is not what headroom priced");
+  }
+  const int world = plan.settings.world_size();
+  std::ostringstream text;
+  if (patch.changes.empty()) {
+    text << "# the config already runs the plan: no key to change\n";
+  } else {
+    text << (world > 1 ? "# bash tools/dist_train.sh " : "# python tools/train.py ") << path;
+    if (world > 1) text << " " << plan.settings.gpus_per_node;
+    text << " --cfg-options";
+    for (const auto& [key, value] : patch.changes) text << " " << key << "=" << value;
+    text << "\n";
+  }
+  if (plan.settings.nodes > 1) {
+    patch.notes.push_back("on " + std::to_string(plan.settings.nodes) + " nodes: launch tools/dist_train.sh on each "
+                          "with NNODES, NODE_RANK and MASTER_ADDR set");
+  }
+  patch.text = text.str();
+  return patch;
+}
+
 LayerChoices layer_choices(const planner::Plan& plan, const std::vector<bool>& checkpointable) {
   LayerChoices out;
   for (size_t b = 0; b < plan.blocks.size() && b < checkpointable.size(); ++b) {

@@ -81,4 +81,14 @@ RecipePatch xtuner_patch(const planner::Plan& plan, const planner::RunSettings& 
                          const std::vector<bool>& checkpointable, std::string_view py_text, std::string_view path,
                          XtunerVariables variable_feeds);
 
+// The MMEngine keys (mmpretrain's tools/train.py --cfg-options) that turn
+// `given` into `plan`: train_dataloader.batch_size,
+// optim_wrapper.accumulative_counts, the AmpOptimWrapper and its dtype, and
+// model.backbone.with_cp. `with_cp_blocks`: per plan block, whether with_cp=True
+// checkpoints it (Bottleneck.forward skips a block whose input needs no
+// gradient). What these keys cannot say (ZeRO, offload, a subset of blocks) is
+// a note. `path` names the config in the command shown.
+RecipePatch mmengine_patch(const planner::Plan& plan, const planner::RunSettings& given,
+                           const std::vector<bool>& with_cp_blocks, std::string_view path);
+
 }  // namespace headroom::reports

@@ -3,6 +3,7 @@
 // and the copy, read again, is the plan (issue 13: "the written-back patch
 // applied to it gives the chosen plan").
 #include <cstdlib>
+#include <sstream>
 #include <string>
 
 #include "tests/cli/cli_harness.h"
@@ -35,6 +36,35 @@ nlohmann::json plan_and_patch(const std::string& args, const std::string& kind, 
   const std::string command = "patch --quiet " + quoted(copy) + " < " + quoted(exported);
   REQUIRE(std::system(command.c_str()) == 0);
   return parse_json(read_text(dir.file("plan.json")))["config"];
+}
+
+// What MMEngine's DictAction and merge_from_dict make of `--cfg-options KEY=VALUE
+// ...` on the config's JSON: a dotted key sets a nested value, read as an int, a
+// bool (True / False), None or else a string (mmengine/config/config.py
+// DictAction._parse_int_float_bool). The exporter test applies them with MMEngine
+// itself (tests/exporter/mmengine_loader.sh).
+nlohmann::json apply_cfg_options(nlohmann::json dump, const std::string& export_text) {
+  const size_t at = export_text.find("--cfg-options");
+  REQUIRE(at != std::string::npos);
+  std::istringstream words(export_text.substr(at + 13, export_text.find('\n', at) - at - 13));
+  for (std::string word; words >> word;) {
+    const size_t eq = word.find('=');
+    REQUIRE(eq != std::string::npos);
+    const std::string value = word.substr(eq + 1);
+    nlohmann::json* node = &dump["config"];
+    std::istringstream path(word.substr(0, eq));
+    for (std::string part; std::getline(path, part, '.');) node = &(*node)[part];
+    if (value == "True" || value == "False") {
+      *node = value == "True";
+    } else if (value == "None") {
+      *node = nullptr;
+    } else if (value.find_first_not_of("0123456789") == std::string::npos) {
+      *node = std::stoll(value);
+    } else {
+      *node = value;
+    }
+  }
+  return dump;
 }
 
 }  // namespace
@@ -106,6 +136,48 @@ TEST_CASE("an XTuner config: --cfg-options for xtuner train, and the top-level v
   const nlohmann::json after = fitted_settings("llama-3-8b --gpu 4090 --xtuner " + quoted(dump_path));
   CHECK(after["grad_accum"] == 64);
   CHECK(after["micro_batch"] == config["micro_batch"]);
+}
+
+TEST_CASE("an mmpretrain config: --cfg-options for tools/train.py that read back as the plan") {
+  // Batch 32 at 224 px (3.9 GiB as the config runs it) on a 3 GiB budget: the
+  // plan halves the micro-batch and doubles the accumulation; with the
+  // micro-batch fixed it checkpoints blocks instead, written as with_cp=True.
+  for (const std::string freedom : {"", " --fixed-micro-batch"}) {
+    CAPTURE(freedom);
+    TempDir dir;
+    const nlohmann::json dump = parse_json(read_text(kData + "mmpretrain/resnet50_8xb32_in1k.dump.json"));
+    const std::string dump_path = dir.file("resnet.dump.json");
+    write_text(dump_path, dump.dump());
+    const std::string run = "--gpu 4090 --gpu-mem 3GiB --mmengine " + quoted(dump_path) + freedom;
+    const nlohmann::json before = fitted_settings(run);
+    const std::string exported = dir.file("mmengine.txt");
+    const RunOutput plan = run_headroom("plan " + run + " --json -o " + quoted(dir.file("plan.json")) +
+                                        " --emit mmengine=" + quoted(exported));
+    REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
+    const nlohmann::json planned = parse_json(read_text(dir.file("plan.json")));
+    const nlohmann::json config = planned["config"];
+    const std::string text = read_text(exported);
+    CAPTURE(text);
+    CHECK(contains(text, "# python tools/train.py tests/data/mmpretrain/configs/resnet/resnet50_8xb32_in1k.py "
+                         "--cfg-options"));
+    bool checkpointed = false;
+    for (const auto& block : planned["blocks"]) checkpointed = checkpointed || block["choice"] != "keep";
+    CHECK(checkpointed == !freedom.empty());
+    CHECK(contains(text, "model.backbone.with_cp=True") == checkpointed);
+    // The plan checkpoints some blocks; with_cp checkpoints them all: said.
+    if (checkpointed) CHECK(contains(plan.out + plan.err, "with_cp=True is written"));
+    // The overrides, applied as MMEngine applies them, read back as the plan.
+    write_text(dump_path, apply_cfg_options(dump, text).dump());
+    const nlohmann::json after = fitted_settings(run);
+    CHECK(after["micro_batch"] == config["micro_batch"]);
+    CHECK(after["grad_accum"] == config["grad_accum"]);
+    CHECK((after["checkpointing"] != "none") == checkpointed);
+    CHECK(after != before);
+    // Read again, the config already runs the plan (with_cp on stays on).
+    const RunOutput again = run_headroom("plan " + run + " --emit mmengine");
+    REQUIRE_MESSAGE(again.exit_code == 0, again.err);
+    CHECK(contains(again.out, "the config already runs the plan"));
+  }
 }
 
 TEST_CASE("--emit of a config kind the run was not read from names the flag it needs") {

@@ -121,9 +121,18 @@ TEST_CASE("XTuner keys headroom cannot price are refused by name") {
   nlohmann::json no_lora = sft;
   no_lora["config"]["model"].erase("lora");
   CHECK(refusal(no_lora).find("model.lora") != std::string::npos);
+  nlohmann::json rmsprop = sft;
+  rmsprop["config"]["optim_wrapper"]["optimizer"]["type"] = {{"import", "torch.optim.RMSprop"}};
+  CHECK(refusal(rmsprop).find("optim_wrapper.optimizer.type") != std::string::npos);
+  // The optimizer is MMEngine's, read as for every MMEngine config: SGD keeps a
+  // state only with momentum.
   nlohmann::json sgd = sft;
   sgd["config"]["optim_wrapper"]["optimizer"]["type"] = {{"import", "torch.optim.SGD"}};
-  CHECK(refusal(sgd).find("optim_wrapper.optimizer.type") != std::string::npos);
+  CHECK(refusal(sgd).find("optim_wrapper.optimizer.momentum") != std::string::npos);
+  sgd["config"]["optim_wrapper"]["optimizer"]["momentum"] = 0.9;
+  Result<ConfigImport> with_momentum = import_xtuner_config(sgd, "cfg.py", RunSettings{}, false);
+  REQUIRE_MESSAGE(with_momentum.is_ok(), with_momentum.message());
+  CHECK(with_momentum->settings.optimizer == OptimizerKind::kSgdMomentum);
   nlohmann::json not_ours = sft;
   not_ours["format"] = "something else";
   CHECK(refusal(not_ours).find("cfg.py: format") != std::string::npos);
