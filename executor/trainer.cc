@@ -202,15 +202,18 @@ Status Trainer::join_job(bool on_cuda) {
 
 Status Trainer::agree(const Status& local, const std::string& what) {
   if (world() == 1) return local;
+  // Each rank's error code (0: ok): a rank that did not fail stops with the
+  // code of the first that did, so the job's exit status (cli/exit_status.h)
+  // does not depend on which rank the launcher sees end first.
   torch::Tensor failed = torch::zeros({world()}, torch::kFloat);
-  failed[rank()] = local.is_ok() ? 0.0f : 1.0f;
+  failed[rank()] = static_cast<float>(local.code());
   if (Status s = comm_->all_reduce_sum(failed); !s.is_ok()) return s;
   if (!local.is_ok()) return local;
   for (int r = 0; r < world(); ++r) {
-    if (failed[r].item<float>() > 0) {
-      return Status::runtime(what + ": rank " + std::to_string(r) +
-                             " failed (its message says why); the job stops");
-    }
+    const auto code = static_cast<StatusCode>(static_cast<int>(failed[r].item<float>()));
+    if (code == StatusCode::kOk) continue;
+    return Status::with_code(code, what + ": rank " + std::to_string(r) +
+                                       " failed (its message says why); the job stops");
   }
   return Status::ok();
 }
