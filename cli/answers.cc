@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "cli/commands.h"
 #include "reports/fit_report.h"
 #include "reports/units.h"
 
@@ -10,10 +9,9 @@ namespace headroom::cli {
 namespace {
 
 template <typename T>
-Answered<T> refuse(int exit_status, std::string message, std::vector<std::string> notes) {
+Answered<T> refuse(Status status, std::vector<std::string> notes) {
   Answered<T> answered;
-  answered.exit_status = exit_status;
-  answered.message = std::move(message);
+  answered.status = std::move(status);
   answered.notes = std::move(notes);
   return answered;
 }
@@ -24,13 +22,13 @@ Answered<PreparedRun> prepare_run(const std::string& model, const SettingsFlags&
   std::vector<std::string> notes;
   Result<planner::RunSettings> settings = resolve_settings(model, flags, &notes);
   // The command line shows the notes only of settings that resolved.
-  if (!settings.is_ok()) return refuse<PreparedRun>(kExitUsage, settings.message(), {});
+  if (!settings.is_ok()) return refuse<PreparedRun>(settings.status(), {});
   PreparedRun run;
   run.settings = std::move(settings.value());
   const planner::RunSettings& s = run.settings;
 
   Result<planner::GpuSpec> gpu = planner::find_gpu(s.gpu);
-  if (!gpu.is_ok()) return refuse<PreparedRun>(kExitFailure, gpu.message(), std::move(notes));
+  if (!gpu.is_ok()) return refuse<PreparedRun>(gpu.status(), std::move(notes));
   run.gpu = gpu.value();
   if (s.gpu_memory_bytes) run.gpu = planner::with_memory(run.gpu, *s.gpu_memory_bytes);
 
@@ -41,12 +39,12 @@ Answered<PreparedRun> prepare_run(const std::string& model, const SettingsFlags&
       static_cast<int64_t>(static_cast<double>(run.gpu.memory_bytes) * (1.0 - s.safety_margin));
   if (budget <= context) {
     return refuse<PreparedRun>(
-        kExitUsage,
-        "--gpu-mem: " + reports::format_gib(run.gpu.memory_bytes) + " of GPU memory (" +
+        Status::invalid_input(
+            "--gpu-mem: " + reports::format_gib(run.gpu.memory_bytes) + " of GPU memory (" +
             reports::format_gib(budget) + " after the " + reports::format_percent(s.safety_margin) +
             " safety margin) does not exceed the CUDA context alone (" +
             reports::format_gib(context) + " on " + run.gpu.name +
-            "); expected GPU memory larger than the context size, e.g. --gpu-mem 24GiB",
+            "); expected GPU memory larger than the context size, e.g. --gpu-mem 24GiB"),
         std::move(notes));
   }
   Answered<PreparedRun> answered;
@@ -57,10 +55,9 @@ Answered<PreparedRun> prepare_run(const std::string& model, const SettingsFlags&
 
 Answered<FitOutcome> answer_fit(const std::string& model, const SettingsFlags& flags) {
   Answered<PreparedRun> prepared = prepare_run(model, flags);
-  if (!prepared.is_ok())
-    return refuse<FitOutcome>(prepared.exit_status, prepared.message, prepared.notes);
+  if (!prepared.is_ok()) return refuse<FitOutcome>(prepared.status, prepared.notes);
   Result<planner::FitAnswer> answer = planner::fit(prepared->settings);
-  if (!answer.is_ok()) return refuse<FitOutcome>(kExitFailure, answer.message(), prepared.notes);
+  if (!answer.is_ok()) return refuse<FitOutcome>(answer.status(), prepared.notes);
   Answered<FitOutcome> answered;
   answered.value = FitOutcome{std::move(*prepared.value), std::move(answer.value())};
   answered.notes = std::move(prepared.notes);
@@ -70,10 +67,9 @@ Answered<FitOutcome> answer_fit(const std::string& model, const SettingsFlags& f
 Answered<PlanOutcome> answer_plan(const std::string& model, const SettingsFlags& flags,
                                   const planner::Progress& progress) {
   Answered<PreparedRun> prepared = prepare_run(model, flags);
-  if (!prepared.is_ok())
-    return refuse<PlanOutcome>(prepared.exit_status, prepared.message, prepared.notes);
+  if (!prepared.is_ok()) return refuse<PlanOutcome>(prepared.status, prepared.notes);
   Result<planner::PlanResult> result = planner::plan(prepared->settings, progress);
-  if (!result.is_ok()) return refuse<PlanOutcome>(kExitFailure, result.message(), prepared.notes);
+  if (!result.is_ok()) return refuse<PlanOutcome>(result.status(), prepared.notes);
   Answered<PlanOutcome> answered;
   answered.value = PlanOutcome{std::move(*prepared.value), std::move(result.value())};
   answered.notes = std::move(prepared.notes);

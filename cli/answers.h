@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/settings_flags.h"
+#include "graph/status.h"
 #include "planner/hardware.h"
 #include "planner/planner.h"
 #include "planner/run_settings.h"
@@ -22,14 +23,14 @@ struct PreparedRun {
   planner::GpuSpec gpu;  // with gpu_memory_bytes (--gpu-mem) applied
 };
 
-// A value, or the message and exit status (kExitUsage or kExitFailure of
-// cli/commands.h) with which `headroom` refuses; and, either way, the notes it
-// prints to stderr first (what an imported config assumed or did not read).
+// A value, or the error with which `headroom` refuses (its message without
+// the "headroom: " prefix; its code gives the exit status, cli/exit_status.h);
+// and, either way, the notes it prints to stderr first (what an imported config
+// assumed or did not read).
 template <typename T>
 struct Answered {
   std::optional<T> value;
-  int exit_status = 0;
-  std::string message;  // without the "headroom: " prefix
+  Status status;  // ok when there is a value
   std::vector<std::string> notes;
 
   bool is_ok() const { return value.has_value(); }

@@ -39,11 +39,6 @@ namespace {
 // Spaces that overwrite the progress line when it is done.
 constexpr int kProgressLineWidth = 72;
 
-int fail(Terminal& terminal, int exit_code, const std::string& message) {
-  terminal.err << "headroom: " << message << "\n";
-  return exit_code;
-}
-
 void print_json(Terminal& terminal, const nlohmann::json& document) {
   terminal.out << document.dump(2) << "\n";
 }
@@ -53,7 +48,7 @@ void print_json(Terminal& terminal, const nlohmann::json& document) {
 template <typename T>
 int report_refusal(Terminal& terminal, const Answered<T>& answered) {
   for (const std::string& note : answered.notes) terminal.err << "headroom: " << note << "\n";
-  return answered.is_ok() ? kExitOk : fail(terminal, answered.exit_status, answered.message);
+  return answered.is_ok() ? kExitOk : fail(terminal, answered.status);
 }
 
 // A progress callback that rewrites one line on a terminal; empty otherwise.
@@ -84,7 +79,7 @@ int run_fit(const CliOptions& options, Terminal& terminal) {
   if (options.output_path.empty()) return kExitOk;
   const std::string text = planner::plan_to_json(fit->answer.as_given).dump(2) + "\n";
   if (Status written = graph::write_file_atomic(options.output_path, text); !written.is_ok()) {
-    return fail(terminal, kExitFailure, "-o: " + written.message());
+    return fail(terminal, written.with_prefix("-o: "));
   }
   if (!options.json) terminal.out << "\nPlan (the run as given) written to " << options.output_path << "\n";
   return kExitOk;
@@ -99,7 +94,8 @@ int run_plan(const CliOptions& options, Terminal& terminal) {
   const planner::PlanResult& result = plan->result;
 
   if (!options.emit.empty() && !result.found) {
-    return fail(terminal, kExitFailure, "--emit: nothing to export, no plan fits the budgets");
+    return fail(terminal,
+                Status::unsupported("--emit: nothing to export, no plan fits the budgets"));
   }
   if (options.json) {
     nlohmann::json document = plan_document(*plan.value, options.output_path);
@@ -111,12 +107,12 @@ int run_plan(const CliOptions& options, Terminal& terminal) {
   }
   if (options.output_path.empty()) return kExitOk;
   if (!result.found) {
-    return fail(terminal, kExitFailure,
-                "-o " + options.output_path + ": not written, no plan fits the budgets");
+    return fail(terminal, Status::unsupported("-o " + options.output_path +
+                                              ": not written, no plan fits the budgets"));
   }
   const std::string text = planner::plan_to_json(result.best).dump(2) + "\n";
   if (Status written = graph::write_file_atomic(options.output_path, text); !written.is_ok()) {
-    return fail(terminal, kExitFailure, "-o: " + written.message());
+    return fail(terminal, written.with_prefix("-o: "));
   }
   if (!options.json) terminal.out << "\nPlan written to " << options.output_path << "\n";
   return kExitOk;
@@ -130,10 +126,8 @@ struct LoadedPlan {
 };
 
 int load_and_simulate(const CliOptions& options, Terminal& terminal, bool with_events, LoadedPlan& loaded) {
-  Result<planner::Plan> plan = planner::load_plan_file(options.plan_path);
-  if (!plan.is_ok()) return fail(terminal, kExitUsage, "PLAN: " + plan.message());
-  Result<planner::PreparedPlan> prepared = planner::prepare_plan(std::move(plan.value()), options.plan_path);
-  if (!prepared.is_ok()) return fail(terminal, kExitFailure, prepared.message());
+  Result<planner::PreparedPlan> prepared = planner::load_prepared_plan(options.plan_path);
+  if (!prepared.is_ok()) return fail(terminal, prepared.status().with_prefix("PLAN: "));
   loaded.plan = std::move(prepared->plan);
   loaded.context = std::move(prepared->context);
   planner::SimulatorOptions simulator_options;
@@ -161,12 +155,14 @@ int run_simulate(const CliOptions& options, Terminal& terminal) {
 
 int run_report(const CliOptions& options, Terminal& terminal) {
   if (options.output_path.empty()) {
-    return fail(terminal, kExitUsage, "-o: missing (expected the HTML file to write, e.g. -o report.html)");
+    return fail(terminal,
+                Status::invalid_input(
+                    "-o: missing (expected the HTML file to write, e.g. -o report.html)"));
   }
   std::optional<reports::MeasuredRun> measurement;
   if (!options.measurement_path.empty()) {
     Result<reports::MeasuredRun> loaded = reports::load_measured_run(options.measurement_path);
-    if (!loaded.is_ok()) return fail(terminal, kExitUsage, "--measurement: " + loaded.message());
+    if (!loaded.is_ok()) return fail(terminal, loaded.status().with_prefix("--measurement: "));
     measurement = loaded.value();
   }
   LoadedPlan loaded;
@@ -185,7 +181,7 @@ int run_report(const CliOptions& options, Terminal& terminal) {
   input.generated_by = "headroom " HEADROOM_VERSION " from " + options.plan_path;
   const std::string html = reports::render_html_report(input);
   if (Status written = graph::write_file_atomic(options.output_path, html); !written.is_ok()) {
-    return fail(terminal, kExitFailure, "-o: " + written.message());
+    return fail(terminal, written.with_prefix("-o: "));
   }
   if (options.json) {
     print_json(terminal, {{"command", "report"}, {"output_file", options.output_path}, {"bytes", html.size()}});
@@ -214,15 +210,17 @@ int emit_exports(const CliOptions& options, Terminal& terminal, const planner::P
       text = reports::torch_snippet(best);
     } else if (is_recipe_export(kind, options.settings)) {
       Result<std::string> patch = recipe_export(kind, options.settings, best, recipe_notes);
-      if (!patch.is_ok()) return fail(terminal, kExitUsage, patch.message());
+      if (!patch.is_ok()) return fail(terminal, patch.status());
       text = patch.value();
     } else {
-      return fail(terminal, kExitUsage, "--emit: unknown kind \"" + kind +
-                                            "\" (expected deepspeed, accelerate, torch, torchtune, hf-args, axolotl, llamafactory, xtuner or mmengine, "
-                                            "optionally =FILE)");
+      return fail(terminal, Status::invalid_input(
+                                "--emit: unknown kind \"" + kind +
+                                "\" (expected deepspeed, accelerate, torch, torchtune, hf-args, "
+                                "axolotl, llamafactory, xtuner or mmengine, optionally =FILE)"));
     }
     if (equals != std::string::npos && path.empty()) {
-      return fail(terminal, kExitUsage, "--emit " + kind + "=: expected a file name after '='");
+      return fail(terminal,
+                  Status::invalid_input("--emit " + kind + "=: expected a file name after '='"));
     }
     if (path.empty()) {
       if (document) {
@@ -233,7 +231,7 @@ int emit_exports(const CliOptions& options, Terminal& terminal, const planner::P
       continue;
     }
     if (Status written = graph::write_file_atomic(path, text); !written.is_ok()) {
-      return fail(terminal, kExitFailure, "--emit " + kind + ": " + written.message());
+      return fail(terminal, written.with_prefix("--emit " + kind + ": "));
     }
     if (document) {
       (*document)["exports"][kind] = path;
@@ -389,6 +387,11 @@ const std::vector<Command> kCommands = {
 
 const std::vector<Command>& commands() { return kCommands; }
 
+int fail(Terminal& terminal, const Status& status) {
+  terminal.err << "headroom: " << status.message() << "\n";
+  return exit_status(status);
+}
+
 namespace {
 
 // The answer goes to stdout: when writing it fails (a full disk, /dev/full) the
@@ -402,13 +405,13 @@ int check_stdout(int status) {
   errno = 0;
   const int error = ::write(STDOUT_FILENO, "\n", 1) < 0 && errno != 0 ? errno : EIO;
   std::cerr << "headroom: standard output: cannot write the answer: " << std::strerror(error) << "\n";
-  return status == kExitOk ? kExitFailure : status;
+  return status == kExitOk ? exit_status(StatusCode::kIo) : status;
 }
 
 }  // namespace
 
 int run_guarded(int (*run)(int, char**), int argc, char** argv) {
-  int status = kExitFailure;
+  int status = exit_status(StatusCode::kInternal);
   try {
     status = run(argc, argv);
   } catch (const std::exception& error) {

@@ -1,15 +1,17 @@
 // The subcommands of `headroom`, as rows of one table (like ninja's kTools):
 // a name, a one-line summary, an example for --help, which arguments the
 // command takes, and the function that runs it. Commands print through a
-// Terminal; they return the process exit status (see kExit* below).
+// Terminal; they return the process exit status, an error's by fail() below.
 #pragma once
 
 #include <iosfwd>
 #include <string>
 #include <vector>
 
+#include "cli/exit_status.h"
 #include "cli/settings_flags.h"
 #include "executor/run.h"
+#include "graph/status.h"
 
 namespace CLI {
 class App;
@@ -17,15 +19,15 @@ class App;
 
 namespace headroom::cli {
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;  // the planner refused: unknown model or GPU, bad graph file
-inline constexpr int kExitUsage = 2;    // the command line or a settings value is wrong
-
 struct Terminal {
   std::ostream& out;      // the answer (text or one JSON document)
   std::ostream& err;      // errors and progress
   bool progress = false;  // show progress lines on `err` (it is a terminal)
 };
+
+// An error as every command reports it: "headroom: MESSAGE" on terminal.err;
+// returns the exit status of its kind (exit_status(), cli/exit_status.h).
+int fail(Terminal& terminal, const Status& status);
 
 // Everything the command line gave, for whichever command runs.
 struct CliOptions {
@@ -63,8 +65,9 @@ struct Command {
 const std::vector<Command>& commands();
 
 // Runs a front end's `run(argc, argv)` for main(): an exception that escapes it
-// becomes one "internal error" message on stderr and kExitFailure, and an answer
-// that could not be written to stdout turns a 0 into kExitFailure with a message.
+// becomes one "internal error" message on stderr and the exit status of
+// kInternal, and an answer that could not be written to stdout turns a 0 into
+// the exit status of kIo with a message.
 // Shared by headroom and headroom-train.
 int run_guarded(int (*run)(int, char**), int argc, char** argv);
 

@@ -79,13 +79,13 @@ int run(int argc, char** argv) {
 
   if (argc <= 1) {
     std::cerr << app.help();
-    return kExitUsage;
+    return exit_status(StatusCode::kInvalidInput);
   }
   if (argv[1][0] != '-' && !is_command(argv[1])) {
     std::cerr << "headroom: unknown command '" << argv[1]
               << "' (expected one of: " << command_names()
               << ")\nRun 'headroom --help' for usage.\n";
-    return kExitUsage;
+    return exit_status(StatusCode::kInvalidInput);
   }
   try {
     app.parse(argc, argv);
@@ -96,7 +96,7 @@ int run(int argc, char** argv) {
       if (sub->parsed()) where += std::string(" ") + command->name;
     }
     std::cerr << "headroom: " << error.what() << "\nRun '" << where << " --help' for usage.\n";
-    return kExitUsage;
+    return exit_status(StatusCode::kInvalidInput);
   }
 
   Terminal terminal{std::cout, std::cerr, isatty(fileno(stderr)) != 0};
@@ -104,7 +104,7 @@ int run(int argc, char** argv) {
     if (sub->parsed()) return command->run(options, terminal);
   }
   std::cerr << "headroom: expected a command (" << command_names() << ")\n";
-  return kExitUsage;
+  return exit_status(StatusCode::kInvalidInput);
 }
 
 }  // namespace

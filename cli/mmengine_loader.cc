@@ -31,14 +31,14 @@ struct Finished {
 Result<Finished> run_collecting(const std::vector<std::string>& argv) {
   int out_pipe[2];
   int err_pipe[2];
-  if (pipe(out_pipe) != 0) return Status::error(std::string("pipe: ") + std::strerror(errno));
+  if (pipe(out_pipe) != 0) return Status::io(std::string("pipe: ") + std::strerror(errno));
   if (pipe(err_pipe) != 0) {
     close(out_pipe[0]);
     close(out_pipe[1]);
-    return Status::error(std::string("pipe: ") + std::strerror(errno));
+    return Status::io(std::string("pipe: ") + std::strerror(errno));
   }
   const pid_t pid = fork();
-  if (pid < 0) return Status::error(std::string("fork: ") + std::strerror(errno));
+  if (pid < 0) return Status::runtime(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
@@ -105,7 +105,7 @@ Result<nlohmann::json> read_mmengine_config(const std::string& config_py) {
   const std::string script = std::string(HEADROOM_SOURCE_DIR) + "/scripts/exporter/read_mmengine_config.py";
   const std::string python = mmengine_python();
   Result<Finished> run = run_collecting({python, script, config_py});
-  if (!run.is_ok()) return Status::error(config_py + ": " + run.message());
+  if (!run.is_ok()) return run.status().with_prefix(config_py + ": ");
   const Finished& done = run.value();
   if (done.exit_code != 0) {
     std::string why = first_line(done.err);
@@ -113,11 +113,16 @@ Result<nlohmann::json> read_mmengine_config(const std::string& config_py) {
     if (done.exit_code == 3 || done.exit_code == 127) {
       why += " (set HEADROOM_PYTHON to a Python with mmengine, or give the JSON the loader prints)";
     }
-    // The loader names the file itself; do not name it twice.
-    return Status::error(why.rfind(config_py, 0) == 0 ? why : config_py + ": " + why);
+    // The loader names the file itself; do not name it twice. Exit 3 (no
+    // mmengine) and 127 (no Python) say this machine cannot load it; anything
+    // else is a config MMEngine refused.
+    const bool no_loader = done.exit_code == 3 || done.exit_code == 127;
+    return Status::with_code(no_loader ? StatusCode::kUnsupported : StatusCode::kInvalidInput,
+                             why.rfind(config_py, 0) == 0 ? why : config_py + ": " + why);
   }
   nlohmann::json dump = nlohmann::json::parse(done.out, nullptr, false);
-  if (dump.is_discarded()) return Status::error(config_py + ": the MMEngine loader printed no JSON");
+  if (dump.is_discarded())
+    return Status::internal(config_py + ": the MMEngine loader printed no JSON");
   return dump;
 }
 
@@ -127,8 +132,8 @@ Result<nlohmann::json> read_mmengine_file(const std::string& path) {
   if (!text.is_ok()) return text.status();
   nlohmann::json dump = nlohmann::json::parse(text.value(), nullptr, false);
   if (dump.is_discarded()) {
-    return Status::error(path + ": not JSON (expected an MMEngine config .py, or what "
-                                "scripts/exporter/read_mmengine_config.py prints)");
+    return Status::invalid_input(path + ": not JSON (expected an MMEngine config .py, or what "
+                                        "scripts/exporter/read_mmengine_config.py prints)");
   }
   return dump;
 }

@@ -48,9 +48,10 @@ int launch_local_ranks(const std::string& executable, const std::vector<std::str
                        Terminal& terminal) {
   const int port = free_loopback_port();
   if (port < 0) {
-    terminal.err << "headroom: --nproc: no free TCP port on 127.0.0.1 for the ranks to meet: " << std::strerror(errno)
-                 << "\n";
-    return kExitFailure;
+    return fail(terminal,
+                Status::runtime(
+                    std::string("--nproc: no free TCP port on 127.0.0.1 for the ranks to meet: ") +
+                    std::strerror(errno)));
   }
   terminal.out.flush();
   terminal.err.flush();
@@ -60,10 +61,11 @@ int launch_local_ranks(const std::string& executable, const std::vector<std::str
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = ::fork();
     if (pid < 0) {
-      terminal.err << "headroom: --nproc: cannot start rank " << r << ": " << std::strerror(errno) << "\n";
+      const Status failed = Status::runtime("--nproc: cannot start rank " + std::to_string(r) +
+                                            ": " + std::strerror(errno));
       for (pid_t started : ranks) ::kill(started, SIGKILL);
       for (pid_t started : ranks) ::waitpid(started, nullptr, 0);
-      return kExitFailure;
+      return fail(terminal, failed);
     }
     if (pid == 0) {
       const std::string world = std::to_string(nproc);
@@ -83,7 +85,7 @@ int launch_local_ranks(const std::string& executable, const std::vector<std::str
       ::execv(executable.c_str(), argv.data());
       std::fprintf(stderr, "headroom: --nproc: cannot start rank %d (%s): %s\n", r, executable.c_str(),
                    std::strerror(errno));
-      ::_exit(kExitFailure);
+      ::_exit(exit_status(StatusCode::kRuntime));
     }
     ranks.push_back(pid);
   }
@@ -123,7 +125,8 @@ int launch_local_ranks(const std::string& executable, const std::vector<std::str
     --running;
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (failed && exit_code == kExitOk) {
-      exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailure;
+      // A rank's exit status was decided by its own error's kind; a signal is a runtime failure.
+      exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : exit_status(StatusCode::kRuntime);
       terminal.err << "headroom: rank " << rank << " of " << nproc << " " << describe(status)
                    << "; the job stops\n";
       stopping = true;

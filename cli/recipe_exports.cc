@@ -57,8 +57,9 @@ Result<std::string> xtuner_export(const std::string& path, bool with_deepspeed, 
                                            feeds("accumulative_counts", "optim_wrapper", "accumulative_counts")};
   // The .py text for the diff; without it (a dump whose file is elsewhere) the
   // --cfg-options alone say the keys.
-  Result<std::string> py_text = py_path.empty() ? Result<std::string>(Status::error(""))
-                                                : graph::read_file(py_path, planner::kMaxConfigFileBytes);
+  Result<std::string> py_text = py_path.empty()
+                                    ? Result<std::string>(Status::invalid_input("no .py file"))
+                                    : graph::read_file(py_path, planner::kMaxConfigFileBytes);
   const reports::RecipePatch patch =
       reports::xtuner_patch(best, given->settings, checkpointable, py_text.is_ok() ? py_text.value() : "",
                             py_path.empty() ? path : py_path,
@@ -109,8 +110,10 @@ Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& fl
   const std::string flag = "--" + std::string(kind);
   const std::vector<std::string> files = values_of(flags, flag);
   if (files.empty()) {
-    return Status::error(std::string("--emit ") + std::string(kind) + ": writes the plan back into the file the run was "
-                         "read from; expected " + flag + " FILE with it");
+    return Status::invalid_input(std::string("--emit ") + std::string(kind) +
+                                 ": writes the plan back into the file the run was "
+                                 "read from; expected " +
+                                 flag + " FILE with it");
   }
   const std::string& path = files.back();
   Result<std::vector<bool>> checkpointable = checkpointable_blocks(best);

@@ -49,7 +49,8 @@ constexpr const char* kCheckpoints = "Activation checkpointing";
 constexpr const char* kFreedom = "What the planner may change";
 
 Status expected(std::string_view what, std::string_view value) {
-  return Status::error("expected " + std::string(what) + ", got '" + std::string(value) + "'");
+  return Status::invalid_input("expected " + std::string(what) + ", got '" + std::string(value) +
+                               "'");
 }
 
 Status parse_int(std::string_view value, int64_t min, int64_t max, int64_t& out) {
@@ -265,7 +266,7 @@ const std::vector<SettingsFlag> kFlags = {
          s.expandable_segments = v == "on";
          return Status::ok();
        }
-       return Status::error("expected on or off, got '" + std::string(v) + "'");
+       return Status::invalid_input("expected on or off, got '" + std::string(v) + "'");
      }},
     {"--paged-optimizer", nullptr, kTraining,
      "bitsandbytes PagedAdamW / PagedAdamW8bit: the states of large tensors live in CUDA unified memory, outside "
@@ -318,7 +319,7 @@ const std::vector<SettingsFlag> kFlags = {
          s.compile_loss = v == "on";
          return Status::ok();
        }
-       return Status::error("expected on or off, got '" + std::string(v) + "'");
+       return Status::invalid_input("expected on or off, got '" + std::string(v) + "'");
      }},
     {"--float8", "RECIPE", kTraining,
      "fp8 training with torchao's Float8Linear on the layers' linears: none (default), tensorwise (torchao 0.9 "
@@ -602,9 +603,9 @@ Status check_conflicts(const SettingsFlags& flags) {
         first_flag = name;
         first_value = seen;
       } else if (name != first_flag || seen != first_value) {
-        return Status::error(name + ": conflicts with " + first_flag +
-                             (first_value.empty() ? "" : " " + first_value) +
-                             " (expected one of them)");
+        return Status::invalid_input(name + ": conflicts with " + first_flag +
+                                     (first_value.empty() ? "" : " " + first_value) +
+                                     " (expected one of them)");
       }
     }
   }
@@ -615,14 +616,16 @@ Result<RunSettings> parse_settings_text(const std::string& text, const std::stri
   // The shared parse: depth limit, duplicate keys refused (not last-wins), numbers a double holds.
   Result<nlohmann::json> json = graph::parse_json_text(text, origin);
   if (!json.is_ok()) {
-    return Status::error("--settings: " + json.message() + " (expected a RunSettings object, see docs/cli-json.md)");
+    return json.status()
+        .with_prefix("--settings: ")
+        .with_suffix(" (expected a RunSettings object, see docs/cli-json.md)");
   }
   return planner::settings_from_json(json.value(), origin);
 }
 
 Result<RunSettings> load_settings_file(const std::string& path) {
   Result<std::string> text = graph::read_file(path, kMaxSettingsFileBytes);
-  if (!text.is_ok()) return Status::error("--settings: " + text.message());
+  if (!text.is_ok()) return text.status().with_prefix("--settings: ");
   return parse_settings_text(text.value(), path);
 }
 
@@ -642,7 +645,8 @@ Status give_flag(SettingsFlags& flags, std::string_view name, std::string value)
       const size_t comma = names.find(',');
       if (names.substr(0, comma) == name) {
         if (flag.value_name == nullptr && !value.empty()) {
-          return Status::error(std::string(name) + ": a switch takes no value, got '" + value + "'");
+          return Status::invalid_input(std::string(name) + ": a switch takes no value, got '" +
+                                       value + "'");
         }
         flags.given.emplace_back(&flag, std::move(value));
         return Status::ok();
@@ -650,8 +654,10 @@ Status give_flag(SettingsFlags& flags, std::string_view name, std::string value)
       names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
     }
   }
-  return Status::error(std::string(name) + ": unknown settings flag (expected one of docs/cli.md's settings flags, "
-                       "e.g. --hf-args)");
+  return Status::invalid_input(
+      std::string(name) +
+      ": unknown settings flag (expected one of docs/cli.md's settings flags, "
+      "e.g. --hf-args)");
 }
 
 void add_settings_flags(CLI::App& command, SettingsFlags& flags) {
@@ -708,11 +714,14 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
     if (name == "--peft") peft_file = value;
   }
   if (!torchtune_overrides.empty() && torchtune_file.empty()) {
-    return Status::error("--torchtune-set: overrides a torchtune config; expected --torchtune FILE with it");
+    return Status::invalid_input(
+        "--torchtune-set: overrides a torchtune config; expected --torchtune FILE with it");
   }
   if (!torchtune_file.empty() && (!hf_args_file.empty() || !peft_file.empty() || !accelerate_file.empty())) {
-    return Status::error("--torchtune: a torchtune run has no TrainingArguments, PEFT or Accelerate config; expected "
-                         "--torchtune alone, or --hf-args / --peft / --accelerate without it");
+    return Status::invalid_input(
+        "--torchtune: a torchtune run has no TrainingArguments, PEFT or Accelerate config; "
+        "expected "
+        "--torchtune alone, or --hf-args / --peft / --accelerate without it");
   }
   RunSettings settings;
   if (!flags.settings_file.empty() || !flags.settings_text.empty()) {
@@ -722,7 +731,7 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
     if (!loaded.is_ok()) return loaded.status();
     settings = loaded.value();
   } else if (model.empty() && torchtune_file.empty() && mmengine_file.empty()) {
-    return Status::error(
+    return Status::invalid_input(
         "MODEL: missing (expected a zoo name such as llama-3-8b, see `headroom "
         "models`, a layer-graph JSON file, or --torchtune / --mmengine with a config that names it)");
   }
@@ -734,7 +743,7 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
   std::string sequence_source;
   const auto take = [&](const char* flag, const std::string& file, const char* what,
                         Result<planner::ConfigImport> imported) -> Status {
-    if (!imported.is_ok()) return Status::error(std::string(flag) + ": " + imported.message());
+    if (!imported.is_ok()) return imported.status().with_prefix(std::string(flag) + ": ");
     settings = imported->settings;
     shard_when_distributed = shard_when_distributed || imported->shard_when_distributed;
     shard_within_node = shard_within_node || imported->shard_within_node;
@@ -743,7 +752,8 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
       sequence_source = std::string(flag) + ": " + file;
     }
     if (notes == nullptr) return Status::ok();
-    for (const std::string& note : imported->notes) notes->push_back(std::string(what) + ": " + note);
+    for (const std::string& note : imported->notes)
+      notes->push_back(std::string(what) + ": " + note);
     if (!imported->ignored.empty()) {
       std::string keys;
       for (const std::string& key : imported->ignored) keys += (keys.empty() ? "" : ", ") + key;
@@ -764,16 +774,18 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
   }
   if (!axolotl_file.empty()) {
     if (!hf_args_file.empty() || !torchtune_file.empty()) {
-      return Status::error("--axolotl: axolotl builds the Trainer's arguments itself; expected --axolotl without "
-                           "--hf-args or --torchtune");
+      return Status::invalid_input(
+          "--axolotl: axolotl builds the Trainer's arguments itself; expected --axolotl without "
+          "--hf-args or --torchtune");
     }
     Status read = take("--axolotl", axolotl_file, "axolotl config", planner::load_axolotl_config(axolotl_file, settings));
     if (!read.is_ok()) return read;
   }
   if (!llamafactory_file.empty()) {
     if (!hf_args_file.empty() || !torchtune_file.empty() || !axolotl_file.empty()) {
-      return Status::error("--llamafactory: LLaMA-Factory's config holds the Trainer's arguments itself; expected "
-                           "--llamafactory without --hf-args, --axolotl or --torchtune");
+      return Status::invalid_input(
+          "--llamafactory: LLaMA-Factory's config holds the Trainer's arguments itself; expected "
+          "--llamafactory without --hf-args, --axolotl or --torchtune");
     }
     Status read = take("--llamafactory", llamafactory_file, "LLaMA-Factory config",
                        planner::load_llamafactory_config(llamafactory_file, settings));
@@ -787,18 +799,18 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
     const std::string& file = xtuner_file.empty() ? mmengine_file : xtuner_file;
     if (!hf_args_file.empty() || !torchtune_file.empty() || !axolotl_file.empty() || !llamafactory_file.empty() ||
         !accelerate_file.empty() || !peft_file.empty() || (!xtuner_file.empty() && !mmengine_file.empty())) {
-      return Status::error(std::string(flag) + ": an MMEngine config holds the model and optimizer itself; expected " +
+      return Status::invalid_input(std::string(flag) + ": an MMEngine config holds the model and optimizer itself; expected " +
                            flag + " without --hf-args, --torchtune, --axolotl, --llamafactory, --accelerate, --peft "
                            "or another MMEngine config");
     }
     Result<nlohmann::json> dump = read_mmengine_file(file);
-    if (!dump.is_ok()) return Status::error(std::string(flag) + ": " + dump.message());
+    if (!dump.is_ok()) return dump.status().with_prefix(std::string(flag) + ": ");
     Result<planner::MmengineKind> kind = xtuner_file.empty() ? planner::mmengine_kind(dump.value(), file)
                                                              : Result<planner::MmengineKind>(planner::MmengineKind::kXtuner);
-    if (!kind.is_ok()) return Status::error(std::string(flag) + ": " + kind.message());
+    if (!kind.is_ok()) return kind.status().with_prefix(std::string(flag) + ": ");
     const bool is_xtuner = kind.value() == planner::MmengineKind::kXtuner;
     if (is_xtuner && model.empty() && flags.settings_file.empty() && flags.settings_text.empty()) {
-      return Status::error("MODEL: missing (an XTuner config names checkpoints, which headroom does not load; "
+      return Status::invalid_input("MODEL: missing (an XTuner config names checkpoints, which headroom does not load; "
                            "expected MODEL as that LLM: a zoo name, its config.json or a layer graph)");
     }
     Result<planner::ConfigImport> imported =
@@ -824,7 +836,7 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
     for (const auto& [flag, value] : flags.given) {
       if (flag->apply_last != last) continue;
       Status status = flag->apply(settings, value);
-      if (!status.is_ok()) return Status::error(primary_name(*flag) + ": " + status.message());
+      if (!status.is_ok()) return status.with_prefix(primary_name(*flag) + ": ");
     }
   }
   // xtuner train gives DeepSpeed MMEngine's batch and accumulation, whatever the
@@ -840,10 +852,11 @@ Result<RunSettings> resolve_settings(const std::string& model, const SettingsFla
   }
   if (shard_within_node && settings.nodes > 1 && !flag_given(flags, "--shard-gpus")) settings.shard_gpus = settings.gpus_per_node;
   if (sequence_unknown && settings.seq_len == 0 && settings.resolution == 0) {
-    return Status::error(sequence_source +
-                         ": the sequence length is not in the file (a null tokenizer.max_seq_len without packing, "
-                         "or TrainingArguments without SFTConfig's max_length): batches are as long as their "
-                         "longest sample; expected --seq N (the longest batch the run will see)");
+    return Status::invalid_input(
+        sequence_source +
+        ": the sequence length is not in the file (a null tokenizer.max_seq_len without packing, "
+        "or TrainingArguments without SFTConfig's max_length): batches are as long as their "
+        "longest sample; expected --seq N (the longest batch the run will see)");
   }
   if (Status valid = planner::validate_settings(settings, "command line"); !valid.is_ok()) {
     return valid;

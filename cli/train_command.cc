@@ -19,11 +19,6 @@
 namespace headroom::cli {
 namespace {
 
-int fail(Terminal& terminal, int exit_code, const std::string& message) {
-  terminal.err << "headroom: " << message << "\n";
-  return exit_code;
-}
-
 nlohmann::json step_to_json(const executor::StepMetrics& m) {
   nlohmann::json line = {{"step", m.step},
                          {"loss", m.loss},
@@ -63,7 +58,7 @@ class MetricsFile {
   }
   Status open(const std::string& path) {
     Result<int> fd = graph::open_for_appending(path);
-    if (!fd.is_ok()) return Status::error("--metrics " + fd.message());
+    if (!fd.is_ok()) return fd.status().with_prefix("--metrics ");
     fd_ = fd.value();
     path_ = path;
     return Status::ok();
@@ -71,7 +66,7 @@ class MetricsFile {
   bool is_open() const { return fd_ >= 0; }
   Status append(const std::string& line) {
     if (int error = graph::write_all(fd_, line); error != 0) {
-      return Status::error("--metrics " + path_ + ": cannot write: " + std::strerror(error));
+      return Status::io("--metrics " + path_ + ": cannot write: " + std::strerror(error));
     }
     return Status::ok();
   }
@@ -185,30 +180,31 @@ int run_training(const CliOptions& options, Terminal& terminal) {
   const planner::Plan& plan = request.plan;
   MetricsFile metrics;
   if (!options.metrics_path.empty()) {
-    if (Status s = metrics.open(options.metrics_path); !s.is_ok()) return fail(terminal, kExitFailure, s.message());
+    if (Status s = metrics.open(options.metrics_path); !s.is_ok()) return fail(terminal, s);
   }
   ProgressObserver observer(terminal, metrics.is_open() ? &metrics : nullptr);
   Result<executor::RunResult> result = executor::train_plan(plan, run, observer);
-  if (!result.is_ok()) return fail(terminal, kExitFailure, result.message());
+  if (!result.is_ok()) return fail(terminal, result.status());
   // A job of several ranks reports once, from rank 0 (its rows cover every rank).
   if (result->rank != 0) return kExitOk;
 
   if (!options.measurement_out.empty()) {
     const std::string out = planner::measured_run_to_json(result->measured).dump(2) + "\n";
     if (Status s = graph::write_file_atomic(options.measurement_out, out); !s.is_ok()) {
-      return fail(terminal, kExitFailure, "--measurement-out: " + s.message());
+      return fail(terminal, s.with_prefix("--measurement-out: "));
     }
   }
   if (!options.calibration_out.empty()) {
     if (!result->calibration) {
-      return fail(terminal, kExitFailure,
-                  "--write-calibration " + options.calibration_out +
+      return fail(terminal,
+                  Status::unsupported(
+                      "--write-calibration " + options.calibration_out +
                       ": not written, a calibration needs a run on a GPU (this one ran on " +
-                      result->measured.device + ")");
+                      result->measured.device + ")"));
     }
     const std::string out = planner::calibration_to_json(*result->calibration).dump(2) + "\n";
     if (Status s = graph::write_file_atomic(options.calibration_out, out); !s.is_ok()) {
-      return fail(terminal, kExitFailure, "--write-calibration: " + s.message());
+      return fail(terminal, s.with_prefix("--write-calibration: "));
     }
   }
   if (options.json) {

@@ -1,7 +1,7 @@
 // headroom-train: the trainer executable, the only one that loads LibTorch.
 // `headroom run PLAN ...` execs it with the same arguments (cli/trainer_launch.h);
 // it can also be run directly as `headroom-train run PLAN ...`. Exit statuses as
-// headroom's: 0 trained, 1 refused or failed, 2 bad command line.
+// headroom's (cli/exit_status.h): 0 trained, 2 wrong input, 1 refused or failed.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -37,7 +37,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == 0) return app.exit(error);
     std::cerr << "headroom: " << error.what() << "\nRun 'headroom run --help' for usage.\n";
-    return kExitUsage;
+    return exit_status(StatusCode::kInvalidInput);
   }
   Terminal terminal{std::cout, std::cerr, isatty(fileno(stderr)) != 0};
   const char* world = std::getenv("WORLD_SIZE");
@@ -46,15 +46,18 @@ int run(int argc, char** argv) {
     std::error_code error;
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
     if (error) {
-      std::cerr << "headroom: --nproc: cannot find this executable (/proc/self/exe): " << error.message() << "\n";
-      return kExitFailure;
+      return fail(terminal,
+                  Status::runtime("--nproc: cannot find this executable (/proc/self/exe): " +
+                                  error.message()));
     }
     return launch_local_ranks(self, options.arguments, options.nproc, terminal);
   }
   if (options.nproc > 1 && std::to_string(options.nproc) != world) {
-    std::cerr << "headroom: --nproc " << options.nproc << ": this process is one rank of a job of WORLD_SIZE=" << world
-              << " (started by torchrun or --nproc); expected --nproc " << world << " or none\n";
-    return kExitUsage;
+    return fail(terminal,
+                Status::invalid_input("--nproc " + std::to_string(options.nproc) +
+                                      ": this process is one rank of a job of WORLD_SIZE=" + world +
+                                      " (started by torchrun or --nproc); expected --nproc " +
+                                      world + " or none"));
   }
   return run_training(options, terminal);
 }

@@ -31,11 +31,12 @@ int launch_trainer(const CliOptions& options, Terminal& terminal) {
     if (const RunRequest request = check_run_request(options, terminal, false); request.exit_code != 0) {
       return request.exit_code;
     }
-    terminal.err << "headroom: this headroom was built without LibTorch (no " << kTrainerName
-                 << (trainer.empty() ? std::string() : " at " + trainer)
-                 << "), so it cannot train: run scripts/setup_torch.sh, then scripts/build.sh "
-                    "(docs/executor.md), or point HEADROOM_TRAINER at a headroom-train\n";
-    return kExitFailure;
+    return fail(terminal,
+                Status::unsupported(
+                    std::string("this headroom was built without LibTorch (no ") + kTrainerName +
+                    (trainer.empty() ? std::string() : " at " + trainer) +
+                    "), so it cannot train: run scripts/setup_torch.sh, then scripts/build.sh "
+                    "(docs/executor.md), or point HEADROOM_TRAINER at a headroom-train"));
   }
   std::vector<std::string> arguments = options.arguments;
   std::vector<char*> argv;
@@ -47,8 +48,8 @@ int launch_trainer(const CliOptions& options, Terminal& terminal) {
   std::cout.flush();
   std::cerr.flush();
   execv(trainer.c_str(), argv.data());
-  terminal.err << "headroom: cannot start the trainer " << trainer << ": " << std::strerror(errno) << "\n";
-  return kExitFailure;
+  return fail(terminal,
+              Status::runtime("cannot start the trainer " + trainer + ": " + std::strerror(errno)));
 }
 
 }  // namespace headroom::cli

@@ -30,8 +30,9 @@ Status run(const std::string& group, const char* collective, Issue issue, bool a
     }
     return Status::ok();
   } catch (const std::exception& e) {
-    return Status::error(std::string(collective) + ": " + e.what() + " (expected every rank of the job alive and in " +
-                         "the same " + group + " collective)");
+    return Status::runtime(std::string(collective) + ": " + e.what() +
+                           " (expected every rank of the job alive and in " + "the same " + group +
+                           " collective)");
   }
 }
 
@@ -54,8 +55,9 @@ class C10dCommunicator final : public Communicator {
   }
   Status reduce_scatter_sum(const at::Tensor& input, at::Tensor& output) override {
     if (input.numel() != output.numel() * world_size()) {
-      return Status::error("reduce_scatter: expected an input of " + std::to_string(world_size()) + " x " +
-                           std::to_string(output.numel()) + " elements, got " + std::to_string(input.numel()));
+      return Status::internal(
+          "reduce_scatter: expected an input of " + std::to_string(world_size()) + " x " +
+          std::to_string(output.numel()) + " elements, got " + std::to_string(input.numel()));
     }
     at::Tensor flat_input = staged(input.contiguous().view({-1}));
     at::Tensor flat_output = staged(output.view({-1}));
@@ -66,8 +68,9 @@ class C10dCommunicator final : public Communicator {
   }
   Status all_gather(const at::Tensor& input, at::Tensor& output) override {
     if (output.numel() != input.numel() * world_size()) {
-      return Status::error("all_gather: expected an output of " + std::to_string(world_size()) + " x " +
-                           std::to_string(input.numel()) + " elements, got " + std::to_string(output.numel()));
+      return Status::internal("all_gather: expected an output of " + std::to_string(world_size()) +
+                              " x " + std::to_string(input.numel()) + " elements, got " +
+                              std::to_string(output.numel()));
     }
     at::Tensor flat_input = staged(input.contiguous().view({-1}));
     at::Tensor flat_output = staged(output.view({-1}));
@@ -124,11 +127,12 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const Rendezvous& rendezvous, c
 }
 
 Status rendezvous_error(const Rendezvous& rendezvous, const std::string& why) {
-  return Status::error("rendezvous at " + rendezvous.master_addr + ":" + std::to_string(rendezvous.master_port) +
-                       " as rank " + std::to_string(rendezvous.rank) + " of " + std::to_string(rendezvous.world_size) +
-                       ": " + why +
-                       " (expected every rank started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE "
-                       "within the timeout)");
+  return Status::runtime(
+      "rendezvous at " + rendezvous.master_addr + ":" + std::to_string(rendezvous.master_port) +
+      " as rank " + std::to_string(rendezvous.rank) + " of " +
+      std::to_string(rendezvous.world_size) + ": " + why +
+      " (expected every rank started with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE "
+      "within the timeout)");
 }
 
 }  // namespace headroom::executor

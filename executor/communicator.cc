@@ -15,20 +15,23 @@ class SingleProcess final : public Communicator {
   Status all_reduce_sum(at::Tensor&) override { return Status::ok(); }
   Status reduce_scatter_sum(const at::Tensor& input, at::Tensor& output) override {
     if (input.numel() != output.numel()) {
-      return Status::error("reduce_scatter: expected the output to hold the whole input on one process");
+      return Status::internal(
+          "reduce_scatter: expected the output to hold the whole input on one process");
     }
     output.copy_(input.view(output.sizes()));
     return Status::ok();
   }
   Status all_gather(const at::Tensor& input, at::Tensor& output) override {
     if (input.numel() != output.numel()) {
-      return Status::error("all_gather: expected the output to hold just the input on one process");
+      return Status::internal(
+          "all_gather: expected the output to hold just the input on one process");
     }
     output.copy_(input.view(output.sizes()));
     return Status::ok();
   }
   Status broadcast(at::Tensor&, int root) override {
-    return root == 0 ? Status::ok() : Status::error("broadcast: root " + std::to_string(root) + " of 1 rank");
+    return root == 0 ? Status::ok()
+                     : Status::internal("broadcast: root " + std::to_string(root) + " of 1 rank");
   }
   Status barrier() override { return Status::ok(); }
 };
@@ -43,8 +46,9 @@ Result<int> whole_number(const char* name, const std::string& text, int low, int
   int value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc() || end != text.data() + text.size() || value < low || value > high) {
-    return Status::error("environment: " + std::string(name) + "=\"" + text + "\": expected a whole number in [" +
-                         std::to_string(low) + ", " + std::to_string(high) + "]");
+    return Status::invalid_input("environment: " + std::string(name) + "=\"" + text +
+                                 "\": expected a whole number in [" + std::to_string(low) + ", " +
+                                 std::to_string(high) + "]");
   }
   return value;
 }
@@ -64,9 +68,10 @@ Result<Rendezvous> rendezvous_from_environment() {
   for (const auto& [name, value] : {std::pair{"RANK", rank}, std::pair{"WORLD_SIZE", world},
                                     std::pair{"MASTER_ADDR", addr}, std::pair{"MASTER_PORT", port}}) {
     if (!value) {
-      return Status::error(std::string("environment: ") + name +
-                           ": not set, while other torchrun variables are (expected RANK, WORLD_SIZE, "
-                           "MASTER_ADDR and MASTER_PORT together, or none for one process)");
+      return Status::invalid_input(
+          std::string("environment: ") + name +
+          ": not set, while other torchrun variables are (expected RANK, WORLD_SIZE, "
+          "MASTER_ADDR and MASTER_PORT together, or none for one process)");
     }
   }
   constexpr int kMaxRanks = 1 << 16;
@@ -76,7 +81,9 @@ Result<Rendezvous> rendezvous_from_environment() {
   if (!rank_value.is_ok()) return rank_value.status();
   Result<int> port_value = whole_number("MASTER_PORT", *port, 1, 65535);
   if (!port_value.is_ok()) return port_value.status();
-  if (addr->empty()) return Status::error("environment: MASTER_ADDR: empty (expected a host name or address)");
+  if (addr->empty())
+    return Status::invalid_input(
+        "environment: MASTER_ADDR: empty (expected a host name or address)");
   out.rank = rank_value.value();
   out.world_size = world_size.value();
   out.local_rank = out.rank;

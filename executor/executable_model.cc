@@ -33,8 +33,9 @@ std::string supported() {
 }
 
 Status unsupported(std::string_view origin, const std::string& model, const std::string& why) {
-  return Status::error(std::string(origin) + ": model: \"" + model + "\" " + why + "; the executor trains " +
-                       supported() + " (the planner answers for every model, the executor only for these)");
+  return Status::unsupported(std::string(origin) + ": model: \"" + model + "\" " + why +
+                             "; the executor trains " + supported() +
+                             " (the planner answers for every model, the executor only for these)");
 }
 
 // A model of `family`, its config in `field`.
@@ -83,9 +84,10 @@ Result<ExecutableModel> read_hf_llava(const HfConfig& hf) {
                        "projector activation other than gelu)");
   }
   if (llava->image_token >= text.vocab) {
-    return Status::error(hf.path + ": image_token_index: " + std::to_string(llava->image_token) +
-                         " is outside the text vocabulary of " + std::to_string(text.vocab) +
-                         " (expected the id of the image placeholder token)");
+    return Status::invalid_input(
+        hf.path + ": image_token_index: " + std::to_string(llava->image_token) +
+        " is outside the text vocabulary of " + std::to_string(text.vocab) +
+        " (expected the id of the image placeholder token)");
   }
   ExecutableModel out = of(ModelFamily::kLlava, &ExecutableModel::llava, llava->config);
   out.image = llava->image;
@@ -117,9 +119,10 @@ Result<ExecutableModel> read_hf_clip(const HfConfig& hf) {
                        "dropout)");
   }
   if (clip->eos_token >= clip->config.text_vocab) {
-    return Status::error(hf.path + ": text_config.eos_token_id: " + std::to_string(clip->eos_token) +
-                         " is outside the text vocabulary of " + std::to_string(clip->config.text_vocab) +
-                         " (expected the id of the token the text tower pools)");
+    return Status::invalid_input(
+        hf.path + ": text_config.eos_token_id: " + std::to_string(clip->eos_token) +
+        " is outside the text vocabulary of " + std::to_string(clip->config.text_vocab) +
+        " (expected the id of the token the text tower pools)");
   }
   ExecutableModel out = of(ModelFamily::kClip, &ExecutableModel::clip, clip.value());
   out.image = clip->image;
@@ -138,7 +141,8 @@ Result<ExecutableModel> from_hf_config(const std::string& model, std::string_vie
   Result<nlohmann::json> parsed = graph::parse_json_text(text.value(), path);
   if (!parsed.is_ok()) return parsed.status();
   const nlohmann::json& config = parsed.value();
-  if (!config.is_object()) return Status::error(path + ": expected a JSON object (a Hugging Face config.json)");
+  if (!config.is_object())
+    return Status::invalid_input(path + ": expected a JSON object (a Hugging Face config.json)");
   const std::string type = config.contains("model_type") && config.at("model_type").is_string()
                                ? config.at("model_type").get<std::string>()
                                : std::string();
@@ -211,7 +215,8 @@ Result<ExecutableModel> executable_model(const std::string& model, std::string_v
                        (model.size() > 5 && model.compare(model.size() - 5, 5, ".json") == 0);
   struct stat info {};
   if (is_path && ::stat(model.c_str(), &info) != 0) {
-    return Status::error(std::string(origin) + ": model: " + model + ": no such file or directory");
+    return Status::invalid_input(std::string(origin) + ": model: " + model +
+                                 ": no such file or directory");
   }
   return unsupported(origin, model, is_path ? "is a layer-graph file, which has no LibTorch module" : "has no LibTorch module");
 }

@@ -23,7 +23,7 @@ Status all_reduce_gradients(const NamedParameters& parameters, Communicator& com
   for (const ZeroBucket& bucket : layout.buckets()) {
     torch::Tensor flat = bucket_gradients(bucket, parameters, bucket.elements, first.options().requires_grad(false));
     if (Status s = communicator.all_reduce_sum(flat); !s.is_ok()) {
-      return Status::error("all-reduce of gradients: " + s.message());
+      return s.with_prefix("all-reduce of gradients: ");
     }
     for (size_t j = 0; j < bucket.parameters.size(); ++j) {
       torch::Tensor& grad = parameters[bucket.parameters[j]].second.mutable_grad();

@@ -52,7 +52,9 @@ Result<int64_t> available_host_bytes() {
   Result<std::string> meminfo = graph::read_file("/proc/meminfo", 1 << 20);
   if (!meminfo.is_ok()) return meminfo.status();
   std::optional<int64_t> available = mem_available_bytes(meminfo.value());
-  if (!available) return Status::error("/proc/meminfo: MemAvailable: missing (expected a Linux 3.14+ kernel)");
+  if (!available)
+    return Status::unsupported(
+        "/proc/meminfo: MemAvailable: missing (expected a Linux 3.14+ kernel)");
   const std::optional<int64_t> limit = cgroup_value("/sys/fs/cgroup/memory.max");
   const std::optional<int64_t> used = cgroup_value("/sys/fs/cgroup/memory.current");
   if (limit && used) *available = std::min(*available, std::max<int64_t>(0, *limit - *used));
@@ -61,10 +63,11 @@ Result<int64_t> available_host_bytes() {
 
 Status check_host_memory(int64_t needed, int64_t available, const std::string& what) {
   if (needed <= available) return Status::ok();
-  return Status::error("host memory: " + what + " needs about " + gib(needed) + ", but " + gib(available) +
-                       " is available (MemAvailable, or the cgroup limit); nothing was built or trained. "
-                       "Expected a machine with more memory, or a plan that needs less (LoRA, a smaller model, "
-                       "a GPU for the model states)");
+  return Status::runtime(
+      "host memory: " + what + " needs about " + gib(needed) + ", but " + gib(available) +
+      " is available (MemAvailable, or the cgroup limit); nothing was built or trained. "
+      "Expected a machine with more memory, or a plan that needs less (LoRA, a smaller model, "
+      "a GPU for the model states)");
 }
 
 Status check_run_host_memory(const RunHostNeed& need, int64_t available) {

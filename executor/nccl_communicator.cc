@@ -18,11 +18,13 @@ bool nccl_built() { return true; }
 Result<std::unique_ptr<Communicator>> connect_nccl(const Rendezvous& rendezvous, int device_index) {
   const int devices = c10::cuda::device_count();
   if (devices == 0) {
-    return Status::error("NCCL: no CUDA device is visible (expected a GPU per rank, or --device cpu for Gloo)");
+    return Status::unsupported(
+        "NCCL: no CUDA device is visible (expected a GPU per rank, or --device cpu for Gloo)");
   }
   if (device_index < 0 || device_index >= devices) {
-    return Status::error("NCCL: LOCAL_RANK " + std::to_string(device_index) + " has no GPU of its own: " +
-                         std::to_string(devices) + " visible (expected one rank per GPU on each machine)");
+    return Status::invalid_input("NCCL: LOCAL_RANK " + std::to_string(device_index) +
+                                 " has no GPU of its own: " + std::to_string(devices) +
+                                 " visible (expected one rank per GPU on each machine)");
   }
   try {
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
@@ -44,8 +46,9 @@ Result<std::unique_ptr<Communicator>> connect_nccl(const Rendezvous& rendezvous,
 bool nccl_built() { return false; }
 
 Result<std::unique_ptr<Communicator>> connect_nccl(const Rendezvous&, int) {
-  return Status::error(
-      "NCCL: this headroom was built without CUDA LibTorch or NCCL's header, so several ranks train on the CPU only "
+  return Status::unsupported(
+      "NCCL: this headroom was built without CUDA LibTorch or NCCL's header, so several ranks "
+      "train on the CPU only "
       "(expected --device cpu, or a build against the CUDA wheel: scripts/setup_torch.sh)");
 }
 

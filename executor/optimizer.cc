@@ -7,6 +7,7 @@
 #include "executor/adamw8bit.h"
 #include "executor/mixed_adamw.h"
 #include "executor/sgd.h"
+#include "executor/status_error.h"
 #include "executor/zero_adamw.h"
 
 namespace headroom::executor {
@@ -159,14 +160,16 @@ void check_optimizer_kind(torch::serialize::InputArchive& archive, planner::Opti
   if (archive.try_read(kind_key(kind), marker)) return;
   for (planner::OptimizerKind other : kKinds) {
     if (other != kind && archive.try_read(kind_key(other), marker)) {
-      throw std::runtime_error(origin + ": the optimizer state is " + std::string(planner::optimizer_name(other)) +
-                               "'s, but this run steps " + std::string(planner::optimizer_name(kind)) +
-                               "; resume with the plan that wrote it");
+      throw StatusError(Status::invalid_input(
+          origin + ": the optimizer state is " + std::string(planner::optimizer_name(other)) +
+          "'s, but this run steps " + std::string(planner::optimizer_name(kind)) +
+          "; resume with the plan that wrote it"));
     }
   }
   if (!legacy_ok) {
-    throw std::runtime_error(origin + ": the optimizer state names no optimizer; expected " +
-                             std::string(planner::optimizer_name(kind)) + "'s");
+    throw StatusError(Status::invalid_input(origin +
+                                            ": the optimizer state names no optimizer; expected " +
+                                            std::string(planner::optimizer_name(kind)) + "'s"));
   }
 }
 
@@ -179,21 +182,25 @@ void check_optimizer_kind_marker(const std::map<std::string, torch::Tensor>& hea
   if (header.count(kind_key(kind))) return;
   for (planner::OptimizerKind other : kKinds) {
     if (other != kind && header.count(kind_key(other))) {
-      throw std::runtime_error(origin + ": the optimizer state is " + std::string(planner::optimizer_name(other)) +
-                               "'s, but this run steps " + std::string(planner::optimizer_name(kind)) +
-                               "; resume with the plan that wrote it");
+      throw StatusError(Status::invalid_input(
+          origin + ": the optimizer state is " + std::string(planner::optimizer_name(other)) +
+          "'s, but this run steps " + std::string(planner::optimizer_name(kind)) +
+          "; resume with the plan that wrote it"));
     }
   }
-  throw std::runtime_error(origin + ": the optimizer state names no optimizer; expected " +
-                           std::string(planner::optimizer_name(kind)) + "'s");
+  throw StatusError(Status::invalid_input(origin +
+                                          ": the optimizer state names no optimizer; expected " +
+                                          std::string(planner::optimizer_name(kind)) + "'s"));
 }
 
 void read_state(torch::serialize::InputArchive& archive, const std::string& key, torch::Tensor& into,
                 const std::string& origin) {
   torch::Tensor value;
-  if (!archive.try_read(key, value)) throw std::runtime_error(origin + ": optimizer state lacks \"" + key + "\"");
+  if (!archive.try_read(key, value))
+    throw StatusError(Status::invalid_input(origin + ": optimizer state lacks \"" + key + "\""));
   if (value.sizes() != into.sizes() || value.scalar_type() != into.scalar_type()) {
-    throw std::runtime_error(origin + ": optimizer state \"" + key + "\" has another shape or dtype than this run's");
+    throw StatusError(Status::invalid_input(origin + ": optimizer state \"" + key +
+                                            "\" has another shape or dtype than this run's"));
   }
   into.copy_(value);
 }

@@ -55,7 +55,7 @@ class Optimizer {
   // load() reads a whole state (one process's, or a partitioned optimizer's
   // assembled) and keeps what this rank holds; it checks the optimizer, names
   // and shapes (the parameters themselves come from the model part) and throws
-  // std::runtime_error naming `origin` when they differ.
+  // StatusError (kInvalidInput, executor/status_error.h) naming `origin` when they differ.
   virtual std::string save() const = 0;
   virtual void load(const std::string& bytes, const std::string& origin) = 0;
   // Whether each rank saves its own partition (ZeRO): then save() is this rank's part.

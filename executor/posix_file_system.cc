@@ -23,7 +23,7 @@ namespace headroom::executor {
 namespace {
 
 Status os_error(const std::string& path, const std::string& action, int error) {
-  return Status::error(path + ": " + action + ": " + std::strerror(error));
+  return Status::io(path + ": " + action + ": " + std::strerror(error));
 }
 
 std::string parent_of(const std::string& path) {
@@ -49,7 +49,7 @@ class PosixFileSystem final : public FileSystem {
   }
 
   Status make_directory(const std::string& path) override {
-    if (path.empty()) return Status::error("(empty path): expected a directory name");
+    if (path.empty()) return Status::invalid_input("(empty path): expected a directory name");
     for (size_t end = 1; end <= path.size(); ++end) {
       if (end < path.size() && path[end] != '/') continue;
       const std::string prefix = path.substr(0, end);
@@ -64,14 +64,14 @@ class PosixFileSystem final : public FileSystem {
     }
     struct stat info {};
     if (::stat(path.c_str(), &info) != 0) return os_error(path, "cannot create directory", errno);
-    if (!S_ISDIR(info.st_mode)) return Status::error(path + ": exists but is not a directory");
+    if (!S_ISDIR(info.st_mode)) return Status::io(path + ": exists but is not a directory");
     return Status::ok();
   }
 
   Result<std::vector<std::string>> list_directory(const std::string& path) override {
     DIR* dir = ::opendir(path.c_str());
     if (dir == nullptr) {
-      if (errno == ENOENT) return Status::error(path + ": no such directory");
+      if (errno == ENOENT) return Status::invalid_input(path + ": no such directory");
       return os_error(path, "cannot list directory", errno);
     }
     std::vector<std::string> names;
@@ -96,10 +96,10 @@ class PosixFileSystem final : public FileSystem {
   Result<int64_t> file_size(const std::string& path) override {
     struct stat info {};
     if (::stat(path.c_str(), &info) != 0) {
-      if (errno == ENOENT) return Status::error(path + ": no such file");
+      if (errno == ENOENT) return Status::invalid_input(path + ": no such file");
       return os_error(path, "cannot stat", errno);
     }
-    if (!S_ISREG(info.st_mode)) return Status::error(path + ": not a regular file");
+    if (!S_ISREG(info.st_mode)) return Status::invalid_input(path + ": not a regular file");
     return static_cast<int64_t>(info.st_size);
   }
 
@@ -146,7 +146,7 @@ class PosixFileSystem final : public FileSystem {
   Status remove_all(const std::string& path) override {
     std::error_code error;
     std::filesystem::remove_all(path, error);
-    if (error) return Status::error(path + ": cannot remove: " + error.message());
+    if (error) return Status::io(path + ": cannot remove: " + error.message());
     return Status::ok();
   }
 };

@@ -11,8 +11,14 @@
 namespace headroom::executor {
 namespace {
 
+// A plan the executor cannot apply (well-formed: the planner prices it).
 Status refuse(std::string_view origin, const std::string& field, const std::string& why) {
-  return Status::error(std::string(origin) + ": " + field + ": " + why);
+  return Status::unsupported(std::string(origin) + ": " + field + ": " + why);
+}
+
+// A plan or option that is wrong in itself.
+Status invalid(std::string_view origin, const std::string& field, const std::string& why) {
+  return Status::invalid_input(std::string(origin) + ": " + field + ": " + why);
 }
 
 // ZeRO-3 runs as DeepSpeed's stage 3 (executor/zero3_parameters.h), with AdamW,
@@ -156,9 +162,9 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                       "expected full or full-keep-logits");
   }
   if (plan.blocks.size() != plan.block_names.size()) {
-    return refuse(origin, "blocks", "one decision per entry of block_names");
+    return invalid(origin, "blocks", "one decision per entry of block_names");
   }
-  if (plan.seq_len <= 0) return refuse(origin, "seq_len", "a positive sequence length");
+  if (plan.seq_len <= 0) return invalid(origin, "seq_len", "a positive sequence length");
   if (model_family(model->family).min_two_tokens && plan.seq_len < 2) {
     // The loss is over next-token predictions: one token has none to make, and
     // its mean over nothing is NaN.
@@ -166,27 +172,30 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                   "a causal language model needs at least 2 tokens per sequence (each token predicts the next), "
                   "got " + std::to_string(plan.seq_len));
   }
-  if (plan.config.micro_batch < 1) return refuse(origin, "config.micro_batch", "at least 1");
-  if (plan.config.grad_accum < 1) return refuse(origin, "config.grad_accum", "at least 1");
+  if (plan.config.micro_batch < 1) return invalid(origin, "config.micro_batch", "at least 1");
+  if (plan.config.grad_accum < 1) return invalid(origin, "config.grad_accum", "at least 1");
   return Status::ok();
 }
 
 Status validate_run_options(const RunOptions& o, std::string_view origin) {
-  if (o.steps < 1) return refuse(origin, "--steps", "at least 1");
-  if (o.token_bytes != 2 && o.token_bytes != 4) return refuse(origin, "--token-bytes", "2 (uint16) or 4 (uint32)");
-  if (!(o.learning_rate > 0) || !std::isfinite(o.learning_rate)) return refuse(origin, "--lr", "a positive number");
+  if (o.steps < 1) return invalid(origin, "--steps", "at least 1");
+  if (o.token_bytes != 2 && o.token_bytes != 4)
+    return invalid(origin, "--token-bytes", "2 (uint16) or 4 (uint32)");
+  if (!(o.learning_rate > 0) || !std::isfinite(o.learning_rate))
+    return invalid(origin, "--lr", "a positive number");
   if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) {
-    return refuse(origin, "--weight-decay", "a number >= 0");
+    return invalid(origin, "--weight-decay", "a number >= 0");
   }
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
-    return refuse(origin, "--device", "auto, cpu or cuda, got \"" + o.device + "\"");
+    return invalid(origin, "--device", "auto, cpu or cuda, got \"" + o.device + "\"");
   }
-  if (o.cpu_threads < 0) return refuse(origin, "--cpu-threads", "0 (all cores) or more");
-  if (o.checkpoint_every < 0) return refuse(origin, "--checkpoint-every", "0 (only at the end) or more steps");
+  if (o.cpu_threads < 0) return invalid(origin, "--cpu-threads", "0 (all cores) or more");
+  if (o.checkpoint_every < 0)
+    return invalid(origin, "--checkpoint-every", "0 (only at the end) or more steps");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty() && o.resume_dir.empty()) {
-    return refuse(origin, "--checkpoint-every", "a --checkpoint-dir to write to");
+    return invalid(origin, "--checkpoint-every", "a --checkpoint-dir to write to");
   }
-  if (o.checkpoints_kept < 1) return refuse(origin, "--keep", "at least 1 checkpoint");
+  if (o.checkpoints_kept < 1) return invalid(origin, "--keep", "at least 1 checkpoint");
   return Status::ok();
 }
 
@@ -195,8 +204,9 @@ bool executor_available() { return false; }
 bool cuda_available() { return false; }
 
 Result<RunResult> train_plan(const planner::Plan&, const RunOptions&, RunObserver&) {
-  return Status::error(
-      "this headroom was built without LibTorch, so it cannot train: run scripts/setup_torch.sh, then "
+  return Status::unsupported(
+      "this headroom was built without LibTorch, so it cannot train: run scripts/setup_torch.sh, "
+      "then "
       "scripts/build.sh (docs/executor.md)");
 }
 #endif

@@ -18,7 +18,7 @@ constexpr size_t kMaxRunStateBytes = size_t{1} << 20;
 Status bad(const std::string& origin, const std::string& field, const std::string& expected, const json& got) {
   std::string shown = got.dump(-1, ' ', true, json::error_handler_t::replace);
   if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
-  return Status::error(origin + ": " + field + ": expected " + expected + ", got " + shown);
+  return Status::invalid_input(origin + ": " + field + ": expected " + expected + ", got " + shown);
 }
 
 std::optional<int64_t> as_int64(const json& value) {
@@ -64,8 +64,9 @@ std::string run_state_text(const RunState& state) {
 
 Result<RunState> parse_run_state(std::string_view text, const std::string& origin, int64_t expected_step) {
   if (text.size() > kMaxRunStateBytes) {
-    return Status::error(origin + ": " + std::to_string(text.size()) + " bytes (expected a run state of at most " +
-                         std::to_string(kMaxRunStateBytes) + ")");
+    return Status::invalid_input(origin + ": " + std::to_string(text.size()) +
+                                 " bytes (expected a run state of at most " +
+                                 std::to_string(kMaxRunStateBytes) + ")");
   }
   Result<json> parsed = graph::parse_json_text(text, origin);
   if (!parsed.is_ok()) return parsed.status();
@@ -74,12 +75,13 @@ Result<RunState> parse_run_state(std::string_view text, const std::string& origi
   const std::set<std::string> keys = {"format", "version", "step", "identity", "loss_scale", "clean_steps"};
   for (const auto& item : run.items()) {
     if (keys.count(item.key()) == 0) {
-      return Status::error(origin + ": " + item.key() + ": unknown key (expected only format, version, step, "
-                                                        "identity, loss_scale, clean_steps)");
+      return Status::invalid_input(origin + ": " + item.key() +
+                                   ": unknown key (expected only format, version, step, "
+                                   "identity, loss_scale, clean_steps)");
     }
   }
   for (const std::string& key : keys) {
-    if (!run.contains(key)) return Status::error(origin + ": " + key + ": missing");
+    if (!run.contains(key)) return Status::invalid_input(origin + ": " + key + ": missing");
   }
   if (!run.at("format").is_string() || run.at("format").get<std::string>() != kRunStateFormat) {
     return bad(origin, "format", "\"" + std::string(kRunStateFormat) + "\"", run.at("format"));
@@ -133,8 +135,8 @@ Status check_identity(const json& saved_as_written, const json& current, const s
     differences += (differences.empty() ? "" : "; ") + key + " " + shown(was) + " in the checkpoint, " + shown(now) +
                    " in this run";
   }
-  return Status::error(origin + ": identity: written by another run (" + differences +
-                       "); expected a checkpoint of this plan, model and options");
+  return Status::invalid_input(origin + ": identity: written by another run (" + differences +
+                               "); expected a checkpoint of this plan, model and options");
 }
 
 }  // namespace headroom::executor

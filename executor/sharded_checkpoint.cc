@@ -74,7 +74,8 @@ Result<ReadRankPart> read_rank_part(const std::string& bytes, const std::string&
   try {
     archive.load_from(bytes.data(), bytes.size());
   } catch (const c10::Error& e) {
-    return Status::error(origin + ": not a rank part (" + std::string(e.what_without_backtrace()) + ")");
+    return Status::invalid_input(origin + ": not a rank part (" +
+                                 std::string(e.what_without_backtrace()) + ")");
   }
   ReadRankPart part;
   std::map<std::string, ParameterSlice> by_parameter;
@@ -99,7 +100,8 @@ Result<ReadRankPart> read_rank_part(const std::string& bytes, const std::string&
     }
   }
   if (!part.header.count("rank") || !part.header.count("world")) {
-    return Status::error(origin + ": rank, world: missing (expected a rank part of a sharded checkpoint)");
+    return Status::invalid_input(
+        origin + ": rank, world: missing (expected a rank part of a sharded checkpoint)");
   }
   part.rank = static_cast<int>(part.header.at("rank").item<int64_t>());
   part.world = static_cast<int>(part.header.at("world").item<int64_t>());
@@ -107,20 +109,23 @@ Result<ReadRankPart> read_rank_part(const std::string& bytes, const std::string&
   part.header.erase("world");
   for (auto& [parameter, slice] : by_parameter) {
     if (!fields[parameter].count("begin") || !fields[parameter].count("shape") || slice.states.empty()) {
-      return Status::error(origin + ": slices/" + parameter + ": expected begin, shape and at least one state");
+      return Status::invalid_input(origin + ": slices/" + parameter +
+                                   ": expected begin, shape and at least one state");
     }
     const int64_t n = slice.states.front().second.numel();
     int64_t whole = 1;
     for (int64_t d : slice.shape) whole *= d;
     for (const auto& [state, tensor] : slice.states) {
       if (tensor.numel() != n) {
-        return Status::error(origin + ": slices/" + parameter + "/" + state + ": " + std::to_string(tensor.numel()) +
-                             " elements, another state of the slice has " + std::to_string(n));
+        return Status::invalid_input(
+            origin + ": slices/" + parameter + "/" + state + ": " + std::to_string(tensor.numel()) +
+            " elements, another state of the slice has " + std::to_string(n));
       }
     }
     if (slice.begin < 0 || slice.begin + n > whole) {
-      return Status::error(origin + ": slices/" + parameter + ": elements [" + std::to_string(slice.begin) + ", " +
-                           std::to_string(slice.begin + n) + ") outside the parameter's " + std::to_string(whole));
+      return Status::invalid_input(
+          origin + ": slices/" + parameter + ": elements [" + std::to_string(slice.begin) + ", " +
+          std::to_string(slice.begin + n) + ") outside the parameter's " + std::to_string(whole));
     }
     part.slices.push_back(std::move(slice));
   }
@@ -128,9 +133,10 @@ Result<ReadRankPart> read_rank_part(const std::string& bytes, const std::string&
 }
 
 Result<std::string> assemble_whole(const std::map<std::string, std::string>& parts, const std::string& origin) {
-  if (parts.empty()) return Status::error(origin + ": no rank parts to assemble");
+  if (parts.empty()) return Status::invalid_input(origin + ": no rank parts to assemble");
   std::optional<RankPart> first = parse_rank_part_name(parts.begin()->first);
-  if (!first) return Status::error(origin + "/" + parts.begin()->first + ": not a rank part's name");
+  if (!first)
+    return Status::invalid_input(origin + "/" + parts.begin()->first + ": not a rank part's name");
   std::map<std::string, torch::Tensor> header;
   std::map<std::string, torch::Tensor> whole;           // key -> flat whole state
   std::map<std::string, std::vector<int64_t>> shapes;   // parameter -> whole shape
@@ -140,21 +146,23 @@ Result<std::string> assemble_whole(const std::map<std::string, std::string>& par
     const std::string where = origin + "/" + name;
     std::optional<RankPart> named = parse_rank_part_name(name);
     if (!named || named->kind != first->kind || named->world != first->world) {
-      return Status::error(where + ": expected a part \"" + rank_part_name(first->kind, 0, first->world) +
-                           "\" of another rank of the same job");
+      return Status::invalid_input(where + ": expected a part \"" +
+                                   rank_part_name(first->kind, 0, first->world) +
+                                   "\" of another rank of the same job");
     }
     Result<ReadRankPart> part = read_rank_part(bytes, where);
     if (!part.is_ok()) return part.status();
     if (part->rank != named->rank || part->world != named->world) {
-      return Status::error(where + ": holds rank " + std::to_string(part->rank) + " of " +
-                           std::to_string(part->world) + ", not the rank its name says");
+      return Status::invalid_input(where + ": holds rank " + std::to_string(part->rank) + " of " +
+                                   std::to_string(part->world) + ", not the rank its name says");
     }
     ranks.insert(part->rank);
     if (part->rank == 0) header = part->header;
     for (const ParameterSlice& slice : part->slices) {
       auto [known, fresh] = shapes.emplace(slice.parameter, slice.shape);
       if (!fresh && known->second != slice.shape) {
-        return Status::error(where + ": " + slice.parameter + ": another shape than in another rank's part");
+        return Status::invalid_input(where + ": " + slice.parameter +
+                                     ": another shape than in another rank's part");
       }
       int64_t numel = 1;
       for (int64_t d : slice.shape) numel *= d;
@@ -169,7 +177,8 @@ Result<std::string> assemble_whole(const std::map<std::string, std::string>& par
   }
   for (int r = 0; r < first->world; ++r) {
     if (!ranks.count(r)) {
-      return Status::error(origin + ": " + rank_part_name(first->kind, r, first->world) + ": missing (every rank's part is needed to re-partition)");
+      return Status::invalid_input(origin + ": " + rank_part_name(first->kind, r, first->world) +
+                                   ": missing (every rank's part is needed to re-partition)");
     }
   }
   torch::serialize::OutputArchive archive;
@@ -179,8 +188,9 @@ Result<std::string> assemble_whole(const std::map<std::string, std::string>& par
     // Ranks own disjoint slices (each element once), so a count equal to the
     // parameter's means every element was written.
     if (covered.at(key) != flat.numel()) {
-      return Status::error(origin + ": " + key + ": the ranks' slices cover " + std::to_string(covered.at(key)) +
-                           " of " + std::to_string(flat.numel()) + " elements");
+      return Status::invalid_input(origin + ": " + key + ": the ranks' slices cover " +
+                                   std::to_string(covered.at(key)) + " of " +
+                                   std::to_string(flat.numel()) + " elements");
     }
     archive.write(key, flat.view(shape));
   }

@@ -152,12 +152,12 @@ Status expect_keys(const json& object, const std::set<std::string>& keys,
                    const std::string& where) {
   for (const auto& item : object.items()) {
     if (keys.count(item.key()) == 0) {
-      return Status::error(where + ": unknown key " + in_quotes(item.key()) +
-                           " (expected only the documented keys)");
+      return Status::invalid_input(where + ": unknown key " + in_quotes(item.key()) +
+                                   " (expected only the documented keys)");
     }
   }
   for (const std::string& key : keys) {
-    if (!object.contains(key)) return Status::error(where + ": missing \"" + key + "\"");
+    if (!object.contains(key)) return Status::invalid_input(where + ": missing \"" + key + "\"");
   }
   return Status::ok();
 }
@@ -167,48 +167,50 @@ Result<std::vector<PartEntry>> parse_manifest(std::string_view text, const std::
   Result<json> parsed = graph::parse_json_text(text, origin);  // depth limit, duplicate keys
   if (!parsed.is_ok()) return parsed.status();
   const json& manifest = parsed.value();
-  if (!manifest.is_object()) return Status::error(origin + ": expected a JSON object");
+  if (!manifest.is_object()) return Status::invalid_input(origin + ": expected a JSON object");
   if (Status status = expect_keys(manifest, {"format", "version", "step", "parts"}, origin);
       !status.is_ok()) {
     return status;
   }
   if (manifest["format"] != kFormatName) {
-    return Status::error(origin + ": format: expected \"" + std::string(kFormatName) + "\"");
+    return Status::invalid_input(origin + ": format: expected \"" + std::string(kFormatName) +
+                                 "\"");
   }
   if (as_int64(manifest["version"]) != kFormatVersion) {
-    return Status::error(origin + ": version: " + manifest["version"].dump() +
-                         " (this build reads version " + std::to_string(kFormatVersion) + ")");
+    return Status::invalid_input(origin + ": version: " + manifest["version"].dump() +
+                                 " (this build reads version " + std::to_string(kFormatVersion) +
+                                 ")");
   }
   if (as_int64(manifest["step"]) != expected_step) {
-    return Status::error(origin + ": step: " + manifest["step"].dump() + " (expected " +
-                         std::to_string(expected_step) + ", as the directory name says)");
+    return Status::invalid_input(origin + ": step: " + manifest["step"].dump() + " (expected " +
+                                 std::to_string(expected_step) + ", as the directory name says)");
   }
   const json& parts = manifest["parts"];
   if (!parts.is_array() || parts.empty())
-    return Status::error(origin + ": parts: expected a non-empty array");
+    return Status::invalid_input(origin + ": parts: expected a non-empty array");
   std::vector<PartEntry> entries;
   std::set<std::string> seen;
   for (size_t i = 0; i < parts.size(); ++i) {
     const std::string where = origin + ": parts[" + std::to_string(i) + "]";
     const json& part = parts[i];
-    if (!part.is_object()) return Status::error(where + ": expected an object");
+    if (!part.is_object()) return Status::invalid_input(where + ": expected an object");
     if (Status status = expect_keys(part, {"name", "bytes", "crc32c"}, where); !status.is_ok())
       return status;
     PartEntry entry;
     if (!part["name"].is_string() || !valid_part_name(part["name"].get_ref<const std::string&>())) {
-      return Status::error(
+      return Status::invalid_input(
           where + ".name: " + part["name"].dump(-1, ' ', true, json::error_handler_t::replace) +
           " (expected a file name of [A-Za-z0-9_.-], not MANIFEST, not starting with '.')");
     }
     entry.name = part["name"].get<std::string>();
     if (!seen.insert(entry.name).second)
-      return Status::error(where + ".name: " + in_quotes(entry.name) + " twice");
+      return Status::invalid_input(where + ".name: " + in_quotes(entry.name) + " twice");
     const std::optional<int64_t> bytes = as_int64(part["bytes"]);
     if (!bytes || *bytes < 0)
-      return Status::error(where + ".bytes: expected a non-negative integer");
+      return Status::invalid_input(where + ".bytes: expected a non-negative integer");
     entry.bytes = *bytes;
     const std::optional<uint32_t> crc = parse_hex32(part["crc32c"]);
-    if (!crc) return Status::error(where + ".crc32c: expected 8 lowercase hex digits");
+    if (!crc) return Status::invalid_input(where + ".crc32c: expected 8 lowercase hex digits");
     entry.crc = *crc;
     entries.push_back(std::move(entry));
   }
@@ -282,8 +284,9 @@ Result<LoadedState> read_checkpoint(FileSystem& fs, const std::string& directory
   Result<int64_t> manifest_bytes = fs.file_size(manifest_path);
   if (!manifest_bytes.is_ok()) return manifest_bytes.status();
   if (manifest_bytes.value() > kMaxManifestBytes) {
-    return Status::error(manifest_path + ": " + std::to_string(manifest_bytes.value()) +
-                         " bytes (expected at most " + std::to_string(kMaxManifestBytes) + ")");
+    return Status::invalid_input(manifest_path + ": " + std::to_string(manifest_bytes.value()) +
+                                 " bytes (expected at most " + std::to_string(kMaxManifestBytes) +
+                                 ")");
   }
   Result<std::string> text = fs.read_file(manifest_path);
   if (!text.is_ok()) return text.status();
@@ -298,9 +301,9 @@ Result<LoadedState> read_checkpoint(FileSystem& fs, const std::string& directory
   for (const PartEntry& entry : entries.value()) {
     const std::string part_path = join(path, entry.name);
     auto mismatch = [&](int64_t on_disk) {
-      return Status::error(part_path + ": " + std::to_string(on_disk) +
-                           " bytes, the manifest says " + std::to_string(entry.bytes) +
-                           " (truncated or overwritten)");
+      return Status::invalid_input(part_path + ": " + std::to_string(on_disk) +
+                                   " bytes, the manifest says " + std::to_string(entry.bytes) +
+                                   " (truncated or overwritten)");
     };
     // The size first: a wrong one is rejected without reading the part.
     Result<int64_t> bytes = fs.file_size(part_path);
@@ -314,8 +317,9 @@ Result<LoadedState> read_checkpoint(FileSystem& fs, const std::string& directory
     }
     const uint32_t crc = crc32c(contents.value());
     if (crc != entry.crc) {
-      return Status::error(part_path + ": checksum mismatch: crc32c " + hex32(crc) +
-                           ", the manifest says " + hex32(entry.crc) + " (the data is damaged)");
+      return Status::invalid_input(part_path + ": checksum mismatch: crc32c " + hex32(crc) +
+                                   ", the manifest says " + hex32(entry.crc) +
+                                   " (the data is damaged)");
     }
     if (depth == Depth::kLoad) state.parts.emplace(entry.name, std::move(contents.value()));
   }
@@ -356,7 +360,7 @@ std::string intact_note(FileSystem& fs, const std::string& directory) {
 // What an existing checkpoint directory holds; a missing one is an error.
 Result<Inventory> inventory_of(FileSystem& fs, const std::string& directory) {
   if (!fs.exists(directory)) {
-    return Status::error(
+    return Status::invalid_input(
         directory + ": no such directory (expected a directory of training-state checkpoints)");
   }
   Result<std::vector<std::string>> names = fs.list_directory(directory);
@@ -373,10 +377,11 @@ std::string nearest_existing(FileSystem& fs, std::string path) {
 
 namespace {
 
-// "DIR/: saving step N: WHY; nothing was written; step-M is intact".
-Status refusal(FileSystem& fs, const std::string& directory, int64_t step, const std::string& why) {
-  return Status::error(shown_directory(directory) + ": saving step " + std::to_string(step) + ": " + why +
-                       "; nothing was written; " + intact_note(fs, directory));
+// "DIR/: saving step N: WHY; nothing was written; step-M is intact", with the code of `why`.
+Status refusal(FileSystem& fs, const std::string& directory, int64_t step, const Status& why) {
+  return why
+      .with_prefix(shown_directory(directory) + ": saving step " + std::to_string(step) + ": ")
+      .with_suffix("; nothing was written; " + intact_note(fs, directory));
 }
 
 // Where a save writes before its rename into place: the process's own name,
@@ -394,12 +399,17 @@ std::string shared_temp_path(const std::string& directory, int64_t step) {
 Status StateStore::save(int64_t step, const std::map<std::string, std::string>& parts) {
   warnings_.clear();
   FileSystem& fs = *file_system_;
-  if (parts.empty()) return refusal(fs, options_.directory, step, "no parts given (expected at least one)");
+  if (parts.empty()) {
+    return refusal(fs, options_.directory, step,
+                   Status::internal("no parts given (expected at least one)"));
+  }
   for (const auto& [name, contents] : parts) {
     if (!valid_part_name(name)) {
-      return refusal(fs, options_.directory, step,
-                     "part name " + in_quotes(name) +
-                         " is not allowed (expected [A-Za-z0-9_.-]+, not MANIFEST, not starting with '.')");
+      return refusal(
+          fs, options_.directory, step,
+          Status::internal(
+              "part name " + in_quotes(name) +
+              " is not allowed (expected [A-Za-z0-9_.-]+, not MANIFEST, not starting with '.')"));
     }
   }
   const std::string temp_path = temp_path_of(options_.directory, step, std::to_string(::getpid()));
@@ -418,20 +428,22 @@ Status StateStore::begin(int64_t step, int64_t bytes, const std::string& temp_pa
   const std::string& directory = options_.directory;
   const std::string shown = shown_directory(directory);
   const std::string what = "saving step " + std::to_string(step);
-  auto refuse = [&](const std::string& why) { return refusal(fs, directory, step, why); };
+  auto refuse = [&](const Status& why) { return refusal(fs, directory, step, why); };
   if (directory.empty())
-    return Status::error("(no directory): " + what + ": expected a checkpoint directory");
+    return Status::invalid_input("(no directory): " + what + ": expected a checkpoint directory");
   if (options_.keep < 1)
-    return refuse("keep is " + std::to_string(options_.keep) + " (expected at least 1)");
-  if (options_.min_free_bytes < 0) return refuse("min_free_bytes is negative");
+    return refuse(Status::invalid_input("keep is " + std::to_string(options_.keep) +
+                                        " (expected at least 1)"));
+  if (options_.min_free_bytes < 0)
+    return refuse(Status::invalid_input("min_free_bytes is negative"));
   if (step < 0 || step > kMaxStep)
-    return refuse("expected a step from 0 to " + std::to_string(kMaxStep));
+    return refuse(Status::invalid_input("expected a step from 0 to " + std::to_string(kMaxStep)));
 
   // Leftovers of an interrupted save go first: they are garbage and their
   // space counts towards this save.
   if (fs.exists(directory)) {
     Result<std::vector<std::string>> names = fs.list_directory(directory);
-    if (!names.is_ok()) return refuse(names.message());
+    if (!names.is_ok()) return refuse(names.status());
     const Inventory inventory = take_inventory(names.value());
     for (const Candidate& orphan : inventory.orphans) {
       Status status =
@@ -446,17 +458,16 @@ Status StateStore::begin(int64_t step, int64_t bytes, const std::string& temp_pa
   }
 
   Result<int64_t> free = free_bytes();
-  if (!free.is_ok()) return refuse(free.message());
+  if (!free.is_ok()) return refuse(free.status());
   const int64_t keep_free = options_.min_free_bytes;
   if (free.value() < bytes || free.value() - bytes < keep_free) {
     std::string message =
         format_bytes(free.value()) + " free, " + what + " needs " + format_bytes(bytes);
     if (keep_free > 0) message += " (+" + format_bytes(keep_free) + " kept free)";
-    return Status::error(shown + ": " + message + "; nothing was written; " +
-                         intact_note(fs, directory));
+    return Status::io(shown + ": " + message + "; nothing was written; " +
+                      intact_note(fs, directory));
   }
-  if (Status status = fs.make_directory(directory); !status.is_ok())
-    return refuse(status.message());
+  if (Status status = fs.make_directory(directory); !status.is_ok()) return refuse(status);
   // Everything after this point has written something: a failure removes the
   // temporary directory and says whether that worked.
   if (Status status = fs.make_directory(temp_path); !status.is_ok()) return abandon(step, temp_path, status);
@@ -474,7 +485,7 @@ Status StateStore::abandon(int64_t step, const std::string& temp_path, const Sta
     message += "; the partial checkpoint could not be removed (" + removed.message() +
                ") and the next save removes it";
   }
-  return Status::error(message + "; " + intact_note(fs, directory));
+  return Status::with_code(cause.code(), message + "; " + intact_note(fs, directory));
 }
 
 Status StateStore::commit(int64_t step, const std::vector<WrittenPart>& parts, const std::string& temp_path) {
@@ -507,9 +518,8 @@ Status StateStore::commit(int64_t step, const std::vector<WrittenPart>& parts, c
     if (replacing) {
       if (Status back = fs.rename(old_path, final_path); !back.is_ok()) {
         const Status failed = abandon_with(status);
-        return Status::error(failed.message() + "; the earlier " + step_name(step) +
-                             " is intact as " + old_path +
-                             " (it loads from there; the next save moves it back)");
+        return failed.with_suffix("; the earlier " + step_name(step) + " is intact as " + old_path +
+                                  " (it loads from there; the next save moves it back)");
       }
     }
     return abandon_with(status);
@@ -517,9 +527,8 @@ Status StateStore::commit(int64_t step, const std::vector<WrittenPart>& parts, c
   if (Status status = fs.sync_directory(directory); !status.is_ok()) {
     // The new checkpoint is in place but its name may not survive a power
     // loss: report it, and rotate nothing so that older ones remain.
-    return Status::error(shown + ": " + what + ": " + step_name(step) + " is in place but " +
-                         status.message() +
-                         ", so it may not survive a power loss; no checkpoint was removed");
+    return status.with_prefix(shown + ": " + what + ": " + step_name(step) + " is in place but ")
+        .with_suffix(", so it may not survive a power loss; no checkpoint was removed");
   }
   verified_.insert(step_name(step));  // written and flushed by this store just now
   if (replacing) {
@@ -551,13 +560,14 @@ Status StateStore::begin_shared_save(int64_t step, int64_t bytes) {
 Result<WrittenPart> StateStore::write_shared_part(int64_t step, const std::string& name,
                                                   std::string_view contents) {
   if (!valid_part_name(name)) {
-    return Status::error(shown_directory(options_.directory) + ": saving step " + std::to_string(step) +
-                         ": part name " + in_quotes(name) + " is not allowed");
+    return Status::internal(shown_directory(options_.directory) + ": saving step " +
+                            std::to_string(step) + ": part name " + in_quotes(name) +
+                            " is not allowed");
   }
   const std::string temp_path = shared_temp_path(options_.directory, step);
   if (Status status = file_system_->write_file(join(temp_path, name), contents); !status.is_ok()) {
-    return Status::error(shown_directory(options_.directory) + ": saving step " + std::to_string(step) +
-                         ": " + status.message());
+    return status.with_prefix(shown_directory(options_.directory) + ": saving step " +
+                              std::to_string(step) + ": ");
   }
   return WrittenPart{name, static_cast<int64_t>(contents.size()), crc32c(contents)};
 }
@@ -567,11 +577,12 @@ Status StateStore::commit_shared_save(int64_t step, const std::vector<WrittenPar
   std::set<std::string> seen;
   for (const WrittenPart& part : parts) {
     if (!valid_part_name(part.name) || !seen.insert(part.name).second) {
-      return abandon(step, temp_path,
-                     Status::error("part " + in_quotes(part.name) + " is not allowed or given twice"));
+      return abandon(
+          step, temp_path,
+          Status::internal("part " + in_quotes(part.name) + " is not allowed or given twice"));
     }
   }
-  if (parts.empty()) return abandon(step, temp_path, Status::error("no parts were written"));
+  if (parts.empty()) return abandon(step, temp_path, Status::internal("no parts were written"));
   return commit(step, parts, temp_path);
 }
 
@@ -624,10 +635,11 @@ Status StateStore::check_writable() const {
   FileSystem& fs = *file_system_;
   const std::string& directory = options_.directory;
   auto refuse = [&](const Status& cause) {
-    return Status::error(shown_directory(directory) + ": checkpoints cannot be written there: " + cause.message() +
-                         " (expected a writable directory; nothing was trained)");
+    return cause.with_prefix(shown_directory(directory) + ": checkpoints cannot be written there: ")
+        .with_suffix(" (expected a writable directory; nothing was trained)");
   };
-  if (directory.empty()) return Status::error("(no directory): expected a checkpoint directory");
+  if (directory.empty())
+    return Status::invalid_input("(no directory): expected a checkpoint directory");
   if (Status status = fs.make_directory(directory); !status.is_ok()) return refuse(status);
   // A name take_inventory() ignores (too short for one of ours), so a probe a
   // crash leaves behind is never mistaken for a checkpoint.
@@ -665,7 +677,7 @@ Result<std::optional<LoadedState>> StateStore::load_latest(const LoadRequest& re
   // throw away a run the user means to resume.
   std::string message = shown_directory(directory) + ": no checkpoint verifies:";
   for (const std::string& why : skipped) message += "\n  " + why;
-  return Status::error(message);
+  return Status::invalid_input(message);
 }
 
 Result<std::vector<int64_t>> StateStore::steps() const {

@@ -55,19 +55,22 @@ Result<TokenSource> TokenSource::open_file(const std::string& path, int token_by
   if (!fd.is_ok()) return fd.status();
   file->fd = fd.value();
   struct stat info {};
-  if (::fstat(file->fd, &info) != 0) return Status::error(path + ": cannot stat: " + std::strerror(errno));
+  if (::fstat(file->fd, &info) != 0)
+    return Status::io(path + ": cannot stat: " + std::strerror(errno));
   if (info.st_size % token_bytes != 0) {
-    return Status::error(path + ": " + std::to_string(info.st_size) + " bytes is not a whole number of " +
-                         std::to_string(token_bytes) + "-byte token ids (expected raw little-endian uint" +
-                         std::to_string(8 * token_bytes) + "; see --token-bytes)");
+    return Status::invalid_input(path + ": " + std::to_string(info.st_size) +
+                                 " bytes is not a whole number of " + std::to_string(token_bytes) +
+                                 "-byte token ids (expected raw little-endian uint" +
+                                 std::to_string(8 * token_bytes) + "; see --token-bytes)");
   }
   TokenSource source;
   source.file_ = std::move(file);
   source.vocab_ = vocab;
   source.tokens_ = info.st_size / token_bytes;
   if (source.tokens_ < seq) {
-    return Status::error(path + ": holds " + std::to_string(source.tokens_) + " tokens, expected at least one " +
-                         "sequence of " + std::to_string(seq));
+    return Status::invalid_input(path + ": holds " + std::to_string(source.tokens_) +
+                                 " tokens, expected at least one " + "sequence of " +
+                                 std::to_string(seq));
   }
   if (Status ids = source.check_ids(); !ids.is_ok()) return ids;
   return source;
@@ -88,17 +91,19 @@ Status TokenSource::check_ids() const {
                                                                              static_cast<off_t>(done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        return Status::error(file_->path + ": cannot read tokens at position " + std::to_string(first) + ": " +
-                             (n < 0 ? std::strerror(errno) : "unexpected end of file"));
+        return Status::io(file_->path + ": cannot read tokens at position " +
+                          std::to_string(first) + ": " +
+                          (n < 0 ? std::strerror(errno) : "unexpected end of file"));
       }
       done += static_cast<size_t>(n);
     }
     for (int64_t t = 0; t < count; ++t) {
       const uint64_t id = decode(bytes.data() + t * width, width);
       if (id >= static_cast<uint64_t>(vocab_)) {
-        return Status::error(file_->path + ": token " + std::to_string(first + t) + " is " + std::to_string(id) +
-                             ", expected an id below the model's vocabulary size " + std::to_string(vocab_) +
-                             " (the whole file is checked before training)");
+        return Status::invalid_input(
+            file_->path + ": token " + std::to_string(first + t) + " is " + std::to_string(id) +
+            ", expected an id below the model's vocabulary size " + std::to_string(vocab_) +
+            " (the whole file is checked before training)");
       }
     }
   }
@@ -126,16 +131,17 @@ Result<std::vector<int64_t>> TokenSource::sample(int64_t index, int64_t seq) con
                               static_cast<off_t>(first * width + static_cast<int64_t>(done)));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return Status::error(file_->path + ": cannot read tokens at position " + std::to_string(first) + ": " +
-                           (n < 0 ? std::strerror(errno) : "unexpected end of file"));
+      return Status::io(file_->path + ": cannot read tokens at position " + std::to_string(first) +
+                        ": " + (n < 0 ? std::strerror(errno) : "unexpected end of file"));
     }
     done += static_cast<size_t>(n);
   }
   for (int64_t t = 0; t < seq; ++t) {
     const uint64_t id = decode(bytes.data() + t * width, width);
     if (id >= static_cast<uint64_t>(vocab_)) {
-      return Status::error(file_->path + ": token " + std::to_string(first + t) + " is " + std::to_string(id) +
-                           ", expected an id below the model's vocabulary size " + std::to_string(vocab_));
+      return Status::invalid_input(
+          file_->path + ": token " + std::to_string(first + t) + " is " + std::to_string(id) +
+          ", expected an id below the model's vocabulary size " + std::to_string(vocab_));
     }
     out[static_cast<size_t>(t)] = static_cast<int64_t>(id);
   }

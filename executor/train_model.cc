@@ -43,8 +43,9 @@ Status apply_trainability(torch::nn::Module& module, const graph::LayerGraph& gr
   for (auto& item : module.named_parameters()) {
     const auto found = trainable.find(item.key());
     if (found == trainable.end()) {
-      return Status::error(model + ": the LibTorch module has parameter \"" + item.key() +
-                           "\" that the planner's graph lacks (expected the same names; a bug in models/)");
+      return Status::internal(
+          model + ": the LibTorch module has parameter \"" + item.key() +
+          "\" that the planner's graph lacks (expected the same names; a bug in models/)");
     }
     item.value().set_requires_grad(found->second);
   }
@@ -275,8 +276,9 @@ class LlavaModel final : public TrainModel {
 
   Result<torch::Tensor> loss(int64_t first, int64_t batch, const tm::BlockRunner& runner) override {
     if (options_.seq_len <= image_tokens_ + 1) {
-      return Status::error("seq_len " + std::to_string(options_.seq_len) + " leaves no text after the " +
-                           std::to_string(image_tokens_) + " image tokens (expected more)");
+      return Status::invalid_input("seq_len " + std::to_string(options_.seq_len) +
+                                   " leaves no text after the " + std::to_string(image_tokens_) +
+                                   " image tokens (expected more)");
     }
     std::vector<torch::Tensor> images;
     std::vector<int64_t> ids;
@@ -466,10 +468,11 @@ Result<std::unique_ptr<TrainModel>> build_bert(const BuildInputs& in) {
   if (config.attention_dropout > 0 && in.options.device.is_cpu()) {
     // aten sdp_utils_cpp: the CPU flash kernel takes no dropout, so SDPA falls
     // back to its math path, which keeps the probabilities and their mask.
-    return Status::error(in.plan.model + ": attention dropout " + std::to_string(config.attention_dropout) +
-                         " runs on LibTorch's CPU SDPA math path, which keeps the [B, heads, S, S] probabilities "
-                         "that the priced fused kernel does not (expected a GPU, or --dropout 0, or a config with "
-                         "attention_probs_dropout_prob 0)");
+    return Status::unsupported(
+        in.plan.model + ": attention dropout " + std::to_string(config.attention_dropout) +
+        " runs on LibTorch's CPU SDPA math path, which keeps the [B, heads, S, S] probabilities "
+        "that the priced fused kernel does not (expected a GPU, or --dropout 0, or a config with "
+        "attention_probs_dropout_prob 0)");
   }
   return std::unique_ptr<TrainModel>(std::make_unique<SequenceClassifier>(
       config, lora_options(in.plan, tm::bert_lora(in.lora_rank())), in.run.seed, in.options));
@@ -477,8 +480,9 @@ Result<std::unique_ptr<TrainModel>> build_bert(const BuildInputs& in) {
 
 Result<std::unique_ptr<TrainModel>> build_clip(const BuildInputs& in) {
   if (in.plan.settings.dropout.value_or(0) > 0) {
-    return Status::error(in.plan.model + ": settings.dropout: the LibTorch CLIP runs no dropout, as CLIP's "
-                         "configs have none (expected 0)");
+    return Status::unsupported(in.plan.model +
+                               ": settings.dropout: the LibTorch CLIP runs no dropout, as CLIP's "
+                               "configs have none (expected 0)");
   }
   return std::unique_ptr<TrainModel>(std::make_unique<ImageTextPairs>(
       in.model, lora_options(in.plan, tm::clip_lora(in.lora_rank())), in.run.seed, in.options));
@@ -506,12 +510,12 @@ static_assert(builders_in_family_order(), "one builder per ModelFamily, in its o
 // What the family's row says a run of it needs, before anything is built.
 Status check_family(const ModelFamilyInfo& family, const planner::Plan& plan, const RunOptions& run) {
   if (family.synthetic_data != nullptr && run.data != "synthetic") {
-    return Status::error(run.data + ": " + family.name + " trains on synthetic " + family.synthetic_data +
-                         " only (expected --data synthetic)");
+    return Status::unsupported(run.data + ": " + family.name + " trains on synthetic " +
+                               family.synthetic_data + " only (expected --data synthetic)");
   }
   if (family.full_only && plan.settings.mode != planner::TrainMode::kFull) {
-    return Status::error(plan.model + ": settings.mode: the executor trains " + family.name +
-                         " fully (expected full)");
+    return Status::unsupported(plan.model + ": settings.mode: the executor trains " + family.name +
+                               " fully (expected full)");
   }
   return Status::ok();
 }
@@ -555,7 +559,9 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
   keep_fp32_adapters(out->module(), trained_graph, plan.settings.precision);
   if (plan.settings.mode == planner::TrainMode::kQlora &&
       quantize_nf4_linears(out->module(), trained_graph, plan.settings.nf4_double_quant) == 0) {
-    return Status::error(plan.model + ": QLoRA: no linear of the module is NF4 in the planner's graph (a bug in models/)");
+    return Status::internal(
+        plan.model +
+        ": QLoRA: no linear of the module is NF4 in the planner's graph (a bug in models/)");
   }
   if (Status s = load_nf4_states(out->module(), plan.settings.model, nf4_weights); !s.is_ok()) return s;
   out->module().train();

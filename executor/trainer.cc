@@ -19,20 +19,21 @@
 
 #include "executor/checkpoint.h"
 #include "executor/communicator.h"
+#include "executor/crc32c.h"
 #include "executor/executable_model.h"
 #include "executor/gloo_communicator.h"
-#include "executor/nccl_communicator.h"
 #include "executor/gradient_all_reduce.h"
 #include "executor/host_memory.h"
 #include "executor/memory_probe.h"
+#include "executor/nccl_communicator.h"
 #include "executor/offload.h"
 #include "executor/optimizer.h"
 #include "executor/prediction_check.h"
 #include "executor/run.h"
 #include "executor/state_store.h"
+#include "executor/status_error.h"
 #include "executor/train_model.h"
 #include "executor/training_state.h"
-#include "executor/crc32c.h"
 #include "executor/zero3_parameters.h"
 #include "planner/model_states.h"
 #include "planner/plan_file.h"
@@ -170,11 +171,13 @@ Status Trainer::join_job(bool on_cuda) {
   }
   const int planned = plan_.settings.world_size();
   if (world() != planned) {
-    return Status::error("plan: settings.gpus_per_node x settings.nodes: the plan is for " + std::to_string(planned) +
-                         " ranks, but this job has " + std::to_string(world()) +
-                         (world() == 1 ? " (no RANK / WORLD_SIZE in the environment)" : " (WORLD_SIZE)") +
-                         "; start it with `headroom run PLAN --nproc " + std::to_string(planned) +
-                         "` or `torchrun --nproc-per-node " + std::to_string(planned) + " --no-python headroom-train run PLAN`");
+    return Status::invalid_input(
+        "plan: settings.gpus_per_node x settings.nodes: the plan is for " +
+        std::to_string(planned) + " ranks, but this job has " + std::to_string(world()) +
+        (world() == 1 ? " (no RANK / WORLD_SIZE in the environment)" : " (WORLD_SIZE)") +
+        "; start it with `headroom run PLAN --nproc " + std::to_string(planned) +
+        "` or `torchrun --nproc-per-node " + std::to_string(planned) +
+        " --no-python headroom-train run PLAN`");
   }
   if (world() == 1) return Status::ok();
   // Every rank must train the same plan with the same options: a digest of
@@ -188,9 +191,10 @@ Status Trainer::join_job(bool on_cuda) {
   if (Status s = comm_->all_gather(digest, all); !s.is_ok()) return s;
   for (int r = 1; r < world(); ++r) {
     if (all[r].item<int64_t>() != all[0].item<int64_t>()) {
-      return Status::error("rank " + std::to_string(r) +
-                           " runs another plan or other options than rank 0 (digests differ); every rank must be "
-                           "started with the same plan file and flags");
+      return Status::invalid_input(
+          "rank " + std::to_string(r) +
+          " runs another plan or other options than rank 0 (digests differ); every rank must be "
+          "started with the same plan file and flags");
     }
   }
   return Status::ok();
@@ -198,14 +202,18 @@ Status Trainer::join_job(bool on_cuda) {
 
 Status Trainer::agree(const Status& local, const std::string& what) {
   if (world() == 1) return local;
+  // Each rank's error code (0: ok): a rank that did not fail stops with the
+  // code of the first that did, so the job's exit status (cli/exit_status.h)
+  // does not depend on which rank the launcher sees end first.
   torch::Tensor failed = torch::zeros({world()}, torch::kFloat);
-  failed[rank()] = local.is_ok() ? 0.0f : 1.0f;
+  failed[rank()] = static_cast<float>(local.code());
   if (Status s = comm_->all_reduce_sum(failed); !s.is_ok()) return s;
   if (!local.is_ok()) return local;
   for (int r = 0; r < world(); ++r) {
-    if (failed[r].item<float>() > 0) {
-      return Status::error(what + ": rank " + std::to_string(r) + " failed (its message says why); the job stops");
-    }
+    const auto code = static_cast<StatusCode>(static_cast<int>(failed[r].item<float>()));
+    if (code == StatusCode::kOk) continue;
+    return Status::with_code(code, what + ": rank " + std::to_string(r) +
+                                       " failed (its message says why); the job stops");
   }
   return Status::ok();
 }
@@ -213,7 +221,8 @@ Status Trainer::agree(const Status& local, const std::string& what) {
 Status Trainer::setup() {
   const bool want_cuda = options_.device == "cuda" || (options_.device == "auto" && torch::cuda::is_available());
   if (want_cuda && !torch::cuda::is_available()) {
-    return Status::error("--device cuda: no CUDA device is visible to LibTorch (expected a GPU, or --device cpu)");
+    return Status::unsupported(
+        "--device cuda: no CUDA device is visible to LibTorch (expected a GPU, or --device cpu)");
   }
   if (Status s = join_job(want_cuda); !s.is_ok()) return s;
   device_ = want_cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_device_))
@@ -229,9 +238,10 @@ Status Trainer::setup() {
   bool same = blocks.size() == plan_.block_names.size();
   for (size_t b = 0; same && b < blocks.size(); ++b) same = blocks[b].name == plan_.block_names[b];
   if (!same) {
-    return Status::error("plan: block_names: expected the " + std::to_string(blocks.size()) + " blocks of " +
-                         plan_.settings.model + " in order (" + blocks.front().name + " ... " + blocks.back().name +
-                         "); the plan is for another model or version, make it again");
+    return Status::invalid_input(
+        "plan: block_names: expected the " + std::to_string(blocks.size()) + " blocks of " +
+        plan_.settings.model + " in order (" + blocks.front().name + " ... " + blocks.back().name +
+        "); the plan is for another model or version, make it again");
   }
   // Before anything is built (issue 14: a model larger than the machine was
   // OOM-killed without a word): the module is built in fp32 on the CPU before
@@ -408,7 +418,8 @@ Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {
   }
   if (world() > 1) {
     torch::Tensor sum = torch::full({1}, loss_sum, torch::kDouble);
-    if (Status s = comm_->all_reduce_sum(sum); !s.is_ok()) return Status::error("all-reduce of the loss: " + s.message());
+    if (Status s = comm_->all_reduce_sum(sum); !s.is_ok())
+      return s.with_prefix("all-reduce of the loss: ");
     loss_sum = sum.item<double>() / world();
   }
   const bool finite = optimizer_->step(grad_scale, scaler_.enabled);
@@ -437,8 +448,8 @@ Result<StepMetrics> Trainer::train_step(int64_t step, bool measure_categories) {
   metrics.loss_scale = scaler_.scale;
   metrics.skipped = !finite;
   if (!std::isfinite(metrics.loss)) {
-    return Status::error("step " + std::to_string(step) + ": the loss is " + std::to_string(metrics.loss) +
-                         " (training diverged; try a lower --lr)");
+    return Status::runtime("step " + std::to_string(step) + ": the loss is " +
+                           std::to_string(metrics.loss) + " (training diverged; try a lower --lr)");
   }
   return metrics;
 }
@@ -463,7 +474,8 @@ Status Trainer::gather_category_checks() {
   torch::Tensor mine = torch::empty({rows}, torch::kLong);
   for (int64_t i = 0; i < rows; ++i) mine[i] = result_.categories[static_cast<size_t>(i)].measured;
   torch::Tensor all = torch::empty({rows * world()}, torch::kLong);
-  if (Status s = comm_->all_gather(mine, all); !s.is_ok()) return Status::error("all-gather of measurements: " + s.message());
+  if (Status s = comm_->all_gather(mine, all); !s.is_ok())
+    return s.with_prefix("all-gather of measurements: ");
   for (int64_t i = 0; i < rows; ++i) {
     CategoryCheck& row = result_.categories[static_cast<size_t>(i)];
     CategoryCheck worst = row;
@@ -486,8 +498,10 @@ Result<RunResult> Trainer::run() {
     if (Status s = resume(); !s.is_ok()) return s;
   }
   if (step_ >= options_.steps) {
-    return Status::error("--steps " + std::to_string(options_.steps) + ": the checkpoint in " + options_.resume_dir +
-                         " is already at step " + std::to_string(step_) + "; expected more steps than that to train");
+    return Status::invalid_input("--steps " + std::to_string(options_.steps) +
+                                 ": the checkpoint in " + options_.resume_dir +
+                                 " is already at step " + std::to_string(step_) +
+                                 "; expected more steps than that to train");
   }
   result_.first_step = step_ + 1;
   describe_device();
@@ -514,13 +528,16 @@ Result<RunResult> Trainer::run() {
     Status observed = leader() ? observer_.on_step(metrics.value()) : Status::ok();
     if (world() > 1) observed = agree(observed, "progress");
     if (!observed.is_ok()) {
-      return Status::error("step " + std::to_string(step_) + ": " + observed.message() + "; the run stops" +
-                           (result_.checkpoints_written.empty() ? "" : " (checkpoints written so far stay)"));
+      return observed.with_prefix("step " + std::to_string(step_) + ": ")
+          .with_suffix(
+              std::string("; the run stops") +
+              (result_.checkpoints_written.empty() ? "" : " (checkpoints written so far stay)"));
     }
     const bool periodic = options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0;
     if (!options_.checkpoint_dir.empty() && (periodic || step_ == options_.steps)) {
       if (Status s = save(step_); !s.is_ok()) {
-        return Status::error("step " + std::to_string(step_) + ": checkpoint not saved, the run stops: " + s.message());
+        return s.with_prefix("step " + std::to_string(step_) +
+                             ": checkpoint not saved, the run stops: ");
       }
     }
   }
@@ -566,12 +583,15 @@ Result<RunResult> train_plan(const planner::Plan& plan, const RunOptions& option
     if (resolved.checkpoint_dir.empty()) resolved.checkpoint_dir = resolved.resume_dir;
     Trainer trainer(prepared.value(), resolved, observer);
     Result<RunResult> result = trainer.run();
-    if (!result.is_ok()) return Status::error(rank_prefix() + result.message());
+    if (!result.is_ok()) return result.status().with_prefix(rank_prefix());
     return result;
+  } catch (const StatusError& e) {
+    return e.status().with_prefix(rank_prefix());
   } catch (const c10::Error& e) {
-    return Status::error(rank_prefix() + "LibTorch: " + std::string(e.what_without_backtrace()));
+    // Out of memory among others: a failure of this run, not of its input.
+    return Status::runtime(rank_prefix() + "LibTorch: " + std::string(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    return Status::error(rank_prefix() + e.what());
+    return Status::internal(rank_prefix() + e.what());
   }
 }
 

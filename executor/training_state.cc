@@ -12,6 +12,7 @@
 #include "executor/crc32c.h"
 #include "executor/run_state.h"
 #include "executor/sharded_checkpoint.h"
+#include "executor/status_error.h"
 
 namespace headroom::executor {
 namespace {
@@ -31,7 +32,8 @@ void load_parameters(const std::string& bytes, const NamedParameters& parameters
   for (const auto& [name, tensor] : parameters) {
     torch::Tensor value;
     if (!archive.try_read(name, value) || value.sizes() != tensor.sizes()) {
-      throw std::runtime_error(origin + ": model: parameter \"" + name + "\" missing or of another shape");
+      throw StatusError(Status::invalid_input(origin + ": model: parameter \"" + name +
+                                              "\" missing or of another shape"));
     }
     tensor.copy_(value);
   }
@@ -99,7 +101,7 @@ std::vector<ParameterSlice> model_slices(const TrainingState& state) {
 // partitions; false (nothing changed) when its slices are not exactly those.
 bool load_model_partition(const std::string& bytes, const std::string& origin, const TrainingState& state) {
   Result<ReadRankPart> part = read_rank_part(bytes, origin);
-  if (!part.is_ok()) throw std::runtime_error(part.message());
+  if (!part.is_ok()) throw StatusError(part.status());
   const std::vector<ParameterSlice> mine = model_slices(state);
   if (part->rank != state.rank || part->world != state.world || part->slices.size() != mine.size()) return false;
   std::map<std::string, const ParameterSlice*> saved;
@@ -130,7 +132,8 @@ void load_parameters_into_partitions(const std::string& bytes, const TrainingSta
     const PartitionedParameter p = state.zero3->partition_of(tensor);
     torch::Tensor value;
     if (!archive.try_read(name, value) || value.sizes().vec() != p.shape) {
-      throw std::runtime_error(origin + ": model: parameter \"" + name + "\" missing or of another shape");
+      throw StatusError(Status::invalid_input(origin + ": model: parameter \"" + name +
+                                              "\" missing or of another shape"));
     }
     const auto [begin, elements] = owned_elements(p, state.rank);
     if (elements > 0) p.shard.narrow(0, 0, elements).copy_(value.reshape(-1).narrow(0, begin, elements));
@@ -150,8 +153,9 @@ Result<std::map<std::string, std::string>> read_rank_parts(const StateStore& sto
   Result<std::optional<LoadedState>> loaded = store.load_latest(request);
   if (!loaded.is_ok()) return loaded.status();
   if (!loaded.value() || loaded.value()->step != step) {
-    return Status::error(checkpoint_path(store.options().directory, step) +
-                         ": no longer verifies while its rank parts are read (changed during the resume?)");
+    return Status::io(
+        checkpoint_path(store.options().directory, step) +
+        ": no longer verifies while its rank parts are read (changed during the resume?)");
   }
   return std::move(loaded.value()->parts);
 }
@@ -233,7 +237,8 @@ Result<Resumed> resume_training(const std::string& directory, FileSystem& file_s
     if (!loaded.is_ok()) {
       failed = loaded.status();
     } else if (!loaded.value().has_value()) {
-      failed = Status::error("--resume " + directory + ": holds no complete checkpoint to resume from");
+      failed = Status::invalid_input("--resume " + directory +
+                                     ": holds no complete checkpoint to resume from");
     } else {
       found = std::move(loaded.value());
       failed = Status::ok();
@@ -244,15 +249,17 @@ Result<Resumed> resume_training(const std::string& directory, FileSystem& file_s
     if (*oldest == *newest) break;  // every rank reads the same checkpoint, or none has one
     if (*oldest < 0) {
       if (!found) return failed;
-      return Status::error("--resume " + directory +
-                           ": another rank of the job finds no checkpoint there that verifies (its message says why)");
+      return Status::invalid_input("--resume " + directory +
+                                   ": another rank of the job finds no checkpoint there that "
+                                   "verifies (its message says why)");
     }
     request.at_most_step = *oldest;  // the newest every rank can read
   }
   if (!found) return failed;
   const LoadedState& saved = *found;
   for (const char* part : {"run.json", "rng.pt"}) {
-    if (!saved.parts.count(part)) return Status::error(saved.path + ": checkpoint lacks the part " + part);
+    if (!saved.parts.count(part))
+      return Status::invalid_input(saved.path + ": checkpoint lacks the part " + part);
   }
   const std::string origin = saved.path + "/run.json";
   Result<RunState> run = parse_run_state(saved.parts.at("run.json"), origin, saved.step);
@@ -273,7 +280,7 @@ Result<Resumed> resume_training(const std::string& directory, FileSystem& file_s
       whole_model = std::move(assembled.value());
     }
   } else {
-    return Status::error(saved.path + ": checkpoint lacks the part model.pt");
+    return Status::invalid_input(saved.path + ": checkpoint lacks the part model.pt");
   }
   if (!whole_model.empty()) {
     if (state.zero3) {
@@ -296,7 +303,7 @@ Result<Resumed> resume_training(const std::string& directory, FileSystem& file_s
       state.optimizer.load(assembled.value(), saved.path);
     }
   } else {
-    return Status::error(saved.path + ": checkpoint lacks the part optimizer.pt");
+    return Status::invalid_input(saved.path + ": checkpoint lacks the part optimizer.pt");
   }
   load_rng(saved.parts.at("rng.pt"), state.device);
   state.scaler.scale = run->loss_scale;
@@ -386,11 +393,12 @@ Status check_checkpoint_room(const StateStore& store, FileSystem& file_system, c
   const int64_t to_write = std::max<int64_t>(1, options.checkpoints_kept + 1 - on_disk);
   const int64_t needed = to_write * checkpoint_bytes;
   if (free.value() >= needed) return Status::ok();
-  return Status::error("--checkpoint-dir " + options.checkpoint_dir + ": " + gib(free.value()) +
-                       " free, but this run writes checkpoints of about " + gib(checkpoint_bytes) +
-                       " and needs room for " + std::to_string(to_write) + " more (--keep " +
-                       std::to_string(options.checkpoints_kept) + " plus the one being written): " + gib(needed) +
-                       "; nothing was trained. Free space, lower --keep, or choose another directory");
+  return Status::io("--checkpoint-dir " + options.checkpoint_dir + ": " + gib(free.value()) +
+                    " free, but this run writes checkpoints of about " + gib(checkpoint_bytes) +
+                    " and needs room for " + std::to_string(to_write) + " more (--keep " +
+                    std::to_string(options.checkpoints_kept) +
+                    " plus the one being written): " + gib(needed) +
+                    "; nothing was trained. Free space, lower --keep, or choose another directory");
 }
 
 std::string checkpoint_path(const std::string& directory, int64_t step) {

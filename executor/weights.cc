@@ -42,9 +42,10 @@ struct OpenFile {
 Result<std::unique_ptr<OpenFile>> open_data(const std::string& path) {
   auto file = std::make_unique<OpenFile>();
   file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (file->fd < 0) return Status::error(path + ": cannot open: " + std::strerror(errno));
+  if (file->fd < 0) return Status::invalid_input(path + ": cannot open: " + std::strerror(errno));
   unsigned char length[8];
-  if (::pread(file->fd, length, 8, 0) != 8) return Status::error(path + ": cannot read the header length");
+  if (::pread(file->fd, length, 8, 0) != 8)
+    return Status::invalid_input(path + ": cannot read the header length");
   uint64_t header = 0;
   for (int i = 7; i >= 0; --i) header = (header << 8) | length[i];
   file->data_start = 8 + static_cast<int64_t>(header);  // bounds checked by the header reader already
@@ -58,8 +59,10 @@ Result<torch::ScalarType> scalar_type(const graph::SafetensorsEntry& entry) {
     case graph::DType::kBF16: return torch::kBFloat16;
     case graph::DType::kUInt8: return torch::kUInt8;  // bitsandbytes' packed 4-bit data and 8-bit absmax
     default:
-      return Status::error(entry.file + ": " + entry.name + ": dtype " + std::string(graph::dtype_name(entry.dtype)) +
-                           " cannot be loaded (expected F32, F16 or BF16, or a bitsandbytes NF4 weight)");
+      return Status::unsupported(
+          entry.file + ": " + entry.name + ": dtype " +
+          std::string(graph::dtype_name(entry.dtype)) +
+          " cannot be loaded (expected F32, F16 or BF16, or a bitsandbytes NF4 weight)");
   }
 }
 
@@ -76,8 +79,8 @@ Result<torch::Tensor> read_host(const OpenFile& file, const graph::SafetensorsEn
                               static_cast<off_t>(file.data_start + entry.begin + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return Status::error(entry.file + ": " + entry.name + ": cannot read its data: " +
-                           (n < 0 ? std::strerror(errno) : "unexpected end of file"));
+      return Status::io(entry.file + ": " + entry.name + ": cannot read its data: " +
+                        (n < 0 ? std::strerror(errno) : "unexpected end of file"));
     }
     done += n;
   }
@@ -132,7 +135,8 @@ struct Checkpoint {
   // The tensor `name` as stored, or an error naming what is missing.
   Result<torch::Tensor> read(const std::string& name) {
     const auto found = by_name.find(name);
-    if (found == by_name.end()) return Status::error(source + ": has no tensor \"" + name + "\"");
+    if (found == by_name.end())
+      return Status::invalid_input(source + ": has no tensor \"" + name + "\"");
     Result<OpenFile*> opened = file(*found->second);
     if (!opened.is_ok()) return opened.status();
     return read_host(*opened.value(), *found->second);
@@ -143,10 +147,11 @@ struct Checkpoint {
 Status copy_state(const std::string& origin, const std::string& name, const torch::Tensor& stored,
                   torch::Tensor& target) {
   if (stored.scalar_type() != target.scalar_type() || stored.sizes() != target.sizes()) {
-    return Status::error(origin + ": " + name + ": " + std::string(c10::toString(stored.scalar_type())) + " " +
-                         shape_text(stored.sizes().vec()) + ", expected " +
-                         std::string(c10::toString(target.scalar_type())) + " " + shape_text(target.sizes().vec()) +
-                         " as the plan quantizes this weight (nothing was trained)");
+    return Status::invalid_input(
+        origin + ": " + name + ": " + std::string(c10::toString(stored.scalar_type())) + " " +
+        shape_text(stored.sizes().vec()) + ", expected " +
+        std::string(c10::toString(target.scalar_type())) + " " + shape_text(target.sizes().vec()) +
+        " as the plan quantizes this weight (nothing was trained)");
   }
   target.copy_(stored);
   return Status::ok();
@@ -167,11 +172,12 @@ Result<bool> has_safetensors(const std::string& path) {
     if (S_ISLNK(link.st_mode)) {
       std::error_code error;
       const std::string target = std::filesystem::read_symlink(file, error).string();
-      return Status::error(file + ": a symbolic link to " + (error ? std::string("a missing file") : target) +
-                           " that cannot be followed (an interrupted download?); expected the weights file, or "
-                           "no such file to train from random weights");
+      return Status::invalid_input(
+          file + ": a symbolic link to " + (error ? std::string("a missing file") : target) +
+          " that cannot be followed (an interrupted download?); expected the weights file, or "
+          "no such file to train from random weights");
     }
-    return Status::error(file + ": not a regular file (expected the safetensors weights)");
+    return Status::invalid_input(file + ": not a regular file (expected the safetensors weights)");
   }
   return found;
 }
@@ -190,21 +196,24 @@ Result<LoadedWeights> load_safetensors(torch::nn::Module& module, const std::str
     if (name.find("lora_") != std::string::npos) continue;  // adapters start fresh
     const auto found = by_name.find(name);
     if (found == by_name.end()) {
-      return Status::error(loaded.source + ": has no tensor \"" + name +
-                           "\" (expected every parameter of the model; nothing was trained)");
+      return Status::invalid_input(
+          loaded.source + ": has no tensor \"" + name +
+          "\" (expected every parameter of the model; nothing was trained)");
     }
     if (by_name.count(name + ".quant_state.bitsandbytes__nf4")) {
       loaded.nf4_weights.push_back(name);  // packed: read into the quantized linear later
       continue;
     }
     if (by_name.count(name + ".quant_state.bitsandbytes__fp4")) {
-      return Status::error(found->second->file + ": " + name +
-                           ": stored as bitsandbytes FP4, which the executor does not train (expected NF4)");
+      return Status::unsupported(
+          found->second->file + ": " + name +
+          ": stored as bitsandbytes FP4, which the executor does not train (expected NF4)");
     }
     const graph::SafetensorsEntry& entry = *found->second;
     if (entry.shape != item.value().sizes().vec()) {
-      return Status::error(entry.file + ": " + name + ": shape " + shape_text(entry.shape) + ", expected " +
-                           shape_text(item.value().sizes().vec()) + " from the config (nothing was trained)");
+      return Status::invalid_input(entry.file + ": " + name + ": shape " + shape_text(entry.shape) +
+                                   ", expected " + shape_text(item.value().sizes().vec()) +
+                                   " from the config (nothing was trained)");
     }
     Result<OpenFile*> file = checkpoint->file(entry);
     if (!file.is_ok()) return file.status();
@@ -230,16 +239,18 @@ Status load_nf4_states(torch::nn::Module& module, const std::string& path, const
   for (const std::string& name : weights) {
     const auto found = linears.find(name);
     if (found == linears.end() || !found->second->nf4) {
-      return Status::error(checkpoint.source + ": " + name +
-                           ": stored as bitsandbytes NF4, but the plan does not quantize this weight (expected "
-                           "settings.mode qlora with this linear quantized)");
+      return Status::invalid_input(
+          checkpoint.source + ": " + name +
+          ": stored as bitsandbytes NF4, but the plan does not quantize this weight (expected "
+          "settings.mode qlora with this linear quantized)");
     }
     models::torch_modules::Nf4Weight& nf4 = *found->second->nf4;
     Result<torch::Tensor> state_text = checkpoint.read(name + ".quant_state.bitsandbytes__nf4");
     if (!state_text.is_ok()) return state_text.status();
     const torch::Tensor text = state_text.value().contiguous();
     if (text.scalar_type() != torch::kUInt8) {
-      return Status::error(checkpoint.source + ": " + name + ".quant_state.bitsandbytes__nf4: expected U8 JSON bytes");
+      return Status::invalid_input(checkpoint.source + ": " + name +
+                                   ".quant_state.bitsandbytes__nf4: expected U8 JSON bytes");
     }
     models::torch_modules::Nf4Weight stored;
     try {
@@ -247,17 +258,19 @@ Status load_nf4_states(torch::nn::Module& module, const std::string& path, const
           std::string(reinterpret_cast<const char*>(text.data_ptr<uint8_t>()), static_cast<size_t>(text.numel())),
           checkpoint.source + ": " + name + ".quant_state.bitsandbytes__nf4", stored, torch::kCPU);
     } catch (const std::invalid_argument& e) {
-      return Status::error(e.what());
+      return Status::invalid_input(e.what());
     }
     if (stored.shape != nf4.shape) {
-      return Status::error(checkpoint.source + ": " + name + ": NF4 of shape " + shape_text(stored.shape) +
-                           ", expected " + shape_text(nf4.shape) + " from the config (nothing was trained)");
+      return Status::invalid_input(
+          checkpoint.source + ": " + name + ": NF4 of shape " + shape_text(stored.shape) +
+          ", expected " + shape_text(nf4.shape) + " from the config (nothing was trained)");
     }
     if (stored.offset.defined() != nf4.double_quant()) {
-      return Status::error(checkpoint.source + ": " + name + ": " +
-                           (stored.offset.defined() ? "double-quantized" : "not double-quantized") +
-                           ", but the plan says nf4_double_quant " + (nf4.double_quant() ? "true" : "false") +
-                           " (make the plan with the checkpoint's setting; nothing was trained)");
+      return Status::invalid_input(
+          checkpoint.source + ": " + name + ": " +
+          (stored.offset.defined() ? "double-quantized" : "not double-quantized") +
+          ", but the plan says nf4_double_quant " + (nf4.double_quant() ? "true" : "false") +
+          " (make the plan with the checkpoint's setting; nothing was trained)");
     }
     std::vector<std::pair<std::string, torch::Tensor>> targets = nf4.tensors();
     for (auto& [suffix, target] : targets) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "executor/status_error.h"
+
 namespace headroom::executor {
 namespace {
 
@@ -117,7 +119,7 @@ void Zero3Parameters::gather(int index) {
   p.gathered = torch::empty({p.chunk * comm_.world_size()}, p.shard.options());
   if (Status s = comm_.all_gather(p.shard, p.gathered); !s.is_ok()) {
     p.gathered = torch::Tensor();
-    throw std::runtime_error("ZeRO-3 all-gather of parameters: " + s.message());
+    throw StatusError(s.with_prefix("ZeRO-3 all-gather of parameters: "));
   }
   p.tensor.set_data(p.gathered.narrow(0, 0, p.numel).view(p.shape));
   by_storage_[p.gathered.storage().data()] = index;

@@ -1,13 +1,14 @@
 #include "executor/zero_adamw.h"
 
-#include "executor/gradient_all_reduce.h"
-#include "executor/sharded_checkpoint.h"
-
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <sstream>
 #include <stdexcept>
+
+#include "executor/gradient_all_reduce.h"
+#include "executor/sharded_checkpoint.h"
+#include "executor/status_error.h"
 
 namespace headroom::executor {
 namespace {
@@ -102,8 +103,10 @@ ZeroAdamW::~ZeroAdamW() {
 }
 
 void ZeroAdamW::check(const Status& status, const char* what) const {
-  if (!status.is_ok()) throw std::runtime_error(std::string("ZeRO-") + std::to_string(options_.stage) + " " + what +
-                                                ": " + status.message());
+  if (!status.is_ok()) {
+    throw StatusError(status.with_prefix(std::string("ZeRO-") + std::to_string(options_.stage) +
+                                         " " + what + ": "));
+  }
 }
 
 torch::Tensor ZeroAdamW::own_parameters() const {
@@ -278,7 +281,7 @@ std::string ZeroAdamW::save() const {
 bool ZeroAdamW::load_partition(const std::string& bytes, const std::string& origin) {
   torch::NoGradGuard no_grad;
   Result<ReadRankPart> part = read_rank_part(bytes, origin);
-  if (!part.is_ok()) throw std::runtime_error(part.message());
+  if (!part.is_ok()) throw StatusError(part.status());
   if (part->rank != layout_.rank() || part->world != layout_.world()) return false;
   std::map<std::string, const ParameterSlice*> by_name;
   for (const ParameterSlice& slice : part->slices) by_name[slice.parameter] = &slice;
@@ -303,7 +306,8 @@ bool ZeroAdamW::load_partition(const std::string& bytes, const std::string& orig
   }
   if (owned != part->slices.size()) return false;
   check_optimizer_kind_marker(part->header, planner::OptimizerKind::kAdamW, origin);
-  if (!part->header.count("steps")) throw std::runtime_error(origin + ": steps: missing");
+  if (!part->header.count("steps"))
+    throw StatusError(Status::invalid_input(origin + ": steps: missing"));
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const OwnedSlice s = layout_.owned(i, layout_.rank());
     if (s.elements == 0) continue;

@@ -56,7 +56,7 @@ class ZeroAdamW final : public Optimizer {
  public:
   // `parameters`: every trainable parameter, in the same order on every rank,
   // all of one dtype. `communicator` must outlive the optimizer. Collective
-  // failures throw std::runtime_error naming the collective.
+  // failures throw StatusError (executor/status_error.h) naming the collective.
   ZeroAdamW(NamedParameters parameters, Communicator& communicator, ZeroAdamWOptions options);
   ~ZeroAdamW() override;
   ZeroAdamW(const ZeroAdamW&) = delete;

@@ -17,8 +17,15 @@ namespace {
 // As the kernel's limit on links followed in one path lookup (MAXSYMLINKS).
 constexpr int kMaxLinkHops = 40;
 
+// Writing an output fails for reasons outside the input (a full disk, a
+// directory that does not exist or is not writable): kIo. Opening an input the
+// user named fails because the name is wrong (missing, not readable): kInvalidInput.
 Status os_error(const std::string& path, const std::string& action, int error) {
-  return Status::error(path + ": " + action + ": " + std::strerror(error));
+  return Status::io(path + ": " + action + ": " + std::strerror(error));
+}
+
+Status input_error(const std::string& path, const std::string& action, int error) {
+  return Status::invalid_input(path + ": " + action + ": " + std::strerror(error));
 }
 
 std::string parent_directory(const std::string& path) {
@@ -104,14 +111,17 @@ Status write_through(const std::string& path, std::string_view contents) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENXIO) {
-      return Status::error(path + ": a FIFO that no process is reading (expected a reader on it, or a regular file)");
+      return Status::io(
+          path +
+          ": a FIFO that no process is reading (expected a reader on it, or a regular file)");
     }
     return os_error(path, "cannot open for writing", errno);
   }
   struct stat info {};
   if (::fstat(fd, &info) != 0 || write_method_for(info.st_mode) != WriteMethod::kWriteThrough) {
     ::close(fd);
-    return Status::error(path + ": changed while it was opened (expected a device or FIFO to write to)");
+    return Status::io(path +
+                      ": changed while it was opened (expected a device or FIFO to write to)");
   }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
@@ -149,7 +159,7 @@ int write_all(int fd, std::string_view contents) {
 }
 
 Status write_file_atomic(const std::string& path, std::string_view contents) {
-  if (path.empty()) return Status::error("(empty path): expected a file name to write");
+  if (path.empty()) return Status::invalid_input("(empty path): expected a file name to write");
   struct stat link {};
   if (::lstat(path.c_str(), &link) != 0) {
     if (errno != ENOENT) return os_error(path, "cannot inspect", errno);
@@ -166,8 +176,9 @@ Status write_file_atomic(const std::string& path, std::string_view contents) {
     case WriteMethod::kWriteThrough:
       return write_through(path, contents);
     case WriteMethod::kRefuse:
-      return Status::error(path + ": is " + kind_of(target.st_mode) +
-                           " (expected a regular file, a new file name, a character device or a FIFO)");
+      return Status::io(
+          path + ": is " + kind_of(target.st_mode) +
+          " (expected a regular file, a new file name, a character device or a FIFO)");
     case WriteMethod::kReplaceAtomically:
       break;
   }
@@ -184,14 +195,17 @@ Result<int> open_for_appending(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0) {
     if (errno == ENXIO) {
-      return Status::error(path + ": a FIFO that no process is reading (expected a reader on it, or a regular file)");
+      return Status::io(
+          path +
+          ": a FIFO that no process is reading (expected a reader on it, or a regular file)");
     }
     return os_error(path, "cannot open for appending", errno);
   }
   struct stat info {};
   if (::fstat(fd, &info) != 0 || write_method_for(info.st_mode) == WriteMethod::kRefuse) {
     ::close(fd);
-    return Status::error(path + ": is " + kind_of(info.st_mode) + " (expected a regular file, a character device or a FIFO)");
+    return Status::io(path + ": is " + kind_of(info.st_mode) +
+                      " (expected a regular file, a character device or a FIFO)");
   }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
@@ -205,8 +219,8 @@ Result<int> open_for_appending(const std::string& path) {
 Result<int> open_regular_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ENOENT) return Status::error(path + ": no such file");
-    return os_error(path, "cannot open", errno);
+    if (errno == ENOENT) return Status::invalid_input(path + ": no such file");
+    return input_error(path, "cannot open", errno);
   }
   struct stat info {};
   if (::fstat(fd, &info) != 0) {
@@ -216,7 +230,8 @@ Result<int> open_regular_file(const std::string& path) {
   }
   if (!S_ISREG(info.st_mode)) {
     ::close(fd);
-    return Status::error(path + ": is " + kind_of(info.st_mode) + " (expected a regular file)");
+    return Status::invalid_input(path + ": is " + kind_of(info.st_mode) +
+                                 " (expected a regular file)");
   }
   // Regular files ignore O_NONBLOCK; cleared all the same so reads behave as usual.
   const int flags = ::fcntl(fd, F_GETFL);
@@ -235,9 +250,9 @@ Result<std::string> read_file(const std::string& path, int64_t max_bytes) {
     return os_error(path, "cannot stat", error);
   }
   auto too_large = [&](int64_t bytes) {
-    return Status::error(path + ": file too large: " + std::to_string(bytes) +
-                         " bytes or more (expected at most " + std::to_string(max_bytes) +
-                         " bytes)");
+    return Status::invalid_input(path + ": file too large: " + std::to_string(bytes) +
+                                 " bytes or more (expected at most " + std::to_string(max_bytes) +
+                                 " bytes)");
   };
   if (info.st_size > max_bytes) {
     ::close(fd);

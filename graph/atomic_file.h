@@ -1,5 +1,8 @@
 // Whole-file reads and crash-safe whole-file writes for the JSON formats.
-// Messages name the path and the operating system's reason.
+// Messages name the path and the operating system's reason. Codes: an output
+// that cannot be written is kIo (whatever it names); an input that is missing,
+// unreadable, not a regular file or over its size limit is kInvalidInput (the
+// name given is wrong), and a read that fails once open is kIo.
 #pragma once
 
 #include <sys/types.h>

@@ -438,7 +438,7 @@ Result<SizeExpr> size_expr_from_json(const json& value, std::string_view field_p
   try {
     return Reader("").size(value, field_path);
   } catch (const ParseError& error) {
-    return Status::error(error.message);
+    return Status::invalid_input(error.message);
   }
 }
 
@@ -475,7 +475,7 @@ Result<LayerGraph> graph_from_json(const json& value, std::string_view origin) {
   try {
     graph = Reader(origin).graph(value);
   } catch (const ParseError& error) {
-    return Status::error(error.message);
+    return Status::invalid_input(error.message);
   }
   if (Status status = validate_graph(graph, origin); !status.is_ok()) return status;
   return graph;
@@ -496,7 +496,7 @@ Status save_graph_file(const LayerGraph& graph, const std::string& path) {
     text = graph_to_json(graph).dump(2) + "\n";
   } catch (const json::type_error& error) {
     // dump() refuses strings that are not UTF-8.
-    return Status::error(path + ": cannot write the graph as JSON: " + error.what());
+    return Status::invalid_input(path + ": cannot write the graph as JSON: " + error.what());
   }
   return write_file_atomic(path, text);
 }

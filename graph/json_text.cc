@@ -139,8 +139,9 @@ Result<json> parse_json_text(std::string_view text, std::string_view origin) {
   StrictDomBuilder builder(origin);
   const bool parsed = json::sax_parse(text.begin(), text.end(), &builder);
   if (!parsed) {
-    if (builder.message().empty()) return Status::error(std::string(origin) + ": invalid JSON");
-    return Status::error(builder.message());
+    if (builder.message().empty())
+      return Status::invalid_input(std::string(origin) + ": invalid JSON");
+    return Status::invalid_input(builder.message());
   }
   return builder.take();
 }

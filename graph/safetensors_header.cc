@@ -26,7 +26,7 @@ std::optional<DType> safetensors_dtype(const std::string& name) {
 }
 
 Status fail(const std::string& path, const std::string& field, const std::string& what) {
-  return Status::error(path + ": " + field + ": " + what);
+  return Status::invalid_input(path + ": " + field + ": " + what);
 }
 
 }  // namespace

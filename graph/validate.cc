@@ -30,7 +30,7 @@ class Validator {
 
  private:
   Status fail(const std::string& path, const std::string& problem) const {
-    return Status::error(std::string(origin_) + ": " + path + ": " + problem);
+    return Status::invalid_input(std::string(origin_) + ": " + path + ": " + problem);
   }
 
   Status check_header() const;

@@ -6,7 +6,12 @@
 namespace headroom::models {
 
 Status field_error(std::string_view origin, const std::string& field, const std::string& expected) {
-  return Status::error(std::string(origin) + ": " + field + ": expected " + expected);
+  return Status::invalid_input(std::string(origin) + ": " + field + ": expected " + expected);
+}
+
+Status unsupported_field(std::string_view origin, const std::string& field,
+                         const std::string& expected) {
+  return Status::unsupported(std::string(origin) + ": " + field + ": expected " + expected);
 }
 
 Result<int64_t> positive(const HfFields& c, const char* key) {

@@ -38,7 +38,11 @@ inline constexpr int64_t kMaxHfSize = int64_t{1} << 24;
 inline constexpr int64_t kMaxHfLayers = 4096;
 inline constexpr int64_t kMaxHfPatchesPerSide = 4096;
 
+// "ORIGIN: FIELD: expected EXPECTED": a value the config gets wrong (kInvalidInput).
 Status field_error(std::string_view origin, const std::string& field, const std::string& expected);
+// The same message for an architecture headroom does not build (kUnsupported).
+Status unsupported_field(std::string_view origin, const std::string& field,
+                         const std::string& expected);
 
 // A required positive integer (at most kMaxHfSize).
 Result<int64_t> positive(const HfFields& c, const char* key);

@@ -63,7 +63,7 @@ Result<std::string> model_type(const HfFields& c) {
   if (c.has("_class_name") && c.json.at("_class_name").is_string()) {
     const std::string name = c.json.at("_class_name").get<std::string>();
     if (name == "FluxTransformer2DModel") return std::string("flux");
-    return field_error(
+    return unsupported_field(
         c.origin, "_class_name",
         "FluxTransformer2DModel (the only diffusers model read from config.json), got \"" + name +
             "\"; for other diffusers models write a layer-graph JSON");
@@ -141,7 +141,7 @@ Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config,
   const auto reader = type.value() == "flux" ? HfFamilyReader{hf_flux_family} : nullptr;
   const auto found = readers().find(type.value());
   if (reader == nullptr && found == readers().end()) {
-    return field_error(
+    return unsupported_field(
         origin, "model_type",
         "one of " + std::string(supported_hf_model_types()) + ", got \"" + type.value() +
             "\"; for other architectures write a layer-graph JSON (docs/layer-graph-format.md) "
@@ -233,7 +233,8 @@ Result<HfModel> load_hf_model(const std::string& path, const ZooOptions& options
   model.quantization = quantization.value();
   // The checkpoint's headers, when they are there (diffusers names its file
   // diffusion_pytorch_model.safetensors).
-  Result<std::vector<graph::SafetensorsEntry>> tensors = Status::error("none");
+  Result<std::vector<graph::SafetensorsEntry>> tensors =
+      Status::internal("no safetensors header was read");
   bool found = false;
   for (const char* index :
        {"model.safetensors.index.json", "diffusion_pytorch_model.safetensors.index.json"}) {

@@ -4,7 +4,8 @@ namespace headroom::models {
 namespace {
 
 Status field_error(const std::string& origin, const std::string& field, const std::string& expected) {
-  return Status::error(origin + ": quantization_config." + field + ": expected " + expected);
+  return Status::invalid_input(origin + ": quantization_config." + field + ": expected " +
+                               expected);
 }
 
 }  // namespace
@@ -14,7 +15,8 @@ Result<std::optional<HfQuantization>> read_hf_quantization(const nlohmann::json&
     return std::optional<HfQuantization>{};
   }
   const nlohmann::json& q = config.at("quantization_config");
-  if (!q.is_object()) return Status::error(origin + ": quantization_config: expected an object");
+  if (!q.is_object())
+    return Status::invalid_input(origin + ": quantization_config: expected an object");
   HfQuantization out;
   // transformers' QuantizationConfigMixin always writes quant_method; older GPTQ
   // exports (AutoGPTQ's quantize_config) name the bits and group size only.

@@ -239,16 +239,16 @@ Result<HfLlava> read_hf_llava(const HfFields& c) {
   HfReader vr(vision_fields.value());
   const std::string vision_type = vr.string_or("model_type", "clip_vision_model");
   if (vision_type != "clip_vision_model") {
-    vr.fail(field_error(c.origin, "vision_config.model_type",
-                        "\"clip_vision_model\", got \"" + vision_type + "\""));
+    vr.fail(unsupported_field(c.origin, "vision_config.model_type",
+                              "\"clip_vision_model\", got \"" + vision_type + "\""));
   }
   const VisionFields v = read_vision(vr, kClipVisionDefaults);
   if (!vr.status().is_ok()) return vr.status();
   HfReader tr(text_fields.value());
   const std::string text_type = tr.string_or("model_type", "llama");
   if (text_type != "llama" && text_type != "mistral" && text_type != "qwen2") {
-    return field_error(c.origin, "text_config.model_type",
-                       "llama, mistral or qwen2, got \"" + text_type + "\"");
+    return unsupported_field(c.origin, "text_config.model_type",
+                             "llama, mistral or qwen2, got \"" + text_type + "\"");
   }
   Result<LlamaConfig> text = read_llama_config(text_fields.value(), text_type);
   if (!text.is_ok()) return text.status();

@@ -79,8 +79,9 @@ Result<graph::LayerGraph> hf_timm_family(const HfFields& c, const std::string& /
   const std::string name = r.string_or("architecture", "");
   const TimmVit* arch = find_architecture(name);
   if (arch == nullptr) {
-    return field_error(c.origin, "architecture",
-                       "a timm VisionTransformer headroom builds (" + known_architectures() + "), got \"" + name + "\"");
+    return unsupported_field(c.origin, "architecture",
+                             "a timm VisionTransformer headroom builds (" + known_architectures() +
+                                 "), got \"" + name + "\"");
   }
   Result<HfFields> args = sub_config(c, "model_args", true);
   if (!args.is_ok()) return args.status();

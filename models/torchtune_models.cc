@@ -87,9 +87,10 @@ std::string torchtune_builder_names() {
 Result<graph::LayerGraph> build_torchtune_model(std::string_view component, const ZooOptions& options) {
   const std::optional<TorchtuneComponent> parsed = parse_torchtune_component(component);
   if (!parsed) {
-    return Status::error("model: \"" + std::string(component) +
-                         "\" is not a torchtune builder headroom knows; expected torchtune.models.<one of: " +
-                         torchtune_builder_names() + ">, optionally with a lora_ or qlora_ prefix");
+    return Status::unsupported(
+        "model: \"" + std::string(component) +
+        "\" is not a torchtune builder headroom knows; expected torchtune.models.<one of: " +
+        torchtune_builder_names() + ">, optionally with a lora_ or qlora_ prefix");
   }
   const Builder& b = *find_builder(parsed->builder);
   graph::LayerGraph graph = build_llama(b.config, options);

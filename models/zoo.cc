@@ -163,7 +163,8 @@ Result<graph::LayerGraph> build_zoo_model(std::string_view name, const ZooOption
     if (e.name == name) return e.build(options);
     names += (names.empty() ? "" : ", ") + e.name;
   }
-  return Status::error("unknown model '" + std::string(name) + "' (expected one of: " + names + ")");
+  return Status::unsupported("unknown model '" + std::string(name) +
+                             "' (expected one of: " + names + ")");
 }
 
 }  // namespace headroom::models

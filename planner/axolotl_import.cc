@@ -127,7 +127,7 @@ Result<ConfigImport> import_axolotl_config(std::string_view text, std::string_vi
         break;
       }
     }
-    return Status::error(message);
+    return Status::with_code(out.code(), message);
   }
   respell_notes(out.value(), "max_length", "sequence_len");
   if (gptq) {

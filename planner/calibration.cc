@@ -11,7 +11,7 @@ namespace {
 constexpr const char* kFormat = "headroom.calibration";
 
 Status field_error(std::string_view origin, const std::string& field, const std::string& expected) {
-  return Status::error(std::string(origin) + ": " + field + ": expected " + expected);
+  return Status::invalid_input(std::string(origin) + ": " + field + ": expected " + expected);
 }
 
 }  // namespace

@@ -6,7 +6,8 @@ Status config_field_error(std::string_view origin, const std::string& path, cons
                           const nlohmann::json& got) {
   const std::string shown =
       got.is_null() ? "" : ", got " + got.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 80);
-  return Status::error(std::string(origin) + ": " + path + ": expected " + expected + shown);
+  return Status::invalid_input(std::string(origin) + ": " + path + ": expected " + expected +
+                               shown);
 }
 
 void respell_notes(ConfigImport& imported, std::string_view from, std::string_view to) {

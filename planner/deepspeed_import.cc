@@ -87,7 +87,7 @@ constexpr std::array<std::string_view, 8> kOffloadOptimizerKeys = {
     "pipeline_read", "pipeline_write", "fast_init",    "ratio"};
 
 Status fail(std::string_view origin, const std::string& path, const std::string& what) {
-  return Status::error(std::string(origin) + ": " + path + ": " + what);
+  return Status::invalid_input(std::string(origin) + ": " + path + ": " + what);
 }
 
 bool is_auto(const json& value) { return value.is_string() && value.get<std::string>() == "auto"; }

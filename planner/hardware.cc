@@ -345,8 +345,8 @@ Result<GpuSpec> find_gpu(std::string_view id_or_alias) {
     if (!known.empty()) known += ", ";
     known += gpu.id;
   }
-  return Status::error("gpu: unknown GPU '" + std::string(id_or_alias) +
-                       "' (expected one of: " + known + ")");
+  return Status::unsupported("gpu: unknown GPU '" + std::string(id_or_alias) +
+                             "' (expected one of: " + known + ")");
 }
 
 GpuSpec with_memory(const GpuSpec& base, int64_t memory_bytes) {

@@ -70,15 +70,19 @@ Result<json> arguments_object(std::string_view text, std::string_view origin) {
     if (word.starts_with("--")) {
       const size_t equals = word.find('=');
       key = word.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
-      if (key.empty()) return Status::error(std::string(origin) + ": \"" + word + "\": expected --KEY");
-      if (out.contains(key)) return Status::error(std::string(origin) + ": --" + key + ": given twice (expected once)");
+      if (key.empty())
+        return Status::invalid_input(std::string(origin) + ": \"" + word + "\": expected --KEY");
+      if (out.contains(key))
+        return Status::invalid_input(std::string(origin) + ": --" + key +
+                                     ": given twice (expected once)");
       out[key] = equals == std::string::npos ? json(true) : json(word.substr(equals + 1));
       if (equals != std::string::npos) key.clear();
     } else if (!key.empty()) {
       json& value = out[key];
       value = value.is_string() ? json(value.get<std::string>() + " " + word) : json(word);
     } else {
-      return Status::error(std::string(origin) + ": \"" + word + "\": expected --KEY VALUE arguments");
+      return Status::invalid_input(std::string(origin) + ": \"" + word +
+                                   "\": expected --KEY VALUE arguments");
     }
   }
   return out;
@@ -381,7 +385,9 @@ void read_trl_model_args(ArgsReader& r, RunSettings& s, ConfigImport& out) {
 }
 
 Result<ConfigImport> map_arguments(const json& args, std::string_view origin, RunSettings base) {
-  if (!args.is_object()) return Status::error(std::string(origin) + ": expected TrainingArguments as a JSON object");
+  if (!args.is_object())
+    return Status::invalid_input(std::string(origin) +
+                                 ": expected TrainingArguments as a JSON object");
   ArgsReader r(args, origin);
   ConfigImport out;
   RunSettings& s = out.settings;
@@ -500,8 +506,8 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
 
 Result<ConfigImport> import_training_arguments(std::string_view text, std::string_view origin, RunSettings base) {
   if (const std::optional<size_t> bad = graph::first_invalid_utf8(text)) {
-    return Status::error(std::string(origin) + ": byte " + std::to_string(*bad) +
-                         ": expected UTF-8 text (TrainingArguments JSON or arguments)");
+    return Status::invalid_input(std::string(origin) + ": byte " + std::to_string(*bad) +
+                                 ": expected UTF-8 text (TrainingArguments JSON or arguments)");
   }
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string_view::npos && text[first] == '{') {
@@ -528,7 +534,9 @@ Result<ConfigImport> import_peft_config(std::string_view text, std::string_view 
   Result<json> parsed = graph::parse_json_text(text, origin);
   if (!parsed.is_ok()) return parsed.status();
   const json& config = parsed.value();
-  if (!config.is_object()) return Status::error(std::string(origin) + ": expected a PEFT adapter_config.json object");
+  if (!config.is_object())
+    return Status::invalid_input(std::string(origin) +
+                                 ": expected a PEFT adapter_config.json object");
   ArgsReader r(config, origin);
   ConfigImport out;
   RunSettings& s = out.settings;

@@ -19,7 +19,8 @@ const json* JsonFields::take(const char* key) {
 Status JsonFields::expected(std::string_view key, const std::string& what, const json& got) const {
   std::string shown = got.dump(-1, ' ', true, json::error_handler_t::replace);
   if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
-  return Status::error(origin_ + ": " + prefix_ + std::string(key) + ": expected " + what + ", got " + shown);
+  return Status::invalid_input(origin_ + ": " + prefix_ + std::string(key) + ": expected " + what +
+                               ", got " + shown);
 }
 
 Status JsonFields::read(const char* key, std::string& out) {
@@ -116,9 +117,9 @@ Status JsonFields::unknown_keys() const {
         nearest = key;
       }
     }
-    return Status::error(origin_ + ": " + prefix_ + item.key() + ": unknown key (" +
-                         (nearest.empty() ? "" : "did you mean \"" + nearest + "\"? ") + "expected one of " + known +
-                         ")");
+    return Status::invalid_input(origin_ + ": " + prefix_ + item.key() + ": unknown key (" +
+                                 (nearest.empty() ? "" : "did you mean \"" + nearest + "\"? ") +
+                                 "expected one of " + known + ")");
   }
   return Status::ok();
 }

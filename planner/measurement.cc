@@ -13,7 +13,7 @@ namespace {
 constexpr const char* kFormat = "headroom.measurement";
 
 Status bad(std::string_view origin, const std::string& field, const std::string& expected) {
-  return Status::error(std::string(origin) + ": " + field + ": expected " + expected);
+  return Status::invalid_input(std::string(origin) + ": " + field + ": expected " + expected);
 }
 
 bool is_count(const nlohmann::json& object, const char* key) {

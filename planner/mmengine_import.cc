@@ -45,12 +45,12 @@ Result<ConfigImport> import_mmengine_config(const nlohmann::json& dump, std::str
       return import_xtuner_config(dump, origin, std::move(base), with_deepspeed);
     case MmengineKind::kMmpretrain:
       if (with_deepspeed) {
-        return Status::error(std::string(origin) + ": an mmpretrain config runs with tools/train.py, which takes no "
+        return Status::invalid_input(std::string(origin) + ": an mmpretrain config runs with tools/train.py, which takes no "
                              "DeepSpeed config; expected it without --deepspeed");
       }
       return import_mmpretrain_config(dump, origin, std::move(base));
   }
-  return Status::error(std::string(origin) + ": unknown MMEngine config kind");
+  return Status::internal(std::string(origin) + ": unknown MMEngine config kind");
 }
 
 }  // namespace headroom::planner

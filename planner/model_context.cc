@@ -35,8 +35,9 @@ Status check_fsdp_own_groups(const graph::LayerGraph& graph, const RunSettings& 
       matched = matched || name_matches(pattern, block.name);
     }
     if (!matched) {
-      return Status::error("fsdp_own_groups: \"" + pattern + "\" matches no block of " + graph.name +
-                           " outside its layers (expected one of " + outside + ")");
+      return Status::invalid_input("fsdp_own_groups: \"" + pattern + "\" matches no block of " +
+                                   graph.name + " outside its layers (expected one of " + outside +
+                                   ")");
     }
   }
   return Status::ok();
@@ -63,11 +64,13 @@ Result<int64_t> resolve_seq_len(const graph::LayerGraph& graph, const RunSetting
   int64_t seq = spec.default_seq;
   if (settings.resolution > 0) {
     if (spec.unit != "image") {
-      return Status::error("resolution: " + graph.name + " takes a sequence length (--seq), not an image resolution");
+      return Status::invalid_input("resolution: " + graph.name +
+                                   " takes a sequence length (--seq), not an image resolution");
     }
     if (settings.resolution % spec.patch_px != 0) {
-      return Status::error("resolution: expected a multiple of the patch size " + std::to_string(spec.patch_px) +
-                           " px for " + graph.name + ", got " + std::to_string(settings.resolution));
+      return Status::invalid_input("resolution: expected a multiple of the patch size " +
+                                   std::to_string(spec.patch_px) + " px for " + graph.name +
+                                   ", got " + std::to_string(settings.resolution));
     }
     const int64_t side = settings.resolution / spec.patch_px;
     seq = spec.images * side * side + spec.extra_tokens;
@@ -75,8 +78,9 @@ Result<int64_t> resolve_seq_len(const graph::LayerGraph& graph, const RunSetting
     seq = settings.seq_len;
   }
   if (seq > spec.max_seq) {
-    return Status::error("seq_len: " + std::to_string(seq) + " tokens exceed the maximum of " + graph.name +
-                         " (" + std::to_string(spec.max_seq) + ")");
+    return Status::invalid_input("seq_len: " + std::to_string(seq) +
+                                 " tokens exceed the maximum of " + graph.name + " (" +
+                                 std::to_string(spec.max_seq) + ")");
   }
   return seq;
 }
@@ -155,14 +159,17 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   }();
   if (!loaded.is_ok()) return loaded.status();
   if (loaded->blocks.size() > kMaxBlocks) {
-    return Status::error("model: " + loaded->name + " has " + std::to_string(loaded->blocks.size()) +
-                         " blocks, more than the " + std::to_string(kMaxBlocks) +
-                         " headroom plans for (the largest published models have under 130 layers; expected a "
-                         "model of at most " + std::to_string(kMaxBlocks) + " blocks)");
+    return Status::unsupported(
+        "model: " + loaded->name + " has " + std::to_string(loaded->blocks.size()) +
+        " blocks, more than the " + std::to_string(kMaxBlocks) +
+        " headroom plans for (the largest published models have under 130 layers; expected a "
+        "model of at most " +
+        std::to_string(kMaxBlocks) + " blocks)");
   }
   if (settings.text_tokens && loaded->family != "flux") {
-    return Status::error("text_tokens: " + loaded->name + " (" + loaded->family +
-                         ") has no T5 text input; expected text_tokens only for a Flux model");
+    return Status::invalid_input(
+        "text_tokens: " + loaded->name + " (" + loaded->family +
+        ") has no T5 text input; expected text_tokens only for a Flux model");
   }
   Result<graph::LayerGraph> trained = apply_training_mode(loaded.value(), settings);
   if (!trained.is_ok()) return trained.status();
@@ -188,18 +195,20 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   if (settings.float8 != Float8Recipe::kNone && context.gpu.fp8_tflops <= 0) {
     // torchao's Float8Linear runs torch._scaled_mm, which needs SM 8.9 or later
     // (torchtitan's Float8Handler refuses to convert below: _is_sm89_or_later).
-    return Status::error("float8: " + context.gpu.name + " (" + context.gpu.architecture +
-                         ") has no fp8 tensor cores; expected an Ada or Hopper GPU for fp8 training, or float8 none");
+    return Status::invalid_input("float8: " + context.gpu.name + " (" + context.gpu.architecture +
+                                 ") has no fp8 tensor cores; expected an Ada or Hopper GPU for fp8 "
+                                 "training, or float8 none");
   }
   const Result<int64_t> seq = resolve_seq_len(context.graph, settings);
   if (!seq.is_ok()) return seq.status();
   context.seq_len = seq.value();
   if (settings.document_tokens) apply_document_mask(context.graph, *settings.document_tokens, context.seq_len);
   if (!sizes_in_range(context, settings.micro_batch, context.seq_len)) {
-    return Status::error("micro_batch: " + std::to_string(settings.micro_batch) + " samples of " +
-                         std::to_string(context.seq_len) + " tokens of " + context.graph.name +
-                         " need more than 2^60 bytes (1 EiB), beyond what headroom computes exactly; expected a "
-                         "smaller micro-batch or sequence");
+    return Status::unsupported(
+        "micro_batch: " + std::to_string(settings.micro_batch) + " samples of " +
+        std::to_string(context.seq_len) + " tokens of " + context.graph.name +
+        " need more than 2^60 bytes (1 EiB), beyond what headroom computes exactly; expected a "
+        "smaller micro-batch or sequence");
   }
   context.compute_dtype = compute_dtype_for(settings.precision);
   // What the compiled blocks keep depends on tensor sizes: at the run's own shape.
@@ -229,11 +238,12 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
     }
   }
   if (allocator_budget(context, settings) <= 0) {
-    return Status::error("gpu_mem: " + std::to_string(context.gpu.memory_bytes >> 20) +
-                         " MiB leaves nothing after the CUDA context (" +
-                         std::to_string(context_bytes(context, settings) >> 20) + " MiB) and the " +
-                         std::to_string(static_cast<int>(settings.safety_margin * 100)) +
-                         "% safety margin (expected more GPU memory)");
+    return Status::invalid_input("gpu_mem: " + std::to_string(context.gpu.memory_bytes >> 20) +
+                                 " MiB leaves nothing after the CUDA context (" +
+                                 std::to_string(context_bytes(context, settings) >> 20) +
+                                 " MiB) and the " +
+                                 std::to_string(static_cast<int>(settings.safety_margin * 100)) +
+                                 "% safety margin (expected more GPU memory)");
   }
   return context;
 }
@@ -253,15 +263,17 @@ Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
         if (!name_matches(pattern, blocks[b].name)) continue;
         matched = true;
         if (!blocks[b].checkpointable) {
-          return Status::error("checkpoint_blocks: block \"" + blocks[b].name + "\" of " +
-                               context.graph.name + " cannot be checkpointed (embedding or head)");
+          return Status::invalid_input("checkpoint_blocks: block \"" + blocks[b].name + "\" of " +
+                                       context.graph.name +
+                                       " cannot be checkpointed (embedding or head)");
         }
         choices[b] = BlockChoice::kCheckpoint;
       }
       if (!matched) {
-        return Status::error("checkpoint_blocks: \"" + pattern + "\" matches no block of " +
-                             context.graph.name + " (expected a block name such as \"" +
-                             blocks[std::min<size_t>(1, blocks.size() - 1)].name + "\" or a glob)");
+        return Status::invalid_input("checkpoint_blocks: \"" + pattern + "\" matches no block of " +
+                                     context.graph.name + " (expected a block name such as \"" +
+                                     blocks[std::min<size_t>(1, blocks.size() - 1)].name +
+                                     "\" or a glob)");
       }
     }
   }

@@ -94,7 +94,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
 namespace {
 
 Status missing(const std::string& where, const char* field, const char* what) {
-  return Status::error(where + ": " + field + ": missing (expected " + what + ")");
+  return Status::invalid_input(where + ": " + field + ": missing (expected " + what + ")");
 }
 
 // The plan's globals, strictly, then held to the ranges every setting is held
@@ -102,7 +102,7 @@ Status missing(const std::string& where, const char* field, const char* what) {
 // like any settings (planner/run_settings.h), so simulate, report and run
 // refuse a micro_batch of -4 or a zero_stage of 7 with the same message.
 Result<GlobalConfig> config_from_json(const nlohmann::json& c, const RunSettings& settings, const std::string& where) {
-  if (!c.is_object()) return Status::error(where + ": config: expected an object");
+  if (!c.is_object()) return Status::invalid_input(where + ": config: expected an object");
   GlobalConfig config;
   JsonFields r(c, where, "config.");
   for (const Status& status :
@@ -132,9 +132,10 @@ Result<Plan> plan_from_json(const nlohmann::json& j, std::string_view origin) {
   const std::string where(origin);
   // Compared as JSON, so a value of another type is a mismatch rather than a type_error.
   if (!j.is_object() || !j.contains("format") || j.at("format") != "headroom.plan") {
-    return Status::error(where + ": format: expected \"headroom.plan\"");
+    return Status::invalid_input(where + ": format: expected \"headroom.plan\"");
   }
-  if (!j.contains("version") || j.at("version") != 1) return Status::error(where + ": version: expected 1");
+  if (!j.contains("version") || j.at("version") != 1)
+    return Status::invalid_input(where + ": version: expected 1");
   Plan plan;
   JsonFields r(j, where, "");
   std::string format;
@@ -152,8 +153,9 @@ Result<Plan> plan_from_json(const nlohmann::json& j, std::string_view origin) {
   if (!j.contains("gpu")) return missing(where, "gpu", "a string");
   if (!j.contains("seq_len")) return missing(where, "seq_len", "an integer");
   if (plan.seq_len < 1 || plan.seq_len > kMaxSeqLen) {
-    return Status::error(where + ": seq_len: expected an integer from 1 to " + std::to_string(kMaxSeqLen) + ", got " +
-                         std::to_string(plan.seq_len));
+    return Status::invalid_input(where + ": seq_len: expected an integer from 1 to " +
+                                 std::to_string(kMaxSeqLen) + ", got " +
+                                 std::to_string(plan.seq_len));
   }
   if (settings == nullptr) return missing(where, "settings", "the run's settings");
   Result<RunSettings> read_settings = settings_from_json(*settings, where);
@@ -163,12 +165,15 @@ Result<Plan> plan_from_json(const nlohmann::json& j, std::string_view origin) {
   Result<GlobalConfig> read_config = config_from_json(*config, plan.settings, where);
   if (!read_config.is_ok()) return read_config.status();
   plan.config = read_config.value();
-  if (prediction != nullptr && !prediction->is_object()) return Status::error(where + ": prediction: expected an object");
-  if (blocks == nullptr || !blocks->is_array()) return Status::error(where + ": blocks: expected an array");
+  if (prediction != nullptr && !prediction->is_object())
+    return Status::invalid_input(where + ": prediction: expected an object");
+  if (blocks == nullptr || !blocks->is_array())
+    return Status::invalid_input(where + ": blocks: expected an array");
   for (size_t b = 0; b < blocks->size(); ++b) {
     const auto& entry = (*blocks)[b];
     const std::string field = "blocks[" + std::to_string(b) + "]";
-    if (!entry.is_object()) return Status::error(where + ": " + field + ": expected {\"name\", \"choice\"}");
+    if (!entry.is_object())
+      return Status::invalid_input(where + ": " + field + ": expected {\"name\", \"choice\"}");
     std::string name;
     BlockChoice choice = BlockChoice::kKeep;
     JsonFields e(entry, where, field + ".");

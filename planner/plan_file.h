@@ -25,4 +25,8 @@ struct PreparedPlan {
 };
 Result<PreparedPlan> prepare_plan(Plan plan, const std::string& origin);
 
+// load_plan_file, then prepare_plan: a plan file read as simulate, report and
+// run read it, so they refuse a bad one with the same message and code.
+Result<PreparedPlan> load_prepared_plan(const std::string& path);
+
 }  // namespace headroom::planner

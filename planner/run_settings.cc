@@ -69,7 +69,7 @@ constexpr std::array<std::pair<BlockChoice, std::string_view>, 3> kChoices = {{
 }};
 
 Status fail(std::string_view origin, std::string_view field, const std::string& what) {
-  return Status::error(std::string(origin) + ": " + std::string(field) + ": " + what);
+  return Status::invalid_input(std::string(origin) + ": " + std::string(field) + ": " + what);
 }
 
 }  // namespace

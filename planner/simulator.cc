@@ -808,8 +808,9 @@ Result<Simulation> simulate_plan(const Plan& plan, const SimulatorOptions& optio
   Result<ModelContext> context = prepare_context(plan.settings);
   if (!context.is_ok()) return context.status();
   if (plan.blocks.size() != context->graph.blocks.size()) {
-    return Status::error("plan: blocks: expected " + std::to_string(context->graph.blocks.size()) + " entries for " +
-                         context->graph.name + ", got " + std::to_string(plan.blocks.size()));
+    return Status::invalid_input(
+        "plan: blocks: expected " + std::to_string(context->graph.blocks.size()) + " entries for " +
+        context->graph.name + ", got " + std::to_string(plan.blocks.size()));
   }
   return simulate(context.value(), plan.settings, plan.config, plan.blocks, options);
 }

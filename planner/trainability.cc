@@ -142,7 +142,8 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
   }
   if (!adapters) {
     if (graph.trainable_parameter_count() == 0) {
-      return Status::error(settings.model + ": freeze_patterns: every parameter is frozen; nothing would train");
+      return Status::invalid_input(
+          settings.model + ": freeze_patterns: every parameter is frozen; nothing would train");
     }
     return graph;
   }
@@ -181,16 +182,18 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
   }
   for (size_t i = 0; i < settings.scoped_lora.size(); ++i) {
     if (scoped_adapted[i] == 0) {
-      return Status::error(settings.model + ": scoped_lora[" + std::to_string(i) + "]: no linear module matches scope " +
-                           settings.scoped_lora[i].scope + (settings.scoped_lora[i].lora.targets.empty() ? "" : " and its targets") +
-                           " (expected a glob over the model's module names, such as *vision_tower*)");
+      return Status::invalid_input(
+          settings.model + ": scoped_lora[" + std::to_string(i) +
+          "]: no linear module matches scope " + settings.scoped_lora[i].scope +
+          (settings.scoped_lora[i].lora.targets.empty() ? "" : " and its targets") +
+          " (expected a glob over the model's module names, such as *vision_tower*)");
     }
   }
   if (adapted == 0) {
     std::string listed;
     for (const std::string& target : targets) listed += (listed.empty() ? "" : ", ") + target;
-    return Status::error(settings.model + ": lora.targets: no linear module matches [" + listed +
-                         "] (expected module-name suffixes such as q_proj)");
+    return Status::invalid_input(settings.model + ": lora.targets: no linear module matches [" +
+                                 listed + "] (expected module-name suffixes such as q_proj)");
   }
   return graph;
 }

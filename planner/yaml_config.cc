@@ -18,8 +18,8 @@ namespace {
 using nlohmann::json;
 
 Status error_at(std::string_view origin, size_t line, size_t column, const std::string& what) {
-  return Status::error(std::string(origin) + ": line " + std::to_string(line + 1) + ", column " +
-                       std::to_string(column + 1) + ": " + what);
+  return Status::invalid_input(std::string(origin) + ": line " + std::to_string(line + 1) +
+                               ", column " + std::to_string(column + 1) + ": " + what);
 }
 
 // A plain scalar as PyYAML's SafeLoader resolves it (YAML 1.1): null, booleans,
@@ -171,7 +171,8 @@ class Builder {
 
 Result<json> parse_yaml(std::string_view text, std::string_view origin) {
   if (const std::optional<size_t> bad = graph::first_invalid_utf8(text)) {
-    return Status::error(std::string(origin) + ": byte " + std::to_string(*bad) + ": expected UTF-8 text");
+    return Status::invalid_input(std::string(origin) + ": byte " + std::to_string(*bad) +
+                                 ": expected UTF-8 text");
   }
   // YAML allows no C0 control character but tab and line breaks.
   const size_t control = text.find_first_of(std::string_view("\x00\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0c\x0e\x0f"
@@ -179,8 +180,9 @@ Result<json> parse_yaml(std::string_view text, std::string_view origin) {
                                                              "\x1c\x1d\x1e\x1f\x7f",
                                                              30));
   if (control != std::string_view::npos) {
-    return Status::error(std::string(origin) + ": byte " + std::to_string(control) +
-                         ": a control character; expected YAML text (tabs and line breaks only)");
+    return Status::invalid_input(
+        std::string(origin) + ": byte " + std::to_string(control) +
+        ": a control character; expected YAML text (tabs and line breaks only)");
   }
   return Builder(text, origin).document();
 }
@@ -193,7 +195,8 @@ Status apply_override(json& root, const std::string& text, std::string_view orig
   const std::string key = remove ? text.substr(1) : text.substr(0, equals);
   if ((!remove && equals == std::string::npos) || key.empty() || key.front() == '.' || key.back() == '.' ||
       key.find("..") != std::string::npos) {
-    return Status::error(std::string(origin) + ": override \"" + text + "\": expected KEY=VALUE or ~KEY");
+    return Status::invalid_input(std::string(origin) + ": override \"" + text +
+                                 "\": expected KEY=VALUE or ~KEY");
   }
   std::vector<std::string> parts;
   for (size_t start = 0, dot; start <= key.size(); start = dot + 1) {
@@ -226,7 +229,9 @@ Result<json> parse_yaml_config(std::string_view text, std::string_view origin, s
                                const std::vector<std::string>& overrides) {
   Result<json> root = parse_yaml(text, origin);
   if (!root.is_ok()) return root.status();
-  if (!root->is_object()) return Status::error(std::string(origin) + ": expected a mapping of keys (" + std::string(what) + ")");
+  if (!root->is_object())
+    return Status::invalid_input(std::string(origin) + ": expected a mapping of keys (" +
+                                 std::string(what) + ")");
   for (const std::string& override_text : overrides) {
     if (Status applied = apply_override(root.value(), override_text, origin); !applied.is_ok()) return applied;
   }

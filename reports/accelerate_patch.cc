@@ -77,7 +77,7 @@ class AccelerateYaml {
       }
       const std::string inline_value = scalar(head->rest);
       if (!inline_value.empty() && inline_value != "{}" && inline_value != "null") {
-        return Status::error(std::string(path_) + ": " + block +
+        return Status::unsupported(std::string(path_) + ": " + block +
                              ": written inline; expected the block form `accelerate config` writes (" + block +
                              ": then indented key: value lines)");
       }

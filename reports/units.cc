@@ -38,8 +38,9 @@ std::string lower(std::string_view text) {
 }
 
 Status size_error(std::string_view text, std::string_view why) {
-  return Status::error("'" + std::string(text) + "': " + std::string(why) +
-                       " (expected a positive size such as 24GiB, 48GB, 49140MiB or a byte count)");
+  return Status::invalid_input(
+      "'" + std::string(text) + "': " + std::string(why) +
+      " (expected a positive size such as 24GiB, 48GB, 49140MiB or a byte count)");
 }
 
 }  // namespace

@@ -15,8 +15,8 @@ namespace {
 using nlohmann::json;
 
 Status field_error(std::string_view origin, std::string_view field, std::string_view expected) {
-  return Status::error(std::string(origin) + ": " + std::string(field) + ": " +
-                       std::string(expected));
+  return Status::invalid_input(std::string(origin) + ": " + std::string(field) + ": " +
+                               std::string(expected));
 }
 
 Result<json> read_json(const std::string& path) {

@@ -67,8 +67,8 @@ std::optional<MemoryMetric> parse_metric(std::string_view name) {
 }
 
 Status field_error(std::string_view origin, std::string_view field, std::string_view expected) {
-  return Status::error(std::string(origin) + ": " + std::string(field) + ": " +
-                       std::string(expected));
+  return Status::invalid_input(std::string(origin) + ": " + std::string(field) + ": " +
+                               std::string(expected));
 }
 
 std::string format_value(double value) {

@@ -3,8 +3,9 @@
 // JSON text and flags by name, the answers leave as the JSON text `headroom fit
 // --json` and `headroom plan --json` print, built by the same functions
 // (cli/answers.h), so the Python values equal the command line's. Refusals come
-// back as values (exit status and message); headroom/_api.py raises them as
-// Python exceptions. The planner runs without the GIL.
+// back as values (exit status, by cli/exit_status.h as the command line's, and
+// message); headroom/_api.py raises them as Python exceptions. The planner runs
+// without the GIL.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -17,7 +18,7 @@
 #include <vector>
 
 #include "cli/answers.h"
-#include "cli/commands.h"
+#include "cli/exit_status.h"
 #include "planner/measurement.h"
 
 namespace nb = nanobind;
@@ -38,7 +39,7 @@ Reply build_flags(const std::string& settings_text, const std::string& settings_
   flags.settings_file = settings_file;
   for (const auto& [name, value] : given) {
     if (Status status = give_flag(flags, name, value); !status.is_ok()) {
-      return {false, kExitUsage, status.message(), {}};
+      return {false, exit_status(status), status.message(), {}};
     }
   }
   return {true, kExitOk, "", {}};
@@ -46,7 +47,8 @@ Reply build_flags(const std::string& settings_text, const std::string& settings_
 
 template <typename T>
 Reply reply(const Answered<T>& answered, std::string document) {
-  if (!answered.is_ok()) return {false, answered.exit_status, answered.message, answered.notes};
+  if (!answered.is_ok())
+    return {false, exit_status(answered.status), answered.status.message(), answered.notes};
   return {true, kExitOk, std::move(document), answered.notes};
 }
 
@@ -74,7 +76,10 @@ Reply plan(const std::string& model, const std::string& settings_text,
 // as the reader understood it (JSON text), or the reader's message.
 Reply read_measurement(const std::string& path) {
   Result<planner::MeasuredRun> run = planner::load_measured_run(path);
-  if (!run.is_ok()) return {false, kExitUsage, "--measurement: " + run.message(), {}};
+  if (!run.is_ok()) {
+    const Status status = run.status().with_prefix("--measurement: ");
+    return {false, exit_status(status), status.message(), {}};
+  }
   return {true, kExitOk, planner::measured_run_to_json(run.value()).dump(2), {}};
 }
 

@@ -46,8 +46,11 @@ TEST_CASE("a misspelt key in settings text is a usage refusal naming the key and
   flags.settings_origin = "the settings dict";
   const Answered<FitOutcome> answered = answer_fit("", flags);
   REQUIRE_FALSE(answered.is_ok());
-  CHECK(answered.exit_status == headroom::cli::kExitUsage);
-  CHECK(contains(answered.message, "the settings dict: settings.micro_bach: unknown key (did you mean \"micro_batch\"?"));
+  CHECK(answered.status.code() == headroom::StatusCode::kInvalidInput);
+  CHECK(headroom::cli::exit_status(answered.status) == headroom::cli::kExitUsage);
+  CHECK(contains(
+      answered.status.message(),
+      "the settings dict: settings.micro_bach: unknown key (did you mean \"micro_batch\"?"));
 }
 
 TEST_CASE("an unknown GPU is the planner's refusal, exit status 1") {
@@ -55,8 +58,9 @@ TEST_CASE("an unknown GPU is the planner's refusal, exit status 1") {
   flags.settings_text = R"({"model": "tiny-llama", "gpu": "nope"})";
   const Answered<FitOutcome> answered = answer_fit("", flags);
   REQUIRE_FALSE(answered.is_ok());
-  CHECK(answered.exit_status == headroom::cli::kExitFailure);
-  CHECK(contains(answered.message, "unknown GPU 'nope'"));
+  CHECK(answered.status.code() == headroom::StatusCode::kUnsupported);
+  CHECK(headroom::cli::exit_status(answered.status) == headroom::cli::kExitFailure);
+  CHECK(contains(answered.status.message(), "unknown GPU 'nope'"));
 }
 
 TEST_CASE("flags given by any spelling apply as on the command line") {

@@ -184,22 +184,23 @@ TEST_CASE("GPU memory below the CUDA context is refused with a clear message") {
   CHECK(run.out.empty());
 }
 
-TEST_CASE("a malformed layer-graph file is an error naming the file") {
+TEST_CASE("a malformed or missing layer-graph file is an input error naming the file") {
+  // Status 2, as any input file the user names (docs/cli.md "Errors and exit status").
   TempDir dir;
   const std::string truncated = dir.file("truncated.json");
   write_text(truncated, R"({"version": 1, "name": "x", "nodes": [)");
   const RunOutput run = run_headroom("fit '" + truncated + "' --gpu a6000");
-  CHECK(run.exit_code == 1);
+  CHECK(run.exit_code == 2);
   CHECK(contains(run.err, truncated));
 
   const std::string wrong = dir.file("wrong.json");
   write_text(wrong, R"({"version": 1, "name": 3})");
   const RunOutput wrong_run = run_headroom("fit '" + wrong + "' --gpu a6000");
-  CHECK(wrong_run.exit_code == 1);
+  CHECK(wrong_run.exit_code == 2);
   CHECK(contains(wrong_run.err, wrong));
 
   const RunOutput missing = run_headroom("fit '" + dir.file("missing.json") + "'");
-  CHECK(missing.exit_code == 1);
+  CHECK(missing.exit_code == 2);
   CHECK(contains(missing.err, "missing.json"));
 }
 

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "tests/cli/cli_harness.h"
 
@@ -62,6 +63,63 @@ TEST_CASE("simulate, report and run refuse a bad plan identically") {
     CHECK(run.exit_code == 2);
     CHECK(run.err == expected);
     CHECK(run.out.empty());
+  }
+}
+
+// The three commands that read a plan, each refusing `plan` (a run needs no
+// trainer to refuse it: the plan is read before the trainer is looked for).
+std::vector<RunOutput> read_plan_three_ways(const std::string& plan, const TempDir& dir) {
+  std::vector<RunOutput> outputs;
+  for (const std::string& command :
+       {"simulate " + quoted(plan), "report " + quoted(plan) + " -o " + quoted(dir.file("r.html")),
+        "run " + quoted(plan) + " --steps 1 --device cpu"}) {
+    outputs.push_back(run_headroom(command));
+  }
+  return outputs;
+}
+
+TEST_CASE(
+    "a plan that reads but does not match its model: status 2 and one message from simulate, "
+    "report and run") {
+  TempDir dir;
+  const std::string plan = dir.file("plan.json");
+  REQUIRE(run_headroom("fit tiny-llama --gpu a6000 -o " + quoted(plan)).exit_code == 0);
+  nlohmann::json edited = parse_json(read_text(plan));
+  const size_t blocks = edited["blocks"].size();
+  REQUIRE(blocks > 1);
+  edited["blocks"].erase(edited["blocks"].size() - 1);
+  write_text(plan, edited.dump());
+  const std::string expected = "headroom: PLAN: " + plan + ": blocks: expected " +
+                               std::to_string(blocks) + " entries for tiny-llama, got " +
+                               std::to_string(blocks - 1) + "\n";
+  const std::vector<RunOutput> outputs = read_plan_three_ways(plan, dir);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    CAPTURE(i);                        // simulate, report, run
+    CHECK(outputs[i].exit_code == 2);  // the user's file is wrong
+    CHECK(outputs[i].err == expected);
+    CHECK(outputs[i].out.empty());
+  }
+}
+
+TEST_CASE(
+    "a plan for a model headroom does not know: status 1 and one message from simulate, report and "
+    "run") {
+  TempDir dir;
+  const std::string plan = dir.file("plan.json");
+  REQUIRE(run_headroom("fit tiny-llama --gpu a6000 -o " + quoted(plan)).exit_code == 0);
+  nlohmann::json edited = parse_json(read_text(plan));
+  edited["model"] = "no-such-model";
+  edited["settings"]["model"] = "no-such-model";
+  write_text(plan, edited.dump());
+  const std::string prefix =
+      "headroom: PLAN: " + plan + ": unknown model 'no-such-model' (expected one of: ";
+  const std::vector<RunOutput> outputs = read_plan_three_ways(plan, dir);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    CAPTURE(i);                        // simulate, report, run
+    CHECK(outputs[i].exit_code == 1);  // well-formed, but headroom cannot plan it
+    CHECK(outputs[i].err.rfind(prefix, 0) == 0);
+    CHECK(outputs[i].err == outputs[0].err);
+    CHECK(outputs[i].out.empty());
   }
 }
 

@@ -234,7 +234,7 @@ TEST_CASE("run refuses bad input with the exit status and a message naming it") 
     const RunOutput run = run_headroom(
         "run " + quoted(plan) + " --steps 1 --device cpu --json --data /nonexistent/tokens.bin");
     if (built_without_libtorch(run)) return;
-    CHECK(run.exit_code == 1);
+    CHECK(run.exit_code == 2);  // an input file the user named: as a missing PLAN
     CHECK(contains(run.err, "/nonexistent/tokens.bin"));
     CHECK(run.out.empty());
   }

@@ -121,11 +121,11 @@ class FaultInjectingFileSystem final : public FileSystem {
     }
     if (writes == fail_write) {
       (void)base_->write_file(path, contents.substr(0, contents.size() / 2));  // a torn write
-      return Status::error(path + ": cannot write: " + std::strerror(write_errno));
+      return Status::io(path + ": cannot write: " + std::strerror(write_errno));
     }
     Status status = base_->write_file(path, contents);
     if (status.is_ok() && writes == fail_fsync) {
-      return Status::error(path + ": cannot flush to disk (fsync): " + std::strerror(EIO));
+      return Status::io(path + ": cannot flush to disk (fsync): " + std::strerror(EIO));
     }
     return status;
   }
@@ -134,26 +134,25 @@ class FaultInjectingFileSystem final : public FileSystem {
     ++renames;
     if (crashed()) return dead(from);
     if (renames == fail_rename)
-      return Status::error(from + ": cannot rename to " + to + ": " + std::strerror(EIO));
+      return Status::io(from + ": cannot rename to " + to + ": " + std::strerror(EIO));
     return base_->rename(from, to);
   }
   Status sync_directory(const std::string& path) override {
     if (crashed()) return dead(path);
     if (path == fail_sync_directory) {
-      return Status::error(path +
-                           ": cannot flush directory to disk (fsync): " + std::strerror(EIO));
+      return Status::io(path + ": cannot flush directory to disk (fsync): " + std::strerror(EIO));
     }
     return base_->sync_directory(path);
   }
   Status remove_all(const std::string& path) override {
     if (crashed()) return dead(path);
-    if (fail_remove) return Status::error(path + ": cannot remove: " + std::strerror(EACCES));
+    if (fail_remove) return Status::io(path + ": cannot remove: " + std::strerror(EACCES));
     return base_->remove_all(path);
   }
 
  private:
   bool crashed() { return crash_after >= 0 && ++mutations > crash_after; }
-  static Status dead(const std::string& path) { return Status::error(path + ": simulated crash"); }
+  static Status dead(const std::string& path) { return Status::io(path + ": simulated crash"); }
   FileSystem* base_ = &real_file_system();
 };
 

@@ -184,7 +184,7 @@ TEST_CASE("write_file_atomic writes through a FIFO and never replaces it") {
       received.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     });
     // The reader's open may come after the writer's: retry until it is there.
-    Status status = Status::error("not tried");
+    Status status = Status::io("not tried");
     for (int attempt = 0; attempt < 500 && !status.is_ok(); ++attempt) {
       status = write_file_atomic(fifo, "through the pipe");
       if (!status.is_ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));

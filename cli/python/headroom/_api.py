@@ -30,14 +30,14 @@ _CONFIG_FLAGS = {
     "calibration": "--calibration",
 }
 
-# The command line's exit statuses (cli/commands.h).
+# The command line's exit statuses (cli/exit_status.h, docs/cli.md).
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
 class HeadroomError(Exception):
     """headroom refused: `message` is what `headroom` prints after "headroom: ",
-    `exit_status` the status it exits with (1 the planner refused, 2 bad settings)."""
+    `exit_status` the status it exits with (2 wrong input, 1 headroom cannot or failed)."""
 
     def __init__(self, message: str, exit_status: int = EXIT_FAILURE):
         super().__init__(message)
@@ -46,7 +46,8 @@ class HeadroomError(Exception):
 
 
 class SettingsError(HeadroomError, ValueError):
-    """A bad setting, config file or flag (the command line's exit status 2)."""
+    """A bad setting, flag or input file (a config, a model or measurement file):
+    the command line's exit status 2."""
 
 
 class HeadroomNote(UserWarning):

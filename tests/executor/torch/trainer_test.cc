@@ -94,7 +94,7 @@ class FaultyFileSystem final : public FileSystem {
   Status write_file(const std::string& p, std::string_view c) override {
     if (fail_writes) {
       (void)real().write_file(p, c.substr(0, c.size() / 2));  // a torn write, as a crash leaves it
-      return Status::error(p + ": write: Input/output error (injected)");
+      return Status::io(p + ": write: Input/output error (injected)");
     }
     return real().write_file(p, c);
   }
