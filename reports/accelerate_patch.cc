@@ -30,7 +30,7 @@ class AccelerateYaml {
     const std::vector<std::string>& lines = edits_.lines();
     for (size_t i = 0; i < lines.size(); ++i) {
       std::smatch m;
-      if (std::regex_match(lines[i], m, top)) top_.push_back({m[1].str(), i, m[2].str()});
+      if (std::regex_match(lines[i], m, top)) top_.push_back({m[1].str(), i, m[2].str(), ""});
     }
   }
 
