@@ -4,7 +4,7 @@
 
 #include "cli/answers.h"
 #include "cli/run_flags.h"
-#include "cli/recipe_exports.h"
+#include "cli/plan_exports.h"
 #include "cli/trainer_launch.h"
 
 #include <CLI/CLI.hpp>
@@ -192,70 +192,26 @@ int run_report(const CliOptions& options, Terminal& terminal) {
   return kExitOk;
 }
 
-// --emit KIND[=FILE]: the best plan as a DeepSpeed config, an Accelerate FSDP
-// config or a PyTorch snippet, on stdout or written atomically to FILE.
+// --emit KIND[=FILE]: the best plan's exports (cli/plan_exports.h), in the
+// JSON document or on stdout, or written atomically to FILE.
 int emit_exports(const CliOptions& options, Terminal& terminal, const planner::Plan& best,
                  nlohmann::json* document) {
-  std::vector<std::string> recipe_notes;  // what the recipe exports' keys cannot say
-  for (const std::string& request : options.emit) {
-    const size_t equals = request.find('=');
-    const std::string kind = request.substr(0, equals);
-    const std::string path = equals == std::string::npos ? "" : request.substr(equals + 1);
-    std::string text;
-    if (kind == "deepspeed") {
-      text = reports::deepspeed_config(best).dump(2) + "\n";
-    } else if (kind == "accelerate" && !is_recipe_export(kind, options.settings)) {
-      text = reports::accelerate_config_yaml(best);
-    } else if (kind == "torch") {
-      text = reports::torch_snippet(best);
-    } else if (is_recipe_export(kind, options.settings)) {
-      Result<std::string> patch = recipe_export(kind, options.settings, best, recipe_notes);
-      if (!patch.is_ok()) return fail(terminal, patch.status());
-      text = patch.value();
+  if (options.emit.empty()) return kExitOk;
+  Result<PlanExports> exports = build_exports(options.emit, options.settings, best);
+  if (!exports.is_ok()) return fail(terminal, exports.status());
+  if (Status written = write_export_files(exports.value()); !written.is_ok()) return fail(terminal, written);
+  if (document) {
+    add_exports_to_document(exports.value(), *document);
+    return kExitOk;
+  }
+  for (const PlanExport& item : exports->exports) {
+    if (item.path.empty()) {
+      terminal.out << "\n--- " << item.kind << " ---\n" << item.text;
     } else {
-      return fail(terminal, Status::invalid_input(
-                                "--emit: unknown kind \"" + kind +
-                                "\" (expected deepspeed, accelerate, torch, torchtune, hf-args, "
-                                "axolotl, llamafactory, xtuner or mmengine, optionally =FILE)"));
-    }
-    if (equals != std::string::npos && path.empty()) {
-      return fail(terminal,
-                  Status::invalid_input("--emit " + kind + "=: expected a file name after '='"));
-    }
-    if (path.empty()) {
-      if (document) {
-        (*document)["exports"][kind] = text;
-      } else {
-        terminal.out << "\n--- " << kind << " ---\n" << text;
-      }
-      continue;
-    }
-    if (Status written = graph::write_file_atomic(path, text); !written.is_ok()) {
-      return fail(terminal, written.with_prefix("--emit " + kind + ": "));
-    }
-    if (document) {
-      (*document)["exports"][kind] = path;
-    } else {
-      terminal.out << "\n" << kind << " export written to " << path << "\n";
+      terminal.out << "\n" << item.kind << " export written to " << item.path << "\n";
     }
   }
-  // DeepSpeed's notes go with its exports (and the accelerate and torch ones, which
-  // share their caveats); the recipe exports bring their own.
-  const bool deepspeed_family = std::any_of(options.emit.begin(), options.emit.end(), [&](const std::string& request) {
-    return !is_recipe_export(request.substr(0, request.find('=')), options.settings);
-  });
-  std::vector<std::string> notes;
-  if (deepspeed_family) notes = reports::deepspeed_notes(best);
-  notes.insert(notes.end(), recipe_notes.begin(), recipe_notes.end());
-  if (!options.emit.empty()) {
-    for (const std::string& note : notes) {
-      if (document) {
-        (*document)["notes"].push_back(note);
-      } else {
-        terminal.out << "note: " << note << "\n";
-      }
-    }
-  }
+  for (const std::string& note : exports->notes) terminal.out << "note: " << note << "\n";
   return kExitOk;
 }
 

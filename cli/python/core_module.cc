@@ -19,6 +19,7 @@
 
 #include "cli/answers.h"
 #include "cli/exit_status.h"
+#include "cli/plan_exports.h"
 #include "planner/measurement.h"
 
 namespace nb = nanobind;
@@ -62,14 +63,30 @@ Reply fit(const std::string& model, const std::string& settings_text,
   return reply(answered, answered.is_ok() ? fit_document(*answered.value).dump(2) : "");
 }
 
+// `emit`: plan --emit's KIND[=FILE] requests (cli/plan_exports.h), built
+// before anything is written, into the document's "exports" and "notes".
 Reply plan(const std::string& model, const std::string& settings_text,
-           const std::string& settings_file, const FlagList& given) {
+           const std::string& settings_file, const FlagList& given, const std::vector<std::string>& emit) {
   SettingsFlags flags;
   if (Reply bad = build_flags(settings_text, settings_file, given, flags); !std::get<0>(bad))
     return bad;
   nb::gil_scoped_release unlocked;
   const Answered<PlanOutcome> answered = answer_plan(model, flags);
-  return reply(answered, answered.is_ok() ? plan_document(*answered.value, "").dump(2) : "");
+  if (!answered.is_ok() || emit.empty()) {
+    return reply(answered, answered.is_ok() ? plan_document(*answered.value, "").dump(2) : "");
+  }
+  const auto refuse = [&](const Status& status) -> Reply {
+    return {false, exit_status(status), status.message(), answered.notes};
+  };
+  if (!answered->result.found) {
+    return refuse(Status::unsupported("--emit: nothing to export, no plan fits the budgets"));
+  }
+  nlohmann::json document = plan_document(*answered.value, "");
+  Result<PlanExports> exports = build_exports(emit, flags, answered->result.best);
+  if (!exports.is_ok()) return refuse(exports.status());
+  if (Status written = write_export_files(exports.value()); !written.is_ok()) return refuse(written);
+  add_exports_to_document(exports.value(), document);
+  return {true, kExitOk, document.dump(2), answered.notes};
 }
 
 // Reads a measurement file as `headroom report --measurement` does; returns it
@@ -93,8 +110,8 @@ NB_MODULE(_core, m) {
         nb::arg("settings_file"), nb::arg("flags"),
         "headroom fit --json: (ok, exit_status, document or message, notes)");
   m.def("plan", &headroom::cli::plan, nb::arg("model"), nb::arg("settings_text"),
-        nb::arg("settings_file"), nb::arg("flags"),
-        "headroom plan --json: (ok, exit_status, document or message, notes)");
+        nb::arg("settings_file"), nb::arg("flags"), nb::arg("emit"),
+        "headroom plan --json [--emit ...]: (ok, exit_status, document or message, notes)");
   m.def("read_measurement", &headroom::cli::read_measurement, nb::arg("path"),
         "a measurement file read as headroom report --measurement reads it");
 }

@@ -83,6 +83,51 @@ def test_xtuner_config_equals_cli_json(cli_json):
     assert got["as_given"]["settings"]["scoped_lora"][0]["rank"] == 64
 
 
+def test_mmengine_config_equals_cli_json(cli_json):
+    # The dump MMEngine's loader prints for mmpretrain's resnet50_8xb32_in1k.py
+    # (tests/exporter/mmengine_loader.sh keeps it current); it names its model.
+    config = DATA / "mmpretrain" / "resnet50_8xb32_in1k.dump.json"
+    expected = cli_json("fit", "--mmengine", config, "--gpu", "4090")
+    got = headroom.fit(settings={"gpu": "4090"}, mmengine=config, notes=[])
+    assert got == expected
+    assert got["as_given"]["settings"]["model"] == "resnet-50"
+
+
+def test_plan_emit_equals_cli_json(tmp_path, cli_json):
+    expected = cli_json("plan", "llama-3-8b", "--gpu", "a6000", "--lora", "--emit", "deepspeed", "--emit", "torch")
+    got = headroom.plan("llama-3-8b", {"gpu": "a6000", "mode": "lora"}, emit=["deepspeed", "torch"])
+    assert got == expected
+    assert json.loads(got["exports"]["deepspeed"])["zero_optimization"]["stage"] == got["best"]["config"]["zero_stage"]
+    assert "def apply_headroom_plan" in got["exports"]["torch"]
+    assert got["notes"]  # DeepSpeed's placeholders to edit
+
+
+def test_plan_emit_writes_back_the_config_and_files(tmp_path, cli_json):
+    args = DATA / "hf_trainer" / "training_args_qlora.json"
+    adapter = DATA / "hf_trainer" / "adapter_config.json"
+    # A 16 GiB budget: the plan changes the Trainer's batch and accumulation.
+    flags = ["llama-3-8b", "--gpu", "4090", "--gpu-mem", "16GiB", "--seq", "1024", "--qlora",
+             "--hf-args", args, "--peft", adapter]
+    expected = cli_json("plan", *flags, "--emit", "hf-args")
+    got = headroom.plan("llama-3-8b", {"gpu": "4090", "gpu_memory_bytes": 16 * 2**30, "seq_len": 1024,
+                                       "mode": "qlora"}, hf_args=args, peft=adapter, emit="hf-args", notes=[])
+    assert got["exports"] == expected["exports"]
+    assert "per_device_train_batch_size" in got["exports"]["hf-args"]
+    written = tmp_path / "ds.json"
+    got = headroom.plan("llama-3-8b", {"gpu": "a6000", "mode": "lora"}, emit=[f"deepspeed={written}"])
+    assert got["exports"]["deepspeed"] == str(written)
+    assert json.loads(written.read_text())["train_micro_batch_size_per_gpu"] == got["best"]["config"]["micro_batch"]
+
+
+def test_plan_emit_refusals_write_nothing(tmp_path):
+    written = tmp_path / "ds.json"
+    with pytest.raises(headroom.SettingsError, match='unknown kind "yaml"'):
+        headroom.plan("tiny-llama", {"gpu": "a6000"}, emit=[f"deepspeed={written}", "yaml"])
+    assert not written.exists()  # every request is built before a file is written
+    with pytest.raises(headroom.SettingsError, match="expected --torchtune FILE"):
+        headroom.plan("tiny-llama", {"gpu": "a6000"}, emit=["torchtune"])
+
+
 def test_notes_are_the_cli_stderr_lines(cli):
     args = DATA / "hf_trainer" / "training_args_qlora.json"
     status, _, err = cli("fit", "llama-3-8b", "--gpu", "4090", "--seq", "1024", "--hf-args", args, "--json")

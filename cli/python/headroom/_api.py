@@ -26,6 +26,7 @@ _CONFIG_FLAGS = {
     "axolotl": "--axolotl",
     "llamafactory": "--llamafactory",
     "xtuner": "--xtuner",
+    "mmengine": "--mmengine",
     "peft": "--peft",
     "calibration": "--calibration",
 }
@@ -87,8 +88,8 @@ def _request(model, settings, configs: Mapping[str, Any], torchtune_set: Iterabl
     return model_text, settings_text, settings_file, flags
 
 
-def _answer(function, model, settings, configs, torchtune_set, notes):
-    ok, exit_status, text, reply_notes = function(*_request(model, settings, configs, torchtune_set))
+def _answer(function, model, settings, configs, torchtune_set, notes, *extra):
+    ok, exit_status, text, reply_notes = function(*_request(model, settings, configs, torchtune_set), *extra)
     if notes is not None:
         notes.extend(reply_notes)
     else:
@@ -104,7 +105,7 @@ def fit(model: Optional[PathLike] = None, settings: Union[Mapping[str, Any], Pat
         torchtune_set: Iterable[str] = (), hf_args: Optional[PathLike] = None,
         accelerate: Optional[PathLike] = None, axolotl: Optional[PathLike] = None,
         llamafactory: Optional[PathLike] = None, xtuner: Optional[PathLike] = None,
-        peft: Optional[PathLike] = None,
+        mmengine: Optional[PathLike] = None, peft: Optional[PathLike] = None,
         calibration: Optional[PathLike] = None, notes: Optional[list] = None) -> dict:
     """Will this run fit? The document `headroom fit MODEL --json` prints.
 
@@ -117,7 +118,7 @@ def fit(model: Optional[PathLike] = None, settings: Union[Mapping[str, Any], Pat
     warnings. Raises SettingsError or HeadroomError with the command line's message.
     """
     configs = dict(deepspeed=deepspeed, torchtune=torchtune, hf_args=hf_args, accelerate=accelerate,
-                   axolotl=axolotl, llamafactory=llamafactory, xtuner=xtuner, peft=peft,
+                   axolotl=axolotl, llamafactory=llamafactory, xtuner=xtuner, mmengine=mmengine, peft=peft,
                    calibration=calibration)
     return _answer(_core.fit, model, settings, configs, torchtune_set, notes)
 
@@ -127,14 +128,23 @@ def plan(model: Optional[PathLike] = None, settings: Union[Mapping[str, Any], Pa
          torchtune_set: Iterable[str] = (), hf_args: Optional[PathLike] = None,
          accelerate: Optional[PathLike] = None, axolotl: Optional[PathLike] = None,
          llamafactory: Optional[PathLike] = None, xtuner: Optional[PathLike] = None,
-        peft: Optional[PathLike] = None,
-         calibration: Optional[PathLike] = None, notes: Optional[list] = None) -> dict:
+         mmengine: Optional[PathLike] = None, peft: Optional[PathLike] = None,
+         calibration: Optional[PathLike] = None, emit: Iterable[str] = (),
+         notes: Optional[list] = None) -> dict:
     """The fastest plan that fits: the document `headroom plan MODEL --json`
-    prints (without -o, so "output_file" is None). Arguments as for fit()."""
+    prints (without -o, so "output_file" is None). Arguments as for fit().
+
+    `emit`: `--emit` requests, "KIND" or "KIND=FILE" (deepspeed, accelerate,
+    torch, or the config the run was read from written back: torchtune, hf-args,
+    axolotl, llamafactory, xtuner, mmengine, accelerate). The document's
+    "exports" maps each kind to its text, or to the FILE written (atomically,
+    after every request was built); "notes" says what they cannot express."""
     configs = dict(deepspeed=deepspeed, torchtune=torchtune, hf_args=hf_args, accelerate=accelerate,
-                   axolotl=axolotl, llamafactory=llamafactory, xtuner=xtuner, peft=peft,
+                   axolotl=axolotl, llamafactory=llamafactory, xtuner=xtuner, mmengine=mmengine, peft=peft,
                    calibration=calibration)
-    return _answer(_core.plan, model, settings, configs, torchtune_set, notes)
+    if isinstance(emit, str):
+        emit = [emit]
+    return _answer(_core.plan, model, settings, configs, torchtune_set, notes, [str(request) for request in emit])
 
 
 def read_measurement(path: PathLike) -> dict:
