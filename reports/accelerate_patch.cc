@@ -151,7 +151,8 @@ class AccelerateYaml {
     if (head == nullptr) return out;
     const std::regex child(R"(^([ \t]+)([A-Za-z_][A-Za-z0-9_]*):(.*)$)");
     const std::vector<std::string>& lines = edits_.lines();
-    for (size_t i = head->line + 1; i < block_end(*head); ++i) {
+    const size_t end = block_end(*head);
+    for (size_t i = head->line + 1; i < end; ++i) {
       std::smatch m;
       if (!std::regex_match(lines[i], m, child)) continue;
       if (!out.empty() && m[1].str() != out.front().indent) continue;  // deeper: a child's own keys
@@ -202,9 +203,8 @@ void write_fsdp(AccelerateYaml& yaml, const planner::Plan& plan, const planner::
     }
   } else if (new_block || c.zero_stage != given.zero_stage) {
     // HYBRID_SHARD keeps its replication across machines (accelerate/utils/constants.py).
-    const bool hybrid = yaml.value("fsdp_config", "fsdp_sharding_strategy").rfind("HYBRID", 0) == 0 ||
-                        yaml.value("fsdp_config", "fsdp_sharding_strategy") == "4" ||
-                        yaml.value("fsdp_config", "fsdp_sharding_strategy") == "5";
+    const std::string now = yaml.value("fsdp_config", "fsdp_sharding_strategy");
+    const bool hybrid = now.rfind("HYBRID", 0) == 0 || now == "4" || now == "5";
     const char* strategy = c.zero_stage == 3 ? (hybrid ? "HYBRID_SHARD" : "FULL_SHARD")
                            : c.zero_stage == 0 ? "NO_SHARD"
                                                : (hybrid ? "HYBRID_SHARD_ZERO2" : "SHARD_GRAD_OP");
