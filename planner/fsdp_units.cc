@@ -40,8 +40,10 @@ std::vector<FlatParamUnit> flat_param_units(const graph::LayerGraph& graph, cons
     }
   }
   std::vector<FlatParamUnit> units;
-  for (const FlatParamUnit& unit : per_block) {
-    if (unit.elements > 0) units.push_back(unit);
+  for (size_t b = 0; b < per_block.size(); ++b) {
+    if (per_block[b].elements == 0) continue;
+    units.push_back(per_block[b]);
+    units.back().block = static_cast<int>(b);
   }
   if (root.elements > 0) units.push_back(root);
   return units;
@@ -64,16 +66,31 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
   const std::vector<FlatParamUnit> units = flat_param_units(graph, settings);
   // The plan's offload (the search tries several under one settings), not the user's.
   const bool params_on_gpu = config.offload_param == Offload::kNone;
+  const bool offload = fsdp_cpu_offload(settings, config);
   out.params = 0;
   out.grads_full = 0;
   out.reduce_scatter_bytes = 0;
   out.fsdp2_root_reduce_scatter = 0;
+  if (offload) {
+    out.host_shard_bytes = 0;
+    out.host_grad_bytes = 0;
+    out.offload_grad_shards.assign(graph.blocks.size(), 0);
+  }
   for (size_t u = 0; u < units.size(); ++u) {
     const FlatParamUnit& unit = units[u];
     const int64_t shard = flat_param_shard_elements(unit.elements, world);
     if (params_on_gpu) out.params += account(shard * shard_width, accounting);
+    if (offload) out.host_shard_bytes += shard * shard_width;
     if (unit.trainable_elements == 0) continue;
-    out.grads_full += account(shard * shard_width, accounting);
+    if (offload) {
+      // _accumulate_sharded_grad keeps the shard-dtype gradient as _saved_grad_shard
+      // until _post_backward_final_callback has synchronised the copies into _cpu_grad.
+      out.host_grad_bytes += shard * shard_width;
+      (unit.root ? out.root_offload_grad_shard : out.offload_grad_shards[unit.block]) +=
+          account(shard * shard_width, accounting);
+    } else {
+      out.grads_full += account(shard * shard_width, accounting);
+    }
     const int64_t buffers = reduce_scatter_buffers(unit.elements, world, grad_width, reduce_width, shard_width, accounting);
     if (unit.root) {
       // The root's unsharded gradients are priced per block (fsdp2_root_grads).

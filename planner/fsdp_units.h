@@ -19,6 +19,7 @@ struct FlatParamUnit {
   int64_t elements = 0;            // every parameter of the unit (tied ones at their owner)
   int64_t trainable_elements = 0;  // of which train
   bool root = false;               // the root unit (the blocks in_fsdp2_root names)
+  int block = -1;                  // the layer's block; -1 for the root
 };
 
 // One unit per layer (a block outside the root group), in block order, then the
@@ -36,6 +37,9 @@ int64_t flat_param_shard_elements(int64_t elements, int world);
 // trains, one sharded gradient of the same size and dtype (use_orig_params keeps
 // the frozen parameters' share too); and the reduce-scatter buffers of the
 // largest layer unit and of the root (reduce_scatter_bytes, fsdp2_root_reduce_scatter).
+// Under CPUOffload (fsdp_cpu_offload) the shards and their gradients are on the host
+// instead (host_shard_bytes, host_grad_bytes), and each unit's sharded gradient stays
+// on the GPU from its reduce-scatter to the end of backward (offload_grad_shards).
 void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settings, const GlobalConfig& config,
                        Accounting accounting, ModelStates& out);
 

@@ -105,12 +105,14 @@ std::vector<int64_t> block_gathered_bytes(const graph::LayerGraph& graph, const 
   return per_block;
 }
 
-bool fsdp2_cpu_offload(const RunSettings& settings, const GlobalConfig& config) {
-  return config.zero_stage >= 3 && shards_with_fsdp2(settings) && config.offload_param == Offload::kCpu &&
+bool fsdp_cpu_offload(const RunSettings& settings, const GlobalConfig& config) {
+  return config.zero_stage >= 3 && shards_with_fsdp(settings) && config.offload_param == Offload::kCpu &&
          config.offload_optimizer == Offload::kCpu;
 }
 
 bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings) {
+  // FSDP1 without an auto_wrap_policy: the root FlatParameter holds every parameter.
+  if (settings.fsdp_wrap == FsdpWrap::kModel && sharding_of(settings) == Sharding::kFsdp1) return true;
   if (block.checkpointable) return false;
   return std::none_of(settings.fsdp_own_groups.begin(), settings.fsdp_own_groups.end(),
                       [&](const std::string& pattern) { return name_matches(pattern, block.name); });
@@ -270,7 +272,6 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   out.block_grads.assign(graph.blocks.size(), 0);
   // torch's FSDPs (1 and 2) shard the same units: each layer, and the root (in_fsdp2_root).
   const bool fsdp = shard_params && shards_with_fsdp(settings);
-  const bool fsdp2 = shard_params && shards_with_fsdp2(settings);
   if (fsdp) out.fsdp2_root_grads.assign(graph.blocks.size(), 0);
 
   int64_t trainable_bytes_16 = 0;  // trainable elements, for buckets and host buffers
@@ -310,7 +311,7 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
       if (fsdp && in_fsdp2_root(graph.blocks[node.block], settings)) out.fsdp2_root_params += storage;
       if (params_on_gpu) out.params += account(resident, accounting);
       host_params += params_on_gpu ? 0 : resident;
-      if (fsdp2 && !params_on_gpu) out.host_shard_bytes += resident;
+      if (fsdp && !params_on_gpu) out.host_shard_bytes += resident;
       const bool full_finetune = settings.mode == TrainMode::kFull;
       // FSDP2's state dict holds the sharded parameters in their own (fp32) dtype.
       if (full_finetune || param.trainable) checkpoint_weights += fp32_shard ? elements * 4 : storage;
@@ -386,11 +387,13 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
           out.master += account(master_rank, accounting);
         }
         add_gpu_grad();
-      } else if (fsdp2) {
+      } else if (fsdp) {
         // FSDP2's CPUOffloadPolicy: the sharded gradient copied to the host in the
         // sharded parameter's dtype (foreach_reduce: reduce_output cast to orig_dtype,
         // then .to("cpu")), and torch.optim's states beside the host parameters, in
-        // their dtype (_init_group: zeros_like(p)); no master copy.
+        // their dtype (_init_group: zeros_like(p)); no master copy. FSDP1's CPUOffload
+        // likewise: the pinned _cpu_grad beside the pinned shard, both in the
+        // FlatParameter's dtype (_flat_param.py init_flat_param_attributes).
         host_optimizer += states_rank + grad_rank + master_rank;
         out.host_grad_bytes += grad_rank;
       } else {
@@ -418,7 +421,7 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   // keep a preallocated partition, and offload sends them to the host per bucket.
   out.grads_progressive = (optimizer_on_gpu || torchao_offload) && !shard_grads;
   const int64_t grad_width = grad_bytes_per_element(precision);
-  if ((shard_grads && !fsdp) || (!optimizer_on_gpu && !torchao_offload && !fsdp2)) {
+  if ((shard_grads && !fsdp) || (!optimizer_on_gpu && !torchao_offload && !fsdp)) {
     // DeepSpeed's reduce bucket (reduce_bucket_size elements, 16-bit) holds
     // gradients while they are reduced/partitioned or copied to the host. At
     // stages 1 and 2 backward() allocates it twice under overlap_comm, "double

@@ -64,6 +64,12 @@ struct ModelStates {
   std::vector<int64_t> fsdp2_root_grads;
   int64_t fsdp2_root_trainable = 0;
   int64_t fsdp2_root_reduce_scatter = 0;
+  // FSDP1 CPU offload: per block, the sharded gradient its unit's reduce-scatter
+  // leaves on the GPU (_saved_grad_shard, in the shard's dtype), held until the
+  // final callback has waited for every copy to the host; the root's at index -1
+  // is root_offload_grad_shard.
+  std::vector<int64_t> offload_grad_shards;
+  int64_t root_offload_grad_shard = 0;
   bool grads_progressive = true;  // grads appear block by block during the first backward
   std::vector<int64_t> block_grads;  // per block: gradient bytes it adds (progressive case)
   // optimizer.step() temporaries, and optimizer-in-backward (planner/optimizer_step.h).
@@ -73,7 +79,7 @@ struct ModelStates {
 
   // Host RAM per node and disk, bytes.
   int64_t host_offload = 0;    // pinned offloaded states and buffers, all ranks of a node
-  // FSDP2 CPU offload, per rank: the sharded parameters copied in for each all-gather,
+  // FSDP CPU offload, per rank: the sharded parameters copied in for each all-gather,
   // and the sharded gradients copied out each micro-step (for the time model).
   int64_t host_shard_bytes = 0;
   int64_t host_grad_bytes = 0;
@@ -99,7 +105,11 @@ bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings);
 // (torch/distributed/fsdp/_fully_shard/_fsdp_param.py all_gather_inputs), and each
 // reduce-scattered gradient until its copy to the host (_fsdp_collectives.py
 // foreach_reduce). docs/stacks.md, "FSDP2".
-bool fsdp2_cpu_offload(const RunSettings& settings, const GlobalConfig& config);
+// FSDP1's CPUOffload(offload_params=True) is the same split by FlatParameter: the
+// pinned shard and its preallocated pinned gradient on the host, each shard copied
+// in before its unit's all-gather, each sharded gradient held on the GPU until the
+// end of backward (torch/distributed/fsdp/_flat_param.py; docs/memory-model.md, "FSDP1").
+bool fsdp_cpu_offload(const RunSettings& settings, const GlobalConfig& config);
 
 // Per block, the bytes of its own parameters as stored on the GPU (tied ones counted at their owner).
 std::vector<int64_t> block_param_bytes(const graph::LayerGraph& graph, Precision precision);

@@ -62,28 +62,30 @@ std::vector<GlobalConfig> global_candidates(const RunSettings& settings, int64_t
   // fp8 all-gather is FSDP2's at stage 3: the graph was built for it.
   const int min_stage = settings.float8_all_gather ? 3 : 0;
   for (int stage = min_stage; stage <= max_stage; ++stage) {
-    // FSDP offloads to the CPU only, and FSDP1's CPUOffload is not modelled.
+    // FSDP offloads to the CPU only. FSDP1's CPUOffload does not accumulate
+    // gradients (run_settings.cc): only without accumulation.
     const bool fsdp = stage == 3 && shards_with_fsdp(settings);
-    const bool fsdp1 = fsdp && sharding_of(settings) == Sharding::kFsdp1;
+    const bool fsdp1_accumulates = fsdp && sharding_of(settings) == Sharding::kFsdp1 && per_rank > micro_batch;
     std::vector<Offload> optimizer_offloads = {Offload::kNone};
     // DeepSpeed's ZeRO-Offload needs a ZeRO stage; torchao's CPUOffloadOptimizer
     // runs on one GPU without one.
     const bool torchao_offload = settings.cpu_offload != CpuOffloadImpl::kZeroOffload;
     const bool offload_here = torchao_offload ? stage == 0 && settings.world_size() == 1 : stage >= 1;
-    if (offload_here && settings.allow_cpu_offload && !in_backward && !fsdp1) {
+    if (offload_here && settings.allow_cpu_offload && !in_backward && !fsdp1_accumulates) {
       optimizer_offloads.push_back(Offload::kCpu);
     }
     if (stage == 3 && settings.allow_nvme_offload && !fsdp) optimizer_offloads.push_back(Offload::kNvme);
     for (Offload optimizer : optimizer_offloads) {
       std::vector<Offload> param_offloads = {Offload::kNone};
-      if (stage == 3 && settings.allow_cpu_offload && !fsdp1) param_offloads.push_back(Offload::kCpu);
+      if (stage == 3 && settings.allow_cpu_offload && !fsdp1_accumulates) param_offloads.push_back(Offload::kCpu);
       if (stage == 3 && settings.allow_nvme_offload && !fsdp) param_offloads.push_back(Offload::kNvme);
       for (Offload param : param_offloads) {
         // On one GPU, ZeRO only matters for what it offloads; without offload it
         // would add buckets and change nothing else.
         if (settings.world_size() == 1 && stage > 0 && optimizer == Offload::kNone && param == Offload::kNone) continue;
-        // FSDP2 offloads parameters and optimizer together (CPUOffloadPolicy) or neither.
-        if (stage == 3 && shards_with_fsdp2(settings) && (optimizer == Offload::kCpu) != (param == Offload::kCpu)) {
+        // FSDP offloads parameters and optimizer together (FSDP2's CPUOffloadPolicy,
+        // FSDP1's CPUOffload) or neither.
+        if (fsdp && (optimizer == Offload::kCpu) != (param == Offload::kCpu)) {
           continue;
         }
         GlobalConfig config;
@@ -123,6 +125,8 @@ Plan make_plan(const ModelContext& context, const RunSettings& settings, const G
   plan.gpu = context.gpu.id;
   plan.settings = settings_for_plan(settings);
   plan.settings.zero_stage = config.zero_stage;
+  // FSDP1's wrapping means nothing below stage 3, where the plan does not shard with it.
+  if (config.zero_stage < 3) plan.settings.fsdp_wrap = FsdpWrap::kLayers;
   plan.settings.offload_optimizer = config.offload_optimizer;
   plan.settings.offload_param = config.offload_param;
   plan.settings.micro_batch = config.micro_batch;

@@ -304,11 +304,27 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
   if (s.zero_stage == 3 && shards_with_fsdp(s) && s.offload_optimizer == Offload::kNvme) {
     return fail(origin, "offload_optimizer", "FSDP has no NVMe offload (ZeRO-Infinity is DeepSpeed's): expected cpu or none");
   }
-  if (s.zero_stage == 3 && sharding_of(s) == Sharding::kFsdp1 &&
-      (s.offload_param != Offload::kNone || s.offload_optimizer != Offload::kNone)) {
-    return fail(origin, s.offload_param != Offload::kNone ? "offload_param" : "offload_optimizer",
-                "FSDP1's CPUOffload is not modelled (FSDP2's CPUOffloadPolicy is): expected none with sharding fsdp1, "
-                "or sharding fsdp2");
+  const bool fsdp1 = s.zero_stage == 3 && sharding_of(s) == Sharding::kFsdp1;
+  if (s.fsdp_wrap != FsdpWrap::kLayers && !fsdp1) {
+    return fail(origin, "fsdp_wrap", "FSDP1's wrapping: expected layers unless zero_stage is 3 with sharding fsdp1");
+  }
+  // FSDP1's CPUOffload(offload_params=True) moves parameters, gradients and so the
+  // optimizer step to the host together (torch/distributed/fsdp/api.py CPUOffload).
+  if (fsdp1 && (s.offload_param != Offload::kNone || s.offload_optimizer != Offload::kNone)) {
+    if (s.offload_param != Offload::kCpu || s.offload_optimizer != Offload::kCpu) {
+      return fail(origin, s.offload_param != Offload::kCpu ? "offload_param" : "offload_optimizer",
+                  "FSDP1's CPUOffload offloads parameters and the optimizer together: expected offload_param and "
+                  "offload_optimizer both cpu, or both none");
+    }
+    // Its docstring's limitation (fully_sharded_data_parallel.py, "Limitations"): outside
+    // no_sync() the offloaded gradient is overwritten, not accumulated, each micro-step
+    // (_flat_param.py prepare_gradient_for_backward); inside it the unsharded gradients
+    // stay on the GPU, which is what MMEngine and Accelerate accumulate with.
+    if (s.effective_global_batch() > s.micro_batch * s.world_size()) {
+      return fail(origin, "grad_accum",
+                  "1 with FSDP1's CPUOffload: it accumulates gradients only under no_sync(), which keeps every "
+                  "unit's unsharded gradient on the GPU (not modelled), and silently drops them outside it");
+    }
   }
   if (s.checkpointing == CheckpointPolicy::kList && s.checkpoint_blocks.empty()) {
     return fail(origin, "checkpoint_blocks", "expected at least one block name with a list checkpointing policy");
@@ -326,6 +342,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   if (s.adapter_dtype) j["adapter_dtype"] = adapter_dtype_name(*s.adapter_dtype);
   if (s.sharding) j["sharding"] = sharding_name(*s.sharding);
   if (s.reduce_dtype) j["reduce_dtype"] = reduce_dtype_name(*s.reduce_dtype);
+  if (s.fsdp_wrap != FsdpWrap::kLayers) j["fsdp_wrap"] = fsdp_wrap_name(s.fsdp_wrap);
   j["compile"] = s.compile;
   if (s.compile_loss) j["compile_loss"] = *s.compile_loss;
   if (s.float8 != Float8Recipe::kNone) j["float8"] = float8_recipe_name(s.float8);
@@ -416,6 +433,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read_enum("adapter_dtype", s.adapter_dtype, parse_adapter_dtype, kAdapterDtypeNames),
       r.read_enum("sharding", s.sharding, parse_sharding, kShardingNames),
       r.read_enum("reduce_dtype", s.reduce_dtype, parse_reduce_dtype, kReduceDtypeNames),
+      r.read_enum("fsdp_wrap", s.fsdp_wrap, parse_fsdp_wrap, kFsdpWrapNames),
       r.read_enum("precision", s.precision, parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16"),
       r.read_enum("optimizer", s.optimizer, parse_optimizer, "adamw, adamw-8bit, sgd, adafactor"),
       r.read_enum("mode", s.mode, parse_mode, "full, lora, qlora"),

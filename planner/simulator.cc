@@ -205,19 +205,48 @@ class StepSimulator {
   // .to(device); fp32 shards under mixed precision) and cast to the gathered dtype
   // when that differs (the 16-bit param dtype, or fp8 with the float8 all-gather);
   // those copies are dropped once foreach_all_gather has copied them into the buffer.
+  // FSDP1's CPUOffload stages the same way: pre_unshard copies the fp32 shard in
+  // (flat_param_to, or .to(device) inside _use_low_precision_shard) and casts it
+  // into _mp_shard under mixed precision (torch/distributed/fsdp/_flat_param.py).
   int64_t all_gather_buffer(int block) {
-    const bool offload = fsdp2_cpu_offload(settings_, config_);
-    const int64_t group = settings_.shard_group_size();
-    const auto per_rank = [&](int64_t bytes) { return (bytes + group - 1) / group; };
-    const bool fp32_shards = master_bytes_per_element(settings_.precision) > 0;
-    const int64_t stored = per_rank(block_stored_bytes_[block]) * (fp32_shards ? 2 : 1);
-    const int64_t gathered = per_rank(block_param_bytes_[block]);
-    const bool cast = fp32_shards || gathered != stored;
-    const int64_t copies = offload ? stored + (cast ? gathered : 0) : 0;
+    const int64_t copies = offload_staging_bytes(block_stored_bytes_[block], block_param_bytes_[block]);
     const int64_t staged = copies > 0 ? alloc(copies, "ZeRO buffers", kAllGatherStream) : -1;
     const int64_t buffer = alloc(block_param_bytes_[block], "ZeRO buffers", kAllGatherStream);
     if (staged >= 0) release(staged);
     return buffer;
+  }
+  // Bytes of one rank's shard copies on the GPU before the all-gather of parameters
+  // stored in `stored` bytes (16-bit storage) and gathered in `gathered`: the shard
+  // in its stored dtype (fp32 under mixed precision), and its cast when that differs.
+  int64_t offload_staging_bytes(int64_t stored_bytes, int64_t gathered_bytes) const {
+    if (!fsdp_cpu_offload(settings_, config_)) return 0;
+    const int64_t group = settings_.shard_group_size();
+    const auto per_rank = [&](int64_t bytes) { return (bytes + group - 1) / group; };
+    const bool fp32_shards = master_bytes_per_element(settings_.precision) > 0;
+    const int64_t stored = per_rank(stored_bytes) * (fp32_shards ? 2 : 1);
+    const int64_t gathered = per_rank(gathered_bytes);
+    const bool cast = fp32_shards || gathered != stored;
+    return stored + (cast ? gathered : 0);
+  }
+  // The root group's bytes as stored and as gathered.
+  std::pair<int64_t, int64_t> root_group_bytes() const {
+    int64_t stored = 0, gathered = 0;
+    for (size_t b = 0; b < graph_.blocks.size(); ++b) {
+      if (!in_root_group(static_cast<int>(b))) continue;
+      stored += block_stored_bytes_[b];
+      gathered += block_param_bytes_[b];
+    }
+    return {stored, gathered};
+  }
+  // FSDP1 under CPUOffload runs pre_unshard even for a unit still unsharded (the
+  // root in backward): the shard is copied in and cast again, then dropped.
+  void restage_root() {
+    if (!fsdp1() || root_params_ < 0) return;
+    const auto [stored, gathered] = root_group_bytes();
+    const int64_t copies = offload_staging_bytes(stored, gathered);
+    if (copies == 0) return;
+    label_ = "copy in root shard for backward";
+    release(alloc(copies, "ZeRO buffers", kAllGatherStream));
   }
   static constexpr int kAllGatherStream = 1;
   bool fsdp() const { return config_.zero_stage >= 3 && shards_with_fsdp(settings_); }
@@ -234,7 +263,11 @@ class StepSimulator {
     if (bytes == 0) return;
     label_ = "all-gather root group";
     if (fsdp1()) {
+      const auto [stored, gathered] = root_group_bytes();
+      const int64_t copies = offload_staging_bytes(stored, gathered);
+      const int64_t staged = copies > 0 ? alloc(copies, "ZeRO buffers", kAllGatherStream) : -1;
       root_params_ = alloc(bytes, "ZeRO buffers", kAllGatherStream);
+      if (staged >= 0) release(staged);
       return;
     }
     const int64_t copy_in = alloc(bytes, "ZeRO buffers", kAllGatherStream);
@@ -246,11 +279,20 @@ class StepSimulator {
   void reshard_root() {
     if (root_params_ < 0) return;
     label_ = "reduce-scatter root group";
-    if (!root_grads_.empty()) release(alloc(states_.fsdp2_root_reduce_scatter, "ZeRO buffers"));
+    if (!root_grads_.empty()) {
+      const int64_t buffers = alloc(states_.fsdp2_root_reduce_scatter, "ZeRO buffers");
+      if (states_.root_offload_grad_shard > 0) offload_shards_.push_back(alloc(states_.root_offload_grad_shard, "gradients"));
+      release(buffers);
+    }
     for (int64_t handle : root_grads_) release(handle);
     root_grads_.clear();
     release(root_params_);
     root_params_ = -1;
+    // FSDP1 offload: _post_backward_final_callback waits for the copies to the
+    // host, then _finalize_params drops every _saved_grad_shard.
+    label_ = "gradients to host";
+    for (int64_t handle : offload_shards_) release(handle);
+    offload_shards_.clear();
   }
   int64_t grad_bytes_of_block(int block) const {
     int64_t bytes = 0;
@@ -309,6 +351,7 @@ class StepSimulator {
   int kept_layer_ = -1;                                // FSDP2: the layer left unsharded after forward
   int64_t kept_unsharded_ = -1;                        // its unsharded parameters until its backward
   std::vector<int64_t> root_grads_;                    // FSDP2: the root group's unsharded gradients
+  std::vector<int64_t> offload_shards_;                // FSDP1 offload: sharded gradients until the final callback
   std::map<std::string, int> shared_uses_;               // weights used by several nodes -> their uses
   std::map<std::string, const graph::Param*> owners_;    // parameter name -> the parameter
   std::map<std::string, int> seen_uses_;                 // uses backward has reached this micro-step
@@ -641,7 +684,11 @@ void StepSimulator::backward_block(int block) {
     // input they are copied into, both live as its backward ends (the largest
     // block's bytes, as the walk prices it).
     label_ = "reduce-scatter " + block_name(block);
-    release(alloc(states_.reduce_scatter_bytes, "ZeRO buffers"));
+    const int64_t buffers = alloc(states_.reduce_scatter_bytes, "ZeRO buffers");
+    if (static_cast<size_t>(block) < states_.offload_grad_shards.size() && states_.offload_grad_shards[block] > 0) {
+      offload_shards_.push_back(alloc(states_.offload_grad_shards[block], "gradients"));
+    }
+    release(buffers);
   }
   if (gathered >= 0) release(gathered);
   // Gradient traffic of this block: reduce-scatter (ZeRO-2/3) or copies to a CPU optimizer.
@@ -679,8 +726,11 @@ void StepSimulator::micro_step() {
   }
   // Backward drops whatever the forward stash still holds on the GPU.
   trim_input_stash(0);
+  restage_root();
   for (int b = blocks - 1; b >= 0; --b) backward_block(b);
   reshard_root();
+  for (int64_t handle : offload_shards_) release(handle);  // no root: the last unit's callback
+  offload_shards_.clear();
   settle(1e300);
   // A shared weight whose last use never ran backward still has its gradient.
   for (const auto& [owner, handle] : shared_grads_) param_grads_.push_back(handle);

@@ -254,6 +254,14 @@ std::optional<Sharding> parse_sharding(std::string_view text) {
   return std::nullopt;
 }
 
+std::string_view fsdp_wrap_name(FsdpWrap value) { return value == FsdpWrap::kModel ? "model" : "layers"; }
+
+std::optional<FsdpWrap> parse_fsdp_wrap(std::string_view text) {
+  if (text == "layers") return FsdpWrap::kLayers;
+  if (text == "model") return FsdpWrap::kModel;
+  return std::nullopt;
+}
+
 std::string_view reduce_dtype_name(ReduceDtype value) { return value == ReduceDtype::kFp32 ? "fp32" : "param"; }
 
 std::optional<ReduceDtype> parse_reduce_dtype(std::string_view text) {

@@ -26,6 +26,12 @@ enum class Sharding {
   kFsdp2,      // torch fully_shard: each parameter a DTensor shard
 };
 
+// What FSDP1 wraps as one FlatParameter (auto_wrap_policy; docs/memory-model.md, "FSDP1").
+enum class FsdpWrap {
+  kLayers,  // each transformer layer, the root the rest (transformer_auto_wrap_policy, Composer's fsdp_wrap_fn)
+  kModel,   // the whole model: no auto_wrap_policy (MMEngine's default, Accelerate's NO_WRAP)
+};
+
 // The dtype FSDP reduce-scatters gradients in (MixedPrecision.reduce_dtype,
 // MixedPrecisionPolicy.reduce_dtype).
 enum class ReduceDtype {
@@ -126,6 +132,8 @@ std::optional<Recompute> parse_recompute(std::string_view text);
 std::string_view adapter_dtype_name(AdapterDtype value);
 std::string_view sharding_name(Sharding value);
 std::optional<Sharding> parse_sharding(std::string_view text);
+std::string_view fsdp_wrap_name(FsdpWrap value);
+std::optional<FsdpWrap> parse_fsdp_wrap(std::string_view text);
 std::string_view reduce_dtype_name(ReduceDtype value);
 std::optional<ReduceDtype> parse_reduce_dtype(std::string_view text);
 std::optional<AdapterDtype> parse_adapter_dtype(std::string_view text);
@@ -137,5 +145,6 @@ inline constexpr const char* kRecomputeNames = "block, selective-op";
 inline constexpr const char* kAdapterDtypeNames = "fp32, model";
 inline constexpr const char* kShardingNames = "deepspeed, fsdp1, fsdp2";
 inline constexpr const char* kReduceDtypeNames = "fp32, param";
+inline constexpr const char* kFsdpWrapNames = "layers, model";
 
 }  // namespace headroom::planner

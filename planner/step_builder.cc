@@ -45,6 +45,17 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
     root_grads += out.states.fsdp2_root_grads[k];
     model.grads_bwd[k] += root_grads;
   }
+  // FSDP1 CPU offload: each unit's sharded gradient stays from its reduce-scatter
+  // (after its block's backward) to the final callback.
+  int64_t shards = 0;
+  for (size_t k = std::min(n, out.states.offload_grad_shards.size()); k-- > 0;) {
+    model.grads_bwd[k] += shards;
+    shards += out.states.offload_grad_shards[k];
+  }
+  // The root reduces in the final callback, right after the first block's backward:
+  // its reduce-scatter buffers and, under FSDP1 offload, its new gradient shard
+  // join every gradient still held then.
+  if (n > 0) model.grads_bwd[0] += out.states.fsdp2_root_reduce_scatter + out.states.root_offload_grad_shard;
   model.grads_optimizer = out.states.grads_full;
   model.optimizer_transient = out.states.step_transient;
   if (out.states.grads_in_backward) {

@@ -37,7 +37,7 @@ double group_gbps(const RunSettings& settings, const GpuSpec& gpu, int group) {
 }  // namespace
 
 double host_adam_bytes_per_param(const RunSettings& settings, const GlobalConfig& config) {
-  const bool own_dtype = settings.cpu_offload != CpuOffloadImpl::kZeroOffload || fsdp2_cpu_offload(settings, config);
+  const bool own_dtype = settings.cpu_offload != CpuOffloadImpl::kZeroOffload || fsdp_cpu_offload(settings, config);
   const double element = own_dtype && settings.precision == Precision::kBf16Pure ? 2 : 4;
   return 7 * element;  // param read + written, gradient read, two moments read + written
 }
@@ -95,7 +95,7 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
     // back over the host link; gradient copies overlap backward (per bucket).
     // FSDP2's offload keeps the parameters on the host: nothing goes back after the
     // step (the next all-gather copies the shards in, below).
-    const double copy_back = fsdp2_cpu_offload(settings, config) ? 0 : trainable / shard * 2;
+    const double copy_back = fsdp_cpu_offload(settings, config) ? 0 : trainable / shard * 2;
     out.optimizer_ms = transfer_ms(trainable / shard * host_adam_bytes_per_param(settings, config), kHostOptimizerGbps) +
                        transfer_ms(copy_back, gpu.host_link_gbps);
     if (config.offload_optimizer == Offload::kNvme) {
@@ -129,15 +129,17 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
     }
     if (config.zero_stage == 3) {
       // Gather for forward and backward: parameters as stored (16-bit, fp32 under
-      // AMP), fp8 weights at one byte under the fp8 all-gather.
+      // AMP), fp8 weights at one byte under the fp8 all-gather. FSDP's root is
+      // gathered once, at its pre-forward, and kept through backward.
       const double gathered_bytes =
           total * param_width - static_cast<double>(states.float8_gathered_params) * (param_width - 1);
-      comm_micro += transfer_ms(2 * group_ring * gathered_bytes, group_gbps);
+      const double root_bytes = fsdp ? std::min(static_cast<double>(states.fsdp2_root_params), gathered_bytes) : 0;
+      comm_micro += transfer_ms(group_ring * (2 * gathered_bytes - root_bytes), group_gbps);
     }
   }
   // ZeRO-3 parameter offload brings every parameter in for forward and backward.
   double param_fetch_micro = 0;
-  if (fsdp2_cpu_offload(settings, config)) {
+  if (fsdp_cpu_offload(settings, config)) {
     // The shards copied in before the forward and the backward all-gathers, in
     // their stored dtype, and each reduce-scattered gradient shard copied out.
     const double shard_bytes = static_cast<double>(states.host_shard_bytes);
@@ -150,7 +152,10 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
   }
 
   const double compute_micro = in.micro_fwd_ms + in.micro_bwd_ms;
-  const double hidden = settings.overlap_comm ? compute_micro : 0;
+  // FSDP1 wrapping the whole model has one unit: its all-gather (and shard copy)
+  // precedes all compute and its reduce-scatter follows it, so nothing hides them.
+  const bool one_unit = fsdp && settings.fsdp_wrap == FsdpWrap::kModel;
+  const double hidden = settings.overlap_comm && !one_unit ? compute_micro : 0;
   const double exposed_micro = std::max(0.0, comm_micro + param_fetch_micro - hidden);
   const double exposed_step = std::max(0.0, comm_step - (settings.overlap_comm ? in.micro_bwd_ms : 0));
 

@@ -35,7 +35,7 @@ TEST_CASE("FSDP2 CPU offload: shards, gradients and AdamW states on the host in 
   Result<ModelContext> context = prepare_context(s);
   REQUIRE_MESSAGE(context.is_ok(), context.message());
   const GlobalConfig config = user_config(s);
-  CHECK(fsdp2_cpu_offload(s, config));
+  CHECK(fsdp_cpu_offload(s, config));
   const ModelStates states = model_states(context->graph, s, config, Accounting::kAllocated);
   CHECK(states.params == 0);
   CHECK(states.optimizer == 0);
