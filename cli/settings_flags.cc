@@ -467,6 +467,13 @@ const std::vector<SettingsFlag> kFlags = {
        s.fsdp_own_groups.emplace_back(v);
        return Status::ok();
      }},
+    {"--fsdp-wrap", "UNITS", kParallel,
+     "FSDP1 (--sharding fsdp1 --zero 3): layers (default: one FlatParameter a layer, the root the rest) or model "
+     "(no auto_wrap_policy: the whole model one unit, gathered for the whole step)",
+     false,
+     [](RunSettings& s, std::string_view v) {
+       return set_enum(v, planner::parse_fsdp_wrap, planner::kFsdpWrapNames, s.fsdp_wrap);
+     }},
     {"--offload-optimizer", "WHERE", kParallel, "none (default), cpu or nvme", false,
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_offload, "none, cpu, nvme", s.offload_optimizer);

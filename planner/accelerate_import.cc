@@ -39,14 +39,27 @@ void read_fsdp(YamlReader& r, RunSettings& s, ConfigImport& out) {
   if (version == 2 && r.has("fsdp_config.fsdp_reshard_after_forward")) {
     s.zero_stage = r.boolean_or("fsdp_config.fsdp_reshard_after_forward", true) ? 3 : 2;
   }
+  // fsdp_offload_params: FSDP1's CPUOffload(offload_params=True) or FSDP2's
+  // CPUOffloadPolicy (FullyShardedDataParallelPlugin.set_cpu_offload).
   if (r.boolean_or("fsdp_config.fsdp_offload_params", false)) {
     if (s.zero_stage != 3) r.fail("fsdp_config.fsdp_offload_params", "false unless parameters are fully sharded");
     s.offload_param = Offload::kCpu;
     s.offload_optimizer = Offload::kCpu;
-    if (version == 1 && s.zero_stage == 3) {
-      r.fail("fsdp_config.fsdp_offload_params",
-             "false with FSDP1: its CPUOffload is not modelled (FSDP2's CPUOffloadPolicy is: fsdp_version 2)");
+  }
+  // The wrap policy: TRANSFORMER_BASED_WRAP is a unit per layer; NO_WRAP leaves
+  // FSDP1 one FlatParameter for the whole model (the plugin passes no auto_wrap_policy).
+  const std::string wrap = r.string_or("fsdp_config.fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP");
+  if (wrap == "NO_WRAP") {
+    if (version == 2) {
+      r.fail("fsdp_config.fsdp_auto_wrap_policy",
+             "TRANSFORMER_BASED_WRAP with FSDP2 (fully_shard on the root alone is not modelled)", wrap);
     }
+    if (s.zero_stage == 3) s.fsdp_wrap = FsdpWrap::kModel;
+  } else if (wrap == "SIZE_BASED_WRAP") {
+    out.notes.push_back("fsdp_auto_wrap_policy SIZE_BASED_WRAP: priced as one unit a layer (the units of a size "
+                        "policy follow fsdp_min_num_params over the module tree, which is not modelled)");
+  } else if (wrap != "TRANSFORMER_BASED_WRAP") {
+    r.fail("fsdp_config.fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP", wrap);
   }
   if (r.boolean_or("fsdp_config.fsdp_activation_checkpointing", false)) s.checkpointing = CheckpointPolicy::kEveryBlock;
   out.notes.push_back(std::string(version == 2 ? "FSDP2" : "FSDP1") + " at ZeRO stage " + std::to_string(s.zero_stage) +

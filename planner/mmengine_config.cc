@@ -185,26 +185,54 @@ Status read_model_wrapper(MmengineReader& r, const json& cfg, RunSettings& s) {
     return Status::ok();
   }
   if (type == "MMFullyShardedDataParallel") {
-    // mmengine/model/wrappers/fully_sharded_distributed.py: a bool cpu_offload
-    // becomes CPUOffload(offload_params=True), FSDP1's parameter and gradient
-    // offload with the optimizer stepping on the host
-    // (torch/distributed/fsdp/api.py CPUOffload); headroom models FSDP2's
-    // CPUOffloadPolicy, not FSDP1's (docs/stacks.md).
-    const json* offload = MmengineReader::at(*wrapper, "cpu_offload");
-    if (offload != nullptr && *offload != json(false)) {
-      return r.fail("model_wrapper_cfg.cpu_offload",
-                    "false: it is FSDP1's CPUOffload(offload_params=True) (parameters and gradients on the host, "
-                    "the optimizer stepped there), which is not modelled (FSDP2's CPUOffloadPolicy is)",
-                    *offload);
+    // mmengine/model/wrappers/fully_sharded_distributed.py (at 254342938d) hands its
+    // arguments to torch's FSDP1: sharding_strategy None is FULL_SHARD; a bool
+    // cpu_offload becomes CPUOffload(offload_params=cpu_offload); mixed_precision None
+    // keeps the fp32 FlatParameters (autocast, if any, comes from AmpOptimWrapper);
+    // auto_wrap_policy None wraps only the root, so the whole model is one
+    // FlatParameter (docs/memory-model.md, "FSDP1").
+    s.zero_stage = 3;
+    s.sharding = Sharding::kFsdp1;
+    if (const json* strategy = MmengineReader::at(*wrapper, "sharding_strategy");
+        strategy != nullptr && !strategy->is_null() && *strategy != json("FULL_SHARD")) {
+      return r.fail("model_wrapper_cfg.sharding_strategy",
+                    "FULL_SHARD or absent (FSDP1's other strategies are not modelled)", *strategy);
     }
-    // Without auto_wrap_policy FSDP1 wraps the whole model as one FlatParameter,
-    // gathered whole for forward and backward; headroom's FSDP1 has one unit a
-    // layer (planner/fsdp_units.h). A policy's units depend on its callable.
-    return r.fail("model_wrapper_cfg.type",
-                  "MMDistributedDataParallel: MMFullyShardedDataParallel wraps the whole model as one FlatParameter "
-                  "without auto_wrap_policy, and a policy's units depend on its callable; neither is modelled (give "
-                  "--zero 3 --sharding fsdp1 for one FSDP unit per layer)",
-                  wrapper->value("type", json()));
+    if (const json* policy = MmengineReader::at(*wrapper, "auto_wrap_policy"); policy != nullptr && !policy->is_null()) {
+      return r.fail("model_wrapper_cfg.auto_wrap_policy",
+                    "absent (the whole model one FlatParameter): a policy's units depend on its callable, which is "
+                    "not read",
+                    *policy);
+    }
+    s.fsdp_wrap = FsdpWrap::kModel;
+    if (const json* precision = MmengineReader::at(*wrapper, "mixed_precision");
+        precision != nullptr && !precision->is_null()) {
+      return r.fail("model_wrapper_cfg.mixed_precision",
+                    "absent (fp32 FlatParameters; AmpOptimWrapper's autocast is read from optim_wrapper): FSDP1's "
+                    "MixedPrecision is not read here",
+                    *precision);
+    }
+    if (const json* offload = MmengineReader::at(*wrapper, "cpu_offload"); offload != nullptr) {
+      if (!offload->is_boolean()) {
+        return r.fail("model_wrapper_cfg.cpu_offload", "true or false (a bool, as MMEngine converts it)", *offload);
+      }
+      if (offload->get<bool>()) {
+        s.offload_param = Offload::kCpu;
+        s.offload_optimizer = Offload::kCpu;
+      }
+    }
+    // OptimWrapper accumulates under model.no_sync() (optimizer_wrapper.py
+    // optim_context), where FSDP1 keeps every unit's unsharded gradient on the GPU.
+    if (s.grad_accum > 1) {
+      return r.fail("optim_wrapper.accumulative_counts",
+                    "1 with MMFullyShardedDataParallel: MMEngine accumulates under no_sync(), which keeps the "
+                    "unsharded gradients on the GPU between micro-steps (not modelled)",
+                    json(s.grad_accum));
+    }
+    r.rest(*wrapper, "model_wrapper_cfg",
+           {"type", "sharding_strategy", "auto_wrap_policy", "mixed_precision", "cpu_offload", "use_orig_params",
+            "limit_all_gathers", "backward_prefetch", "forward_prefetch", "sync_module_states"});
+    return Status::ok();
   }
   return r.fail("model_wrapper_cfg.type", "MMDistributedDataParallel (MMEngine's Runner default)",
                 wrapper->value("type", json()));

@@ -80,9 +80,10 @@ Result<OptimWrapperConfig> read_optim_wrapper(MmengineReader& r, const nlohmann:
 Result<const nlohmann::json*> read_train_batch(MmengineReader& r, const nlohmann::json& cfg, RunSettings& s);
 
 // model_wrapper_cfg (Runner.wrap_model): absent or MMDistributedDataParallel is
-// DDP, every GPU holding everything; MMFullyShardedDataParallel is refused
-// (see the .cc: without auto_wrap_policy it is one FlatParameter for the
-// whole model, and its cpu_offload is FSDP1's CPUOffload, neither modelled).
+// DDP, every GPU holding everything; MMFullyShardedDataParallel is FSDP1 at
+// FULL_SHARD with the whole model one FlatParameter (no auto_wrap_policy) and
+// its cpu_offload FSDP1's CPUOffload. A wrap policy, MixedPrecision and
+// accumulation under it (no_sync) are refused by name.
 Status read_model_wrapper(MmengineReader& r, const nlohmann::json& cfg, RunSettings& s);
 
 // default_hooks.checkpoint (CheckpointHook): max_keep_ckpts (-1, its default,

@@ -334,13 +334,20 @@ Result<ConfigImport> import_mmpretrain_config(const json& dump, std::string_view
   }
   // What MMEngine's Runner can be told by these keys: DDP (model_wrapper_cfg),
   // no offload of states or activations; the plan search keeps to it, so that
-  // the plan can be written back (--emit mmengine). Flags may widen it.
-  s.max_zero_stage = 0;
-  s.allow_cpu_offload = false;
+  // the plan can be written back (--emit mmengine). Flags may widen it. A config
+  // that already wraps in MMFullyShardedDataParallel keeps ZeRO-3 and CPU offload
+  // open: its cpu_offload key says either.
+  const bool fsdp = s.zero_stage == 3;
+  s.max_zero_stage = fsdp ? 3 : 0;
+  // MMEngine accumulates under no_sync(), which FSDP1 is not priced for (read_model_wrapper).
+  if (fsdp) s.allow_micro_batch_change = false;
+  s.allow_cpu_offload = fsdp;
   s.allow_nvme_offload = false;
   s.allow_activation_offload = false;
-  r.note("the plan search keeps to what the config's keys can say: DDP without ZeRO, nothing offloaded "
-         "(--max-zero and the offload flags widen it)");
+  r.note(fsdp ? "the plan search keeps to what the config's keys can say: MMFullyShardedDataParallel with "
+                "cpu_offload on or off at the config's micro-batch, nothing else offloaded (the offload flags widen it)"
+              : "the plan search keeps to what the config's keys can say: DDP without ZeRO, nothing offloaded "
+                "(--max-zero and the offload flags widen it)");
   if (const json* sync = Reader::at(cfg, "sync_bn"); sync != nullptr) {
     r.note("sync_bn: BatchNorm becomes SyncBatchNorm on several GPUs; its statistics' all-reduce is not priced");
   }

@@ -60,7 +60,10 @@ std::vector<GlobalConfig> global_candidates(const RunSettings& settings, int64_t
   const bool in_backward = settings.optimizer_impl == OptimizerImpl::kInBackward;
   if (in_backward) max_stage = 0;
   // fp8 all-gather is FSDP2's at stage 3: the graph was built for it.
-  const int min_stage = settings.float8_all_gather ? 3 : 0;
+  // A whole-model FSDP1 unit is how the run's config shards (MMEngine's
+  // MMFullyShardedDataParallel, Accelerate's NO_WRAP): the plan keeps that
+  // wrapper and chooses its CPU offload.
+  const int min_stage = settings.float8_all_gather || settings.fsdp_wrap == FsdpWrap::kModel ? 3 : 0;
   for (int stage = min_stage; stage <= max_stage; ++stage) {
     // FSDP offloads to the CPU only. FSDP1's CPUOffload does not accumulate
     // gradients (run_settings.cc): only without accumulation.

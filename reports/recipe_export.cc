@@ -237,10 +237,19 @@ RecipePatch mmengine_patch(const planner::Plan& plan, const planner::RunSettings
                           " blocks' activations in pinned CPU memory, which MMEngine has no key for; they are written "
                           "as checkpointed");
   }
-  if (c.zero_stage > 0 || c.offload_optimizer != Offload::kNone || c.offload_param != Offload::kNone) {
+  // MMFullyShardedDataParallel is FSDP1 with the whole model one unit; its
+  // cpu_offload is CPUOffload (planner/mmengine_config.cc). A plan that keeps that
+  // wrapper sets cpu_offload; any other ZeRO or offload has no key here.
+  const bool whole_model_fsdp1 = c.zero_stage == 3 && planner::sharding_of(plan.settings) == planner::Sharding::kFsdp1 &&
+                                 plan.settings.fsdp_wrap == planner::FsdpWrap::kModel;
+  if (whole_model_fsdp1 && given.zero_stage == 3 && given.fsdp_wrap == planner::FsdpWrap::kModel) {
+    set_if_changed(patch, "model_wrapper_cfg.cpu_offload", boolean(given.offload_param == Offload::kCpu, true),
+                   boolean(c.offload_param == Offload::kCpu, true));
+  } else if (c.zero_stage > 0 || c.offload_optimizer != Offload::kNone || c.offload_param != Offload::kNone) {
     patch.notes.push_back("ZeRO stage " + std::to_string(c.zero_stage) +
-                          " and offload have no key here: MMEngine's Runner wraps the model in DDP "
-                          "(model_wrapper_cfg); its MMFullyShardedDataParallel is not what headroom priced");
+                          " and offload have no key here: MMEngine's Runner wraps the model in DDP or in "
+                          "MMFullyShardedDataParallel (FSDP1, the whole model one unit, cpu_offload), which is not "
+                          "this plan");
   }
   const int world = plan.settings.world_size();
   std::ostringstream text;

@@ -86,8 +86,10 @@ RecipePatch xtuner_patch(const planner::Plan& plan, const planner::RunSettings& 
 // optim_wrapper.accumulative_counts, the AmpOptimWrapper and its dtype, and
 // model.backbone.with_cp. `with_cp_blocks`: per plan block, whether with_cp=True
 // checkpoints it (Bottleneck.forward skips a block whose input needs no
-// gradient). What these keys cannot say (ZeRO, offload, a subset of blocks) is
-// a note. `path` names the config in the command shown.
+// gradient). A config that wraps in MMFullyShardedDataParallel (FSDP1, the whole
+// model one unit) gets model_wrapper_cfg.cpu_offload as the plan offloads. What
+// these keys cannot say (other ZeRO, offload, a subset of blocks) is a note.
+// `path` names the config in the command shown.
 RecipePatch mmengine_patch(const planner::Plan& plan, const planner::RunSettings& given,
                            const std::vector<bool>& with_cp_blocks, std::string_view path);
 

@@ -56,11 +56,18 @@ TEST_CASE("fit --mmengine takes MODEL and flags over the config, and needs MODEL
   CHECK(contains(both.err, "another MMEngine config"));
 }
 
-TEST_CASE("fit --mmengine refuses the seed's FSDP cpu_offload and files that are not configs, naming them") {
+TEST_CASE("fit --mmengine answers the seed's FSDP cpu_offload, and refuses files that are not configs, naming them") {
+  // The seed's model_wrapper_cfg=dict(type='MMFullyShardedDataParallel', cpu_offload=True):
+  // FSDP1 with the whole model one FlatParameter and CPUOffload.
   const std::string fsdp = kData + "mmpretrain/resnet50_seed_fsdp_offload.dump.json";
-  const RunOutput refused = run_headroom("fit --mmengine " + quoted(fsdp) + " --gpu 4090");
-  CHECK(refused.exit_code == 2);
-  CHECK(contains(refused.err, "--mmengine: " + fsdp + ": model_wrapper_cfg.cpu_offload"));
+  const nlohmann::json answer = fit_json("--mmengine " + quoted(fsdp) + " --gpu 4090 --gpus 2");
+  const nlohmann::json& settings = answer["as_given"]["settings"];
+  CHECK(settings["zero_stage"] == 3);
+  CHECK(settings["sharding"] == "fsdp1");
+  CHECK(settings["fsdp_wrap"] == "model");
+  CHECK(settings["offload_param"] == "cpu");
+  CHECK(settings["offload_optimizer"] == "cpu");
+  CHECK(answer["as_given"]["prediction"]["fits"] == true);
   TempDir dir;
   const std::string text = dir.file("not.json");
   write_text(text, "model = dict(");

@@ -34,7 +34,8 @@ TEST_CASE("an FSDP config: 8 processes on one machine, full shard, checkpointing
   CHECK(s.offload_param == Offload::kNone);
   CHECK(s.checkpointing == CheckpointPolicy::kEveryBlock);
   CHECK(s.precision == Precision::kBf16Amp);
-  CHECK(listed(fsdp->ignored, "fsdp_config.fsdp_auto_wrap_policy"));
+  CHECK_FALSE(listed(fsdp->ignored, "fsdp_config.fsdp_auto_wrap_policy"));
+  CHECK(s.fsdp_wrap == FsdpWrap::kLayers);  // TRANSFORMER_BASED_WRAP
   CHECK(listed(fsdp->ignored, "rdzv_backend"));
   CHECK_FALSE(listed(fsdp->ignored, "fsdp_config.fsdp_sharding_strategy"));
   // No fsdp_version: Accelerate's default, FSDP1 (FullyShardedDataParallelPlugin).
@@ -56,8 +57,23 @@ TEST_CASE("fsdp_version 2 is FSDP2: its CPU offload moves parameters and the opt
   RunSettings s = v2->settings;
   s.gpus_per_node = 8;
   CHECK(validate_settings(s, "a").is_ok());
-  CHECK(refusal("distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: true\n")
-            .find("a.yaml: fsdp_config.fsdp_offload_params: expected false with FSDP1") == 0);
+  // FSDP1's CPUOffload(offload_params=True) is read too, and NO_WRAP makes the whole model its one unit.
+  Result<ConfigImport> v1 = import_accelerate_config(
+      "distributed_type: FSDP\nnum_processes: 8\nfsdp_config:\n  fsdp_offload_params: true\n"
+      "  fsdp_auto_wrap_policy: NO_WRAP\n",
+      "a.yaml", RunSettings{});
+  REQUIRE_MESSAGE(v1.is_ok(), v1.message());
+  CHECK(*v1->settings.sharding == Sharding::kFsdp1);
+  CHECK(v1->settings.offload_param == Offload::kCpu);
+  CHECK(v1->settings.offload_optimizer == Offload::kCpu);
+  CHECK(v1->settings.fsdp_wrap == FsdpWrap::kModel);
+  RunSettings one = v1->settings;
+  one.gpus_per_node = 8;
+  CHECK(validate_settings(one, "a").is_ok());
+  CHECK(refusal("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_auto_wrap_policy: NO_WRAP\n")
+            .find("a.yaml: fsdp_config.fsdp_auto_wrap_policy: expected TRANSFORMER_BASED_WRAP with FSDP2") == 0);
+  CHECK(refusal("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: LAYER_WRAP\n")
+            .find("a.yaml: fsdp_config.fsdp_auto_wrap_policy: expected") == 0);
   CHECK(refusal("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 3\n")
             .find("a.yaml: fsdp_config.fsdp_version: expected 1 or 2") == 0);
 }

@@ -145,18 +145,54 @@ TEST_CASE("AmpOptimWrapper bfloat16, with_cp and frozen_stages: bf16 autocast, f
   CHECK(imported(fp16).settings.precision == Precision::kFp16Amp);
 }
 
-TEST_CASE("the seed's FSDP cpu_offload is refused: FSDP1's CPUOffload and one-unit wrapping are not modelled") {
-  const std::string why = refusal(dump("mmpretrain/resnet50_seed_fsdp_offload"));
-  CHECK(why.find("cfg.py: model_wrapper_cfg.cpu_offload") != std::string::npos);
-  CHECK(why.find("FSDP1's CPUOffload") != std::string::npos);
-  nlohmann::json no_offload = dump("mmpretrain/resnet50_seed_fsdp_offload");
-  no_offload["config"]["model_wrapper_cfg"].erase("cpu_offload");
-  CHECK(refusal(no_offload).find("one FlatParameter") != std::string::npos);
-  nlohmann::json ddp = no_offload;
+TEST_CASE("the seed's MMFullyShardedDataParallel with cpu_offload is FSDP1's CPUOffload over one whole-model unit") {
+  const nlohmann::json seed = dump("mmpretrain/resnet50_seed_fsdp_offload");
+  const ConfigImport x = imported(seed);
+  CHECK(x.settings.zero_stage == 3);
+  CHECK(x.settings.sharding == Sharding::kFsdp1);
+  CHECK(x.settings.fsdp_wrap == FsdpWrap::kModel);
+  CHECK(x.settings.offload_param == Offload::kCpu);
+  CHECK(x.settings.offload_optimizer == Offload::kCpu);
+  CHECK(x.settings.max_zero_stage == 3);
+  CHECK(x.settings.allow_cpu_offload);
+  // It is answered: on 2 GPUs the host holds the fp32 shards, their gradients and
+  // SGD's momentum, and the GPU the whole gathered model.
+  RunSettings two = x.settings;
+  two.gpus_per_node = 2;
+  REQUIRE_MESSAGE(validate_settings(two, "cfg.py").is_ok(), validate_settings(two, "cfg.py").message());
+  const Prediction offloaded = predict_as_given(two);
+  RunSettings kept = two;
+  kept.offload_param = Offload::kNone;
+  kept.offload_optimizer = Offload::kNone;
+  const Prediction on_gpu = predict_as_given(kept);
+  CHECK(offloaded.host_ram > on_gpu.host_ram);
+  CHECK(offloaded.peak_allocated <= on_gpu.peak_allocated);
+
+  nlohmann::json no_offload = seed;
+  no_offload["config"]["model_wrapper_cfg"]["cpu_offload"] = false;
+  CHECK(imported(no_offload).settings.offload_param == Offload::kNone);
+  CHECK(imported(no_offload).settings.zero_stage == 3);
+  const auto refused_with = [&](const char* key, nlohmann::json value) {
+    nlohmann::json d = seed;
+    d["config"]["model_wrapper_cfg"][key] = std::move(value);
+    return refusal(d);
+  };
+  CHECK(refused_with("cpu_offload", {{"offload_params", true}}).find("cfg.py: model_wrapper_cfg.cpu_offload") == 0);
+  CHECK(refused_with("auto_wrap_policy", {{"type", "torch.distributed.fsdp.wrap.size_based_auto_wrap_policy"}})
+            .find("cfg.py: model_wrapper_cfg.auto_wrap_policy") == 0);
+  CHECK(refused_with("sharding_strategy", "SHARD_GRAD_OP").find("cfg.py: model_wrapper_cfg.sharding_strategy") == 0);
+  CHECK(refused_with("mixed_precision", {{"param_dtype", "torch.bfloat16"}})
+            .find("cfg.py: model_wrapper_cfg.mixed_precision") == 0);
+  // Accumulation runs under no_sync(), where FSDP1 keeps the unsharded gradients.
+  nlohmann::json accumulating = seed;
+  accumulating["config"]["optim_wrapper"]["accumulative_counts"] = 4;
+  CHECK(refusal(accumulating).find("cfg.py: optim_wrapper.accumulative_counts") == 0);
+
+  nlohmann::json ddp = seed;
   ddp["config"]["model_wrapper_cfg"] = {{"type", "MMDistributedDataParallel"}, {"find_unused_parameters", true}};
-  const ConfigImport x = imported(ddp);
-  CHECK(x.settings.zero_stage == 0);
-  CHECK(any_contains(x.notes, "find_unused_parameters"));
+  const ConfigImport y = imported(ddp);
+  CHECK(y.settings.zero_stage == 0);
+  CHECK(any_contains(y.notes, "find_unused_parameters"));
 }
 
 TEST_CASE("backbones, heads and keys the zoo cannot build are refused by name") {
