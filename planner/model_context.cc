@@ -303,7 +303,12 @@ std::vector<std::string> input_warnings(const ModelContext& context, const RunSe
     out.push_back("free disk assumed to be 500 GB (give --disk)");
   }
   if (settings.calibration_file.empty()) {
-    out.push_back("times use uncalibrated efficiencies (60% of peak matmul rate, 70% of memory bandwidth)");
+    // The rates the time model uses: the GPU's published matmul figure where the
+    // catalogue has one (prepare_context), else the defaults.
+    const auto percent = [](double fraction) { return std::to_string(static_cast<int>(fraction * 100 + 0.5)) + "%"; };
+    out.push_back("times use uncalibrated efficiencies (" + percent(context.time_options.matmul_efficiency) +
+                  " of peak matmul rate, " + percent(context.time_options.bandwidth_efficiency) +
+                  " of memory bandwidth; --calibration FILE replaces them)");
   }
   for (const std::string& mismatch : context.checkpoint_mismatches) {
     out.push_back("checkpoint vs config.json: " + mismatch);
