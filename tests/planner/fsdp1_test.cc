@@ -15,29 +15,10 @@
 #include "planner/model_states.h"
 #include "planner/step_time.h"
 #include "tests/planner/predict_as_given.h"
+#include "tests/planner/two_layer_graph.h"
 
 namespace headroom::planner {
 namespace {
-
-int64_t rounded(int64_t bytes) { return (bytes + 511) / 512 * 512; }  // memory_allocated's 512 B
-
-// An embedding block (the root unit) and two layers of an odd size, so that
-// every FlatParameter is padded to a multiple of 8 ranks.
-graph::LayerGraph two_layers() {
-  graph::LayerGraph graph;
-  graph.name = "two-layers";
-  graph.blocks = {{"embeddings", "embedding", false}, {"a", "dense", true}, {"b", "dense", true}};
-  const int64_t sizes[] = {1'001, 1'000'000'003, 1'000'000'003};
-  for (int b = 0; b < 3; ++b) {
-    graph::Node node;
-    node.name = "w" + std::to_string(b);
-    node.op = "linear";
-    node.block = b;
-    node.params.push_back({node.name + ".weight", {sizes[b]}, graph::DType::kBF16, true, ""});
-    graph.nodes.push_back(node);
-  }
-  return graph;
-}
 
 RunSettings eight_gpus(Sharding sharding) {
   RunSettings settings;
