@@ -474,6 +474,18 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_fsdp_wrap, planner::kFsdpWrapNames, s.fsdp_wrap);
      }},
+    {"--fsdp-no-sync", "on|off", kParallel,
+     "FSDP at --zero 3 with accumulation: the micro-steps before the last run in no_sync (on: each unit keeps its "
+     "unsharded gradient, as the Trainer and Accelerate do) or reduce-scatter every micro-step (off: torchtune, "
+     "torchtitan, Composer); default: as the stack does (docs/stacks.md)",
+     false,
+     [](RunSettings& s, std::string_view v) {
+       if (v == "on" || v == "off") {
+         s.fsdp_no_sync = v == "on";
+         return Status::ok();
+       }
+       return expected("on or off", v);
+     }},
     {"--offload-optimizer", "WHERE", kParallel, "none (default), cpu or nvme", false,
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_offload, "none, cpu, nvme", s.offload_optimizer);

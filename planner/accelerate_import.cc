@@ -61,6 +61,9 @@ void read_fsdp(YamlReader& r, RunSettings& s, ConfigImport& out) {
   } else if (wrap != "TRANSFORMER_BASED_WRAP") {
     r.fail("fsdp_config.fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP", wrap);
   }
+  // Accelerate accumulates under no_sync by default (accelerator.py accumulate, sync_each_batch False),
+  // as the Trainer does: the stack's value unless one was given.
+  if (!s.fsdp_no_sync) s.fsdp_no_sync = true;
   if (r.boolean_or("fsdp_config.fsdp_activation_checkpointing", false)) s.checkpointing = CheckpointPolicy::kEveryBlock;
   out.notes.push_back(std::string(version == 2 ? "FSDP2" : "FSDP1") + " at ZeRO stage " + std::to_string(s.zero_stage) +
                       (s.zero_stage == 3 ? "" : " (priced as DeepSpeed's: only full sharding has an FSDP model of its own)"));

@@ -221,12 +221,17 @@ Status read_model_wrapper(MmengineReader& r, const json& cfg, RunSettings& s) {
         s.offload_optimizer = Offload::kCpu;
       }
     }
-    // OptimWrapper accumulates under model.no_sync() (optimizer_wrapper.py
-    // optim_context), where FSDP1 keeps every unit's unsharded gradient on the GPU.
-    if (s.grad_accum > 1) {
+    // OptimWrapper enters model.no_sync() on the iterations that do not step
+    // (optimizer_wrapper.py optim_context), but the wrapper's train_step runs only
+    // the forward inside it and backward after (fully_sharded_distributed.py), and
+    // FSDP1 reads the flag in backward: every micro-step reduce-scatters. With
+    // CPUOffload that means each offloaded gradient replaces the last.
+    s.fsdp_no_sync = false;
+    if (s.grad_accum > 1 && s.offload_param == Offload::kCpu) {
       return r.fail("optim_wrapper.accumulative_counts",
-                    "1 with MMFullyShardedDataParallel: MMEngine accumulates under no_sync(), which keeps the "
-                    "unsharded gradients on the GPU between micro-steps (not modelled)",
+                    "1 with MMFullyShardedDataParallel(cpu_offload=True): train_step leaves backward outside "
+                    "no_sync, so FSDP1 reduce-scatters and offloads every micro-step, each gradient replacing the "
+                    "last, and all but the last micro-batch of each step are lost",
                     json(s.grad_accum));
     }
     r.rest(*wrapper, "model_wrapper_cfg",

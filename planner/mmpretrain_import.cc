@@ -339,13 +339,11 @@ Result<ConfigImport> import_mmpretrain_config(const json& dump, std::string_view
   // open: its cpu_offload key says either.
   const bool fsdp = s.zero_stage == 3;
   s.max_zero_stage = fsdp ? 3 : 0;
-  // MMEngine accumulates under no_sync(), which FSDP1 is not priced for (read_model_wrapper).
-  if (fsdp) s.allow_micro_batch_change = false;
   s.allow_cpu_offload = fsdp;
   s.allow_nvme_offload = false;
   s.allow_activation_offload = false;
   r.note(fsdp ? "the plan search keeps to what the config's keys can say: MMFullyShardedDataParallel with "
-                "cpu_offload on or off at the config's micro-batch, nothing else offloaded (the offload flags widen it)"
+                "cpu_offload on or off, nothing else offloaded (the offload flags widen it)"
               : "the plan search keeps to what the config's keys can say: DDP without ZeRO, nothing offloaded "
                 "(--max-zero and the offload flags widen it)");
   if (const json* sync = Reader::at(cfg, "sync_bn"); sync != nullptr) {

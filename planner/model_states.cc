@@ -110,6 +110,11 @@ bool fsdp_cpu_offload(const RunSettings& settings, const GlobalConfig& config) {
          config.offload_optimizer == Offload::kCpu;
 }
 
+bool accumulates_unsharded(const RunSettings& settings, const GlobalConfig& config) {
+  return config.zero_stage >= 3 && shards_with_fsdp(settings) && config.grad_accum > 1 &&
+         resolve_stack(settings).top.fsdp_no_sync;
+}
+
 bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings) {
   // FSDP1 without an auto_wrap_policy: the root FlatParameter holds every parameter.
   if (settings.fsdp_wrap == FsdpWrap::kModel && sharding_of(settings) == Sharding::kFsdp1) return true;
@@ -468,6 +473,29 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
     // beside its unsharded gradients (fsdp2_root_grads), after the last block's backward.
     out.fsdp2_root_reduce_scatter = account(out.fsdp2_root_trainable * reduce_width, accounting);
     if (sharding_of(settings) == Sharding::kFsdp1) apply_flat_params(graph, settings, config, accounting, out);
+  }
+  if (accumulates_unsharded(settings, config)) {
+    out.unsynced_block_grads.assign(graph.blocks.size(), 0);
+    if (sharding_of(settings) == Sharding::kFsdp1) {
+      for (const FlatParamUnit& unit : flat_param_units(graph, settings)) {
+        if (unit.trainable_elements == 0) continue;
+        const int64_t bytes = account(unit.elements * grad_width, accounting);
+        (unit.root ? out.root_unsynced_grads : out.unsynced_block_grads[unit.block]) += bytes;
+      }
+    } else {
+      const int64_t width = fsdp_reduce_bytes_per_element(settings);
+      for (const graph::Node& node : graph.nodes) {
+        if (node.op == "unused") continue;
+        for (const Param& param : node.params) {
+          if (!param.trainable || !param.tied_to.empty()) continue;
+          const int64_t bytes = account(param.elements() * width, accounting);
+          (in_fsdp2_root(graph.blocks[node.block], settings) ? out.root_unsynced_grads
+                                                              : out.unsynced_block_grads[node.block]) += bytes;
+        }
+      }
+    }
+    out.unsynced_grads = out.root_unsynced_grads;
+    for (int64_t bytes : out.unsynced_block_grads) out.unsynced_grads += bytes;
   }
 
   OptimizerStepInputs step;

@@ -70,6 +70,12 @@ struct ModelStates {
   // is root_offload_grad_shard.
   std::vector<int64_t> offload_grad_shards;
   int64_t root_offload_grad_shard = 0;
+  // FSDP accumulating under no_sync (accumulates_unsharded): the unsharded
+  // gradients kept from the first micro-step's backward to the last one's
+  // reduce-scatter, per block outside the root, the root's, and their sum.
+  std::vector<int64_t> unsynced_block_grads;
+  int64_t root_unsynced_grads = 0;
+  int64_t unsynced_grads = 0;
   bool grads_progressive = true;  // grads appear block by block during the first backward
   std::vector<int64_t> block_grads;  // per block: gradient bytes it adds (progressive case)
   // optimizer.step() temporaries, and optimizer-in-backward (planner/optimizer_step.h).
@@ -110,6 +116,16 @@ bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings);
 // in before its unit's all-gather, each sharded gradient held on the GPU until the
 // end of backward (torch/distributed/fsdp/_flat_param.py; docs/memory-model.md, "FSDP1").
 bool fsdp_cpu_offload(const RunSettings& settings, const GlobalConfig& config);
+
+// Whether FSDP accumulates this run's micro-steps under no_sync (the stack's
+// fsdp_no_sync, at the top of its band): before the last micro-step no unit
+// reduce-scatters, and each keeps its unsharded gradient on the GPU. FSDP1: one
+// unpadded gradient a FlatParameter in the parameters' compute dtype, added to in
+// place (_runtime_utils.py _post_backward_hook returns before reducing;
+// _flat_param.py prepare_gradient_for_backward keeps it). FSDP2: each trainable
+// parameter's unsharded gradient, upcast to reduce_dtype to accumulate
+// (_fsdp_param.py to_accumulated_grad_if_needed). docs/memory-model.md.
+bool accumulates_unsharded(const RunSettings& settings, const GlobalConfig& config);
 
 // Per block, the bytes of its own parameters as stored on the GPU (tied ones counted at their owner).
 std::vector<int64_t> block_param_bytes(const graph::LayerGraph& graph, Precision precision);

@@ -65,10 +65,11 @@ std::vector<GlobalConfig> global_candidates(const RunSettings& settings, int64_t
   // wrapper and chooses its CPU offload.
   const int min_stage = settings.float8_all_gather || settings.fsdp_wrap == FsdpWrap::kModel ? 3 : 0;
   for (int stage = min_stage; stage <= max_stage; ++stage) {
-    // FSDP offloads to the CPU only. FSDP1's CPUOffload does not accumulate
-    // gradients (run_settings.cc): only without accumulation.
+    // FSDP offloads to the CPU only. FSDP1's CPUOffload accumulates gradients only
+    // under no_sync (run_settings.cc): otherwise only without accumulation.
     const bool fsdp = stage == 3 && shards_with_fsdp(settings);
-    const bool fsdp1_accumulates = fsdp && sharding_of(settings) == Sharding::kFsdp1 && per_rank > micro_batch;
+    const bool fsdp1_accumulates = fsdp && sharding_of(settings) == Sharding::kFsdp1 && per_rank > micro_batch &&
+                                   !resolve_stack(settings).bottom.fsdp_no_sync;
     std::vector<Offload> optimizer_offloads = {Offload::kNone};
     // DeepSpeed's ZeRO-Offload needs a ZeRO stage; torchao's CPUOffloadOptimizer
     // runs on one GPU without one.

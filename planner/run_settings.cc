@@ -318,12 +318,13 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
     }
     // Its docstring's limitation (fully_sharded_data_parallel.py, "Limitations"): outside
     // no_sync() the offloaded gradient is overwritten, not accumulated, each micro-step
-    // (_flat_param.py prepare_gradient_for_backward); inside it the unsharded gradients
-    // stay on the GPU, which is what MMEngine and Accelerate accumulate with.
-    if (s.effective_global_batch() > s.micro_batch * s.world_size()) {
+    // (_flat_param.py prepare_gradient_for_backward). Only a stack that accumulates
+    // under no_sync (the Trainer, Accelerate) trains on every micro-batch.
+    if (s.effective_global_batch() > s.micro_batch * s.world_size() && !resolve_stack(s).bottom.fsdp_no_sync) {
       return fail(origin, "grad_accum",
-                  "1 with FSDP1's CPUOffload: it accumulates gradients only under no_sync(), which keeps every "
-                  "unit's unsharded gradient on the GPU (not modelled), and silently drops them outside it");
+                  "1 with FSDP1's CPUOffload unless the stack accumulates under no_sync (fsdp_no_sync true, as the "
+                  "Trainer and Accelerate do): outside no_sync each micro-step's offloaded gradient replaces the "
+                  "last one, so all but the last micro-batch are lost");
     }
   }
   if (s.checkpointing == CheckpointPolicy::kList && s.checkpoint_blocks.empty()) {
@@ -343,6 +344,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   if (s.sharding) j["sharding"] = sharding_name(*s.sharding);
   if (s.reduce_dtype) j["reduce_dtype"] = reduce_dtype_name(*s.reduce_dtype);
   if (s.fsdp_wrap != FsdpWrap::kLayers) j["fsdp_wrap"] = fsdp_wrap_name(s.fsdp_wrap);
+  if (s.fsdp_no_sync) j["fsdp_no_sync"] = *s.fsdp_no_sync;
   j["compile"] = s.compile;
   if (s.compile_loss) j["compile_loss"] = *s.compile_loss;
   if (s.float8 != Float8Recipe::kNone) j["float8"] = float8_recipe_name(s.float8);
@@ -434,6 +436,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read_enum("sharding", s.sharding, parse_sharding, kShardingNames),
       r.read_enum("reduce_dtype", s.reduce_dtype, parse_reduce_dtype, kReduceDtypeNames),
       r.read_enum("fsdp_wrap", s.fsdp_wrap, parse_fsdp_wrap, kFsdpWrapNames),
+      r.read("fsdp_no_sync", s.fsdp_no_sync),
       r.read_enum("precision", s.precision, parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16"),
       r.read_enum("optimizer", s.optimizer, parse_optimizer, "adamw, adamw-8bit, sgd, adafactor"),
       r.read_enum("mode", s.mode, parse_mode, "full, lora, qlora"),

@@ -88,6 +88,9 @@ struct RunSettings {
   std::optional<Sharding> sharding;             // ZeRO-3 by DeepSpeed, FSDP1 or FSDP2; nullopt: as the stack does
   std::optional<ReduceDtype> reduce_dtype;      // FSDP's gradient reduce dtype; nullopt: reduce_dtype_of
   FsdpWrap fsdp_wrap = FsdpWrap::kLayers;       // FSDP1's units: each layer, or the whole model as one
+  // FSDP accumulates the micro-steps before the last under no_sync (StackSpec::fsdp_no_sync);
+  // nullopt: as the stack does (or a band).
+  std::optional<bool> fsdp_no_sync;
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile): checkpointable blocks save what the min-cut partitioner
   // keeps (planner/compiled_blocks.h) and run their pointwise ops as fused

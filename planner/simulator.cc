@@ -286,6 +286,10 @@ class StepSimulator {
     }
     for (int64_t handle : root_grads_) release(handle);
     root_grads_.clear();
+    if (micro_ + 1 == config_.grad_accum) {  // the root's held gradient went into this reduce
+      release(root_unsynced_);
+      root_unsynced_ = -1;
+    }
     release(root_params_);
     root_params_ = -1;
     // FSDP1 offload: _post_backward_final_callback waits for the copies to the
@@ -352,6 +356,8 @@ class StepSimulator {
   int64_t kept_unsharded_ = -1;                        // its unsharded parameters until its backward
   std::vector<int64_t> root_grads_;                    // FSDP2: the root group's unsharded gradients
   std::vector<int64_t> offload_shards_;                // FSDP1 offload: sharded gradients until the final callback
+  std::map<int, int64_t> unsynced_;                    // no_sync: block -> its unit's held unsharded gradient
+  int64_t root_unsynced_ = -1;                         // no_sync: the root's held unsharded gradient
   std::map<std::string, int> shared_uses_;               // weights used by several nodes -> their uses
   std::map<std::string, const graph::Param*> owners_;    // parameter name -> the parameter
   std::map<std::string, int> seen_uses_;                 // uses backward has reached this micro-step
@@ -677,7 +683,21 @@ void StepSimulator::backward_block(int block) {
       maybe_free(t);
     }
   }
-  if (in_root_group(block) && grad_bytes_of_block(block) > 0) {
+  // FSDP under no_sync: before the last micro-step each unit keeps its unsharded
+  // gradient (allocated by the first backward, added to in place after) and nothing
+  // is reduced; the last micro-step reduces as usual and then frees it.
+  const bool last_micro = micro_ + 1 == config_.grad_accum;
+  const bool unsynced = !states_.unsynced_block_grads.empty();
+  if (unsynced && grad_bytes_of_block(block) > 0) {
+    int64_t& held = in_root_group(block) ? root_unsynced_ : unsynced_.try_emplace(block, -1).first->second;
+    const int64_t bytes =
+        in_root_group(block) ? states_.root_unsynced_grads : states_.unsynced_block_grads[block];
+    if (held < 0 && bytes > 0) held = alloc(bytes, "gradients");
+  }
+  const bool syncing = !unsynced || last_micro;
+  if (!syncing) {
+    // no reduce-scatter: the gradient stays with the unit
+  } else if (in_root_group(block) && grad_bytes_of_block(block) > 0) {
     root_grads_.push_back(alloc(grad_bytes_of_block(block), "gradients"));
   } else if (states_.reduce_scatter_bytes > 0 && grad_bytes_of_block(block) > 0) {
     // FSDP2 foreach_reduce: the block's unsharded gradients and the reduce-scatter
@@ -689,13 +709,16 @@ void StepSimulator::backward_block(int block) {
       offload_shards_.push_back(alloc(states_.offload_grad_shards[block], "gradients"));
     }
     release(buffers);
+    if (const auto held = unsynced_.find(block); held != unsynced_.end()) {
+      release(held->second);
+      unsynced_.erase(held);
+    }
   }
   if (gathered >= 0) release(gathered);
   // Gradient traffic of this block: reduce-scatter (ZeRO-2/3) or copies to a CPU optimizer.
   const int64_t grad_bytes = grad_bytes_of_block(block);
   const int world = settings_.world_size();
-  const bool last_micro = micro_ + 1 == config_.grad_accum;
-  if (grad_bytes > 0 && world > 1 && (config_.zero_stage >= 2 || last_micro)) {
+  if (grad_bytes > 0 && world > 1 && syncing && (config_.zero_stage >= 2 || last_micro)) {
     // torch's FSDPs reduce in their reduce dtype, as step_time prices it: fp32
     // doubles a 16-bit gradient's bytes.
     const double reduced = static_cast<double>(grad_bytes) *

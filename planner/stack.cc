@@ -170,6 +170,37 @@ void resolve_compile_loss(const RunSettings& settings, ResolvedStack& out) {
   }
 }
 
+// Whether FSDP accumulates the micro-steps before the last unsharded, in no_sync().
+// The Trainer wraps every micro-batch but the last in accelerator.no_sync
+// (transformers trainer.py _inner_training_loop), as Accelerate's accumulate() does
+// unless sync_each_batch (accelerator.py accumulate). torchtune's and torchtitan's
+// loops call backward every micro-step with sync on (full_finetune_distributed.py,
+// torchtitan train.py), Composer enters no_sync only for DDP (trainer.py
+// _train_microbatches), and MMEngine's FSDP wrapper leaves backward outside its
+// no_sync (fully_sharded_distributed.py train_step). An unspecified stack is priced
+// both ways; the top is no_sync (every unsharded gradient kept).
+void resolve_no_sync(const RunSettings& settings, ResolvedStack& out) {
+  if (settings.fsdp_no_sync) {
+    out.top.fsdp_no_sync = out.bottom.fsdp_no_sync = *settings.fsdp_no_sync;
+    return;
+  }
+  switch (settings.stack) {
+    case Stack::kHfTrainer: out.top.fsdp_no_sync = out.bottom.fsdp_no_sync = true; return;
+    case Stack::kUnspecified: {
+      out.top.fsdp_no_sync = true;
+      out.bottom.fsdp_no_sync = false;
+      const bool accumulates = settings.effective_global_batch() > settings.micro_batch * settings.world_size();
+      if (settings.zero_stage == 3 && shards_with_fsdp(settings) && accumulates) {
+        out.unknowns.emplace_back("whether FSDP accumulates gradients unsharded under no_sync (Accelerate, the "
+                                  "Trainer) or reduce-scatters every micro-step (torchtune, torchtitan, Composer; "
+                                  "give --fsdp-no-sync)");
+      }
+      return;
+    }
+    default: out.top.fsdp_no_sync = out.bottom.fsdp_no_sync = false; return;
+  }
+}
+
 }  // namespace
 
 ResolvedStack resolve_stack(const RunSettings& settings) {
@@ -189,6 +220,7 @@ ResolvedStack resolve_stack(const RunSettings& settings) {
   resolve_choice(settings.adapter_dtype, row.adapters, out.top.adapter_dtype, out.bottom.adapter_dtype,
                  out.unknowns, adapters_matter);
   resolve_compile_loss(settings, out);
+  resolve_no_sync(settings, out);
   return out;
 }
 
@@ -201,6 +233,7 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
   bottom.recompute = resolved.bottom.recompute;
   bottom.adapter_dtype = resolved.bottom.adapter_dtype;
   if (settings.compile) bottom.compile_loss = resolved.bottom.compile_loss;
+  bottom.fsdp_no_sync = resolved.bottom.fsdp_no_sync;
   return bottom;
 }
 

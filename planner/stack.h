@@ -84,6 +84,11 @@ struct StackSpec {
   // torch.compile covers the loss function, not only the model's blocks
   // (planner/loss_variants.h; docs/stacks.md, "torch.compile"). Only with compile.
   bool compile_loss = false;
+  // Gradient accumulation under FSDP runs the micro-steps before the last in
+  // no_sync() (FSDP2: set_requires_gradient_sync(False)): each unit keeps its
+  // unsharded gradient instead of reduce-scattering (planner/model_states.h,
+  // accumulates_unsharded; docs/stacks.md, "FSDP accumulation").
+  bool fsdp_no_sync = false;
 };
 
 // The stack as the planner prices it: the top of the band (each unknown at its

@@ -38,6 +38,10 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   }
   // FSDP2's unsharded gradients and reduce-scatter input while each block's backward ends.
   for (int64_t& grads : model.grads_bwd) grads += out.states.reduce_scatter_bytes;
+  // Accumulating under no_sync, every unit's unsharded gradient is held from the
+  // first micro-step on (priced for the whole step: the last backward frees them unit by unit).
+  model.grads_fwd += out.states.unsynced_grads;
+  for (int64_t& grads : model.grads_bwd) grads += out.states.unsynced_grads;
   // FSDP2's root group keeps its unsharded gradients from its block's backward to
   // the end of backward (it reduces in the final callback).
   int64_t root_grads = 0;

@@ -116,8 +116,8 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
   if (world > 1) {
     const double grad_bytes = trainable * reduce_width;
     const double reduce = gradient_collective_ms(settings, gpu, config.zero_stage, grad_bytes);
-    if (config.zero_stage <= 1) {
-      comm_step += reduce;  // all-reduce at the boundary
+    if (config.zero_stage <= 1 || accumulates_unsharded(settings, config)) {
+      comm_step += reduce;  // all-reduce, or FSDP's reduce-scatter after no_sync, at the boundary
     } else {
       comm_micro += reduce;  // reduce-scatter (and the replicas' all-reduce) every micro-step
     }

@@ -183,10 +183,16 @@ TEST_CASE("the seed's MMFullyShardedDataParallel with cpu_offload is FSDP1's CPU
   CHECK(refused_with("sharding_strategy", "SHARD_GRAD_OP").find("cfg.py: model_wrapper_cfg.sharding_strategy") == 0);
   CHECK(refused_with("mixed_precision", {{"param_dtype", "torch.bfloat16"}})
             .find("cfg.py: model_wrapper_cfg.mixed_precision") == 0);
-  // Accumulation runs under no_sync(), where FSDP1 keeps the unsharded gradients.
+  // MMEngine's FSDP train_step runs backward outside no_sync: every micro-step
+  // reduce-scatters, which CPUOffload cannot accumulate.
   nlohmann::json accumulating = seed;
   accumulating["config"]["optim_wrapper"]["accumulative_counts"] = 4;
-  CHECK(refusal(accumulating).find("cfg.py: optim_wrapper.accumulative_counts") == 0);
+  CHECK(refusal(accumulating).find("cfg.py: optim_wrapper.accumulative_counts: expected 1 with "
+                                   "MMFullyShardedDataParallel(cpu_offload=True)") == 0);
+  accumulating["config"]["model_wrapper_cfg"]["cpu_offload"] = false;
+  const ConfigImport reduced = imported(accumulating);
+  CHECK(reduced.settings.grad_accum == 4);
+  CHECK(reduced.settings.fsdp_no_sync == false);
 
   nlohmann::json ddp = seed;
   ddp["config"]["model_wrapper_cfg"] = {{"type", "MMDistributedDataParallel"}, {"find_unused_parameters", true}};
