@@ -36,6 +36,7 @@ TEST_CASE("an FSDP config: 8 processes on one machine, full shard, checkpointing
   CHECK(s.precision == Precision::kBf16Amp);
   CHECK_FALSE(listed(fsdp->ignored, "fsdp_config.fsdp_auto_wrap_policy"));
   CHECK(s.fsdp_wrap == FsdpWrap::kLayers);  // TRANSFORMER_BASED_WRAP
+  CHECK(s.fsdp_no_sync == true);             // Accelerator.accumulate's default
   CHECK(listed(fsdp->ignored, "rdzv_backend"));
   CHECK_FALSE(listed(fsdp->ignored, "fsdp_config.fsdp_sharding_strategy"));
   // No fsdp_version: Accelerate's default, FSDP1 (FullyShardedDataParallelPlugin).
