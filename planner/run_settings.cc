@@ -298,6 +298,10 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
     return fail(origin, "reduce_dtype",
                 "FSDP's reduce dtype: expected sharding fsdp1 or fsdp2 (or a stack that shards with FSDP) with it");
   }
+  if (s.fsdp_no_sync && !shards_with_fsdp(s)) {
+    return fail(origin, "fsdp_no_sync",
+                "FSDP's accumulation: expected sharding fsdp1 or fsdp2 (or a stack that shards with FSDP) with it");
+  }
   if (shards_with_fsdp(s) && s.offload_param == Offload::kNvme) {
     return fail(origin, "offload_param", "FSDP offloads parameters to the CPU only: expected cpu or none");
   }

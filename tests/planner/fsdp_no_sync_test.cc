@@ -64,6 +64,10 @@ TEST_CASE("the Trainer and Accelerate accumulate under no_sync; torchtune, torch
   pinned.fsdp_no_sync = false;
   CHECK_FALSE(resolve_stack(pinned).top.fsdp_no_sync);
   CHECK(says_no_sync(resolve_stack(pinned)) == 0);
+  // The setting is FSDP's: refused where DeepSpeed shards.
+  RunSettings deepspeed = accumulating(Sharding::kDeepspeed, Stack::kDeepspeed);
+  deepspeed.fsdp_no_sync = true;
+  CHECK(validate_settings(deepspeed, "t.json").message().find("t.json: fsdp_no_sync: ") == 0);
   // Without accumulation, or below ZeRO-3, there is nothing to keep.
   CHECK_FALSE(accumulates_unsharded(accumulating(Sharding::kFsdp1, Stack::kHfTrainer), GlobalConfig{3, Offload::kNone, Offload::kNone, 1, 1}));
 }
