@@ -43,7 +43,7 @@ RunSettings llama_1b(Stack stack) {
 
 }  // namespace
 
-TEST_CASE("the Trainer and Accelerate accumulate under no_sync; torchtune, torchtitan and Composer do not") {
+TEST_CASE("the Trainer and Accelerate accumulate under no_sync, torchtune, torchtitan and Composer do not") {
   CHECK(resolve_stack(accumulating(Sharding::kFsdp1, Stack::kHfTrainer)).top.fsdp_no_sync);
   for (Stack stack : {Stack::kTorchtune, Stack::kTorchtitan, Stack::kComposer, Stack::kLitgpt}) {
     const ResolvedStack resolved = resolve_stack(accumulating(Sharding::kFsdp2, stack));
