@@ -46,15 +46,28 @@ void read_fsdp(YamlReader& r, RunSettings& s, ConfigImport& out) {
     s.offload_param = Offload::kCpu;
     s.offload_optimizer = Offload::kCpu;
   }
-  // The wrap policy: TRANSFORMER_BASED_WRAP is a unit per layer; NO_WRAP leaves
-  // FSDP1 one FlatParameter for the whole model (the plugin passes no auto_wrap_policy).
-  const std::string wrap = r.string_or("fsdp_config.fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP");
+  // The wrap policy: TRANSFORMER_BASED_WRAP is a unit per layer; NO_WRAP, also
+  // what a config without the key gets (utils/launch.py sets FSDP_AUTO_WRAP_POLICY
+  // only when given; FullyShardedDataParallelPlugin.__post_init__ defaults it to
+  // NO_WRAP), leaves FSDP1 one FlatParameter for the whole model.
+  const bool given_wrap = r.has("fsdp_config.fsdp_auto_wrap_policy");
+  const std::string wrap = r.string_or("fsdp_config.fsdp_auto_wrap_policy", "NO_WRAP");
   if (wrap == "NO_WRAP") {
-    if (version == 2) {
+    if (version == 2 && given_wrap) {
       r.fail("fsdp_config.fsdp_auto_wrap_policy",
              "TRANSFORMER_BASED_WRAP with FSDP2 (fully_shard on the root alone is not modelled)", wrap);
+    } else if (version == 2) {
+      out.notes.push_back("no fsdp_auto_wrap_policy: Accelerate's default is NO_WRAP, fully_shard on the root "
+                          "alone, which is not modelled for FSDP2; priced as one unit a layer (give "
+                          "fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP)");
     }
-    if (s.zero_stage == 3) s.fsdp_wrap = FsdpWrap::kModel;
+    if (version == 1 && s.zero_stage == 3) {
+      s.fsdp_wrap = FsdpWrap::kModel;
+      if (!given_wrap) {
+        out.notes.push_back("no fsdp_auto_wrap_policy: Accelerate's default is NO_WRAP, so FSDP1 wraps the whole "
+                            "model as one unit, gathered for the whole step");
+      }
+    }
   } else if (wrap == "SIZE_BASED_WRAP") {
     out.notes.push_back("fsdp_auto_wrap_policy SIZE_BASED_WRAP: priced as one unit a layer (the units of a size "
                         "policy follow fsdp_min_num_params over the module tree, which is not modelled)");

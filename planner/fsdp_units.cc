@@ -73,6 +73,7 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
   out.fsdp2_root_reduce_scatter = 0;
   if (offload) {
     out.host_shard_bytes = 0;
+    out.host_root_shard_bytes = 0;
     out.host_grad_bytes = 0;
     out.offload_grad_shards.assign(graph.blocks.size(), 0);
   }
@@ -81,6 +82,7 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
     const int64_t shard = flat_param_shard_elements(unit.elements, world);
     if (params_on_gpu) out.params += account(shard * shard_width, accounting);
     if (offload) out.host_shard_bytes += shard * shard_width;
+    if (offload && unit.root) out.host_root_shard_bytes += shard * shard_width;
     if (unit.trainable_elements == 0) continue;
     if (offload) {
       // _accumulate_sharded_grad keeps the shard-dtype gradient as _saved_grad_shard

@@ -288,7 +288,11 @@ void read_fsdp(ArgsReader& r, RunSettings& s, ConfigImport& out) {
     } else if (option == "offload") {
       s.offload_param = Offload::kCpu;
       s.offload_optimizer = Offload::kCpu;
-    } else if (option != "auto_wrap") {
+    } else if (option == "auto_wrap") {
+      // transformers sets the wrap policy (TRANSFORMER_BASED_WRAP from the model's
+      // _no_split_modules): a unit a layer, whatever an Accelerate file said.
+      s.fsdp_wrap = FsdpWrap::kLayers;
+    } else {
       return r.fail("fsdp", "options among full_shard, shard_grad_op, hybrid_shard, no_shard, offload, auto_wrap", v);
     }
   }

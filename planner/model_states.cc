@@ -317,6 +317,9 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
       if (params_on_gpu) out.params += account(resident, accounting);
       host_params += params_on_gpu ? 0 : resident;
       if (fsdp && !params_on_gpu) out.host_shard_bytes += resident;
+      if (fsdp && !params_on_gpu && in_fsdp2_root(graph.blocks[node.block], settings)) {
+        out.host_root_shard_bytes += resident;
+      }
       const bool full_finetune = settings.mode == TrainMode::kFull;
       // FSDP2's state dict holds the sharded parameters in their own (fp32) dtype.
       if (full_finetune || param.trainable) checkpoint_weights += fp32_shard ? elements * 4 : storage;
@@ -462,7 +465,10 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
     // forward (_fsdp_state.py _lazy_init, post_forward_mesh_info = None), and its
     // post-backward runs in the final callback (_root_post_backward_final_callback).
     out.fsdp2_root_params = account(out.fsdp2_root_params, accounting);
-    out.gathered_params = account(2 * largest_layer_param_bytes(graph, settings), accounting) + out.fsdp2_root_params;
+    // The whole model one unit (fsdp_wrap model) leaves no layer unit to gather.
+    const bool layer_units = settings.fsdp_wrap != FsdpWrap::kModel;
+    out.gathered_params =
+        (layer_units ? account(2 * largest_layer_param_bytes(graph, settings), accounting) : 0) + out.fsdp2_root_params;
     // foreach_reduce (_fsdp_collectives.py) allocates the reduce-scatter input in
     // reduce_dtype and copies the block's unsharded gradients (param dtype) into it
     // before freeing them: both live at the end of the block's backward. torchtitan's

@@ -89,6 +89,7 @@ struct ModelStates {
   // and the sharded gradients copied out each micro-step (for the time model).
   int64_t host_shard_bytes = 0;
   int64_t host_grad_bytes = 0;
+  int64_t host_root_shard_bytes = 0;  // of host_shard_bytes, the root's: copied in once unless FSDP1 restages it
   int64_t nvme = 0;            // optimizer/params swapped to NVMe, all ranks of a node
   int64_t checkpoint = 0;      // one training-state checkpoint (weights + optimizer state)
 

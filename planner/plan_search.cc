@@ -63,7 +63,9 @@ std::vector<GlobalConfig> global_candidates(const RunSettings& settings, int64_t
   // A whole-model FSDP1 unit is how the run's config shards (MMEngine's
   // MMFullyShardedDataParallel, Accelerate's NO_WRAP): the plan keeps that
   // wrapper and chooses its CPU offload.
-  const int min_stage = settings.float8_all_gather || settings.fsdp_wrap == FsdpWrap::kModel ? 3 : 0;
+  const bool keeps_whole_model_unit =
+      settings.fsdp_wrap == FsdpWrap::kModel && max_stage >= 3 && settings.world_size() > 1;
+  const int min_stage = settings.float8_all_gather || keeps_whole_model_unit ? 3 : 0;
   for (int stage = min_stage; stage <= max_stage; ++stage) {
     // FSDP offloads to the CPU only. FSDP1's CPUOffload accumulates gradients only
     // under no_sync (run_settings.cc): otherwise only without accumulation.

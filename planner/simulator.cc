@@ -238,10 +238,13 @@ class StepSimulator {
     }
     return {stored, gathered};
   }
-  // FSDP1 under CPUOffload runs pre_unshard even for a unit still unsharded (the
-  // root in backward): the shard is copied in and cast again, then dropped.
+  // FSDP1 under CPUOffload with MixedPrecision runs pre_unshard's
+  // _use_low_precision_shard even for a unit still unsharded (the root in
+  // backward): the shard is copied in and cast again, then dropped. Without
+  // MixedPrecision the unsharded root is already on the GPU and nothing is copied
+  // (_flat_param.py pre_unshard).
   void restage_root() {
-    if (!fsdp1() || root_params_ < 0) return;
+    if (!fsdp1() || root_params_ < 0 || master_bytes_per_element(settings_.precision) == 0) return;
     const auto [stored, gathered] = root_group_bytes();
     const int64_t copies = offload_staging_bytes(stored, gathered);
     if (copies == 0) return;

@@ -233,7 +233,8 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
   bottom.recompute = resolved.bottom.recompute;
   bottom.adapter_dtype = resolved.bottom.adapter_dtype;
   if (settings.compile) bottom.compile_loss = resolved.bottom.compile_loss;
-  bottom.fsdp_no_sync = resolved.bottom.fsdp_no_sync;
+  // Only FSDP has the setting (validate_settings refuses it elsewhere).
+  if (shards_with_fsdp(settings)) bottom.fsdp_no_sync = resolved.bottom.fsdp_no_sync;
   return bottom;
 }
 

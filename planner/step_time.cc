@@ -142,8 +142,19 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
   if (fsdp_cpu_offload(settings, config)) {
     // The shards copied in before the forward and the backward all-gathers, in
     // their stored dtype, and each reduce-scattered gradient shard copied out.
-    const double shard_bytes = static_cast<double>(states.host_shard_bytes);
-    param_fetch_micro = transfer_ms(2.0 * shard_bytes + static_cast<double>(states.host_grad_bytes), gpu.host_link_gbps);
+    // The root stays unsharded from forward to backward: its shards come in once,
+    // unless FSDP1's MixedPrecision casts them again (simulator.cc restage_root).
+    const bool restaged = sharding_of(settings) == Sharding::kFsdp1 && master_bytes_per_element(settings.precision) > 0;
+    const double shard_bytes = 2.0 * static_cast<double>(states.host_shard_bytes) -
+                               (restaged ? 0.0 : static_cast<double>(states.host_root_shard_bytes));
+    // Gradient shards go out after each reduce-scatter: once a step under no_sync.
+    const double grads_out = transfer_ms(static_cast<double>(states.host_grad_bytes), gpu.host_link_gbps);
+    param_fetch_micro = transfer_ms(shard_bytes, gpu.host_link_gbps);
+    if (accumulates_unsharded(settings, config)) {
+      comm_step += grads_out;
+    } else {
+      param_fetch_micro += grads_out;
+    }
   } else if (config.offload_param == Offload::kCpu) {
     param_fetch_micro = transfer_ms(2.0 * total / world * param_width, gpu.host_link_gbps);
   } else if (config.offload_param == Offload::kNvme) {
@@ -157,7 +168,7 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
   const bool one_unit = fsdp && settings.fsdp_wrap == FsdpWrap::kModel;
   const double hidden = settings.overlap_comm && !one_unit ? compute_micro : 0;
   const double exposed_micro = std::max(0.0, comm_micro + param_fetch_micro - hidden);
-  const double exposed_step = std::max(0.0, comm_step - (settings.overlap_comm ? in.micro_bwd_ms : 0));
+  const double exposed_step = std::max(0.0, comm_step - (settings.overlap_comm && !one_unit ? in.micro_bwd_ms : 0));
 
   out.forward_ms = accum * in.micro_fwd_ms;
   out.backward_ms = accum * (in.micro_bwd_ms - in.micro_recompute_ms);

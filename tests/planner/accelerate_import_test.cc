@@ -68,6 +68,15 @@ TEST_CASE("fsdp_version 2 is FSDP2: its CPU offload moves parameters and the opt
   CHECK(v1->settings.offload_param == Offload::kCpu);
   CHECK(v1->settings.offload_optimizer == Offload::kCpu);
   CHECK(v1->settings.fsdp_wrap == FsdpWrap::kModel);
+  // Without fsdp_auto_wrap_policy Accelerate wraps nothing (NO_WRAP, its default): one unit, said.
+  Result<ConfigImport> bare = import_accelerate_config(
+      "distributed_type: FSDP\nnum_processes: 8\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n", "a.yaml",
+      RunSettings{});
+  REQUIRE_MESSAGE(bare.is_ok(), bare.message());
+  CHECK(bare->settings.fsdp_wrap == FsdpWrap::kModel);
+  bool said = false;
+  for (const std::string& note : bare->notes) said = said || note.find("NO_WRAP") != std::string::npos;
+  CHECK(said);
   RunSettings one = v1->settings;
   one.gpus_per_node = 8;
   CHECK(validate_settings(one, "a").is_ok());

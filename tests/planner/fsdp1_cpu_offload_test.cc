@@ -112,6 +112,20 @@ TEST_CASE("FSDP1 CPUOffload frees the GPU of the sharded states, and pays for sh
   REQUIRE(at_callback >= 0);
   REQUIRE(after_callback >= 0);
   CHECK(at_callback - after_callback == held);
+  // Under MixedPrecision the root's shard is copied in and cast again at its
+  // pre-backward; without it (autocast over fp32 FlatParameters) the root is already there.
+  const auto restaged = [](const Simulation& run) {
+    for (const MemorySample& sample : run.memory) {
+      if (sample.label == "copy in root shard for backward") return true;
+    }
+    return false;
+  };
+  CHECK(restaged(sim));
+  RunSettings amp = s;
+  amp.precision = Precision::kBf16Amp;
+  const Result<ModelContext> amp_context = prepare_context(amp);
+  REQUIRE(amp_context.is_ok());
+  CHECK_FALSE(restaged(simulate(amp_context.value(), amp, user_config(amp), user_block_choices(amp_context.value(), amp).value())));
   // The time: the shards are copied in twice a step and the gradients out once,
   // and AdamW runs on the host.
   CHECK(offloaded.time.optimizer_ms > kept.time.optimizer_ms);
@@ -131,6 +145,7 @@ TEST_CASE("FSDP1 without an auto_wrap_policy: the whole model is the root unit, 
   // Every parameter is the root's: gathered at its pre-forward, kept through
   // backward (_post_forward_reshard skips the root), one gradient shard at the end.
   CHECK(states.fsdp2_root_params == rounded(2'000'001'007LL * 2));
+  CHECK(states.gathered_params == states.fsdp2_root_params);  // no layer unit in flight beside it
   CHECK(states.root_offload_grad_shard == rounded(250'000'126LL * 4));
   CHECK(states.offload_grad_shards[1] == 0);
   CHECK(states.host_shard_bytes == 250'000'126LL * 4);

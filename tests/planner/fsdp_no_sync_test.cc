@@ -64,6 +64,12 @@ TEST_CASE("the Trainer and Accelerate accumulate under no_sync, torchtune, torch
   pinned.fsdp_no_sync = false;
   CHECK_FALSE(resolve_stack(pinned).top.fsdp_no_sync);
   CHECK(says_no_sync(resolve_stack(pinned)) == 0);
+  // The band's bottom of a run FSDP does not shard leaves the setting unset (it is FSDP's).
+  RunSettings plain;
+  const std::optional<RunSettings> bottom = bottom_of_band(plain);
+  REQUIRE(bottom.has_value());
+  CHECK_FALSE(bottom->fsdp_no_sync.has_value());
+  CHECK(validate_settings(*bottom, "t.json").is_ok());
   // The setting is FSDP's: refused where DeepSpeed shards.
   RunSettings deepspeed = accumulating(Sharding::kDeepspeed, Stack::kDeepspeed);
   deepspeed.fsdp_no_sync = true;
