@@ -165,6 +165,12 @@ Status set_enum(std::string_view value, std::optional<E> (*parse)(std::string_vi
   return Status::ok();
 }
 
+// An on|off flag for a setting that is unset (as the stack does) until a flag pins it.
+Status set_on_off(std::string_view value, std::optional<bool>& out) {
+  if (value != "on" && value != "off") return expected("on or off", value);
+  out = value == "on";
+  return Status::ok();
+}
 
 std::optional<planner::CheckpointPolicy> parse_checkpointing(std::string_view value) {
   if (value == "none") return planner::CheckpointPolicy::kNone;
@@ -262,11 +268,7 @@ const std::vector<SettingsFlag> kFlags = {
      "(off); default: as the stack's launcher does (torchtitan: on; docs/stacks.md)",
      false,
      [](RunSettings& s, std::string_view v) {
-       if (v == "on" || v == "off") {
-         s.expandable_segments = v == "on";
-         return Status::ok();
-       }
-       return Status::invalid_input("expected on or off, got '" + std::string(v) + "'");
+       return set_on_off(v, s.expandable_segments);
      }},
     {"--paged-optimizer", nullptr, kTraining,
      "bitsandbytes PagedAdamW / PagedAdamW8bit: the states of large tensors live in CUDA unified memory, outside "
@@ -315,11 +317,7 @@ const std::vector<SettingsFlag> kFlags = {
      "two fp32 numbers per token are saved) or not (off); default: as the stack does (docs/stacks.md)",
      false,
      [](RunSettings& s, std::string_view v) {
-       if (v == "on" || v == "off") {
-         s.compile_loss = v == "on";
-         return Status::ok();
-       }
-       return Status::invalid_input("expected on or off, got '" + std::string(v) + "'");
+       return set_on_off(v, s.compile_loss);
      }},
     {"--float8", "RECIPE", kTraining,
      "fp8 training with torchao's Float8Linear on the layers' linears: none (default), tensorwise (torchao 0.9 "
@@ -480,11 +478,7 @@ const std::vector<SettingsFlag> kFlags = {
      "torchtitan, Composer); default: as the stack does (docs/stacks.md)",
      false,
      [](RunSettings& s, std::string_view v) {
-       if (v == "on" || v == "off") {
-         s.fsdp_no_sync = v == "on";
-         return Status::ok();
-       }
-       return expected("on or off", v);
+       return set_on_off(v, s.fsdp_no_sync);
      }},
     {"--offload-optimizer", "WHERE", kParallel, "none (default), cpu or nvme", false,
      [](RunSettings& s, std::string_view v) {

@@ -110,6 +110,10 @@ bool fsdp_cpu_offload(const RunSettings& settings, const GlobalConfig& config) {
          config.offload_optimizer == Offload::kCpu;
 }
 
+bool fsdp_restages_root(const RunSettings& settings) {
+  return sharding_of(settings) == Sharding::kFsdp1 && master_bytes_per_element(settings.precision) > 0;
+}
+
 bool accumulates_unsharded(const RunSettings& settings, const GlobalConfig& config) {
   return config.zero_stage >= 3 && shards_with_fsdp(settings) && config.grad_accum > 1 &&
          resolve_stack(settings).top.fsdp_no_sync;

@@ -118,6 +118,12 @@ bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings);
 // end of backward (torch/distributed/fsdp/_flat_param.py; docs/memory-model.md, "FSDP1").
 bool fsdp_cpu_offload(const RunSettings& settings, const GlobalConfig& config);
 
+// Whether, under that offload, the root's shard is copied in and cast again at its
+// pre-backward: FSDP1 with MixedPrecision runs _use_low_precision_shard even for a
+// unit still unsharded; without it, and under FSDP2, the unsharded root is already
+// on the GPU (_flat_param.py pre_unshard).
+bool fsdp_restages_root(const RunSettings& settings);
+
 // Whether FSDP accumulates this run's micro-steps under no_sync (the stack's
 // fsdp_no_sync, at the top of its band): before the last micro-step no unit
 // reduce-scatters, and each keeps its unsharded gradient on the GPU. FSDP1: one

@@ -324,7 +324,7 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
     // no_sync() the offloaded gradient is overwritten, not accumulated, each micro-step
     // (_flat_param.py prepare_gradient_for_backward). Only a stack that accumulates
     // under no_sync (the Trainer, Accelerate) trains on every micro-batch.
-    if (s.effective_global_batch() > s.micro_batch * s.world_size() && !resolve_stack(s).bottom.fsdp_no_sync) {
+    if (s.accumulates() && !resolve_stack(s).bottom.fsdp_no_sync) {
       return fail(origin, "grad_accum",
                   "1 with FSDP1's CPUOffload unless the stack accumulates under no_sync (fsdp_no_sync true, as the "
                   "Trainer and Accelerate do): outside no_sync each micro-step's offloaded gradient replaces the "

@@ -204,6 +204,8 @@ struct RunSettings {
   int64_t effective_global_batch() const {
     return global_batch > 0 ? global_batch : micro_batch * grad_accum * world_size();
   }
+  // Whether a rank runs more than one micro-step per optimizer step.
+  bool accumulates() const { return effective_global_batch() > micro_batch * world_size(); }
 };
 
 // Documented maxima (docs/cli-json.md, "Limits"): every way settings arrive

@@ -238,13 +238,10 @@ class StepSimulator {
     }
     return {stored, gathered};
   }
-  // FSDP1 under CPUOffload with MixedPrecision runs pre_unshard's
-  // _use_low_precision_shard even for a unit still unsharded (the root in
-  // backward): the shard is copied in and cast again, then dropped. Without
-  // MixedPrecision the unsharded root is already on the GPU and nothing is copied
-  // (_flat_param.py pre_unshard).
+  // The root's shard copied in and cast again at its pre-backward, then dropped
+  // (fsdp_restages_root).
   void restage_root() {
-    if (!fsdp1() || root_params_ < 0 || master_bytes_per_element(settings_.precision) == 0) return;
+    if (!fsdp() || root_params_ < 0 || !fsdp_restages_root(settings_)) return;
     const auto [stored, gathered] = root_group_bytes();
     const int64_t copies = offload_staging_bytes(stored, gathered);
     if (copies == 0) return;
@@ -259,15 +256,11 @@ class StepSimulator {
   // on the all-gather stream, into unsharded parameters that stay until the end
   // of backward (planner/model_states.h, fsdp2_root_params).
   void gather_root() {
-    int64_t bytes = 0;
-    for (size_t b = 0; b < graph_.blocks.size(); ++b) {
-      if (in_root_group(static_cast<int>(b))) bytes += block_param_bytes_[b];
-    }
+    const auto [stored, bytes] = root_group_bytes();
     if (bytes == 0) return;
     label_ = "all-gather root group";
     if (fsdp1()) {
-      const auto [stored, gathered] = root_group_bytes();
-      const int64_t copies = offload_staging_bytes(stored, gathered);
+      const int64_t copies = offload_staging_bytes(stored, bytes);
       const int64_t staged = copies > 0 ? alloc(copies, "ZeRO buffers", kAllGatherStream) : -1;
       root_params_ = alloc(bytes, "ZeRO buffers", kAllGatherStream);
       if (staged >= 0) release(staged);

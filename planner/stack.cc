@@ -189,8 +189,7 @@ void resolve_no_sync(const RunSettings& settings, ResolvedStack& out) {
     case Stack::kUnspecified: {
       out.top.fsdp_no_sync = true;
       out.bottom.fsdp_no_sync = false;
-      const bool accumulates = settings.effective_global_batch() > settings.micro_batch * settings.world_size();
-      if (settings.zero_stage == 3 && shards_with_fsdp(settings) && accumulates) {
+      if (settings.zero_stage == 3 && shards_with_fsdp(settings) && settings.accumulates()) {
         out.unknowns.emplace_back("whether FSDP accumulates gradients unsharded under no_sync (Accelerate, the "
                                   "Trainer) or reduce-scatters every micro-step (torchtune, torchtitan, Composer; "
                                   "give --fsdp-no-sync)");

@@ -143,10 +143,9 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
     // The shards copied in before the forward and the backward all-gathers, in
     // their stored dtype, and each reduce-scattered gradient shard copied out.
     // The root stays unsharded from forward to backward: its shards come in once,
-    // unless FSDP1's MixedPrecision casts them again (simulator.cc restage_root).
-    const bool restaged = sharding_of(settings) == Sharding::kFsdp1 && master_bytes_per_element(settings.precision) > 0;
+    // unless FSDP1's MixedPrecision casts them again (fsdp_restages_root).
     const double shard_bytes = 2.0 * static_cast<double>(states.host_shard_bytes) -
-                               (restaged ? 0.0 : static_cast<double>(states.host_root_shard_bytes));
+                               (fsdp_restages_root(settings) ? 0.0 : static_cast<double>(states.host_root_shard_bytes));
     // Gradient shards go out after each reduce-scatter: once a step under no_sync.
     const double grads_out = transfer_ms(static_cast<double>(states.host_grad_bytes), gpu.host_link_gbps);
     param_fetch_micro = transfer_ms(shard_bytes, gpu.host_link_gbps);

@@ -204,7 +204,7 @@ std::string stack_extras(const planner::RunSettings& s, const planner::ResolvedS
   }
   if (s.zero_stage == 3 && planner::shards_with_fsdp(s)) {
     out += planner::sharding_of(s) == planner::Sharding::kFsdp1 ? ", sharded by FSDP1" : ", sharded by FSDP2";
-    if (s.effective_global_batch() > s.micro_batch * s.world_size()) {
+    if (s.accumulates()) {
       const bool top = stack.top.fsdp_no_sync;
       const bool bottom = stack.bottom.fsdp_no_sync;
       out += top == bottom ? (top ? " accumulating under no_sync" : " reducing every micro-step")
