@@ -285,6 +285,15 @@ const std::vector<SettingsFlag> kFlags = {
        s.nf4_double_quant = false;
        return Status::ok();
      }},
+    {"--kbit-prep", "KIND", kTraining,
+     "QLoRA over bitsandbytes: what the script does to the weights left unquantized (embeddings, norms, output "
+     "layer): none (trained as loaded: axolotl, TRL >= 0.26), norms-fp32 (TRL 0.7.5-0.25 with bf16, "
+     "artidoro/qlora) or peft (PEFT's prepare_model_for_kbit_training: all fp32); default: as the stack does "
+     "(docs/stacks.md)",
+     false,
+     [](RunSettings& s, std::string_view v) {
+       return set_enum(v, planner::parse_kbit_prep, planner::kKbitPrepNames, s.kbit_prep);
+     }},
     {"--quant", "FORMAT", kTraining,
      "QLoRA's frozen base: nf4 (bitsandbytes, default) or gptq (a GPTQ int4 checkpoint through AutoGPTQ's "
      "QuantLinear, which keeps the unpacked 16-bit weight for backward; docs/memory-model.md)",

@@ -23,10 +23,26 @@ bool runs_in_16_bit(const std::string& op) {
          op == "low_precision_norm";
 }
 
-// The weight a lower-precision op multiplies by: "<node>.weight", unquantized.
-const graph::Param* matmul_weight(const graph::Node& node) {
+// Whether autocast finds `param` in fp32: every unquantized parameter of an fp32
+// model, only the upcast ones of a 16-bit model.
+bool is_fp32_weight(const graph::Param& param, AutocastWeights weights) {
+  if (is_quantized_storage(param.dtype)) return false;
+  return weights == AutocastWeights::kFp32Model || param.upcast_fp32;
+}
+
+// The fp32 weight a lower-precision op multiplies by: "<node>.weight", unquantized.
+const graph::Param* matmul_weight(const graph::Node& node, AutocastWeights weights) {
   for (const graph::Param& param : node.params) {
-    if (param.name == node.name + ".weight" && !is_quantized_storage(param.dtype)) return &param;
+    if (param.name == node.name + ".weight" && is_fp32_weight(param, weights)) return &param;
+  }
+  return nullptr;
+}
+
+// The packed 4-bit weight of a bitsandbytes Linear4bit, if `node` is one.
+const graph::Param* four_bit_weight(const graph::Node& node) {
+  if (node.op != "linear") return nullptr;
+  for (const graph::Param& param : node.params) {
+    if (param.name == node.name + ".weight" && (param.dtype == DType::kNF4 || param.dtype == DType::kFP4)) return &param;
   }
   return nullptr;
 }
@@ -58,13 +74,14 @@ void copy_adapter_input(std::vector<graph::Node>& nodes, std::vector<graph::Tens
   if (node.op != "linear" || !node.linear || node.inputs.empty() || !has_fp32_adapters(node)) return;
   const std::string& x = node.inputs.front();
   if (x.starts_with(node.name + ".cast:")) return;
+  const std::string name = node.name + ".adapter_input_cast";
+  if (std::find(node.inputs.begin(), node.inputs.end(), name) != node.inputs.end()) return;  // copied already
   const bool dropout = std::find(node.outputs.begin(), node.outputs.end(), node.name + ".lora_dropout_out") !=
                        node.outputs.end();
   if (dropout) return;
   const bool frozen_base = std::none_of(node.params.begin(), node.params.end(), [](const graph::Param& param) {
     return param.trainable && !is_lora_adapter(param);
   });
-  const std::string name = node.name + ".adapter_input_cast";
   add_cast(nodes, tensors, name, node.block, {x}, node.linear->rows.scaled(node.linear->in_features));
   if (frozen_base) {
     std::erase_if(node.saves, [&](const graph::SavedRef& saved) {
@@ -73,6 +90,33 @@ void copy_adapter_input(std::vector<graph::Node>& nodes, std::vector<graph::Tens
   }
   node.inputs.push_back(name);
   node.saves.push_back({name, graph::SaveWhen::kParamGrad});
+}
+
+
+// bitsandbytes' Linear4bit fed an fp32 input (bitsandbytes/nn/modules.py): its
+// first call makes fp32 its compute dtype for good (set_compute_type), MatMul4Bit
+// dequantizes the weight to the load dtype and copies it to fp32
+// (autograd/_functions.py: F.dequantize_4bit(B, quant_state).to(A.dtype)), autocast's
+// linear casts that copy back to 16 bits, and the 16-bit result is copied to the
+// input's dtype (`out.to(inp_dtype)`). So the forward holds the 16-bit dequantized
+// weight beside its fp32 copy, then the fp32 copy beside the 16-bit cast: three
+// times the 16-bit weight where a 16-bit input needs one. Nothing of it is kept
+// (MatMul4Bit saves no weight), and the backward dequantizes to the gradient's
+// 16-bit dtype as before (the node's backward workspace).
+void upcast_four_bit_weight(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, graph::Node& node,
+                            const graph::Param& weight) {
+  const graph::SizeExpr elements = graph::SizeExpr::constant(weight.elements());
+  const std::string upcast = node.name + ".dequantize_f32";
+  // Reads the 16-bit dequantized weight and writes its fp32 copy: 6 bytes a weight.
+  add_cast_node(nodes, tensors, upcast, node.block, {}, elements, DType::kF32, elements.scaled(3));
+  nodes.back().workspace_elements = elements;  // the 16-bit dequantized weight, beside the copy
+  const std::string cast = node.name + ".weight_cast";
+  add_cast(nodes, tensors, cast, node.block, {upcast}, elements);
+  node.inputs.push_back(cast);
+  node.bwd_workspace_elements = node.workspace_elements;
+  node.workspace_elements = graph::SizeExpr{};
+  // The copy of the 16-bit result to fp32: reads 2 bytes and writes 4 an element.
+  node.fwd_io_elements += node.linear->rows.scaled(3 * node.linear->out_features);
 }
 
 }  // namespace
@@ -91,7 +135,7 @@ void add_cast_node(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& 
   nodes.push_back(std::move(cast));
 }
 
-void apply_autocast(graph::LayerGraph& graph) {
+void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
   std::map<std::string, graph::Tensor*> tensors;
   for (graph::Tensor& tensor : graph.tensors) tensors[tensor.name] = &tensor;
   const auto is_f32 = [&](const std::string& name) {
@@ -104,15 +148,25 @@ void apply_autocast(graph::LayerGraph& graph) {
   // an fp32 parameter (norm weights, embeddings) or is a norm (layer_norm is on the
   // fp32 list) yields fp32.
   for (const graph::Node& node : graph.nodes) {
-    if (runs_in_16_bit(node.op)) continue;
-    const bool owns_fp32 = std::any_of(node.params.begin(), node.params.end(),
-                                       [](const graph::Param& p) { return !is_quantized_storage(p.dtype); });
     const bool f32_input = std::any_of(node.inputs.begin(), node.inputs.end(), is_f32);
+    if (runs_in_16_bit(node.op)) {
+      // A 4-bit linear copies its result back to its input's dtype (upcast_four_bit_weight).
+      if (four_bit_weight(node) != nullptr && is_f32(node.inputs.front())) {
+        graph::Tensor* tensor = tensors.at(node.outputs.front());
+        if (!tensor->dtype) tensor->dtype = DType::kF32;
+      }
+      continue;
+    }
+    const bool owns_fp32 = std::any_of(node.params.begin(), node.params.end(),
+                                       [&](const graph::Param& p) { return is_fp32_weight(p, weights); });
     // batch_norm is on neither of autocast's lists, and cuDNN's and the native
     // kernels write the input's dtype beside fp32 weights and statistics
     // (aten/src/ATen/native/cudnn/BatchNorm.cpp): its weights do not make it fp32.
     const bool keeps_input_dtype = node.op.starts_with("batch_norm");
-    if (!((owns_fp32 && !keeps_input_dtype) || f32_input || node.op == "norm")) continue;
+    // layer_norm is on autocast's fp32 list; an RMSNorm in Python ops returns
+    // weight * x.to(input_dtype), fp32 where its weight is (always, over an fp32 model).
+    const bool fp32_norm = node.op == "norm" && weights == AutocastWeights::kFp32Model;
+    if (!((owns_fp32 && !keeps_input_dtype) || f32_input || fp32_norm)) continue;
     for (const std::string& output : node.outputs) {
       graph::Tensor* tensor = tensors.at(output);
       if (!tensor->dtype) tensor->dtype = DType::kF32;
@@ -128,6 +182,8 @@ void apply_autocast(graph::LayerGraph& graph) {
       rewritten.push_back(std::move(node));
       continue;
     }
+    const graph::Param* four_bit = four_bit_weight(node);
+    const bool four_bit_f32_input = four_bit != nullptr && is_f32(node.inputs.front());
     for (std::string& input : node.inputs) {
       if (!is_f32(input)) continue;
       const std::string name = node.name + ".cast:" + input;
@@ -137,7 +193,8 @@ void apply_autocast(graph::LayerGraph& graph) {
       }
       input = name;
     }
-    if (const graph::Param* weight = matmul_weight(node)) {
+    if (four_bit_f32_input) upcast_four_bit_weight(rewritten, added, node, *four_bit);
+    if (const graph::Param* weight = matmul_weight(node, weights)) {
       const std::string name = node.name + ".weight_cast";
       add_cast(rewritten, added, name, node.block, {}, graph::SizeExpr::constant(weight->elements()));
       node.inputs.push_back(name);

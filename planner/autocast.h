@@ -28,12 +28,19 @@ void add_cast_node(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& 
                    int block, std::vector<std::string> inputs, graph::SizeExpr elements,
                    std::optional<graph::DType> dtype, graph::SizeExpr io_elements);
 
+// Which weights autocast finds in fp32.
+enum class AutocastWeights {
+  kFp32Model,   // AMP over an fp32 model: every unquantized parameter
+  kUpcastOnly,  // a 16-bit model: only the parameters the script upcast (Param::upcast_fp32)
+};
+
 // Rewrites `graph` (its tensors' dtypes unset = the 16-bit compute dtype) for an
 // autocast run: fp32 outputs where autocast leaves fp32, and a cast node before
-// each lower-precision op for its weight ("<node>.weight_cast") and for each
+// each lower-precision op for its fp32 weight ("<node>.weight_cast") and for each
 // fp32 activation input ("<node>.cast:<input>"), which the op reads and keeps
-// in place of the fp32 tensor.
-void apply_autocast(graph::LayerGraph& graph);
+// in place of the fp32 tensor. A bitsandbytes 4-bit linear fed an fp32 input
+// computes in fp32 and returns fp32 (autocast.cc, upcast_four_bit_weight).
+void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights = AutocastWeights::kFp32Model);
 
 // Autocast over a 16-bit model with fp32 LoRA adapters: transformers' Trainer
 // with bf16=True runs the forward under torch.autocast (Accelerate's

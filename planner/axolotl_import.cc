@@ -137,6 +137,10 @@ Result<ConfigImport> import_axolotl_config(std::string_view text, std::string_vi
     out->notes.push_back("gptq: adapters over a GPTQ int4 base, group size " + std::to_string(gptq_group) +
                          " (the model's quantization_config is checked against it)");
   }
+  // Axolotl runs PEFT's prepare_model_for_kbit_training and then casts the norms
+  // and embeddings back to torch_dtype for LoRA and QLoRA (loaders/model.py): the
+  // unquantized weights train as loaded.
+  if (out->settings.mode == TrainMode::kQlora) out->settings.kbit_prep = KbitPrep::kNone;
   if (config.contains("batch_size") && !config.at("batch_size").is_null()) {
     out->notes.push_back("batch_size (the global batch) is read through micro_batch_size and "
                          "gradient_accumulation_steps; give --global-batch to hold it across GPU counts");

@@ -50,7 +50,8 @@ Result<ConfigImport> import_llamafactory_config(std::string_view text, std::stri
   for (const auto& [key, value] : config.items()) args[key] = value;  // the TrainingArguments among them
   for (const char* own : {"finetuning_type", "lora_rank", "lora_dropout", "lora_target", "additional_target",
                           "quantization_bit", "double_quantization", "cutoff_len", "packing",
-                          "disable_gradient_checkpointing", "enable_liger_kernel", "use_unsloth"}) {
+                          "disable_gradient_checkpointing", "enable_liger_kernel", "use_unsloth",
+                          "upcast_layernorm"}) {
     args.erase(own);
   }
   for (const std::string& key : understood()) args.erase(key);
@@ -103,6 +104,20 @@ Result<ConfigImport> import_llamafactory_config(std::string_view text, std::stri
   Result<ConfigImport> out = import_training_arguments_object(args, origin, std::move(base));
   if (!out.is_ok()) return out.status();
   respell_notes(out.value(), "max_length", "cutoff_len");
+  // LLaMA-Factory never calls PEFT's prepare_model_for_kbit_training: its own
+  // prepare_model_for_training (model/model_utils/checkpointing.py) upcasts the
+  // 1-D norm weights to fp32 only with upcast_layernorm (default false).
+  if (said("upcast_layernorm") && !config.at("upcast_layernorm").is_boolean()) {
+    return fail("upcast_layernorm", "true or false");
+  }
+  const bool upcast_norms = said("upcast_layernorm") && config.at("upcast_layernorm") == json(true);
+  if (out->settings.mode == TrainMode::kQlora) {
+    out->settings.kbit_prep = upcast_norms && kbit_prep_matters(out->settings) ? KbitPrep::kNormsFp32 : KbitPrep::kNone;
+  }
+  if (upcast_norms && out->settings.kbit_prep != KbitPrep::kNormsFp32) {
+    out->notes.push_back("upcast_layernorm: fp32 norm weights are modelled for QLoRA under the Trainer's bf16 "
+                         "autocast only; priced without them");
+  }
   if (!said("cutoff_len")) out->notes.push_back("cutoff_len not given: LLaMA-Factory's default, 2048");
   return out;
 }

@@ -16,6 +16,7 @@
 #include "planner/document_mask.h"
 #include "planner/float8_linear.h"
 #include "planner/fused_kernels.h"
+#include "planner/kbit_prep.h"
 #include "planner/loss_variants.h"
 #include "planner/selective_checkpoint.h"
 #include "planner/trainability.h"
@@ -177,7 +178,12 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   // The loss as the stack computes it; the top of the band when not pinned.
   const ResolvedStack stack = resolve_stack(settings);
   apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss);
+  if (kbit_prep_matters(settings)) apply_kbit_prep(context.graph, stack.top.kbit_prep);
   if (is_autocast(settings.precision)) apply_autocast(context.graph);
+  // The Trainer's autocast over a 16-bit model: the weights the script upcast, then the fp32 adapters.
+  if (settings.precision == Precision::kBf16Pure && has_upcast_params(context.graph)) {
+    apply_autocast(context.graph, AutocastWeights::kUpcastOnly);
+  }
   if (settings.precision == Precision::kBf16Pure && settings.stack == Stack::kHfTrainer) {
     apply_autocast_to_fp32_adapters(context.graph);
   }

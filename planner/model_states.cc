@@ -148,7 +148,9 @@ DType stored_dtype(const Param& param, Precision precision) {
   // An integer buffer (BatchNorm's num_batches_tracked, int64) is not cast with
   // the model: Module.to(dtype) and .bfloat16() cast floating-point tensors only.
   if (param.buffer && (param.dtype == DType::kInt64 || param.dtype == DType::kInt32)) return param.dtype;
-  if (fp32_adapter(param, precision) || param_bytes_per_element(precision, param.trainable) == 4) return DType::kF32;
+  if (fp32_adapter(param, precision) || param.upcast_fp32 || param_bytes_per_element(precision, param.trainable) == 4) {
+    return DType::kF32;
+  }
   return precision == Precision::kFp16Mixed ? DType::kF16 : DType::kBF16;
 }
 

@@ -302,6 +302,30 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
     return fail(origin, "fsdp_no_sync",
                 "FSDP's accumulation: expected sharding fsdp1 or fsdp2 (or a stack that shards with FSDP) with it");
   }
+  if (s.kbit_prep && s.mode != TrainMode::kQlora) {
+    return fail(origin, "kbit_prep", "the QLoRA preparation: expected it only with mode qlora");
+  }
+  if (s.kbit_prep && *s.kbit_prep != KbitPrep::kNone) {
+    // peft/utils/other.py prepare_model_for_kbit_training: `if not is_gptq_quantized ...`
+    // around the fp32 cast (peft >= 0.5).
+    if (s.quant == QuantFormat::kGptq) {
+      return fail(origin, "kbit_prep",
+                  "none with quant gptq: PEFT's prepare_model_for_kbit_training casts nothing in a GPTQ model");
+    }
+    // DeepSpeed's engine casts the module to 16 bits after the script's preparation
+    // (runtime/engine.py _configure_distributed_model: module.bfloat16()).
+    if (s.precision == Precision::kBf16Pure && s.stack != Stack::kHfTrainer && s.stack != Stack::kUnspecified) {
+      return fail(origin, "kbit_prep",
+                  "none under stack " + std::string(stack_name(s.stack)) +
+                      " with precision bf16: the upcast is modelled under the Trainer's autocast (stack hf-trainer)");
+    }
+    if (s.precision == Precision::kBf16Mixed || s.precision == Precision::kFp16Mixed) {
+      return fail(origin, "kbit_prep",
+                  "none under precision " + std::string(precision_name(s.precision)) +
+                      " (the model is cast to 16 bits with fp32 masters, undoing the upcast); for the Trainer's "
+                      "bf16=True over a model loaded in bf16 give precision bf16");
+    }
+  }
   if (shards_with_fsdp(s) && s.offload_param == Offload::kNvme) {
     return fail(origin, "offload_param", "FSDP offloads parameters to the CPU only: expected cpu or none");
   }
@@ -349,6 +373,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   if (s.reduce_dtype) j["reduce_dtype"] = reduce_dtype_name(*s.reduce_dtype);
   if (s.fsdp_wrap != FsdpWrap::kLayers) j["fsdp_wrap"] = fsdp_wrap_name(s.fsdp_wrap);
   if (s.fsdp_no_sync) j["fsdp_no_sync"] = *s.fsdp_no_sync;
+  if (s.kbit_prep) j["kbit_prep"] = kbit_prep_name(*s.kbit_prep);
   j["compile"] = s.compile;
   if (s.compile_loss) j["compile_loss"] = *s.compile_loss;
   if (s.float8 != Float8Recipe::kNone) j["float8"] = float8_recipe_name(s.float8);
@@ -441,6 +466,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read_enum("reduce_dtype", s.reduce_dtype, parse_reduce_dtype, kReduceDtypeNames),
       r.read_enum("fsdp_wrap", s.fsdp_wrap, parse_fsdp_wrap, kFsdpWrapNames),
       r.read("fsdp_no_sync", s.fsdp_no_sync),
+      r.read_enum("kbit_prep", s.kbit_prep, parse_kbit_prep, kKbitPrepNames),
       r.read_enum("precision", s.precision, parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16"),
       r.read_enum("optimizer", s.optimizer, parse_optimizer, "adamw, adamw-8bit, sgd, adafactor"),
       r.read_enum("mode", s.mode, parse_mode, "full, lora, qlora"),

@@ -91,6 +91,9 @@ struct RunSettings {
   // FSDP accumulates the micro-steps before the last under no_sync (StackSpec::fsdp_no_sync);
   // nullopt: as the stack does (or a band).
   std::optional<bool> fsdp_no_sync;
+  // QLoRA: what the script does to the unquantized weights before training
+  // (StackSpec::kbit_prep); nullopt: as the stack does (or a band).
+  std::optional<KbitPrep> kbit_prep;
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile): checkpointable blocks save what the min-cut partitioner
   // keeps (planner/compiled_blocks.h) and run their pointwise ops as fused

@@ -200,7 +200,45 @@ void resolve_no_sync(const RunSettings& settings, ResolvedStack& out) {
   }
 }
 
+// What a QLoRA script does to the unquantized parameters before training. The
+// Trainer never does anything itself (no prepare_model_for_kbit_training in
+// transformers); the script does, or TRL's SFTTrainer (prepare_model_for_kbit_training
+// from 0.4 to 0.24, with peft_module_casting_to_bf16 putting the embeddings and
+// output layer back to bf16 from 0.7.5 when bf16; its own norms-only copy in 0.25;
+// nothing from 0.26). DeepSpeed's engine casts the module to 16 bits afterwards,
+// torchtune, litgpt, torchtitan and Composer do not use PEFT. It matters only for
+// bitsandbytes NF4 under pure bf16 with the Trainer's autocast: AMP and fp32 runs
+// are fp32 already, and PEFT leaves GPTQ models alone (peft/utils/other.py,
+// is_gptq_quantized).
+void resolve_kbit_prep(const RunSettings& settings, ResolvedStack& out) {
+  if (settings.kbit_prep) {
+    out.top.kbit_prep = out.bottom.kbit_prep = *settings.kbit_prep;
+    return;
+  }
+  switch (settings.stack) {
+    case Stack::kHfTrainer:
+    case Stack::kUnspecified: {
+      out.top.kbit_prep = KbitPrep::kPeft;
+      out.bottom.kbit_prep = KbitPrep::kNone;
+      if (kbit_prep_matters(settings)) {
+        out.unknowns.emplace_back("what the script does to the weights bitsandbytes left unquantized: PEFT's "
+                                  "prepare_model_for_kbit_training makes them fp32 (the PEFT docs, TRL before 0.26), "
+                                  "TRL 0.7.5-0.25 upcasts only the norms, axolotl and TRL 0.26 keep them as loaded "
+                                  "(give --kbit-prep)");
+      }
+      return;
+    }
+    default: out.top.kbit_prep = out.bottom.kbit_prep = KbitPrep::kNone; return;
+  }
+}
+
 }  // namespace
+
+bool kbit_prep_matters(const RunSettings& settings) {
+  return settings.mode == TrainMode::kQlora && settings.quant == QuantFormat::kNf4 &&
+         settings.precision == Precision::kBf16Pure &&
+         (settings.stack == Stack::kHfTrainer || settings.stack == Stack::kUnspecified);
+}
 
 ResolvedStack resolve_stack(const RunSettings& settings) {
   const StackRow& row = row_of(settings.stack);
@@ -220,6 +258,7 @@ ResolvedStack resolve_stack(const RunSettings& settings) {
                  out.unknowns, adapters_matter);
   resolve_compile_loss(settings, out);
   resolve_no_sync(settings, out);
+  resolve_kbit_prep(settings, out);
   return out;
 }
 
@@ -234,6 +273,8 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
   if (settings.compile) bottom.compile_loss = resolved.bottom.compile_loss;
   // Only FSDP has the setting (validate_settings refuses it elsewhere).
   if (shards_with_fsdp(settings)) bottom.fsdp_no_sync = resolved.bottom.fsdp_no_sync;
+  // Only QLoRA has it (validate_settings refuses it elsewhere).
+  if (settings.mode == TrainMode::kQlora) bottom.kbit_prep = resolved.bottom.kbit_prep;
   return bottom;
 }
 
@@ -372,6 +413,22 @@ std::string_view adapter_dtype_name(AdapterDtype value) { return value == Adapte
 std::optional<AdapterDtype> parse_adapter_dtype(std::string_view text) {
   if (text == "fp32") return AdapterDtype::kFp32;
   if (text == "model") return AdapterDtype::kModel;
+  return std::nullopt;
+}
+
+std::string_view kbit_prep_name(KbitPrep value) {
+  switch (value) {
+    case KbitPrep::kNone: return "none";
+    case KbitPrep::kNormsFp32: return "norms-fp32";
+    case KbitPrep::kPeft: return "peft";
+  }
+  return "?";
+}
+
+std::optional<KbitPrep> parse_kbit_prep(std::string_view text) {
+  if (text == "none") return KbitPrep::kNone;
+  if (text == "norms-fp32") return KbitPrep::kNormsFp32;
+  if (text == "peft") return KbitPrep::kPeft;
   return std::nullopt;
 }
 

@@ -69,6 +69,15 @@ enum class AdapterDtype {
   kModel,  // torchtune, litgpt: built in the model's dtype
 };
 
+// What a QLoRA script does to the parameters bitsandbytes left unquantized (the
+// embeddings, norms and output layer) before training (docs/stacks.md, "QLoRA
+// preparation").
+enum class KbitPrep {
+  kNone,       // trained as loaded (axolotl, TRL >= 0.26, LLaMA-Factory's default)
+  kNormsFp32,  // norms cast to fp32 (TRL 0.7.5-0.25 with bf16, artidoro/qlora, LLaMA-Factory upcast_layernorm)
+  kPeft,       // PEFT's prepare_model_for_kbit_training: every unquantized parameter fp32
+};
+
 struct LossSpec {
   LossImpl impl = LossImpl::kFullKeepLogits;
   int chunks = 8;  // kChunked: torchtune's num_output_chunks
@@ -89,6 +98,9 @@ struct StackSpec {
   // unsharded gradient instead of reduce-scattering (planner/model_states.h,
   // accumulates_unsharded; docs/stacks.md, "FSDP accumulation").
   bool fsdp_no_sync = false;
+  // QLoRA over bitsandbytes: which unquantized parameters the script upcasts to
+  // fp32 (planner/kbit_prep.h). Changes bytes only under pure bf16.
+  KbitPrep kbit_prep = KbitPrep::kNone;
 };
 
 // The stack as the planner prices it: the top of the band (each unknown at its
@@ -99,6 +111,11 @@ struct ResolvedStack {
   std::vector<std::string> unknowns;  // empty: the band has no width from the stack
 };
 ResolvedStack resolve_stack(const RunSettings& settings);
+
+// Whether the QLoRA preparation (StackSpec::kbit_prep) can change this run's
+// bytes: bitsandbytes NF4 under pure bf16 with the Trainer's autocast (stack
+// hf-trainer, or unspecified priced as it).
+bool kbit_prep_matters(const RunSettings& settings);
 
 // `settings` with every unknown of its stack pinned to the cheapest value (the
 // bottom of the band); nullopt when the stack leaves nothing open.
@@ -142,6 +159,8 @@ std::optional<FsdpWrap> parse_fsdp_wrap(std::string_view text);
 std::string_view reduce_dtype_name(ReduceDtype value);
 std::optional<ReduceDtype> parse_reduce_dtype(std::string_view text);
 std::optional<AdapterDtype> parse_adapter_dtype(std::string_view text);
+std::string_view kbit_prep_name(KbitPrep value);
+std::optional<KbitPrep> parse_kbit_prep(std::string_view text);
 inline constexpr const char* kStackNames =
     "hf-trainer, torchtune, litgpt, torchtitan, deepspeed, torch-amp, composer, unspecified";
 inline constexpr const char* kOptimizerImplNames = "foreach, fused, for-loop, in-backward";
@@ -151,5 +170,6 @@ inline constexpr const char* kAdapterDtypeNames = "fp32, model";
 inline constexpr const char* kShardingNames = "deepspeed, fsdp1, fsdp2";
 inline constexpr const char* kReduceDtypeNames = "fp32, param";
 inline constexpr const char* kFsdpWrapNames = "layers, model";
+inline constexpr const char* kKbitPrepNames = "none, norms-fp32, peft";
 
 }  // namespace headroom::planner

@@ -197,6 +197,11 @@ std::string stack_extras(const planner::RunSettings& s, const planner::ResolvedS
     const std::string bottom(planner::adapter_dtype_name(stack.bottom.adapter_dtype));
     out += ", adapters " + (top == bottom ? top : bottom + " to " + top);
   }
+  if (planner::kbit_prep_matters(s)) {
+    const std::string top(planner::kbit_prep_name(stack.top.kbit_prep));
+    const std::string bottom(planner::kbit_prep_name(stack.bottom.kbit_prep));
+    out += ", QLoRA preparation " + (top == bottom ? top : bottom + " to " + top);
+  }
   if (s.compile) out += ", torch.compile";
   if (s.float8 != planner::Float8Recipe::kNone) {
     out += ", fp8 linears (torchao " + std::string(planner::float8_recipe_name(s.float8)) + ")";

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/planner.h"
@@ -56,6 +57,13 @@ inline bool saves(const graph::Node& node, const std::string& tensor) {
     if (saved.tensor == tensor) return true;
   }
   return false;
+}
+
+// The model context of `settings`, which must prepare.
+inline ModelContext prepared_context(const RunSettings& settings) {
+  Result<ModelContext> context = prepare_context(settings);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  return std::move(context.value());
 }
 
 inline Prediction predict_as_given(const RunSettings& settings) {
