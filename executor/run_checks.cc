@@ -111,6 +111,16 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                   "autocast); expected settings.stack hf-trainer (--stack hf-trainer) or adapter_dtype model "
                   "(--adapter-dtype model)");
   }
+  if (planner::kbit_prep_matters(s) && stack.kbit_prep != planner::KbitPrep::kNone) {
+    // The executor builds the unquantized weights in the plan's 16-bit dtype and
+    // has no fp32 residual stream around its NF4 linears (planner/kbit_prep.h).
+    return refuse(origin, "settings.kbit_prep",
+                  std::string(planner::kbit_prep_name(stack.kbit_prep)) +
+                      " (the script's upcast of the unquantized weights to fp32" +
+                      (s.kbit_prep ? "" : ", the top of the band when the stack leaves it open") +
+                      ") is priced but not run by the executor, which trains them as loaded; expected kbit_prep "
+                      "none (--kbit-prep none)");
+  }
   const bool checkpoints = std::find(plan.blocks.begin(), plan.blocks.end(), planner::BlockChoice::kCheckpoint) !=
                            plan.blocks.end();
   if (checkpoints && stack.recompute == planner::Recompute::kSelectiveOp) {

@@ -271,6 +271,14 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   planner::Plan amp = plan;
   amp.settings.precision = planner::Precision::kBf16Amp;
   CHECK(check_executable(amp, "plan.json").message().find("settings.precision") != std::string::npos);
+  // The Trainer's QLoRA leaves PEFT's upcast open; the executor trains the weights as loaded.
+  planner::Plan prepared = plan;
+  prepared.settings.mode = planner::TrainMode::kQlora;
+  prepared.settings.precision = planner::Precision::kBf16Pure;
+  prepared.settings.stack = planner::Stack::kHfTrainer;
+  CHECK(check_executable(prepared, "plan.json").message().find("plan.json: settings.kbit_prep: peft") == 0);
+  prepared.settings.kbit_prep = planner::KbitPrep::kNone;
+  CHECK(check_executable(prepared, "plan.json").message().find("kbit_prep") == std::string::npos);
   planner::Plan chunked = plan;
   chunked.settings.stack = planner::Stack::kTorchtune;
   CHECK(check_executable(chunked, "plan.json").message().find("plan.json: settings.loss: chunked:8") == 0);
