@@ -138,9 +138,19 @@ void add_cast_node(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& 
 void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
   std::map<std::string, graph::Tensor*> tensors;
   for (graph::Tensor& tensor : graph.tensors) tensors[tensor.name] = &tensor;
+  // Over a 16-bit model only what the upcast weights make fp32 counts: the graph's
+  // own fp32 intermediates (an op's upcast inside Python code, a sinusoidal
+  // embedding) are cast back by the code that made them (diffusers'
+  // timesteps_proj.to(dtype), LlamaRMSNorm's .to(input_dtype)).
+  std::set<std::string> promoted;
   const auto is_f32 = [&](const std::string& name) {
-    const graph::Tensor* tensor = tensors.at(name);
-    return tensor->dtype == DType::kF32;
+    if (weights == AutocastWeights::kUpcastOnly) return promoted.count(name) > 0;
+    return tensors.at(name)->dtype == DType::kF32;
+  };
+  const auto make_f32 = [&](const std::string& name) {
+    graph::Tensor* tensor = tensors.at(name);
+    if (!tensor->dtype) tensor->dtype = DType::kF32;
+    promoted.insert(name);
   };
 
   // Output dtypes, producers first (the builders create nodes in execution order).
@@ -151,10 +161,7 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
     const bool f32_input = std::any_of(node.inputs.begin(), node.inputs.end(), is_f32);
     if (runs_in_16_bit(node.op)) {
       // A 4-bit linear copies its result back to its input's dtype (upcast_four_bit_weight).
-      if (four_bit_weight(node) != nullptr && is_f32(node.inputs.front())) {
-        graph::Tensor* tensor = tensors.at(node.outputs.front());
-        if (!tensor->dtype) tensor->dtype = DType::kF32;
-      }
+      if (four_bit_weight(node) != nullptr && is_f32(node.inputs.front())) make_f32(node.outputs.front());
       continue;
     }
     const bool owns_fp32 = std::any_of(node.params.begin(), node.params.end(),
@@ -167,10 +174,7 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
     // weight * x.to(input_dtype), fp32 where its weight is (always, over an fp32 model).
     const bool fp32_norm = node.op == "norm" && weights == AutocastWeights::kFp32Model;
     if (!((owns_fp32 && !keeps_input_dtype) || f32_input || fp32_norm)) continue;
-    for (const std::string& output : node.outputs) {
-      graph::Tensor* tensor = tensors.at(output);
-      if (!tensor->dtype) tensor->dtype = DType::kF32;
-    }
+    for (const std::string& output : node.outputs) make_f32(output);
   }
 
   // Casts in front of each lower-precision op: its weight, and its fp32 inputs.
@@ -194,6 +198,13 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
       input = name;
     }
     if (four_bit_f32_input) upcast_four_bit_weight(rewritten, added, node, *four_bit);
+    if (four_bit != nullptr && !four_bit_f32_input) {
+      // Linear4bit casts its bias to its input's dtype in place at its first call
+      // (bitsandbytes/nn/modules.py: self.bias.data = self.bias.data.to(x.dtype)).
+      for (graph::Param& param : node.params) {
+        if (param.name == node.name + ".bias") param.upcast_fp32 = false;
+      }
+    }
     if (const graph::Param* weight = matmul_weight(node, weights)) {
       const std::string name = node.name + ".weight_cast";
       add_cast(rewritten, added, name, node.block, {}, graph::SizeExpr::constant(weight->elements()));

@@ -75,6 +75,9 @@ const std::set<std::string>& settings_keys() {
     every.sharding = planner::Sharding::kFsdp1;
     every.reduce_dtype = planner::ReduceDtype::kFp32;
     every.cpu_offload = planner::CpuOffloadImpl::kTorchao;
+    every.kbit_prep = planner::KbitPrep::kNone;
+    every.fsdp_no_sync = false;
+    every.fsdp_wrap = planner::FsdpWrap::kModel;
     const json every_json =
         planner::settings_to_json(every);  // named: items() does not extend a temporary
     std::set<std::string> out;
