@@ -144,6 +144,37 @@ def test_callback_reads_peft_adapters(tmp_path):
     assert (tmp_path / "out" / "headroom" / "adapter_config.json").exists()
 
 
+def test_check_reads_a_bitsandbytes_model_as_qlora_with_its_preparation(tmp_path):
+    """A 4-bit model (its config's quantization_config) is QLoRA; the dtypes of the
+    weights bitsandbytes left unquantized say what the script did to them
+    (docs/stacks.md, "QLoRA preparation"). The tiny model's linears stay 16-bit:
+    headroom reads the config, not the weights."""
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2,
+                                          use_cpu=True, bf16=True, report_to=[])
+
+    def settings_for(model, name):
+        answer = headroom.check(model, training_args=args, gpu=GPU, seq_len=SEQ, out_dir=str(tmp_path / name))
+        return answer["as_given"]["settings"]
+
+    model = tiny_llama().to(torch.bfloat16)
+    model.config.quantization_config = {"quant_method": "bitsandbytes", "load_in_4bit": True,
+                                        "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": False,
+                                        "bnb_4bit_compute_dtype": "bfloat16"}
+    settings = settings_for(model, "as-loaded")
+    assert settings["mode"] == "qlora" and settings["nf4_double_quant"] is False
+    assert settings["precision"] == "bf16" and settings["kbit_prep"] == "none"
+    # TRL's peft_module_casting_to_bf16: the norms fp32, the embeddings bf16.
+    for name, parameter in model.named_parameters():
+        if "norm" in name:
+            parameter.data = parameter.data.float()
+    assert settings_for(model, "norms")["kbit_prep"] == "norms-fp32"
+    # PEFT's prepare_model_for_kbit_training: every unquantized weight fp32, which
+    # the Trainer's bf16 runs as autocast over fp32 weights.
+    model.float()
+    settings = settings_for(model, "peft")
+    assert settings["mode"] == "qlora" and settings["precision"] == "bf16-amp" and "kbit_prep" not in settings
+
+
 def test_callback_on_the_cpu_needs_a_gpu_named(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device names the GPU itself")

@@ -127,6 +127,32 @@ def _model_files(model, out_dir: str) -> tuple[Optional[str], Optional[str]]:
     return config_path, adapter_path
 
 
+def _live_quantization(model) -> tuple[dict, Optional[str], Optional[str]]:
+    """A bitsandbytes 4-bit model as the live model holds it: the settings it
+    implies (QLoRA, its double quantization), the dtype its unquantized weights
+    are in when 16-bit, and what the script did to them (kbit_prep, meaningful
+    under the Trainer's bf16 autocast); ({}, None, None) for any other model.
+    docs/stacks.md, "QLoRA preparation"."""
+    quant = getattr(getattr(model, "config", None), "quantization_config", None)
+    if quant is None:
+        return {}, None, None
+    quant = quant.to_dict() if hasattr(quant, "to_dict") else dict(quant)
+    if quant.get("quant_method") != "bitsandbytes" or not quant.get("load_in_4bit"):
+        return {}, None, None
+    settings = {"mode": "qlora", "nf4_double_quant": bool(quant.get("bnb_4bit_use_double_quant", False))}
+    import torch
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    weight = getattr(embeddings, "weight", None)
+    if weight is None or weight.dtype != torch.bfloat16:
+        # fp32 embeddings: PEFT's prepare_model_for_kbit_training (or an fp32 load), which the
+        # Trainer's bf16 prices as autocast over fp32 weights already; fp16 loads are not modelled.
+        return settings, None, None
+    # A 16-bit model: the norms tell TRL's or LLaMA-Factory's upcast from none.
+    norms_fp32 = any(parameter.dtype == torch.float32 and parameter.dim() == 1 and "norm" in name.lower()
+                     for name, parameter in model.named_parameters())
+    return settings, "bfloat16", "norms-fp32" if norms_fp32 else "none"
+
+
 def _plain(value):
     if isinstance(value, (set, frozenset)):
         return sorted(value)
@@ -157,7 +183,11 @@ def check(model=None, settings: Optional[Mapping[str, Any]] = None, *, gpu: Opti
     os.makedirs(out_dir, exist_ok=True)
     request = dict(settings or {})
     model_path = None
+    load_dtype = kbit_prep = None
     if model is not None and not isinstance(model, (str, os.PathLike)):
+        quantized, load_dtype, kbit_prep = _live_quantization(model)
+        for key, value in quantized.items():
+            request.setdefault(key, value)
         model_path, adapter_path = _model_files(model, out_dir)
         if model_path is None and "model" not in request:
             raise SettingsError("model: has no transformers config (expected a transformers model, or "
@@ -179,6 +209,11 @@ def check(model=None, settings: Optional[Mapping[str, Any]] = None, *, gpu: Opti
                     notes.append(note)
                 else:
                     warnings.warn(note, HeadroomNote, stacklevel=2)
+        # The dtype the live model's unquantized weights were loaded in (TRL's ModelConfig
+        # key): under bf16 the Trainer autocasts over them as they are.
+        if load_dtype is not None and arguments.get("bf16") and "torch_dtype" not in arguments:
+            arguments["torch_dtype"] = load_dtype
+            request.setdefault("kbit_prep", kbit_prep)
         write_json_atomic(args_path, arguments)
         configs["hf_args"] = args_path
         world = int(getattr(training_args, "world_size", 1) or 1)
