@@ -213,6 +213,8 @@ def check(model=None, settings: Optional[Mapping[str, Any]] = None, *, gpu: Opti
         # key): under bf16 the Trainer autocasts over them as they are.
         if load_dtype is not None and arguments.get("bf16") and "torch_dtype" not in arguments:
             arguments["torch_dtype"] = load_dtype
+            # The base settings are checked alone before the arguments refine them.
+            request.setdefault("precision", "bf16")
             request.setdefault("kbit_prep", kbit_prep)
         write_json_atomic(args_path, arguments)
         configs["hf_args"] = args_path
