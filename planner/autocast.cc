@@ -93,30 +93,22 @@ void copy_adapter_input(std::vector<graph::Node>& nodes, std::vector<graph::Tens
 }
 
 
-// bitsandbytes' Linear4bit fed an fp32 input (bitsandbytes/nn/modules.py): its
-// first call makes fp32 its compute dtype for good (set_compute_type), MatMul4Bit
-// dequantizes the weight to the load dtype and copies it to fp32
-// (autograd/_functions.py: F.dequantize_4bit(B, quant_state).to(A.dtype)), autocast's
-// linear casts that copy back to 16 bits, and the 16-bit result is copied to the
-// input's dtype (`out.to(inp_dtype)`). So the forward holds the 16-bit dequantized
-// weight beside its fp32 copy, then the fp32 copy beside the 16-bit cast: three
-// times the 16-bit weight where a 16-bit input needs one. Nothing of it is kept
-// (MatMul4Bit saves no weight), and the backward dequantizes to the gradient's
-// 16-bit dtype as before (the node's backward workspace).
-void upcast_four_bit_weight(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, graph::Node& node,
-                            const graph::Param& weight) {
-  const graph::SizeExpr elements = graph::SizeExpr::constant(weight.elements());
-  const std::string upcast = node.name + ".dequantize_f32";
-  // Reads the 16-bit dequantized weight and writes its fp32 copy: 6 bytes a weight.
-  add_cast_node(nodes, tensors, upcast, node.block, {}, elements, DType::kF32, elements.scaled(3));
-  nodes.back().workspace_elements = elements;  // the 16-bit dequantized weight, beside the copy
-  const std::string cast = node.name + ".weight_cast";
-  add_cast(nodes, tensors, cast, node.block, {upcast}, elements);
-  node.inputs.push_back(cast);
-  node.bwd_workspace_elements = node.workspace_elements;
-  node.workspace_elements = graph::SizeExpr{};
-  // The copy of the 16-bit result to fp32: reads 2 bytes and writes 4 an element.
-  node.fwd_io_elements += node.linear->rows.scaled(3 * node.linear->out_features);
+// bitsandbytes' Linear4bit fed an fp32 input (bitsandbytes/nn/modules.py,
+// Linear4bit.forward): it casts the input to its compute dtype (transformers passes
+// bnb_4bit_compute_dtype, the run's 16 bits in the QLoRA recipes), runs MatMul4Bit
+// on that copy, which keeps nothing of it, and copies the 16-bit result back to
+// the input's dtype (`out.to(inp_dtype)`): an fp32 output, and the 16-bit result
+// beside it for a moment. The 16-bit copy of the input is the cast autocast's
+// rewrite puts in front of the node. From bitsandbytes 0.47 (812ef06a) a compute
+// dtype given at construction is kept; up to 0.46 the first call switched it to an
+// fp32 input's dtype (set_compute_type), so the weight was dequantized and copied
+// to fp32 as well: not modelled (docs/memory-model.md).
+void copy_four_bit_output(graph::Node& node) {
+  const graph::SizeExpr result = node.linear->rows.scaled(node.linear->out_features);
+  if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;
+  node.workspace_elements += result;  // the 16-bit result beside its fp32 copy
+  // The copy reads 2 bytes and writes 4 an element.
+  node.fwd_io_elements += result.scaled(3);
 }
 
 }  // namespace
@@ -160,7 +152,7 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
   for (const graph::Node& node : graph.nodes) {
     const bool f32_input = std::any_of(node.inputs.begin(), node.inputs.end(), is_f32);
     if (runs_in_16_bit(node.op)) {
-      // A 4-bit linear copies its result back to its input's dtype (upcast_four_bit_weight).
+      // A 4-bit linear copies its result back to its input's dtype (copy_four_bit_output).
       if (four_bit_weight(node) != nullptr && is_f32(node.inputs.front())) make_f32(node.outputs.front());
       continue;
     }
@@ -173,7 +165,13 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
     // layer_norm is on autocast's fp32 list; an RMSNorm in Python ops returns
     // weight * x.to(input_dtype), fp32 where its weight is (always, over an fp32 model).
     const bool fp32_norm = node.op == "norm" && weights == AutocastWeights::kFp32Model;
-    if (!((owns_fp32 && !keeps_input_dtype) || f32_input || fp32_norm)) continue;
+    // GemmaRMSNorm and torchtune's RMSNorm multiply the fp32 normalized tensor by the
+    // weight and return output.type_as(x): the input's dtype, whatever the weight's.
+    const bool casts_back = node.op == "norm" && weights == AutocastWeights::kUpcastOnly &&
+                            std::any_of(node.outputs.begin(), node.outputs.end(), [&](const std::string& out) {
+                              return out == node.name + ":normalized" && tensors.at(out)->dtype == DType::kF32;
+                            });
+    if (!((owns_fp32 && !keeps_input_dtype && !casts_back) || f32_input || fp32_norm)) continue;
     for (const std::string& output : node.outputs) make_f32(output);
   }
 
@@ -197,7 +195,7 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
       }
       input = name;
     }
-    if (four_bit_f32_input) upcast_four_bit_weight(rewritten, added, node, *four_bit);
+    if (four_bit_f32_input) copy_four_bit_output(node);
     if (four_bit != nullptr && !four_bit_f32_input) {
       // Linear4bit casts its bias to its input's dtype in place at its first call
       // (bitsandbytes/nn/modules.py: self.bias.data = self.bias.data.to(x.dtype)).

@@ -39,7 +39,7 @@ enum class AutocastWeights {
 // each lower-precision op for its fp32 weight ("<node>.weight_cast") and for each
 // fp32 activation input ("<node>.cast:<input>"), which the op reads and keeps
 // in place of the fp32 tensor. A bitsandbytes 4-bit linear fed an fp32 input
-// computes in fp32 and returns fp32 (autocast.cc, upcast_four_bit_weight).
+// computes on its 16-bit copy and returns fp32 (autocast.cc, copy_four_bit_output).
 void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights = AutocastWeights::kFp32Model);
 
 // Autocast over a 16-bit model with fp32 LoRA adapters: transformers' Trainer

@@ -13,7 +13,10 @@ void apply_kbit_prep(graph::LayerGraph& graph, KbitPrep prep) {
     // TRL casts modules whose name holds "norm" (and every nn.LayerNorm): the graph's norm nodes.
     if (prep == KbitPrep::kNormsFp32 && node.op != "norm") continue;
     for (graph::Param& param : node.params) {
-      if (param.trainable || param.buffer || is_quantized_storage(param.dtype) || is_quantization_constant(param)) {
+      // The adapters come after the preparation (get_peft_model), in their own dtype;
+      // modules trained in full beside them (modules_to_save) copy the upcast module.
+      if (is_lora_adapter(param) || param.buffer || is_quantized_storage(param.dtype) ||
+          is_quantization_constant(param)) {
         continue;
       }
       param.upcast_fp32 = true;

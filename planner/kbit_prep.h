@@ -7,9 +7,10 @@
 // - TRL's peft_module_casting_to_bf16 (0.7.5-0.24, with bf16) puts the embeddings
 //   and lm_head back to bf16 and keeps modules named "norm" in fp32; TRL 0.25's own
 //   preparation upcasts only the norms; artidoro/qlora (qlora.py) does the same.
-// An fp32 norm weight makes the norm's output fp32 (LlamaRMSNorm returns
-// weight * x.to(input_dtype)), so either way the residual stream turns fp32 and
-// the 4-bit linears see fp32 inputs (planner/autocast.h).
+// An fp32 norm weight makes a LlamaRMSNorm's output fp32 (it returns
+// weight * x.to(input_dtype)), so either way the residual stream of a Llama-style
+// model turns fp32 and the 4-bit linears see fp32 inputs (planner/autocast.h);
+// GemmaRMSNorm returns output.type_as(x) and keeps the input's dtype.
 #pragma once
 
 #include "graph/layer_graph.h"
@@ -18,7 +19,9 @@
 namespace headroom::planner {
 
 // Marks the parameters `prep` upcasts (Param::upcast_fp32): under kPeft every
-// frozen unquantized parameter, under kNormsFp32 those of the norms.
+// unquantized parameter but the adapters (a module trained in full beside them,
+// PEFT's modules_to_save, copies the upcast module: its gradient and optimizer
+// states are fp32 too), under kNormsFp32 those of the norms.
 void apply_kbit_prep(graph::LayerGraph& graph, KbitPrep prep);
 
 // Whether any parameter of `graph` is upcast.

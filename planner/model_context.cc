@@ -184,7 +184,9 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   if (settings.precision == Precision::kBf16Pure && has_upcast_params(context.graph)) {
     apply_autocast(context.graph, AutocastWeights::kUpcastOnly);
   }
-  if (settings.precision == Precision::kBf16Pure && settings.stack == Stack::kHfTrainer) {
+  // The upcast is priced under the Trainer's autocast, the unspecified stack's too.
+  if (settings.precision == Precision::kBf16Pure &&
+      (settings.stack == Stack::kHfTrainer || has_upcast_params(context.graph))) {
     apply_autocast_to_fp32_adapters(context.graph);
   }
   apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},

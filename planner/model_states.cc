@@ -128,9 +128,11 @@ bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings) {
 }
 
 // A PEFT adapter declared fp32 on a pure-bf16 model stays fp32 (4 bytes for the
-// weight, its gradient and each torch.optim state, which follow the parameter's dtype).
+// weight, its gradient and each torch.optim state, which follow the parameter's
+// dtype), as does a module trained in full that the script upcast (kbit_prep.h).
 bool fp32_adapter(const Param& param, Precision precision) {
-  return precision == Precision::kBf16Pure && param.trainable && param.dtype == DType::kF32 && is_lora_adapter(param);
+  return precision == Precision::kBf16Pure && param.trainable &&
+         ((param.dtype == DType::kF32 && is_lora_adapter(param)) || param.upcast_fp32);
 }
 
 bool is_quantized_storage(DType dtype) {

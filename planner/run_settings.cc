@@ -303,27 +303,37 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
                 "FSDP's accumulation: expected sharding fsdp1 or fsdp2 (or a stack that shards with FSDP) with it");
   }
   if (s.kbit_prep && s.mode != TrainMode::kQlora) {
-    return fail(origin, "kbit_prep", "the QLoRA preparation: expected it only with mode qlora");
+    return fail(origin, "kbit_prep",
+                "the QLoRA preparation: expected it only with mode qlora, got mode " + std::string(mode_name(s.mode)));
   }
   if (s.kbit_prep && *s.kbit_prep != KbitPrep::kNone) {
+    const std::string given = "got " + std::string(kbit_prep_name(*s.kbit_prep));
     // peft/utils/other.py prepare_model_for_kbit_training: `if not is_gptq_quantized ...`
     // around the fp32 cast (peft >= 0.5).
     if (s.quant == QuantFormat::kGptq) {
       return fail(origin, "kbit_prep",
-                  "none with quant gptq: PEFT's prepare_model_for_kbit_training casts nothing in a GPTQ model");
+                  "none with quant gptq: PEFT's prepare_model_for_kbit_training casts nothing in a GPTQ model; " +
+                      given);
     }
     // DeepSpeed's engine casts the module to 16 bits after the script's preparation
     // (runtime/engine.py _configure_distributed_model: module.bfloat16()).
-    if (s.precision == Precision::kBf16Pure && s.stack != Stack::kHfTrainer && s.stack != Stack::kUnspecified) {
-      return fail(origin, "kbit_prep",
-                  "none under stack " + std::string(stack_name(s.stack)) +
-                      " with precision bf16: the upcast is modelled under the Trainer's autocast (stack hf-trainer)");
-    }
     if (s.precision == Precision::kBf16Mixed || s.precision == Precision::kFp16Mixed) {
       return fail(origin, "kbit_prep",
                   "none under precision " + std::string(precision_name(s.precision)) +
-                      " (the model is cast to 16 bits with fp32 masters, undoing the upcast); for the Trainer's "
-                      "bf16=True over a model loaded in bf16 give precision bf16");
+                      " (the model is cast to 16 bits with fp32 masters, undoing the upcast; for the Trainer's "
+                      "bf16=True over a model loaded in bf16 give precision bf16); " + given);
+    }
+    if (s.zero_stage > 0) {
+      return fail(origin, "kbit_prep",
+                  "none with zero_stage " + std::to_string(s.zero_stage) +
+                      " (DeepSpeed's engine casts the module to 16 bits after the preparation, and TRL skips it for "
+                      "sharded QLoRA); " + given);
+    }
+    if (s.precision == Precision::kBf16Pure && s.stack != Stack::kHfTrainer && s.stack != Stack::kUnspecified) {
+      return fail(origin, "kbit_prep",
+                  "none under stack " + std::string(stack_name(s.stack)) +
+                      " with precision bf16 (the upcast is modelled under the Trainer's autocast, stack "
+                      "hf-trainer); " + given);
     }
   }
   if (shards_with_fsdp(s) && s.offload_param == Offload::kNvme) {

@@ -235,8 +235,11 @@ void resolve_kbit_prep(const RunSettings& settings, ResolvedStack& out) {
 }  // namespace
 
 bool kbit_prep_matters(const RunSettings& settings) {
+  // With ZeRO, DeepSpeed's engine casts the module to 16 bits after the script's
+  // preparation (runtime/engine.py _configure_distributed_model: module.bfloat16()),
+  // and TRL skips it for sharded QLoRA (FSDP1's FlatParameter takes one dtype).
   return settings.mode == TrainMode::kQlora && settings.quant == QuantFormat::kNf4 &&
-         settings.precision == Precision::kBf16Pure &&
+         settings.precision == Precision::kBf16Pure && settings.zero_stage == 0 &&
          (settings.stack == Stack::kHfTrainer || settings.stack == Stack::kUnspecified);
 }
 

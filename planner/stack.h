@@ -114,7 +114,7 @@ ResolvedStack resolve_stack(const RunSettings& settings);
 
 // Whether the QLoRA preparation (StackSpec::kbit_prep) can change this run's
 // bytes: bitsandbytes NF4 under pure bf16 with the Trainer's autocast (stack
-// hf-trainer, or unspecified priced as it).
+// hf-trainer, or unspecified priced as it), without ZeRO.
 bool kbit_prep_matters(const RunSettings& settings);
 
 // `settings` with every unknown of its stack pinned to the cheapest value (the

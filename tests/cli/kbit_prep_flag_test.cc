@@ -17,7 +17,7 @@ TEST_CASE("--kbit-prep pins the QLoRA preparation, and the stack line names it o
   const RunOutput open =
       run_headroom("fit llama-3-8b --gpu 4090 --qlora --precision bf16 --stack hf-trainer --seq 2048 --checkpointing every");
   REQUIRE_MESSAGE(open.exit_code == 0, open.err);
-  CHECK(contains(open.out, "Band: 10.6 GiB to 14.3 GiB"));
+  CHECK(contains(open.out, "Band: 10.6 GiB to 14.5 GiB"));
   CHECK(contains(open.out, "QLoRA preparation none to peft"));
   CHECK(contains(open.out, "prepare_model_for_kbit_training"));
 

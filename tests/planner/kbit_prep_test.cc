@@ -8,7 +8,9 @@
 
 #include <string>
 
+#include "planner/autocast.h"
 #include "planner/axolotl_import.h"
+#include "planner/kbit_prep.h"
 #include "planner/llamafactory_import.h"
 #include "planner/model_context.h"
 #include "planner/model_states.h"
@@ -117,6 +119,12 @@ TEST_CASE("the QLoRA preparation is refused where it means nothing or is undone"
   RunSettings litgpt = trainer_qlora(KbitPrep::kPeft);
   litgpt.stack = Stack::kLitgpt;
   CHECK(refused(litgpt).find("t.json: kbit_prep: ") == 0);
+  RunSettings zero = trainer_qlora(KbitPrep::kPeft);
+  zero.zero_stage = 2;
+  CHECK(refused(zero).find("zero_stage 2") != std::string::npos);
+  CHECK(refused(zero).find("got peft") != std::string::npos);
+  zero.kbit_prep.reset();
+  CHECK_FALSE(kbit_prep_matters(zero));  // DeepSpeed's engine casts the module back: nothing open
   // none is always a faithful answer for QLoRA, and AMP is fp32 already.
   RunSettings none = trainer_qlora(KbitPrep::kNone);
   none.precision = Precision::kBf16Mixed;
@@ -159,7 +167,24 @@ TEST_CASE("PEFT's preparation stores every unquantized weight in fp32, TRL's onl
         model_size(none.graph, Precision::kBf16Pure).weight_bytes_by_dtype["nf4"]);
 }
 
-TEST_CASE("an fp32 norm weight turns the residual fp32, and a 4-bit linear fed it computes in fp32") {
+TEST_CASE("a module trained in full beside the adapters is a copy of the upcast module: fp32 states") {
+  RunSettings settings = trainer_qlora(KbitPrep::kPeft);
+  settings.train_patterns = {"*lm_head*"};  // PEFT modules_to_save
+  const ModelContext context = prepared_context(settings);
+  const graph::Node* head = find_node(context.graph, "lm_head");
+  REQUIRE(head != nullptr);
+  const graph::Param& weight = head->params.front();
+  REQUIRE(weight.trainable);
+  CHECK(stored_dtype(weight, Precision::kBf16Pure) == graph::DType::kF32);
+  CHECK(grad_bytes(weight, Precision::kBf16Pure) == 4 * weight.elements());
+  settings.kbit_prep = KbitPrep::kNone;
+  const ModelContext loaded = prepared_context(settings);
+  const graph::Node* as_loaded = find_node(loaded.graph, "lm_head");
+  REQUIRE(as_loaded != nullptr);
+  CHECK(grad_bytes(as_loaded->params.front(), Precision::kBf16Pure) == 2 * weight.elements());
+}
+
+TEST_CASE("an fp32 norm weight turns the residual fp32, and a 4-bit linear fed it returns fp32") {
   const ModelContext none = prepared_context(trainer_qlora(KbitPrep::kNone));
   const ModelContext norms = prepared_context(trainer_qlora(KbitPrep::kNormsFp32));
   const ModelContext peft = prepared_context(trainer_qlora(KbitPrep::kPeft));
@@ -168,37 +193,31 @@ TEST_CASE("an fp32 norm weight turns the residual fp32, and a 4-bit linear fed i
   const graph::Node* q_node = find_node(none.graph, q);
   REQUIRE(q_node != nullptr);
   const int64_t weight = q_node->linear->in_features * q_node->linear->out_features;
+  const int64_t result = 1024 * q_node->linear->out_features;
 
-  // As loaded: 16-bit throughout, one 16-bit dequantized weight a call.
+  // As loaded: 16-bit throughout, one 16-bit dequantized weight a call, no casts.
   CHECK_FALSE(is_f32(none.graph, q));
-  CHECK(find_node(none.graph, q + ".dequantize_f32") == nullptr);
   CHECK(q_node->workspace_elements.at(1, 1024) == weight);
+  CHECK(find_node(none.graph, q + ".cast:model.layers.0.input_layernorm") == nullptr);
 
   for (const ModelContext* prepared : {&norms, &peft}) {
     const graph::LayerGraph& g = prepared->graph;
     // LlamaRMSNorm returns weight * x.to(input_dtype): fp32 beside an fp32 weight.
     CHECK(is_f32(g, "model.layers.0.input_layernorm"));
-    // Linear4bit copies its result back to its fp32 input's dtype.
+    // Linear4bit runs on a 16-bit copy of its input and copies its result back to fp32.
     CHECK(is_f32(g, q));
     const graph::Node* node = find_node(g, q);
     REQUIRE(node != nullptr);
-    // The 16-bit dequantized weight beside its fp32 copy, then autocast's 16-bit cast of that copy.
-    const graph::Node* upcast = find_node(g, q + ".dequantize_f32");
-    const graph::Node* cast = find_node(g, q + ".weight_cast");
-    REQUIRE(upcast != nullptr);
-    REQUIRE(cast != nullptr);
-    CHECK(upcast->workspace_elements.at(1, 1024) == weight);
-    CHECK(find_tensor(g, q + ".dequantize_f32").dtype == graph::DType::kF32);
-    CHECK(find_tensor(g, q + ".dequantize_f32").elements.at(1, 1024) == weight);
-    CHECK(find_tensor(g, q + ".weight_cast").elements.at(1, 1024) == weight);
-    CHECK_FALSE(find_tensor(g, q + ".weight_cast").dtype.has_value());
-    // MatMul4Bit keeps no weight; its backward dequantizes to the gradient's 16 bits.
-    CHECK_FALSE(saves(*node, q + ".weight_cast"));
-    CHECK(node->workspace_elements.at(1, 1024) == 0);
+    CHECK(find_node(g, q + ".cast:model.layers.0.input_layernorm") != nullptr);
+    // The forward holds the dequantized weight and the 16-bit result beside its copy;
+    // the backward dequantizes as before.
+    CHECK(node->workspace_elements.at(1, 1024) == weight + result);
     CHECK(node->backward_workspace().at(1, 1024) == weight);
     // o_proj reads the attention output, 16-bit under autocast: unchanged.
     CHECK_FALSE(is_f32(g, o));
-    CHECK(find_node(g, o + ".dequantize_f32") == nullptr);
+    const graph::Node* o_node = find_node(g, o);
+    REQUIRE(o_node != nullptr);
+    CHECK(o_node->workspace_elements.at(1, 1024) == o_node->linear->in_features * o_node->linear->out_features);
   }
   // The embeddings: fp32 under PEFT's preparation, as loaded under TRL's.
   const std::string embed = "model.embed_tokens";
@@ -209,6 +228,25 @@ TEST_CASE("an fp32 norm weight turns the residual fp32, and a 4-bit linear fed i
   REQUIRE(head != nullptr);
   CHECK(saves(*head, "lm_head.weight_cast"));
   CHECK(find_node(norms.graph, "lm_head.weight_cast") == nullptr);
+}
+
+TEST_CASE("a norm that returns its input's dtype keeps the residual 16-bit under an fp32 weight") {
+  // torchtune's and Gemma's RMSNorm return output.type_as(x); the config.json Llama's
+  // Python RMSNorm built in that style (normalized_f32) stands in for them.
+  // The Llama graph's norm is transformers' (weight * x.to(input_dtype)): its normalized
+  // tensor is 16-bit before the weight, so an fp32 weight promotes (the case above).
+  graph::LayerGraph graph = prepared_context(trainer_qlora(KbitPrep::kNone)).graph;
+  CHECK_FALSE(find_tensor(graph, "model.layers.0.input_layernorm:normalized").dtype.has_value());
+  // Built in the type_as style instead, the same upcast leaves the residual 16-bit.
+  apply_kbit_prep(graph, KbitPrep::kNormsFp32);
+  for (graph::Tensor& tensor : graph.tensors) {
+    if (tensor.name.ends_with("_layernorm:normalized") || tensor.name == "model.norm:normalized") {
+      tensor.dtype = graph::DType::kF32;
+    }
+  }
+  apply_autocast(graph, AutocastWeights::kUpcastOnly);
+  CHECK_FALSE(is_f32(graph, "model.layers.0.input_layernorm"));
+  CHECK_FALSE(is_f32(graph, "model.layers.0.self_attn.q_proj"));
 }
 
 TEST_CASE("the preparation raises the peak by at least the upcast weights and the fp32 layer inputs") {
@@ -249,13 +287,15 @@ TEST_CASE("axolotl trains the unquantized weights as loaded, LLaMA-Factory upcas
   CHECK(bad.message().find("lf.yaml: upcast_layernorm") != std::string::npos);
 }
 
-TEST_CASE("under AMP a 4-bit linear fed the fp32 residual computes in fp32 as well") {
+TEST_CASE("under AMP a 4-bit linear fed the fp32 residual returns fp32 as well") {
   RunSettings amp = trainer_qlora(std::nullopt);
   amp.precision = Precision::kBf16Amp;
   const ModelContext context = prepared_context(amp);
   const std::string gate = "model.layers.3.mlp.gate_proj";
   CHECK(is_f32(context.graph, gate));
-  CHECK(find_node(context.graph, gate + ".dequantize_f32") != nullptr);
+  const graph::Node* node = find_node(context.graph, gate);
+  REQUIRE(node != nullptr);
+  CHECK(node->workspace_elements.at(1, 1024) > node->backward_workspace().at(1, 1024));
   // down_proj reads SiLU(gate) * up, both fp32 now: fp32 as well.
   CHECK(is_f32(context.graph, "model.layers.3.mlp.down_proj"));
 }

@@ -131,8 +131,8 @@ def _live_quantization(model) -> tuple[dict, Optional[str], Optional[str]]:
     """A bitsandbytes 4-bit model as the live model holds it: the settings it
     implies (QLoRA, its double quantization), the dtype its unquantized weights
     are in when 16-bit, and what the script did to them (kbit_prep, meaningful
-    under the Trainer's bf16 autocast); ({}, None, None) for any other model.
-    docs/stacks.md, "QLoRA preparation"."""
+    under the Trainer's bf16 autocast without DeepSpeed); ({}, None, None) for any
+    other model. docs/stacks.md, "QLoRA preparation"."""
     quant = getattr(getattr(model, "config", None), "quantization_config", None)
     if quant is None:
         return {}, None, None
@@ -141,15 +141,22 @@ def _live_quantization(model) -> tuple[dict, Optional[str], Optional[str]]:
         return {}, None, None
     settings = {"mode": "qlora", "nf4_double_quant": bool(quant.get("bnb_4bit_use_double_quant", False))}
     import torch
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    weight = getattr(embeddings, "weight", None)
-    if weight is None or weight.dtype != torch.bfloat16:
-        # fp32 embeddings: PEFT's prepare_model_for_kbit_training (or an fp32 load), which the
-        # Trainer's bf16 prices as autocast over fp32 weights already; fp16 loads are not modelled.
+
+    try:
+        weight = model.get_input_embeddings().weight
+    except (AttributeError, NotImplementedError):  # no embedding layer to read
         return settings, None, None
-    # A 16-bit model: the norms tell TRL's or LLaMA-Factory's upcast from none.
-    norms_fp32 = any(parameter.dtype == torch.float32 and parameter.dim() == 1 and "norm" in name.lower()
-                     for name, parameter in model.named_parameters())
+    if weight.dtype not in (torch.bfloat16, torch.float16):
+        # fp32 embeddings: PEFT's prepare_model_for_kbit_training (or an fp32 load), which the
+        # Trainer's bf16 prices as autocast over fp32 weights already.
+        return settings, None, None
+    # A 16-bit model (fp16, transformers 4's default for a 4-bit load, priced as bf16: the
+    # same bytes). Its norms tell TRL's upcast (every nn.LayerNorm and module named
+    # "norm") or LLaMA-Factory's from none.
+    norms_fp32 = any(
+        getattr(module, "weight", None) is not None and module.weight.dtype == torch.float32
+        and ("norm" in name.lower() or "Norm" in type(module).__name__)
+        for name, module in model.named_modules())
     return settings, "bfloat16", "norms-fp32" if norms_fp32 else "none"
 
 
@@ -211,7 +218,10 @@ def check(model=None, settings: Optional[Mapping[str, Any]] = None, *, gpu: Opti
                     warnings.warn(note, HeadroomNote, stacklevel=2)
         # The dtype the live model's unquantized weights were loaded in (TRL's ModelConfig
         # key): under bf16 the Trainer autocasts over them as they are.
-        if load_dtype is not None and arguments.get("bf16") and "torch_dtype" not in arguments:
+        # DeepSpeed's engine casts the module to 16 bits itself, and sharded QLoRA is not
+        # prepared: nothing to read then.
+        if (load_dtype is not None and arguments.get("bf16") and "torch_dtype" not in arguments
+                and not arguments.get("deepspeed") and not arguments.get("fsdp")):
             arguments["torch_dtype"] = load_dtype
             # The base settings are checked alone before the arguments refine them.
             request.setdefault("precision", "bf16")
