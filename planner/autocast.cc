@@ -30,21 +30,24 @@ bool is_fp32_weight(const graph::Param& param, AutocastWeights weights) {
   return weights == AutocastWeights::kFp32Model || param.upcast_fp32;
 }
 
-// The fp32 weight a lower-precision op multiplies by: "<node>.weight", unquantized.
-const graph::Param* matmul_weight(const graph::Node& node, AutocastWeights weights) {
+// The weight a lower-precision op multiplies by: "<node>.weight".
+const graph::Param* node_weight(const graph::Node& node) {
   for (const graph::Param& param : node.params) {
-    if (param.name == node.name + ".weight" && is_fp32_weight(param, weights)) return &param;
+    if (param.name == node.name + ".weight") return &param;
   }
   return nullptr;
 }
 
+// That weight when autocast finds it in fp32.
+const graph::Param* matmul_weight(const graph::Node& node, AutocastWeights weights) {
+  const graph::Param* weight = node_weight(node);
+  return weight != nullptr && is_fp32_weight(*weight, weights) ? weight : nullptr;
+}
+
 // The packed 4-bit weight of a bitsandbytes Linear4bit, if `node` is one.
 const graph::Param* four_bit_weight(const graph::Node& node) {
-  if (node.op != "linear") return nullptr;
-  for (const graph::Param& param : node.params) {
-    if (param.name == node.name + ".weight" && (param.dtype == DType::kNF4 || param.dtype == DType::kFP4)) return &param;
-  }
-  return nullptr;
+  const graph::Param* weight = node.op == "linear" ? node_weight(node) : nullptr;
+  return weight != nullptr && (weight->dtype == DType::kNF4 || weight->dtype == DType::kFP4) ? weight : nullptr;
 }
 
 // A cast node "name" in `block` writing tensor "name" (16-bit, `elements`).
