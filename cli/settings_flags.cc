@@ -294,6 +294,14 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_kbit_prep, planner::kKbitPrepNames, s.kbit_prep);
      }},
+    {"--autocast", "on|off", kTraining,
+     "precision bf16: whether the forward runs under torch.autocast over the bf16 weights (on: transformers' "
+     "Trainer, Accelerate, the diffusers scripts, Composer: LayerNorm and softmax give fp32, fp32 adapters are cast "
+     "per matmul; off: torchtune, litgpt, a plain loop); default: as the stack does (docs/stacks.md)",
+     false,
+     [](RunSettings& s, std::string_view v) {
+       return set_on_off(v, s.autocast);
+     }},
     {"--quant", "FORMAT", kTraining,
      "QLoRA's frozen base: nf4 (bitsandbytes, default) or gptq (a GPTQ int4 checkpoint through AutoGPTQ's "
      "QuantLinear, which keeps the unpacked 16-bit weight for backward; docs/memory-model.md)",

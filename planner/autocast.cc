@@ -50,6 +50,19 @@ const graph::Param* four_bit_weight(const graph::Node& node) {
   return weight != nullptr && (weight->dtype == DType::kNF4 || weight->dtype == DType::kFP4) ? weight : nullptr;
 }
 
+// nn.LayerNorm (aten layer_norm, on autocast's fp32 list): the graph builders'
+// norm with a per-row mean (GraphBuilder::norm). RMSNorms are not on the list:
+// transformers' and diffusers' upcast inside their Python ops and cast back, and
+// F.rms_norm returns its input's dtype.
+bool is_layer_norm(const graph::Node& node) {
+  return node.op == "norm" && std::find(node.outputs.begin(), node.outputs.end(), node.name + ":mean") !=
+                                  node.outputs.end();
+}
+
+// Ops autocast runs in fp32 (autocast_mode.h, AT_FORALL_FP32: layer_norm;
+// AT_FORALL_FP32_SET_OPT_DTYPE: softmax given no dtype runs with dtype=float).
+bool runs_in_fp32(const graph::Node& node) { return is_layer_norm(node) || node.op == "softmax"; }
+
 // A cast node "name" in `block` writing tensor "name" (16-bit, `elements`).
 void add_cast(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, const std::string& name,
               int block, std::vector<std::string> inputs, graph::SizeExpr elements) {
@@ -114,6 +127,40 @@ void copy_four_bit_output(graph::Node& node) {
   node.fwd_io_elements += result.scaled(3);
 }
 
+
+// An op on autocast's fp32 list given a 16-bit input runs on an fp32 copy of it
+// (cached_cast to kFloat; upcasts are never cached): "<node>.cast:<input>", what
+// layer_norm keeps for backward in place of x, and what softmax only reads (it
+// keeps its output). layer_norm's 16-bit weight and bias are copied to fp32 too,
+// and native_layer_norm keeps both for backward (derivatives.yaml):
+// "<node>.affine_cast".
+void upcast_fp32_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors,
+                           graph::Node& node, const std::map<std::string, graph::Tensor*>& known,
+                           AutocastWeights weights) {
+  const std::string input = node.inputs.front();
+  const graph::Tensor* tensor = known.at(input);
+  if (tensor->dtype != DType::kF32) {
+    const std::string name = node.name + ".cast:" + input;
+    // Reads 2 bytes and writes 4 an element: three 16-bit elements of traffic.
+    add_cast_node(nodes, tensors, name, node.block, {input}, tensor->elements, DType::kF32, tensor->elements.scaled(3));
+    for (graph::SavedRef& saved : node.saves) {
+      if (saved.tensor == input) saved.tensor = name;
+    }
+    node.inputs.front() = name;
+  }
+  if (!is_layer_norm(node)) return;
+  int64_t affine = 0;
+  for (const graph::Param& param : node.params) {
+    if (!is_fp32_weight(param, weights) && !is_quantized_storage(param.dtype)) affine += param.elements();
+  }
+  if (affine == 0) return;
+  const std::string name = node.name + ".affine_cast";
+  add_cast_node(nodes, tensors, name, node.block, {}, graph::SizeExpr::constant(affine), DType::kF32,
+                graph::SizeExpr::constant(affine).scaled(3));
+  node.inputs.push_back(name);
+  node.saves.push_back({name, graph::SaveWhen::kAnyGrad});
+}
+
 }  // namespace
 
 void add_cast_node(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, const std::string& name,
@@ -139,7 +186,7 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
   // timesteps_proj.to(dtype), LlamaRMSNorm's .to(input_dtype)).
   std::set<std::string> promoted;
   const auto is_f32 = [&](const std::string& name) {
-    if (weights == AutocastWeights::kUpcastOnly) return promoted.count(name) > 0;
+    if (weights == AutocastWeights::kSixteenBitModel) return promoted.count(name) > 0;
     return tensors.at(name)->dtype == DType::kF32;
   };
   const auto make_f32 = [&](const std::string& name) {
@@ -150,13 +197,20 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
 
   // Output dtypes, producers first (the builders create nodes in execution order).
   // An op autocast does not cast runs in its inputs' promoted dtype; one that owns
-  // an fp32 parameter (norm weights, embeddings) or is a norm (layer_norm is on the
-  // fp32 list) yields fp32.
+  // an fp32 parameter (norm weights, embeddings) or is on autocast's fp32 list
+  // (layer_norm, softmax) yields fp32.
   for (const graph::Node& node : graph.nodes) {
     const bool f32_input = std::any_of(node.inputs.begin(), node.inputs.end(), is_f32);
     if (runs_in_16_bit(node.op)) {
       // A 4-bit linear copies its result back to its input's dtype (copy_four_bit_output).
       if (four_bit_weight(node) != nullptr && is_f32(node.inputs.front())) make_f32(node.outputs.front());
+      continue;
+    }
+    // An explicit .to(query.dtype) (eager attention's fp32 softmax cast back): the
+    // dtype of the 16-bit projections, whatever its input.
+    if (node.op == "cast") continue;
+    if (runs_in_fp32(node)) {
+      for (const std::string& output : node.outputs) make_f32(output);
       continue;
     }
     const bool owns_fp32 = std::any_of(node.params.begin(), node.params.end(),
@@ -165,12 +219,12 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
     // kernels write the input's dtype beside fp32 weights and statistics
     // (aten/src/ATen/native/cudnn/BatchNorm.cpp): its weights do not make it fp32.
     const bool keeps_input_dtype = node.op.starts_with("batch_norm");
-    // layer_norm is on autocast's fp32 list; an RMSNorm in Python ops returns
-    // weight * x.to(input_dtype), fp32 where its weight is (always, over an fp32 model).
+    // An RMSNorm in Python ops returns weight * x.to(input_dtype): fp32 where its
+    // weight is (always, over an fp32 model).
     const bool fp32_norm = node.op == "norm" && weights == AutocastWeights::kFp32Model;
     // GemmaRMSNorm and torchtune's RMSNorm multiply the fp32 normalized tensor by the
     // weight and return output.type_as(x): the input's dtype, whatever the weight's.
-    const bool casts_back = node.op == "norm" && weights == AutocastWeights::kUpcastOnly &&
+    const bool casts_back = node.op == "norm" && weights == AutocastWeights::kSixteenBitModel &&
                             std::any_of(node.outputs.begin(), node.outputs.end(), [&](const std::string& out) {
                               return out == node.name + ":normalized" && tensors.at(out)->dtype == DType::kF32;
                             });
@@ -183,6 +237,11 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
   std::vector<graph::Tensor> added;
   rewritten.reserve(graph.nodes.size() * 2);
   for (graph::Node node : graph.nodes) {
+    if (runs_in_fp32(node)) {
+      upcast_fp32_op_inputs(rewritten, added, node, tensors, weights);
+      rewritten.push_back(std::move(node));
+      continue;
+    }
     if (!runs_in_16_bit(node.op)) {
       rewritten.push_back(std::move(node));
       continue;

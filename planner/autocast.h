@@ -28,18 +28,22 @@ void add_cast_node(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& 
                    int block, std::vector<std::string> inputs, graph::SizeExpr elements,
                    std::optional<graph::DType> dtype, graph::SizeExpr io_elements);
 
-// Which weights autocast finds in fp32.
+// What autocast runs over.
 enum class AutocastWeights {
-  kFp32Model,   // AMP over an fp32 model: every unquantized parameter
-  kUpcastOnly,  // a 16-bit model: only the parameters the script upcast (Param::upcast_fp32)
+  kFp32Model,       // AMP over an fp32 model: every unquantized parameter is fp32
+  kSixteenBitModel, // a 16-bit model: only the parameters the script upcast (Param::upcast_fp32) are
 };
 
 // Rewrites `graph` (its tensors' dtypes unset = the 16-bit compute dtype) for an
 // autocast run: fp32 outputs where autocast leaves fp32, and a cast node before
 // each lower-precision op for its fp32 weight ("<node>.weight_cast") and for each
 // fp32 activation input ("<node>.cast:<input>"), which the op reads and keeps
-// in place of the fp32 tensor. A bitsandbytes 4-bit linear fed an fp32 input
-// computes on its 16-bit copy and returns fp32 (autocast.cc, copy_four_bit_output).
+// in place of the fp32 tensor. Ops on autocast's fp32 list run on fp32 copies of
+// 16-bit inputs and return fp32: layer_norm (it keeps its fp32 copy of x, and of a
+// 16-bit weight and bias, "<node>.affine_cast") and softmax without a dtype
+// (fp32_set_opt_dtype). Over a 16-bit model fp32 starts only there and at the
+// upcast weights. A bitsandbytes 4-bit linear fed an fp32 input computes on its
+// 16-bit copy and returns fp32 (autocast.cc, copy_four_bit_output).
 void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights = AutocastWeights::kFp32Model);
 
 // Autocast over a 16-bit model with fp32 LoRA adapters: transformers' Trainer

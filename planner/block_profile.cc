@@ -296,8 +296,11 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
                                           gpu.memory_bandwidth_gbps, options) + kLaunchMs + dequantize + gptq_unpack;
   if (!input_grad && !param_grad) return out;
   // A view's backward reads the parts' gradients and writes the input's, once each
-  // (its io); other ops read the gradient and what they saved, about twice theirs.
-  const double bwd_bytes = (view_forward ? io : 2 * io) + weights;
+  // (its io), and so does a dtype cast's: ToCopyBackward converts the gradient
+  // back with one copy (derivatives.yaml, _to_copy: _to_copy_backward). Other ops
+  // read the gradient and what they saved, about twice theirs.
+  const bool one_copy_backward = view_forward || node.op == "cast";
+  const double bwd_bytes = (one_copy_backward ? io : 2 * io) + weights;
   out.bwd_ms = roofline_ms(gemm.bwd * attention_bwd / (flex ? kFlexBackwardSpeed : 1.0), bwd_bytes, tflops,
                            gpu.memory_bandwidth_gbps, options) + 2 * kLaunchMs + (input_grad ? dequantize : 0.0) +
                float8_cast_ms(node, analysis, n, compute, batch, seq, gpu, options);

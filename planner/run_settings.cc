@@ -306,6 +306,12 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
     return fail(origin, "kbit_prep",
                 "the QLoRA preparation: expected it only with mode qlora, got mode " + std::string(mode_name(s.mode)));
   }
+  if (s.autocast && !autocast_matters(s)) {
+    return fail(origin, "autocast",
+                "autocast over the bf16 weights: expected it only with precision bf16 (bf16-amp and fp16-amp are "
+                "autocast over fp32 weights by definition, the -mixed precisions cast the module to 16 bits), got "
+                "precision " + std::string(precision_name(s.precision)));
+  }
   if (s.kbit_prep && *s.kbit_prep != KbitPrep::kNone) {
     const std::string given = "got " + std::string(kbit_prep_name(*s.kbit_prep));
     // peft/utils/other.py prepare_model_for_kbit_training: `if not is_gptq_quantized ...`
@@ -334,6 +340,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
                   "none under stack " + std::string(stack_name(s.stack)) +
                       " with precision bf16 (the upcast is modelled under the Trainer's autocast, stack "
                       "hf-trainer); " + given);
+    }
+    if (s.autocast == false) {
+      return fail(origin, "kbit_prep",
+                  "none with autocast off (without autocast the upcast residual stream would meet 16-bit "
+                  "matmuls; the preparation is modelled under the Trainer's autocast); " + given);
     }
   }
   if (shards_with_fsdp(s) && s.offload_param == Offload::kNvme) {
@@ -384,6 +395,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   if (s.fsdp_wrap != FsdpWrap::kLayers) j["fsdp_wrap"] = fsdp_wrap_name(s.fsdp_wrap);
   if (s.fsdp_no_sync) j["fsdp_no_sync"] = *s.fsdp_no_sync;
   if (s.kbit_prep) j["kbit_prep"] = kbit_prep_name(*s.kbit_prep);
+  if (s.autocast) j["autocast"] = *s.autocast;
   j["compile"] = s.compile;
   if (s.compile_loss) j["compile_loss"] = *s.compile_loss;
   if (s.float8 != Float8Recipe::kNone) j["float8"] = float8_recipe_name(s.float8);
@@ -477,6 +489,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read_enum("fsdp_wrap", s.fsdp_wrap, parse_fsdp_wrap, kFsdpWrapNames),
       r.read("fsdp_no_sync", s.fsdp_no_sync),
       r.read_enum("kbit_prep", s.kbit_prep, parse_kbit_prep, kKbitPrepNames),
+      r.read("autocast", s.autocast),
       r.read_enum("precision", s.precision, parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16"),
       r.read_enum("optimizer", s.optimizer, parse_optimizer, "adamw, adamw-8bit, sgd, adafactor"),
       r.read_enum("mode", s.mode, parse_mode, "full, lora, qlora"),

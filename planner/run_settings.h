@@ -94,6 +94,9 @@ struct RunSettings {
   // QLoRA: what the script does to the unquantized weights before training
   // (StackSpec::kbit_prep); nullopt: as the stack does (or a band).
   std::optional<KbitPrep> kbit_prep;
+  // Precision bf16: whether the forward runs under torch.autocast over the bf16
+  // weights (StackSpec::autocast); nullopt: as the stack does (or a band).
+  std::optional<bool> autocast;
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile): checkpointable blocks save what the min-cut partitioner
   // keeps (planner/compiled_blocks.h) and run their pointwise ops as fused

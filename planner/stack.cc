@@ -232,15 +232,55 @@ void resolve_kbit_prep(const RunSettings& settings, ResolvedStack& out) {
   }
 }
 
+// Whether the forward runs under torch.autocast over the 16-bit weights.
+// Accelerate wraps model.forward in autocast whenever mixed_precision is bf16 or
+// fp16, except under DeepSpeed and Megatron (accelerator.py: native_amp, and
+// prepare_model's autocast_context); transformers' Trainer and the diffusers
+// training scripts go through it. Composer runs amp_bf16 as torch.autocast
+// (composer/core/precision.py get_precision_context). torchtune, litgpt (Fabric's
+// bf16-true: a default-dtype context, no autocast), torchtitan (FSDP2's
+// MixedPrecisionPolicy), DeepSpeed (the engine's module.bfloat16()) and a plain
+// loop over a bf16 model run no autocast. Unspecified: priced both ways, the top
+// under autocast (fp32 LayerNorm outputs and per-matmul casts only add bytes).
+void resolve_autocast(const RunSettings& settings, ResolvedStack& out) {
+  if (settings.autocast) {
+    out.top.autocast = out.bottom.autocast = *settings.autocast;
+    return;
+  }
+  switch (settings.stack) {
+    case Stack::kHfTrainer: {
+      const bool deepspeed = settings.zero_stage > 0 && sharding_of(settings) == Sharding::kDeepspeed;
+      out.top.autocast = out.bottom.autocast = !deepspeed;
+      return;
+    }
+    case Stack::kComposer: out.top.autocast = out.bottom.autocast = true; return;
+    case Stack::kUnspecified:
+      out.top.autocast = true;
+      out.bottom.autocast = false;
+      if (autocast_matters(settings)) {
+        out.unknowns.emplace_back("whether the forward runs under torch.autocast over the bf16 weights (the "
+                                  "Trainer, Accelerate and diffusers scripts do: LayerNorm and softmax in fp32, "
+                                  "fp32 adapters cast per matmul; torchtune and litgpt do not; give --autocast)");
+      }
+      return;
+    default: out.top.autocast = out.bottom.autocast = false; return;
+  }
+}
+
 }  // namespace
+
+bool autocast_matters(const RunSettings& settings) { return settings.precision == Precision::kBf16Pure; }
 
 bool kbit_prep_matters(const RunSettings& settings) {
   // With ZeRO, DeepSpeed's engine casts the module to 16 bits after the script's
   // preparation (runtime/engine.py _configure_distributed_model: module.bfloat16()),
   // and TRL skips it for sharded QLoRA (FSDP1's FlatParameter takes one dtype).
+  // Without autocast an upcast residual stream would meet the 16-bit linears
+  // (validate_settings refuses kbit_prep with autocast off).
   return settings.mode == TrainMode::kQlora && settings.quant == QuantFormat::kNf4 &&
          settings.precision == Precision::kBf16Pure && settings.zero_stage == 0 &&
-         (settings.stack == Stack::kHfTrainer || settings.stack == Stack::kUnspecified);
+         (settings.stack == Stack::kHfTrainer || settings.stack == Stack::kUnspecified) &&
+         settings.autocast.value_or(true);
 }
 
 ResolvedStack resolve_stack(const RunSettings& settings) {
@@ -262,6 +302,7 @@ ResolvedStack resolve_stack(const RunSettings& settings) {
   resolve_compile_loss(settings, out);
   resolve_no_sync(settings, out);
   resolve_kbit_prep(settings, out);
+  resolve_autocast(settings, out);
   return out;
 }
 
@@ -278,6 +319,8 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
   if (shards_with_fsdp(settings)) bottom.fsdp_no_sync = resolved.bottom.fsdp_no_sync;
   // Only QLoRA has it (validate_settings refuses it elsewhere).
   if (settings.mode == TrainMode::kQlora) bottom.kbit_prep = resolved.bottom.kbit_prep;
+  // Only pure bf16 has it (validate_settings refuses it elsewhere).
+  if (autocast_matters(settings)) bottom.autocast = resolved.bottom.autocast;
   return bottom;
 }
 

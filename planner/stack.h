@@ -101,6 +101,12 @@ struct StackSpec {
   // QLoRA over bitsandbytes: which unquantized parameters the script upcasts to
   // fp32 (planner/kbit_prep.h). Changes bytes only under pure bf16.
   KbitPrep kbit_prep = KbitPrep::kNone;
+  // The forward runs under torch.autocast over the 16-bit weights (precision
+  // bf16): Accelerate's prepare_model wraps model.forward for transformers'
+  // Trainer and the diffusers scripts. LayerNorm and softmax then give fp32,
+  // and fp32 adapters and upcast weights are cast per matmul (planner/autocast.h;
+  // docs/stacks.md, "Autocast over a bf16 model"). Changes bytes only under pure bf16.
+  bool autocast = false;
 };
 
 // The stack as the planner prices it: the top of the band (each unknown at its
@@ -116,6 +122,11 @@ ResolvedStack resolve_stack(const RunSettings& settings);
 // bytes: bitsandbytes NF4 under pure bf16 with the Trainer's autocast (stack
 // hf-trainer, or unspecified priced as it), without ZeRO.
 bool kbit_prep_matters(const RunSettings& settings);
+
+// Whether the forward's autocast over the 16-bit weights (StackSpec::autocast)
+// can change this run's bytes: precision bf16 (the amp precisions are autocast
+// over fp32 weights by definition; bf16-mixed casts the module to 16 bits).
+bool autocast_matters(const RunSettings& settings);
 
 // `settings` with every unknown of its stack pinned to the cheapest value (the
 // bottom of the band); nullopt when the stack leaves nothing open.

@@ -197,6 +197,12 @@ std::string stack_extras(const planner::RunSettings& s, const planner::ResolvedS
     const std::string bottom(planner::adapter_dtype_name(stack.bottom.adapter_dtype));
     out += ", adapters " + (top == bottom ? top : bottom + " to " + top);
   }
+  if (planner::autocast_matters(s)) {
+    const auto name = [](bool on) { return std::string(on ? "under autocast" : "without autocast"); };
+    out += ", forward " + (stack.top.autocast == stack.bottom.autocast
+                               ? name(stack.top.autocast)
+                               : name(stack.bottom.autocast) + " to " + name(stack.top.autocast));
+  }
   if (planner::kbit_prep_matters(s)) {
     const std::string top(planner::kbit_prep_name(stack.top.kbit_prep));
     const std::string bottom(planner::kbit_prep_name(stack.bottom.kbit_prep));

@@ -77,6 +77,7 @@ const std::set<std::string>& settings_keys() {
     every.cpu_offload = planner::CpuOffloadImpl::kTorchao;
     every.kbit_prep = planner::KbitPrep::kNone;
     every.fsdp_no_sync = false;
+    every.autocast = true;
     every.fsdp_wrap = planner::FsdpWrap::kModel;
     const json every_json =
         planner::settings_to_json(every);  // named: items() does not extend a temporary

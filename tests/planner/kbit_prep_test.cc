@@ -244,7 +244,7 @@ TEST_CASE("a norm that returns its input's dtype keeps the residual 16-bit under
       tensor.dtype = graph::DType::kF32;
     }
   }
-  apply_autocast(graph, AutocastWeights::kUpcastOnly);
+  apply_autocast(graph, AutocastWeights::kSixteenBitModel);
   CHECK_FALSE(is_f32(graph, "model.layers.0.input_layernorm"));
   CHECK_FALSE(is_f32(graph, "model.layers.0.self_attn.q_proj"));
 }
