@@ -103,12 +103,12 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
   }
   const planner::StackSpec stack = planner::resolve_stack(s).top;
   if (s.mode != planner::TrainMode::kFull && s.precision == planner::Precision::kBf16Pure &&
-      stack.adapter_dtype == planner::AdapterDtype::kFp32 && s.stack != planner::Stack::kHfTrainer) {
+      stack.adapter_dtype == planner::AdapterDtype::kFp32 && !stack.autocast) {
     // The planner prices fp32 adapters over bf16 weights as the Trainer runs
-    // them (under autocast, planner/autocast.h); elsewhere no stack does.
+    // them, under autocast (planner/autocast.h); without it no stack does.
     return refuse(origin, "settings.adapter_dtype",
-                  "fp32 adapters on a bf16 model are priced, and run, as transformers' Trainer runs them (under "
-                  "autocast); expected settings.stack hf-trainer (--stack hf-trainer) or adapter_dtype model "
+                  "fp32 adapters on a bf16 model are priced, and run, under autocast as transformers' Trainer runs "
+                  "them; expected autocast on (--autocast on, or --stack hf-trainer) or adapter_dtype model "
                   "(--adapter-dtype model)");
   }
   if (planner::kbit_prep_matters(s) && stack.kbit_prep != planner::KbitPrep::kNone) {

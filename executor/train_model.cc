@@ -15,6 +15,7 @@
 #include "models/torch/llava_module.h"
 #include "models/torch/resnet_module.h"
 #include "models/torch/vit_module.h"
+#include "planner/stack.h"
 
 namespace headroom::executor {
 namespace {
@@ -557,6 +558,11 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
   out->module().to(options.device, options.dtype);
   out->moved();
   keep_fp32_adapters(out->module(), trained_graph, plan.settings.precision);
+  // The plan priced the forward under autocast over the bf16 weights (the Trainer's;
+  // the top of the band when the stack leaves it open): run it so.
+  if (planner::autocast_matters(plan.settings) && planner::resolve_stack(plan.settings).top.autocast) {
+    tm::enable_autocast(out->module());
+  }
   if (plan.settings.mode == planner::TrainMode::kQlora &&
       quantize_nf4_linears(out->module(), trained_graph, plan.settings.nf4_double_quant) == 0) {
     return Status::internal(

@@ -26,7 +26,7 @@ class BertLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& hidden);
   BertConfig config;
   Linear query{nullptr}, key{nullptr}, value{nullptr}, attention_output{nullptr}, intermediate{nullptr}, output{nullptr};
-  torch::nn::LayerNorm attention_norm{nullptr}, output_norm{nullptr};
+  LayerNorm attention_norm{nullptr}, output_norm{nullptr};
 };
 TORCH_MODULE(BertLayer);
 
@@ -39,7 +39,7 @@ class BertForSequenceClassificationImpl : public torch::nn::Module {
                      const BlockRunner& runner);
   BertConfig config;
   torch::Tensor word_embeddings, position_embeddings, token_type_embeddings;
-  torch::nn::LayerNorm embeddings_norm{nullptr};
+  LayerNorm embeddings_norm{nullptr};
   std::vector<BertLayer> layers;
   // BERT: pooler.dense and classifier; RoBERTa: classifier.dense and classifier.out_proj.
   Linear head_dense{nullptr}, head_out{nullptr};

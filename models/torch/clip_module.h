@@ -30,7 +30,7 @@ class ClipTextTowerImpl : public torch::nn::Module {
   VisionSpec spec;  // the text layers' shapes, prefix "text_model"
   torch::Tensor token_embedding, position_embedding;
   std::vector<ClipLayer> layers;
-  torch::nn::LayerNorm final_layer_norm{nullptr};
+  LayerNorm final_layer_norm{nullptr};
 
  private:
   std::shared_ptr<torch::nn::Module> embeddings_;

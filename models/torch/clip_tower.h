@@ -26,7 +26,7 @@ class ClipLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& hidden);
   VisionSpec spec;
   bool causal;
-  torch::nn::LayerNorm layer_norm1{nullptr}, layer_norm2{nullptr};
+  LayerNorm layer_norm1{nullptr}, layer_norm2{nullptr};
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, out_proj{nullptr}, fc1{nullptr}, fc2{nullptr};
 };
 TORCH_MODULE(ClipLayer);
@@ -47,7 +47,7 @@ class ClipVisionTowerImpl : public torch::nn::Module {
   VisionSpec spec;
   double eps;
   torch::Tensor patch_weight, class_embedding, position_embedding;
-  torch::nn::LayerNorm pre_layrnorm{nullptr}, post_layernorm{nullptr};
+  LayerNorm pre_layrnorm{nullptr}, post_layernorm{nullptr};
   std::vector<ClipLayer> layers;  // those that run
 
  private:

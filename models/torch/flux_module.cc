@@ -27,10 +27,9 @@ M nested(torch::nn::Module& root, const std::string& path, M module) {
   return parent->register_module(path.substr(start), module);
 }
 
-// LayerNorm without affine (eps 1e-6), then x * (1 + scale) + shift per sample.
-torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
-  const torch::Tensor normed = F::layer_norm(x, F::LayerNormFuncOptions({x.size(-1)}).eps(1e-6));
-  return normed * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+// `norm` (a LayerNorm without affine, eps 1e-6), then x * (1 + scale) + shift per sample.
+torch::Tensor modulate(LayerNorm& norm, const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
+  return norm(x) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
 }
 
 // diffusers apply_rotary_emb with use_real_unbind_dim=-1: pairs (x0, x1) rotate
@@ -84,6 +83,7 @@ std::pair<torch::Tensor, torch::Tensor> flux_rope_tables(int64_t tokens, int64_t
 
 ModulationImpl::ModulationImpl(int64_t hidden, int64_t n) : chunks(n) {
   linear = register_module("linear", Linear(hidden, n * hidden, true));
+  norm = register_module("norm", LayerNorm(hidden, 1e-6, false));
 }
 
 std::vector<torch::Tensor> ModulationImpl::forward(const torch::Tensor& temb) {
@@ -115,7 +115,9 @@ DoubleStreamBlockImpl::DoubleStreamBlockImpl(const FluxConfig& c) : config(c) {
   norm_added_k = nested(*this, "attn.norm_added_k", RMSNorm(c.head_dim, 1e-6));
   to_out = nested(*this, "attn.to_out.0", Linear(h, h, true));
   to_add_out = nested(*this, "attn.to_add_out", Linear(h, h, true));
+  norm2 = register_module("norm2", LayerNorm(h, 1e-6, false));
   ff = register_module("ff", FeedForward(h, c.mlp));
+  norm2_context = register_module("norm2_context", LayerNorm(h, 1e-6, false));
   ff_context = register_module("ff_context", FeedForward(h, c.mlp));
 }
 
@@ -127,8 +129,8 @@ std::vector<torch::Tensor> DoubleStreamBlockImpl::forward(const std::vector<torc
   const int64_t text_tokens = txt.size(1);
   const auto im = norm1(temb);  // shift, scale, gate (attention); shift, scale, gate (MLP)
   const auto tm = norm1_context(temb);
-  const auto img_x = modulate(img, im[0], im[1]);
-  const auto txt_x = modulate(txt, tm[0], tm[1]);
+  const auto img_x = modulate(norm1->norm, img, im[0], im[1]);
+  const auto txt_x = modulate(norm1_context->norm, txt, tm[0], tm[1]);
   const auto heads = [&](Linear& proj, const torch::Tensor& x) {
     return proj(x).view({b, x.size(1), config.heads, config.head_dim});
   };
@@ -140,8 +142,8 @@ std::vector<torch::Tensor> DoubleStreamBlockImpl::forward(const std::vector<torc
   const auto img_o = to_out(o.narrow(1, text_tokens, img.size(1)));
   auto img_h = img + im[2].unsqueeze(1) * img_o;
   auto txt_h = txt + tm[2].unsqueeze(1) * txt_o;
-  img_h = img_h + im[5].unsqueeze(1) * ff(modulate(img_h, im[3], im[4]));
-  txt_h = txt_h + tm[5].unsqueeze(1) * ff_context(modulate(txt_h, tm[3], tm[4]));
+  img_h = img_h + im[5].unsqueeze(1) * ff(modulate(norm2, img_h, im[3], im[4]));
+  txt_h = txt_h + tm[5].unsqueeze(1) * ff_context(modulate(norm2_context, txt_h, tm[3], tm[4]));
   return {img_h, txt_h};
 }
 
@@ -164,7 +166,7 @@ std::vector<torch::Tensor> SingleStreamBlockImpl::forward(const std::vector<torc
   const auto joint = torch::cat({txt, img}, 1);
   const int64_t tokens = joint.size(1);
   const auto mod = norm(in[2]);  // shift, scale, gate
-  const auto x = modulate(joint, mod[0], mod[1]);
+  const auto x = modulate(norm->norm, joint, mod[0], mod[1]);
   const auto mlp = F::gelu(proj_mlp(x), F::GELUFuncOptions().approximate("tanh"));
   const auto heads = [&](Linear& proj) { return proj(x).view({b, tokens, config.heads, config.head_dim}); };
   const auto o = joint_attention(rope(norm_q(heads(to_q)), in[3], in[4]), rope(norm_k(heads(to_k)), in[3], in[4]),
@@ -236,7 +238,7 @@ torch::Tensor FluxTransformerImpl::forward(const FluxBatch& batch, const BlockRu
   // AdaLayerNormContinuous: scale first, then shift.
   const auto prediction = run_block(runner, "head", *this, [this](const std::vector<torch::Tensor>& in) {
     const auto mod = norm_out(in[1]);
-    return std::vector<torch::Tensor>{proj_out(modulate(in[0], mod[1], mod[0]))};
+    return std::vector<torch::Tensor>{proj_out(modulate(norm_out->norm, in[0], mod[1], mod[0]))};
   }, {img, e[2]})[0];
   return F::mse_loss(prediction, batch.target);
 }

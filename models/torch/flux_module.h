@@ -33,13 +33,15 @@ FluxBatch synthetic_flux_batch(const FluxConfig& config, int64_t batch, int64_t 
 // RoPE tables [tokens, head_dim] (cos, sin), f32, interleaved pairs (Flux's layout).
 std::pair<torch::Tensor, torch::Tensor> flux_rope_tables(int64_t tokens, int64_t head_dim);
 
-// AdaLayerNormZero / AdaLayerNormZeroSingle / AdaLayerNormContinuous's
-// projection: linear(silu(temb)) split into `chunks` [B, hidden] parts.
+// AdaLayerNormZero / AdaLayerNormZeroSingle / AdaLayerNormContinuous: the
+// projection linear(silu(temb)) split into `chunks` [B, hidden] parts, and the
+// LayerNorm without affine (`norm`) the block modulates with them.
 class ModulationImpl : public torch::nn::Module {
  public:
   ModulationImpl(int64_t hidden, int64_t chunks);
   std::vector<torch::Tensor> forward(const torch::Tensor& temb);
   Linear linear{nullptr};
+  LayerNorm norm{nullptr};
   int64_t chunks;
 };
 TORCH_MODULE(Modulation);
@@ -64,6 +66,7 @@ class DoubleStreamBlockImpl : public torch::nn::Module {
   Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr}, to_out{nullptr};
   Linear add_q_proj{nullptr}, add_k_proj{nullptr}, add_v_proj{nullptr}, to_add_out{nullptr};
   RMSNorm norm_q{nullptr}, norm_k{nullptr}, norm_added_q{nullptr}, norm_added_k{nullptr};
+  LayerNorm norm2{nullptr}, norm2_context{nullptr};
   FeedForward ff{nullptr}, ff_context{nullptr};
 };
 TORCH_MODULE(DoubleStreamBlock);

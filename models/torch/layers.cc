@@ -94,25 +94,61 @@ void LinearImpl::quantize_nf4(bool double_quant) {
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   namespace F = torch::nn::functional;
+  // Under autocast an fp32 input (a LayerNorm's output, the residual it made fp32)
+  // is cast to the layer's 16-bit dtype; bitsandbytes' Linear4bit casts to its
+  // compute dtype itself (x.to(self.compute_dtype)) and copies the result back
+  // (out.to(inp_dtype)).
+  const torch::ScalarType low = nf4 ? nf4->dtype : weight.scalar_type();
+  const bool cast_input = autocast && x.scalar_type() != low;
+  torch::Tensor x_low = cast_input ? x.to(low) : x;
   torch::Tensor y;
   if (nf4) {
-    y = nf4_linear(x, *nf4);
+    y = nf4_linear(x_low, *nf4);
     if (bias.defined()) y = y + bias;
+    if (cast_input) y = y.to(x.scalar_type());
   } else {
-    y = F::linear(x, weight, bias);
+    y = F::linear(x_low, weight, bias);
   }
   if (!lora_a.defined()) return y;
+  const bool dropout = lora_dropout > 0 && is_training();
+  if (cast_input && !dropout) {
+    // lora_A casts the same fp32 x (PEFT's cast to fp32 adapters is a no-op on it):
+    // one 16-bit copy a layer, which lora_A keeps, as the planner counts it.
+    const torch::Tensor a = adapter_autocast ? lora_a.to(low) : lora_a;
+    const torch::Tensor b = adapter_autocast ? lora_b.to(low) : lora_b;
+    return y + F::linear(F::linear(x_low, a), b) * lora_scale;
+  }
+  x_low = torch::Tensor();  // the base layer's copy is gone once it returns
   // native_dropout keeps a bool mask for backward on every device (the generic
   // CPU dropout would keep a mask in the compute dtype): what the planner counts.
   // PEFT's input cast (peft/tuners/lora/layer.py: x = self._cast_input_dtype(x, lora_A.weight.dtype)).
   const torch::Tensor xa = adapter_autocast ? x.to(lora_a.scalar_type()) : x;
   torch::Tensor a_input =
-      lora_dropout > 0 && is_training() ? std::get<0>(at::native_dropout(xa, lora_dropout, true)) : xa;
-  if (!adapter_autocast) return y + F::linear(F::linear(a_input, lora_a), lora_b) * lora_scale;
+      dropout ? std::get<0>(at::native_dropout(xa, lora_dropout, true)) : xa;
+  if (!adapter_autocast) {
+    if (cast_input) a_input = a_input.to(low);
+    return y + F::linear(F::linear(a_input, lora_a), lora_b) * lora_scale;
+  }
   // Autocast's casts for linear, the input and both weights (not cached for
   // activations; the adapters' casts are what backward keeps for dX).
-  const torch::ScalarType low = x.scalar_type();
   return y + F::linear(F::linear(a_input.to(low), lora_a.to(low)), lora_b.to(low)) * lora_scale;
+}
+
+LayerNormImpl::LayerNormImpl(int64_t width_, double epsilon, bool affine) : width(width_), eps(epsilon) {
+  if (!affine) return;
+  weight = register_parameter("weight", torch::ones({width}));
+  bias = register_parameter("bias", torch::zeros({width}));
+}
+
+torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
+  namespace F = torch::nn::functional;
+  auto options = F::LayerNormFuncOptions({width}).eps(eps);
+  // Autocast's fp32 policy casts every floating-point argument to fp32 (copies:
+  // upcasts are never cached); native_layer_norm keeps the copies of x, the
+  // weight and the bias for backward.
+  const auto as_run = [&](const torch::Tensor& t) { return autocast ? t.to(torch::kFloat) : t; };
+  if (weight.defined()) options = options.weight(as_run(weight)).bias(as_run(bias));
+  return F::layer_norm(as_run(x), options);
 }
 
 RMSNormImpl::RMSNormImpl(int64_t width, double epsilon, bool python_ops) : eps(epsilon), transformers_ops(python_ops) {
@@ -130,8 +166,13 @@ std::shared_ptr<torch::nn::Module> named_scope(torch::nn::Module& parent, const 
   return parent.register_module(name, std::make_shared<torch::nn::Module>());
 }
 
-torch::nn::LayerNorm layer_norm(int64_t width, double eps) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(eps));
+LayerNorm layer_norm(int64_t width, double eps) { return LayerNorm(width, eps); }
+
+void enable_autocast(torch::nn::Module& root) {
+  for (const auto& module : root.modules()) {
+    if (auto* linear = dynamic_cast<LinearImpl*>(module.get())) linear->autocast = true;
+    if (auto* norm = dynamic_cast<LayerNormImpl*>(module.get())) norm->autocast = true;
+  }
 }
 
 torch::Tensor encoder_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

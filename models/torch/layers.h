@@ -45,9 +45,28 @@ class LinearImpl : public torch::nn::Module {
   // to fp32 for the adapters, then autocast casts it, A and B to 16 bits for
   // each matmul. The executor runs no autocast, so it does these casts itself.
   bool adapter_autocast = false;
+  // Autocast over the 16-bit model (enable_autocast): an fp32 input is cast to
+  // the layer's 16-bit dtype for the matmul; a 4-bit layer, as bitsandbytes'
+  // Linear4bit, copies its result back to fp32.
+  bool autocast = false;
   std::optional<Nf4Weight> nf4;  // set by quantize_nf4
 };
 TORCH_MODULE(Linear);
+
+// nn.LayerNorm over the last dimension, with a weight and bias when `affine`.
+// Under autocast (enable_autocast) it runs on fp32 copies of a 16-bit input,
+// weight and bias and returns fp32, as layer_norm on autocast's fp32 list does.
+class LayerNormImpl : public torch::nn::Module {
+ public:
+  LayerNormImpl(int64_t width, double eps, bool affine = true);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+  torch::Tensor bias;
+  int64_t width;
+  double eps;
+  bool autocast = false;
+};
+TORCH_MODULE(LayerNorm);
 
 // RMSNorm over the last dimension with a weight, as one autograd node that
 // keeps only its input and the per-row f32 rstd, like the fused rms_norm
@@ -82,7 +101,16 @@ struct LoraOptions {
 std::shared_ptr<torch::nn::Module> named_scope(torch::nn::Module& parent, const std::string& name);
 
 // nn.LayerNorm(width, eps) with weight and bias.
-torch::nn::LayerNorm layer_norm(int64_t width, double eps);
+LayerNorm layer_norm(int64_t width, double eps);
+
+// Autocast over a 16-bit model, done by hand. transformers' Trainer, Accelerate
+// and the diffusers scripts run a bf16 model's forward under torch.autocast
+// (planner/autocast.h, AutocastWeights::kSixteenBitModel); the executor runs no
+// torch.autocast, since LibTorch's CPU autocast has other op lists than CUDA's.
+// So every Linear and LayerNorm under `root` does CUDA autocast's casts itself
+// (linear on its lower-precision list, layer_norm on its fp32 list); the other
+// ops promote as PyTorch's type promotion does (fp32 + bf16 = fp32).
+void enable_autocast(torch::nn::Module& root);
 
 // Bidirectional multi-head SDPA over projected q, k, v [B, S, heads * d], as
 // the vision encoders' SDPA attention runs it: heads split by view and

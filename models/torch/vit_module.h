@@ -23,7 +23,7 @@ class VitLayerImpl : public torch::nn::Module {
   VitLayerImpl(const VisionSpec& spec);
   torch::Tensor forward(const torch::Tensor& hidden);
   VisionSpec spec;
-  torch::nn::LayerNorm layernorm_before{nullptr}, layernorm_after{nullptr};
+  LayerNorm layernorm_before{nullptr}, layernorm_after{nullptr};
   Linear query{nullptr}, key{nullptr}, value{nullptr}, attention_output{nullptr}, intermediate{nullptr}, output{nullptr};
 };
 TORCH_MODULE(VitLayer);
@@ -38,7 +38,7 @@ class VitForImageClassificationImpl : public torch::nn::Module {
   std::shared_ptr<torch::nn::Module> embeddings;  // owns the embeddings' parameters (a block of its own)
   torch::Tensor patch_weight, patch_bias, cls_token, position_embeddings;
   std::vector<VitLayer> layers;
-  torch::nn::LayerNorm layernorm{nullptr};
+  LayerNorm layernorm{nullptr};
   Linear classifier{nullptr};
 };
 TORCH_MODULE(VitForImageClassification);
@@ -57,7 +57,7 @@ class Blip2VisionLayerImpl : public torch::nn::Module {
   Blip2VisionLayerImpl(const VisionSpec& spec);
   torch::Tensor forward(const torch::Tensor& hidden);
   VisionSpec spec;
-  torch::nn::LayerNorm layer_norm1{nullptr}, layer_norm2{nullptr};
+  LayerNorm layer_norm1{nullptr}, layer_norm2{nullptr};
   Linear qkv{nullptr}, projection{nullptr}, fc1{nullptr}, fc2{nullptr};
   torch::Tensor q_bias, v_bias;
 };
@@ -78,7 +78,7 @@ class Blip2VisionModelImpl : public torch::nn::Module {
   std::shared_ptr<torch::nn::Module> embeddings;  // owns the embeddings' parameters (a block of its own)
   torch::Tensor patch_weight, patch_bias, class_embedding, position_embedding;
   std::vector<Blip2VisionLayer> layers;
-  torch::nn::LayerNorm post_layernorm{nullptr};
+  LayerNorm post_layernorm{nullptr};
 };
 TORCH_MODULE(Blip2VisionModel);
 
