@@ -55,4 +55,41 @@ TEST_CASE("run trains the Flux adapter seed run with every block checkpointed, t
   CHECK(check_categories_within(json, 0.05) == 4);  // parameters, optimizer states, gradients, activations
 }
 
+TEST_CASE("run trains the Flux adapter under autocast over a bf16 model, its fp32 LayerNorm copies as priced") {
+  // The diffusers scripts' accelerate autocast over the bf16 transformer (stack
+  // hf-trainer): the modulation LayerNorms run on fp32 copies and return fp32, and
+  // the linears reading them each cast a 16-bit copy (docs/stacks.md, "Autocast
+  // over a bf16 model"). No checkpointing, so every block keeps those copies.
+  TempDir dir;
+  const std::string plan = dir.file("plan.json");
+  const std::string flags = "fit tiny-flux --gpu a6000 --lora --precision bf16 --stack hf-trainer --checkpointing none";
+  const RunOutput fit = run_headroom(flags + " -o " + quoted(plan));
+  REQUIRE_MESSAGE(fit.exit_code == 0, fit.err);
+  // The LayerNorms' share alone, adapters in the model's dtype both ways.
+  const RunOutput on = run_headroom(flags + " --adapter-dtype model --json");
+  const RunOutput off = run_headroom(flags + " --autocast off --adapter-dtype model --json");
+  REQUIRE_MESSAGE(on.exit_code == 0, on.err);
+  REQUIRE_MESSAGE(off.exit_code == 0, off.err);
+  const auto activations = [](const RunOutput& out) {
+    return parse_json(out.out)["as_given"]["prediction"]["breakdown"]["activations_bytes"].get<double>();
+  };
+  REQUIRE(activations(off) > 0);
+  CHECK(activations(on) > 1.05 * activations(off));
+
+  const RunOutput run = run_headroom("run " + quoted(plan) + " --steps 24 --lr 1e-2 --device cpu --json");
+  if (built_without_libtorch(run)) return;
+  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+  const nlohmann::json json = parse_json(run.out);
+  const nlohmann::json& steps = json["measurement"]["steps"];
+  REQUIRE(steps.size() == 24);
+  double first = 0, last = 0;
+  for (int i = 0; i < 6; ++i) {
+    first += steps[i]["loss"].get<double>() / 6;
+    last += steps[18 + i]["loss"].get<double>() / 6;
+  }
+  CHECK(std::isfinite(last));
+  CHECK(last < first);
+  CHECK(check_categories_within(json, 0.05) == 4);
+}
+
 }  // namespace
