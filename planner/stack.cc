@@ -247,12 +247,13 @@ void resolve_autocast(const RunSettings& settings, ResolvedStack& out) {
     out.top.autocast = out.bottom.autocast = *settings.autocast;
     return;
   }
+  // Accelerate leaves DeepSpeed's engine to run the module in its own 16 bits.
+  if (through_deepspeed_engine(settings)) {
+    out.top.autocast = out.bottom.autocast = false;
+    return;
+  }
   switch (settings.stack) {
-    case Stack::kHfTrainer: {
-      const bool deepspeed = settings.zero_stage > 0 && sharding_of(settings) == Sharding::kDeepspeed;
-      out.top.autocast = out.bottom.autocast = !deepspeed;
-      return;
-    }
+    case Stack::kHfTrainer: out.top.autocast = out.bottom.autocast = true; return;
     case Stack::kComposer: out.top.autocast = out.bottom.autocast = true; return;
     case Stack::kUnspecified:
       out.top.autocast = true;
@@ -268,6 +269,10 @@ void resolve_autocast(const RunSettings& settings, ResolvedStack& out) {
 }
 
 }  // namespace
+
+bool through_deepspeed_engine(const RunSettings& settings) {
+  return settings.stack == Stack::kDeepspeed || (settings.zero_stage > 0 && sharding_of(settings) == Sharding::kDeepspeed);
+}
 
 bool autocast_matters(const RunSettings& settings) { return settings.precision == Precision::kBf16Pure; }
 
@@ -297,8 +302,12 @@ ResolvedStack resolve_stack(const RunSettings& settings) {
   // them 16-bit: LoRA under pure bf16 (DeepSpeed-style mixed precision casts the
   // module to 16 bits and keeps fp32 masters either way).
   const bool adapters_matter = settings.mode != TrainMode::kFull && settings.precision == Precision::kBf16Pure;
+  // DeepSpeed's engine casts the module to 16 bits after PEFT made the adapters
+  // fp32 (runtime/engine.py _configure_distributed_model: module.bfloat16()).
+  const bool engine_casts = through_deepspeed_engine(settings);
   resolve_choice(settings.adapter_dtype, row.adapters, out.top.adapter_dtype, out.bottom.adapter_dtype,
-                 out.unknowns, adapters_matter);
+                 out.unknowns, adapters_matter && !engine_casts);
+  if (engine_casts && !settings.adapter_dtype) out.top.adapter_dtype = out.bottom.adapter_dtype = AdapterDtype::kModel;
   resolve_compile_loss(settings, out);
   resolve_no_sync(settings, out);
   resolve_kbit_prep(settings, out);

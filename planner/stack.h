@@ -123,6 +123,11 @@ ResolvedStack resolve_stack(const RunSettings& settings);
 // hf-trainer, or unspecified priced as it), without ZeRO.
 bool kbit_prep_matters(const RunSettings& settings);
 
+// Whether the step runs through DeepSpeed's engine (the deepspeed stack, or ZeRO
+// by DeepSpeed): it casts the module to its 16-bit dtype, PEFT's fp32 adapters
+// included, and runs no autocast.
+bool through_deepspeed_engine(const RunSettings& settings);
+
 // Whether the forward's autocast over the 16-bit weights (StackSpec::autocast)
 // can change this run's bytes: precision bf16 (the amp precisions are autocast
 // over fp32 weights by definition; bf16-mixed casts the module to 16 bits).

@@ -177,6 +177,18 @@ TEST_CASE("which stacks run the forward under autocast over the bf16 weights") {
   CHECK(resolved(Stack::kHfTrainer).bottom.autocast);
   s.zero_stage = 2;
   CHECK_FALSE(resolved(Stack::kHfTrainer).top.autocast);
+  // DeepSpeed's engine runs the module in its own 16 bits whoever drives it, and
+  // casts PEFT's fp32 adapters back with it (module.bfloat16()).
+  CHECK_FALSE(resolved(Stack::kUnspecified).top.autocast);
+  s.mode = TrainMode::kLora;
+  CHECK(resolved(Stack::kHfTrainer).top.adapter_dtype == AdapterDtype::kModel);
+  CHECK(resolved(Stack::kUnspecified).top.adapter_dtype == AdapterDtype::kModel);
+  CHECK(resolved(Stack::kUnspecified).unknowns.empty() == false);  // the optimizer, the loss
+  for (const std::string& unknown : resolved(Stack::kUnspecified).unknowns) {
+    CHECK(unknown.find("adapter") == std::string::npos);
+    CHECK(unknown.find("--autocast") == std::string::npos);
+  }
+  s.mode = TrainMode::kFull;
   s.zero_stage = 3;
   s.sharding = Sharding::kFsdp1;  // Accelerate's FSDP keeps native_amp
   CHECK(resolved(Stack::kHfTrainer).top.autocast);
