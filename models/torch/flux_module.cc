@@ -33,13 +33,16 @@ torch::Tensor modulate(LayerNorm& norm, const torch::Tensor& x, const torch::Ten
 }
 
 // diffusers apply_rotary_emb with use_real_unbind_dim=-1: pairs (x0, x1) rotate
-// to (-x1, x0). x is [B, tokens, heads, D]; cos/sin are [tokens, D].
+// to (-x1, x0), in fp32 against the fp32 tables and cast back,
+// (x.float() * cos + x_rotated.float() * sin).to(x.dtype): the multiplies keep
+// the shared tables, not a copy per call. x is [B, tokens, heads, D]; cos/sin
+// are [tokens, D].
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const auto pairs = x.unflatten(-1, {-1, 2}).unbind(-1);
   const torch::Tensor rotated = torch::stack({-pairs[1], pairs[0]}, -1).flatten(-2);
-  const auto c = cos.unsqueeze(1).to(x.scalar_type());
-  const auto s = sin.unsqueeze(1).to(x.scalar_type());
-  return x * c + rotated * s;
+  const auto c = cos.unsqueeze(1);
+  const auto s = sin.unsqueeze(1);
+  return (x.to(torch::kFloat) * c + rotated.to(torch::kFloat) * s).to(x.scalar_type());
 }
 
 // Joint attention over [B, tokens, heads, D] q, k, v; returns [B, tokens, hidden].
@@ -74,8 +77,8 @@ FluxBatch synthetic_flux_batch(const FluxConfig& c, int64_t batch, int64_t image
   return b;
 }
 
-std::pair<torch::Tensor, torch::Tensor> flux_rope_tables(int64_t tokens, int64_t head_dim) {
-  const auto options = torch::TensorOptions().dtype(torch::kFloat);
+std::pair<torch::Tensor, torch::Tensor> flux_rope_tables(int64_t tokens, int64_t head_dim, torch::Device device) {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(device);
   const auto inv_freq = torch::pow(10000.0, -torch::arange(0, head_dim, 2, options) / static_cast<double>(head_dim));
   const auto freqs = torch::outer(torch::arange(tokens, options), inv_freq).repeat_interleave(2, -1);
   return {freqs.cos(), freqs.sin()};
@@ -211,7 +214,8 @@ std::vector<torch::Tensor> FluxTransformerImpl::embed(const FluxBatch& batch) {
   const auto g = timestep_embedding(batch.guidance * 1000, config.time_channels);
   const auto temb = silu_mlp(time_1, time_2, t) + silu_mlp(guidance_1, guidance_2, g) +
                     silu_mlp(text_1, text_2, batch.pooled_projections);
-  const auto [cos, sin] = flux_rope_tables(config.text_tokens + batch.hidden_states.size(1), config.head_dim);
+  const auto [cos, sin] =
+      flux_rope_tables(config.text_tokens + batch.hidden_states.size(1), config.head_dim, batch.hidden_states.device());
   return {x_embedder(batch.hidden_states), context_embedder(batch.encoder_hidden_states), temb, cos, sin};
 }
 

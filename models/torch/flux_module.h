@@ -30,8 +30,9 @@ struct FluxBatch {
 // A random batch of `image_tokens` latent tokens per sample (default dtype).
 FluxBatch synthetic_flux_batch(const FluxConfig& config, int64_t batch, int64_t image_tokens);
 
-// RoPE tables [tokens, head_dim] (cos, sin), f32, interleaved pairs (Flux's layout).
-std::pair<torch::Tensor, torch::Tensor> flux_rope_tables(int64_t tokens, int64_t head_dim);
+// RoPE tables [tokens, head_dim] (cos, sin), f32 on `device`, interleaved pairs (Flux's layout).
+std::pair<torch::Tensor, torch::Tensor> flux_rope_tables(int64_t tokens, int64_t head_dim,
+                                                         torch::Device device = torch::kCPU);
 
 // AdaLayerNormZero / AdaLayerNormZeroSingle / AdaLayerNormContinuous: the
 // projection linear(silu(temb)) split into `chunks` [B, hidden] parts, and the
