@@ -111,6 +111,17 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                   "them; expected autocast on (--autocast on, or --stack hf-trainer) or adapter_dtype model "
                   "(--adapter-dtype model)");
   }
+  const bool layer_norm_family = model->family == ModelFamily::kFlux || model->family == ModelFamily::kVit ||
+                                 model->family == ModelFamily::kBert || model->family == ModelFamily::kClip;
+  if (s.mode == planner::TrainMode::kQlora && planner::autocast_matters(s) && stack.autocast && layer_norm_family) {
+    // A 4-bit linear fed a LayerNorm's fp32 output returns fp32 (bitsandbytes'
+    // Linear4bit), and CUDA's autocast casts those q, k, v to 16 bits for SDPA;
+    // the executor's attention does not, so it would run fp32 attention.
+    return refuse(origin, "settings.autocast",
+                  "QLoRA under autocast over a bf16 model with LayerNorm is priced but not run by the executor (its "
+                  "attention takes the 4-bit linears' fp32 outputs as they are); expected autocast off "
+                  "(--autocast off), or mode lora");
+  }
   if (planner::kbit_prep_matters(s) && stack.kbit_prep != planner::KbitPrep::kNone) {
     // The executor builds the unquantized weights in the plan's 16-bit dtype and
     // has no fp32 residual stream around its NF4 linears (planner/kbit_prep.h).

@@ -59,9 +59,12 @@ bool is_layer_norm(const graph::Node& node) {
                                   node.outputs.end();
 }
 
-// Ops autocast runs in fp32 (autocast_mode.h, AT_FORALL_FP32: layer_norm;
-// AT_FORALL_FP32_SET_OPT_DTYPE: softmax given no dtype runs with dtype=float).
-bool runs_in_fp32(const graph::Node& node) { return is_layer_norm(node) || node.op == "softmax"; }
+// Ops autocast runs in fp32 (autocast_mode.h, AT_FORALL_FP32: layer_norm, pow
+// (GPT-2's gelu_new cubes x); AT_FORALL_FP32_SET_OPT_DTYPE: softmax given no
+// dtype runs with dtype=float).
+bool runs_in_fp32(const graph::Node& node) {
+  return is_layer_norm(node) || node.op == "softmax" || node.op == "pow";
+}
 
 // A cast node "name" in `block` writing tensor "name" (16-bit, `elements`).
 void add_cast(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, const std::string& name,
@@ -86,8 +89,13 @@ bool has_fp32_adapters(const graph::Node& node) {
 // lora_A keep the shared x. With lora dropout the dropout output already is
 // that per-layer tensor (add_lora), and an fp32 input already has its cast
 // ("<node>.cast:<input>").
+// PEFT's bitsandbytes LoRA layers skip that cast under autocast
+// (peft/tuners/lora/bnb.py: requires_conversion = not torch.is_autocast_enabled(),
+// peft 0.7 to 0.21): lora_A reads the layer's input itself, shared with the
+// other 4-bit linears that read it.
 void copy_adapter_input(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, graph::Node& node) {
   if (node.op != "linear" || !node.linear || node.inputs.empty() || !has_fp32_adapters(node)) return;
+  if (four_bit_weight(node) != nullptr) return;
   const std::string& x = node.inputs.front();
   if (x.starts_with(node.name + ".cast:")) return;
   const std::string name = node.name + ".adapter_input_cast";
@@ -130,16 +138,17 @@ void copy_four_bit_output(graph::Node& node) {
 
 // An op on autocast's fp32 list given a 16-bit input runs on an fp32 copy of it
 // (cached_cast to kFloat; upcasts are never cached): "<node>.cast:<input>", what
-// layer_norm keeps for backward in place of x, and what softmax only reads (it
-// keeps its output). layer_norm's 16-bit weight and bias are copied to fp32 too,
+// layer_norm and pow keep for backward in place of x, and what softmax only
+// reads (it keeps its output). layer_norm's 16-bit weight and bias are copied to fp32 too,
 // and native_layer_norm keeps both for backward (derivatives.yaml):
 // "<node>.affine_cast".
 void upcast_fp32_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors,
                            graph::Node& node, const std::map<std::string, graph::Tensor*>& known,
-                           AutocastWeights weights) {
+                           AutocastWeights weights, DType low) {
   const std::string input = node.inputs.front();
   const graph::Tensor* tensor = known.at(input);
-  if (tensor->dtype != DType::kF32) {
+  const bool half_to_float = node.op == "softmax" && low == DType::kF16;
+  if (tensor->dtype != DType::kF32 && !half_to_float) {
     const std::string name = node.name + ".cast:" + input;
     // Reads 2 bytes and writes 4 an element: three 16-bit elements of traffic.
     add_cast_node(nodes, tensors, name, node.block, {input}, tensor->elements, DType::kF32, tensor->elements.scaled(3));
@@ -177,7 +186,7 @@ void add_cast_node(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& 
   nodes.push_back(std::move(cast));
 }
 
-void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
+void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights, DType low) {
   std::map<std::string, graph::Tensor*> tensors;
   for (graph::Tensor& tensor : graph.tensors) tensors[tensor.name] = &tensor;
   // Over a 16-bit model only what the upcast weights make fp32 counts: the graph's
@@ -238,7 +247,7 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights) {
   rewritten.reserve(graph.nodes.size() * 2);
   for (graph::Node node : graph.nodes) {
     if (runs_in_fp32(node)) {
-      upcast_fp32_op_inputs(rewritten, added, node, tensors, weights);
+      upcast_fp32_op_inputs(rewritten, added, node, tensors, weights, low);
       rewritten.push_back(std::move(node));
       continue;
     }
@@ -305,6 +314,47 @@ void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph) {
       }
     }
     copy_adapter_input(rewritten, added, node);
+    rewritten.push_back(std::move(node));
+  }
+  graph.nodes = std::move(rewritten);
+  graph.tensors.insert(graph.tensors.end(), added.begin(), added.end());
+}
+
+void apply_fp32_adapters_without_autocast(graph::LayerGraph& graph) {
+  std::map<std::string, graph::Tensor*> tensors;
+  for (graph::Tensor& tensor : graph.tensors) tensors[tensor.name] = &tensor;
+  std::vector<graph::Node> rewritten;
+  std::vector<graph::Tensor> added;
+  rewritten.reserve(graph.nodes.size() + graph.nodes.size() / 4);
+  for (graph::Node& node : graph.nodes) {
+    if (node.op != "linear" || !node.linear || node.inputs.empty() || !has_fp32_adapters(node)) {
+      rewritten.push_back(std::move(node));
+      continue;
+    }
+    const auto set_f32 = [&](const std::string& name) {
+      const auto found = tensors.find(name);
+      if (found != tensors.end()) found->second->dtype = DType::kF32;
+    };
+    set_f32(node.name + ".lora_mid");
+    const std::string dropped = node.name + ".lora_dropout_out";
+    const std::string& x = node.inputs.front();
+    if (std::find(node.outputs.begin(), node.outputs.end(), dropped) != node.outputs.end()) {
+      set_f32(dropped);  // dropout of the fp32 copy
+    } else if (tensors.at(x)->dtype != DType::kF32) {
+      const graph::SizeExpr elements = node.linear->rows.scaled(node.linear->in_features);
+      const std::string name = node.name + ".adapter_input_cast";
+      add_cast_node(rewritten, added, name, node.block, {x}, elements, DType::kF32, elements.scaled(3));
+      const bool frozen_base = std::none_of(node.params.begin(), node.params.end(), [](const graph::Param& param) {
+        return param.trainable && !is_lora_adapter(param);
+      });
+      if (frozen_base) {
+        std::erase_if(node.saves, [&](const graph::SavedRef& saved) {
+          return saved.tensor == x && saved.when == graph::SaveWhen::kParamGrad;
+        });
+      }
+      node.inputs.push_back(name);
+      node.saves.push_back({name, graph::SaveWhen::kParamGrad});
+    }
     rewritten.push_back(std::move(node));
   }
   graph.nodes = std::move(rewritten);

@@ -44,7 +44,10 @@ enum class AutocastWeights {
 // (fp32_set_opt_dtype). Over a 16-bit model fp32 starts only there and at the
 // upcast weights. A bitsandbytes 4-bit linear fed an fp32 input computes on its
 // 16-bit copy and returns fp32 (autocast.cc, copy_four_bit_output).
-void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights = AutocastWeights::kFp32Model);
+// `low`: autocast's 16-bit dtype. Softmax of an fp16 input to fp32 needs no copy
+// on CUDA (SoftMax.cpp: _softmax(input, dim, half_to_float=true)); of bf16 it does.
+void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights = AutocastWeights::kFp32Model,
+                    graph::DType low = graph::DType::kBF16);
 
 // Autocast over a 16-bit model with fp32 LoRA adapters: transformers' Trainer
 // with bf16=True runs the forward under torch.autocast (Accelerate's
@@ -56,5 +59,13 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights = Autocast
 // ("<node>.adapter_input_cast"; apply_autocast adds the same). Everything else
 // is 16-bit already and is not copied.
 void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph);
+
+// fp32 LoRA adapters on a 16-bit model with no autocast (a plain loop over
+// model.bfloat16(), ZeRO-3 through DeepSpeed since it keeps PEFT's fp32
+// parameters): PEFT casts each adapted linear's input to fp32 for lora_A
+// (peft/tuners/lora/layer.py and bnb.py: _cast_input_dtype when autocast is off)
+// and casts the adapters' result back, so lora_A keeps an fp32 copy of its input
+// ("<node>.adapter_input_cast", or the fp32 dropout output) and lora_B the fp32 x·A.
+void apply_fp32_adapters_without_autocast(graph::LayerGraph& graph);
 
 }  // namespace headroom::planner

@@ -299,7 +299,10 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   // (its io), and so does a dtype cast's: ToCopyBackward converts the gradient
   // back with one copy (derivatives.yaml, _to_copy: _to_copy_backward). Other ops
   // read the gradient and what they saved, about twice theirs.
-  const bool one_copy_backward = view_forward || node.op == "cast";
+  // (torchao's fp8 casts, "<linear>.input_fp8" / ".weight_fp8" (float8_linear.cc),
+  // keep the generic pricing.)
+  const bool dtype_cast = node.op == "cast" && !node.name.ends_with("_fp8");
+  const bool one_copy_backward = view_forward || dtype_cast;
   const double bwd_bytes = (one_copy_backward ? io : 2 * io) + weights;
   out.bwd_ms = roofline_ms(gemm.bwd * attention_bwd / (flex ? kFlexBackwardSpeed : 1.0), bwd_bytes, tflops,
                            gpu.memory_bandwidth_gbps, options) + 2 * kLaunchMs + (input_grad ? dequantize : 0.0) +

@@ -179,13 +179,17 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   const ResolvedStack stack = resolve_stack(settings);
   apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss);
   if (kbit_prep_matters(settings)) apply_kbit_prep(context.graph, stack.top.kbit_prep);
-  if (is_autocast(settings.precision)) apply_autocast(context.graph);
+  if (is_autocast(settings.precision)) {
+    apply_autocast(context.graph, AutocastWeights::kFp32Model, compute_dtype_for(settings.precision));
+  }
   // Autocast over the 16-bit model (the Trainer's, Accelerate's; the top of the
   // band when the stack leaves it open): fp32 LayerNorm and softmax outputs, the
   // weights the script upcast, then the fp32 adapters.
   if (autocast_matters(settings) && stack.top.autocast) {
     apply_autocast(context.graph, AutocastWeights::kSixteenBitModel);
     apply_autocast_to_fp32_adapters(context.graph);
+  } else if (autocast_matters(settings)) {
+    apply_fp32_adapters_without_autocast(context.graph);
   }
   apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},
                        compute_dtype_for(settings.precision));

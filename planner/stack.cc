@@ -247,6 +247,12 @@ void resolve_autocast(const RunSettings& settings, ResolvedStack& out) {
     out.top.autocast = out.bottom.autocast = *settings.autocast;
     return;
   }
+  // A QLoRA preparation pinned by the user is modelled under the Trainer's
+  // autocast only (validate_settings refuses it with autocast off).
+  if (settings.kbit_prep && *settings.kbit_prep != KbitPrep::kNone && kbit_prep_matters(settings)) {
+    out.top.autocast = out.bottom.autocast = true;
+    return;
+  }
   // Accelerate leaves DeepSpeed's engine to run the module in its own 16 bits.
   if (through_deepspeed_engine(settings)) {
     out.top.autocast = out.bottom.autocast = false;
@@ -303,8 +309,11 @@ ResolvedStack resolve_stack(const RunSettings& settings) {
   // module to 16 bits and keeps fp32 masters either way).
   const bool adapters_matter = settings.mode != TrainMode::kFull && settings.precision == Precision::kBf16Pure;
   // DeepSpeed's engine casts the module to 16 bits after PEFT made the adapters
-  // fp32 (runtime/engine.py _configure_distributed_model: module.bfloat16()).
-  const bool engine_casts = through_deepspeed_engine(settings);
+  // fp32 (runtime/engine.py _configure_distributed_model: module.bfloat16()). At
+  // ZeRO-3 it no longer does for a model built under ZeRO-Init, as the Trainer
+  // builds it (_cast_module_mixed_precision, DeepSpeed 0.19.2, b919284ab): the
+  // stack's adapters stand there.
+  const bool engine_casts = through_deepspeed_engine(settings) && settings.zero_stage < 3;
   resolve_choice(settings.adapter_dtype, row.adapters, out.top.adapter_dtype, out.bottom.adapter_dtype,
                  out.unknowns, adapters_matter && !engine_casts);
   if (engine_casts && !settings.adapter_dtype) out.top.adapter_dtype = out.bottom.adapter_dtype = AdapterDtype::kModel;

@@ -121,8 +121,9 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   x_low = torch::Tensor();  // the base layer's copy is gone once it returns
   // native_dropout keeps a bool mask for backward on every device (the generic
   // CPU dropout would keep a mask in the compute dtype): what the planner counts.
-  // PEFT's input cast (peft/tuners/lora/layer.py: x = self._cast_input_dtype(x, lora_A.weight.dtype)).
-  const torch::Tensor xa = adapter_autocast ? x.to(lora_a.scalar_type()) : x;
+  // PEFT's input cast (peft/tuners/lora/layer.py: x = self._cast_input_dtype(x, lora_A.weight.dtype)),
+  // which its bitsandbytes layers skip under autocast (bnb.py: requires_conversion).
+  const torch::Tensor xa = adapter_autocast && !nf4 ? x.to(lora_a.scalar_type()) : x;
   torch::Tensor a_input =
       dropout ? std::get<0>(at::native_dropout(xa, lora_dropout, true)) : xa;
   if (!adapter_autocast) {

@@ -279,6 +279,16 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   CHECK(check_executable(prepared, "plan.json").message().find("plan.json: settings.kbit_prep: peft") == 0);
   prepared.settings.kbit_prep = planner::KbitPrep::kNone;
   CHECK(check_executable(prepared, "plan.json").message().find("kbit_prep") == std::string::npos);
+  // QLoRA under autocast on a LayerNorm model: its attention would take the 4-bit
+  // linears' fp32 outputs uncast. Refused by name; without autocast it runs.
+  planner::Plan flux_qlora = plan_for("tiny-flux");
+  flux_qlora.settings.mode = planner::TrainMode::kQlora;
+  flux_qlora.settings.precision = planner::Precision::kBf16Pure;
+  flux_qlora.settings.stack = planner::Stack::kHfTrainer;
+  flux_qlora.settings.kbit_prep = planner::KbitPrep::kNone;
+  CHECK(check_executable(flux_qlora, "plan.json").message().find("plan.json: settings.autocast") == 0);
+  flux_qlora.settings.autocast = false;
+  CHECK(check_executable(flux_qlora, "plan.json").message().find("settings.autocast") == std::string::npos);
   planner::Plan chunked = plan;
   chunked.settings.stack = planner::Stack::kTorchtune;
   CHECK(check_executable(chunked, "plan.json").message().find("plan.json: settings.loss: chunked:8") == 0);

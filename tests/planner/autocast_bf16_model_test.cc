@@ -163,6 +163,102 @@ TEST_CASE("autocast: softmax given no dtype returns fp32, the explicit cast back
       CHECK_FALSE(is_f32(graph, "attn.pv"));
     }
   }
+  // fp16 AMP: CUDA's softmax reads half and writes float itself (SoftMax.cpp,
+  // half_to_float), with no fp32 copy of the scores; its output is fp32 as with bf16.
+  models::GraphBuilder b;
+  b.begin_block("block", "attention", true);
+  const graph::SizeExpr row = graph::SizeExpr::per_token(64);
+  const std::string q = b.input("q", row, std::nullopt, true);
+  const std::string k = b.input("k", row, std::nullopt, true);
+  const std::string v = b.input("v", row, std::nullopt, true);
+  models::AttentionShape shape;
+  shape.heads = 1;
+  shape.head_dim = 64;
+  shape.query_rows = graph::SizeExpr::per_token(1);
+  shape.scores_per_head = graph::SizeExpr{0, 0, 0, 0, 0, 1};
+  b.eager_attention("attn", q, k, v, shape, models::EagerAttentionOptions{false, 0.0});
+  graph::LayerGraph fp16 = b.finish();
+  apply_autocast(fp16, AutocastWeights::kFp32Model, graph::DType::kF16);
+  CHECK(fp16.find_node("attn.softmax.cast:attn.scores") == nullptr);
+  CHECK(is_f32(fp16, "attn.softmax"));
+}
+
+TEST_CASE("autocast: pow runs on an fp32 copy of its input, keeps it, and what follows is fp32") {
+  // GPT-2's gelu_new cubes x with pow, which is on autocast's fp32 list.
+  models::GraphBuilder b;
+  b.begin_block("block", "mlp", true);
+  const graph::SizeExpr elements = graph::SizeExpr::per_token(256);
+  const std::string x = b.input("x", elements, std::nullopt, true);
+  models::OpSpec cube;
+  cube.name = "cube";
+  cube.op = "pow";
+  cube.inputs = {x};
+  cube.out_elements = elements;
+  cube.saves = {graph::SavedRef{x, graph::SaveWhen::kInputGrad}};
+  const std::string x3 = b.op(cube);
+  b.add("inner", x, x3, elements);
+  graph::LayerGraph graph = b.finish();
+  apply_autocast(graph, AutocastWeights::kSixteenBitModel);
+  CHECK(is_f32(graph, "cube"));
+  CHECK(is_f32(graph, "cube.cast:x"));
+  CHECK(saves(*graph.find_node("cube"), "cube.cast:x"));
+  CHECK_FALSE(saves(*graph.find_node("cube"), "x"));
+  CHECK(is_f32(graph, "inner"));  // bf16 + fp32
+}
+
+TEST_CASE("Trainer QLoRA: PEFT's bitsandbytes layers skip their input cast under autocast, the 4-bit linears share x") {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
+  s.gpu = "a100-80g";
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kHfTrainer;
+  s.seq_len = 1024;
+  s.lora.dropout = 0.0;
+  s.kbit_prep = KbitPrep::kNone;
+  for (const TrainMode mode : {TrainMode::kQlora, TrainMode::kLora}) {
+    s.mode = mode;
+    if (mode == TrainMode::kLora) s.kbit_prep.reset();
+    const ModelContext context = prepared_context(s);
+    const std::string q = "model.layers.1.self_attn.q_proj";
+    const graph::Node* node = context.graph.find_node(q);
+    REQUIRE(node != nullptr);
+    const bool copied = context.graph.find_node(q + ".adapter_input_cast") != nullptr;
+    // peft/tuners/lora/bnb.py: requires_conversion = not torch.is_autocast_enabled().
+    CHECK(copied == (mode == TrainMode::kLora));
+    CHECK(saves(*node, copied ? q + ".adapter_input_cast" : node->inputs.front()));
+  }
+}
+
+TEST_CASE("fp32 adapters without autocast: PEFT's fp32 copy of the input and the fp32 x·A are kept") {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
+  s.gpu = "a100-80g";
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kTorchAmp;  // a plain loop over model.bfloat16() with PEFT: fp32 adapters, no autocast
+  s.mode = TrainMode::kLora;
+  s.seq_len = 1024;
+  s.lora.dropout = 0.0;
+  const ResolvedStack stack = resolve_stack(s);
+  REQUIRE_FALSE(stack.top.autocast);
+  REQUIRE(stack.top.adapter_dtype == AdapterDtype::kFp32);
+  const ModelContext context = prepared_context(s);
+  const std::string q = "model.layers.1.self_attn.q_proj";
+  const graph::Node* node = context.graph.find_node(q);
+  REQUIRE(node != nullptr);
+  CHECK(is_f32(context.graph, q + ".adapter_input_cast"));
+  CHECK(saves(*node, q + ".adapter_input_cast"));
+  CHECK(is_f32(context.graph, q + ".lora_mid"));
+  CHECK_FALSE(is_f32(context.graph, q));  // the result is cast back
+  CHECK(context.graph.find_node(q + ".adapter_cast_a") == nullptr);
+
+  // The same under ZeRO-3 through DeepSpeed, which keeps PEFT's fp32 parameters of a
+  // ZeRO-Init model since 0.19.2; at ZeRO-1/2 the engine casts them to bf16.
+  s.stack = Stack::kHfTrainer;
+  s.zero_stage = 3;
+  CHECK(resolve_stack(s).top.adapter_dtype == AdapterDtype::kFp32);
+  CHECK_FALSE(resolve_stack(s).top.autocast);
+  s.zero_stage = 2;
+  CHECK(resolve_stack(s).top.adapter_dtype == AdapterDtype::kModel);
 }
 
 TEST_CASE("which stacks run the forward under autocast over the bf16 weights") {
