@@ -295,7 +295,8 @@ const std::vector<SettingsFlag> kFlags = {
        return set_enum(v, planner::parse_kbit_prep, planner::kKbitPrepNames, s.kbit_prep);
      }},
     {"--autocast", "on|off", kTraining,
-     "precision bf16: whether the forward runs under torch.autocast over the bf16 weights (on: transformers' "
+     "precision bf16 (or FSDP's mixed precision at --zero 3): whether the forward runs under torch.autocast "
+     "over the 16-bit weights (on: transformers' "
      "Trainer, Accelerate, the diffusers scripts, Composer: LayerNorm and softmax give fp32, fp32 adapters are cast "
      "per matmul; off: torchtune, litgpt, a plain loop); default: as the stack does (docs/stacks.md)",
      false,

@@ -186,7 +186,7 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   // band when the stack leaves it open): fp32 LayerNorm and softmax outputs, the
   // weights the script upcast, then the fp32 adapters.
   if (autocast_matters(settings) && stack.top.autocast) {
-    apply_autocast(context.graph, AutocastWeights::kSixteenBitModel);
+    apply_autocast(context.graph, AutocastWeights::kSixteenBitModel, compute_dtype_for(settings.precision));
     apply_autocast_to_fp32_adapters(context.graph);
   } else if (autocast_matters(settings)) {
     apply_fp32_adapters_without_autocast(context.graph);

@@ -308,9 +308,10 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
   }
   if (s.autocast && !autocast_matters(s)) {
     return fail(origin, "autocast",
-                "autocast over the bf16 weights: expected it only with precision bf16 (bf16-amp and fp16-amp are "
-                "autocast over fp32 weights by definition, the -mixed precisions cast the module to 16 bits), got "
-                "precision " + std::string(precision_name(s.precision)));
+                "autocast over the 16-bit weights: expected it only with precision bf16, or bf16-mixed/fp16-mixed "
+                "sharded by FSDP at zero_stage 3 (bf16-amp and fp16-amp are autocast over fp32 weights by "
+                "definition, DeepSpeed-style mixed precision runs the engine's 16-bit module), got precision " +
+                    std::string(precision_name(s.precision)));
   }
   if (s.kbit_prep && *s.kbit_prep != KbitPrep::kNone) {
     const std::string given = "got " + std::string(kbit_prep_name(*s.kbit_prep));

@@ -280,7 +280,13 @@ bool through_deepspeed_engine(const RunSettings& settings) {
   return settings.stack == Stack::kDeepspeed || (settings.zero_stage > 0 && sharding_of(settings) == Sharding::kDeepspeed);
 }
 
-bool autocast_matters(const RunSettings& settings) { return settings.precision == Precision::kBf16Pure; }
+bool autocast_matters(const RunSettings& settings) {
+  if (settings.precision == Precision::kBf16Pure) return true;
+  // FSDP's mixed precision computes on 16-bit unsharded parameters, and Accelerate
+  // (or Composer) wraps that forward in autocast too: the same ops run in fp32.
+  const bool mixed = settings.precision == Precision::kBf16Mixed || settings.precision == Precision::kFp16Mixed;
+  return mixed && settings.zero_stage == 3 && shards_with_fsdp(settings);
+}
 
 bool kbit_prep_matters(const RunSettings& settings) {
   // With ZeRO, DeepSpeed's engine casts the module to 16 bits after the script's

@@ -129,8 +129,10 @@ bool kbit_prep_matters(const RunSettings& settings);
 bool through_deepspeed_engine(const RunSettings& settings);
 
 // Whether the forward's autocast over the 16-bit weights (StackSpec::autocast)
-// can change this run's bytes: precision bf16 (the amp precisions are autocast
-// over fp32 weights by definition; bf16-mixed casts the module to 16 bits).
+// can change this run's bytes: precision bf16, or bf16/fp16-mixed sharded by
+// FSDP at ZeRO-3 (its mixed precision computes on 16-bit unsharded parameters).
+// The amp precisions are autocast over fp32 weights by definition, and
+// DeepSpeed-style mixed precision runs the engine's 16-bit module.
 bool autocast_matters(const RunSettings& settings);
 
 // `settings` with every unknown of its stack pinned to the cheapest value (the

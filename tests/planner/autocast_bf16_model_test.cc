@@ -306,7 +306,18 @@ TEST_CASE("which stacks run the forward under autocast over the bf16 weights") {
   const std::optional<RunSettings> bottom = bottom_of_band(s);
   REQUIRE(bottom.has_value());
   CHECK(bottom->autocast == false);
-  // Under mixed precision it cannot matter, so it is not an unknown.
+  // FSDP's mixed precision computes on 16-bit unsharded parameters under the same
+  // autocast (Accelerate keeps native_amp for FSDP); DeepSpeed-style mixed precision does not.
+  s.precision = Precision::kBf16Mixed;
+  s.zero_stage = 3;
+  s.sharding = Sharding::kFsdp1;
+  CHECK(autocast_matters(s));
+  CHECK(resolved(Stack::kHfTrainer).top.autocast);
+  s.sharding = Sharding::kDeepspeed;
+  CHECK_FALSE(autocast_matters(s));
+  s.zero_stage = 0;
+  s.sharding.reset();
+  // Under DeepSpeed-style mixed precision it cannot matter, so it is not an unknown.
   s.precision = Precision::kBf16Mixed;
   const ResolvedStack mixed = resolved(Stack::kUnspecified);
   CHECK(std::none_of(mixed.unknowns.begin(), mixed.unknowns.end(),
@@ -319,7 +330,7 @@ TEST_CASE("which stacks run the forward under autocast over the bf16 weights") {
   CHECK(resolved(Stack::kTorchtune).top.autocast);
 }
 
-TEST_CASE("autocast: only with precision bf16, never off under a QLoRA preparation, and carried in JSON") {
+TEST_CASE("autocast: only with precision bf16 or FSDP's mixed precision, never off under a QLoRA preparation, and carried in JSON") {
   RunSettings s;
   s.model = "tiny-llama";
   s.gpu = "4090";
@@ -351,6 +362,18 @@ TEST_CASE("autocast: only with precision bf16, never off under a QLoRA preparati
   nlohmann::json bad = j;
   bad["autocast"] = "on";
   CHECK(settings_from_json(bad, "run.json").message().find("autocast") != std::string::npos);
+}
+
+TEST_CASE("a ViT under the Trainer's FSDP mixed precision keeps the LayerNorms' fp32 copies too") {
+  RunSettings s = trainer_vit(true);
+  s.precision = Precision::kBf16Mixed;
+  s.zero_stage = 3;
+  s.sharding = Sharding::kFsdp1;
+  s.gpus_per_node = 2;
+  const Prediction on = predict_as_given(s);
+  s.autocast = false;
+  const Prediction off = predict_as_given(s);
+  CHECK(on.peak_allocated > off.peak_allocated);
 }
 
 TEST_CASE("a ViT under the Trainer's autocast keeps each LayerNorm's fp32 input copy, an RMSNorm Llama nothing more") {
