@@ -80,6 +80,32 @@ bool has_fp32_adapters(const graph::Node& node) {
   });
 }
 
+// lora_A reads and keeps a copy of the layer's input x of its own ("<node>.adapter_input_cast",
+// `dtype` unset: 16-bit), made in front of the node, where add_lora had it keep the
+// shared x (which a frozen base linear then keeps no more).
+void keep_own_adapter_input(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, graph::Node& node,
+                            std::optional<DType> dtype) {
+  const std::string x = node.inputs.front();
+  const std::string name = node.name + ".adapter_input_cast";
+  const graph::SizeExpr elements = node.linear->rows.scaled(node.linear->in_features);
+  // Reads 2 bytes and writes 2 or 4 an element: three 16-bit elements of traffic either way.
+  add_cast_node(nodes, tensors, name, node.block, {x}, elements, dtype, elements.scaled(3));
+  const bool frozen_base = std::none_of(node.params.begin(), node.params.end(), [](const graph::Param& param) {
+    return param.trainable && !is_lora_adapter(param);
+  });
+  if (frozen_base) {
+    std::erase_if(node.saves, [&](const graph::SavedRef& saved) {
+      return saved.tensor == x && saved.when == graph::SaveWhen::kParamGrad;
+    });
+  }
+  node.inputs.push_back(name);
+  node.saves.push_back({name, graph::SaveWhen::kParamGrad});
+}
+
+bool has_lora_dropout(const graph::Node& node) {
+  return std::find(node.outputs.begin(), node.outputs.end(), node.name + ".lora_dropout_out") != node.outputs.end();
+}
+
 // PEFT casts a LoRA layer's input to the adapters' dtype before lora_A
 // (peft/tuners/lora/layer.py, Linear.forward: x = self._cast_input_dtype(x,
 // lora_A.weight.dtype); x.to(lora_A.weight.dtype) since d6015bc, May 2023).
@@ -96,26 +122,20 @@ bool has_fp32_adapters(const graph::Node& node) {
 void copy_adapter_input(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, graph::Node& node) {
   if (node.op != "linear" || !node.linear || node.inputs.empty() || !has_fp32_adapters(node)) return;
   if (four_bit_weight(node) != nullptr) return;
-  const std::string& x = node.inputs.front();
-  if (x.starts_with(node.name + ".cast:")) return;
+  if (node.inputs.front().starts_with(node.name + ".cast:")) return;
   const std::string name = node.name + ".adapter_input_cast";
   if (std::find(node.inputs.begin(), node.inputs.end(), name) != node.inputs.end()) return;  // copied already
-  const bool dropout = std::find(node.outputs.begin(), node.outputs.end(), node.name + ".lora_dropout_out") !=
-                       node.outputs.end();
-  if (dropout) return;
-  const bool frozen_base = std::none_of(node.params.begin(), node.params.end(), [](const graph::Param& param) {
-    return param.trainable && !is_lora_adapter(param);
-  });
-  add_cast(nodes, tensors, name, node.block, {x}, node.linear->rows.scaled(node.linear->in_features));
-  if (frozen_base) {
-    std::erase_if(node.saves, [&](const graph::SavedRef& saved) {
-      return saved.tensor == x && saved.when == graph::SaveWhen::kParamGrad;
-    });
-  }
-  node.inputs.push_back(name);
-  node.saves.push_back({name, graph::SaveWhen::kParamGrad});
+  if (has_lora_dropout(node)) return;
+  keep_own_adapter_input(nodes, tensors, node, std::nullopt);
 }
 
+// `node` reads, and keeps wherever it kept `input`, the cast `name` instead.
+void read_through_cast(graph::Node& node, std::string& input, const std::string& name) {
+  for (graph::SavedRef& saved : node.saves) {
+    if (saved.tensor == input) saved.tensor = name;
+  }
+  input = name;
+}
 
 // bitsandbytes' Linear4bit fed an fp32 input (bitsandbytes/nn/modules.py,
 // Linear4bit.forward): it casts the input to its compute dtype (transformers passes
@@ -152,10 +172,7 @@ void upcast_fp32_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::T
     const std::string name = node.name + ".cast:" + input;
     // Reads 2 bytes and writes 4 an element: three 16-bit elements of traffic.
     add_cast_node(nodes, tensors, name, node.block, {input}, tensor->elements, DType::kF32, tensor->elements.scaled(3));
-    for (graph::SavedRef& saved : node.saves) {
-      if (saved.tensor == input) saved.tensor = name;
-    }
-    node.inputs.front() = name;
+    read_through_cast(node, node.inputs.front(), name);
   }
   if (!is_layer_norm(node)) return;
   int64_t affine = 0;
@@ -261,10 +278,7 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights, DType low
       if (!is_f32(input)) continue;
       const std::string name = node.name + ".cast:" + input;
       add_cast(rewritten, added, name, node.block, {input}, tensors.at(input)->elements);
-      for (graph::SavedRef& saved : node.saves) {
-        if (saved.tensor == input) saved.tensor = name;
-      }
-      input = name;
+      read_through_cast(node, input, name);
     }
     if (four_bit_f32_input) copy_four_bit_output(node);
     if (four_bit != nullptr && !four_bit_f32_input) {
@@ -323,37 +337,21 @@ void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph) {
 void apply_fp32_adapters_without_autocast(graph::LayerGraph& graph) {
   std::map<std::string, graph::Tensor*> tensors;
   for (graph::Tensor& tensor : graph.tensors) tensors[tensor.name] = &tensor;
+  const auto set_f32 = [&](const std::string& name) {
+    const auto found = tensors.find(name);
+    if (found != tensors.end()) found->second->dtype = DType::kF32;
+  };
   std::vector<graph::Node> rewritten;
   std::vector<graph::Tensor> added;
   rewritten.reserve(graph.nodes.size() + graph.nodes.size() / 4);
   for (graph::Node& node : graph.nodes) {
-    if (node.op != "linear" || !node.linear || node.inputs.empty() || !has_fp32_adapters(node)) {
-      rewritten.push_back(std::move(node));
-      continue;
-    }
-    const auto set_f32 = [&](const std::string& name) {
-      const auto found = tensors.find(name);
-      if (found != tensors.end()) found->second->dtype = DType::kF32;
-    };
-    set_f32(node.name + ".lora_mid");
-    const std::string dropped = node.name + ".lora_dropout_out";
-    const std::string& x = node.inputs.front();
-    if (std::find(node.outputs.begin(), node.outputs.end(), dropped) != node.outputs.end()) {
-      set_f32(dropped);  // dropout of the fp32 copy
-    } else if (tensors.at(x)->dtype != DType::kF32) {
-      const graph::SizeExpr elements = node.linear->rows.scaled(node.linear->in_features);
-      const std::string name = node.name + ".adapter_input_cast";
-      add_cast_node(rewritten, added, name, node.block, {x}, elements, DType::kF32, elements.scaled(3));
-      const bool frozen_base = std::none_of(node.params.begin(), node.params.end(), [](const graph::Param& param) {
-        return param.trainable && !is_lora_adapter(param);
-      });
-      if (frozen_base) {
-        std::erase_if(node.saves, [&](const graph::SavedRef& saved) {
-          return saved.tensor == x && saved.when == graph::SaveWhen::kParamGrad;
-        });
+    if (node.op == "linear" && node.linear && !node.inputs.empty() && has_fp32_adapters(node)) {
+      set_f32(node.name + ".lora_mid");
+      if (has_lora_dropout(node)) {
+        set_f32(node.name + ".lora_dropout_out");  // dropout of the fp32 copy
+      } else if (tensors.at(node.inputs.front())->dtype != DType::kF32) {
+        keep_own_adapter_input(rewritten, added, node, DType::kF32);
       }
-      node.inputs.push_back(name);
-      node.saves.push_back({name, graph::SaveWhen::kParamGrad});
     }
     rewritten.push_back(std::move(node));
   }

@@ -18,6 +18,17 @@ namespace {
 
 using namespace headroom::cli_harness;  // NOLINT(google-build-using-namespace): test helpers
 
+// 24 steps: the mean loss of the last six below that of the first six.
+void check_loss_falls(const nlohmann::json& steps) {
+  double first = 0, last = 0;
+  for (int i = 0; i < 6; ++i) {
+    first += steps[i]["loss"].get<double>() / 6;
+    last += steps[18 + i]["loss"].get<double>() / 6;
+  }
+  CHECK(std::isfinite(last));
+  CHECK(last < first);
+}
+
 TEST_CASE("run trains the Flux adapter seed run with every block checkpointed, the first behind frozen embeddings") {
   TempDir dir;
   const std::string plan = dir.file("plan.json");
@@ -45,13 +56,7 @@ TEST_CASE("run trains the Flux adapter seed run with every block checkpointed, t
   REQUIRE(steps.size() == 24);
   // Each step draws its own noise and timesteps, so single losses jump about:
   // the last six steps against the first six (2.27 -> 2.09 here).
-  double first = 0, last = 0;
-  for (int i = 0; i < 6; ++i) {
-    first += steps[i]["loss"].get<double>() / 6;
-    last += steps[18 + i]["loss"].get<double>() / 6;
-  }
-  CHECK(std::isfinite(last));
-  CHECK(last < first);
+  check_loss_falls(steps);
   CHECK(check_categories_within(json, 0.05) == 4);  // parameters, optimizer states, gradients, activations
 }
 
@@ -85,13 +90,7 @@ TEST_CASE("run trains the Flux adapter under autocast over a bf16 model, its fp3
   const nlohmann::json json = parse_json(run.out);
   const nlohmann::json& steps = json["measurement"]["steps"];
   REQUIRE(steps.size() == 24);
-  double first = 0, last = 0;
-  for (int i = 0; i < 6; ++i) {
-    first += steps[i]["loss"].get<double>() / 6;
-    last += steps[18 + i]["loss"].get<double>() / 6;
-  }
-  CHECK(std::isfinite(last));
-  CHECK(last < first);
+  check_loss_falls(steps);
   CHECK(check_categories_within(json, 0.05) == 4);
 }
 

@@ -50,6 +50,24 @@ graph::LayerGraph layer_norm_block() {
   return b.finish();
 }
 
+// Eager attention over 16-bit q, k, v (one head of 64, scores B*S*S), its softmax
+// given dtype=float32 and cast back (HF's) or given no dtype.
+graph::LayerGraph eager_attention_block(bool softmax_fp32) {
+  models::GraphBuilder b;
+  b.begin_block("block", "attention", true);
+  const graph::SizeExpr row = graph::SizeExpr::per_token(64);
+  const std::string q = b.input("q", row, std::nullopt, true);
+  const std::string k = b.input("k", row, std::nullopt, true);
+  const std::string v = b.input("v", row, std::nullopt, true);
+  models::AttentionShape shape;
+  shape.heads = 1;
+  shape.head_dim = 64;
+  shape.query_rows = graph::SizeExpr::per_token(1);
+  shape.scores_per_head = graph::SizeExpr{0, 0, 0, 0, 0, 1};  // B*S*S
+  b.eager_attention("attn", q, k, v, shape, models::EagerAttentionOptions{softmax_fp32, 0.0});
+  return b.finish();
+}
+
 // A ViT-B/16 run in pure bf16 under transformers' Trainer, B = 16, no checkpointing.
 RunSettings trainer_vit(bool autocast) {
   RunSettings s;
@@ -126,19 +144,7 @@ TEST_CASE("autocast: softmax given no dtype returns fp32, the explicit cast back
   for (const bool softmax_fp32 : {false, true}) {
     for (const AutocastWeights weights : {AutocastWeights::kSixteenBitModel, AutocastWeights::kFp32Model}) {
       CAPTURE(softmax_fp32);
-      models::GraphBuilder b;
-      b.begin_block("block", "attention", true);
-      const graph::SizeExpr row = graph::SizeExpr::per_token(64);
-      const std::string q = b.input("q", row, std::nullopt, true);
-      const std::string k = b.input("k", row, std::nullopt, true);
-      const std::string v = b.input("v", row, std::nullopt, true);
-      models::AttentionShape shape;
-      shape.heads = 1;
-      shape.head_dim = 64;
-      shape.query_rows = graph::SizeExpr::per_token(1);
-      shape.scores_per_head = graph::SizeExpr{0, 0, 0, 0, 0, 1};  // B*S*S
-      b.eager_attention("attn", q, k, v, shape, models::EagerAttentionOptions{softmax_fp32, 0.0});
-      graph::LayerGraph graph = b.finish();
+      graph::LayerGraph graph = eager_attention_block(softmax_fp32);
       apply_autocast(graph, weights);
 
       const graph::Node& softmax = *graph.find_node("attn.softmax");
@@ -165,19 +171,7 @@ TEST_CASE("autocast: softmax given no dtype returns fp32, the explicit cast back
   }
   // fp16 AMP: CUDA's softmax reads half and writes float itself (SoftMax.cpp,
   // half_to_float), with no fp32 copy of the scores; its output is fp32 as with bf16.
-  models::GraphBuilder b;
-  b.begin_block("block", "attention", true);
-  const graph::SizeExpr row = graph::SizeExpr::per_token(64);
-  const std::string q = b.input("q", row, std::nullopt, true);
-  const std::string k = b.input("k", row, std::nullopt, true);
-  const std::string v = b.input("v", row, std::nullopt, true);
-  models::AttentionShape shape;
-  shape.heads = 1;
-  shape.head_dim = 64;
-  shape.query_rows = graph::SizeExpr::per_token(1);
-  shape.scores_per_head = graph::SizeExpr{0, 0, 0, 0, 0, 1};
-  b.eager_attention("attn", q, k, v, shape, models::EagerAttentionOptions{false, 0.0});
-  graph::LayerGraph fp16 = b.finish();
+  graph::LayerGraph fp16 = eager_attention_block(false);
   apply_autocast(fp16, AutocastWeights::kFp32Model, graph::DType::kF16);
   CHECK(fp16.find_node("attn.softmax.cast:attn.scores") == nullptr);
   CHECK(is_f32(fp16, "attn.softmax"));
