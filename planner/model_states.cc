@@ -268,6 +268,22 @@ int64_t optimizer_state_bytes(OptimizerKind optimizer, Precision precision, cons
   return bytes;
 }
 
+namespace {
+
+// Whether the run's optimizer makes its states at its first step(). torch.optim
+// creates them there (torch/optim/adam.py _init_group: `if len(state) == 0`,
+// zeros_like(p) per state), and so do bitsandbytes (optim/optimizer.py
+// Optimizer8bit.step: init_state when the state is empty), torchao's low-bit
+// AdamW and transformers' Adafactor. So at step 1 they take the cached blocks the
+// freed activations left, and the next step's activations need new segments.
+// DeepSpeed makes them at construction, "to allocate optimizer state at the
+// beginning of training instead of after activations have been allocated"
+// (runtime/bf16_optimizer.py initialize_optimizer_states; stage_1_and_2.py and
+// zero/stage3.py step once with zero gradients likewise).
+bool creates_states_at_first_step(const RunSettings& settings) { return !through_deepspeed_engine(settings); }
+
+}  // namespace
+
 ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& settings,
                          const GlobalConfig& config, Accounting accounting) {
   ModelStates out;
@@ -389,11 +405,14 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
             flat_states += states_rank;
           } else if (shard_optimizer) {
             // FSDP: torch.optim's states of each sharded parameter, one tensor per state.
-            out.optimizer += states_per_param * account(ceil_div(states_rank, states_per_param), accounting);
+            const int64_t tensor = ceil_div(states_rank, states_per_param);
+            out.optimizer += states_per_param * account(tensor, accounting);
+            out.state_tensors.insert(out.state_tensors.end(), states_per_param, tensor);
           } else {
             for (int64_t tensor : optimizer_state_tensors(
                      settings.optimizer, fp32_states ? Precision::kFp32 : precision, param.shape)) {
               out.optimizer += account(tensor, accounting);
+              out.state_tensors.push_back(tensor);
             }
           }
         }
@@ -533,6 +552,13 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   out.step_transient = step_memory.step_transient;
   out.grads_in_backward = step_memory.in_backward;
   out.in_backward_bytes = step_memory.in_backward_bytes;
+  out.states_created_lazily =
+      creates_states_at_first_step(settings) && !out.grads_in_backward && !out.state_tensors.empty();
+  // _multi_tensor_adamw's exp_avg_sq_sqrt is a list: one tensor per exp_avg_sq.
+  if (step.impl == OptimizerImpl::kForeach && settings.optimizer == OptimizerKind::kAdamW && optimizer_on_gpu &&
+      out.state_tensors.size() % 2 == 0) {
+    for (size_t i = 1; i < out.state_tensors.size(); i += 2) out.step_transient_tensors.push_back(out.state_tensors[i]);
+  }
   if (torchao_offload && !keep_gpu_grads) {
     // offload_gradients: each gradient lives from its production to the end of
     // its copy out (record_stream), one at a time; the few kept for parameters

@@ -82,6 +82,15 @@ struct ModelStates {
   int64_t step_transient = 0;
   bool grads_in_backward = false;  // each gradient freed as soon as it is produced
   int64_t in_backward_bytes = 0;   // the largest gradient and its step's temporaries
+  // The optimizer's per-parameter state tensors on the GPU in creation order
+  // (AdamW: exp_avg, then exp_avg_sq), bytes before rounding; their sum is part of
+  // `optimizer`. Empty where ZeRO keeps flat partitions.
+  std::vector<int64_t> state_tensors;
+  // Whether the optimizer makes them at its first step() rather than before training.
+  bool states_created_lazily = false;
+  // foreach AdamW's step temporaries as the separate tensors _foreach_sqrt returns,
+  // one per exp_avg_sq (their sum is step_transient); empty when one buffer prices them.
+  std::vector<int64_t> step_transient_tensors;
 
   // Host RAM per node and disk, bytes.
   int64_t host_offload = 0;    // pinned offloaded states and buffers, all ranks of a node

@@ -59,11 +59,14 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
     quiet.record_events = false;
     quiet.max_memory_samples = 0;
     simulation = simulate(context, settings, config, blocks, quiet);
-    out.simulated_peak_reserved = simulation.peak_reserved;
-    out.simulated_peak_allocated = simulation.peak_allocated;
-    if (simulation.peak_reserved > out.peak_reserved) {
-      m.allocator += simulation.peak_reserved - out.peak_reserved;
-      out.peak_reserved = simulation.peak_reserved;
+    out.simulated_peak_allocated = std::max(simulation.peak_allocated, simulation.first_step_peak_allocated);
+    // Reserved memory only grows from step to step (the allocator caches), unless
+    // an out-of-memory retry released segments: take the larger of the two.
+    const int64_t simulated_reserved = std::max(simulation.peak_reserved, simulation.first_step_peak_reserved);
+    out.simulated_peak_reserved = simulated_reserved;
+    if (simulated_reserved > out.peak_reserved) {
+      m.allocator += simulated_reserved - out.peak_reserved;
+      out.peak_reserved = simulated_reserved;
     }
   }
   out.gpu_total = m.total();

@@ -37,6 +37,9 @@ nlohmann::json simulation_to_json(const Simulation& s, bool with_events) {
   j["peak_at"] = s.peak_label;
   j["segments_at_peak"] = s.segments_at_peak;
   j["allocations"] = s.allocations;
+  j["steps_simulated"] = s.steps_simulated;
+  j["first_step_peak_allocated_bytes"] = s.first_step_peak_allocated;
+  j["first_step_peak_reserved_bytes"] = s.first_step_peak_reserved;
   j["out_of_memory"] = s.out_of_memory;
   if (s.out_of_memory) j["out_of_memory_at"] = s.out_of_memory_at;
   nlohmann::json live = nlohmann::json::array();

@@ -59,6 +59,12 @@ struct Simulation {
   std::vector<LiveItem> live_at_peak; // what is allocated at that moment, largest first
   TimeBreakdown time;                 // from the timeline
   int64_t allocations = 0;            // number of allocation events simulated
+  // Optimizer steps replayed: 1, or until one reserved nothing new when the
+  // optimizer makes its states at its first step (ModelStates::states_created_lazily).
+  // The fields above describe the last; the first step's peaks are these.
+  int steps_simulated = 1;
+  int64_t first_step_peak_allocated = 0;
+  int64_t first_step_peak_reserved = 0;
   int64_t segments_at_peak = 0;       // cudaMalloc'd segments held at the allocated peak
   // An allocation failed even after the cached free segments were released
   // (what PyTorch reports as CUDA out of memory), with the allocator limited to

@@ -42,6 +42,7 @@ class StepSimulator {
                              context.gpu, context.time_options);
     }
     states_ = model_states(graph_, settings, config, Accounting::kAllocated);
+    if (!options.lazy_optimizer_states) states_.states_created_lazily = false;
     std::map<std::string, int> uses;
     for (const Node& node : graph_.nodes) {
       for (const graph::Param& param : node.params) {
@@ -324,6 +325,7 @@ class StepSimulator {
   void micro_step();
   void accumulation_loop();
   void optimizer_step();
+  void begin_next_step();
 
   const ModelContext& ctx_;
   const graph::LayerGraph& graph_;
@@ -374,6 +376,7 @@ class StepSimulator {
   double copy_in_free_ = 0;
   double comm_free_ = 0;
   int micro_ = 0;
+  bool lazy_states_made_ = false;             // the optimizer's first step() has run
   std::map<Phase, double> compute_phase_ms_;  // compute-stream time by phase, skipped micro-steps included
   std::string label_ = "start";
   struct RawSample {
@@ -431,7 +434,13 @@ void StepSimulator::allocate_states() {
       }
     }
   }
-  if (states_.optimizer > 0) alloc(states_.optimizer, "optimizer states");
+  // States made at the first step() are allocated there (optimizer_step); what
+  // else the optimizer holds (bitsandbytes' quantization maps) is here from the start.
+  int64_t lazy_bytes = 0;
+  if (states_.states_created_lazily) {
+    for (int64_t tensor : states_.state_tensors) lazy_bytes += allocated_bytes_for_request(tensor);
+  }
+  if (states_.optimizer > lazy_bytes) alloc(states_.optimizer - lazy_bytes, "optimizer states");
   if (states_.master > 0) alloc(states_.master, "master weights");
   if (!progressive && states_.grads_full > 0) alloc(states_.grads_full, "gradients");
   if (states_.comm_buckets > 0) alloc(states_.comm_buckets, "ZeRO buffers");
@@ -783,10 +792,23 @@ void StepSimulator::optimizer_step() {
     clock_ = std::max(clock_, collectives_done);
   }
   const Stream stream = config_.offload_optimizer == Offload::kNone ? Stream::kCompute : Stream::kCpu;
-  // foreach AdamW's temporary list lives for the step (planner/optimizer_step.h).
-  const int64_t step_temporaries = states_.step_transient > 0 ? alloc(states_.step_transient, "transient") : -1;
+  // A lazy optimizer makes its states now, one tensor at a time, in the blocks the
+  // freed activations left cached (model_states.h, states_created_lazily).
+  if (states_.states_created_lazily && !lazy_states_made_) {
+    for (int64_t tensor : states_.state_tensors) alloc(tensor, "optimizer states");
+    lazy_states_made_ = true;
+  }
+  // foreach AdamW's temporary list lives for the step (planner/optimizer_step.h),
+  // one tensor per state where the states are tensors of their own.
+  std::vector<int64_t> step_temporaries;
+  int64_t listed = 0;
+  for (int64_t tensor : states_.step_transient_tensors) {
+    step_temporaries.push_back(alloc(tensor, "transient"));
+    listed += allocated_bytes_for_request(tensor);
+  }
+  if (states_.step_transient > listed) step_temporaries.push_back(alloc(states_.step_transient - listed, "transient"));
   clock_ = event(stream, Phase::kOptimizer, clock_, model.optimizer_ms, -1, label_);
-  release(step_temporaries);
+  for (int64_t handle : step_temporaries) release(handle);
   time_.optimizer_ms = model.optimizer_ms;
   for (int64_t handle : param_grads_) release(handle);  // zero_grad(set_to_none=True)
   param_grads_.clear();
@@ -838,10 +860,45 @@ void StepSimulator::accumulation_loop() {
   micro_step();
 }
 
+// Starts another optimizer step: the allocator keeps what the last one left
+// (cached segments, the optimizer's states); the timeline, the memory curve, the
+// time breakdown and the peak restart, so they describe the step replayed last.
+void StepSimulator::begin_next_step() {
+  const double shift = clock_;
+  clock_ = 0;
+  copy_out_free_ = std::max(0.0, copy_out_free_ - shift);
+  copy_in_free_ = std::max(0.0, copy_in_free_ - shift);
+  comm_free_ = std::max(0.0, comm_free_ - shift);
+  out_.events.clear();
+  samples_.clear();
+  labels_.clear();
+  compute_phase_ms_.clear();
+  time_ = TimeBreakdown{};
+  out_.allocations = 0;
+  label_ = "step " + std::to_string(out_.steps_simulated + 1);
+  out_.peak_allocated = 0;
+  out_.peak_reserved = 0;
+  sample();
+}
+
 Simulation StepSimulator::run() {
   allocate_states();
   accumulation_loop();
   optimizer_step();
+  out_.steps_simulated = 1;
+  out_.first_step_peak_allocated = out_.peak_allocated;
+  out_.first_step_peak_reserved = out_.peak_reserved;
+  // Lazily made states change what later steps find cached: replay steps until
+  // one reserves nothing new (the steady state), at most kMaxSteps.
+  constexpr int kMaxSteps = 4;
+  while (states_.states_created_lazily && out_.steps_simulated < kMaxSteps) {
+    const int64_t reserved_before = allocator_.reserved_bytes();
+    begin_next_step();
+    accumulation_loop();
+    optimizer_step();
+    ++out_.steps_simulated;
+    if (allocator_.reserved_bytes() == reserved_before) break;
+  }
   time_.forward_ms = compute_phase_ms_[Phase::kForward];
   time_.backward_ms = compute_phase_ms_[Phase::kBackward];
   time_.recompute_ms = compute_phase_ms_[Phase::kRecompute];

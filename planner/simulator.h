@@ -21,6 +21,9 @@ struct SimulatorOptions {
   // Replay all grad_accum micro-steps instead of the first three and the last
   // (the identical ones between are accounted, not replayed): for tests.
   bool replay_every_micro_step = false;
+  // false: the optimizer's states are resident from the start even where it makes
+  // them at its first step (ModelStates::states_created_lazily), one step: for tests.
+  bool lazy_optimizer_states = true;
 };
 
 Simulation simulate(const ModelContext& context, const RunSettings& settings,
