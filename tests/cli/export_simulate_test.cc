@@ -202,3 +202,24 @@ TEST_CASE("simulate replays a plan file, and refuses bad ones clearly") {
   CHECK(missing.exit_code == 2);
   CHECK(missing.err.find("/nonexistent/plan.json") != std::string::npos);
 }
+
+TEST_CASE("simulate replays steps until steady where the optimizer makes its states at its first step") {
+  const std::string lazy = scratch("lazy_plan.json").string();
+  REQUIRE(headroom("plan gpt2 --gpu a6000 --batch 4 --fixed-micro-batch --stack hf-trainer -o '" + lazy + "'").exit_code == 0);
+  const Output text = headroom("simulate '" + lazy + "'");
+  INFO(text.err);
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("makes its states at its first step()") != std::string::npos);
+  const nlohmann::json s = nlohmann::json::parse(headroom("simulate '" + lazy + "' --json").out).at("simulation");
+  CHECK(s.at("steps_simulated").get<int>() >= 2);
+  CHECK(s.at("first_step_peak_allocated_bytes").get<int64_t>() < s.at("peak_allocated_bytes").get<int64_t>());
+  // DeepSpeed makes its states before training: one step is the steady state.
+  const std::string eager = scratch("eager_plan.json").string();
+  REQUIRE(headroom("plan gpt2 --gpu a6000 --batch 4 --fixed-micro-batch --stack deepspeed -o '" + eager + "'").exit_code == 0);
+  const Output eager_text = headroom("simulate '" + eager + "'");
+  REQUIRE(eager_text.exit_code == 0);
+  CHECK(eager_text.out.find("makes its states at its first step()") == std::string::npos);
+  const nlohmann::json e = nlohmann::json::parse(headroom("simulate '" + eager + "' --json").out).at("simulation");
+  CHECK(e.at("steps_simulated").get<int>() == 1);
+  CHECK(e.at("first_step_peak_reserved_bytes").get<int64_t>() == e.at("peak_reserved_bytes").get<int64_t>());
+}
