@@ -236,8 +236,8 @@ const std::vector<SettingsFlag> kFlags = {
        return set_enum(v, planner::parse_optimizer_impl, planner::kOptimizerImplNames, s.optimizer_impl);
      }},
     {"--loss", "KIND", kTraining,
-     "the LM loss: full-keep-logits, full, chunked[:N], no-upcast, shift-copy or fused-xentropy (default: as the "
-     "stack does)",
+     "the LM loss: full-keep-logits, full, chunked[:N], no-upcast, shift-copy, fused-xentropy or fused-linear-ce "
+     "(Liger; default: as the stack does)",
      false,
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_loss, planner::kLossNames, s.loss);

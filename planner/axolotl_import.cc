@@ -3,6 +3,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "graph/atomic_file.h"
 #include "planner/hf_trainer_import.h"
@@ -144,6 +146,27 @@ Result<ConfigImport> import_axolotl_config(std::string_view text, std::string_vi
   if (config.contains("batch_size") && !config.at("batch_size").is_null()) {
     out->notes.push_back("batch_size (the global batch) is read through micro_batch_size and "
                          "gradient_accumulation_steps; give --global-batch to hold it across GPU counts");
+  }
+  // axolotl's Liger plugin (integrations/liger): liger_fused_linear_cross_entropy
+  // swaps the loss for Liger's fused linear cross-entropy; liger_rope, liger_rms_norm,
+  // liger_glu_activation and liger_layer_norm swap modules priced here as the model's
+  // own, which keep at least as much for backward.
+  for (const char* key : {"liger_fused_linear_cross_entropy", "liger_rope", "liger_rms_norm",
+                          "liger_glu_activation", "liger_layer_norm", "liger_cross_entropy"}) {
+    if (!config.contains(key) || config.at(key).is_null()) continue;
+    if (!config.at(key).is_boolean()) return fail(key, "true or false");
+    std::erase(ignored, std::string(key));
+    if (config.at(key) != json(true)) continue;
+    if (std::string_view(key) == "liger_fused_linear_cross_entropy") {
+      out->settings.loss = LossSpec{LossImpl::kFusedLinearCe, 8};
+      out->notes.push_back("liger_fused_linear_cross_entropy: priced as --loss fused-linear-ce");
+    } else if (std::string_view(key) == "liger_cross_entropy") {
+      return fail(key, "false (Liger's cross-entropy over materialised logits is not modelled; "
+                       "liger_fused_linear_cross_entropy is)");
+    } else {
+      out->notes.push_back(std::string(key) + ": priced as the model's own module, which keeps at least as much "
+                           "for backward");
+    }
   }
   out->ignored = ignored;
   return out;

@@ -303,7 +303,16 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   // keep the generic pricing.)
   const bool dtype_cast = node.op == "cast" && !node.name.ends_with("_fp8");
   const bool one_copy_backward = view_forward || dtype_cast;
-  const double bwd_bytes = (one_copy_backward ? io : 2 * io) + weights;
+  double bwd_bytes = (one_copy_backward ? io : 2 * io) + weights;
+  if (node.op == "fused_linear_ce" && !node.outputs.empty()) {
+    // Liger's fused linear cross-entropy made its gradients in forward; backward
+    // scales them in place (element_mul_kernel): grad_input [BT, H] (its output's
+    // size here) and grad_weight when the weight trains, each read and written.
+    const graph::Tensor* grad_input = graph.find_tensor(node.outputs.front());
+    const double grad_input_bytes =
+        grad_input ? static_cast<double>(grad_input->elements.at(batch, seq)) * element_bytes : 0.0;
+    bwd_bytes = 2 * grad_input_bytes + (param_grad ? 2 * weights : 0.0);
+  }
   out.bwd_ms = roofline_ms(gemm.bwd * attention_bwd / (flex ? kFlexBackwardSpeed : 1.0), bwd_bytes, tflops,
                            gpu.memory_bandwidth_gbps, options) + 2 * kLaunchMs + (input_grad ? dequantize : 0.0) +
                float8_cast_ms(node, analysis, n, compute, batch, seq, gpu, options);

@@ -255,6 +255,37 @@ std::optional<Sharding> read_fsdp_config(ArgsReader& r, RunSettings& s, ConfigIm
   return version;
 }
 
+// use_liger_kernel: the Trainer patches the model with Liger
+// (_apply_liger_kernel_to_instance, given liger_kernel_config as its keyword arguments;
+// apply_liger_kernel_to_llama and its siblings default to rope, rms_norm, swiglu and
+// fused_linear_cross_entropy). The fused linear cross-entropy is priced
+// (--loss fused-linear-ce); Liger's RMSNorm, SwiGLU and RoPE are priced as the model's
+// own modules, which keep at least as much for backward (LigerSiLUMulFunction keeps
+// the gate and up projections, where silu(gate) * up also keeps silu's output).
+void read_liger(ArgsReader& r, RunSettings& s, ConfigImport& out) {
+  bool fused_linear_ce = true;
+  if (r.has("liger_kernel_config") && !r.raw("liger_kernel_config").is_null()) {
+    const json& config = r.raw("liger_kernel_config");
+    if (!config.is_object()) {
+      r.fail("liger_kernel_config", "an object of Liger kernel switches", config);
+      return;
+    }
+    if (config.contains("fused_linear_cross_entropy")) {
+      const json& value = config.at("fused_linear_cross_entropy");
+      if (!value.is_boolean()) {
+        r.fail("liger_kernel_config", "fused_linear_cross_entropy true or false", value);
+        return;
+      }
+      fused_linear_ce = value.get<bool>();
+    }
+  }
+  if (fused_linear_ce) s.loss = LossSpec{LossImpl::kFusedLinearCe, 8};
+  out.notes.push_back(std::string("use_liger_kernel: ") +
+                      (fused_linear_ce ? "Liger's fused linear cross-entropy priced (--loss fused-linear-ce); " : "") +
+                      "its RMSNorm, SwiGLU and RoPE kernels are priced as the model's own modules, which keep at "
+                      "least as much for backward");
+}
+
 // TrainingArguments.fsdp: "full_shard auto_wrap offload" (a string or a list of
 // FSDPOption). Full sharding is FSDP2 unless fsdp_config says version 1:
 // transformers 5 builds Accelerate's plugin with fsdp_version =
@@ -470,9 +501,8 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
       s.stack = Stack::kHfTrainer;
     }
   }
-  if (r.boolean_or("use_liger_kernel", false)) {
-    r.fail("use_liger_kernel", "false (Liger's fused linear cross-entropy, RMSNorm and SwiGLU are not modelled)");
-  }
+  if (r.boolean_or("use_liger_kernel", false)) read_liger(r, s, out);
+  else r.has("liger_kernel_config");
   if (r.boolean_or("auto_find_batch_size", false)) {
     out.notes.push_back("auto_find_batch_size: the Trainer halves the batch after an out-of-memory error; the "
                         "answer is for the batch as given");

@@ -62,9 +62,10 @@ Result<ConfigImport> import_llamafactory_config(std::string_view text, std::stri
                                : (said("finetuning_type") ? "?" : "lora");
   if (type != "lora" && type != "full") return fail("finetuning_type", "lora or full (freeze is not modelled)");
   if (said("use_unsloth") && config.at("use_unsloth") == json(true)) return fail("use_unsloth", "false (Unsloth's kernels are not modelled)");
-  if (said("enable_liger_kernel") && config.at("enable_liger_kernel") == json(true)) {
-    return fail("enable_liger_kernel", "false (Liger's fused kernels are not modelled)");
+  if (said("enable_liger_kernel") && !config.at("enable_liger_kernel").is_boolean()) {
+    return fail("enable_liger_kernel", "true or false");
   }
+  const bool liger = said("enable_liger_kernel") && config.at("enable_liger_kernel") == json(true);
   if (said("quantization_bit")) {
     if (config.at("quantization_bit") != json(4)) return fail("quantization_bit", "4 (8-bit weights are not modelled)");
     if (type != "lora") return fail("quantization_bit", "only with finetuning_type lora");
@@ -119,6 +120,18 @@ Result<ConfigImport> import_llamafactory_config(std::string_view text, std::stri
                          "autocast only; priced without them");
   }
   if (!said("cutoff_len")) out->notes.push_back("cutoff_len not given: LLaMA-Factory's default, 2048");
+  if (liger) {
+    // model/model_utils/liger_kernel.py apply_liger_kernel: Liger's defaults (RoPE,
+    // RMSNorm, SwiGLU, fused linear cross-entropy), without the fused loss where the
+    // stage needs logits (require_logits: every stage but pt and sft; sft is the default).
+    const std::string stage = said("stage") && config.at("stage").is_string() ? config.at("stage").get<std::string>() : "sft";
+    const bool fused_loss = stage == "pt" || stage == "sft";
+    if (fused_loss) out->settings.loss = LossSpec{LossImpl::kFusedLinearCe, 8};
+    out->notes.push_back(std::string("enable_liger_kernel: ") +
+                         (fused_loss ? "Liger's fused linear cross-entropy priced (--loss fused-linear-ce); " : "") +
+                         "its RMSNorm, SwiGLU and RoPE kernels are priced as the model's own modules, which keep "
+                         "at least as much for backward");
+  }
   return out;
 }
 

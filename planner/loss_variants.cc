@@ -63,9 +63,65 @@ void compile_cross_entropy(graph::LayerGraph& graph, graph::Node& loss, const gr
   loss.bwd_workspace_elements = graph::SizeExpr{};
 }
 
+// Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py,
+// LigerFusedLinearCrossEntropyFunction; the model's lce_forward hands it the last
+// hidden states and lm_head.weight, so the [B*S, V] logits never exist). Its forward
+// walks the rows in chunks of chunk_size = next_power_of_2(ceil(BT / ceil(V / H)))
+// (at most BT): the chunk's 16-bit logits, which the cross-entropy kernel overwrites
+// with their gradient, then grad_input[chunk] = dlogits @ W and, for a trainable W,
+// grad_weight += dlogits^T @ x. grad_input = zeros_like(x) and grad_weight =
+// zeros_like(W) are allocated first; the function saves them for backward, which only
+// scales them by the incoming gradient (element_mul_kernel, in place) and returns
+// them. So the head keeps a [BT, H] tensor (the "logits" tensor is resized to it),
+// and its forward holds, besides: one chunk of logits (chunk * V <= 2 * BT * H + V:
+// the power of two at most doubles BT / ceil(V / H)), grad_weight when W trains (in
+// the weight's dtype: fp32 under AMP) and loss_1d (fp32, BT). Under AMP the fp32 W is
+// cast to 16 bits for the chunk matmuls: once and cached for the forward when it
+// trains (autocast caches leaves that require grad), per chunk when frozen; either
+// way one 16-bit copy at a time. All three products run in forward; backward adds none.
+void fuse_linear_cross_entropy(graph::LayerGraph& graph, graph::Node& loss, const graph::Node& upcast,
+                               graph::Tensor& logits, graph::Tensor& log_probs, bool fp32_weights,
+                               std::vector<std::string>& to_bypass) {
+  graph::Node* head = producing_node(graph, logits.name);
+  if (head == nullptr || !head->linear || head->params.empty()) return;
+  const graph::LinearInfo shape = *head->linear;
+  const graph::Param& weight = head->params.front();
+  const bool weight_trains = weight.trainable;
+  const graph::SizeExpr rows = shape.rows;
+  const int64_t hidden = shape.in_features;
+  const int64_t vocab = shape.out_features;
+  to_bypass.push_back(upcast.name);
+  const graph::SizeExpr gemm = rows.scaled(2 * hidden * vocab);
+  head->fwd_flops = gemm.scaled(weight_trains ? 3 : 2);
+  head->bwd_input_flops = graph::SizeExpr{};
+  head->bwd_param_flops = graph::SizeExpr{};
+  // x read, grad_input written; the chunk logits written by the first GEMM, read and
+  // rewritten by the cross-entropy kernel, read by the other GEMMs.
+  head->fwd_io_elements = rows.scaled(2 * hidden) + rows.scaled(vocab * (weight_trains ? 5 : 4));
+  graph::SizeExpr transient = rows.scaled(2 * hidden) + graph::SizeExpr::constant(vocab) + rows.scaled(2);
+  const int64_t weight_elements = hidden * vocab;
+  if (weight_trains) transient += graph::SizeExpr::constant(weight_elements * (fp32_weights ? 2 : 1));
+  if (fp32_weights) transient += graph::SizeExpr::constant(weight_elements);
+  head->workspace_elements = transient;
+  head->bwd_workspace_elements = graph::SizeExpr{};
+  head->linear.reset();  // one fused kernel sequence now, not an nn.Linear to adapt or tile
+  head->op = "fused_linear_ce";
+  logits.elements = rows.scaled(hidden);
+  logits.dtype.reset();
+  head->saves.push_back({logits.name, graph::SaveWhen::kAnyGrad});
+  // The loss node is what the function returns: the sum of loss_1d, nothing saved.
+  drop_save(loss, log_probs.name);
+  log_probs.elements = graph::SizeExpr::constant(1);
+  loss.fwd_flops = rows;
+  loss.fwd_io_elements = rows.scaled(2);
+  loss.workspace_elements = graph::SizeExpr{};
+  loss.bwd_workspace_elements = graph::SizeExpr{};
+  loss.bwd_input_flops = graph::SizeExpr{};
+}
+
 }  // namespace
 
-void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled) {
+void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled, bool fp32_weights) {
   if (loss.impl == LossImpl::kFullKeepLogits && !compiled) return;
   std::vector<std::string> to_chunk;     // split after the loop: splitting reallocates graph.nodes
   std::vector<std::string> to_bypass;    // upcast nodes the variant has no use for
@@ -146,6 +202,9 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
         }
         node.workspace_elements = graph::SizeExpr{};
         node.bwd_workspace_elements = graph::SizeExpr{};
+        break;
+      case LossImpl::kFusedLinearCe:
+        fuse_linear_cross_entropy(graph, node, *upcast, *logits, *log_probs, fp32_weights, to_bypass);
         break;
       case LossImpl::kNoUpcast:
         // litgpt chunked_cross_entropy: no .float(), so log_softmax runs and saves in

@@ -15,7 +15,10 @@ namespace headroom::planner {
 // `compiled`: torch.compile covers the loss (StackSpec::compile_loss), which
 // changes the full and chunked cross-entropies (one fused kernel per logits
 // tensor, saving the 16-bit logits and two fp32 statistics per row); the
-// no-upcast and shift-copy variants are priced as eager.
-void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled = false);
+// no-upcast and shift-copy variants are priced as eager. `fp32_weights`: the
+// weights are fp32 under autocast (AMP), which the fused linear cross-entropy's
+// weight gradient and weight casts follow.
+void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled = false,
+                     bool fp32_weights = false);
 
 }  // namespace headroom::planner

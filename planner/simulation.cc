@@ -38,6 +38,7 @@ nlohmann::json simulation_to_json(const Simulation& s, bool with_events) {
   j["segments_at_peak"] = s.segments_at_peak;
   j["allocations"] = s.allocations;
   j["steps_simulated"] = s.steps_simulated;
+  j["reserved_still_growing"] = s.reserved_still_growing;
   j["first_step_peak_allocated_bytes"] = s.first_step_peak_allocated;
   j["first_step_peak_reserved_bytes"] = s.first_step_peak_reserved;
   j["out_of_memory"] = s.out_of_memory;

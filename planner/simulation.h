@@ -63,6 +63,7 @@ struct Simulation {
   // optimizer makes its states at its first step (ModelStates::states_created_lazily).
   // The fields above describe the last; the first step's peaks are these.
   int steps_simulated = 1;
+  bool reserved_still_growing = false;  // the last step replayed still reserved more (the cap was reached)
   int64_t first_step_peak_allocated = 0;
   int64_t first_step_peak_reserved = 0;
   int64_t segments_at_peak = 0;       // cudaMalloc'd segments held at the allocated peak

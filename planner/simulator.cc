@@ -897,7 +897,8 @@ Simulation StepSimulator::run() {
     accumulation_loop();
     optimizer_step();
     ++out_.steps_simulated;
-    if (allocator_.reserved_bytes() == reserved_before) break;
+    out_.reserved_still_growing = allocator_.reserved_bytes() != reserved_before;
+    if (!out_.reserved_still_growing) break;
   }
   time_.forward_ms = compute_phase_ms_[Phase::kForward];
   time_.backward_ms = compute_phase_ms_[Phase::kBackward];

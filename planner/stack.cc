@@ -445,6 +445,7 @@ std::string loss_name(const LossSpec& value) {
     case LossImpl::kNoUpcast: return "no-upcast";
     case LossImpl::kShiftCopy: return "shift-copy";
     case LossImpl::kFusedXentropy: return "fused-xentropy";
+    case LossImpl::kFusedLinearCe: return "fused-linear-ce";
   }
   return "?";
 }
@@ -455,6 +456,7 @@ std::optional<LossSpec> parse_loss(std::string_view text) {
   if (text == "no-upcast") return LossSpec{LossImpl::kNoUpcast, 8};
   if (text == "shift-copy") return LossSpec{LossImpl::kShiftCopy, 8};
   if (text == "fused-xentropy") return LossSpec{LossImpl::kFusedXentropy, 8};
+  if (text == "fused-linear-ce") return LossSpec{LossImpl::kFusedLinearCe, 8};
   if (text == "chunked") return LossSpec{LossImpl::kChunked, 8};
   if (text.starts_with("chunked:")) {
     const std::string_view digits = text.substr(8);

@@ -55,6 +55,7 @@ enum class LossImpl {
   kNoUpcast,        // litgpt: cross-entropy in the logits' dtype, logits kept through backward
   kShiftCopy,       // model code that shifts with a contiguous 16-bit copy first (Qwen v1 remote code), output dropped
   kFusedXentropy,   // flash-attn's fused cross-entropy (llm-foundry): keeps the 16-bit logits and an fp32 lse per row
+  kFusedLinearCe,   // Liger's fused linear cross-entropy: logits only chunk by chunk, gradients made in forward
 };
 
 // What a checkpointed block keeps from its forward (docs/stacks.md, "Checkpointing").

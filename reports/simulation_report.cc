@@ -21,10 +21,11 @@ std::string simulation_summary(const planner::Plan& plan, const planner::Simulat
       << format_count(s.allocations) << " allocations, " << format_count(static_cast<int64_t>(s.events.size()))
       << " timeline events)\n";
   if (s.steps_simulated > 1) {
-    out << "The optimizer makes its states at its first step(): " << s.steps_simulated
-        << " steps replayed until reserved memory was steady; the figures below are the last step's. Step 1: peak "
-        << "allocated " << format_gib(s.first_step_peak_allocated) << ", reserved "
-        << format_gib(s.first_step_peak_reserved) << ".\n";
+    out << "The optimizer makes its states at its first step(): " << s.steps_simulated << " steps replayed "
+        << (s.reserved_still_growing ? "and reserved memory still grew in the last (read its reserved peak as a floor)"
+                                     : "until reserved memory was steady")
+        << "; the figures below are the last step's. Step 1: peak allocated " << format_gib(s.first_step_peak_allocated)
+        << ", reserved " << format_gib(s.first_step_peak_reserved) << ".\n";
   }
   if (s.out_of_memory) {
     out << "OUT OF MEMORY at " << s.out_of_memory_at << ": an allocation fails even after the allocator releases its cache\n";

@@ -68,3 +68,28 @@ TEST_CASE("axolotl's gptq: true trains LoRA over a GPTQ int4 base") {
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("axolotl's Liger plugin keys: the fused linear cross-entropy priced, the module swaps noted, plain CE refused") {
+  Result<ConfigImport> liger = import_axolotl_config(
+      "liger_rope: true\nliger_rms_norm: true\nliger_glu_activation: true\nliger_fused_linear_cross_entropy: true\n",
+      "ax.yml", RunSettings{});
+  REQUIRE_MESSAGE(liger.is_ok(), liger.message());
+  REQUIRE(liger->settings.loss.has_value());
+  CHECK(liger->settings.loss->impl == LossImpl::kFusedLinearCe);
+  CHECK(liger->ignored.empty());
+  CHECK(std::count_if(liger->notes.begin(), liger->notes.end(),
+                      [](const std::string& note) { return note.find("liger_") == 0; }) == 4);
+  Result<ConfigImport> off = import_axolotl_config("liger_fused_linear_cross_entropy: false\n", "ax.yml", RunSettings{});
+  REQUIRE(off.is_ok());
+  CHECK_FALSE(off->settings.loss.has_value());
+  Result<ConfigImport> plain = import_axolotl_config("liger_cross_entropy: true\n", "ax.yml", RunSettings{});
+  REQUIRE_FALSE(plain.is_ok());
+  CHECK(plain.message().find("ax.yml: liger_cross_entropy: expected false") == 0);
+  Result<ConfigImport> bad = import_axolotl_config("liger_rope: 3\n", "ax.yml", RunSettings{});
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.message().find("ax.yml: liger_rope: expected true or false") == 0);
+}
+
+}  // namespace headroom::planner

@@ -138,7 +138,9 @@ TEST_CASE("what TrainingArguments cannot say, or say wrongly, is refused by name
   CHECK(refusal("--bf16 maybe").find("args.json: bf16: expected true or false") == 0);
   CHECK(refusal("[1, 2]").find("args.json: ") == 0);
   CHECK(refusal(std::string("--optim \xff", 9)).find("args.json: byte 8: expected UTF-8 text") == 0);
-  CHECK(refusal(R"({"use_liger_kernel": true})").find("args.json: use_liger_kernel: expected false") == 0);
+  CHECK(refusal(R"({"use_liger_kernel": true, "liger_kernel_config": [1]})").find("args.json: liger_kernel_config: expected an object") == 0);
+  CHECK(refusal(R"({"use_liger_kernel": true, "liger_kernel_config": {"fused_linear_cross_entropy": "yes"}})")
+            .find("args.json: liger_kernel_config: expected fused_linear_cross_entropy true or false") == 0);
   CHECK(refusal("--use_peft --lora_dropout nan").find("args.json: lora_dropout: expected a probability") == 0);
   CHECK(refusal("--dtype float16").find("args.json: dtype: expected bfloat16, float32 or auto") == 0);
   // A model loaded in bf16 trains in bf16, with or without the Trainer's autocast.
@@ -181,6 +183,28 @@ TEST_CASE("what TrainingArguments cannot say, or say wrongly, is refused by name
   CHECK(ds->settings.zero_stage == 2);
   CHECK(ds->settings.micro_batch == 2);
   CHECK(ds->settings.stack == Stack::kHfTrainer);
+}
+
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("use_liger_kernel prices Liger's fused linear cross-entropy unless liger_kernel_config turns it off") {
+  Result<ConfigImport> liger = import_training_arguments(R"({"use_liger_kernel": true})", "args.json", base_run());
+  REQUIRE_MESSAGE(liger.is_ok(), liger.message());
+  REQUIRE(liger->settings.loss.has_value());
+  CHECK(liger->settings.loss->impl == LossImpl::kFusedLinearCe);
+  CHECK(std::any_of(liger->notes.begin(), liger->notes.end(),
+                    [](const std::string& note) { return note.find("use_liger_kernel") == 0; }));
+  Result<ConfigImport> off = import_training_arguments(
+      R"({"use_liger_kernel": true, "liger_kernel_config": {"fused_linear_cross_entropy": false, "rms_norm": true}})",
+      "args.json", base_run());
+  REQUIRE_MESSAGE(off.is_ok(), off.message());
+  CHECK_FALSE(off->settings.loss.has_value());
+  CHECK_FALSE(listed(off->ignored, "liger_kernel_config"));
+  Result<ConfigImport> none = import_training_arguments(R"({"use_liger_kernel": false})", "args.json", base_run());
+  REQUIRE(none.is_ok());
+  CHECK_FALSE(none->settings.loss.has_value());
 }
 
 }  // namespace headroom::planner

@@ -82,6 +82,7 @@ TEST_CASE("states made at the first step: step 1 has none in backward, later ste
   CHECK(s.steps_simulated >= 2);
   // The steady step repeats: one more step reserved nothing new before the cap.
   CHECK(s.steps_simulated < 4);
+  CHECK_FALSE(s.reserved_still_growing);
   // The allocated peak is in backward: step 1's lacks the states. (Later steps may
   // hold a little more: a block whose remainder is too small to split counts whole,
   // and the states moved which blocks the activations get.)

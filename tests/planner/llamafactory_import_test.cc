@@ -59,3 +59,20 @@ TEST_CASE("LLaMA-Factory: a comma list of targets, full fine-tuning, and what is
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("LLaMA-Factory's enable_liger_kernel: the fused linear cross-entropy for pt and sft, not where logits are needed") {
+  Result<ConfigImport> sft = import_llamafactory_config("enable_liger_kernel: true\n", "lf.yaml", RunSettings{});
+  REQUIRE_MESSAGE(sft.is_ok(), sft.message());
+  REQUIRE(sft->settings.loss.has_value());
+  CHECK(sft->settings.loss->impl == LossImpl::kFusedLinearCe);
+  Result<ConfigImport> dpo = import_llamafactory_config("stage: dpo\nenable_liger_kernel: true\n", "lf.yaml", RunSettings{});
+  REQUIRE_MESSAGE(dpo.is_ok(), dpo.message());
+  CHECK_FALSE(dpo->settings.loss.has_value());
+  Result<ConfigImport> bad = import_llamafactory_config("enable_liger_kernel: maybe\n", "lf.yaml", RunSettings{});
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.message().find("lf.yaml: enable_liger_kernel: expected true or false") == 0);
+}
+
+}  // namespace headroom::planner
