@@ -17,7 +17,8 @@ TEST_CASE("--kbit-prep pins the QLoRA preparation, and the stack line names it o
   const RunOutput open =
       run_headroom("fit llama-3-8b --gpu 4090 --qlora --precision bf16 --stack hf-trainer --seq 2048 --checkpointing every");
   REQUIRE_MESSAGE(open.exit_code == 0, open.err);
-  CHECK(contains(open.out, "Band: 10.6 GiB to 14.5 GiB"));
+  // The top reserves 0.1 GiB more since the optimizer makes its states at its first step (the simulator replays steps).
+  CHECK(contains(open.out, "Band: 10.6 GiB to 14.6 GiB"));
   CHECK(contains(open.out, "QLoRA preparation none to peft"));
   CHECK(contains(open.out, "prepare_model_for_kbit_training"));
 
