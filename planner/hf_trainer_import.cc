@@ -501,8 +501,11 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
       s.stack = Stack::kHfTrainer;
     }
   }
-  if (r.boolean_or("use_liger_kernel", false)) read_liger(r, s, out);
-  else r.has("liger_kernel_config");
+  if (r.boolean_or("use_liger_kernel", false)) {
+    read_liger(r, s, out);
+  } else {
+    r.has("liger_kernel_config");  // read: it does nothing without use_liger_kernel
+  }
   if (r.boolean_or("auto_find_batch_size", false)) {
     out.notes.push_back("auto_find_batch_size: the Trainer halves the batch after an out-of-memory error; the "
                         "answer is for the batch as given");

@@ -65,7 +65,14 @@ Result<ConfigImport> import_llamafactory_config(std::string_view text, std::stri
   if (said("enable_liger_kernel") && !config.at("enable_liger_kernel").is_boolean()) {
     return fail("enable_liger_kernel", "true or false");
   }
-  const bool liger = said("enable_liger_kernel") && config.at("enable_liger_kernel") == json(true);
+  if (said("enable_liger_kernel") && config.at("enable_liger_kernel") == json(true)) {
+    // model/model_utils/liger_kernel.py apply_liger_kernel: Liger's defaults, as the
+    // Trainer's use_liger_kernel applies them, without the fused loss where the stage
+    // needs logits (require_logits: every stage but pt and sft; sft is the default).
+    args["use_liger_kernel"] = true;
+    const std::string stage = said("stage") && config.at("stage").is_string() ? config.at("stage").get<std::string>() : "sft";
+    if (stage != "pt" && stage != "sft") args["liger_kernel_config"] = json{{"fused_linear_cross_entropy", false}};
+  }
   if (said("quantization_bit")) {
     if (config.at("quantization_bit") != json(4)) return fail("quantization_bit", "4 (8-bit weights are not modelled)");
     if (type != "lora") return fail("quantization_bit", "only with finetuning_type lora");
@@ -105,6 +112,7 @@ Result<ConfigImport> import_llamafactory_config(std::string_view text, std::stri
   Result<ConfigImport> out = import_training_arguments_object(args, origin, std::move(base));
   if (!out.is_ok()) return out.status();
   respell_notes(out.value(), "max_length", "cutoff_len");
+  respell_notes(out.value(), "use_liger_kernel", "enable_liger_kernel");
   // LLaMA-Factory never calls PEFT's prepare_model_for_kbit_training: its own
   // prepare_model_for_training (model/model_utils/checkpointing.py) upcasts the
   // 1-D norm weights to fp32 only with upcast_layernorm (default false).
@@ -120,18 +128,6 @@ Result<ConfigImport> import_llamafactory_config(std::string_view text, std::stri
                          "autocast only; priced without them");
   }
   if (!said("cutoff_len")) out->notes.push_back("cutoff_len not given: LLaMA-Factory's default, 2048");
-  if (liger) {
-    // model/model_utils/liger_kernel.py apply_liger_kernel: Liger's defaults (RoPE,
-    // RMSNorm, SwiGLU, fused linear cross-entropy), without the fused loss where the
-    // stage needs logits (require_logits: every stage but pt and sft; sft is the default).
-    const std::string stage = said("stage") && config.at("stage").is_string() ? config.at("stage").get<std::string>() : "sft";
-    const bool fused_loss = stage == "pt" || stage == "sft";
-    if (fused_loss) out->settings.loss = LossSpec{LossImpl::kFusedLinearCe, 8};
-    out->notes.push_back(std::string("enable_liger_kernel: ") +
-                         (fused_loss ? "Liger's fused linear cross-entropy priced (--loss fused-linear-ce); " : "") +
-                         "its RMSNorm, SwiGLU and RoPE kernels are priced as the model's own modules, which keep "
-                         "at least as much for backward");
-  }
   return out;
 }
 

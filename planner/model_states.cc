@@ -274,8 +274,8 @@ namespace {
 // creates them there (torch/optim/adam.py _init_group: `if len(state) == 0`,
 // zeros_like(p) per state), and so do bitsandbytes (optim/optimizer.py
 // Optimizer8bit.step: init_state when the state is empty), torchao's low-bit
-// AdamW and transformers' Adafactor. So at step 1 they take the cached blocks the
-// freed activations left, and the next step's activations need new segments.
+// AdamW and transformers' Adafactor. So at step 1 they go into the cached blocks the
+// freed activations left, and the next step's activations may find theirs taken.
 // DeepSpeed makes them at construction, "to allocate optimizer state at the
 // beginning of training instead of after activations have been allocated"
 // (runtime/bf16_optimizer.py initialize_optimizer_states; stage_1_and_2.py and
@@ -536,6 +536,7 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   step.impl = resolve_stack(settings).top.optimizer_impl;
   step.optimizer_on_gpu = optimizer_on_gpu;
   step.gpu_state_bytes = out.optimizer;
+  step.state_tensors = out.state_tensors;
   step.largest_state_bytes = largest_state;
   step.largest_grad_bytes = largest_grad;
   // ZeRO-3 means DeepSpeed's stage 3 unless the stack shards with FSDP2, whose
@@ -552,13 +553,10 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
   out.step_transient = step_memory.step_transient;
   out.grads_in_backward = step_memory.in_backward;
   out.in_backward_bytes = step_memory.in_backward_bytes;
+  out.step_transient_tensors = step_memory.step_transient_tensors;
+  // Optimizer-in-backward makes each state in its gradient hook: not replayed.
   out.states_created_lazily =
-      creates_states_at_first_step(settings) && !out.grads_in_backward && !out.state_tensors.empty();
-  // _multi_tensor_adamw's exp_avg_sq_sqrt is a list: one tensor per exp_avg_sq.
-  if (step.impl == OptimizerImpl::kForeach && settings.optimizer == OptimizerKind::kAdamW && optimizer_on_gpu &&
-      out.state_tensors.size() % 2 == 0) {
-    for (size_t i = 1; i < out.state_tensors.size(); i += 2) out.step_transient_tensors.push_back(out.state_tensors[i]);
-  }
+      creates_states_at_first_step(settings) && !step_memory.in_backward && !out.state_tensors.empty();
   if (torchao_offload && !keep_gpu_grads) {
     // offload_gradients: each gradient lives from its production to the end of
     // its copy out (record_stream), one at a time; the few kept for parameters

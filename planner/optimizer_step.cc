@@ -20,7 +20,11 @@ OptimizerStepMemory optimizer_step_memory(const OptimizerStepInputs& in) {
   out.step_transient += in.zero3_fp32_subgroup_grad_bytes;
   switch (in.impl) {
     case OptimizerImpl::kForeach:
-      if (torch_adamw) out.step_transient += in.gpu_state_bytes / 2;  // one of exp_avg, exp_avg_sq
+      if (torch_adamw) {
+        out.step_transient += in.gpu_state_bytes / 2;  // one of exp_avg, exp_avg_sq
+        // A list, one tensor per exp_avg_sq (the second of each parameter's pair).
+        for (size_t i = 1; i < in.state_tensors.size(); i += 2) out.step_transient_tensors.push_back(in.state_tensors[i]);
+      }
       break;
     case OptimizerImpl::kForLoop:
       if (torch_adamw) out.step_transient += 2 * in.largest_state_bytes;
