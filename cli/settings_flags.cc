@@ -422,6 +422,13 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) {
        return set_optional_int(v, 1, planner::kMaxSeqLen, s.document_tokens);
      }},
+    {"--shortest-sample", "N", kTraining,
+     "unpacked data padded per batch: samples run from N tokens to --seq and each micro-batch is as long as its "
+     "longest; the simulator replays batches of such lengths, whose sizes the allocator's cache grows on "
+     "(default: every batch at --seq)", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_optional_int(v, 1, planner::kMaxSeqLen, s.shortest_sample);
+     }},
     {"--text-tokens", "N", kTraining,
      "Flux: T5 tokens per sample (diffusers' --max_sequence_length; default 512)", false,
      [](RunSettings& s, std::string_view v) { return set_optional_int(v, 1, planner::kMaxSeqLen, s.text_tokens); }},

@@ -19,6 +19,7 @@
 #include "planner/kbit_prep.h"
 #include "planner/loss_variants.h"
 #include "planner/selective_checkpoint.h"
+#include "planner/stack.h"
 #include "planner/trainability.h"
 
 namespace headroom::planner {
@@ -212,6 +213,18 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   const Result<int64_t> seq = resolve_seq_len(context.graph, settings);
   if (!seq.is_ok()) return seq.status();
   context.seq_len = seq.value();
+  if (settings.shortest_sample) {
+    if (context.graph.sequence.unit == "image") {
+      return Status::invalid_input("shortest_sample: " + context.graph.name +
+                                   " takes images of one resolution, not samples of varied length; expected "
+                                   "shortest_sample only for a token model");
+    }
+    if (*settings.shortest_sample > context.seq_len) {
+      return Status::invalid_input("shortest_sample: expected at most the sequence length " +
+                                   std::to_string(context.seq_len) + " (the longest a padded batch can be), got " +
+                                   std::to_string(*settings.shortest_sample));
+    }
+  }
   if (settings.document_tokens) apply_document_mask(context.graph, *settings.document_tokens, context.seq_len);
   if (!sizes_in_range(context, settings.micro_batch, context.seq_len)) {
     return Status::unsupported(
@@ -322,6 +335,14 @@ std::vector<std::string> input_warnings(const ModelContext& context, const RunSe
   }
   for (const std::string& mismatch : context.checkpoint_mismatches) {
     out.push_back("checkpoint vs config.json: " + mismatch);
+  }
+  if (settings.shortest_sample && *settings.shortest_sample < context.seq_len) {
+    out.push_back("batches of varied length: time and the timeline are for batches at the sequence length (the "
+                  "slowest); the band's top is the cache 256 batches of drawn lengths grew" +
+                  std::string(uses_expandable_segments(settings)
+                                  ? ""
+                                  : ", which PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True mostly avoids "
+                                    "(--expandable-segments on)"));
   }
   if (settings.compile) {
     out.push_back("torch.compile: compiled layers save what the min-cut partitioner keeps and run each connected "

@@ -33,6 +33,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   j["gpu_total_bottom_bytes"] = p.gpu_total_bottom;
   j["tight"] = p.tight();
   j["band_unknowns"] = p.band_unknowns;
+  j["varied_length_micro_steps"] = p.varied_length_micro_steps;
   j["gpu_capacity_bytes"] = p.gpu_capacity;
   j["gpu_budget_bytes"] = p.gpu_budget;
   j["gpu_margin_bytes"] = p.gpu_margin();

@@ -92,6 +92,9 @@ struct Prediction {
   int64_t gpu_total_bottom = 0;
   bool fits_gpu_bottom = false;
   std::vector<std::string> band_unknowns;  // what was not known, in words
+  // Unpacked batches padded to their longest (RunSettings::shortest_sample): how
+  // many of varied length the simulator replayed (0: every batch at seq_len).
+  int64_t varied_length_micro_steps = 0;
   bool fits() const { return fits_gpu && fits_host && fits_disk; }
   // The band straddles the budget: the run fits only if the open mechanisms are the cheap ones.
   bool tight() const { return !fits_gpu && fits_gpu_bottom && fits_host && fits_disk; }

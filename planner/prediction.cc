@@ -69,6 +69,20 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
       out.peak_reserved = simulated_reserved;
     }
   }
+  // Batches of varied length (RunSettings::shortest_sample) grow the allocator's
+  // cache beyond what batches at seq_len reserve: the band runs from one to the other.
+  const int64_t fixed_length_total = m.total();
+  if (simulation.varied_peak_reserved > out.peak_reserved) {
+    m.allocator += simulation.varied_peak_reserved - out.peak_reserved;
+    out.peak_reserved = simulation.varied_peak_reserved;
+    out.simulated_peak_reserved = simulation.varied_peak_reserved;
+    out.band_unknowns.push_back("the lengths and order of the padded batches (" +
+                                std::to_string(simulation.varied_length_micro_steps) +
+                                " micro-batches replayed, padded to their longest of samples drawn between "
+                                "shortest_sample and seq_len)");
+  }
+  out.simulated_peak_allocated = std::max(out.simulated_peak_allocated, simulation.varied_peak_allocated);
+  out.varied_length_micro_steps = simulation.varied_length_micro_steps;
   out.gpu_total = m.total();
   out.gpu_capacity = context.gpu.memory_bytes;
   out.gpu_budget = gpu_budget_bytes(context, settings);
@@ -119,8 +133,10 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
                                                                         out.gpu_total));
   out.time = step_time(settings, config, context.gpu, reserved.states, times);
   out.fits_gpu = out.gpu_total <= out.gpu_budget && !simulation.out_of_memory;
-  out.gpu_total_bottom = out.gpu_total;  // widened by with_band() when the stack leaves mechanisms open
-  out.fits_gpu_bottom = out.fits_gpu;
+  // Widened by with_band() when the stack leaves mechanisms open.
+  out.gpu_total_bottom = fixed_length_total;
+  out.fits_gpu_bottom = fixed_length_total <= out.gpu_budget &&
+                        !(simulation.out_of_memory && !simulation.varied_out_of_memory);
   out.simulated_out_of_memory = simulation.out_of_memory;
   out.fits_host = out.host_ram <= out.host_ram_budget;
   out.fits_disk = out.disk <= out.disk_budget;
@@ -131,13 +147,14 @@ Prediction with_band(const ModelContext& context, const RunSettings& settings, c
                      const std::vector<BlockChoice>& blocks, Prediction top) {
   const std::optional<RunSettings> bottom_settings = bottom_of_band(settings);
   if (!bottom_settings) return top;
-  top.band_unknowns = resolve_stack(settings).unknowns;
+  const std::vector<std::string> stack_unknowns = resolve_stack(settings).unknowns;
+  top.band_unknowns.insert(top.band_unknowns.begin(), stack_unknowns.begin(), stack_unknowns.end());
   // The loss variant rewrites the graph, so the bottom gets its own context.
   Result<ModelContext> bottom_context = prepare_context(*bottom_settings);
   const Prediction bottom = predict(bottom_context.is_ok() ? bottom_context.value() : context, *bottom_settings,
                                     config, blocks);
-  top.gpu_total_bottom = std::min(bottom.gpu_total, top.gpu_total);
-  top.fits_gpu_bottom = top.fits_gpu || bottom.fits_gpu;
+  top.gpu_total_bottom = std::min(bottom.gpu_total_bottom, top.gpu_total_bottom);
+  top.fits_gpu_bottom = top.fits_gpu_bottom || bottom.fits_gpu_bottom;
   return top;
 }
 

@@ -127,6 +127,7 @@ const IntegerRange kIntegerRanges[] = {
      kMaxContextBytes, ""},
     {"document_tokens", [](const RunSettings& s) { return s.document_tokens.value_or(1); }, 1, kMaxSeqLen, ""},
     {"text_tokens", [](const RunSettings& s) { return s.text_tokens.value_or(1); }, 1, kMaxSeqLen, ""},
+    {"shortest_sample", [](const RunSettings& s) { return s.shortest_sample.value_or(1); }, 1, kMaxSeqLen, ""},
     {"host_ram_bytes", [](const RunSettings& s) { return s.host_ram_bytes; }, 1, kMaxBudgetBytes, ""},
     {"disk_free_bytes", [](const RunSettings& s) { return s.disk_free_bytes; }, 0, kMaxBudgetBytes, ""},
     {"checkpoints_kept", [](const RunSettings& s) -> int64_t { return s.checkpoints_kept; }, 1, 1000, ""},
@@ -283,6 +284,16 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
     return fail(origin, "float8_all_gather",
                 "enable_fsdp_float8_all_gather casts FSDP2's weight shards before their all-gather: expected "
                 "zero_stage 3 with a stack that shards with FSDP2 (torchtitan, torchtune, litgpt)");
+  }
+  if (s.shortest_sample && s.seq_len > 0 && *s.shortest_sample > s.seq_len) {
+    return fail(origin, "shortest_sample",
+                "expected at most seq_len (" + std::to_string(s.seq_len) + "), the longest a padded batch can be, got " +
+                    std::to_string(*s.shortest_sample));
+  }
+  if (s.shortest_sample && s.document_tokens) {
+    return fail(origin, "shortest_sample",
+                "document_tokens describes packed rows, shortest_sample unpacked batches padded to their longest "
+                "sample: expected one of them");
   }
   if (s.document_tokens && s.attention != models::AttentionImpl::kFlex) {
     return fail(origin, "document_tokens",
@@ -454,6 +465,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   if (s.gpu_memory_bytes) j["gpu_memory_bytes"] = *s.gpu_memory_bytes;
   if (s.cuda_context_bytes) j["cuda_context_bytes"] = *s.cuda_context_bytes;
   if (s.document_tokens) j["document_tokens"] = *s.document_tokens;
+  if (s.shortest_sample) j["shortest_sample"] = *s.shortest_sample;
   if (s.text_tokens) j["text_tokens"] = *s.text_tokens;
   if (!s.calibration_file.empty()) j["calibration_file"] = s.calibration_file;
   j["host_ram_bytes"] = s.host_ram_bytes;
@@ -537,6 +549,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read("gpu_memory_bytes", s.gpu_memory_bytes),
       r.read("cuda_context_bytes", s.cuda_context_bytes),
       r.read("document_tokens", s.document_tokens),
+      r.read("shortest_sample", s.shortest_sample),
       r.read("text_tokens", s.text_tokens),
       r.read("host_ram_bytes", s.host_ram_bytes),
       r.read("disk_free_bytes", s.disk_free_bytes),

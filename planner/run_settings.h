@@ -143,6 +143,13 @@ struct RunSettings {
   // the mean document length in tokens. The mask skips the tiles between
   // documents (planner/document_mask.h); nullopt: one causal document per row.
   std::optional<int64_t> document_tokens;
+  // Unpacked data padded per batch (transformers' DataCollatorWithPadding, torchtune
+  // and LLaMA-Factory without packing): samples run from this many tokens to
+  // seq_len, and each micro-batch is as long as its longest sample. The simulator
+  // replays batches of such lengths after the steps at seq_len (docs/simulator.md,
+  // "Batches of varied length"); nullopt: every batch at seq_len (packed or
+  // padded to max_length).
+  std::optional<int64_t> shortest_sample;
   std::optional<double> dropout;  // nullopt = the model's default
   bool precomputed_text_embeddings = true;  // Flux: text encoders not on the GPU
   // Flux: T5 tokens per sample (diffusers' --max_sequence_length); nullopt: 512.

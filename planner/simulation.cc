@@ -41,6 +41,12 @@ nlohmann::json simulation_to_json(const Simulation& s, bool with_events) {
   j["reserved_still_growing"] = s.reserved_still_growing;
   j["first_step_peak_allocated_bytes"] = s.first_step_peak_allocated;
   j["first_step_peak_reserved_bytes"] = s.first_step_peak_reserved;
+  if (s.varied_length_micro_steps > 0) {
+    j["varied_length_micro_steps"] = s.varied_length_micro_steps;
+    j["varied_peak_reserved_bytes"] = s.varied_peak_reserved;
+    j["varied_peak_allocated_bytes"] = s.varied_peak_allocated;
+    j["varied_out_of_memory"] = s.varied_out_of_memory;
+  }
   j["out_of_memory"] = s.out_of_memory;
   if (s.out_of_memory) j["out_of_memory_at"] = s.out_of_memory_at;
   nlohmann::json live = nlohmann::json::array();

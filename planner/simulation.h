@@ -67,6 +67,13 @@ struct Simulation {
   int64_t first_step_peak_allocated = 0;
   int64_t first_step_peak_reserved = 0;
   int64_t segments_at_peak = 0;       // cudaMalloc'd segments held at the allocated peak
+  // Unpacked data padded per batch (RunSettings::shortest_sample): micro-batches of
+  // varied length replayed after the steps at seq_len, and the peaks over them
+  // (reserved: what the cache grew to; 0 when none were replayed).
+  int64_t varied_length_micro_steps = 0;
+  int64_t varied_peak_reserved = 0;
+  int64_t varied_peak_allocated = 0;
+  bool varied_out_of_memory = false;  // the out-of-memory happened only in a batch of varied length
   // An allocation failed even after the cached free segments were released
   // (what PyTorch reports as CUDA out of memory), with the allocator limited to
   // the GPU budget minus the context. The simulation goes on without the limit.

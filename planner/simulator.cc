@@ -63,6 +63,8 @@ class StepSimulator {
   }
 
   Simulation run();
+  // A run of batches of varied length from its first step (replay_varied_lengths).
+  Simulation run_varied_lengths();
 
  private:
   // --- allocation bookkeeping ---
@@ -90,6 +92,10 @@ class StepSimulator {
       if (!out_.out_of_memory) {
         out_.out_of_memory = true;
         out_.out_of_memory_at = label_;
+        if (replaying_lengths_) {
+          out_.varied_out_of_memory = true;
+          out_.out_of_memory_at += " (a batch of " + std::to_string(seq_) + " tokens)";
+        }
       }
       allocator_.set_capacity(INT64_MAX / 4);
       handle = allocator_.allocate(bytes, stream);
@@ -97,7 +103,7 @@ class StepSimulator {
     const int64_t size = allocated_bytes_for_request(bytes);
     live_[handle] = {size, category};
     by_category_[category] += size;
-    ++out_.allocations;
+    if (!replaying_lengths_) ++out_.allocations;
     sample();
     return handle;
   }
@@ -112,6 +118,11 @@ class StepSimulator {
   void sample() {
     const int64_t reserved = allocator_.reserved_bytes();
     const int64_t allocated = allocator_.allocated_bytes();
+    if (replaying_lengths_) {  // batches of varied length: their peaks only
+      out_.varied_peak_reserved = std::max(out_.varied_peak_reserved, reserved);
+      out_.varied_peak_allocated = std::max(out_.varied_peak_allocated, allocated);
+      return;
+    }
     if (options_.max_memory_samples > 0) {
       if (labels_.empty() || labels_.back() != label_) labels_.push_back(label_);
       samples_.push_back({clock_, allocated, reserved, static_cast<int>(labels_.size()) - 1});
@@ -143,6 +154,7 @@ class StepSimulator {
   }
   double event(Stream stream, Phase phase, double start, double duration, int block, const std::string& label,
                int64_t bytes = 0, double flops = 0) {
+    if (replaying_lengths_) return start + duration;  // the timeline is the step at seq_len
     if (options_.record_events) {
       out_.events.push_back({stream, phase, start, start + duration, micro_, block, label, bytes, flops});
     }
@@ -323,6 +335,8 @@ class StepSimulator {
   void prefetch_block(int block);
   void backward_block(int block);
   void micro_step();
+  void set_length(int64_t seq);
+  void replay_varied_lengths();
   void accumulation_loop();
   void optimizer_step();
   void begin_next_step();
@@ -377,6 +391,7 @@ class StepSimulator {
   double comm_free_ = 0;
   int micro_ = 0;
   bool lazy_states_made_ = false;             // the optimizer's first step() has run
+  bool replaying_lengths_ = false;            // batches of varied length after the steps at seq_len
   std::map<Phase, double> compute_phase_ms_;  // compute-stream time by phase, skipped micro-steps included
   std::string label_ = "start";
   struct RawSample {
@@ -745,6 +760,20 @@ void StepSimulator::backward_block(int block) {
   }
 }
 
+// Sizes and kernel times at another padded length: the graph's sizes are
+// expressions in batch and sequence (graph::tensor_bytes).
+void StepSimulator::set_length(int64_t seq) {
+  if (seq == seq_) return;
+  seq_ = seq;
+  for (size_t t = 0; t < graph_.tensors.size(); ++t) {
+    tensor_bytes_[t] = graph::tensor_bytes(graph_.tensors[t], ctx_.compute_dtype, batch_, seq_);
+  }
+  for (size_t n = 0; n < graph_.nodes.size(); ++n) {
+    times_[n] = node_times(graph_, an_, static_cast<int>(n), ctx_.compute_dtype, batch_, seq_, ctx_.gpu,
+                           ctx_.time_options);
+  }
+}
+
 void StepSimulator::micro_step() {
   const int blocks = static_cast<int>(graph_.blocks.size());
   gather_root();
@@ -881,6 +910,60 @@ void StepSimulator::begin_next_step() {
   sample();
 }
 
+// Unpacked data padded per batch (RunSettings::shortest_sample): a run from its
+// first step of kVariedMicroSteps micro-batches of varied length, each as long as the
+// longest of its micro_batch samples, drawn uniformly from [shortest, seq_len] by
+// a fixed generator (splitmix64: the same lengths on every platform). The caching
+// allocator keeps what each size left cached: blocks split by short batches are
+// too small for a long one, which cudaMallocs new segments
+// (c10/cuda/CUDACachingAllocator.cpp: get_free_block, then alloc_block), so reserved
+// memory grows over the run. At the GPU's budget the allocator releases its free
+// segments and retries (release_cached_blocks), as the model does; an allocation
+// that still fails is the out-of-memory a long run meets. Which sizes come first
+// matters: a first batch at seq_len reserves segments every shorter batch can be
+// cut from, while short batches first leave segments too small for the long
+// ones; so the run starts as real ones do, at a drawn length.
+void StepSimulator::replay_varied_lengths() {
+  constexpr int64_t kVariedMicroSteps = 256;
+  const int64_t longest = seq_;
+  const int64_t shortest = *settings_.shortest_sample;
+  const int64_t accum = config_.grad_accum;
+  const int64_t per_step = std::min(accum, kVariedMicroSteps);
+  const int64_t steps = (kVariedMicroSteps + per_step - 1) / per_step;
+  uint64_t state = 0x9E3779B97F4A7C15ULL;  // splitmix64 (Steele, Lea, Flood: OOPSLA 2014)
+  const auto next = [&state] {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  };
+  const auto span = static_cast<uint64_t>(longest - shortest + 1);
+  replaying_lengths_ = true;
+  allocate_states();
+  for (int64_t step = 0; step < steps; ++step) {
+    for (int64_t m = 0; m < per_step; ++m) {
+      int64_t length = shortest;
+      for (int64_t sample = 0; sample < config_.micro_batch; ++sample) {
+        length = std::max(length, shortest + static_cast<int64_t>(next() % span));
+      }
+      set_length(length);
+      // The first and last micro-steps differ (progressive gradients; collectives):
+      // with more than kVariedMicroSteps, the ones between are left out.
+      micro_ = static_cast<int>(m + 1 == per_step ? accum - 1 : m);
+      micro_step();
+    }
+    optimizer_step();
+    out_.varied_length_micro_steps += per_step;
+  }
+  set_length(longest);
+  replaying_lengths_ = false;
+}
+
+Simulation StepSimulator::run_varied_lengths() {
+  replay_varied_lengths();
+  return std::move(out_);
+}
+
 Simulation StepSimulator::run() {
   allocate_states();
   accumulation_loop();
@@ -928,7 +1011,20 @@ Simulation StepSimulator::run() {
 Simulation simulate(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
                     const std::vector<BlockChoice>& blocks, const SimulatorOptions& options) {
   StepSimulator simulator(context, settings, config, blocks, options);
-  return simulator.run();
+  Simulation out = simulator.run();
+  if (settings.shortest_sample && *settings.shortest_sample < context.seq_len) {
+    StepSimulator varied(context, settings, config, blocks, options);
+    const Simulation run = varied.run_varied_lengths();
+    out.varied_length_micro_steps = run.varied_length_micro_steps;
+    out.varied_peak_reserved = run.varied_peak_reserved;
+    out.varied_peak_allocated = run.varied_peak_allocated;
+    if (run.out_of_memory && !out.out_of_memory) {
+      out.out_of_memory = true;
+      out.varied_out_of_memory = true;
+      out.out_of_memory_at = run.out_of_memory_at;
+    }
+  }
+  return out;
 }
 
 Result<Simulation> simulate_plan(const Plan& plan, const SimulatorOptions& options) {

@@ -27,6 +27,13 @@ std::string simulation_summary(const planner::Plan& plan, const planner::Simulat
         << "; the figures below are the last step's. Step 1: peak allocated " << format_gib(s.first_step_peak_allocated)
         << ", reserved " << format_gib(s.first_step_peak_reserved) << ".\n";
   }
+  if (s.varied_length_micro_steps > 0) {
+    out << "Batches padded to their longest sample (from " << plan.settings.shortest_sample.value_or(0) << " to "
+        << plan.seq_len << " tokens): " << s.varied_length_micro_steps
+        << " micro-batches of drawn lengths replayed from a fresh allocator reserved up to "
+        << format_gib(s.varied_peak_reserved) << " (peak allocated " << format_gib(s.varied_peak_allocated)
+        << "); the figures below keep every batch at " << plan.seq_len << " tokens.\n";
+  }
   if (s.out_of_memory) {
     out << "OUT OF MEMORY at " << s.out_of_memory_at << ": an allocation fails even after the allocator releases its cache\n";
   }

@@ -66,6 +66,7 @@ const std::set<std::string>& settings_keys() {
     every.recompute = planner::Recompute::kBlock;
     every.adapter_dtype = planner::AdapterDtype::kFp32;
     every.document_tokens = 1;
+    every.shortest_sample = 1;
     every.shard_gpus = 1;
     every.text_tokens = 1;
     every.compile_loss = true;
