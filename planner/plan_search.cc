@@ -302,11 +302,38 @@ std::vector<Suggestion> budget_suggestions(const RunSettings& settings, const Pl
 
 }  // namespace
 
-PlanResult find_plan(const ModelContext& context, const RunSettings& settings, const Progress& progress) {
+// Batches of varied length (RunSettings::shortest_sample) cost the simulator 256
+// micro-batches per prediction: the search prices candidates with every batch at
+// seq_len, and the plan it finds is replayed with varied batches; where those run
+// out of memory, the search runs again with less room (at most 3 times).
+Candidate search_for_varied_lengths(const ModelContext& context, const RunSettings& settings,
+                                    const RunSettings& searched, SearchOptions options,
+                                    std::vector<FrontierPoint>* points, int* evaluated, const Progress& progress) {
+  Candidate best = search(context, searched, options, points, evaluated, progress);
+  if (!settings.shortest_sample) return best;
+  const auto replay = [&](Plan& plan) {
+    plan.settings.shortest_sample = settings.shortest_sample;
+    plan.prediction = with_band(context, plan.settings, plan.config, plan.blocks,
+                                predict(context, plan.settings, plan.config, plan.blocks));
+    return !plan.prediction.simulated_out_of_memory;
+  };
+  for (int attempt = 0; attempt < 3 && best.found; ++attempt) {
+    if (replay(best.plan)) return best;
+    options.budget -= options.budget / 10;
+    best = search(context, searched, options, nullptr, evaluated, {});
+  }
+  if (best.found) best.found = replay(best.plan);
+  return best;
+}
+
+PlanResult find_plan(const ModelContext& context, const RunSettings& given, const Progress& progress) {
   PlanResult result;
   std::vector<FrontierPoint> points;
+  RunSettings settings = given;
+  settings.shortest_sample.reset();
   SearchOptions options = search_options(context, settings, micro_batch_candidates(settings));
-  Candidate best = search(context, settings, options, &points, &result.configs_evaluated, progress);
+  Candidate best =
+      search_for_varied_lengths(context, given, settings, options, &points, &result.configs_evaluated, progress);
   // The frontier below the budget (what saving memory costs) and beyond it (what
   // more memory would buy), from the block walk alone.
   for (double factor : {0.4, 0.55, 0.7, 0.85, 1.0, 1.25, 1.5, 2.0, 4.0}) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "planner/planner.h"
 #include "planner/prediction.h"
 #include "planner/run_settings.h"
 #include "planner/simulator.h"
@@ -161,6 +162,27 @@ TEST_CASE("shortest_sample round-trips through the settings JSON") {
   REQUIRE(back.is_ok());
   CHECK(back->shortest_sample == 64);
   CHECK_FALSE(settings_to_json(gpt2(1)).contains("shortest_sample"));
+}
+
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("plan searches with batches at seq_len and replays the plan it finds with varied batches") {
+  RunSettings s;
+  s.model = "gpt2";
+  s.gpu = "4090";
+  s.micro_batch = 4;
+  s.seq_len = 1024;
+  s.shortest_sample = 16;
+  Result<PlanResult> result = plan(s);
+  REQUIRE_MESSAGE(result.is_ok(), result.message());
+  REQUIRE(result->found);
+  const Plan& best = result->best;
+  CHECK(best.settings.shortest_sample == 16);  // the plan file replays them too
+  CHECK(best.prediction.varied_length_micro_steps == 256);
+  CHECK_FALSE(best.prediction.simulated_out_of_memory);
+  CHECK(best.prediction.gpu_total >= best.prediction.gpu_total_bottom);
 }
 
 }  // namespace headroom::planner
