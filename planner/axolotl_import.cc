@@ -55,7 +55,7 @@ const std::set<std::string>& understood() {
   static const std::set<std::string> kKeys = {"base_model", "base_model_config", "model_type", "tokenizer_type",
                                               "adapter", "bf16", "lora_target_linear", "flash_attention",
                                               "sdp_attention", "xformers_attention", "eager_attention",
-                                              "batch_size", "gptq", "gptq_groupsize"};
+                                              "batch_size", "gptq", "gptq_groupsize", "pad_to_sequence_len"};
   return kKeys;
 }
 
@@ -132,6 +132,15 @@ Result<ConfigImport> import_axolotl_config(std::string_view text, std::string_vi
     return Status::with_code(out.code(), message);
   }
   respell_notes(out.value(), "max_length", "sequence_len");
+  // pad_to_sequence_len: every batch padded to sequence_len (axolotl's collator
+  // pads to it), so no batch of another length.
+  if (config.value("pad_to_sequence_len", json(false)) == json(true) && out->settings.shortest_sample) {
+    out->settings.shortest_sample.reset();
+    std::erase_if(out->notes, [](const std::string& note) {
+      return note.find("padded to the longest of each batch") != std::string::npos;
+    });
+    out->notes.push_back("pad_to_sequence_len: every batch is padded to sequence_len, the length it is priced at");
+  }
   if (gptq) {
     out->settings.mode = TrainMode::kQlora;
     out->settings.quant = QuantFormat::kGptq;

@@ -473,9 +473,12 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
   if (r.has(length_key)) {
     s.seq_len = r.count_or(length_key, 1024, kMaxSeqLen);
     if (!r.boolean_or("packing", false) && !r.boolean_or("padding_free", false)) {
+      // The dataset's lengths are not in the arguments: from one token to the cap.
+      s.shortest_sample = 1;
       out.notes.push_back(std::string(length_key) +
                           ": samples are padded to the longest of each batch; priced at the cap, the most a batch "
-                          "holds");
+                          "holds (the band's bottom), and over batches of lengths drawn from 1 token to the cap, "
+                          "whose sizes the allocator's cache grows on (its top; --shortest-sample N narrows it)");
     }
   } else {
     r.has("packing");

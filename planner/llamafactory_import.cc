@@ -102,7 +102,13 @@ Result<ConfigImport> import_llamafactory_config(std::string_view text, std::stri
   }
   // cutoff_len (data_args.py, default 2048): samples are cut to it and padded per batch.
   args["max_length"] = said("cutoff_len") ? config.at("cutoff_len") : json(2048);
-  if (said("packing")) args["packing"] = config.at("packing");
+  // packing: "Will automatically enable in pre-training" (data_args.py): unset, the
+  // pt stage packs and the others pad each batch to its longest sample.
+  if (said("packing")) {
+    args["packing"] = config.at("packing");
+  } else if (said("stage") && config.at("stage") == json("pt")) {
+    args["packing"] = true;
+  }
   // Gradient checkpointing is on unless disable_gradient_checkpointing (model_args.py;
   // model/model_utils/checkpointing.py).
   args["gradient_checkpointing"] = !(said("disable_gradient_checkpointing") &&

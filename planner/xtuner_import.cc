@@ -251,17 +251,21 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
     // LLaVADataset cuts the text, with its one image placeholder, to max_length;
     // the tower's features then replace the placeholder (prepare_inputs_labels_for_multimodal).
     s.seq_len = cap - 1 + kLlavaImageTokens;
+    s.shortest_sample = kLlavaImageTokens;  // the image and its placeholder alone
     r.note("sequence " + std::to_string(s.seq_len) + ": max_length " + std::to_string(cap) +
            " text tokens with one image placeholder, replaced by 576 image tokens (CLIP ViT-L/14 at 336 px; a tower "
            "of another grid needs --seq); samples are not packed, so a batch is as long as its longest sample, "
-           "priced at the cap");
+           "priced at the cap (the band's bottom) and over batches of lengths drawn from the 576 image tokens to "
+           "it (its top; --shortest-sample N narrows it)");
   } else {
     s.seq_len = cap;
     // process_hf_dataset packs to max_length unless told not to (xtuner/dataset/huggingface.py).
     const json* pack = Reader::at(*dataset, "pack_to_max_length");
     if (pack != nullptr && *pack == json(false)) {
+      s.shortest_sample = 1;  // the dataset's lengths are not in the config
       r.note("pack_to_max_length false: a batch is as long as its longest sample, priced at max_length " +
-             std::to_string(cap));
+             std::to_string(cap) + " (the band's bottom) and over batches of lengths drawn from 1 token to it "
+             "(its top; --shortest-sample N narrows it)");
     }
   }
 

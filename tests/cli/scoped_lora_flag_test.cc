@@ -14,7 +14,7 @@ TEST_CASE("--scoped-lora gives the LLaVA tower rank 64 beside the LLM's 512, as 
   const RunOutput flags = run_headroom(
       "fit llava-llama-3-8b --gpu 4090 --qlora --lora-rank 512 --lora-dropout 0.05 --scoped-lora '*vision_tower*:64' "
       "--train '*multi_modal_projector*' --seq 2047 --checkpointing every --zero 2 --offload-optimizer cpu "
-      "--precision bf16-mixed --stack deepspeed --loss full --json");
+      "--precision bf16-mixed --stack deepspeed --loss full --shortest-sample 576 --json");
   REQUIRE_MESSAGE(flags.exit_code == 0, flags.err);
   const RunOutput xtuner = run_headroom("fit llava-llama-3-8b --gpu 4090 --xtuner " +
                                         quoted(data + "llava_llama3_8b_qlora_finetune.dump.json") + " --deepspeed " +
@@ -23,6 +23,7 @@ TEST_CASE("--scoped-lora gives the LLaVA tower rank 64 beside the LLM's 512, as 
   const nlohmann::json a = parse_json(flags.out)["as_given"];
   const nlohmann::json b = parse_json(xtuner.out)["as_given"];
   CHECK(a["settings"]["scoped_lora"] == b["settings"]["scoped_lora"]);
+  CHECK(b["settings"]["shortest_sample"] == 576);  // unpacked: an image and its placeholder at the least
   CHECK(a["prediction"]["model"] == b["prediction"]["model"]);
   CHECK(a["prediction"]["gpu_total_bytes"] == b["prediction"]["gpu_total_bytes"]);
 

@@ -56,6 +56,7 @@ TEST_CASE("the seed's XTuner LLaVA QLoRA config under --deepspeed zero2_offload 
   CHECK(s.scoped_lora[0].lora.targets.empty());
   CHECK(s.train_patterns == std::vector<std::string>{"*multi_modal_projector*"});
   CHECK(s.seq_len == 1472 - 1 + 576);
+  CHECK(s.shortest_sample == 576);  // samples are not packed: from the image alone to the cap
   CHECK(s.micro_batch == 1);
   CHECK(s.grad_accum == 1);
   CHECK(s.checkpointing == CheckpointPolicy::kEveryBlock);
@@ -80,6 +81,7 @@ TEST_CASE("the seed's XTuner LLaVA QLoRA config under --deepspeed zero2_offload 
   by_hand.loss = LossSpec{LossImpl::kFull, 8};
   by_hand.zero_stage = 2;
   by_hand.offload_optimizer = Offload::kCpu;
+  by_hand.shortest_sample = 576;  // unpacked LLaVA samples: at least the image's 576 tokens
   const Prediction a = predict_as_given(s);
   const Prediction b = predict_as_given(by_hand);
   CHECK(a.gpu_total == b.gpu_total);
@@ -99,6 +101,7 @@ TEST_CASE("without DeepSpeed, XTuner's k-bit preparation leaves an fp32 model ar
   CHECK(s.mode == TrainMode::kQlora);
   CHECK(s.lora.rank == 64);
   CHECK(s.lora.dropout == doctest::Approx(0.1));
+  CHECK_FALSE(s.shortest_sample);
   CHECK(s.seq_len == 2048);  // packed to max_length
   CHECK(s.grad_accum == 16);
   CHECK(s.scoped_lora.empty());
