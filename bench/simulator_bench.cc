@@ -63,6 +63,17 @@ int main() {
   std::printf("%-44s %10.1f ms  (%d steps replayed: %.2fx of one)\n", "simulate, one step, states resident", one_step_ms,
               simulation.steps_simulated, quiet_ms / one_step_ms);
   std::printf("%-44s %10.1f ms  (%.2fx of predict)\n", "simulate, full timeline", full_ms, full_ms / walk_ms);
+  // Unpacked batches padded to their longest (shortest_sample): 256 micro-batches
+  // of drawn lengths replayed after the steps at seq_len.
+  planner::RunSettings varied_settings = settings;
+  varied_settings.shortest_sample = 16;
+  planner::Simulation varied;
+  const double varied_ms =
+      best_of_ms(1, [&] { varied = planner::simulate(context, varied_settings, config, choices, quiet); });
+  std::printf("%-44s %10.1f ms  (%lld micro-batches: %.2fx of the steps at seq_len; reserved %.2f -> %.2f GiB)\n",
+              "simulate, batches of varied length", varied_ms, static_cast<long long>(varied.varied_length_micro_steps),
+              varied_ms / quiet_ms, static_cast<double>(simulation.peak_reserved) / (1 << 30),
+              static_cast<double>(varied.varied_peak_reserved) / (1 << 30));
   planner::Plan plan;
   plan.model = "gpt-stack-1024";
   plan.settings = settings;

@@ -145,8 +145,11 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
 
 Prediction with_band(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
                      const std::vector<BlockChoice>& blocks, Prediction top) {
-  const std::optional<RunSettings> bottom_settings = bottom_of_band(settings);
+  std::optional<RunSettings> bottom_settings = bottom_of_band(settings);
   if (!bottom_settings) return top;
+  // Batches at seq_len are the cheap side of varied ones, whose bottom `top` already
+  // holds: the stack's bottom need not replay them again.
+  bottom_settings->shortest_sample.reset();
   const std::vector<std::string> stack_unknowns = resolve_stack(settings).unknowns;
   top.band_unknowns.insert(top.band_unknowns.begin(), stack_unknowns.begin(), stack_unknowns.end());
   // The loss variant rewrites the graph, so the bottom gets its own context.

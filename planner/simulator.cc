@@ -911,7 +911,7 @@ void StepSimulator::begin_next_step() {
 }
 
 // Unpacked data padded per batch (RunSettings::shortest_sample): a run from its
-// first step of kVariedMicroSteps micro-batches of varied length, each as long as the
+// first step of up to 256 micro-batches of varied length, each as long as the
 // longest of its micro_batch samples, drawn uniformly from [shortest, seq_len] by
 // a fixed generator (splitmix64: the same lengths on every platform). The caching
 // allocator keeps what each size left cached: blocks split by short batches are
@@ -924,7 +924,11 @@ void StepSimulator::begin_next_step() {
 // cut from, while short batches first leave segments too small for the long
 // ones; so the run starts as real ones do, at a drawn length.
 void StepSimulator::replay_varied_lengths() {
-  constexpr int64_t kVariedMicroSteps = 256;
+  // 256 micro-batches up to graphs of 4096 nodes (an 80-layer LLM has ~2,500), fewer
+  // beyond, at least 32: the replay's cost grows with both (simulator_bench).
+  constexpr int64_t kVariedNodeSteps = int64_t{256} * 4096;
+  const auto nodes = static_cast<int64_t>(std::max<size_t>(1, graph_.nodes.size()));
+  const int64_t kVariedMicroSteps = std::clamp<int64_t>(kVariedNodeSteps / nodes, 32, 256);
   const int64_t longest = seq_;
   const int64_t shortest = *settings_.shortest_sample;
   const int64_t accum = config_.grad_accum;
