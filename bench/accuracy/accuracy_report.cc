@@ -60,7 +60,8 @@ void write_intro(std::ostringstream& md, const ReportSources& sources) {
         "simulation on, no search.\n"
      << "- Error = (predicted - measured) / measured. Negative is under-prediction: the run can "
         "OOM after headroom "
-        "said it fits.\n"
+        "said it fits. Where the prediction has a band (unpacked batches of varied length grow the reserved "
+        "cache), the error is against its top, what the verdict uses, and the table gives its bottom.\n"
      << "- Memory: the predicted quantity matches the published metric. max_memory_allocated -> "
         "peak allocated; "
         "active_bytes peak -> peak allocated (active ~ allocated: it also counts blocks freed on "
@@ -126,7 +127,15 @@ void write_memory_table(std::ostringstream& md, const std::vector<CaseOutcome>& 
        << metric_name(m.metric) << (m.assumption.empty() ? "" : ", assumed") << ") | "
        << format("%.2f", *o.measured_memory_bytes / kGiB) << " | "
        << format("%.2f", *o.predicted_memory_bytes / kGiB) << " (" << o.memory_quantity
-       << (o.simulated_out_of_memory ? "; simulated OOM" : "") << ") | " << percent(*o.memory_error)
+       << (o.simulated_out_of_memory ? "; simulated OOM" : "")
+       << (o.predicted_memory_bottom_bytes
+               ? "; band from " + format("%.2f", *o.predicted_memory_bottom_bytes / kGiB) +
+                     (*o.measured_memory_bytes >= *o.predicted_memory_bottom_bytes &&
+                              *o.measured_memory_bytes <= *o.predicted_memory_bytes
+                          ? ", measured inside"
+                          : ", measured outside")
+               : "")
+       << ") | " << percent(*o.memory_error)
        << " | " << cell(join(c.gaps, "; ")) << " |\n";
   }
   md << "\n";

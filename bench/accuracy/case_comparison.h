@@ -22,6 +22,9 @@ struct CaseOutcome {
   std::optional<double> measured_memory_bytes;   // per GPU
   std::optional<double> predicted_memory_bytes;  // the matching predicted quantity, per GPU
   std::optional<double> memory_error;
+  // The band's bottom in the same quantity, where the prediction has a band
+  // (batches of varied length grow the reserved cache: RunSettings::shortest_sample).
+  std::optional<double> predicted_memory_bottom_bytes;
   std::string memory_quantity;           // "peak allocated", "peak reserved", "GPU total"
   std::string memory_not_compared;       // why, when not compared
   bool simulated_out_of_memory = false;  // the allocator simulation ran out within the budget
