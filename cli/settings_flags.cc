@@ -429,6 +429,14 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) {
        return set_optional_int(v, 1, planner::kMaxSeqLen, s.shortest_sample);
      }},
+    {"--group-by-length", nullptr, kTraining,
+     "with --shortest-sample: batches come longest first from length-sorted megabatches, as the Trainer's "
+     "group_by_length samples them (docs/simulator.md)",
+     false,
+     [](RunSettings& s, std::string_view) {
+       s.group_by_length = true;
+       return Status::ok();
+     }},
     {"--text-tokens", "N", kTraining,
      "Flux: T5 tokens per sample (diffusers' --max_sequence_length; default 512)", false,
      [](RunSettings& s, std::string_view v) { return set_optional_int(v, 1, planner::kMaxSeqLen, s.text_tokens); }},

@@ -468,6 +468,8 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
   read_fsdp(r, s, out);
   if (r.has("save_total_limit")) s.checkpoints_kept = static_cast<int>(r.count_or("save_total_limit", 2, 1000));
   if (r.boolean_or("save_only_model", false)) s.save_optimizer_state = false;
+  // group_by_length: the LengthGroupedSampler orders the padded batches (run_settings.h).
+  s.group_by_length = r.boolean_or("group_by_length", false);
   // TRL's SFTConfig (a TrainingArguments subclass): the sequence cap and packing.
   const char* length_key = r.has("max_length") ? "max_length" : "max_seq_length";
   if (r.has(length_key)) {

@@ -420,6 +420,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["offload_checkpoint_inputs"] = s.offload_checkpoint_inputs;
   if (s.expandable_segments) j["expandable_segments"] = *s.expandable_segments;
   j["paged_optimizer"] = s.paged_optimizer;
+  if (s.group_by_length) j["group_by_length"] = true;
   j["precision"] = precision_name(s.precision);
   j["optimizer"] = optimizer_name(s.optimizer);
   j["mode"] = mode_name(s.mode);
@@ -542,6 +543,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read("offload_checkpoint_inputs", s.offload_checkpoint_inputs),
       r.read("expandable_segments", s.expandable_segments),
       r.read("paged_optimizer", s.paged_optimizer),
+      r.read("group_by_length", s.group_by_length),
       r.read("checkpointing", checkpointing),
       r.read("checkpoint_blocks", s.checkpoint_blocks),
       r.read("gpu", s.gpu),

@@ -150,6 +150,11 @@ struct RunSettings {
   // "Batches of varied length"); nullopt: every batch at seq_len (packed or
   // padded to max_length).
   std::optional<int64_t> shortest_sample;
+  // The Trainer's group_by_length (LengthGroupedSampler): batches come from
+  // megabatches of 50 x micro_batch x grad_accum samples sorted longest first, the
+  // longest sample of all first (transformers trainer_pt_utils.py
+  // get_length_grouped_indices). Orders the replay of shortest_sample's batches.
+  bool group_by_length = false;
   std::optional<double> dropout;  // nullopt = the model's default
   bool precomputed_text_embeddings = true;  // Flux: text encoders not on the GPU
   // Flux: T5 tokens per sample (diffusers' --max_sequence_length); nullopt: 512.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
 #include <queue>
 #include <unordered_map>
@@ -942,14 +943,28 @@ void StepSimulator::replay_varied_lengths() {
     return z ^ (z >> 31);
   };
   const auto span = static_cast<uint64_t>(longest - shortest + 1);
+  // The samples in the order the sampler hands them out: shuffled, or (the Trainer's
+  // group_by_length) in megabatches of 50 x micro_batch x grad_accum sorted longest
+  // first, the longest sample of all (here: one at seq_len) first of the run.
+  const int64_t batch = config_.micro_batch;
+  std::vector<int64_t> samples(static_cast<size_t>(steps * per_step * batch));
+  for (int64_t& length : samples) length = shortest + static_cast<int64_t>(next() % span);
+  if (settings_.group_by_length) {
+    const auto megabatch = static_cast<ptrdiff_t>(50 * batch * accum);
+    for (auto first = samples.begin(); first != samples.end();) {
+      const auto last = samples.end() - first > megabatch ? first + megabatch : samples.end();
+      std::sort(first, last, std::greater<>());
+      first = last;
+    }
+    samples.front() = longest;
+  }
   replaying_lengths_ = true;
   allocate_states();
+  size_t drawn = 0;
   for (int64_t step = 0; step < steps; ++step) {
     for (int64_t m = 0; m < per_step; ++m) {
       int64_t length = shortest;
-      for (int64_t sample = 0; sample < config_.micro_batch; ++sample) {
-        length = std::max(length, shortest + static_cast<int64_t>(next() % span));
-      }
+      for (int64_t sample = 0; sample < batch; ++sample) length = std::max(length, samples[drawn++]);
       set_length(length);
       // The first and last micro-steps differ (progressive gradients; collectives):
       // with more than kVariedMicroSteps, the ones between are left out.

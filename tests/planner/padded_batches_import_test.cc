@@ -38,6 +38,9 @@ TEST_CASE("TRL's SFTConfig: unpacked batches from one token, packed or padding-f
   const ConfigImport padding_free =
       ok(import_training_arguments(R"({"max_length": 1024, "padding_free": true})", "args.json", RunSettings{}));
   CHECK_FALSE(padding_free.settings.shortest_sample);
+  CHECK_FALSE(unpacked.settings.group_by_length);
+  CHECK(ok(import_training_arguments(R"({"max_length": 1024, "group_by_length": true})", "args.json", RunSettings{}))
+            .settings.group_by_length);
   // TrainingArguments alone say nothing of the data.
   CHECK_FALSE(ok(import_training_arguments(R"({"per_device_train_batch_size": 2})", "args.json", RunSettings{}))
                   .settings.shortest_sample);

@@ -186,3 +186,32 @@ TEST_CASE("plan searches with batches at seq_len and replays the plan it finds w
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("group_by_length hands out the longest sample first and length-sorted batches: the cache barely grows") {
+  RunSettings s;
+  s.model = "gpt2";
+  s.gpu = "a100-80g";
+  s.precision = Precision::kBf16Pure;
+  s.micro_batch = 2;
+  s.seq_len = 1024;
+  s.stack = Stack::kHfTrainer;
+  s.shortest_sample = 16;
+  Result<ModelContext> context = prepare_context(s);
+  REQUIRE(context.is_ok());
+  const auto choices = user_block_choices(context.value(), s);
+  REQUIRE(choices.is_ok());
+  const Simulation shuffled = simulate(context.value(), s, user_config(s), choices.value());
+  s.group_by_length = true;
+  const Simulation grouped = simulate(context.value(), s, user_config(s), choices.value());
+  MESSAGE("at seq_len " << grouped.peak_reserved / double(1 << 20) << " MiB; shuffled "
+                        << shuffled.varied_peak_reserved / double(1 << 20) << " MiB; grouped by length "
+                        << grouped.varied_peak_reserved / double(1 << 20) << " MiB");
+  CHECK(grouped.varied_peak_reserved < shuffled.varied_peak_reserved);
+  // A first batch at seq_len reserves what the shorter ones after it are cut from.
+  CHECK(grouped.varied_peak_reserved <= grouped.peak_reserved + grouped.peak_reserved / 20);
+  CHECK(settings_from_json(settings_to_json(s), "s.json")->group_by_length);
+}
+
+}  // namespace headroom::planner
