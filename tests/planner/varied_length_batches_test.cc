@@ -190,14 +190,7 @@ TEST_CASE("plan searches with batches at seq_len and replays the plan it finds w
 namespace headroom::planner {
 
 TEST_CASE("group_by_length hands out the longest sample first and length-sorted batches: the cache barely grows") {
-  RunSettings s;
-  s.model = "gpt2";
-  s.gpu = "a100-80g";
-  s.precision = Precision::kBf16Pure;
-  s.micro_batch = 2;
-  s.seq_len = 1024;
-  s.stack = Stack::kHfTrainer;
-  s.shortest_sample = 16;
+  RunSettings s = varied(gpt2(1), 16);
   Result<ModelContext> context = prepare_context(s);
   REQUIRE(context.is_ok());
   const auto choices = user_block_choices(context.value(), s);
