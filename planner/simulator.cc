@@ -392,7 +392,7 @@ class StepSimulator {
   double comm_free_ = 0;
   int micro_ = 0;
   bool lazy_states_made_ = false;             // the optimizer's first step() has run
-  bool replaying_lengths_ = false;            // batches of varied length after the steps at seq_len
+  bool replaying_lengths_ = false;            // this simulator replays batches of varied length (run_varied_lengths)
   std::map<Phase, double> compute_phase_ms_;  // compute-stream time by phase, skipped micro-steps included
   std::string label_ = "start";
   struct RawSample {
@@ -929,12 +929,12 @@ void StepSimulator::replay_varied_lengths() {
   // beyond, at least 32: the replay's cost grows with both (simulator_bench).
   constexpr int64_t kVariedNodeSteps = int64_t{256} * 4096;
   const auto nodes = static_cast<int64_t>(std::max<size_t>(1, graph_.nodes.size()));
-  const int64_t kVariedMicroSteps = std::clamp<int64_t>(kVariedNodeSteps / nodes, 32, 256);
+  const int64_t micro_steps = std::clamp<int64_t>(kVariedNodeSteps / nodes, 32, 256);
   const int64_t longest = seq_;
   const int64_t shortest = *settings_.shortest_sample;
   const int64_t accum = config_.grad_accum;
-  const int64_t per_step = std::min(accum, kVariedMicroSteps);
-  const int64_t steps = (kVariedMicroSteps + per_step - 1) / per_step;
+  const int64_t per_step = std::min(accum, micro_steps);
+  const int64_t steps = (micro_steps + per_step - 1) / per_step;
   uint64_t state = 0x9E3779B97F4A7C15ULL;  // splitmix64 (Steele, Lea, Flood: OOPSLA 2014)
   const auto next = [&state] {
     uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
@@ -967,7 +967,7 @@ void StepSimulator::replay_varied_lengths() {
       for (int64_t sample = 0; sample < batch; ++sample) length = std::max(length, samples[drawn++]);
       set_length(length);
       // The first and last micro-steps differ (progressive gradients; collectives):
-      // with more than kVariedMicroSteps, the ones between are left out.
+      // with more than micro_steps, the ones between are left out.
       micro_ = static_cast<int>(m + 1 == per_step ? accum - 1 : m);
       micro_step();
     }
