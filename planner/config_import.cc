@@ -10,6 +10,11 @@ Status config_field_error(std::string_view origin, const std::string& path, cons
                                shown);
 }
 
+std::string padded_batches_band(std::string_view shortest) {
+  return " (the band's bottom), and over batches of lengths drawn from " + std::string(shortest) +
+         " to it, whose sizes the allocator's cache grows on (its top; --shortest-sample N narrows it)";
+}
+
 void respell_notes(ConfigImport& imported, std::string_view from, std::string_view to) {
   const std::string prefix = std::string(from) + ":";
   for (std::string& note : imported.notes) {

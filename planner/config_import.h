@@ -42,4 +42,9 @@ Status config_field_error(std::string_view origin, const std::string& path, cons
 // when another reader read it under the Trainer's name.
 void respell_notes(ConfigImport& imported, std::string_view from, std::string_view to);
 
+// The words every importer ends its note on unpacked batches with, after saying
+// the cap: "(the band's bottom), and over batches of lengths drawn from SHORTEST to
+// it, ... (its top; --shortest-sample N narrows it)" (RunSettings::shortest_sample).
+std::string padded_batches_band(std::string_view shortest);
+
 }  // namespace headroom::planner

@@ -479,8 +479,7 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
       s.shortest_sample = 1;
       out.notes.push_back(std::string(length_key) +
                           ": samples are padded to the longest of each batch; priced at the cap, the most a batch "
-                          "holds (the band's bottom), and over batches of lengths drawn from 1 token to the cap, "
-                          "whose sizes the allocator's cache grows on (its top; --shortest-sample N narrows it)");
+                          "holds" + padded_batches_band("1 token"));
     }
   } else {
     r.has("packing");

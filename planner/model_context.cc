@@ -338,7 +338,7 @@ std::vector<std::string> input_warnings(const ModelContext& context, const RunSe
   }
   if (settings.shortest_sample && *settings.shortest_sample < context.seq_len) {
     out.push_back("batches of varied length: time and the timeline are for batches at the sequence length (the "
-                  "slowest); the band's top is the cache 256 batches of drawn lengths grew" +
+                  "slowest); the band's top is the cache the replayed batches of drawn lengths grew" +
                   std::string(uses_expandable_segments(settings)
                                   ? ""
                                   : ", which PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True mostly avoids "

@@ -144,9 +144,7 @@ Result<ConfigImport> import_tree(const nlohmann::json& root, std::string_view or
   if (!packed && max_seq > 0) {
     s.shortest_sample = 1;  // the dataset's lengths are not in the config
     out.notes.push_back("dataset.packed is false: batches are padded to their longest sample; priced at "
-                        "tokenizer.max_seq_len, the most a batch can hold (the band's bottom), and over batches of "
-                        "lengths drawn from 1 token to it, whose sizes the allocator's cache grows on (its top; "
-                        "--shortest-sample N narrows it)");
+                        "tokenizer.max_seq_len, the most a batch can hold" + padded_batches_band("1 token"));
   }
   // torchtune's attention: flex_attention with the document mask for packed rows
   // (modules/attention_utils.py _sdpa_or_flex_attention), SDPA otherwise.

@@ -255,8 +255,7 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
     r.note("sequence " + std::to_string(s.seq_len) + ": max_length " + std::to_string(cap) +
            " text tokens with one image placeholder, replaced by 576 image tokens (CLIP ViT-L/14 at 336 px; a tower "
            "of another grid needs --seq); samples are not packed, so a batch is as long as its longest sample, "
-           "priced at the cap (the band's bottom) and over batches of lengths drawn from the 576 image tokens to "
-           "it (its top; --shortest-sample N narrows it)");
+           "priced at the cap" + padded_batches_band("the 576 image tokens"));
   } else {
     s.seq_len = cap;
     // process_hf_dataset packs to max_length unless told not to (xtuner/dataset/huggingface.py).
@@ -264,8 +263,7 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
     if (pack != nullptr && *pack == json(false)) {
       s.shortest_sample = 1;  // the dataset's lengths are not in the config
       r.note("pack_to_max_length false: a batch is as long as its longest sample, priced at max_length " +
-             std::to_string(cap) + " (the band's bottom) and over batches of lengths drawn from 1 token to it "
-             "(its top; --shortest-sample N narrows it)");
+             std::to_string(cap) + padded_batches_band("1 token"));
     }
   }
 

@@ -113,6 +113,15 @@ void write_summary(std::ostringstream& md, const std::vector<CaseOutcome>& outco
      << " |\n\n";
 }
 
+// "; band from X, measured inside" where the prediction has a band, else nothing.
+std::string band_bottom(const CaseOutcome& o) {
+  if (!o.predicted_memory_bottom_bytes) return "";
+  const double measured = *o.measured_memory_bytes;
+  const bool inside = measured >= *o.predicted_memory_bottom_bytes && measured <= *o.predicted_memory_bytes;
+  return "; band from " + format("%.2f", *o.predicted_memory_bottom_bytes / kGiB) +
+         (inside ? ", measured inside" : ", measured outside");
+}
+
 void write_memory_table(std::ostringstream& md, const std::vector<CaseOutcome>& outcomes) {
   md << "## Memory, per case\n\n"
      << "| case | trust | stack | expressible | published (metric) | measured GiB | predicted GiB "
@@ -127,15 +136,8 @@ void write_memory_table(std::ostringstream& md, const std::vector<CaseOutcome>& 
        << metric_name(m.metric) << (m.assumption.empty() ? "" : ", assumed") << ") | "
        << format("%.2f", *o.measured_memory_bytes / kGiB) << " | "
        << format("%.2f", *o.predicted_memory_bytes / kGiB) << " (" << o.memory_quantity
-       << (o.simulated_out_of_memory ? "; simulated OOM" : "")
-       << (o.predicted_memory_bottom_bytes
-               ? "; band from " + format("%.2f", *o.predicted_memory_bottom_bytes / kGiB) +
-                     (*o.measured_memory_bytes >= *o.predicted_memory_bottom_bytes &&
-                              *o.measured_memory_bytes <= *o.predicted_memory_bytes
-                          ? ", measured inside"
-                          : ", measured outside")
-               : "")
-       << ") | " << percent(*o.memory_error)
+       << (o.simulated_out_of_memory ? "; simulated OOM" : "") << band_bottom(o) << ") | "
+       << percent(*o.memory_error)
        << " | " << cell(join(c.gaps, "; ")) << " |\n";
   }
   md << "\n";
