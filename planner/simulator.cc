@@ -205,6 +205,7 @@ class StepSimulator {
         unsharded = copy_in;
       } else {
         unsharded = alloc(block_param_bytes_[block], "ZeRO buffers");
+        copy_out_gathered(block, block_param_bytes_[block], "all-gather copy-out " + block_name(block));
         release(copy_in);
       }
     }
@@ -282,7 +283,17 @@ class StepSimulator {
     }
     const int64_t copy_in = alloc(bytes, "ZeRO buffers", kAllGatherStream);
     root_params_ = alloc(bytes, "ZeRO buffers");
+    copy_out_gathered(-1, bytes, "all-gather copy-out root group");
     release(copy_in);
+  }
+  // FSDP2 copies each all-gather out into the unsharded parameters on the compute
+  // stream (planner/fsdp2_copy_out.h): `bytes` read and written, exposed.
+  void copy_out_gathered(int block, int64_t bytes, const std::string& label) {
+    const double ms = static_cast<double>(2 * bytes) /
+                      (ctx_.gpu.memory_bandwidth_gbps * 1e9 * ctx_.time_options.bandwidth_efficiency) * 1e3;
+    clock_ = event(Stream::kCompute, Phase::kComm, clock_, ms, block, label, 2 * bytes);
+    time_.comm_exposed_ms += ms;
+    settle(clock_);
   }
   // The root's post-backward in the final callback: its reduce-scatter input
   // beside its unsharded gradients, then all of it and the parameters are freed.

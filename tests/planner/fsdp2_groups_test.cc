@@ -7,9 +7,12 @@
 
 #include <string>
 
+#include "planner/fsdp2_copy_out.h"
+#include "planner/hardware.h"
 #include "planner/model_states.h"
 #include "planner/planner.h"
 #include "planner/simulator.h"
+#include "planner/step_time.h"
 #include "planner/torchtune_import.h"
 
 namespace headroom::planner {
@@ -195,6 +198,46 @@ TEST_CASE("torchtune's custom_sharded_layers become fsdp_own_groups") {
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.message().find("custom_sharded_layers") != std::string::npos);
   CHECK(bad.message().find("tok_embeddings and output") != std::string::npos);
+}
+
+TEST_CASE("FSDP2 copies each all-gather out on the compute stream: the bytes read and written") {
+  GlobalConfig config;
+  config.zero_stage = 3;
+  // torchtitan: every group gathered for forward; for backward again but the root
+  // (never resharded) and the last layer (not resharded after forward). Each copy
+  // reads the gathered bf16 bytes and writes them.
+  CHECK(fsdp2_copy_out_bytes(llm_shaped(), torchtitan_on_8(), config) == 2 * (kAll + kLayer) * 2);
+  // torchtune reshards its last layer too: both layers come back for backward.
+  RunSettings torchtune = torchtitan_on_8();
+  torchtune.stack = Stack::kTorchtune;
+  CHECK(fsdp2_copy_out_bytes(llm_shaped(), torchtune, config) == 2 * (kAll + 2 * kLayer) * 2);
+  // FSDP1 gathers into the flat parameter itself, DeepSpeed into views of its flat
+  // buffer: no copy-out. Below ZeRO-3 nothing is gathered.
+  RunSettings composer = torchtitan_on_8();
+  composer.stack = Stack::kComposer;
+  CHECK(fsdp2_copy_out_bytes(llm_shaped(), composer, config) == 0);
+  RunSettings deepspeed = torchtitan_on_8();
+  deepspeed.stack = Stack::kDeepspeed;
+  CHECK(fsdp2_copy_out_bytes(llm_shaped(), deepspeed, config) == 0);
+  config.zero_stage = 2;
+  CHECK(fsdp2_copy_out_bytes(llm_shaped(), torchtitan_on_8(), config) == 0);
+}
+
+TEST_CASE("the copy-outs are exposed time, once per micro-step") {
+  GlobalConfig config;
+  config.zero_stage = 3;
+  config.grad_accum = 4;
+  ModelStates states;
+  states.total_params = states.trainable_params = kAll;
+  const GpuSpec gpu = find_gpu("h100-sxm").value();
+  StepTimeInputs in;
+  in.micro_fwd_ms = in.micro_bwd_ms = 1e6;  // every collective hidden
+  const TimeBreakdown hidden = step_time(torchtitan_on_8(), config, gpu, states, in);
+  in.micro_gather_copy_ms = 3.0;
+  const TimeBreakdown copied = step_time(torchtitan_on_8(), config, gpu, states, in);
+  CHECK(hidden.comm_exposed_ms == 0);
+  CHECK(copied.comm_exposed_ms == doctest::Approx(4 * 3.0));
+  CHECK(copied.step_ms - hidden.step_ms == doctest::Approx(4 * 3.0));
 }
 
 }  // namespace headroom::planner
