@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "planner/allocator_rounding.h"
-#include "planner/fsdp2_copy_out.h"
+#include "planner/fsdp2_stream_copies.h"
 #include "planner/simulator.h"
 #include "planner/step_builder.h"
 #include "planner/step_time.h"
@@ -130,8 +130,11 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
     times.micro_recompute_ms += recompute;
     times.micro_offload_ms += offload;
   }
-  times.micro_gather_copy_ms = static_cast<double>(fsdp2_copy_out_bytes(context.graph, settings, config)) /
-                               (context.gpu.memory_bandwidth_gbps * 1e9 * context.time_options.bandwidth_efficiency) * 1e3;
+  const double copy_gbps = context.gpu.memory_bandwidth_gbps * context.time_options.bandwidth_efficiency;
+  times.micro_gather_copy_ms = transfer_ms(static_cast<double>(fsdp2_copy_out_bytes(context.graph, settings, config)),
+                                           copy_gbps);
+  times.reduce_copy_ms = transfer_ms(static_cast<double>(fsdp2_reduce_copy_in_bytes(context.graph, settings, config)),
+                                     copy_gbps);
   times.paged_migrated_bytes = static_cast<double>(paged_migrated_bytes(reserved.states.paged_optimizer, out.gpu_capacity,
                                                                         out.gpu_total));
   out.time = step_time(settings, config, context.gpu, reserved.states, times);

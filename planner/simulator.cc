@@ -253,6 +253,13 @@ class StepSimulator {
     }
     return {stored, gathered};
   }
+  std::vector<int> root_blocks() const {
+    std::vector<int> blocks;
+    for (size_t b = 0; b < graph_.blocks.size(); ++b) {
+      if (in_root_group(static_cast<int>(b))) blocks.push_back(static_cast<int>(b));
+    }
+    return blocks;
+  }
   // The root's shard copied in and cast again at its pre-backward, then dropped
   // (fsdp_restages_root).
   void restage_root() {
@@ -286,12 +293,29 @@ class StepSimulator {
     copy_out_gathered(-1, bytes, "all-gather copy-out root group");
     release(copy_in);
   }
-  // FSDP2 copies each all-gather out into the unsharded parameters on the compute
-  // stream (planner/fsdp2_copy_out.h): `bytes` read and written, exposed.
+  // FSDP2's copies on the compute stream (planner/fsdp2_stream_copies.h), exposed:
+  // each all-gather copied out into the unsharded parameters (`bytes` read and
+  // written), and the gradients copied into each reduce-scatter input.
   void copy_out_gathered(int block, int64_t bytes, const std::string& label) {
-    const double ms = static_cast<double>(2 * bytes) /
-                      (ctx_.gpu.memory_bandwidth_gbps * 1e9 * ctx_.time_options.bandwidth_efficiency) * 1e3;
-    clock_ = event(Stream::kCompute, Phase::kComm, clock_, ms, block, label, 2 * bytes);
+    stream_copy(block, 2 * bytes, label);
+  }
+  void copy_in_gradients(const std::vector<int>& blocks, const std::string& label) {
+    const int64_t reduce_width = fsdp_reduce_bytes_per_element(settings_);
+    int64_t bytes = 0;
+    for (int block : blocks) {
+      for (int n : an_.blocks[block].nodes) {
+        for (const graph::Param& param : graph_.nodes[n].params) {
+          if (!param.trainable || !param.tied_to.empty()) continue;
+          bytes += planner::grad_bytes(param, settings_.precision) + param.elements() * reduce_width;
+        }
+      }
+    }
+    if (bytes > 0) stream_copy(blocks.size() == 1 ? blocks[0] : -1, bytes, label);
+  }
+  void stream_copy(int block, int64_t bytes, const std::string& label) {
+    const double ms = planner::transfer_ms(static_cast<double>(bytes),
+                                  ctx_.gpu.memory_bandwidth_gbps * ctx_.time_options.bandwidth_efficiency);
+    clock_ = event(Stream::kCompute, Phase::kComm, clock_, ms, block, label, bytes);
     time_.comm_exposed_ms += ms;
     settle(clock_);
   }
@@ -302,6 +326,7 @@ class StepSimulator {
     label_ = "reduce-scatter root group";
     if (!root_grads_.empty()) {
       const int64_t buffers = alloc(states_.fsdp2_root_reduce_scatter, "ZeRO buffers");
+      if (!fsdp1()) copy_in_gradients(root_blocks(), "reduce-scatter copy-in root group");
       if (states_.root_offload_grad_shard > 0) offload_shards_.push_back(alloc(states_.root_offload_grad_shard, "gradients"));
       release(buffers);
     }
@@ -737,6 +762,7 @@ void StepSimulator::backward_block(int block) {
     // block's bytes, as the walk prices it).
     label_ = "reduce-scatter " + block_name(block);
     const int64_t buffers = alloc(states_.reduce_scatter_bytes, "ZeRO buffers");
+    if (!fsdp1()) copy_in_gradients({block}, "reduce-scatter copy-in " + block_name(block));
     if (static_cast<size_t>(block) < states_.offload_grad_shards.size() && states_.offload_grad_shards[block] > 0) {
       offload_shards_.push_back(alloc(states_.offload_grad_shards[block], "gradients"));
     }

@@ -173,8 +173,11 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
   out.backward_ms = accum * (in.micro_bwd_ms - in.micro_recompute_ms);
   out.recompute_ms = accum * in.micro_recompute_ms;
   out.offload_exposed_ms = accum * in.micro_offload_ms;
-  // FSDP2's copy-out of each all-gather runs on the compute stream: never hidden.
-  out.comm_exposed_ms = accum * (exposed_micro + in.micro_gather_copy_ms) + exposed_step;
+  // FSDP2's all-gather copy-outs and reduce-scatter copy-ins run on the compute
+  // stream: never hidden.
+  const double reductions = accumulates_unsharded(settings, config) ? 1 : accum;
+  out.comm_exposed_ms =
+      accum * (exposed_micro + in.micro_gather_copy_ms) + reductions * in.reduce_copy_ms + exposed_step;
   out.step_ms = out.forward_ms + out.backward_ms + out.recompute_ms + out.offload_exposed_ms +
                 out.comm_exposed_ms + out.optimizer_ms;
   const double samples = accum * static_cast<double>(config.micro_batch) * world;

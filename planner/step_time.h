@@ -34,9 +34,12 @@ struct StepTimeInputs {
   double micro_bwd_ms = 0;        // backward incl. recompute, one micro-step
   double micro_recompute_ms = 0;
   double micro_offload_ms = 0;    // exposed activation copies, one micro-step
-  // FSDP2's all-gather copy-outs of one micro-step, on the compute stream
-  // (planner/fsdp2_copy_out.h): counted as exposed communication.
+  // FSDP2's copies on the compute stream (planner/fsdp2_stream_copies.h), counted as
+  // exposed communication: the all-gather copy-outs of one micro-step, and the
+  // reduce-scatter copy-ins of one backward that reduces (every micro-step, or the
+  // last one only when FSDP accumulates unsharded gradients).
   double micro_gather_copy_ms = 0;
+  double reduce_copy_ms = 0;
   double paged_migrated_bytes = 0;  // unified-memory optimizer states moved per step, both ways
   double model_flops = 0;         // forward + backward FLOPs of one micro-step (no recompute)
   int64_t seq_len = 0;

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "planner/fsdp2_copy_out.h"
+#include "planner/fsdp2_stream_copies.h"
 #include "planner/hardware.h"
 #include "planner/model_states.h"
 #include "planner/planner.h"
@@ -221,6 +221,41 @@ TEST_CASE("FSDP2 copies each all-gather out on the compute stream: the bytes rea
   CHECK(fsdp2_copy_out_bytes(llm_shaped(), deepspeed, config) == 0);
   config.zero_stage = 2;
   CHECK(fsdp2_copy_out_bytes(llm_shaped(), torchtitan_on_8(), config) == 0);
+}
+
+TEST_CASE("FSDP2 copies each gradient into the reduce-scatter input on the compute stream, in the reduce dtype") {
+  GlobalConfig config;
+  config.zero_stage = 3;
+  // Mixed precision: bf16 gradients read (2 B), fp32 reduce-scatter input written (4 B).
+  CHECK(fsdp2_reduce_copy_in_bytes(llm_shaped(), torchtitan_on_8(), config) == kAll * (2 + 4));
+  RunSettings bf16_reduce = torchtitan_on_8();
+  bf16_reduce.reduce_dtype = ReduceDtype::kParam;
+  CHECK(fsdp2_reduce_copy_in_bytes(llm_shaped(), bf16_reduce, config) == kAll * (2 + 2));
+  // Only what trains has a gradient: a frozen head is not copied.
+  graph::LayerGraph frozen_head = llm_shaped();
+  frozen_head.nodes[3].params[0].trainable = false;
+  CHECK(fsdp2_reduce_copy_in_bytes(frozen_head, torchtitan_on_8(), config) == (kAll - kHead) * (2 + 4));
+  RunSettings composer = torchtitan_on_8();
+  composer.stack = Stack::kComposer;  // FSDP1 casts and copies on its post-backward stream
+  CHECK(fsdp2_reduce_copy_in_bytes(llm_shaped(), composer, config) == 0);
+}
+
+TEST_CASE("the reduce copy-ins are exposed once per backward that reduces") {
+  ModelStates states;
+  states.total_params = states.trainable_params = kAll;
+  const GpuSpec gpu = find_gpu("h100-sxm").value();
+  StepTimeInputs in;
+  in.micro_fwd_ms = in.micro_bwd_ms = 1e6;  // every collective hidden
+  in.reduce_copy_ms = 2.0;
+  GlobalConfig config;
+  config.zero_stage = 3;
+  config.grad_accum = 4;
+  CHECK(step_time(torchtitan_on_8(), config, gpu, states, in).comm_exposed_ms == doctest::Approx(4 * 2.0));
+  // Under no_sync the unsharded gradients accumulate and only the last micro-step reduces.
+  RunSettings no_sync = torchtitan_on_8();
+  no_sync.fsdp_no_sync = true;
+  REQUIRE(accumulates_unsharded(no_sync, config));
+  CHECK(step_time(no_sync, config, gpu, states, in).comm_exposed_ms == doctest::Approx(2.0));
 }
 
 TEST_CASE("the copy-outs are exposed time, once per micro-step") {

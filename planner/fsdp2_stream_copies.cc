@@ -1,4 +1,4 @@
-#include "planner/fsdp2_copy_out.h"
+#include "planner/fsdp2_stream_copies.h"
 
 #include <vector>
 
@@ -24,6 +24,20 @@ int64_t fsdp2_copy_out_bytes(const graph::LayerGraph& graph, const RunSettings& 
     copied += gathered[b] * (regathered ? 2 : 1);
   }
   return 2 * copied;  // read from the all-gather output, written to the parameters
+}
+
+int64_t fsdp2_reduce_copy_in_bytes(const graph::LayerGraph& graph, const RunSettings& settings,
+                                   const GlobalConfig& config) {
+  if (config.zero_stage < 3 || !shards_with_fsdp2(settings)) return 0;
+  const int64_t reduce_width = fsdp_reduce_bytes_per_element(settings);
+  int64_t bytes = 0;
+  for (const graph::Node& node : graph.nodes) {
+    for (const graph::Param& param : node.params) {
+      if (!param.trainable || !param.tied_to.empty()) continue;
+      bytes += grad_bytes(param, settings.precision) + param.elements() * reduce_width;
+    }
+  }
+  return bytes;
 }
 
 }  // namespace headroom::planner
