@@ -120,6 +120,21 @@ Result<Expressible> parse_expressible(const json& entry, std::string_view origin
                      "expected \"exact\", \"approximate\" or \"no\", got \"" + text.value() + "\"");
 }
 
+// "missing": required where the translation is not exact, refused where it is.
+Result<Missing> parse_missing(const json& entry, Expressible expressible, std::string_view origin) {
+  if (expressible == Expressible::kExact) {
+    if (entry.contains("missing")) {
+      return field_error(origin, "missing", "only for approximate and no translations; an exact one misses nothing");
+    }
+    return Missing::kNothing;
+  }
+  Result<std::string> text = string_field(entry, "missing", origin);
+  if (!text.is_ok()) return text.status();
+  if (text.value() == "information") return Missing::kInformation;
+  if (text.value() == "feature") return Missing::kFeature;
+  return field_error(origin, "missing", "expected \"information\" or \"feature\", got \"" + text.value() + "\"");
+}
+
 // A zoo name stays as it is; a path is relative to the translations file.
 std::string resolve_model(const std::string& model, const std::string& translations_path) {
   if (model.find('/') == std::string::npos && !model.ends_with(".json")) return model;
@@ -132,7 +147,7 @@ std::string resolve_model(const std::string& model, const std::string& translati
 Status read_translation(const json& entry, const std::string& path, BenchCase& out) {
   const std::string origin = path + ": " + out.id;
   static const std::set<std::string> kKeys = {
-      "id",       "stack",          "model",        "expressible",         "gaps",
+      "id",       "stack",          "model",        "expressible",         "gaps",   "missing",
       "settings", "memory_reading", "time_reading", "time_not_comparable", "notes"};
   for (const auto& [key, value] : entry.items()) {
     if (!kKeys.contains(key)) return field_error(origin, key, "unknown field of a translation");
@@ -152,6 +167,9 @@ Status read_translation(const json& entry, const std::string& path, BenchCase& o
   out.stack = stack.value();
   out.expressible = expressible.value();
   out.gaps = gaps.value();
+  Result<Missing> missing = parse_missing(entry, out.expressible, origin);
+  if (!missing.is_ok()) return missing.status();
+  out.missing = missing.value();
   out.notes = notes.value();
   out.time_not_comparable = not_comparable.value();
   if (out.expressible == Expressible::kExact && !out.gaps.empty()) {

@@ -16,6 +16,9 @@
 namespace headroom::bench {
 
 enum class Expressible { kExact, kApproximate, kNo };
+// Why a case is not exact: some gap is information its source does not publish (no
+// feature of headroom could make it exact), or every gap is a mechanism headroom lacks.
+enum class Missing { kNothing, kInformation, kFeature };
 
 // What the published memory figure counts. "active" (active_bytes.all.peak) is
 // compared with peak allocated: active ~ allocated (it also counts blocks freed
@@ -60,6 +63,7 @@ struct BenchCase {
   std::string model;  // zoo name or resolved config.json path; empty when not expressible
   Expressible expressible = Expressible::kNo;
   std::vector<std::string> gaps;
+  Missing missing = Missing::kNothing;  // kNothing exactly when exact
   std::string notes;
   std::optional<planner::RunSettings> settings;  // set when expressible
 };

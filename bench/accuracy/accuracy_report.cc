@@ -78,9 +78,11 @@ void write_intro(std::ostringstream& md, const ReportSources& sources) {
         "GPU count; HF Trainer samples/s and single-GPU images/s are whole-job rates.\n"
      << "- expressible: exact (nothing of the case is beyond headroom), approximate (predicted "
         "with the nearest "
-        "setting; the gaps say what is missing), no (not predicted; listed with the reason). Times "
-        "use headroom's "
-        "uncalibrated efficiencies.\n\n";
+        "setting; the gaps say what is missing), no (not predicted; listed with the reason). A case "
+        "that is not exact is so for information its source does not publish (no feature of "
+        "headroom could make it exact) or only for mechanisms headroom lacks (`missing` in the "
+        "translations file); the ceiling counts the exact cases and the latter. Times use "
+        "headroom's uncalibrated efficiencies.\n\n";
 }
 
 void write_summary(std::ostringstream& md, const std::vector<CaseOutcome>& outcomes) {
@@ -110,7 +112,14 @@ void write_summary(std::ostringstream& md, const std::vector<CaseOutcome>& outco
      << "| approximately (nearest setting) | " << ratio(all.approximate, all.cases) << " | "
      << ratio(high.approximate, high.cases) << " |\n"
      << "| not at all | " << ratio(all.no, all.cases) << " | " << ratio(high.no, high.cases)
-     << " |\n\n";
+     << " |\n"
+     << "| not exact for information the source does not publish | " << ratio(all.missing_information, all.cases)
+     << " | " << ratio(high.missing_information, high.cases) << " |\n"
+     << "| not exact only for mechanisms headroom lacks | " << ratio(all.missing_feature, all.cases) << " | "
+     << ratio(high.missing_feature, high.cases) << " |\n"
+     << "| exact at most, every mechanism built (the ceiling) | "
+     << ratio(all.exact + all.missing_feature, all.cases) << " | "
+     << ratio(high.exact + high.missing_feature, high.cases) << " |\n\n";
 }
 
 // "; band from X, measured inside" where the prediction has a band, else nothing.

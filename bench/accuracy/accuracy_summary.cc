@@ -66,6 +66,8 @@ ExpressibleCounts count_expressible(const std::vector<CaseOutcome>& outcomes,
         ++out.no;
         break;
     }
+    if (outcome.bench_case->missing == Missing::kInformation) ++out.missing_information;
+    if (outcome.bench_case->missing == Missing::kFeature) ++out.missing_feature;
   }
   return out;
 }

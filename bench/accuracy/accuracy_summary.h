@@ -30,6 +30,10 @@ struct ExpressibleCounts {
   int exact = 0;
   int approximate = 0;
   int no = 0;
+  // Of the approximate and no cases: those some unpublished information keeps from
+  // exact, and those only headroom's missing mechanisms do.
+  int missing_information = 0;
+  int missing_feature = 0;
 };
 
 ErrorSummary summarize_errors(const std::vector<CaseOutcome>& outcomes, Quantity quantity,
