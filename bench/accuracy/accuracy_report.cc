@@ -167,6 +167,20 @@ void write_time_table(std::ostringstream& md, const std::vector<CaseOutcome>& ou
   md << "\n";
 }
 
+void write_time_by_gpu(std::ostringstream& md, const std::vector<CaseOutcome>& outcomes) {
+  md << "## Step time by GPU\n\n"
+     << "The compared cases grouped by the GPU they ran on, on one GPU or on several. A signed "
+        "median below zero means headroom predicts faster runs than were measured on that GPU.\n\n"
+     << "| GPU | GPUs | cases | median error | median \\|error\\| | predicted faster |\n"
+     << "|---|---|---|---|---|---|\n";
+  for (const TimeErrorGroup& g : time_errors_by_gpu(outcomes)) {
+    md << "| " << g.gpu << " | " << (g.multi_gpu ? "several" : "one") << " | " << g.compared << " | "
+       << percent(g.median_error) << " | " << format("%.1f%%", g.median_abs_error * 100) << " | "
+       << g.under << " of " << g.compared << " |\n";
+  }
+  md << "\n";
+}
+
 void write_not_compared(std::ostringstream& md, const std::vector<CaseOutcome>& outcomes) {
   md << "## Not expressible\n\nNot predicted: what of the case headroom cannot express.\n\n"
      << "| case | trust | stack | published memory | reason |\n|---|---|---|---|---|\n";
@@ -248,6 +262,7 @@ std::string render_accuracy_markdown(const std::vector<CaseOutcome>& outcomes,
   write_summary(md, outcomes);
   write_memory_table(md, outcomes);
   write_time_table(md, outcomes);
+  write_time_by_gpu(md, outcomes);
   write_not_compared(md, outcomes);
   write_gaps(md, outcomes);
   write_uncertainty(md, outcomes);

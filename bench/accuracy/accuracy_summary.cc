@@ -49,6 +49,31 @@ ErrorSummary summarize_errors(const std::vector<CaseOutcome>& outcomes, Quantity
   return out;
 }
 
+std::vector<TimeErrorGroup> time_errors_by_gpu(const std::vector<CaseOutcome>& outcomes) {
+  std::map<std::pair<std::string, bool>, std::vector<double>> errors;
+  for (const CaseOutcome& outcome : outcomes) {
+    if (!outcome.time_error || !outcome.bench_case->settings) continue;
+    const planner::RunSettings& settings = *outcome.bench_case->settings;
+    errors[{settings.gpu, settings.world_size() > 1}].push_back(*outcome.time_error);
+  }
+  std::vector<TimeErrorGroup> out;
+  for (auto& [key, values] : errors) {
+    TimeErrorGroup group;
+    group.gpu = key.first;
+    group.multi_gpu = key.second;
+    group.compared = static_cast<int>(values.size());
+    std::vector<double> magnitudes;
+    for (double error : values) {
+      magnitudes.push_back(std::fabs(error));
+      if (error < 0) ++group.under;
+    }
+    group.median_error = median(values);
+    group.median_abs_error = median(magnitudes);
+    out.push_back(group);
+  }
+  return out;
+}
+
 ExpressibleCounts count_expressible(const std::vector<CaseOutcome>& outcomes,
                                     bool high_trust_only) {
   ExpressibleCounts out;

@@ -40,6 +40,18 @@ ErrorSummary summarize_errors(const std::vector<CaseOutcome>& outcomes, Quantity
                               bool high_trust_only);
 ExpressibleCounts count_expressible(const std::vector<CaseOutcome>& outcomes, bool high_trust_only);
 
+// Step-time errors of the cases run on one GPU model, on one GPU or on several.
+struct TimeErrorGroup {
+  std::string gpu;     // the translation's catalogue id
+  bool multi_gpu = false;
+  int compared = 0;
+  double median_error = 0;      // signed fraction: negative, headroom predicts a faster run
+  double median_abs_error = 0;  // fraction
+  int under = 0;                // predicted faster than measured
+};
+// The groups in order of GPU id, one GPU before several.
+std::vector<TimeErrorGroup> time_errors_by_gpu(const std::vector<CaseOutcome>& outcomes);
+
 // Each gap with the number of cases that name it, most frequent first (ties by name).
 std::vector<std::pair<std::string, int>> gaps_by_frequency(
     const std::vector<CaseOutcome>& outcomes);
