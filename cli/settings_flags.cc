@@ -411,10 +411,11 @@ const std::vector<SettingsFlag> kFlags = {
        s.train_patterns.emplace_back(v);
        return Status::ok();
      }},
-    {"--attention", "IMPL", kTraining, "eager, sdpa (default; fused/flash attention) or flex (torch flex_attention, as torchtune runs packed "
-     "samples)", false,
+    {"--attention", "IMPL", kTraining,
+     "eager, sdpa (default; fused/flash attention), flex (torch flex_attention, as torchtune runs packed "
+     "samples) or triton (flash-attn's Triton kernel, llm-foundry's attn_impl triton)", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_attention, "eager, sdpa, flex", s.attention);
+       return set_enum(v, planner::parse_attention, "eager, sdpa, flex, triton", s.attention);
      }},
     {"--document-tokens", "N", kTraining,
      "flex attention over packed samples: the mean document length; the document mask skips the tiles between "

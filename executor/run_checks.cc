@@ -159,6 +159,11 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
     return refuse(origin, "settings.attention",
                   "flex_attention is priced but not run by the executor (its attention is SDPA); expected sdpa");
   }
+  if (s.attention == models::AttentionImpl::kTritonFlash) {
+    return refuse(origin, "settings.attention",
+                  "flash-attn's Triton kernel is priced but not run by the executor (its attention is SDPA); "
+                  "expected sdpa");
+  }
   if (s.compile) {
     return refuse(origin, "settings.compile", "the executor runs eager LibTorch; expected false");
   }

@@ -325,6 +325,12 @@ std::string GraphBuilder::sdpa_attention(const std::string& prefix, const std::s
   return fused_attention(prefix + ".sdpa", "attention", q, k, v, shape, {":lse"});
 }
 
+std::string GraphBuilder::triton_flash_attention(const std::string& prefix, const std::string& q,
+                                                 const std::string& k, const std::string& v,
+                                                 const AttentionShape& shape) {
+  return fused_attention(prefix + ".triton_flash", "triton_flash_attention", q, k, v, shape, {":lse"});
+}
+
 std::string GraphBuilder::flex_attention(const std::string& prefix, const std::string& q,
                                          const std::string& k, const std::string& v,
                                          const AttentionShape& shape) {

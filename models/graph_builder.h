@@ -138,6 +138,13 @@ class GraphBuilder {
   std::string sdpa_attention(const std::string& prefix, const std::string& q,
                              const std::string& k, const std::string& v,
                              const AttentionShape& shape);
+  // flash-attn's Triton kernel: node "<prefix>.triton_flash", op
+  // "triton_flash_attention". Its forward keeps q, k, v, out and the f32 logsumexp
+  // as SDPA's flash backend does (flash_attn_triton.py _FlashAttnFunc.forward:
+  // ctx.save_for_backward(q, k, v, o, lse, bias)); only its speed differs.
+  std::string triton_flash_attention(const std::string& prefix, const std::string& q,
+                                     const std::string& k, const std::string& v,
+                                     const AttentionShape& shape);
   // flex_attention: node "<prefix>.flex", op "flex_attention". Keeps what SDPA
   // keeps and the f32 row maxima (FlexAttentionAutogradOp.forward saves q, k, v,
   // out, logsumexp and max_scores; torch/_higher_order_ops/flex_attention.py,

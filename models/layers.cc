@@ -19,6 +19,7 @@ std::string attention(GraphBuilder& b, AttentionImpl impl, const std::string& pr
                       const AttentionShape& shape, const EagerAttentionOptions& eager) {
   if (impl == AttentionImpl::kSdpa) return b.sdpa_attention(prefix, q, k, v, shape);
   if (impl == AttentionImpl::kFlex) return b.flex_attention(prefix, q, k, v, shape);
+  if (impl == AttentionImpl::kTritonFlash) return b.triton_flash_attention(prefix, q, k, v, shape);
   return b.eager_attention(prefix, q, k, v, shape, eager);
 }
 

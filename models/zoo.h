@@ -22,6 +22,9 @@ enum class AttentionImpl {
   // flex): a generated flash-style kernel; keeps what SDPA keeps plus the f32
   // row maxima, and runs slower than FlashAttention-2 (docs/stacks.md).
   kFlex,
+  // flash-attn's Triton kernel (flash_attn_triton.py: llm-foundry's attn_impl triton,
+  // MPT's remote code): keeps what SDPA keeps, runs slower than FlashAttention-2.
+  kTritonFlash,
 };
 
 struct ZooOptions {

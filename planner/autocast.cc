@@ -19,8 +19,8 @@ using graph::DType;
 // weight and bias to the autocast dtype itself and runs layer_norm with autocast
 // off, so it keeps a 16-bit x and weight where nn.LayerNorm keeps fp32 ones.
 bool runs_in_16_bit(const std::string& op) {
-  return op == "linear" || op == "matmul" || op == "attention" || op == "flex_attention" || op == "conv2d" ||
-         op == "low_precision_norm";
+  return op == "linear" || op == "matmul" || op == "attention" || op == "flex_attention" ||
+         op == "triton_flash_attention" || op == "conv2d" || op == "low_precision_norm";
 }
 
 // Whether autocast finds `param` in fp32: every unquantized parameter of an fp32

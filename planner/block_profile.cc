@@ -26,6 +26,21 @@ constexpr double kLaunchMs = 0.005;
 constexpr double kFlexForwardSpeed = 0.90;
 constexpr double kFlexBackwardSpeed = 0.85;
 
+// flash-attn's Triton kernel against FlashAttention-2 on the same work (Dao,
+// "FlashAttention-2", arXiv 2307.08691, Sec. 4.1, A100 80GB SXM4: FA2 is "around
+// 1.3-1.5x faster than FlashAttention in Triton in the forward pass and around 2x
+// faster in the backward pass"): the middle of the forward range and the backward
+// figure. Measured on the A100 only; other GPUs take the same ratios.
+constexpr double kTritonFlashForwardSpeed = 1 / 1.4;
+constexpr double kTritonFlashBackwardSpeed = 1 / 2.0;
+
+// How much slower than FlashAttention-2 a fused attention op's kernel runs, per pass.
+double fused_attention_speed(const std::string& op, bool backward) {
+  if (op == "flex_attention") return backward ? kFlexBackwardSpeed : kFlexForwardSpeed;
+  if (op == "triton_flash_attention") return backward ? kTritonFlashBackwardSpeed : kTritonFlashForwardSpeed;
+  return 1.0;
+}
+
 bool contains(const std::vector<int>& list, int value) {
   return std::find(list.begin(), list.end(), value) != list.end();
 }
@@ -275,8 +290,8 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   const double weights = weight_bytes(node, fp8 ? DType::kF8E4M3 : compute);  // an fp8 GEMM reads the fp8 copy
   // A slower kernel costs as if it did proportionally more work at the same rate:
   // the fused attention kernel at its own efficiency, FlexAttention slower still.
-  const bool flex = node.op == "flex_attention";
-  const bool attention = flex || node.op == "attention";
+  const bool attention =
+      node.op == "attention" || node.op == "flex_attention" || node.op == "triton_flash_attention";
   const double attention_fwd = attention ? attention_slowdown(options.attention_forward_efficiency, options) : 1.0;
   const double attention_bwd = attention ? attention_slowdown(options.attention_backward_efficiency, options) : 1.0;
   const double dequantize = dequantize_ms(node, compute, gpu, options);
@@ -292,7 +307,7 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   if (input_grad || param_grad) out.bwd_flops = backward_flops(node, analysis, n, batch, seq);
   const GemmFlops gemm = tiled_gemm_flops(node, analysis, n, batch, seq, out.fwd_flops, out.bwd_flops, gpu);
   out.fwd_ms = view_forward ? 0.0
-                            : roofline_ms(gemm.fwd * attention_fwd / (flex ? kFlexForwardSpeed : 1.0), io + weights, tflops,
+                            : roofline_ms(gemm.fwd * attention_fwd / fused_attention_speed(node.op, false), io + weights, tflops,
                                           gpu.memory_bandwidth_gbps, options) + kLaunchMs + dequantize + gptq_unpack;
   if (!input_grad && !param_grad) return out;
   // A view's backward reads the parts' gradients and writes the input's, once each
@@ -313,7 +328,7 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
         grad_input ? static_cast<double>(grad_input->elements.at(batch, seq)) * element_bytes : 0.0;
     bwd_bytes = 2 * grad_input_bytes + (param_grad ? 2 * weights : 0.0);
   }
-  out.bwd_ms = roofline_ms(gemm.bwd * attention_bwd / (flex ? kFlexBackwardSpeed : 1.0), bwd_bytes, tflops,
+  out.bwd_ms = roofline_ms(gemm.bwd * attention_bwd / fused_attention_speed(node.op, true), bwd_bytes, tflops,
                            gpu.memory_bandwidth_gbps, options) + 2 * kLaunchMs + (input_grad ? dequantize : 0.0) +
                float8_cast_ms(node, analysis, n, compute, batch, seq, gpu, options);
   return out;

@@ -52,10 +52,11 @@ constexpr std::array<std::pair<Offload, std::string_view>, 3> kOffloads = {{
     {Offload::kCpu, "cpu"},
     {Offload::kNvme, "nvme"},
 }};
-constexpr std::array<std::pair<models::AttentionImpl, std::string_view>, 3> kAttentions = {{
+constexpr std::array<std::pair<models::AttentionImpl, std::string_view>, 4> kAttentions = {{
     {models::AttentionImpl::kEager, "eager"},
     {models::AttentionImpl::kSdpa, "sdpa"},
     {models::AttentionImpl::kFlex, "flex"},
+    {models::AttentionImpl::kTritonFlash, "triton"},
 }};
 constexpr std::array<std::pair<CpuOffloadImpl, std::string_view>, 3> kCpuOffloads = {{
     {CpuOffloadImpl::kZeroOffload, "zero-offload"},
@@ -599,7 +600,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   if (const std::optional<models::AttentionImpl> parsed = parse_attention(attention)) {
     s.attention = *parsed;
   } else {
-    return fail(origin, "settings.attention", "expected \"eager\", \"sdpa\" or \"flex\", got \"" + attention + "\"");
+    return fail(origin, "settings.attention", "expected \"eager\", \"sdpa\", \"flex\" or \"triton\", got \"" + attention + "\"");
   }
   if (checkpointing == "every") {
     s.checkpointing = CheckpointPolicy::kEveryBlock;

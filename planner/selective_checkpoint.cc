@@ -33,6 +33,7 @@ std::vector<std::vector<int>> selective_op_saves(const graph::LayerGraph& graph,
           out[b].push_back(outputs[0]);
         }
       } else if (node.op == "attention" || node.op == "flex_attention") {
+        // (flash-attn's Triton kernel is an autograd.Function, not an op the policy names.)
         for (int t : outputs) {
           if (!analysis.persistent[t]) out[b].push_back(t);
         }

@@ -265,6 +265,9 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   planner::Plan flex = plan;
   flex.settings.attention = models::AttentionImpl::kFlex;
   CHECK(check_executable(flex, "plan.json").message().find("plan.json: settings.attention") == 0);
+  planner::Plan triton = plan;
+  triton.settings.attention = models::AttentionImpl::kTritonFlash;
+  CHECK(check_executable(triton, "plan.json").message().find("plan.json: settings.attention") == 0);
   planner::Plan paged = plan;
   paged.settings.paged_optimizer = true;
   CHECK(check_executable(paged, "plan.json").message().find("settings.paged_optimizer") != std::string::npos);

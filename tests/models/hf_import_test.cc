@@ -157,7 +157,8 @@ TEST_CASE("every attention implementation and dropout override builds a valid gr
                            "vit-base-patch16-224", "clip-vit-base-patch32",
                            "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer", "dinov2-giant",
                            "qwen-7b"}) {
-    for (AttentionImpl impl : {AttentionImpl::kEager, AttentionImpl::kSdpa, AttentionImpl::kFlex}) {
+    for (AttentionImpl impl :
+         {AttentionImpl::kEager, AttentionImpl::kSdpa, AttentionImpl::kFlex, AttentionImpl::kTritonFlash}) {
       ZooOptions options;
       options.attention = impl;
       options.dropout = 0.1;

@@ -26,9 +26,10 @@ void check_count(const std::string& name, double published, const ZooOptions& op
   CHECK(std::abs(count - published) / published < 0.01);
 }
 
-TEST_CASE("every zoo model builds and validates, eager, SDPA and flex") {
+TEST_CASE("every zoo model builds and validates, eager, SDPA, flex and flash-attn's Triton kernel") {
   for (const ZooEntry& entry : zoo_models()) {
-    for (AttentionImpl impl : {AttentionImpl::kSdpa, AttentionImpl::kEager, AttentionImpl::kFlex}) {
+    for (AttentionImpl impl :
+         {AttentionImpl::kSdpa, AttentionImpl::kEager, AttentionImpl::kFlex, AttentionImpl::kTritonFlash}) {
       ZooOptions options;
       options.attention = impl;
       const graph::LayerGraph g = build(entry.name, options);

@@ -151,9 +151,10 @@ TEST_CASE("compile_loss without compile is refused by name") {
   CHECK(bad.message().find("s.json: compile_loss: only torch.compile compiles the loss") == 0);
 }
 
-TEST_CASE("each attention kernel reads back, another name is refused, naming the three") {
+TEST_CASE("each attention kernel reads back, another name is refused, naming the four") {
   for (models::AttentionImpl impl :
-       {models::AttentionImpl::kEager, models::AttentionImpl::kSdpa, models::AttentionImpl::kFlex}) {
+       {models::AttentionImpl::kEager, models::AttentionImpl::kSdpa, models::AttentionImpl::kFlex,
+        models::AttentionImpl::kTritonFlash}) {
     RunSettings s;
     s.attention = impl;
     const Result<RunSettings> back = settings_from_json(settings_to_json(s), "s.json");
@@ -164,7 +165,7 @@ TEST_CASE("each attention kernel reads back, another name is refused, naming the
   j["attention"] = "xformers";
   const Result<RunSettings> bad = settings_from_json(j, "s.json");
   REQUIRE_FALSE(bad.is_ok());
-  CHECK(bad.message().find("s.json: settings.attention: expected \"eager\", \"sdpa\" or \"flex\"") == 0);
+  CHECK(bad.message().find("s.json: settings.attention: expected \"eager\", \"sdpa\", \"flex\" or \"triton\"") == 0);
 }
 
 }  // namespace headroom::planner
