@@ -140,7 +140,7 @@ class GraphBuilder {
                              const AttentionShape& shape);
   // flash-attn's Triton kernel: node "<prefix>.triton_flash", op
   // "triton_flash_attention". Its forward keeps q, k, v, out and the f32 logsumexp
-  // as SDPA's flash backend does (flash_attn_triton.py _FlashAttnFunc.forward:
+  // as SDPA's flash backend does (flash_attn_triton.py FlashAttnFunc.forward:
   // ctx.save_for_backward(q, k, v, o, lse, bias)); only its speed differs.
   std::string triton_flash_attention(const std::string& prefix, const std::string& q,
                                      const std::string& k, const std::string& v,
