@@ -22,7 +22,8 @@ void read_attn_config(HfReader& r, const HfFields& attn, MptConfig& config) {
           "\"multihead_attention\" (headroom builds MPT's multi-head attention only), got \"" + type + "\"");
   const std::string impl = a.string_or("attn_impl", "triton");
   a.check(impl == "torch" || impl == "flash" || impl == "triton", "attn_impl",
-          "\"torch\", \"flash\" or \"triton\" (the run's --attention picks the kernel: eager, sdpa or triton), got \"" + impl + "\"");
+          "\"torch\", \"flash\" or \"triton\" (the run's --attention picks the kernel: eager, sdpa or "
+          "triton), got \"" + impl + "\"");
   a.check(!a.boolean_or("qk_ln", false), "qk_ln", "false (LayerNorm on q and k is not built)");
   a.check(!a.boolean_or("prefix_lm", false), "prefix_lm", "false (prefix-LM masks are not built)");
   a.check(!a.boolean_or("attn_uses_sequence_id", false), "attn_uses_sequence_id",
