@@ -55,7 +55,7 @@ struct TimeBreakdown {
   double backward_ms = 0;
   double recompute_ms = 0;
   double offload_exposed_ms = 0;  // activation copies not hidden behind compute
-  double comm_exposed_ms = 0;     // ZeRO collectives not hidden, and FSDP2 copies on the compute stream
+  double comm_exposed_ms = 0;     // ZeRO collectives not hidden behind backward, and FSDP2 all-gather copy-outs
   double optimizer_ms = 0;        // GPU or CPU optimizer step incl. offload transfers
   double paged_migration_ms = 0;  // of which: paged optimizer states moved in and out of the GPU
   double step_ms = 0;             // one optimizer step: accumulation loop + optimizer
