@@ -16,10 +16,24 @@
 #include <cstdint>
 
 #include "graph/layer_graph.h"
+#include "planner/block_profile.h"
+#include "planner/hardware.h"
 #include "planner/model_states.h"
 #include "planner/run_settings.h"
 
 namespace headroom::planner {
+
+// The layer torchtitan leaves unsharded after forward (fsdp2_keeps_last_layer): the
+// last checkpointable block, whose backward comes first. -1 for other stacks.
+int fsdp2_kept_layer(const graph::LayerGraph& graph, const RunSettings& settings);
+
+// Bytes the reduce-scatter copy-in reads and writes for one trainable parameter: its
+// gradient at its own width, the reduce-scatter input at the reduce dtype's.
+int64_t reduce_copy_in_bytes(const graph::Param& param, const RunSettings& settings);
+
+// Milliseconds of a copy on the compute stream moving `bytes` (read plus written) at
+// the time model's share of the GPU's bandwidth.
+double stream_copy_ms(double bytes, const GpuSpec& gpu, const TimeModelOptions& options);
 
 // Bytes the copy-outs of one micro-step read and write: each block's gathered bytes
 // (block_gathered_bytes: the stored dtype, fp8 under the float8 all-gather, NF4 as

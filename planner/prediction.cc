@@ -130,11 +130,11 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
     times.micro_recompute_ms += recompute;
     times.micro_offload_ms += offload;
   }
-  const double copy_gbps = context.gpu.memory_bandwidth_gbps * context.time_options.bandwidth_efficiency;
-  times.micro_gather_copy_ms = transfer_ms(static_cast<double>(fsdp2_copy_out_bytes(context.graph, settings, config)),
-                                           copy_gbps);
-  times.reduce_copy_ms = transfer_ms(static_cast<double>(fsdp2_reduce_copy_in_bytes(context.graph, settings, config)),
-                                     copy_gbps);
+  const auto copy_ms = [&](int64_t bytes) {
+    return stream_copy_ms(static_cast<double>(bytes), context.gpu, context.time_options);
+  };
+  times.micro_gather_copy_ms = copy_ms(fsdp2_copy_out_bytes(context.graph, settings, config));
+  times.reduce_copy_ms = copy_ms(fsdp2_reduce_copy_in_bytes(context.graph, settings, config));
   times.paged_migrated_bytes = static_cast<double>(paged_migrated_bytes(reserved.states.paged_optimizer, out.gpu_capacity,
                                                                         out.gpu_total));
   out.time = step_time(settings, config, context.gpu, reserved.states, times);

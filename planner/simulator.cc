@@ -9,6 +9,7 @@
 
 #include "planner/allocator_rounding.h"
 #include "planner/caching_allocator.h"
+#include "planner/fsdp2_stream_copies.h"
 #include "planner/step_builder.h"
 #include "planner/step_time.h"
 
@@ -56,11 +57,7 @@ class StepSimulator {
     }
     block_param_bytes_ = block_gathered_bytes(graph_, settings);
     block_stored_bytes_ = block_param_bytes(graph_, settings.precision);
-    if (fsdp() && !fsdp1() && fsdp2_keeps_last_layer(settings.stack)) {
-      for (size_t b = 0; b < graph_.blocks.size(); ++b) {
-        if (graph_.blocks[b].checkpointable) kept_layer_ = static_cast<int>(b);
-      }
-    }
+    if (fsdp() && !fsdp1()) kept_layer_ = fsdp2_kept_layer(graph_, settings);
   }
 
   Simulation run();
@@ -300,21 +297,18 @@ class StepSimulator {
     stream_copy(block, 2 * bytes, label);
   }
   void copy_in_gradients(const std::vector<int>& blocks, const std::string& label) {
-    const int64_t reduce_width = fsdp_reduce_bytes_per_element(settings_);
     int64_t bytes = 0;
     for (int block : blocks) {
       for (int n : an_.blocks[block].nodes) {
         for (const graph::Param& param : graph_.nodes[n].params) {
-          if (!param.trainable || !param.tied_to.empty()) continue;
-          bytes += planner::grad_bytes(param, settings_.precision) + param.elements() * reduce_width;
+          if (param.trainable && param.tied_to.empty()) bytes += reduce_copy_in_bytes(param, settings_);
         }
       }
     }
     if (bytes > 0) stream_copy(blocks.size() == 1 ? blocks[0] : -1, bytes, label);
   }
   void stream_copy(int block, int64_t bytes, const std::string& label) {
-    const double ms = planner::transfer_ms(static_cast<double>(bytes),
-                                  ctx_.gpu.memory_bandwidth_gbps * ctx_.time_options.bandwidth_efficiency);
+    const double ms = stream_copy_ms(static_cast<double>(bytes), ctx_.gpu, ctx_.time_options);
     clock_ = event(Stream::kCompute, Phase::kComm, clock_, ms, block, label, bytes);
     time_.comm_exposed_ms += ms;
     settle(clock_);
