@@ -13,7 +13,7 @@
 
 #include "graph/json_text.h"
 #include "graph/safetensors_header.h"
-#include "planner/measurement.h"
+#include "planner/predict/measurement.h"
 
 namespace {
 

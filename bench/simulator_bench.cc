@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "models/gpt_stack.h"
-#include "planner/simulator.h"
+#include "planner/predict/simulator.h"
 #include "reports/report_html.h"
 
 namespace {

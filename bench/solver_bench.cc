@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <random>
 
-#include "planner/block_solver.h"
+#include "planner/search/block_solver.h"
 
 namespace {
 

@@ -11,9 +11,9 @@
 
 #include "cli/settings_flags.h"
 #include "graph/status.h"
-#include "planner/hardware.h"
-#include "planner/planner.h"
-#include "planner/run_settings.h"
+#include "planner/settings/hardware.h"
+#include "planner/predict/planner.h"
+#include "planner/settings/run_settings.h"
 
 namespace headroom::cli {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "graph/atomic_file.h"
-#include "planner/config_import.h"
+#include "planner/configs/config_import.h"
 
 namespace headroom::cli {
 namespace {

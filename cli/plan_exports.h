@@ -11,7 +11,7 @@
 
 #include "cli/settings_flags.h"
 #include "graph/status.h"
-#include "planner/plan.h"
+#include "planner/predict/plan.h"
 
 namespace headroom::cli {
 

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "executor/run.h"
-#include "planner/plan_file.h"
+#include "planner/predict/plan_file.h"
 
 namespace headroom::cli {
 

@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "graph/status.h"
-#include "planner/plan.h"
+#include "planner/predict/plan.h"
 
 namespace headroom::cli {
 

@@ -10,15 +10,17 @@
 
 #include "graph/atomic_file.h"
 #include "graph/json_text.h"
-#include "planner/deepspeed_import.h"
-#include "planner/accelerate_import.h"
-#include "planner/axolotl_import.h"
-#include "planner/hf_trainer_import.h"
-#include "planner/llamafactory_import.h"
-#include "planner/mmengine_import.h"
-#include "planner/xtuner_import.h"
+#include "planner/configs/deepspeed_import.h"
+#include "planner/configs/accelerate_import.h"
+#include "planner/configs/axolotl_import.h"
+#include "planner/configs/hf_trainer_import.h"
+#include "planner/configs/llamafactory_import.h"
+#include "planner/configs/mmengine_import.h"
+#include "planner/configs/xtuner_import.h"
 #include "cli/mmengine_loader.h"
-#include "planner/torchtune_import.h"
+#include "planner/configs/torchtune_import.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/validate_settings.h"
 #include "reports/units.h"
 
 namespace headroom::cli {
@@ -30,7 +32,7 @@ using planner::RunSettings;
 constexpr int64_t kMaxSettingsFileBytes = int64_t{16} << 20;
 
 // The flags' bounds are the documented maxima every way settings arrive is
-// held to (planner/run_settings.h); the flag check only names the flag.
+// held to (planner/settings/run_settings.h); the flag check only names the flag.
 using planner::kMaxBucketElements;
 using planner::kMaxGlobalBatch;
 using planner::kMaxGpusPerNode;

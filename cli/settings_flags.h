@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "graph/status.h"
-#include "planner/run_settings.h"
+#include "planner/settings/run_settings.h"
 
 namespace CLI {
 class App;

@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "graph/atomic_file.h"
-#include "planner/plan_file.h"
-#include "planner/calibration.h"
+#include "planner/predict/plan_file.h"
+#include "planner/time/calibration.h"
 #include "reports/text_table.h"
 #include "reports/units.h"
 

@@ -7,7 +7,7 @@
 // p *= 1 - lr * weight_decay. States are fp32 (beside fp32 master weights
 // under mixed precision, as torch keeps them for fp32 parameters). Under pure
 // bf16 they stay fp32 too, as transformers' Adafactor keeps them (it upcasts
-// grad and parameter): the layout the planner prices (planner/model_states.cc,
+// grad and parameter): the layout the planner prices (planner/memory/model_states.cc,
 // kAdafactor), where torch.optim.Adafactor on a bf16 parameter would keep bf16
 // states. The update is then computed in fp32 and rounded into the parameter.
 #pragma once

@@ -10,7 +10,7 @@
 // midpoints). Smaller parameters keep two fp32 states and the 32-bit update
 // (_optimizer_update_32bit_cpu). Bytes per parameter: 2n + 2 * 4 * ceil(n/256),
 // or 8n under 4096, plus fp32 master weights under mixed precision: what the
-// planner counts (planner/model_states.cc, kAdamW8bit).
+// planner counts (planner/memory/model_states.cc, kAdamW8bit).
 #pragma once
 
 #include <torch/torch.h>

@@ -1,4 +1,4 @@
-// AdamW as the planner counts it (planner/model_states.cc): on the device with
+// AdamW as the planner counts it (planner/memory/model_states.cc): on the device with
 // fp32 master weights beside 16-bit parameters under mixed precision, or
 // offloaded to the CPU (ZeRO-Offload: fp32 master, moments and gradients in
 // host memory; 16-bit gradients stream to the host as backward produces them

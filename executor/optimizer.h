@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "planner/run_settings.h"
+#include "planner/settings/run_settings.h"
 
 namespace headroom::executor {
 

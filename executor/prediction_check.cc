@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "planner/model_states.h"
-#include "planner/prediction.h"
+#include "planner/memory/model_states.h"
+#include "planner/predict/prediction.h"
 
 namespace headroom::executor {
 

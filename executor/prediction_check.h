@@ -10,9 +10,9 @@
 
 #include "executor/run.h"
 #include "graph/layer_graph.h"
-#include "planner/calibration.h"
-#include "planner/measurement.h"
-#include "planner/plan.h"
+#include "planner/time/calibration.h"
+#include "planner/predict/measurement.h"
+#include "planner/predict/plan.h"
 
 namespace headroom::executor {
 

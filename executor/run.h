@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "graph/status.h"
-#include "planner/calibration.h"
-#include "planner/measurement.h"
-#include "planner/plan.h"
+#include "planner/time/calibration.h"
+#include "planner/predict/measurement.h"
+#include "planner/predict/plan.h"
 
 namespace headroom::executor {
 

@@ -6,7 +6,7 @@
 
 #include "executor/executable_model.h"
 #include "executor/run.h"
-#include "planner/stack.h"
+#include "planner/settings/stack.h"
 
 namespace headroom::executor {
 namespace {
@@ -105,7 +105,7 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
   if (s.mode != planner::TrainMode::kFull && s.precision == planner::Precision::kBf16Pure &&
       stack.adapter_dtype == planner::AdapterDtype::kFp32 && !stack.autocast) {
     // The planner prices fp32 adapters over bf16 weights as the Trainer runs
-    // them, under autocast (planner/autocast.h); without it no stack does.
+    // them, under autocast (planner/mechanisms/autocast.h); without it no stack does.
     return refuse(origin, "settings.adapter_dtype",
                   "fp32 adapters on a bf16 model are priced, and run, under autocast as transformers' Trainer runs "
                   "them; expected autocast on (--autocast on, or --stack hf-trainer) or adapter_dtype model "
@@ -124,7 +124,7 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
   }
   if (planner::kbit_prep_matters(s) && stack.kbit_prep != planner::KbitPrep::kNone) {
     // The executor builds the unquantized weights in the plan's 16-bit dtype and
-    // has no fp32 residual stream around its NF4 linears (planner/kbit_prep.h).
+    // has no fp32 residual stream around its NF4 linears (planner/mechanisms/kbit_prep.h).
     return refuse(origin, "settings.kbit_prep",
                   std::string(planner::kbit_prep_name(stack.kbit_prep)) +
                       " (the script's upcast of the unquantized weights to fp32" +

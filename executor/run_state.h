@@ -11,7 +11,7 @@
 
 #include "executor/run.h"
 #include "graph/status.h"
-#include "planner/plan.h"
+#include "planner/predict/plan.h"
 
 namespace headroom::executor {
 

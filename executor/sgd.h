@@ -5,7 +5,7 @@
 // p -= lr * buf. One buffer per parameter in the weights' dtype (fp32 beside
 // fp32 master weights, the parameter's dtype without), allocated here rather
 // than at the first step so its bytes are measurable up front: what the
-// planner counts (planner/model_states.cc, kSgdMomentum).
+// planner counts (planner/memory/model_states.cc, kSgdMomentum).
 #pragma once
 
 #include <cstdint>

@@ -15,7 +15,7 @@
 #include "models/torch/llava_module.h"
 #include "models/torch/resnet_module.h"
 #include "models/torch/vit_module.h"
-#include "planner/stack.h"
+#include "planner/settings/stack.h"
 
 namespace headroom::executor {
 namespace {
@@ -38,7 +38,7 @@ Status apply_trainability(torch::nn::Module& module, const graph::LayerGraph& gr
   for (const graph::Node& node : graph.nodes) {
     // A parameter nothing reads ("unused" node: LLaVA's vision layers past the
     // feature layer) never gets a gradient; frozen here it gets no optimizer
-    // state either, as torch.optim gives it none (planner/model_states.cc).
+    // state either, as torch.optim gives it none (planner/memory/model_states.cc).
     for (const graph::Param& param : node.params) trainable[param.name] = param.trainable && node.op != "unused";
   }
   for (auto& item : module.named_parameters()) {
@@ -163,7 +163,7 @@ int quantize_nf4_linears(torch::nn::Module& module, const graph::LayerGraph& gra
 // autocast_adapter_dtype=True), and the planner's graph says so with f32
 // adapter parameters: those go back to fp32 after the module's move to its
 // 16-bit dtype, and their layers do autocast's casts (LinearImpl). Only pure
-// bf16 keeps them so (planner/model_states.cc fp32_adapter): under mixed
+// bf16 keeps them so (planner/memory/model_states.cc fp32_adapter): under mixed
 // precision every parameter is 16-bit with an fp32 master copy.
 void keep_fp32_adapters(torch::nn::Module& module, const graph::LayerGraph& graph, planner::Precision precision) {
   if (precision != planner::Precision::kBf16Pure) return;

@@ -18,7 +18,7 @@
 #include "graph/layer_graph.h"
 #include "graph/status.h"
 #include "models/torch/layers.h"
-#include "planner/plan.h"
+#include "planner/predict/plan.h"
 
 namespace headroom::executor {
 

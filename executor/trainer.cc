@@ -35,9 +35,9 @@
 #include "executor/train_model.h"
 #include "executor/training_state.h"
 #include "executor/zero3_parameters.h"
-#include "planner/model_states.h"
-#include "planner/plan_file.h"
-#include "planner/stack.h"
+#include "planner/memory/model_states.h"
+#include "planner/predict/plan_file.h"
+#include "planner/settings/stack.h"
 
 namespace headroom::executor {
 namespace {

@@ -20,7 +20,7 @@
 #include "executor/train_model.h"
 #include "executor/zero3_parameters.h"
 #include "graph/status.h"
-#include "planner/plan.h"
+#include "planner/predict/plan.h"
 
 namespace headroom::executor {
 

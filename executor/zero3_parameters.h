@@ -8,7 +8,7 @@
 // c = ceil(numel / world), zero-padded, in the parameter's dtype (DeepSpeed's
 // ds_tensor, _partition_param), and the parameter's own data becomes an empty
 // tensor (free_param). The planner prices exactly this: ceil_div(bytes, world)
-// per parameter (planner/model_states.cc).
+// per parameter (planner/memory/model_states.cc).
 //
 // A block's parameters are all-gathered just before its forward and freed after
 // it; in backward they are gathered again before the block's backward (its
@@ -42,7 +42,7 @@
 #include "executor/optimizer.h"
 #include "graph/layer_graph.h"
 #include "models/torch/layers.h"
-#include "planner/plan.h"
+#include "planner/predict/plan.h"
 
 namespace headroom::executor {
 

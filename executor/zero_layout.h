@@ -10,7 +10,7 @@
 // the updated chunks return with one all-gather. A rank's partition (its fp32
 // master weights, optimizer states and, at stage 2, gradients) is its chunk of
 // every bucket, in bucket order: ceil(bucket / world) elements each, the
-// planner's ceil_div(bytes, world) (planner/model_states.cc) up to the padding.
+// planner's ceil_div(bytes, world) (planner/memory/model_states.cc) up to the padding.
 #pragma once
 
 #include <cstddef>

@@ -72,4 +72,9 @@ std::string_view dtype_names_list() {
   return "f32, f16, bf16, f8_e4m3, i64, i32, i8, u8, bool, nf4, fp4, i4";
 }
 
+bool is_quantized_storage(DType dtype) {
+  return dtype == DType::kNF4 || dtype == DType::kFP4 || dtype == DType::kInt4 || dtype == DType::kUInt8 ||
+         dtype == DType::kInt8;
+}
+
 }  // namespace headroom::graph

@@ -38,4 +38,8 @@ std::optional<DType> parse_dtype(std::string_view text);
 // The list of canonical names, for error messages ("expected one of ...").
 std::string_view dtype_names_list();
 
+// Whether `dtype` is quantized storage (NF4, FP4, int4, 8-bit): a parameter held
+// in it keeps it under any training precision (no cast with the model).
+bool is_quantized_storage(DType dtype);
+
 }  // namespace headroom::graph

@@ -54,7 +54,7 @@ struct GraphAnalysis {
 GraphAnalysis analyze_graph(const LayerGraph& graph);
 
 // Recomputes every block's saved_tensors from node_saves (the attribution rules
-// above), after a stage rewrote what nodes save (planner/compiled_blocks.h).
+// above), after a stage rewrote what nodes save (planner/mechanisms/compiled_blocks.h).
 void attribute_block_saves(const LayerGraph& graph, GraphAnalysis& analysis);
 
 // Bytes of one tensor at (batch, seq) when unset dtypes mean `compute_dtype`.

@@ -34,7 +34,7 @@ struct Param {
   // and not one of the model's parameters (not in parameter_count()).
   bool buffer = false;
   // Kept in fp32 whatever the run's precision: the training script upcast it
-  // (PEFT's prepare_model_for_kbit_training; planner/kbit_prep.h).
+  // (PEFT's prepare_model_for_kbit_training; planner/mechanisms/kbit_prep.h).
   bool upcast_fp32 = false;
 
   int64_t elements() const;  // product of shape; 1 for a scalar

@@ -29,7 +29,7 @@ constexpr MptConfig kMpt7b{4096, 32, 32, 4, 2048, 50432, 0.0, 0.0, 0.0,
 // LPLayerNorm (norm.py) casts x, weight and bias to the autocast dtype and runs
 // layer_norm with autocast off: what it keeps is the native layer_norm's (x, the
 // f32 mean and rstd), in 16 bits under autocast. op "low_precision_norm" tells
-// the autocast rewrite (planner/autocast.h) that it runs in 16 bits.
+// the autocast rewrite (planner/mechanisms/autocast.h) that it runs in 16 bits.
 std::string mpt_norm(GraphBuilder& b, const MptConfig& c, const std::string& module,
                      const std::string& x) {
   const std::string y = b.norm(module, x, tokens(), c.hidden, NormKind::kLayerNorm, true, c.bias);

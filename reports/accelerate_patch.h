@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "graph/status.h"
-#include "planner/plan.h"
+#include "planner/predict/plan.h"
 #include "reports/recipe_export.h"
 
 namespace headroom::reports {

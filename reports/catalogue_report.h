@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/hardware.h"
+#include "planner/settings/hardware.h"
 
 namespace headroom::reports {
 

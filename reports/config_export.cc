@@ -7,7 +7,7 @@
 #include <string_view>
 #include <utility>
 
-#include "planner/stack.h"
+#include "planner/settings/stack.h"
 
 namespace headroom::reports {
 namespace {

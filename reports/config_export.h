@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/plan.h"
+#include "planner/predict/plan.h"
 
 namespace headroom::reports {
 

@@ -5,8 +5,8 @@
 #include <optional>
 #include <utility>
 
-#include "planner/float8_linear.h"
-#include "planner/stack.h"
+#include "planner/mechanisms/float8_linear.h"
+#include "planner/settings/stack.h"
 #include "reports/catalogue_report.h"
 #include "reports/text_table.h"
 #include "reports/units.h"
@@ -20,7 +20,7 @@ using planner::BlockChoice;
 // handful of points in practice, and a terminal page is ~40 lines.
 constexpr size_t kMaxFrontierRows = 16;
 
-// When nothing fits, find_plan (planner/plan_search.cc) looks for the plan
+// When nothing fits, find_plan (planner/search/plan_search.cc) looks for the plan
 // closest to fitting under budgets widened up to this factor; if none of them
 // has a plan, PlanResult::best stays default-constructed (no model, all zeros).
 constexpr int kWidestSearchFactor = 64;

@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "planner/hardware.h"
-#include "planner/plan.h"
-#include "planner/planner.h"
+#include "planner/settings/hardware.h"
+#include "planner/predict/plan.h"
+#include "planner/predict/planner.h"
 
 namespace headroom::reports {
 

@@ -1,8 +1,8 @@
 // The measured run that reports overlay on predictions: the type lives in
-// planner/measurement.h so that the executor, which writes it, shares it.
+// planner/predict/measurement.h so that the executor, which writes it, shares it.
 #pragma once
 
-#include "planner/measurement.h"
+#include "planner/predict/measurement.h"
 
 namespace headroom::reports {
 

@@ -4,7 +4,7 @@
 #include <regex>
 #include <sstream>
 
-#include "planner/stack.h"
+#include "planner/settings/stack.h"
 #include "reports/line_edits.h"
 
 namespace headroom::reports {
@@ -238,7 +238,7 @@ RecipePatch mmengine_patch(const planner::Plan& plan, const planner::RunSettings
                           "as checkpointed");
   }
   // MMFullyShardedDataParallel is FSDP1 with the whole model one unit; its
-  // cpu_offload is CPUOffload (planner/mmengine_config.cc). A plan that keeps that
+  // cpu_offload is CPUOffload (planner/configs/mmengine_config.cc). A plan that keeps that
   // wrapper sets cpu_offload; any other ZeRO or offload has no key here.
   const bool whole_model_fsdp1 = c.zero_stage == 3 && planner::sharding_of(plan.settings) == planner::Sharding::kFsdp1 &&
                                  plan.settings.fsdp_wrap == planner::FsdpWrap::kModel;

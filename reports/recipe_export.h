@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "planner/plan.h"
+#include "planner/predict/plan.h"
 
 namespace headroom::reports {
 

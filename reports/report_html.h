@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/planner.h"
-#include "planner/simulation.h"
+#include "planner/predict/planner.h"
+#include "planner/predict/simulation.h"
 #include "reports/measured_run.h"
 
 namespace headroom::reports {

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "planner/plan.h"
-#include "planner/simulation.h"
+#include "planner/predict/plan.h"
+#include "planner/predict/simulation.h"
 
 namespace headroom::reports {
 

@@ -20,8 +20,10 @@ graph_sources=(graph/dtype.cc graph/size_expr.cc graph/layer_graph.cc graph/vali
 model_sources=(models/*.cc)
 # The readers' side of the planner and executor: what settings, plans, DeepSpeed
 # configs and run states need, without the model builders or the solver.
-reader_sources=(planner/plan.cc planner/run_settings.cc planner/stack.cc planner/json_fields.cc
-                planner/deepspeed_import.cc planner/measurement.cc executor/run_state.cc planner/config_import.cc)
+reader_sources=(planner/predict/plan.cc planner/settings/run_settings.cc planner/settings/stack.cc
+                planner/settings/stack_choices.cc planner/settings/weight_formats.cc planner/settings/validate_settings.cc
+                planner/settings/settings_json.cc planner/settings/json_fields.cc planner/configs/deepspeed_import.cc
+                planner/predict/measurement.cc executor/run_state.cc planner/configs/config_import.cc)
 
 # Each source is compiled once (instrumented for coverage, not linked with the
 # fuzzer main) and reused by every target that needs it.
@@ -40,14 +42,14 @@ objects() {
 declare -A sources=(
   [fuzz_graph_json]="${graph_sources[*]}"
   [fuzz_safetensors]="${graph_sources[*]}"
-  [fuzz_measurement]="${graph_sources[*]} planner/measurement.cc"
+  [fuzz_measurement]="${graph_sources[*]} planner/predict/measurement.cc"
   [fuzz_hf_config]="${graph_sources[*]} ${model_sources[*]}"
   [fuzz_deepspeed]="${graph_sources[*]} ${reader_sources[*]}"
   [fuzz_settings]="${graph_sources[*]} ${reader_sources[*]}"
   [fuzz_plan]="${graph_sources[*]} ${reader_sources[*]}"
   [fuzz_run_state]="${graph_sources[*]} ${reader_sources[*]}"
-  [fuzz_torchtune]="${graph_sources[*]} ${reader_sources[*]} ${model_sources[*]} planner/yaml_config.cc planner/torchtune_import.cc planner/accelerate_import.cc"
-  [fuzz_hf_trainer]="${graph_sources[*]} ${reader_sources[*]} planner/hf_trainer_import.cc planner/yaml_config.cc planner/axolotl_import.cc planner/llamafactory_import.cc"
+  [fuzz_torchtune]="${graph_sources[*]} ${reader_sources[*]} ${model_sources[*]} planner/configs/yaml_config.cc planner/configs/torchtune_import.cc planner/configs/accelerate_import.cc"
+  [fuzz_hf_trainer]="${graph_sources[*]} ${reader_sources[*]} planner/configs/hf_trainer_import.cc planner/configs/yaml_config.cc planner/configs/axolotl_import.cc planner/configs/llamafactory_import.cc"
 )
 # Libraries a target links beyond the sources (libyaml, Debian's libyaml-dev).
 declare -A libraries=([fuzz_torchtune]="-lyaml" [fuzz_hf_trainer]="-lyaml")

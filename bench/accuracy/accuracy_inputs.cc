@@ -8,6 +8,7 @@
 #include "bench/accuracy/measured_reading.h"
 #include "graph/atomic_file.h"
 #include "graph/graph_json.h"
+#include "planner/settings/settings_json.h"
 
 namespace headroom::bench {
 namespace {

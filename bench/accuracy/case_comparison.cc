@@ -1,6 +1,6 @@
 #include "bench/accuracy/case_comparison.h"
 
-#include "planner/planner.h"
+#include "planner/predict/planner.h"
 
 namespace headroom::bench {
 
@@ -38,7 +38,7 @@ void compare_memory(const MeasuredMemory& measured, const planner::Prediction& p
   }
   out.measured_memory_bytes = measured.bytes_per_gpu;
   out.predicted_memory_bytes = static_cast<double>(predicted);
-  // The band is in reserved memory (planner/prediction.cc): reserved and nvidia-smi
+  // The band is in reserved memory (planner/predict/prediction.cc): reserved and nvidia-smi
   // readings have a bottom, allocated ones do not.
   const int64_t width = prediction.gpu_total - prediction.gpu_total_bottom;
   if (width > 0 && measured.metric != MemoryMetric::kAllocated && measured.metric != MemoryMetric::kActive) {

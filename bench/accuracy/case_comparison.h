@@ -11,7 +11,7 @@
 
 #include "bench/accuracy/accuracy_inputs.h"
 #include "graph/status.h"
-#include "planner/plan.h"
+#include "planner/predict/plan.h"
 
 namespace headroom::bench {
 

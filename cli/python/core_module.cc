@@ -20,7 +20,7 @@
 #include "cli/answers.h"
 #include "cli/exit_status.h"
 #include "cli/plan_exports.h"
-#include "planner/measurement.h"
+#include "planner/predict/measurement.h"
 
 namespace nb = nanobind;
 

@@ -41,7 +41,7 @@ class LinearImpl : public torch::nn::Module {
   double lora_scale = 0;
   double lora_dropout = 0;  // PEFT's lora_dropout on the adapter's input (training only)
   // fp32 adapters under transformers' Trainer with bf16=True over a 16-bit
-  // model (planner/autocast.h, apply_autocast_to_fp32_adapters): PEFT casts x
+  // model (planner/mechanisms/autocast.h, apply_autocast_to_fp32_adapters): PEFT casts x
   // to fp32 for the adapters, then autocast casts it, A and B to 16 bits for
   // each matmul. The executor runs no autocast, so it does these casts itself.
   bool adapter_autocast = false;
@@ -92,7 +92,7 @@ struct LoraOptions {
   // Module names (or their last components, "to_out.0") that get adapters.
   std::set<std::string> targets;
   // fnmatch patterns of module names that get none, as the planner's
-  // lora_skip and train_patterns (planner/trainability.cc).
+  // lora_skip and train_patterns (planner/mechanisms/trainability.cc).
   std::vector<std::string> skip;
 };
 
@@ -105,7 +105,7 @@ LayerNorm layer_norm(int64_t width, double eps);
 
 // Autocast over a 16-bit model, done by hand. transformers' Trainer, Accelerate
 // and the diffusers scripts run a bf16 model's forward under torch.autocast
-// (planner/autocast.h, AutocastWeights::kSixteenBitModel); the executor runs no
+// (planner/mechanisms/autocast.h, AutocastWeights::kSixteenBitModel); the executor runs no
 // torch.autocast, since LibTorch's CPU autocast has other op lists than CUDA's.
 // So every Linear and LayerNorm under `root` does CUDA autocast's casts itself
 // (linear on its lower-precision list, layer_norm on its fp32 list); the other

@@ -13,7 +13,7 @@ merges KEY=VALUE overrides as `xtuner train --cfg-options` does (DictAction).
 Printed: {"format": "headroom.mmengine-config", "version": 1, "file": ..., "mmengine":
 ..., "config": {...}}, where an imported object is {"import": "module.Name"} (torch
 dtypes included: {"import": "torch.float16"}), tuples are lists, and any other object
-is {"repr": "..."}. headroom --xtuner and --mmengine read this (planner/mmengine_import.h).
+is {"repr": "..."}. headroom --xtuner and --mmengine read this (planner/configs/mmengine_import.h).
 
 Exit status: 0 printed; 2 bad input (one message naming the file); 3 mmengine is not
 installed (scripts/setup_exporter.sh).

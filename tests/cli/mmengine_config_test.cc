@@ -1,5 +1,5 @@
 // `--mmengine FILE`: any MMEngine config, read by the reader of its model type
-// (planner/mmengine_import.h), through the JSON MMEngine's loader prints for the
+// (planner/configs/mmengine_import.h), through the JSON MMEngine's loader prints for the
 // configs in tests/data (no mmengine needed here; tests/exporter/mmengine_loader.sh
 // runs the loader itself).
 #include <string>

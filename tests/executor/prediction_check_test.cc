@@ -7,9 +7,9 @@
 #include <string>
 
 #include "executor/prediction_check.h"
-#include "planner/block_profile.h"
-#include "planner/model_states.h"
-#include "planner/planner.h"
+#include "planner/time/block_profile.h"
+#include "planner/memory/model_states.h"
+#include "planner/predict/planner.h"
 
 namespace headroom::executor {
 namespace {

@@ -14,7 +14,7 @@
 #include "executor/executable_model.h"
 #include "executor/run.h"
 #include "executor/token_data.h"
-#include "planner/planner.h"
+#include "planner/predict/planner.h"
 
 namespace headroom::executor {
 namespace {

@@ -1,11 +1,12 @@
-// libFuzzer target: the DeepSpeed config reader (planner/deepspeed_import.h)
+// libFuzzer target: the DeepSpeed config reader (planner/configs/deepspeed_import.h)
 // on top of the shared JSON parse. Whatever it accepts is valid settings.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include "graph/json_text.h"
-#include "planner/deepspeed_import.h"
+#include "planner/configs/deepspeed_import.h"
+#include "planner/settings/validate_settings.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -1,14 +1,15 @@
 // libFuzzer target: the TrainingArguments reader (JSON or command line), the
-// PEFT adapter config reader (planner/hf_trainer_import.h) and the axolotl
+// PEFT adapter config reader (planner/configs/hf_trainer_import.h) and the axolotl
 // and LLaMA-Factory readers on top of them. Whatever they accept is
 // valid settings.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
-#include "planner/axolotl_import.h"
-#include "planner/hf_trainer_import.h"
-#include "planner/llamafactory_import.h"
+#include "planner/configs/axolotl_import.h"
+#include "planner/configs/hf_trainer_import.h"
+#include "planner/configs/llamafactory_import.h"
+#include "planner/settings/validate_settings.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace planner = headroom::planner;

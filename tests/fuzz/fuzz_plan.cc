@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "graph/json_text.h"
-#include "planner/plan.h"
+#include "planner/predict/plan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

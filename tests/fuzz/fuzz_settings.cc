@@ -5,7 +5,9 @@
 #include <string_view>
 
 #include "graph/json_text.h"
-#include "planner/run_settings.h"
+#include "planner/settings/run_settings.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/validate_settings.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

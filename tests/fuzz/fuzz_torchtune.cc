@@ -1,12 +1,13 @@
-// libFuzzer target: the YAML config readers (planner/yaml_config.h on libyaml):
+// libFuzzer target: the YAML config readers (planner/configs/yaml_config.h on libyaml):
 // torchtune recipe configs and Accelerate configs. Whatever they accept is
 // valid settings.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
-#include "planner/accelerate_import.h"
-#include "planner/torchtune_import.h"
+#include "planner/configs/accelerate_import.h"
+#include "planner/configs/torchtune_import.h"
+#include "planner/settings/validate_settings.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace planner = headroom::planner;

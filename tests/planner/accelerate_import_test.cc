@@ -1,11 +1,12 @@
-// Accelerate configs (planner/accelerate_import.h): processes and machines, the
+// Accelerate configs (planner/configs/accelerate_import.h): processes and machines, the
 // mixed precision, and the FSDP or DeepSpeed plugin onto the run.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <string>
 
-#include "planner/accelerate_import.h"
+#include "planner/configs/accelerate_import.h"
+#include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
 namespace {

@@ -7,10 +7,11 @@
 
 #include <string>
 
-#include "planner/block_profile.h"
-#include "planner/document_mask.h"
-#include "planner/planner.h"
-#include "planner/selective_checkpoint.h"
+#include "planner/time/block_profile.h"
+#include "planner/settings/validate_settings.h"
+#include "planner/mechanisms/document_mask.h"
+#include "planner/predict/planner.h"
+#include "planner/mechanisms/selective_checkpoint.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

@@ -1,5 +1,5 @@
 // Autocast over a 16-bit model (precision bf16 with StackSpec::autocast;
-// planner/autocast.h, AutocastWeights::kSixteenBitModel): transformers' Trainer,
+// planner/mechanisms/autocast.h, AutocastWeights::kSixteenBitModel): transformers' Trainer,
 // Accelerate and the diffusers scripts wrap the forward of a bf16 model in
 // torch.autocast, and ops on autocast's fp32 list (layer_norm; softmax given no
 // dtype) then run on fp32 copies and return fp32. Read from
@@ -16,12 +16,14 @@
 
 #include "graph/graph_analysis.h"
 #include "models/graph_builder.h"
-#include "planner/autocast.h"
-#include "planner/block_profile.h"
-#include "planner/hardware.h"
-#include "planner/model_context.h"
-#include "planner/run_settings.h"
-#include "planner/stack.h"
+#include "planner/mechanisms/autocast.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/validate_settings.h"
+#include "planner/time/block_profile.h"
+#include "planner/settings/hardware.h"
+#include "planner/predict/model_context.h"
+#include "planner/settings/run_settings.h"
+#include "planner/settings/stack.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

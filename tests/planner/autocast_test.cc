@@ -1,4 +1,4 @@
-// PyTorch AMP (precision bf16-amp / fp16-amp; planner/autocast.h): which tensors
+// PyTorch AMP (precision bf16-amp / fp16-amp; planner/mechanisms/autocast.h): which tensors
 // autocast leaves fp32, the 16-bit copies the matmuls keep, and the model states
 // of an fp32 model. docs/memory-model.md, "Precision".
 #include <doctest/doctest.h>
@@ -7,9 +7,9 @@
 #include <string>
 
 #include "models/graph_builder.h"
-#include "planner/autocast.h"
-#include "planner/model_states.h"
-#include "planner/planner.h"
+#include "planner/mechanisms/autocast.h"
+#include "planner/memory/model_states.h"
+#include "planner/predict/planner.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

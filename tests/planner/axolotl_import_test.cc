@@ -1,11 +1,12 @@
-// axolotl configs (planner/axolotl_import.h): its keys renamed onto the
+// axolotl configs (planner/configs/axolotl_import.h): its keys renamed onto the
 // Trainer's and read as TrainingArguments, errors named as the file spells them.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <string>
 
-#include "planner/axolotl_import.h"
+#include "planner/configs/axolotl_import.h"
+#include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/planner.h"
-#include "planner/training_notes.h"
+#include "planner/predict/planner.h"
+#include "planner/predict/training_notes.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "planner/block_solver.h"
+#include "planner/search/block_solver.h"
 
 namespace headroom::planner {
 namespace {

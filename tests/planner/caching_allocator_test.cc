@@ -2,7 +2,7 @@
 // c10/cuda/CUDACachingAllocator.cpp (default configuration).
 #include <doctest/doctest.h>
 
-#include "planner/caching_allocator.h"
+#include "planner/memory/caching_allocator.h"
 
 namespace headroom::planner {
 namespace {

@@ -1,4 +1,4 @@
-// torch.compile's min-cut partitioner applied to a block (planner/compiled_blocks.h):
+// torch.compile's min-cut partitioner applied to a block (planner/mechanisms/compiled_blocks.h):
 // which tensors a compiled Llama block keeps, in bytes, and how fit uses it.
 // docs/stacks.md, "torch.compile".
 #include <doctest/doctest.h>
@@ -7,9 +7,9 @@
 #include <string>
 
 #include "models/graph_builder.h"
-#include "planner/block_profile.h"
-#include "planner/compiled_blocks.h"
-#include "planner/planner.h"
+#include "planner/time/block_profile.h"
+#include "planner/mechanisms/compiled_blocks.h"
+#include "planner/predict/planner.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

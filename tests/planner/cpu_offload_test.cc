@@ -5,10 +5,11 @@
 
 #include <string>
 
-#include "planner/allocator_rounding.h"
-#include "planner/model_states.h"
-#include "planner/planner.h"
+#include "planner/memory/allocator_rounding.h"
+#include "planner/memory/model_states.h"
+#include "planner/predict/planner.h"
 #include "tests/planner/predict_as_given.h"
+#include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
 namespace {

@@ -2,7 +2,7 @@
 // shared/seeds/003 (ZeRO-2 with 3e8 buckets, ZeRO-3 with CPU offload of
 // optimizer and parameters, NVMe offload), xtuner's ZeRO-2 offload config with
 // "auto" values, and the configs DeepSpeed refuses.
-#include "planner/deepspeed_import.h"
+#include "planner/configs/deepspeed_import.h"
 
 #include <doctest/doctest.h>
 

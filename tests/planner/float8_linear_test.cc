@@ -1,4 +1,4 @@
-// fp8 training with torchao's Float8Linear (planner/float8_linear.h): which
+// fp8 training with torchao's Float8Linear (planner/mechanisms/float8_linear.h): which
 // linears convert, what each keeps for backward in torchao 0.8 and 0.9, the fp8
 // all-gather of FSDP2, the fp8 GEMM rate, and the refusals. docs/stacks.md,
 // "Float8 training".
@@ -9,12 +9,14 @@
 
 #include "graph/graph_analysis.h"
 #include "models/graph_builder.h"
-#include "planner/block_profile.h"
-#include "planner/float8_linear.h"
-#include "planner/hardware.h"
-#include "planner/model_context.h"
-#include "planner/model_states.h"
-#include "planner/run_settings.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/validate_settings.h"
+#include "planner/time/block_profile.h"
+#include "planner/mechanisms/float8_linear.h"
+#include "planner/settings/hardware.h"
+#include "planner/predict/model_context.h"
+#include "planner/memory/model_states.h"
+#include "planner/settings/run_settings.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
@@ -146,7 +148,7 @@ TEST_CASE("an fp8 linear's GEMMs run at the fp8 peak and its published efficienc
   const double bf16_rate = 989.4 * 0.6;  // TimeModelOptions' default efficiency, no GPU override here
   const double fp8_rate = 1979.0 * (1402.6 / 1979.0);
   // The 32,768 x 4096 output is 4096 tiles of 256 x 128: 32 waves on 132 SMs, the
-  // last one part-empty (planner/gemm_waves.h), which stretches fp8 and bf16 alike.
+  // last one part-empty (planner/time/gemm_waves.h), which stretches fp8 and bf16 alike.
   const double flops = 2.0 * 8 * 4096 * 4096 * 4096 * (32.0 * 132 / 4096);
   CHECK(forward_ms(graph) == doctest::Approx(flops / (bf16_rate * 1e12) * 1e3 + 0.005).epsilon(0.01));
   CHECK(forward_ms(fp8) == doctest::Approx(flops / (fp8_rate * 1e12) * 1e3 + 0.005).epsilon(0.01));

@@ -7,12 +7,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "planner/fsdp_units.h"
-#include "planner/hardware.h"
-#include "planner/model_context.h"
-#include "planner/model_states.h"
-#include "planner/simulator.h"
-#include "planner/step_time.h"
+#include "planner/memory/fsdp_units.h"
+#include "planner/settings/hardware.h"
+#include "planner/predict/model_context.h"
+#include "planner/memory/model_states.h"
+#include "planner/predict/simulator.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/validate_settings.h"
+#include "planner/time/step_time.h"
 #include "tests/planner/predict_as_given.h"
 #include "tests/planner/two_layer_graph.h"
 

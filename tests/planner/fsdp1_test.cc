@@ -1,5 +1,5 @@
 // FSDP1 (torch.distributed.fsdp.FullyShardedDataParallel) as a ZeRO-3 flavour
-// (planner/fsdp_units.h, docs/memory-model.md "FSDP1"), who picks it (the
+// (planner/memory/fsdp_units.h, docs/memory-model.md "FSDP1"), who picks it (the
 // sharding setting, the composer stack), the reduce dtype in memory and time,
 // and llm-foundry's fused cross-entropy.
 #include <doctest/doctest.h>
@@ -9,11 +9,14 @@
 #include <string>
 
 #include "models/zoo.h"
-#include "planner/fsdp_units.h"
-#include "planner/hardware.h"
-#include "planner/loss_variants.h"
-#include "planner/model_states.h"
-#include "planner/step_time.h"
+#include "planner/memory/fsdp_units.h"
+#include "planner/settings/hardware.h"
+#include "planner/mechanisms/loss_variants.h"
+#include "planner/memory/model_states.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/stack.h"
+#include "planner/settings/validate_settings.h"
+#include "planner/time/step_time.h"
 #include "tests/planner/predict_as_given.h"
 #include "tests/planner/two_layer_graph.h"
 

@@ -6,11 +6,12 @@
 
 #include <string>
 
-#include "planner/allocator_rounding.h"
-#include "planner/model_context.h"
-#include "planner/model_states.h"
-#include "planner/simulator.h"
-#include "planner/step_time.h"
+#include "planner/memory/allocator_rounding.h"
+#include "planner/predict/model_context.h"
+#include "planner/memory/model_states.h"
+#include "planner/predict/simulator.h"
+#include "planner/settings/validate_settings.h"
+#include "planner/time/step_time.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

@@ -7,13 +7,13 @@
 
 #include <string>
 
-#include "planner/fsdp2_stream_copies.h"
-#include "planner/hardware.h"
-#include "planner/model_states.h"
-#include "planner/planner.h"
-#include "planner/simulator.h"
-#include "planner/step_time.h"
-#include "planner/torchtune_import.h"
+#include "planner/time/fsdp2_stream_copies.h"
+#include "planner/settings/hardware.h"
+#include "planner/memory/model_states.h"
+#include "planner/predict/planner.h"
+#include "planner/predict/simulator.h"
+#include "planner/time/step_time.h"
+#include "planner/configs/torchtune_import.h"
 
 namespace headroom::planner {
 namespace {

@@ -1,4 +1,4 @@
-// FSDP gradient accumulation under no_sync (planner/model_states.h,
+// FSDP gradient accumulation under no_sync (planner/memory/model_states.h,
 // accumulates_unsharded): which stacks do it, the unsharded gradients each unit
 // keeps between micro-steps, and one reduce-scatter a step. Read from torch 2.11
 // (_runtime_utils.py _post_backward_hook, _flat_param.py, _fsdp_param.py),
@@ -7,11 +7,13 @@
 
 #include <string>
 
-#include "planner/hardware.h"
-#include "planner/model_context.h"
-#include "planner/model_states.h"
-#include "planner/simulator.h"
-#include "planner/step_time.h"
+#include "planner/settings/hardware.h"
+#include "planner/predict/model_context.h"
+#include "planner/memory/model_states.h"
+#include "planner/predict/simulator.h"
+#include "planner/settings/stack.h"
+#include "planner/settings/validate_settings.h"
+#include "planner/time/step_time.h"
 #include "tests/planner/predict_as_given.h"
 #include "tests/planner/two_layer_graph.h"
 

@@ -1,4 +1,4 @@
-// Inductor's kernels for a compiled block (planner/fused_kernels.h): which ops
+// Inductor's kernels for a compiled block (planner/mechanisms/fused_kernels.h): which ops
 // share a kernel, what each kernel reads and writes, and what that does to the
 // step time. docs/memory-model.md, "Time model".
 #include <doctest/doctest.h>
@@ -6,9 +6,9 @@
 #include <set>
 #include <string>
 
-#include "planner/block_profile.h"
-#include "planner/fused_kernels.h"
-#include "planner/planner.h"
+#include "planner/time/block_profile.h"
+#include "planner/mechanisms/fused_kernels.h"
+#include "planner/predict/planner.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "models/zoo.h"
-#include "planner/loss_variants.h"
+#include "planner/mechanisms/loss_variants.h"
 #include "predict_as_given.h"
 
 namespace headroom::planner {

@@ -1,13 +1,13 @@
-// Tile and wave quantization of GEMMs (planner/gemm_waves.h): the share of the
+// Tile and wave quantization of GEMMs (planner/time/gemm_waves.h): the share of the
 // SMs' tile slots that hold useful output, and what it does to a linear node's time.
 #include <doctest/doctest.h>
 
 #include "graph/graph_analysis.h"
 #include "models/graph_builder.h"
 #include "models/layers.h"
-#include "planner/block_profile.h"
-#include "planner/gemm_waves.h"
-#include "planner/hardware.h"
+#include "planner/time/block_profile.h"
+#include "planner/time/gemm_waves.h"
+#include "planner/settings/hardware.h"
 
 namespace headroom::planner {
 

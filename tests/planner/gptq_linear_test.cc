@@ -1,4 +1,4 @@
-// GPTQ int4 bases for QLoRA (planner/gptq_linear.h): AutoGPTQ's QuantLinear storage,
+// GPTQ int4 bases for QLoRA (planner/mechanisms/gptq_linear.h): AutoGPTQ's QuantLinear storage,
 // the unpacked 16-bit weight autograd keeps for dX, the unpacking's forward cost.
 #include <doctest/doctest.h>
 
@@ -9,13 +9,15 @@
 #include "graph/graph_analysis.h"
 #include "models/graph_builder.h"
 #include "models/layers.h"
-#include "planner/block_profile.h"
-#include "planner/gptq_linear.h"
-#include "planner/hardware.h"
-#include "planner/model_context.h"
-#include "planner/model_states.h"
-#include "planner/run_settings.h"
-#include "planner/trainability.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/validate_settings.h"
+#include "planner/time/block_profile.h"
+#include "planner/mechanisms/gptq_linear.h"
+#include "planner/settings/hardware.h"
+#include "planner/predict/model_context.h"
+#include "planner/memory/model_states.h"
+#include "planner/settings/run_settings.h"
+#include "planner/mechanisms/trainability.h"
 
 namespace headroom::planner {
 namespace {

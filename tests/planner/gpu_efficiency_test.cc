@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "planner/block_profile.h"
-#include "planner/planner.h"
-#include "planner/step_time.h"
+#include "planner/time/block_profile.h"
+#include "planner/predict/planner.h"
+#include "planner/time/step_time.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
@@ -44,7 +44,7 @@ NodeTimes times_of(const ModelContext& c, const std::string& node) {
 TEST_CASE("a large GEMM runs at the matmul rate published for its GPU") {
   // gate_proj: 2048 tokens x 2048 -> 8192, compute-bound on every GPU here. Its
   // 2048 x 8192 output is 512 tiles of 256 x 128, run in waves of one per SM
-  // (planner/gemm_waves.h): 512 of 540 slots on the A100's 108 SMs, of 528 on the
+  // (planner/time/gemm_waves.h): 512 of 540 slots on the A100's 108 SMs, of 528 on the
   // H100's 132, all 512 on the 4090's 128, 512 of 588 on the A6000's 84.
   const std::string gemm = "model.layers.3.mlp.gate_proj";
   const ModelContext a100 = llama_1b_on("a100-80g");

@@ -1,4 +1,4 @@
-#include "planner/hardware.h"
+#include "planner/settings/hardware.h"
 
 #include <doctest/doctest.h>
 

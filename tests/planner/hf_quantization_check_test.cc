@@ -1,4 +1,4 @@
-// A Hugging Face model's quantization_config against the run (planner/hf_quantization_check.h,
+// A Hugging Face model's quantization_config against the run (planner/configs/hf_quantization_check.h,
 // models/hf_quantization.h): a GPTQ or bitsandbytes 4-bit checkpoint is priced as
 // the base it stores, never as a 16-bit one.
 #include <doctest/doctest.h>
@@ -10,9 +10,9 @@
 #include <string>
 
 #include "models/hf_quantization.h"
-#include "planner/hf_quantization_check.h"
-#include "planner/model_context.h"
-#include "planner/model_states.h"
+#include "planner/configs/hf_quantization_check.h"
+#include "planner/predict/model_context.h"
+#include "planner/memory/model_states.h"
 
 namespace headroom::planner {
 namespace {

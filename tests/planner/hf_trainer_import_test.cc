@@ -1,4 +1,4 @@
-// transformers Trainer runs (planner/hf_trainer_import.h): TrainingArguments as
+// transformers Trainer runs (planner/configs/hf_trainer_import.h): TrainingArguments as
 // to_json_string() writes them and as a launch command line (with TRL's
 // SFTConfig and ModelConfig keys), and PEFT's adapter_config.json.
 #include <doctest/doctest.h>
@@ -9,8 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/hf_trainer_import.h"
+#include "planner/configs/hf_trainer_import.h"
 #include "tests/planner/predict_as_given.h"
+#include "planner/settings/settings_json.h"
 
 namespace headroom::planner {
 namespace {

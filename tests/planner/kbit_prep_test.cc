@@ -1,6 +1,6 @@
-// QLoRA preparation (planner/kbit_prep.h, StackSpec::kbit_prep): which weights a
+// QLoRA preparation (planner/mechanisms/kbit_prep.h, StackSpec::kbit_prep): which weights a
 // script upcasts to fp32 before training, and what a bitsandbytes Linear4bit does
-// with the fp32 inputs that follow (planner/autocast.h). Read from peft
+// with the fp32 inputs that follow (planner/mechanisms/autocast.h). Read from peft
 // (utils/other.py prepare_model_for_kbit_training), TRL (peft_module_casting_to_bf16),
 // bitsandbytes (nn/modules.py Linear4bit, autograd/_functions.py MatMul4Bit) and
 // transformers' LlamaRMSNorm; docs/stacks.md, "QLoRA preparation".
@@ -8,14 +8,17 @@
 
 #include <string>
 
-#include "planner/autocast.h"
-#include "planner/axolotl_import.h"
-#include "planner/kbit_prep.h"
-#include "planner/llamafactory_import.h"
-#include "planner/model_context.h"
-#include "planner/model_states.h"
-#include "planner/trainability.h"
+#include "planner/mechanisms/autocast.h"
+#include "planner/configs/axolotl_import.h"
+#include "planner/mechanisms/kbit_prep.h"
+#include "planner/configs/llamafactory_import.h"
+#include "planner/predict/model_context.h"
+#include "planner/memory/model_states.h"
+#include "planner/mechanisms/trainability.h"
 #include "tests/planner/predict_as_given.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/stack.h"
+#include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
 namespace {

@@ -3,9 +3,9 @@
 // activations left cached, so the steps after it reserve more.
 #include <doctest/doctest.h>
 
-#include "planner/model_states.h"
-#include "planner/prediction.h"
-#include "planner/simulator.h"
+#include "planner/memory/model_states.h"
+#include "planner/predict/prediction.h"
+#include "planner/predict/simulator.h"
 
 namespace headroom::planner {
 namespace {

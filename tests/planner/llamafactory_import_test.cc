@@ -1,4 +1,4 @@
-// LLaMA-Factory configs (planner/llamafactory_import.h): its own keys renamed
+// LLaMA-Factory configs (planner/configs/llamafactory_import.h): its own keys renamed
 // onto the Trainer's and TRL's, its defaults applied, the rest read as
 // TrainingArguments.
 #include <doctest/doctest.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <string>
 
-#include "planner/llamafactory_import.h"
+#include "planner/configs/llamafactory_import.h"
 
 namespace headroom::planner {
 

@@ -1,5 +1,5 @@
-// mmpretrain configs (planner/mmpretrain_import.h) and the dispatch of any
-// MMEngine config by its model type (planner/mmengine_import.h), read from what
+// mmpretrain configs (planner/configs/mmpretrain_import.h) and the dispatch of any
+// MMEngine config by its model type (planner/configs/mmengine_import.h), read from what
 // MMEngine's loader prints for the configs in tests/data/mmpretrain (written
 // from mmpretrain's published configs/resnet/resnet50_8xb32_in1k.py and its
 // _base_ files; tests/exporter/mmengine_loader.sh checks that the loader still
@@ -11,11 +11,13 @@
 #include <string>
 
 #include "graph/atomic_file.h"
-#include "planner/mmengine_import.h"
-#include "planner/mmpretrain_import.h"
-#include "planner/model_context.h"
-#include "planner/xtuner_import.h"
+#include "planner/configs/mmengine_import.h"
+#include "planner/configs/mmpretrain_import.h"
+#include "planner/predict/model_context.h"
+#include "planner/configs/xtuner_import.h"
 #include "tests/planner/predict_as_given.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
 namespace {

@@ -8,12 +8,13 @@
 #include <string>
 #include <system_error>
 
-#include "planner/allocator_rounding.h"
-#include "planner/model_states.h"
-#include "planner/trainability.h"
-#include "planner/planner.h"
-#include "planner/prediction.h"
-#include "planner/step_time.h"
+#include "planner/memory/allocator_rounding.h"
+#include "planner/memory/model_states.h"
+#include "planner/mechanisms/trainability.h"
+#include "planner/predict/planner.h"
+#include "planner/predict/prediction.h"
+#include "planner/settings/validate_settings.h"
+#include "planner/time/step_time.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

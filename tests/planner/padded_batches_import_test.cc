@@ -5,10 +5,10 @@
 
 #include <string>
 
-#include "planner/axolotl_import.h"
-#include "planner/hf_trainer_import.h"
-#include "planner/llamafactory_import.h"
-#include "planner/torchtune_import.h"
+#include "planner/configs/axolotl_import.h"
+#include "planner/configs/hf_trainer_import.h"
+#include "planner/configs/llamafactory_import.h"
+#include "planner/configs/torchtune_import.h"
 
 namespace headroom::planner {
 namespace {

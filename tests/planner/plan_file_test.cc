@@ -1,14 +1,14 @@
-// Plan files as every command reads them (planner/plan_file.h): wrong types,
+// Plan files as every command reads them (planner/predict/plan_file.h): wrong types,
 // out-of-range and coerced values, unknown and duplicate keys are refused with
 // one message naming the file and the field, never an internal error (issue 14).
-#include "planner/plan_file.h"
+#include "planner/predict/plan_file.h"
 
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "planner/planner.h"
+#include "planner/predict/planner.h"
 
 namespace headroom::planner {
 namespace {

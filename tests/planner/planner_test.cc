@@ -7,8 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "models/gpt_stack.h"
-#include "planner/block_profile.h"
-#include "planner/planner.h"
+#include "planner/settings/validate_settings.h"
+#include "planner/time/block_profile.h"
+#include "planner/predict/planner.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

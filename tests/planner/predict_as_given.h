@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "planner/planner.h"
+#include "planner/predict/planner.h"
 
 namespace headroom::planner {
 

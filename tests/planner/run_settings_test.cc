@@ -2,16 +2,17 @@
 // documented maxima for flags, --settings files, DeepSpeed configs and plan
 // files; no coercion (1.9, true, "4", 2^63); unknown keys named. A run that
 // cannot exist is refused, never answered FITS.
-#include "planner/run_settings.h"
+#include "planner/settings/run_settings.h"
 
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "planner/deepspeed_import.h"
-#include "planner/model_context.h"
-#include "planner/stack.h"
+#include "planner/configs/deepspeed_import.h"
+#include "planner/predict/model_context.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/stack.h"
 
 namespace headroom::planner {
 namespace {

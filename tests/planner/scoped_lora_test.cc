@@ -7,8 +7,10 @@
 #include <string>
 
 #include "models/zoo.h"
-#include "planner/run_settings.h"
-#include "planner/trainability.h"
+#include "planner/settings/run_settings.h"
+#include "planner/mechanisms/trainability.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
 namespace {

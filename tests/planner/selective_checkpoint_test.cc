@@ -1,5 +1,5 @@
 // Op-level selective activation checkpointing as torchtitan applies it
-// (planner/selective_checkpoint.h): which outputs a checkpointed Llama block
+// (planner/mechanisms/selective_checkpoint.h): which outputs a checkpointed Llama block
 // keeps, what that costs in bytes and saves in recompute time, and how the
 // stack setting and the simulator use it. docs/stacks.md, "Checkpointing".
 #include <doctest/doctest.h>
@@ -10,10 +10,12 @@
 #include <set>
 #include <string>
 
-#include "planner/block_profile.h"
-#include "planner/planner.h"
-#include "planner/selective_checkpoint.h"
-#include "planner/simulator.h"
+#include "planner/time/block_profile.h"
+#include "planner/settings/stack.h"
+#include "planner/settings/settings_json.h"
+#include "planner/predict/planner.h"
+#include "planner/mechanisms/selective_checkpoint.h"
+#include "planner/predict/simulator.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

@@ -1,8 +1,8 @@
 // The simulator against the planner's block-level walk, and its own invariants.
 #include <doctest/doctest.h>
 
-#include "planner/prediction.h"
-#include "planner/simulator.h"
+#include "planner/predict/prediction.h"
+#include "planner/predict/simulator.h"
 
 namespace headroom::planner {
 namespace {

@@ -1,6 +1,6 @@
-// The training stack (planner/stack.h): the table and its overrides, the
-// optimizer step by implementation (planner/optimizer_step.h), the loss
-// variants (planner/loss_variants.h), and the band with its TIGHT verdict.
+// The training stack (planner/settings/stack.h): the table and its overrides, the
+// optimizer step by implementation (planner/memory/optimizer_step.h), the loss
+// variants (planner/mechanisms/loss_variants.h), and the band with its TIGHT verdict.
 // Byte figures follow docs/stacks.md; sources are cited there.
 #include <doctest/doctest.h>
 
@@ -8,12 +8,13 @@
 
 #include "models/graph_builder.h"
 #include "models/zoo.h"
-#include "planner/block_profile.h"
-#include "planner/hardware.h"
-#include "planner/loss_variants.h"
-#include "planner/model_states.h"
-#include "planner/optimizer_step.h"
-#include "planner/planner.h"
+#include "planner/settings/settings_json.h"
+#include "planner/time/block_profile.h"
+#include "planner/settings/hardware.h"
+#include "planner/mechanisms/loss_variants.h"
+#include "planner/memory/model_states.h"
+#include "planner/memory/optimizer_step.h"
+#include "planner/predict/planner.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

@@ -4,9 +4,9 @@
 // precision moves 2.
 #include <doctest/doctest.h>
 
-#include "planner/hardware.h"
-#include "planner/model_states.h"
-#include "planner/step_time.h"
+#include "planner/settings/hardware.h"
+#include "planner/memory/model_states.h"
+#include "planner/time/step_time.h"
 
 namespace headroom::planner {
 namespace {

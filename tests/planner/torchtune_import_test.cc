@@ -1,4 +1,4 @@
-// torchtune recipe configs (planner/torchtune_import.h): the published configs in
+// torchtune recipe configs (planner/configs/torchtune_import.h): the published configs in
 // tests/data/torchtune map onto the settings their recipes run with, predict as
 // the equivalent flags do, and what cannot be read is refused by name.
 #include <doctest/doctest.h>
@@ -10,8 +10,9 @@
 #include "graph/graph_json.h"
 #include "models/hf_import.h"
 #include "models/torchtune_models.h"
-#include "planner/torchtune_import.h"
+#include "planner/configs/torchtune_import.h"
 #include "tests/planner/predict_as_given.h"
+#include "planner/settings/settings_json.h"
 
 namespace headroom::planner {
 namespace {

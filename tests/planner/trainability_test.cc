@@ -1,4 +1,4 @@
-// LoRA adapters on a linear (planner/trainability.cc, add_lora): what backward
+// LoRA adapters on a linear (planner/mechanisms/trainability.cc, add_lora): what backward
 // computes for a frozen base weight and its adapters.
 #include <doctest/doctest.h>
 
@@ -6,9 +6,9 @@
 
 #include "graph/graph_analysis.h"
 #include "graph/graph_json.h"
-#include "planner/block_profile.h"
-#include "planner/hardware.h"
-#include "planner/trainability.h"
+#include "planner/time/block_profile.h"
+#include "planner/settings/hardware.h"
+#include "planner/mechanisms/trainability.h"
 
 namespace headroom::planner {
 

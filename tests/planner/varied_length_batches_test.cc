@@ -7,10 +7,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "planner/planner.h"
-#include "planner/prediction.h"
-#include "planner/run_settings.h"
-#include "planner/simulator.h"
+#include "planner/predict/planner.h"
+#include "planner/predict/prediction.h"
+#include "planner/settings/run_settings.h"
+#include "planner/predict/simulator.h"
+#include "planner/settings/settings_json.h"
+#include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
 namespace {

@@ -1,4 +1,4 @@
-// Eager kernel time of ops that return views (planner/block_profile.cc
+// Eager kernel time of ops that return views (planner/time/block_profile.cc
 // node_times): torch.chunk, split and unbind run no kernel in forward; their
 // backward writes the gradient of the whole input.
 #include <doctest/doctest.h>
@@ -6,9 +6,9 @@
 #include "graph/graph_analysis.h"
 #include "models/graph_builder.h"
 #include "models/layers.h"
-#include "planner/block_profile.h"
-#include "planner/hardware.h"
-#include "planner/planner.h"
+#include "planner/time/block_profile.h"
+#include "planner/settings/hardware.h"
+#include "planner/predict/planner.h"
 
 namespace headroom::planner {
 

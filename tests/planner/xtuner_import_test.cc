@@ -1,4 +1,4 @@
-// XTuner configs (planner/xtuner_import.h), read from what MMEngine's loader
+// XTuner configs (planner/configs/xtuner_import.h), read from what MMEngine's loader
 // prints for the configs in tests/data/xtuner (scripts/exporter/read_mmengine_config.py;
 // tests/exporter/mmengine_loader.sh checks that the loader still prints these dumps).
 #include <doctest/doctest.h>
@@ -7,8 +7,8 @@
 #include <string>
 
 #include "graph/atomic_file.h"
-#include "planner/deepspeed_import.h"
-#include "planner/xtuner_import.h"
+#include "planner/configs/deepspeed_import.h"
+#include "planner/configs/xtuner_import.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {

@@ -1,10 +1,10 @@
-// YAML configs read with libyaml into JSON (planner/yaml_config.h): PyYAML's
+// YAML configs read with libyaml into JSON (planner/configs/yaml_config.h): PyYAML's
 // scalar resolution, and what is refused before a reader sees it.
 #include <doctest/doctest.h>
 
 #include <string>
 
-#include "planner/yaml_config.h"
+#include "planner/configs/yaml_config.h"
 
 namespace headroom::planner {
 

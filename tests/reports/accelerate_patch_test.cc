@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "planner/accelerate_import.h"
-#include "planner/model_context.h"
-#include "planner/planner.h"
+#include "planner/configs/accelerate_import.h"
+#include "planner/predict/model_context.h"
+#include "planner/predict/planner.h"
 #include "reports/accelerate_patch.h"
 #include "tests/cli/cli_harness.h"
 

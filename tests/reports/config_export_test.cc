@@ -17,9 +17,9 @@
 #include <sstream>
 #include <string>
 
-#include "planner/accelerate_import.h"
-#include "planner/deepspeed_import.h"
-#include "planner/planner.h"
+#include "planner/configs/accelerate_import.h"
+#include "planner/configs/deepspeed_import.h"
+#include "planner/predict/planner.h"
 
 namespace headroom::reports {
 namespace {

@@ -11,7 +11,7 @@ namespace {
 
 using planner::Offload;
 
-// MMEngine's FSDP wrapper as planner/mmengine_config.cc reads it, on 2 GPUs.
+// MMEngine's FSDP wrapper as planner/configs/mmengine_config.cc reads it, on 2 GPUs.
 planner::RunSettings whole_model_fsdp1(bool offload) {
   planner::RunSettings s;
   s.precision = planner::Precision::kFp32;

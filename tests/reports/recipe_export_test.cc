@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/model_context.h"
-#include "planner/planner.h"
+#include "planner/predict/model_context.h"
+#include "planner/predict/planner.h"
 #include "reports/recipe_export.h"
 
 namespace headroom::reports {

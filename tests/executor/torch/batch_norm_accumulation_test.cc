@@ -1,5 +1,5 @@
 // What the planner's note on BatchNorm under gradient accumulation says
-// (planner/training_notes.cc), shown with LibTorch's own BatchNorm2d: two
+// (planner/predict/training_notes.cc), shown with LibTorch's own BatchNorm2d: two
 // micro-batches of 4 with their gradients accumulated are not one batch of 8.
 // Each micro-batch is normalized with its own statistics (so the gradients
 // differ) and the running statistics are updated twice with momentum 0.1

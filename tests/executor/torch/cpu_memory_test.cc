@@ -21,9 +21,9 @@
 #include "models/torch/flux_module.h"
 #include "models/torch/llama_module.h"
 #include "models/zoo.h"
-#include "planner/block_profile.h"
-#include "planner/hardware.h"
-#include "planner/model_states.h"
+#include "planner/time/block_profile.h"
+#include "planner/settings/hardware.h"
+#include "planner/memory/model_states.h"
 
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.

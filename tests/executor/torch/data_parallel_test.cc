@@ -36,7 +36,7 @@
 #include "executor/run.h"
 #include "executor/sharded_checkpoint.h"
 #include "executor/state_store.h"
-#include "planner/planner.h"
+#include "planner/predict/planner.h"
 #include "tests/executor/torch/run_test_support.h"
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.

@@ -16,8 +16,8 @@
 #include "executor/optimizer.h"
 #include "executor/run.h"
 #include "executor/state_store.h"
-#include "planner/model_states.h"
-#include "planner/planner.h"
+#include "planner/memory/model_states.h"
+#include "planner/predict/planner.h"
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.
 #undef CHECK
@@ -56,7 +56,7 @@ inline NamedParameters clone_parameters(const NamedParameters& parameters) {
 }
 
 // The planner's `optimizer + master` for these parameters, unrounded
-// (planner/model_states.cc without the allocator's 512-byte rounding).
+// (planner/memory/model_states.cc without the allocator's 512-byte rounding).
 inline int64_t planner_bytes(planner::OptimizerKind kind, planner::Precision precision,
                              const NamedParameters& parameters) {
   int64_t bytes = 0;

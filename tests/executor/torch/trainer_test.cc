@@ -19,7 +19,7 @@
 #include "executor/state_store.h"
 #include "models/llama.h"
 #include "models/torch/llama_module.h"
-#include "planner/planner.h"
+#include "planner/predict/planner.h"
 #include "tests/executor/torch/run_test_support.h"
 
 

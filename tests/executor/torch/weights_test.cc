@@ -15,7 +15,7 @@
 #include "executor/run.h"
 #include "executor/weights.h"
 #include "models/torch/llama_module.h"
-#include "planner/planner.h"
+#include "planner/predict/planner.h"
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.
 #undef CHECK

@@ -1,0 +1,190 @@
+#include "planner/configs/axolotl_import.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "graph/atomic_file.h"
+#include "planner/configs/hf_trainer_import.h"
+#include "planner/configs/yaml_config.h"
+
+namespace headroom::planner {
+namespace {
+
+using nlohmann::json;
+
+// axolotl keys that are TrainingArguments (or TRL ModelConfig) keys under another
+// name, or the same name (axolotl/utils/schemas/config.py AxolotlInputConfig).
+const std::map<std::string, std::string>& renamed() {
+  static const std::map<std::string, std::string> kKeys = {
+      {"micro_batch_size", "per_device_train_batch_size"},
+      {"gradient_accumulation_steps", "gradient_accumulation_steps"},
+      {"optimizer", "optim"},
+      {"gradient_checkpointing", "gradient_checkpointing"},
+      {"gradient_checkpointing_kwargs", "gradient_checkpointing_kwargs"},
+      {"deepspeed", "deepspeed"},
+      {"fsdp", "fsdp"},
+      {"fsdp_config", "fsdp_config"},
+      {"torch_compile", "torch_compile"},
+      {"torch_compile_backend", "torch_compile_backend"},
+      {"torch_compile_mode", "torch_compile_mode"},
+      {"save_total_limit", "save_total_limit"},
+      {"save_only_model", "save_only_model"},
+      {"sequence_len", "max_length"},
+      {"sample_packing", "packing"},
+      {"lora_r", "lora_r"},
+      {"lora_dropout", "lora_dropout"},
+      {"lora_alpha", "lora_alpha"},
+      {"lora_target_modules", "lora_target_modules"},
+      {"lora_modules_to_save", "lora_modules_to_save"},
+      {"load_in_4bit", "load_in_4bit"},
+      {"load_in_8bit", "load_in_8bit"},
+      {"peft_use_dora", "use_dora"},
+      {"fp16", "fp16"},
+      {"tf32", "tf32"},
+      {"use_cpu", "use_cpu"},
+      {"torch_dtype", "torch_dtype"},
+  };
+  return kKeys;
+}
+
+// Keys axolotl reads that change nothing headroom prices, said as read.
+const std::set<std::string>& understood() {
+  static const std::set<std::string> kKeys = {"base_model", "base_model_config", "model_type", "tokenizer_type",
+                                              "adapter", "bf16", "lora_target_linear", "flash_attention",
+                                              "sdp_attention", "xformers_attention", "eager_attention",
+                                              "batch_size", "gptq", "gptq_groupsize", "pad_to_sequence_len"};
+  return kKeys;
+}
+
+}  // namespace
+
+Result<ConfigImport> import_axolotl_config(std::string_view text, std::string_view origin, RunSettings base) {
+  Result<json> root = parse_yaml_config(text, origin, "an axolotl config");
+  if (!root.is_ok()) return root.status();
+  const json& config = root.value();
+  const auto fail = [&](const std::string& key, const std::string& expected) {
+    return config_field_error(origin, key, expected, config.at(key));
+  };
+  json args = json::object();
+  std::vector<std::string> ignored;
+  for (const auto& [key, value] : config.items()) {
+    if (value.is_null()) continue;
+    const auto it = renamed().find(key);
+    if (it != renamed().end()) {
+      args[it->second] = value;
+    } else if (!understood().count(key)) {
+      ignored.push_back(key);
+    }
+  }
+  // adapter: lora or qlora trains a PEFT adapter; none (or empty) is a full fine-tune.
+  const std::string adapter = config.contains("adapter") && config.at("adapter").is_string() ? config.at("adapter").get<std::string>() : "";
+  if (config.contains("adapter") && !config.at("adapter").is_null() && adapter != "lora" && adapter != "qlora") {
+    return fail("adapter", "lora, qlora or nothing (a full fine-tune)");
+  }
+  // gptq: "Whether you are training a 4-bit GPTQ quantized model" (axolotl's
+  // AxolotlInputConfig; gptq_groupsize in its older configs): adapters over a frozen
+  // GPTQ int4 base, QLoRA with quant gptq here (planner/mechanisms/gptq_linear.h).
+  const bool gptq = config.contains("gptq") && config.at("gptq") == json(true);
+  if (config.contains("gptq") && !config.at("gptq").is_null() && !config.at("gptq").is_boolean()) {
+    return fail("gptq", "true or false");
+  }
+  if (gptq && adapter != "lora") return fail("gptq", "adapter lora with it (a GPTQ base trains adapters only)");
+  int64_t gptq_group = kGptqDefaultGroupSize;
+  if (config.contains("gptq_groupsize") && !config.at("gptq_groupsize").is_null()) {
+    const json& group = config.at("gptq_groupsize");
+    if (!group.is_number_integer() || (group.get<int64_t>() < 1 && group.get<int64_t>() != -1)) {
+      return fail("gptq_groupsize", "a positive integer or -1");
+    }
+    gptq_group = group.get<int64_t>();
+  }
+  if (!adapter.empty()) args["use_peft"] = true;
+  if (adapter == "qlora") args["load_in_4bit"] = true;
+  if (!adapter.empty() && config.value("lora_target_linear", json(false)) == json(true)) {
+    args["lora_target_modules"] = "all-linear";
+  }
+  // bf16: true, false or 'auto' (bf16 where the GPU has it: every GPU headroom catalogues).
+  if (config.contains("bf16") && !config.at("bf16").is_null()) {
+    const json& bf16 = config.at("bf16");
+    if (bf16 == json("auto") || bf16 == json(true)) {
+      args["bf16"] = true;
+    } else if (bf16 != json(false)) {
+      return fail("bf16", "true, false or auto");
+    }
+  }
+  // Axolotl loads the model in the compute dtype it picks (bf16 when bf16 is on),
+  // unless torch_dtype says otherwise (utils/models.py ModelLoader).
+  if (args.value("bf16", json(false)) == json(true) && !args.contains("torch_dtype")) args["torch_dtype"] = "bfloat16";
+  if (config.value("eager_attention", json(false)) == json(true)) args["attn_implementation"] = "eager";
+  Result<ConfigImport> out = import_training_arguments_object(args, origin, std::move(base));
+  if (!out.is_ok()) {
+    // Name the key as the axolotl file spells it.
+    std::string message = out.message();
+    for (const auto& [axolotl, trainer] : renamed()) {
+      const std::string said = std::string(origin) + ": " + trainer + ":";
+      if (message.rfind(said, 0) == 0) {
+        message = std::string(origin) + ": " + axolotl + ":" + message.substr(said.size());
+        break;
+      }
+    }
+    return Status::with_code(out.code(), message);
+  }
+  respell_notes(out.value(), "max_length", "sequence_len");
+  // pad_to_sequence_len: every batch padded to sequence_len (axolotl's collator
+  // pads to it), so no batch of another length.
+  if (config.value("pad_to_sequence_len", json(false)) == json(true) && out->settings.shortest_sample) {
+    out->settings.shortest_sample.reset();
+    std::erase_if(out->notes, [](const std::string& note) {
+      return note.find("padded to the longest of each batch") != std::string::npos;
+    });
+    out->notes.push_back("pad_to_sequence_len: every batch is padded to sequence_len, the length it is priced at");
+  }
+  if (gptq) {
+    out->settings.mode = TrainMode::kQlora;
+    out->settings.quant = QuantFormat::kGptq;
+    out->settings.gptq_group_size = gptq_group;
+    out->notes.push_back("gptq: adapters over a GPTQ int4 base, group size " + std::to_string(gptq_group) +
+                         " (the model's quantization_config is checked against it)");
+  }
+  // Axolotl runs PEFT's prepare_model_for_kbit_training and then casts the norms
+  // and embeddings back to torch_dtype for LoRA and QLoRA (loaders/model.py): the
+  // unquantized weights train as loaded.
+  if (out->settings.mode == TrainMode::kQlora) out->settings.kbit_prep = KbitPrep::kNone;
+  if (config.contains("batch_size") && !config.at("batch_size").is_null()) {
+    out->notes.push_back("batch_size (the global batch) is read through micro_batch_size and "
+                         "gradient_accumulation_steps; give --global-batch to hold it across GPU counts");
+  }
+  // axolotl's Liger plugin (integrations/liger): liger_fused_linear_cross_entropy
+  // swaps the loss for Liger's fused linear cross-entropy; liger_rope, liger_rms_norm,
+  // liger_glu_activation and liger_layer_norm swap modules priced here as the model's
+  // own, which keep at least as much for backward.
+  for (const char* key : {"liger_fused_linear_cross_entropy", "liger_rope", "liger_rms_norm",
+                          "liger_glu_activation", "liger_layer_norm", "liger_cross_entropy"}) {
+    if (!config.contains(key) || config.at(key).is_null()) continue;
+    if (!config.at(key).is_boolean()) return fail(key, "true or false");
+    std::erase(ignored, std::string(key));
+    if (config.at(key) != json(true)) continue;
+    if (std::string_view(key) == "liger_fused_linear_cross_entropy") {
+      out->settings.loss = LossSpec{LossImpl::kFusedLinearCe, 8};
+      out->notes.push_back("liger_fused_linear_cross_entropy: priced as --loss fused-linear-ce");
+    } else if (std::string_view(key) == "liger_cross_entropy") {
+      return fail(key, "false (Liger's cross-entropy over materialised logits is not modelled; "
+                       "liger_fused_linear_cross_entropy is)");
+    } else {
+      out->notes.push_back(std::string(key) + ": priced as the model's own module, which keeps at least as much "
+                           "for backward");
+    }
+  }
+  out->ignored = ignored;
+  return out;
+}
+
+Result<ConfigImport> load_axolotl_config(const std::string& path, RunSettings base) {
+  Result<std::string> text = graph::read_file(path, kMaxConfigFileBytes);
+  if (!text.is_ok()) return text.status();
+  return import_axolotl_config(text.value(), path, std::move(base));
+}
+
+}  // namespace headroom::planner

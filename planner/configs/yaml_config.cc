@@ -1,0 +1,341 @@
+#include "planner/configs/yaml_config.h"
+
+#include <yaml.h>
+
+#include <charconv>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <regex>
+
+#include "graph/json_text.h"
+#include "graph/utf8.h"
+#include "planner/configs/config_import.h"
+
+namespace headroom::planner {
+namespace {
+
+using nlohmann::json;
+
+Status error_at(std::string_view origin, size_t line, size_t column, const std::string& what) {
+  return Status::invalid_input(std::string(origin) + ": line " + std::to_string(line + 1) +
+                               ", column " + std::to_string(column + 1) + ": " + what);
+}
+
+// A plain scalar as PyYAML's SafeLoader resolves it (YAML 1.1): null, booleans,
+// integers (underscores allowed, 0x / 0o prefixes), floats (OmegaConf's
+// resolver also takes 2e-5 without a dot); anything else is a string. NaN and
+// infinities stay strings: a reader refuses them where it wants a number.
+json resolve_plain(const std::string& text) {
+  static const std::set<std::string> nulls = {"", "~", "null", "Null", "NULL"};
+  static const std::set<std::string> trues = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+  static const std::set<std::string> falses = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+  if (nulls.count(text)) return nullptr;
+  if (trues.count(text)) return true;
+  if (falses.count(text)) return false;
+  static const std::regex integer(R"([-+]?(0|[1-9][0-9_]*))");
+  static const std::regex floating(R"([-+]?(\.[0-9]+|[0-9][0-9_]*(\.[0-9_]*)?)([eE][-+]?[0-9]+)?)");
+  if (text.size() <= 64 && std::regex_match(text, integer)) {
+    std::string digits;
+    for (char c : text) {
+      if (c != '_' && c != '+') digits += c;
+    }
+    int64_t value = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (error == std::errc{} && end == digits.data() + digits.size()) return value;
+    return text;  // beyond int64: a reader refuses it as a count
+  }
+  if (text.size() <= 64 && std::regex_match(text, floating)) {
+    std::string digits;
+    for (char c : text) {
+      if (c != '_') digits += c;
+    }
+    double value = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (error == std::errc{} && end == digits.data() + digits.size() && std::isfinite(value)) return value;
+  }
+  return text;
+}
+
+struct ParserDeleter {
+  void operator()(yaml_parser_t* parser) const {
+    yaml_parser_delete(parser);
+    delete parser;
+  }
+};
+
+// Builds JSON from libyaml's events, one document, mappings with scalar keys.
+class Builder {
+ public:
+  Builder(std::string_view text, std::string_view origin) : origin_(origin), parser_(new yaml_parser_t) {
+    yaml_parser_initialize(parser_.get());
+    yaml_parser_set_input_string(parser_.get(), reinterpret_cast<const unsigned char*>(text.data()), text.size());
+  }
+
+  Result<json> document() {
+    json root;
+    bool seen_document = false;
+    while (true) {
+      Result<Event> event = next();
+      if (!event.is_ok()) return event.status();
+      const yaml_event_type_t type = event->get()->type;
+      if (type == YAML_STREAM_END_EVENT) break;
+      if (type == YAML_STREAM_START_EVENT || type == YAML_DOCUMENT_END_EVENT) continue;
+      if (type == YAML_DOCUMENT_START_EVENT) {
+        if (seen_document) return at(*event->get(), "a second document; expected one");
+        seen_document = true;
+        continue;
+      }
+      Result<json> node = value(std::move(event.value()), 0);
+      if (!node.is_ok()) return node.status();
+      root = std::move(node.value());
+    }
+    return root;
+  }
+
+ private:
+  struct EventDeleter {
+    void operator()(yaml_event_t* event) const {
+      yaml_event_delete(event);
+      delete event;
+    }
+  };
+  using Event = std::unique_ptr<yaml_event_t, EventDeleter>;
+
+  Result<Event> next() {
+    Event event(new yaml_event_t);
+    if (!yaml_parser_parse(parser_.get(), event.get())) {
+      // libyaml left nothing to delete in the event on failure.
+      yaml_event_t* raw = event.release();
+      delete raw;
+      const yaml_parser_t& p = *parser_;
+      return error_at(origin_, p.problem_mark.line, p.problem_mark.column,
+                      std::string(p.problem ? p.problem : "YAML syntax error") +
+                          (p.context ? std::string(" ") + p.context : ""));
+    }
+    return event;
+  }
+
+  Status at(const yaml_event_t& event, const std::string& what) const {
+    return error_at(origin_, event.start_mark.line, event.start_mark.column, what);
+  }
+
+  Result<json> value(Event event, int depth) {
+    if (depth > graph::kMaxJsonDepth) return at(*event, "nesting deeper than " + std::to_string(graph::kMaxJsonDepth));
+    const yaml_event_t& e = *event;
+    switch (e.type) {
+      case YAML_ALIAS_EVENT:
+        return at(e, "an alias (*name); expected plain values");
+      case YAML_SCALAR_EVENT: {
+        const std::string text(reinterpret_cast<const char*>(e.data.scalar.value), e.data.scalar.length);
+        if (e.data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return json(text);
+        return resolve_plain(text);
+      }
+      case YAML_SEQUENCE_START_EVENT: {
+        json out = json::array();
+        while (true) {
+          Result<Event> item = next();
+          if (!item.is_ok()) return item.status();
+          if (item->get()->type == YAML_SEQUENCE_END_EVENT) return out;
+          Result<json> element = value(std::move(item.value()), depth + 1);
+          if (!element.is_ok()) return element.status();
+          out.push_back(std::move(element.value()));
+        }
+      }
+      case YAML_MAPPING_START_EVENT: {
+        json out = json::object();
+        while (true) {
+          Result<Event> key = next();
+          if (!key.is_ok()) return key.status();
+          const yaml_event_t& k = *key->get();
+          if (k.type == YAML_MAPPING_END_EVENT) return out;
+          if (k.type != YAML_SCALAR_EVENT) return at(k, "a key that is not a plain name; expected name: value");
+          const std::string name(reinterpret_cast<const char*>(k.data.scalar.value), k.data.scalar.length);
+          // OmegaConf refuses a key given twice in one mapping.
+          if (out.contains(name)) return at(k, name + ": the key is given twice (expected once)");
+          Result<Event> item = next();
+          if (!item.is_ok()) return item.status();
+          Result<json> element = value(std::move(item.value()), depth + 1);
+          if (!element.is_ok()) return element.status();
+          out[name] = std::move(element.value());
+        }
+      }
+      default:
+        return at(e, "an unexpected YAML event");
+    }
+  }
+
+  std::string_view origin_;
+  std::unique_ptr<yaml_parser_t, ParserDeleter> parser_;
+};
+
+Result<json> parse_yaml(std::string_view text, std::string_view origin) {
+  if (const std::optional<size_t> bad = graph::first_invalid_utf8(text)) {
+    return Status::invalid_input(std::string(origin) + ": byte " + std::to_string(*bad) +
+                                 ": expected UTF-8 text");
+  }
+  // YAML allows no C0 control character but tab and line breaks.
+  const size_t control = text.find_first_of(std::string_view("\x00\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0c\x0e\x0f"
+                                                             "\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b"
+                                                             "\x1c\x1d\x1e\x1f\x7f",
+                                                             30));
+  if (control != std::string_view::npos) {
+    return Status::invalid_input(
+        std::string(origin) + ": byte " + std::to_string(control) +
+        ": a control character; expected YAML text (tabs and line breaks only)");
+  }
+  return Builder(text, origin).document();
+}
+
+// torchtune's command-line overrides (OmegaConf dot-list): KEY=VALUE sets a
+// nested key, the value read as YAML (True, 8, null, [a, b]); ~KEY removes one.
+Status apply_override(json& root, const std::string& text, std::string_view origin) {
+  const bool remove = text.starts_with("~");
+  const size_t equals = text.find('=');
+  const std::string key = remove ? text.substr(1) : text.substr(0, equals);
+  if ((!remove && equals == std::string::npos) || key.empty() || key.front() == '.' || key.back() == '.' ||
+      key.find("..") != std::string::npos) {
+    return Status::invalid_input(std::string(origin) + ": override \"" + text +
+                                 "\": expected KEY=VALUE or ~KEY");
+  }
+  std::vector<std::string> parts;
+  for (size_t start = 0, dot; start <= key.size(); start = dot + 1) {
+    dot = key.find('.', start);
+    if (dot == std::string::npos) dot = key.size();
+    parts.push_back(key.substr(start, dot - start));
+  }
+  json* node = &root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    json& next = (*node)[parts[i]];
+    if (!next.is_object()) {
+      if (remove) return Status::ok();
+      next = json::object();
+    }
+    node = &next;
+  }
+  if (remove) {
+    node->erase(parts.back());
+    return Status::ok();
+  }
+  Result<json> value = parse_yaml(text.substr(equals + 1), std::string(origin) + ": override \"" + text + "\"");
+  if (!value.is_ok()) return value.status();
+  (*node)[parts.back()] = value.value();
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<json> parse_yaml_config(std::string_view text, std::string_view origin, std::string_view what,
+                               const std::vector<std::string>& overrides) {
+  Result<json> root = parse_yaml(text, origin);
+  if (!root.is_ok()) return root.status();
+  if (!root->is_object())
+    return Status::invalid_input(std::string(origin) + ": expected a mapping of keys (" +
+                                 std::string(what) + ")");
+  for (const std::string& override_text : overrides) {
+    if (Status applied = apply_override(root.value(), override_text, origin); !applied.is_ok()) return applied;
+  }
+  return root;
+}
+
+const json& YamlReader::at(const std::string& path) {
+  static const json kNull;
+  read_.insert(path);
+  const json* node = &root_;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!node->is_object() || !node->contains(part)) return kNull;
+    node = &node->at(part);
+    if (dot == std::string::npos) return *node;
+    start = dot + 1;
+  }
+}
+
+bool YamlReader::boolean_or(const std::string& path, bool fallback) {
+  const json& v = at(path);
+  if (v.is_null()) return fallback;
+  if (v.is_boolean()) return v.get<bool>();
+  fail(path, "true or false", v);
+  return fallback;
+}
+
+int64_t YamlReader::count_or(const std::string& path, int64_t fallback) {
+  const json& v = at(path);
+  if (v.is_null()) return fallback;
+  if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxYamlCount) {
+    fail(path, "a positive whole number of at most 2^24", v);
+    return fallback;
+  }
+  return v.get<int64_t>();
+}
+
+double YamlReader::number_or(const std::string& path, double fallback) {
+  const json& v = at(path);
+  if (v.is_null()) return fallback;
+  if (!v.is_number()) {
+    fail(path, "a number", v);
+    return fallback;
+  }
+  return v.get<double>();
+}
+
+std::string YamlReader::string_or(const std::string& path, const std::string& fallback) {
+  const json& v = at(path);
+  if (v.is_null()) return fallback;
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());  // fsdp_sharding_strategy: 1
+  fail(path, "a string", v);
+  return fallback;
+}
+
+std::vector<std::string> YamlReader::strings(const std::string& path) {
+  const json& v = at(path);
+  std::vector<std::string> out;
+  if (v.is_null()) return out;
+  if (!v.is_array()) {
+    fail(path, "a list of names", v);
+    return out;
+  }
+  for (const json& item : v) {
+    if (!item.is_string()) {
+      fail(path, "a list of names", v);
+      return {};
+    }
+    out.push_back(item.get<std::string>());
+  }
+  return out;
+}
+
+void YamlReader::fail(const std::string& path, const std::string& expected, const json& got) {
+  if (!status_.is_ok()) return;
+  status_ = config_field_error(origin_, path, expected, got);
+}
+
+bool YamlReader::read_below(const std::string& path) const {
+  for (const std::string& r : read_) {
+    if (r == path || r.starts_with(path + ".")) return true;
+  }
+  return false;
+}
+
+void YamlReader::collect(const json& node, const std::string& path, std::vector<std::string>& out) const {
+  for (const auto& [name, value] : node.items()) {
+    const std::string key = yaml_join(path, name);
+    if (read_.count(key)) continue;
+    if (value.is_object() && read_below(key)) {
+      collect(value, key, out);
+    } else {
+      out.push_back(key);
+    }
+  }
+}
+
+std::vector<std::string> YamlReader::unread() const {
+  std::vector<std::string> out;
+  collect(root_, "", out);
+  return out;
+}
+
+}  // namespace headroom::planner

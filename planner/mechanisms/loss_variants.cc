@@ -1,0 +1,226 @@
+#include "planner/mechanisms/loss_variants.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "planner/mechanisms/chunked_head.h"
+
+namespace headroom::planner {
+namespace {
+
+graph::Tensor* find_tensor(graph::LayerGraph& graph, const std::string& name) {
+  for (graph::Tensor& tensor : graph.tensors) {
+    if (tensor.name == name) return &tensor;
+  }
+  return nullptr;
+}
+
+// The node that writes `tensor` (the upcast before a loss, the LM head before that), or null.
+graph::Node* producing_node(graph::LayerGraph& graph, const std::string& tensor) {
+  const int index = graph.producer_of(tensor);
+  return index < 0 ? nullptr : &graph.nodes[index];
+}
+
+// Removes a one-input, one-output node: its readers read its input instead.
+void bypass(graph::LayerGraph& graph, const std::string& node_name) {
+  const auto it = std::find_if(graph.nodes.begin(), graph.nodes.end(),
+                               [&](const graph::Node& n) { return n.name == node_name; });
+  if (it == graph.nodes.end()) return;
+  const std::string input = it->inputs.front();
+  const std::string output = it->outputs.front();
+  graph.nodes.erase(it);
+  std::erase_if(graph.tensors, [&](const graph::Tensor& t) { return t.name == output; });
+  for (graph::Node& node : graph.nodes) std::replace(node.inputs.begin(), node.inputs.end(), output, input);
+}
+
+void drop_save(graph::Node& node, const std::string& tensor) {
+  std::erase_if(node.saves, [&](const graph::SavedRef& saved) { return saved.tensor == tensor; });
+}
+
+// torch.compile over the upcast and cross-entropy of one logits tensor (a chunk,
+// or all of them). Inductor fuses the upcast into the max / sum-exp reductions,
+// so no fp32 copy is ever materialised, and the min-cut partitioner saves the
+// graph's 16-bit input plus the reductions' outputs (a reduction whose output is
+// under a quarter of its input may not be recomputed;
+// torch/_functorch/partitioners.py should_ban_recomputation) rather than the fp32
+// log-probabilities, recomputing the pointwise rest in backward, which writes the
+// 16-bit gradient directly. What stays of the log-probabilities is those two fp32
+// statistics per row (max and log-sum-exp): the log_probs tensor shrinks to them.
+void compile_cross_entropy(graph::LayerGraph& graph, graph::Node& loss, const graph::Node& upcast,
+                           graph::Tensor& log_probs, std::vector<std::string>& to_bypass) {
+  const std::string logits_name = upcast.inputs.front();
+  to_bypass.push_back(upcast.name);
+  const graph::Node* head = producing_node(graph, logits_name);
+  if (head != nullptr && head->linear) {
+    log_probs.elements = head->linear->rows.scaled(2);
+    log_probs.dtype = graph::DType::kF32;
+  } else {
+    drop_save(loss, log_probs.name);
+  }
+  loss.saves.push_back({logits_name, graph::SaveWhen::kAnyGrad});
+  loss.workspace_elements = graph::SizeExpr{};
+  loss.bwd_workspace_elements = graph::SizeExpr{};
+}
+
+// Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py,
+// LigerFusedLinearCrossEntropyFunction; the model's lce_forward hands it the last
+// hidden states and lm_head.weight, so the [B*S, V] logits never exist). Its forward
+// walks the rows in chunks of chunk_size = next_power_of_2(ceil(BT / ceil(V / H)))
+// (at most BT): the chunk's 16-bit logits, which the cross-entropy kernel overwrites
+// with their gradient, then grad_input[chunk] = dlogits @ W and, for a trainable W,
+// grad_weight += dlogits^T @ x. grad_input = zeros_like(x) and grad_weight =
+// zeros_like(W) are allocated first; the function saves them for backward, which only
+// scales them by the incoming gradient (element_mul_kernel, in place) and returns
+// them. So the head keeps a [BT, H] tensor (the "logits" tensor is resized to it),
+// and its forward holds, besides: one chunk of logits (chunk * V <= 2 * BT * H + V:
+// the power of two at most doubles BT / ceil(V / H)), grad_weight when W trains (in
+// the weight's dtype: fp32 under AMP) and loss_1d (fp32, BT). Under AMP the fp32 W is
+// cast to 16 bits for the chunk matmuls: once and cached for the forward when it
+// trains (autocast caches leaves that require grad), per chunk when frozen; either
+// way one 16-bit copy at a time. All three products run in forward; backward adds none.
+void fuse_linear_cross_entropy(graph::LayerGraph& graph, graph::Node& loss, const graph::Node& upcast,
+                               graph::Tensor& logits, graph::Tensor& log_probs, bool fp32_weights,
+                               std::vector<std::string>& to_bypass) {
+  graph::Node* head = producing_node(graph, logits.name);
+  if (head == nullptr || !head->linear || head->params.empty()) return;
+  const graph::LinearInfo shape = *head->linear;
+  const graph::Param& weight = head->params.front();
+  const bool weight_trains = weight.trainable;
+  const graph::SizeExpr rows = shape.rows;
+  const int64_t hidden = shape.in_features;
+  const int64_t vocab = shape.out_features;
+  to_bypass.push_back(upcast.name);
+  const graph::SizeExpr gemm = rows.scaled(2 * hidden * vocab);
+  head->fwd_flops = gemm.scaled(weight_trains ? 3 : 2);
+  head->bwd_input_flops = graph::SizeExpr{};
+  head->bwd_param_flops = graph::SizeExpr{};
+  // x read, grad_input written; the chunk logits written by the first GEMM, read and
+  // rewritten by the cross-entropy kernel, read by the other GEMMs.
+  head->fwd_io_elements = rows.scaled(2 * hidden) + rows.scaled(vocab * (weight_trains ? 5 : 4));
+  graph::SizeExpr transient = rows.scaled(2 * hidden) + graph::SizeExpr::constant(vocab) + rows.scaled(2);
+  const int64_t weight_elements = hidden * vocab;
+  if (weight_trains) transient += graph::SizeExpr::constant(weight_elements * (fp32_weights ? 2 : 1));
+  if (fp32_weights) transient += graph::SizeExpr::constant(weight_elements);
+  head->workspace_elements = transient;
+  head->bwd_workspace_elements = graph::SizeExpr{};
+  head->linear.reset();  // one fused kernel sequence now, not an nn.Linear to adapt or tile
+  head->op = "fused_linear_ce";
+  logits.elements = rows.scaled(hidden);
+  logits.dtype.reset();
+  head->saves.push_back({logits.name, graph::SaveWhen::kAnyGrad});
+  // The loss node is what the function returns: the sum of loss_1d, nothing saved.
+  drop_save(loss, log_probs.name);
+  log_probs.elements = graph::SizeExpr::constant(1);
+  loss.fwd_flops = rows;
+  loss.fwd_io_elements = rows.scaled(2);
+  loss.workspace_elements = graph::SizeExpr{};
+  loss.bwd_workspace_elements = graph::SizeExpr{};
+  loss.bwd_input_flops = graph::SizeExpr{};
+}
+
+}  // namespace
+
+void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled, bool fp32_weights) {
+  if (loss.impl == LossImpl::kFullKeepLogits && !compiled) return;
+  std::vector<std::string> to_chunk;     // split after the loop: splitting reallocates graph.nodes
+  std::vector<std::string> to_bypass;    // upcast nodes the variant has no use for
+  for (graph::Node& node : graph.nodes) {
+    if (node.op != "loss" || node.inputs.empty()) continue;
+    const std::string log_probs_name = node.name + ":log_probs";
+    if (std::find(node.outputs.begin(), node.outputs.end(), log_probs_name) == node.outputs.end()) continue;
+    graph::Node* upcast = producing_node(graph, node.inputs.front());
+    if (upcast == nullptr || upcast->op != "to_f32" || upcast->inputs.empty()) continue;
+    const std::string logits_name = upcast->inputs.front();
+    graph::Tensor* logits = find_tensor(graph, logits_name);
+    graph::Tensor* logits_f32 = find_tensor(graph, node.inputs.front());
+    graph::Tensor* log_probs = find_tensor(graph, log_probs_name);
+    if (logits == nullptr || logits_f32 == nullptr || log_probs == nullptr) continue;
+    switch (loss.impl) {
+      case LossImpl::kFullKeepLogits:
+        // Compiled (torchtitan's build_cross_entropy_loss under --training.compile):
+        // the saved 16-bit logits are the ones the caller keeps anyway.
+        compile_cross_entropy(graph, node, *upcast, *log_probs, to_bypass);
+        break;
+      case LossImpl::kFull:
+        // transformers Trainer.compute_loss returns only the loss, so the output
+        // holding the 16-bit logits is gone before backward; cross_entropy keeps
+        // only its fp32 log-probabilities (trainer.py, loss/loss_utils.py).
+        // Compiled, the loss itself saves the 16-bit logits (torchtitan
+        // components/loss.py compiles cross_entropy_loss: `del pred` then frees nothing).
+        if (compiled) {
+          compile_cross_entropy(graph, node, *upcast, *log_probs, to_bypass);
+        } else {
+          drop_save(*upcast, logits_name);
+        }
+        break;
+      case LossImpl::kChunked:
+        // torchtune: the fp32 upcast and cross-entropy run chunk by chunk, and the
+        // fp32 log-probabilities of every chunk stay saved until backward; the recipe
+        // deletes the logits before backward (modules/loss/ce_chunked_output_loss.py,
+        // recipes/*). CEWithChunkedOutputLoss (torchtune <= 0.5, and the published
+        // cases) gets all 16-bit chunks from the model at once, so the logits keep
+        // their full size here; LinearCrossEntropyLoss (0.6+) never holds more than a
+        // chunk, which this over-counts by 2*T*V*(1 - 1/N) rather than risk under-counting.
+        if (compiled) {
+          // torchtune compile_loss compiles compute_cross_entropy (upcast + cross-entropy)
+          // per chunk (training/_compile.py).
+          compile_cross_entropy(graph, node, *upcast, *log_probs, to_bypass);
+          to_chunk.push_back(node.name);
+        } else {
+          // One chunk's f32 copy and, in backward, its gradients at a time.
+          drop_save(*upcast, logits_name);
+          logits_f32->elements = logits_f32->elements.divided_up(loss.chunks);
+          if (node.bwd_workspace_elements) {
+            node.bwd_workspace_elements = node.bwd_workspace_elements->divided_up(loss.chunks);
+          }
+        }
+        break;
+      case LossImpl::kShiftCopy:
+        // Model code that computes its own loss the pre-4.46 transformers way, e.g.
+        // Qwen (v1) remote code QWenLMHeadModel.forward: shift_logits =
+        // lm_logits[..., :-1, :].contiguous() (a 16-bit copy of the logits), then
+        // CrossEntropyLoss, which autocast runs in fp32 (log_softmax keeps its fp32
+        // output). Saved as `full`; the copy is one more compute-dtype element per
+        // logit alive with the fp32 upcast. The output is dropped by the Trainer.
+        drop_save(*upcast, logits_name);
+        upcast->workspace_elements = upcast->workspace_elements + logits->elements;
+        break;
+      case LossImpl::kFusedXentropy:
+        // flash-attn's fused cross-entropy (flash_attn/losses/cross_entropy.py,
+        // SoftmaxCrossEntropyLossFn, the loss_fn llm-foundry's MPT defaults to): one
+        // xentropy kernel reads the 16-bit logits without an fp32 copy, and
+        // save_for_backward keeps the logits, the fp32 log-sum-exp per row and the
+        // labels; backward writes the 16-bit logits' gradient (not in place).
+        to_bypass.push_back(upcast->name);
+        node.saves.push_back({logits_name, graph::SaveWhen::kAnyGrad});
+        if (const graph::Node* head = producing_node(graph, logits_name); head != nullptr && head->linear) {
+          log_probs->elements = head->linear->rows;
+          log_probs->dtype = graph::DType::kF32;
+        } else {
+          drop_save(node, log_probs->name);
+        }
+        node.workspace_elements = graph::SizeExpr{};
+        node.bwd_workspace_elements = graph::SizeExpr{};
+        break;
+      case LossImpl::kFusedLinearCe:
+        fuse_linear_cross_entropy(graph, node, *upcast, *logits, *log_probs, fp32_weights, to_bypass);
+        break;
+      case LossImpl::kNoUpcast:
+        // litgpt chunked_cross_entropy: no .float(), so log_softmax runs and saves in
+        // the logits' dtype and there is no fp32 copy; the logits stay referenced
+        // through backward (litgpt/utils.py, finetune/lora.py). In backward the
+        // gradient of the 16-bit log-probs is alive with the logits' gradient.
+        to_bypass.push_back(upcast->name);
+        node.saves.push_back({logits_name, graph::SaveWhen::kAnyGrad});
+        log_probs->dtype.reset();
+        node.workspace_elements = graph::SizeExpr{};
+        node.bwd_workspace_elements = logits->elements;
+        break;
+    }
+  }
+  for (const std::string& name : to_bypass) bypass(graph, name);
+  for (const std::string& name : to_chunk) split_head_into_chunks(graph, name, loss.chunks);
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,106 @@
+#include "planner/memory/fsdp_units.h"
+
+#include <algorithm>
+
+#include "planner/memory/state_bytes.h"
+
+namespace headroom::planner {
+namespace {
+
+// Bytes of the buffers _reduce_grad (_runtime_utils.py) holds for one unit's
+// gradient of `elements` (grad_width bytes each, as autograd produced it): the
+// post-backward hook casts it to reduce_dtype when that differs (a full-size
+// copy), _get_reduce_scatter_tensors pads it with F.pad (another copy) when the
+// unit is not a multiple of the world size, the reduce-scatter writes a new
+// shard in reduce_dtype, and _cast_grad_to_param_dtype makes it a shard in the
+// parameter's dtype when that differs.
+int64_t reduce_scatter_buffers(int64_t elements, int world, int64_t grad_width, int64_t reduce_width,
+                               int64_t shard_width, Accounting accounting) {
+  const int64_t shard = flat_param_shard_elements(elements, world);
+  int64_t bytes = account(elements * grad_width, accounting);
+  if (reduce_width != grad_width) bytes += account(elements * reduce_width, accounting);
+  if (shard * world != elements) bytes += account(shard * world * reduce_width, accounting);
+  bytes += account(shard * reduce_width, accounting);
+  if (shard_width != reduce_width) bytes += account(shard * shard_width, accounting);
+  return bytes;
+}
+
+}  // namespace
+
+std::vector<FlatParamUnit> flat_param_units(const graph::LayerGraph& graph, const RunSettings& settings) {
+  std::vector<FlatParamUnit> per_block(graph.blocks.size());
+  FlatParamUnit root;
+  root.root = true;
+  for (const graph::Node& node : graph.nodes) {
+    FlatParamUnit& unit = in_fsdp2_root(graph.blocks[node.block], settings) ? root : per_block[node.block];
+    for (const graph::Param& param : node.params) {
+      if (!param.tied_to.empty()) continue;
+      unit.elements += param.elements();
+      if (param.trainable) unit.trainable_elements += param.elements();
+    }
+  }
+  std::vector<FlatParamUnit> units;
+  for (size_t b = 0; b < per_block.size(); ++b) {
+    if (per_block[b].elements == 0) continue;
+    units.push_back(per_block[b]);
+    units.back().block = static_cast<int>(b);
+  }
+  if (root.elements > 0) units.push_back(root);
+  return units;
+}
+
+int64_t flat_param_shard_elements(int64_t elements, int world) {
+  if (world <= 1) return elements;
+  return (elements + world - 1) / world;
+}
+
+void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settings, const GlobalConfig& config,
+                       Accounting accounting, ModelStates& out) {
+  const int world = settings.shard_group_size();
+  const Precision precision = settings.precision;
+  // The FlatParameter keeps the model's dtype: fp32 under mixed precision (the
+  // master copy), the 16-bit dtype of a pure 16-bit model.
+  const int64_t shard_width = master_bytes_per_element(precision) > 0 ? 4 : param_bytes_per_element(precision, true);
+  const int64_t grad_width = grad_bytes_per_element(precision);
+  const int64_t reduce_width = fsdp_reduce_bytes_per_element(settings);
+  const std::vector<FlatParamUnit> units = flat_param_units(graph, settings);
+  // The plan's offload (the search tries several under one settings), not the user's.
+  const bool params_on_gpu = config.offload_param == Offload::kNone;
+  const bool offload = fsdp_cpu_offload(settings, config);
+  out.params = 0;
+  out.grads_full = 0;
+  out.reduce_scatter_bytes = 0;
+  out.fsdp2_root_reduce_scatter = 0;
+  if (offload) {
+    out.host_shard_bytes = 0;
+    out.host_root_shard_bytes = 0;
+    out.host_grad_bytes = 0;
+    out.offload_grad_shards.assign(graph.blocks.size(), 0);
+  }
+  for (size_t u = 0; u < units.size(); ++u) {
+    const FlatParamUnit& unit = units[u];
+    const int64_t shard = flat_param_shard_elements(unit.elements, world);
+    if (params_on_gpu) out.params += account(shard * shard_width, accounting);
+    if (offload) out.host_shard_bytes += shard * shard_width;
+    if (offload && unit.root) out.host_root_shard_bytes += shard * shard_width;
+    if (unit.trainable_elements == 0) continue;
+    if (offload) {
+      // _accumulate_sharded_grad keeps the shard-dtype gradient as _saved_grad_shard
+      // until _post_backward_final_callback has synchronised the copies into _cpu_grad.
+      out.host_grad_bytes += shard * shard_width;
+      (unit.root ? out.root_offload_grad_shard : out.offload_grad_shards[unit.block]) +=
+          account(shard * shard_width, accounting);
+    } else {
+      out.grads_full += account(shard * shard_width, accounting);
+    }
+    const int64_t buffers = reduce_scatter_buffers(unit.elements, world, grad_width, reduce_width, shard_width, accounting);
+    if (unit.root) {
+      // The root's unsharded gradients are priced per block (fsdp2_root_grads).
+      out.fsdp2_root_reduce_scatter = buffers - account(unit.elements * grad_width, accounting);
+    } else {
+      out.reduce_scatter_bytes = std::max(out.reduce_scatter_bytes, buffers);
+    }
+  }
+}
+
+}  // namespace headroom::planner

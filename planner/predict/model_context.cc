@@ -1,0 +1,356 @@
+#include "planner/predict/model_context.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <system_error>
+
+#include "graph/graph_json.h"
+#include "models/hf_import.h"
+#include "planner/configs/hf_quantization_check.h"
+#include "models/torchtune_models.h"
+#include "models/zoo.h"
+#include "planner/mechanisms/autocast.h"
+#include "planner/settings/validate_settings.h"
+#include "planner/time/calibration.h"
+#include "planner/mechanisms/compiled_blocks.h"
+#include "planner/mechanisms/document_mask.h"
+#include "planner/mechanisms/float8_linear.h"
+#include "planner/mechanisms/fused_kernels.h"
+#include "planner/mechanisms/kbit_prep.h"
+#include "planner/mechanisms/loss_variants.h"
+#include "planner/mechanisms/selective_checkpoint.h"
+#include "planner/settings/stack.h"
+#include "planner/mechanisms/trainability.h"
+
+namespace headroom::planner {
+namespace {
+
+// Each name in fsdp_own_groups must be a block outside the layers: the layers
+// have their own fully_shard already.
+Status check_fsdp_own_groups(const graph::LayerGraph& graph, const RunSettings& settings) {
+  for (const std::string& pattern : settings.fsdp_own_groups) {
+    std::string outside;  // the non-layer blocks, for the message
+    bool matched = false;
+    for (const graph::Block& block : graph.blocks) {
+      if (block.checkpointable) continue;
+      outside += (outside.empty() ? "\"" : ", \"") + block.name + "\"";
+      matched = matched || name_matches(pattern, block.name);
+    }
+    if (!matched) {
+      return Status::invalid_input("fsdp_own_groups: \"" + pattern + "\" matches no block of " +
+                                   graph.name + " outside its layers (expected one of " + outside +
+                                   ")");
+    }
+  }
+  return Status::ok();
+}
+
+bool looks_like_path(const std::string& model) {
+  return model.find('/') != std::string::npos || model.ends_with(".json");
+}
+
+graph::DType compute_dtype_for(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return graph::DType::kF32;
+    case Precision::kFp16Mixed:
+    case Precision::kFp16Amp: return graph::DType::kF16;
+    case Precision::kBf16Amp:
+    case Precision::kBf16Mixed:
+    case Precision::kBf16Pure: return graph::DType::kBF16;
+  }
+  return graph::DType::kBF16;
+}
+
+Result<int64_t> resolve_seq_len(const graph::LayerGraph& graph, const RunSettings& settings) {
+  const graph::SequenceSpec& spec = graph.sequence;
+  int64_t seq = spec.default_seq;
+  if (settings.resolution > 0) {
+    if (spec.unit != "image") {
+      return Status::invalid_input("resolution: " + graph.name +
+                                   " takes a sequence length (--seq), not an image resolution");
+    }
+    if (settings.resolution % spec.patch_px != 0) {
+      return Status::invalid_input("resolution: expected a multiple of the patch size " +
+                                   std::to_string(spec.patch_px) + " px for " + graph.name +
+                                   ", got " + std::to_string(settings.resolution));
+    }
+    const int64_t side = settings.resolution / spec.patch_px;
+    seq = spec.images * side * side + spec.extra_tokens;
+  } else if (settings.seq_len > 0) {
+    seq = settings.seq_len;
+  }
+  if (seq > spec.max_seq) {
+    return Status::invalid_input("seq_len: " + std::to_string(seq) +
+                                 " tokens exceed the maximum of " + graph.name + " (" +
+                                 std::to_string(spec.max_seq) + ")");
+  }
+  return seq;
+}
+
+}  // namespace
+
+int64_t context_bytes(const ModelContext& context, const RunSettings& settings) {
+  if (settings.cuda_context_bytes) return *settings.cuda_context_bytes;
+  return context.measured_context_bytes.value_or(context.gpu.cuda_context_bytes);
+}
+
+int64_t gpu_budget_bytes(const ModelContext& context, const RunSettings& settings) {
+  const double capacity = static_cast<double>(context.gpu.memory_bytes);
+  return static_cast<int64_t>(std::floor(capacity * (1.0 - settings.safety_margin)));
+}
+
+int64_t allocator_budget(const ModelContext& context, const RunSettings& settings) {
+  return gpu_budget_bytes(context, settings) - context_bytes(context, settings);
+}
+
+bool sizes_in_range(const ModelContext& context, int64_t micro_batch, int64_t seq) {
+  // Each tensor: itself, its gradient and a transient copy, at its own width or fp32.
+  constexpr double kTensorCopies = 3.0;
+  // Each parameter: weight, gradient, two AdamW moments, an fp32 master (at most 4 bytes each).
+  constexpr double kParameterBytes = 20.0;
+  double total = 0;
+  for (const graph::Tensor& tensor : context.graph.tensors) {
+    const std::optional<int64_t> elements = tensor.elements.eval(micro_batch, seq);
+    if (!elements) return false;
+    total += static_cast<double>(*elements) * graph::dtype_bits(tensor.dtype.value_or(graph::DType::kF32)) / 8.0 *
+             kTensorCopies;
+  }
+  for (const graph::Node& node : context.graph.nodes) {
+    const std::optional<int64_t> workspace = node.workspace_elements.eval(micro_batch, seq);
+    if (!workspace) return false;
+    total += static_cast<double>(*workspace) * 4.0;
+    for (const graph::Param& param : node.params) total += static_cast<double>(param.elements()) * kParameterBytes;
+  }
+  return total < kMaxPredictedBytes;
+}
+
+RunSettings settings_for_plan(const RunSettings& settings) {
+  RunSettings out = settings;
+  const auto absolute = [](const std::string& path) {
+    std::error_code error;
+    const std::filesystem::path full = std::filesystem::absolute(path, error);
+    return error ? path : full.lexically_normal().string();
+  };
+  if (looks_like_path(out.model)) out.model = absolute(out.model);
+  if (!out.calibration_file.empty()) out.calibration_file = absolute(out.calibration_file);
+  return out;
+}
+
+Result<ModelContext> prepare_context(const RunSettings& settings) {
+  const Status valid = validate_settings(settings, "settings");
+  if (!valid.is_ok()) return valid;
+  ModelContext context;
+  Result<graph::LayerGraph> loaded = [&]() -> Result<graph::LayerGraph> {
+    models::ZooOptions options;
+    options.attention = settings.attention;
+    options.dropout = settings.dropout;
+    options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
+    options.text_tokens = settings.text_tokens;
+    if (looks_like_path(settings.model) && models::is_hf_model_path(settings.model)) {
+      Result<models::HfModel> model = models::load_hf_model(settings.model, options);
+      if (!model.is_ok()) return model.status();
+      if (Status stored = check_hf_quantization(settings, model->quantization, model->config_path); !stored.is_ok()) {
+        return stored;
+      }
+      context.checkpoint_mismatches = model->mismatches;
+      return std::move(model->graph);
+    }
+    if (looks_like_path(settings.model)) return graph::load_graph_file(settings.model);
+    if (models::is_torchtune_component(settings.model)) return models::build_torchtune_model(settings.model, options);
+    return models::build_zoo_model(settings.model, options);
+  }();
+  if (!loaded.is_ok()) return loaded.status();
+  if (loaded->blocks.size() > kMaxBlocks) {
+    return Status::unsupported(
+        "model: " + loaded->name + " has " + std::to_string(loaded->blocks.size()) +
+        " blocks, more than the " + std::to_string(kMaxBlocks) +
+        " headroom plans for (the largest published models have under 130 layers; expected a "
+        "model of at most " +
+        std::to_string(kMaxBlocks) + " blocks)");
+  }
+  if (settings.text_tokens && loaded->family != "flux") {
+    return Status::invalid_input(
+        "text_tokens: " + loaded->name + " (" + loaded->family +
+        ") has no T5 text input; expected text_tokens only for a Flux model");
+  }
+  Result<graph::LayerGraph> trained = apply_training_mode(loaded.value(), settings);
+  if (!trained.is_ok()) return trained.status();
+  context.graph = std::move(trained.value());
+  // The loss as the stack computes it; the top of the band when not pinned.
+  const ResolvedStack stack = resolve_stack(settings);
+  apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss, is_autocast(settings.precision));
+  if (kbit_prep_matters(settings)) apply_kbit_prep(context.graph, stack.top.kbit_prep);
+  if (is_autocast(settings.precision)) {
+    apply_autocast(context.graph, AutocastWeights::kFp32Model, compute_dtype_for(settings.precision));
+  }
+  // Autocast over the 16-bit model (the Trainer's, Accelerate's; the top of the
+  // band when the stack leaves it open): fp32 LayerNorm and softmax outputs, the
+  // weights the script upcast, then the fp32 adapters.
+  if (autocast_matters(settings) && stack.top.autocast) {
+    apply_autocast(context.graph, AutocastWeights::kSixteenBitModel, compute_dtype_for(settings.precision));
+    apply_autocast_to_fp32_adapters(context.graph);
+  } else if (autocast_matters(settings)) {
+    apply_fp32_adapters_without_autocast(context.graph);
+  }
+  apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},
+                       compute_dtype_for(settings.precision));
+  context.analysis = graph::analyze_graph(context.graph);
+  if (Status groups = check_fsdp_own_groups(context.graph, settings); !groups.is_ok()) return groups;
+  if (stack.top.recompute == Recompute::kSelectiveOp) {
+    context.checkpoint_saves = selective_op_saves(context.graph, context.analysis);
+  }
+
+  Result<GpuSpec> gpu = find_gpu(settings.gpu);
+  if (!gpu.is_ok()) return gpu.status();
+  context.gpu = settings.gpu_memory_bytes ? with_memory(gpu.value(), *settings.gpu_memory_bytes) : gpu.value();
+  if (settings.float8 != Float8Recipe::kNone && context.gpu.fp8_tflops <= 0) {
+    // torchao's Float8Linear runs torch._scaled_mm, which needs SM 8.9 or later
+    // (torchtitan's Float8Handler refuses to convert below: _is_sm89_or_later).
+    return Status::invalid_input("float8: " + context.gpu.name + " (" + context.gpu.architecture +
+                                 ") has no fp8 tensor cores; expected an Ada or Hopper GPU for fp8 "
+                                 "training, or float8 none");
+  }
+  const Result<int64_t> seq = resolve_seq_len(context.graph, settings);
+  if (!seq.is_ok()) return seq.status();
+  context.seq_len = seq.value();
+  if (settings.shortest_sample) {
+    if (context.graph.sequence.unit == "image") {
+      return Status::invalid_input("shortest_sample: " + context.graph.name +
+                                   " takes images of one resolution, not samples of varied length; expected "
+                                   "shortest_sample only for a token model");
+    }
+    if (*settings.shortest_sample > context.seq_len) {
+      return Status::invalid_input("shortest_sample: expected at most the sequence length " +
+                                   std::to_string(context.seq_len) + " (the longest a padded batch can be), got " +
+                                   std::to_string(*settings.shortest_sample));
+    }
+  }
+  if (settings.document_tokens) apply_document_mask(context.graph, *settings.document_tokens, context.seq_len);
+  if (!sizes_in_range(context, settings.micro_batch, context.seq_len)) {
+    return Status::unsupported(
+        "micro_batch: " + std::to_string(settings.micro_batch) + " samples of " +
+        std::to_string(context.seq_len) + " tokens of " + context.graph.name +
+        " need more than 2^60 bytes (1 EiB), beyond what headroom computes exactly; expected a "
+        "smaller micro-batch or sequence");
+  }
+  context.compute_dtype = compute_dtype_for(settings.precision);
+  // What the compiled blocks keep depends on tensor sizes: at the run's own shape.
+  if (settings.compile) {
+    apply_compiled_blocks(context.graph, context.analysis, context.compute_dtype, settings.micro_batch,
+                          context.seq_len);
+    context.time_options.fused =
+        std::make_shared<const FusedKernels>(fuse_compiled_blocks(context.graph, context.analysis));
+  }
+  // A published matmul benchmark of this GPU replaces the default GEMM efficiency
+  // (GpuSpec::matmul_efficiency: bf16 tensor-core rates, so 16-bit compute only);
+  // a calibration file, below, overrides it.
+  if (context.gpu.matmul_efficiency > 0 && context.compute_dtype != graph::DType::kF32) {
+    context.time_options.matmul_efficiency = context.gpu.matmul_efficiency;
+  }
+  // FlashAttention runs 16-bit only; fp32 attention takes SDPA's math path (GEMMs).
+  if (context.compute_dtype != graph::DType::kF32) {
+    context.time_options.attention_forward_efficiency = context.gpu.attention_forward_efficiency;
+    context.time_options.attention_backward_efficiency = context.gpu.attention_backward_efficiency;
+  }
+  if (!settings.calibration_file.empty()) {
+    Result<Calibration> calibration = load_calibration(settings.calibration_file);
+    if (!calibration.is_ok()) return calibration.status();
+    context.time_options = calibrated(context.time_options, calibration.value());
+    if (calibration->cuda_context_bytes && !settings.cuda_context_bytes) {
+      context.measured_context_bytes = calibration->cuda_context_bytes;
+    }
+  }
+  if (allocator_budget(context, settings) <= 0) {
+    return Status::invalid_input("gpu_mem: " + std::to_string(context.gpu.memory_bytes >> 20) +
+                                 " MiB leaves nothing after the CUDA context (" +
+                                 std::to_string(context_bytes(context, settings) >> 20) +
+                                 " MiB) and the " +
+                                 std::to_string(static_cast<int>(settings.safety_margin * 100)) +
+                                 "% safety margin (expected more GPU memory)");
+  }
+  return context;
+}
+
+Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
+                                                    const RunSettings& settings) {
+  const auto& blocks = context.graph.blocks;
+  std::vector<BlockChoice> choices(blocks.size(), BlockChoice::kKeep);
+  if (settings.checkpointing == CheckpointPolicy::kEveryBlock) {
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (blocks[b].checkpointable) choices[b] = BlockChoice::kCheckpoint;
+    }
+  } else if (settings.checkpointing == CheckpointPolicy::kList) {
+    for (const std::string& pattern : settings.checkpoint_blocks) {
+      bool matched = false;
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        if (!name_matches(pattern, blocks[b].name)) continue;
+        matched = true;
+        if (!blocks[b].checkpointable) {
+          return Status::invalid_input("checkpoint_blocks: block \"" + blocks[b].name + "\" of " +
+                                       context.graph.name +
+                                       " cannot be checkpointed (embedding or head)");
+        }
+        choices[b] = BlockChoice::kCheckpoint;
+      }
+      if (!matched) {
+        return Status::invalid_input("checkpoint_blocks: \"" + pattern + "\" matches no block of " +
+                                     context.graph.name + " (expected a block name such as \"" +
+                                     blocks[std::min<size_t>(1, blocks.size() - 1)].name +
+                                     "\" or a glob)");
+      }
+    }
+  }
+  return choices;
+}
+
+GlobalConfig user_config(const RunSettings& settings) {
+  GlobalConfig config;
+  config.zero_stage = settings.zero_stage;
+  config.offload_optimizer = settings.offload_optimizer;
+  config.offload_param = settings.offload_param;
+  config.micro_batch = settings.micro_batch;
+  const int64_t per_rank = settings.effective_global_batch() / settings.world_size();
+  config.grad_accum = std::max<int64_t>(1, per_rank / settings.micro_batch);
+  return config;
+}
+
+// What the user should know about the answer's inputs: budgets that were
+// assumed rather than given, and a checkpoint that disagrees with its config.
+std::vector<std::string> input_warnings(const ModelContext& context, const RunSettings& settings) {
+  std::vector<std::string> out;
+  const RunSettings defaults;
+  if (settings.host_ram_bytes == defaults.host_ram_bytes) {
+    out.push_back("host RAM budget assumed to be 128 GiB per node (give --host-ram)");
+  }
+  if (settings.disk_free_bytes == defaults.disk_free_bytes) {
+    out.push_back("free disk assumed to be 500 GB (give --disk)");
+  }
+  if (settings.calibration_file.empty()) {
+    // The rates the time model uses: the GPU's published matmul figure where the
+    // catalogue has one (prepare_context), else the defaults.
+    const auto percent = [](double fraction) { return std::to_string(static_cast<int>(fraction * 100 + 0.5)) + "%"; };
+    out.push_back("times use uncalibrated efficiencies (" + percent(context.time_options.matmul_efficiency) +
+                  " of peak matmul rate, " + percent(context.time_options.bandwidth_efficiency) +
+                  " of memory bandwidth; --calibration FILE replaces them)");
+  }
+  for (const std::string& mismatch : context.checkpoint_mismatches) {
+    out.push_back("checkpoint vs config.json: " + mismatch);
+  }
+  if (settings.shortest_sample && *settings.shortest_sample < context.seq_len) {
+    out.push_back("batches of varied length: time and the timeline are for batches at the sequence length (the "
+                  "slowest); the band's top is the cache the replayed batches of drawn lengths grew" +
+                  std::string(uses_expandable_segments(settings)
+                                  ? ""
+                                  : ", which PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True mostly avoids "
+                                    "(--expandable-segments on)"));
+  }
+  if (settings.compile) {
+    out.push_back("torch.compile: compiled layers save what the min-cut partitioner keeps and run each connected "
+                  "run of pointwise ops as one kernel; the embedding, head and loss are priced as eager "
+                  "(docs/stacks.md)");
+  }
+  return out;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,48 @@
+#include "planner/predict/planner.h"
+
+#include "planner/predict/training_notes.h"
+
+namespace headroom::planner {
+
+Result<FitAnswer> fit(const RunSettings& settings) {
+  Result<ModelContext> context = prepare_context(settings);
+  if (!context.is_ok()) return context.status();
+  Result<std::vector<BlockChoice>> choices = user_block_choices(context.value(), settings);
+  if (!choices.is_ok()) return choices.status();
+  FitAnswer answer;
+  Plan& plan = answer.as_given;
+  plan.model = context->graph.name;
+  plan.gpu = context->gpu.id;
+  plan.settings = settings_for_plan(settings);
+  plan.config = user_config(settings);
+  plan.blocks = choices.value();
+  for (const graph::Block& block : context->graph.blocks) plan.block_names.push_back(block.name);
+  plan.seq_len = context->seq_len;
+  plan.prediction = with_band(context.value(), settings, plan.config, plan.blocks,
+                              predict(context.value(), settings, plan.config, plan.blocks));
+  answer.fits = plan.prediction.fits();
+  if (!answer.fits) answer.alternative = find_plan(context.value(), settings);
+  answer.warnings = input_warnings(context.value(), settings);
+  for (const std::string& note : training_notes(context->graph, plan.config, "the run")) answer.warnings.push_back(note);
+  if (!answer.fits && answer.alternative.found) {
+    for (const std::string& note : training_notes(context->graph, answer.alternative.best.config, "the plan found")) {
+      answer.warnings.push_back(note);
+    }
+  }
+  return answer;
+}
+
+Result<PlanResult> plan(const RunSettings& settings, const Progress& progress) {
+  Result<ModelContext> context = prepare_context(settings);
+  if (!context.is_ok()) return context.status();
+  PlanResult result = find_plan(context.value(), settings, progress);
+  result.warnings = input_warnings(context.value(), settings);
+  if (result.found) {
+    for (const std::string& note : training_notes(context->graph, result.best.config, "the plan")) {
+      result.warnings.push_back(note);
+    }
+  }
+  return result;
+}
+
+}  // namespace headroom::planner

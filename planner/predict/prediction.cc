@@ -1,0 +1,171 @@
+#include "planner/predict/prediction.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "planner/memory/allocator_rounding.h"
+#include "planner/settings/stack.h"
+#include "planner/time/fsdp2_stream_copies.h"
+#include "planner/predict/simulator.h"
+#include "planner/predict/step_builder.h"
+#include "planner/time/step_time.h"
+
+namespace headroom::planner {
+
+int64_t paged_migrated_bytes(int64_t paged, int64_t capacity, int64_t held) {
+  // Unified memory gets what the process has not reserved. The UVM driver evicts
+  // the least recently migrated 2 MB root chunk (open-gpu-kernel-modules,
+  // kernel-open/nvidia-uvm/uvm_pmm_gpu.c: root_chunks.va_block_used, an LRU list
+  // that pick_root_chunk_to_evict takes the head of). The optimizer sweeps the
+  // states in the same order every step, and LRU under a cyclic sweep larger
+  // than its room misses on every chunk: each step moves all of them in, and
+  // the updated ones out.
+  const int64_t room = std::max<int64_t>(0, capacity - held);
+  return paged > room ? 2 * paged : 0;
+}
+
+Prediction predict(const ModelContext& context, const RunSettings& settings,
+                   const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
+                   bool simulate_allocator) {
+  Prediction out;
+  const StepProfile reserved_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
+                                                    config.micro_batch, context.seq_len, Accounting::kReserved, context.gpu,
+                                                    context.time_options, context.checkpoint_saves);
+  const StepProfile allocated_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
+                                                     config.micro_batch, context.seq_len, Accounting::kAllocated, context.gpu,
+                                                     context.time_options, context.checkpoint_saves);
+  const BuiltStep reserved = build_step(context, settings, config, reserved_profile, Accounting::kReserved);
+  const BuiltStep allocated = build_step(context, settings, config, allocated_profile, Accounting::kAllocated);
+  const StepPeak peak = walk_step(reserved.model, blocks, reserved.persistent);
+  out.peak_reserved = peak.bytes;
+  out.peak_allocated = walk_step(allocated.model, blocks, allocated.persistent).bytes;
+
+  MemoryBreakdown& m = out.peak;
+  m.cuda_context = context_bytes(context, settings);
+  m.workspaces = account(context.gpu.cublas_workspace_bytes, Accounting::kReserved);
+  m.parameters = reserved.states.params;
+  m.gradients = peak.gradients;
+  m.optimizer_states = reserved.states.optimizer;
+  m.paged_optimizer_states = reserved.states.paged_optimizer;
+  out.model = model_size(context.graph, settings.precision);
+  m.master_weights = reserved.states.master;
+  m.zero_buffers = reserved.states.comm_buckets + (peak.block >= 0 ? reserved.states.gathered_params : 0);
+  m.activations = peak.activations;
+  m.transient = peak.transient;
+  m.allocator = kPoolSlackBytes;
+  // The caching-allocator simulation sees fragmentation the block walk cannot:
+  // when it reserves more, the difference is the allocator's share.
+  Simulation simulation;
+  if (simulate_allocator) {
+    SimulatorOptions quiet;
+    quiet.record_events = false;
+    quiet.max_memory_samples = 0;
+    simulation = simulate(context, settings, config, blocks, quiet);
+    out.simulated_peak_allocated = std::max(simulation.peak_allocated, simulation.first_step_peak_allocated);
+    // Reserved memory only grows from step to step (the allocator caches), unless
+    // an out-of-memory retry released segments: take the larger of the two.
+    const int64_t simulated_reserved = std::max(simulation.peak_reserved, simulation.first_step_peak_reserved);
+    out.simulated_peak_reserved = simulated_reserved;
+    if (simulated_reserved > out.peak_reserved) {
+      m.allocator += simulated_reserved - out.peak_reserved;
+      out.peak_reserved = simulated_reserved;
+    }
+  }
+  // Batches of varied length (RunSettings::shortest_sample) grow the allocator's
+  // cache beyond what batches at seq_len reserve: the band runs from one to the other.
+  const int64_t fixed_length_total = m.total();
+  if (simulation.varied_peak_reserved > out.peak_reserved) {
+    m.allocator += simulation.varied_peak_reserved - out.peak_reserved;
+    out.peak_reserved = simulation.varied_peak_reserved;
+    out.simulated_peak_reserved = simulation.varied_peak_reserved;
+    out.band_unknowns.push_back("the lengths and order of the padded batches (" +
+                                std::to_string(simulation.varied_length_micro_steps) +
+                                " micro-batches replayed, padded to their longest of samples drawn between "
+                                "shortest_sample and seq_len)");
+  }
+  out.simulated_peak_allocated = std::max(out.simulated_peak_allocated, simulation.varied_peak_allocated);
+  out.varied_length_micro_steps = simulation.varied_length_micro_steps;
+  out.gpu_total = m.total();
+  out.gpu_capacity = context.gpu.memory_bytes;
+  out.gpu_budget = gpu_budget_bytes(context, settings);
+  // What a run measures apart, as it counts (allocated accounting): the model
+  // states, and what one micro-batch's forward leaves saved for backward.
+  MeasurableMemory& measurable = out.allocated;
+  measurable.parameters = allocated.states.params;
+  measurable.optimizer_states = allocated.states.optimizer;
+  measurable.master_weights = allocated.states.master;
+  measurable.gradients = allocated.states.grads_full;
+  measurable.activations = allocated_profile.persistent;
+  for (size_t k = 0; k < blocks.size() && k < allocated_profile.blocks.size(); ++k) {
+    switch (blocks[k]) {
+      case BlockChoice::kKeep: measurable.activations += allocated_profile.blocks[k].keep; break;
+      case BlockChoice::kCheckpoint: measurable.activations += allocated_profile.blocks[k].checkpoint; break;
+      case BlockChoice::kOffload: measurable.offloaded_activations += allocated_profile.blocks[k].keep; break;
+    }
+  }
+  out.where.phase = peak.phase;
+  out.where.block = peak.block;
+  if (peak.block >= 0) out.where.block_name = context.graph.blocks[peak.block].name;
+
+  // Paged optimizer states are evicted to host RAM when the GPU runs short: the
+  // host must be able to hold them (every rank of the node).
+  out.host_ram = kHostBytesPerRank * settings.gpus_per_node + reserved.states.host_offload +
+                 peak.host_activations * settings.gpus_per_node +
+                 reserved.states.paged_optimizer * settings.gpus_per_node;
+  out.host_ram_budget = settings.host_ram_bytes;
+  out.checkpoint_bytes = reserved.states.checkpoint;
+  // Kept checkpoints plus the one being written before the oldest is removed.
+  out.disk = (settings.checkpoints_kept + 1) * reserved.states.checkpoint + reserved.states.nvme;
+  out.disk_budget = settings.disk_free_bytes;
+
+  StepTimeInputs times;
+  times.seq_len = context.seq_len;
+  times.model_flops = reserved.model_flops;
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const BlockProfile& block = reserved.model.blocks[k];
+    times.micro_fwd_ms += block.fwd_ms;
+    const double total = block_ms(reserved.model, static_cast<int>(k), blocks[k]);
+    const double recompute = (blocks[k] == BlockChoice::kCheckpoint && block.on_autograd) ? block.recompute_ms : 0;
+    const double offload = blocks[k] == BlockChoice::kOffload ? total - block.fwd_ms - block.bwd_ms : 0;
+    times.micro_bwd_ms += block.bwd_ms + recompute;
+    times.micro_recompute_ms += recompute;
+    times.micro_offload_ms += offload;
+  }
+  const auto copy_ms = [&](int64_t bytes) {
+    return stream_copy_ms(static_cast<double>(bytes), context.gpu, context.time_options);
+  };
+  times.micro_gather_copy_ms = copy_ms(fsdp2_copy_out_bytes(context.graph, settings, config));
+  times.reduce_copy_ms = copy_ms(fsdp2_reduce_copy_in_bytes(context.graph, settings, config));
+  times.paged_migrated_bytes = static_cast<double>(paged_migrated_bytes(reserved.states.paged_optimizer, out.gpu_capacity,
+                                                                        out.gpu_total));
+  out.time = step_time(settings, config, context.gpu, reserved.states, times);
+  out.fits_gpu = out.gpu_total <= out.gpu_budget && !simulation.out_of_memory;
+  // Widened by with_band() when the stack leaves mechanisms open.
+  out.gpu_total_bottom = fixed_length_total;
+  out.fits_gpu_bottom = fixed_length_total <= out.gpu_budget &&
+                        !(simulation.out_of_memory && !simulation.varied_out_of_memory);
+  out.simulated_out_of_memory = simulation.out_of_memory;
+  out.fits_host = out.host_ram <= out.host_ram_budget;
+  out.fits_disk = out.disk <= out.disk_budget;
+  return out;
+}
+
+Prediction with_band(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                     const std::vector<BlockChoice>& blocks, Prediction top) {
+  std::optional<RunSettings> bottom_settings = bottom_of_band(settings);
+  if (!bottom_settings) return top;
+  // Batches at seq_len are the cheap side of varied ones, whose bottom `top` already
+  // holds: the stack's bottom need not replay them again.
+  bottom_settings->shortest_sample.reset();
+  const std::vector<std::string> stack_unknowns = resolve_stack(settings).unknowns;
+  top.band_unknowns.insert(top.band_unknowns.begin(), stack_unknowns.begin(), stack_unknowns.end());
+  // The loss variant rewrites the graph, so the bottom gets its own context.
+  Result<ModelContext> bottom_context = prepare_context(*bottom_settings);
+  const Prediction bottom = predict(bottom_context.is_ok() ? bottom_context.value() : context, *bottom_settings,
+                                    config, blocks);
+  top.gpu_total_bottom = std::min(bottom.gpu_total_bottom, top.gpu_total_bottom);
+  top.fits_gpu_bottom = top.fits_gpu_bottom || bottom.fits_gpu_bottom;
+  return top;
+}
+
+}  // namespace headroom::planner

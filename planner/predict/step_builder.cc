@@ -1,0 +1,81 @@
+#include "planner/predict/step_builder.h"
+
+#include <algorithm>
+
+#include "planner/memory/allocator_rounding.h"
+
+namespace headroom::planner {
+
+BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
+                     const GlobalConfig& config, const StepProfile& profile,
+                     Accounting accounting) {
+  BuiltStep out;
+  out.states = model_states(context.graph, settings, config, accounting);
+  out.persistent = profile.persistent;
+  StepModel& model = out.model;
+  model.blocks = profile.blocks;
+  model.base = out.states.params + out.states.optimizer + out.states.master +
+               out.states.comm_buckets + account(context.gpu.cublas_workspace_bytes, accounting) +
+               profile.persistent + (accounting == Accounting::kReserved ? kPoolSlackBytes : 0);
+  model.gathered = out.states.gathered_params;
+  // Parameter streaming under ZeRO-3 offload already occupies the host link;
+  // activation offload would compete for it, which this model does not price.
+  model.allow_offload = settings.allow_activation_offload && config.offload_param == Offload::kNone;
+  if (settings.offload_checkpoint_inputs) model.checkpoint_stash = kCheckpointOffloadStash;
+  const size_t n = model.blocks.size();
+  model.grads_bwd.assign(n, 0);
+  if (out.states.grads_progressive && config.grad_accum == 1) {
+    // First (only) micro-step: gradients appear as backward reaches each block.
+    int64_t running = 0;
+    for (size_t k = n; k-- > 0;) {
+      running += out.states.block_grads[k];
+      model.grads_bwd[k] = running;
+    }
+    model.grads_fwd = 0;
+  } else {
+    model.grads_fwd = out.states.grads_full;
+    std::fill(model.grads_bwd.begin(), model.grads_bwd.end(), out.states.grads_full);
+  }
+  // FSDP2's unsharded gradients and reduce-scatter input while each block's backward ends.
+  for (int64_t& grads : model.grads_bwd) grads += out.states.reduce_scatter_bytes;
+  // Accumulating under no_sync, every unit's unsharded gradient is held from the
+  // first micro-step on (priced for the whole step: the last backward frees them unit by unit).
+  model.grads_fwd += out.states.unsynced_grads;
+  for (int64_t& grads : model.grads_bwd) grads += out.states.unsynced_grads;
+  // FSDP2's root group keeps its unsharded gradients from its block's backward to
+  // the end of backward (it reduces in the final callback).
+  int64_t root_grads = 0;
+  for (size_t k = std::min(n, out.states.fsdp2_root_grads.size()); k-- > 0;) {
+    root_grads += out.states.fsdp2_root_grads[k];
+    model.grads_bwd[k] += root_grads;
+  }
+  // FSDP1 CPU offload: each unit's sharded gradient stays from its reduce-scatter
+  // (after its block's backward) to the final callback.
+  int64_t shards = 0;
+  for (size_t k = std::min(n, out.states.offload_grad_shards.size()); k-- > 0;) {
+    model.grads_bwd[k] += shards;
+    shards += out.states.offload_grad_shards[k];
+  }
+  // The root reduces in the final callback, right after the first block's backward:
+  // its reduce-scatter buffers and, under FSDP1 offload, its new gradient shard
+  // join every gradient still held then.
+  if (n > 0) model.grads_bwd[0] += out.states.fsdp2_root_reduce_scatter + out.states.root_offload_grad_shard;
+  model.grads_optimizer = out.states.grads_full;
+  model.optimizer_transient = out.states.step_transient;
+  if (out.states.grads_in_backward) {
+    // Optimizer in backward: no gradient outlives its parameter's update.
+    // While block k runs backward, at most its largest gradient and that step's
+    // temporaries are live, and never more than the gradients produced so far.
+    model.grads_fwd = 0;
+    for (int64_t& grads : model.grads_bwd) grads = std::min(grads, out.states.in_backward_bytes);
+    model.grads_optimizer = 0;
+  }
+  model.copy_ms.resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    model.copy_ms[k] = static_cast<double>(model.blocks[k].keep) / (context.gpu.host_link_gbps * 1e9) * 1e3;
+    out.model_flops += model.blocks[k].model_flops;
+  }
+  return out;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,144 @@
+#include "planner/predict/step_model.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace headroom::planner {
+
+int64_t stored_bytes(const BlockProfile& block, BlockChoice choice) {
+  switch (choice) {
+    case BlockChoice::kKeep:
+      return block.keep;
+    case BlockChoice::kCheckpoint:
+      return block.checkpoint;
+    case BlockChoice::kOffload:
+      return 0;
+  }
+  return 0;
+}
+
+bool choice_allowed(const StepModel& model, int block, BlockChoice choice) {
+  if (choice == BlockChoice::kKeep) return true;
+  const BlockProfile& profile = model.blocks[block];
+  if (!profile.checkpointable) return false;
+  if (choice == BlockChoice::kOffload) return model.allow_offload && profile.on_autograd;
+  return true;
+}
+
+LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
+  const BlockProfile& block = model.blocks[k];
+  // The neighbour's saved tensors in flight over the host link: going out while
+  // block k runs forward, coming back while block k runs backward.
+  const int64_t neighbour_copy =
+      (k > 0 && previous == BlockChoice::kOffload) ? model.blocks[k - 1].keep : 0;
+  LocalPeak out;
+  out.forward_grads = model.grads_fwd;
+  out.backward_grads = model.grads_bwd.empty() ? 0 : model.grads_bwd[k];
+  int64_t forward = 0;
+  int64_t backward = 0;
+  switch (choice) {
+    case BlockChoice::kKeep:
+    case BlockChoice::kOffload:
+      forward = block.fwd_peak;
+      backward = block.bwd_peak;
+      break;
+    case BlockChoice::kCheckpoint:
+      forward = block.fwd_peak_nograd;
+      // Recompute runs the forward again with autograd while the output gradient waits.
+      backward = block.on_autograd ? std::max(block.recompute_peak + block.out_grad, block.bwd_peak) : 0;
+      break;
+  }
+  out.forward = out.forward_grads + forward + neighbour_copy;
+  out.backward = out.backward_grads + backward + neighbour_copy;
+  return out;
+}
+
+int64_t local_peak(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
+  const LocalPeak parts = local_parts(model, k, previous, choice);
+  return std::max(parts.forward, parts.backward);
+}
+
+// Two asynchronous copies and an event wait per offloaded block: about 10 us of
+// launch and synchronisation each (CUDA launch latency; docs/memory-model.md).
+// It also makes a free offload lose a tie against simply keeping the block.
+constexpr double kOffloadOverheadMs = 0.02;
+
+double block_ms(const StepModel& model, int k, BlockChoice choice) {
+  const BlockProfile& block = model.blocks[k];
+  double ms = block.fwd_ms + block.bwd_ms;
+  if (choice == BlockChoice::kCheckpoint && block.on_autograd) ms += block.recompute_ms;
+  if (choice == BlockChoice::kOffload) {
+    // The copy out overlaps the next block's forward, the copy back the next
+    // block's backward (side stream); only what sticks out is exposed.
+    const size_t next = static_cast<size_t>(k) + 1;
+    const double fwd_window = next < model.blocks.size() ? model.blocks[next].fwd_ms : 0;
+    const double bwd_window = next < model.blocks.size() ? model.blocks[next].bwd_ms : 0;
+    ms += std::max(0.0, model.copy_ms[k] - fwd_window) + std::max(0.0, model.copy_ms[k] - bwd_window) +
+          kOffloadOverheadMs;
+  }
+  return ms;
+}
+
+StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choices,
+                   int64_t persistent) {
+  assert(choices.size() == model.blocks.size());
+  const int n = static_cast<int>(model.blocks.size());
+  StepPeak peak;
+  auto consider = [&](int64_t bytes, const char* phase, int block, int64_t stored, int64_t transient,
+                      int64_t grads) {
+    if (bytes > peak.bytes) {
+      peak.bytes = bytes;
+      peak.phase = phase;
+      peak.block = block;
+      peak.activations = stored + persistent;
+      peak.transient = transient;
+      peak.gradients = grads;
+    }
+  };
+  std::vector<int64_t> prefix(n + 1, 0);  // prefix[k] = P(k-1): stored by blocks before k
+  for (int k = 0; k < n; ++k) {
+    prefix[k + 1] = prefix[k] + stored_bytes(model.blocks[k], choices[k]);
+    if (choices[k] == BlockChoice::kOffload) peak.host_activations += model.blocks[k].keep;
+  }
+  // With checkpoint inputs offloaded, P(k-1) holds only the latest of them in
+  // forward (the stash counts block k's own input, packed as block k starts), none
+  // in backward (the stash is dropped when backward starts) but the one coming
+  // back for block k-1 while block k runs backward.
+  std::vector<int64_t> forward_stored = prefix;
+  std::vector<int64_t> backward_stored = prefix;
+  const bool offload_inputs = model.checkpoint_stash >= 0;
+  if (offload_inputs) {
+    std::vector<int64_t> kept(n + 1, 0);  // stored by blocks before k, checkpoints excluded
+    for (int k = 0; k < n; ++k) {
+      const bool input_offloaded = choices[k] == BlockChoice::kCheckpoint && model.blocks[k].on_autograd;
+      kept[k + 1] = kept[k] + (input_offloaded ? 0 : stored_bytes(model.blocks[k], choices[k]));
+      if (input_offloaded) peak.host_activations += model.blocks[k].checkpoint;
+    }
+    for (int k = 0; k <= n; ++k) {
+      int64_t stash = 0;
+      int in_stash = 0;
+      for (int j = k - 1; j >= 0 && in_stash < model.checkpoint_stash - 1; --j) {
+        if (choices[j] != BlockChoice::kCheckpoint || !model.blocks[j].on_autograd) continue;
+        stash += model.blocks[j].checkpoint;
+        ++in_stash;
+      }
+      forward_stored[k] = kept[k] + stash;
+      const bool neighbour_back = k > 0 && choices[k - 1] == BlockChoice::kCheckpoint && model.blocks[k - 1].on_autograd;
+      backward_stored[k] = kept[k] + (neighbour_back ? model.blocks[k - 1].checkpoint : 0);
+    }
+  }
+  const int64_t fixed = model.base + model.gathered;
+  for (int k = 0; k < n; ++k) {
+    const BlockChoice previous = k > 0 ? choices[k - 1] : BlockChoice::kKeep;
+    const LocalPeak parts = local_parts(model, k, previous, choices[k]);
+    consider(fixed + forward_stored[k] + parts.forward, "forward", k, forward_stored[k],
+             parts.forward - parts.forward_grads, parts.forward_grads);
+    consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k],
+             parts.backward - parts.backward_grads, parts.backward_grads);
+  }
+  consider(model.base + model.grads_optimizer + model.optimizer_transient, "optimizer step", -1, 0,
+           model.optimizer_transient, model.grads_optimizer);
+  return peak;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,71 @@
+// The memory walk of one training step on one rank: forward through the block
+// chain, backward in reverse, then the optimizer step. It is the definition of
+// "peak" that every answer uses; the block solver optimizes over exactly the
+// same terms (block_solver.h), and tests check the two agree.
+//
+// At forward of block k:  base + gathered + grads_fwd + P(k-1) + fwd_local(k)
+// At backward of block k: base + gathered + grads_bwd[k] + P(k-1) + bwd_local(k)
+// where P(k-1) is what blocks before k keep on the GPU (saved tensors, checkpoint
+// inputs, nothing for offloaded blocks) and the local terms include the copy of an
+// offloaded neighbour in flight (block k-1 going out in forward, coming back in backward).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/time/block_profile.h"
+#include "planner/settings/run_settings.h"
+
+namespace headroom::planner {
+
+// torchtune OffloadActivations(max_fwd_stash_size=5): a packed tensor's GPU copy
+// is kept until five later ones have been packed (training/_activation_offloading.py).
+inline constexpr int kCheckpointOffloadStash = 5;
+
+struct StepModel {
+  int64_t base = 0;          // resident all step on the allocator: params, states, buckets, workspaces, persistent tensors, pool slack
+  int64_t gathered = 0;      // ZeRO-3 parameters gathered while blocks compute
+  int64_t grads_fwd = 0;     // gradients already allocated during forward
+  std::vector<int64_t> grads_bwd;  // per block: gradients allocated during its backward
+  int64_t grads_optimizer = 0;     // gradients at the optimizer step
+  int64_t optimizer_transient = 0;
+  std::vector<BlockProfile> blocks;
+  std::vector<double> copy_ms;     // per block: one-way copy time of its saved tensors
+  bool allow_offload = true;       // activation offload to host permitted
+  // Checkpointed blocks' inputs kept in pinned host memory (torchtune activation
+  // offloading): -1 off; otherwise how many of the latest stay on the GPU during
+  // forward (its forward stash). The block solver prices them as stored (an upper
+  // bound); walk_step, which every prediction uses, prices them as offloaded.
+  int checkpoint_stash = -1;
+};
+
+int64_t stored_bytes(const BlockProfile& block, BlockChoice choice);
+bool choice_allowed(const StepModel& model, int block, BlockChoice choice);
+struct LocalPeak {
+  int64_t forward = 0;   // incl. forward_grads
+  int64_t backward = 0;  // incl. backward_grads
+  int64_t forward_grads = 0;
+  int64_t backward_grads = 0;
+};
+LocalPeak local_parts(const StepModel& model, int block, BlockChoice previous, BlockChoice choice);
+// Peak above base + gathered + P(k-1) while block k runs forward and backward, given
+// the choice for block k and for block k-1 (kKeep when k == 0).
+int64_t local_peak(const StepModel& model, int block, BlockChoice previous, BlockChoice choice);
+// Time of block k for one micro-step: forward, backward, recompute, exposed copies.
+double block_ms(const StepModel& model, int block, BlockChoice choice);
+
+struct StepPeak {
+  int64_t bytes = 0;       // allocator bytes at the peak (without the CUDA context)
+  std::string phase;       // "forward", "backward", "optimizer step"
+  int block = -1;
+  int64_t activations = 0; // stored by earlier blocks + persistent, at the peak
+  int64_t transient = 0;   // the block in flight
+  int64_t gradients = 0;
+  int64_t host_activations = 0;  // pinned host bytes holding offloaded activations
+};
+
+StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choices,
+                   int64_t persistent);
+
+}  // namespace headroom::planner

@@ -1,0 +1,203 @@
+#include "planner/search/block_solver.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+namespace headroom::planner {
+namespace {
+
+constexpr std::array<BlockChoice, 3> kChoices = {BlockChoice::kKeep, BlockChoice::kCheckpoint,
+                                                 BlockChoice::kOffload};
+
+struct Entry {
+  int64_t stored = 0;   // P(k) in units: stored on the GPU by blocks 0..k
+  double ms = 0;        // time of blocks 0..k
+  int32_t parent = -1;  // index in the previous block's frontier of parent_choice
+  uint8_t parent_choice = 0;
+};
+
+// Back pointers of one frontier, kept for every block to rebuild the plan.
+struct Back {
+  int32_t parent = -1;
+  uint8_t parent_choice = 0;
+};
+
+using Frontier = std::array<std::vector<Entry>, 3>;
+
+// Keeps the entries no other entry beats in both stored bytes and time.
+void prune(std::vector<Entry>& entries) {
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.stored != b.stored) return a.stored < b.stored;
+    return a.ms < b.ms;
+  });
+  size_t kept = 0;
+  double best_ms = std::numeric_limits<double>::infinity();
+  for (const Entry& entry : entries) {
+    if (entry.ms < best_ms) {
+      entries[kept++] = entry;
+      best_ms = entry.ms;
+    }
+  }
+  entries.resize(kept);
+}
+
+// The same as prune() in O(entries + units): one slot per stored-units value.
+// `slots` is scratch of max_units + 1 entries, all -1 between calls.
+void prune_buckets(std::vector<Entry>& entries, std::vector<int32_t>& slots, int64_t max_units) {
+  if (slots.size() < static_cast<size_t>(max_units) + 1) slots.assign(max_units + 1, -1);
+  int64_t lowest = max_units;
+  int64_t highest = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const int64_t key = entries[i].stored;
+    int32_t& slot = slots[key];
+    // Strictly faster wins; on a tie the earlier entry stays, as in the stable sort.
+    if (slot < 0 || entries[i].ms < entries[slot].ms) slot = static_cast<int32_t>(i);
+    lowest = std::min(lowest, key);
+    highest = std::max(highest, key);
+  }
+  std::vector<Entry> kept;
+  double best_ms = std::numeric_limits<double>::infinity();
+  for (int64_t key = lowest; key <= highest && !entries.empty(); ++key) {
+    int32_t& slot = slots[key];
+    if (slot < 0) continue;
+    if (entries[slot].ms < best_ms) {
+      kept.push_back(entries[slot]);
+      best_ms = entries[slot].ms;
+    }
+    slot = -1;
+  }
+  entries.swap(kept);
+}
+
+constexpr int64_t kMaxBucketUnits = 1 << 22;
+
+bool optimizer_step_fits(const StepModel& model, int64_t budget) {
+  return model.base + model.grads_optimizer + model.optimizer_transient <= budget;
+}
+
+constexpr int64_t kDefaultUnitBytes = 2LL << 20;
+constexpr int64_t kMaxUnitsInRoom = 4096;
+
+// The fastest entry of the last block; ties go to fewer stored bytes.
+std::pair<int, int> best_final(const Frontier& last) {
+  int best_choice = -1;
+  int best_index = -1;
+  for (size_t c = 0; c < last.size(); ++c) {
+    for (size_t i = 0; i < last[c].size(); ++i) {
+      const Entry& entry = last[c][i];
+      const bool better = best_choice < 0 || entry.ms < last[best_choice][best_index].ms ||
+                          (entry.ms == last[best_choice][best_index].ms &&
+                           entry.stored < last[best_choice][best_index].stored);
+      if (better) {
+        best_choice = static_cast<int>(c);
+        best_index = static_cast<int>(i);
+      }
+    }
+  }
+  return {best_choice, best_index};
+}
+
+}  // namespace
+
+BlockSolution solve_blocks(const StepModel& model, int64_t budget, const SolverOptions& options) {
+  BlockSolution out;
+  const int n = static_cast<int>(model.blocks.size());
+  if (n == 0 || !optimizer_step_fits(model, budget)) return out;
+  const int64_t room = budget - model.base - model.gathered;
+  if (room < 0) return out;
+  const int64_t unit = options.unit_bytes > 0
+                           ? options.unit_bytes
+                           : std::max(kDefaultUnitBytes, (room + kMaxUnitsInRoom - 1) / kMaxUnitsInRoom);
+  out.unit_bytes = unit;
+  auto units = [unit](int64_t bytes) { return (bytes + unit - 1) / unit; };
+  // Stored units can exceed room/unit only by the last block's share; bound generously.
+  int64_t max_units = room / unit + 1;
+  for (const BlockProfile& block : model.blocks) max_units = std::max(max_units, room / unit + units(block.keep) + 1);
+  std::vector<int32_t> buckets;
+
+  Frontier previous;
+  Frontier current;
+  std::vector<std::array<std::vector<Back>, 3>> backs(n);
+  for (int k = 0; k < n; ++k) {
+    for (size_t c = 0; c < kChoices.size(); ++c) {
+      const BlockChoice choice = kChoices[c];
+      std::vector<Entry>& into = current[c];
+      into.clear();
+      if (!choice_allowed(model, k, choice)) continue;
+      const int64_t stored = units(stored_bytes(model.blocks[k], choice));
+      const double ms = block_ms(model, k, choice);
+      if (k == 0) {
+        if (local_peak(model, 0, BlockChoice::kKeep, choice) <= room) into.push_back(Entry{stored, ms, -1, 0});
+      } else {
+        for (size_t p = 0; p < kChoices.size(); ++p) {
+          const std::vector<Entry>& from = previous[p];
+          if (from.empty()) continue;
+          const int64_t local = local_peak(model, k, kChoices[p], choice);
+          for (size_t i = 0; i < from.size(); ++i) {
+            // `from` is sorted by stored bytes: once one is too big, all later are.
+            if (from[i].stored * unit + local > room) break;
+            into.push_back(Entry{from[i].stored + stored, from[i].ms + ms, static_cast<int32_t>(i),
+                                 static_cast<uint8_t>(p)});
+          }
+        }
+        if (max_units <= kMaxBucketUnits) {
+          prune_buckets(into, buckets, max_units);
+        } else {
+          prune(into);
+        }
+      }
+      backs[k][c].reserve(into.size());
+      for (const Entry& entry : into) backs[k][c].push_back(Back{entry.parent, entry.parent_choice});
+      out.frontier_entries += static_cast<int64_t>(into.size());
+    }
+    std::swap(previous, current);
+  }
+
+  auto [choice, index] = best_final(previous);
+  if (choice < 0) return out;
+  out.feasible = true;
+  out.micro_step_ms = previous[choice][index].ms;
+  out.choices.assign(n, BlockChoice::kKeep);
+  for (int k = n - 1; k >= 0; --k) {
+    const Back back = backs[k][choice][index];
+    out.choices[k] = kChoices[choice];
+    index = back.parent;
+    choice = back.parent_choice;
+  }
+  out.peak = walk_step(model, out.choices, 0).bytes;
+  return out;
+}
+
+BlockSolution brute_force_blocks(const StepModel& model, int64_t budget) {
+  BlockSolution out;
+  const int n = static_cast<int>(model.blocks.size());
+  std::vector<int> digits(n, 0);
+  std::vector<BlockChoice> choices(n);
+  while (true) {
+    bool allowed = true;
+    for (int k = 0; k < n; ++k) {
+      choices[k] = kChoices[digits[k]];
+      allowed = allowed && choice_allowed(model, k, choices[k]);
+    }
+    if (allowed) {
+      const int64_t peak = walk_step(model, choices, 0).bytes;
+      if (peak <= budget) {
+        double ms = 0;
+        for (int k = 0; k < n; ++k) ms += block_ms(model, k, choices[k]);
+        if (!out.feasible || ms < out.micro_step_ms) {
+          out.feasible = true;
+          out.micro_step_ms = ms;
+          out.choices = choices;
+          out.peak = peak;
+        }
+      }
+    }
+    int k = 0;
+    while (k < n && ++digits[k] == 3) digits[k++] = 0;
+    if (k == n) break;
+  }
+  return out;
+}
+
+}  // namespace headroom::planner

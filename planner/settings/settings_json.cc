@@ -1,0 +1,237 @@
+#include "planner/settings/settings_json.h"
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "planner/settings/json_fields.h"
+#include "planner/settings/validate_settings.h"
+
+namespace headroom::planner {
+namespace {
+
+Status fail(std::string_view origin, std::string_view field, const std::string& what) {
+  return Status::invalid_input(std::string(origin) + ": " + std::string(field) + ": " + what);
+}
+
+}  // namespace
+
+nlohmann::json settings_to_json(const RunSettings& s) {
+  nlohmann::json j;
+  j["model"] = s.model;
+  j["stack"] = stack_name(s.stack);
+  if (s.optimizer_impl) j["optimizer_impl"] = optimizer_impl_name(*s.optimizer_impl);
+  if (s.loss) j["loss"] = loss_name(*s.loss);
+  if (s.recompute) j["recompute"] = recompute_name(*s.recompute);
+  if (s.adapter_dtype) j["adapter_dtype"] = adapter_dtype_name(*s.adapter_dtype);
+  if (s.sharding) j["sharding"] = sharding_name(*s.sharding);
+  if (s.reduce_dtype) j["reduce_dtype"] = reduce_dtype_name(*s.reduce_dtype);
+  if (s.fsdp_wrap != FsdpWrap::kLayers) j["fsdp_wrap"] = fsdp_wrap_name(s.fsdp_wrap);
+  if (s.fsdp_no_sync) j["fsdp_no_sync"] = *s.fsdp_no_sync;
+  if (s.kbit_prep) j["kbit_prep"] = kbit_prep_name(*s.kbit_prep);
+  if (s.autocast) j["autocast"] = *s.autocast;
+  j["compile"] = s.compile;
+  if (s.compile_loss) j["compile_loss"] = *s.compile_loss;
+  if (s.float8 != Float8Recipe::kNone) j["float8"] = float8_recipe_name(s.float8);
+  if (s.float8_all_gather) j["float8_all_gather"] = true;
+  j["nf4_double_quant"] = s.nf4_double_quant;
+  if (s.quant != QuantFormat::kNf4) {
+    j["quant"] = quant_format_name(s.quant);
+    j["gptq_group_size"] = s.gptq_group_size;
+  }
+  j["offload_checkpoint_inputs"] = s.offload_checkpoint_inputs;
+  if (s.expandable_segments) j["expandable_segments"] = *s.expandable_segments;
+  j["paged_optimizer"] = s.paged_optimizer;
+  if (s.group_by_length) j["group_by_length"] = true;
+  j["precision"] = precision_name(s.precision);
+  j["optimizer"] = optimizer_name(s.optimizer);
+  j["mode"] = mode_name(s.mode);
+  j["freeze_patterns"] = s.freeze_patterns;
+  j["train_patterns"] = s.train_patterns;
+  j["quantize_skip"] = s.quantize_skip;
+  j["fsdp_own_groups"] = s.fsdp_own_groups;
+  j["lora_skip"] = s.lora_skip;
+  j["lora"] = {{"rank", s.lora.rank}, {"targets", s.lora.targets}, {"dropout", s.lora.dropout}};
+  if (!s.scoped_lora.empty()) {
+    nlohmann::json scoped = nlohmann::json::array();
+    for (const ScopedLora& l : s.scoped_lora) {
+      scoped.push_back({{"scope", l.scope}, {"rank", l.lora.rank}, {"targets", l.lora.targets}, {"dropout", l.lora.dropout}});
+    }
+    j["scoped_lora"] = scoped;
+  }
+  j["attention"] = attention_name(s.attention);
+  if (s.dropout) j["dropout"] = *s.dropout;
+  j["precomputed_text_embeddings"] = s.precomputed_text_embeddings;
+  j["micro_batch"] = s.micro_batch;
+  j["seq_len"] = s.seq_len;
+  j["resolution"] = s.resolution;
+  j["grad_accum"] = s.grad_accum;
+  j["global_batch"] = s.global_batch;
+  j["gpus_per_node"] = s.gpus_per_node;
+  if (s.shard_gpus > 0) j["shard_gpus"] = s.shard_gpus;
+  j["nodes"] = s.nodes;
+  j["zero_stage"] = s.zero_stage;
+  j["offload_optimizer"] = offload_name(s.offload_optimizer);
+  if (s.cpu_offload != CpuOffloadImpl::kZeroOffload) j["cpu_offload"] = cpu_offload_name(s.cpu_offload);
+  j["offload_param"] = offload_name(s.offload_param);
+  j["reduce_bucket_elements"] = s.reduce_bucket_elements;
+  j["allgather_bucket_elements"] = s.allgather_bucket_elements;
+  j["prefetch_bucket_elements"] = s.prefetch_bucket_elements;
+  j["max_live_parameters"] = s.max_live_parameters;
+  j["sub_group_elements"] = s.sub_group_elements;
+  j["overlap_comm"] = s.overlap_comm;
+  j["checkpointing"] = s.checkpointing == CheckpointPolicy::kNone         ? "none"
+                       : s.checkpointing == CheckpointPolicy::kEveryBlock ? "every"
+                                                                          : "list";
+  j["checkpoint_blocks"] = s.checkpoint_blocks;
+  j["gpu"] = s.gpu;
+  if (s.gpu_memory_bytes) j["gpu_memory_bytes"] = *s.gpu_memory_bytes;
+  if (s.cuda_context_bytes) j["cuda_context_bytes"] = *s.cuda_context_bytes;
+  if (s.document_tokens) j["document_tokens"] = *s.document_tokens;
+  if (s.shortest_sample) j["shortest_sample"] = *s.shortest_sample;
+  if (s.text_tokens) j["text_tokens"] = *s.text_tokens;
+  if (!s.calibration_file.empty()) j["calibration_file"] = s.calibration_file;
+  j["host_ram_bytes"] = s.host_ram_bytes;
+  j["disk_free_bytes"] = s.disk_free_bytes;
+  j["safety_margin"] = s.safety_margin;
+  j["network_gbps"] = s.network_gbps;
+  j["nvme_gbps"] = s.nvme_gbps;
+  j["checkpoints_kept"] = s.checkpoints_kept;
+  j["save_optimizer_state"] = s.save_optimizer_state;
+  j["max_zero_stage"] = s.max_zero_stage;
+  j["allow_cpu_offload"] = s.allow_cpu_offload;
+  j["allow_nvme_offload"] = s.allow_nvme_offload;
+  j["allow_activation_offload"] = s.allow_activation_offload;
+  j["allow_micro_batch_change"] = s.allow_micro_batch_change;
+  return j;
+}
+
+Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view origin) {
+  if (!j.is_object()) return fail(origin, "settings", "expected a JSON object");
+  RunSettings s;
+  std::string attention = "sdpa";
+  std::string checkpointing = "none";
+  // Strict: no coercion, and a key no line below reads is refused (JsonFields).
+  JsonFields r(j, origin, "settings.");
+  const Status statuses[] = {
+      r.read("model", s.model),
+      r.read_enum("stack", s.stack, parse_stack, kStackNames),
+      r.read_enum("optimizer_impl", s.optimizer_impl, parse_optimizer_impl, kOptimizerImplNames),
+      r.read_enum("loss", s.loss, parse_loss, kLossNames),
+      r.read_enum("recompute", s.recompute, parse_recompute, kRecomputeNames),
+      r.read_enum("adapter_dtype", s.adapter_dtype, parse_adapter_dtype, kAdapterDtypeNames),
+      r.read_enum("sharding", s.sharding, parse_sharding, kShardingNames),
+      r.read_enum("reduce_dtype", s.reduce_dtype, parse_reduce_dtype, kReduceDtypeNames),
+      r.read_enum("fsdp_wrap", s.fsdp_wrap, parse_fsdp_wrap, kFsdpWrapNames),
+      r.read("fsdp_no_sync", s.fsdp_no_sync),
+      r.read_enum("kbit_prep", s.kbit_prep, parse_kbit_prep, kKbitPrepNames),
+      r.read("autocast", s.autocast),
+      r.read_enum("precision", s.precision, parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16"),
+      r.read_enum("optimizer", s.optimizer, parse_optimizer, "adamw, adamw-8bit, sgd, adafactor"),
+      r.read_enum("mode", s.mode, parse_mode, "full, lora, qlora"),
+      r.read("freeze_patterns", s.freeze_patterns),
+      r.read("train_patterns", s.train_patterns),
+      r.read("quantize_skip", s.quantize_skip),
+      r.read("fsdp_own_groups", s.fsdp_own_groups),
+      r.read("lora_skip", s.lora_skip),
+      r.read("attention", attention),
+      r.read("dropout", s.dropout),
+      r.read("precomputed_text_embeddings", s.precomputed_text_embeddings),
+      r.read("micro_batch", s.micro_batch),
+      r.read("seq_len", s.seq_len),
+      r.read("resolution", s.resolution),
+      r.read("grad_accum", s.grad_accum),
+      r.read("global_batch", s.global_batch),
+      r.read("gpus_per_node", s.gpus_per_node),
+      r.read("shard_gpus", s.shard_gpus),
+      r.read("nodes", s.nodes),
+      r.read("zero_stage", s.zero_stage),
+      r.read_enum("offload_optimizer", s.offload_optimizer, parse_offload, "none, cpu, nvme"),
+      r.read_enum("cpu_offload", s.cpu_offload, parse_cpu_offload, "zero-offload, torchao, torchao-offload-gradients"),
+      r.read_enum("offload_param", s.offload_param, parse_offload, "none, cpu, nvme"),
+      r.read("reduce_bucket_elements", s.reduce_bucket_elements),
+      r.read("allgather_bucket_elements", s.allgather_bucket_elements),
+      r.read("prefetch_bucket_elements", s.prefetch_bucket_elements),
+      r.read("max_live_parameters", s.max_live_parameters),
+      r.read("sub_group_elements", s.sub_group_elements),
+      r.read("overlap_comm", s.overlap_comm),
+      r.read("compile", s.compile),
+      r.read("compile_loss", s.compile_loss),
+      r.read_enum("float8", s.float8, parse_float8_recipe, kFloat8RecipeNames),
+      r.read("float8_all_gather", s.float8_all_gather),
+      r.read("nf4_double_quant", s.nf4_double_quant),
+      r.read_enum("quant", s.quant, parse_quant_format, kQuantFormatNames),
+      r.read("gptq_group_size", s.gptq_group_size),
+      r.read("offload_checkpoint_inputs", s.offload_checkpoint_inputs),
+      r.read("expandable_segments", s.expandable_segments),
+      r.read("paged_optimizer", s.paged_optimizer),
+      r.read("group_by_length", s.group_by_length),
+      r.read("checkpointing", checkpointing),
+      r.read("checkpoint_blocks", s.checkpoint_blocks),
+      r.read("gpu", s.gpu),
+      r.read("calibration_file", s.calibration_file),
+      r.read("gpu_memory_bytes", s.gpu_memory_bytes),
+      r.read("cuda_context_bytes", s.cuda_context_bytes),
+      r.read("document_tokens", s.document_tokens),
+      r.read("shortest_sample", s.shortest_sample),
+      r.read("text_tokens", s.text_tokens),
+      r.read("host_ram_bytes", s.host_ram_bytes),
+      r.read("disk_free_bytes", s.disk_free_bytes),
+      r.read("safety_margin", s.safety_margin),
+      r.read("network_gbps", s.network_gbps),
+      r.read("nvme_gbps", s.nvme_gbps),
+      r.read("checkpoints_kept", s.checkpoints_kept),
+      r.read("save_optimizer_state", s.save_optimizer_state),
+      r.read("max_zero_stage", s.max_zero_stage),
+      r.read("allow_cpu_offload", s.allow_cpu_offload),
+      r.read("allow_nvme_offload", s.allow_nvme_offload),
+      r.read("allow_activation_offload", s.allow_activation_offload),
+      r.read("allow_micro_batch_change", s.allow_micro_batch_change),
+  };
+  for (const Status& status : statuses) {
+    if (!status.is_ok()) return status;
+  }
+  if (const nlohmann::json* lora = r.member("lora")) {
+    if (!lora->is_object()) return r.expected("lora", "an object {\"rank\", \"targets\", \"dropout\"}", *lora);
+    JsonFields l(*lora, origin, "settings.lora.");
+    for (const Status& status : {l.read("rank", s.lora.rank), l.read("targets", s.lora.targets),
+                                 l.read("dropout", s.lora.dropout), l.unknown_keys()}) {
+      if (!status.is_ok()) return status;
+    }
+  }
+  if (const nlohmann::json* scoped = r.member("scoped_lora")) {
+    if (!scoped->is_array()) return r.expected("scoped_lora", "a list of {\"scope\", \"rank\", \"targets\", \"dropout\"}", *scoped);
+    for (size_t i = 0; i < scoped->size(); ++i) {
+      const nlohmann::json& item = (*scoped)[i];
+      const std::string prefix = "settings.scoped_lora[" + std::to_string(i) + "].";
+      if (!item.is_object()) {
+        return fail(origin, "settings.scoped_lora[" + std::to_string(i) + "]",
+                    "expected an object {\"scope\", \"rank\", \"targets\", \"dropout\"}");
+      }
+      ScopedLora l;
+      JsonFields f(item, origin, prefix);
+      for (const Status& status : {f.read("scope", l.scope), f.read("rank", l.lora.rank), f.read("targets", l.lora.targets),
+                                   f.read("dropout", l.lora.dropout), f.unknown_keys()}) {
+        if (!status.is_ok()) return status;
+      }
+      s.scoped_lora.push_back(std::move(l));
+    }
+  }
+  if (Status unknown = r.unknown_keys(); !unknown.is_ok()) return unknown;
+  if (const std::optional<models::AttentionImpl> parsed = parse_attention(attention)) {
+    s.attention = *parsed;
+  } else {
+    return fail(origin, "settings.attention", "expected \"eager\", \"sdpa\", \"flex\" or \"triton\", got \"" + attention + "\"");
+  }
+  if (checkpointing == "every") {
+    s.checkpointing = CheckpointPolicy::kEveryBlock;
+  } else if (checkpointing == "list") {
+    s.checkpointing = CheckpointPolicy::kList;
+  } else if (checkpointing != "none") {
+    return fail(origin, "settings.checkpointing", "expected \"none\", \"every\" or \"list\", got \"" + checkpointing + "\"");
+  }
+  const Status valid = validate_settings(s, origin);
+  if (!valid.is_ok()) return valid;
+  return s;
+}
+
+}  // namespace headroom::planner

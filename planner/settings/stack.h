@@ -1,0 +1,98 @@
+// The training stack a run uses: the same model, batch and GPU allocate
+// differently under transformers' Trainer, torchtune, litgpt, torchtitan,
+// DeepSpeed or a plain AMP loop. A stack selects a row of a documented table
+// of mechanisms (docs/stacks.md, with the framework file that shows each);
+// every entry can be overridden on its own. What neither the stack nor an
+// override pins down is priced at its most expensive value (the top of the
+// band, what `plan` plans against) and at its cheapest (the bottom), so the
+// verdict can say TIGHT instead of a false FITS.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "planner/settings/run_settings.h"
+#include "planner/settings/stack_choices.h"
+
+namespace headroom::planner {
+
+// One resolved row: every mechanism decided.
+struct StackSpec {
+  OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
+  LossSpec loss;
+  Recompute recompute = Recompute::kBlock;
+  AdapterDtype adapter_dtype = AdapterDtype::kFp32;
+  // torch.compile covers the loss function, not only the model's blocks
+  // (planner/mechanisms/loss_variants.h; docs/stacks.md, "torch.compile"). Only with compile.
+  bool compile_loss = false;
+  // Gradient accumulation under FSDP runs the micro-steps before the last in
+  // no_sync() (FSDP2: set_requires_gradient_sync(False)): each unit keeps its
+  // unsharded gradient instead of reduce-scattering (planner/memory/model_states.h,
+  // accumulates_unsharded; docs/stacks.md, "FSDP accumulation").
+  bool fsdp_no_sync = false;
+  // QLoRA over bitsandbytes: which unquantized parameters the script upcasts to
+  // fp32 (planner/mechanisms/kbit_prep.h). Changes bytes only under pure bf16.
+  KbitPrep kbit_prep = KbitPrep::kNone;
+  // The forward runs under torch.autocast over the 16-bit weights (precision
+  // bf16): Accelerate's prepare_model wraps model.forward for transformers'
+  // Trainer and the diffusers scripts. LayerNorm and softmax then give fp32,
+  // and fp32 adapters and upcast weights are cast per matmul (planner/mechanisms/autocast.h;
+  // docs/stacks.md, "Autocast over a bf16 model"). Changes bytes only under pure bf16.
+  bool autocast = false;
+};
+
+// The stack as the planner prices it: the top of the band (each unknown at its
+// most expensive value), the bottom, and in words what was not known.
+struct ResolvedStack {
+  StackSpec top;
+  StackSpec bottom;
+  std::vector<std::string> unknowns;  // empty: the band has no width from the stack
+};
+ResolvedStack resolve_stack(const RunSettings& settings);
+
+// Whether the QLoRA preparation (StackSpec::kbit_prep) can change this run's
+// bytes: bitsandbytes NF4 under pure bf16 with the Trainer's autocast (stack
+// hf-trainer, or unspecified priced as it), without ZeRO.
+bool kbit_prep_matters(const RunSettings& settings);
+
+// Whether the step runs through DeepSpeed's engine (the deepspeed stack, or ZeRO
+// by DeepSpeed): it casts the module to its 16-bit dtype, PEFT's fp32 adapters
+// included, and runs no autocast.
+bool through_deepspeed_engine(const RunSettings& settings);
+
+// Whether the forward's autocast over the 16-bit weights (StackSpec::autocast)
+// can change this run's bytes: precision bf16, or bf16/fp16-mixed sharded by
+// FSDP at ZeRO-3 (its mixed precision computes on 16-bit unsharded parameters).
+// The amp precisions are autocast over fp32 weights by definition, and
+// DeepSpeed-style mixed precision runs the engine's 16-bit module.
+bool autocast_matters(const RunSettings& settings);
+
+// `settings` with every unknown of its stack pinned to the cheapest value (the
+// bottom of the band); nullopt when the stack leaves nothing open.
+std::optional<RunSettings> bottom_of_band(const RunSettings& settings);
+
+// Whether the caching allocator runs with expandable segments: as the settings
+// say, else as the stack's launcher sets PYTORCH_CUDA_ALLOC_CONF (torchtitan's
+// run_llama_train.sh / run_train.sh export expandable_segments:True; the others
+// leave the default).
+bool uses_expandable_segments(const RunSettings& settings);
+
+// Who shards at ZeRO-3: settings.sharding, else the stack's (torchtitan,
+// torchtune, litgpt: FSDP2; composer: FSDP1; the others: DeepSpeed).
+Sharding sharding_of(const RunSettings& settings);
+// Whether ZeRO-3 is one of torch's FSDPs (FSDP1 or FSDP2) rather than DeepSpeed's stage 3.
+bool shards_with_fsdp(const RunSettings& settings);
+// Whether ZeRO-3 is FSDP2's fully_shard (its CPUOffloadPolicy, its float8 all-gather).
+bool shards_with_fsdp2(const RunSettings& settings);
+// FSDP's reduce dtype: settings.reduce_dtype, else fp32 under mixed precision
+// (fp32 sharded parameters) and the parameters' dtype otherwise.
+ReduceDtype reduce_dtype_of(const RunSettings& settings);
+
+// Whether the stack's fully_shard leaves the last layer unsharded after forward,
+// since backward needs it at once (torchtitan's apply_fsdp at 9dec370:
+// reshard_after_forward = int(layer_id) < len(model.layers) - 1).
+bool fsdp2_keeps_last_layer(Stack value);
+
+}  // namespace headroom::planner

@@ -1,0 +1,110 @@
+// The names of the training stacks and of the mechanisms a stack decides (the
+// optimizer implementation, the loss, recompute, adapter dtype, sharding, QLoRA
+// preparation), with their parsers and choice lists: the vocabulary RunSettings
+// holds overrides in. What each stack does with them is settings/stack.h.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace headroom::planner {
+
+enum class Stack { kUnspecified, kHfTrainer, kTorchtune, kLitgpt, kTorchtitan, kDeepspeed, kTorchAmp, kComposer };
+
+// Who shards the parameters at ZeRO stage 3 (docs/stacks.md, "Sharding").
+enum class Sharding {
+  kDeepspeed,  // DeepSpeed ZeRO-3: 16-bit partitions, fp32 master partitions, prefetch buckets
+  kFsdp1,      // torch FullyShardedDataParallel: one FlatParameter per wrapped unit
+  kFsdp2,      // torch fully_shard: each parameter a DTensor shard
+};
+
+// What FSDP1 wraps as one FlatParameter (auto_wrap_policy; docs/memory-model.md, "FSDP1").
+enum class FsdpWrap {
+  kLayers,  // each transformer layer, the root the rest (transformer_auto_wrap_policy, Composer's fsdp_wrap_fn)
+  kModel,   // the whole model: no auto_wrap_policy (MMEngine's default, Accelerate's NO_WRAP)
+};
+
+// The dtype FSDP reduce-scatters gradients in (MixedPrecision.reduce_dtype,
+// MixedPrecisionPolicy.reduce_dtype).
+enum class ReduceDtype {
+  kFp32,   // fp32 (Composer's mixed_precision DEFAULT, torchtitan's mixed_precision_reduce)
+  kParam,  // the parameters' compute dtype (Composer PURE, torch's default when unset)
+};
+
+// How optimizer.step() runs (torch/optim/adam.py, adamw.py; docs/stacks.md).
+enum class OptimizerImpl {
+  kForeach,     // torch default on CUDA: one state-sized temporary list at the step
+  kFused,       // fused=True, DeepSpeed FusedAdam: no per-parameter temporaries
+  kForLoop,     // foreach=False: temporaries of one parameter at a time
+  kInBackward,  // torchtune optimizer_in_bwd: each gradient stepped and freed as it is produced
+};
+
+// How the causal-LM loss is computed over the vocabulary (docs/stacks.md, "The loss").
+enum class LossImpl {
+  kFullKeepLogits,  // fp32 upcast + cross-entropy; the caller keeps the bf16 logits through backward
+  kFull,            // the same, with the model output dropped before backward (transformers Trainer)
+  kChunked,         // torchtune: lm_head and fp32 cross-entropy chunk by chunk
+  kNoUpcast,        // litgpt: cross-entropy in the logits' dtype, logits kept through backward
+  kShiftCopy,       // model code that shifts with a contiguous 16-bit copy first (Qwen v1 remote code), output dropped
+  kFusedXentropy,   // flash-attn's fused cross-entropy (llm-foundry): keeps the 16-bit logits and an fp32 lse per row
+  kFusedLinearCe,   // Liger's fused linear cross-entropy: logits only chunk by chunk, gradients made in forward
+};
+
+// What a checkpointed block keeps from its forward (docs/stacks.md, "Checkpointing").
+enum class Recompute {
+  kBlock,       // torch.utils.checkpoint of the whole block: only its inputs stay
+  kSelectiveOp, // torchtitan's op-level selective AC: also the outputs of every other mm and of SDPA
+};
+
+// The dtype LoRA adapters are created in (docs/stacks.md, "LoRA adapters").
+enum class AdapterDtype {
+  kFp32,   // PEFT get_peft_model(autocast_adapter_dtype=True): fp32 adapters on a 16-bit model
+  kModel,  // torchtune, litgpt: built in the model's dtype
+};
+
+// What a QLoRA script does to the parameters bitsandbytes left unquantized (the
+// embeddings, norms and output layer) before training (docs/stacks.md, "QLoRA
+// preparation").
+enum class KbitPrep {
+  kNone,       // trained as loaded (axolotl, TRL >= 0.26, LLaMA-Factory's default)
+  kNormsFp32,  // norms cast to fp32 (TRL 0.7.5-0.25 with bf16, artidoro/qlora, LLaMA-Factory upcast_layernorm)
+  kPeft,       // PEFT's prepare_model_for_kbit_training: every unquantized parameter fp32
+};
+
+struct LossSpec {
+  LossImpl impl = LossImpl::kFullKeepLogits;
+  int chunks = 8;  // kChunked: torchtune's num_output_chunks
+  bool operator==(const LossSpec&) const = default;
+};
+
+std::string_view stack_name(Stack value);
+std::string_view optimizer_impl_name(OptimizerImpl value);
+std::string loss_name(const LossSpec& value);  // "full", "chunked:8", ...
+std::optional<Stack> parse_stack(std::string_view text);
+std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text);
+std::optional<LossSpec> parse_loss(std::string_view text);  // "chunked" = "chunked:8"
+std::string_view recompute_name(Recompute value);
+std::optional<Recompute> parse_recompute(std::string_view text);
+std::string_view adapter_dtype_name(AdapterDtype value);
+std::string_view sharding_name(Sharding value);
+std::optional<Sharding> parse_sharding(std::string_view text);
+std::string_view fsdp_wrap_name(FsdpWrap value);
+std::optional<FsdpWrap> parse_fsdp_wrap(std::string_view text);
+std::string_view reduce_dtype_name(ReduceDtype value);
+std::optional<ReduceDtype> parse_reduce_dtype(std::string_view text);
+std::optional<AdapterDtype> parse_adapter_dtype(std::string_view text);
+std::string_view kbit_prep_name(KbitPrep value);
+std::optional<KbitPrep> parse_kbit_prep(std::string_view text);
+inline constexpr const char* kStackNames =
+    "hf-trainer, torchtune, litgpt, torchtitan, deepspeed, torch-amp, composer, unspecified";
+inline constexpr const char* kOptimizerImplNames = "foreach, fused, for-loop, in-backward";
+inline constexpr const char* kLossNames = "full-keep-logits, full, chunked[:N], no-upcast, shift-copy, fused-xentropy";
+inline constexpr const char* kRecomputeNames = "block, selective-op";
+inline constexpr const char* kAdapterDtypeNames = "fp32, model";
+inline constexpr const char* kShardingNames = "deepspeed, fsdp1, fsdp2";
+inline constexpr const char* kReduceDtypeNames = "fp32, param";
+inline constexpr const char* kFsdpWrapNames = "layers, model";
+inline constexpr const char* kKbitPrepNames = "none, norms-fp32, peft";
+
+}  // namespace headroom::planner

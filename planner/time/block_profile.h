@@ -1,0 +1,75 @@
+// Per-block activation memory and compute time at one micro-batch, sequence
+// length and compute dtype: the numbers the step walk and the block solver use.
+// Memory terms are bytes above what is already stored when the block runs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "graph/graph_analysis.h"
+#include "graph/layer_graph.h"
+#include "planner/mechanisms/fused_kernels.h"
+#include "planner/settings/hardware.h"
+#include "planner/memory/model_states.h"
+
+namespace headroom::planner {
+
+struct BlockProfile {
+  int64_t keep = 0;        // saved for backward when the block runs normally
+  int64_t checkpoint = 0;  // kept when checkpointed: its boundary inputs (+ selective-op saves)
+  int64_t fwd_peak = 0;    // peak during its forward with autograd (boundary inputs + intermediates + saves)
+  int64_t fwd_peak_nograd = 0;  // peak during a checkpointed (no-grad) forward
+  int64_t recompute_peak = 0;   // peak during its recompute in backward (fwd_peak, plus what selective AC holds)
+  int64_t bwd_peak = 0;    // peak during its backward: saved tensors + gradient transients
+  int64_t out_grad = 0;    // gradient of its outputs arriving from the next block
+  bool on_autograd = false;
+  bool checkpointable = true;
+  double fwd_ms = 0;
+  double bwd_ms = 0;
+  double recompute_ms = 0;  // the forward again in backward, less the ops selective AC saved
+  double model_flops = 0;  // forward + backward FLOPs (for MFU)
+};
+
+struct StepProfile {
+  std::vector<BlockProfile> blocks;
+  int64_t persistent = 0;  // graph inputs and tensors shared by many blocks
+};
+
+struct TimeModelOptions {
+  // Fraction of peak tensor-core rate reached by large GEMMs and of peak memory
+  // bandwidth reached by elementwise kernels: defaults until calibrated by the
+  // executor (docs/memory-model.md, "Time model").
+  double matmul_efficiency = 0.6;
+  double bandwidth_efficiency = 0.7;
+  // Fraction of the peak that the fused attention kernel (SDPA's flash backend,
+  // FlexAttention's before its own slowdown) reaches, per pass; 0: matmul_efficiency.
+  // From the GPU's catalogue entry (GpuSpec::attention_*_efficiency).
+  double attention_forward_efficiency = 0;
+  double attention_backward_efficiency = 0;
+  // The kernels torch.compile generates for the compiled blocks; null in eager
+  // mode, where every node is its own kernel.
+  std::shared_ptr<const FusedKernels> fused;
+};
+
+// Roofline time and FLOPs of one node's forward and backward (backward only for
+// the gradient parts the node needs). Launch latency included.
+struct NodeTimes {
+  double fwd_ms = 0;
+  double bwd_ms = 0;
+  double fwd_flops = 0;
+  double bwd_flops = 0;
+};
+NodeTimes node_times(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis, int node,
+                     graph::DType compute_dtype, int64_t batch, int64_t seq, const GpuSpec& gpu,
+                     const TimeModelOptions& options);
+
+// `checkpoint_saves`: per block, tensors a checkpointed block keeps besides its
+// inputs (ModelContext::checkpoint_saves; empty: whole-block recompute).
+StepProfile profile_step(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
+                         graph::DType compute_dtype, int64_t batch, int64_t seq,
+                         Accounting accounting, const GpuSpec& gpu,
+                         const TimeModelOptions& time_options = {},
+                         const std::vector<std::vector<int>>& checkpoint_saves = {});
+
+}  // namespace headroom::planner

@@ -1,0 +1,192 @@
+#include "planner/time/step_time.h"
+#include "planner/settings/stack.h"
+
+#include <algorithm>
+
+namespace headroom::planner {
+namespace {
+
+// Bytes a GPU optimizer step reads and writes per trainable parameter: params,
+// gradients, master weights and states, each read and (but gradients) written.
+// Under ZeRO-3 by torch's FSDPs with mixed precision the optimizer steps the fp32
+// shards themselves (the master copy) with fp32 gradients: no 16-bit copy to write.
+double optimizer_traffic_bytes(const RunSettings& settings, bool fsdp) {
+  const bool mixed = settings.precision == Precision::kBf16Mixed || settings.precision == Precision::kFp16Mixed;
+  double states = 8;
+  switch (settings.optimizer) {
+    case OptimizerKind::kAdamW: states = settings.precision == Precision::kBf16Pure ? 4 : 8; break;
+    case OptimizerKind::kAdamW8bit: states = 2; break;
+    case OptimizerKind::kAdamW4bit: states = 1; break;
+    case OptimizerKind::kSgdMomentum: states = 4; break;
+    case OptimizerKind::kAdafactor: states = 0.1; break;
+  }
+  if (fsdp && mixed) return 2 * 4 + 4 + 2 * states;
+  // Under AMP the parameters and their gradients are the fp32 model's own.
+  const double param = static_cast<double>(param_bytes_per_element(settings.precision, true));
+  const double grad = static_cast<double>(grad_bytes_per_element(settings.precision));
+  const double master = mixed ? 4 : 0;
+  return 2 * param + grad + 2 * master + 2 * states;
+}
+
+// GPUs of `group` consecutive ranks talk over the network once the group spans
+// nodes, otherwise over NVLink, or PCIe peer-to-peer without it.
+double group_gbps(const RunSettings& settings, const GpuSpec& gpu, int group) {
+  if (group > settings.gpus_per_node) return settings.network_gbps;
+  return gpu.nvlink_gbps > 0 ? gpu.nvlink_gbps : gpu.host_link_gbps;
+}
+
+}  // namespace
+
+double host_adam_bytes_per_param(const RunSettings& settings, const GlobalConfig& config) {
+  const bool own_dtype = settings.cpu_offload != CpuOffloadImpl::kZeroOffload || fsdp_cpu_offload(settings, config);
+  const double element = own_dtype && settings.precision == Precision::kBf16Pure ? 2 : 4;
+  return 7 * element;  // param read + written, gradient read, two moments read + written
+}
+
+double transfer_ms(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e9) * 1e3 : 0; }
+
+double collective_gbps(const RunSettings& settings, const GpuSpec& gpu) {
+  return group_gbps(settings, gpu, settings.world_size());
+}
+
+double shard_group_gbps(const RunSettings& settings, const GpuSpec& gpu) {
+  return group_gbps(settings, gpu, settings.shard_group_size());
+}
+
+double gradient_collective_ms(const RunSettings& settings, const GpuSpec& gpu, int zero_stage, double grad_bytes) {
+  const int world = settings.world_size();
+  if (world <= 1 || grad_bytes <= 0) return 0;
+  if (zero_stage <= 1) {
+    const double ring = static_cast<double>(world - 1) / world;
+    return transfer_ms(2 * ring * grad_bytes, collective_gbps(settings, gpu));
+  }
+  const int shard = settings.shard_group_size();
+  const int replicas = world / shard;
+  double ms = transfer_ms(static_cast<double>(shard - 1) / shard * grad_bytes, shard_group_gbps(settings, gpu));
+  if (replicas > 1) {
+    ms += transfer_ms(2.0 * (replicas - 1) / replicas * grad_bytes / shard, settings.network_gbps);
+  }
+  return ms;
+}
+
+TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
+                        const GpuSpec& gpu, const ModelStates& states,
+                        const StepTimeInputs& in) {
+  TimeBreakdown out;
+  const int world = settings.world_size();
+  const double accum = static_cast<double>(config.grad_accum);
+  const double shard = config.zero_stage >= 1 ? settings.shard_group_size() : 1;
+  const double trainable = static_cast<double>(states.trainable_params);
+  const double total = static_cast<double>(states.total_params);
+  // Widths as the memory model stores them: under AMP (autocast over fp32 weights)
+  // parameters and gradients are fp32, so DDP and ZeRO move 4 bytes per element.
+  const double param_width = static_cast<double>(param_bytes_per_element(settings.precision, true));
+  const double grad_width = static_cast<double>(grad_bytes_per_element(settings.precision));
+  // torch's FSDPs reduce-scatter in their reduce dtype (fp32 under Composer's
+  // mixed_precision DEFAULT and torchtitan's mixed precision: reduce_dtype_of).
+  const bool fsdp = config.zero_stage >= 3 && shards_with_fsdp(settings);
+  const double reduce_width = fsdp ? static_cast<double>(fsdp_reduce_bytes_per_element(settings)) : grad_width;
+
+  // Optimizer step.
+  if (config.offload_optimizer == Offload::kNone) {
+    out.optimizer_ms = transfer_ms(trainable / shard * optimizer_traffic_bytes(settings, fsdp),
+                                   gpu.memory_bandwidth_gbps * 0.7);
+  } else {
+    // CPU Adam on this rank's partition, then the updated 16-bit parameters go
+    // back over the host link; gradient copies overlap backward (per bucket).
+    // FSDP2's offload keeps the parameters on the host: nothing goes back after the
+    // step (the next all-gather copies the shards in, below).
+    const double copy_back = fsdp_cpu_offload(settings, config) ? 0 : trainable / shard * 2;
+    out.optimizer_ms = transfer_ms(trainable / shard * host_adam_bytes_per_param(settings, config), kHostOptimizerGbps) +
+                       transfer_ms(copy_back, gpu.host_link_gbps);
+    if (config.offload_optimizer == Offload::kNvme) {
+      // Read and write back the fp32 master and states (ZeRO-Infinity).
+      out.optimizer_ms += transfer_ms(2.0 * trainable / shard * 12, settings.nvme_gbps);
+    }
+  }
+
+  // Paged states the GPU cannot hold migrate over the host link during the step,
+  // each state prefetched before its update and synchronised after it
+  // (bitsandbytes optim/optimizer.py, Optimizer8bit.step): nothing hides them.
+  out.paged_migration_ms = transfer_ms(in.paged_migrated_bytes, gpu.host_link_gbps);
+  out.optimizer_ms += out.paged_migration_ms;
+
+  // Collectives (ring algorithms: each moves (N-1)/N of the buffer per phase).
+  double comm_micro = 0;
+  double comm_step = 0;
+  if (world > 1) {
+    const double grad_bytes = trainable * reduce_width;
+    const double reduce = gradient_collective_ms(settings, gpu, config.zero_stage, grad_bytes);
+    if (config.zero_stage <= 1 || accumulates_unsharded(settings, config)) {
+      comm_step += reduce;  // all-reduce, or FSDP's reduce-scatter after no_sync, at the boundary
+    } else {
+      comm_micro += reduce;  // reduce-scatter (and the replicas' all-reduce) every micro-step
+    }
+    const int group = settings.shard_group_size();
+    const double group_ring = static_cast<double>(group - 1) / group;
+    const double group_gbps = shard_group_gbps(settings, gpu);
+    if (config.zero_stage == 1 || config.zero_stage == 2) {
+      comm_step += transfer_ms(group_ring * trainable * param_width, group_gbps);  // all-gather updated params
+    }
+    if (config.zero_stage == 3) {
+      // Gather for forward and backward: parameters as stored (16-bit, fp32 under
+      // AMP), fp8 weights at one byte under the fp8 all-gather. FSDP's root is
+      // gathered once, at its pre-forward, and kept through backward.
+      const double gathered_bytes =
+          total * param_width - static_cast<double>(states.float8_gathered_params) * (param_width - 1);
+      const double root_bytes = fsdp ? std::min(static_cast<double>(states.fsdp2_root_params), gathered_bytes) : 0;
+      comm_micro += transfer_ms(group_ring * (2 * gathered_bytes - root_bytes), group_gbps);
+    }
+  }
+  // ZeRO-3 parameter offload brings every parameter in for forward and backward.
+  double param_fetch_micro = 0;
+  if (fsdp_cpu_offload(settings, config)) {
+    // The shards copied in before the forward and the backward all-gathers, in
+    // their stored dtype, and each reduce-scattered gradient shard copied out.
+    // The root stays unsharded from forward to backward: its shards come in once,
+    // unless FSDP1's MixedPrecision casts them again (fsdp_restages_root).
+    const double shard_bytes = 2.0 * static_cast<double>(states.host_shard_bytes) -
+                               (fsdp_restages_root(settings) ? 0.0 : static_cast<double>(states.host_root_shard_bytes));
+    // Gradient shards go out after each reduce-scatter: once a step under no_sync.
+    const double grads_out = transfer_ms(static_cast<double>(states.host_grad_bytes), gpu.host_link_gbps);
+    param_fetch_micro = transfer_ms(shard_bytes, gpu.host_link_gbps);
+    if (accumulates_unsharded(settings, config)) {
+      comm_step += grads_out;
+    } else {
+      param_fetch_micro += grads_out;
+    }
+  } else if (config.offload_param == Offload::kCpu) {
+    param_fetch_micro = transfer_ms(2.0 * total / world * param_width, gpu.host_link_gbps);
+  } else if (config.offload_param == Offload::kNvme) {
+    param_fetch_micro =
+        transfer_ms(2.0 * total / world * param_width, std::min(gpu.host_link_gbps, settings.nvme_gbps));
+  }
+
+  const double compute_micro = in.micro_fwd_ms + in.micro_bwd_ms;
+  // FSDP1 wrapping the whole model has one unit: its all-gather (and shard copy)
+  // precedes all compute and its reduce-scatter follows it, so nothing hides them.
+  const bool one_unit = fsdp && settings.fsdp_wrap == FsdpWrap::kModel;
+  const double hidden = settings.overlap_comm && !one_unit ? compute_micro : 0;
+  const double exposed_micro = std::max(0.0, comm_micro + param_fetch_micro - hidden);
+  const double exposed_step = std::max(0.0, comm_step - (settings.overlap_comm && !one_unit ? in.micro_bwd_ms : 0));
+
+  out.forward_ms = accum * in.micro_fwd_ms;
+  out.backward_ms = accum * (in.micro_bwd_ms - in.micro_recompute_ms);
+  out.recompute_ms = accum * in.micro_recompute_ms;
+  out.offload_exposed_ms = accum * in.micro_offload_ms;
+  // FSDP2's all-gather copy-outs and reduce-scatter copy-ins run on the compute
+  // stream: never hidden.
+  const double reductions = accumulates_unsharded(settings, config) ? 1 : accum;
+  out.comm_exposed_ms =
+      accum * (exposed_micro + in.micro_gather_copy_ms) + reductions * in.reduce_copy_ms + exposed_step;
+  out.step_ms = out.forward_ms + out.backward_ms + out.recompute_ms + out.offload_exposed_ms +
+                out.comm_exposed_ms + out.optimizer_ms;
+  const double samples = accum * static_cast<double>(config.micro_batch) * world;
+  out.samples_per_s = out.step_ms > 0 ? samples / (out.step_ms / 1e3) : 0;
+  out.tokens_per_s = out.samples_per_s * static_cast<double>(in.seq_len);
+  const double peak_flops = (settings.precision == Precision::kFp32 ? gpu.fp32_tflops : gpu.bf16_tflops) * 1e12;
+  out.mfu = out.step_ms > 0 ? accum * in.model_flops / (out.step_ms / 1e3) / peak_flops : 0;
+  return out;
+}
+
+}  // namespace headroom::planner
