@@ -22,6 +22,17 @@ TEST_CASE("every zoo model on every catalogue GPU gets a consistent answer") {
       settings.gpu = gpu.id;
       const Prediction p = predict_as_given(settings);
       INFO(model.name << " on " << gpu.id);
+      // The breakdown's categories, added here one by one, are the total the
+      // verdict compares (MemoryBreakdown::total() must not drop one), and the
+      // simulated reserved peak plus the context outside the allocator is it too.
+      const MemoryBreakdown& m = p.peak;
+      for (int64_t category : {m.cuda_context, m.workspaces, m.parameters, m.gradients, m.optimizer_states,
+                               m.master_weights, m.zero_buffers, m.activations, m.transient, m.allocator}) {
+        CHECK(category >= 0);
+      }
+      CHECK(m.cuda_context + m.workspaces + m.parameters + m.gradients + m.optimizer_states + m.master_weights +
+                m.zero_buffers + m.activations + m.transient + m.allocator ==
+            p.gpu_total);
       CHECK(p.peak.total() == p.gpu_total);
       CHECK(p.gpu_total == p.peak_reserved + p.peak.cuda_context);
       CHECK(p.peak_reserved >= p.peak_allocated);
