@@ -12,7 +12,7 @@ scripts/setup.sh
 if ! scripts/setup_torch.sh >/dev/null 2>.venv-setup.log; then
   echo "run_example: WARNING: LibTorch could not be installed (see .venv-setup.log); part 2 is skipped" >&2
 fi
-scripts/build.sh
+scripts/build.sh headroom  # the planner, and the trainer with it when LibTorch is there; no tests
 mkdir -p out
 ./build/cli/headroom fit flux-kontext-dev --gpu a6000 --lora --lora-rank 16 --resolution 1024
 ./build/cli/headroom plan flux-kontext-dev --gpu a6000 --lora --lora-rank 16 --resolution 1024 -o out/flux-kontext-a6000-plan.json

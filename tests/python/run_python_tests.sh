@@ -18,6 +18,11 @@ python3 -m venv "$work/venv"
 python="$work/venv/bin/python"
 # One build directory for the wheel, kept between runs (pyproject.toml's
 # build-dir), so a second run rebuilds only what changed.
+# ccache (scripts/setup.sh) keeps the wheel's compilations between fresh clones,
+# with paths inside the checkout made relative (as scripts/build.sh does).
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$repo" CCACHE_NOHASHDIR=1
+fi
 start=$(date +%s)
 "$python" -m pip install -q "$repo"
 echo "run_python_tests: pip install of the package took $(( $(date +%s) - start )) s"
