@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "cli/resolve_settings.h"
 #include "reports/fit_report.h"
 #include "reports/units.h"
 

@@ -28,9 +28,6 @@ namespace {
 
 using planner::RunSettings;
 
-// A settings file is a few kB; anything far larger is not one.
-constexpr int64_t kMaxSettingsFileBytes = int64_t{16} << 20;
-
 // The flags' bounds are the documented maxima every way settings arrive is
 // held to (planner/settings/run_settings.h); the flag check only names the flag.
 using planner::kMaxBucketElements;
@@ -637,47 +634,6 @@ const std::vector<SettingsFlag> kFlags = {
 };
 
 
-// Flags that set the same field must agree: --mode full --lora is a mistake.
-Status check_conflicts(const SettingsFlags& flags) {
-  const std::vector<std::set<std::string>> groups = {{"--mode", "--lora", "--qlora"},
-                                                     {"--checkpointing", "--checkpoint-blocks"}};
-  for (const auto& group : groups) {
-    std::string first_flag;
-    std::string first_value;
-    for (const auto& [flag, value] : flags.given) {
-      const std::string name = primary_name(*flag);
-      if (!group.count(name)) continue;
-      const std::string seen = name == "--lora" ? "lora" : name == "--qlora" ? "qlora" : value;
-      if (first_flag.empty()) {
-        first_flag = name;
-        first_value = seen;
-      } else if (name != first_flag || seen != first_value) {
-        return Status::invalid_input(name + ": conflicts with " + first_flag +
-                                     (first_value.empty() ? "" : " " + first_value) +
-                                     " (expected one of them)");
-      }
-    }
-  }
-  return Status::ok();
-}
-
-Result<RunSettings> parse_settings_text(const std::string& text, const std::string& origin) {
-  // The shared parse: depth limit, duplicate keys refused (not last-wins), numbers a double holds.
-  Result<nlohmann::json> json = graph::parse_json_text(text, origin);
-  if (!json.is_ok()) {
-    return json.status()
-        .with_prefix("--settings: ")
-        .with_suffix(" (expected a RunSettings object, see docs/cli-json.md)");
-  }
-  return planner::settings_from_json(json.value(), origin);
-}
-
-Result<RunSettings> load_settings_file(const std::string& path) {
-  Result<std::string> text = graph::read_file(path, kMaxSettingsFileBytes);
-  if (!text.is_ok()) return text.status().with_prefix("--settings: ");
-  return parse_settings_text(text.value(), path);
-}
-
 }  // namespace
 
 const std::vector<SettingsFlag>& settings_flag_table() { return kFlags; }
@@ -737,180 +693,9 @@ void add_settings_flags(CLI::App& command, SettingsFlags& flags) {
   }
 }
 
-// Whether the command line gave `wanted` (its primary spelling).
-static bool flag_given(const SettingsFlags& flags, const char* wanted) {
+bool flag_given(const SettingsFlags& flags, std::string_view wanted) {
   return std::any_of(flags.given.begin(), flags.given.end(),
                      [&](const auto& given) { return primary_name(*given.first) == wanted; });
-}
-
-Result<RunSettings> resolve_settings(const std::string& model, const SettingsFlags& flags,
-                                     std::vector<std::string>* notes) {
-  std::string torchtune_file, accelerate_file, axolotl_file, llamafactory_file, xtuner_file, mmengine_file, hf_args_file,
-      peft_file;
-  bool with_deepspeed = false;
-  std::vector<std::string> torchtune_overrides;
-  for (const auto& [flag, value] : flags.given) {
-    const std::string name = primary_name(*flag);
-    if (name == "--torchtune") torchtune_file = value;
-    if (name == "--torchtune-set") torchtune_overrides.push_back(value);
-    if (name == "--accelerate") accelerate_file = value;
-    if (name == "--axolotl") axolotl_file = value;
-    if (name == "--llamafactory") llamafactory_file = value;
-    if (name == "--xtuner") xtuner_file = value;
-    if (name == "--mmengine") mmengine_file = value;
-    if (name == "--deepspeed") with_deepspeed = true;
-    if (name == "--hf-args") hf_args_file = value;
-    if (name == "--peft") peft_file = value;
-  }
-  if (!torchtune_overrides.empty() && torchtune_file.empty()) {
-    return Status::invalid_input(
-        "--torchtune-set: overrides a torchtune config; expected --torchtune FILE with it");
-  }
-  if (!torchtune_file.empty() && (!hf_args_file.empty() || !peft_file.empty() || !accelerate_file.empty())) {
-    return Status::invalid_input(
-        "--torchtune: a torchtune run has no TrainingArguments, PEFT or Accelerate config; "
-        "expected "
-        "--torchtune alone, or --hf-args / --peft / --accelerate without it");
-  }
-  RunSettings settings;
-  if (!flags.settings_file.empty() || !flags.settings_text.empty()) {
-    Result<RunSettings> loaded = flags.settings_file.empty()
-                                     ? parse_settings_text(flags.settings_text, flags.settings_origin)
-                                     : load_settings_file(flags.settings_file);
-    if (!loaded.is_ok()) return loaded.status();
-    settings = loaded.value();
-  } else if (model.empty() && torchtune_file.empty() && mmengine_file.empty()) {
-    return Status::invalid_input(
-        "MODEL: missing (expected a zoo name such as llama-3-8b, see `headroom "
-        "models`, a layer-graph JSON file, or --torchtune / --mmengine with a config that names it)");
-  }
-  // The user's own config files are the base the other flags refine, read in
-  // this order; each keeps what the ones before it set and it does not say.
-  bool sequence_unknown = false;
-  bool shard_when_distributed = false;
-  bool shard_within_node = false;
-  std::string sequence_source;
-  const auto take = [&](const char* flag, const std::string& file, const char* what,
-                        Result<planner::ConfigImport> imported) -> Status {
-    if (!imported.is_ok()) return imported.status().with_prefix(std::string(flag) + ": ");
-    settings = imported->settings;
-    shard_when_distributed = shard_when_distributed || imported->shard_when_distributed;
-    shard_within_node = shard_within_node || imported->shard_within_node;
-    if (imported->sequence_unknown && !sequence_unknown) {
-      sequence_unknown = true;
-      sequence_source = std::string(flag) + ": " + file;
-    }
-    if (notes == nullptr) return Status::ok();
-    for (const std::string& note : imported->notes)
-      notes->push_back(std::string(what) + ": " + note);
-    if (!imported->ignored.empty()) {
-      std::string keys;
-      for (const std::string& key : imported->ignored) keys += (keys.empty() ? "" : ", ") + key;
-      notes->push_back(std::string(what) + ": keys not read (no effect on memory or time that headroom models): " +
-                       keys);
-    }
-    return Status::ok();
-  };
-  if (!torchtune_file.empty()) {
-    Status read = take("--torchtune", torchtune_file, "torchtune config",
-                       planner::load_torchtune_config(torchtune_file, torchtune_overrides, settings));
-    if (!read.is_ok()) return read;
-  }
-  if (!accelerate_file.empty()) {
-    Status read = take("--accelerate", accelerate_file, "Accelerate config",
-                       planner::load_accelerate_config(accelerate_file, settings));
-    if (!read.is_ok()) return read;
-  }
-  if (!axolotl_file.empty()) {
-    if (!hf_args_file.empty() || !torchtune_file.empty()) {
-      return Status::invalid_input(
-          "--axolotl: axolotl builds the Trainer's arguments itself; expected --axolotl without "
-          "--hf-args or --torchtune");
-    }
-    Status read = take("--axolotl", axolotl_file, "axolotl config", planner::load_axolotl_config(axolotl_file, settings));
-    if (!read.is_ok()) return read;
-  }
-  if (!llamafactory_file.empty()) {
-    if (!hf_args_file.empty() || !torchtune_file.empty() || !axolotl_file.empty()) {
-      return Status::invalid_input(
-          "--llamafactory: LLaMA-Factory's config holds the Trainer's arguments itself; expected "
-          "--llamafactory without --hf-args, --axolotl or --torchtune");
-    }
-    Status read = take("--llamafactory", llamafactory_file, "LLaMA-Factory config",
-                       planner::load_llamafactory_config(llamafactory_file, settings));
-    if (!read.is_ok()) return read;
-  }
-  // An XTuner config (--xtuner, or --mmengine with an XTuner model): read before
-  // the flags; with --deepspeed its batch and accumulation win over the file's.
-  std::optional<planner::ConfigImport> xtuner;
-  if (!xtuner_file.empty() || !mmengine_file.empty()) {
-    const char* flag = xtuner_file.empty() ? "--mmengine" : "--xtuner";
-    const std::string& file = xtuner_file.empty() ? mmengine_file : xtuner_file;
-    if (!hf_args_file.empty() || !torchtune_file.empty() || !axolotl_file.empty() || !llamafactory_file.empty() ||
-        !accelerate_file.empty() || !peft_file.empty() || (!xtuner_file.empty() && !mmengine_file.empty())) {
-      return Status::invalid_input(std::string(flag) + ": an MMEngine config holds the model and optimizer itself; expected " +
-                           flag + " without --hf-args, --torchtune, --axolotl, --llamafactory, --accelerate, --peft "
-                           "or another MMEngine config");
-    }
-    Result<nlohmann::json> dump = read_mmengine_file(file);
-    if (!dump.is_ok()) return dump.status().with_prefix(std::string(flag) + ": ");
-    Result<planner::MmengineKind> kind = xtuner_file.empty() ? planner::mmengine_kind(dump.value(), file)
-                                                             : Result<planner::MmengineKind>(planner::MmengineKind::kXtuner);
-    if (!kind.is_ok()) return kind.status().with_prefix(std::string(flag) + ": ");
-    const bool is_xtuner = kind.value() == planner::MmengineKind::kXtuner;
-    if (is_xtuner && model.empty() && flags.settings_file.empty() && flags.settings_text.empty()) {
-      return Status::invalid_input("MODEL: missing (an XTuner config names checkpoints, which headroom does not load; "
-                           "expected MODEL as that LLM: a zoo name, its config.json or a layer graph)");
-    }
-    Result<planner::ConfigImport> imported =
-        is_xtuner ? planner::import_xtuner_config(dump.value(), file, settings, with_deepspeed)
-                  : planner::import_mmengine_config(dump.value(), file, settings, with_deepspeed);
-    if (imported.is_ok() && is_xtuner) xtuner = imported.value();
-    Status read = take(flag, file, is_xtuner ? "XTuner config" : "mmpretrain config", std::move(imported));
-    if (!read.is_ok()) return read;
-  }
-  if (!hf_args_file.empty()) {
-    Status read = take("--hf-args", hf_args_file, "TrainingArguments",
-                       planner::load_training_arguments(hf_args_file, settings));
-    if (!read.is_ok()) return read;
-  }
-  if (!peft_file.empty()) {
-    Status read = take("--peft", peft_file, "PEFT config", planner::load_peft_config(peft_file, settings));
-    if (!read.is_ok()) return read;
-  }
-  if (!model.empty()) settings.model = model;
-
-  if (Status conflicts = check_conflicts(flags); !conflicts.is_ok()) return conflicts;
-  for (bool last : {false, true}) {
-    for (const auto& [flag, value] : flags.given) {
-      if (flag->apply_last != last) continue;
-      Status status = flag->apply(settings, value);
-      if (!status.is_ok()) return status.with_prefix(primary_name(*flag) + ": ");
-    }
-  }
-  // xtuner train gives DeepSpeed MMEngine's batch and accumulation, whatever the
-  // DeepSpeed file says (xtuner/tools/train.py); the flags still win.
-  if (xtuner && with_deepspeed) {
-    if (!flag_given(flags, "--batch")) settings.micro_batch = xtuner->settings.micro_batch;
-    if (!flag_given(flags, "--grad-accum")) settings.grad_accum = xtuner->settings.grad_accum;
-  }
-  // What the files left to the GPU count, now that the flags have given it.
-  if (shard_when_distributed && settings.world_size() > 1 && settings.zero_stage == 0 && !flag_given(flags, "--zero")) {
-    settings.zero_stage = 3;
-    if (notes != nullptr) notes->push_back("torchtune config: more than one GPU runs a distributed recipe, which shards with FSDP2 (ZeRO-3)");
-  }
-  if (shard_within_node && settings.nodes > 1 && !flag_given(flags, "--shard-gpus")) settings.shard_gpus = settings.gpus_per_node;
-  if (sequence_unknown && settings.seq_len == 0 && settings.resolution == 0) {
-    return Status::invalid_input(
-        sequence_source +
-        ": the sequence length is not in the file (a null tokenizer.max_seq_len without packing, "
-        "or TrainingArguments without SFTConfig's max_length): batches are as long as their "
-        "longest sample; expected --seq N (the longest batch the run will see)");
-  }
-  if (Status valid = planner::validate_settings(settings, "command line"); !valid.is_ok()) {
-    return valid;
-  }
-  return settings;
 }
 
 }  // namespace headroom::cli

@@ -1,8 +1,7 @@
 // The settings flags shared by `headroom fit` and `headroom plan`: one row per
 // flag in a table (names, help, how it changes planner::RunSettings). The
-// parser records what was given; resolve_settings() then builds RunSettings
-// from --settings FILE, the MODEL argument and the flags, in that order of
-// precedence (flags win), and validates the result.
+// parser records what was given; resolve_settings() (cli/resolve_settings.h)
+// then builds RunSettings from them.
 #pragma once
 
 #include <string>
@@ -56,12 +55,7 @@ Status give_flag(SettingsFlags& flags, std::string_view name, std::string value)
 // Adds --settings and every row of the table to `command`, recording into `flags`.
 void add_settings_flags(CLI::App& command, SettingsFlags& flags);
 
-// RunSettings for `model` (empty: the --settings file's model, or the --torchtune
-// config's) from the flags. A --torchtune config is read first, with its
-// --torchtune-set overrides; MODEL and the other flags then override it. What an
-// imported config left to assumption, or ignored, goes to `notes`.
-// Errors name the flag or the file, the field and what was expected.
-Result<planner::RunSettings> resolve_settings(const std::string& model, const SettingsFlags& flags,
-                                              std::vector<std::string>* notes = nullptr);
+// Whether the command line gave `wanted` (a flag's primary spelling, "--batch").
+bool flag_given(const SettingsFlags& flags, std::string_view wanted);
 
 }  // namespace headroom::cli
