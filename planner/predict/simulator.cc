@@ -1078,15 +1078,4 @@ Simulation simulate(const ModelContext& context, const RunSettings& settings, co
   return out;
 }
 
-Result<Simulation> simulate_plan(const Plan& plan, const SimulatorOptions& options) {
-  Result<ModelContext> context = prepare_context(plan.settings);
-  if (!context.is_ok()) return context.status();
-  if (plan.blocks.size() != context->graph.blocks.size()) {
-    return Status::invalid_input(
-        "plan: blocks: expected " + std::to_string(context->graph.blocks.size()) + " entries for " +
-        context->graph.name + ", got " + std::to_string(plan.blocks.size()));
-  }
-  return simulate(context.value(), plan.settings, plan.config, plan.blocks, options);
-}
-
 }  // namespace headroom::planner

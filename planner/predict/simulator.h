@@ -30,7 +30,4 @@ Simulation simulate(const ModelContext& context, const RunSettings& settings,
                     const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
                     const SimulatorOptions& options = {});
 
-// Prepares the model from the plan's own settings and simulates it.
-Result<Simulation> simulate_plan(const Plan& plan, const SimulatorOptions& options = {});
-
 }  // namespace headroom::planner

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+#include "tests/support/temp_dir.h"
+
 namespace headroom::cli_harness {
 
 namespace fs = std::filesystem;
@@ -24,27 +26,8 @@ struct RunOutput {
   std::string err;
 };
 
-// A fresh directory per use, removed at the end (one counter for the whole
-// test binary, so directories of different test files never collide).
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("headroom_cli_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+// A fresh directory per use, removed at the end (tests/support/temp_dir.h).
+using headroom::testing::TempDir;
 
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path);

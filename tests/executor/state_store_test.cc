@@ -3,6 +3,7 @@
 // loadable with identical parts, clean up after itself, say what happened, and
 // let the next save succeed. Format: docs/training-checkpoints.md.
 #include "executor/state_store.h"
+#include "tests/support/temp_dir.h"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -20,24 +21,12 @@
 namespace headroom::executor {
 namespace {
 
+using headroom::testing::TempDir;
+
 namespace fs = std::filesystem;
 using Parts = std::map<std::string, std::string>;
 
 // A fresh mkdtemp directory per test case, removed afterwards.
-struct TempDir {
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "headroom_state_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string sub(const std::string& name) const { return (fs::path(path) / name).string(); }
-  std::string path;
-};
-
 std::vector<std::string> entries(const std::string& directory) {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(directory))
@@ -160,7 +149,7 @@ TEST_CASE(
     "save writes step-NNNNNNNN/ with one file per part and a MANIFEST, and load_latest reads it "
     "back") {
   TempDir dir;
-  const std::string root = dir.sub("checkpoints");  // created on the first save
+  const std::string root = dir.file("checkpoints");  // created on the first save
   StateStore store({root});
   const Parts parts = parts_for(42);
   REQUIRE(store.save(42, parts).is_ok());
@@ -190,7 +179,7 @@ TEST_CASE(
     "the MANIFEST checksum is CRC-32C (known answers from RFC 3720 B.4 and the usual check "
     "value)") {
   TempDir dir;
-  StateStore store({dir.path});
+  StateStore store({dir.str()});
   std::string ascending(32, '\0');
   for (int i = 0; i < 32; ++i) ascending[static_cast<size_t>(i)] = static_cast<char>(i);
   REQUIRE(store
@@ -200,7 +189,7 @@ TEST_CASE(
                         {"ascending", ascending}})
               .is_ok());
   std::map<std::string, std::string> crc;
-  const nlohmann::json manifest = nlohmann::json::parse(slurp(dir.sub("step-00000001/MANIFEST")));
+  const nlohmann::json manifest = nlohmann::json::parse(slurp(dir.file("step-00000001/MANIFEST")));
   for (const auto& part : manifest["parts"]) {
     crc[part["name"].get<std::string>()] = part["crc32c"].get<std::string>();
   }
@@ -218,12 +207,12 @@ TEST_CASE("bytes_to_write counts 4 KiB blocks for every file and the directory")
 
 TEST_CASE("an empty directory holds no checkpoint, a missing one is an error") {
   TempDir dir;
-  CHECK_FALSE(load(dir.path).has_value());
-  StateStore missing({dir.sub("nope")});
+  CHECK_FALSE(load(dir.str()).has_value());
+  StateStore missing({dir.file("nope")});
   Result<std::optional<LoadedState>> loaded = missing.load_latest();
   REQUIRE_FALSE(loaded.is_ok());
   CHECK(loaded.message() ==
-        dir.sub("nope") +
+        dir.file("nope") +
             ": no such directory (expected a directory of training-state checkpoints)");
   CHECK_FALSE(missing.steps().is_ok());
 }
@@ -232,14 +221,14 @@ TEST_CASE("rotation keeps exactly `keep` checkpoints, the newest") {
   for (int keep : {1, 2, 3}) {
     CAPTURE(keep);
     TempDir dir;
-    StateStore store({dir.path, keep});
+    StateStore store({dir.str(), keep});
     for (int64_t step = 10; step <= 60; step += 10)
       REQUIRE(store.save(step, parts_for(step)).is_ok());
     std::vector<int64_t> expected;
     for (int64_t step = 60 - 10 * (keep - 1); step <= 60; step += 10) expected.push_back(step);
     CHECK(store.steps().value() == expected);
-    CHECK(entries(dir.path).size() == static_cast<size_t>(keep));
-    check_latest(dir.path, 60, parts_for(60));
+    CHECK(entries(dir.str()).size() == static_cast<size_t>(keep));
+    check_latest(dir.str(), 60, parts_for(60));
   }
 }
 
@@ -248,21 +237,21 @@ TEST_CASE("rotation never counts a checkpoint that fails its checksum as kept (i
   // must keep step-5, the newest good one, not the damaged step-6.
   TempDir dir;
   {
-    StateStore writer({dir.path, 2});
+    StateStore writer({dir.str(), 2});
     REQUIRE(writer.save(5, parts_for(5)).is_ok());
     REQUIRE(writer.save(6, parts_for(6)).is_ok());
   }
-  std::string data = slurp(dir.sub("step-00000006/model.weights"));
+  std::string data = slurp(dir.file("step-00000006/model.weights"));
   data[100] = static_cast<char>(data[100] ^ 0x40);
-  put(dir.sub("step-00000006/model.weights"), data);
+  put(dir.file("step-00000006/model.weights"), data);
 
-  StateStore resumed({dir.path, 2});
+  StateStore resumed({dir.str(), 2});
   REQUIRE(resumed.save(8, parts_for(8)).is_ok());
-  CHECK(fs::exists(dir.sub("step-00000005")));
-  CHECK(fs::exists(dir.sub("step-00000008")));
+  CHECK(fs::exists(dir.file("step-00000005")));
+  CHECK(fs::exists(dir.file("step-00000008")));
   // Step 8 missing now: the good step-5 is what a resume falls back to.
-  fs::remove_all(dir.sub("step-00000008"));
-  std::optional<LoadedState> state = load(dir.path);
+  fs::remove_all(dir.file("step-00000008"));
+  std::optional<LoadedState> state = load(dir.str());
   REQUIRE(state.has_value());
   CHECK(state->step == 5);
   CHECK(state->parts == parts_for(5));
@@ -271,34 +260,34 @@ TEST_CASE("rotation never counts a checkpoint that fails its checksum as kept (i
 TEST_CASE("check_writable finds a directory that cannot be written before any training") {
   TempDir dir;
   SUBCASE("a writable directory is created and left empty") {
-    StateStore store({dir.sub("new/checkpoints")});
+    StateStore store({dir.file("new/checkpoints")});
     REQUIRE(store.check_writable().is_ok());
-    CHECK(fs::is_directory(dir.sub("new/checkpoints")));
-    CHECK(entries(dir.sub("new/checkpoints")).empty());
+    CHECK(fs::is_directory(dir.file("new/checkpoints")));
+    CHECK(entries(dir.file("new/checkpoints")).empty());
   }
   SUBCASE("writes that fail (a read-only mount) are an error naming the directory") {
     FaultInjectingFileSystem faulty;
     faulty.fail_write = 1;
     faulty.write_errno = EROFS;
-    StateStore store({dir.sub("ro"), 2}, faulty);
+    StateStore store({dir.file("ro"), 2}, faulty);
     const Status status = store.check_writable();
     REQUIRE_FALSE(status.is_ok());
     CAPTURE(status.message());
-    CHECK(status.message().find(dir.sub("ro") + "/: checkpoints cannot be written there: ") == 0);
+    CHECK(status.message().find(dir.file("ro") + "/: checkpoints cannot be written there: ") == 0);
     CHECK(status.message().find("Read-only file system") != std::string::npos);
     CHECK(status.message().find("nothing was trained") != std::string::npos);
-    CHECK(entries(dir.sub("ro")).empty());
+    CHECK(entries(dir.file("ro")).empty());
   }
   SUBCASE("a path under a regular file") {
-    put(dir.sub("plain"), "x");
-    StateStore store({dir.sub("plain/checkpoints")});
+    put(dir.file("plain"), "x");
+    StateStore store({dir.file("plain/checkpoints")});
     CHECK_FALSE(store.check_writable().is_ok());
   }
 }
 
 TEST_CASE("saving an older step than those on disk never rotates the new one away") {
   TempDir dir;
-  StateStore store({dir.path, 1});
+  StateStore store({dir.str(), 1});
   REQUIRE(store.save(50, parts_for(50)).is_ok());
   REQUIRE(store.save(7, parts_for(7)).is_ok());
   CHECK(store.steps().value() == std::vector<int64_t>{7, 50});
@@ -306,13 +295,13 @@ TEST_CASE("saving an older step than those on disk never rotates the new one awa
 
 TEST_CASE("saving a step that exists replaces it and leaves nothing behind") {
   TempDir dir;
-  StateStore store({dir.path, 1});
+  StateStore store({dir.str(), 1});
   REQUIRE(store.save(40, parts_for(40)).is_ok());
   const Parts newer = {{"model.weights", "replaced"}};
   REQUIRE(store.save(40, newer).is_ok());
-  CHECK(entries(dir.path) == std::vector<std::string>{"step-00000040"});
-  CHECK(entries(dir.sub("step-00000040")) == std::vector<std::string>{"MANIFEST", "model.weights"});
-  check_latest(dir.path, 40, newer);
+  CHECK(entries(dir.str()) == std::vector<std::string>{"step-00000040"});
+  CHECK(entries(dir.file("step-00000040")) == std::vector<std::string>{"MANIFEST", "model.weights"});
+  check_latest(dir.str(), 40, newer);
 }
 
 // Every fault below runs against this starting point: step 40 saved, step 42
@@ -320,7 +309,7 @@ TEST_CASE("saving a step that exists replaces it and leaves nothing behind") {
 struct FaultCase {
   TempDir dir;
   FaultInjectingFileSystem faults;
-  StateStore store{{dir.path, 1}, faults};
+  StateStore store{{dir.str(), 1}, faults};
   FaultCase() {
     REQUIRE(store.save(40, parts_for(40)).is_ok());
     faults.writes = faults.renames = 0;
@@ -329,17 +318,17 @@ struct FaultCase {
   // The failed save of 42 left 40 as it was and no temporary directory.
   void check_intact(const Status& status) {
     REQUIRE_FALSE(status.is_ok());
-    CHECK(status.message().find(dir.path + "/: ") == 0);
+    CHECK(status.message().find(dir.str() + "/: ") == 0);
     CHECK(status.message().find("saving step 42") != std::string::npos);
     CHECK(status.message().find("step-00000040 is intact") != std::string::npos);
-    CHECK(entries(dir.path) == std::vector<std::string>{"step-00000040"});
-    check_latest(dir.path, 40, parts_for(40));
+    CHECK(entries(dir.str()) == std::vector<std::string>{"step-00000040"});
+    check_latest(dir.str(), 40, parts_for(40));
   }
   void check_next_save_succeeds() {
     faults = FaultInjectingFileSystem();
     REQUIRE(store.save(42, parts_for(42)).is_ok());
-    CHECK(entries(dir.path) == std::vector<std::string>{"step-00000042"});
-    check_latest(dir.path, 42, parts_for(42));
+    CHECK(entries(dir.str()) == std::vector<std::string>{"step-00000042"});
+    check_latest(dir.str(), 42, parts_for(42));
   }
 };
 
@@ -364,41 +353,41 @@ TEST_CASE("a write that fails halfway (ENOSPC, EIO) loses nothing, whichever fil
 
 TEST_CASE("too little free space refuses before writing anything") {
   FaultCase c;
-  const std::vector<std::string> before = entries(c.dir.path);
+  const std::vector<std::string> before = entries(c.dir.str());
   const int64_t needed = StateStore::bytes_to_write(parts_for(42));
 
   c.faults.reported_free_bytes = needed - 1;
   Status status = c.store.save(42, parts_for(42));
-  CHECK(status.message() == c.dir.path + "/: " + std::to_string(needed - 1) +
+  CHECK(status.message() == c.dir.str() + "/: " + std::to_string(needed - 1) +
                                 " bytes free, saving step 42 needs " + std::to_string(needed) +
                                 " bytes; nothing was written; step-00000040 is intact");
   CHECK(c.faults.writes == 0);
-  CHECK(entries(c.dir.path) == before);
+  CHECK(entries(c.dir.str()) == before);
 
   // min_free_bytes counts too, and large amounts are shown in GiB (2^30).
   c.faults.reported_free_bytes = int64_t{1288490189};  // 1.20 GiB
-  StateStore strict({c.dir.path, 1, int64_t{1} << 31}, c.faults);
+  StateStore strict({c.dir.str(), 1, int64_t{1} << 31}, c.faults);
   status = strict.save(42, parts_for(42));
   CHECK(status.message() ==
-        c.dir.path + "/: 1.20 GiB free, saving step 42 needs " + std::to_string(needed) +
+        c.dir.str() + "/: 1.20 GiB free, saving step 42 needs " + std::to_string(needed) +
             " bytes (+2.00 GiB kept free); nothing was written; step-00000040 is intact");
   CHECK(c.faults.writes == 0);
   c.check_intact(status);
   // Exactly enough passes.
   c.faults.reported_free_bytes = needed;
   REQUIRE(c.store.save(42, parts_for(42)).is_ok());
-  check_latest(c.dir.path, 42, parts_for(42));
+  check_latest(c.dir.str(), 42, parts_for(42));
 }
 
 TEST_CASE("too little free space for the first checkpoint creates nothing") {
   TempDir dir;
   FaultInjectingFileSystem faults;
   faults.reported_free_bytes = 0;
-  StateStore store({dir.sub("run1/checkpoints")}, faults);
+  StateStore store({dir.file("run1/checkpoints")}, faults);
   const Status status = store.save(1, parts_for(1));
   CHECK(status.message().find("0 bytes free") != std::string::npos);
   CHECK(status.message().find("no checkpoint existed before") != std::string::npos);
-  CHECK(entries(dir.path).empty());
+  CHECK(entries(dir.str()).empty());
 }
 
 TEST_CASE("a failed rename into place loses nothing") {
@@ -406,7 +395,7 @@ TEST_CASE("a failed rename into place loses nothing") {
   c.faults.fail_rename = 1;
   const Status status = c.store.save(42, parts_for(42));
   c.check_intact(status);
-  CHECK(status.message().find("cannot rename to " + c.dir.path +
+  CHECK(status.message().find("cannot rename to " + c.dir.str() +
                               "/step-00000042: Input/output error") != std::string::npos);
   c.check_next_save_succeeds();
 }
@@ -423,7 +412,7 @@ TEST_CASE("a failed flush (fsync of a file or of the new directory) loses nothin
     c.check_next_save_succeeds();
   }
   FaultCase c;
-  c.faults.fail_sync_directory = c.dir.path + "/.step-00000042.tmp-" + std::to_string(::getpid());
+  c.faults.fail_sync_directory = c.dir.str() + "/.step-00000042.tmp-" + std::to_string(::getpid());
   c.check_intact(c.store.save(42, parts_for(42)));
   c.check_next_save_succeeds();
 }
@@ -431,13 +420,13 @@ TEST_CASE("a failed flush (fsync of a file or of the new directory) loses nothin
 TEST_CASE(
     "a failed flush of the parent after the rename reports it and removes no older checkpoint") {
   FaultCase c;  // keep = 1: a clean save would remove step 40
-  c.faults.fail_sync_directory = c.dir.path;
+  c.faults.fail_sync_directory = c.dir.str();
   const Status status = c.store.save(42, parts_for(42));
   REQUIRE_FALSE(status.is_ok());
   CHECK(status.message().find("step-00000042 is in place but") != std::string::npos);
   CHECK(status.message().find("no checkpoint was removed") != std::string::npos);
-  CHECK(entries(c.dir.path) == std::vector<std::string>{"step-00000040", "step-00000042"});
-  check_latest(c.dir.path, 42, parts_for(42));
+  CHECK(entries(c.dir.str()) == std::vector<std::string>{"step-00000040", "step-00000042"});
+  check_latest(c.dir.str(), 42, parts_for(42));
   c.check_next_save_succeeds();
 }
 
@@ -447,7 +436,7 @@ TEST_CASE("replacing a step whose rename fails keeps the earlier checkpoint of t
     CAPTURE(nth);
     TempDir dir;
     FaultInjectingFileSystem faults;
-    StateStore store({dir.path, 1}, faults);
+    StateStore store({dir.str(), 1}, faults);
     REQUIRE(store.save(40, parts_for(40)).is_ok());
     faults.renames = 0;
     faults.fail_rename = nth;
@@ -455,8 +444,8 @@ TEST_CASE("replacing a step whose rename fails keeps the earlier checkpoint of t
     REQUIRE_FALSE(status.is_ok());
     CHECK(status.message().find("Input/output error") != std::string::npos);
     CHECK(status.message().find("step-00000040 is intact") != std::string::npos);
-    CHECK(entries(dir.path) == std::vector<std::string>{"step-00000040"});
-    check_latest(dir.path, 40, parts_for(40));
+    CHECK(entries(dir.str()) == std::vector<std::string>{"step-00000040"});
+    check_latest(dir.str(), 40, parts_for(40));
   }
 }
 
@@ -469,20 +458,20 @@ TEST_CASE(
   REQUIRE(c.store.last_save_warnings().size() == 1);
   CHECK(c.store.last_save_warnings()[0].find("cannot remove") != std::string::npos);
   // Out of sight while waiting: never a half-removed step-N.
-  CHECK(entries(c.dir.path) ==
+  CHECK(entries(c.dir.str()) ==
         std::vector<std::string>{".step-00000040.deleting", "step-00000042"});
-  check_latest(c.dir.path, 42, parts_for(42));
+  check_latest(c.dir.str(), 42, parts_for(42));
 
   c.faults.fail_remove = false;
   c.faults.renames = 0;
   c.faults.fail_rename = 2;  // 1 moves step 43 into place, 2 would move step 42 out of sight
   REQUIRE(c.store.save(43, parts_for(43)).is_ok());
   CHECK(c.store.last_save_warnings().size() == 1);
-  CHECK(entries(c.dir.path) == std::vector<std::string>{"step-00000042", "step-00000043"});
+  CHECK(entries(c.dir.str()) == std::vector<std::string>{"step-00000042", "step-00000043"});
   c.faults.fail_rename = 0;
   REQUIRE(c.store.save(44, parts_for(44)).is_ok());
   CHECK(c.store.last_save_warnings().empty());
-  CHECK(entries(c.dir.path) == std::vector<std::string>{"step-00000044"});
+  CHECK(entries(c.dir.str()) == std::vector<std::string>{"step-00000044"});
 }
 
 // A crash after every possible number of file-system operations: whatever is
@@ -494,7 +483,7 @@ void check_crash_at_every_point(int64_t saved_step, const Parts& newer) {
     TempDir dir;
     FaultInjectingFileSystem counting;
     counting.crash_after = 1 << 30;
-    StateStore store({dir.path, 1}, counting);
+    StateStore store({dir.str(), 1}, counting);
     REQUIRE(store.save(40, parts_for(40)).is_ok());
     counting.mutations = 0;
     REQUIRE(store.save(saved_step, newer).is_ok());
@@ -505,13 +494,13 @@ void check_crash_at_every_point(int64_t saved_step, const Parts& newer) {
     CAPTURE(crash_after);
     TempDir dir;
     FaultInjectingFileSystem faults;
-    StateStore store({dir.path, 1}, faults);
+    StateStore store({dir.str(), 1}, faults);
     REQUIRE(store.save(40, parts_for(40)).is_ok());
     faults.crash_after = crash_after;
     faults.mutations = 0;
     (void)store.save(saved_step, newer);
 
-    std::optional<LoadedState> state = load(dir.path);  // a new process, the real file system
+    std::optional<LoadedState> state = load(dir.str());  // a new process, the real file system
     REQUIRE(state.has_value());
     CHECK(state->skipped.empty());
     const bool is_new = state->step == saved_step && state->parts == newer;
@@ -519,10 +508,10 @@ void check_crash_at_every_point(int64_t saved_step, const Parts& newer) {
     CHECK((is_new || is_old));
     CHECK(((crash_after < total) || is_new));
 
-    StateStore next({dir.path, 1});
+    StateStore next({dir.str(), 1});
     REQUIRE(next.save(99, parts_for(99)).is_ok());
     CHECK(next.last_save_warnings().empty());
-    CHECK(entries(dir.path) == std::vector<std::string>{"step-00000099"});
+    CHECK(entries(dir.str()) == std::vector<std::string>{"step-00000099"});
   }
 }
 
@@ -538,16 +527,16 @@ TEST_CASE("a crash at any point of replacing a step leaves that step's old or ne
 
 TEST_CASE("a leftover temporary directory is ignored by load and removed by the next save") {
   TempDir dir;
-  StateStore store({dir.path});
+  StateStore store({dir.str()});
   REQUIRE(store.save(40, parts_for(40)).is_ok());
   // A complete-looking temporary directory of a newer step: still not loaded.
-  fs::copy(dir.sub("step-00000040"), dir.sub(".step-00000050.tmp-12345"));
-  fs::create_directory(dir.sub(".step-00000030.deleting"));
-  put(dir.sub("notes.txt"), "the user's own file");
-  check_latest(dir.path, 40, parts_for(40));
+  fs::copy(dir.file("step-00000040"), dir.file(".step-00000050.tmp-12345"));
+  fs::create_directory(dir.file(".step-00000030.deleting"));
+  put(dir.file("notes.txt"), "the user's own file");
+  check_latest(dir.str(), 40, parts_for(40));
   CHECK(store.steps().value() == std::vector<int64_t>{40});
   REQUIRE(store.save(41, parts_for(41)).is_ok());
-  CHECK(entries(dir.path) ==
+  CHECK(entries(dir.str()) ==
         std::vector<std::string>{"notes.txt", "step-00000040", "step-00000041"});
 }
 
@@ -557,16 +546,16 @@ void check_fallback(const std::function<void(const std::string& newest)>& damage
                     const std::string& why) {
   CAPTURE(why);
   TempDir dir;
-  StateStore store({dir.path, 2});
+  StateStore store({dir.str(), 2});
   REQUIRE(store.save(40, parts_for(40)).is_ok());
   REQUIRE(store.save(42, parts_for(42)).is_ok());
-  damage(dir.sub("step-00000042"));
-  std::optional<LoadedState> state = load(dir.path);
+  damage(dir.file("step-00000042"));
+  std::optional<LoadedState> state = load(dir.str());
   REQUIRE(state.has_value());
   CHECK(state->step == 40);
   CHECK(state->parts == parts_for(40));
   REQUIRE(state->skipped.size() == 1);
-  CHECK(state->skipped[0].find(dir.sub("step-00000042/")) == 0);
+  CHECK(state->skipped[0].find(dir.file("step-00000042/")) == 0);
   CHECK(state->skipped[0].find(why) != std::string::npos);
 }
 
@@ -594,11 +583,11 @@ TEST_CASE("a damaged newest checkpoint is skipped and reported") {
 
 TEST_CASE("when no checkpoint verifies, load_latest is an error listing each") {
   TempDir dir;
-  StateStore store({dir.path, 2});
+  StateStore store({dir.str(), 2});
   REQUIRE(store.save(40, parts_for(40)).is_ok());
   REQUIRE(store.save(42, parts_for(42)).is_ok());
-  fs::remove(dir.sub("step-00000040/MANIFEST"));
-  fs::remove(dir.sub("step-00000042/MANIFEST"));
+  fs::remove(dir.file("step-00000040/MANIFEST"));
+  fs::remove(dir.file("step-00000042/MANIFEST"));
   Result<std::optional<LoadedState>> loaded = store.load_latest();
   REQUIRE_FALSE(loaded.is_ok());
   CHECK(loaded.message().find("no checkpoint verifies") != std::string::npos);
@@ -673,22 +662,22 @@ TEST_CASE("hostile manifests are rejected with a reason, never followed") {
       {"{\"format\": 1e99999}", "format: number overflow"},
   };
   TempDir dir;
-  StateStore store({dir.path});
+  StateStore store({dir.str()});
   REQUIRE(store.save(40, parts_for(40)).is_ok());
-  fs::create_directory(dir.sub("step-00000041"));
-  put(dir.sub("step-00000041/p"), "x");
-  put(dir.sub("x"), "outside");  // what "../x" would reach
+  fs::create_directory(dir.file("step-00000041"));
+  put(dir.file("step-00000041/p"), "x");
+  put(dir.file("x"), "outside");  // what "../x" would reach
   // The well-formed manifest loads, so each rejection below is for its own reason.
-  put(dir.sub("step-00000041/MANIFEST"), manifest(part("\"p\"", "1", x_crc)));
-  std::optional<LoadedState> good = load(dir.path);
+  put(dir.file("step-00000041/MANIFEST"), manifest(part("\"p\"", "1", x_crc)));
+  std::optional<LoadedState> good = load(dir.str());
   REQUIRE(good.has_value());
   CHECK(good->step == 41);
   CHECK(good->parts == Parts{{"p", "x"}});
 
   for (const Hostile& hostile : cases) {
     CAPTURE(hostile.why);
-    put(dir.sub("step-00000041/MANIFEST"), hostile.text);
-    std::optional<LoadedState> state = load(dir.path);
+    put(dir.file("step-00000041/MANIFEST"), hostile.text);
+    std::optional<LoadedState> state = load(dir.str());
     REQUIRE(state.has_value());
     CHECK(state->step == 40);
     REQUIRE(state->skipped.size() == 1);
@@ -698,30 +687,30 @@ TEST_CASE("hostile manifests are rejected with a reason, never followed") {
   }
 
   // A MANIFEST too large to be one is not read at all.
-  put(dir.sub("step-00000041/MANIFEST"), std::string((16 << 20) + 1, ' '));
-  std::optional<LoadedState> state = load(dir.path);
+  put(dir.file("step-00000041/MANIFEST"), std::string((16 << 20) + 1, ' '));
+  std::optional<LoadedState> state = load(dir.str());
   REQUIRE(state.has_value());
   CHECK(state->skipped[0].find("bytes (expected at most 16777216)") != std::string::npos);
 }
 
 TEST_CASE("directory names that are not exactly step-<8 digits> are not checkpoints") {
   TempDir dir;
-  StateStore store({dir.path});
+  StateStore store({dir.str()});
   REQUIRE(store.save(40, parts_for(40)).is_ok());
   for (const char* name :
        {"step-000000041", "step-0000041", "step-0000004x", "step--0000041", "Step-00000041"}) {
-    fs::copy(dir.sub("step-00000040"), dir.sub(name));
+    fs::copy(dir.file("step-00000040"), dir.file(name));
   }
-  check_latest(dir.path, 40, parts_for(40));
+  check_latest(dir.str(), 40, parts_for(40));
 }
 
 TEST_CASE("bad arguments to save are refused before anything is written") {
   TempDir dir;
   FaultInjectingFileSystem counting;
-  StateStore store({dir.path}, counting);
+  StateStore store({dir.str()}, counting);
   REQUIRE(store.save(40, parts_for(40)).is_ok());
   counting.writes = 0;
-  const std::vector<std::string> before = entries(dir.path);
+  const std::vector<std::string> before = entries(dir.str());
   for (const std::string& name :
        {std::string("../x"), std::string("MANIFEST"), std::string(".hidden"), std::string(""),
         std::string("a/b"), std::string("tab\there"), std::string(201, 'a')}) {
@@ -735,12 +724,12 @@ TEST_CASE("bad arguments to save are refused before anything is written") {
   CHECK(store.save(-1, parts_for(1)).message().find("expected a step from 0 to 99999999") !=
         std::string::npos);
   CHECK_FALSE(store.save(100'000'000, parts_for(1)).is_ok());
-  StateStore keep_none({dir.path, 0}, counting);
+  StateStore keep_none({dir.str(), 0}, counting);
   CHECK(keep_none.save(41, parts_for(41)).message().find("keep is 0") != std::string::npos);
   CHECK(counting.writes == 0);
-  CHECK(entries(dir.path) == before);
+  CHECK(entries(dir.str()) == before);
   CHECK(store.save(99'999'999, parts_for(1)).is_ok());
-  CHECK(fs::exists(dir.sub("step-99999999")));
+  CHECK(fs::exists(dir.file("step-99999999")));
 }
 
 }  // namespace
@@ -779,7 +768,7 @@ const Parts kRank1 = {{"optimizer.rank-00001-of-00002.pt", std::string(7000, 'b'
 
 TEST_CASE("two ranks save one checkpoint together: one MANIFEST lists every rank's parts") {
   TempDir dir;
-  const std::string ckpt = dir.sub("ckpt");
+  const std::string ckpt = dir.file("ckpt");
   StateStore rank0({ckpt}), rank1({ckpt});
   REQUIRE(shared_save(rank0, rank1, 2, kRank0, kRank1).is_ok());
   CHECK(entries(ckpt) == std::vector<std::string>{"step-00000002"});
@@ -800,7 +789,7 @@ TEST_CASE("two ranks save one checkpoint together: one MANIFEST lists every rank
 
 TEST_CASE("a rank whose part cannot be written leaves no checkpoint, and the earlier one intact") {
   TempDir dir;
-  const std::string ckpt = dir.sub("ckpt");
+  const std::string ckpt = dir.file("ckpt");
   StateStore rank0({ckpt});
   REQUIRE(shared_save(rank0, rank0, 2, kRank0, kRank1).is_ok());
   FaultInjectingFileSystem faulty;
@@ -818,7 +807,7 @@ TEST_CASE("a rank whose part cannot be written leaves no checkpoint, and the ear
 
 TEST_CASE("a shared save refuses a disk without room for every rank's parts before writing") {
   TempDir dir;
-  const std::string ckpt = dir.sub("ckpt");
+  const std::string ckpt = dir.file("ckpt");
   FaultInjectingFileSystem small;
   small.reported_free_bytes = 12 * 1024;  // rank 0's parts fit, not rank 1's as well
   StateStore rank0({ckpt}, small), rank1({ckpt}, small);
@@ -830,7 +819,7 @@ TEST_CASE("a shared save refuses a disk without room for every rank's parts befo
 
 TEST_CASE("load_latest at_most_step takes the newest checkpoint at or before it") {
   TempDir dir;
-  StateStore store({dir.path, 3});
+  StateStore store({dir.str(), 3});
   for (int64_t step : {2, 4, 6}) REQUIRE(store.save(step, parts_for(step)).is_ok());
   LoadRequest request;
   request.at_most_step = 5;
@@ -847,7 +836,7 @@ TEST_CASE("load_latest at_most_step takes the newest checkpoint at or before it"
 
 TEST_CASE("a part another rank reads is still checked for its size") {
   TempDir dir;
-  const std::string ckpt = dir.sub("ckpt");
+  const std::string ckpt = dir.file("ckpt");
   StateStore rank0({ckpt, 2}), rank1({ckpt, 2});
   REQUIRE(shared_save(rank0, rank1, 2, kRank0, kRank1).is_ok());
   REQUIRE(shared_save(rank0, rank1, 4, kRank0, kRank1).is_ok());

@@ -15,33 +15,16 @@
 #include <fstream>
 #include <string>
 
+#include "tests/support/temp_dir.h"
+
 namespace headroom::graph {
 namespace {
+
+using headroom::testing::TempDir;
 
 namespace fs = std::filesystem;
 
 // A fresh directory per test case, removed afterwards.
-struct TempDir {
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("headroom_atomic_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  int entries() const {
-    int count = 0;
-    for ([[maybe_unused]] const auto& entry : fs::directory_iterator(path)) ++count;
-    return count;
-  }
-  fs::path path;
-};
-
 void write_plain(const std::string& path, const std::string& contents) {
   std::ofstream(path, std::ios::binary) << contents;
 }

@@ -9,9 +9,12 @@
 #include <string>
 
 #include "graph/atomic_file.h"
+#include "tests/support/temp_dir.h"
 
 namespace headroom::graph {
 namespace {
+
+using headroom::testing::TempDir;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -23,22 +26,6 @@ json toy_json() {
   REQUIRE(text.is_ok());
   return json::parse(text.value());
 }
-
-struct TempDir {
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("headroom_json_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  fs::path path;
-};
 
 // Reads `j` as a graph from "m.json" and returns the error, which must start
 // with the origin and the field path.
