@@ -78,9 +78,8 @@ const RealRange kRealRanges[] = {
      [](double v) { return v > 0 && v <= kMaxBandwidthGbps; }, "a bandwidth in GB/s above 0, at most 1000000"},
 };
 
-}  // namespace
-
-Status validate_settings(const RunSettings& s, std::string_view origin) {
+// Every integer and real setting within its documented range.
+Status check_ranges(const RunSettings& s, std::string_view origin) {
   for (const IntegerRange& range : kIntegerRanges) {
     const int64_t value = range.value(s);
     if (value < range.min || value > range.max) {
@@ -96,6 +95,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
       return fail(origin, range.field, "expected " + std::string(range.expected) + ", got " + std::to_string(value));
     }
   }
+  return Status::ok();
+}
+
+// The batch: micro-batch x accumulation x GPUs, and the global batch they must make.
+Status check_batch(const RunSettings& s, std::string_view origin) {
   // In range one by one, the product may still be absurd; the ranges above
   // keep it far inside int64 (1024 x 10^6 x 262144 < 2^63).
   const int64_t product = s.micro_batch * s.grad_accum * s.world_size();
@@ -118,6 +122,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
                     std::to_string(s.micro_batch) + " per GPU, got " + std::to_string(s.global_batch) +
                     " samples (raise micro_batch or lower global_batch)");
   }
+  return Status::ok();
+}
+
+// Where the optimizer and the parameters may be offloaded, by whom (DeepSpeed, FSDP2, torchao).
+Status check_offload(const RunSettings& s, std::string_view origin) {
   if (s.offload_param != Offload::kNone && s.zero_stage != 3) {
     return fail(origin, "offload_param", "parameter offload needs ZeRO stage 3 (DeepSpeed refuses it below), got stage " + std::to_string(s.zero_stage));
   }
@@ -149,6 +158,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
   if (s.offload_optimizer == Offload::kCpu && s.zero_stage == 0 && !torchao_offload) {
     return fail(origin, "offload_optimizer", "optimizer offload needs ZeRO stage 1, 2 or 3 (ZeRO-Offload), got stage 0");
   }
+  return Status::ok();
+}
+
+// How the optimizer steps: in backward, paged.
+Status check_optimizer(const RunSettings& s, std::string_view origin) {
   if (s.optimizer_impl == OptimizerImpl::kInBackward &&
       (s.grad_accum > 1 || s.zero_stage > 0 || s.offload_optimizer != Offload::kNone)) {
     // torchtune's recipes refuse the same (full_finetune_single_device.py: optimizer_in_bwd).
@@ -161,6 +175,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
                 "bitsandbytes has paged AdamW (32-bit) and AdamW8bit only: expected optimizer adamw or adamw-8bit, got " +
                     std::string(optimizer_name(s.optimizer)));
   }
+  return Status::ok();
+}
+
+// Adapters scoped to parts of the model.
+Status check_scoped_lora(const RunSettings& s, std::string_view origin) {
   for (size_t i = 0; i < s.scoped_lora.size(); ++i) {
     const ScopedLora& l = s.scoped_lora[i];
     const std::string field = "scoped_lora[" + std::to_string(i) + "]";
@@ -174,6 +193,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
       return fail(origin, field + ".dropout", "expected a probability in [0, 1), got " + std::to_string(l.lora.dropout));
     }
   }
+  return Status::ok();
+}
+
+// Stack mechanisms and the runs they apply to: paged states, compiled loss, fp8, GPTQ.
+Status check_mechanisms(const RunSettings& s, std::string_view origin) {
   if (s.paged_optimizer && s.offload_optimizer != Offload::kNone) {
     return fail(origin, "paged_optimizer", "a paged optimizer runs on the GPU: expected offload_optimizer none");
   }
@@ -209,6 +233,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
                 "enable_fsdp_float8_all_gather casts FSDP2's weight shards before their all-gather: expected "
                 "zero_stage 3 with a stack that shards with FSDP2 (torchtitan, torchtune, litgpt)");
   }
+  return Status::ok();
+}
+
+// What the batches hold: padded samples or packed documents.
+Status check_sequences(const RunSettings& s, std::string_view origin) {
   if (s.shortest_sample && s.seq_len > 0 && *s.shortest_sample > s.seq_len) {
     return fail(origin, "shortest_sample",
                 "expected at most seq_len (" + std::to_string(s.seq_len) + "), the longest a padded batch can be, got " +
@@ -224,6 +253,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
                 "a document mask skips tiles only in flex attention (SDPA and eager attention compute every tile of "
                 "a dense mask): expected attention flex");
   }
+  return Status::ok();
+}
+
+// Hybrid sharding and FSDP-only settings.
+Status check_sharding(const RunSettings& s, std::string_view origin) {
   if (s.shard_gpus > 0 && s.world_size() % s.shard_gpus != 0) {
     return fail(origin, "shard_gpus",
                 "expected a divisor of the GPU count (" + std::to_string(s.world_size()) +
@@ -237,6 +271,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
     return fail(origin, "fsdp_no_sync",
                 "FSDP's accumulation: expected sharding fsdp1 or fsdp2 (or a stack that shards with FSDP) with it");
   }
+  return Status::ok();
+}
+
+// The QLoRA preparation and autocast over 16-bit weights.
+Status check_kbit_prep(const RunSettings& s, std::string_view origin) {
   if (s.kbit_prep && s.mode != TrainMode::kQlora) {
     return fail(origin, "kbit_prep",
                 "the QLoRA preparation: expected it only with mode qlora, got mode " + std::string(mode_name(s.mode)));
@@ -283,6 +322,11 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
                   "matmuls; the preparation is modelled under the Trainer's autocast); " + given);
     }
   }
+  return Status::ok();
+}
+
+// What torch's FSDPs can offload and wrap.
+Status check_fsdp(const RunSettings& s, std::string_view origin) {
   if (shards_with_fsdp(s) && s.offload_param == Offload::kNvme) {
     return fail(origin, "offload_param", "FSDP offloads parameters to the CPU only: expected cpu or none");
   }
@@ -312,8 +356,24 @@ Status validate_settings(const RunSettings& s, std::string_view origin) {
                   "last one, so all but the last micro-batch are lost");
     }
   }
+  return Status::ok();
+}
+
+// The checkpointing policy.
+Status check_checkpointing(const RunSettings& s, std::string_view origin) {
   if (s.checkpointing == CheckpointPolicy::kList && s.checkpoint_blocks.empty()) {
     return fail(origin, "checkpoint_blocks", "expected at least one block name with a list checkpointing policy");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status validate_settings(const RunSettings& s, std::string_view origin) {
+  // In this order: the first check a run fails names its field.
+  using Check = Status (*)(const RunSettings&, std::string_view);
+  for (Check check : {check_ranges, check_batch, check_offload, check_optimizer, check_scoped_lora, check_mechanisms, check_sequences, check_sharding, check_kbit_prep, check_fsdp, check_checkpointing}) {
+    if (Status status = check(s, origin); !status.is_ok()) return status;
   }
   return Status::ok();
 }
