@@ -137,10 +137,12 @@ RunSettings settings_for_plan(const RunSettings& settings) {
   return out;
 }
 
-Result<ModelContext> prepare_context(const RunSettings& settings) {
-  const Status valid = validate_settings(settings, "settings");
-  if (!valid.is_ok()) return valid;
-  ModelContext context;
+namespace {
+
+// The model's layer graph from MODEL: a Hugging Face directory or config.json
+// (its stored quantization checked against the run), a layer-graph file, a
+// torchtune component, or a zoo name; refused beyond kMaxBlocks blocks.
+Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, ModelContext& context) {
   Result<graph::LayerGraph> loaded = [&]() -> Result<graph::LayerGraph> {
     models::ZooOptions options;
     options.attention = settings.attention;
@@ -174,7 +176,14 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
         "text_tokens: " + loaded->name + " (" + loaded->family +
         ") has no T5 text input; expected text_tokens only for a Flux model");
   }
-  Result<graph::LayerGraph> trained = apply_training_mode(loaded.value(), settings);
+  return loaded;
+}
+
+// The stack's mechanisms, each a rewrite of the graph, in the order they
+// compose: training mode (LoRA/QLoRA), loss, QLoRA preparation, autocast, fp8;
+// then the graph's analysis and what selective checkpointing keeps.
+Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& settings, ModelContext& context) {
+  Result<graph::LayerGraph> trained = apply_training_mode(loaded, settings);
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());
   // The loss as the stack computes it; the top of the band when not pinned.
@@ -200,7 +209,11 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   if (stack.top.recompute == Recompute::kSelectiveOp) {
     context.checkpoint_saves = selective_op_saves(context.graph, context.analysis);
   }
+  return Status::ok();
+}
 
+// The GPU from the catalogue (or --gpu-mem), and whether it can run the run's fp8.
+Status resolve_gpu(const RunSettings& settings, ModelContext& context) {
   Result<GpuSpec> gpu = find_gpu(settings.gpu);
   if (!gpu.is_ok()) return gpu.status();
   context.gpu = settings.gpu_memory_bytes ? with_memory(gpu.value(), *settings.gpu_memory_bytes) : gpu.value();
@@ -211,6 +224,12 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
                                  ") has no fp8 tensor cores; expected an Ada or Hopper GPU for fp8 "
                                  "training, or float8 none");
   }
+  return Status::ok();
+}
+
+// The sequence length, the padded batches' shortest sample and the document
+// mask at it, and sizes the planner's int64 arithmetic holds.
+Status resolve_sequence(const RunSettings& settings, ModelContext& context) {
   const Result<int64_t> seq = resolve_seq_len(context.graph, settings);
   if (!seq.is_ok()) return seq.status();
   context.seq_len = seq.value();
@@ -234,6 +253,12 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
         " need more than 2^60 bytes (1 EiB), beyond what headroom computes exactly; expected a "
         "smaller micro-batch or sequence");
   }
+  return Status::ok();
+}
+
+// The compute dtype, the compiled blocks (at the run's own shape) and the
+// efficiencies of the time model: the GPU's published benchmarks, then a calibration file.
+Status resolve_time_options(const RunSettings& settings, ModelContext& context) {
   context.compute_dtype = compute_dtype_for(settings.precision);
   // What the compiled blocks keep depends on tensor sizes: at the run's own shape.
   if (settings.compile) {
@@ -261,6 +286,21 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
       context.measured_context_bytes = calibration->cuda_context_bytes;
     }
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ModelContext> prepare_context(const RunSettings& settings) {
+  const Status valid = validate_settings(settings, "settings");
+  if (!valid.is_ok()) return valid;
+  ModelContext context;
+  Result<graph::LayerGraph> loaded = load_model_graph(settings, context);
+  if (!loaded.is_ok()) return loaded.status();
+  if (Status status = apply_mechanisms(loaded.value(), settings, context); !status.is_ok()) return status;
+  if (Status status = resolve_gpu(settings, context); !status.is_ok()) return status;
+  if (Status status = resolve_sequence(settings, context); !status.is_ok()) return status;
+  if (Status status = resolve_time_options(settings, context); !status.is_ok()) return status;
   if (allocator_budget(context, settings) <= 0) {
     return Status::invalid_input("gpu_mem: " + std::to_string(context.gpu.memory_bytes >> 20) +
                                  " MiB leaves nothing after the CUDA context (" +
