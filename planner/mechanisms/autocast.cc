@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/op_traits.h"
 #include "planner/mechanisms/trainability.h"
 
 namespace headroom::planner {
@@ -13,14 +14,8 @@ namespace {
 
 using graph::DType;
 
-// Ops on autocast's lower-precision list, as the graph builders name them.
-// "low_precision_norm" is llm-foundry's LPLayerNorm (norm.py): it casts x, its
-// weight and bias to the autocast dtype itself and runs layer_norm with autocast
-// off, so it keeps a 16-bit x and weight where nn.LayerNorm keeps fp32 ones.
-bool runs_in_16_bit(const std::string& op) {
-  return op == "linear" || op == "matmul" || op == "attention" || op == "flex_attention" ||
-         op == "triton_flash_attention" || op == "conv2d" || op == "low_precision_norm";
-}
+// Ops on autocast's lower-precision list (graph/op_traits.h).
+bool runs_in_16_bit(const std::string& op) { return graph::op_traits(op).autocast_to_16_bit; }
 
 // Whether autocast finds `param` in fp32: every unquantized parameter of an fp32
 // model, only the upcast ones of a 16-bit model.

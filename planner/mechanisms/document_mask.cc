@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "graph/op_traits.h"
+
 namespace headroom::planner {
 namespace {
 
@@ -31,7 +33,7 @@ void apply_document_mask(graph::LayerGraph& graph, int64_t document_tokens, int6
   const double work = document_mask_work(document_tokens, seq);
   if (work >= 1.0) return;
   for (graph::Node& node : graph.nodes) {
-    if (node.op != "flex_attention") continue;
+    if (node.op != graph::op::kFlexAttention) continue;
     scale_scores(node.fwd_flops, work, seq);
     scale_scores(node.bwd_input_flops, work, seq);
   }

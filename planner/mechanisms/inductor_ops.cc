@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "graph/op_traits.h"
+
 namespace headroom::planner {
 
 OpClass classify_op(const std::string& op) {
@@ -14,7 +16,7 @@ OpClass classify_op(const std::string& op) {
       "select_token", "mul_scalar", "axpy",          "add_scalar", "sinusoidal",
       "rope_table",  "cast",       "to_f32"};
   if (op.starts_with("activation:") || recomputable.count(op)) return OpClass::kRecomputable;
-  if (op == "dropout") return OpClass::kRandom;
+  if (op == graph::op::kDropout) return OpClass::kRandom;
   return OpClass::kBanned;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "graph/op_traits.h"
+
 namespace headroom::planner {
 namespace {
 
@@ -32,7 +34,7 @@ std::vector<std::vector<int>> selective_op_saves(const graph::LayerGraph& graph,
         if (mm_count % 2 == 1 && !outputs.empty() && !analysis.persistent[outputs[0]]) {
           out[b].push_back(outputs[0]);
         }
-      } else if (node.op == "attention" || node.op == "flex_attention") {
+      } else if (node.op == graph::op::kAttention || node.op == graph::op::kFlexAttention) {
         // (flash-attn's Triton kernel is an autograd.Function, not an op the policy names.)
         for (int t : outputs) {
           if (!analysis.persistent[t]) out[b].push_back(t);

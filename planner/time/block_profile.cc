@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "graph/op_traits.h"
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/time/gemm_waves.h"
 #include "planner/mechanisms/gptq_linear.h"
@@ -36,8 +37,8 @@ constexpr double kTritonFlashBackwardSpeed = 1 / 2.0;
 
 // How much slower than FlashAttention-2 a fused attention op's kernel runs, per pass.
 double fused_attention_speed(const std::string& op, bool backward) {
-  if (op == "flex_attention") return backward ? kFlexBackwardSpeed : kFlexForwardSpeed;
-  if (op == "triton_flash_attention") return backward ? kTritonFlashBackwardSpeed : kTritonFlashForwardSpeed;
+  if (op == graph::op::kFlexAttention) return backward ? kFlexBackwardSpeed : kFlexForwardSpeed;
+  if (op == graph::op::kTritonFlashAttention) return backward ? kTritonFlashBackwardSpeed : kTritonFlashForwardSpeed;
   return 1.0;
 }
 
@@ -290,8 +291,7 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   const double weights = weight_bytes(node, fp8 ? DType::kF8E4M3 : compute);  // an fp8 GEMM reads the fp8 copy
   // A slower kernel costs as if it did proportionally more work at the same rate:
   // the fused attention kernel at its own efficiency, FlexAttention slower still.
-  const bool attention =
-      node.op == "attention" || node.op == "flex_attention" || node.op == "triton_flash_attention";
+  const bool attention = graph::op_traits(node.op).attention_kernel;
   const double attention_fwd = attention ? attention_slowdown(options.attention_forward_efficiency, options) : 1.0;
   const double attention_bwd = attention ? attention_slowdown(options.attention_backward_efficiency, options) : 1.0;
   const double dequantize = dequantize_ms(node, compute, gpu, options);

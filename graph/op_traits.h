@@ -1,0 +1,46 @@
+// What an op of a LayerGraph is, by its name: one table (graph/op_traits.cc)
+// that the planner's mechanisms and time model ask, instead of comparing op
+// names as strings where they need a kind of op. Ops not in the table (the
+// exporter's aten names, a graph's own) have no trait.
+#pragma once
+
+#include <string_view>
+
+namespace headroom::graph {
+
+// The op names the graph builders (models/graph_builder.h) give the nodes the
+// planner treats specially.
+namespace op {
+inline constexpr std::string_view kLinear = "linear";
+inline constexpr std::string_view kMatmul = "matmul";
+inline constexpr std::string_view kConv2d = "conv2d";
+inline constexpr std::string_view kAttention = "attention";                    // SDPA (flash or efficient)
+inline constexpr std::string_view kFlexAttention = "flex_attention";           // torch FlexAttention
+inline constexpr std::string_view kTritonFlashAttention = "triton_flash_attention";  // flash-attn's Triton kernel
+inline constexpr std::string_view kNorm = "norm";
+inline constexpr std::string_view kLowPrecisionNorm = "low_precision_norm";  // llm-foundry's LPLayerNorm
+inline constexpr std::string_view kSoftmax = "softmax";
+inline constexpr std::string_view kPow = "pow";
+inline constexpr std::string_view kCast = "cast";
+inline constexpr std::string_view kToF32 = "to_f32";
+inline constexpr std::string_view kSplit = "split";
+inline constexpr std::string_view kDropout = "dropout";
+inline constexpr std::string_view kLoss = "loss";
+inline constexpr std::string_view kFusedLinearCe = "fused_linear_ce";
+inline constexpr std::string_view kUnused = "unused";  // parameters whose output nothing reads
+}  // namespace op
+
+struct OpTraits {
+  // A fused attention kernel: keeps q, k, v, the output and its statistics, and
+  // runs at an attention kernel's efficiency rather than a GEMM's.
+  bool attention_kernel = false;
+  // On torch.autocast's lower-precision list (torch/amp autocast_mode, the
+  // "lower_precision_fp" ops: linear, matmul, conv, SDPA), or casting to the
+  // autocast dtype itself (LPLayerNorm).
+  bool autocast_to_16_bit = false;
+};
+
+// The traits of `op`; all false for an op the table does not list.
+OpTraits op_traits(std::string_view op);
+
+}  // namespace headroom::graph
