@@ -147,9 +147,9 @@ Status set_list(std::string_view value, std::vector<std::string>& out) {
 
 template <typename E>
 Status set_enum(std::string_view value, std::optional<E> (*parse)(std::string_view),
-                const char* choices, E& out) {
+                std::string_view choices, E& out) {
   const std::optional<E> parsed = parse(value);
-  if (!parsed) return expected(std::string("one of ") + choices, value);
+  if (!parsed) return expected("one of " + std::string(choices), value);
   out = *parsed;
   return Status::ok();
 }
@@ -157,7 +157,7 @@ Status set_enum(std::string_view value, std::optional<E> (*parse)(std::string_vi
 // The same for a setting that is unset (as the stack does) until a flag pins it.
 template <typename E>
 Status set_enum(std::string_view value, std::optional<E> (*parse)(std::string_view),
-                const char* choices, std::optional<E>& out) {
+                std::string_view choices, std::optional<E>& out) {
   E parsed{};
   if (Status status = set_enum(value, parse, choices, parsed); !status.is_ok()) return status;
   out = parsed;
@@ -214,12 +214,12 @@ const std::vector<SettingsFlag> kFlags = {
     // Training.
     {"--precision", "P", kTraining, "fp32, bf16-mixed (default), fp16-mixed, bf16 (pure), or bf16-amp / fp16-amp (torch.autocast over fp32 weights)", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16, bf16-amp, fp16-amp",
+       return set_enum(v, planner::parse_precision, planner::precision_names(),
                        s.precision);
      }},
     {"--optimizer", "NAME", kTraining, "adamw (default), adamw-8bit (bitsandbytes), adamw-4bit (torchao), sgd or adafactor", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_optimizer, "adamw, adamw-8bit, adamw-4bit, sgd, adafactor",
+       return set_enum(v, planner::parse_optimizer, planner::optimizer_names(),
                        s.optimizer);
      }},
     {"--stack", "NAME", kTraining,
@@ -227,32 +227,32 @@ const std::vector<SettingsFlag> kFlags = {
      "unspecified (default; docs/stacks.md)",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_stack, planner::kStackNames, s.stack);
+       return set_enum(v, planner::parse_stack, planner::stack_names(), s.stack);
      }},
     {"--optimizer-impl", "IMPL", kTraining,
      "how optimizer.step() runs: foreach, fused, for-loop or in-backward (default: as the stack does)", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_optimizer_impl, planner::kOptimizerImplNames, s.optimizer_impl);
+       return set_enum(v, planner::parse_optimizer_impl, planner::optimizer_impl_names(), s.optimizer_impl);
      }},
     {"--loss", "KIND", kTraining,
      "the LM loss: full-keep-logits, full, chunked[:N], no-upcast, shift-copy, fused-xentropy or fused-linear-ce "
      "(Liger; default: as the stack does)",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_loss, planner::kLossNames, s.loss);
+       return set_enum(v, planner::parse_loss, planner::loss_names(), s.loss);
      }},
     {"--recompute", "KIND", kTraining,
      "what a checkpointed block keeps: block (its inputs only) or selective-op (torchtitan's op-level "
      "selective AC: also every other matmul output and the attention output; default: as the stack does)",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_recompute, planner::kRecomputeNames, s.recompute);
+       return set_enum(v, planner::parse_recompute, planner::recompute_names(), s.recompute);
      }},
     {"--adapter-dtype", "DTYPE", kTraining,
      "LoRA adapters' dtype under pure bf16: fp32 (PEFT) or model (torchtune, litgpt; default: as the stack does)",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_adapter_dtype, planner::kAdapterDtypeNames, s.adapter_dtype);
+       return set_enum(v, planner::parse_adapter_dtype, planner::adapter_dtype_names(), s.adapter_dtype);
      }},
     {"--offload-checkpoint-inputs", nullptr, kTraining,
      "checkpointed blocks keep their inputs in pinned host memory (torchtune enable_activation_offloading; "
@@ -291,7 +291,7 @@ const std::vector<SettingsFlag> kFlags = {
      "(docs/stacks.md)",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_kbit_prep, planner::kKbitPrepNames, s.kbit_prep);
+       return set_enum(v, planner::parse_kbit_prep, planner::kbit_prep_names(), s.kbit_prep);
      }},
     {"--autocast", "on|off", kTraining,
      "precision bf16 (or FSDP's mixed precision at --zero 3): whether the forward runs under torch.autocast "
@@ -307,7 +307,7 @@ const std::vector<SettingsFlag> kFlags = {
      "QuantLinear, which keeps the unpacked 16-bit weight for backward; docs/memory-model.md)",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_quant_format, planner::kQuantFormatNames, s.quant);
+       return set_enum(v, planner::parse_quant_format, planner::quant_format_names(), s.quant);
      }},
     {"--gptq-group-size", "N", kTraining,
      "with --quant gptq: input rows per scale and zero (quantize_config.json group_size; -1: one group per "
@@ -342,7 +342,7 @@ const std::vector<SettingsFlag> kFlags = {
      "or Hopper GPUs only (docs/stacks.md)",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_float8_recipe, planner::kFloat8RecipeNames, s.float8);
+       return set_enum(v, planner::parse_float8_recipe, planner::float8_recipe_names(), s.float8);
      }},
     {"--float8-all-gather", nullptr, kTraining,
      "with --float8 and FSDP2 (zero stage 3): weight shards are cast to fp8 before the all-gather "
@@ -354,7 +354,7 @@ const std::vector<SettingsFlag> kFlags = {
      }},
     {"--mode", "MODE", kTraining, "full (default), lora or qlora", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_mode, "full, lora, qlora", s.mode);
+       return set_enum(v, planner::parse_mode, planner::mode_names(), s.mode);
      }},
     {"--lora", nullptr, kTraining, "same as --mode lora", false,
      [](RunSettings& s, std::string_view) {
@@ -414,7 +414,7 @@ const std::vector<SettingsFlag> kFlags = {
      "eager, sdpa (default; fused/flash attention), flex (torch flex_attention, as torchtune runs packed "
      "samples) or triton (flash-attn's Triton kernel, llm-foundry's attn_impl triton)", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_attention, "eager, sdpa, flex, triton", s.attention);
+       return set_enum(v, planner::parse_attention, planner::attention_names(), s.attention);
      }},
     {"--document-tokens", "N", kTraining,
      "flex attention over packed samples: the mean document length; the document mask skips the tiles between "
@@ -480,14 +480,14 @@ const std::vector<SettingsFlag> kFlags = {
      "the stack does (docs/stacks.md, \"Sharding\")",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_sharding, planner::kShardingNames, s.sharding);
+       return set_enum(v, planner::parse_sharding, planner::sharding_names(), s.sharding);
      }},
     {"--reduce-dtype", "DTYPE", kParallel,
      "FSDP's gradient reduce-scatter dtype: fp32 or param (the 16-bit compute dtype); default: fp32 under "
      "mixed precision",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_reduce_dtype, planner::kReduceDtypeNames, s.reduce_dtype);
+       return set_enum(v, planner::parse_reduce_dtype, planner::reduce_dtype_names(), s.reduce_dtype);
      }},
     {"--fsdp-own-group", "BLOCK", kParallel,
      "FSDP2 stacks: a block outside the layers (embeddings, head) sharded by a fully_shard of its own, as torchtune's "
@@ -503,7 +503,7 @@ const std::vector<SettingsFlag> kFlags = {
      "(no auto_wrap_policy: the whole model one unit, gathered for the whole step)",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_fsdp_wrap, planner::kFsdpWrapNames, s.fsdp_wrap);
+       return set_enum(v, planner::parse_fsdp_wrap, planner::fsdp_wrap_names(), s.fsdp_wrap);
      }},
     {"--fsdp-no-sync", "on|off", kParallel,
      "FSDP at --zero 3 with accumulation: the micro-steps before the last run in no_sync (on: each unit keeps its "
@@ -515,19 +515,19 @@ const std::vector<SettingsFlag> kFlags = {
      }},
     {"--offload-optimizer", "WHERE", kParallel, "none (default), cpu or nvme", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_offload, "none, cpu, nvme", s.offload_optimizer);
+       return set_enum(v, planner::parse_offload, planner::offload_names(), s.offload_optimizer);
      }},
     {"--cpu-offload", "IMPL", kParallel,
      "who offloads the optimizer with --offload-optimizer cpu: zero-offload (DeepSpeed, default), torchao "
      "(CPUOffloadOptimizer: one GPU, no ZeRO) or torchao-offload-gradients",
      false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_cpu_offload, "zero-offload, torchao, torchao-offload-gradients",
+       return set_enum(v, planner::parse_cpu_offload, planner::cpu_offload_names(),
                        s.cpu_offload);
      }},
     {"--offload-param", "WHERE", kParallel, "none (default), cpu or nvme (needs --zero 3)", false,
      [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_offload, "none, cpu, nvme", s.offload_param);
+       return set_enum(v, planner::parse_offload, planner::offload_names(), s.offload_param);
      }},
     {"--reduce-bucket", "N", kParallel, "ZeRO reduce bucket in elements (default 500000000)", false,
      [](RunSettings& s, std::string_view v) {

@@ -263,5 +263,12 @@ std::optional<OptimizerKind> parse_optimizer(std::string_view text);
 std::optional<TrainMode> parse_mode(std::string_view text);
 std::optional<Offload> parse_offload(std::string_view text);
 std::optional<BlockChoice> parse_block_choice(std::string_view text);
+// The choices, "a, b, c", for messages and --help.
+std::string precision_names();
+std::string optimizer_names();
+std::string mode_names();
+std::string offload_names();
+std::string attention_names();
+std::string cpu_offload_names();
 
 }  // namespace headroom::planner

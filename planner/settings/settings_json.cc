@@ -114,16 +114,16 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   JsonFields r(j, origin, "settings.");
   const Status statuses[] = {
       r.read("model", s.model),
-      r.read_enum("stack", s.stack, parse_stack, kStackNames),
-      r.read_enum("optimizer_impl", s.optimizer_impl, parse_optimizer_impl, kOptimizerImplNames),
-      r.read_enum("loss", s.loss, parse_loss, kLossNames),
-      r.read_enum("recompute", s.recompute, parse_recompute, kRecomputeNames),
-      r.read_enum("adapter_dtype", s.adapter_dtype, parse_adapter_dtype, kAdapterDtypeNames),
-      r.read_enum("sharding", s.sharding, parse_sharding, kShardingNames),
-      r.read_enum("reduce_dtype", s.reduce_dtype, parse_reduce_dtype, kReduceDtypeNames),
-      r.read_enum("fsdp_wrap", s.fsdp_wrap, parse_fsdp_wrap, kFsdpWrapNames),
+      r.read_enum("stack", s.stack, parse_stack, stack_names()),
+      r.read_enum("optimizer_impl", s.optimizer_impl, parse_optimizer_impl, optimizer_impl_names()),
+      r.read_enum("loss", s.loss, parse_loss, loss_names()),
+      r.read_enum("recompute", s.recompute, parse_recompute, recompute_names()),
+      r.read_enum("adapter_dtype", s.adapter_dtype, parse_adapter_dtype, adapter_dtype_names()),
+      r.read_enum("sharding", s.sharding, parse_sharding, sharding_names()),
+      r.read_enum("reduce_dtype", s.reduce_dtype, parse_reduce_dtype, reduce_dtype_names()),
+      r.read_enum("fsdp_wrap", s.fsdp_wrap, parse_fsdp_wrap, fsdp_wrap_names()),
       r.read("fsdp_no_sync", s.fsdp_no_sync),
-      r.read_enum("kbit_prep", s.kbit_prep, parse_kbit_prep, kKbitPrepNames),
+      r.read_enum("kbit_prep", s.kbit_prep, parse_kbit_prep, kbit_prep_names()),
       r.read("autocast", s.autocast),
       r.read_enum("precision", s.precision, parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16"),
       r.read_enum("optimizer", s.optimizer, parse_optimizer, "adamw, adamw-8bit, sgd, adafactor"),
@@ -156,10 +156,10 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
       r.read("overlap_comm", s.overlap_comm),
       r.read("compile", s.compile),
       r.read("compile_loss", s.compile_loss),
-      r.read_enum("float8", s.float8, parse_float8_recipe, kFloat8RecipeNames),
+      r.read_enum("float8", s.float8, parse_float8_recipe, float8_recipe_names()),
       r.read("float8_all_gather", s.float8_all_gather),
       r.read("nf4_double_quant", s.nf4_double_quant),
-      r.read_enum("quant", s.quant, parse_quant_format, kQuantFormatNames),
+      r.read_enum("quant", s.quant, parse_quant_format, quant_format_names()),
       r.read("gptq_group_size", s.gptq_group_size),
       r.read("offload_checkpoint_inputs", s.offload_checkpoint_inputs),
       r.read("expandable_segments", s.expandable_segments),
@@ -220,7 +220,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   if (const std::optional<models::AttentionImpl> parsed = parse_attention(attention)) {
     s.attention = *parsed;
   } else {
-    return fail(origin, "settings.attention", "expected \"eager\", \"sdpa\", \"flex\" or \"triton\", got \"" + attention + "\"");
+    return fail(origin, "settings.attention", "expected one of " + attention_names() + ", got \"" + attention + "\"");
   }
   if (checkpointing == "every") {
     s.checkpointing = CheckpointPolicy::kEveryBlock;

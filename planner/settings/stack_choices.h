@@ -96,15 +96,15 @@ std::optional<ReduceDtype> parse_reduce_dtype(std::string_view text);
 std::optional<AdapterDtype> parse_adapter_dtype(std::string_view text);
 std::string_view kbit_prep_name(KbitPrep value);
 std::optional<KbitPrep> parse_kbit_prep(std::string_view text);
-inline constexpr const char* kStackNames =
-    "hf-trainer, torchtune, litgpt, torchtitan, deepspeed, torch-amp, composer, unspecified";
-inline constexpr const char* kOptimizerImplNames = "foreach, fused, for-loop, in-backward";
-inline constexpr const char* kLossNames = "full-keep-logits, full, chunked[:N], no-upcast, shift-copy, fused-xentropy";
-inline constexpr const char* kRecomputeNames = "block, selective-op";
-inline constexpr const char* kAdapterDtypeNames = "fp32, model";
-inline constexpr const char* kShardingNames = "deepspeed, fsdp1, fsdp2";
-inline constexpr const char* kReduceDtypeNames = "fp32, param";
-inline constexpr const char* kFsdpWrapNames = "layers, model";
-inline constexpr const char* kKbitPrepNames = "none, norms-fp32, peft";
+// The choices, "a, b, c", for messages and --help (from the tables in stack_choices.cc).
+std::string stack_names();
+std::string optimizer_impl_names();
+std::string loss_names();  // "chunked[:N]" for the chunked loss and its chunk count
+std::string recompute_names();
+std::string adapter_dtype_names();
+std::string sharding_names();
+std::string reduce_dtype_names();
+std::string fsdp_wrap_names();
+std::string kbit_prep_names();
 
 }  // namespace headroom::planner

@@ -1,39 +1,28 @@
 #include "planner/settings/weight_formats.h"
 
-#include <array>
-#include <utility>
+#include "planner/settings/choice_table.h"
 
 namespace headroom::planner {
 namespace {
 
-constexpr std::array<std::pair<Float8Recipe, std::string_view>, 3> kRecipes = {{
+constexpr ChoiceTable<Float8Recipe, 3> kRecipes = {{{
     {Float8Recipe::kNone, "none"},
     {Float8Recipe::kTensorwise, "tensorwise"},
     {Float8Recipe::kTensorwiseFp8Input, "tensorwise-fp8-input"},
-}};
+}}};
+constexpr ChoiceTable<QuantFormat, 2> kQuantFormats = {{{
+    {QuantFormat::kNf4, "nf4"},
+    {QuantFormat::kGptq, "gptq"},
+}}};
 
 }  // namespace
 
-std::string_view float8_recipe_name(Float8Recipe value) {
-  for (const auto& [key, name] : kRecipes) {
-    if (key == value) return name;
-  }
-  return "?";
-}
+std::string_view float8_recipe_name(Float8Recipe value) { return kRecipes.name(value); }
+std::optional<Float8Recipe> parse_float8_recipe(std::string_view text) { return kRecipes.parse(text); }
+std::string float8_recipe_names() { return kRecipes.names(); }
 
-std::optional<Float8Recipe> parse_float8_recipe(std::string_view text) {
-  for (const auto& [key, name] : kRecipes) {
-    if (name == text) return key;
-  }
-  return std::nullopt;
-}
-
-std::string_view quant_format_name(QuantFormat value) { return value == QuantFormat::kGptq ? "gptq" : "nf4"; }
-
-std::optional<QuantFormat> parse_quant_format(std::string_view text) {
-  if (text == "nf4") return QuantFormat::kNf4;
-  if (text == "gptq") return QuantFormat::kGptq;
-  return std::nullopt;
-}
+std::string_view quant_format_name(QuantFormat value) { return kQuantFormats.name(value); }
+std::optional<QuantFormat> parse_quant_format(std::string_view text) { return kQuantFormats.parse(text); }
+std::string quant_format_names() { return kQuantFormats.names(); }
 
 }  // namespace headroom::planner

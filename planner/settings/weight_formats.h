@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace headroom::planner {
@@ -23,13 +24,13 @@ enum class Float8Recipe {
 
 std::string_view float8_recipe_name(Float8Recipe value);
 std::optional<Float8Recipe> parse_float8_recipe(std::string_view text);
-inline constexpr const char* kFloat8RecipeNames = "none, tensorwise, tensorwise-fp8-input";
+std::string float8_recipe_names();  // "a, b, c", for messages and --help
 
 // How QLoRA stores the frozen base: bitsandbytes NF4 (the default) or GPTQ int4.
 enum class QuantFormat { kNf4, kGptq };
 std::string_view quant_format_name(QuantFormat value);
 std::optional<QuantFormat> parse_quant_format(std::string_view text);
-inline constexpr const char* kQuantFormatNames = "nf4, gptq";
+std::string quant_format_names();
 
 // GPTQ's usual group size (quantize_config.json group_size of most published
 // 4-bit models, Qwen-7B-Chat-Int4 among them).
