@@ -366,6 +366,18 @@ class StepSimulator {
   void offload_block(int block);
   void prefetch_block(int block);
   void backward_block(int block);
+  // backward_block's steps (simulator.cc, in the order it runs them).
+  struct ParamGradWork {
+    std::vector<int64_t> partials;     // later uses of a shared weight: their partial gradients
+    std::vector<std::string> finished;  // shared weights whose last use in backward this is
+  };
+  void wait_for_offloaded(int block);
+  ParamGradWork start_param_grads(const Node& node);
+  void finish_param_grads(const ParamGradWork& work, size_t grads_before);
+  void backward_node(int n, int block);
+  void release_checkpoint_holds(int block);
+  bool reduce_block_gradients(int block);
+  void gradient_traffic(int block, bool syncing);
   void micro_step();
   void set_length(int64_t seq);
   void replay_varied_lengths();
@@ -640,11 +652,8 @@ void StepSimulator::prefetch_block(int block) {
   prefetch_done_[block] = copy_in_free_;
 }
 
-void StepSimulator::backward_block(int block) {
-  if (!an_.blocks[block].on_autograd) return;
-  // Prefetch this block if not yet in flight, and the next one to overlap it.
-  prefetch_block(block);
-  if (block > 0) prefetch_block(block - 1);
+// Waits for an offloaded block's saved tensors to come back from the host.
+void StepSimulator::wait_for_offloaded(int block) {
   if (offloaded(block)) {
     const double ready = prefetch_done_[block];
     if (ready > clock_) {
@@ -653,88 +662,104 @@ void StepSimulator::backward_block(int block) {
     }
     prefetch_done_.erase(block);
   }
-  const int64_t gathered = gather(block, block - 1);
-  if (checkpointed(block)) {
-    if (settings_.offload_checkpoint_inputs) fetch_checkpoint_inputs(block);
-    forward_block(block, true);
+}
+
+// The gradients a node's backward makes for its parameters: each trainable
+// parameter's own (the first backward of a progressive run), a shared weight's
+// sum from its first use backward reaches, and the partials of its later uses.
+StepSimulator::ParamGradWork StepSimulator::start_param_grads(const Node& node) {
+  ParamGradWork work;
+  for (const graph::Param& param : node.params) {
+    const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+    const auto shared = shared_uses_.find(owner);
+    if (shared == shared_uses_.end()) {
+      if (states_.grads_progressive && micro_ == 0 && param.trainable && param.tied_to.empty()) {
+        param_grads_.push_back(alloc(grad_bytes(param, settings_.precision), "gradients"));
+      }
+      continue;
+    }
+    const graph::Param& original = *owners_.at(owner);
+    if (!original.trainable) continue;
+    // Summed in autograd's input buffer from the first use backward reaches to the
+    // last; every later use materialises its own partial first.
+    const int seen = ++seen_uses_[owner];
+    if (seen == 1) {
+      if (states_.grads_progressive && micro_ == 0) {
+        shared_grads_[owner] = alloc(grad_bytes(original, settings_.precision), "gradients");
+      }
+    } else {
+      work.partials.push_back(alloc(grad_bytes(original, settings_.precision), "transient"));
+    }
+    if (seen == shared->second) work.finished.push_back(owner);
   }
-  const std::vector<int>& nodes = an_.blocks[block].nodes;
-  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
-    const int n = *it;
-    if (!an_.needs_input_grad[n] && !an_.needs_param_grad[n]) continue;
-    const Node& node = graph_.nodes[n];
-    label_ = "backward " + node.name;
-    for (int t : an_.node_inputs[n]) {
-      if (an_.requires_grad[t] && !an_.persistent[t] && grad_handle_[t] < 0) {
-        grad_handle_[t] = alloc(tensor_bytes_[t], "activation gradients");
-      }
+  return work;
+}
+
+// After the node's kernel: partials freed, finished shared gradients joined to
+// the others, and, with the optimizer in backward, this node's gradients stepped and freed.
+void StepSimulator::finish_param_grads(const ParamGradWork& work, size_t grads_before) {
+  for (int64_t partial : work.partials) release(partial);
+  for (const std::string& owner : work.finished) {
+    // AccumulateGrad runs once all uses are in: the gradient joins the others.
+    const auto it = shared_grads_.find(owner);
+    if (it != shared_grads_.end()) {
+      param_grads_.push_back(it->second);
+      shared_grads_.erase(it);
     }
-    const size_t grads_before = param_grads_.size();
-    std::vector<int64_t> partials;     // later uses of a shared weight: their partial gradients
-    std::vector<std::string> finished;  // shared weights whose last use in backward this is
-    for (const graph::Param& param : node.params) {
-      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
-      const auto shared = shared_uses_.find(owner);
-      if (shared == shared_uses_.end()) {
-        if (states_.grads_progressive && micro_ == 0 && param.trainable && param.tied_to.empty()) {
-          param_grads_.push_back(alloc(grad_bytes(param, settings_.precision), "gradients"));
-        }
-        continue;
-      }
-      const graph::Param& original = *owners_.at(owner);
-      if (!original.trainable) continue;
-      // Summed in autograd's input buffer from the first use backward reaches to the
-      // last; every later use materialises its own partial first.
-      const int seen = ++seen_uses_[owner];
-      if (seen == 1) {
-        if (states_.grads_progressive && micro_ == 0) {
-          shared_grads_[owner] = alloc(grad_bytes(original, settings_.precision), "gradients");
-        }
-      } else {
-        partials.push_back(alloc(grad_bytes(original, settings_.precision), "transient"));
-      }
-      if (seen == shared->second) finished.push_back(owner);
-    }
-    const int64_t workspace = node.backward_workspace().at(batch_, seq_);
-    const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
-    compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
-    release(ws);
-    for (int64_t partial : partials) release(partial);
-    for (const std::string& owner : finished) {
-      // AccumulateGrad runs once all uses are in: the gradient joins the others.
-      const auto it = shared_grads_.find(owner);
-      if (it != shared_grads_.end()) {
-        param_grads_.push_back(it->second);
-        shared_grads_.erase(it);
-      }
-      seen_uses_.erase(owner);
-    }
-    if (states_.grads_in_backward) {
-      // Optimizer in backward: each gradient is stepped and freed as it is produced.
-      for (size_t g = grads_before; g < param_grads_.size(); ++g) release(param_grads_[g]);
-      param_grads_.resize(grads_before);
-    }
-    for (int t : an_.node_outputs[n]) {
-      release(grad_handle_[t]);
-      grad_handle_[t] = -1;
-    }
-    for (int t : an_.node_saves[n]) {
-      if (saved_[t] > 0) {
-        --saved_[t];
-        maybe_free(t);
-      }
+    seen_uses_.erase(owner);
+  }
+  if (states_.grads_in_backward) {
+    // Optimizer in backward: each gradient is stepped and freed as it is produced.
+    for (size_t g = grads_before; g < param_grads_.size(); ++g) release(param_grads_[g]);
+    param_grads_.resize(grads_before);
+  }
+}
+
+// One node's backward: its input gradients, parameter gradients, workspace and
+// kernel, then what it no longer needs.
+void StepSimulator::backward_node(int n, int block) {
+  const Node& node = graph_.nodes[n];
+  label_ = "backward " + node.name;
+  for (int t : an_.node_inputs[n]) {
+    if (an_.requires_grad[t] && !an_.persistent[t] && grad_handle_[t] < 0) {
+      grad_handle_[t] = alloc(tensor_bytes_[t], "activation gradients");
     }
   }
-  if (checkpointed(block)) {
-    for (int t : an_.blocks[block].boundary_inputs) {
-      --held_by_checkpoint_[t];
+  const size_t grads_before = param_grads_.size();
+  const ParamGradWork work = start_param_grads(node);
+  const int64_t workspace = node.backward_workspace().at(batch_, seq_);
+  const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
+  compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
+  release(ws);
+  finish_param_grads(work, grads_before);
+  for (int t : an_.node_outputs[n]) {
+    release(grad_handle_[t]);
+    grad_handle_[t] = -1;
+  }
+  for (int t : an_.node_saves[n]) {
+    if (saved_[t] > 0) {
+      --saved_[t];
       maybe_free(t);
     }
-    for (int t : selective_saves(block)) {
-      --held_by_checkpoint_[t];
-      maybe_free(t);
-    }
   }
+}
+
+// A checkpointed block's backward ends: its inputs (and selective saves) are no longer held.
+void StepSimulator::release_checkpoint_holds(int block) {
+  for (int t : an_.blocks[block].boundary_inputs) {
+    --held_by_checkpoint_[t];
+    maybe_free(t);
+  }
+  for (int t : selective_saves(block)) {
+    --held_by_checkpoint_[t];
+    maybe_free(t);
+  }
+}
+
+// The block's gradients as its backward ends: held unsharded under no_sync, the
+// root's kept for the final callback, or FSDP2's reduce-scatter buffers and
+// FSDP1 offload's sharded gradient. Returns whether this micro-step reduces.
+bool StepSimulator::reduce_block_gradients(int block) {
   // FSDP under no_sync: before the last micro-step each unit keeps its unsharded
   // gradient (allocated by the first backward, added to in place after) and nothing
   // is reduced; the last micro-step reduces as usual and then frees it.
@@ -767,8 +792,12 @@ void StepSimulator::backward_block(int block) {
       unsynced_.erase(held);
     }
   }
-  if (gathered >= 0) release(gathered);
-  // Gradient traffic of this block: reduce-scatter (ZeRO-2/3) or copies to a CPU optimizer.
+  return syncing;
+}
+
+// Gradient traffic of this block: reduce-scatter (ZeRO-2/3) or copies to a CPU optimizer.
+void StepSimulator::gradient_traffic(int block, bool syncing) {
+  const bool last_micro = micro_ + 1 == config_.grad_accum;
   const int64_t grad_bytes = grad_bytes_of_block(block);
   const int world = settings_.world_size();
   if (grad_bytes > 0 && world > 1 && syncing && (config_.zero_stage >= 2 || last_micro)) {
@@ -791,6 +820,27 @@ void StepSimulator::backward_block(int block) {
     copy_out_free_ = event(Stream::kCopyOut, Phase::kOptimizer, start, transfer_ms(static_cast<double>(grad_bytes) / shard),
                            block, "gradients to host " + block_name(block), grad_bytes);
   }
+}
+
+void StepSimulator::backward_block(int block) {
+  if (!an_.blocks[block].on_autograd) return;
+  // Prefetch this block if not yet in flight, and the next one to overlap it.
+  prefetch_block(block);
+  if (block > 0) prefetch_block(block - 1);
+  wait_for_offloaded(block);
+  const int64_t gathered = gather(block, block - 1);
+  if (checkpointed(block)) {
+    if (settings_.offload_checkpoint_inputs) fetch_checkpoint_inputs(block);
+    forward_block(block, true);
+  }
+  const std::vector<int>& nodes = an_.blocks[block].nodes;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    if (an_.needs_input_grad[*it] || an_.needs_param_grad[*it]) backward_node(*it, block);
+  }
+  if (checkpointed(block)) release_checkpoint_holds(block);
+  const bool syncing = reduce_block_gradients(block);
+  if (gathered >= 0) release(gathered);
+  gradient_traffic(block, syncing);
 }
 
 // Sizes and kernel times at another padded length: the graph's sizes are
