@@ -69,53 +69,81 @@ double gradient_collective_ms(const RunSettings& settings, const GpuSpec& gpu, i
   return ms;
 }
 
-TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
-                        const GpuSpec& gpu, const ModelStates& states,
-                        const StepTimeInputs& in) {
-  TimeBreakdown out;
-  const int world = settings.world_size();
-  const double accum = static_cast<double>(config.grad_accum);
-  const double shard = config.zero_stage >= 1 ? settings.shard_group_size() : 1;
-  const double trainable = static_cast<double>(states.trainable_params);
-  const double total = static_cast<double>(states.total_params);
+namespace {
+
+// What the step-time formula's parts share: the run's widths and counts.
+struct StepShape {
+  int world = 1;
+  double shard = 1;      // what ZeRO divides the optimizer's partition by
+  double trainable = 0;  // trainable parameters
+  double total = 0;      // every parameter
   // Widths as the memory model stores them: under AMP (autocast over fp32 weights)
   // parameters and gradients are fp32, so DDP and ZeRO move 4 bytes per element.
-  const double param_width = static_cast<double>(param_bytes_per_element(settings.precision, true));
-  const double grad_width = static_cast<double>(grad_bytes_per_element(settings.precision));
+  double param_width = 2;
+  double grad_width = 2;
   // torch's FSDPs reduce-scatter in their reduce dtype (fp32 under Composer's
   // mixed_precision DEFAULT and torchtitan's mixed precision: reduce_dtype_of).
-  const bool fsdp = config.zero_stage >= 3 && shards_with_fsdp(settings);
-  const double reduce_width = fsdp ? static_cast<double>(fsdp_reduce_bytes_per_element(settings)) : grad_width;
+  bool fsdp = false;
+  double reduce_width = 2;
+};
 
-  // Optimizer step.
+StepShape step_shape(const RunSettings& settings, const GlobalConfig& config, const ModelStates& states) {
+  StepShape sh;
+  sh.world = settings.world_size();
+  sh.shard = config.zero_stage >= 1 ? settings.shard_group_size() : 1;
+  sh.trainable = static_cast<double>(states.trainable_params);
+  sh.total = static_cast<double>(states.total_params);
+  sh.param_width = static_cast<double>(param_bytes_per_element(settings.precision, true));
+  sh.grad_width = static_cast<double>(grad_bytes_per_element(settings.precision));
+  sh.fsdp = config.zero_stage >= 3 && shards_with_fsdp(settings);
+  sh.reduce_width = sh.fsdp ? static_cast<double>(fsdp_reduce_bytes_per_element(settings)) : sh.grad_width;
+  return sh;
+}
+
+// The optimizer step: on the GPU, or CPU Adam (and NVMe) with the parameters
+// copied back; paged states' migration included.
+double optimizer_ms(const RunSettings& settings, const GlobalConfig& config, const GpuSpec& gpu,
+                    const StepShape& sh, double paged_migration_ms) {
+  const double trainable = sh.trainable;
+  const double shard = sh.shard;
+  const bool fsdp = sh.fsdp;
+  double ms = 0;
   if (config.offload_optimizer == Offload::kNone) {
-    out.optimizer_ms = transfer_ms(trainable / shard * optimizer_traffic_bytes(settings, fsdp),
-                                   gpu.memory_bandwidth_gbps * 0.7);
+    ms = transfer_ms(trainable / shard * optimizer_traffic_bytes(settings, fsdp), gpu.memory_bandwidth_gbps * 0.7);
   } else {
     // CPU Adam on this rank's partition, then the updated 16-bit parameters go
     // back over the host link; gradient copies overlap backward (per bucket).
     // FSDP2's offload keeps the parameters on the host: nothing goes back after the
     // step (the next all-gather copies the shards in, below).
     const double copy_back = fsdp_cpu_offload(settings, config) ? 0 : trainable / shard * 2;
-    out.optimizer_ms = transfer_ms(trainable / shard * host_adam_bytes_per_param(settings, config), kHostOptimizerGbps) +
-                       transfer_ms(copy_back, gpu.host_link_gbps);
+    ms = transfer_ms(trainable / shard * host_adam_bytes_per_param(settings, config), kHostOptimizerGbps) +
+         transfer_ms(copy_back, gpu.host_link_gbps);
     if (config.offload_optimizer == Offload::kNvme) {
       // Read and write back the fp32 master and states (ZeRO-Infinity).
-      out.optimizer_ms += transfer_ms(2.0 * trainable / shard * 12, settings.nvme_gbps);
+      ms += transfer_ms(2.0 * trainable / shard * 12, settings.nvme_gbps);
     }
   }
+  return ms + paged_migration_ms;
+}
 
-  // Paged states the GPU cannot hold migrate over the host link during the step,
-  // each state prefetched before its update and synchronised after it
-  // (bitsandbytes optim/optimizer.py, Optimizer8bit.step): nothing hides them.
-  out.paged_migration_ms = transfer_ms(in.paged_migrated_bytes, gpu.host_link_gbps);
-  out.optimizer_ms += out.paged_migration_ms;
+// Collective time per micro-step and per optimizer step (ring algorithms: each
+// moves (N-1)/N of the buffer per phase).
+struct CommMs {
+  double micro = 0;
+  double step = 0;
+};
 
-  // Collectives (ring algorithms: each moves (N-1)/N of the buffer per phase).
-  double comm_micro = 0;
-  double comm_step = 0;
-  if (world > 1) {
-    const double grad_bytes = trainable * reduce_width;
+CommMs collectives_ms(const RunSettings& settings, const GlobalConfig& config, const GpuSpec& gpu,
+                      const ModelStates& states, const StepShape& sh) {
+  CommMs comm;
+  const double trainable = sh.trainable;
+  const double total = sh.total;
+  const double param_width = sh.param_width;
+  const bool fsdp = sh.fsdp;
+  double& comm_micro = comm.micro;
+  double& comm_step = comm.step;
+  if (sh.world > 1) {
+    const double grad_bytes = trainable * sh.reduce_width;
     const double reduce = gradient_collective_ms(settings, gpu, config.zero_stage, grad_bytes);
     if (config.zero_stage <= 1 || accumulates_unsharded(settings, config)) {
       comm_step += reduce;  // all-reduce, or FSDP's reduce-scatter after no_sync, at the boundary
@@ -138,7 +166,18 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
       comm_micro += transfer_ms(group_ring * (2 * gathered_bytes - root_bytes), group_gbps);
     }
   }
-  // ZeRO-3 parameter offload brings every parameter in for forward and backward.
+  return comm;
+}
+
+// Host traffic of parameter offload per micro-step: FSDP's shards in and
+// gradients out (once a step under no_sync, added to comm.step), or ZeRO-3's
+// offloaded parameters brought in for forward and backward.
+double param_fetch_ms(const RunSettings& settings, const GlobalConfig& config, const GpuSpec& gpu,
+                      const ModelStates& states, const StepShape& sh, CommMs& comm) {
+  const double total = sh.total;
+  const int world = sh.world;
+  const double param_width = sh.param_width;
+  double& comm_step = comm.step;
   double param_fetch_micro = 0;
   if (fsdp_cpu_offload(settings, config)) {
     // The shards copied in before the forward and the backward all-gathers, in
@@ -161,6 +200,29 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
     param_fetch_micro =
         transfer_ms(2.0 * total / world * param_width, std::min(gpu.host_link_gbps, settings.nvme_gbps));
   }
+  return param_fetch_micro;
+}
+
+}  // namespace
+
+TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
+                        const GpuSpec& gpu, const ModelStates& states,
+                        const StepTimeInputs& in) {
+  TimeBreakdown out;
+  const StepShape sh = step_shape(settings, config, states);
+  const int world = sh.world;
+  const double accum = static_cast<double>(config.grad_accum);
+  const bool fsdp = sh.fsdp;
+  // Paged states the GPU cannot hold migrate over the host link during the step,
+  // each state prefetched before its update and synchronised after it
+  // (bitsandbytes optim/optimizer.py, Optimizer8bit.step): nothing hides them.
+  out.paged_migration_ms = transfer_ms(in.paged_migrated_bytes, gpu.host_link_gbps);
+
+  out.optimizer_ms = optimizer_ms(settings, config, gpu, sh, out.paged_migration_ms);
+  CommMs comm = collectives_ms(settings, config, gpu, states, sh);
+  const double param_fetch_micro = param_fetch_ms(settings, config, gpu, states, sh, comm);
+  const double comm_micro = comm.micro;
+  const double comm_step = comm.step;
 
   const double compute_micro = in.micro_fwd_ms + in.micro_bwd_ms;
   // FSDP1 wrapping the whole model has one unit: its all-gather (and shard copy)
