@@ -24,22 +24,11 @@ int64_t paged_migrated_bytes(int64_t paged, int64_t capacity, int64_t held) {
   return paged > room ? 2 * paged : 0;
 }
 
-Prediction predict(const ModelContext& context, const RunSettings& settings,
-                   const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
-                   bool simulate_allocator) {
-  Prediction out;
-  const StepProfile reserved_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
-                                                    config.micro_batch, context.seq_len, Accounting::kReserved, context.gpu,
-                                                    context.time_options, context.checkpoint_saves);
-  const StepProfile allocated_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
-                                                     config.micro_batch, context.seq_len, Accounting::kAllocated, context.gpu,
-                                                     context.time_options, context.checkpoint_saves);
-  const BuiltStep reserved = build_step(context, settings, config, reserved_profile, Accounting::kReserved);
-  const BuiltStep allocated = build_step(context, settings, config, allocated_profile, Accounting::kAllocated);
-  const StepPeak peak = walk_step(reserved.model, blocks, reserved.persistent);
-  out.peak_reserved = peak.bytes;
-  out.peak_allocated = walk_step(allocated.model, blocks, allocated.persistent).bytes;
+namespace {
 
+// The breakdown at the walk's peak, before the allocator simulation adds its share.
+void fill_breakdown(const ModelContext& context, const RunSettings& settings, const BuiltStep& reserved,
+                    const StepPeak& peak, Prediction& out) {
   MemoryBreakdown& m = out.peak;
   m.cuda_context = context_bytes(context, settings);
   m.workspaces = account(context.gpu.cublas_workspace_bytes, Accounting::kReserved);
@@ -53,27 +42,34 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   m.activations = peak.activations;
   m.transient = peak.transient;
   m.allocator = kPoolSlackBytes;
-  // The caching-allocator simulation sees fragmentation the block walk cannot:
-  // when it reserves more, the difference is the allocator's share.
-  Simulation simulation;
-  if (simulate_allocator) {
-    SimulatorOptions quiet;
-    quiet.record_events = false;
-    quiet.max_memory_samples = 0;
-    simulation = simulate(context, settings, config, blocks, quiet);
-    out.simulated_peak_allocated = std::max(simulation.peak_allocated, simulation.first_step_peak_allocated);
-    // Reserved memory only grows from step to step (the allocator caches), unless
-    // an out-of-memory retry released segments: take the larger of the two.
-    const int64_t simulated_reserved = std::max(simulation.peak_reserved, simulation.first_step_peak_reserved);
-    out.simulated_peak_reserved = simulated_reserved;
-    if (simulated_reserved > out.peak_reserved) {
-      m.allocator += simulated_reserved - out.peak_reserved;
-      out.peak_reserved = simulated_reserved;
-    }
+}
+
+// The caching-allocator simulation sees fragmentation the block walk cannot:
+// when it reserves more, the difference is the allocator's share.
+Simulation simulate_allocator_share(const ModelContext& context, const RunSettings& settings,
+                                    const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
+                                    Prediction& out) {
+  MemoryBreakdown& m = out.peak;
+  SimulatorOptions quiet;
+  quiet.record_events = false;
+  quiet.max_memory_samples = 0;
+  Simulation simulation = simulate(context, settings, config, blocks, quiet);
+  out.simulated_peak_allocated = std::max(simulation.peak_allocated, simulation.first_step_peak_allocated);
+  // Reserved memory only grows from step to step (the allocator caches), unless
+  // an out-of-memory retry released segments: take the larger of the two.
+  const int64_t simulated_reserved = std::max(simulation.peak_reserved, simulation.first_step_peak_reserved);
+  out.simulated_peak_reserved = simulated_reserved;
+  if (simulated_reserved > out.peak_reserved) {
+    m.allocator += simulated_reserved - out.peak_reserved;
+    out.peak_reserved = simulated_reserved;
   }
-  // Batches of varied length (RunSettings::shortest_sample) grow the allocator's
-  // cache beyond what batches at seq_len reserve: the band runs from one to the other.
-  const int64_t fixed_length_total = m.total();
+  return simulation;
+}
+
+// Batches of varied length (RunSettings::shortest_sample) grow the allocator's
+// cache beyond what batches at seq_len reserve: the band runs from one to the other.
+void add_varied_lengths(const Simulation& simulation, Prediction& out) {
+  MemoryBreakdown& m = out.peak;
   if (simulation.varied_peak_reserved > out.peak_reserved) {
     m.allocator += simulation.varied_peak_reserved - out.peak_reserved;
     out.peak_reserved = simulation.varied_peak_reserved;
@@ -85,12 +81,13 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   }
   out.simulated_peak_allocated = std::max(out.simulated_peak_allocated, simulation.varied_peak_allocated);
   out.varied_length_micro_steps = simulation.varied_length_micro_steps;
-  out.gpu_total = m.total();
-  out.gpu_capacity = context.gpu.memory_bytes;
-  out.gpu_budget = gpu_budget_bytes(context, settings);
-  // What a run measures apart, as it counts (allocated accounting): the model
-  // states, and what one micro-batch's forward leaves saved for backward.
-  MeasurableMemory& measurable = out.allocated;
+}
+
+// What a run measures apart, as it counts (allocated accounting): the model
+// states, and what one micro-batch's forward leaves saved for backward.
+MeasurableMemory measurable_memory(const BuiltStep& allocated, const StepProfile& allocated_profile,
+                                   const std::vector<BlockChoice>& blocks) {
+  MeasurableMemory measurable;
   measurable.parameters = allocated.states.params;
   measurable.optimizer_states = allocated.states.optimizer;
   measurable.master_weights = allocated.states.master;
@@ -103,21 +100,28 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
       case BlockChoice::kOffload: measurable.offloaded_activations += allocated_profile.blocks[k].keep; break;
     }
   }
-  out.where.phase = peak.phase;
-  out.where.block = peak.block;
-  if (peak.block >= 0) out.where.block_name = context.graph.blocks[peak.block].name;
+  return measurable;
+}
 
+// Host RAM (per node) and disk, with their budgets.
+void host_and_disk(const RunSettings& settings, const ModelStates& states, const StepPeak& peak, Prediction& out) {
   // Paged optimizer states are evicted to host RAM when the GPU runs short: the
   // host must be able to hold them (every rank of the node).
-  out.host_ram = kHostBytesPerRank * settings.gpus_per_node + reserved.states.host_offload +
+  out.host_ram = kHostBytesPerRank * settings.gpus_per_node + states.host_offload +
                  peak.host_activations * settings.gpus_per_node +
-                 reserved.states.paged_optimizer * settings.gpus_per_node;
+                 states.paged_optimizer * settings.gpus_per_node;
   out.host_ram_budget = settings.host_ram_bytes;
-  out.checkpoint_bytes = reserved.states.checkpoint;
+  out.checkpoint_bytes = states.checkpoint;
   // Kept checkpoints plus the one being written before the oldest is removed.
-  out.disk = (settings.checkpoints_kept + 1) * reserved.states.checkpoint + reserved.states.nvme;
+  out.disk = (settings.checkpoints_kept + 1) * states.checkpoint + states.nvme;
   out.disk_budget = settings.disk_free_bytes;
+}
 
+// The step-time model's inputs: per-micro-step compute, recompute and offload
+// from the block profile, FSDP2's stream copies, paged migration.
+StepTimeInputs step_time_inputs(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                                const BuiltStep& reserved, const std::vector<BlockChoice>& blocks,
+                                const Prediction& out) {
   StepTimeInputs times;
   times.seq_len = context.seq_len;
   times.model_flops = reserved.model_flops;
@@ -138,7 +142,42 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   times.reduce_copy_ms = copy_ms(fsdp2_reduce_copy_in_bytes(context.graph, settings, config));
   times.paged_migrated_bytes = static_cast<double>(paged_migrated_bytes(reserved.states.paged_optimizer, out.gpu_capacity,
                                                                         out.gpu_total));
-  out.time = step_time(settings, config, context.gpu, reserved.states, times);
+  return times;
+}
+
+}  // namespace
+
+Prediction predict(const ModelContext& context, const RunSettings& settings,
+                   const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
+                   bool simulate_allocator) {
+  Prediction out;
+  const StepProfile reserved_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
+                                                    config.micro_batch, context.seq_len, Accounting::kReserved, context.gpu,
+                                                    context.time_options, context.checkpoint_saves);
+  const StepProfile allocated_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
+                                                     config.micro_batch, context.seq_len, Accounting::kAllocated, context.gpu,
+                                                     context.time_options, context.checkpoint_saves);
+  const BuiltStep reserved = build_step(context, settings, config, reserved_profile, Accounting::kReserved);
+  const BuiltStep allocated = build_step(context, settings, config, allocated_profile, Accounting::kAllocated);
+  const StepPeak peak = walk_step(reserved.model, blocks, reserved.persistent);
+  out.peak_reserved = peak.bytes;
+  out.peak_allocated = walk_step(allocated.model, blocks, allocated.persistent).bytes;
+
+  fill_breakdown(context, settings, reserved, peak, out);
+  const Simulation simulation =
+      simulate_allocator ? simulate_allocator_share(context, settings, config, blocks, out) : Simulation{};
+  const int64_t fixed_length_total = out.peak.total();
+  add_varied_lengths(simulation, out);
+  out.gpu_total = out.peak.total();
+  out.gpu_capacity = context.gpu.memory_bytes;
+  out.gpu_budget = gpu_budget_bytes(context, settings);
+  out.allocated = measurable_memory(allocated, allocated_profile, blocks);
+  out.where.phase = peak.phase;
+  out.where.block = peak.block;
+  if (peak.block >= 0) out.where.block_name = context.graph.blocks[peak.block].name;
+  host_and_disk(settings, reserved.states, peak, out);
+  out.time = step_time(settings, config, context.gpu, reserved.states,
+                       step_time_inputs(context, settings, config, reserved, blocks, out));
   out.fits_gpu = out.gpu_total <= out.gpu_budget && !simulation.out_of_memory;
   // Widened by with_band() when the stack leaves mechanisms open.
   out.gpu_total_bottom = fixed_length_total;
