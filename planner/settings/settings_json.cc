@@ -13,6 +13,153 @@ Status fail(std::string_view origin, std::string_view field, const std::string& 
   return Status::invalid_input(std::string(origin) + ": " + std::string(field) + ": " + what);
 }
 
+// The model, the stack and its mechanisms, precision, optimizer, training mode, attention.
+Status read_model_and_stack(JsonFields& r, RunSettings& s, std::string& attention) {
+  const Status statuses[] = {
+      r.read("model", s.model),
+      r.read_enum("stack", s.stack, parse_stack, stack_names()),
+      r.read_enum("optimizer_impl", s.optimizer_impl, parse_optimizer_impl, optimizer_impl_names()),
+      r.read_enum("loss", s.loss, parse_loss, loss_names()),
+      r.read_enum("recompute", s.recompute, parse_recompute, recompute_names()),
+      r.read_enum("adapter_dtype", s.adapter_dtype, parse_adapter_dtype, adapter_dtype_names()),
+      r.read_enum("sharding", s.sharding, parse_sharding, sharding_names()),
+      r.read_enum("reduce_dtype", s.reduce_dtype, parse_reduce_dtype, reduce_dtype_names()),
+      r.read_enum("fsdp_wrap", s.fsdp_wrap, parse_fsdp_wrap, fsdp_wrap_names()),
+      r.read("fsdp_no_sync", s.fsdp_no_sync),
+      r.read_enum("kbit_prep", s.kbit_prep, parse_kbit_prep, kbit_prep_names()),
+      r.read("autocast", s.autocast),
+      r.read_enum("precision", s.precision, parse_precision, precision_names()),
+      r.read_enum("optimizer", s.optimizer, parse_optimizer, optimizer_names()),
+      r.read_enum("mode", s.mode, parse_mode, mode_names()),
+      r.read("freeze_patterns", s.freeze_patterns),
+      r.read("train_patterns", s.train_patterns),
+      r.read("quantize_skip", s.quantize_skip),
+      r.read("fsdp_own_groups", s.fsdp_own_groups),
+      r.read("lora_skip", s.lora_skip),
+      r.read("attention", attention),
+      r.read("dropout", s.dropout),
+      r.read("precomputed_text_embeddings", s.precomputed_text_embeddings),
+  };
+  for (const Status& status : statuses) {
+    if (!status.is_ok()) return status;
+  }
+  return Status::ok();
+}
+
+// Batch, sharding and offload, kernels, checkpointing, the GPU, budgets and what the search may change.
+Status read_run_and_budgets(JsonFields& r, RunSettings& s, std::string& checkpointing) {
+  const Status statuses[] = {
+      r.read("micro_batch", s.micro_batch),
+      r.read("seq_len", s.seq_len),
+      r.read("resolution", s.resolution),
+      r.read("grad_accum", s.grad_accum),
+      r.read("global_batch", s.global_batch),
+      r.read("gpus_per_node", s.gpus_per_node),
+      r.read("shard_gpus", s.shard_gpus),
+      r.read("nodes", s.nodes),
+      r.read("zero_stage", s.zero_stage),
+      r.read_enum("offload_optimizer", s.offload_optimizer, parse_offload, offload_names()),
+      r.read_enum("cpu_offload", s.cpu_offload, parse_cpu_offload, cpu_offload_names()),
+      r.read_enum("offload_param", s.offload_param, parse_offload, offload_names()),
+      r.read("reduce_bucket_elements", s.reduce_bucket_elements),
+      r.read("allgather_bucket_elements", s.allgather_bucket_elements),
+      r.read("prefetch_bucket_elements", s.prefetch_bucket_elements),
+      r.read("max_live_parameters", s.max_live_parameters),
+      r.read("sub_group_elements", s.sub_group_elements),
+      r.read("overlap_comm", s.overlap_comm),
+      r.read("compile", s.compile),
+      r.read("compile_loss", s.compile_loss),
+      r.read_enum("float8", s.float8, parse_float8_recipe, float8_recipe_names()),
+      r.read("float8_all_gather", s.float8_all_gather),
+      r.read("nf4_double_quant", s.nf4_double_quant),
+      r.read_enum("quant", s.quant, parse_quant_format, quant_format_names()),
+      r.read("gptq_group_size", s.gptq_group_size),
+      r.read("offload_checkpoint_inputs", s.offload_checkpoint_inputs),
+      r.read("expandable_segments", s.expandable_segments),
+      r.read("paged_optimizer", s.paged_optimizer),
+      r.read("group_by_length", s.group_by_length),
+      r.read("checkpointing", checkpointing),
+      r.read("checkpoint_blocks", s.checkpoint_blocks),
+      r.read("gpu", s.gpu),
+      r.read("calibration_file", s.calibration_file),
+      r.read("gpu_memory_bytes", s.gpu_memory_bytes),
+      r.read("cuda_context_bytes", s.cuda_context_bytes),
+      r.read("document_tokens", s.document_tokens),
+      r.read("shortest_sample", s.shortest_sample),
+      r.read("text_tokens", s.text_tokens),
+      r.read("host_ram_bytes", s.host_ram_bytes),
+      r.read("disk_free_bytes", s.disk_free_bytes),
+      r.read("safety_margin", s.safety_margin),
+      r.read("network_gbps", s.network_gbps),
+      r.read("nvme_gbps", s.nvme_gbps),
+      r.read("checkpoints_kept", s.checkpoints_kept),
+      r.read("save_optimizer_state", s.save_optimizer_state),
+      r.read("max_zero_stage", s.max_zero_stage),
+      r.read("allow_cpu_offload", s.allow_cpu_offload),
+      r.read("allow_nvme_offload", s.allow_nvme_offload),
+      r.read("allow_activation_offload", s.allow_activation_offload),
+      r.read("allow_micro_batch_change", s.allow_micro_batch_change),
+  };
+  for (const Status& status : statuses) {
+    if (!status.is_ok()) return status;
+  }
+  return Status::ok();
+}
+
+// settings.lora: rank, targets, dropout.
+Status read_lora(JsonFields& r, std::string_view origin, RunSettings& s) {
+  if (const nlohmann::json* lora = r.member("lora")) {
+    if (!lora->is_object()) return r.expected("lora", "an object {\"rank\", \"targets\", \"dropout\"}", *lora);
+    JsonFields l(*lora, origin, "settings.lora.");
+    for (const Status& status : {l.read("rank", s.lora.rank), l.read("targets", s.lora.targets),
+                                 l.read("dropout", s.lora.dropout), l.unknown_keys()}) {
+      if (!status.is_ok()) return status;
+    }
+  }
+  return Status::ok();
+}
+
+// settings.scoped_lora: adapters of their own on the modules a glob names.
+Status read_scoped_lora(JsonFields& r, std::string_view origin, RunSettings& s) {
+  if (const nlohmann::json* scoped = r.member("scoped_lora")) {
+    if (!scoped->is_array()) return r.expected("scoped_lora", "a list of {\"scope\", \"rank\", \"targets\", \"dropout\"}", *scoped);
+    for (size_t i = 0; i < scoped->size(); ++i) {
+      const nlohmann::json& item = (*scoped)[i];
+      const std::string prefix = "settings.scoped_lora[" + std::to_string(i) + "].";
+      if (!item.is_object()) {
+        return fail(origin, "settings.scoped_lora[" + std::to_string(i) + "]",
+                    "expected an object {\"scope\", \"rank\", \"targets\", \"dropout\"}");
+      }
+      ScopedLora l;
+      JsonFields f(item, origin, prefix);
+      for (const Status& status : {f.read("scope", l.scope), f.read("rank", l.lora.rank), f.read("targets", l.lora.targets),
+                                   f.read("dropout", l.lora.dropout), f.unknown_keys()}) {
+        if (!status.is_ok()) return status;
+      }
+      s.scoped_lora.push_back(std::move(l));
+    }
+  }
+  return Status::ok();
+}
+
+// The choices read as text first: attention and the checkpointing policy.
+Status apply_text_choices(const std::string& attention, const std::string& checkpointing, std::string_view origin,
+                          RunSettings& s) {
+  if (const std::optional<models::AttentionImpl> parsed = parse_attention(attention)) {
+    s.attention = *parsed;
+  } else {
+    return fail(origin, "settings.attention", "expected one of " + attention_names() + ", got \"" + attention + "\"");
+  }
+  if (checkpointing == "every") {
+    s.checkpointing = CheckpointPolicy::kEveryBlock;
+  } else if (checkpointing == "list") {
+    s.checkpointing = CheckpointPolicy::kList;
+  } else if (checkpointing != "none") {
+    return fail(origin, "settings.checkpointing", "expected \"none\", \"every\" or \"list\", got \"" + checkpointing + "\"");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 nlohmann::json settings_to_json(const RunSettings& s) {
@@ -110,124 +257,12 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   RunSettings s;
   std::string attention = "sdpa";
   std::string checkpointing = "none";
-  // Strict: no coercion, and a key no line below reads is refused (JsonFields).
+  // Strict: no coercion, and a key no reader below reads is refused (JsonFields).
   JsonFields r(j, origin, "settings.");
-  const Status statuses[] = {
-      r.read("model", s.model),
-      r.read_enum("stack", s.stack, parse_stack, stack_names()),
-      r.read_enum("optimizer_impl", s.optimizer_impl, parse_optimizer_impl, optimizer_impl_names()),
-      r.read_enum("loss", s.loss, parse_loss, loss_names()),
-      r.read_enum("recompute", s.recompute, parse_recompute, recompute_names()),
-      r.read_enum("adapter_dtype", s.adapter_dtype, parse_adapter_dtype, adapter_dtype_names()),
-      r.read_enum("sharding", s.sharding, parse_sharding, sharding_names()),
-      r.read_enum("reduce_dtype", s.reduce_dtype, parse_reduce_dtype, reduce_dtype_names()),
-      r.read_enum("fsdp_wrap", s.fsdp_wrap, parse_fsdp_wrap, fsdp_wrap_names()),
-      r.read("fsdp_no_sync", s.fsdp_no_sync),
-      r.read_enum("kbit_prep", s.kbit_prep, parse_kbit_prep, kbit_prep_names()),
-      r.read("autocast", s.autocast),
-      r.read_enum("precision", s.precision, parse_precision, "fp32, bf16-mixed, fp16-mixed, bf16"),
-      r.read_enum("optimizer", s.optimizer, parse_optimizer, "adamw, adamw-8bit, sgd, adafactor"),
-      r.read_enum("mode", s.mode, parse_mode, "full, lora, qlora"),
-      r.read("freeze_patterns", s.freeze_patterns),
-      r.read("train_patterns", s.train_patterns),
-      r.read("quantize_skip", s.quantize_skip),
-      r.read("fsdp_own_groups", s.fsdp_own_groups),
-      r.read("lora_skip", s.lora_skip),
-      r.read("attention", attention),
-      r.read("dropout", s.dropout),
-      r.read("precomputed_text_embeddings", s.precomputed_text_embeddings),
-      r.read("micro_batch", s.micro_batch),
-      r.read("seq_len", s.seq_len),
-      r.read("resolution", s.resolution),
-      r.read("grad_accum", s.grad_accum),
-      r.read("global_batch", s.global_batch),
-      r.read("gpus_per_node", s.gpus_per_node),
-      r.read("shard_gpus", s.shard_gpus),
-      r.read("nodes", s.nodes),
-      r.read("zero_stage", s.zero_stage),
-      r.read_enum("offload_optimizer", s.offload_optimizer, parse_offload, "none, cpu, nvme"),
-      r.read_enum("cpu_offload", s.cpu_offload, parse_cpu_offload, "zero-offload, torchao, torchao-offload-gradients"),
-      r.read_enum("offload_param", s.offload_param, parse_offload, "none, cpu, nvme"),
-      r.read("reduce_bucket_elements", s.reduce_bucket_elements),
-      r.read("allgather_bucket_elements", s.allgather_bucket_elements),
-      r.read("prefetch_bucket_elements", s.prefetch_bucket_elements),
-      r.read("max_live_parameters", s.max_live_parameters),
-      r.read("sub_group_elements", s.sub_group_elements),
-      r.read("overlap_comm", s.overlap_comm),
-      r.read("compile", s.compile),
-      r.read("compile_loss", s.compile_loss),
-      r.read_enum("float8", s.float8, parse_float8_recipe, float8_recipe_names()),
-      r.read("float8_all_gather", s.float8_all_gather),
-      r.read("nf4_double_quant", s.nf4_double_quant),
-      r.read_enum("quant", s.quant, parse_quant_format, quant_format_names()),
-      r.read("gptq_group_size", s.gptq_group_size),
-      r.read("offload_checkpoint_inputs", s.offload_checkpoint_inputs),
-      r.read("expandable_segments", s.expandable_segments),
-      r.read("paged_optimizer", s.paged_optimizer),
-      r.read("group_by_length", s.group_by_length),
-      r.read("checkpointing", checkpointing),
-      r.read("checkpoint_blocks", s.checkpoint_blocks),
-      r.read("gpu", s.gpu),
-      r.read("calibration_file", s.calibration_file),
-      r.read("gpu_memory_bytes", s.gpu_memory_bytes),
-      r.read("cuda_context_bytes", s.cuda_context_bytes),
-      r.read("document_tokens", s.document_tokens),
-      r.read("shortest_sample", s.shortest_sample),
-      r.read("text_tokens", s.text_tokens),
-      r.read("host_ram_bytes", s.host_ram_bytes),
-      r.read("disk_free_bytes", s.disk_free_bytes),
-      r.read("safety_margin", s.safety_margin),
-      r.read("network_gbps", s.network_gbps),
-      r.read("nvme_gbps", s.nvme_gbps),
-      r.read("checkpoints_kept", s.checkpoints_kept),
-      r.read("save_optimizer_state", s.save_optimizer_state),
-      r.read("max_zero_stage", s.max_zero_stage),
-      r.read("allow_cpu_offload", s.allow_cpu_offload),
-      r.read("allow_nvme_offload", s.allow_nvme_offload),
-      r.read("allow_activation_offload", s.allow_activation_offload),
-      r.read("allow_micro_batch_change", s.allow_micro_batch_change),
-  };
-  for (const Status& status : statuses) {
+  for (const Status& status : {read_model_and_stack(r, s, attention), read_run_and_budgets(r, s, checkpointing),
+                               read_lora(r, origin, s), read_scoped_lora(r, origin, s), r.unknown_keys(),
+                               apply_text_choices(attention, checkpointing, origin, s)}) {
     if (!status.is_ok()) return status;
-  }
-  if (const nlohmann::json* lora = r.member("lora")) {
-    if (!lora->is_object()) return r.expected("lora", "an object {\"rank\", \"targets\", \"dropout\"}", *lora);
-    JsonFields l(*lora, origin, "settings.lora.");
-    for (const Status& status : {l.read("rank", s.lora.rank), l.read("targets", s.lora.targets),
-                                 l.read("dropout", s.lora.dropout), l.unknown_keys()}) {
-      if (!status.is_ok()) return status;
-    }
-  }
-  if (const nlohmann::json* scoped = r.member("scoped_lora")) {
-    if (!scoped->is_array()) return r.expected("scoped_lora", "a list of {\"scope\", \"rank\", \"targets\", \"dropout\"}", *scoped);
-    for (size_t i = 0; i < scoped->size(); ++i) {
-      const nlohmann::json& item = (*scoped)[i];
-      const std::string prefix = "settings.scoped_lora[" + std::to_string(i) + "].";
-      if (!item.is_object()) {
-        return fail(origin, "settings.scoped_lora[" + std::to_string(i) + "]",
-                    "expected an object {\"scope\", \"rank\", \"targets\", \"dropout\"}");
-      }
-      ScopedLora l;
-      JsonFields f(item, origin, prefix);
-      for (const Status& status : {f.read("scope", l.scope), f.read("rank", l.lora.rank), f.read("targets", l.lora.targets),
-                                   f.read("dropout", l.lora.dropout), f.unknown_keys()}) {
-        if (!status.is_ok()) return status;
-      }
-      s.scoped_lora.push_back(std::move(l));
-    }
-  }
-  if (Status unknown = r.unknown_keys(); !unknown.is_ok()) return unknown;
-  if (const std::optional<models::AttentionImpl> parsed = parse_attention(attention)) {
-    s.attention = *parsed;
-  } else {
-    return fail(origin, "settings.attention", "expected one of " + attention_names() + ", got \"" + attention + "\"");
-  }
-  if (checkpointing == "every") {
-    s.checkpointing = CheckpointPolicy::kEveryBlock;
-  } else if (checkpointing == "list") {
-    s.checkpointing = CheckpointPolicy::kList;
-  } else if (checkpointing != "none") {
-    return fail(origin, "settings.checkpointing", "expected \"none\", \"every\" or \"list\", got \"" + checkpointing + "\"");
   }
   const Status valid = validate_settings(s, origin);
   if (!valid.is_ok()) return valid;
