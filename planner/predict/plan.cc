@@ -110,8 +110,8 @@ Result<GlobalConfig> config_from_json(const nlohmann::json& c, const RunSettings
   JsonFields r(c, where, "config.");
   for (const Status& status :
        {r.read("zero_stage", config.zero_stage),
-        r.read_enum("offload_optimizer", config.offload_optimizer, parse_offload, "none, cpu, nvme"),
-        r.read_enum("offload_param", config.offload_param, parse_offload, "none, cpu, nvme"),
+        r.read_enum("offload_optimizer", config.offload_optimizer, parse_offload, offload_names()),
+        r.read_enum("offload_param", config.offload_param, parse_offload, offload_names()),
         r.read("micro_batch", config.micro_batch), r.read("grad_accum", config.grad_accum), r.unknown_keys()}) {
     if (!status.is_ok()) return status;
   }
