@@ -1,6 +1,7 @@
 #include "cli/config_readers.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 
 #include "cli/mmengine_loader.h"
@@ -39,14 +40,6 @@ Result<ReaderOutput> labelled(Result<ConfigImport> imported, const char* flag, s
   return ReaderOutput{std::move(imported.value()), std::move(what)};
 }
 
-std::vector<std::string> given_values(const SettingsFlags& flags, const char* wanted) {
-  std::vector<std::string> values;
-  for (const auto& [flag, value] : flags.given) {
-    if (primary_name(*flag) == wanted) values.push_back(value);
-  }
-  return values;
-}
-
 // An MMEngine config (--xtuner, or --mmengine with an XTuner or mmpretrain
 // model), dumped by MMEngine's loader; with --deepspeed its batch and
 // accumulation win over the file's (xtuner/tools/train.py).
@@ -73,7 +66,7 @@ Result<ReaderOutput> read_mmengine(const ReaderInput& in) {
 }
 
 constexpr const char* kMmengineRefusal =
-    ": an MMEngine config holds the model and optimizer itself; expected FLAG without --hf-args, --torchtune, "
+    "FLAG: an MMEngine config holds the model and optimizer itself; expected FLAG without --hf-args, --torchtune, "
     "--axolotl, --llamafactory, --accelerate, --peft or another MMEngine config";
 
 struct ConfigReader {
@@ -126,21 +119,18 @@ const std::vector<ConfigReader>& config_readers() {
   return rows;
 }
 
-// The row's refusal with its flag in place of FLAG ("FLAG: ..." rows start with their flag).
+// The row's refusal with its flag in place of FLAG.
 std::string refusal_text(const ConfigReader& row) {
   std::string text = row.refusal;
-  if (text.front() == ':') text = row.flag + text;
   for (size_t at = text.find("FLAG"); at != std::string::npos; at = text.find("FLAG")) text.replace(at, 4, row.flag);
   return text;
 }
 
-// The last file given for `flag` (a repeated flag keeps its last value), or nullptr.
-const std::string* file_of(const SettingsFlags& flags, const char* flag) {
-  const std::string* file = nullptr;
-  for (const auto& [given, value] : flags.given) {
-    if (primary_name(*given) == flag) file = &value;
-  }
-  return file;
+// The last file given for `flag` (a repeated flag keeps its last value), or nullopt.
+std::optional<std::string> file_of(const SettingsFlags& flags, const char* flag) {
+  const std::vector<std::string> files = given_values(flags, flag);
+  if (files.empty()) return std::nullopt;
+  return files.back();
 }
 
 void add_notes(const ReaderOutput& out, std::vector<std::string>& notes) {
@@ -170,8 +160,8 @@ Result<ConfigFilesRead> read_config_files(const std::string& model, const Settin
                                           RunSettings& settings, std::vector<std::string>* notes) {
   ConfigFilesRead read;
   for (const ConfigReader& row : config_readers()) {
-    const std::string* file = file_of(flags, row.flag);
-    if (file == nullptr) continue;
+    const std::optional<std::string> file = file_of(flags, row.flag);
+    if (!file) continue;
     Result<ReaderOutput> out = row.read(ReaderInput{row.flag, *file, settings, model, flags});
     if (!out.is_ok()) return out.status();
     const ConfigImport& imported = out->imported;

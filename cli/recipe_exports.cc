@@ -19,15 +19,6 @@
 namespace headroom::cli {
 namespace {
 
-// The values given to `flag`, in order.
-std::vector<std::string> values_of(const SettingsFlags& flags, std::string_view flag) {
-  std::vector<std::string> out;
-  for (const auto& [row, value] : flags.given) {
-    if (primary_name(*row) == flag) out.push_back(value);
-  }
-  return out;
-}
-
 // Per block of the plan's graph: whether it is a layer the recipe can checkpoint.
 Result<std::vector<bool>> checkpointable_blocks(const planner::Plan& best) {
   Result<planner::ModelContext> context = planner::prepare_context(best.settings);
@@ -99,7 +90,7 @@ Result<std::string> mmpretrain_export(const std::string& path, const nlohmann::j
 }  // namespace
 
 bool is_recipe_export(std::string_view kind, const SettingsFlags& flags) {
-  if (kind == "accelerate") return !values_of(flags, "--accelerate").empty();
+  if (kind == "accelerate") return !given_values(flags, "--accelerate").empty();
   return kind == "torchtune" || kind == "hf-args" || kind == "axolotl" || kind == "llamafactory" || kind == "xtuner" ||
          kind == "mmengine";
 }
@@ -108,7 +99,7 @@ Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& fl
                                   std::vector<std::string>& notes) {
   const bool torchtune = kind == "torchtune";
   const std::string flag = "--" + std::string(kind);
-  const std::vector<std::string> files = values_of(flags, flag);
+  const std::vector<std::string> files = given_values(flags, flag);
   if (files.empty()) {
     return Status::invalid_input(std::string("--emit ") + std::string(kind) +
                                  ": writes the plan back into the file the run was "
@@ -123,10 +114,10 @@ Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& fl
     Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
     if (!text.is_ok()) return text.status();
     Result<planner::ConfigImport> given =
-        planner::import_torchtune_config(text.value(), path, values_of(flags, "--torchtune-set"), planner::RunSettings{});
+        planner::import_torchtune_config(text.value(), path, given_values(flags, "--torchtune-set"), planner::RunSettings{});
     if (!given.is_ok()) return given.status();
     patch = reports::torchtune_patch(best, given->settings, checkpointable.value(), text.value(), path,
-                                     values_of(flags, "--torchtune-set"));
+                                     given_values(flags, "--torchtune-set"));
   } else if (kind == "axolotl" || kind == "llamafactory") {
     Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
     if (!text.is_ok()) return text.status();
@@ -152,17 +143,17 @@ Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& fl
     Result<planner::MmengineKind> config_kind = planner::mmengine_kind(dump.value(), path);
     if (!config_kind.is_ok()) return config_kind.status();
     if (config_kind.value() == planner::MmengineKind::kXtuner) {
-      return xtuner_export(path, !values_of(flags, "--deepspeed").empty(), best, checkpointable.value(), notes);
+      return xtuner_export(path, !given_values(flags, "--deepspeed").empty(), best, checkpointable.value(), notes);
     }
     return mmpretrain_export(path, dump.value(), best, notes);
   } else if (kind == "xtuner") {
-    Result<std::string> patch_text = xtuner_export(path, !values_of(flags, "--deepspeed").empty(), best,
+    Result<std::string> patch_text = xtuner_export(path, !given_values(flags, "--deepspeed").empty(), best,
                                                    checkpointable.value(), notes);
     return patch_text;
   } else {
     // Launched by `accelerate launch --config_file`, the Trainer's arguments
     // refine that file's run, and ZeRO, offload and FSDP checkpointing are its keys.
-    const std::vector<std::string> accelerate = values_of(flags, "--accelerate");
+    const std::vector<std::string> accelerate = given_values(flags, "--accelerate");
     planner::RunSettings base;
     if (!accelerate.empty()) {
       Result<planner::ConfigImport> launch = planner::load_accelerate_config(accelerate.back(), base);

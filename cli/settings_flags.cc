@@ -4,23 +4,9 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 
-#include "graph/atomic_file.h"
-#include "graph/json_text.h"
 #include "planner/configs/deepspeed_import.h"
-#include "planner/configs/accelerate_import.h"
-#include "planner/configs/axolotl_import.h"
-#include "planner/configs/hf_trainer_import.h"
-#include "planner/configs/llamafactory_import.h"
-#include "planner/configs/mmengine_import.h"
-#include "planner/configs/xtuner_import.h"
-#include "cli/mmengine_loader.h"
-#include "planner/configs/torchtune_import.h"
-#include "planner/settings/settings_json.h"
-#include "planner/settings/validate_settings.h"
 #include "reports/units.h"
 
 namespace headroom::cli {
@@ -696,6 +682,14 @@ void add_settings_flags(CLI::App& command, SettingsFlags& flags) {
 bool flag_given(const SettingsFlags& flags, std::string_view wanted) {
   return std::any_of(flags.given.begin(), flags.given.end(),
                      [&](const auto& given) { return primary_name(*given.first) == wanted; });
+}
+
+std::vector<std::string> given_values(const SettingsFlags& flags, std::string_view wanted) {
+  std::vector<std::string> values;
+  for (const auto& [flag, value] : flags.given) {
+    if (primary_name(*flag) == wanted) values.push_back(value);
+  }
+  return values;
 }
 
 }  // namespace headroom::cli

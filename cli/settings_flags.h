@@ -57,5 +57,7 @@ void add_settings_flags(CLI::App& command, SettingsFlags& flags);
 
 // Whether the command line gave `wanted` (a flag's primary spelling, "--batch").
 bool flag_given(const SettingsFlags& flags, std::string_view wanted);
+// The values given for `wanted`, in command-line order.
+std::vector<std::string> given_values(const SettingsFlags& flags, std::string_view wanted);
 
 }  // namespace headroom::cli

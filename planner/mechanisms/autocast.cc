@@ -40,7 +40,7 @@ const graph::Param* matmul_weight(const graph::Node& node, AutocastWeights weigh
 
 // The packed 4-bit weight of a bitsandbytes Linear4bit, if `node` is one.
 const graph::Param* four_bit_weight(const graph::Node& node) {
-  const graph::Param* weight = node.op == "linear" ? node_weight(node) : nullptr;
+  const graph::Param* weight = node.op == graph::op::kLinear ? node_weight(node) : nullptr;
   return weight != nullptr && (weight->dtype == DType::kNF4 || weight->dtype == DType::kFP4) ? weight : nullptr;
 }
 
@@ -49,7 +49,7 @@ const graph::Param* four_bit_weight(const graph::Node& node) {
 // transformers' and diffusers' upcast inside their Python ops and cast back, and
 // F.rms_norm returns its input's dtype.
 bool is_layer_norm(const graph::Node& node) {
-  return node.op == "norm" && std::find(node.outputs.begin(), node.outputs.end(), node.name + ":mean") !=
+  return node.op == graph::op::kNorm && std::find(node.outputs.begin(), node.outputs.end(), node.name + ":mean") !=
                                   node.outputs.end();
 }
 
@@ -57,7 +57,7 @@ bool is_layer_norm(const graph::Node& node) {
 // (GPT-2's gelu_new cubes x); AT_FORALL_FP32_SET_OPT_DTYPE: softmax given no
 // dtype runs with dtype=float).
 bool runs_in_fp32(const graph::Node& node) {
-  return is_layer_norm(node) || node.op == "softmax" || node.op == "pow";
+  return is_layer_norm(node) || node.op == graph::op::kSoftmax || node.op == graph::op::kPow;
 }
 
 // A cast node "name" in `block` writing tensor "name" (16-bit, `elements`).
@@ -114,7 +114,7 @@ bool has_lora_dropout(const graph::Node& node) {
 // peft 0.7 to 0.21): lora_A reads the layer's input itself, shared with the
 // other 4-bit linears that read it.
 void copy_adapter_input(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, graph::Node& node) {
-  if (node.op != "linear" || !node.linear || node.inputs.empty() || !has_fp32_adapters(node)) return;
+  if (node.op != graph::op::kLinear || !node.linear || node.inputs.empty() || !has_fp32_adapters(node)) return;
   if (four_bit_weight(node) != nullptr) return;
   if (node.inputs.front().starts_with(node.name + ".cast:")) return;
   const std::string name = node.name + ".adapter_input_cast";
@@ -161,7 +161,7 @@ void upcast_fp32_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::T
                            AutocastWeights weights, DType low) {
   const std::string input = node.inputs.front();
   const graph::Tensor* tensor = known.at(input);
-  const bool half_to_float = node.op == "softmax" && low == DType::kF16;
+  const bool half_to_float = node.op == graph::op::kSoftmax && low == DType::kF16;
   if (tensor->dtype != DType::kF32 && !half_to_float) {
     const std::string name = node.name + ".cast:" + input;
     // Reads 2 bytes and writes 4 an element: three 16-bit elements of traffic.
@@ -228,7 +228,7 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights, DType low
     }
     // An explicit .to(query.dtype) (eager attention's fp32 softmax cast back): the
     // dtype of the 16-bit projections, whatever its input.
-    if (node.op == "cast") continue;
+    if (node.op == graph::op::kCast) continue;
     if (runs_in_fp32(node)) {
       for (const std::string& output : node.outputs) make_f32(output);
       continue;
@@ -241,10 +241,10 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights, DType low
     const bool keeps_input_dtype = node.op.starts_with("batch_norm");
     // An RMSNorm in Python ops returns weight * x.to(input_dtype): fp32 where its
     // weight is (always, over an fp32 model).
-    const bool fp32_norm = node.op == "norm" && weights == AutocastWeights::kFp32Model;
+    const bool fp32_norm = node.op == graph::op::kNorm && weights == AutocastWeights::kFp32Model;
     // GemmaRMSNorm and torchtune's RMSNorm multiply the fp32 normalized tensor by the
     // weight and return output.type_as(x): the input's dtype, whatever the weight's.
-    const bool casts_back = node.op == "norm" && weights == AutocastWeights::kSixteenBitModel &&
+    const bool casts_back = node.op == graph::op::kNorm && weights == AutocastWeights::kSixteenBitModel &&
                             std::any_of(node.outputs.begin(), node.outputs.end(), [&](const std::string& out) {
                               return out == node.name + ":normalized" && tensors.at(out)->dtype == DType::kF32;
                             });
@@ -301,7 +301,7 @@ void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph) {
   std::vector<graph::Tensor> added;
   rewritten.reserve(graph.nodes.size() * 2);
   for (graph::Node& node : graph.nodes) {
-    if (node.op == "linear") {
+    if (node.op == graph::op::kLinear) {
       // Copied in node.params order (lora_A, then lora_B), so the loop below may
       // not hold references into node.params while nodes grow.
       std::vector<std::pair<std::string, int64_t>> adapters;
@@ -339,7 +339,7 @@ void apply_fp32_adapters_without_autocast(graph::LayerGraph& graph) {
   std::vector<graph::Tensor> added;
   rewritten.reserve(graph.nodes.size() + graph.nodes.size() / 4);
   for (graph::Node& node : graph.nodes) {
-    if (node.op == "linear" && node.linear && !node.inputs.empty() && has_fp32_adapters(node)) {
+    if (node.op == graph::op::kLinear && node.linear && !node.inputs.empty() && has_fp32_adapters(node)) {
       set_f32(node.name + ".lora_mid");
       if (has_lora_dropout(node)) {
         set_f32(node.name + ".lora_dropout_out");  // dropout of the fp32 copy

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "graph/op_traits.h"
 #include "planner/mechanisms/autocast.h"
 
 namespace headroom::planner {
@@ -25,7 +26,7 @@ const graph::Param* linear_weight(const graph::Node& node) {
 }
 
 bool converts(const graph::LayerGraph& graph, const graph::Node& node) {
-  if (node.op != "linear" || !node.linear || node.inputs.empty()) return false;
+  if (node.op != graph::op::kLinear || !node.linear || node.inputs.empty()) return false;
   if (!graph.blocks[node.block].checkpointable) return false;  // embeddings, the output head, the loss
   if (linear_weight(node) == nullptr) return false;
   return node.linear->in_features % kFp8GemmMultiple == 0 && node.linear->out_features % kFp8GemmMultiple == 0;

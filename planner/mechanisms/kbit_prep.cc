@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "graph/op_traits.h"
 #include "planner/mechanisms/trainability.h"
 
 namespace headroom::planner {
@@ -10,7 +11,7 @@ void apply_kbit_prep(graph::LayerGraph& graph, KbitPrep prep) {
   if (prep == KbitPrep::kNone) return;
   for (graph::Node& node : graph.nodes) {
     // TRL casts modules whose name holds "norm" (and every nn.LayerNorm): the graph's norm nodes.
-    if (prep == KbitPrep::kNormsFp32 && node.op != "norm") continue;
+    if (prep == KbitPrep::kNormsFp32 && node.op != graph::op::kNorm) continue;
     for (graph::Param& param : node.params) {
       // The adapters come after the preparation (get_peft_model), in their own dtype;
       // modules trained in full beside them (modules_to_save) copy the upcast module.

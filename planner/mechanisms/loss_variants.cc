@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/op_traits.h"
 #include "planner/mechanisms/chunked_head.h"
 
 namespace headroom::planner {
@@ -126,11 +127,11 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
   std::vector<std::string> to_chunk;     // split after the loop: splitting reallocates graph.nodes
   std::vector<std::string> to_bypass;    // upcast nodes the variant has no use for
   for (graph::Node& node : graph.nodes) {
-    if (node.op != "loss" || node.inputs.empty()) continue;
+    if (node.op != graph::op::kLoss || node.inputs.empty()) continue;
     const std::string log_probs_name = node.name + ":log_probs";
     if (std::find(node.outputs.begin(), node.outputs.end(), log_probs_name) == node.outputs.end()) continue;
     graph::Node* upcast = producing_node(graph, node.inputs.front());
-    if (upcast == nullptr || upcast->op != "to_f32" || upcast->inputs.empty()) continue;
+    if (upcast == nullptr || upcast->op != graph::op::kToF32 || upcast->inputs.empty()) continue;
     const std::string logits_name = upcast->inputs.front();
     graph::Tensor* logits = find_tensor(graph, logits_name);
     graph::Tensor* logits_f32 = find_tensor(graph, node.inputs.front());

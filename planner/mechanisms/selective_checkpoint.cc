@@ -27,7 +27,7 @@ std::vector<std::vector<int>> selective_op_saves(const graph::LayerGraph& graph,
     for (int n : nodes) {
       const graph::Node& node = graph.nodes[n];
       const std::vector<int>& outputs = analysis.node_outputs[n];
-      if (node.op == "linear" && !has_bias(node)) {
+      if (node.op == graph::op::kLinear && !has_bias(node)) {
         ++mm_count;
         // The policy recomputes every second mm. Only the linear's own output:
         // a folded LoRA adapter's intermediate is not an mm output of the base.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "graph/op_traits.h"
 #include "planner/mechanisms/gptq_linear.h"
 #include "planner/settings/stack.h"
 
@@ -156,7 +157,7 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
   int adapted = 0;
   std::vector<int> scoped_adapted(settings.scoped_lora.size(), 0);
   for (Node& node : graph.nodes) {
-    if (node.op != "linear" || !node.linear) continue;
+    if (node.op != graph::op::kLinear || !node.linear) continue;
     if (settings.mode == TrainMode::kQlora && !any_match(settings.quantize_skip, node.name) &&
         !any_match(settings.train_patterns, node.name)) {
       if (settings.quant == QuantFormat::kGptq) {

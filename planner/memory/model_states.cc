@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "graph/op_traits.h"
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/memory/allocator_rounding.h"
@@ -32,8 +33,6 @@ bool paged(const RunSettings& settings, int64_t elements) {
 // buffer_size 1e8 elements (DeepSpeed config docs, "offload_param"/"offload_optimizer").
 constexpr int64_t kNvmeOptimizerBufferBytes = 4LL * 100'000'000 * 4;
 constexpr int64_t kNvmeParamBufferBytes = 5LL * 100'000'000 * 2;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t largest_block_param_bytes(const graph::LayerGraph& graph, Precision precision) {
   const std::vector<int64_t> per_block = block_param_bytes(graph, precision);
@@ -179,7 +178,7 @@ void add_weights(StateWalk& w, const graph::Node& node, const Param& param) {
   if (w.settings.mode == TrainMode::kFull || param.trainable) w.checkpoint_weights += fp32 ? elements * 4 : storage;
 }
 
-TrainableBytes trainable_bytes(StateWalk& w, const Param& param) {
+TrainableBytes trainable_bytes(const StateWalk& w, const Param& param) {
   TrainableBytes b;
   b.elements = param.elements();
   const bool fp32 = fp32_shard(w, param);
@@ -254,7 +253,7 @@ void add_trainable(StateWalk& w, const graph::Node& node, const Param& param) {
   // A parameter whose output nothing reads (LLaVA's vision layers past the
   // feature layer, one "unused" node) never gets a gradient, and torch.optim
   // creates no state for it (its step skips parameters whose grad is None).
-  if (node.op == "unused") return;
+  if (node.op == graph::op::kUnused) return;
   const TrainableBytes b = trainable_bytes(w, param);
   if (w.fsdp && w.in_root(node)) {
     out.fsdp2_root_grads[node.block] += w.account_bytes(grad_bytes(param, w.precision));
@@ -391,7 +390,7 @@ void add_unsynced_grads(StateWalk& w) {
   } else {
     const int64_t width = fsdp_reduce_bytes_per_element(w.settings);
     for (const graph::Node& node : w.graph.nodes) {
-      if (node.op == "unused") continue;
+      if (node.op == graph::op::kUnused) continue;
       for (const Param& param : node.params) {
         if (!param.trainable || !param.tied_to.empty()) continue;
         const int64_t bytes = w.account_bytes(param.elements() * width);

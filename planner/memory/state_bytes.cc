@@ -24,8 +24,6 @@ constexpr int64_t kBnbBlock = 256;
 constexpr int64_t kTorchao4bitBlock = 128;
 constexpr int64_t kTorchaoMinQuantizedSize = 4096;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 }  // namespace
 
 std::vector<int64_t> block_param_bytes(const graph::LayerGraph& graph, Precision precision) {

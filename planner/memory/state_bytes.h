@@ -12,7 +12,6 @@
 
 #include "graph/layer_graph.h"
 #include "planner/settings/run_settings.h"
-#include "planner/settings/stack.h"
 
 namespace headroom::planner {
 
@@ -43,6 +42,10 @@ ModelSize model_size(const graph::LayerGraph& graph, Precision precision);
 using graph::is_quantized_storage;  // graph/dtype.h
 // The dtype a parameter is held in on the GPU under `precision`.
 graph::DType stored_dtype(const graph::Param& param, Precision precision);
+
+// One rank's share of `total` split evenly over `world`, rounded up: what ZeRO's
+// and FSDP's partitions hold per rank.
+inline int64_t ceil_div(int64_t total, int64_t world) { return (total + world - 1) / world; }
 
 // bitsandbytes' 8-bit optimizers keep 32-bit states for tensors under
 // min_8bit_size = 4096 elements (bitsandbytes/optim/optimizer.py init_state).

@@ -241,7 +241,7 @@ NodeTimes fused_node_times(const LayerGraph& graph, const GraphAnalysis& analysi
   // A kernel of views only (a split between two matmuls, the qkv unbind before
   // attention) generates no code in forward: its outputs alias its input.
   const bool views_only = std::all_of(kernel.nodes.begin(), kernel.nodes.end(),
-                                      [&](int k) { return graph.nodes[k].op == "split"; });
+                                      [&](int k) { return graph.nodes[k].op == graph::op::kSplit; });
   double fwd_bytes = weight_bytes(node, compute);
   if (n == kernel.lead && !views_only) {
     fwd_bytes += tensors_bytes(graph, kernel.reads, compute, batch, seq) +
@@ -301,7 +301,7 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   // torch.chunk / split / unbind return views of their input: no kernel runs in
   // forward. Their backward (SplitBackward, UnbindBackward: a cat or stack of
   // the parts' gradients) does write a new tensor.
-  const bool view_forward = node.op == "split";
+  const bool view_forward = node.op == graph::op::kSplit;
   const bool input_grad = analysis.needs_input_grad[n];
   const bool param_grad = analysis.needs_param_grad[n];
   if (input_grad || param_grad) out.bwd_flops = backward_flops(node, analysis, n, batch, seq);
@@ -316,10 +316,10 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   // read the gradient and what they saved, about twice theirs.
   // (torchao's fp8 casts, "<linear>.input_fp8" / ".weight_fp8" (float8_linear.cc),
   // keep the generic pricing.)
-  const bool dtype_cast = node.op == "cast" && !node.name.ends_with("_fp8");
+  const bool dtype_cast = node.op == graph::op::kCast && !node.name.ends_with("_fp8");
   const bool one_copy_backward = view_forward || dtype_cast;
   double bwd_bytes = (one_copy_backward ? io : 2 * io) + weights;
-  if (node.op == "fused_linear_ce" && !node.outputs.empty()) {
+  if (node.op == graph::op::kFusedLinearCe && !node.outputs.empty()) {
     // Liger's fused linear cross-entropy made its gradients in forward; backward
     // scales them in place (element_mul_kernel): grad_input [BT, H] (its output's
     // size here) and grad_weight when the weight trains, each read and written.

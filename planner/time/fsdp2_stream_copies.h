@@ -16,7 +16,6 @@
 #include <cstdint>
 
 #include "graph/layer_graph.h"
-#include "planner/settings/stack.h"
 #include "planner/time/block_profile.h"
 #include "planner/settings/hardware.h"
 #include "planner/memory/model_states.h"
