@@ -1,0 +1,86 @@
+"""What the oracle changes so that CUDA-only code paths run on the meta device.
+
+Each shim replaces a device check or a kernel, never the code around it that
+decides what is allocated and kept:
+- scaled_dot_product_attention: the CUDA kernel choice (below);
+- fused optimizers: torch/optim/optimizer.py `_get_fused_kernels_supported_devices`
+  lists the devices with a fused Adam/AdamW/SGD kernel; meta is added, and torch's
+  own meta kernel of `_fused_adamw_` (torch/_meta_registrations.py) runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+import torch.optim.optimizer as _optimizer
+
+
+@contextlib.contextmanager
+def fused_optimizers_on_meta() -> Iterator[None]:
+    original = _optimizer._get_fused_kernels_supported_devices
+
+    def with_meta():
+        return list(original()) + ["meta"]
+
+    _optimizer._get_fused_kernels_supported_devices = with_meta
+    try:
+        yield
+    finally:
+        _optimizer._get_fused_kernels_supported_devices = original
+
+
+# -- scaled_dot_product_attention ---------------------------------------------
+# On CUDA, F.scaled_dot_product_attention picks a fused kernel
+# (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp `select_sdp_backend`,
+# default order flash, memory-efficient, math); on meta it always runs the math
+# composite, which keeps the [Sq, Sk] probabilities a GPU run never makes. The
+# shim makes the CUDA choice and calls torch's own flash / memory-efficient ops,
+# whose meta kernels and autograd formulas (tools/autograd/derivatives.yaml)
+# decide what is allocated and saved. Constraints taken from sdp_utils.cpp:
+# flash needs fp16/bf16, no attn_mask, head_dim a multiple of 8 and at most 256;
+# memory-efficient also takes a mask and fp32, but not grouped kv heads.
+
+def _sdpa_backend(q, k, v, attn_mask, enable_gqa) -> str:
+    head_dim = q.shape[-1]
+    half = q.dtype in (torch.float16, torch.bfloat16)
+    dims_ok = head_dim % 8 == 0 and v.shape[-1] % 8 == 0
+    grouped = enable_gqa and k.shape[-3] != q.shape[-3]
+    if q.dim() != 4:
+        return "math"
+    if half and attn_mask is None and dims_ok and head_dim <= 256:
+        return "flash"
+    if dims_ok and not grouped:
+        return "efficient"
+    return "math"
+
+
+def _sdpa_on_meta(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                  scale=None, enable_gqa=False):
+    backend = _sdpa_backend(query, key, value, attn_mask, enable_gqa)
+    if backend == "flash":
+        return torch.ops.aten._scaled_dot_product_flash_attention(
+            query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+    if backend == "efficient":
+        bias = attn_mask
+        if bias is not None and bias.dtype == torch.bool:
+            # attention.cpp `convert_boolean_attn_mask`: a new additive mask in q's dtype
+            bias = torch.zeros_like(bias, dtype=query.dtype).masked_fill(~bias, float("-inf"))
+        if bias is not None:
+            bias = bias.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            query, key, value, bias, True, dropout_p, is_causal, scale=scale)[0]
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
+        enable_gqa=enable_gqa)[0]
+
+
+@contextlib.contextmanager
+def cuda_sdpa_on_meta() -> Iterator[None]:
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("scaled_dot_product_attention", _sdpa_on_meta, "AutogradMeta")
+    try:
+        yield
+    finally:
+        lib._destroy()

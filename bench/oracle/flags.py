@@ -1,0 +1,33 @@
+"""A run of the oracle as a user would give it to headroom: `fit` flags."""
+
+from __future__ import annotations
+
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# transformers' `optim` names -> how optimizer.step() runs (torch/optim/adamw.py)
+_OPTIMIZER_IMPL = {"adamw_torch_fused": "fused", "adamw_torch": "foreach"}
+
+
+def model_path(spec: dict) -> str:
+    return spec["model"] if os.path.isabs(spec["model"]) else os.path.join(ROOT, spec["model"])
+
+
+def headroom_flags(spec: dict) -> list:
+    flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", spec["stack"],
+             "--precision", spec["precision"], "--batch", str(spec["batch"]),
+             "--seq", str(spec["seq"])]
+    if spec["method"] in ("lora", "qlora"):
+        flags += ["--mode", spec["method"], "--lora-rank", str(spec.get("lora_rank", 16)),
+                  "--lora-targets", ",".join(spec["lora_targets"]),
+                  "--lora-dropout", str(spec.get("lora_dropout", 0.05))]
+    else:
+        flags += ["--mode", "full"]
+    if spec.get("checkpointing", "none") != "none":
+        flags += ["--checkpointing", "every"]
+    optim = spec.get("optim", "adamw_torch_fused")
+    flags += ["--optimizer-impl", _OPTIMIZER_IMPL[optim]]
+    if spec.get("attention", "sdpa") != "sdpa":
+        flags += ["--attention", spec["attention"]]
+    return flags

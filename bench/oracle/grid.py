@@ -1,0 +1,47 @@
+"""The oracle grid: a JSON file of axes, expanded to runs.
+
+    {"base": {...keys every run shares...},
+     "groups": [{"axes": {"model": [...], "batch_seq": [[1, 512], [2, 2048]], ...},
+                 "set": {...keys this group fixes...}}]}
+
+Every group is the cartesian product of its axes over `base` and `set`;
+`batch_seq` sets `batch` and `seq` together. Each run gets a name from the
+values that vary.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+
+
+def _name(run: dict, varied: list) -> str:
+    parts = []
+    for key in varied:
+        value = run[key] if key != "batch_seq" else f"b{run['batch']}s{run['seq']}"
+        if key == "model":
+            value = os.path.basename(str(value).rstrip("/"))
+        if isinstance(value, list):
+            value = "+".join(map(str, value))
+        parts.append(str(value))
+    return "/".join(parts)
+
+
+def expand_grid(path: str) -> list:
+    with open(path) as f:
+        grid = json.load(f)
+    runs = []
+    for group in grid["groups"]:
+        axes = group["axes"]
+        keys = list(axes)
+        for values in itertools.product(*(axes[k] for k in keys)):
+            run = dict(grid.get("base", {}), **group.get("set", {}))
+            for key, value in zip(keys, values):
+                if key == "batch_seq":
+                    run["batch"], run["seq"] = value
+                else:
+                    run[key] = value
+            run["name"] = run["stack"] + "/" + _name(run, keys)
+            runs.append(run)
+    return runs

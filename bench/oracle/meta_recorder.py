@@ -1,0 +1,165 @@
+"""Records what a training step allocates and frees on PyTorch's meta device.
+
+Every aten op runs through a TorchDispatchMode. Each storage an op returns is
+registered with its size and a C++ weak reference (StorageWeakRef); after each
+op the recorder asks which registered storages have expired, so the timeline
+holds every storage created and freed, in op order, the way the CUDA caching
+allocator sees them (allocated bytes, not reserved). The peak is taken after an
+op's outputs exist and before the storages it dropped are counted as freed,
+which is when the real allocator holds both.
+
+Categories are decided at the end, when the recorder knows the whole step:
+a parameter, a gradient (what `.grad` held), an optimizer state, a tensor
+autograd saved for backward (saved_tensors_hooks), the batch, or a transient.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, Iterator, List, Optional, Set
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+CATEGORIES = ("parameters", "gradients", "optimizer_states", "inputs", "saved_activations",
+              "transient")
+
+
+@dataclass
+class _Live:
+    key: int
+    nbytes: int
+    ref: StorageWeakRef
+    born_op: int
+    label: str  # the op that made it, or the name it had before the step
+    shape: str
+    category: str = "transient"
+
+
+@dataclass
+class Recorder:
+    """Live storages, their timeline and the peak. Keys are StorageImpl addresses."""
+
+    live: Dict[int, _Live] = field(default_factory=dict)
+    live_bytes: int = 0
+    peak_bytes: int = 0
+    peak_op: int = -1
+    peak_phase: str = ""
+    peak_keys: List[int] = field(default_factory=list)
+    peak_records: Dict[int, _Live] = field(default_factory=dict)
+    phase: str = "setup"
+    ops: List[dict] = field(default_factory=list)
+    timeline: List[tuple] = field(default_factory=list)  # (op index, +/- bytes, key)
+
+    # -- storages -----------------------------------------------------------
+    def adopt(self, tensors: Iterable[torch.Tensor], label: str) -> None:
+        """Registers storages that existed before recording (weights, the batch)."""
+        for t in tensors:
+            self._register(t, label)
+
+    def _register(self, t: torch.Tensor, label: str) -> None:
+        if t.device.type != "meta" or t.is_sparse:
+            return
+        storage = t.untyped_storage()
+        key = storage._cdata
+        old = self.live.get(key)
+        if old is not None:
+            if not old.ref.expired():
+                return  # a view of a storage already counted
+            self._free(key)
+        record = _Live(key, storage.nbytes(), StorageWeakRef(storage), len(self.ops), label,
+                       f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}")
+        self.live[key] = record
+        self.live_bytes += record.nbytes
+        self.timeline.append((len(self.ops), record.nbytes, key))
+
+    def _free(self, key: int) -> None:
+        record = self.live.pop(key)
+        self.live_bytes -= record.nbytes
+        self.timeline.append((len(self.ops), -record.nbytes, key))
+
+    def collect(self) -> None:
+        """Counts as freed every storage nothing references any more."""
+        for key in [k for k, r in self.live.items() if r.ref.expired()]:
+            self._free(key)
+
+    def note_peak(self) -> None:
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+            self.peak_op = len(self.ops) - 1
+            self.peak_phase = self.phase
+            self.peak_records = dict(self.live)
+
+    # -- categories ---------------------------------------------------------
+    def mark(self, category: str, tensors: Iterable[Optional[torch.Tensor]]) -> None:
+        """Gives live storages a category; an earlier entry of CATEGORIES wins
+        (a saved weight stays a parameter). The record, not the address, carries it,
+        so an address reused after a free starts as a transient again."""
+        rank = CATEGORIES.index(category)
+        for t in tensors:
+            if not isinstance(t, torch.Tensor) or t.device.type != "meta":
+                continue
+            record = self.live.get(t.untyped_storage()._cdata)
+            if record is not None and rank < CATEGORIES.index(record.category):
+                record.category = category
+
+    def at_peak(self) -> Dict[str, int]:
+        totals = {c: 0 for c in CATEGORIES}
+        for record in self.peak_records.values():
+            totals[record.category] += record.nbytes
+        return totals
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
+            return _scalar_of_meta(args[0])
+        out = func(*args, **(kwargs or {}))
+        rec = self.recorder
+        leaves, _ = tree_flatten(out)
+        made = [t for t in leaves if isinstance(t, torch.Tensor)]
+        ins, _ = tree_flatten((args, kwargs))
+        rec.ops.append({"op": str(func.overloadpacket.__name__), "phase": rec.phase,
+                        "shapes": [list(t.shape) for t in ins if isinstance(t, torch.Tensor)][:4],
+                        "dtype": str(made[0].dtype).replace("torch.", "") if made else ""})
+        for t in made:
+            rec._register(t, func.overloadpacket.__name__)
+        rec.note_peak()
+        rec.collect()
+        return out
+
+
+def _scalar_of_meta(t: torch.Tensor) -> bool:
+    """A meta tensor has no value. The branches the stacks take on one are checks like
+    "is the attention mask all ones" or "is this batch unpacked" (transformers'
+    masking_utils): the oracle's batch is unpadded and unpacked, so a boolean is True.
+    Any other scalar read would be a guess, so it stops the run."""
+    if t.dtype == torch.bool:
+        return True
+    raise RuntimeError(f"meta_recorder: the step reads a {t.dtype} value of a meta tensor "
+                       f"{tuple(t.shape)}; its memory depends on data the oracle does not have")
+
+
+@contextlib.contextmanager
+def recording(recorder: Recorder) -> Iterator[Recorder]:
+    """Records ops and storages; saved_tensors_hooks mark what autograd keeps."""
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        recorder.mark("saved_activations", [t])
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _Mode(recorder):
+        yield recorder
+    recorder.collect()
+
+
+def tensors_of(obj: object) -> List[torch.Tensor]:
+    leaves, _ = tree_flatten(obj)
+    return [t for t in leaves if isinstance(t, torch.Tensor)]

@@ -1,0 +1,103 @@
+"""Runs one training stack's real step on the meta device and writes what it allocated.
+
+    python bench/oracle/run_oracle.py SPEC.json [--out RESULT.json]
+
+SPEC names the stack and the run (bench/oracle/README.md lists the keys). The
+result: the peak of allocated bytes, the phase it falls in, each category at
+the peak, the live storages at the peak grouped by the op that made them, and
+the aten ops of each phase (what the time model counts kernels from).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import sys
+import tempfile
+import warnings
+from collections import Counter
+from importlib.metadata import PackageNotFoundError, version
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from cuda_autocast import cuda_autocast_on_meta  # noqa: E402
+from cuda_shims import cuda_sdpa_on_meta, fused_optimizers_on_meta  # noqa: E402
+from meta_recorder import CATEGORIES, Recorder, recording  # noqa: E402
+
+STACKS = {"hf-trainer": "stacks.hf_trainer"}
+_PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl")
+
+
+def versions() -> dict:
+    found = {}
+    for name in _PACKAGES:
+        with contextlib.suppress(PackageNotFoundError):
+            found[name] = version(name).split("+")[0]
+    return found
+
+
+def live_at_peak(recorder: Recorder, limit: int = 40) -> list:
+    groups: Counter = Counter()
+    counts: Counter = Counter()
+    for record in recorder.peak_records.values():
+        key = (record.category, record.label, record.shape)
+        groups[key] += record.nbytes
+        counts[key] += 1
+    return [{"category": c, "op": op, "shape": shape, "count": counts[(c, op, shape)], "bytes": b}
+            for (c, op, shape), b in groups.most_common(limit)]
+
+
+def ops_by_phase(recorder: Recorder) -> dict:
+    phases: dict = {}
+    for op in recorder.ops:
+        phase = phases.setdefault(op["phase"], Counter())
+        phase[op["op"]] += 1
+    return {p: {"ops": sum(c.values()), "by_name": dict(c.most_common())} for p, c in phases.items()}
+
+
+def run(spec: dict) -> dict:
+    stack = importlib.import_module(STACKS[spec["stack"]])
+    recorder = Recorder()
+    warnings.filterwarnings("ignore")
+    with cuda_autocast_on_meta(), cuda_sdpa_on_meta(), fused_optimizers_on_meta(), \
+            recording(recorder):
+        stack.run(spec, recorder)
+    at_peak = recorder.at_peak()
+    return {"format": "headroom.oracle", "spec": spec, "versions": versions(),
+            "peak_allocated_bytes": recorder.peak_bytes, "peak_phase": recorder.peak_phase,
+            "at_peak": {c: at_peak[c] for c in CATEGORIES},
+            "live_at_peak": live_at_peak(recorder), "ops": ops_by_phase(recorder)}
+
+
+def write_atomically(path: str, text: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
+        f.write(text)
+        tmp = f.name
+    os.replace(tmp, path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("spec", help="a JSON file with one run, or '-' for stdin")
+    parser.add_argument("--out", help="where to write the result (default: stdout)")
+    args = parser.parse_args()
+    with (sys.stdin if args.spec == "-" else open(args.spec)) as f:
+        spec = json.load(f)
+    if spec.get("stack") not in STACKS:
+        print(f"run_oracle: {args.spec}: field 'stack': expected one of {', '.join(STACKS)}",
+              file=sys.stderr)
+        return 2
+    text = json.dumps(run(spec), indent=1)
+    if args.out:
+        write_atomically(args.out, text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

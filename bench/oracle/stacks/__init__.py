@@ -1,0 +1,1 @@
+"""One module per training stack; each exposes `run(spec, recorder)`."""

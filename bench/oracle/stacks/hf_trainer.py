@@ -1,0 +1,96 @@
+"""transformers' Trainer: one optimizer step as `_inner_training_loop` runs it.
+
+What runs is the Trainer's own code: `get_batch_samples` (the loss normalizer),
+`training_step` (compute_loss under accelerate's prepared forward, with its
+autocast and fp32 output conversion, then `accelerator.backward`), the optimizer
+Trainer.create_optimizer builds (through accelerate's AcceleratedOptimizer), and
+`model.zero_grad()`. What the oracle replaces, and why:
+- placement: the model is made on meta, so `TrainingArguments.place_model_on_device`
+  is False and `_prepare_input` leaves meta tensors where they are;
+- the accelerator is the CPU (`use_cpu`): the only one here. Its autocast is
+  CUDA's policy on meta tensors (cuda_autocast.py).
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import torch
+
+from meta_recorder import Recorder, tensors_of
+from stacks.hf_models import add_lora, build_model, causal_lm_batch
+
+
+def _trainer_classes():
+    from transformers import Trainer, TrainingArguments
+
+    class MetaArguments(TrainingArguments):
+        @property
+        def place_model_on_device(self) -> bool:
+            return False
+
+    class MetaTrainer(Trainer):
+        def _prepare_input(self, data):
+            if isinstance(data, torch.Tensor) and data.device.type == "meta":
+                return data
+            return super()._prepare_input(data)
+
+    return MetaArguments, MetaTrainer
+
+
+def _arguments(spec: dict, output_dir: str):
+    arguments, _ = _trainer_classes()
+    checkpointing = spec.get("checkpointing", "none") != "none"
+    return arguments(
+        output_dir=output_dir, per_device_train_batch_size=spec["batch"], report_to=[],
+        use_cpu=True, bf16=spec["precision"] in ("bf16", "bf16-mixed"),
+        fp16=spec["precision"] == "fp16-mixed", optim=spec.get("optim", "adamw_torch_fused"),
+        activation_checkpointing=checkpointing,
+        activation_checkpointing_kwargs={"use_reentrant": spec.get("checkpointing") == "reentrant"}
+        if checkpointing else None,
+        max_grad_norm=spec.get("max_grad_norm", 1.0))
+
+
+def run(spec: dict, recorder: Recorder) -> None:
+    """Builds the run and records `spec["steps"]` optimizer steps."""
+    model = build_model(spec)
+    if spec["method"] == "lora":
+        model = add_lora(model, spec)
+    with tempfile.TemporaryDirectory() as output_dir:
+        _, trainer_class = _trainer_classes()
+        trainer = trainer_class(model=model, args=_arguments(spec, output_dir))
+        trainer.accelerator.device_placement = False
+        if trainer.args.activation_checkpointing:  # as Trainer.train() enables it
+            trainer.model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs=trainer.args.activation_checkpointing_kwargs)
+        trainer.create_optimizer()
+        prepared, optimizer = trainer.accelerator.prepare(trainer.model, trainer.optimizer)
+        _record_steps(spec, recorder, trainer, prepared, optimizer)
+
+
+def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
+    params = list(model.parameters())
+    recorder.adopt(params, "parameter")
+    recorder.mark("parameters", params)
+    recorder.adopt(list(model.buffers()), "buffer")
+    for p in params:
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(lambda q: recorder.mark("gradients", [q.grad]))
+    for step in range(spec.get("steps", 2)):
+        batch = causal_lm_batch(spec)
+        recorder.adopt(tensors_of(batch), "batch")
+        recorder.mark("inputs", tensors_of(batch))
+        recorder.phase = f"step{step}.forward_backward"
+        samples, items = trainer.get_batch_samples(iter([batch]), 1, torch.device("meta"))
+        trainer.current_gradient_accumulation_steps = len(samples)
+        loss = trainer.training_step(model, samples[0], items)
+        recorder.phase = f"step{step}.optimizer"
+        if trainer.args.max_grad_norm:
+            trainer._clip_grad_norm(model)
+        optimizer.step()
+        recorder.mark("optimizer_states", [t for s in optimizer.state.values()
+                                           for t in s.values() if isinstance(t, torch.Tensor)])
+        recorder.phase = f"step{step}.zero_grad"
+        model.zero_grad()
+        del loss, samples, batch, items
+        recorder.collect()
