@@ -1,7 +1,7 @@
 """The oracle's runs beside headroom's prediction of the same runs.
 
     python3 bench/oracle/compare.py GRID.json [--python ENV/bin/python]
-        [--headroom build/cli/headroom] [--out docs/results/oracle.md] [--jobs N]
+        [--headroom build/cli/headroom] [--out docs/results/oracle.md] [--jobs N] [--batch N]
 
 For every run of the grid: the oracle's peak of allocated bytes and each category
 at the peak (run_oracle.py, under the stack's pinned environment), headroom's
@@ -34,11 +34,13 @@ from report import write_report  # noqa: E402
 GIB = 2 ** 30
 
 
-def oracle(spec: dict, python: str) -> dict:
-    done = subprocess.run([python, os.path.join(HERE, "run_oracle.py"), "-"], input=json.dumps(spec),
-                          capture_output=True, text=True, timeout=1800)
+def oracle_batch(specs: list, python: str) -> list:
+    """One oracle process for several runs (run_oracle.py takes a list)."""
+    done = subprocess.run([python, os.path.join(HERE, "run_oracle.py"), "-"], input=json.dumps(specs),
+                          capture_output=True, text=True, timeout=600 + 300 * len(specs))
     if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
+        error = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
+        return [{"error": error} for _ in specs]
     return json.loads(done.stdout)
 
 
@@ -67,10 +69,14 @@ def oracle_categories(result: dict) -> dict:
             "activations": p["saved_activations"] + p["inputs"], "transient": p["transient"]}
 
 
-def compare_one(spec: dict, python: str, headroom: str) -> dict:
+def compare_batch(specs: list, python: str, headroom: str) -> list:
     started = time.time()
-    truth = oracle(spec, python)
-    seconds = time.time() - started
+    truths = oracle_batch(specs, python)
+    seconds = (time.time() - started) / len(specs)
+    return [compare_one(spec, truth, seconds, headroom) for spec, truth in zip(specs, truths)]
+
+
+def compare_one(spec: dict, truth: dict, seconds: float, headroom: str) -> dict:
     guess = predict(spec, headroom)
     row = {"name": spec["name"], "spec": spec, "oracle_seconds": round(seconds, 1)}
     if "error" in truth or "error" in guess:
@@ -108,13 +114,16 @@ def main() -> int:
     parser.add_argument("--headroom", default=os.path.join(ROOT, "build", "cli", "headroom"))
     parser.add_argument("--out", help="write the table as Markdown here")
     parser.add_argument("--json-out", help="write every row as JSON here")
-    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1, help="oracle processes at once")
+    parser.add_argument("--batch", type=int, default=8, help="runs per oracle process")
     parser.add_argument("--only", help="run only grid entries whose name contains this")
     args = parser.parse_args()
     specs = [s for s in expand_grid(args.grid) if not args.only or args.only in s["name"]]
     started = time.time()
+    batches = [specs[i:i + args.batch] for i in range(0, len(specs), args.batch)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        rows = list(pool.map(lambda s: compare_one(s, args.python, args.headroom), specs))
+        done = pool.map(lambda b: compare_batch(b, args.python, args.headroom), batches)
+        rows = [row for batch in done for row in batch]
     wall = time.time() - started
     for r in rows:
         if "error" in r:

@@ -6,7 +6,8 @@ op the recorder asks which registered storages have expired, so the timeline
 holds every storage created and freed, in op order, the way the CUDA caching
 allocator sees them (allocated bytes, not reserved). The peak is taken after an
 op's outputs exist and before the storages it dropped are counted as freed,
-which is when the real allocator holds both.
+which is when the real allocator holds both; what Python dropped between two ops
+is counted as freed before the second one allocates.
 
 Categories are decided at the end, when the recorder knows the whole step:
 a parameter, a gradient (what `.grad` held), an optimizer state, a tensor
@@ -16,6 +17,7 @@ autograd saved for backward (saved_tensors_hooks), the batch, or a transient.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Set
 
@@ -53,6 +55,11 @@ class Recorder:
     phase: str = "setup"
     ops: List[dict] = field(default_factory=list)
     timeline: List[tuple] = field(default_factory=list)  # (op index, +/- bytes, key)
+    # Storages one of whose tensors died since the last check: the only ones that can
+    # have been freed, unless their last reference was a tensor made outside the
+    # dispatcher (`.data`); `settle` checks every storage before a peak is taken.
+    suspects: Set[int] = field(default_factory=set)
+    watched: Dict[int, object] = field(default_factory=dict)
 
     # -- storages -----------------------------------------------------------
     def adopt(self, tensors: Iterable[torch.Tensor], label: str) -> None:
@@ -60,11 +67,20 @@ class Recorder:
         for t in tensors:
             self._register(t, label)
 
+    def _watch(self, t: torch.Tensor, key: int) -> None:
+        def died(ref, key=key, watched=self.watched, suspects=self.suspects):
+            suspects.add(key)
+            watched.pop(id(ref), None)
+
+        ref = weakref.ref(t, died)
+        self.watched[id(ref)] = ref
+
     def _register(self, t: torch.Tensor, label: str) -> None:
         if t.device.type != "meta" or t.is_sparse:
             return
         storage = t.untyped_storage()
         key = storage._cdata
+        self._watch(t, key)
         old = self.live.get(key)
         if old is not None:
             if not old.ref.expired():
@@ -82,11 +98,25 @@ class Recorder:
         self.timeline.append((len(self.ops), -record.nbytes, key))
 
     def collect(self) -> None:
+        """Counts as freed the storages whose tensors died and nothing references any more."""
+        suspects = list(self.suspects)
+        self.suspects.clear()
+        for key in suspects:
+            record = self.live.get(key)
+            if record is not None and record.ref.expired():
+                self._free(key)
+
+    def settle(self) -> None:
         """Counts as freed every storage nothing references any more."""
+        self.suspects.clear()
         for key in [k for k, r in self.live.items() if r.ref.expired()]:
             self._free(key)
 
     def note_peak(self) -> None:
+        """live_bytes can only overstate (a free not yet seen), so a new peak is settled
+        exactly before it is taken."""
+        if self.live_bytes > self.peak_bytes:
+            self.settle()
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
             self.peak_op = len(self.ops) - 1
@@ -121,8 +151,9 @@ class _Mode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
             return _scalar_of_meta(args[0])
-        out = func(*args, **(kwargs or {}))
         rec = self.recorder
+        rec.collect()  # what Python dropped since the last op is free before this one allocates
+        out = func(*args, **(kwargs or {}))
         leaves, _ = tree_flatten(out)
         made = [t for t in leaves if isinstance(t, torch.Tensor)]
         ins, _ = tree_flatten((args, kwargs))
@@ -157,7 +188,7 @@ def recording(recorder: Recorder) -> Iterator[Recorder]:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _Mode(recorder):
         yield recorder
-    recorder.collect()
+    recorder.settle()
 
 
 def tensors_of(obj: object) -> List[torch.Tensor]:

@@ -2,7 +2,9 @@
 
     python bench/oracle/run_oracle.py SPEC.json [--out RESULT.json]
 
-SPEC names the stack and the run (bench/oracle/README.md lists the keys). The
+SPEC names the stack and the run (bench/oracle/README.md lists the keys), or is
+a list of runs, answered by a list in the same order (one process: the stack's
+imports are paid once). The
 result: the peak of allocated bytes, the phase it falls in, each category at
 the peak, the live storages at the peak grouped by the op that made them, and
 the aten ops of each phase (what the time model counts kernels from).
@@ -72,6 +74,14 @@ def run(spec: dict) -> dict:
             "live_at_peak": live_at_peak(recorder), "ops": ops_by_phase(recorder)}
 
 
+def run_or_error(spec: dict) -> dict:
+    """A run the stack refuses is an answer for that run, not the end of the batch."""
+    try:
+        return run(spec)
+    except Exception as e:  # noqa: BLE001 - reported per run, with its type
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+
+
 def write_atomically(path: str, text: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
@@ -87,11 +97,14 @@ def main() -> int:
     args = parser.parse_args()
     with (sys.stdin if args.spec == "-" else open(args.spec)) as f:
         spec = json.load(f)
-    if spec.get("stack") not in STACKS:
-        print(f"run_oracle: {args.spec}: field 'stack': expected one of {', '.join(STACKS)}",
-              file=sys.stderr)
-        return 2
-    text = json.dumps(run(spec), indent=1)
+    specs = spec if isinstance(spec, list) else [spec]
+    for i, one in enumerate(specs):
+        if not isinstance(one, dict) or one.get("stack") not in STACKS:
+            print(f"run_oracle: {args.spec}: run {i}, field 'stack': expected one of "
+                  f"{', '.join(STACKS)}", file=sys.stderr)
+            return 2
+    results = [run_or_error(one) for one in specs]
+    text = json.dumps(results if isinstance(spec, list) else results[0], indent=1)
     if args.out:
         write_atomically(args.out, text + "\n")
     else:

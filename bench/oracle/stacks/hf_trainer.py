@@ -93,4 +93,4 @@ def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
         recorder.phase = f"step{step}.zero_grad"
         model.zero_grad()
         del loss, samples, batch, items
-        recorder.collect()
+        recorder.settle()
