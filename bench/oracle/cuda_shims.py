@@ -3,6 +3,7 @@
 Each shim replaces a device check or a kernel, never the code around it that
 decides what is allocated and kept:
 - scaled_dot_product_attention: the CUDA kernel choice (below);
+- dropout: CUDA's fused kernel (below);
 - fused optimizers: torch/optim/optimizer.py `_get_fused_kernels_supported_devices`
   lists the devices with a fused Adam/AdamW/SGD kernel; meta is added, and torch's
   own meta kernel of `_fused_adamw_` (torch/_meta_registrations.py) runs.
@@ -80,6 +81,31 @@ def _sdpa_on_meta(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
 def cuda_sdpa_on_meta() -> Iterator[None]:
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("scaled_dot_product_attention", _sdpa_on_meta, "AutogradMeta")
+    try:
+        yield
+    finally:
+        lib._destroy()
+
+
+# -- dropout --------------------------------------------------------------------
+# aten/src/ATen/native/Dropout.cpp: `dropout` takes the fused `native_dropout`
+# when `is_fused_kernel_acceptable` (a CUDA input, 0 < p < 1, not empty), which
+# keeps a bool mask (one byte per element) for backward; elsewhere, meta
+# included, it builds the mask with `empty_like(input).bernoulli_()` in the
+# input's dtype (four bytes per element for an fp32 input).
+
+def _dropout_on_meta(input, p, train):
+    if train and 0.0 < p < 1.0 and input.numel() > 0:
+        return torch.ops.aten.native_dropout(input, p, train)[0]
+    if not train or p == 0.0 or input.numel() == 0:
+        return input  # _dropout_impl returns its input unchanged
+    return input * 0  # p == 1
+
+
+@contextlib.contextmanager
+def cuda_dropout_on_meta() -> Iterator[None]:
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("dropout", _dropout_on_meta, "AutogradMeta")
     try:
         yield
     finally:

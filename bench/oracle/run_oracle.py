@@ -26,7 +26,7 @@ from importlib.metadata import PackageNotFoundError, version
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from cuda_autocast import cuda_autocast_on_meta  # noqa: E402
-from cuda_shims import cuda_sdpa_on_meta, fused_optimizers_on_meta  # noqa: E402
+from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers_on_meta  # noqa: E402
 from meta_recorder import CATEGORIES, Recorder, recording  # noqa: E402
 
 STACKS = {"hf-trainer": "stacks.hf_trainer"}
@@ -64,8 +64,8 @@ def run(spec: dict) -> dict:
     stack = importlib.import_module(STACKS[spec["stack"]])
     recorder = Recorder()
     warnings.filterwarnings("ignore")
-    with cuda_autocast_on_meta(), cuda_sdpa_on_meta(), fused_optimizers_on_meta(), \
-            recording(recorder):
+    with cuda_autocast_on_meta(), cuda_sdpa_on_meta(), cuda_dropout_on_meta(), \
+            fused_optimizers_on_meta(), recording(recorder):
         stack.run(spec, recorder)
     at_peak = recorder.at_peak()
     return {"format": "headroom.oracle", "spec": spec, "versions": versions(),

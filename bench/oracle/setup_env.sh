@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Creates the oracle's pinned environment NAME (bench/oracle/envs/NAME.txt) in
+# .venv-oracle/NAME. Each environment holds only the stack's packages at the
+# versions it pins; torch comes from the project's .venv (scripts/setup_torch.sh),
+# through a .pth file, so every environment runs the same torch 2.11.0 and none
+# downloads it again. Idempotent: nothing is installed when the pins are there.
+#   bench/oracle/setup_env.sh hf5
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+name="${1:?usage: bench/oracle/setup_env.sh NAME (bench/oracle/envs/NAME.txt)}"
+pins="bench/oracle/envs/$name.txt"
+[ -f "$pins" ] || { echo "setup_env: $pins: no such environment" >&2; exit 2; }
+[ -x .venv/bin/python ] || { echo "setup_env: .venv/bin/python missing (scripts/setup_torch.sh)" >&2; exit 2; }
+env_dir=".venv-oracle/$name"
+if [ ! -x "$env_dir/bin/python" ]; then
+  python3 -m venv "$env_dir"
+fi
+base_site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+env_site="$("$env_dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$base_site" > "$env_site/headroom_base_torch.pth"
+if ! "$env_dir/bin/python" - "$pins" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if line:
+        name, pinned = line.split("==")
+        if version(name).split("+")[0] != pinned:
+            sys.exit(1)
+PY
+then
+  echo "setup_env: installing $(tr '\n' ' ' < "$pins")into $env_dir" >&2
+  "$env_dir/bin/pip" install -q -r "$pins"
+fi

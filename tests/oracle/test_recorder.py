@@ -1,0 +1,127 @@
+"""The oracle's recorder and shims on hand-counted steps (label oracle).
+
+Each case has bytes worked out by hand from what PyTorch allocates, so a recorder
+that misses a free, counts a view twice, or lets autocast or SDPA run as they do
+on a bare meta device fails here.
+"""
+
+import os
+import sys
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "oracle"))
+
+from cuda_autocast import check_policy_table, cuda_autocast_on_meta  # noqa: E402
+from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers_on_meta  # noqa: E402
+from meta_recorder import Recorder, recording  # noqa: E402
+
+MiB = 2 ** 20
+
+
+def meta(*shape, dtype=torch.float32, grad=False):
+    return torch.empty(*shape, dtype=dtype, device="meta", requires_grad=grad)
+
+
+class RecorderTest(unittest.TestCase):
+    def test_peak_counts_outputs_before_inputs_are_dropped(self):
+        rec = Recorder()
+        with recording(rec):
+            x = meta(1024, 256)          # 1 MiB
+            y = x * 2                    # 1 MiB while x lives
+            del x
+            z = y + 1                    # 1 MiB; x is gone, so still 2 MiB live
+            del y
+            w = z.view(256, 1024)        # a view: no bytes
+            del z, w
+        self.assertEqual(rec.peak_bytes, 2 * MiB)
+        self.assertEqual(rec.live_bytes, 0)
+
+    def test_saved_tensors_and_gradients_are_categorised(self):
+        rec = Recorder()
+        weight = meta(512, 512, grad=True)  # 1 MiB
+        rec.adopt([weight], "parameter")
+        rec.mark("parameters", [weight])
+        weight.register_post_accumulate_grad_hook(lambda p: rec.mark("gradients", [p.grad]))
+        with recording(rec):
+            x = meta(512, 512)
+            h = torch.tanh(x @ weight)      # tanh saves its output
+            del x
+            h.sum().backward()
+            del h
+        self.assertEqual(rec.at_peak()["parameters"], MiB)
+        totals = rec.at_peak()
+        # the peak is mm's backward: weight, x (saved by mm), h (tanh's output, saved and
+        # still referenced), tanh's input gradient and the weight's gradient, 1 MiB each,
+        # plus the loss and its gradient (4 bytes each)
+        self.assertEqual(rec.peak_bytes, 5 * MiB + 8)
+        self.assertEqual(totals["saved_activations"], 2 * MiB)
+        self.assertEqual(totals["gradients"], MiB)
+        self.assertEqual(weight.grad.dtype, torch.float32)
+
+    def test_scalar_reads_of_meta_tensors(self):
+        rec = Recorder()
+        with recording(rec):
+            self.assertTrue(bool((meta(4) > 0).all()))
+            with self.assertRaises(RuntimeError):
+                meta(4).sum().item()
+
+
+class CudaAutocastTest(unittest.TestCase):
+    def test_policy_covers_every_cuda_autocast_op_of_this_torch(self):
+        self.assertEqual(check_policy_table(), [])
+
+    def test_matmul_in_bf16_softmax_in_fp32_weight_cast_once(self):
+        weight = meta(64, 64, grad=True)
+        x = meta(8, 64)
+        with cuda_autocast_on_meta(), torch.autocast("cpu", dtype=torch.bfloat16):
+            a = torch.nn.functional.linear(x, weight)
+            b = torch.nn.functional.linear(x, weight)
+            self.assertEqual(a.dtype, torch.bfloat16)
+            self.assertEqual(torch.softmax(a, -1).dtype, torch.float32)
+            self.assertEqual(torch.cat([a, x]).dtype, torch.float32)  # CPU-only policy: none
+            # autocast_mode.cpp cached_cast: one 16-bit copy of an fp32 leaf weight
+            cast_a = a.grad_fn.next_functions[1][0].next_functions[0][0]
+            cast_b = b.grad_fn.next_functions[1][0].next_functions[0][0]
+            self.assertIs(cast_a, cast_b)
+        self.assertEqual(torch.nn.functional.linear(x, weight).dtype, torch.float32)
+
+    def test_without_the_stack_entering_autocast_nothing_is_cast(self):
+        with cuda_autocast_on_meta():
+            self.assertEqual((meta(4, 4) @ meta(4, 4)).dtype, torch.float32)
+
+
+class CudaKernelShimTest(unittest.TestCase):
+    def test_sdpa_keeps_no_probabilities(self):
+        rec = Recorder()
+        q = meta(1, 8, 1024, 64, dtype=torch.bfloat16, grad=True)
+        with cuda_sdpa_on_meta(), recording(rec):
+            out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+            saved = rec.at_peak()["saved_activations"]
+            del out
+        # the flash kernel keeps its output, a float32 logsumexp [1, 8, 1024] and the
+        # RNG's seed and offset (uint64, 1 + 2), never the [1024, 1024] probabilities
+        self.assertEqual(saved, 1 * 8 * 1024 * 64 * 2 + 8 * 1024 * 4 + 3 * 8)
+
+    def test_dropout_keeps_a_bool_mask(self):
+        rec = Recorder()
+        x = meta(1024, 1024, grad=True)  # fp32: the composite path would keep a 4 MiB mask
+        with cuda_dropout_on_meta(), recording(rec):
+            y = torch.nn.functional.dropout(x, 0.1, training=True)
+            saved = rec.at_peak()["saved_activations"]
+            self.assertIs(torch.nn.functional.dropout(x, 0.1, training=False), x)
+            del y
+        self.assertEqual(saved, 1024 * 1024)  # native_dropout's bool mask
+
+    def test_fused_adamw_steps_on_meta(self):
+        p = torch.nn.Parameter(meta(256, 256))
+        p.grad = meta(256, 256)
+        opt = torch.optim.AdamW([p], fused=True)
+        with fused_optimizers_on_meta():
+            opt.step()
+        self.assertEqual(sorted(opt.state[p]), ["exp_avg", "exp_avg_sq", "step"])
+
+
+if __name__ == "__main__":
+    unittest.main()
