@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test suite: graph, models, planner, reports,
 # cli, the HTML report in headless Chromium, the LibTorch executor on CPU, and the
-# PyTorch exporter against the builders (label exporter).
+# PyTorch exporter against the builders (label exporter), and the meta-device
+# oracle (label oracle).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --with-browser
@@ -10,6 +11,9 @@ if ! scripts/setup_torch.sh >/dev/null 2>.venv-setup.log; then
 fi
 if ! scripts/setup_exporter.sh >/dev/null 2>>.venv-setup.log; then
   echo "run_tests: WARNING: the exporter's packages could not be installed (see .venv-setup.log); its tests are skipped" >&2
+fi
+if ! bench/oracle/setup_env.sh hf5 >/dev/null 2>>.venv-setup.log; then
+  echo "run_tests: WARNING: the oracle's pinned environment could not be made (see .venv-setup.log); its tests are skipped" >&2
 fi
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"

@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from flags import headroom_flags  # noqa: E402
+from flags import headroom_flags, model_path  # noqa: E402
 from grid import expand_grid  # noqa: E402
 from report import write_report  # noqa: E402
 
@@ -36,6 +36,7 @@ GIB = 2 ** 30
 
 def oracle_batch(specs: list, python: str) -> list:
     """One oracle process for several runs (run_oracle.py takes a list)."""
+    specs = [dict(s, model=model_path(s)) for s in specs]  # the repository's paths, from any cwd
     done = subprocess.run([python, os.path.join(HERE, "run_oracle.py"), "-"], input=json.dumps(specs),
                           capture_output=True, text=True, timeout=600 + 300 * len(specs))
     if done.returncode != 0:

@@ -8,7 +8,8 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def weight_dtype(precision: str) -> torch.dtype:
-    """bf16 / fp16: the weights are loaded in 16 bits (pure); *-mixed: fp32 weights."""
+    """headroom's --precision: bf16 loads the weights in 16 bits; bf16-amp and fp16-amp
+    (torch.autocast over fp32 weights) and fp32 load them in fp32."""
     return _DTYPES.get(precision, torch.float32)
 
 

@@ -43,8 +43,8 @@ def _arguments(spec: dict, output_dir: str):
     checkpointing = spec.get("checkpointing", "none") != "none"
     return arguments(
         output_dir=output_dir, per_device_train_batch_size=spec["batch"], report_to=[],
-        use_cpu=True, bf16=spec["precision"] in ("bf16", "bf16-mixed"),
-        fp16=spec["precision"] == "fp16-mixed", optim=spec.get("optim", "adamw_torch_fused"),
+        use_cpu=True, bf16=spec["precision"] in ("bf16", "bf16-amp"),
+        fp16=spec["precision"] == "fp16-amp", optim=spec.get("optim", "adamw_torch_fused"),
         activation_checkpointing=checkpointing,
         activation_checkpointing_kwargs={"use_reentrant": spec.get("checkpointing") == "reentrant"}
         if checkpointing else None,

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# CTest label oracle: the meta-device oracle (bench/oracle). SUITE is "recorder"
+# (the recorder and its CUDA shims, torch only: .venv) or "hf-trainer" (the
+# Trainer's step on a tiny Llama beside headroom: .venv-oracle/hf5, made by
+# bench/oracle/setup_env.sh hf5). Exit 77 (skip) when the environment is missing.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+suite="$1"
+case "$suite" in
+  recorder)
+    python="$root/.venv/bin/python"
+    [ -x "$python" ] || { echo "oracle: skipped: no $python (scripts/setup_torch.sh)"; exit 77; }
+    exec "$python" "$root/tests/oracle/test_recorder.py" ;;
+  hf-trainer)
+    python="$root/.venv-oracle/hf5/bin/python"
+    [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh hf5)"; exit 77; }
+    ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_hf_trainer_tiny.py" ;;
+  *) echo "run_oracle_tests: unknown suite '$suite' (recorder or hf-trainer)" >&2; exit 2 ;;
+esac
