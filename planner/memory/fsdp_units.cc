@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "planner/mechanisms/trainability.h"
 #include "planner/memory/state_bytes.h"
 
 namespace headroom::planner {
@@ -27,7 +28,12 @@ int64_t reduce_scatter_buffers(int64_t elements, int world, int64_t grad_width, 
 
 }  // namespace
 
+int64_t flat_param_width(Precision precision) {
+  return master_bytes_per_element(precision) > 0 ? 4 : param_bytes_per_element(precision, true);
+}
+
 std::vector<FlatParamUnit> flat_param_units(const graph::LayerGraph& graph, const RunSettings& settings) {
+  const int64_t width = flat_param_width(settings.precision);
   std::vector<FlatParamUnit> per_block(graph.blocks.size());
   FlatParamUnit root;
   root.root = true;
@@ -35,17 +41,24 @@ std::vector<FlatParamUnit> flat_param_units(const graph::LayerGraph& graph, cons
     FlatParamUnit& unit = in_fsdp2_root(graph.blocks[node.block], settings) ? root : per_block[node.block];
     for (const graph::Param& param : node.params) {
       if (!param.tied_to.empty()) continue;
-      unit.elements += param.elements();
-      if (param.trainable) unit.trainable_elements += param.elements();
+      if (!param.trainable && is_quantization_constant(param)) {
+        unit.constant_bytes += param_storage_bytes(param, settings.precision);
+        continue;
+      }
+      const bool packed = !param.trainable && is_quantized_storage(param.dtype);
+      const int64_t elements =
+          packed ? (param_storage_bytes(param, settings.precision) + width - 1) / width : param.elements();
+      unit.elements += elements;
+      if (param.trainable) unit.trainable_elements += elements;
     }
   }
   std::vector<FlatParamUnit> units;
   for (size_t b = 0; b < per_block.size(); ++b) {
-    if (per_block[b].elements == 0) continue;
+    if (per_block[b].elements == 0 && per_block[b].constant_bytes == 0) continue;
     units.push_back(per_block[b]);
     units.back().block = static_cast<int>(b);
   }
-  if (root.elements > 0) units.push_back(root);
+  if (root.elements > 0 || root.constant_bytes > 0) units.push_back(root);
   return units;
 }
 
@@ -58,9 +71,7 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
                        Accounting accounting, ModelStates& out) {
   const int world = settings.shard_group_size();
   const Precision precision = settings.precision;
-  // The FlatParameter keeps the model's dtype: fp32 under mixed precision (the
-  // master copy), the 16-bit dtype of a pure 16-bit model.
-  const int64_t shard_width = master_bytes_per_element(precision) > 0 ? 4 : param_bytes_per_element(precision, true);
+  const int64_t shard_width = flat_param_width(precision);
   const int64_t grad_width = grad_bytes_per_element(precision);
   const int64_t reduce_width = fsdp_reduce_bytes_per_element(settings);
   const std::vector<FlatParamUnit> units = flat_param_units(graph, settings);
@@ -80,6 +91,7 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
   for (size_t u = 0; u < units.size(); ++u) {
     const FlatParamUnit& unit = units[u];
     const int64_t shard = flat_param_shard_elements(unit.elements, world);
+    out.params += account(unit.constant_bytes, accounting);
     if (params_on_gpu) out.params += account(shard * shard_width, accounting);
     if (offload) out.host_shard_bytes += shard * shard_width;
     if (offload && unit.root) out.host_root_shard_bytes += shard * shard_width;

@@ -16,14 +16,24 @@
 namespace headroom::planner {
 
 struct FlatParamUnit {
-  int64_t elements = 0;            // every parameter of the unit (tied ones at their owner)
+  int64_t elements = 0;            // every parameter of the unit (tied ones at their owner), in
+                                   // elements of the FlatParameter's dtype (flat_param_width)
   int64_t trainable_elements = 0;  // of which train
+  int64_t constant_bytes = 0;      // quantization constants: never flattened, whole on every rank
   bool root = false;               // the root unit (the blocks in_fsdp2_root names)
   int block = -1;                  // the layer's block; -1 for the root
 };
 
+// Bytes of one element of a FlatParameter: fp32 under mixed precision (the master
+// copy), the 16-bit dtype of a pure 16-bit model.
+int64_t flat_param_width(Precision precision);
+
 // One unit per layer (a block outside the root group), in block order, then the
-// root unit when it holds parameters.
+// root unit when it holds parameters. A frozen 4-bit weight is flattened as its
+// packed storage: QLoRA under FSDP loads it with bnb_4bit_quant_storage set to the
+// FlatParameter's dtype (PEFT's FSDP QLoRA recipe; bitsandbytes Params4bit), so it
+// counts its packed bytes, not its logical elements. Its quantization constants
+// (QuantState's absmax) are attributes, not parameters, and stay whole on each rank.
 std::vector<FlatParamUnit> flat_param_units(const graph::LayerGraph& graph, const RunSettings& settings);
 
 // Elements of one rank's shard of a FlatParameter of `elements`: FlatParamHandle

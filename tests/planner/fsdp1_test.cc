@@ -12,6 +12,7 @@
 #include "planner/memory/fsdp_units.h"
 #include "planner/settings/hardware.h"
 #include "planner/mechanisms/loss_variants.h"
+#include "planner/mechanisms/trainability.h"
 #include "planner/memory/model_states.h"
 #include "planner/settings/settings_json.h"
 #include "planner/settings/stack.h"
@@ -218,6 +219,50 @@ TEST_CASE("flash-attn's fused cross-entropy keeps the 16-bit logits and an fp32 
   composer.stack = Stack::kComposer;
   CHECK(resolve_stack(composer).top.loss.impl == LossImpl::kFusedXentropy);
   CHECK(resolve_stack(composer).top.optimizer_impl == OptimizerImpl::kForLoop);  // DecoupledAdamW
+}
+
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+// PEFT's FSDP QLoRA recipe (bnb_4bit_quant_storage = the FlatParameter's dtype):
+// the frozen 4-bit weight is flattened as its packed codes; its QuantState
+// (absmax, code book) is not a parameter and stays whole on every rank. Before,
+// the packed weight was priced at 16 bits per logical element, 4x too large.
+TEST_CASE("FSDP1 flattens a frozen NF4 weight as its packed storage, its constants whole per rank") {
+  graph::LayerGraph graph;
+  graph.blocks = {{"layer", "dense", true}};
+  graph::Node node;
+  node.name = "w";
+  node.op = "linear";
+  node.params.push_back({"w.weight", {4096, 4096}, graph::DType::kBF16, true, ""});
+  node.linear = graph::LinearInfo{4096, 4096, graph::SizeExpr::per_token(1)};
+  graph.nodes.push_back(node);
+  RunSettings settings;
+  settings.model = "one-linear";
+  settings.mode = TrainMode::kQlora;
+  settings.lora.targets = {"w"};
+  settings.precision = Precision::kBf16Pure;
+  settings.sharding = Sharding::kFsdp1;
+  settings.gpus_per_node = 2;
+  Result<graph::LayerGraph> quantized = apply_training_mode(graph, settings);
+  REQUIRE_MESSAGE(quantized.is_ok(), quantized.message());
+  const std::vector<FlatParamUnit> units = flat_param_units(quantized.value(), settings);
+  REQUIRE(units.size() == 1);
+  const int64_t elements = int64_t{4096} * 4096;
+  // r 16; one FlatParameter has one dtype, so the adapters are flattened in it
+  // (TRL's peft_module_casting_to_bf16 casts them for the recipe)
+  const int64_t adapters = 16 * (4096 + 4096);
+  CHECK(units[0].elements == elements / 4 + adapters);  // four 4-bit codes per bf16 element
+  CHECK(units[0].trainable_elements == adapters);
+  // uint8 absmax per 64, fp32 per 256 of those, the NF4 code book and the nested map
+  CHECK(units[0].constant_bytes == elements / 64 + elements / 64 / 256 * 4 + 16 * 4 + 256 * 4 + 4);
+  GlobalConfig config;
+  config.zero_stage = 3;
+  const ModelStates states = model_states(quantized.value(), settings, config, Accounting::kAllocated);
+  const int64_t shard = flat_param_shard_elements(units[0].elements, 2) * 2;
+  CHECK(states.params == rounded(units[0].constant_bytes) + rounded(shard));
+  CHECK(states.grads_full == rounded(shard));  // use_orig_params: the whole flat shard
 }
 
 }  // namespace headroom::planner
