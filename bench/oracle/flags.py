@@ -24,6 +24,10 @@ def headroom_flags(spec: dict) -> list:
                   "--lora-dropout", str(spec.get("lora_dropout", 0.05))]
     else:
         flags += ["--mode", "full"]
+    if spec["method"] == "qlora":
+        flags += ["--kbit-prep", spec.get("kbit_prep", "none")]
+        if not spec.get("double_quant", True):
+            flags.append("--no-double-quant")
     if spec.get("checkpointing", "none") != "none":
         flags += ["--checkpointing", "every"]
     optim = spec.get("optim", "adamw_torch_fused")

@@ -112,6 +112,16 @@ class Recorder:
         for key in [k for k, r in self.live.items() if r.ref.expired()]:
             self._free(key)
 
+    def begin(self, phase: str) -> None:
+        """Forgets the peak of building the model (weights made, then quantized): the
+        step's peak starts from what is live when it begins."""
+        self.settle()
+        self.phase = phase
+        self.peak_bytes = self.live_bytes
+        self.peak_op = len(self.ops) - 1
+        self.peak_phase = phase
+        self.peak_records = dict(self.live)
+
     def note_peak(self) -> None:
         """live_bytes can only overstate (a free not yet seen), so a new peak is settled
         exactly before it is taken."""

@@ -14,17 +14,49 @@ def weight_dtype(precision: str) -> torch.dtype:
 
 
 def build_model(spec: dict):
-    """The transformers model class the config names, its weights on meta, untrained."""
+    """The transformers model class the config names, its weights on meta, untrained;
+    for QLoRA, quantized as from_pretrained(quantization_config=...) does."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(spec["model"])
     config._attn_implementation = spec.get("attention", "sdpa")
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=weight_dtype(spec["precision"]))
+    if spec["method"] == "qlora":
+        quantize_4bit(model, spec)
     return model
 
 
-def add_lora(model, spec: dict):
+def quantize_4bit(model, spec: dict) -> None:
+    """transformers' Bnb4BitHfQuantizer on a meta model: its own module replacement
+    (replace_with_bnb_linear, skipping what get_modules_to_not_convert names), then
+    bitsandbytes' Params4bit._quantize, whose quantize_4bit runs its registered fake
+    kernel on meta: packed codes, absmax and, with double quantization, the nested
+    state, at their real sizes. Loading the checkpoint is the only step left out."""
+    from bitsandbytes.nn import Params4bit
+    from transformers import BitsAndBytesConfig
+    from transformers.quantizers.auto import AutoHfQuantizer
+
+    config = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=spec.get("double_quant", True),
+        bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_quant_storage=_DTYPES.get(spec.get("quant_storage", ""), torch.uint8))
+    quantizer = AutoHfQuantizer.from_config(config, pre_quantized=False)
+    quantizer._process_model_before_weight_loading(model, device_map=None)
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, Params4bit) and not weight.bnb_quantized:
+            weight._quantize("meta")
+    quantizer._process_model_after_weight_loading(model)
+    model.hf_quantizer = quantizer
+    if spec.get("kbit_prep", "none") == "peft":
+        from peft import prepare_model_for_kbit_training
+        prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=spec.get("checkpointing", "none") != "none")
+
+
+def add_lora(model, spec: dict):  # noqa: D103 - LoRA and QLoRA alike
     """PEFT's get_peft_model, as the PEFT docs and TRL's SFT scripts call it."""
     from peft import LoraConfig, get_peft_model
 

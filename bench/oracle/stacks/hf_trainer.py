@@ -54,7 +54,7 @@ def _arguments(spec: dict, output_dir: str):
 def run(spec: dict, recorder: Recorder) -> None:
     """Builds the run and records `spec["steps"]` optimizer steps."""
     model = build_model(spec)
-    if spec["method"] == "lora":
+    if spec["method"] in ("lora", "qlora"):
         model = add_lora(model, spec)
     with tempfile.TemporaryDirectory() as output_dir:
         _, trainer_class = _trainer_classes()
@@ -76,6 +76,7 @@ def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
     for p in params:
         if p.requires_grad:
             p.register_post_accumulate_grad_hook(lambda q: recorder.mark("gradients", [q.grad]))
+    recorder.begin("step0.start")
     for step in range(spec.get("steps", 2)):
         batch = causal_lm_batch(spec)
         recorder.adopt(tensors_of(batch), "batch")
