@@ -71,7 +71,8 @@ def run(spec: dict) -> dict:
     return {"format": "headroom.oracle", "spec": spec, "versions": versions(),
             "peak_allocated_bytes": recorder.peak_bytes, "peak_phase": recorder.peak_phase,
             "at_peak": {c: at_peak[c] for c in CATEGORIES},
-            "live_at_peak": live_at_peak(recorder), "ops": ops_by_phase(recorder)}
+            "live_at_peak": live_at_peak(recorder), "ops": ops_by_phase(recorder),
+            **({"op_list": recorder.ops} if spec.get("record_ops") else {})}
 
 
 def run_or_error(spec: dict) -> dict:
