@@ -82,7 +82,8 @@ def compare_batch(specs: list, python: str, headroom: str) -> list:
 
 
 def compare_one(spec: dict, truth: dict, seconds: float, headroom: str) -> dict:
-    guess = predict(spec, headroom)
+    # what the stack's release chose where the spec left it open (the Trainer's optim)
+    guess = predict(dict(spec, **truth.get("resolved", {})), headroom)
     row = {"name": spec["name"], "spec": spec, "oracle_seconds": round(seconds, 1)}
     if "error" in truth or "error" in guess:
         row["error"] = truth.get("error") or guess.get("error")

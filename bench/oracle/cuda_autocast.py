@@ -179,10 +179,21 @@ def cuda_autocast_on_meta() -> Iterator[None]:
         original_clear()
 
     torch.clear_autocast_cache = clear
+    autocast_class = torch.amp.autocast_mode.autocast
+    original_init = autocast_class.__init__
+
+    def init(self, device_type, *args, **kwargs):
+        # Code that names the tensors' device (`torch.autocast(x.device.type, enabled=False)`,
+        # transformers 4.x rotary embeddings) names "cuda" on a GPU, "meta" here: the
+        # autocast standing in for CUDA's is the CPU's.
+        original_init(self, "cpu" if device_type == "meta" else device_type, *args, **kwargs)
+
+    autocast_class.__init__ = init
     try:
         with torch._C._IncludeDispatchKeyGuard(_DK.AutocastCPU):
             yield
     finally:
+        autocast_class.__init__ = original_init
         torch.clear_autocast_cache = original_clear
         _CACHE.casts.clear()
         lib._destroy()

@@ -4,9 +4,14 @@ Each shim replaces a device check or a kernel, never the code around it that
 decides what is allocated and kept:
 - scaled_dot_product_attention: the CUDA kernel choice (below);
 - dropout: CUDA's fused kernel (below);
-- fused optimizers: torch/optim/optimizer.py `_get_fused_kernels_supported_devices`
-  lists the devices with a fused Adam/AdamW/SGD kernel; meta is added, and torch's
-  own meta kernel of `_fused_adamw_` (torch/_meta_registrations.py) runs.
+- fused and foreach optimizers: torch/utils/_foreach_utils.py lists the devices
+  with fused (`_get_fused_kernels_supported_devices`) and foreach
+  (`_get_foreach_kernels_supported_devices`) kernels, and torch/optim/optimizer.py
+  `_default_to_fused_or_foreach` picks foreach only on those: on meta every
+  optimizer would run its for-loop, whose temporaries are one tensor at a time.
+  meta is added to both lists, so the optimizer (and clip_grad_norm_'s
+  `_foreach_norm`) take the implementation they take on CUDA, and torch's own meta
+  kernels of `_fused_adamw_` and the `_foreach_*` ops run.
 """
 
 from __future__ import annotations
@@ -16,20 +21,26 @@ from typing import Iterator
 
 import torch
 import torch.optim.optimizer as _optimizer
+import torch.utils._foreach_utils as _foreach_utils
+
+
+_DEVICE_LISTS = ("_get_fused_kernels_supported_devices", "_get_foreach_kernels_supported_devices")
 
 
 @contextlib.contextmanager
 def fused_optimizers_on_meta() -> Iterator[None]:
-    original = _optimizer._get_fused_kernels_supported_devices
-
-    def with_meta():
-        return list(original()) + ["meta"]
-
-    _optimizer._get_fused_kernels_supported_devices = with_meta
+    """The optimizers' fused and foreach kernels, as on CUDA (module docstring)."""
+    saved = []
+    for module in (_optimizer, _foreach_utils):
+        for name in _DEVICE_LISTS:
+            original = getattr(module, name)
+            saved.append((module, name, original))
+            setattr(module, name, lambda original=original: list(original()) + ["meta"])
     try:
         yield
     finally:
-        _optimizer._get_fused_kernels_supported_devices = original
+        for module, name, original in saved:
+            setattr(module, name, original)
 
 
 # -- scaled_dot_product_attention ---------------------------------------------

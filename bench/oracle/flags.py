@@ -30,8 +30,8 @@ def headroom_flags(spec: dict) -> list:
             flags.append("--no-double-quant")
     if spec.get("checkpointing", "none") != "none":
         flags += ["--checkpointing", "every"]
-    optim = spec.get("optim", "adamw_torch_fused")
-    flags += ["--optimizer-impl", _OPTIMIZER_IMPL[optim]]
+    if "optim" in spec:
+        flags += ["--optimizer-impl", _OPTIMIZER_IMPL[spec["optim"]]]
     if spec.get("attention", "sdpa") != "sdpa":
         flags += ["--attention", spec["attention"]]
     return flags

@@ -66,9 +66,9 @@ def run(spec: dict) -> dict:
     warnings.filterwarnings("ignore")
     with cuda_autocast_on_meta(), cuda_sdpa_on_meta(), cuda_dropout_on_meta(), \
             fused_optimizers_on_meta(), recording(recorder):
-        stack.run(spec, recorder)
+        resolved = stack.run(spec, recorder) or {}
     at_peak = recorder.at_peak()
-    return {"format": "headroom.oracle", "spec": spec, "versions": versions(),
+    return {"format": "headroom.oracle", "spec": spec, "resolved": resolved, "versions": versions(),
             "peak_allocated_bytes": recorder.peak_bytes, "peak_phase": recorder.peak_phase,
             "at_peak": {c: at_peak[c] for c in CATEGORIES},
             "live_at_peak": live_at_peak(recorder), "ops": ops_by_phase(recorder),

@@ -122,6 +122,23 @@ class CudaKernelShimTest(unittest.TestCase):
             opt.step()
         self.assertEqual(sorted(opt.state[p]), ["exp_avg", "exp_avg_sq", "step"])
 
+    def test_default_adamw_takes_foreach_as_on_cuda(self):
+        # torch/optim/optimizer.py _default_to_fused_or_foreach: foreach on CUDA; without
+        # the shim, meta runs the for-loop, whose temporaries are one tensor at a time
+        params = [torch.nn.Parameter(meta(256, 256)) for _ in range(3)]
+        for p in params:
+            p.grad = meta(256, 256)
+        opt = torch.optim.AdamW(params)
+        rec = Recorder()
+        with fused_optimizers_on_meta(), recording(rec):
+            opt.step()
+            rec.mark("optimizer_states", [t for s in opt.state.values() for t in s.values()])
+        names = {op["op"] for op in rec.ops}
+        self.assertIn("_foreach_sqrt", names)
+        self.assertNotIn("sqrt", names)
+        # one sqrt list beside the states: 3 x 256 KiB at the peak, over the 6 states
+        self.assertEqual(rec.at_peak()["transient"], 3 * 256 * 256 * 4)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -7,6 +7,15 @@ import torch
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
+def transformers_at_least(release: str) -> bool:
+    """Whether the environment's transformers is `release` or later (the driver follows
+    the API each release has; what it allocates is the release's own code)."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+    return Version(version("transformers")) >= Version(release)
+
+
 def weight_dtype(precision: str) -> torch.dtype:
     """headroom's --precision: bf16 loads the weights in 16 bits; bf16-amp and fp16-amp
     (torch.autocast over fp32 weights) and fp32 load them in fp32."""
@@ -21,7 +30,9 @@ def build_model(spec: dict):
     config = AutoConfig.from_pretrained(spec["model"])
     config._attn_implementation = spec.get("attention", "sdpa")
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=weight_dtype(spec["precision"]))
+        # `dtype` since transformers 4.56; `torch_dtype` before
+        key = "dtype" if transformers_at_least("4.56") else "torch_dtype"
+        model = AutoModelForCausalLM.from_config(config, **{key: weight_dtype(spec["precision"])})
     if spec["method"] == "qlora":
         quantize_4bit(model, spec)
     return model

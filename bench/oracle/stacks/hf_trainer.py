@@ -18,7 +18,7 @@ import tempfile
 import torch
 
 from meta_recorder import Recorder, tensors_of
-from stacks.hf_models import add_lora, build_model, causal_lm_batch
+from stacks.hf_models import add_lora, build_model, causal_lm_batch, transformers_at_least
 
 
 def _trainer_classes():
@@ -41,18 +41,27 @@ def _trainer_classes():
 def _arguments(spec: dict, output_dir: str):
     arguments, _ = _trainer_classes()
     checkpointing = spec.get("checkpointing", "none") != "none"
+    kwargs = {"use_reentrant": spec.get("checkpointing") == "reentrant"} if checkpointing else None
+    # transformers 5 renamed gradient_checkpointing to activation_checkpointing
+    prefix = "activation" if transformers_at_least("5.0") else "gradient"
     return arguments(
         output_dir=output_dir, per_device_train_batch_size=spec["batch"], report_to=[],
         use_cpu=True, bf16=spec["precision"] in ("bf16", "bf16-amp"),
-        fp16=spec["precision"] == "fp16-amp", optim=spec.get("optim", "adamw_torch_fused"),
-        activation_checkpointing=checkpointing,
-        activation_checkpointing_kwargs={"use_reentrant": spec.get("checkpointing") == "reentrant"}
-        if checkpointing else None,
-        max_grad_norm=spec.get("max_grad_norm", 1.0))
+        fp16=spec["precision"] == "fp16-amp", optim=spec.get("optim", default_optim()),
+        max_grad_norm=spec.get("max_grad_norm", 1.0),
+        **{f"{prefix}_checkpointing": checkpointing, f"{prefix}_checkpointing_kwargs": kwargs})
 
 
-def run(spec: dict, recorder: Recorder) -> None:
-    """Builds the run and records `spec["steps"]` optimizer steps."""
+def default_optim() -> str:
+    """TrainingArguments' default `optim` of the release (training_args.py)."""
+    from transformers import TrainingArguments
+    import dataclasses
+    return next(f.default for f in dataclasses.fields(TrainingArguments) if f.name == "optim")
+
+
+def run(spec: dict, recorder: Recorder) -> dict:
+    """Builds the run and records `spec["steps"]` optimizer steps. Returns what the
+    release chose where the spec left it open (the optimizer), for headroom's flags."""
     model = build_model(spec)
     if spec["method"] in ("lora", "qlora"):
         model = add_lora(model, spec)
@@ -60,12 +69,40 @@ def run(spec: dict, recorder: Recorder) -> None:
         _, trainer_class = _trainer_classes()
         trainer = trainer_class(model=model, args=_arguments(spec, output_dir))
         trainer.accelerator.device_placement = False
-        if trainer.args.activation_checkpointing:  # as Trainer.train() enables it
-            trainer.model.activation_checkpointing_enable(
-                activation_checkpointing_kwargs=trainer.args.activation_checkpointing_kwargs)
+        _enable_checkpointing(trainer)
         trainer.create_optimizer()
         prepared, optimizer = trainer.accelerator.prepare(trainer.model, trainer.optimizer)
         _record_steps(spec, recorder, trainer, prepared, optimizer)
+        return {"optim": str(getattr(trainer.args.optim, "value", trainer.args.optim))}
+
+
+def _enable_checkpointing(trainer) -> None:
+    """As Trainer.train() does before its loop, in each release's names."""
+    if transformers_at_least("5.0"):
+        if trainer.args.activation_checkpointing:
+            trainer.model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs=trainer.args.activation_checkpointing_kwargs)
+    elif trainer.args.gradient_checkpointing:
+        trainer.model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs)
+
+
+def _micro_step(trainer, model, batch):
+    """One micro-batch as `_inner_training_loop` feeds it: from 4.46 the loss is
+    normalised by the batch's token count (`get_batch_samples`), before by the mean."""
+    if hasattr(trainer, "get_batch_samples"):
+        samples, items = trainer.get_batch_samples(iter([batch]), 1, torch.device("meta"))
+        trainer.current_gradient_accumulation_steps = len(samples)
+        return trainer.training_step(model, samples[0], items)
+    return trainer.training_step(model, batch)
+
+
+def _clip_gradients(trainer, model) -> None:
+    """Trainer._clip_grad_norm (5.x); inline in `_inner_training_loop` before."""
+    if hasattr(trainer, "_clip_grad_norm"):
+        trainer._clip_grad_norm(model)
+    else:
+        trainer.accelerator.clip_grad_norm_(model.parameters(), trainer.args.max_grad_norm)
 
 
 def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
@@ -82,16 +119,14 @@ def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
         recorder.adopt(tensors_of(batch), "batch")
         recorder.mark("inputs", tensors_of(batch))
         recorder.phase = f"step{step}.forward_backward"
-        samples, items = trainer.get_batch_samples(iter([batch]), 1, torch.device("meta"))
-        trainer.current_gradient_accumulation_steps = len(samples)
-        loss = trainer.training_step(model, samples[0], items)
+        loss = _micro_step(trainer, model, batch)
         recorder.phase = f"step{step}.optimizer"
         if trainer.args.max_grad_norm:
-            trainer._clip_grad_norm(model)
+            _clip_gradients(trainer, model)
         optimizer.step()
         recorder.mark("optimizer_states", [t for s in optimizer.state.values()
                                            for t in s.values() if isinstance(t, torch.Tensor)])
         recorder.phase = f"step{step}.zero_grad"
         model.zero_grad()
-        del loss, samples, batch, items
+        del loss, batch
         recorder.settle()
