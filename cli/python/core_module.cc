@@ -70,6 +70,11 @@ Reply plan(const std::string& model, const std::string& settings_text,
   SettingsFlags flags;
   if (Reply bad = build_flags(settings_text, settings_file, given, flags); !std::get<0>(bad))
     return bad;
+  // No export may replace a file the run is read from (cli/output_guard.h).
+  if (Status outputs = refuse_outputs_over_inputs(export_files(emit), settings_input_files(model, flags));
+      !outputs.is_ok()) {
+    return {false, exit_status(outputs), outputs.message(), {}};
+  }
   nb::gil_scoped_release unlocked;
   const Answered<PlanOutcome> answered = answer_plan(model, flags);
   if (!answered.is_ok() || emit.empty()) {
