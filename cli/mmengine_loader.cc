@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "graph/atomic_file.h"
+#include "graph/json_text.h"
 #include "planner/configs/config_import.h"
 
 namespace headroom::cli {
@@ -120,9 +121,8 @@ Result<nlohmann::json> read_mmengine_config(const std::string& config_py) {
     return Status::with_code(no_loader ? StatusCode::kUnsupported : StatusCode::kInvalidInput,
                              why.rfind(config_py, 0) == 0 ? why : config_py + ": " + why);
   }
-  nlohmann::json dump = nlohmann::json::parse(done.out, nullptr, false);
-  if (dump.is_discarded())
-    return Status::internal(config_py + ": the MMEngine loader printed no JSON");
+  // The shared parse: its depth limit holds for what a config's code prints too.
+  Result<nlohmann::json> dump = graph::parse_json_text(done.out, config_py + ": the MMEngine loader's output");
   return dump;
 }
 
@@ -130,10 +130,10 @@ Result<nlohmann::json> read_mmengine_file(const std::string& path) {
   if (path.ends_with(".py")) return read_mmengine_config(path);
   Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
   if (!text.is_ok()) return text.status();
-  nlohmann::json dump = nlohmann::json::parse(text.value(), nullptr, false);
-  if (dump.is_discarded()) {
-    return Status::invalid_input(path + ": not JSON (expected an MMEngine config .py, or what "
-                                        "scripts/exporter/read_mmengine_config.py prints)");
+  Result<nlohmann::json> dump = graph::parse_json_text(text.value(), path);
+  if (!dump.is_ok()) {
+    return dump.status().with_suffix(" (expected an MMEngine config .py, or the JSON "
+                                     "scripts/exporter/read_mmengine_config.py prints)");
   }
   return dump;
 }

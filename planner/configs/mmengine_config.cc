@@ -147,7 +147,7 @@ Result<OptimWrapperConfig> read_optim_wrapper(MmengineReader& r, const json& cfg
   if (const json* constructor = MmengineReader::at(*wrapper, "constructor")) {
     // Constructors set per-parameter lr and decay (layer-wise lr decay); none
     // changes what is stored.
-    r.note("optim_wrapper.constructor " + constructor->dump() + ": read, sets learning rates only");
+    r.note("optim_wrapper.constructor " + json_excerpt(*constructor, 200) + ": read, sets learning rates only");
   }
   if (Status read = read_optimizer(r, MmengineReader::at(*wrapper, "optimizer"), s, out); !read.is_ok()) return read;
   r.rest(*wrapper, "optim_wrapper",
