@@ -19,6 +19,7 @@
 
 #include "cli/answers.h"
 #include "cli/exit_status.h"
+#include "cli/mmengine_loader.h"
 #include "cli/plan_exports.h"
 #include "planner/predict/measurement.h"
 
@@ -34,6 +35,7 @@ using FlagList = std::vector<std::pair<std::string, std::string>>;
 // The request as the command line would hold it; a bad flag name is a usage refusal.
 Reply build_flags(const std::string& settings_text, const std::string& settings_file,
                   const FlagList& given, SettingsFlags& flags) {
+  forget_mmengine_configs();  // each call runs an MMEngine config once, as one command does
   flags.settings_text = settings_text;
   flags.settings_origin =
       "the settings dict";  // messages: "the settings dict: settings.micro_bach: ..."
