@@ -19,7 +19,8 @@ Status MmengineReader::fail(const std::string& path, const std::string& expected
 
 void MmengineReader::rest(const json& obj, const std::string& path, std::initializer_list<const char*> read) {
   if (!obj.is_object()) return;
-  for (const auto& [key, value] : obj.items()) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string& key = it.key();
     if (std::none_of(read.begin(), read.end(), [&](const char* k) { return key == k; })) {
       out_.ignored.push_back(path.empty() ? key : path + "." + key);
     }
