@@ -102,7 +102,7 @@ TEST_CASE("a config that wants more memory than HEADROOM_CONFIG_MEMORY_MIB fails
   CHECK(contains(run.err, "512 MiB of address space; HEADROOM_CONFIG_MEMORY_MIB"));
 }
 
-TEST_CASE("the loader's output is capped and its depth limited; its stderr is shown as one short line") {
+TEST_CASE("the loader's output is capped and its depth limited, and its stderr is shown as one short line") {
   LoaderFixture f;
   const std::string big = f.config("big.py", "import sys\nsys.stdout.write('x' * (40 << 20))\n");
   const RunOutput large = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(big));
