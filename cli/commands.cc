@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "cli/answers.h"
+#include "cli/output_guard.h"
 #include "cli/run_flags.h"
 #include "cli/plan_exports.h"
 #include "cli/trainer_launch.h"
@@ -68,6 +69,7 @@ int emit_exports(const CliOptions& options, Terminal& terminal, const planner::P
                  nlohmann::json* document);
 
 int run_fit(const CliOptions& options, Terminal& terminal) {
+  if (Status outputs = refuse_outputs_over_inputs(options); !outputs.is_ok()) return fail(terminal, outputs);
   const Answered<FitOutcome> fit = answer_fit(options.model, options.settings);
   if (int status = report_refusal(terminal, fit); status != kExitOk) return status;
   if (options.json) {
@@ -86,6 +88,7 @@ int run_fit(const CliOptions& options, Terminal& terminal) {
 }
 
 int run_plan(const CliOptions& options, Terminal& terminal) {
+  if (Status outputs = refuse_outputs_over_inputs(options); !outputs.is_ok()) return fail(terminal, outputs);
   bool shown = false;
   const Answered<PlanOutcome> plan =
       answer_plan(options.model, options.settings, progress_callback(terminal, shown));
@@ -154,6 +157,7 @@ int run_simulate(const CliOptions& options, Terminal& terminal) {
 }
 
 int run_report(const CliOptions& options, Terminal& terminal) {
+  if (Status outputs = refuse_outputs_over_inputs(options); !outputs.is_ok()) return fail(terminal, outputs);
   if (options.output_path.empty()) {
     return fail(terminal,
                 Status::invalid_input(
@@ -256,7 +260,8 @@ void add_plan_flags(CLI::App& command, CliOptions& options) {
                   "also export the best plan: deepspeed, accelerate or torch (docs/config-export.md), or "
                   "torchtune / hf-args / axolotl / llamafactory / xtuner / mmengine / accelerate (the keys to change "
                   "in the file the run was read from, docs/config-import.md; accelerate is a patch of --accelerate "
-                  "FILE when one was given), to stdout or KIND=FILE; repeatable")
+                  "FILE when one was given), to stdout or KIND=FILE; repeatable. FILE must not be an input: a "
+                  "recipe export is a patch, written beside the config (tt.patch), never over it")
       ->type_name("KIND[=FILE]");
 }
 

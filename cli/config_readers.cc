@@ -61,7 +61,12 @@ Result<ReaderOutput> read_mmengine(const ReaderInput& in) {
                            "XTuner config")
                 : labelled(planner::import_mmengine_config(dump.value(), in.file, in.base, with_deepspeed), in.flag,
                            "mmpretrain config");
-  if (out.is_ok()) out.value().xtuner = is_xtuner;
+  if (!out.is_ok()) return out;
+  out.value().xtuner = is_xtuner;
+  if (in.file.ends_with(".py")) {
+    out.value().imported.notes.insert(out.value().imported.notes.begin(),
+                                      in.file + " was run as Python code, with your privileges, by MMEngine's loader");
+  }
   return out;
 }
 

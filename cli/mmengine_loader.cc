@@ -1,141 +1,166 @@
 #include "cli/mmengine_loader.h"
 
-#include <poll.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
-#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <vector>
+#include <map>
+#include <mutex>
+#include <tuple>
 
+#include "cli/bounded_child.h"
+#include "cli/interpreter_check.h"
+#include "cli/mmengine_loader_script.h"
 #include "graph/atomic_file.h"
+#include "graph/json_text.h"
 #include "planner/configs/config_import.h"
 
 namespace headroom::cli {
 namespace {
 
-// The largest dump read back; real configs print a few tens of kB.
-constexpr size_t kMaxOutputBytes = size_t{16} << 20;
+// Real configs are a few kB of Python (the rest comes from their _base_ files):
+// 4 MB of `x = 1` took the loader 60 s and 1.7 GB (issue 37).
+constexpr int64_t kMaxConfigCodeBytes = int64_t{1} << 20;
+constexpr int64_t kDefaultTimeoutSeconds = 60;
+// Python with mmengine (and, in a non-lazy config, torch: about 3 GB of address
+// space for `import torch`) fits with room to spare.
+constexpr int64_t kDefaultMemoryMib = 8192;
+// The longest line of the loader's stderr a message repeats.
+constexpr size_t kMaxShownErrorChars = 300;
 
-struct Finished {
-  int exit_code = -1;  // -1: killed by a signal
-  std::string out;
-  std::string err;
-};
-
-// Runs argv[0] with argv, stdin closed, and collects both output streams
-// (polled together so that neither pipe can fill up and stall the child).
-Result<Finished> run_collecting(const std::vector<std::string>& argv) {
-  int out_pipe[2];
-  int err_pipe[2];
-  if (pipe(out_pipe) != 0) return Status::io(std::string("pipe: ") + std::strerror(errno));
-  if (pipe(err_pipe) != 0) {
-    close(out_pipe[0]);
-    close(out_pipe[1]);
-    return Status::io(std::string("pipe: ") + std::strerror(errno));
+// A positive integer from the environment variable `name`, or `fallback`.
+Result<int64_t> limit_from_environment(const char* name, int64_t fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text, &end, 10);
+  if (errno != 0 || *end != '\0' || value <= 0) {
+    return Status::invalid_input(std::string(name) + "=" + text + ": expected a positive whole number");
   }
-  const pid_t pid = fork();
-  if (pid < 0) return Status::runtime(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    dup2(out_pipe[1], STDOUT_FILENO);
-    dup2(err_pipe[1], STDERR_FILENO);
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    close(out_pipe[1]);
-    close(err_pipe[1]);
-    close(STDIN_FILENO);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    const std::string message = "cannot start " + argv[0] + ": " + std::strerror(errno) + "\n";
-    (void)!write(STDERR_FILENO, message.data(), message.size());
-    _exit(127);
-  }
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  Finished done;
-  std::array<pollfd, 2> fds = {pollfd{out_pipe[0], POLLIN, 0}, pollfd{err_pipe[0], POLLIN, 0}};
-  std::array<std::string*, 2> sinks = {&done.out, &done.err};
-  int open_fds = 2;
-  char buffer[65536];
-  while (open_fds > 0) {
-    if (poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      const ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
-      if (n > 0 && sinks[i]->size() < kMaxOutputBytes) {
-        sinks[i]->append(buffer, static_cast<size_t>(n));
-      } else if (n <= 0) {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  done.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return done;
+  return static_cast<int64_t>(value);
 }
 
-std::string first_line(const std::string& text) {
+Result<ChildLimits> loader_limits() {
+  Result<int64_t> seconds = limit_from_environment("HEADROOM_CONFIG_TIMEOUT_S", kDefaultTimeoutSeconds);
+  if (!seconds.is_ok()) return seconds.status();
+  Result<int64_t> mib = limit_from_environment("HEADROOM_CONFIG_MEMORY_MIB", kDefaultMemoryMib);
+  if (!mib.is_ok()) return mib.status();
+  ChildLimits limits;
+  limits.timeout_ms = seconds.value() * 1000;
+  limits.address_space_bytes = mib.value() << 20;
+  return limits;
+}
+
+// The config must be a regular file of code, not too large to be one.
+Status check_config_file(const std::string& config_py) {
+  struct stat info {};
+  if (::stat(config_py.c_str(), &info) != 0) {
+    return Status::invalid_input(config_py + ": " + std::strerror(errno) + " (expected an MMEngine config .py)");
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return Status::invalid_input(config_py + ": not a regular file (expected an MMEngine config .py)");
+  }
+  if (info.st_size > kMaxConfigCodeBytes) {
+    return Status::invalid_input(config_py + ": " + std::to_string(info.st_size) +
+                                 " bytes; expected an MMEngine config of at most 1 MiB");
+  }
+  return Status::ok();
+}
+
+// The line of the loader's stderr that says why: its first (the loader's own
+// one-line messages), or the last of a Python traceback (the exception); cut.
+std::string error_line(const std::string& text) {
   std::string line = text.substr(0, text.find('\n'));
-  return line.empty() ? text : line;
+  if (line.starts_with("Traceback")) {
+    const size_t end = text.find_last_not_of("\n");
+    const size_t start = text.rfind('\n', end);
+    line = text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+  }
+  return line.size() <= kMaxShownErrorChars ? line : line.substr(0, kMaxShownErrorChars - 3) + "...";
+}
+
+// Why the loader gave no JSON, as one message naming the file.
+Status loader_failure(const std::string& config_py, const std::string& python, const ChildOutcome& done,
+                      const ChildLimits& limits) {
+  const std::string seconds = std::to_string(limits.timeout_ms / 1000);
+  const std::string mib = std::to_string(limits.address_space_bytes >> 20);
+  if (done.timed_out) {
+    return Status::invalid_input(config_py + ": the config (Python code) ran longer than " + seconds +
+                                 " s and was stopped; expected a config that loads in time (HEADROOM_CONFIG_TIMEOUT_S "
+                                 "raises the limit)");
+  }
+  if (done.stdout_overflow) {
+    return Status::invalid_input(config_py + ": the MMEngine loader printed more than " +
+                                 std::to_string(limits.max_stdout_bytes >> 20) +
+                                 " MiB and was stopped; expected a config of plain values");
+  }
+  std::string why = error_line(done.err);
+  if (done.exit_code < 0) why = "the loader was ended by signal " + std::to_string(done.term_signal);
+  if (why.empty()) why = "the loader (" + python + ") failed with exit status " + std::to_string(done.exit_code);
+  if (done.err.find("MemoryError") != std::string::npos || done.exit_code < 0) {
+    why += " (the loader runs with " + mib + " MiB of address space; HEADROOM_CONFIG_MEMORY_MIB raises it)";
+  }
+  // Only the loader's own message says mmengine is missing (a config may exit 3 itself).
+  const bool no_loader = done.exit_code == 127 || (done.exit_code == 3 && why.find("needs mmengine") != std::string::npos);
+  if (no_loader) why += " (set HEADROOM_PYTHON to a Python with mmengine, or give the JSON the loader prints)";
+  // The loader names the file itself; do not name it twice.
+  return Status::with_code(no_loader ? StatusCode::kUnsupported : StatusCode::kInvalidInput,
+                           why.rfind(config_py, 0) == 0 ? why : config_py + ": " + why);
+}
+
+Result<nlohmann::json> run_loader(const std::string& config_py) {
+  if (Status file = check_config_file(config_py); !file.is_ok()) return file;
+  Result<ChildLimits> limits = loader_limits();
+  if (!limits.is_ok()) return limits.status();
+  const std::string python = mmengine_python();
+  if (Status safe = check_not_writable_by_others(python); !safe.is_ok()) return safe.with_prefix("MMEngine loader: ");
+  Result<ChildOutcome> run = run_bounded({python, "-c", kMmengineLoaderScript, config_py}, limits.value());
+  if (!run.is_ok()) return run.status().with_prefix(config_py + ": ");
+  if (run->exit_code != 0 || run->timed_out || run->stdout_overflow) {
+    return loader_failure(config_py, python, run.value(), limits.value());
+  }
+  // The shared parse: its depth limit holds for what a config's code prints too.
+  return graph::parse_json_text(run->out, config_py + ": the MMEngine loader's output");
+}
+
+// The configs read in this process, by file identity: each runs once.
+using ConfigKey = std::tuple<std::string, dev_t, ino_t, int64_t, int64_t>;
+std::mutex loaded_mutex;
+std::map<ConfigKey, Result<nlohmann::json>>& loaded_configs() {
+  static std::map<ConfigKey, Result<nlohmann::json>> loaded;
+  return loaded;
 }
 
 }  // namespace
 
-std::string mmengine_python() {
-  if (const char* python = std::getenv("HEADROOM_PYTHON"); python != nullptr && *python != '\0') return python;
-  const std::filesystem::path venv = std::filesystem::path(HEADROOM_SOURCE_DIR) / ".venv" / "bin" / "python";
-  std::error_code error;
-  if (std::filesystem::exists(venv, error)) return venv.string();
-  return "python3";
-}
-
 Result<nlohmann::json> read_mmengine_config(const std::string& config_py) {
-  const std::string script = std::string(HEADROOM_SOURCE_DIR) + "/scripts/exporter/read_mmengine_config.py";
-  const std::string python = mmengine_python();
-  Result<Finished> run = run_collecting({python, script, config_py});
-  if (!run.is_ok()) return run.status().with_prefix(config_py + ": ");
-  const Finished& done = run.value();
-  if (done.exit_code != 0) {
-    std::string why = first_line(done.err);
-    if (why.empty()) why = "the loader (" + python + " " + script + ") failed without a message";
-    if (done.exit_code == 3 || done.exit_code == 127) {
-      why += " (set HEADROOM_PYTHON to a Python with mmengine, or give the JSON the loader prints)";
-    }
-    // The loader names the file itself; do not name it twice. Exit 3 (no
-    // mmengine) and 127 (no Python) say this machine cannot load it; anything
-    // else is a config MMEngine refused.
-    const bool no_loader = done.exit_code == 3 || done.exit_code == 127;
-    return Status::with_code(no_loader ? StatusCode::kUnsupported : StatusCode::kInvalidInput,
-                             why.rfind(config_py, 0) == 0 ? why : config_py + ": " + why);
-  }
-  nlohmann::json dump = nlohmann::json::parse(done.out, nullptr, false);
-  if (dump.is_discarded())
-    return Status::internal(config_py + ": the MMEngine loader printed no JSON");
-  return dump;
+  struct stat info {};
+  if (::stat(config_py.c_str(), &info) != 0) return run_loader(config_py);  // its message
+  const ConfigKey key{config_py, info.st_dev, info.st_ino, info.st_size,
+                      int64_t{info.st_mtim.tv_sec} * 1'000'000'000 + info.st_mtim.tv_nsec};
+  const std::lock_guard<std::mutex> lock(loaded_mutex);
+  auto found = loaded_configs().find(key);
+  if (found == loaded_configs().end()) found = loaded_configs().emplace(key, run_loader(config_py)).first;
+  return found->second;
 }
 
 Result<nlohmann::json> read_mmengine_file(const std::string& path) {
   if (path.ends_with(".py")) return read_mmengine_config(path);
   Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
   if (!text.is_ok()) return text.status();
-  nlohmann::json dump = nlohmann::json::parse(text.value(), nullptr, false);
-  if (dump.is_discarded()) {
-    return Status::invalid_input(path + ": not JSON (expected an MMEngine config .py, or what "
-                                        "scripts/exporter/read_mmengine_config.py prints)");
+  Result<nlohmann::json> dump = graph::parse_json_text(text.value(), path);
+  if (!dump.is_ok()) {
+    return dump.status().with_suffix(" (expected an MMEngine config .py, or the JSON "
+                                     "scripts/exporter/read_mmengine_config.py prints)");
   }
   return dump;
+}
+
+void forget_mmengine_configs() {
+  const std::lock_guard<std::mutex> lock(loaded_mutex);
+  loaded_configs().clear();
 }
 
 }  // namespace headroom::cli

@@ -1,6 +1,13 @@
-// Reading an MMEngine (XTuner, mmpretrain) Python config through MMEngine's own loader
-// (scripts/exporter/read_mmengine_config.py) in the project's Python: the config
-// is code, so headroom never parses it itself. docs/config-import.md ("MMEngine configs").
+// Reading an MMEngine (XTuner, mmpretrain) Python config through MMEngine's own
+// loader (scripts/exporter/read_mmengine_config.py, compiled into headroom and run
+// with `python -c`). The config is Python code and runs with the user's
+// privileges; headroom never parses it itself. It runs once per config and
+// process (the result is kept), in its own process group under limits
+// (docs/config-import.md, "MMEngine configs"):
+//   HEADROOM_CONFIG_TIMEOUT_S   wall clock, default 60 s;
+//   HEADROOM_CONFIG_MEMORY_MIB  address space (RLIMIT_AS), default 8192 MiB;
+//   the .py at most 1 MiB, the loader's output at most 16 MiB.
+// Children it leaves running are killed with it.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -11,12 +18,9 @@
 
 namespace headroom::cli {
 
-// The Python that runs the loader: $HEADROOM_PYTHON, else the checkout's .venv
-// (scripts/setup_exporter.sh installs mmengine there), else python3 on PATH.
-std::string mmengine_python();
-
-// The JSON the loader prints for `config_py`, or its one-line error (naming the
-// file) with a hint when mmengine is missing.
+// The JSON the loader prints for `config_py`, or one error naming the file: a
+// config MMEngine refused, ran too long, used too much memory or printed too
+// much (invalid input), or no Python with mmengine here (unsupported).
 Result<nlohmann::json> read_mmengine_config(const std::string& config_py);
 
 // What `--mmengine FILE` names, as the loader prints it: a .py config through
@@ -25,5 +29,9 @@ Result<nlohmann::json> read_mmengine_file(const std::string& path);
 
 // The same for `--xtuner FILE`.
 inline Result<nlohmann::json> read_xtuner_config(const std::string& path) { return read_mmengine_file(path); }
+
+// Forgets the configs read so far, so the next read runs them again (the
+// Python package calls it per call: a config may change between them).
+void forget_mmengine_configs();
 
 }  // namespace headroom::cli

@@ -45,6 +45,15 @@ Result<PlanExports> build_exports(const std::vector<std::string>& requests, cons
   return out;
 }
 
+std::vector<NamedFile> export_files(const std::vector<std::string>& requests) {
+  std::vector<NamedFile> files;
+  for (const std::string& request : requests) {
+    const size_t equals = request.find('=');
+    if (equals != std::string::npos) files.push_back({"--emit " + request.substr(0, equals), request.substr(equals + 1)});
+  }
+  return files;
+}
+
 Status write_export_files(const PlanExports& exports) {
   for (const PlanExport& item : exports.exports) {
     if (item.path.empty()) continue;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/output_guard.h"
 #include "cli/settings_flags.h"
 #include "graph/status.h"
 #include "planner/predict/plan.h"
@@ -30,6 +31,10 @@ struct PlanExports {
 // FILE, a recipe export without the config it writes back into.
 Result<PlanExports> build_exports(const std::vector<std::string>& requests, const SettingsFlags& flags,
                                   const planner::Plan& best);
+
+// The FILEs the KIND=FILE requests name, each as "--emit KIND" (for
+// refuse_outputs_over_inputs(), cli/output_guard.h).
+std::vector<NamedFile> export_files(const std::vector<std::string>& requests);
 
 // Writes the exports that name a FILE, each atomically.
 Status write_export_files(const PlanExports& exports);

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,6 +43,16 @@ std::string describe(int status) {
   return "exited with status " + std::to_string(WEXITSTATUS(status));
 }
 
+// In a rank, right after fork: it is killed when the launcher ends, however it
+// ends (SIGKILL, SIGTERM, SIGHUP, a crash), rather than training on as an
+// orphan beside the next job in the same checkpoint directory (issue 37). The
+// signal survives execv. A launcher already gone before prctl took effect is
+// caught by the parent check.
+void die_with_launcher(pid_t launcher) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(exit_status(StatusCode::kRuntime));
+}
+
 }  // namespace
 
 int launch_local_ranks(const std::string& executable, const std::vector<std::string>& arguments, int nproc,
@@ -58,6 +69,7 @@ int launch_local_ranks(const std::string& executable, const std::vector<std::str
   std::cout.flush();
   std::cerr.flush();
   std::vector<pid_t> ranks;
+  const pid_t launcher = ::getpid();
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = ::fork();
     if (pid < 0) {
@@ -68,6 +80,7 @@ int launch_local_ranks(const std::string& executable, const std::vector<std::str
       return fail(terminal, failed);
     }
     if (pid == 0) {
+      die_with_launcher(launcher);
       const std::string world = std::to_string(nproc);
       const std::string rank = std::to_string(r);
       const std::string master_port = std::to_string(port);

@@ -1,7 +1,9 @@
 // `headroom run PLAN --nproc N`: the ranks of a job on this machine, started
 // as torchrun starts them (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT in each one's environment), each one this trainer
-// executable with the same arguments. Torch-free; used by headroom-train.
+// executable with the same arguments. Each rank dies with the launcher
+// (PR_SET_PDEATHSIG): killing `headroom run` ends the job. Torch-free; used by
+// headroom-train.
 #pragma once
 
 #include <string>

@@ -102,8 +102,8 @@ Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& fl
   const std::vector<std::string> files = given_values(flags, flag);
   if (files.empty()) {
     return Status::invalid_input(std::string("--emit ") + std::string(kind) +
-                                 ": writes the plan back into the file the run was "
-                                 "read from; expected " +
+                                 ": the keys to change in the file the run was read from (a patch to apply, never the "
+                                 "file itself); expected " +
                                  flag + " FILE with it");
   }
   const std::string& path = files.back();

@@ -595,12 +595,15 @@ const std::vector<SettingsFlag> kFlags = {
     {"--xtuner", "FILE", kTraining,
      "answer for this XTuner config (the MMEngine Python config of `xtuner train`, read by MMEngine's own loader, "
      "or the JSON scripts/exporter/read_mmengine_config.py prints; with --deepspeed as xtuner train takes it; "
-     "docs/config-import.md); MODEL gives the model",
+     "docs/config-import.md); MODEL gives the model. A .py config RUNS AS PYTHON CODE with your privileges "
+     "(as xtuner train runs it): give only configs you trust. It runs once, under limits: "
+     "HEADROOM_CONFIG_TIMEOUT_S (60 s), HEADROOM_CONFIG_MEMORY_MIB (8192), 1 MiB of code, 16 MiB of output",
      false, [](RunSettings&, std::string_view) { return Status::ok(); }},
     {"--mmengine", "FILE", kTraining,
      "answer for this MMEngine config (the Python config of an OpenMMLab tools/train.py, read by MMEngine's own "
      "loader, or the JSON scripts/exporter/read_mmengine_config.py prints): mmpretrain's ImageClassifier names "
-     "its zoo model; XTuner's models are read as --xtuner reads them (MODEL gives the LLM); docs/config-import.md",
+     "its zoo model; XTuner's models are read as --xtuner reads them (MODEL gives the LLM); docs/config-import.md. "
+     "A .py config RUNS AS PYTHON CODE with your privileges: give only configs you trust (limits as --xtuner)",
      false, [](RunSettings&, std::string_view) { return Status::ok(); }},
     {"--peft", "FILE", kTraining,
      "the run's PEFT adapter_config.json: LoRA rank, targets, dropout, modules_to_save (docs/config-import.md)",

@@ -1,5 +1,6 @@
 #include "cli/trainer_launch.h"
 
+#include "cli/output_guard.h"
 #include "cli/run_request.h"
 
 #include <unistd.h>
@@ -24,6 +25,7 @@ std::string trainer_path() {
 }
 
 int launch_trainer(const CliOptions& options, Terminal& terminal) {
+  if (Status outputs = refuse_outputs_over_inputs(options); !outputs.is_ok()) return fail(terminal, outputs);
   const std::string trainer = trainer_path();
   if (trainer.empty() || access(trainer.c_str(), X_OK) != 0) {
     // Bad input is named as the trainer would name it, in every build; only a

@@ -50,11 +50,13 @@ declare -A sources=(
   [fuzz_run_state]="${graph_sources[*]} ${reader_sources[*]}"
   [fuzz_torchtune]="${graph_sources[*]} ${reader_sources[*]} ${model_sources[*]} planner/configs/yaml_config.cc planner/configs/torchtune_import.cc planner/configs/accelerate_import.cc"
   [fuzz_hf_trainer]="${graph_sources[*]} ${reader_sources[*]} planner/configs/hf_trainer_import.cc planner/configs/yaml_config.cc planner/configs/axolotl_import.cc planner/configs/llamafactory_import.cc"
+  [fuzz_torchtune_set]="${graph_sources[*]} ${reader_sources[*]} ${model_sources[*]} planner/configs/yaml_config.cc planner/configs/torchtune_import.cc"
+  [fuzz_mmengine_dump]="${graph_sources[*]} ${reader_sources[*]} ${model_sources[*]} planner/configs/mmengine_config.cc planner/configs/mmengine_import.cc planner/configs/xtuner_import.cc planner/configs/mmpretrain_import.cc"
 )
 # Libraries a target links beyond the sources (libyaml, Debian's libyaml-dev).
-declare -A libraries=([fuzz_torchtune]="-lyaml" [fuzz_hf_trainer]="-lyaml")
+declare -A libraries=([fuzz_torchtune]="-lyaml" [fuzz_hf_trainer]="-lyaml" [fuzz_torchtune_set]="-lyaml")
 all_targets=(fuzz_graph_json fuzz_safetensors fuzz_hf_config fuzz_measurement fuzz_deepspeed fuzz_settings fuzz_plan
-             fuzz_run_state fuzz_torchtune fuzz_hf_trainer)
+             fuzz_run_state fuzz_torchtune fuzz_hf_trainer fuzz_torchtune_set fuzz_mmengine_dump)
 read -r -a targets <<< "${FUZZ_TARGETS:-${all_targets[*]}}"
 
 seed() {
@@ -70,6 +72,8 @@ seed() {
     fuzz_run_state) cp tests/data/fuzz_seeds/run_state/*.json "$corpus/" ;;
     fuzz_torchtune) cp tests/data/torchtune/*.yaml tests/data/accelerate/*.yaml "$corpus/" ;;
     fuzz_hf_trainer) cp tests/data/hf_trainer/* tests/data/axolotl/*.yml tests/data/llamafactory/*.yaml "$corpus/" ;;
+    fuzz_torchtune_set) printf 'batch_size=4\noptimizer.fused=True\n~tokenizer.max_seq_len\n' > "$corpus/overrides" ;;
+    fuzz_mmengine_dump) cp tests/data/xtuner/*.dump.json tests/data/mmpretrain/*.dump.json "$corpus/" ;;
   esac
 }
 

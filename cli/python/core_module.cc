@@ -19,6 +19,7 @@
 
 #include "cli/answers.h"
 #include "cli/exit_status.h"
+#include "cli/mmengine_loader.h"
 #include "cli/plan_exports.h"
 #include "planner/predict/measurement.h"
 
@@ -34,6 +35,7 @@ using FlagList = std::vector<std::pair<std::string, std::string>>;
 // The request as the command line would hold it; a bad flag name is a usage refusal.
 Reply build_flags(const std::string& settings_text, const std::string& settings_file,
                   const FlagList& given, SettingsFlags& flags) {
+  forget_mmengine_configs();  // each call runs an MMEngine config once, as one command does
   flags.settings_text = settings_text;
   flags.settings_origin =
       "the settings dict";  // messages: "the settings dict: settings.micro_bach: ..."
@@ -70,6 +72,11 @@ Reply plan(const std::string& model, const std::string& settings_text,
   SettingsFlags flags;
   if (Reply bad = build_flags(settings_text, settings_file, given, flags); !std::get<0>(bad))
     return bad;
+  // No export may replace a file the run is read from (cli/output_guard.h).
+  if (Status outputs = refuse_outputs_over_inputs(export_files(emit), settings_input_files(model, flags));
+      !outputs.is_ok()) {
+    return {false, exit_status(outputs), outputs.message(), {}};
+  }
   nb::gil_scoped_release unlocked;
   const Answered<PlanOutcome> answered = answer_plan(model, flags);
   if (!answered.is_ok() || emit.empty()) {

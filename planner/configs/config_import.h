@@ -33,6 +33,11 @@ struct ConfigImport {
 // The largest config file an importer reads; real ones are a few kB.
 inline constexpr int64_t kMaxConfigFileBytes = int64_t{4} << 20;
 
+// `value` as compact JSON text for a message, cut to about `max_chars` ("..." marks
+// the cut) and nested no deeper than graph::kMaxJsonDepth: its cost is bounded by
+// max_chars, never by the value's size or depth. Invalid UTF-8 is replaced.
+std::string json_excerpt(const nlohmann::json& value, size_t max_chars);
+
 // "ORIGIN: PATH: expected EXPECTED, got VALUE" (the value cut to 80 characters,
 // invalid UTF-8 replaced; no ", got" for a null value): every importer's field error.
 Status config_field_error(std::string_view origin, const std::string& path, const std::string& expected,

@@ -12,6 +12,7 @@
 
 #include "graph/atomic_file.h"
 #include "graph/json_text.h"
+#include "planner/configs/config_import.h"
 #include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
@@ -93,11 +94,7 @@ Status fail(std::string_view origin, const std::string& path, const std::string&
 
 bool is_auto(const json& value) { return value.is_string() && value.get<std::string>() == "auto"; }
 
-std::string shown(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
-}
+std::string shown(const json& value) { return json_excerpt(value, 60); }
 
 // A key's state: absent, "auto", or a value.
 template <typename T>

@@ -19,7 +19,8 @@ Status MmengineReader::fail(const std::string& path, const std::string& expected
 
 void MmengineReader::rest(const json& obj, const std::string& path, std::initializer_list<const char*> read) {
   if (!obj.is_object()) return;
-  for (const auto& [key, value] : obj.items()) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string& key = it.key();
     if (std::none_of(read.begin(), read.end(), [&](const char* k) { return key == k; })) {
       out_.ignored.push_back(path.empty() ? key : path + "." + key);
     }
@@ -147,7 +148,7 @@ Result<OptimWrapperConfig> read_optim_wrapper(MmengineReader& r, const json& cfg
   if (const json* constructor = MmengineReader::at(*wrapper, "constructor")) {
     // Constructors set per-parameter lr and decay (layer-wise lr decay); none
     // changes what is stored.
-    r.note("optim_wrapper.constructor " + constructor->dump() + ": read, sets learning rates only");
+    r.note("optim_wrapper.constructor " + json_excerpt(*constructor, 200) + ": read, sets learning rates only");
   }
   if (Status read = read_optimizer(r, MmengineReader::at(*wrapper, "optimizer"), s, out); !read.is_ok()) return read;
   r.rest(*wrapper, "optim_wrapper",

@@ -146,7 +146,7 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
   LoadedPart language;
   if (Status read = read_pretrained(r, *llm, "model.llm", s, language); !read.is_ok()) return read;
   if (const json* path = Reader::at(*llm, "pretrained_model_name_or_path")) {
-    r.note("model.llm.pretrained_model_name_or_path is " + path->dump() +
+    r.note("model.llm.pretrained_model_name_or_path is " + json_excerpt(*path, 200) +
            (llava ? ": give MODEL as a LLaVA graph of that LLM and the visual encoder (the zoo's llava-llama-3-8b is "
                     "Llama-3-8B-Instruct with CLIP ViT-L/14-336)"
                   : ": give MODEL as that model (its directory or config.json, or a zoo name)"));

@@ -3,6 +3,7 @@
 #include <yaml.h>
 
 #include <charconv>
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -187,15 +188,30 @@ Result<json> parse_yaml(std::string_view text, std::string_view origin) {
   return Builder(text, origin).document();
 }
 
-// torchtune's command-line overrides (OmegaConf dot-list): KEY=VALUE sets a
-// nested key, the value read as YAML (True, 8, null, [a, b]); ~KEY removes one.
-Status apply_override(json& root, const std::string& text, std::string_view origin) {
+// Levels of nesting in `value` (a scalar: 0). Bounded: the values it sees come
+// from parse_yaml, which refuses more than kMaxJsonDepth.
+int nesting(const json& value) {
+  int deepest = 0;
+  if (value.is_structured()) {
+    for (const json& element : value) deepest = std::max(deepest, nesting(element));
+    return deepest + 1;
+  }
+  return 0;
+}
+
+// An override as messages show it: cut to 80 characters (a key can be 100 kB).
+std::string shown_override(const std::string& text) {
+  return text.size() <= 80 ? text : text.substr(0, 77) + "...";
+}
+
+// KEY of an override split at its dots; an error unless every part is non-empty.
+Result<std::vector<std::string>> override_key(const std::string& text, std::string_view origin) {
   const bool remove = text.starts_with("~");
   const size_t equals = text.find('=');
   const std::string key = remove ? text.substr(1) : text.substr(0, equals);
   if ((!remove && equals == std::string::npos) || key.empty() || key.front() == '.' || key.back() == '.' ||
       key.find("..") != std::string::npos) {
-    return Status::invalid_input(std::string(origin) + ": override \"" + text +
+    return Status::invalid_input(std::string(origin) + ": override \"" + shown_override(text) +
                                  "\": expected KEY=VALUE or ~KEY");
   }
   std::vector<std::string> parts;
@@ -203,6 +219,30 @@ Status apply_override(json& root, const std::string& text, std::string_view orig
     dot = key.find('.', start);
     if (dot == std::string::npos) dot = key.size();
     parts.push_back(key.substr(start, dot - start));
+  }
+  return parts;
+}
+
+// torchtune's command-line overrides (OmegaConf dot-list): KEY=VALUE sets a
+// nested key, the value read as YAML (True, 8, null, [a, b]); ~KEY removes one.
+// The config's depth limit holds for what an override builds too.
+Status apply_override(json& root, const std::string& text, std::string_view origin) {
+  Result<std::vector<std::string>> key = override_key(text, origin);
+  if (!key.is_ok()) return key.status();
+  const std::vector<std::string>& parts = key.value();
+  const bool remove = text.starts_with("~");
+  json value;
+  if (!remove) {
+    Result<json> parsed = parse_yaml(text.substr(text.find('=') + 1),
+                                     std::string(origin) + ": override \"" + shown_override(text) + "\"");
+    if (!parsed.is_ok()) return parsed.status();
+    value = std::move(parsed.value());
+  }
+  const size_t depth = parts.size() + static_cast<size_t>(nesting(value));
+  if (depth > static_cast<size_t>(graph::kMaxJsonDepth)) {
+    return Status::invalid_input(std::string(origin) + ": override \"" + shown_override(text) + "\": nests " +
+                                 std::to_string(depth) + " levels deep; expected at most " +
+                                 std::to_string(graph::kMaxJsonDepth));
   }
   json* node = &root;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -215,11 +255,9 @@ Status apply_override(json& root, const std::string& text, std::string_view orig
   }
   if (remove) {
     node->erase(parts.back());
-    return Status::ok();
+  } else {
+    (*node)[parts.back()] = std::move(value);
   }
-  Result<json> value = parse_yaml(text.substr(equals + 1), std::string(origin) + ": override \"" + text + "\"");
-  if (!value.is_ok()) return value.status();
-  (*node)[parts.back()] = value.value();
   return Status::ok();
 }
 

@@ -78,10 +78,17 @@ std::vector<GlobalConfig> global_candidates(const RunSettings& settings, int64_t
     // runs on one GPU without one.
     const bool torchao_offload = settings.cpu_offload != CpuOffloadImpl::kZeroOffload;
     const bool offload_here = torchao_offload ? stage == 0 && settings.world_size() == 1 : stage >= 1;
-    if (offload_here && settings.allow_cpu_offload && !in_backward && !fsdp1_accumulates) {
+    // A paged optimizer (bitsandbytes' PagedAdamW) keeps its states in CUDA
+    // unified memory and steps on the GPU; ZeRO-Offload and torchao replace the
+    // optimizer with their own CPU one, so the two never combine (and
+    // validate_settings refuses the plan: issue 37).
+    const bool optimizer_may_move = !in_backward && !settings.paged_optimizer;
+    if (offload_here && settings.allow_cpu_offload && optimizer_may_move && !fsdp1_accumulates) {
       optimizer_offloads.push_back(Offload::kCpu);
     }
-    if (stage == 3 && settings.allow_nvme_offload && !fsdp) optimizer_offloads.push_back(Offload::kNvme);
+    if (stage == 3 && settings.allow_nvme_offload && !fsdp && optimizer_may_move) {
+      optimizer_offloads.push_back(Offload::kNvme);
+    }
     for (Offload optimizer : optimizer_offloads) {
       std::vector<Offload> param_offloads = {Offload::kNone};
       if (stage == 3 && settings.allow_cpu_offload && !fsdp1_accumulates) param_offloads.push_back(Offload::kCpu);

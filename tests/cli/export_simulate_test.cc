@@ -176,8 +176,9 @@ TEST_CASE("plan --emit torchtune writes the plan back as overrides and a patch o
   // Without the config to patch, the export is refused by name.
   const Output orphan = headroom("plan tiny-llama --gpu 4090 --emit torchtune");
   CHECK(orphan.exit_code == 2);
-  CHECK(orphan.err.find("--emit torchtune: writes the plan back into the file the run was read from") !=
+  CHECK(orphan.err.find("--emit torchtune: the keys to change in the file the run was read from (a patch") !=
         std::string::npos);
+  CHECK(orphan.err.find("expected --torchtune FILE with it") != std::string::npos);
 }
 
 TEST_CASE("simulate replays a plan file, and refuses bad ones clearly") {

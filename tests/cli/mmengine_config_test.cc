@@ -73,7 +73,8 @@ TEST_CASE("fit --mmengine answers the seed's FSDP cpu_offload, and refuses files
   write_text(text, "model = dict(");
   const RunOutput bad = run_headroom("fit --mmengine " + quoted(text) + " --gpu 4090");
   CHECK(bad.exit_code == 2);
-  CHECK(contains(bad.err, "not JSON (expected an MMEngine config .py"));
+  CHECK(contains(bad.err, "invalid JSON"));
+  CHECK(contains(bad.err, "(expected an MMEngine config .py"));
   const std::string other = dir.file("other.json");
   write_text(other, R"({"format": "headroom.mmengine-config", "config": {"model": {"type": "EncoderDecoder"}}})");
   const RunOutput unknown = run_headroom("fit --mmengine " + quoted(other) + " --gpu 4090");

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "planner/configs/config_import.h"
 #include "planner/configs/yaml_config.h"
 
 namespace headroom::planner {
@@ -49,6 +50,40 @@ TEST_CASE("refused before reading: a second document, deep nesting, non-mapping 
         std::string::npos);
   CHECK(parse_yaml_config("? [a, b]\n: 1\n", "c.yaml", "x").message().find("a key that is not a plain name") !=
         std::string::npos);
+}
+
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+// Issue 37: a --torchtune-set key of 50,000 levels got past the 64-level limit
+// (the document nested as deep, and a reader's recursion crashed).
+TEST_CASE("an override nests no deeper than the config may: its key and its value together") {
+  std::string key = "a";
+  for (int level = 1; level < 50000; ++level) key += ".a";
+  Result<nlohmann::json> deep = parse_yaml_config("x: 1\n", "c.yaml", "a test", {key + "=1"});
+  REQUIRE_FALSE(deep.is_ok());
+  CHECK(deep.message().find("nests 50000 levels deep; expected at most 64") != std::string::npos);
+  CHECK(deep.message().size() < 300);  // the key is shown cut, not whole
+  std::string key64 = "a";
+  for (int level = 1; level < 64; ++level) key64 += ".a";
+  CHECK(parse_yaml_config("x: 1\n", "c.yaml", "a test", {key64 + "=1"}).is_ok());
+  // 60 levels of key and a value nested 5 deep: 65.
+  Result<nlohmann::json> both = parse_yaml_config("x: 1\n", "c.yaml", "a test", {key64.substr(0, 119) + "=[[[[[1]]]]]"});
+  REQUIRE_FALSE(both.is_ok());
+  CHECK(both.message().find("nests 65 levels deep") != std::string::npos);
+}
+
+TEST_CASE("json_excerpt is bounded by its length, whatever the value's depth or size") {
+  nlohmann::json deep = 1;
+  for (int level = 0; level < 2000; ++level) deep = nlohmann::json::array({std::move(deep)});
+  const std::string shown = json_excerpt(deep, 80);
+  CHECK(shown.size() <= 80);
+  CHECK(shown.starts_with("[[[["));
+  CHECK(json_excerpt(nlohmann::json(std::string(10'000'000, 'x')), 80).size() <= 80);
+  CHECK(json_excerpt(nlohmann::json{{"a", 1}}, 80) == R"({"a":1})");
+  const Status error = config_field_error("c.json", "model", "an object", deep);
+  CHECK(error.message().size() < 200);
 }
 
 }  // namespace headroom::planner

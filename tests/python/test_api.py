@@ -128,6 +128,18 @@ def test_plan_emit_refusals_write_nothing(tmp_path):
         headroom.plan("tiny-llama", {"gpu": "a6000"}, emit=["torchtune"])
 
 
+def test_plan_emit_over_its_input_is_refused(tmp_path):
+    # Issue 37: an export over the config it is read from (here through a link) keeps the config.
+    args = tmp_path / "args.json"
+    args.write_text((DATA / "hf_trainer" / "training_args_qlora.json").read_text())
+    link = tmp_path / "link.json"
+    link.symlink_to(args)
+    before = args.read_text()
+    with pytest.raises(headroom.SettingsError, match="is the same file as --hf-args"):
+        headroom.plan("llama-3-8b", {"gpu": "4090", "seq_len": 1024}, hf_args=args, emit=[f"hf-args={link}"])
+    assert args.read_text() == before
+
+
 def test_notes_are_the_cli_stderr_lines(cli):
     args = DATA / "hf_trainer" / "training_args_qlora.json"
     status, _, err = cli("fit", "llama-3-8b", "--gpu", "4090", "--seq", "1024", "--hf-args", args, "--json")

@@ -1,0 +1,156 @@
+// Issue 37, items 2 and 3: an MMEngine config is Python code. The loader runs
+// it once per command, in its own process group, under a time, memory and
+// output limit (cli/mmengine_loader.h), and only through an interpreter no
+// other user can write. mmengine is not needed here: a stand-in interpreter
+// runs the config itself (`python -c LOADER CONFIG` -> `python3 CONFIG`), so
+// the config's code decides what "the loader" does.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "tests/cli/cli_harness.h"
+
+namespace headroom {
+namespace {
+
+using namespace cli_harness;  // NOLINT(google-build-using-namespace): test helpers
+
+const std::string kData = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/";
+
+// A folder with the stand-in interpreter; configs go beside it.
+struct LoaderFixture {
+  TempDir dir;
+  std::string python = dir.file("python");
+  LoaderFixture() {
+    write_text(python, "#!/bin/sh\nexec python3 \"$3\"\n");
+    fs::permissions(python, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+  }
+  std::string config(const std::string& name, const std::string& code) const {
+    write_text(dir.file(name), code);
+    return dir.file(name);
+  }
+  // `headroom ARGS` with the stand-in interpreter and `limits` ("NAME=value ...").
+  RunOutput run(const std::string& args, const std::string& limits = "") const {
+    return run_headroom(args, "HEADROOM_PYTHON=" + quoted(python) + " " + limits);
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Whether process `pid` still runs (a zombie waiting for its reaper does not).
+bool running(const std::string& pid) {
+  const std::string stat = read_text("/proc/" + pid + "/stat");
+  if (stat.empty()) return false;
+  const size_t state = stat.rfind(')') + 2;
+  return state < stat.size() && stat[state] != 'Z';
+}
+
+}  // namespace
+
+TEST_CASE("a config that never ends is stopped at HEADROOM_CONFIG_TIMEOUT_S, naming the file and the limit") {
+  LoaderFixture f;
+  const std::string loop = f.config("loop.py", "while True:\n    pass\n");
+  const auto start = std::chrono::steady_clock::now();
+  const RunOutput run = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(loop), "HEADROOM_CONFIG_TIMEOUT_S=1");
+  CHECK(seconds_since(start) < 5);
+  CHECK(run.exit_code == 2);
+  CHECK_MESSAGE(contains(run.err, loop + ": the config (Python code) ran longer than 1 s"), run.err);
+  CHECK(contains(run.err, "HEADROOM_CONFIG_TIMEOUT_S"));
+  const RunOutput bad = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(loop), "HEADROOM_CONFIG_TIMEOUT_S=soon");
+  CHECK(bad.exit_code == 2);
+  CHECK(contains(bad.err, "HEADROOM_CONFIG_TIMEOUT_S=soon: expected a positive whole number"));
+}
+
+TEST_CASE("a config that leaves a child running does not keep headroom waiting, and the child is ended") {
+  LoaderFixture f;
+  const std::string pid_file = f.dir.file("child.pid");
+  const std::string forks = f.config("fork.py", "import os, sys, time\n"
+                                                "pid = os.fork()\n"
+                                                "if pid == 0:\n"
+                                                "    time.sleep(30)\n"
+                                                "    os._exit(0)\n"
+                                                "open(" + nlohmann::json(pid_file).dump() + ", 'w').write(str(pid))\n"
+                                                "sys.stdout.write(open(" +
+                                                    nlohmann::json(kData + "xtuner/llama3_8b_instruct_qlora_alpaca_e3.dump.json").dump() +
+                                                    ").read())\n");
+  const auto start = std::chrono::steady_clock::now();
+  const RunOutput run = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(forks) + " --json");
+  CHECK(seconds_since(start) < 10);
+  CHECK_MESSAGE(run.exit_code == 0, run.err);
+  const std::string child = read_text(pid_file);
+  REQUIRE_FALSE(child.empty());
+  bool ended = false;
+  for (int wait = 0; wait < 50 && !ended; ++wait) {  // SIGKILL is sent; its delivery is asynchronous
+    ended = !running(child);
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(ended);
+}
+
+TEST_CASE("a config that wants more memory than HEADROOM_CONFIG_MEMORY_MIB fails with MemoryError, saying the limit") {
+  LoaderFixture f;
+  const std::string hungry = f.config("hungry.py", "x = bytearray(16 << 30)\n");
+  const RunOutput run = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(hungry), "HEADROOM_CONFIG_MEMORY_MIB=512");
+  CHECK(run.exit_code == 2);
+  CHECK_MESSAGE(contains(run.err, hungry + ": MemoryError"), run.err);
+  CHECK(contains(run.err, "512 MiB of address space; HEADROOM_CONFIG_MEMORY_MIB"));
+}
+
+TEST_CASE("the loader's output is capped and its depth limited, and its stderr is shown as one short line") {
+  LoaderFixture f;
+  const std::string big = f.config("big.py", "import sys\nsys.stdout.write('x' * (40 << 20))\n");
+  const RunOutput large = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(big));
+  CHECK(large.exit_code == 2);
+  CHECK_MESSAGE(contains(large.err, "printed more than 16 MiB and was stopped"), large.err);
+  const std::string deep = f.config("deep.py", "print('[' * 100000 + ']' * 100000)\n");
+  const RunOutput nested = f.run("fit llama-3-8b --gpu 4090 --mmengine " + quoted(deep));
+  CHECK(nested.exit_code == 2);
+  CHECK_MESSAGE(contains(nested.err, "JSON nested deeper than 64"), nested.err);
+  const std::string noisy = f.config("noisy.py", "import sys\nsys.stderr.write('e' * (1 << 20))\nsys.exit(3)\n");
+  const RunOutput loud = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(noisy));
+  CHECK(loud.exit_code == 2);  // its own exit 3 is not "mmengine missing"
+  CHECK_FALSE(contains(loud.err, "HEADROOM_PYTHON"));
+  CHECK(loud.err.size() < 500);
+}
+
+TEST_CASE("a config runs once per command, even for plan --emit xtuner, and the notes say it ran as code") {
+  LoaderFixture f;
+  const std::string count = f.dir.file("runs");
+  const std::string config = f.config("sft.py", "import sys\nopen(" + nlohmann::json(count).dump() + ", 'a').write('x')\n"
+                                                "sys.stdout.write(open(" +
+                                                    nlohmann::json(kData + "xtuner/llama3_8b_instruct_qlora_alpaca_e3.dump.json").dump() +
+                                                    ").read())\n");
+  const RunOutput run = f.run("plan llama-3-8b --gpu 4090 --xtuner " + quoted(config) + " --emit xtuner");
+  CHECK_MESSAGE(run.exit_code == 0, run.err);
+  CHECK(read_text(count) == "x");
+  CHECK(contains(run.err, config + " was run as Python code"));
+}
+
+TEST_CASE("an interpreter another user can write is refused before the config runs") {
+  LoaderFixture f;
+  const std::string count = f.dir.file("runs");
+  const std::string config = f.config("c.py", "open(" + nlohmann::json(count).dump() + ", 'a').write('x')\n");
+  fs::permissions(f.python, fs::perms::others_write, fs::perm_options::add);
+  const RunOutput run = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(config));
+  CHECK(run.exit_code == 2);
+  CHECK_MESSAGE(contains(run.err, "is writable by every user"), run.err);
+  CHECK_FALSE(fs::exists(count));
+}
+
+TEST_CASE("--help of fit and plan says an MMEngine config runs as Python code, and the loader's limits") {
+  for (const char* command : {"fit", "plan"}) {
+    CAPTURE(command);
+    const RunOutput help = run_headroom(std::string(command) + " --help");
+    CHECK(help.exit_code == 0);
+    CHECK(contains(help.out, "RUNS AS PYTHON CODE"));
+    CHECK(contains(help.out, "HEADROOM_CONFIG_TIMEOUT_S"));
+  }
+}
+
+}  // namespace headroom

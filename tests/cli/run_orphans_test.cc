@@ -1,0 +1,99 @@
+// Issue 37, item 5: killing `headroom run --nproc N` left its ranks training on
+// as orphans (re-parented to PID 1) to --steps, writing checkpoints beside the
+// next job. Each rank now dies with the launcher (cli/rank_launcher.h).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cli/cli_harness.h"
+
+namespace headroom {
+namespace {
+
+using namespace cli_harness;  // NOLINT(google-build-using-namespace): test helpers
+
+// The fields of /proc/PID/stat after the command name: state, then parent.
+bool read_stat(const std::string& pid, char& state, long& parent) {
+  const std::string stat = read_text("/proc/" + pid + "/stat");
+  const size_t close = stat.rfind(')');
+  if (stat.empty() || close == std::string::npos) return false;
+  std::istringstream fields(stat.substr(close + 2));
+  return static_cast<bool>(fields >> state >> parent);
+}
+
+std::vector<std::string> children_of(pid_t parent) {
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    char state = 0;
+    long ppid = 0;
+    if (name.find_first_not_of("0123456789") == std::string::npos && read_stat(name, state, ppid) && ppid == parent) {
+      out.push_back(name);
+    }
+  }
+  return out;
+}
+
+bool running(const std::string& pid) {
+  char state = 0;
+  long parent = 0;
+  return read_stat(pid, state, parent) && state != 'Z';
+}
+
+pid_t start_headroom(const std::vector<std::string>& args) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv = {const_cast<char*>(HEADROOM_BINARY)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    execv(HEADROOM_BINARY, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("killing the launcher of run --nproc 2 ends both ranks within seconds") {
+  TempDir dir;
+  const std::string plan = dir.file("plan.json");
+  REQUIRE(run_headroom("fit tiny-llama --gpu a6000 --gpus 2 -o " + quoted(plan)).exit_code == 0);
+  const pid_t launcher = start_headroom({"run", plan, "--nproc", "2", "--steps", "1000000", "--device", "cpu"});
+  REQUIRE(launcher > 0);
+  std::vector<std::string> ranks;
+  for (int wait = 0; wait < 400 && ranks.size() < 2; ++wait) {  // up to 20 s for the trainer to start them
+    ranks = children_of(launcher);
+    int status = 0;
+    if (ranks.size() < 2 && waitpid(launcher, &status, WNOHANG) == launcher) {
+      MESSAGE("skipped: the launcher ended before starting ranks (built without LibTorch?)");
+#ifdef HEADROOM_TRAINER_BUILT
+      FAIL("headroom-train was built, but run --nproc 2 started no ranks");
+#endif
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE(ranks.size() == 2);
+  kill(launcher, SIGKILL);
+  waitpid(launcher, nullptr, 0);
+  const auto start = std::chrono::steady_clock::now();
+  bool ended = false;
+  while (!ended && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    ended = !running(ranks[0]) && !running(ranks[1]);
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(ended);
+  for (const std::string& rank : ranks) {
+    if (running(rank)) kill(std::stoi(rank), SIGKILL);  // never leave them behind
+  }
+}
+
+}  // namespace headroom
