@@ -221,7 +221,7 @@ const std::vector<SettingsFlag> kFlags = {
        return set_enum(v, planner::parse_optimizer_impl, planner::optimizer_impl_names(), s.optimizer_impl);
      }},
     {"--loss", "KIND", kTraining,
-     "the LM loss: full-keep-logits, full, chunked[:N], no-upcast, shift-copy, fused-xentropy or fused-linear-ce "
+     "the LM loss: full-keep-logits, full, chunked[:N], no-upcast, shift-copy, upcast-shift (transformers < 4.49), fused-xentropy or fused-linear-ce "
      "(Liger; default: as the stack does)",
      false,
      [](RunSettings& s, std::string_view v) {

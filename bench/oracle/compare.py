@@ -83,7 +83,8 @@ def compare_batch(specs: list, python: str, headroom: str) -> list:
 
 def compare_one(spec: dict, truth: dict, seconds: float, headroom: str) -> dict:
     # what the stack's release chose where the spec left it open (the Trainer's optim)
-    guess = predict(dict(spec, **truth.get("resolved", {})), headroom)
+    # and the releases it ran, as a user who knows them gives them
+    guess = predict(dict(spec, **truth.get("resolved", {}), versions=truth.get("versions", {})), headroom)
     row = {"name": spec["name"], "spec": spec, "oracle_seconds": round(seconds, 1)}
     if "error" in truth or "error" in guess:
         row["error"] = truth.get("error") or guess.get("error")

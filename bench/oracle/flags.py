@@ -14,6 +14,10 @@ def model_path(spec: dict) -> str:
     return spec["model"] if os.path.isabs(spec["model"]) else os.path.join(ROOT, spec["model"])
 
 
+def _release(text: str) -> tuple:
+    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+
+
 def headroom_flags(spec: dict) -> list:
     flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", spec["stack"],
              "--precision", spec["precision"], "--batch", str(spec["batch"]),
@@ -32,6 +36,9 @@ def headroom_flags(spec: dict) -> list:
         flags += ["--checkpointing", "every"]
     if "optim" in spec:
         flags += ["--optimizer-impl", _OPTIMIZER_IMPL[spec["optim"]]]
+    transformers = spec.get("versions", {}).get("transformers")
+    if spec["stack"] == "hf-trainer" and transformers and _release(transformers) < (4, 49):
+        flags += ["--loss", "upcast-shift"]  # docs/stacks.md, "The loss"
     if spec.get("attention", "sdpa") != "sdpa":
         flags += ["--attention", spec["attention"]]
     return flags

@@ -122,7 +122,8 @@ void fuse_linear_cross_entropy(graph::LayerGraph& graph, graph::Node& loss, cons
 
 }  // namespace
 
-void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled, bool fp32_weights) {
+void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled, bool fp32_weights,
+                     graph::DType compute) {
   if (loss.impl == LossImpl::kFullKeepLogits && !compiled) return;
   std::vector<std::string> to_chunk;     // split after the loop: splitting reallocates graph.nodes
   std::vector<std::string> to_bypass;    // upcast nodes the variant has no use for
@@ -186,6 +187,20 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
         // logit alive with the fp32 upcast. The output is dropped by the Trainer.
         drop_save(*upcast, logits_name);
         upcast->workspace_elements = upcast->workspace_elements + logits->elements;
+        break;
+      case LossImpl::kUpcastShift:
+        // transformers before 4.49: the causal-LM forwards up to 4.45 (modeling_llama.py
+        // `logits = logits.float()`, then `shift_logits = logits[..., :-1, :].contiguous()`),
+        // ForCausalLMLoss from 4.46 to 4.48 (loss_utils.py, the same two lines) until
+        // huggingface/transformers#35646 shifted the labels instead. The shifted copy is a
+        // second fp32 tensor of the logits' size, alive with the upcast while cross-entropy
+        // runs forward. Backward is `full`'s: the slice's zero-padded fp32 gradient replaces
+        // the shifted one's, with the log-probabilities already freed (the meta-device
+        // oracle on transformers 4.44: bench/oracle). The output is dropped by the Trainer.
+        drop_save(*upcast, logits_name);
+        if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;
+        node.workspace_elements = node.workspace_elements + logits_f32->elements.scaled(
+                                                               4 / graph::dtype_bytes(compute, 1));
         break;
       case LossImpl::kFusedXentropy:
         // flash-attn's fused cross-entropy (flash_attn/losses/cross_entropy.py,

@@ -17,8 +17,9 @@ namespace headroom::planner {
 // tensor, saving the 16-bit logits and two fp32 statistics per row); the
 // no-upcast and shift-copy variants are priced as eager. `fp32_weights`: the
 // weights are fp32 under autocast (AMP), which the fused linear cross-entropy's
-// weight gradient and weight casts follow.
+// weight gradient and weight casts follow. `compute`: the compute dtype, in whose
+// elements the transients of a node are counted.
 void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled = false,
-                     bool fp32_weights = false);
+                     bool fp32_weights = false, graph::DType compute = graph::DType::kBF16);
 
 }  // namespace headroom::planner

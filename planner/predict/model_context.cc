@@ -188,7 +188,8 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   context.graph = std::move(trained.value());
   // The loss as the stack computes it; the top of the band when not pinned.
   const ResolvedStack stack = resolve_stack(settings);
-  apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss, is_autocast(settings.precision));
+  apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss, is_autocast(settings.precision),
+                  compute_dtype_for(settings.precision));
   if (kbit_prep_matters(settings)) apply_kbit_prep(context.graph, stack.top.kbit_prep);
   if (is_autocast(settings.precision)) {
     apply_autocast(context.graph, AutocastWeights::kFp32Model, compute_dtype_for(settings.precision));

@@ -24,12 +24,13 @@ constexpr ChoiceTable<OptimizerImpl, 4> kImpls = {{{
     {OptimizerImpl::kInBackward, "in-backward"},
 }}};
 // The chunked loss is named with its chunk count ("chunked:8"), "chunked" alone meaning 8.
-constexpr ChoiceTable<LossImpl, 7> kLosses = {{{
+constexpr ChoiceTable<LossImpl, 8> kLosses = {{{
     {LossImpl::kFullKeepLogits, "full-keep-logits"},
     {LossImpl::kFull, "full"},
     {LossImpl::kChunked, "chunked"},
     {LossImpl::kNoUpcast, "no-upcast"},
     {LossImpl::kShiftCopy, "shift-copy"},
+    {LossImpl::kUpcastShift, "upcast-shift"},
     {LossImpl::kFusedXentropy, "fused-xentropy"},
     {LossImpl::kFusedLinearCe, "fused-linear-ce"},
 }}};

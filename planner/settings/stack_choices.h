@@ -47,6 +47,7 @@ enum class LossImpl {
   kChunked,         // torchtune: lm_head and fp32 cross-entropy chunk by chunk
   kNoUpcast,        // litgpt: cross-entropy in the logits' dtype, logits kept through backward
   kShiftCopy,       // model code that shifts with a contiguous 16-bit copy first (Qwen v1 remote code), output dropped
+  kUpcastShift,     // transformers < 4.49: fp32 upcast, then a contiguous fp32 copy shifted by one, output dropped
   kFusedXentropy,   // flash-attn's fused cross-entropy (llm-foundry): keeps the 16-bit logits and an fp32 lse per row
   kFusedLinearCe,   // Liger's fused linear cross-entropy: logits only chunk by chunk, gradients made in forward
 };

@@ -343,6 +343,21 @@ TEST_CASE("loss variants rewrite the loss node: what is saved, how large the log
   CHECK(upcast_of(shifted)->workspace_elements.at(2, 4096) == logits_elements.at(2, 4096));
   CHECK(parse_loss("shift-copy") == LossSpec{LossImpl::kShiftCopy, 8});
 
+  // transformers < 4.49: an fp32 shifted copy beside the fp32 upcast while the loss
+  // runs forward (2 bf16 elements per logit, 1 under fp32); backward is `full`'s.
+  for (const auto& [compute, per_logit] : {std::pair{graph::DType::kBF16, 2}, std::pair{graph::DType::kF32, 1}}) {
+    graph::LayerGraph full = original;
+    apply_loss_impl(full, LossSpec{LossImpl::kFull, 8}, false, false, compute);
+    graph::LayerGraph upcast_shift = original;
+    apply_loss_impl(upcast_shift, LossSpec{LossImpl::kUpcastShift, 8}, false, false, compute);
+    CHECK_FALSE(saves(*upcast_of(upcast_shift), logits));
+    CHECK(saves(loss_node(upcast_shift), log_probs));
+    CHECK(loss_node(upcast_shift).workspace_elements.at(2, 4096) ==
+          loss_node(full).workspace_elements.at(2, 4096) + per_logit * logits_elements.at(2, 4096));
+    CHECK(loss_node(upcast_shift).backward_workspace() == loss_node(full).backward_workspace());
+  }
+  CHECK(parse_loss("upcast-shift") == LossSpec{LossImpl::kUpcastShift, 8});
+
   graph::LayerGraph no_upcast = original;
   apply_loss_impl(no_upcast, LossSpec{LossImpl::kNoUpcast, 8});
   CHECK(upcast_of(no_upcast) == nullptr);
