@@ -153,10 +153,12 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   Prediction out;
   const StepProfile reserved_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
                                                     config.micro_batch, context.seq_len, Accounting::kReserved, context.gpu,
-                                                    context.time_options, context.checkpoint_saves);
+                                                    context.time_options, context.checkpoint_saves,
+                                                     grad_bytes_per_element(settings.precision));
   const StepProfile allocated_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
                                                      config.micro_batch, context.seq_len, Accounting::kAllocated, context.gpu,
-                                                     context.time_options, context.checkpoint_saves);
+                                                     context.time_options, context.checkpoint_saves,
+                                                     grad_bytes_per_element(settings.precision));
   const BuiltStep reserved = build_step(context, settings, config, reserved_profile, Accounting::kReserved);
   const BuiltStep allocated = build_step(context, settings, config, allocated_profile, Accounting::kAllocated);
   const StepPeak peak = walk_step(reserved.model, blocks, reserved.persistent);

@@ -197,7 +197,8 @@ Candidate search(const ModelContext& context, const RunSettings& settings, const
   for (int64_t mb : options.micro_batches) {
     const StepProfile profile = profile_step(context.graph, context.analysis, context.compute_dtype, mb,
                                              context.seq_len, Accounting::kReserved, context.gpu,
-                                             context.time_options, context.checkpoint_saves);
+                                             context.time_options, context.checkpoint_saves,
+                                                     grad_bytes_per_element(settings.precision));
     for (const GlobalConfig& config : global_candidates(settings, mb)) {
       if (progress) progress(++done, total);
       if (evaluated) ++*evaluated;

@@ -337,31 +337,38 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
 StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis, DType compute,
                          int64_t batch, int64_t seq, Accounting accounting, const GpuSpec& gpu,
                          const TimeModelOptions& time_options,
-                         const std::vector<std::vector<int>>& checkpoint_saves) {
+                         const std::vector<std::vector<int>>& checkpoint_saves, int64_t grad_width) {
   const TensorFacts facts = tensor_facts(graph, analysis, compute, batch, seq, accounting);
   // Shared weights (tied embeddings, a chunked head): every use but the first in
-  // backward materialises its partial gradient before autograd adds it into the
-  // input buffer (torch/csrc/autograd/input_buffer.cpp accumulate), a transient of
-  // the weight's size in the compute dtype.
+  // backward materialises its partial gradient, in the gradient's dtype (fp32 for
+  // fp32 weights under autocast: the cast back is part of the use's backward), before
+  // autograd adds it into the input buffer (torch/csrc/autograd/input_buffer.cpp
+  // accumulate). The first addition is out of place: the buffer holds the first use's
+  // gradient, a transposed view that can_accumulate_inplace refuses, so the second use
+  // in backward holds its partial and the new sum beside it; later additions go in
+  // place, one partial each. (The meta-device oracle on transformers' tied
+  // embeddings: embedding_dense_backward's output, then an out-of-place add.)
   std::map<std::string, bool> owner_trainable;
-  std::map<std::string, int> uses;
-  std::map<std::string, int> last_position;  // owner -> latest execution position of a use
+  std::map<std::string, std::vector<int>> use_positions;  // owner -> execution positions, latest first
   std::vector<int> position(graph.nodes.size(), 0);
   for (size_t i = 0; i < analysis.order.size(); ++i) position[analysis.order[i]] = static_cast<int>(i);
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     for (const graph::Param& param : graph.nodes[n].params) {
       const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
       if (param.tied_to.empty()) owner_trainable[owner] = param.trainable;
-      ++uses[owner];
-      last_position[owner] = std::max(last_position[owner], position[n]);
+      use_positions[owner].push_back(position[n]);
     }
   }
+  for (auto& [owner, positions] : use_positions) std::sort(positions.rbegin(), positions.rend());
+  const int64_t width = grad_width > 0 ? grad_width : graph::dtype_bytes(compute, 1);
   auto partial_gradients = [&](int n) {
     int64_t bytes = 0;
     for (const graph::Param& param : graph.nodes[n].params) {
       const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
-      if (uses[owner] < 2 || !owner_trainable[owner] || last_position[owner] == position[n]) continue;
-      bytes += account(graph::dtype_bytes(compute, param.elements()), accounting);
+      const std::vector<int>& positions = use_positions[owner];
+      if (positions.size() < 2 || !owner_trainable[owner] || positions.front() == position[n]) continue;
+      const int64_t copies = positions[1] == position[n] ? 2 : 1;
+      bytes += copies * account(param.elements() * width, accounting);
     }
     return bytes;
   };

@@ -70,6 +70,7 @@ StepProfile profile_step(const graph::LayerGraph& graph, const graph::GraphAnaly
                          graph::DType compute_dtype, int64_t batch, int64_t seq,
                          Accounting accounting, const GpuSpec& gpu,
                          const TimeModelOptions& time_options = {},
-                         const std::vector<std::vector<int>>& checkpoint_saves = {});
+                         const std::vector<std::vector<int>>& checkpoint_saves = {},
+                         int64_t grad_width = 0);  // bytes of a gradient element; 0: the compute dtype's
 
 }  // namespace headroom::planner

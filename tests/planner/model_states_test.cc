@@ -14,6 +14,7 @@
 #include "planner/predict/planner.h"
 #include "planner/predict/prediction.h"
 #include "planner/settings/validate_settings.h"
+#include "planner/time/block_profile.h"
 #include "planner/time/step_time.h"
 #include "tests/planner/predict_as_given.h"
 
@@ -255,6 +256,31 @@ TEST_CASE("a tied embedding's gradient lives from the head's backward, where aut
         doctest::Approx(static_cast<double>(prediction.peak_allocated)).epsilon(0.03));
 }
 
+
+// torch/csrc/autograd/input_buffer.cpp: the head's gradient of the tied weight is a
+// transposed view, which can_accumulate_inplace refuses, so the embedding's backward
+// holds its own partial gradient and the out-of-place sum, each of the weight's size
+// in the gradient's dtype (fp32 for fp32 weights under autocast). The meta-device
+// oracle (bench/oracle) sees embedding_dense_backward, then `add`.
+TEST_CASE("a tied embedding's backward holds its partial gradient and the sum, in the gradient's dtype") {
+  RunSettings settings;
+  settings.model = std::string(HEADROOM_SOURCE_DIR) + "/bench/accuracy/models/llama-3.2-3b/config.json";
+  settings.precision = Precision::kBf16Pure;
+  settings.seq_len = 1024;
+  Result<ModelContext> context = prepare_context(settings);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  auto profile = [&](int64_t grad_width) {
+    return profile_step(context->graph, context->analysis, context->compute_dtype, 1, 1024, Accounting::kAllocated,
+                        context->gpu, {}, {}, grad_width);
+  };
+  const StepProfile bf16 = profile(2);
+  const StepProfile fp32 = profile(4);
+  const int64_t weight = int64_t{128256} * 3072;
+  const BlockProfile& embedding = bf16.blocks.front();
+  CHECK(embedding.bwd_peak >= embedding.keep + 2 * weight * 2);
+  CHECK(fp32.blocks.front().bwd_peak - embedding.bwd_peak == 2 * weight * (4 - 2));
+  CHECK(fp32.blocks.back().bwd_peak == bf16.blocks.back().bwd_peak);  // the head: the first use in backward
+}
 
 TEST_CASE("NF4 with and without double quantization: 0.5 + 1/64 + 4/16384 vs 0.5 + 4/64 bytes a weight") {
   graph::LayerGraph graph;
