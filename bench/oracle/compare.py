@@ -117,7 +117,8 @@ def summary(rows: list) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grid")
-    parser.add_argument("--python", default=os.path.join(ROOT, ".venv-oracle", "hf5", "bin", "python"))
+    parser.add_argument("--python", help="the oracle's interpreter for every run (default: each run's "
+                        "`env`, .venv-oracle/ENV/bin/python, hf5 when the run names none)")
     parser.add_argument("--headroom", default=os.path.join(ROOT, "build", "cli", "headroom"))
     parser.add_argument("--out", help="write the table as Markdown here")
     parser.add_argument("--json-out", help="write every row as JSON here")
@@ -127,9 +128,13 @@ def main() -> int:
     args = parser.parse_args()
     specs = [s for s in expand_grid(args.grid) if not args.only or args.only in s["name"]]
     started = time.time()
-    batches = [specs[i:i + args.batch] for i in range(0, len(specs), args.batch)]
+    batches = []
+    for env in dict.fromkeys(s.get("env", "hf5") for s in specs):
+        of_env = [s for s in specs if s.get("env", "hf5") == env]
+        python = args.python or os.path.join(ROOT, ".venv-oracle", env, "bin", "python")
+        batches += [(of_env[i:i + args.batch], python) for i in range(0, len(of_env), args.batch)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        done = pool.map(lambda b: compare_batch(b, args.python, args.headroom), batches)
+        done = pool.map(lambda b: compare_batch(b[0], b[1], args.headroom), batches)
         rows = [row for batch in done for row in batch]
     wall = time.time() - started
     for r in rows:

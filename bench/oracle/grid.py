@@ -42,6 +42,7 @@ def expand_grid(path: str) -> list:
                     run["batch"], run["seq"] = value
                 else:
                     run[key] = value
-            run["name"] = run["stack"] + "/" + _name(run, keys)
+            env = f"[{run['env']}]" if "env" in run else ""
+            run["name"] = run["stack"] + env + "/" + _name(run, keys)
             runs.append(run)
     return runs
