@@ -60,6 +60,14 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   // its reduce-scatter buffers and, under FSDP1 offload, its new gradient shard
   // join every gradient still held then.
   if (n > 0) model.grads_bwd[0] += out.states.fsdp2_root_reduce_scatter + out.states.root_offload_grad_shard;
+  // Before block k has made any of its own parameters' gradients (its first nodes in
+  // backward have none: the loss before lm_head), those are not yet allocated.
+  const bool progressive = out.states.grads_progressive && config.grad_accum == 1;
+  model.grads_bwd_before = model.grads_bwd;
+  for (size_t k = 0; k < n; ++k) {
+    if (progressive && k < out.states.block_grads.size()) model.grads_bwd_before[k] -= out.states.block_grads[k];
+    if (k < out.states.fsdp2_root_grads.size()) model.grads_bwd_before[k] -= out.states.fsdp2_root_grads[k];
+  }
   model.grads_optimizer = out.states.grads_full;
   model.optimizer_transient = out.states.step_transient;
   if (out.states.grads_in_backward) {
@@ -68,6 +76,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
     // temporaries are live, and never more than the gradients produced so far.
     model.grads_fwd = 0;
     for (int64_t& grads : model.grads_bwd) grads = std::min(grads, out.states.in_backward_bytes);
+    for (int64_t& grads : model.grads_bwd_before) grads = std::min(grads, out.states.in_backward_bytes);
     model.grads_optimizer = 0;
   }
   model.copy_ms.resize(n);

@@ -50,6 +50,20 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
   }
   out.forward = out.forward_grads + forward + neighbour_copy;
   out.backward = out.backward_grads + backward + neighbour_copy;
+  // The nodes that run backward before the block's first parameter gradient (the
+  // loss in a head block) peak without the block's own gradients.
+  if (block.on_autograd && block.bwd_peak_before_param_grads >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
+    const int64_t before_grads = model.grads_bwd_before[k];
+    int64_t before = block.bwd_peak_before_param_grads;
+    if (choice == BlockChoice::kCheckpoint) before = std::max(before, block.recompute_peak + block.out_grad);
+    const int64_t after = block.bwd_peak_from_param_grads;
+    const int64_t split = std::max(before_grads + before, out.backward_grads + after);
+    if (split < out.backward - neighbour_copy) {
+      const bool before_wins = before_grads + before >= out.backward_grads + after;
+      out.backward = split + neighbour_copy;
+      if (before_wins) out.backward_grads = before_grads;
+    }
+  }
   return out;
 }
 

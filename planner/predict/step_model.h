@@ -28,6 +28,8 @@ struct StepModel {
   int64_t gathered = 0;      // ZeRO-3 parameters gathered while blocks compute
   int64_t grads_fwd = 0;     // gradients already allocated during forward
   std::vector<int64_t> grads_bwd;  // per block: gradients allocated during its backward
+  // per block: the same before its own parameters' gradients are made (empty: grads_bwd)
+  std::vector<int64_t> grads_bwd_before;
   int64_t grads_optimizer = 0;     // gradients at the optimizer step
   int64_t optimizer_transient = 0;
   std::vector<BlockProfile> blocks;

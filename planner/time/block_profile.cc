@@ -372,6 +372,19 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     }
     return bytes;
   };
+  // Gradients in flight at node n's backward: of its outputs and of its inputs that need one.
+  auto node_grads = [&](int n) {
+    const Node& node = graph.nodes[n];
+    int64_t grads = account(graph::dtype_bytes(compute, node.backward_workspace().at(batch, seq)), accounting);
+    // An output nobody reads (the loss) gets only the scalar seed gradient.
+    for (int t : analysis.node_outputs[n]) {
+      if (analysis.requires_grad[t] && !analysis.consumers[t].empty()) grads += facts.bytes[t];
+    }
+    for (int t : analysis.node_inputs[n]) {
+      if (analysis.requires_grad[t] && !analysis.persistent[t]) grads += facts.bytes[t];
+    }
+    return grads + partial_gradients(n);
+  };
   StepProfile out;
   for (size_t t = 0; t < graph.tensors.size(); ++t) {
     if (analysis.persistent[t]) out.persistent += facts.bytes[t];
@@ -404,6 +417,15 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
                                           true, held, compute, batch, seq, accounting);
 
     int64_t grad_transient = 0;
+    // Backward runs the block's nodes in reverse: the gradient transients of those
+    // before the first node with a parameter gradient, and of that node and the rest.
+    int64_t before_param_grads = -1;
+    int64_t from_param_grads = -1;
+    for (auto it = block.nodes.rbegin(); it != block.nodes.rend(); ++it) {
+      if (!analysis.needs_input_grad[*it] && !analysis.needs_param_grad[*it]) continue;
+      int64_t& stage = (from_param_grads >= 0 || analysis.needs_param_grad[*it]) ? from_param_grads : before_param_grads;
+      stage = std::max(stage, node_grads(*it));
+    }
     for (int n : block.nodes) {
       const Node& node = graph.nodes[n];
       const NodeTimes times = node_times(graph, analysis, n, compute, batch, seq, gpu, time_options);
@@ -416,17 +438,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
       profile.model_flops += times.fwd_flops + times.bwd_flops;
       if (!analysis.needs_input_grad[n] && !analysis.needs_param_grad[n]) continue;
 
-      // Gradients in flight at this node: of its outputs and of its inputs that need one.
-      int64_t grads = account(graph::dtype_bytes(compute, node.backward_workspace().at(batch, seq)), accounting);
-      // An output nobody reads (the loss) gets only the scalar seed gradient.
-      for (int t : analysis.node_outputs[n]) {
-        if (analysis.requires_grad[t] && !analysis.consumers[t].empty()) grads += facts.bytes[t];
-      }
-      for (int t : analysis.node_inputs[n]) {
-        if (analysis.requires_grad[t] && !analysis.persistent[t]) grads += facts.bytes[t];
-      }
-      grads += partial_gradients(n);
-      grad_transient = std::max(grad_transient, grads);
+      grad_transient = std::max(grad_transient, node_grads(n));
     }
     for (int n : block.nodes) {
       for (int t : analysis.node_outputs[n]) {
@@ -435,7 +447,13 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
         }
       }
     }
-    if (block.on_autograd) profile.bwd_peak = profile.keep + profile.out_grad + grad_transient;
+    if (block.on_autograd) {
+      profile.bwd_peak = profile.keep + profile.out_grad + grad_transient;
+      if (before_param_grads >= 0 && from_param_grads >= 0) {
+        profile.bwd_peak_before_param_grads = profile.keep + profile.out_grad + before_param_grads;
+        profile.bwd_peak_from_param_grads = profile.keep + profile.out_grad + from_param_grads;
+      }
+    }
   }
   return out;
 }

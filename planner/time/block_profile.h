@@ -22,6 +22,12 @@ struct BlockProfile {
   int64_t fwd_peak_nograd = 0;  // peak during a checkpointed (no-grad) forward
   int64_t recompute_peak = 0;   // peak during its recompute in backward (fwd_peak, plus what selective AC holds)
   int64_t bwd_peak = 0;    // peak during its backward: saved tensors + gradient transients
+  // The peak of its backward before the first of its parameters' gradients exists
+  // (the loss's backward in a head block runs before lm_head's weight gradient is
+  // made), and from then on; -1 when a node with a parameter gradient is the first
+  // to run backward (then bwd_peak is both).
+  int64_t bwd_peak_before_param_grads = -1;
+  int64_t bwd_peak_from_param_grads = -1;
   int64_t out_grad = 0;    // gradient of its outputs arriving from the next block
   bool on_autograd = false;
   bool checkpointable = true;

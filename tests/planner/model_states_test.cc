@@ -282,6 +282,36 @@ TEST_CASE("a tied embedding's backward holds its partial gradient and the sum, i
   CHECK(fp32.blocks.back().bwd_peak == bf16.blocks.back().bwd_peak);  // the head: the first use in backward
 }
 
+// Backward runs a head block's nodes in reverse: the loss first, with the fp32
+// log-probabilities, their gradient and the upcast's gradient (12 B a logit), and
+// only then lm_head, whose weight gradient is the block's own. The walk prices the
+// two stages apart (BlockProfile::bwd_peak_before_param_grads), as the simulator
+// and the meta-device oracle see them: Llama-3.2-1B trained in full was 0.49 GiB
+// over, the tied weight's gradient counted at the loss.
+TEST_CASE("a head block's loss runs backward before lm_head's weight gradient exists") {
+  RunSettings settings;
+  settings.model = std::string(HEADROOM_SOURCE_DIR) + "/bench/accuracy/models/llama-3.2-3b/config.json";
+  settings.precision = Precision::kBf16Pure;
+  settings.stack = Stack::kHfTrainer;
+  settings.optimizer_impl = OptimizerImpl::kFused;
+  settings.micro_batch = 2;
+  settings.seq_len = 2048;
+  Result<ModelContext> context = prepare_context(settings);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  const StepProfile profile = profile_step(context->graph, context->analysis, context->compute_dtype, 2, 2048,
+                                           Accounting::kAllocated, context->gpu, {}, {}, 2);
+  const BlockProfile& head = profile.blocks.back();
+  REQUIRE(head.bwd_peak_before_param_grads >= 0);
+  CHECK(head.bwd_peak_before_param_grads == head.bwd_peak);  // the loss is the block's largest stage
+  CHECK(head.bwd_peak_from_param_grads < head.bwd_peak);
+  const Prediction prediction = predict_as_given(settings);
+  CHECK(prediction.where.block_name == "head");
+  const int64_t tied_weight_grad = int64_t{128256} * 3072 * 2;
+  CHECK(prediction.peak.gradients < tied_weight_grad);  // not yet made at the loss
+  CHECK(prediction.simulated_peak_allocated ==
+        doctest::Approx(static_cast<double>(prediction.peak_allocated)).epsilon(0.01));
+}
+
 TEST_CASE("NF4 with and without double quantization: 0.5 + 1/64 + 4/16384 vs 0.5 + 4/64 bytes a weight") {
   graph::LayerGraph graph;
   graph.name = "one-linear";

@@ -119,7 +119,8 @@ TEST_CASE("torchtitan's compiled loss holds 4 bytes a logit in backward where ea
   CHECK(compiled_loss.where.block_name == "head");
   const double logits = 2.0 * 4096 * 128256;
   const double saved = static_cast<double>(eager_loss.peak_allocated - compiled_loss.peak_allocated);
-  CHECK(saved > 7.0 * logits);
+  // (about 7 B a logit: lm_head's gradient is not yet made while the loss runs backward)
+  CHECK(saved > 6.5 * logits);
   CHECK(saved < 10.0 * logits);
 }
 
