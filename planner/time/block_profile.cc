@@ -1,4 +1,5 @@
 #include "planner/time/block_profile.h"
+#include "planner/time/backward_gradients.h"
 
 #include <algorithm>
 #include <map>
@@ -334,57 +335,32 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   return out;
 }
 
+namespace {
+
+// The block's forward, backward and recompute time and FLOPs, node by node.
+void add_block_times(const LayerGraph& graph, const GraphAnalysis& analysis, const graph::BlockStructure& block,
+                     const std::vector<int>& held, DType compute, int64_t batch, int64_t seq, const GpuSpec& gpu,
+                     const TimeModelOptions& time_options, BlockProfile& profile) {
+  for (int n : block.nodes) {
+    const NodeTimes times = node_times(graph, analysis, n, compute, batch, seq, gpu, time_options);
+    profile.fwd_ms += times.fwd_ms;
+    // A selectively saved op is not run again: its output comes from the cache.
+    const bool cached = std::any_of(analysis.node_outputs[n].begin(), analysis.node_outputs[n].end(),
+                                    [&](int t) { return contains(held, t); });
+    if (!cached) profile.recompute_ms += times.fwd_ms;
+    profile.bwd_ms += times.bwd_ms;
+    profile.model_flops += times.fwd_flops + times.bwd_flops;
+  }
+}
+
+}  // namespace
+
 StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis, DType compute,
                          int64_t batch, int64_t seq, Accounting accounting, const GpuSpec& gpu,
                          const TimeModelOptions& time_options,
                          const std::vector<std::vector<int>>& checkpoint_saves, int64_t grad_width) {
   const TensorFacts facts = tensor_facts(graph, analysis, compute, batch, seq, accounting);
-  // Shared weights (tied embeddings, a chunked head): every use but the first in
-  // backward materialises its partial gradient, in the gradient's dtype (fp32 for
-  // fp32 weights under autocast: the cast back is part of the use's backward), before
-  // autograd adds it into the input buffer (torch/csrc/autograd/input_buffer.cpp
-  // accumulate). The first addition is out of place: the buffer holds the first use's
-  // gradient, a transposed view that can_accumulate_inplace refuses, so the second use
-  // in backward holds its partial and the new sum beside it; later additions go in
-  // place, one partial each. (The meta-device oracle on transformers' tied
-  // embeddings: embedding_dense_backward's output, then an out-of-place add.)
-  std::map<std::string, bool> owner_trainable;
-  std::map<std::string, std::vector<int>> use_positions;  // owner -> execution positions, latest first
-  std::vector<int> position(graph.nodes.size(), 0);
-  for (size_t i = 0; i < analysis.order.size(); ++i) position[analysis.order[i]] = static_cast<int>(i);
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    for (const graph::Param& param : graph.nodes[n].params) {
-      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
-      if (param.tied_to.empty()) owner_trainable[owner] = param.trainable;
-      use_positions[owner].push_back(position[n]);
-    }
-  }
-  for (auto& [owner, positions] : use_positions) std::sort(positions.rbegin(), positions.rend());
-  const int64_t width = grad_width > 0 ? grad_width : graph::dtype_bytes(compute, 1);
-  auto partial_gradients = [&](int n) {
-    int64_t bytes = 0;
-    for (const graph::Param& param : graph.nodes[n].params) {
-      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
-      const std::vector<int>& positions = use_positions[owner];
-      if (positions.size() < 2 || !owner_trainable[owner] || positions.front() == position[n]) continue;
-      const int64_t copies = positions[1] == position[n] ? 2 : 1;
-      bytes += copies * account(param.elements() * width, accounting);
-    }
-    return bytes;
-  };
-  // Gradients in flight at node n's backward: of its outputs and of its inputs that need one.
-  auto node_grads = [&](int n) {
-    const Node& node = graph.nodes[n];
-    int64_t grads = account(graph::dtype_bytes(compute, node.backward_workspace().at(batch, seq)), accounting);
-    // An output nobody reads (the loss) gets only the scalar seed gradient.
-    for (int t : analysis.node_outputs[n]) {
-      if (analysis.requires_grad[t] && !analysis.consumers[t].empty()) grads += facts.bytes[t];
-    }
-    for (int t : analysis.node_inputs[n]) {
-      if (analysis.requires_grad[t] && !analysis.persistent[t]) grads += facts.bytes[t];
-    }
-    return grads + partial_gradients(n);
-  };
+  const BackwardGradients gradients(graph, analysis, facts.bytes, compute, batch, seq, accounting, grad_width);
   StepProfile out;
   for (size_t t = 0; t < graph.tensors.size(); ++t) {
     if (analysis.persistent[t]) out.persistent += facts.bytes[t];
@@ -416,30 +392,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     profile.recompute_peak = forward_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
                                           true, held, compute, batch, seq, accounting);
 
-    int64_t grad_transient = 0;
-    // Backward runs the block's nodes in reverse: the gradient transients of those
-    // before the first node with a parameter gradient, and of that node and the rest.
-    int64_t before_param_grads = -1;
-    int64_t from_param_grads = -1;
-    for (auto it = block.nodes.rbegin(); it != block.nodes.rend(); ++it) {
-      if (!analysis.needs_input_grad[*it] && !analysis.needs_param_grad[*it]) continue;
-      int64_t& stage = (from_param_grads >= 0 || analysis.needs_param_grad[*it]) ? from_param_grads : before_param_grads;
-      stage = std::max(stage, node_grads(*it));
-    }
-    for (int n : block.nodes) {
-      const Node& node = graph.nodes[n];
-      const NodeTimes times = node_times(graph, analysis, n, compute, batch, seq, gpu, time_options);
-      profile.fwd_ms += times.fwd_ms;
-      // A selectively saved op is not run again: its output comes from the cache.
-      const bool cached = std::any_of(analysis.node_outputs[n].begin(), analysis.node_outputs[n].end(),
-                                      [&](int t) { return contains(held, t); });
-      if (!cached) profile.recompute_ms += times.fwd_ms;
-      profile.bwd_ms += times.bwd_ms;
-      profile.model_flops += times.fwd_flops + times.bwd_flops;
-      if (!analysis.needs_input_grad[n] && !analysis.needs_param_grad[n]) continue;
-
-      grad_transient = std::max(grad_transient, node_grads(n));
-    }
+    add_block_times(graph, analysis, block, held, compute, batch, seq, gpu, time_options, profile);
     for (int n : block.nodes) {
       for (int t : analysis.node_outputs[n]) {
         if (facts.read_by_later_block[t] && analysis.requires_grad[t] && !analysis.persistent[t]) {
@@ -448,10 +401,11 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
       }
     }
     if (block.on_autograd) {
-      profile.bwd_peak = profile.keep + profile.out_grad + grad_transient;
-      if (before_param_grads >= 0 && from_param_grads >= 0) {
-        profile.bwd_peak_before_param_grads = profile.keep + profile.out_grad + before_param_grads;
-        profile.bwd_peak_from_param_grads = profile.keep + profile.out_grad + from_param_grads;
+      const BackwardStages stages = gradients.of_block(block);
+      profile.bwd_peak = profile.keep + profile.out_grad + stages.largest();
+      if (stages.before_param_grads >= 0 && stages.from_param_grads >= 0) {
+        profile.bwd_peak_before_param_grads = profile.keep + profile.out_grad + stages.before_param_grads;
+        profile.bwd_peak_from_param_grads = profile.keep + profile.out_grad + stages.from_param_grads;
       }
     }
   }

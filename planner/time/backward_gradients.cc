@@ -1,0 +1,77 @@
+#include "planner/time/backward_gradients.h"
+
+#include <algorithm>
+
+namespace headroom::planner {
+
+int64_t BackwardStages::largest() const { return std::max<int64_t>({0, before_param_grads, from_param_grads}); }
+
+BackwardGradients::BackwardGradients(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
+                                     const std::vector<int64_t>& tensor_bytes, graph::DType compute,
+                                     int64_t batch, int64_t seq, Accounting accounting, int64_t grad_width)
+    : graph_(graph), analysis_(analysis), tensor_bytes_(tensor_bytes), compute_(compute), batch_(batch),
+      seq_(seq), accounting_(accounting),
+      grad_width_(grad_width > 0 ? grad_width : graph::dtype_bytes(compute, 1)),
+      position_(graph.nodes.size(), 0) {
+  for (size_t i = 0; i < analysis.order.size(); ++i) position_[analysis.order[i]] = static_cast<int>(i);
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    for (const graph::Param& param : graph.nodes[n].params) {
+      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+      if (param.tied_to.empty()) owner_trainable_[owner] = param.trainable;
+      use_positions_[owner].push_back(position_[n]);
+    }
+  }
+  for (auto& [owner, positions] : use_positions_) std::sort(positions.rbegin(), positions.rend());
+}
+
+// Shared weights: every use but the first in backward materialises its partial
+// gradient, in the gradient's dtype (fp32 for fp32 weights under autocast: the cast
+// back is part of the use's backward), before autograd adds it into the input
+// buffer (torch/csrc/autograd/input_buffer.cpp accumulate). The first addition is
+// out of place: the buffer holds the first use's gradient, a transposed view that
+// can_accumulate_inplace refuses, so the second use in backward holds its partial
+// and the new sum beside it; later additions go in place, one partial each. (The
+// meta-device oracle on tied embeddings: embedding_dense_backward, then an
+// out-of-place add; docs/stacks.md, "Shared weights' gradients".)
+int64_t BackwardGradients::partial_gradients(int n) const {
+  int64_t bytes = 0;
+  for (const graph::Param& param : graph_.nodes[n].params) {
+    const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+    const std::vector<int>& positions = use_positions_.at(owner);
+    const auto trainable = owner_trainable_.find(owner);
+    if (positions.size() < 2 || trainable == owner_trainable_.end() || !trainable->second ||
+        positions.front() == position_[n]) {
+      continue;
+    }
+    const int64_t copies = positions[1] == position_[n] ? 2 : 1;
+    bytes += copies * account(param.elements() * grad_width_, accounting_);
+  }
+  return bytes;
+}
+
+int64_t BackwardGradients::at_node(int n) const {
+  const graph::Node& node = graph_.nodes[n];
+  int64_t grads = account(graph::dtype_bytes(compute_, node.backward_workspace().at(batch_, seq_)), accounting_);
+  // An output nobody reads (the loss) gets only the scalar seed gradient.
+  for (int t : analysis_.node_outputs[n]) {
+    if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty()) grads += tensor_bytes_[t];
+  }
+  for (int t : analysis_.node_inputs[n]) {
+    if (analysis_.requires_grad[t] && !analysis_.persistent[t]) grads += tensor_bytes_[t];
+  }
+  return grads + partial_gradients(n);
+}
+
+BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) const {
+  BackwardStages stages;
+  for (auto it = block.nodes.rbegin(); it != block.nodes.rend(); ++it) {
+    const int n = *it;
+    if (!analysis_.needs_input_grad[n] && !analysis_.needs_param_grad[n]) continue;
+    const bool from = stages.from_param_grads >= 0 || analysis_.needs_param_grad[n];
+    int64_t& stage = from ? stages.from_param_grads : stages.before_param_grads;
+    stage = std::max(stage, at_node(n));
+  }
+  return stages;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,55 @@
+// The gradients in flight while a block's nodes run backward, in reverse order:
+// of each node's outputs and inputs, its backward scratch, and the partial
+// gradients of shared weights (tied embeddings, a chunked head). Bytes as the
+// block profile accounts them (docs/memory-model.md, "Per-block terms").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/graph_analysis.h"
+#include "graph/layer_graph.h"
+#include "planner/memory/state_bytes.h"
+
+namespace headroom::planner {
+
+// A block's backward in two stages: the nodes that run before its first node with
+// a parameter gradient (a head's loss before lm_head) and that node with the rest.
+// Each is the largest gradient transient of its nodes; -1 when the stage is empty.
+struct BackwardStages {
+  int64_t before_param_grads = -1;
+  int64_t from_param_grads = -1;
+  int64_t largest() const;  // over both, 0 when the block runs no backward
+};
+
+class BackwardGradients {
+ public:
+  // `tensor_bytes`: accounted bytes per graph tensor; `grad_width`: bytes of a
+  // gradient element (fp32 for fp32 weights under autocast), 0 for the compute dtype's.
+  BackwardGradients(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
+                    const std::vector<int64_t>& tensor_bytes, graph::DType compute, int64_t batch,
+                    int64_t seq, Accounting accounting, int64_t grad_width);
+
+  // Gradients in flight at node n's backward.
+  int64_t at_node(int n) const;
+  BackwardStages of_block(const graph::BlockStructure& block) const;
+
+ private:
+  int64_t partial_gradients(int n) const;
+
+  const graph::LayerGraph& graph_;
+  const graph::GraphAnalysis& analysis_;
+  const std::vector<int64_t>& tensor_bytes_;
+  graph::DType compute_;
+  int64_t batch_;
+  int64_t seq_;
+  Accounting accounting_;
+  int64_t grad_width_;
+  std::vector<int> position_;                             // node -> execution position
+  std::map<std::string, bool> owner_trainable_;
+  std::map<std::string, std::vector<int>> use_positions_;  // owner -> positions of its uses, latest first
+};
+
+}  // namespace headroom::planner
