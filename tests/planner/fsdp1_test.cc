@@ -229,14 +229,7 @@ namespace headroom::planner {
 // (absmax, code book) is not a parameter and stays whole on every rank. Before,
 // the packed weight was priced at 16 bits per logical element, 4x too large.
 TEST_CASE("FSDP1 flattens a frozen NF4 weight as its packed storage, its constants whole per rank") {
-  graph::LayerGraph graph;
-  graph.blocks = {{"layer", "dense", true}};
-  graph::Node node;
-  node.name = "w";
-  node.op = "linear";
-  node.params.push_back({"w.weight", {4096, 4096}, graph::DType::kBF16, true, ""});
-  node.linear = graph::LinearInfo{4096, 4096, graph::SizeExpr::per_token(1)};
-  graph.nodes.push_back(node);
+  const graph::LayerGraph graph = one_linear();
   RunSettings settings;
   settings.model = "one-linear";
   settings.mode = TrainMode::kQlora;

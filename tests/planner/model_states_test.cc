@@ -17,6 +17,7 @@
 #include "planner/time/block_profile.h"
 #include "planner/time/step_time.h"
 #include "tests/planner/predict_as_given.h"
+#include "tests/planner/two_layer_graph.h"
 
 namespace headroom::planner {
 namespace {
@@ -313,15 +314,7 @@ TEST_CASE("a head block's loss runs backward before lm_head's weight gradient ex
 }
 
 TEST_CASE("NF4 with and without double quantization: 0.5 + 1/64 + 4/16384 vs 0.5 + 4/64 bytes a weight") {
-  graph::LayerGraph graph;
-  graph.name = "one-linear";
-  graph.blocks = {{"layer", "dense", true}};
-  graph::Node node;
-  node.name = "w";
-  node.op = "linear";
-  node.params.push_back({"w.weight", {4096, 4096}, graph::DType::kBF16, true, ""});
-  node.linear = graph::LinearInfo{4096, 4096, graph::SizeExpr::per_token(1)};
-  graph.nodes.push_back(node);
+  const graph::LayerGraph graph = one_linear();
   RunSettings settings;
   settings.model = "one-linear";
   settings.mode = TrainMode::kQlora;

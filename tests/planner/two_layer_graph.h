@@ -29,4 +29,18 @@ inline graph::LayerGraph two_layers() {
   return graph;
 }
 
+// One 4096 x 4096 bf16 linear "w" in one layer: what QLoRA quantizes.
+inline graph::LayerGraph one_linear() {
+  graph::LayerGraph graph;
+  graph.name = "one-linear";
+  graph.blocks = {{"layer", "dense", true}};
+  graph::Node node;
+  node.name = "w";
+  node.op = "linear";
+  node.params.push_back({"w.weight", {4096, 4096}, graph::DType::kBF16, true, ""});
+  node.linear = graph::LinearInfo{4096, 4096, graph::SizeExpr::per_token(1)};
+  graph.nodes.push_back(node);
+  return graph;
+}
+
 }  // namespace headroom::planner
