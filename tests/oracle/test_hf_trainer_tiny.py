@@ -56,12 +56,10 @@ class TinyTrainerTest(unittest.TestCase):
         self.assertEqual(self.rows["lora-amp"]["oracle_at_peak"]["parameters"],
                          2 * self.rows["lora"]["oracle_at_peak"]["parameters"] - ADAPTER_BYTES)
 
-    def test_headroom_agrees_on_lora(self):
-        for name in ("lora", "lora-ckpt", "lora-amp"):
+    def test_headroom_agrees_within_the_issue_target(self):
+        # ground-truth issue's bar: within 2% (all four are within 0.2% today)
+        for name in ("lora", "lora-ckpt", "lora-amp", "full"):
             self.assertLess(abs(self.rows[name]["error_pct"]), 2.0, name)
-
-    def test_headroom_within_6pct_on_full(self):
-        self.assertLess(abs(self.rows["full"]["error_pct"]), 6.0)
 
 
 if __name__ == "__main__":
