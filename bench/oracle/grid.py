@@ -43,6 +43,7 @@ def expand_grid(path: str) -> list:
                 else:
                     run[key] = value
             env = f"[{run['env']}]" if "env" in run else ""
-            run["name"] = run["stack"] + env + "/" + _name(run, keys)
+            rest = [k for k in keys if k not in ("model", "method")]
+            run["name"] = run["stack"] + env + "/" + _name(run, ["model", "method"] + rest)
             runs.append(run)
     return runs

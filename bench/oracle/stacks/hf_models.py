@@ -55,9 +55,14 @@ def quantize_4bit(model, spec: dict) -> None:
         bnb_4bit_quant_storage=_DTYPES.get(spec.get("quant_storage", ""), torch.uint8))
     quantizer = AutoHfQuantizer.from_config(config, pre_quantized=False)
     quantizer._process_model_before_weight_loading(model, device_map=None)
+    dtype = weight_dtype(spec["precision"])
     for module in model.modules():
         weight = getattr(module, "weight", None)
         if isinstance(weight, Params4bit) and not weight.bnb_quantized:
+            # Loading puts the checkpoint's 16-bit weight into the Params4bit before it is
+            # quantized, so QuantState.dtype (what dequantize_4bit returns) is that dtype;
+            # Linear4bit's own placeholder is fp32.
+            weight.data = weight.data.to(dtype)
             weight._quantize("meta")
     quantizer._process_model_after_weight_loading(model)
     model.hf_quantizer = quantizer
