@@ -353,4 +353,25 @@ void apply_fp32_adapters_without_autocast(graph::LayerGraph& graph) {
   graph.tensors.insert(graph.tensors.end(), added.begin(), added.end());
 }
 
+std::vector<bool> autocast_cached_casts(const graph::LayerGraph& graph) {
+  std::map<std::string, size_t> index;
+  for (size_t t = 0; t < graph.tensors.size(); ++t) index[graph.tensors[t].name] = t;
+  std::vector<bool> cached(graph.tensors.size(), false);
+  for (const graph::Node& node : graph.nodes) {
+    const auto trainable = [&](const std::string& param_name) {
+      return std::any_of(node.params.begin(), node.params.end(),
+                         [&](const graph::Param& p) { return p.name == param_name && p.trainable; });
+    };
+    for (const std::string& input : node.inputs) {
+      const auto found = index.find(input);
+      if (found == index.end()) continue;
+      const bool weight = input == node.name + ".weight_cast" && trainable(node.name + ".weight");
+      const bool adapter = input == node.name + ".adapter_cast_a" || input == node.name + ".adapter_cast_b";
+      if (weight || adapter) cached[found->second] = true;
+    }
+  }
+  return cached;
+}
+
 }  // namespace headroom::planner
+

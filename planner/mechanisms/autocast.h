@@ -68,4 +68,15 @@ void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph);
 // ("<node>.adapter_input_cast", or the fp32 dropout output) and lora_B the fp32 x·A.
 void apply_fp32_adapters_without_autocast(graph::LayerGraph& graph);
 
+// Per graph tensor: whether it is autocast's 16-bit cast of a trainable fp32 weight
+// ("<node>.weight_cast" of a trainable weight, "<node>.adapter_cast_a/_b").
+// autocast_mode.cpp `cached_cast` keeps such a cast (of a leaf that requires grad) in
+// its cache until the outermost autocast region exits, the end of the model's forward,
+// whose loss transformers computes inside it. A kept block saves the cast anyway; a
+// checkpointed block's cast, which nothing saves, stays cached to the forward's end
+// (the meta-device oracle, bench/oracle: Llama-3.2-1B in full under AMP with
+// checkpointing). A frozen weight is cast at each call and not cached.
+std::vector<bool> autocast_cached_casts(const graph::LayerGraph& graph);
+
 }  // namespace headroom::planner
+

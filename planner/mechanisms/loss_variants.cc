@@ -154,6 +154,11 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
           compile_cross_entropy(graph, node, *upcast, *log_probs, to_bypass);
         } else {
           drop_save(*upcast, logits_name);
+          // The model's output still holds the 16-bit logits while the loss runs
+          // forward inside it (transformers' causal-LM forward returns them beside the
+          // loss); they go when compute_loss returns. Forward only.
+          if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;
+          node.workspace_elements = node.workspace_elements + logits->elements;
         }
         break;
       case LossImpl::kChunked:

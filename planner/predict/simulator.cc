@@ -1,5 +1,7 @@
 #include "planner/predict/simulator.h"
 
+#include "planner/mechanisms/autocast.h"
+
 #include <algorithm>
 #include <deque>
 #include <functional>
@@ -7,6 +9,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "planner/mechanisms/autocast.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/memory/caching_allocator.h"
 #include "planner/settings/stack.h"
@@ -38,6 +41,7 @@ class StepSimulator {
     pending_.assign(tensors, 0);
     saved_.assign(tensors, 0);
     held_by_checkpoint_.assign(tensors, 0);
+    cached_casts_ = autocast_cached_casts(graph_);
     inputs_on_host_.assign(graph_.blocks.size(), false);
     times_.resize(graph_.nodes.size());
     for (size_t n = 0; n < graph_.nodes.size(); ++n) {
@@ -401,6 +405,8 @@ class StepSimulator {
   std::vector<int> pending_;
   std::vector<int> saved_;
   std::vector<int> held_by_checkpoint_;
+  std::vector<bool> cached_casts_;     // autocast_cached_casts
+  std::vector<int> held_by_cast_cache_;  // tensors autocast's cache holds to the forward's end
   std::vector<NodeTimes> times_;
   std::vector<int64_t> block_param_bytes_;   // what ZeRO-3 / FSDP gathers per block
   std::vector<int64_t> block_stored_bytes_;  // the same parameters in their 16-bit storage
@@ -514,6 +520,14 @@ void StepSimulator::forward_block(int block, bool recompute) {
   const std::string prefix = recompute ? "recompute " : "forward ";
   const int64_t gathered = recompute ? -1 : gather(block, block + 1);
   if (checkpointed(block) && !recompute) {
+    for (int n : an_.blocks[block].nodes) {
+      for (int t : an_.node_outputs[n]) {
+        if (cached_casts_[t]) {
+          ++held_by_checkpoint_[t];
+          held_by_cast_cache_.push_back(t);
+        }
+      }
+    }
     for (int t : an_.blocks[block].boundary_inputs) ++held_by_checkpoint_[t];
     for (int t : selective_saves(block)) ++held_by_checkpoint_[t];
     if (settings_.offload_checkpoint_inputs) stash_checkpoint_inputs(block);
@@ -864,6 +878,12 @@ void StepSimulator::micro_step() {
     forward_block(b, false);
     if (offloaded(b)) offload_block(b);
   }
+  // The forward's autocast region ends: its cache lets go of the weight casts.
+  for (int t : held_by_cast_cache_) {
+    --held_by_checkpoint_[t];
+    maybe_free(t);
+  }
+  held_by_cast_cache_.clear();
   // Backward drops whatever the forward stash still holds on the GPU.
   trim_input_stash(0);
   restage_root();

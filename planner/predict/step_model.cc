@@ -141,6 +141,13 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
       backward_stored[k] = kept[k] + (neighbour_back ? model.blocks[k - 1].checkpoint : 0);
     }
   }
+  // Autocast's cache holds the weight casts of checkpointed blocks until the
+  // forward's end (BlockProfile::cast_cache): forward only.
+  int64_t cached = 0;
+  for (int k = 0; k < n; ++k) {
+    forward_stored[k] += cached;
+    if (choices[k] == BlockChoice::kCheckpoint) cached += model.blocks[k].cast_cache;
+  }
   const int64_t fixed = model.base + model.gathered;
   for (int k = 0; k < n; ++k) {
     const BlockChoice previous = k > 0 ? choices[k - 1] : BlockChoice::kKeep;

@@ -125,7 +125,10 @@ BlockSolution solve_blocks(const StepModel& model, int64_t budget, const SolverO
       std::vector<Entry>& into = current[c];
       into.clear();
       if (!choice_allowed(model, k, choice)) continue;
-      const int64_t stored = units(stored_bytes(model.blocks[k], choice));
+      // A checkpointed block's cached weight casts stay through the rest of the forward
+      // (walk_step); counting them as stored in backward too keeps every plan sound.
+      const int64_t cache = choice == BlockChoice::kCheckpoint ? model.blocks[k].cast_cache : 0;
+      const int64_t stored = units(stored_bytes(model.blocks[k], choice) + cache);
       const double ms = block_ms(model, k, choice);
       if (k == 0) {
         if (local_peak(model, 0, BlockChoice::kKeep, choice) <= room) into.push_back(Entry{stored, ms, -1, 0});

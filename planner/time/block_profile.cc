@@ -1,5 +1,6 @@
 #include "planner/time/block_profile.h"
 #include "planner/time/backward_gradients.h"
+#include "planner/mechanisms/autocast.h"
 
 #include <algorithm>
 #include <map>
@@ -361,6 +362,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
                          const std::vector<std::vector<int>>& checkpoint_saves, int64_t grad_width) {
   const TensorFacts facts = tensor_facts(graph, analysis, compute, batch, seq, accounting);
   const BackwardGradients gradients(graph, analysis, facts.bytes, compute, batch, seq, accounting, grad_width);
+  const std::vector<bool> cached_casts = autocast_cached_casts(graph);
   StepProfile out;
   for (size_t t = 0; t < graph.tensors.size(); ++t) {
     if (analysis.persistent[t]) out.persistent += facts.bytes[t];
@@ -395,6 +397,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     add_block_times(graph, analysis, block, held, compute, batch, seq, gpu, time_options, profile);
     for (int n : block.nodes) {
       for (int t : analysis.node_outputs[n]) {
+        if (cached_casts[t] && block.on_autograd) profile.cast_cache += facts.bytes[t];
         if (facts.read_by_later_block[t] && analysis.requires_grad[t] && !analysis.persistent[t]) {
           profile.out_grad += facts.bytes[t];
         }

@@ -29,6 +29,9 @@ struct BlockProfile {
   int64_t bwd_peak_before_param_grads = -1;
   int64_t bwd_peak_from_param_grads = -1;
   int64_t out_grad = 0;    // gradient of its outputs arriving from the next block
+  // Autocast's cached 16-bit casts of its trainable fp32 weights (autocast_cached_casts):
+  // checkpointed, nothing saves them, and the cache holds them to the forward's end.
+  int64_t cast_cache = 0;
   bool on_autograd = false;
   bool checkpointable = true;
   double fwd_ms = 0;

@@ -10,6 +10,7 @@
 #include "planner/mechanisms/autocast.h"
 #include "planner/memory/model_states.h"
 #include "planner/predict/planner.h"
+#include "planner/time/block_profile.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
@@ -165,4 +166,46 @@ TEST_CASE("autocast: llm-foundry's LPLayerNorm keeps a 16-bit input and returns 
   CHECK(graph.find_tensor("ln:rstd")->dtype == graph::DType::kF32);
 }
 
+// autocast_mode.cpp cached_cast: a 16-bit cast of a trainable fp32 leaf is cached to
+// the end of the autocast region (the model's forward); a frozen weight's is not.
+// A checkpointed block saves none of them, so the walk and the simulator hold them
+// through the rest of the forward (the meta-device oracle: Llama-3.2-1B in full under
+// AMP with checkpointing peaks at the forward's end, 21.6 GiB, with every cast live).
+TEST_CASE("autocast caches the casts of trainable weights to the forward's end, not of frozen ones") {
+  RunSettings settings;
+  settings.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b";
+  settings.precision = Precision::kBf16Amp;
+  settings.stack = Stack::kHfTrainer;
+  settings.optimizer_impl = OptimizerImpl::kFused;
+  settings.micro_batch = 2;
+  settings.seq_len = 2048;
+  settings.checkpointing = CheckpointPolicy::kEveryBlock;
+  Result<ModelContext> full = prepare_context(settings);
+  REQUIRE_MESSAGE(full.is_ok(), full.message());
+  const std::vector<bool> cached = autocast_cached_casts(full->graph);
+  const auto is_cached = [&](const graph::LayerGraph& g, const std::vector<bool>& flags, const std::string& name) {
+    for (size_t t = 0; t < g.tensors.size(); ++t) {
+      if (g.tensors[t].name == name) return static_cast<bool>(flags[t]);
+    }
+    return false;
+  };
+  CHECK(is_cached(full->graph, cached, "model.layers.0.mlp.gate_proj.weight_cast"));
+  const StepProfile profile = profile_step(full->graph, full->analysis, full->compute_dtype, 2, 2048,
+                                           Accounting::kAllocated, full->gpu);
+  // every matmul weight of a layer, in bf16: q, k, v, o and the three MLP projections
+  const int64_t layer_weights = 2048 * 2048 * 2 + 512 * 2048 * 2 + 3 * 8192 * 2048;
+  CHECK(profile.blocks[1].cast_cache == layer_weights * 2);
+  const Prediction prediction = predict_as_given(settings);
+  CHECK(prediction.where.phase == "forward");  // the loss, with every layer's cast still cached
+  CHECK(prediction.simulated_peak_allocated ==
+        doctest::Approx(static_cast<double>(prediction.peak_allocated)).epsilon(0.01));
+
+  settings.mode = TrainMode::kLora;  // the base weights are frozen: cast at each call, not cached
+  settings.lora.targets = {"q_proj", "v_proj"};
+  Result<ModelContext> lora = prepare_context(settings);
+  REQUIRE_MESSAGE(lora.is_ok(), lora.message());
+  CHECK_FALSE(is_cached(lora->graph, autocast_cached_casts(lora->graph), "model.layers.0.mlp.gate_proj.weight_cast"));
+}
+
 }  // namespace headroom::planner
+

@@ -344,17 +344,23 @@ TEST_CASE("loss variants rewrite the loss node: what is saved, how large the log
   CHECK(upcast_of(shifted)->workspace_elements.at(2, 4096) == logits_elements.at(2, 4096));
   CHECK(parse_loss("shift-copy") == LossSpec{LossImpl::kShiftCopy, 8});
 
-  // transformers < 4.49: an fp32 shifted copy beside the fp32 upcast while the loss
-  // runs forward (2 bf16 elements per logit, 1 under fp32); backward is `full`'s.
+  // `full`: the model's output holds the 16-bit logits while the loss runs forward
+  // (one compute-dtype element a logit), not in backward.
+  // transformers < 4.49 (`upcast-shift`): the 16-bit logits are rebound to their fp32
+  // upcast, and an fp32 shifted copy lives beside it in forward (2 bf16 elements a
+  // logit, 1 under fp32); backward is `full`'s.
+  const int64_t plain_workspace = loss_node(original).workspace_elements.at(2, 4096);
   for (const auto& [compute, per_logit] : {std::pair{graph::DType::kBF16, 2}, std::pair{graph::DType::kF32, 1}}) {
     graph::LayerGraph full = original;
     apply_loss_impl(full, LossSpec{LossImpl::kFull, 8}, false, false, compute);
+    CHECK(loss_node(full).workspace_elements.at(2, 4096) == plain_workspace + logits_elements.at(2, 4096));
+    CHECK(loss_node(full).backward_workspace() == loss_node(original).backward_workspace());
     graph::LayerGraph upcast_shift = original;
     apply_loss_impl(upcast_shift, LossSpec{LossImpl::kUpcastShift, 8}, false, false, compute);
     CHECK_FALSE(saves(*upcast_of(upcast_shift), logits));
     CHECK(saves(loss_node(upcast_shift), log_probs));
     CHECK(loss_node(upcast_shift).workspace_elements.at(2, 4096) ==
-          loss_node(full).workspace_elements.at(2, 4096) + per_logit * logits_elements.at(2, 4096));
+          plain_workspace + per_logit * logits_elements.at(2, 4096));
     CHECK(loss_node(upcast_shift).backward_workspace() == loss_node(full).backward_workspace());
   }
   CHECK(parse_loss("upcast-shift") == LossSpec{LossImpl::kUpcastShift, 8});
