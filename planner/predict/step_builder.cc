@@ -6,6 +6,61 @@
 
 namespace headroom::planner {
 
+namespace {
+
+// The gradients live while each block runs forward and backward, by sharding,
+// accumulation and offload (docs/memory-model.md, section 1, the step walk).
+void set_gradients_by_block(const ModelStates& states, const GlobalConfig& config, StepModel& model) {
+  const size_t n = model.blocks.size();
+  model.grads_bwd.assign(n, 0);
+  if (states.grads_progressive && config.grad_accum == 1) {
+    // First (only) micro-step: gradients appear as backward reaches each block.
+    int64_t running = 0;
+    for (size_t k = n; k-- > 0;) {
+      running += states.block_grads[k];
+      model.grads_bwd[k] = running;
+    }
+    model.grads_fwd = 0;
+  } else {
+    model.grads_fwd = states.grads_full;
+    std::fill(model.grads_bwd.begin(), model.grads_bwd.end(), states.grads_full);
+  }
+  // FSDP2's unsharded gradients and reduce-scatter input while each block's backward ends.
+  for (int64_t& grads : model.grads_bwd) grads += states.reduce_scatter_bytes;
+  // Accumulating under no_sync, every unit's unsharded gradient is held from the
+  // first micro-step on (priced for the whole step: the last backward frees them unit by unit).
+  model.grads_fwd += states.unsynced_grads;
+  for (int64_t& grads : model.grads_bwd) grads += states.unsynced_grads;
+  // FSDP2's root group keeps its unsharded gradients from its block's backward to
+  // the end of backward (it reduces in the final callback).
+  int64_t root_grads = 0;
+  for (size_t k = std::min(n, states.fsdp2_root_grads.size()); k-- > 0;) {
+    root_grads += states.fsdp2_root_grads[k];
+    model.grads_bwd[k] += root_grads;
+  }
+  // FSDP1 CPU offload: each unit's sharded gradient stays from its reduce-scatter
+  // (after its block's backward) to the final callback.
+  int64_t shards = 0;
+  for (size_t k = std::min(n, states.offload_grad_shards.size()); k-- > 0;) {
+    model.grads_bwd[k] += shards;
+    shards += states.offload_grad_shards[k];
+  }
+  // The root reduces in the final callback, right after the first block's backward:
+  // its reduce-scatter buffers and, under FSDP1 offload, its new gradient shard
+  // join every gradient still held then.
+  if (n > 0) model.grads_bwd[0] += states.fsdp2_root_reduce_scatter + states.root_offload_grad_shard;
+  // Before block k has made any of its own parameters' gradients (its first nodes in
+  // backward have none: the loss before lm_head), those are not yet allocated.
+  const bool progressive = states.grads_progressive && config.grad_accum == 1;
+  model.grads_bwd_before = model.grads_bwd;
+  for (size_t k = 0; k < n; ++k) {
+    if (progressive && k < states.block_grads.size()) model.grads_bwd_before[k] -= states.block_grads[k];
+    if (k < states.fsdp2_root_grads.size()) model.grads_bwd_before[k] -= states.fsdp2_root_grads[k];
+  }
+}
+
+}  // namespace
+
 BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
                      const GlobalConfig& config, const StepProfile& profile,
                      Accounting accounting) {
@@ -23,51 +78,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   model.allow_offload = settings.allow_activation_offload && config.offload_param == Offload::kNone;
   if (settings.offload_checkpoint_inputs) model.checkpoint_stash = kCheckpointOffloadStash;
   const size_t n = model.blocks.size();
-  model.grads_bwd.assign(n, 0);
-  if (out.states.grads_progressive && config.grad_accum == 1) {
-    // First (only) micro-step: gradients appear as backward reaches each block.
-    int64_t running = 0;
-    for (size_t k = n; k-- > 0;) {
-      running += out.states.block_grads[k];
-      model.grads_bwd[k] = running;
-    }
-    model.grads_fwd = 0;
-  } else {
-    model.grads_fwd = out.states.grads_full;
-    std::fill(model.grads_bwd.begin(), model.grads_bwd.end(), out.states.grads_full);
-  }
-  // FSDP2's unsharded gradients and reduce-scatter input while each block's backward ends.
-  for (int64_t& grads : model.grads_bwd) grads += out.states.reduce_scatter_bytes;
-  // Accumulating under no_sync, every unit's unsharded gradient is held from the
-  // first micro-step on (priced for the whole step: the last backward frees them unit by unit).
-  model.grads_fwd += out.states.unsynced_grads;
-  for (int64_t& grads : model.grads_bwd) grads += out.states.unsynced_grads;
-  // FSDP2's root group keeps its unsharded gradients from its block's backward to
-  // the end of backward (it reduces in the final callback).
-  int64_t root_grads = 0;
-  for (size_t k = std::min(n, out.states.fsdp2_root_grads.size()); k-- > 0;) {
-    root_grads += out.states.fsdp2_root_grads[k];
-    model.grads_bwd[k] += root_grads;
-  }
-  // FSDP1 CPU offload: each unit's sharded gradient stays from its reduce-scatter
-  // (after its block's backward) to the final callback.
-  int64_t shards = 0;
-  for (size_t k = std::min(n, out.states.offload_grad_shards.size()); k-- > 0;) {
-    model.grads_bwd[k] += shards;
-    shards += out.states.offload_grad_shards[k];
-  }
-  // The root reduces in the final callback, right after the first block's backward:
-  // its reduce-scatter buffers and, under FSDP1 offload, its new gradient shard
-  // join every gradient still held then.
-  if (n > 0) model.grads_bwd[0] += out.states.fsdp2_root_reduce_scatter + out.states.root_offload_grad_shard;
-  // Before block k has made any of its own parameters' gradients (its first nodes in
-  // backward have none: the loss before lm_head), those are not yet allocated.
-  const bool progressive = out.states.grads_progressive && config.grad_accum == 1;
-  model.grads_bwd_before = model.grads_bwd;
-  for (size_t k = 0; k < n; ++k) {
-    if (progressive && k < out.states.block_grads.size()) model.grads_bwd_before[k] -= out.states.block_grads[k];
-    if (k < out.states.fsdp2_root_grads.size()) model.grads_bwd_before[k] -= out.states.fsdp2_root_grads[k];
-  }
+  set_gradients_by_block(out.states, config, model);
   model.grads_optimizer = out.states.grads_full;
   model.optimizer_transient = out.states.step_transient;
   if (out.states.grads_in_backward) {

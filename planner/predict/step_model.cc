@@ -93,6 +93,35 @@ double block_ms(const StepModel& model, int k, BlockChoice choice) {
   return ms;
 }
 
+// With checkpoint inputs offloaded, P(k-1) holds only the latest of them in
+// forward (the stash counts block k's own input, packed as block k starts), none
+// in backward (the stash is dropped when backward starts) but the one coming
+// back for block k-1 while block k runs backward.
+static void offload_checkpoint_inputs(const StepModel& model, const std::vector<BlockChoice>& choices,
+                                      std::vector<int64_t>& forward_stored, std::vector<int64_t>& backward_stored,
+                                      int64_t& host_activations) {
+  const int n = static_cast<int>(model.blocks.size());
+  if (model.checkpoint_stash < 0) return;
+  std::vector<int64_t> kept(n + 1, 0);  // stored by blocks before k, checkpoints excluded
+  for (int k = 0; k < n; ++k) {
+    const bool input_offloaded = choices[k] == BlockChoice::kCheckpoint && model.blocks[k].on_autograd;
+    kept[k + 1] = kept[k] + (input_offloaded ? 0 : stored_bytes(model.blocks[k], choices[k]));
+    if (input_offloaded) host_activations += model.blocks[k].checkpoint;
+  }
+  for (int k = 0; k <= n; ++k) {
+    int64_t stash = 0;
+    int in_stash = 0;
+    for (int j = k - 1; j >= 0 && in_stash < model.checkpoint_stash - 1; --j) {
+      if (choices[j] != BlockChoice::kCheckpoint || !model.blocks[j].on_autograd) continue;
+      stash += model.blocks[j].checkpoint;
+      ++in_stash;
+    }
+    forward_stored[k] = kept[k] + stash;
+    const bool neighbour_back = k > 0 && choices[k - 1] == BlockChoice::kCheckpoint && model.blocks[k - 1].on_autograd;
+    backward_stored[k] = kept[k] + (neighbour_back ? model.blocks[k - 1].checkpoint : 0);
+  }
+}
+
 StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choices,
                    int64_t persistent) {
   assert(choices.size() == model.blocks.size());
@@ -114,33 +143,9 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
     prefix[k + 1] = prefix[k] + stored_bytes(model.blocks[k], choices[k]);
     if (choices[k] == BlockChoice::kOffload) peak.host_activations += model.blocks[k].keep;
   }
-  // With checkpoint inputs offloaded, P(k-1) holds only the latest of them in
-  // forward (the stash counts block k's own input, packed as block k starts), none
-  // in backward (the stash is dropped when backward starts) but the one coming
-  // back for block k-1 while block k runs backward.
   std::vector<int64_t> forward_stored = prefix;
   std::vector<int64_t> backward_stored = prefix;
-  const bool offload_inputs = model.checkpoint_stash >= 0;
-  if (offload_inputs) {
-    std::vector<int64_t> kept(n + 1, 0);  // stored by blocks before k, checkpoints excluded
-    for (int k = 0; k < n; ++k) {
-      const bool input_offloaded = choices[k] == BlockChoice::kCheckpoint && model.blocks[k].on_autograd;
-      kept[k + 1] = kept[k] + (input_offloaded ? 0 : stored_bytes(model.blocks[k], choices[k]));
-      if (input_offloaded) peak.host_activations += model.blocks[k].checkpoint;
-    }
-    for (int k = 0; k <= n; ++k) {
-      int64_t stash = 0;
-      int in_stash = 0;
-      for (int j = k - 1; j >= 0 && in_stash < model.checkpoint_stash - 1; --j) {
-        if (choices[j] != BlockChoice::kCheckpoint || !model.blocks[j].on_autograd) continue;
-        stash += model.blocks[j].checkpoint;
-        ++in_stash;
-      }
-      forward_stored[k] = kept[k] + stash;
-      const bool neighbour_back = k > 0 && choices[k - 1] == BlockChoice::kCheckpoint && model.blocks[k - 1].on_autograd;
-      backward_stored[k] = kept[k] + (neighbour_back ? model.blocks[k - 1].checkpoint : 0);
-    }
-  }
+  offload_checkpoint_inputs(model, choices, forward_stored, backward_stored, peak.host_activations);
   // Autocast's cache holds the weight casts of checkpointed blocks until the
   // forward's end (BlockProfile::cast_cache): forward only.
   int64_t cached = 0;
