@@ -20,7 +20,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,7 +28,7 @@ sys.path.insert(0, HERE)
 
 from flags import headroom_flags, model_path  # noqa: E402
 from grid import expand_grid  # noqa: E402
-from report import write_report  # noqa: E402
+from report import write_atomically, write_report  # noqa: E402
 
 GIB = 2 ** 30
 
@@ -149,8 +148,7 @@ def main() -> int:
     if args.out:
         write_report(args.out, rows, totals, args.grid)
     if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_atomically(args.json_out, json.dumps(rows, indent=1))
     return 0 if totals.get("failed", 1) == 0 else 1
 
 

@@ -59,8 +59,10 @@ for _names, _policy in ((_LOW, "low"), (_FP32, "fp32"), (_FP32_SET_OPT_DTYPE, "s
     POLICY.update({n: _policy for n in _names.split()})
 
 
-def _qualified(name: str) -> str:
-    return name if "." in name else name + ".default"
+def _overload(name: str):
+    """torch.ops.aten's OpOverload for 'name' or 'name.overload'."""
+    base, _, overload = (name if "." in name else name + ".default").partition(".")
+    return getattr(getattr(torch.ops.aten, base), overload)
 
 
 def cuda_autocast_ops() -> List[str]:
@@ -168,9 +170,7 @@ def cuda_autocast_on_meta() -> Iterator[None]:
     lib = torch.library.Library("aten", "IMPL")
     for name in cuda_autocast_ops():
         if name in POLICY:
-            base, _, overload = _qualified(name).partition(".")
-            op = getattr(getattr(torch.ops.aten, base), overload)
-            lib.impl(name, _kernel(op, POLICY[name]), "AutocastCPU")
+            lib.impl(name, _kernel(_overload(name), POLICY[name]), "AutocastCPU")
     _passthrough_cpu_only_ops(lib)
     original_clear = torch.clear_autocast_cache
 
@@ -208,6 +208,4 @@ def _passthrough_cpu_only_ops(lib) -> None:
         short = name[len("aten::"):]
         if short in cuda or not torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCPU"):
             continue
-        base, _, overload = _qualified(short).partition(".")
-        op = getattr(getattr(torch.ops.aten, base), overload)
-        lib.impl(short, _kernel(op, "none"), "AutocastCPU")
+        lib.impl(short, _kernel(_overload(short), "none"), "AutocastCPU")

@@ -89,13 +89,18 @@ def _sdpa_on_meta(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
 
 
 @contextlib.contextmanager
-def cuda_sdpa_on_meta() -> Iterator[None]:
+def _autograd_meta_kernel(op: str, kernel) -> Iterator[None]:
+    """`kernel` in place of a composite op for meta tensors, above autograd, while active."""
     lib = torch.library.Library("aten", "IMPL")
-    lib.impl("scaled_dot_product_attention", _sdpa_on_meta, "AutogradMeta")
+    lib.impl(op, kernel, "AutogradMeta")
     try:
         yield
     finally:
         lib._destroy()
+
+
+def cuda_sdpa_on_meta():
+    return _autograd_meta_kernel("scaled_dot_product_attention", _sdpa_on_meta)
 
 
 # -- dropout --------------------------------------------------------------------
@@ -113,11 +118,5 @@ def _dropout_on_meta(input, p, train):
     return input * 0  # p == 1
 
 
-@contextlib.contextmanager
-def cuda_dropout_on_meta() -> Iterator[None]:
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("dropout", _dropout_on_meta, "AutogradMeta")
-    try:
-        yield
-    finally:
-        lib._destroy()
+def cuda_dropout_on_meta():
+    return _autograd_meta_kernel("dropout", _dropout_on_meta)

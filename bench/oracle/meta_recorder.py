@@ -50,7 +50,6 @@ class Recorder:
     peak_bytes: int = 0
     peak_op: int = -1
     peak_phase: str = ""
-    peak_keys: List[int] = field(default_factory=list)
     peak_records: Dict[int, _Live] = field(default_factory=dict)
     phase: str = "setup"
     ops: List[dict] = field(default_factory=list)

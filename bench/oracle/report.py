@@ -42,10 +42,14 @@ def _lines(rows: list, totals: dict, grid: str) -> list:
     return lines
 
 
-def write_report(path: str, rows: list, totals: dict, grid: str) -> None:
-    text = "\n".join(_lines(rows, totals, grid))
+def write_atomically(path: str, text: str) -> None:
+    """Writes beside `path`, then renames: a reader never sees half a file."""
     folder = os.path.dirname(os.path.abspath(path))
     with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
         f.write(text)
         tmp = f.name
     os.replace(tmp, path)
+
+
+def write_report(path: str, rows: list, totals: dict, grid: str) -> None:
+    write_atomically(path, "\n".join(_lines(rows, totals, grid)))

@@ -18,7 +18,6 @@ import importlib
 import json
 import os
 import sys
-import tempfile
 import warnings
 from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
@@ -28,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_autocast import cuda_autocast_on_meta  # noqa: E402
 from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers_on_meta  # noqa: E402
 from meta_recorder import CATEGORIES, Recorder, recording  # noqa: E402
+from report import write_atomically  # noqa: E402
 
 STACKS = {"hf-trainer": "stacks.hf_trainer"}
 _PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl")
@@ -81,14 +81,6 @@ def run_or_error(spec: dict) -> dict:
         return run(spec)
     except Exception as e:  # noqa: BLE001 - reported per run, with its type
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-
-
-def write_atomically(path: str, text: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
-        f.write(text)
-        tmp = f.name
-    os.replace(tmp, path)
 
 
 def main() -> int:
