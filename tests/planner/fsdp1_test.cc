@@ -230,10 +230,7 @@ namespace headroom::planner {
 // the packed weight was priced at 16 bits per logical element, 4x too large.
 TEST_CASE("FSDP1 flattens a frozen NF4 weight as its packed storage, its constants whole per rank") {
   const graph::LayerGraph graph = one_linear();
-  RunSettings settings;
-  settings.model = "one-linear";
-  settings.mode = TrainMode::kQlora;
-  settings.lora.targets = {"w"};
+  RunSettings settings = qlora_on_one_linear();
   settings.precision = Precision::kBf16Pure;
   settings.sharding = Sharding::kFsdp1;
   settings.gpus_per_node = 2;

@@ -233,11 +233,17 @@ TEST_CASE("FSDP2 stacks: two blocks gathered without a live cap, and the reduce-
   CHECK(model_states(graph, settings, config, Accounting::kAllocated).reduce_scatter_bytes == 4'000'000'000);
 }
 
-TEST_CASE("a tied embedding's gradient lives from the head's backward, where autograd first produces it") {
+// Llama 3.2 3B (tied embeddings, 128256 x 3072) in pure bf16 at `seq_len` tokens.
+static RunSettings llama_32_3b_bf16(int64_t seq_len) {
   RunSettings settings;
   settings.model = std::string(HEADROOM_SOURCE_DIR) + "/bench/accuracy/models/llama-3.2-3b/config.json";
   settings.precision = Precision::kBf16Pure;
-  settings.seq_len = 1024;
+  settings.seq_len = seq_len;
+  return settings;
+}
+
+TEST_CASE("a tied embedding's gradient lives from the head's backward, where autograd first produces it") {
+  const RunSettings settings = llama_32_3b_bf16(1024);
   Result<ModelContext> context = prepare_context(settings);
   REQUIRE_MESSAGE(context.is_ok(), context.message());
   const graph::LayerGraph& graph = context->graph;
@@ -264,10 +270,7 @@ TEST_CASE("a tied embedding's gradient lives from the head's backward, where aut
 // in the gradient's dtype (fp32 for fp32 weights under autocast). The meta-device
 // oracle (bench/oracle) sees embedding_dense_backward, then `add`.
 TEST_CASE("a tied embedding's backward holds its partial gradient and the sum, in the gradient's dtype") {
-  RunSettings settings;
-  settings.model = std::string(HEADROOM_SOURCE_DIR) + "/bench/accuracy/models/llama-3.2-3b/config.json";
-  settings.precision = Precision::kBf16Pure;
-  settings.seq_len = 1024;
+  const RunSettings settings = llama_32_3b_bf16(1024);
   Result<ModelContext> context = prepare_context(settings);
   REQUIRE_MESSAGE(context.is_ok(), context.message());
   auto profile = [&](int64_t grad_width) {
@@ -290,13 +293,10 @@ TEST_CASE("a tied embedding's backward holds its partial gradient and the sum, i
 // and the meta-device oracle see them: Llama-3.2-1B trained in full was 0.49 GiB
 // over, the tied weight's gradient counted at the loss.
 TEST_CASE("a head block's loss runs backward before lm_head's weight gradient exists") {
-  RunSettings settings;
-  settings.model = std::string(HEADROOM_SOURCE_DIR) + "/bench/accuracy/models/llama-3.2-3b/config.json";
-  settings.precision = Precision::kBf16Pure;
+  RunSettings settings = llama_32_3b_bf16(2048);
   settings.stack = Stack::kHfTrainer;
   settings.optimizer_impl = OptimizerImpl::kFused;
   settings.micro_batch = 2;
-  settings.seq_len = 2048;
   Result<ModelContext> context = prepare_context(settings);
   REQUIRE_MESSAGE(context.is_ok(), context.message());
   const StepProfile profile = profile_step(context->graph, context->analysis, context->compute_dtype, 2, 2048,
@@ -315,10 +315,7 @@ TEST_CASE("a head block's loss runs backward before lm_head's weight gradient ex
 
 TEST_CASE("NF4 with and without double quantization: 0.5 + 1/64 + 4/16384 vs 0.5 + 4/64 bytes a weight") {
   const graph::LayerGraph graph = one_linear();
-  RunSettings settings;
-  settings.model = "one-linear";
-  settings.mode = TrainMode::kQlora;
-  settings.lora.targets = {"w"};
+  RunSettings settings = qlora_on_one_linear();
   auto frozen_bytes = [&](bool double_quant) {
     settings.nf4_double_quant = double_quant;
     Result<graph::LayerGraph> quantized = apply_training_mode(graph, settings);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "graph/layer_graph.h"
+#include "planner/settings/run_settings.h"
 
 namespace headroom::planner {
 
@@ -41,6 +42,15 @@ inline graph::LayerGraph one_linear() {
   node.linear = graph::LinearInfo{4096, 4096, graph::SizeExpr::per_token(1)};
   graph.nodes.push_back(node);
   return graph;
+}
+
+// QLoRA with an adapter on one_linear()'s "w".
+inline RunSettings qlora_on_one_linear() {
+  RunSettings settings;
+  settings.model = "one-linear";
+  settings.mode = TrainMode::kQlora;
+  settings.lora.targets = {"w"};
+  return settings;
 }
 
 }  // namespace headroom::planner
