@@ -35,6 +35,13 @@ void bypass(graph::LayerGraph& graph, const std::string& node_name) {
   for (graph::Node& node : graph.nodes) std::replace(node.inputs.begin(), node.inputs.end(), output, input);
 }
 
+// Scratch the node holds in forward only (compute-dtype elements); its backward
+// scratch stays what it was.
+void add_forward_workspace(graph::Node& node, const graph::SizeExpr& elements) {
+  if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;
+  node.workspace_elements = node.workspace_elements + elements;
+}
+
 void drop_save(graph::Node& node, const std::string& tensor) {
   std::erase_if(node.saves, [&](const graph::SavedRef& saved) { return saved.tensor == tensor; });
 }
@@ -157,8 +164,7 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
           // The model's output still holds the 16-bit logits while the loss runs
           // forward inside it (transformers' causal-LM forward returns them beside the
           // loss); they go when compute_loss returns. Forward only.
-          if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;
-          node.workspace_elements = node.workspace_elements + logits->elements;
+          add_forward_workspace(node, logits->elements);
         }
         break;
       case LossImpl::kChunked:
@@ -203,9 +209,7 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
         // the shifted one's, with the log-probabilities already freed (the meta-device
         // oracle on transformers 4.44: bench/oracle). The output is dropped by the Trainer.
         drop_save(*upcast, logits_name);
-        if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;
-        node.workspace_elements = node.workspace_elements + logits_f32->elements.scaled(
-                                                               4 / graph::dtype_bytes(compute, 1));
+        add_forward_workspace(node, logits_f32->elements.scaled(4 / graph::dtype_bytes(compute, 1)));
         break;
       case LossImpl::kFusedXentropy:
         // flash-attn's fused cross-entropy (flash_attn/losses/cross_entropy.py,

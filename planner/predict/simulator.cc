@@ -1,7 +1,5 @@
 #include "planner/predict/simulator.h"
 
-#include "planner/mechanisms/autocast.h"
-
 #include <algorithm>
 #include <deque>
 #include <functional>
