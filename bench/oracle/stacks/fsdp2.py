@@ -95,6 +95,7 @@ def run(spec: dict, recorder: Recorder) -> dict:
         elif spec["method"] != "full":
             raise ValueError(f"fsdp2: method '{spec['method']}': expected full or lora")
         model.train()
+        model.config.use_cache = False  # training: no KV cache (as the Trainer sets it from args)
         shard(model, spec, mesh)
         optimizer = optimizer_of(model, spec)
         _record_steps(spec, recorder, model, optimizer)

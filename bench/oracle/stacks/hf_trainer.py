@@ -44,10 +44,10 @@ def _trainer_classes():
 
 def _arguments(spec: dict, output_dir: str):
     arguments, _ = _trainer_classes()
-    # sharded: FSDP's own activation checkpointing (fsdp_config), which the Trainer
-    # refuses beside its activation_checkpointing argument
     sharded = hf_trainer_fsdp.fsdp_arguments(spec) if spec.get("sharding") else {}
-    checkpointing = spec.get("checkpointing", "none") != "none" and not sharded
+    # "fsdp": the FSDP plugin's checkpointing (fsdp_config), which the Trainer refuses
+    # beside its own argument
+    checkpointing = spec.get("checkpointing", "none") not in ("none", "fsdp")
     kwargs = {"use_reentrant": spec.get("checkpointing") == "reentrant"} if checkpointing else None
     # transformers 5 renamed gradient_checkpointing to activation_checkpointing
     prefix = "activation" if transformers_at_least("5.0") else "gradient"
@@ -95,6 +95,7 @@ def _run_sharded(spec: dict, recorder: Recorder) -> dict:
             _, trainer_class = _trainer_classes()
             trainer = trainer_class(model=model, args=_arguments(spec, output_dir))
             trainer.accelerator.device_placement = False
+            _enable_checkpointing(trainer)
             with hf_trainer_fsdp.distinct_addresses(trainer.model):
                 prepared, _ = trainer._prepare_for_training(spec.get("steps", 2), None, None)
             hf_trainer_fsdp.upcast_flat_params(trainer.accelerator, prepared)

@@ -42,8 +42,11 @@ def fsdp_arguments(spec: dict) -> dict:
     sharding = spec["sharding"]
     if sharding not in SHARDINGS:
         raise ValueError(f"hf-trainer: sharding '{sharding}': expected one of {', '.join(SHARDINGS)}")
+    # checkpointing "fsdp": the plugin's own (accelerate's checkpoint_wrapper, non-reentrant,
+    # on the wrapped layers); "reentrant"/"non-reentrant" stay the Trainer's argument,
+    # as PEFT's FSDP QLoRA recipe runs it (--gradient_checkpointing --use_reentrant True)
     config = {"version": SHARDINGS[sharding],
-              "activation_checkpointing": spec.get("checkpointing", "none") != "none"}
+              "activation_checkpointing": spec.get("checkpointing", "none") == "fsdp"}
     if sharding == "fsdp2":
         config["reshard_after_forward"] = spec.get("reshard_after_forward", True)
     else:
