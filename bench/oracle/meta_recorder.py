@@ -59,6 +59,8 @@ class Recorder:
     peak_records: Dict[int, _Live] = field(default_factory=dict)
     peak_sizes: Dict[int, int] = field(default_factory=dict)  # bytes of each at the peak (resizes)
     phase: str = "setup"
+    # Whether a number read from a meta tensor before `begin` is 0 (`_scalar_of_meta`)
+    zero_scalars_in_setup: bool = False
     ops: List[dict] = field(default_factory=list)
     timeline: List[tuple] = field(default_factory=list)  # (op index, +/- bytes, key)
     # Storages one of whose tensors died since the last check: the only ones that can
@@ -187,7 +189,8 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
-            return _scalar_of_meta(args[0], self.recorder.phase)
+            setup = self.recorder.zero_scalars_in_setup and self.recorder.phase == "setup"
+            return _scalar_of_meta(args[0], setup)
         rec = self.recorder
         rec.collect()  # what Python dropped since the last op is free before this one allocates
         out = func(*args, **(kwargs or {}))
@@ -209,17 +212,17 @@ def _inner_tensors(t: torch.Tensor) -> List[torch.Tensor]:
     return [getattr(t, name) for name in names]
 
 
-def _scalar_of_meta(t: torch.Tensor, phase: str = "step") -> object:
+def _scalar_of_meta(t: torch.Tensor, setup: bool = False) -> object:
     """A meta tensor has no value. The branches the stacks take on one are checks like
     "is the attention mask all ones" or "is this batch unpacked" (transformers'
     masking_utils): the oracle's batch is unpadded and unpacked, so a boolean is True.
-    Before the step (phase "setup": building and wrapping the model) a number reads as
-    0: accelerate's FSDP2 preparation takes the state dict, whose bitsandbytes
+    Before the step (`setup`: building and wrapping the model, where the driver allows
+    it) a number reads as 0: accelerate's FSDP2 preparation takes the state dict, whose bitsandbytes
     QuantState.as_dict reads the nested quantization's offset, and nothing allocated
     then depends on it. Any other scalar read would be a guess, so it stops the run."""
     if t.dtype == torch.bool:
         return True
-    if phase == "setup":
+    if setup:
         return 0.0 if t.dtype.is_floating_point else 0
     raise RuntimeError(f"meta_recorder: the step reads a {t.dtype} value of a meta tensor "
                        f"{tuple(t.shape)}; its memory depends on data the oracle does not have")
