@@ -15,9 +15,9 @@ ask of the hardware is replaced here, and nothing else:
   module as it is: on meta it would otherwise "materialize" the module with
   `to_empty` and each module's `reset_parameters`, which transformers' modules lack
   (`_init_utils.py` `_materialize_meta_module`); on the oracle meta is the device.
-  The FSDPs ask the device's
-  module (`getattr(torch, device.type)`, `_get_device_handle`) for streams and
-  events; `torch.meta` is given one whose streams and events do nothing. On the GPU
+- **streams and events**: the FSDPs ask the device's module (`getattr(torch,
+  device.type)`, `_get_device_handle`) for them; `torch.meta` is given one whose
+  streams and events do nothing. On the GPU
   they order kernels; FSDP2 holds every buffer by a Python reference until the event
   that frees it (no `record_stream`), so the order of frees, which the recorder
   counts, is the same. `torch.accelerator.current_stream()` (FSDP2's
