@@ -19,6 +19,8 @@ def _release(text: str) -> tuple:
 
 
 def headroom_flags(spec: dict) -> list:
+    if "world_size" in spec:
+        return sharded_flags(spec)
     flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", spec["stack"],
              "--precision", spec["precision"], "--batch", str(spec["batch"]),
              "--seq", str(spec["seq"])]
@@ -41,4 +43,30 @@ def headroom_flags(spec: dict) -> list:
         flags += ["--loss", "upcast-shift"]  # docs/stacks.md, "The loss"
     if spec.get("attention", "sdpa") != "sdpa":
         flags += ["--attention", spec["attention"]]
+    return flags
+
+
+# -- sharded runs (stacks/fsdp2.py; hf-trainer with `sharding`) -------------------
+# The plain fully_shard loop is no stack headroom names (torchtitan's keeps its last
+# layer unsharded, torchtune's loss is chunked), so it is `unspecified` with each
+# mechanism the loop pins given: torch.optim.AdamW as `optim` says, transformers'
+# loss with the outputs dropped before backward, PEFT's fp32 adapters, no autocast.
+_SHARDED_STACK = {"fsdp2": "unspecified", "hf-trainer": "hf-trainer"}
+
+
+def sharded_flags(spec: dict) -> list:
+    """`--gpus N --zero 3 --sharding fsdp2|fsdp1` and what the stack pins. FSDP2's
+    reshard_after_forward False is ZeRO-2's layout, as headroom reads it from an
+    accelerate or torchtune config (docs/config-import.md)."""
+    one = {k: v for k, v in spec.items() if k != "world_size"}
+    one["stack"] = _SHARDED_STACK[spec["stack"]]
+    flags = headroom_flags(one)
+    zero = "3" if spec.get("reshard_after_forward", True) else "2"
+    flags += ["--gpus", str(spec["world_size"]), "--zero", zero,
+              "--sharding", spec.get("sharding", "fsdp2")]
+    if spec["stack"] == "fsdp2":
+        flags += ["--loss", "full", "--adapter-dtype", "fp32",
+                  "--reduce-dtype", "fp32" if spec["precision"] == "bf16-mixed" else "param"]
+        if zero == "3" or spec["precision"] == "bf16":  # where headroom has autocast to pin
+            flags += ["--autocast", "off"]
     return flags

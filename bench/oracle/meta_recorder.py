@@ -9,6 +9,12 @@ op's outputs exist and before the storages it dropped are counted as freed,
 which is when the real allocator holds both; what Python dropped between two ops
 is counted as freed before the second one allocates.
 
+Two things reach memory without an aten op, and the recorder follows both:
+a tensor subclass that wraps others (DTensor, FSDP2's sharded parameters) is
+counted by the tensors it holds (`__tensor_flatten__`), and a storage resized in
+place (`UntypedStorage.resize_`, FSDP2's `alloc_storage` / `free_storage` of the
+unsharded parameters) is allocated or freed by the difference.
+
 Categories are decided at the end, when the recorder knows the whole step:
 a parameter, a gradient (what `.grad` held), an optimizer state, a tensor
 autograd saved for backward (saved_tensors_hooks), the batch, or a transient.
@@ -23,7 +29,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 CATEGORIES = ("parameters", "gradients", "optimizer_states", "inputs", "saved_activations",
@@ -51,7 +57,10 @@ class Recorder:
     peak_op: int = -1
     peak_phase: str = ""
     peak_records: Dict[int, _Live] = field(default_factory=dict)
+    peak_sizes: Dict[int, int] = field(default_factory=dict)  # bytes of each at the peak (resizes)
     phase: str = "setup"
+    # Whether a number read from a meta tensor before `begin` is 0 (`_scalar_of_meta`)
+    zero_scalars_in_setup: bool = False
     ops: List[dict] = field(default_factory=list)
     timeline: List[tuple] = field(default_factory=list)  # (op index, +/- bytes, key)
     # Storages one of whose tensors died since the last check: the only ones that can
@@ -75,6 +84,10 @@ class Recorder:
         self.watched[id(ref)] = ref
 
     def _register(self, t: torch.Tensor, label: str) -> None:
+        if is_traceable_wrapper_subclass(t):
+            for inner in _inner_tensors(t):
+                self._register(inner, label)
+            return
         if t.device.type != "meta" or t.is_sparse:
             return
         storage = t.untyped_storage()
@@ -95,6 +108,18 @@ class Recorder:
         record = self.live.pop(key)
         self.live_bytes -= record.nbytes
         self.timeline.append((len(self.ops), -record.nbytes, key))
+
+    def resized(self, storage: torch.UntypedStorage, nbytes: int) -> None:
+        """A storage resized in place: the difference is allocated or freed now."""
+        record = self.live.get(storage._cdata)
+        if record is None or record.ref.expired():
+            return  # made before recording began and never registered: nothing counted to change
+        delta = nbytes - record.nbytes
+        record.nbytes = nbytes
+        self.live_bytes += delta
+        self.timeline.append((len(self.ops), delta, record.key))
+        if delta > 0:
+            self.note_peak()
 
     def collect(self) -> None:
         """Counts as freed the storages whose tensors died and nothing references any more."""
@@ -120,6 +145,7 @@ class Recorder:
         self.peak_op = len(self.ops) - 1
         self.peak_phase = phase
         self.peak_records = dict(self.live)
+        self.peak_sizes = {k: r.nbytes for k, r in self.live.items()}
 
     def note_peak(self) -> None:
         """live_bytes can only overstate (a free not yet seen), so a new peak is settled
@@ -131,6 +157,7 @@ class Recorder:
             self.peak_op = len(self.ops) - 1
             self.peak_phase = self.phase
             self.peak_records = dict(self.live)
+            self.peak_sizes = {k: r.nbytes for k, r in self.live.items()}
 
     # -- categories ---------------------------------------------------------
     def mark(self, category: str, tensors: Iterable[Optional[torch.Tensor]]) -> None:
@@ -139,6 +166,9 @@ class Recorder:
         so an address reused after a free starts as a transient again."""
         rank = CATEGORIES.index(category)
         for t in tensors:
+            if is_traceable_wrapper_subclass(t):
+                self.mark(category, _inner_tensors(t))
+                continue
             if not isinstance(t, torch.Tensor) or t.device.type != "meta":
                 continue
             record = self.live.get(t.untyped_storage()._cdata)
@@ -147,8 +177,8 @@ class Recorder:
 
     def at_peak(self) -> Dict[str, int]:
         totals = {c: 0 for c in CATEGORIES}
-        for record in self.peak_records.values():
-            totals[record.category] += record.nbytes
+        for key, record in self.peak_records.items():
+            totals[record.category] += self.peak_sizes[key]
         return totals
 
 
@@ -159,7 +189,8 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
-            return _scalar_of_meta(args[0])
+            setup = self.recorder.zero_scalars_in_setup and self.recorder.phase == "setup"
+            return _scalar_of_meta(args[0], setup)
         rec = self.recorder
         rec.collect()  # what Python dropped since the last op is free before this one allocates
         out = func(*args, **(kwargs or {}))
@@ -176,13 +207,23 @@ class _Mode(TorchDispatchMode):
         return out
 
 
-def _scalar_of_meta(t: torch.Tensor) -> bool:
+def _inner_tensors(t: torch.Tensor) -> List[torch.Tensor]:
+    names, _ = t.__tensor_flatten__()
+    return [getattr(t, name) for name in names]
+
+
+def _scalar_of_meta(t: torch.Tensor, setup: bool = False) -> object:
     """A meta tensor has no value. The branches the stacks take on one are checks like
     "is the attention mask all ones" or "is this batch unpacked" (transformers'
     masking_utils): the oracle's batch is unpadded and unpacked, so a boolean is True.
-    Any other scalar read would be a guess, so it stops the run."""
+    Before the step (`setup`: building and wrapping the model, where the driver allows
+    it) a number reads as 0: accelerate's FSDP2 preparation takes the state dict, whose bitsandbytes
+    QuantState.as_dict reads the nested quantization's offset, and nothing allocated
+    then depends on it. Any other scalar read would be a guess, so it stops the run."""
     if t.dtype == torch.bool:
         return True
+    if setup:
+        return 0.0 if t.dtype.is_floating_point else 0
     raise RuntimeError(f"meta_recorder: the step reads a {t.dtype} value of a meta tensor "
                        f"{tuple(t.shape)}; its memory depends on data the oracle does not have")
 
@@ -195,8 +236,20 @@ def recording(recorder: Recorder) -> Iterator[Recorder]:
         recorder.mark("saved_activations", [t])
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _Mode(recorder):
-        yield recorder
+    resize = torch.UntypedStorage.resize_
+
+    def resize_and_record(storage, nbytes):
+        out = resize(storage, nbytes)
+        if storage.device.type == "meta":
+            recorder.resized(storage, nbytes)
+        return out
+
+    torch.UntypedStorage.resize_ = resize_and_record
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _Mode(recorder):
+            yield recorder
+    finally:
+        torch.UntypedStorage.resize_ = resize
     recorder.settle()
 
 

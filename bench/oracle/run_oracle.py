@@ -30,6 +30,7 @@ from meta_recorder import CATEGORIES, Recorder, recording  # noqa: E402
 from report import write_atomically  # noqa: E402
 
 STACKS = {"hf-trainer": "stacks.hf_trainer"}
+STACKS["fsdp2"] = "stacks.fsdp2"  # torch's fully_shard in a plain loop, fake process group (fake_pg.py)
 _PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl")
 
 
@@ -44,9 +45,9 @@ def versions() -> dict:
 def live_at_peak(recorder: Recorder, limit: int = 40) -> list:
     groups: Counter = Counter()
     counts: Counter = Counter()
-    for record in recorder.peak_records.values():
+    for storage, record in recorder.peak_records.items():
         key = (record.category, record.label, record.shape)
-        groups[key] += record.nbytes
+        groups[key] += recorder.peak_sizes[storage]
         counts[key] += 1
     return [{"category": c, "op": op, "shape": shape, "count": counts[(c, op, shape)], "bytes": b}
             for (c, op, shape), b in groups.most_common(limit)]
@@ -62,7 +63,9 @@ def ops_by_phase(recorder: Recorder) -> dict:
 
 def run(spec: dict) -> dict:
     stack = importlib.import_module(STACKS[spec["stack"]])
-    recorder = Recorder()
+    # a value read while the model is built and wrapped decides no allocation of the step
+    # (meta_recorder._scalar_of_meta: accelerate's FSDP2 state dict of bitsandbytes weights)
+    recorder = Recorder(zero_scalars_in_setup=True)
     warnings.filterwarnings("ignore")
     with cuda_autocast_on_meta(), cuda_sdpa_on_meta(), cuda_dropout_on_meta(), \
             fused_optimizers_on_meta(), recording(recorder):

@@ -60,6 +60,21 @@ class RecorderTest(unittest.TestCase):
         self.assertEqual(totals["gradients"], MiB)
         self.assertEqual(weight.grad.dtype, torch.float32)
 
+    def test_storage_resized_in_place_is_allocated_and_freed(self):
+        # FSDP2's free_storage / alloc_storage of an unsharded parameter (_fsdp_param.py)
+        rec = Recorder()
+        with recording(rec):
+            x = meta(1024, 256)                      # 1 MiB
+            x.untyped_storage().resize_(0)           # freed in place
+            self.assertEqual(rec.live_bytes, 0)
+            y = meta(1024, 512)                      # 2 MiB while x holds nothing
+            x.untyped_storage().resize_(MiB)         # 1 MiB again: 3 MiB live
+            self.assertEqual(rec.at_peak()["transient"], 3 * MiB)
+            x.untyped_storage().resize_(0)
+            del x, y
+        self.assertEqual(rec.peak_bytes, 3 * MiB)
+        self.assertEqual(rec.live_bytes, 0)
+
     def test_scalar_reads_of_meta_tensors(self):
         rec = Recorder()
         with recording(rec):

@@ -9,6 +9,8 @@ Trainer.create_optimizer builds (through accelerate's AcceleratedOptimizer), and
   is False and `_prepare_input` leaves meta tensors where they are;
 - the accelerator is the CPU (`use_cpu`): the only one here. Its autocast is
   CUDA's policy on meta tensors (cuda_autocast.py).
+With `sharding` (fsdp2, fsdp1) the Trainer runs under accelerate's FSDP plugin as
+rank 0 of `world_size` on a fake process group (stacks/hf_trainer_fsdp.py, fake_pg.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import tempfile
 
 import torch
 
+from fake_pg import fake_process_group
 from meta_recorder import Recorder, tensors_of
+from stacks import hf_trainer_fsdp
 from stacks.hf_models import add_lora, build_model, causal_lm_batch, transformers_at_least
 
 
@@ -40,7 +44,10 @@ def _trainer_classes():
 
 def _arguments(spec: dict, output_dir: str):
     arguments, _ = _trainer_classes()
-    checkpointing = spec.get("checkpointing", "none") != "none"
+    sharded = hf_trainer_fsdp.fsdp_arguments(spec) if spec.get("sharding") else {}
+    # "fsdp": the FSDP plugin's checkpointing (fsdp_config), which the Trainer refuses
+    # beside its own argument
+    checkpointing = spec.get("checkpointing", "none") not in ("none", "fsdp")
     kwargs = {"use_reentrant": spec.get("checkpointing") == "reentrant"} if checkpointing else None
     # transformers 5 renamed gradient_checkpointing to activation_checkpointing
     prefix = "activation" if transformers_at_least("5.0") else "gradient"
@@ -48,7 +55,7 @@ def _arguments(spec: dict, output_dir: str):
         output_dir=output_dir, per_device_train_batch_size=spec["batch"], report_to=[],
         use_cpu=True, bf16=spec["precision"] in ("bf16", "bf16-amp"),
         fp16=spec["precision"] == "fp16-amp", optim=spec.get("optim", default_optim()),
-        max_grad_norm=spec.get("max_grad_norm", 1.0),
+        max_grad_norm=spec.get("max_grad_norm", 1.0), **sharded,
         **{f"{prefix}_checkpointing": checkpointing, f"{prefix}_checkpointing_kwargs": kwargs})
 
 
@@ -62,6 +69,8 @@ def default_optim() -> str:
 def run(spec: dict, recorder: Recorder) -> dict:
     """Builds the run and records `spec["steps"]` optimizer steps. Returns what the
     release chose where the spec left it open (the optimizer), for headroom's flags."""
+    if spec.get("sharding"):
+        return _run_sharded(spec, recorder)
     model = build_model(spec)
     if spec["method"] in ("lora", "qlora"):
         model = add_lora(model, spec)
@@ -74,6 +83,24 @@ def run(spec: dict, recorder: Recorder) -> dict:
         prepared, optimizer = trainer.accelerator.prepare(trainer.model, trainer.optimizer)
         _record_steps(spec, recorder, trainer, prepared, optimizer)
         return {"optim": str(getattr(trainer.args.optim, "value", trainer.args.optim))}
+
+
+def _run_sharded(spec: dict, recorder: Recorder) -> dict:
+    """The Trainer's own _prepare_for_training under accelerate's FSDP plugin."""
+    with fake_process_group(spec["world_size"]), hf_trainer_fsdp.accelerate_on_fake_group():
+        model = build_model(spec)
+        if spec["method"] in ("lora", "qlora"):
+            model = add_lora(model, spec)
+        with tempfile.TemporaryDirectory() as output_dir:
+            _, trainer_class = _trainer_classes()
+            trainer = trainer_class(model=model, args=_arguments(spec, output_dir))
+            trainer.accelerator.device_placement = False
+            _enable_checkpointing(trainer)
+            with hf_trainer_fsdp.distinct_addresses(trainer.model):
+                prepared, _ = trainer._prepare_for_training(spec.get("steps", 2), None, None)
+            hf_trainer_fsdp.upcast_flat_params(trainer.accelerator, prepared)
+            _record_steps(spec, recorder, trainer, prepared, trainer.optimizer)
+            return {"optim": str(getattr(trainer.args.optim, "value", trainer.args.optim))}
 
 
 def _enable_checkpointing(trainer) -> None:
@@ -106,7 +133,7 @@ def _clip_gradients(trainer, model) -> None:
 
 
 def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
-    params = list(model.parameters())
+    params = list(model.parameters()) + hf_trainer_fsdp.flat_parameters(model)
     recorder.adopt(params, "parameter")
     recorder.mark("parameters", params)
     recorder.adopt(list(model.buffers()), "buffer")
@@ -120,6 +147,8 @@ def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
         recorder.mark("inputs", tensors_of(batch))
         recorder.phase = f"step{step}.forward_backward"
         loss = _micro_step(trainer, model, batch)
+        # FSDP sets the sharded gradients in its post-backward hooks, past AccumulateGrad
+        recorder.mark("gradients", [p.grad for p in params if p.requires_grad])
         recorder.phase = f"step{step}.optimizer"
         if trainer.args.max_grad_norm:
             _clip_gradients(trainer, model)
