@@ -283,7 +283,7 @@ Result<RecipePatch> accelerate_patch(const planner::Plan& plan, const planner::R
   const bool checkpoint =
       checkpoint_every_layer(layer_choices(plan, checkpointable), patch.notes, "Accelerate's checkpointing");
   const bool was_checkpointing = given.checkpointing != planner::CheckpointPolicy::kNone;
-  // Offload at ZeRO-0 is torchao's CPUOffloadOptimizer (planner/search/plan_search.cc), which the script sets up.
+  // Offload at ZeRO-0 is torchao's CPUOffloadOptimizer (planner/search/candidate_search.cc), which the script sets up.
   const bool offloads = c.offload_optimizer != Offload::kNone || c.offload_param != Offload::kNone;
   const bool sharded = c.zero_stage > 0 || (offloads && plan.settings.cpu_offload == planner::CpuOffloadImpl::kZeroOffload);
   bool fsdp_checkpointing = false;      // whether a key of this file says the checkpointing

@@ -181,6 +181,107 @@ void upcast_fp32_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::T
   node.saves.push_back({name, graph::SaveWhen::kAnyGrad});
 }
 
+// Which tensors autocast finds in fp32, learnt producers first.
+class Fp32Tensors {
+ public:
+  Fp32Tensors(graph::LayerGraph& graph, AutocastWeights weights) : weights_(weights) {
+    for (graph::Tensor& tensor : graph.tensors) by_name_[tensor.name] = &tensor;
+  }
+  AutocastWeights weights() const { return weights_; }
+  const std::map<std::string, graph::Tensor*>& by_name() const { return by_name_; }
+  const graph::Tensor& tensor(const std::string& name) const { return *by_name_.at(name); }
+
+  bool is_f32(const std::string& name) const {
+    if (weights_ == AutocastWeights::kSixteenBitModel) return promoted_.count(name) > 0;
+    return by_name_.at(name)->dtype == DType::kF32;
+  }
+  void make_f32(const std::string& name) {
+    graph::Tensor* tensor = by_name_.at(name);
+    if (!tensor->dtype) tensor->dtype = DType::kF32;
+    promoted_.insert(name);
+  }
+
+ private:
+  std::map<std::string, graph::Tensor*> by_name_;
+  // Over a 16-bit model only what the upcast weights make fp32 counts: the graph's
+  // own fp32 intermediates (an op's upcast inside Python code, a sinusoidal
+  // embedding) are cast back by the code that made them (diffusers'
+  // timesteps_proj.to(dtype), LlamaRMSNorm's .to(input_dtype)).
+  std::set<std::string> promoted_;
+  AutocastWeights weights_;
+};
+
+// Whether an op on neither of autocast's lists writes fp32 for its parameters' sake.
+bool params_make_fp32(const graph::Node& node, const Fp32Tensors& fp32) {
+  const AutocastWeights weights = fp32.weights();
+  const bool owns_fp32 = std::any_of(node.params.begin(), node.params.end(),
+                                     [&](const graph::Param& p) { return is_fp32_weight(p, weights); });
+  // batch_norm is on neither of autocast's lists, and cuDNN's and the native
+  // kernels write the input's dtype beside fp32 weights and statistics
+  // (aten/src/ATen/native/cudnn/BatchNorm.cpp): its weights do not make it fp32.
+  const bool keeps_input_dtype = node.op.starts_with("batch_norm");
+  // An RMSNorm in Python ops returns weight * x.to(input_dtype): fp32 where its
+  // weight is (always, over an fp32 model).
+  const bool fp32_norm = node.op == graph::op::kNorm && weights == AutocastWeights::kFp32Model;
+  // GemmaRMSNorm and torchtune's RMSNorm multiply the fp32 normalized tensor by the
+  // weight and return output.type_as(x): the input's dtype, whatever the weight's.
+  const bool casts_back = node.op == graph::op::kNorm && weights == AutocastWeights::kSixteenBitModel &&
+                          std::any_of(node.outputs.begin(), node.outputs.end(), [&](const std::string& out) {
+                            return out == node.name + ":normalized" && fp32.tensor(out).dtype == DType::kF32;
+                          });
+  return (owns_fp32 && !keeps_input_dtype && !casts_back) || fp32_norm;
+}
+
+// Output dtypes, producers first (the builders create nodes in execution order).
+// An op autocast does not cast runs in its inputs' promoted dtype; one that owns
+// an fp32 parameter (norm weights, embeddings) or is on autocast's fp32 list
+// (layer_norm, softmax) yields fp32.
+void promote_outputs(const graph::LayerGraph& graph, Fp32Tensors& fp32) {
+  const auto is_f32 = [&](const std::string& name) { return fp32.is_f32(name); };
+  for (const graph::Node& node : graph.nodes) {
+    const bool f32_input = std::any_of(node.inputs.begin(), node.inputs.end(), is_f32);
+    if (runs_in_16_bit(node.op)) {
+      // A 4-bit linear copies its result back to its input's dtype (copy_four_bit_output).
+      if (four_bit_weight(node) != nullptr && is_f32(node.inputs.front())) fp32.make_f32(node.outputs.front());
+      continue;
+    }
+    // An explicit .to(query.dtype) (eager attention's fp32 softmax cast back): the
+    // dtype of the 16-bit projections, whatever its input.
+    if (node.op == graph::op::kCast) continue;
+    if (!(runs_in_fp32(node) || params_make_fp32(node, fp32) || f32_input)) continue;
+    for (const std::string& output : node.outputs) fp32.make_f32(output);
+  }
+}
+
+// Casts in front of a lower-precision op: its weight, and its fp32 inputs.
+void cast_16_bit_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, graph::Node& node,
+                           const Fp32Tensors& fp32) {
+  const graph::Param* four_bit = four_bit_weight(node);
+  const bool four_bit_f32_input = four_bit != nullptr && fp32.is_f32(node.inputs.front());
+  for (std::string& input : node.inputs) {
+    if (!fp32.is_f32(input)) continue;
+    const std::string name = node.name + ".cast:" + input;
+    add_cast(nodes, tensors, name, node.block, {input}, fp32.tensor(input).elements);
+    read_through_cast(node, input, name);
+  }
+  if (four_bit_f32_input) copy_four_bit_output(node);
+  if (four_bit != nullptr && !four_bit_f32_input) {
+    // Linear4bit casts its bias to its input's dtype in place at its first call
+    // (bitsandbytes/nn/modules.py: self.bias.data = self.bias.data.to(x.dtype)).
+    for (graph::Param& param : node.params) {
+      if (param.name == node.name + ".bias") param.upcast_fp32 = false;
+    }
+  }
+  if (const graph::Param* weight = matmul_weight(node, fp32.weights())) {
+    const std::string name = node.name + ".weight_cast";
+    add_cast(nodes, tensors, name, node.block, {}, graph::SizeExpr::constant(weight->elements()));
+    node.inputs.push_back(name);
+    // The matmul keeps the 16-bit weight for its input gradient (mm backward: dx = dy W).
+    node.saves.push_back({name, graph::SaveWhen::kInputGrad});
+  }
+  copy_adapter_input(nodes, tensors, node);
+}
+
 }  // namespace
 
 void add_cast_node(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, const std::string& name,
@@ -198,98 +299,18 @@ void add_cast_node(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& 
 }
 
 void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights, DType low) {
-  std::map<std::string, graph::Tensor*> tensors;
-  for (graph::Tensor& tensor : graph.tensors) tensors[tensor.name] = &tensor;
-  // Over a 16-bit model only what the upcast weights make fp32 counts: the graph's
-  // own fp32 intermediates (an op's upcast inside Python code, a sinusoidal
-  // embedding) are cast back by the code that made them (diffusers'
-  // timesteps_proj.to(dtype), LlamaRMSNorm's .to(input_dtype)).
-  std::set<std::string> promoted;
-  const auto is_f32 = [&](const std::string& name) {
-    if (weights == AutocastWeights::kSixteenBitModel) return promoted.count(name) > 0;
-    return tensors.at(name)->dtype == DType::kF32;
-  };
-  const auto make_f32 = [&](const std::string& name) {
-    graph::Tensor* tensor = tensors.at(name);
-    if (!tensor->dtype) tensor->dtype = DType::kF32;
-    promoted.insert(name);
-  };
-
-  // Output dtypes, producers first (the builders create nodes in execution order).
-  // An op autocast does not cast runs in its inputs' promoted dtype; one that owns
-  // an fp32 parameter (norm weights, embeddings) or is on autocast's fp32 list
-  // (layer_norm, softmax) yields fp32.
-  for (const graph::Node& node : graph.nodes) {
-    const bool f32_input = std::any_of(node.inputs.begin(), node.inputs.end(), is_f32);
-    if (runs_in_16_bit(node.op)) {
-      // A 4-bit linear copies its result back to its input's dtype (copy_four_bit_output).
-      if (four_bit_weight(node) != nullptr && is_f32(node.inputs.front())) make_f32(node.outputs.front());
-      continue;
-    }
-    // An explicit .to(query.dtype) (eager attention's fp32 softmax cast back): the
-    // dtype of the 16-bit projections, whatever its input.
-    if (node.op == graph::op::kCast) continue;
-    if (runs_in_fp32(node)) {
-      for (const std::string& output : node.outputs) make_f32(output);
-      continue;
-    }
-    const bool owns_fp32 = std::any_of(node.params.begin(), node.params.end(),
-                                       [&](const graph::Param& p) { return is_fp32_weight(p, weights); });
-    // batch_norm is on neither of autocast's lists, and cuDNN's and the native
-    // kernels write the input's dtype beside fp32 weights and statistics
-    // (aten/src/ATen/native/cudnn/BatchNorm.cpp): its weights do not make it fp32.
-    const bool keeps_input_dtype = node.op.starts_with("batch_norm");
-    // An RMSNorm in Python ops returns weight * x.to(input_dtype): fp32 where its
-    // weight is (always, over an fp32 model).
-    const bool fp32_norm = node.op == graph::op::kNorm && weights == AutocastWeights::kFp32Model;
-    // GemmaRMSNorm and torchtune's RMSNorm multiply the fp32 normalized tensor by the
-    // weight and return output.type_as(x): the input's dtype, whatever the weight's.
-    const bool casts_back = node.op == graph::op::kNorm && weights == AutocastWeights::kSixteenBitModel &&
-                            std::any_of(node.outputs.begin(), node.outputs.end(), [&](const std::string& out) {
-                              return out == node.name + ":normalized" && tensors.at(out)->dtype == DType::kF32;
-                            });
-    if (!((owns_fp32 && !keeps_input_dtype && !casts_back) || f32_input || fp32_norm)) continue;
-    for (const std::string& output : node.outputs) make_f32(output);
-  }
-
-  // Casts in front of each lower-precision op: its weight, and its fp32 inputs.
+  Fp32Tensors fp32(graph, weights);
+  promote_outputs(graph, fp32);
+  // Casts in front of each op autocast runs in fp32 or in 16 bits.
   std::vector<graph::Node> rewritten;
   std::vector<graph::Tensor> added;
   rewritten.reserve(graph.nodes.size() * 2);
   for (graph::Node node : graph.nodes) {
     if (runs_in_fp32(node)) {
-      upcast_fp32_op_inputs(rewritten, added, node, tensors, weights, low);
-      rewritten.push_back(std::move(node));
-      continue;
+      upcast_fp32_op_inputs(rewritten, added, node, fp32.by_name(), weights, low);
+    } else if (runs_in_16_bit(node.op)) {
+      cast_16_bit_op_inputs(rewritten, added, node, fp32);
     }
-    if (!runs_in_16_bit(node.op)) {
-      rewritten.push_back(std::move(node));
-      continue;
-    }
-    const graph::Param* four_bit = four_bit_weight(node);
-    const bool four_bit_f32_input = four_bit != nullptr && is_f32(node.inputs.front());
-    for (std::string& input : node.inputs) {
-      if (!is_f32(input)) continue;
-      const std::string name = node.name + ".cast:" + input;
-      add_cast(rewritten, added, name, node.block, {input}, tensors.at(input)->elements);
-      read_through_cast(node, input, name);
-    }
-    if (four_bit_f32_input) copy_four_bit_output(node);
-    if (four_bit != nullptr && !four_bit_f32_input) {
-      // Linear4bit casts its bias to its input's dtype in place at its first call
-      // (bitsandbytes/nn/modules.py: self.bias.data = self.bias.data.to(x.dtype)).
-      for (graph::Param& param : node.params) {
-        if (param.name == node.name + ".bias") param.upcast_fp32 = false;
-      }
-    }
-    if (const graph::Param* weight = matmul_weight(node, weights)) {
-      const std::string name = node.name + ".weight_cast";
-      add_cast(rewritten, added, name, node.block, {}, graph::SizeExpr::constant(weight->elements()));
-      node.inputs.push_back(name);
-      // The matmul keeps the 16-bit weight for its input gradient (mm backward: dx = dy W).
-      node.saves.push_back({name, graph::SaveWhen::kInputGrad});
-    }
-    copy_adapter_input(rewritten, added, node);
     rewritten.push_back(std::move(node));
   }
   graph.nodes = std::move(rewritten);

@@ -269,6 +269,74 @@ class BlockJointGraph {
   std::unordered_map<int, std::vector<int>> users_;             // tensor -> block nodes reading it
 };
 
+bool on_autograd(const graph::GraphAnalysis& analysis, int n) {
+  return analysis.needs_input_grad[n] || analysis.needs_param_grad[n];
+}
+
+bool in_cut(const std::vector<int>& cut, int t) { return std::binary_search(cut.begin(), cut.end(), t); }
+
+// The holder of a saved tensor: the first node on the autograd graph that
+// writes or reads it (the simulator releases a save at its holder's backward).
+std::unordered_map<int, int> cut_holders(const graph::GraphAnalysis& analysis, const std::vector<int>& nodes,
+                                         const std::vector<int>& cut) {
+  std::unordered_map<int, int> holder;
+  for (int n : nodes) {
+    if (!on_autograd(analysis, n)) continue;
+    for (const std::vector<int>* list : {&analysis.node_outputs[n], &analysis.node_inputs[n]}) {
+      for (int t : *list) {
+        if (in_cut(cut, t)) holder.emplace(t, n);
+      }
+    }
+  }
+  return holder;
+}
+
+// The saved tensors an eager save is recomputed from.
+std::vector<int> recompute_sources(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis, int block,
+                                   const std::vector<int>& cut, int saved) {
+  std::vector<int> found;
+  std::vector<int> stack = {saved};
+  std::set<int> visited;
+  while (!stack.empty()) {
+    const int t = stack.back();
+    stack.pop_back();
+    if (!visited.insert(t).second) continue;
+    if (in_cut(cut, t)) {
+      found.push_back(t);
+      continue;
+    }
+    const int producer = analysis.producer[t];
+    if (producer < 0 || graph.nodes[producer].block != block) continue;  // not reached: inputs are cut
+    for (int input : analysis.node_inputs[producer]) stack.push_back(input);
+  }
+  return found;
+}
+
+// Replaces the eager saves of `block` by the partitioner's `cut`, each held by its holder.
+void save_cut(const graph::LayerGraph& graph, graph::GraphAnalysis& analysis, int block, const std::vector<int>& cut) {
+  const std::vector<int>& nodes = analysis.blocks[block].nodes;
+  const std::unordered_map<int, int> holder = cut_holders(analysis, nodes, cut);
+  std::unordered_map<int, std::vector<int>> rewritten;
+  for (int n : nodes) {
+    for (int saved : analysis.node_saves[n]) {
+      const std::vector<int> from = recompute_sources(graph, analysis, block, cut, saved);
+      const bool held = std::all_of(from.begin(), from.end(), [&](int t) { return holder.count(t) > 0; });
+      // No node on the autograd graph touches a source: keep the eager save.
+      std::vector<std::pair<int, int>> assignments;
+      if (held) {
+        for (int t : from) assignments.emplace_back(holder.at(t), t);
+      } else {
+        assignments.emplace_back(n, saved);
+      }
+      for (const auto& [node, t] : assignments) {
+        std::vector<int>& list = rewritten[node];
+        if (std::find(list.begin(), list.end(), t) == list.end()) list.push_back(t);
+      }
+    }
+  }
+  for (int n : nodes) analysis.node_saves[n] = rewritten[n];
+}
+
 }  // namespace
 
 std::vector<int> partitioner_saves(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
@@ -284,59 +352,7 @@ void apply_compiled_blocks(const graph::LayerGraph& graph, graph::GraphAnalysis&
     if (!graph.blocks[b].checkpointable) continue;
     const int block = static_cast<int>(b);
     const std::vector<int> cut = partitioner_saves(graph, analysis, block, compute_dtype, batch, seq);
-    if (cut.empty()) continue;
-    const std::vector<int>& nodes = analysis.blocks[b].nodes;
-    const auto on_autograd = [&](int n) { return analysis.needs_input_grad[n] || analysis.needs_param_grad[n]; };
-    const auto is_cut = [&](int t) { return std::binary_search(cut.begin(), cut.end(), t); };
-    // The holder of a saved tensor: the first node on the autograd graph that
-    // writes or reads it (the simulator releases a save at its holder's backward).
-    std::unordered_map<int, int> holder;
-    for (int n : nodes) {
-      if (!on_autograd(n)) continue;
-      for (const std::vector<int>* list : {&analysis.node_outputs[n], &analysis.node_inputs[n]}) {
-        for (int t : *list) {
-          if (is_cut(t)) holder.emplace(t, n);
-        }
-      }
-    }
-    // The saved tensors an eager save is recomputed from.
-    const auto sources = [&](int saved) {
-      std::vector<int> found;
-      std::vector<int> stack = {saved};
-      std::set<int> visited;
-      while (!stack.empty()) {
-        const int t = stack.back();
-        stack.pop_back();
-        if (!visited.insert(t).second) continue;
-        if (is_cut(t)) {
-          found.push_back(t);
-          continue;
-        }
-        const int producer = analysis.producer[t];
-        if (producer < 0 || graph.nodes[producer].block != block) continue;  // not reached: inputs are cut
-        for (int input : analysis.node_inputs[producer]) stack.push_back(input);
-      }
-      return found;
-    };
-    std::unordered_map<int, std::vector<int>> rewritten;
-    for (int n : nodes) {
-      for (int saved : analysis.node_saves[n]) {
-        const std::vector<int> from = sources(saved);
-        const bool held = std::all_of(from.begin(), from.end(), [&](int t) { return holder.count(t) > 0; });
-        // No node on the autograd graph touches a source: keep the eager save.
-        std::vector<std::pair<int, int>> assignments;
-        if (held) {
-          for (int t : from) assignments.emplace_back(holder.at(t), t);
-        } else {
-          assignments.emplace_back(n, saved);
-        }
-        for (const auto& [node, t] : assignments) {
-          std::vector<int>& list = rewritten[node];
-          if (std::find(list.begin(), list.end(), t) == list.end()) list.push_back(t);
-        }
-      }
-    }
-    for (int n : nodes) analysis.node_saves[n] = rewritten[n];
+    if (!cut.empty()) save_cut(graph, analysis, block, cut);
   }
   graph::attribute_block_saves(graph, analysis);
 }

@@ -1,6 +1,7 @@
 #include "planner/mechanisms/loss_variants.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,125 +128,176 @@ void fuse_linear_cross_entropy(graph::LayerGraph& graph, graph::Node& loss, cons
   loss.bwd_input_flops = graph::SizeExpr{};
 }
 
+// One loss node and the tensors around it that every variant rewrites.
+struct LossSite {
+  graph::Node& node;
+  graph::Node& upcast;        // the .float() before the loss
+  graph::Tensor& logits;      // the upcast's 16-bit input
+  graph::Tensor& logits_f32;  // the upcast's output, the loss's input
+  graph::Tensor& log_probs;
+};
+
+// Rewrites that change graph.nodes, applied after the walk over it.
+struct PendingEdits {
+  std::vector<std::string> to_chunk;   // split after the loop: splitting reallocates graph.nodes
+  std::vector<std::string> to_bypass;  // upcast nodes the variant has no use for
+};
+
+// The loss node's site when it reads upcast logits and writes NAME:log_probs; nullopt otherwise.
+std::optional<LossSite> find_loss_site(graph::LayerGraph& graph, graph::Node& node) {
+  if (node.op != graph::op::kLoss || node.inputs.empty()) return std::nullopt;
+  const std::string log_probs_name = node.name + ":log_probs";
+  if (std::find(node.outputs.begin(), node.outputs.end(), log_probs_name) == node.outputs.end()) {
+    return std::nullopt;
+  }
+  graph::Node* upcast = producing_node(graph, node.inputs.front());
+  if (upcast == nullptr || upcast->op != graph::op::kToF32 || upcast->inputs.empty()) return std::nullopt;
+  graph::Tensor* logits = find_tensor(graph, upcast->inputs.front());
+  graph::Tensor* logits_f32 = find_tensor(graph, node.inputs.front());
+  graph::Tensor* log_probs = find_tensor(graph, log_probs_name);
+  if (logits == nullptr || logits_f32 == nullptr || log_probs == nullptr) return std::nullopt;
+  return LossSite{node, *upcast, *logits, *logits_f32, *log_probs};
+}
+
+// transformers Trainer.compute_loss returns only the loss, so the output
+// holding the 16-bit logits is gone before backward; cross_entropy keeps
+// only its fp32 log-probabilities (trainer.py, loss/loss_utils.py).
+// Compiled, the loss itself saves the 16-bit logits (torchtitan
+// components/loss.py compiles cross_entropy_loss: `del pred` then frees nothing).
+void full_loss(graph::LayerGraph& graph, LossSite& site, bool compiled, PendingEdits& pending) {
+  if (compiled) {
+    compile_cross_entropy(graph, site.node, site.upcast, site.log_probs, pending.to_bypass);
+    return;
+  }
+  drop_save(site.upcast, site.logits.name);
+  // The model's output still holds the 16-bit logits while the loss runs
+  // forward inside it (transformers' causal-LM forward returns them beside the
+  // loss); they go when compute_loss returns. Forward only.
+  add_forward_workspace(site.node, site.logits.elements);
+}
+
+// torchtune: the fp32 upcast and cross-entropy run chunk by chunk, and the
+// fp32 log-probabilities of every chunk stay saved until backward; the recipe
+// deletes the logits before backward (modules/loss/ce_chunked_output_loss.py,
+// recipes/*). CEWithChunkedOutputLoss (torchtune <= 0.5, and the published
+// cases) gets all 16-bit chunks from the model at once, so the logits keep
+// their full size here; LinearCrossEntropyLoss (0.6+) never holds more than a
+// chunk, which this over-counts by 2*T*V*(1 - 1/N) rather than risk under-counting.
+void chunked_loss(graph::LayerGraph& graph, LossSite& site, int chunks, bool compiled, PendingEdits& pending) {
+  if (compiled) {
+    // torchtune compile_loss compiles compute_cross_entropy (upcast + cross-entropy)
+    // per chunk (training/_compile.py).
+    compile_cross_entropy(graph, site.node, site.upcast, site.log_probs, pending.to_bypass);
+    pending.to_chunk.push_back(site.node.name);
+    return;
+  }
+  // One chunk's f32 copy and, in backward, its gradients at a time.
+  drop_save(site.upcast, site.logits.name);
+  site.logits_f32.elements = site.logits_f32.elements.divided_up(chunks);
+  if (site.node.bwd_workspace_elements) {
+    site.node.bwd_workspace_elements = site.node.bwd_workspace_elements->divided_up(chunks);
+  }
+}
+
+// Model code that computes its own loss the pre-4.46 transformers way, e.g.
+// Qwen (v1) remote code QWenLMHeadModel.forward: shift_logits =
+// lm_logits[..., :-1, :].contiguous() (a 16-bit copy of the logits), then
+// CrossEntropyLoss, which autocast runs in fp32 (log_softmax keeps its fp32
+// output). Saved as `full`; the copy is one more compute-dtype element per
+// logit alive with the fp32 upcast. The output is dropped by the Trainer.
+void shift_copy_loss(LossSite& site) {
+  drop_save(site.upcast, site.logits.name);
+  site.upcast.workspace_elements = site.upcast.workspace_elements + site.logits.elements;
+}
+
+// transformers before 4.49: the causal-LM forwards up to 4.45 (modeling_llama.py
+// `logits = logits.float()`, then `shift_logits = logits[..., :-1, :].contiguous()`),
+// ForCausalLMLoss from 4.46 to 4.48 (loss_utils.py, the same two lines) until
+// huggingface/transformers#35646 shifted the labels instead. The shifted copy is a
+// second fp32 tensor of the logits' size, alive with the upcast while cross-entropy
+// runs forward. Backward is `full`'s: the slice's zero-padded fp32 gradient replaces
+// the shifted one's, with the log-probabilities already freed (the meta-device
+// oracle on transformers 4.44: bench/oracle). The output is dropped by the Trainer.
+void upcast_shift_loss(LossSite& site, graph::DType compute) {
+  drop_save(site.upcast, site.logits.name);
+  add_forward_workspace(site.node, site.logits_f32.elements.scaled(4 / graph::dtype_bytes(compute, 1)));
+}
+
+// flash-attn's fused cross-entropy (flash_attn/losses/cross_entropy.py,
+// SoftmaxCrossEntropyLossFn, the loss_fn llm-foundry's MPT defaults to): one
+// xentropy kernel reads the 16-bit logits without an fp32 copy, and
+// save_for_backward keeps the logits, the fp32 log-sum-exp per row and the
+// labels; backward writes the 16-bit logits' gradient (not in place).
+void fused_xentropy_loss(graph::LayerGraph& graph, LossSite& site, PendingEdits& pending) {
+  pending.to_bypass.push_back(site.upcast.name);
+  site.node.saves.push_back({site.logits.name, graph::SaveWhen::kAnyGrad});
+  if (const graph::Node* head = producing_node(graph, site.logits.name); head != nullptr && head->linear) {
+    site.log_probs.elements = head->linear->rows;
+    site.log_probs.dtype = graph::DType::kF32;
+  } else {
+    drop_save(site.node, site.log_probs.name);
+  }
+  site.node.workspace_elements = graph::SizeExpr{};
+  site.node.bwd_workspace_elements = graph::SizeExpr{};
+}
+
+// litgpt chunked_cross_entropy: no .float(), so log_softmax runs and saves in
+// the logits' dtype and there is no fp32 copy; the logits stay referenced
+// through backward (litgpt/utils.py, finetune/lora.py). In backward the
+// gradient of the 16-bit log-probs is alive with the logits' gradient.
+void no_upcast_loss(LossSite& site, PendingEdits& pending) {
+  pending.to_bypass.push_back(site.upcast.name);
+  site.node.saves.push_back({site.logits.name, graph::SaveWhen::kAnyGrad});
+  site.log_probs.dtype.reset();
+  site.node.workspace_elements = graph::SizeExpr{};
+  site.node.bwd_workspace_elements = site.logits.elements;
+}
+
+void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss, bool compiled,
+                  bool fp32_weights, graph::DType compute, PendingEdits& pending) {
+  switch (loss.impl) {
+    case LossImpl::kFullKeepLogits:
+      // Compiled (torchtitan's build_cross_entropy_loss under --training.compile):
+      // the saved 16-bit logits are the ones the caller keeps anyway.
+      compile_cross_entropy(graph, site.node, site.upcast, site.log_probs, pending.to_bypass);
+      break;
+    case LossImpl::kFull:
+      full_loss(graph, site, compiled, pending);
+      break;
+    case LossImpl::kChunked:
+      chunked_loss(graph, site, loss.chunks, compiled, pending);
+      break;
+    case LossImpl::kShiftCopy:
+      shift_copy_loss(site);
+      break;
+    case LossImpl::kUpcastShift:
+      upcast_shift_loss(site, compute);
+      break;
+    case LossImpl::kFusedXentropy:
+      fused_xentropy_loss(graph, site, pending);
+      break;
+    case LossImpl::kFusedLinearCe:
+      fuse_linear_cross_entropy(graph, site.node, site.upcast, site.logits, site.log_probs, fp32_weights,
+                                pending.to_bypass);
+      break;
+    case LossImpl::kNoUpcast:
+      no_upcast_loss(site, pending);
+      break;
+  }
+}
+
 }  // namespace
 
 void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled, bool fp32_weights,
                      graph::DType compute) {
   if (loss.impl == LossImpl::kFullKeepLogits && !compiled) return;
-  std::vector<std::string> to_chunk;     // split after the loop: splitting reallocates graph.nodes
-  std::vector<std::string> to_bypass;    // upcast nodes the variant has no use for
+  PendingEdits pending;
   for (graph::Node& node : graph.nodes) {
-    if (node.op != graph::op::kLoss || node.inputs.empty()) continue;
-    const std::string log_probs_name = node.name + ":log_probs";
-    if (std::find(node.outputs.begin(), node.outputs.end(), log_probs_name) == node.outputs.end()) continue;
-    graph::Node* upcast = producing_node(graph, node.inputs.front());
-    if (upcast == nullptr || upcast->op != graph::op::kToF32 || upcast->inputs.empty()) continue;
-    const std::string logits_name = upcast->inputs.front();
-    graph::Tensor* logits = find_tensor(graph, logits_name);
-    graph::Tensor* logits_f32 = find_tensor(graph, node.inputs.front());
-    graph::Tensor* log_probs = find_tensor(graph, log_probs_name);
-    if (logits == nullptr || logits_f32 == nullptr || log_probs == nullptr) continue;
-    switch (loss.impl) {
-      case LossImpl::kFullKeepLogits:
-        // Compiled (torchtitan's build_cross_entropy_loss under --training.compile):
-        // the saved 16-bit logits are the ones the caller keeps anyway.
-        compile_cross_entropy(graph, node, *upcast, *log_probs, to_bypass);
-        break;
-      case LossImpl::kFull:
-        // transformers Trainer.compute_loss returns only the loss, so the output
-        // holding the 16-bit logits is gone before backward; cross_entropy keeps
-        // only its fp32 log-probabilities (trainer.py, loss/loss_utils.py).
-        // Compiled, the loss itself saves the 16-bit logits (torchtitan
-        // components/loss.py compiles cross_entropy_loss: `del pred` then frees nothing).
-        if (compiled) {
-          compile_cross_entropy(graph, node, *upcast, *log_probs, to_bypass);
-        } else {
-          drop_save(*upcast, logits_name);
-          // The model's output still holds the 16-bit logits while the loss runs
-          // forward inside it (transformers' causal-LM forward returns them beside the
-          // loss); they go when compute_loss returns. Forward only.
-          add_forward_workspace(node, logits->elements);
-        }
-        break;
-      case LossImpl::kChunked:
-        // torchtune: the fp32 upcast and cross-entropy run chunk by chunk, and the
-        // fp32 log-probabilities of every chunk stay saved until backward; the recipe
-        // deletes the logits before backward (modules/loss/ce_chunked_output_loss.py,
-        // recipes/*). CEWithChunkedOutputLoss (torchtune <= 0.5, and the published
-        // cases) gets all 16-bit chunks from the model at once, so the logits keep
-        // their full size here; LinearCrossEntropyLoss (0.6+) never holds more than a
-        // chunk, which this over-counts by 2*T*V*(1 - 1/N) rather than risk under-counting.
-        if (compiled) {
-          // torchtune compile_loss compiles compute_cross_entropy (upcast + cross-entropy)
-          // per chunk (training/_compile.py).
-          compile_cross_entropy(graph, node, *upcast, *log_probs, to_bypass);
-          to_chunk.push_back(node.name);
-        } else {
-          // One chunk's f32 copy and, in backward, its gradients at a time.
-          drop_save(*upcast, logits_name);
-          logits_f32->elements = logits_f32->elements.divided_up(loss.chunks);
-          if (node.bwd_workspace_elements) {
-            node.bwd_workspace_elements = node.bwd_workspace_elements->divided_up(loss.chunks);
-          }
-        }
-        break;
-      case LossImpl::kShiftCopy:
-        // Model code that computes its own loss the pre-4.46 transformers way, e.g.
-        // Qwen (v1) remote code QWenLMHeadModel.forward: shift_logits =
-        // lm_logits[..., :-1, :].contiguous() (a 16-bit copy of the logits), then
-        // CrossEntropyLoss, which autocast runs in fp32 (log_softmax keeps its fp32
-        // output). Saved as `full`; the copy is one more compute-dtype element per
-        // logit alive with the fp32 upcast. The output is dropped by the Trainer.
-        drop_save(*upcast, logits_name);
-        upcast->workspace_elements = upcast->workspace_elements + logits->elements;
-        break;
-      case LossImpl::kUpcastShift:
-        // transformers before 4.49: the causal-LM forwards up to 4.45 (modeling_llama.py
-        // `logits = logits.float()`, then `shift_logits = logits[..., :-1, :].contiguous()`),
-        // ForCausalLMLoss from 4.46 to 4.48 (loss_utils.py, the same two lines) until
-        // huggingface/transformers#35646 shifted the labels instead. The shifted copy is a
-        // second fp32 tensor of the logits' size, alive with the upcast while cross-entropy
-        // runs forward. Backward is `full`'s: the slice's zero-padded fp32 gradient replaces
-        // the shifted one's, with the log-probabilities already freed (the meta-device
-        // oracle on transformers 4.44: bench/oracle). The output is dropped by the Trainer.
-        drop_save(*upcast, logits_name);
-        add_forward_workspace(node, logits_f32->elements.scaled(4 / graph::dtype_bytes(compute, 1)));
-        break;
-      case LossImpl::kFusedXentropy:
-        // flash-attn's fused cross-entropy (flash_attn/losses/cross_entropy.py,
-        // SoftmaxCrossEntropyLossFn, the loss_fn llm-foundry's MPT defaults to): one
-        // xentropy kernel reads the 16-bit logits without an fp32 copy, and
-        // save_for_backward keeps the logits, the fp32 log-sum-exp per row and the
-        // labels; backward writes the 16-bit logits' gradient (not in place).
-        to_bypass.push_back(upcast->name);
-        node.saves.push_back({logits_name, graph::SaveWhen::kAnyGrad});
-        if (const graph::Node* head = producing_node(graph, logits_name); head != nullptr && head->linear) {
-          log_probs->elements = head->linear->rows;
-          log_probs->dtype = graph::DType::kF32;
-        } else {
-          drop_save(node, log_probs->name);
-        }
-        node.workspace_elements = graph::SizeExpr{};
-        node.bwd_workspace_elements = graph::SizeExpr{};
-        break;
-      case LossImpl::kFusedLinearCe:
-        fuse_linear_cross_entropy(graph, node, *upcast, *logits, *log_probs, fp32_weights, to_bypass);
-        break;
-      case LossImpl::kNoUpcast:
-        // litgpt chunked_cross_entropy: no .float(), so log_softmax runs and saves in
-        // the logits' dtype and there is no fp32 copy; the logits stay referenced
-        // through backward (litgpt/utils.py, finetune/lora.py). In backward the
-        // gradient of the 16-bit log-probs is alive with the logits' gradient.
-        to_bypass.push_back(upcast->name);
-        node.saves.push_back({logits_name, graph::SaveWhen::kAnyGrad});
-        log_probs->dtype.reset();
-        node.workspace_elements = graph::SizeExpr{};
-        node.bwd_workspace_elements = logits->elements;
-        break;
-    }
+    std::optional<LossSite> site = find_loss_site(graph, node);
+    if (site) rewrite_loss(graph, *site, loss, compiled, fp32_weights, compute, pending);
   }
-  for (const std::string& name : to_bypass) bypass(graph, name);
-  for (const std::string& name : to_chunk) split_head_into_chunks(graph, name, loss.chunks);
+  for (const std::string& name : pending.to_bypass) bypass(graph, name);
+  for (const std::string& name : pending.to_chunk) split_head_into_chunks(graph, name, loss.chunks);
 }
 
 }  // namespace headroom::planner

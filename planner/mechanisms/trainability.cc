@@ -41,12 +41,6 @@ bool is_lora_target(const std::vector<std::string>& targets, std::string_view mo
   return false;
 }
 
-// Adds PEFT-style adapters to a linear node: y = W x + B(A(dropout(x))).
-// lora_A [r, in] and lora_B [out, r] train, in `dtype`: fp32 as PEFT keeps them
-// (get_peft_model autocast_adapter_dtype=True), or the model's 16-bit dtype as
-// torchtune and litgpt build them (model_states prices fp32 adapters at 4 bytes
-// under pure bf16). Saved for backward: A's input (x, or the dropout output
-// and its bool mask when lora dropout > 0) and B's input x·A [rows, r].
 bool any_trainable_base(const Node& node) {
   for (const Param& param : node.params) {
     if (param.trainable) return true;
@@ -54,6 +48,12 @@ bool any_trainable_base(const Node& node) {
   return false;
 }
 
+// Adds PEFT-style adapters to a linear node: y = W x + B(A(dropout(x))).
+// lora_A [r, in] and lora_B [out, r] train, in `dtype`: fp32 as PEFT keeps them
+// (get_peft_model autocast_adapter_dtype=True), or the model's 16-bit dtype as
+// torchtune and litgpt build them (model_states prices fp32 adapters at 4 bytes
+// under pure bf16). Saved for backward: A's input (x, or the dropout output
+// and its bool mask when lora dropout > 0) and B's input x·A [rows, r].
 void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora, DType dtype) {
   const graph::LinearInfo& linear = *node.linear;
   const int64_t r = lora.rank;
@@ -122,15 +122,9 @@ void quantize_linear(Node& node, bool double_quant) {
   }
 }
 
-}  // namespace
-
-bool name_matches(std::string_view pattern, std::string_view name) {
-  return fnmatch(std::string(pattern).c_str(), std::string(name).c_str(), 0) == 0;
-}
-
-Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSettings& settings) {
-  LayerGraph graph = input;
-  const bool adapters = settings.mode != TrainMode::kFull;
+// Which parameters train: the --train patterns' modules beside adapters, every
+// parameter not frozen by pattern otherwise.
+void mark_trainable(LayerGraph& graph, const RunSettings& settings, bool adapters) {
   for (Node& node : graph.nodes) {
     for (Param& param : node.params) {
       if (param.buffer) continue;  // BatchNorm statistics: never trained
@@ -142,6 +136,83 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
       }
     }
   }
+}
+
+void quantize_base_weight(LayerGraph& graph, Node& node, const RunSettings& settings) {
+  if (settings.quant == QuantFormat::kGptq) {
+    quantize_linear_gptq(graph, node, settings.gptq_group_size);
+  } else {
+    quantize_linear(node, settings.nf4_double_quant);
+  }
+}
+
+// How many linears took the main adapter and each scoped one.
+struct AdapterCounts {
+  int adapted = 0;
+  std::vector<int> scoped;
+};
+
+// Quantizes (QLoRA) and adapts every linear the settings name; `targets` are the main adapter's.
+AdapterCounts adapt_linears(LayerGraph& graph, const RunSettings& settings, const std::vector<std::string>& targets,
+                            DType adapter_dtype) {
+  AdapterCounts counts;
+  counts.scoped.assign(settings.scoped_lora.size(), 0);
+  for (Node& node : graph.nodes) {
+    if (node.op != graph::op::kLinear || !node.linear) continue;
+    if (settings.mode == TrainMode::kQlora && !any_match(settings.quantize_skip, node.name) &&
+        !any_match(settings.train_patterns, node.name)) {
+      quantize_base_weight(graph, node, settings);
+    }
+    if (any_match(settings.train_patterns, node.name)) continue;
+    // A scoped adapter (its own rank in one part of the model) wins over the main one.
+    const auto scope = std::find_if(settings.scoped_lora.begin(), settings.scoped_lora.end(),
+                                    [&](const ScopedLora& l) { return name_matches(l.scope, node.name); });
+    if (scope != settings.scoped_lora.end()) {
+      if (scope->lora.targets.empty() || is_lora_target(scope->lora.targets, node.name)) {
+        add_lora(graph, node, scope->lora, adapter_dtype);
+        ++counts.scoped[scope - settings.scoped_lora.begin()];
+      }
+      continue;
+    }
+    if (is_lora_target(targets, node.name) && !any_match(settings.lora_skip, node.name)) {
+      add_lora(graph, node, settings.lora, adapter_dtype);
+      ++counts.adapted;
+    }
+  }
+  return counts;
+}
+
+// An adapter, main or scoped, that matched no linear is a mistake in the settings.
+Status check_every_adapter_placed(const RunSettings& settings, const std::vector<std::string>& targets,
+                                  const AdapterCounts& counts) {
+  for (size_t i = 0; i < settings.scoped_lora.size(); ++i) {
+    if (counts.scoped[i] == 0) {
+      return Status::invalid_input(
+          settings.model + ": scoped_lora[" + std::to_string(i) +
+          "]: no linear module matches scope " + settings.scoped_lora[i].scope +
+          (settings.scoped_lora[i].lora.targets.empty() ? "" : " and its targets") +
+          " (expected a glob over the model's module names, such as *vision_tower*)");
+    }
+  }
+  if (counts.adapted == 0) {
+    std::string listed;
+    for (const std::string& target : targets) listed += (listed.empty() ? "" : ", ") + target;
+    return Status::invalid_input(settings.model + ": lora.targets: no linear module matches [" +
+                                 listed + "] (expected module-name suffixes such as q_proj)");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool name_matches(std::string_view pattern, std::string_view name) {
+  return fnmatch(std::string(pattern).c_str(), std::string(name).c_str(), 0) == 0;
+}
+
+Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSettings& settings) {
+  LayerGraph graph = input;
+  const bool adapters = settings.mode != TrainMode::kFull;
+  mark_trainable(graph, settings, adapters);
   if (!adapters) {
     if (graph.trainable_parameter_count() == 0) {
       return Status::invalid_input(
@@ -154,49 +225,8 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
   // The top of the band: fp32 adapters unless the stack or the user says otherwise.
   const DType adapter_dtype =
       resolve_stack(settings).top.adapter_dtype == AdapterDtype::kFp32 ? DType::kF32 : DType::kBF16;
-  int adapted = 0;
-  std::vector<int> scoped_adapted(settings.scoped_lora.size(), 0);
-  for (Node& node : graph.nodes) {
-    if (node.op != graph::op::kLinear || !node.linear) continue;
-    if (settings.mode == TrainMode::kQlora && !any_match(settings.quantize_skip, node.name) &&
-        !any_match(settings.train_patterns, node.name)) {
-      if (settings.quant == QuantFormat::kGptq) {
-        quantize_linear_gptq(graph, node, settings.gptq_group_size);
-      } else {
-        quantize_linear(node, settings.nf4_double_quant);
-      }
-    }
-    if (any_match(settings.train_patterns, node.name)) continue;
-    // A scoped adapter (its own rank in one part of the model) wins over the main one.
-    const auto scope = std::find_if(settings.scoped_lora.begin(), settings.scoped_lora.end(),
-                                    [&](const ScopedLora& l) { return name_matches(l.scope, node.name); });
-    if (scope != settings.scoped_lora.end()) {
-      if (scope->lora.targets.empty() || is_lora_target(scope->lora.targets, node.name)) {
-        add_lora(graph, node, scope->lora, adapter_dtype);
-        ++scoped_adapted[scope - settings.scoped_lora.begin()];
-      }
-      continue;
-    }
-    if (is_lora_target(targets, node.name) && !any_match(settings.lora_skip, node.name)) {
-      add_lora(graph, node, settings.lora, adapter_dtype);
-      ++adapted;
-    }
-  }
-  for (size_t i = 0; i < settings.scoped_lora.size(); ++i) {
-    if (scoped_adapted[i] == 0) {
-      return Status::invalid_input(
-          settings.model + ": scoped_lora[" + std::to_string(i) +
-          "]: no linear module matches scope " + settings.scoped_lora[i].scope +
-          (settings.scoped_lora[i].lora.targets.empty() ? "" : " and its targets") +
-          " (expected a glob over the model's module names, such as *vision_tower*)");
-    }
-  }
-  if (adapted == 0) {
-    std::string listed;
-    for (const std::string& target : targets) listed += (listed.empty() ? "" : ", ") + target;
-    return Status::invalid_input(settings.model + ": lora.targets: no linear module matches [" +
-                                 listed + "] (expected module-name suffixes such as q_proj)");
-  }
+  const AdapterCounts counts = adapt_linears(graph, settings, targets, adapter_dtype);
+  if (Status placed = check_every_adapter_placed(settings, targets, counts); !placed.is_ok()) return placed;
   return graph;
 }
 

@@ -98,6 +98,76 @@ std::pair<int, int> best_final(const Frontier& last) {
   return {best_choice, best_index};
 }
 
+// How the solver counts stored bytes: in units of `unit`, rounded up.
+struct UnitScale {
+  int64_t unit = 0;
+  int64_t room = 0;       // allocator bytes left for stored activations and a block's local peak
+  int64_t max_units = 0;  // a bound on stored units, for the bucket prune
+  int64_t units(int64_t bytes) const { return (bytes + unit - 1) / unit; }
+};
+
+UnitScale unit_scale(const StepModel& model, int64_t room, const SolverOptions& options) {
+  UnitScale scale;
+  scale.room = room;
+  scale.unit = options.unit_bytes > 0 ? options.unit_bytes
+                                      : std::max(kDefaultUnitBytes, (room + kMaxUnitsInRoom - 1) / kMaxUnitsInRoom);
+  // Stored units can exceed room/unit only by the last block's share; bound generously.
+  scale.max_units = room / scale.unit + 1;
+  for (const BlockProfile& block : model.blocks) {
+    scale.max_units = std::max(scale.max_units, room / scale.unit + scale.units(block.keep) + 1);
+  }
+  return scale;
+}
+
+// Fills `into` with the frontier of block k under kChoices[c], grown from the
+// previous block's frontiers and pruned. `buckets` is prune_buckets' scratch.
+void grow_frontier(const StepModel& model, int k, size_t c, const Frontier& previous, const UnitScale& scale,
+                   std::vector<int32_t>& buckets, std::vector<Entry>& into) {
+  const BlockChoice choice = kChoices[c];
+  into.clear();
+  if (!choice_allowed(model, k, choice)) return;
+  // A checkpointed block's cached weight casts stay through the rest of the forward
+  // (walk_step); counting them as stored in backward too keeps every plan sound.
+  const int64_t cache = choice == BlockChoice::kCheckpoint ? model.blocks[k].cast_cache : 0;
+  const int64_t stored = scale.units(stored_bytes(model.blocks[k], choice) + cache);
+  const double ms = block_ms(model, k, choice);
+  if (k == 0) {
+    if (local_peak(model, 0, BlockChoice::kKeep, choice) <= scale.room) into.push_back(Entry{stored, ms, -1, 0});
+    return;
+  }
+  for (size_t p = 0; p < kChoices.size(); ++p) {
+    const std::vector<Entry>& from = previous[p];
+    if (from.empty()) continue;
+    const int64_t local = local_peak(model, k, kChoices[p], choice);
+    for (size_t i = 0; i < from.size(); ++i) {
+      // `from` is sorted by stored bytes: once one is too big, all later are.
+      if (from[i].stored * scale.unit + local > scale.room) break;
+      into.push_back(Entry{from[i].stored + stored, from[i].ms + ms, static_cast<int32_t>(i),
+                           static_cast<uint8_t>(p)});
+    }
+  }
+  if (scale.max_units <= kMaxBucketUnits) {
+    prune_buckets(into, buckets, scale.max_units);
+  } else {
+    prune(into);
+  }
+}
+
+using Backs = std::vector<std::array<std::vector<Back>, 3>>;  // per block, per choice
+
+// The choices of every block, following the back pointers from the last block's entry.
+std::vector<BlockChoice> trace_back(const Backs& backs, int choice, int index) {
+  const int n = static_cast<int>(backs.size());
+  std::vector<BlockChoice> choices(n, BlockChoice::kKeep);
+  for (int k = n - 1; k >= 0; --k) {
+    const Back back = backs[k][choice][index];
+    choices[k] = kChoices[choice];
+    index = back.parent;
+    choice = back.parent_choice;
+  }
+  return choices;
+}
+
 }  // namespace
 
 BlockSolution solve_blocks(const StepModel& model, int64_t budget, const SolverOptions& options) {
@@ -106,50 +176,17 @@ BlockSolution solve_blocks(const StepModel& model, int64_t budget, const SolverO
   if (n == 0 || !optimizer_step_fits(model, budget)) return out;
   const int64_t room = budget - model.base - model.gathered;
   if (room < 0) return out;
-  const int64_t unit = options.unit_bytes > 0
-                           ? options.unit_bytes
-                           : std::max(kDefaultUnitBytes, (room + kMaxUnitsInRoom - 1) / kMaxUnitsInRoom);
-  out.unit_bytes = unit;
-  auto units = [unit](int64_t bytes) { return (bytes + unit - 1) / unit; };
-  // Stored units can exceed room/unit only by the last block's share; bound generously.
-  int64_t max_units = room / unit + 1;
-  for (const BlockProfile& block : model.blocks) max_units = std::max(max_units, room / unit + units(block.keep) + 1);
+  const UnitScale scale = unit_scale(model, room, options);
+  out.unit_bytes = scale.unit;
   std::vector<int32_t> buckets;
 
   Frontier previous;
   Frontier current;
-  std::vector<std::array<std::vector<Back>, 3>> backs(n);
+  Backs backs(n);
   for (int k = 0; k < n; ++k) {
     for (size_t c = 0; c < kChoices.size(); ++c) {
-      const BlockChoice choice = kChoices[c];
-      std::vector<Entry>& into = current[c];
-      into.clear();
-      if (!choice_allowed(model, k, choice)) continue;
-      // A checkpointed block's cached weight casts stay through the rest of the forward
-      // (walk_step); counting them as stored in backward too keeps every plan sound.
-      const int64_t cache = choice == BlockChoice::kCheckpoint ? model.blocks[k].cast_cache : 0;
-      const int64_t stored = units(stored_bytes(model.blocks[k], choice) + cache);
-      const double ms = block_ms(model, k, choice);
-      if (k == 0) {
-        if (local_peak(model, 0, BlockChoice::kKeep, choice) <= room) into.push_back(Entry{stored, ms, -1, 0});
-      } else {
-        for (size_t p = 0; p < kChoices.size(); ++p) {
-          const std::vector<Entry>& from = previous[p];
-          if (from.empty()) continue;
-          const int64_t local = local_peak(model, k, kChoices[p], choice);
-          for (size_t i = 0; i < from.size(); ++i) {
-            // `from` is sorted by stored bytes: once one is too big, all later are.
-            if (from[i].stored * unit + local > room) break;
-            into.push_back(Entry{from[i].stored + stored, from[i].ms + ms, static_cast<int32_t>(i),
-                                 static_cast<uint8_t>(p)});
-          }
-        }
-        if (max_units <= kMaxBucketUnits) {
-          prune_buckets(into, buckets, max_units);
-        } else {
-          prune(into);
-        }
-      }
+      const std::vector<Entry>& into = current[c];
+      grow_frontier(model, k, c, previous, scale, buckets, current[c]);
       backs[k][c].reserve(into.size());
       for (const Entry& entry : into) backs[k][c].push_back(Back{entry.parent, entry.parent_choice});
       out.frontier_entries += static_cast<int64_t>(into.size());
@@ -157,17 +194,11 @@ BlockSolution solve_blocks(const StepModel& model, int64_t budget, const SolverO
     std::swap(previous, current);
   }
 
-  auto [choice, index] = best_final(previous);
+  const auto [choice, index] = best_final(previous);
   if (choice < 0) return out;
   out.feasible = true;
   out.micro_step_ms = previous[choice][index].ms;
-  out.choices.assign(n, BlockChoice::kKeep);
-  for (int k = n - 1; k >= 0; --k) {
-    const Back back = backs[k][choice][index];
-    out.choices[k] = kChoices[choice];
-    index = back.parent;
-    choice = back.parent_choice;
-  }
+  out.choices = trace_back(backs, choice, index);
   out.peak = walk_step(model, out.choices, 0).bytes;
   return out;
 }

@@ -264,33 +264,62 @@ NodeTimes fused_node_times(const LayerGraph& graph, const GraphAnalysis& analysi
   return out;
 }
 
-}  // namespace
+// The tensor cores' peak for a node: fp8 for an fp8 linear, else the compute dtype's.
+double peak_tflops(const GpuSpec& gpu, DType compute, bool fp8) {
+  return fp8                      ? gpu.fp8_tflops
+         : compute == DType::kF32 ? gpu.fp32_tflops
+         : compute == DType::kF16 ? gpu.fp16_tflops
+                                  : gpu.bf16_tflops;
+}
 
-NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int n, DType compute,
-                     int64_t batch, int64_t seq, const GpuSpec& gpu, const TimeModelOptions& given) {
-  const Node& node = graph.nodes[n];
-  // An fp8 linear runs its forward GEMM and both backward GEMMs as
-  // torch._scaled_mm on the fp8 tensor cores (planner/mechanisms/float8_linear.h), at the
-  // published fp8 matmul efficiency where there is one.
-  const bool fp8 = is_float8_linear(node);
-  TimeModelOptions options = given;
-  if (fp8 && gpu.fp8_matmul_efficiency > 0) options.matmul_efficiency = gpu.fp8_matmul_efficiency;
-  const double tflops = fp8                      ? gpu.fp8_tflops
-                        : compute == DType::kF32 ? gpu.fp32_tflops
-                        : compute == DType::kF16 ? gpu.fp16_tflops
-                                                 : gpu.bf16_tflops;
-  if (options.fused && options.fused->kernel_of[n] >= 0) {
-    NodeTimes out = fused_node_times(graph, analysis, n, options.fused->kernels[options.fused->kernel_of[n]],
-                                     compute, batch, seq, tflops, gpu, options);
-    out.bwd_ms += float8_cast_ms(node, analysis, n, compute, batch, seq, gpu, options);
-    return out;
+// What an eager node moves in forward, in bytes.
+struct EagerTraffic {
+  double element_bytes = 0;  // one compute-dtype element
+  double io = 0;             // activations read and written
+  double weights = 0;        // weights, as the kernel reads them
+};
+
+EagerTraffic eager_traffic(const Node& node, DType compute, bool fp8, int64_t batch, int64_t seq) {
+  EagerTraffic traffic;
+  traffic.element_bytes = graph::dtype_bits(compute) / 8.0;
+  traffic.io = static_cast<double>(node.fwd_io_elements.at(batch, seq)) * traffic.element_bytes +
+               static_cast<double>(node.fwd_io_f32_elements.at(batch, seq)) * 4.0;
+  traffic.weights = weight_bytes(node, fp8 ? DType::kF8E4M3 : compute);  // an fp8 GEMM reads the fp8 copy
+  return traffic;
+}
+
+// The bytes an eager node's backward moves.
+double eager_backward_bytes(const LayerGraph& graph, const Node& node, const EagerTraffic& traffic,
+                            bool view_forward, bool param_grad, int64_t batch, int64_t seq) {
+  // A view's backward reads the parts' gradients and writes the input's, once each
+  // (its io), and so does a dtype cast's: ToCopyBackward converts the gradient
+  // back with one copy (derivatives.yaml, _to_copy: _to_copy_backward). Other ops
+  // read the gradient and what they saved, about twice theirs.
+  // (torchao's fp8 casts, "<linear>.input_fp8" / ".weight_fp8" (float8_linear.cc),
+  // keep the generic pricing.)
+  const bool dtype_cast = node.op == graph::op::kCast && !node.name.ends_with("_fp8");
+  const bool one_copy_backward = view_forward || dtype_cast;
+  double bwd_bytes = (one_copy_backward ? traffic.io : 2 * traffic.io) + traffic.weights;
+  if (node.op == graph::op::kFusedLinearCe && !node.outputs.empty()) {
+    // Liger's fused linear cross-entropy made its gradients in forward; backward
+    // scales them in place (element_mul_kernel): grad_input [BT, H] (its output's
+    // size here) and grad_weight when the weight trains, each read and written.
+    const graph::Tensor* grad_input = graph.find_tensor(node.outputs.front());
+    const double grad_input_bytes =
+        grad_input ? static_cast<double>(grad_input->elements.at(batch, seq)) * traffic.element_bytes : 0.0;
+    bwd_bytes = 2 * grad_input_bytes + (param_grad ? 2 * traffic.weights : 0.0);
   }
-  const double element_bytes = graph::dtype_bits(compute) / 8.0;
+  return bwd_bytes;
+}
+
+// node_times for a node that runs as its own kernel (eager, or an extern kernel when compiled).
+NodeTimes eager_node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int n, DType compute,
+                           int64_t batch, int64_t seq, double tflops, const GpuSpec& gpu,
+                           const TimeModelOptions& options, bool fp8) {
+  const Node& node = graph.nodes[n];
   NodeTimes out;
   out.fwd_flops = static_cast<double>(node.fwd_flops.at(batch, seq));
-  const double io = static_cast<double>(node.fwd_io_elements.at(batch, seq)) * element_bytes +
-                    static_cast<double>(node.fwd_io_f32_elements.at(batch, seq)) * 4.0;
-  const double weights = weight_bytes(node, fp8 ? DType::kF8E4M3 : compute);  // an fp8 GEMM reads the fp8 copy
+  const EagerTraffic traffic = eager_traffic(node, compute, fp8, batch, seq);
   // A slower kernel costs as if it did proportionally more work at the same rate:
   // the fused attention kernel at its own efficiency, FlexAttention slower still.
   const bool attention = graph::op_traits(node.op).attention_kernel;
@@ -309,31 +338,36 @@ NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int
   if (input_grad || param_grad) out.bwd_flops = backward_flops(node, analysis, n, batch, seq);
   const GemmFlops gemm = tiled_gemm_flops(node, analysis, n, batch, seq, out.fwd_flops, out.bwd_flops, gpu);
   out.fwd_ms = view_forward ? 0.0
-                            : roofline_ms(gemm.fwd * attention_fwd / fused_attention_speed(node.op, false), io + weights, tflops,
-                                          gpu.memory_bandwidth_gbps, options) + kLaunchMs + dequantize + gptq_unpack;
+                            : roofline_ms(gemm.fwd * attention_fwd / fused_attention_speed(node.op, false),
+                                          traffic.io + traffic.weights, tflops, gpu.memory_bandwidth_gbps, options) +
+                                  kLaunchMs + dequantize + gptq_unpack;
   if (!input_grad && !param_grad) return out;
-  // A view's backward reads the parts' gradients and writes the input's, once each
-  // (its io), and so does a dtype cast's: ToCopyBackward converts the gradient
-  // back with one copy (derivatives.yaml, _to_copy: _to_copy_backward). Other ops
-  // read the gradient and what they saved, about twice theirs.
-  // (torchao's fp8 casts, "<linear>.input_fp8" / ".weight_fp8" (float8_linear.cc),
-  // keep the generic pricing.)
-  const bool dtype_cast = node.op == graph::op::kCast && !node.name.ends_with("_fp8");
-  const bool one_copy_backward = view_forward || dtype_cast;
-  double bwd_bytes = (one_copy_backward ? io : 2 * io) + weights;
-  if (node.op == graph::op::kFusedLinearCe && !node.outputs.empty()) {
-    // Liger's fused linear cross-entropy made its gradients in forward; backward
-    // scales them in place (element_mul_kernel): grad_input [BT, H] (its output's
-    // size here) and grad_weight when the weight trains, each read and written.
-    const graph::Tensor* grad_input = graph.find_tensor(node.outputs.front());
-    const double grad_input_bytes =
-        grad_input ? static_cast<double>(grad_input->elements.at(batch, seq)) * element_bytes : 0.0;
-    bwd_bytes = 2 * grad_input_bytes + (param_grad ? 2 * weights : 0.0);
-  }
+  const double bwd_bytes = eager_backward_bytes(graph, node, traffic, view_forward, param_grad, batch, seq);
   out.bwd_ms = roofline_ms(gemm.bwd * attention_bwd / fused_attention_speed(node.op, true), bwd_bytes, tflops,
                            gpu.memory_bandwidth_gbps, options) + 2 * kLaunchMs + (input_grad ? dequantize : 0.0) +
                float8_cast_ms(node, analysis, n, compute, batch, seq, gpu, options);
   return out;
+}
+
+}  // namespace
+
+NodeTimes node_times(const LayerGraph& graph, const GraphAnalysis& analysis, int n, DType compute,
+                     int64_t batch, int64_t seq, const GpuSpec& gpu, const TimeModelOptions& given) {
+  const Node& node = graph.nodes[n];
+  // An fp8 linear runs its forward GEMM and both backward GEMMs as
+  // torch._scaled_mm on the fp8 tensor cores (planner/mechanisms/float8_linear.h), at the
+  // published fp8 matmul efficiency where there is one.
+  const bool fp8 = is_float8_linear(node);
+  TimeModelOptions options = given;
+  if (fp8 && gpu.fp8_matmul_efficiency > 0) options.matmul_efficiency = gpu.fp8_matmul_efficiency;
+  const double tflops = peak_tflops(gpu, compute, fp8);
+  if (options.fused && options.fused->kernel_of[n] >= 0) {
+    NodeTimes out = fused_node_times(graph, analysis, n, options.fused->kernels[options.fused->kernel_of[n]],
+                                     compute, batch, seq, tflops, gpu, options);
+    out.bwd_ms += float8_cast_ms(node, analysis, n, compute, batch, seq, gpu, options);
+    return out;
+  }
+  return eager_node_times(graph, analysis, n, compute, batch, seq, tflops, gpu, options, fp8);
 }
 
 namespace {
