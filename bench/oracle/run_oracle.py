@@ -29,8 +29,8 @@ from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers
 from meta_recorder import CATEGORIES, Recorder, recording  # noqa: E402
 from report import write_atomically  # noqa: E402
 
-STACKS = {"hf-trainer": "stacks.hf_trainer"}
-_PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl")
+STACKS = {"hf-trainer": "stacks.hf_trainer", "torchtune": "stacks.torchtune"}
+_PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl", "torchtune", "torchao")
 
 
 def versions() -> dict:
