@@ -12,8 +12,10 @@ fi
 if ! scripts/setup_exporter.sh >/dev/null 2>>.venv-setup.log; then
   echo "run_tests: WARNING: the exporter's packages could not be installed (see .venv-setup.log); its tests are skipped" >&2
 fi
-if ! bench/oracle/setup_env.sh hf5 >/dev/null 2>>.venv-setup.log; then
-  echo "run_tests: WARNING: the oracle's pinned environment could not be made (see .venv-setup.log); its tests are skipped" >&2
-fi
+for env in hf5 tt; do  # the oracle's Trainer and torchtune stacks (bench/oracle/envs/)
+  if ! bench/oracle/setup_env.sh "$env" >/dev/null 2>>.venv-setup.log; then
+    echo "run_tests: WARNING: the oracle's pinned environment $env could not be made (see .venv-setup.log); its tests are skipped" >&2
+  fi
+done
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"

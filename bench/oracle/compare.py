@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from flags import headroom_flags, model_path  # noqa: E402
+from flags import config_text, headroom_flags, model_path  # noqa: E402
 from grid import expand_grid  # noqa: E402
 from report import write_atomically, write_report  # noqa: E402
 
@@ -99,6 +99,8 @@ def compare_one(spec: dict, truth: dict, seconds: float, headroom: str) -> dict:
     row["versions"] = truth["versions"]
     row["command"] = " ".join(os.path.relpath(a, ROOT) if a.startswith(ROOT) else a
                               for a in guess["command"])
+    if config_text(spec) is not None:
+        row["config_text"] = config_text(spec)  # the file the command names, for the reader
     return row
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
+
+from stacks.torchtune_config import recipe_config, to_yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,6 +25,8 @@ def _release(text: str) -> tuple:
 def headroom_flags(spec: dict) -> list:
     if "world_size" in spec:
         return sharded_flags(spec)
+    if spec["stack"] == "torchtune":
+        return torchtune_flags(spec)
     flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", spec["stack"],
              "--precision", spec["precision"], "--batch", str(spec["batch"]),
              "--seq", str(spec["seq"])]
@@ -69,4 +75,62 @@ def sharded_flags(spec: dict) -> list:
                   "--reduce-dtype", "fp32" if spec["precision"] == "bf16-mixed" else "param"]
         if zero == "3" or spec["precision"] == "bf16":  # where headroom has autocast to pin
             flags += ["--autocast", "off"]
+    return flags
+
+
+# -- torchtune ---------------------------------------------------------------------
+# torchtune's LoRA module names as the HF config folders name them (headroom's
+# importer maps them so for --torchtune: planner/configs/torchtune_import.cc read_lora)
+_TORCHTUNE_LORA = {"q_proj": ["q_proj"], "k_proj": ["k_proj"], "v_proj": ["v_proj"], "output_proj": ["o_proj"]}
+_TORCHTUNE_MLP = ["gate_proj", "up_proj", "down_proj"]  # apply_lora_to_mlp: w1, w3, w2
+
+
+def config_text(spec: dict):
+    """The config file a run gives headroom besides its flags (a torchtune YAML), or None."""
+    if spec["stack"] == "torchtune" and spec.get("via", "yaml") == "yaml":
+        return torchtune_yaml(spec)
+    return None
+
+
+def torchtune_yaml(spec: dict) -> str:
+    """The recipe config of the run, as the user writes it (stacks/torchtune_config.py)."""
+    return to_yaml(recipe_config(spec)) + "\n"
+
+
+def _written(text: str) -> str:
+    """A file holding `text`, named by its content (runs in parallel never clash)."""
+    folder = os.path.join(tempfile.gettempdir(), "headroom-oracle")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"torchtune-{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml")
+    if not os.path.exists(path):
+        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
+            f.write(text)
+        os.replace(f.name, path)
+    return path
+
+
+def torchtune_flags(spec: dict) -> list:
+    """`headroom fit` for a torchtune run. `via: yaml` (default): the recipe config,
+    read by headroom's importer (`--torchtune`), the model its builder, and --seq
+    (the configs leave tokenizer.max_seq_len null: the data decides). `via: flags`,
+    for builders headroom's importer does not know (Qwen2.5, the tiny test model):
+    the config.json folder with the builder's dimensions (stacks/torchtune.py checks
+    them) and the flags a torchtune user gives."""
+    tail = ["--gpu", spec.get("gpu", "h200"), "--seq", str(spec["seq"])]
+    if spec.get("via", "yaml") == "yaml":
+        return ["--torchtune", _written(torchtune_yaml(spec)), *tail]
+    flags = [model_path(spec), *tail, "--stack", "torchtune", "--precision", "bf16",
+             "--batch", str(spec["batch"]), "--mode", spec["method"]]
+    if spec["method"] == "lora":
+        targets = [name for t in spec["lora_targets"] for name in _TORCHTUNE_LORA[t]]
+        targets += _TORCHTUNE_MLP if spec.get("lora_mlp", False) else []
+        flags += ["--lora-rank", str(spec.get("lora_rank", 16)), "--lora-targets", ",".join(targets),
+                  "--lora-dropout", str(spec.get("lora_dropout", 0.0))]
+    if spec.get("checkpointing", "none") != "none":
+        flags += ["--checkpointing", "every"]
+    if spec.get("offload", False):
+        flags.append("--offload-checkpoint-inputs")
+    flags += ["--optimizer-impl", spec.get("optimizer", "fused")]
+    loss = spec.get("loss", "chunked")
+    flags += ["--loss", f"chunked:{spec.get('num_output_chunks', 8)}" if loss == "chunked" else "full"]
     return flags

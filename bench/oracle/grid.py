@@ -2,11 +2,11 @@
 
     {"base": {...keys every run shares...},
      "groups": [{"axes": {"model": [...], "batch_seq": [[1, 512], [2, 2048]], ...},
-                 "set": {...keys this group fixes...}}]}
+                 "set": {...keys this group fixes...}, "tag": "in-backward"}]}
 
 Every group is the cartesian product of its axes over `base` and `set`;
 `batch_seq` sets `batch` and `seq` together. Each run gets a name from the
-values that vary.
+values that vary, and the group's `tag` (what its `set` changes) when it has one.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def expand_grid(path: str) -> list:
                     run[key] = value
             env = f"[{run['env']}]" if "env" in run else ""
             rest = [k for k in keys if k not in ("model", "method")]
-            run["name"] = run["stack"] + env + "/" + _name(run, ["model", "method"] + rest)
+            tag = f"/{group['tag']}" if "tag" in group else ""
+            run["name"] = run["stack"] + env + "/" + _name(run, ["model", "method"] + rest) + tag
             runs.append(run)
     return runs

@@ -29,9 +29,9 @@ from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers
 from meta_recorder import CATEGORIES, Recorder, recording  # noqa: E402
 from report import write_atomically  # noqa: E402
 
-STACKS = {"hf-trainer": "stacks.hf_trainer"}
+STACKS = {"hf-trainer": "stacks.hf_trainer", "torchtune": "stacks.torchtune"}
 STACKS["fsdp2"] = "stacks.fsdp2"  # torch's fully_shard in a plain loop, fake process group (fake_pg.py)
-_PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl")
+_PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl", "torchtune", "torchao")
 
 
 def versions() -> dict:

@@ -2,9 +2,10 @@
 # CTest label oracle: the meta-device oracle (bench/oracle). SUITE is "recorder"
 # (the recorder and its CUDA shims, torch only: .venv), "hf-trainer" (the
 # Trainer's step on a tiny Llama beside headroom: .venv-oracle/hf5, made by
-# bench/oracle/setup_env.sh hf5) or "fsdp2" (fully_shard on the fake process group,
-# a tiny Llama, hand-counted: .venv-oracle/hf5). Exit 77 (skip) when the
-# environment is missing.
+# bench/oracle/setup_env.sh hf5), "fsdp2" (fully_shard on the fake process group,
+# a tiny Llama, hand-counted: .venv-oracle/hf5) or "torchtune" (torchtune's
+# single-device recipes on a tiny Llama beside headroom: .venv-oracle/tt,
+# bench/oracle/setup_env.sh tt). Exit 77 (skip) when the environment is missing.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 suite="$1"
@@ -21,5 +22,9 @@ case "$suite" in
     python="$root/.venv-oracle/hf5/bin/python"
     [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh hf5)"; exit 77; }
     ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_fsdp2_tiny.py" ;;
-  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer or fsdp2)" >&2; exit 2 ;;
+  torchtune)
+    python="$root/.venv-oracle/tt/bin/python"
+    [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh tt)"; exit 77; }
+    ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_torchtune_tiny.py" ;;
+  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2 or torchtune)" >&2; exit 2 ;;
 esac

@@ -1,0 +1,101 @@
+"""torchtune's single-device recipes on a tiny Llama, through the whole oracle (label oracle).
+
+Runs bench/oracle/compare.py's path end to end on a 4-layer model built by
+torchtune's own component builder (`llama3_2` with the tiny-llama config.json's
+dimensions; the stack checks they agree): run_oracle.py under the pinned `tt`
+environment, the recipes' `setup` and `train`, and headroom's `fit --json` for the
+same run. The checks are the oracle's invariants (LoRA adapters and their AdamW
+states in bf16, checkpointing and activation offloading save less, the optimizer
+in backward keeps no gradient past its update) and headroom's agreement where it
+is known to hold, so that a change to either side that breaks it fails here.
+"""
+
+import os
+import sys
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench", "oracle"))
+
+from compare import compare_one, oracle_batch  # noqa: E402
+
+PYTHON = os.environ["ORACLE_PYTHON"]
+HEADROOM = os.environ["HEADROOM"]
+# tests/data/oracle/tiny-llama/config.json, as torchtune's llama3_2 component builder takes it
+TINY = {"vocab_size": 8192, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2, "embed_dim": 256,
+        "max_seq_len": 2048, "intermediate_dim": 688, "norm_eps": 1e-05, "rope_base": 10000,
+        "tie_word_embeddings": False}
+# LoRA r 16 on q_proj [256 -> 256] and v_proj [256 -> 128], 4 layers, bf16 (torchtune
+# builds the adapters under the model's dtype)
+ADAPTER_BYTES = 2 * 4 * 16 * ((256 + 256) + (256 + 128))
+ADAPTER_TENSORS = 4 * 2 * 2
+BASE = {"stack": "torchtune", "model": "tests/data/oracle/tiny-llama", "via": "flags",
+        "builder": "torchtune.models.llama3_2.llama3_2", "builder_args": TINY,
+        "lora_targets": ["q_proj", "v_proj"], "batch": 2, "seq": 256, "steps": 2}
+
+
+def spec(name, **keys):
+    return dict(BASE, name=name, **keys)
+
+
+class TinyTorchtuneTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        specs = [spec("full", method="full"),
+                 spec("full-in-backward", method="full", optimizer="in-backward"),
+                 spec("full-ckpt", method="full", checkpointing="non-reentrant"),
+                 spec("lora", method="lora"),
+                 spec("lora-ckpt", method="lora", checkpointing="non-reentrant"),
+                 spec("lora-offload", method="lora", checkpointing="non-reentrant", offload=True)]
+        cls.truths = dict(zip([s["name"] for s in specs], oracle_batch(specs, PYTHON)))
+        cls.rows = {s["name"]: compare_one(s, cls.truths[s["name"]], 0.0, HEADROOM) for s in specs}
+
+    def test_every_run_ran(self):
+        for name, row in self.rows.items():
+            self.assertNotIn("error", row, f"{name}: {row.get('error')}")
+
+    def test_lora_adapters_and_states_are_bf16(self):
+        lora = self.rows["lora"]
+        self.assertEqual(lora["oracle_at_peak"]["gradients"], 0)  # adapters' grads come after the peak
+        # fused AdamW: exp_avg and exp_avg_sq in the adapters' bf16, a float32 step on the device
+        self.assertEqual(lora["oracle_at_peak"]["optimizer_states"], 2 * ADAPTER_BYTES + 4 * ADAPTER_TENSORS)
+        self.assertEqual(lora["oracle_at_peak"]["parameters"] - self.rows["full"]["oracle_at_peak"]["parameters"],
+                         ADAPTER_BYTES)
+
+    def test_checkpointing_and_offloading_save_less(self):
+        full, full_ckpt = self.rows["full"], self.rows["full-ckpt"]
+        self.assertLess(full_ckpt["oracle_at_peak"]["activations"], full["oracle_at_peak"]["activations"])
+        lora_ckpt, offload = self.rows["lora-ckpt"], self.rows["lora-offload"]
+        self.assertLess(offload["oracle_at_peak"]["activations"], lora_ckpt["oracle_at_peak"]["activations"])
+        self.assertLessEqual(offload["oracle_bytes"], lora_ckpt["oracle_bytes"])
+
+    def test_optimizer_in_backward_steps_in_backward(self):
+        # register_optim_in_bwd_hooks: each parameter's fused AdamW runs in its
+        # post-accumulate-grad hook, so the step has no optimizer phase of its own
+        in_backward, full = self.truths["full-in-backward"]["ops"], self.truths["full"]["ops"]
+        self.assertNotIn("step1.optimizer", in_backward)
+        self.assertEqual(in_backward["step1.forward_backward"]["by_name"].get("_fused_adamw_"), 39)
+        self.assertEqual(full["step1.optimizer"]["by_name"].get("_fused_adamw_"), 1)
+        self.assertEqual(self.rows["full-in-backward"]["oracle_at_peak"]["gradients"], 0)
+
+    def test_headroom_agrees_within_the_issue_target(self):
+        # ground-truth issue's bar: within 2% (all four within 1.6% today)
+        for name in ("full", "full-in-backward", "lora-ckpt", "lora-offload"):
+            self.assertLess(abs(self.rows[name]["error_pct"]), 2.0, name)
+
+    def test_headroom_known_differences_stay_bounded(self):
+        # Two mechanisms bench/oracle/README.md names for torchtune, at their size on this
+        # vocabulary-heavy tiny model. Over (+2.2%): headroom prices the chunked loss's
+        # backward as one node, all chunks' fp32 log-probabilities beside one chunk's
+        # gradients and the head's weight gradient, where the recipe frees each chunk's
+        # as its backward runs; with checkpointing that high point is above the oracle's,
+        # the end of the loss's forward. Under (-2.5%): the key/value copies torchtune's
+        # GQA expansion saves for SDPA and the RoPE cache buffer, which headroom does not
+        # price. A fix to either side moves these; then hold them to the 2% above.
+        self.assertGreater(self.rows["full-ckpt"]["error_pct"], 0.0)
+        self.assertLess(self.rows["full-ckpt"]["error_pct"], 3.0)
+        self.assertLess(self.rows["lora"]["error_pct"], 0.0)
+        self.assertGreater(self.rows["lora"]["error_pct"], -3.0)
+
+if __name__ == "__main__":
+    unittest.main()
