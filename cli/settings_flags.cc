@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "planner/configs/deepspeed_import.h"
+#include "planner/configs/pip_freeze.h"
 #include "reports/units.h"
 
 namespace headroom::cli {
@@ -288,6 +289,23 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) {
        return set_on_off(v, s.autocast);
      }},
+    {"--versions", "PKG=REL,...", kTraining,
+     "the library releases the run uses, where a release changes what is allocated: transformers (the "
+     "Trainer's loss, default optimizer and SDPA over grouped K/V), torch, peft (the adapters' dtype), e.g. "
+     "transformers=4.44.2,peft=0.12.0; without them the band covers the releases that differ (docs/stacks.md, "
+     "\"Releases\")",
+     true,
+     [](RunSettings& s, std::string_view v) { return planner::parse_versions(v, "", s.versions); }},
+    {"--pip-freeze", "FILE", kTraining,
+     "the output of pip freeze in the run's environment: the releases --versions takes, read from it (other "
+     "packages are skipped)",
+     true,
+     [](RunSettings& s, std::string_view v) { return planner::read_pip_freeze(std::string(v), s.versions); }},
+    {"--repeat-kv", "on|off", kTraining,
+     "attention sdpa over grouped K/V: whether K and V are copied to every head first (on: transformers before "
+     "4.54, repeat_kv; off: SDPA's enable_gqa); default: as the stack and --versions say (docs/stacks.md)",
+     false,
+     [](RunSettings& s, std::string_view v) { return set_on_off(v, s.repeat_kv); }},
     {"--quant", "FORMAT", kTraining,
      "QLoRA's frozen base: nf4 (bitsandbytes, default) or gptq (a GPTQ int4 checkpoint through AutoGPTQ's "
      "QuantLinear, which keeps the unpacked 16-bit weight for backward; docs/memory-model.md)",

@@ -17,7 +17,8 @@ std::string layer_prefix(const std::string& prefix, int64_t i) {
 // Attention core shared by Llama and Qwen: RoPE on q and k, then attention.
 // Eager: HF repeat_kv copies k and v up to all heads before the matmuls, and
 // the [B, H, S, D] output is made contiguous as [B, S, H*D] before o_proj.
-// SDPA/flash take the grouped k, v as they are, and their output is already
+// SDPA/flash take the grouped k, v as they are (transformers >= 4.54: enable_gqa),
+// or the copies (`repeat_kv`: before 4.54), and their output is already
 // [B, S, H, D] in memory, so .transpose(1, 2).contiguous() is a no-op.
 struct RopeAttention {
   std::string prefix;  // e.g. "model.layers.3.self_attn"
@@ -34,14 +35,14 @@ struct RopeAttention {
 
 std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::string& q,
                            const std::string& k, const std::string& v, const std::string& cos,
-                           const std::string& sin, AttentionImpl impl) {
+                           const std::string& sin, AttentionImpl impl, bool repeat_kv) {
   const SizeExpr q_elements = times(tokens(), a.heads * a.head_dim);
   const SizeExpr kv_elements = times(tokens(), a.kv_heads * a.head_dim);
   const std::string q_rope = apply_rope(b, a.prefix + ".q", q, cos, sin, q_elements);
   std::string k_rope = apply_rope(b, a.prefix + ".k", k, cos, sin, kv_elements);
   std::string v_in = impl != AttentionImpl::kEager && !a.v_base.empty() ? a.v_base : v;
   int64_t kv_heads = a.kv_heads;
-  if (impl == AttentionImpl::kEager && a.kv_heads != a.heads) {
+  if ((impl == AttentionImpl::kEager || repeat_kv) && a.kv_heads != a.heads) {
     k_rope = b.copy(a.prefix + ".repeat_kv_k", "repeat_kv", {k_rope}, q_elements);
     v_in = b.copy(a.prefix + ".repeat_kv_v", "repeat_kv", {v}, q_elements);
     kv_heads = a.heads;
@@ -110,7 +111,7 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
     }
     RopeAttention a{p + ".self_attn", c.heads, c.kv_heads, head_dim, true,
                     dropout_p(options, c.attention_dropout), qkv_base};
-    const std::string attn = rope_attention(b, a, q, k, v, cos, sin, options.attention);
+    const std::string attn = rope_attention(b, a, q, k, v, cos, sin, options.attention, options.sdpa_repeat_kv);
     const std::string o = b.linear(p + ".self_attn.o_proj", attn, rows, c.heads * head_dim, c.hidden, false);
     hidden = b.add(p + ".residual_attn", hidden, o, h_elements);
     const std::string y = add_rms_norm(b, c.rms_norm, p + ".post_attention_layernorm", hidden, rows, c.hidden);
@@ -193,7 +194,7 @@ graph::LayerGraph build_qwen(const QwenConfig& c, const ZooOptions& options) {
     // modeling_qwen.py _attn: softmax(attn_weights.float()).type(value.dtype).
     RopeAttention a{p + ".attn", c.heads, c.heads, head_dim, true, dropout_p(options, c.dropout), {}};
     const std::string attn = rope_attention(b, a, qkv_parts[0], qkv_parts[1], qkv_parts[2], cos, sin,
-                                            options.attention);
+                                            options.attention, false);  // Qwen v1: no grouped K/V
     const std::string o = b.linear(p + ".attn.c_proj", attn, rows, c.hidden, c.hidden, false);
     hidden = b.add(p + ".residual_attn", hidden, o, h_elements);
     const std::string y = b.norm(p + ".ln_2", hidden, rows, c.hidden, NormKind::kRmsNorm, true, false);

@@ -29,6 +29,10 @@ enum class AttentionImpl {
 
 struct ZooOptions {
   AttentionImpl attention = AttentionImpl::kSdpa;
+  // Fused attention over grouped K/V runs on K and V copied to every head, as
+  // transformers before 4.54 (repeat_kv) and torchtune do; otherwise it takes the
+  // grouped K and V. Eager attention always copies.
+  bool sdpa_repeat_kv = false;
   std::optional<double> dropout;  // overrides every dropout p; nullopt = model default
   bool precomputed_text_embeddings = true;  // flux: T5/CLIP outputs given as inputs
   // flux: T5 tokens per sample (diffusers' max_sequence_length); nullopt: the

@@ -146,6 +146,9 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, ModelCon
   Result<graph::LayerGraph> loaded = [&]() -> Result<graph::LayerGraph> {
     models::ZooOptions options;
     options.attention = settings.attention;
+    // Before 4.54 transformers copies grouped K and V to every head for SDPA (the
+    // band's top when the release is open; settings/stack.cc resolve_repeat_kv).
+    options.sdpa_repeat_kv = resolve_stack(settings).top.repeat_kv;
     options.dropout = settings.dropout;
     options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
     options.text_tokens = settings.text_tokens;

@@ -145,6 +145,13 @@ StepTimeInputs step_time_inputs(const ModelContext& context, const RunSettings& 
   return times;
 }
 
+// Whether the graph copies grouped K and V to every head before attention
+// (models/llama.cc rope_attention: the `repeat_kv` copies).
+bool copies_grouped_kv(const graph::LayerGraph& graph) {
+  return std::any_of(graph.nodes.begin(), graph.nodes.end(),
+                     [](const graph::Node& node) { return node.op == "repeat_kv"; });
+}
+
 }  // namespace
 
 Prediction predict(const ModelContext& context, const RunSettings& settings,
@@ -198,7 +205,10 @@ Prediction with_band(const ModelContext& context, const RunSettings& settings, c
   // Batches at seq_len are the cheap side of varied ones, whose bottom `top` already
   // holds: the stack's bottom need not replay them again.
   bottom_settings->shortest_sample.reset();
-  const std::vector<std::string> stack_unknowns = resolve_stack(settings).unknowns;
+  const ResolvedStack stack = resolve_stack(settings);
+  std::vector<std::string> stack_unknowns = stack.unknowns;
+  // The release's repeat_kv matters where the top's graph copied grouped K/V for SDPA.
+  if (stack.repeat_kv_open && copies_grouped_kv(context.graph)) stack_unknowns.emplace_back(repeat_kv_unknown());
   top.band_unknowns.insert(top.band_unknowns.begin(), stack_unknowns.begin(), stack_unknowns.end());
   // The loss variant rewrites the graph, so the bottom gets its own context.
   Result<ModelContext> bottom_context = prepare_context(*bottom_settings);

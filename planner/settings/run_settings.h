@@ -15,6 +15,7 @@
 #include "models/zoo.h"
 #include "planner/settings/weight_formats.h"
 #include "planner/settings/stack_choices.h"
+#include "planner/settings/versions.h"
 #include <nlohmann/json_fwd.hpp>
 
 namespace headroom::planner {
@@ -96,6 +97,13 @@ struct RunSettings {
   // Precision bf16: whether the forward runs under torch.autocast over the bf16
   // weights (StackSpec::autocast); nullopt: as the stack does (or a band).
   std::optional<bool> autocast;
+  // The library releases the run uses (--versions, --pip-freeze): they decide what the
+  // stack leaves open where a release changed it (settings/versions.h).
+  PackageVersions versions;
+  // SDPA over grouped K/V: whether the model copies K and V to every head first
+  // (transformers' repeat_kv before 4.54; StackSpec::repeat_kv); nullopt: as the
+  // stack and its releases do (or a band).
+  std::optional<bool> repeat_kv;
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile): checkpointable blocks save what the min-cut partitioner
   // keeps (planner/mechanisms/compiled_blocks.h) and run their pointwise ops as fused

@@ -28,6 +28,7 @@ Status read_model_and_stack(JsonFields& r, RunSettings& s, std::string& attentio
       r.read("fsdp_no_sync", s.fsdp_no_sync),
       r.read_enum("kbit_prep", s.kbit_prep, parse_kbit_prep, kbit_prep_names()),
       r.read("autocast", s.autocast),
+      r.read("repeat_kv", s.repeat_kv),
       r.read_enum("precision", s.precision, parse_precision, precision_names()),
       r.read_enum("optimizer", s.optimizer, parse_optimizer, optimizer_names()),
       r.read_enum("mode", s.mode, parse_mode, mode_names()),
@@ -142,6 +143,22 @@ Status read_scoped_lora(JsonFields& r, std::string_view origin, RunSettings& s) 
   return Status::ok();
 }
 
+// settings.versions: {"package": "release"} for the packages whose release changes the price.
+Status read_versions(JsonFields& r, std::string_view origin, RunSettings& s) {
+  const nlohmann::json* versions = r.member("versions");
+  if (versions == nullptr) return Status::ok();
+  if (!versions->is_object()) return r.expected("versions", "an object {\"transformers\": \"4.44.2\", ...}", *versions);
+  for (const auto& [name, release] : versions->items()) {
+    if (!release.is_string()) {
+      return fail(origin, "settings.versions." + name, "expected a release as a string, e.g. \"4.44.2\"");
+    }
+    if (Status status = parse_versions(name + "=" + release.get<std::string>(), origin, s.versions); !status.is_ok()) {
+      return status;
+    }
+  }
+  return Status::ok();
+}
+
 // The choices read as text first: attention and the checkpointing policy.
 Status apply_text_choices(const std::string& attention, const std::string& checkpointing, std::string_view origin,
                           RunSettings& s) {
@@ -176,6 +193,8 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   if (s.fsdp_no_sync) j["fsdp_no_sync"] = *s.fsdp_no_sync;
   if (s.kbit_prep) j["kbit_prep"] = kbit_prep_name(*s.kbit_prep);
   if (s.autocast) j["autocast"] = *s.autocast;
+  if (s.repeat_kv) j["repeat_kv"] = *s.repeat_kv;
+  if (!s.versions.empty()) j["versions"] = s.versions;
   j["compile"] = s.compile;
   if (s.compile_loss) j["compile_loss"] = *s.compile_loss;
   if (s.float8 != Float8Recipe::kNone) j["float8"] = float8_recipe_name(s.float8);
@@ -260,7 +279,8 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   // Strict: no coercion, and a key no reader below reads is refused (JsonFields).
   JsonFields r(j, origin, "settings.");
   for (const Status& status : {read_model_and_stack(r, s, attention), read_run_and_budgets(r, s, checkpointing),
-                               read_lora(r, origin, s), read_scoped_lora(r, origin, s), r.unknown_keys(),
+                               read_lora(r, origin, s), read_scoped_lora(r, origin, s), read_versions(r, origin, s),
+                               r.unknown_keys(),
                                apply_text_choices(attention, checkpointing, origin, s)}) {
     if (!status.is_ok()) return status;
   }

@@ -30,6 +30,7 @@ constexpr LossSpec kKeep{LossImpl::kFullKeepLogits, 8};
 constexpr LossSpec kChunked8{LossImpl::kChunked, 8};
 constexpr LossSpec kNoUpcast{LossImpl::kNoUpcast, 8};
 constexpr LossSpec kFusedXentropy{LossImpl::kFusedXentropy, 8};
+constexpr LossSpec kUpcastShift{LossImpl::kUpcastShift, 8};
 constexpr OptimizerImpl kForeach = OptimizerImpl::kForeach;
 constexpr OptimizerImpl kFused = OptimizerImpl::kFused;
 constexpr Choice<Recompute> kWholeBlock{Recompute::kBlock, Recompute::kBlock, nullptr};
@@ -47,10 +48,12 @@ const std::array<StackRow, 8> kStacks = {{
       "--adapter-dtype)"}},
     // transformers 4.x defaults to adamw_torch (foreach); 5.x to adamw_torch_fused with torch >= 2.8
     // (training_args.py). Trainer.compute_loss drops the outputs before backward (trainer.py).
+    // Before 4.49 the loss keeps an fp32 shifted copy of the logits (docs/stacks.md, "The loss").
     {Stack::kHfTrainer,
-     {kFused, kForeach, "the optimizer implementation: transformers >= 5 with torch >= 2.8 uses fused AdamW, "
-                        "earlier versions foreach (give --optimizer-impl)"},
-     {kFull, kFull, nullptr},
+     {kFused, kForeach, "the optimizer implementation: transformers >= 4.54 with torch >= 2.8 uses fused AdamW, "
+                        "earlier releases foreach (give --versions transformers=X,torch=Y or --optimizer-impl)"},
+     {kFull, kUpcastShift, "the transformers release: before 4.49 the loss keeps an fp32 shifted copy of the logits "
+                           "(give --versions transformers=X or --loss)"},
      kWholeBlock,
      kPeftAdapters},
     // torchtune configs name torch.optim.AdamW with or without fused: True; their loss is the
@@ -116,6 +119,64 @@ void resolve_choice(const std::optional<T>& override_value, const Choice<T>& cho
   top = choice.top;
   bottom = choice.bottom;
   if (choice.open_because && matters) unknowns.emplace_back(choice.open_because);
+}
+
+// What the run's releases pin where the user gave no override (docs/stacks.md,
+// "Releases"); nullopt where no release is given or none decides.
+// transformers' Trainer: its default optim is adamw_torch (foreach) until 4.54,
+// then adamw_torch_fused with torch >= 2.8 (training_args.py default_optim).
+std::optional<OptimizerImpl> optimizer_by_release(const RunSettings& settings) {
+  const std::optional<Release> transformers = release_of(settings.versions, "transformers");
+  if (settings.stack != Stack::kHfTrainer || !transformers) return std::nullopt;
+  if (*transformers < Release{4, 54, 0}) return OptimizerImpl::kForeach;
+  const std::optional<Release> torch = release_of(settings.versions, "torch");
+  if (!torch) return std::nullopt;
+  return *torch >= Release{2, 8, 0} ? OptimizerImpl::kFused : OptimizerImpl::kForeach;
+}
+
+// The Trainer's loss: transformers < 4.49 upcasts the logits and shifts them as a
+// contiguous fp32 copy (in the model's forward up to 4.45, then ForCausalLMLoss until
+// huggingface/transformers#35646).
+std::optional<LossSpec> loss_by_release(const RunSettings& settings) {
+  const std::optional<Release> transformers = release_of(settings.versions, "transformers");
+  if (settings.stack != Stack::kHfTrainer || !transformers) return std::nullopt;
+  return *transformers < Release{4, 49, 0} ? kUpcastShift : kFull;
+}
+
+// PEFT makes LoRA adapters in the base weight's dtype before 0.12 (lora/layer.py
+// update_layer: self.to(weight.device, dtype=weight.dtype) for a floating weight),
+// fp32 from 0.12 (get_peft_model's autocast_adapter_dtype=True). A 4-bit base
+// weight is not floating: its adapters stay fp32 either way.
+std::optional<AdapterDtype> adapters_by_release(const RunSettings& settings) {
+  const std::optional<Release> peft = release_of(settings.versions, "peft");
+  if (!peft || settings.mode != TrainMode::kLora || *peft >= Release{0, 12, 0}) return std::nullopt;
+  return AdapterDtype::kModel;
+}
+
+// SDPA over grouped K/V. transformers before 4.54 copies K and V to every head
+// (repeat_kv, in the attention module and then integrations/sdpa_attention.py); from
+// 4.54 sdpa_attention_forward passes enable_gqa when use_gqa_in_sdpa holds (torch >=
+// 2.5 and no attention mask, as for unpadded batches). litgpt and torchtitan run
+// their own attention as headroom builds it.
+void resolve_repeat_kv(const RunSettings& settings, ResolvedStack& out) {
+  if (settings.repeat_kv) {
+    out.top.repeat_kv = out.bottom.repeat_kv = *settings.repeat_kv;
+    return;
+  }
+  // torchtune's MultiHeadAttention expands K and V to every head before SDPA or flex
+  // attention (modules/attention.py: k.unsqueeze(2).expand(...).flatten(1, 2), 0.6.1;
+  // the meta-device oracle, env tt).
+  if (settings.stack == Stack::kTorchtune) {
+    out.top.repeat_kv = out.bottom.repeat_kv = settings.attention != models::AttentionImpl::kEager;
+    return;
+  }
+  if (!runs_transformers_models(settings.stack) || settings.attention != models::AttentionImpl::kSdpa) return;
+  if (const std::optional<Release> transformers = release_of(settings.versions, "transformers")) {
+    out.top.repeat_kv = out.bottom.repeat_kv = *transformers < Release{4, 54, 0};
+    return;
+  }
+  out.top.repeat_kv = true;
+  out.repeat_kv_open = true;
 }
 
 // Whether torch.compile covers the loss as well as the blocks. Eager is the top
@@ -267,6 +328,16 @@ void resolve_autocast(const RunSettings& settings, ResolvedStack& out) {
 
 }  // namespace
 
+std::string_view repeat_kv_unknown() {
+  return "the transformers release: before 4.54 SDPA runs on K and V copied to every head (repeat_kv), from 4.54 "
+         "on the grouped K and V (give --versions transformers=X or --repeat-kv)";
+}
+
+bool runs_transformers_models(Stack value) {
+  return value == Stack::kHfTrainer || value == Stack::kDeepspeed || value == Stack::kTorchAmp ||
+         value == Stack::kUnspecified;
+}
+
 bool through_deepspeed_engine(const RunSettings& settings) {
   return settings.stack == Stack::kDeepspeed || (settings.zero_stage > 0 && sharding_of(settings) == Sharding::kDeepspeed);
 }
@@ -294,9 +365,11 @@ bool kbit_prep_matters(const RunSettings& settings) {
 ResolvedStack resolve_stack(const RunSettings& settings) {
   const StackRow& row = row_of(settings.stack);
   ResolvedStack out;
-  resolve_choice(settings.optimizer_impl, row.optimizer, out.top.optimizer_impl, out.bottom.optimizer_impl,
+  // An override pins a mechanism; else the run's releases may; else the stack's row.
+  resolve_choice(settings.optimizer_impl ? settings.optimizer_impl : optimizer_by_release(settings), row.optimizer,
+                 out.top.optimizer_impl, out.bottom.optimizer_impl, out.unknowns);
+  resolve_choice(settings.loss ? settings.loss : loss_by_release(settings), row.loss, out.top.loss, out.bottom.loss,
                  out.unknowns);
-  resolve_choice(settings.loss, row.loss, out.top.loss, out.bottom.loss, out.unknowns);
   // Without checkpointing, how a checkpointed block recomputes cannot matter.
   const bool checkpoints = settings.checkpointing != CheckpointPolicy::kNone;
   resolve_choice(settings.recompute, row.recompute, out.top.recompute, out.bottom.recompute, out.unknowns,
@@ -311,19 +384,20 @@ ResolvedStack resolve_stack(const RunSettings& settings) {
   // builds it (_cast_module_mixed_precision, DeepSpeed 0.19.2, b919284ab): the
   // stack's adapters stand there.
   const bool engine_casts = through_deepspeed_engine(settings) && settings.zero_stage < 3;
-  resolve_choice(settings.adapter_dtype, row.adapters, out.top.adapter_dtype, out.bottom.adapter_dtype,
+  resolve_choice(settings.adapter_dtype ? settings.adapter_dtype : adapters_by_release(settings), row.adapters, out.top.adapter_dtype, out.bottom.adapter_dtype,
                  out.unknowns, adapters_matter && !engine_casts);
   if (engine_casts && !settings.adapter_dtype) out.top.adapter_dtype = out.bottom.adapter_dtype = AdapterDtype::kModel;
   resolve_compile_loss(settings, out);
   resolve_no_sync(settings, out);
   resolve_kbit_prep(settings, out);
   resolve_autocast(settings, out);
+  resolve_repeat_kv(settings, out);
   return out;
 }
 
 std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
   const ResolvedStack resolved = resolve_stack(settings);
-  if (resolved.unknowns.empty()) return std::nullopt;
+  if (resolved.unknowns.empty() && !resolved.repeat_kv_open) return std::nullopt;
   RunSettings bottom = settings;
   bottom.optimizer_impl = resolved.bottom.optimizer_impl;
   bottom.loss = resolved.bottom.loss;
@@ -336,6 +410,7 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
   if (settings.mode == TrainMode::kQlora) bottom.kbit_prep = resolved.bottom.kbit_prep;
   // Only pure bf16 has it (validate_settings refuses it elsewhere).
   if (autocast_matters(settings)) bottom.autocast = resolved.bottom.autocast;
+  if (resolved.repeat_kv_open) bottom.repeat_kv = resolved.bottom.repeat_kv;
   return bottom;
 }
 

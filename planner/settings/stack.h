@@ -41,6 +41,10 @@ struct StackSpec {
   // and fp32 adapters and upcast weights are cast per matmul (planner/mechanisms/autocast.h;
   // docs/stacks.md, "Autocast over a bf16 model"). Changes bytes only under pure bf16.
   bool autocast = false;
+  // SDPA over grouped K/V runs on K and V copied to every head (transformers'
+  // repeat_kv before 4.54; from 4.54 SDPA's enable_gqa when the batch has no
+  // padding mask). docs/stacks.md, "Releases".
+  bool repeat_kv = false;
 };
 
 // The stack as the planner prices it: the top of the band (each unknown at its
@@ -49,8 +53,20 @@ struct ResolvedStack {
   StackSpec top;
   StackSpec bottom;
   std::vector<std::string> unknowns;  // empty: the band has no width from the stack
+  // Whether repeat_kv is open (top and bottom differ). Its unknown is said only
+  // for a model with grouped K/V under SDPA, which the settings alone do not show
+  // (prediction.cc adds it; repeat_kv_unknown()).
+  bool repeat_kv_open = false;
 };
 ResolvedStack resolve_stack(const RunSettings& settings);
+
+// What the band says when the transformers release, and so repeat_kv, is open.
+std::string_view repeat_kv_unknown();
+
+// Whether the stack runs transformers' modeling code on a Hugging Face config (the
+// Trainer, DeepSpeed, a plain loop over AutoModel; unspecified priced as one):
+// transformers' releases then change the attention's bytes.
+bool runs_transformers_models(Stack value);
 
 // Whether the QLoRA preparation (StackSpec::kbit_prep) can change this run's
 // bytes: bitsandbytes NF4 under pure bf16 with the Trainer's autocast (stack

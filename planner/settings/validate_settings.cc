@@ -204,6 +204,10 @@ Status check_mechanisms(const RunSettings& s, std::string_view origin) {
   if (s.compile_loss && !s.compile) {
     return fail(origin, "compile_loss", "only torch.compile compiles the loss: expected compile true with it");
   }
+  if (s.repeat_kv && s.attention == models::AttentionImpl::kEager) {
+    return fail(origin, "repeat_kv", "eager attention always copies grouped K/V to every head: expected attention "
+                                     "sdpa, flex or triton with repeat_kv");
+  }
   if (s.float8 != Float8Recipe::kNone && s.mode != TrainMode::kFull) {
     return fail(origin, "float8",
                 "torchao's Float8Linear converts the trained linears of a full fine-tune (LoRA and QLoRA bases are "

@@ -41,7 +41,11 @@ TEST_CASE("a stack pins its mechanisms, what it leaves open is a band, overrides
 
   s.stack = Stack::kTorchAmp;
   CHECK(resolve_stack(s).unknowns.empty());
+  // transformers' release still decides whether SDPA gets grouped K/V (versions_test.cc).
+  CHECK(resolve_stack(s).repeat_kv_open);
+  s.repeat_kv = false;
   CHECK_FALSE(bottom_of_band(s).has_value());
+  s.repeat_kv.reset();
 
   s.stack = Stack::kTorchtune;
   CHECK(resolve_stack(s).top.loss == LossSpec{LossImpl::kChunked, 8});
@@ -52,6 +56,7 @@ TEST_CASE("a stack pins its mechanisms, what it leaves open is a band, overrides
 
   s.stack = Stack::kUnspecified;
   s.loss = LossSpec{LossImpl::kNoUpcast, 8};
+  s.repeat_kv = true;
   const std::optional<RunSettings> bottom = bottom_of_band(s);
   CHECK_FALSE(bottom.has_value());  // optimizer and loss both pinned
 }
@@ -394,6 +399,7 @@ TEST_CASE("the verdict is TIGHT when the band straddles the budget, and plans us
   // At B = 2 both ends of the loss band reserve the same: the kept logits fit in
   // blocks the allocator has cached by then. At B = 8 they do not.
   s.micro_batch = 8;
+  s.repeat_kv = false;  // the band of the optimizer and the loss only
   const Result<FitAnswer> wide = fit(s);
   REQUIRE(wide.is_ok());
   const Prediction& p = wide->as_given.prediction;
@@ -410,6 +416,7 @@ TEST_CASE("the verdict is TIGHT when the band straddles the budget, and plans us
   // Pinning the cheap way closes the band and the run fits.
   s.stack = Stack::kHfTrainer;
   s.optimizer_impl = OptimizerImpl::kFused;
+  s.versions["transformers"] = "5.23.0";  // the loss of 4.49 and later
   const Result<FitAnswer> pinned = fit(s);
   REQUIRE(pinned.is_ok());
   CHECK(pinned->as_given.prediction.band_unknowns.empty());
