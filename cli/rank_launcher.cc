@@ -53,22 +53,35 @@ void die_with_launcher(pid_t launcher) {
   if (::getppid() != launcher) ::_exit(exit_status(StatusCode::kRuntime));
 }
 
-}  // namespace
+// In rank `r`, after fork: the torchrun environment for one node of `nproc`
+// ranks meeting on the loopback at `port`, then the trainer itself.
+[[noreturn]] void exec_rank(const std::string& executable, const std::vector<std::string>& arguments, int nproc,
+                            int r, int port, pid_t launcher) {
+  die_with_launcher(launcher);
+  const std::string world = std::to_string(nproc);
+  const std::string rank = std::to_string(r);
+  const std::string master_port = std::to_string(port);
+  ::setenv("RANK", rank.c_str(), 1);
+  ::setenv("LOCAL_RANK", rank.c_str(), 1);
+  ::setenv("WORLD_SIZE", world.c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", master_port.c_str(), 1);
+  std::vector<std::string> copy = arguments;
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(executable.c_str()));
+  for (std::string& argument : copy) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  ::execv(executable.c_str(), argv.data());
+  std::fprintf(stderr, "headroom: --nproc: cannot start rank %d (%s): %s\n", r, executable.c_str(),
+               std::strerror(errno));
+  ::_exit(exit_status(StatusCode::kRuntime));
+}
 
-int launch_local_ranks(const std::string& executable, const std::vector<std::string>& arguments, int nproc,
-                       Terminal& terminal) {
-  const int port = free_loopback_port();
-  if (port < 0) {
-    return fail(terminal,
-                Status::runtime(
-                    std::string("--nproc: no free TCP port on 127.0.0.1 for the ranks to meet: ") +
-                    std::strerror(errno)));
-  }
-  terminal.out.flush();
-  terminal.err.flush();
-  std::cout.flush();
-  std::cerr.flush();
-  std::vector<pid_t> ranks;
+// Forks the `nproc` ranks into `ranks`, in rank order. A failed fork kills and
+// reaps those already started.
+Status start_ranks(const std::string& executable, const std::vector<std::string>& arguments, int nproc, int port,
+                   std::vector<pid_t>& ranks) {
   const pid_t launcher = ::getpid();
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = ::fork();
@@ -77,32 +90,29 @@ int launch_local_ranks(const std::string& executable, const std::vector<std::str
                                             ": " + std::strerror(errno));
       for (pid_t started : ranks) ::kill(started, SIGKILL);
       for (pid_t started : ranks) ::waitpid(started, nullptr, 0);
-      return fail(terminal, failed);
+      return failed;
     }
-    if (pid == 0) {
-      die_with_launcher(launcher);
-      const std::string world = std::to_string(nproc);
-      const std::string rank = std::to_string(r);
-      const std::string master_port = std::to_string(port);
-      ::setenv("RANK", rank.c_str(), 1);
-      ::setenv("LOCAL_RANK", rank.c_str(), 1);
-      ::setenv("WORLD_SIZE", world.c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", master_port.c_str(), 1);
-      std::vector<std::string> copy = arguments;
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(executable.c_str()));
-      for (std::string& argument : copy) argv.push_back(argument.data());
-      argv.push_back(nullptr);
-      ::execv(executable.c_str(), argv.data());
-      std::fprintf(stderr, "headroom: --nproc: cannot start rank %d (%s): %s\n", r, executable.c_str(),
-                   std::strerror(errno));
-      ::_exit(exit_status(StatusCode::kRuntime));
-    }
+    if (pid == 0) exec_rank(executable, arguments, nproc, r, port, launcher);
     ranks.push_back(pid);
   }
+  return Status::ok();
+}
 
+// The rank whose process `done` was, marked ended in `ranks`; -1 when none was.
+int take_rank(std::vector<pid_t>& ranks, pid_t done) {
+  int rank = -1;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r] == done) {
+      rank = static_cast<int>(r);
+      ranks[r] = -1;
+    }
+  }
+  return rank;
+}
+
+// Waits for every rank. The first to fail decides the exit code and stops the
+// job: the others get kRankGraceSeconds to end, then are killed.
+int wait_for_ranks(std::vector<pid_t>& ranks, int nproc, Terminal& terminal) {
   int exit_code = kExitOk;
   size_t running = ranks.size();
   bool stopping = false;  // a rank failed: waiting out the others
@@ -127,13 +137,7 @@ int launch_local_ranks(const std::string& executable, const std::vector<std::str
       }
       continue;
     }
-    int rank = -1;
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      if (ranks[r] == done) {
-        rank = static_cast<int>(r);
-        ranks[r] = -1;
-      }
-    }
+    const int rank = take_rank(ranks, done);
     if (rank < 0) continue;
     --running;
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -147,6 +151,28 @@ int launch_local_ranks(const std::string& executable, const std::vector<std::str
     }
   }
   return exit_code;
+}
+
+}  // namespace
+
+int launch_local_ranks(const std::string& executable, const std::vector<std::string>& arguments, int nproc,
+                       Terminal& terminal) {
+  const int port = free_loopback_port();
+  if (port < 0) {
+    return fail(terminal,
+                Status::runtime(
+                    std::string("--nproc: no free TCP port on 127.0.0.1 for the ranks to meet: ") +
+                    std::strerror(errno)));
+  }
+  terminal.out.flush();
+  terminal.err.flush();
+  std::cout.flush();
+  std::cerr.flush();
+  std::vector<pid_t> ranks;
+  if (Status started = start_ranks(executable, arguments, nproc, port, ranks); !started.is_ok()) {
+    return fail(terminal, started);
+  }
+  return wait_for_ranks(ranks, nproc, terminal);
 }
 
 }  // namespace headroom::cli

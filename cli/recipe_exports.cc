@@ -87,17 +87,128 @@ Result<std::string> mmpretrain_export(const std::string& path, const nlohmann::j
   return patch.text;
 }
 
+// What every recipe exporter is given: the run's flags, the plan, the file the
+// run was read from and which blocks can be checkpointed. Its notes go to `notes`.
+struct ExportInput {
+  const SettingsFlags& flags;
+  const planner::Plan& best;
+  const std::string& path;
+  const std::vector<bool>& checkpointable;
+  std::vector<std::string>& notes;
+};
+
+// The patch's text, its notes added to the export's.
+std::string patch_text(const reports::RecipePatch& patch, std::vector<std::string>& notes) {
+  notes.insert(notes.end(), patch.notes.begin(), patch.notes.end());
+  return patch.text;
+}
+
+Result<std::string> torchtune_export(const ExportInput& in) {
+  Result<std::string> text = graph::read_file(in.path, planner::kMaxConfigFileBytes);
+  if (!text.is_ok()) return text.status();
+  Result<planner::ConfigImport> given = planner::import_torchtune_config(
+      text.value(), in.path, given_values(in.flags, "--torchtune-set"), planner::RunSettings{});
+  if (!given.is_ok()) return given.status();
+  return patch_text(reports::torchtune_patch(in.best, given->settings, in.checkpointable, text.value(), in.path,
+                                             given_values(in.flags, "--torchtune-set")),
+                    in.notes);
+}
+
+Result<std::string> axolotl_export(const ExportInput& in) {
+  Result<std::string> text = graph::read_file(in.path, planner::kMaxConfigFileBytes);
+  if (!text.is_ok()) return text.status();
+  Result<planner::ConfigImport> given = planner::import_axolotl_config(text.value(), in.path, planner::RunSettings{});
+  if (!given.is_ok()) return given.status();
+  return patch_text(reports::axolotl_patch(in.best, given->settings, in.checkpointable, text.value(), in.path),
+                    in.notes);
+}
+
+Result<std::string> llamafactory_export(const ExportInput& in) {
+  Result<std::string> text = graph::read_file(in.path, planner::kMaxConfigFileBytes);
+  if (!text.is_ok()) return text.status();
+  Result<planner::ConfigImport> given =
+      planner::import_llamafactory_config(text.value(), in.path, planner::RunSettings{});
+  if (!given.is_ok()) return given.status();
+  return patch_text(reports::llamafactory_patch(in.best, given->settings, in.checkpointable, text.value(), in.path),
+                    in.notes);
+}
+
+Result<std::string> accelerate_export(const ExportInput& in) {
+  Result<std::string> text = graph::read_file(in.path, planner::kMaxConfigFileBytes);
+  if (!text.is_ok()) return text.status();
+  Result<planner::ConfigImport> given =
+      planner::import_accelerate_config(text.value(), in.path, planner::RunSettings{});
+  if (!given.is_ok()) return given.status();
+  Result<reports::RecipePatch> written =
+      reports::accelerate_patch(in.best, given->settings, in.checkpointable, text.value(), in.path);
+  if (!written.is_ok()) return written.status();
+  return patch_text(written.value(), in.notes);
+}
+
+// Any MMEngine config: XTuner's are written back as --emit xtuner writes them.
+Result<std::string> mmengine_export(const ExportInput& in) {
+  Result<nlohmann::json> dump = read_mmengine_file(in.path);
+  if (!dump.is_ok()) return dump.status();
+  Result<planner::MmengineKind> config_kind = planner::mmengine_kind(dump.value(), in.path);
+  if (!config_kind.is_ok()) return config_kind.status();
+  if (config_kind.value() == planner::MmengineKind::kXtuner) {
+    return xtuner_export(in.path, !given_values(in.flags, "--deepspeed").empty(), in.best, in.checkpointable,
+                         in.notes);
+  }
+  return mmpretrain_export(in.path, dump.value(), in.best, in.notes);
+}
+
+Result<std::string> xtuner_flag_export(const ExportInput& in) {
+  return xtuner_export(in.path, !given_values(in.flags, "--deepspeed").empty(), in.best, in.checkpointable, in.notes);
+}
+
+// Launched by `accelerate launch --config_file`, the Trainer's arguments
+// refine that file's run, and ZeRO, offload and FSDP checkpointing are its keys.
+Result<std::string> trainer_arguments_export(const ExportInput& in) {
+  const std::vector<std::string> accelerate = given_values(in.flags, "--accelerate");
+  planner::RunSettings base;
+  if (!accelerate.empty()) {
+    Result<planner::ConfigImport> launch = planner::load_accelerate_config(accelerate.back(), base);
+    if (!launch.is_ok()) return launch.status();
+    base = launch->settings;
+  }
+  Result<planner::ConfigImport> given = planner::load_training_arguments(in.path, base);
+  if (!given.is_ok()) return given.status();
+  return patch_text(reports::trainer_arguments_patch(in.best, given->settings, in.checkpointable, !accelerate.empty()),
+                    in.notes);
+}
+
+// One row per --emit kind written back into the file its --KIND flag names.
+struct RecipeExporter {
+  std::string_view kind;
+  Result<std::string> (*write)(const ExportInput&);
+};
+constexpr RecipeExporter kRecipeExporters[] = {
+    {"torchtune", torchtune_export},
+    {"hf-args", trainer_arguments_export},
+    {"axolotl", axolotl_export},
+    {"llamafactory", llamafactory_export},
+    {"xtuner", xtuner_flag_export},
+    {"accelerate", accelerate_export},
+    {"mmengine", mmengine_export},
+};
+
+const RecipeExporter* find_exporter(std::string_view kind) {
+  for (const RecipeExporter& row : kRecipeExporters) {
+    if (row.kind == kind) return &row;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 bool is_recipe_export(std::string_view kind, const SettingsFlags& flags) {
   if (kind == "accelerate") return !given_values(flags, "--accelerate").empty();
-  return kind == "torchtune" || kind == "hf-args" || kind == "axolotl" || kind == "llamafactory" || kind == "xtuner" ||
-         kind == "mmengine";
+  return find_exporter(kind) != nullptr;
 }
 
 Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& flags, const planner::Plan& best,
                                   std::vector<std::string>& notes) {
-  const bool torchtune = kind == "torchtune";
   const std::string flag = "--" + std::string(kind);
   const std::vector<std::string> files = given_values(flags, flag);
   if (files.empty()) {
@@ -106,66 +217,12 @@ Result<std::string> recipe_export(std::string_view kind, const SettingsFlags& fl
                                  "file itself); expected " +
                                  flag + " FILE with it");
   }
-  const std::string& path = files.back();
   Result<std::vector<bool>> checkpointable = checkpointable_blocks(best);
   if (!checkpointable.is_ok()) return checkpointable.status();
-  reports::RecipePatch patch;
-  if (torchtune) {
-    Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
-    if (!text.is_ok()) return text.status();
-    Result<planner::ConfigImport> given =
-        planner::import_torchtune_config(text.value(), path, given_values(flags, "--torchtune-set"), planner::RunSettings{});
-    if (!given.is_ok()) return given.status();
-    patch = reports::torchtune_patch(best, given->settings, checkpointable.value(), text.value(), path,
-                                     given_values(flags, "--torchtune-set"));
-  } else if (kind == "axolotl" || kind == "llamafactory") {
-    Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
-    if (!text.is_ok()) return text.status();
-    const bool axolotl = kind == "axolotl";
-    Result<planner::ConfigImport> given = axolotl ? planner::import_axolotl_config(text.value(), path, planner::RunSettings{})
-                                                  : planner::import_llamafactory_config(text.value(), path, planner::RunSettings{});
-    if (!given.is_ok()) return given.status();
-    patch = axolotl ? reports::axolotl_patch(best, given->settings, checkpointable.value(), text.value(), path)
-                    : reports::llamafactory_patch(best, given->settings, checkpointable.value(), text.value(), path);
-  } else if (kind == "accelerate") {
-    Result<std::string> text = graph::read_file(path, planner::kMaxConfigFileBytes);
-    if (!text.is_ok()) return text.status();
-    Result<planner::ConfigImport> given = planner::import_accelerate_config(text.value(), path, planner::RunSettings{});
-    if (!given.is_ok()) return given.status();
-    Result<reports::RecipePatch> written =
-        reports::accelerate_patch(best, given->settings, checkpointable.value(), text.value(), path);
-    if (!written.is_ok()) return written.status();
-    patch = std::move(written.value());
-  } else if (kind == "mmengine") {
-    // Any MMEngine config: XTuner's are written back as --emit xtuner writes them.
-    Result<nlohmann::json> dump = read_mmengine_file(path);
-    if (!dump.is_ok()) return dump.status();
-    Result<planner::MmengineKind> config_kind = planner::mmengine_kind(dump.value(), path);
-    if (!config_kind.is_ok()) return config_kind.status();
-    if (config_kind.value() == planner::MmengineKind::kXtuner) {
-      return xtuner_export(path, !given_values(flags, "--deepspeed").empty(), best, checkpointable.value(), notes);
-    }
-    return mmpretrain_export(path, dump.value(), best, notes);
-  } else if (kind == "xtuner") {
-    Result<std::string> patch_text = xtuner_export(path, !given_values(flags, "--deepspeed").empty(), best,
-                                                   checkpointable.value(), notes);
-    return patch_text;
-  } else {
-    // Launched by `accelerate launch --config_file`, the Trainer's arguments
-    // refine that file's run, and ZeRO, offload and FSDP checkpointing are its keys.
-    const std::vector<std::string> accelerate = given_values(flags, "--accelerate");
-    planner::RunSettings base;
-    if (!accelerate.empty()) {
-      Result<planner::ConfigImport> launch = planner::load_accelerate_config(accelerate.back(), base);
-      if (!launch.is_ok()) return launch.status();
-      base = launch->settings;
-    }
-    Result<planner::ConfigImport> given = planner::load_training_arguments(path, base);
-    if (!given.is_ok()) return given.status();
-    patch = reports::trainer_arguments_patch(best, given->settings, checkpointable.value(), !accelerate.empty());
-  }
-  notes.insert(notes.end(), patch.notes.begin(), patch.notes.end());
-  return patch.text;
+  const ExportInput in{flags, best, files.back(), checkpointable.value(), notes};
+  // Callers ask is_recipe_export first; any other kind is read as the Trainer's arguments.
+  const RecipeExporter* exporter = find_exporter(kind);
+  return exporter != nullptr ? exporter->write(in) : trainer_arguments_export(in);
 }
 
 }  // namespace headroom::cli

@@ -56,29 +56,30 @@ Status check_zero3(const planner::Plan& plan, const ExecutableModel& model, std:
   return Status::ok();
 }
 
-}  // namespace
-
-Status check_executable(const planner::Plan& plan, std::string_view origin) {
-  Result<ExecutableModel> model = executable_model(plan.settings.model, origin);
-  if (!model.is_ok()) return model.status();
+// Several ranks over c10d (issue 11): data parallel, ZeRO-1 and ZeRO-2.
+Status check_ranks(const planner::Plan& plan, std::string_view origin) {
   const planner::RunSettings& s = plan.settings;
-  if (s.world_size() > 1) {
-    // Several ranks over c10d (issue 11): data parallel, ZeRO-1 and ZeRO-2.
-    if (s.shard_gpus > 0 && s.shard_gpus != s.world_size()) {
-      return refuse(origin, "settings.shard_gpus",
-                    "hybrid sharding is priced but not run by the executor; expected 0 (one group of every rank)");
-    }
-    if (plan.config.zero_stage >= 1 && plan.config.zero_stage <= 2 && s.optimizer != planner::OptimizerKind::kAdamW) {
-      return refuse(origin, "settings.optimizer",
-                    "the executor partitions only AdamW over ranks (ZeRO-" + std::to_string(plan.config.zero_stage) +
-                        "); expected adamw, or zero_stage 0 for " + std::string(planner::optimizer_name(s.optimizer)));
-    }
-    if (plan.config.zero_stage == 0 && plan.config.offload_optimizer != planner::Offload::kNone) {
-      return refuse(origin, "config.zero_stage",
-                    "optimizer offload on several ranks partitions the optimizer (ZeRO-Offload runs on stage 1, "
-                    "2 or 3); expected zero_stage 1, 2 or 3");
-    }
+  if (s.world_size() <= 1) return Status::ok();
+  if (s.shard_gpus > 0 && s.shard_gpus != s.world_size()) {
+    return refuse(origin, "settings.shard_gpus",
+                  "hybrid sharding is priced but not run by the executor; expected 0 (one group of every rank)");
   }
+  if (plan.config.zero_stage >= 1 && plan.config.zero_stage <= 2 && s.optimizer != planner::OptimizerKind::kAdamW) {
+    return refuse(origin, "settings.optimizer",
+                  "the executor partitions only AdamW over ranks (ZeRO-" + std::to_string(plan.config.zero_stage) +
+                      "); expected adamw, or zero_stage 0 for " + std::string(planner::optimizer_name(s.optimizer)));
+  }
+  if (plan.config.zero_stage == 0 && plan.config.offload_optimizer != planner::Offload::kNone) {
+    return refuse(origin, "config.zero_stage",
+                  "optimizer offload on several ranks partitions the optimizer (ZeRO-Offload runs on stage 1, "
+                  "2 or 3); expected zero_stage 1, 2 or 3");
+  }
+  return Status::ok();
+}
+
+// The optimizers the executor steps, and the one it offloads.
+Status check_optimizer(const planner::Plan& plan, std::string_view origin) {
+  const planner::RunSettings& s = plan.settings;
   if (s.optimizer == planner::OptimizerKind::kAdamW4bit) {
     return refuse(origin, "settings.optimizer",
                   "torchao's AdamW4bit is priced but not run by the executor; expected adamw, adamw-8bit, sgd or "
@@ -90,9 +91,13 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                       std::string(planner::optimizer_name(s.optimizer)) +
                       "; expected none, or optimizer adamw");
   }
-  if (Status zero3 = check_zero3(plan, model.value(), origin); !zero3.is_ok()) return zero3;
+  return Status::ok();
+}
+
+// Optimizer offload runs as ZeRO-Offload, to the CPU only.
+Status check_optimizer_offload(const planner::Plan& plan, std::string_view origin) {
   if (plan.config.offload_optimizer == planner::Offload::kCpu &&
-      s.cpu_offload != planner::CpuOffloadImpl::kZeroOffload) {
+      plan.settings.cpu_offload != planner::CpuOffloadImpl::kZeroOffload) {
     return refuse(origin, "settings.cpu_offload",
                   "torchao's CPUOffloadOptimizer is priced but not run by the executor (its CPU offload keeps "
                   "ZeRO-Offload's layout); expected zero-offload");
@@ -101,7 +106,13 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
     return refuse(origin, "config.offload_optimizer",
                   "NVMe optimizer offload is not implemented in the executor; expected none or cpu");
   }
-  const planner::StackSpec stack = planner::resolve_stack(s).top;
+  return Status::ok();
+}
+
+// What the stack decides about dtypes around adapters and 4-bit linears.
+Status check_stack_dtypes(const planner::Plan& plan, const ExecutableModel& model, const planner::StackSpec& stack,
+                          std::string_view origin) {
+  const planner::RunSettings& s = plan.settings;
   if (s.mode != planner::TrainMode::kFull && s.precision == planner::Precision::kBf16Pure &&
       stack.adapter_dtype == planner::AdapterDtype::kFp32 && !stack.autocast) {
     // The planner prices fp32 adapters over bf16 weights as the Trainer runs
@@ -111,8 +122,8 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                   "them; expected autocast on (--autocast on, or --stack hf-trainer) or adapter_dtype model "
                   "(--adapter-dtype model)");
   }
-  const bool layer_norm_family = model->family == ModelFamily::kFlux || model->family == ModelFamily::kVit ||
-                                 model->family == ModelFamily::kBert || model->family == ModelFamily::kClip;
+  const bool layer_norm_family = model.family == ModelFamily::kFlux || model.family == ModelFamily::kVit ||
+                                 model.family == ModelFamily::kBert || model.family == ModelFamily::kClip;
   if (s.mode == planner::TrainMode::kQlora && planner::autocast_matters(s) && stack.autocast && layer_norm_family) {
     // A 4-bit linear fed a LayerNorm's fp32 output returns fp32 (bitsandbytes'
     // Linear4bit), and CUDA's autocast casts those q, k, v to 16 bits for SDPA;
@@ -132,6 +143,11 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                       ") is priced but not run by the executor, which trains them as loaded; expected kbit_prep "
                       "none (--kbit-prep none)");
   }
+  return Status::ok();
+}
+
+// How activations are kept: whole-block recompute only, nothing offloaded but whole blocks.
+Status check_activations(const planner::Plan& plan, const planner::StackSpec& stack, std::string_view origin) {
   const bool checkpoints = std::find(plan.blocks.begin(), plan.blocks.end(), planner::BlockChoice::kCheckpoint) !=
                            plan.blocks.end();
   if (checkpoints && stack.recompute == planner::Recompute::kSelectiveOp) {
@@ -139,11 +155,17 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                   "selective-op checkpointing (torchtitan's op policy) is not implemented in the executor, which "
                   "recomputes whole blocks; expected block");
   }
-  if (s.offload_checkpoint_inputs) {
+  if (plan.settings.offload_checkpoint_inputs) {
     return refuse(origin, "settings.offload_checkpoint_inputs",
                   "offloading checkpointed blocks' inputs (torchtune's activation offloading) is not implemented in the "
                   "executor; expected false (offloaded blocks are)");
   }
+  return Status::ok();
+}
+
+// Kernels and precisions the planner prices that the executor does not run:
+// its optimizer is torch's, its attention SDPA, its linears 16-bit or NF4, eager.
+Status check_kernels(const planner::RunSettings& s, std::string_view origin) {
   if (s.paged_optimizer) {
     return refuse(origin, "settings.paged_optimizer",
                   "bitsandbytes' paged optimizers are priced but not run by the executor (it steps torch AdamW); "
@@ -176,6 +198,12 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
     return refuse(origin, "settings.quant",
                   "a GPTQ base is priced but not run by the executor (its QLoRA linears are NF4); expected nf4");
   }
+  return Status::ok();
+}
+
+// Adapters of one rank, and transformers' full-vocabulary loss.
+Status check_adapters_and_loss(const planner::RunSettings& s, const planner::StackSpec& stack,
+                               std::string_view origin) {
   if (!s.scoped_lora.empty()) {
     return refuse(origin, "settings.scoped_lora",
                   "adapters of a second rank in one part of the model are priced but not built by the executor "
@@ -187,11 +215,16 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
                       " is not how the executor computes the loss (transformers' full-vocabulary cross-entropy); "
                       "expected full or full-keep-logits");
   }
+  return Status::ok();
+}
+
+// The plan's shape: one decision a block, a sequence, a batch and accumulation.
+Status check_shape(const planner::Plan& plan, const ExecutableModel& model, std::string_view origin) {
   if (plan.blocks.size() != plan.block_names.size()) {
     return invalid(origin, "blocks", "one decision per entry of block_names");
   }
   if (plan.seq_len <= 0) return invalid(origin, "seq_len", "a positive sequence length");
-  if (model_family(model->family).min_two_tokens && plan.seq_len < 2) {
+  if (model_family(model.family).min_two_tokens && plan.seq_len < 2) {
     // The loss is over next-token predictions: one token has none to make, and
     // its mean over nothing is NaN.
     return refuse(origin, "seq_len",
@@ -200,6 +233,26 @@ Status check_executable(const planner::Plan& plan, std::string_view origin) {
   }
   if (plan.config.micro_batch < 1) return invalid(origin, "config.micro_batch", "at least 1");
   if (plan.config.grad_accum < 1) return invalid(origin, "config.grad_accum", "at least 1");
+  return Status::ok();
+}
+
+}  // namespace
+
+Status check_executable(const planner::Plan& plan, std::string_view origin) {
+  Result<ExecutableModel> model = executable_model(plan.settings.model, origin);
+  if (!model.is_ok()) return model.status();
+  const planner::RunSettings& s = plan.settings;
+  if (Status ranks = check_ranks(plan, origin); !ranks.is_ok()) return ranks;
+  if (Status optimizer = check_optimizer(plan, origin); !optimizer.is_ok()) return optimizer;
+  if (Status zero3 = check_zero3(plan, model.value(), origin); !zero3.is_ok()) return zero3;
+  if (Status offload = check_optimizer_offload(plan, origin); !offload.is_ok()) return offload;
+  const planner::StackSpec stack = planner::resolve_stack(s).top;
+  // In this order: the first refusal is the one reported.
+  for (const Status& status : {check_stack_dtypes(plan, model.value(), stack, origin),
+                               check_activations(plan, stack, origin), check_kernels(s, origin),
+                               check_adapters_and_loss(s, stack, origin), check_shape(plan, model.value(), origin)}) {
+    if (!status.is_ok()) return status;
+  }
   return Status::ok();
 }
 

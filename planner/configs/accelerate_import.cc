@@ -13,7 +13,7 @@ namespace {
 // fsdp_sharding_strategy by name, or by the number older Accelerate versions
 // wrote (accelerate/utils/constants.py FSDP_SHARDING_STRATEGY: 1 FULL_SHARD,
 // 2 SHARD_GRAD_OP, 3 NO_SHARD, 4 HYBRID_SHARD, 5 HYBRID_SHARD_ZERO2).
-void read_fsdp(YamlReader& r, RunSettings& s, ConfigImport& out) {
+void read_sharding_strategy(YamlReader& r, RunSettings& s, ConfigImport& out) {
   std::string strategy = r.string_or("fsdp_config.fsdp_sharding_strategy", "FULL_SHARD");
   const char* numbers[] = {"", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
   if (strategy.size() == 1 && strategy[0] >= '1' && strategy[0] <= '5') strategy = numbers[strategy[0] - '0'];
@@ -31,26 +31,13 @@ void read_fsdp(YamlReader& r, RunSettings& s, ConfigImport& out) {
            "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2 (or 1 to 5)",
            r.at("fsdp_config.fsdp_sharding_strategy"));
   }
-  // Which FSDP: fsdp_version, 1 when absent (accelerate/utils/dataclasses.py,
-  // FullyShardedDataParallelPlugin: FSDP_VERSION, default "1", at Accelerate 1.15).
-  const int64_t version = r.count_or("fsdp_config.fsdp_version", 1);
-  if (version != 1 && version != 2) r.fail("fsdp_config.fsdp_version", "1 or 2", r.at("fsdp_config.fsdp_version"));
-  s.sharding = version == 2 ? Sharding::kFsdp2 : Sharding::kFsdp1;
-  // FSDP2 has no sharding strategy: reshard_after_forward says it.
-  if (version == 2 && r.has("fsdp_config.fsdp_reshard_after_forward")) {
-    s.zero_stage = r.boolean_or("fsdp_config.fsdp_reshard_after_forward", true) ? 3 : 2;
-  }
-  // fsdp_offload_params: FSDP1's CPUOffload(offload_params=True) or FSDP2's
-  // CPUOffloadPolicy (FullyShardedDataParallelPlugin.set_cpu_offload).
-  if (r.boolean_or("fsdp_config.fsdp_offload_params", false)) {
-    if (s.zero_stage != 3) r.fail("fsdp_config.fsdp_offload_params", "false unless parameters are fully sharded");
-    s.offload_param = Offload::kCpu;
-    s.offload_optimizer = Offload::kCpu;
-  }
-  // The wrap policy: TRANSFORMER_BASED_WRAP is a unit per layer; NO_WRAP, also
-  // what a config without the key gets (utils/launch.py sets FSDP_AUTO_WRAP_POLICY
-  // only when given; FullyShardedDataParallelPlugin.__post_init__ defaults it to
-  // NO_WRAP), leaves FSDP1 one FlatParameter for the whole model.
+}
+
+// The wrap policy: TRANSFORMER_BASED_WRAP is a unit per layer; NO_WRAP, also
+// what a config without the key gets (utils/launch.py sets FSDP_AUTO_WRAP_POLICY
+// only when given; FullyShardedDataParallelPlugin.__post_init__ defaults it to
+// NO_WRAP), leaves FSDP1 one FlatParameter for the whole model.
+void read_wrap_policy(YamlReader& r, RunSettings& s, ConfigImport& out, int64_t version) {
   const bool given_wrap = r.has("fsdp_config.fsdp_auto_wrap_policy");
   const std::string wrap = r.string_or("fsdp_config.fsdp_auto_wrap_policy", "NO_WRAP");
   if (wrap == "NO_WRAP") {
@@ -75,6 +62,28 @@ void read_fsdp(YamlReader& r, RunSettings& s, ConfigImport& out) {
   } else if (wrap != "TRANSFORMER_BASED_WRAP") {
     r.fail("fsdp_config.fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP", wrap);
   }
+}
+
+// The FSDP plugin: strategy, version, offload, wrap policy and checkpointing.
+void read_fsdp(YamlReader& r, RunSettings& s, ConfigImport& out) {
+  read_sharding_strategy(r, s, out);
+  // Which FSDP: fsdp_version, 1 when absent (accelerate/utils/dataclasses.py,
+  // FullyShardedDataParallelPlugin: FSDP_VERSION, default "1", at Accelerate 1.15).
+  const int64_t version = r.count_or("fsdp_config.fsdp_version", 1);
+  if (version != 1 && version != 2) r.fail("fsdp_config.fsdp_version", "1 or 2", r.at("fsdp_config.fsdp_version"));
+  s.sharding = version == 2 ? Sharding::kFsdp2 : Sharding::kFsdp1;
+  // FSDP2 has no sharding strategy: reshard_after_forward says it.
+  if (version == 2 && r.has("fsdp_config.fsdp_reshard_after_forward")) {
+    s.zero_stage = r.boolean_or("fsdp_config.fsdp_reshard_after_forward", true) ? 3 : 2;
+  }
+  // fsdp_offload_params: FSDP1's CPUOffload(offload_params=True) or FSDP2's
+  // CPUOffloadPolicy (FullyShardedDataParallelPlugin.set_cpu_offload).
+  if (r.boolean_or("fsdp_config.fsdp_offload_params", false)) {
+    if (s.zero_stage != 3) r.fail("fsdp_config.fsdp_offload_params", "false unless parameters are fully sharded");
+    s.offload_param = Offload::kCpu;
+    s.offload_optimizer = Offload::kCpu;
+  }
+  read_wrap_policy(r, s, out, version);
   // Accelerate accumulates under no_sync by default (accelerator.py accumulate, sync_each_batch False),
   // as the Trainer does: the stack's value unless one was given.
   if (!s.fsdp_no_sync) s.fsdp_no_sync = true;

@@ -59,17 +59,15 @@ const std::set<std::string>& understood() {
   return kKeys;
 }
 
-}  // namespace
+// The error for `key` of the file, with its value.
+Status field_error(const json& config, std::string_view origin, const std::string& key, const std::string& expected) {
+  return config_field_error(origin, key, expected, config.at(key));
+}
 
-Result<ConfigImport> import_axolotl_config(std::string_view text, std::string_view origin, RunSettings base) {
-  Result<json> root = parse_yaml_config(text, origin, "an axolotl config");
-  if (!root.is_ok()) return root.status();
-  const json& config = root.value();
-  const auto fail = [&](const std::string& key, const std::string& expected) {
-    return config_field_error(origin, key, expected, config.at(key));
-  };
+// The TrainingArguments the axolotl keys rename; the keys neither renamed nor
+// understood go to `ignored`.
+json trainer_arguments(const json& config, std::vector<std::string>& ignored) {
   json args = json::object();
-  std::vector<std::string> ignored;
   for (const auto& [key, value] : config.items()) {
     if (value.is_null()) continue;
     const auto it = renamed().find(key);
@@ -79,104 +77,150 @@ Result<ConfigImport> import_axolotl_config(std::string_view text, std::string_vi
       ignored.push_back(key);
     }
   }
-  // adapter: lora or qlora trains a PEFT adapter; none (or empty) is a full fine-tune.
-  const std::string adapter = config.contains("adapter") && config.at("adapter").is_string() ? config.at("adapter").get<std::string>() : "";
-  if (config.contains("adapter") && !config.at("adapter").is_null() && adapter != "lora" && adapter != "qlora") {
-    return fail("adapter", "lora, qlora or nothing (a full fine-tune)");
+  return args;
+}
+
+// What adapter and gptq say.
+struct Adapter {
+  std::string name;  // lora, qlora or "" (a full fine-tune)
+  bool gptq = false;
+  int64_t gptq_group = kGptqDefaultGroupSize;
+};
+
+// adapter: lora or qlora trains a PEFT adapter; none (or empty) is a full fine-tune.
+Status read_adapter(const json& config, std::string_view origin, json& args, Adapter& a) {
+  a.name = config.contains("adapter") && config.at("adapter").is_string()
+               ? config.at("adapter").get<std::string>()
+               : "";
+  if (config.contains("adapter") && !config.at("adapter").is_null() && a.name != "lora" && a.name != "qlora") {
+    return field_error(config, origin, "adapter", "lora, qlora or nothing (a full fine-tune)");
   }
   // gptq: "Whether you are training a 4-bit GPTQ quantized model" (axolotl's
   // AxolotlInputConfig; gptq_groupsize in its older configs): adapters over a frozen
   // GPTQ int4 base, QLoRA with quant gptq here (planner/mechanisms/gptq_linear.h).
-  const bool gptq = config.contains("gptq") && config.at("gptq") == json(true);
+  a.gptq = config.contains("gptq") && config.at("gptq") == json(true);
   if (config.contains("gptq") && !config.at("gptq").is_null() && !config.at("gptq").is_boolean()) {
-    return fail("gptq", "true or false");
+    return field_error(config, origin, "gptq", "true or false");
   }
-  if (gptq && adapter != "lora") return fail("gptq", "adapter lora with it (a GPTQ base trains adapters only)");
-  int64_t gptq_group = kGptqDefaultGroupSize;
+  if (a.gptq && a.name != "lora") {
+    return field_error(config, origin, "gptq", "adapter lora with it (a GPTQ base trains adapters only)");
+  }
   if (config.contains("gptq_groupsize") && !config.at("gptq_groupsize").is_null()) {
     const json& group = config.at("gptq_groupsize");
     if (!group.is_number_integer() || (group.get<int64_t>() < 1 && group.get<int64_t>() != -1)) {
-      return fail("gptq_groupsize", "a positive integer or -1");
+      return field_error(config, origin, "gptq_groupsize", "a positive integer or -1");
     }
-    gptq_group = group.get<int64_t>();
+    a.gptq_group = group.get<int64_t>();
   }
-  if (!adapter.empty()) args["use_peft"] = true;
-  if (adapter == "qlora") args["load_in_4bit"] = true;
-  if (!adapter.empty() && config.value("lora_target_linear", json(false)) == json(true)) {
+  if (!a.name.empty()) args["use_peft"] = true;
+  if (a.name == "qlora") args["load_in_4bit"] = true;
+  if (!a.name.empty() && config.value("lora_target_linear", json(false)) == json(true)) {
     args["lora_target_modules"] = "all-linear";
   }
-  // bf16: true, false or 'auto' (bf16 where the GPU has it: every GPU headroom catalogues).
+  return Status::ok();
+}
+
+// bf16: true, false or 'auto' (bf16 where the GPU has it: every GPU headroom catalogues).
+Status read_precision(const json& config, std::string_view origin, json& args) {
   if (config.contains("bf16") && !config.at("bf16").is_null()) {
     const json& bf16 = config.at("bf16");
     if (bf16 == json("auto") || bf16 == json(true)) {
       args["bf16"] = true;
     } else if (bf16 != json(false)) {
-      return fail("bf16", "true, false or auto");
+      return field_error(config, origin, "bf16", "true, false or auto");
     }
   }
   // Axolotl loads the model in the compute dtype it picks (bf16 when bf16 is on),
   // unless torch_dtype says otherwise (utils/models.py ModelLoader).
   if (args.value("bf16", json(false)) == json(true) && !args.contains("torch_dtype")) args["torch_dtype"] = "bfloat16";
   if (config.value("eager_attention", json(false)) == json(true)) args["attn_implementation"] = "eager";
-  Result<ConfigImport> out = import_training_arguments_object(args, origin, std::move(base));
-  if (!out.is_ok()) {
-    // Name the key as the axolotl file spells it.
-    std::string message = out.message();
-    for (const auto& [axolotl, trainer] : renamed()) {
-      const std::string said = std::string(origin) + ": " + trainer + ":";
-      if (message.rfind(said, 0) == 0) {
-        message = std::string(origin) + ": " + axolotl + ":" + message.substr(said.size());
-        break;
-      }
+  return Status::ok();
+}
+
+// The TrainingArguments reader's error, naming the key as the axolotl file spells it.
+Status respelled_error(const Status& error, std::string_view origin) {
+  std::string message = error.message();
+  for (const auto& [axolotl, trainer] : renamed()) {
+    const std::string said = std::string(origin) + ": " + trainer + ":";
+    if (message.rfind(said, 0) == 0) {
+      message = std::string(origin) + ": " + axolotl + ":" + message.substr(said.size());
+      break;
     }
-    return Status::with_code(out.code(), message);
   }
-  respell_notes(out.value(), "max_length", "sequence_len");
+  return Status::with_code(error.code(), message);
+}
+
+// What axolotl does beyond the TrainingArguments: padding to sequence_len, a
+// GPTQ base, its k-bit preparation, and the global batch it may name.
+void apply_axolotl_settings(const json& config, const Adapter& a, ConfigImport& out) {
   // pad_to_sequence_len: every batch padded to sequence_len (axolotl's collator
   // pads to it), so no batch of another length.
-  if (config.value("pad_to_sequence_len", json(false)) == json(true) && out->settings.shortest_sample) {
-    out->settings.shortest_sample.reset();
-    std::erase_if(out->notes, [](const std::string& note) {
+  if (config.value("pad_to_sequence_len", json(false)) == json(true) && out.settings.shortest_sample) {
+    out.settings.shortest_sample.reset();
+    std::erase_if(out.notes, [](const std::string& note) {
       return note.find("padded to the longest of each batch") != std::string::npos;
     });
-    out->notes.push_back("pad_to_sequence_len: every batch is padded to sequence_len, the length it is priced at");
+    out.notes.push_back("pad_to_sequence_len: every batch is padded to sequence_len, the length it is priced at");
   }
-  if (gptq) {
-    out->settings.mode = TrainMode::kQlora;
-    out->settings.quant = QuantFormat::kGptq;
-    out->settings.gptq_group_size = gptq_group;
-    out->notes.push_back("gptq: adapters over a GPTQ int4 base, group size " + std::to_string(gptq_group) +
-                         " (the model's quantization_config is checked against it)");
+  if (a.gptq) {
+    out.settings.mode = TrainMode::kQlora;
+    out.settings.quant = QuantFormat::kGptq;
+    out.settings.gptq_group_size = a.gptq_group;
+    out.notes.push_back("gptq: adapters over a GPTQ int4 base, group size " + std::to_string(a.gptq_group) +
+                        " (the model's quantization_config is checked against it)");
   }
   // Axolotl runs PEFT's prepare_model_for_kbit_training and then casts the norms
   // and embeddings back to torch_dtype for LoRA and QLoRA (loaders/model.py): the
   // unquantized weights train as loaded.
-  if (out->settings.mode == TrainMode::kQlora) out->settings.kbit_prep = KbitPrep::kNone;
+  if (out.settings.mode == TrainMode::kQlora) out.settings.kbit_prep = KbitPrep::kNone;
   if (config.contains("batch_size") && !config.at("batch_size").is_null()) {
-    out->notes.push_back("batch_size (the global batch) is read through micro_batch_size and "
-                         "gradient_accumulation_steps; give --global-batch to hold it across GPU counts");
+    out.notes.push_back("batch_size (the global batch) is read through micro_batch_size and "
+                        "gradient_accumulation_steps; give --global-batch to hold it across GPU counts");
   }
-  // axolotl's Liger plugin (integrations/liger): liger_fused_linear_cross_entropy
-  // swaps the loss for Liger's fused linear cross-entropy; liger_rope, liger_rms_norm,
-  // liger_glu_activation and liger_layer_norm swap modules priced here as the model's
-  // own, which keep at least as much for backward.
+}
+
+// axolotl's Liger plugin (integrations/liger): liger_fused_linear_cross_entropy
+// swaps the loss for Liger's fused linear cross-entropy; liger_rope, liger_rms_norm,
+// liger_glu_activation and liger_layer_norm swap modules priced here as the model's
+// own, which keep at least as much for backward.
+Status read_liger_plugin(const json& config, std::string_view origin, std::vector<std::string>& ignored,
+                         ConfigImport& out) {
   for (const char* key : {"liger_fused_linear_cross_entropy", "liger_rope", "liger_rms_norm",
                           "liger_glu_activation", "liger_layer_norm", "liger_cross_entropy"}) {
     if (!config.contains(key) || config.at(key).is_null()) continue;
-    if (!config.at(key).is_boolean()) return fail(key, "true or false");
+    if (!config.at(key).is_boolean()) return field_error(config, origin, key, "true or false");
     std::erase(ignored, std::string(key));
     if (config.at(key) != json(true)) continue;
     if (std::string_view(key) == "liger_fused_linear_cross_entropy") {
-      out->settings.loss = LossSpec{LossImpl::kFusedLinearCe, 8};
-      out->notes.push_back("liger_fused_linear_cross_entropy: priced as --loss fused-linear-ce");
+      out.settings.loss = LossSpec{LossImpl::kFusedLinearCe, 8};
+      out.notes.push_back("liger_fused_linear_cross_entropy: priced as --loss fused-linear-ce");
     } else if (std::string_view(key) == "liger_cross_entropy") {
-      return fail(key, "false (Liger's cross-entropy over materialised logits is not modelled; "
-                       "liger_fused_linear_cross_entropy is)");
+      return field_error(config, origin, key, "false (Liger's cross-entropy over materialised logits is not modelled; "
+                                              "liger_fused_linear_cross_entropy is)");
     } else {
-      out->notes.push_back(std::string(key) + ": priced as the model's own module, which keeps at least as much "
-                           "for backward");
+      out.notes.push_back(std::string(key) + ": priced as the model's own module, which keeps at least as much "
+                          "for backward");
     }
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ConfigImport> import_axolotl_config(std::string_view text, std::string_view origin, RunSettings base) {
+  Result<json> root = parse_yaml_config(text, origin, "an axolotl config");
+  if (!root.is_ok()) return root.status();
+  const json& config = root.value();
+  std::vector<std::string> ignored;
+  json args = trainer_arguments(config, ignored);
+  Adapter adapter;
+  if (Status read = read_adapter(config, origin, args, adapter); !read.is_ok()) return read;
+  if (Status read = read_precision(config, origin, args); !read.is_ok()) return read;
+  Result<ConfigImport> out = import_training_arguments_object(args, origin, std::move(base));
+  if (!out.is_ok()) return respelled_error(out.status(), origin);
+  respell_notes(out.value(), "max_length", "sequence_len");
+  apply_axolotl_settings(config, adapter, out.value());
+  if (Status read = read_liger_plugin(config, origin, ignored, out.value()); !read.is_ok()) return read;
   out->ignored = ignored;
   return out;
 }

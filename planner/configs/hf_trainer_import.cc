@@ -343,10 +343,8 @@ void read_fsdp(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   if (s.zero_stage != 3) out.notes.push_back("fsdp: priced as DeepSpeed's ZeRO stage " + std::to_string(s.zero_stage));
 }
 
-// TRL's ModelConfig, parsed from the same command line (trl/trainer/model_config.py):
-// the model's load dtype and attention, LoRA through PEFT, bitsandbytes loading.
-void read_trl_model_args(ArgsReader& r, RunSettings& s, ConfigImport& out) {
-  r.has("model_name_or_path");  // names the model: MODEL gives it to headroom
+// ModelConfig's load: the dtype the model is loaded in and its attention.
+void read_trl_load(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   const char* dtype_key = r.has("dtype") ? "dtype" : "torch_dtype";
   if (r.has(dtype_key)) {
     // The dtype the model is loaded in: bf16 weights train in bf16 (under the
@@ -374,61 +372,73 @@ void read_trl_model_args(ArgsReader& r, RunSettings& s, ConfigImport& out) {
       r.fail("attn_implementation", "eager, sdpa, flash_attention_2 or flash_attention_3", json(impl));
     }
   }
+}
+
+// lora_target_modules: names, a JSON list or all-linear; absent is PEFT's default.
+void read_trl_lora_targets(ArgsReader& r, RunSettings& s, ConfigImport& out) {
+  if (r.has("lora_target_modules")) {
+    const json& t = r.raw("lora_target_modules");
+    s.lora.targets.clear();
+    if (t == json("all-linear")) {
+      // the model's own list: every linear of its blocks
+    } else if (t.is_string() && !shell_words(t.get<std::string>()).empty()) {
+      s.lora.targets = shell_words(t.get<std::string>());
+    } else if (t.is_array() && !t.empty() &&
+               std::all_of(t.begin(), t.end(), [](const json& m) { return m.is_string(); })) {
+      for (const json& m : t) s.lora.targets.push_back(m.get<std::string>());
+    } else {
+      r.fail("lora_target_modules", "module names or all-linear", t);
+    }
+  } else {
+    // PEFT's default targets for Llama-family models
+    // (utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+    s.lora.targets = {"q_proj", "v_proj"};
+    out.notes.push_back("use_peft without lora_target_modules: PEFT's default for Llama-family models, q_proj "
+                        "and v_proj");
+  }
+}
+
+// use_peft: LoRA (QLoRA over a 4-bit load) with ModelConfig's lora_* arguments.
+void read_trl_lora(ArgsReader& r, RunSettings& s, ConfigImport& out, bool four_bit) {
+  s.mode = four_bit ? TrainMode::kQlora : TrainMode::kLora;
+  s.lora.rank = r.count_or("lora_r", 16, kMaxLoraRank);  // ModelConfig's defaults: r 16, dropout 0.05
+  s.lora.dropout = 0.05;
+  if (r.has("lora_dropout")) {
+    const std::optional<double> p = probability(r.raw("lora_dropout"));
+    if (p) {
+      s.lora.dropout = *p;
+    } else {
+      r.fail("lora_dropout", "a probability in [0, 1)", r.raw("lora_dropout"));
+    }
+  }
+  r.has("lora_alpha");
+  read_trl_lora_targets(r, s, out);
+  if (r.has("lora_modules_to_save")) {
+    for (const std::string& m : shell_words(r.string_or("lora_modules_to_save", ""))) {
+      s.train_patterns.push_back("*" + m + "*");
+    }
+  }
+  if (r.boolean_or("use_dora", false)) r.fail("use_dora", "false (DoRA is not modelled)");
+  s.nf4_double_quant = r.boolean_or("use_bnb_nested_quant", false);  // ModelConfig's default: no double quant
+  r.has("bnb_4bit_quant_type");
+}
+
+// TRL's ModelConfig, parsed from the same command line (trl/trainer/model_config.py):
+// the model's load dtype and attention, LoRA through PEFT, bitsandbytes loading.
+void read_trl_model_args(ArgsReader& r, RunSettings& s, ConfigImport& out) {
+  r.has("model_name_or_path");  // names the model: MODEL gives it to headroom
+  read_trl_load(r, s, out);
   const bool four_bit = r.boolean_or("load_in_4bit", false);
   if (r.boolean_or("load_in_8bit", false)) r.fail("load_in_8bit", "false (LLM.int8 weights are not modelled)");
   if (r.boolean_or("use_peft", false)) {
-    s.mode = four_bit ? TrainMode::kQlora : TrainMode::kLora;
-    s.lora.rank = r.count_or("lora_r", 16, kMaxLoraRank);  // ModelConfig's defaults: r 16, dropout 0.05
-    s.lora.dropout = 0.05;
-    if (r.has("lora_dropout")) {
-      const std::optional<double> p = probability(r.raw("lora_dropout"));
-      if (p) {
-        s.lora.dropout = *p;
-      } else {
-        r.fail("lora_dropout", "a probability in [0, 1)", r.raw("lora_dropout"));
-      }
-    }
-    r.has("lora_alpha");
-    if (r.has("lora_target_modules")) {
-      const json& t = r.raw("lora_target_modules");
-      s.lora.targets.clear();
-      if (t == json("all-linear")) {
-        // the model's own list: every linear of its blocks
-      } else if (t.is_string() && !shell_words(t.get<std::string>()).empty()) {
-        s.lora.targets = shell_words(t.get<std::string>());
-      } else if (t.is_array() && !t.empty() &&
-                 std::all_of(t.begin(), t.end(), [](const json& m) { return m.is_string(); })) {
-        for (const json& m : t) s.lora.targets.push_back(m.get<std::string>());
-      } else {
-        r.fail("lora_target_modules", "module names or all-linear", t);
-      }
-    } else {
-      // PEFT's default targets for Llama-family models
-      // (utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
-      s.lora.targets = {"q_proj", "v_proj"};
-      out.notes.push_back("use_peft without lora_target_modules: PEFT's default for Llama-family models, q_proj "
-                          "and v_proj");
-    }
-    if (r.has("lora_modules_to_save")) {
-      for (const std::string& m : shell_words(r.string_or("lora_modules_to_save", ""))) s.train_patterns.push_back("*" + m + "*");
-    }
-    if (r.boolean_or("use_dora", false)) r.fail("use_dora", "false (DoRA is not modelled)");
-    s.nf4_double_quant = r.boolean_or("use_bnb_nested_quant", false);  // ModelConfig's default: no double quant
-    r.has("bnb_4bit_quant_type");
+    read_trl_lora(r, s, out, four_bit);
   } else if (four_bit) {
     r.fail("load_in_4bit", "with use_peft (a 4-bit base trains only adapters)");
   }
 }
 
-Result<ConfigImport> map_arguments(const json& args, std::string_view origin, RunSettings base) {
-  if (!args.is_object())
-    return Status::invalid_input(std::string(origin) +
-                                 ": expected TrainingArguments as a JSON object");
-  ArgsReader r(args, origin);
-  ConfigImport out;
-  RunSettings& s = out.settings;
-  s = std::move(base);
-  s.stack = Stack::kHfTrainer;
+// The device, the batch and the Trainer's precision flags. Returns whether bf16 was given.
+bool read_batch_and_precision(ArgsReader& r, RunSettings& s) {
   if (r.boolean_or("use_cpu", false) || r.boolean_or("no_cuda", false)) {
     r.fail(r.has("use_cpu") ? "use_cpu" : "no_cuda", "false (headroom answers for a GPU run)");
   }
@@ -445,7 +455,11 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
   } else {
     s.precision = Precision::kFp32;
   }
-  read_optim(r, s, out);
+  return bf16;
+}
+
+// Gradient checkpointing and torch.compile.
+void read_checkpointing_and_compile(ArgsReader& r, RunSettings& s) {
   const bool checkpointing =
       r.boolean_or("gradient_checkpointing", false) || r.boolean_or("activation_checkpointing", false);
   // An Accelerate FSDP config read before (fsdp_activation_checkpointing) keeps
@@ -466,12 +480,15 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
     // (transformers' causal-LM heads call self.loss_function).
     s.compile_loss = true;
   }
-  read_fsdp(r, s, out);
+}
+
+// Checkpoints kept and saved, batch grouping, and TRL's SFTConfig (a
+// TrainingArguments subclass): the sequence cap and packing.
+void read_saving_and_sequence(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   if (r.has("save_total_limit")) s.checkpoints_kept = static_cast<int>(r.count_or("save_total_limit", 2, 1000));
   if (r.boolean_or("save_only_model", false)) s.save_optimizer_state = false;
   // group_by_length: the LengthGroupedSampler orders the padded batches (run_settings.h).
   s.group_by_length = r.boolean_or("group_by_length", false);
-  // TRL's SFTConfig (a TrainingArguments subclass): the sequence cap and packing.
   const char* length_key = r.has("max_length") ? "max_length" : "max_seq_length";
   if (r.has(length_key)) {
     s.seq_len = r.count_or(length_key, 1024, kMaxSeqLen);
@@ -487,30 +504,25 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
     r.has("padding_free");
     out.sequence_unknown = true;  // TrainingArguments has no sequence length
   }
-  read_trl_model_args(r, s, out);
-  if (s.precision == Precision::kBf16Amp || s.precision == Precision::kFp16Amp) {
-    out.notes.push_back(std::string(bf16 ? "bf16" : "fp16") +
-                        ": autocast over the model as loaded; priced for an fp32 load (from_pretrained's default "
-                        "before transformers 5); give --precision bf16 if the script loads it in bf16 "
-                        "(torch_dtype=torch.bfloat16, or transformers 5's 'auto')");
-  }
-  if (r.has("deepspeed")) {
-    const json& ds = r.raw("deepspeed");
-    Result<RunSettings> with_ds = ds.is_string()
-                                      ? load_deepspeed_config(ds.get<std::string>(), s)
-                                      : apply_deepspeed_config(ds, s, std::string(origin) + ": deepspeed");
-    if (!with_ds.is_ok()) {
-      r.fail(with_ds.status());
-    } else {
-      s = with_ds.value();
-      s.stack = Stack::kHfTrainer;
-    }
-  }
-  if (r.boolean_or("use_liger_kernel", false)) {
-    read_liger(r, s, out);
+}
+
+// deepspeed: a path or an inline config, read over what the arguments said.
+void read_deepspeed_argument(ArgsReader& r, RunSettings& s, std::string_view origin) {
+  if (!r.has("deepspeed")) return;
+  const json& ds = r.raw("deepspeed");
+  Result<RunSettings> with_ds = ds.is_string()
+                                    ? load_deepspeed_config(ds.get<std::string>(), s)
+                                    : apply_deepspeed_config(ds, s, std::string(origin) + ": deepspeed");
+  if (!with_ds.is_ok()) {
+    r.fail(with_ds.status());
   } else {
-    r.has("liger_kernel_config");  // read: it does nothing without use_liger_kernel
+    s = with_ds.value();
+    s.stack = Stack::kHfTrainer;
   }
+}
+
+// Arguments that change nothing priced, or little: said in notes.
+void note_unpriced_arguments(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   if (r.boolean_or("auto_find_batch_size", false)) {
     out.notes.push_back("auto_find_batch_size: the Trainer halves the batch after an out-of-memory error; the "
                         "answer is for the batch as given");
@@ -518,14 +530,21 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
   if (r.boolean_or("tf32", false) && s.precision == Precision::kFp32) {
     out.notes.push_back("tf32: TF32 matmuls are not modelled; fp32 time is priced at the FP32 rate");
   }
-  // TRL: activation offloading moves what autograd saves to the CPU (trl/models/activation_offloading.py);
-  // with checkpointing that is each block's input.
+}
+
+// TRL: activation offloading moves what autograd saves to the CPU (trl/models/activation_offloading.py);
+// with checkpointing that is each block's input.
+void read_activation_offloading(ArgsReader& r, RunSettings& s) {
   if (r.boolean_or("activation_offloading", false)) {
     if (s.checkpointing == CheckpointPolicy::kNone) {
       r.fail("activation_offloading", "with gradient_checkpointing (offloading every saved tensor is not modelled)");
     }
     s.offload_checkpoint_inputs = true;
   }
+}
+
+// Settings that change memory or time but are not modelled: named in notes.
+void note_unmodelled_settings(ArgsReader& r, ConfigImport& out) {
   for (const char* key : {"label_smoothing_factor", "torch_empty_cache_steps"}) {
     if (r.has(key) && r.raw(key) != json(0) && r.raw(key) != json(0.0) && r.raw(key) != json("0") &&
         r.raw(key) != json("0.0")) {
@@ -536,6 +555,38 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
                           ")");
     }
   }
+}
+
+Result<ConfigImport> map_arguments(const json& args, std::string_view origin, RunSettings base) {
+  if (!args.is_object())
+    return Status::invalid_input(std::string(origin) +
+                                 ": expected TrainingArguments as a JSON object");
+  ArgsReader r(args, origin);
+  ConfigImport out;
+  RunSettings& s = out.settings;
+  s = std::move(base);
+  s.stack = Stack::kHfTrainer;
+  const bool bf16 = read_batch_and_precision(r, s);
+  read_optim(r, s, out);
+  read_checkpointing_and_compile(r, s);
+  read_fsdp(r, s, out);
+  read_saving_and_sequence(r, s, out);
+  read_trl_model_args(r, s, out);
+  if (s.precision == Precision::kBf16Amp || s.precision == Precision::kFp16Amp) {
+    out.notes.push_back(std::string(bf16 ? "bf16" : "fp16") +
+                        ": autocast over the model as loaded; priced for an fp32 load (from_pretrained's default "
+                        "before transformers 5); give --precision bf16 if the script loads it in bf16 "
+                        "(torch_dtype=torch.bfloat16, or transformers 5's 'auto')");
+  }
+  read_deepspeed_argument(r, s, origin);
+  if (r.boolean_or("use_liger_kernel", false)) {
+    read_liger(r, s, out);
+  } else {
+    r.has("liger_kernel_config");  // read: it does nothing without use_liger_kernel
+  }
+  note_unpriced_arguments(r, s, out);
+  read_activation_offloading(r, s);
+  note_unmodelled_settings(r, out);
   if (!r.status().is_ok()) return r.status();
   // What the file says must hold together on its own (DeepSpeed refuses NVMe optimizer
   // offload below ZeRO-3, torchtune in-backward with accumulation, ...).
@@ -572,6 +623,71 @@ Result<ConfigImport> load_training_arguments(const std::string& path, RunSetting
   return import_training_arguments(text.value(), path, std::move(base));
 }
 
+namespace {
+
+// target_modules: a list of names or PEFT's "all-linear" shorthand.
+void read_peft_targets(ArgsReader& r, RunSettings& s, ConfigImport& out) {
+  const json& targets = r.raw("target_modules");
+  if (targets.is_array()) {
+    s.lora.targets.clear();
+    for (const json& t : targets) {
+      if (!t.is_string()) {
+        r.fail("target_modules", "module names", targets);
+        break;
+      }
+      s.lora.targets.push_back(t.get<std::string>());
+    }
+  } else if (targets == json("all-linear")) {
+    s.lora.targets.clear();  // the model's own list: every linear of its blocks
+    out.notes.push_back("target_modules all-linear: the model's own adapter list (every linear of its blocks, "
+                        "not the output layer), as PEFT's shorthand selects");
+  } else {
+    r.fail("target_modules", "a list of module names or \"all-linear\" (a regular expression is not read; give "
+                             "--lora-targets)",
+           targets);
+  }
+  if (targets.is_array() && (targets.empty() || !std::all_of(targets.begin(), targets.end(),
+                                                             [](const json& t) { return t.is_string(); }))) {
+    r.fail("target_modules", "a non-empty list of module names", targets);
+  }
+}
+
+// modules_to_save train in full beside the adapters.
+void read_peft_modules_to_save(ArgsReader& r, RunSettings& s) {
+  if (!r.has("modules_to_save")) return;
+  const json& saved = r.raw("modules_to_save");
+  if (!saved.is_array()) {
+    r.fail("modules_to_save", "a list of module names", saved);
+  } else {
+    for (const json& m : saved) {
+      if (m.is_string()) s.train_patterns.push_back("*" + m.get<std::string>() + "*");
+    }
+  }
+}
+
+// What LoraConfig may say that is not modelled, and the keys read that change no bytes.
+void refuse_unmodelled_peft(ArgsReader& r) {
+  for (const char* per_module : {"rank_pattern", "layers_to_transform", "exclude_modules", "target_parameters"}) {
+    if (!r.has(per_module)) continue;
+    const json& v = r.raw(per_module);
+    if ((v.is_object() || v.is_array()) && v.empty()) continue;
+    r.fail(per_module, "empty or null (per-module ranks, layer subsets and parameter targets are not modelled)", v);
+  }
+  r.has("alpha_pattern");  // scales: no bytes
+  if (r.has("lora_dropout") && !probability(r.raw("lora_dropout"))) {
+    r.fail("lora_dropout", "a probability in [0, 1)", r.raw("lora_dropout"));
+  }
+  const std::string bias = r.string_or("bias", "none");
+  if (bias != "none") r.fail("bias", "\"none\" (trained biases are not modelled)", json(bias));
+  if (r.boolean_or("use_dora", false)) r.fail("use_dora", "false (DoRA's magnitude vectors and norms are not modelled)");
+  for (const char* read_no_bytes : {"lora_alpha", "use_rslora", "task_type", "base_model_name_or_path", "fan_in_fan_out",
+                                    "init_lora_weights", "inference_mode", "revision"}) {
+    r.has(read_no_bytes);
+  }
+}
+
+}  // namespace
+
 Result<ConfigImport> import_peft_config(std::string_view text, std::string_view origin, RunSettings base) {
   Result<json> parsed = graph::parse_json_text(text, origin);
   if (!parsed.is_ok()) return parsed.status();
@@ -592,58 +708,9 @@ Result<ConfigImport> import_peft_config(std::string_view text, std::string_view 
   } else {
     s.lora.dropout = 0.0;  // LoraConfig's default
   }
-  if (r.has("target_modules")) {
-    const json& targets = r.raw("target_modules");
-    if (targets.is_array()) {
-      s.lora.targets.clear();
-      for (const json& t : targets) {
-        if (!t.is_string()) {
-          r.fail("target_modules", "module names", targets);
-          break;
-        }
-        s.lora.targets.push_back(t.get<std::string>());
-      }
-    } else if (targets == json("all-linear")) {
-      s.lora.targets.clear();  // the model's own list: every linear of its blocks
-      out.notes.push_back("target_modules all-linear: the model's own adapter list (every linear of its blocks, "
-                          "not the output layer), as PEFT's shorthand selects");
-    } else {
-      r.fail("target_modules", "a list of module names or \"all-linear\" (a regular expression is not read; give "
-                               "--lora-targets)",
-             targets);
-    }
-    if (targets.is_array() && (targets.empty() || !std::all_of(targets.begin(), targets.end(),
-                                                               [](const json& t) { return t.is_string(); }))) {
-      r.fail("target_modules", "a non-empty list of module names", targets);
-    }
-  }
-  if (r.has("modules_to_save")) {
-    const json& saved = r.raw("modules_to_save");
-    if (!saved.is_array()) {
-      r.fail("modules_to_save", "a list of module names", saved);
-    } else {
-      for (const json& m : saved) {
-        if (m.is_string()) s.train_patterns.push_back("*" + m.get<std::string>() + "*");
-      }
-    }
-  }
-  for (const char* per_module : {"rank_pattern", "layers_to_transform", "exclude_modules", "target_parameters"}) {
-    if (!r.has(per_module)) continue;
-    const json& v = r.raw(per_module);
-    if ((v.is_object() || v.is_array()) && v.empty()) continue;
-    r.fail(per_module, "empty or null (per-module ranks, layer subsets and parameter targets are not modelled)", v);
-  }
-  r.has("alpha_pattern");  // scales: no bytes
-  if (r.has("lora_dropout") && !probability(r.raw("lora_dropout"))) {
-    r.fail("lora_dropout", "a probability in [0, 1)", r.raw("lora_dropout"));
-  }
-  const std::string bias = r.string_or("bias", "none");
-  if (bias != "none") r.fail("bias", "\"none\" (trained biases are not modelled)", json(bias));
-  if (r.boolean_or("use_dora", false)) r.fail("use_dora", "false (DoRA's magnitude vectors and norms are not modelled)");
-  for (const char* read_no_bytes : {"lora_alpha", "use_rslora", "task_type", "base_model_name_or_path", "fan_in_fan_out",
-                                    "init_lora_weights", "inference_mode", "revision"}) {
-    r.has(read_no_bytes);
-  }
+  if (r.has("target_modules")) read_peft_targets(r, s, out);
+  read_peft_modules_to_save(r, s);
+  refuse_unmodelled_peft(r);
   if (!r.status().is_ok()) return r.status();
   if (Status valid = validate_settings(out.settings, origin); !valid.is_ok()) return valid;
   out.ignored = r.unread();

@@ -37,18 +37,21 @@ std::vector<std::string> comma_list(const std::string& text) {
   return out;
 }
 
-}  // namespace
+// The file being read: which keys it gives, and the error naming one.
+struct FactoryConfig {
+  const json& config;
+  std::string_view origin;
 
-Result<ConfigImport> import_llamafactory_config(std::string_view text, std::string_view origin, RunSettings base) {
-  Result<json> root = parse_yaml_config(text, origin, "a LLaMA-Factory config");
-  if (!root.is_ok()) return root.status();
-  const json& config = root.value();
-  const auto fail = [&](const std::string& key, const std::string& expected) {
+  bool said(const char* key) const { return config.contains(key) && !config.at(key).is_null(); }
+  Status fail(const std::string& key, const std::string& expected) const {
     return config_field_error(origin, key, expected, config.at(key));
-  };
-  const auto said = [&](const char* key) { return config.contains(key) && !config.at(key).is_null(); };
+  }
+};
+
+// The TrainingArguments among the keys: all but LLaMA-Factory's own.
+json trainer_arguments(const json& config) {
   json args = json::object();
-  for (const auto& [key, value] : config.items()) args[key] = value;  // the TrainingArguments among them
+  for (const auto& [key, value] : config.items()) args[key] = value;
   for (const char* own : {"finetuning_type", "lora_rank", "lora_dropout", "lora_target", "additional_target",
                           "quantization_bit", "double_quantization", "cutoff_len", "packing",
                           "disable_gradient_checkpointing", "enable_liger_kernel", "use_unsloth",
@@ -56,85 +59,128 @@ Result<ConfigImport> import_llamafactory_config(std::string_view text, std::stri
     args.erase(own);
   }
   for (const std::string& key : understood()) args.erase(key);
+  return args;
+}
 
-  // finetuning_type (finetuning_args.py): lora (the default) or full; freeze trains chosen layers.
-  const std::string type = said("finetuning_type") && config.at("finetuning_type").is_string()
-                               ? config.at("finetuning_type").get<std::string>()
-                               : (said("finetuning_type") ? "?" : "lora");
-  if (type != "lora" && type != "full") return fail("finetuning_type", "lora or full (freeze is not modelled)");
-  if (said("use_unsloth") && config.at("use_unsloth") == json(true)) return fail("use_unsloth", "false (Unsloth's kernels are not modelled)");
-  if (said("enable_liger_kernel") && !config.at("enable_liger_kernel").is_boolean()) {
-    return fail("enable_liger_kernel", "true or false");
+// use_unsloth is refused; enable_liger_kernel is the Trainer's use_liger_kernel.
+Status read_kernels(const FactoryConfig& c, json& args) {
+  const json& config = c.config;
+  if (c.said("use_unsloth") && config.at("use_unsloth") == json(true)) {
+    return c.fail("use_unsloth", "false (Unsloth's kernels are not modelled)");
   }
-  if (said("enable_liger_kernel") && config.at("enable_liger_kernel") == json(true)) {
+  if (c.said("enable_liger_kernel") && !config.at("enable_liger_kernel").is_boolean()) {
+    return c.fail("enable_liger_kernel", "true or false");
+  }
+  if (c.said("enable_liger_kernel") && config.at("enable_liger_kernel") == json(true)) {
     // model/model_utils/liger_kernel.py apply_liger_kernel: Liger's defaults, as the
     // Trainer's use_liger_kernel applies them, without the fused loss where the stage
     // needs logits (require_logits: every stage but pt and sft; sft is the default).
     args["use_liger_kernel"] = true;
-    const std::string stage = said("stage") && config.at("stage").is_string() ? config.at("stage").get<std::string>() : "sft";
+    const std::string stage =
+        c.said("stage") && config.at("stage").is_string() ? config.at("stage").get<std::string>() : "sft";
     if (stage != "pt" && stage != "sft") args["liger_kernel_config"] = json{{"fused_linear_cross_entropy", false}};
   }
-  if (said("quantization_bit")) {
-    if (config.at("quantization_bit") != json(4)) return fail("quantization_bit", "4 (8-bit weights are not modelled)");
-    if (type != "lora") return fail("quantization_bit", "only with finetuning_type lora");
-    args["load_in_4bit"] = true;
-    // double_quantization defaults to true in model_args.py.
-    args["use_bnb_nested_quant"] = !said("double_quantization") || config.at("double_quantization") == json(true);
+  return Status::ok();
+}
+
+// quantization_bit 4: a bitsandbytes 4-bit base under LoRA.
+Status read_quantization(const FactoryConfig& c, const std::string& type, json& args) {
+  const json& config = c.config;
+  if (!c.said("quantization_bit")) return Status::ok();
+  if (config.at("quantization_bit") != json(4)) return c.fail("quantization_bit", "4 (8-bit weights are not modelled)");
+  if (type != "lora") return c.fail("quantization_bit", "only with finetuning_type lora");
+  args["load_in_4bit"] = true;
+  // double_quantization defaults to true in model_args.py.
+  args["use_bnb_nested_quant"] = !c.said("double_quantization") || config.at("double_quantization") == json(true);
+  return Status::ok();
+}
+
+// finetuning_type lora: rank, dropout, targets and the modules trained beside them.
+void read_lora(const FactoryConfig& c, json& args) {
+  const json& config = c.config;
+  args["use_peft"] = true;
+  args["lora_r"] = c.said("lora_rank") ? config.at("lora_rank") : json(8);  // finetuning_args.py defaults
+  args["lora_dropout"] = c.said("lora_dropout") ? config.at("lora_dropout") : json(0.0);
+  const std::string target = c.said("lora_target") && config.at("lora_target").is_string()
+                                 ? config.at("lora_target").get<std::string>()
+                                 : "all";
+  if (target == "all") {
+    args["lora_target_modules"] = "all-linear";
+  } else {
+    json modules = json::array();
+    for (const std::string& m : comma_list(target)) modules.push_back(m);
+    args["lora_target_modules"] = modules;
   }
-  if (type == "lora") {
-    args["use_peft"] = true;
-    args["lora_r"] = said("lora_rank") ? config.at("lora_rank") : json(8);  // finetuning_args.py defaults
-    args["lora_dropout"] = said("lora_dropout") ? config.at("lora_dropout") : json(0.0);
-    const std::string target = said("lora_target") && config.at("lora_target").is_string()
-                                   ? config.at("lora_target").get<std::string>()
-                                   : "all";
-    if (target == "all") {
-      args["lora_target_modules"] = "all-linear";
-    } else {
-      json modules = json::array();
-      for (const std::string& m : comma_list(target)) modules.push_back(m);
-      args["lora_target_modules"] = modules;
-    }
-    if (said("additional_target") && config.at("additional_target").is_string()) {
-      std::string saved;
-      for (const std::string& m : comma_list(config.at("additional_target").get<std::string>())) saved += m + " ";
-      args["lora_modules_to_save"] = saved;
-    }
+  if (c.said("additional_target") && config.at("additional_target").is_string()) {
+    std::string saved;
+    for (const std::string& m : comma_list(config.at("additional_target").get<std::string>())) saved += m + " ";
+    args["lora_modules_to_save"] = saved;
   }
+}
+
+// The sequence, packing, checkpointing and the load dtype.
+void read_sequence_and_checkpointing(const FactoryConfig& c, json& args) {
+  const json& config = c.config;
   // cutoff_len (data_args.py, default 2048): samples are cut to it and padded per batch.
-  args["max_length"] = said("cutoff_len") ? config.at("cutoff_len") : json(2048);
+  args["max_length"] = c.said("cutoff_len") ? config.at("cutoff_len") : json(2048);
   // packing: "Will automatically enable in pre-training" (data_args.py): unset, the
   // pt stage packs and the others pad each batch to its longest sample.
-  if (said("packing")) {
+  if (c.said("packing")) {
     args["packing"] = config.at("packing");
-  } else if (said("stage") && config.at("stage") == json("pt")) {
+  } else if (c.said("stage") && config.at("stage") == json("pt")) {
     args["packing"] = true;
   }
   // Gradient checkpointing is on unless disable_gradient_checkpointing (model_args.py;
   // model/model_utils/checkpointing.py).
-  args["gradient_checkpointing"] = !(said("disable_gradient_checkpointing") &&
+  args["gradient_checkpointing"] = !(c.said("disable_gradient_checkpointing") &&
                                      config.at("disable_gradient_checkpointing") == json(true));
   // The model is loaded in the compute dtype (model_utils infer_optim_dtype: bf16 when bf16).
-  if (said("bf16") && config.at("bf16") == json(true)) args["torch_dtype"] = "bfloat16";
+  if (c.said("bf16") && config.at("bf16") == json(true)) args["torch_dtype"] = "bfloat16";
+}
+
+// LLaMA-Factory never calls PEFT's prepare_model_for_kbit_training: its own
+// prepare_model_for_training (model/model_utils/checkpointing.py) upcasts the
+// 1-D norm weights to fp32 only with upcast_layernorm (default false).
+Status read_norm_upcast(const FactoryConfig& c, ConfigImport& out) {
+  const json& config = c.config;
+  if (c.said("upcast_layernorm") && !config.at("upcast_layernorm").is_boolean()) {
+    return c.fail("upcast_layernorm", "true or false");
+  }
+  const bool upcast_norms = c.said("upcast_layernorm") && config.at("upcast_layernorm") == json(true);
+  if (out.settings.mode == TrainMode::kQlora) {
+    out.settings.kbit_prep = upcast_norms && kbit_prep_matters(out.settings) ? KbitPrep::kNormsFp32 : KbitPrep::kNone;
+  }
+  if (upcast_norms && out.settings.kbit_prep != KbitPrep::kNormsFp32) {
+    out.notes.push_back("upcast_layernorm: fp32 norm weights are modelled for QLoRA under the Trainer's bf16 "
+                        "autocast only; priced without them");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ConfigImport> import_llamafactory_config(std::string_view text, std::string_view origin, RunSettings base) {
+  Result<json> root = parse_yaml_config(text, origin, "a LLaMA-Factory config");
+  if (!root.is_ok()) return root.status();
+  const json& config = root.value();
+  const FactoryConfig c{config, origin};
+  json args = trainer_arguments(config);
+
+  // finetuning_type (finetuning_args.py): lora (the default) or full; freeze trains chosen layers.
+  const std::string type = c.said("finetuning_type") && config.at("finetuning_type").is_string()
+                               ? config.at("finetuning_type").get<std::string>()
+                               : (c.said("finetuning_type") ? "?" : "lora");
+  if (type != "lora" && type != "full") return c.fail("finetuning_type", "lora or full (freeze is not modelled)");
+  if (Status read = read_kernels(c, args); !read.is_ok()) return read;
+  if (Status read = read_quantization(c, type, args); !read.is_ok()) return read;
+  if (type == "lora") read_lora(c, args);
+  read_sequence_and_checkpointing(c, args);
   Result<ConfigImport> out = import_training_arguments_object(args, origin, std::move(base));
   if (!out.is_ok()) return out.status();
   respell_notes(out.value(), "max_length", "cutoff_len");
   respell_notes(out.value(), "use_liger_kernel", "enable_liger_kernel");
-  // LLaMA-Factory never calls PEFT's prepare_model_for_kbit_training: its own
-  // prepare_model_for_training (model/model_utils/checkpointing.py) upcasts the
-  // 1-D norm weights to fp32 only with upcast_layernorm (default false).
-  if (said("upcast_layernorm") && !config.at("upcast_layernorm").is_boolean()) {
-    return fail("upcast_layernorm", "true or false");
-  }
-  const bool upcast_norms = said("upcast_layernorm") && config.at("upcast_layernorm") == json(true);
-  if (out->settings.mode == TrainMode::kQlora) {
-    out->settings.kbit_prep = upcast_norms && kbit_prep_matters(out->settings) ? KbitPrep::kNormsFp32 : KbitPrep::kNone;
-  }
-  if (upcast_norms && out->settings.kbit_prep != KbitPrep::kNormsFp32) {
-    out->notes.push_back("upcast_layernorm: fp32 norm weights are modelled for QLoRA under the Trainer's bf16 "
-                         "autocast only; priced without them");
-  }
-  if (!said("cutoff_len")) out->notes.push_back("cutoff_len not given: LLaMA-Factory's default, 2048");
+  if (Status read = read_norm_upcast(c, out.value()); !read.is_ok()) return read;
+  if (!c.said("cutoff_len")) out->notes.push_back("cutoff_len not given: LLaMA-Factory's default, 2048");
   return out;
 }
 

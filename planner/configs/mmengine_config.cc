@@ -168,6 +168,78 @@ Result<const json*> read_train_batch(MmengineReader& r, const json& cfg, RunSett
   return loader;
 }
 
+namespace {
+
+// MMDistributedDataParallel: every GPU holds everything.
+Status read_ddp_wrapper(MmengineReader& r, const json* wrapper, RunSettings& s) {
+  s.zero_stage = 0;
+  if (is_true(MmengineReader::at(*wrapper, "find_unused_parameters"))) {
+    r.note("model_wrapper_cfg.find_unused_parameters: DDP walks the autograd graph after every forward; that "
+           "time is not priced");
+  }
+  r.rest(*wrapper, "model_wrapper_cfg", {"type", "find_unused_parameters", "broadcast_buffers", "static_graph",
+                                         "detect_anomalous_params", "bucket_cap_mb", "gradient_as_bucket_view"});
+  return Status::ok();
+}
+
+Status read_fsdp1_wrapper(MmengineReader& r, const json* wrapper, RunSettings& s) {
+  // mmengine/model/wrappers/fully_sharded_distributed.py (at 254342938d) hands its
+  // arguments to torch's FSDP1: sharding_strategy None is FULL_SHARD; a bool
+  // cpu_offload becomes CPUOffload(offload_params=cpu_offload); mixed_precision None
+  // keeps the fp32 FlatParameters (autocast, if any, comes from AmpOptimWrapper);
+  // auto_wrap_policy None wraps only the root, so the whole model is one
+  // FlatParameter (docs/memory-model.md, "FSDP1").
+  s.zero_stage = 3;
+  s.sharding = Sharding::kFsdp1;
+  if (const json* strategy = MmengineReader::at(*wrapper, "sharding_strategy");
+      strategy != nullptr && !strategy->is_null() && *strategy != json("FULL_SHARD")) {
+    return r.fail("model_wrapper_cfg.sharding_strategy",
+                  "FULL_SHARD or absent (FSDP1's other strategies are not modelled)", *strategy);
+  }
+  if (const json* policy = MmengineReader::at(*wrapper, "auto_wrap_policy"); policy != nullptr && !policy->is_null()) {
+    return r.fail("model_wrapper_cfg.auto_wrap_policy",
+                  "absent (the whole model one FlatParameter): a policy's units depend on its callable, which is "
+                  "not read",
+                  *policy);
+  }
+  s.fsdp_wrap = FsdpWrap::kModel;
+  if (const json* precision = MmengineReader::at(*wrapper, "mixed_precision");
+      precision != nullptr && !precision->is_null()) {
+    return r.fail("model_wrapper_cfg.mixed_precision",
+                  "absent (fp32 FlatParameters; AmpOptimWrapper's autocast is read from optim_wrapper): FSDP1's "
+                  "MixedPrecision is not read here",
+                  *precision);
+  }
+  if (const json* offload = MmengineReader::at(*wrapper, "cpu_offload"); offload != nullptr) {
+    if (!offload->is_boolean()) {
+      return r.fail("model_wrapper_cfg.cpu_offload", "true or false (a bool, as MMEngine converts it)", *offload);
+    }
+    if (offload->get<bool>()) {
+      s.offload_param = Offload::kCpu;
+      s.offload_optimizer = Offload::kCpu;
+    }
+  }
+  // OptimWrapper enters model.no_sync() on the iterations that do not step
+  // (optimizer_wrapper.py optim_context), but the wrapper's train_step runs only
+  // the forward inside it and backward after (fully_sharded_distributed.py), and
+  // FSDP1 reads the flag in backward: every micro-step reduce-scatters. With
+  // CPUOffload that means each offloaded gradient replaces the last.
+  s.fsdp_no_sync = false;
+  if (s.grad_accum > 1 && s.offload_param == Offload::kCpu) {
+    return r.fail("optim_wrapper.accumulative_counts",
+                  "1 with MMFullyShardedDataParallel(cpu_offload=True): train_step leaves backward outside "
+                  "no_sync, so FSDP1 reduce-scatters and offloads every micro-step, each gradient replacing the "
+                  "last, and all but the last micro-batch of each step are lost",
+                  json(s.grad_accum));
+  }
+  r.rest(*wrapper, "model_wrapper_cfg",
+         {"type", "sharding_strategy", "auto_wrap_policy", "mixed_precision", "cpu_offload", "use_orig_params",
+          "limit_all_gathers", "backward_prefetch", "forward_prefetch", "sync_module_states"});
+  return Status::ok();
+}
+
+}  // namespace
+
 Status read_model_wrapper(MmengineReader& r, const json& cfg, RunSettings& s) {
   const json* wrapper = MmengineReader::at(cfg, "model_wrapper_cfg");
   if (wrapper == nullptr) return Status::ok();
@@ -175,71 +247,8 @@ Status read_model_wrapper(MmengineReader& r, const json& cfg, RunSettings& s) {
   // Runner.wrap_model: model_wrapper_cfg.setdefault('type', 'MMDistributedDataParallel').
   const std::string type =
       last_name(import_name(MmengineReader::at(*wrapper, "type")).value_or("MMDistributedDataParallel"));
-  if (type == "MMDistributedDataParallel") {
-    s.zero_stage = 0;
-    if (is_true(MmengineReader::at(*wrapper, "find_unused_parameters"))) {
-      r.note("model_wrapper_cfg.find_unused_parameters: DDP walks the autograd graph after every forward; that "
-             "time is not priced");
-    }
-    r.rest(*wrapper, "model_wrapper_cfg", {"type", "find_unused_parameters", "broadcast_buffers", "static_graph",
-                                           "detect_anomalous_params", "bucket_cap_mb", "gradient_as_bucket_view"});
-    return Status::ok();
-  }
-  if (type == "MMFullyShardedDataParallel") {
-    // mmengine/model/wrappers/fully_sharded_distributed.py (at 254342938d) hands its
-    // arguments to torch's FSDP1: sharding_strategy None is FULL_SHARD; a bool
-    // cpu_offload becomes CPUOffload(offload_params=cpu_offload); mixed_precision None
-    // keeps the fp32 FlatParameters (autocast, if any, comes from AmpOptimWrapper);
-    // auto_wrap_policy None wraps only the root, so the whole model is one
-    // FlatParameter (docs/memory-model.md, "FSDP1").
-    s.zero_stage = 3;
-    s.sharding = Sharding::kFsdp1;
-    if (const json* strategy = MmengineReader::at(*wrapper, "sharding_strategy");
-        strategy != nullptr && !strategy->is_null() && *strategy != json("FULL_SHARD")) {
-      return r.fail("model_wrapper_cfg.sharding_strategy",
-                    "FULL_SHARD or absent (FSDP1's other strategies are not modelled)", *strategy);
-    }
-    if (const json* policy = MmengineReader::at(*wrapper, "auto_wrap_policy"); policy != nullptr && !policy->is_null()) {
-      return r.fail("model_wrapper_cfg.auto_wrap_policy",
-                    "absent (the whole model one FlatParameter): a policy's units depend on its callable, which is "
-                    "not read",
-                    *policy);
-    }
-    s.fsdp_wrap = FsdpWrap::kModel;
-    if (const json* precision = MmengineReader::at(*wrapper, "mixed_precision");
-        precision != nullptr && !precision->is_null()) {
-      return r.fail("model_wrapper_cfg.mixed_precision",
-                    "absent (fp32 FlatParameters; AmpOptimWrapper's autocast is read from optim_wrapper): FSDP1's "
-                    "MixedPrecision is not read here",
-                    *precision);
-    }
-    if (const json* offload = MmengineReader::at(*wrapper, "cpu_offload"); offload != nullptr) {
-      if (!offload->is_boolean()) {
-        return r.fail("model_wrapper_cfg.cpu_offload", "true or false (a bool, as MMEngine converts it)", *offload);
-      }
-      if (offload->get<bool>()) {
-        s.offload_param = Offload::kCpu;
-        s.offload_optimizer = Offload::kCpu;
-      }
-    }
-    // OptimWrapper enters model.no_sync() on the iterations that do not step
-    // (optimizer_wrapper.py optim_context), but the wrapper's train_step runs only
-    // the forward inside it and backward after (fully_sharded_distributed.py), and
-    // FSDP1 reads the flag in backward: every micro-step reduce-scatters. With
-    // CPUOffload that means each offloaded gradient replaces the last.
-    s.fsdp_no_sync = false;
-    if (s.grad_accum > 1 && s.offload_param == Offload::kCpu) {
-      return r.fail("optim_wrapper.accumulative_counts",
-                    "1 with MMFullyShardedDataParallel(cpu_offload=True): train_step leaves backward outside "
-                    "no_sync, so FSDP1 reduce-scatters and offloads every micro-step, each gradient replacing the "
-                    "last, and all but the last micro-batch of each step are lost",
-                    json(s.grad_accum));
-    }
-    r.rest(*wrapper, "model_wrapper_cfg",
-           {"type", "sharding_strategy", "auto_wrap_policy", "mixed_precision", "cpu_offload", "use_orig_params",
-            "limit_all_gathers", "backward_prefetch", "forward_prefetch", "sync_module_states"});
-    return Status::ok();
-  }
+  if (type == "MMDistributedDataParallel") return read_ddp_wrapper(r, wrapper, s);
+  if (type == "MMFullyShardedDataParallel") return read_fsdp1_wrapper(r, wrapper, s);
   return r.fail("model_wrapper_cfg.type", "MMDistributedDataParallel (MMEngine's Runner default)",
                 wrapper->value("type", json()));
 }

@@ -275,18 +275,8 @@ Status read_neck_and_head(Reader& r, const json& model, const ZooBackbone& zoo) 
   return Status::ok();
 }
 
-}  // namespace
-
-Result<ConfigImport> import_mmpretrain_config(const json& dump, std::string_view origin, RunSettings base) {
-  ConfigImport out;
-  out.settings = std::move(base);
-  RunSettings& s = out.settings;
-  Reader r(origin, out);
-  Result<const json*> config = mmengine_config_of(dump, origin);
-  if (!config.is_ok()) return config.status();
-  const json& cfg = *config.value();
-
-  // The model (mmpretrain/models/classifiers/image.py ImageClassifier).
+// The model (mmpretrain/models/classifiers/image.py ImageClassifier).
+Status read_classifier(Reader& r, const json& cfg, RunSettings& s) {
   const json* model = Reader::at(cfg, "model");
   if (mmengine_model_type(cfg) != "ImageClassifier") {
     return r.fail("model.type", "ImageClassifier", model != nullptr ? model->value("type", json()) : json());
@@ -299,15 +289,13 @@ Result<ConfigImport> import_mmpretrain_config(const json& dump, std::string_view
            "(a batch x 1000 tensor) are not priced");
   }
   r.rest(*model, "model", {"type", "backbone", "neck", "head", "train_cfg", "pretrained", "init_cfg"});
+  return Status::ok();
+}
 
-  // Batch and image size.
-  Result<const json*> loader = read_train_batch(r, cfg, s);
-  if (!loader.is_ok()) return loader.status();
-  if (Status ok = read_image_size(r, *loader.value(), s); !ok.is_ok()) return ok;
-
-  // The optimizer wrapper: mmpretrain's tools/train.py runs MMEngine's Runner,
-  // which steps through the wrapper: autocast under AmpOptimWrapper over the fp32
-  // model (amp_optimizer_wrapper.py optim_context), else fp32.
+// The optimizer wrapper: mmpretrain's tools/train.py runs MMEngine's Runner,
+// which steps through the wrapper: autocast under AmpOptimWrapper over the fp32
+// model (amp_optimizer_wrapper.py optim_context), else fp32.
+Status read_precision(Reader& r, const json& cfg, RunSettings& s) {
   Result<OptimWrapperConfig> wrapper = read_optim_wrapper(r, cfg, s);
   if (!wrapper.is_ok()) return wrapper.status();
   if (wrapper->type == "DeepSpeedOptimWrapper") {
@@ -322,8 +310,11 @@ Result<ConfigImport> import_mmpretrain_config(const json& dump, std::string_view
   s.optimizer_impl = wrapper->impl;
   s.loss = LossSpec{LossImpl::kFull, 8};
   s.mode = TrainMode::kFull;
+  return Status::ok();
+}
 
-  // The Runner's model wrapper and the checkpoint hook.
+// The Runner's model wrapper and the checkpoint hook; runner_type and strategy refused.
+Status read_runner(Reader& r, const json& cfg, RunSettings& s) {
   if (Status ok = read_model_wrapper(r, cfg, s); !ok.is_ok()) return ok;
   read_checkpoint_hook(r, cfg, s);
   if (const json* runner = Reader::at(cfg, "runner_type"); runner != nullptr && *runner != json("Runner")) {
@@ -332,11 +323,15 @@ Result<ConfigImport> import_mmpretrain_config(const json& dump, std::string_view
   if (Reader::at(cfg, "strategy") != nullptr) {
     return r.fail("strategy", "none (FlexibleRunner's DeepSpeed and FSDP strategies are not read)", cfg.at("strategy"));
   }
-  // What MMEngine's Runner can be told by these keys: DDP (model_wrapper_cfg),
-  // no offload of states or activations; the plan search keeps to it, so that
-  // the plan can be written back (--emit mmengine). Flags may widen it. A config
-  // that already wraps in MMFullyShardedDataParallel keeps ZeRO-3 and CPU offload
-  // open: its cpu_offload key says either.
+  return Status::ok();
+}
+
+// What MMEngine's Runner can be told by these keys: DDP (model_wrapper_cfg),
+// no offload of states or activations; the plan search keeps to it, so that
+// the plan can be written back (--emit mmengine). Flags may widen it. A config
+// that already wraps in MMFullyShardedDataParallel keeps ZeRO-3 and CPU offload
+// open: its cpu_offload key says either.
+void keep_search_to_runner(Reader& r, RunSettings& s) {
   const bool fsdp = s.zero_stage == 3;
   s.max_zero_stage = fsdp ? 3 : 0;
   s.allow_cpu_offload = fsdp;
@@ -346,6 +341,27 @@ Result<ConfigImport> import_mmpretrain_config(const json& dump, std::string_view
                 "cpu_offload on or off, nothing else offloaded (the offload flags widen it)"
               : "the plan search keeps to what the config's keys can say: DDP without ZeRO, nothing offloaded "
                 "(--max-zero and the offload flags widen it)");
+}
+
+}  // namespace
+
+Result<ConfigImport> import_mmpretrain_config(const json& dump, std::string_view origin, RunSettings base) {
+  ConfigImport out;
+  out.settings = std::move(base);
+  RunSettings& s = out.settings;
+  Reader r(origin, out);
+  Result<const json*> config = mmengine_config_of(dump, origin);
+  if (!config.is_ok()) return config.status();
+  const json& cfg = *config.value();
+
+  if (Status ok = read_classifier(r, cfg, s); !ok.is_ok()) return ok;
+  // Batch and image size.
+  Result<const json*> loader = read_train_batch(r, cfg, s);
+  if (!loader.is_ok()) return loader.status();
+  if (Status ok = read_image_size(r, *loader.value(), s); !ok.is_ok()) return ok;
+  if (Status ok = read_precision(r, cfg, s); !ok.is_ok()) return ok;
+  if (Status ok = read_runner(r, cfg, s); !ok.is_ok()) return ok;
+  keep_search_to_runner(r, s);
   if (const json* sync = Reader::at(cfg, "sync_bn"); sync != nullptr) {
     r.note("sync_bn: BatchNorm becomes SyncBatchNorm on several GPUs; its statistics' all-reduce is not priced");
   }

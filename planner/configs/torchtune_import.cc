@@ -106,13 +106,9 @@ void read_loss(YamlReader& r, RunSettings& s) {
   }
 }
 
-Result<ConfigImport> import_tree(const nlohmann::json& root, std::string_view origin, RunSettings base) {
-  YamlReader r(root, origin);
-  ConfigImport out;
-  RunSettings& s = out.settings;
-  s = std::move(base);
-  s.stack = Stack::kTorchtune;
-
+// model._component_: the builder, the training mode and the LoRA it takes.
+// Returns an error only where reading further makes no sense.
+Status read_model(YamlReader& r, RunSettings& s) {
   const std::string component = r.string_or("model._component_", "");
   const std::optional<models::TorchtuneComponent> model = models::parse_torchtune_component(component);
   if (!model) {
@@ -134,9 +130,12 @@ Result<ConfigImport> import_tree(const nlohmann::json& root, std::string_view or
   if (r.has("model.tie_word_embeddings") && !r.boolean_or("model.tie_word_embeddings", true)) {
     r.fail("model.tie_word_embeddings", "true (the builders' default; untied Llama 3.2 is not built)");
   }
+  return Status::ok();
+}
 
-  // The sequence: packed rows are exactly max_seq_len; unpacked batches are padded
-  // to their longest sample (torchtune padded_collate_sft), at most max_seq_len.
+// The sequence: packed rows are exactly max_seq_len; unpacked batches are padded
+// to their longest sample (torchtune padded_collate_sft), at most max_seq_len.
+void read_sequence(YamlReader& r, RunSettings& s, ConfigImport& out) {
   const bool packed = r.boolean_or("dataset.packed", false);
   const int64_t max_seq = r.count_or("tokenizer.max_seq_len", 0);
   if (packed && max_seq == 0) r.fail("tokenizer.max_seq_len", "a length: packing fills rows of max_seq_len tokens");
@@ -150,7 +149,10 @@ Result<ConfigImport> import_tree(const nlohmann::json& root, std::string_view or
   // torchtune's attention: flex_attention with the document mask for packed rows
   // (modules/attention_utils.py _sdpa_or_flex_attention), SDPA otherwise.
   s.attention = packed ? models::AttentionImpl::kFlex : models::AttentionImpl::kSdpa;
+}
 
+// The step: batch, accumulation, optimizer, loss, compile, checkpointing, dtype, device.
+void read_step(YamlReader& r, RunSettings& s, ConfigImport& out) {
   s.micro_batch = r.count_or("batch_size", 1);
   s.grad_accum = r.count_or("gradient_accumulation_steps", 1);
   read_optimizer(r, s, out);
@@ -181,8 +183,40 @@ Result<ConfigImport> import_tree(const nlohmann::json& root, std::string_view or
   }
   const std::string device = r.string_or("device", "cuda");
   if (device != "cuda") r.fail("device", "cuda", r.at("device"));
+}
 
-  // Keys of newer or distributed recipes that change memory and are not modelled.
+// The distributed recipes shard with FSDP2 (training.shard_model): ZeRO-3, or
+// ZeRO-2's layout when parameters stay unsharded between forward and backward.
+void read_fsdp2(YamlReader& r, RunSettings& s, ConfigImport& out) {
+  s.zero_stage = r.boolean_or("fsdp_reshard_after_forward", true) ? 3 : 2;
+  // Modules wrapped by a fully_shard of their own besides the layers (shard_model's
+  // custom_sharded_layers); the others outside the layers stay in the root group.
+  for (const std::string& module : r.strings("custom_sharded_layers")) {
+    if (module == "tok_embeddings") {
+      s.fsdp_own_groups.push_back("embeddings");
+    } else if (module == "output") {
+      s.fsdp_own_groups.push_back("head");
+    } else {
+      r.fail("custom_sharded_layers", "names among tok_embeddings and output, got \"" + module + "\"");
+    }
+  }
+  if (r.has("fsdp_sharding_strategy")) {
+    const std::string strategy = r.string_or("fsdp_sharding_strategy", "FULL_SHARD");
+    if (strategy != "FULL_SHARD") r.fail("fsdp_sharding_strategy", "FULL_SHARD", r.at("fsdp_sharding_strategy"));
+  }
+  if (r.boolean_or("fsdp_cpu_offload", false)) {
+    if (s.zero_stage != 3) r.fail("fsdp_cpu_offload", "false with fsdp_reshard_after_forward false");
+    s.offload_optimizer = Offload::kCpu;
+    s.offload_param = Offload::kCpu;
+    out.notes.push_back("fsdp_cpu_offload: FSDP2's CPUOffloadPolicy (sharded parameters, their gradients and "
+                        "the optimizer step on the host)");
+  }
+  out.notes.push_back("a distributed recipe: FSDP2 over --gpus x --nodes GPUs (the config does not say how many)");
+}
+
+// Keys of newer or distributed recipes: those that change memory and are not
+// modelled are refused; the distributed recipes' sharding is read.
+void read_parallelism(YamlReader& r, RunSettings& s, ConfigImport& out) {
   if (r.has("ac_mode") || r.has("ac_option")) {
     r.fail(r.has("ac_mode") ? "ac_mode" : "ac_option",
            "absent (layer-selective checkpointing: give --checkpoint-blocks with the layers it checkpoints)");
@@ -192,39 +226,24 @@ Result<ConfigImport> import_tree(const nlohmann::json& root, std::string_view or
     out.notes.push_back("data_parallel_replicate_dim: hybrid sharding; give --shard-gpus with the shard group size");
   }
   r.at("data_parallel_shard_dim");  // -1: every GPU, as --gpus and --nodes say
-  // The distributed recipes shard with FSDP2 (training.shard_model): ZeRO-3, or
-  // ZeRO-2's layout when parameters stay unsharded between forward and backward.
   const bool distributed = r.has("fsdp_cpu_offload") || r.has("fsdp_reshard_after_forward") ||
                            r.has("custom_sharded_layers") || r.has("fsdp_sharding_strategy");
   // On more than one GPU only the distributed recipes run, and they always shard
   // (training.shard_model): resolved once --gpus and --nodes are known.
   out.shard_when_distributed = true;
-  if (distributed) {
-    s.zero_stage = r.boolean_or("fsdp_reshard_after_forward", true) ? 3 : 2;
-    // Modules wrapped by a fully_shard of their own besides the layers (shard_model's
-    // custom_sharded_layers); the others outside the layers stay in the root group.
-    for (const std::string& module : r.strings("custom_sharded_layers")) {
-      if (module == "tok_embeddings") {
-        s.fsdp_own_groups.push_back("embeddings");
-      } else if (module == "output") {
-        s.fsdp_own_groups.push_back("head");
-      } else {
-        r.fail("custom_sharded_layers", "names among tok_embeddings and output, got \"" + module + "\"");
-      }
-    }
-    if (r.has("fsdp_sharding_strategy")) {
-      const std::string strategy = r.string_or("fsdp_sharding_strategy", "FULL_SHARD");
-      if (strategy != "FULL_SHARD") r.fail("fsdp_sharding_strategy", "FULL_SHARD", r.at("fsdp_sharding_strategy"));
-    }
-    if (r.boolean_or("fsdp_cpu_offload", false)) {
-      if (s.zero_stage != 3) r.fail("fsdp_cpu_offload", "false with fsdp_reshard_after_forward false");
-      s.offload_optimizer = Offload::kCpu;
-      s.offload_param = Offload::kCpu;
-      out.notes.push_back("fsdp_cpu_offload: FSDP2's CPUOffloadPolicy (sharded parameters, their gradients and "
-                          "the optimizer step on the host)");
-    }
-    out.notes.push_back("a distributed recipe: FSDP2 over --gpus x --nodes GPUs (the config does not say how many)");
-  }
+  if (distributed) read_fsdp2(r, s, out);
+}
+
+Result<ConfigImport> import_tree(const nlohmann::json& root, std::string_view origin, RunSettings base) {
+  YamlReader r(root, origin);
+  ConfigImport out;
+  RunSettings& s = out.settings;
+  s = std::move(base);
+  s.stack = Stack::kTorchtune;
+  if (Status model = read_model(r, s); !model.is_ok()) return model;
+  read_sequence(r, s, out);
+  read_step(r, s, out);
+  read_parallelism(r, s, out);
   if (!r.status().is_ok()) return r.status();
   // What the file says must hold together on its own (DeepSpeed refuses NVMe optimizer
   // offload below ZeRO-3, torchtune in-backward with accumulation, ...).

@@ -120,19 +120,17 @@ Status read_pretrained(Reader& r, const json& part, const std::string& path, Run
   return Status::ok();
 }
 
-}  // namespace
+// What the model dict says that the later steps need.
+struct XtunerModel {
+  bool llava = false;     // LLaVAModel; else SupervisedFinetune
+  bool adapters = false;  // the LLM has a LoRA dict
+  LoadedPart language;    // how the LLM loads
+  bool llm_fp32 = false;  // the LLM's weights are fp32 (as loaded, or after k-bit preparation)
+  bool vision_fp32 = true;
+};
 
-Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view origin, RunSettings base,
-                                          bool with_deepspeed) {
-  ConfigImport out;
-  out.settings = std::move(base);
-  RunSettings& s = out.settings;
-  Reader r(origin, out);
-  Result<const json*> config = mmengine_config_of(dump, origin);
-  if (!config.is_ok()) return config.status();
-  const json& cfg = *config.value();
-
-  // The model: SupervisedFinetune (a causal LM) or LLaVAModel (xtuner/model/sft.py, llava.py).
+// The model: SupervisedFinetune (a causal LM) or LLaVAModel (xtuner/model/sft.py, llava.py).
+Result<const json*> read_model_type(Reader& r, const json& cfg, XtunerModel& m) {
   const json* model = Reader::at(cfg, "model");
   if (model == nullptr || !model->is_object()) return r.fail("model", "a dict with type SupervisedFinetune or LLaVAModel");
   const std::optional<std::string> model_type = import_name(Reader::at(*model, "type"));
@@ -140,31 +138,25 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
   if (kind != "SupervisedFinetune" && kind != "LLaVAModel") {
     return r.fail("model.type", "xtuner.model.SupervisedFinetune or xtuner.model.LLaVAModel", model->value("type", json()));
   }
-  const bool llava = kind == "LLaVAModel";
-  const json* llm = Reader::at(*model, "llm");
-  if (llm == nullptr || !llm->is_object()) return r.fail("model.llm", "a from_pretrained dict");
-  LoadedPart language;
-  if (Status read = read_pretrained(r, *llm, "model.llm", s, language); !read.is_ok()) return read;
-  if (const json* path = Reader::at(*llm, "pretrained_model_name_or_path")) {
-    r.note("model.llm.pretrained_model_name_or_path is " + json_excerpt(*path, 200) +
-           (llava ? ": give MODEL as a LLaVA graph of that LLM and the visual encoder (the zoo's llava-llama-3-8b is "
-                    "Llama-3-8B-Instruct with CLIP ViT-L/14-336)"
-                  : ": give MODEL as that model (its directory or config.json, or a zoo name)"));
-  }
+  m.llava = kind == "LLaVAModel";
+  return model;
+}
 
-  // Adapters. SupervisedFinetune: `lora`; LLaVAModel: `llm_lora`, `visual_encoder_lora`.
-  const char* lora_key = llava ? "llm_lora" : "lora";
-  const json* lora = Reader::at(*model, lora_key);
+// Adapters. SupervisedFinetune: `lora`; LLaVAModel: `llm_lora` (the tower's is read with the tower).
+Status read_llm_lora(Reader& r, const json& model, RunSettings& s, XtunerModel& m) {
+  const char* lora_key = m.llava ? "llm_lora" : "lora";
+  const json* lora = Reader::at(model, lora_key);
+  m.adapters = lora != nullptr;
   bool all_linear = false;
   if (lora != nullptr) {
     if (Status read = read_lora(r, *lora, std::string("model.") + lora_key, s.lora, all_linear); !read.is_ok()) return read;
-    s.mode = language.quantized ? TrainMode::kQlora : TrainMode::kLora;
+    s.mode = m.language.quantized ? TrainMode::kQlora : TrainMode::kLora;
     if (all_linear) {
       r.note(std::string("model.") + lora_key +
              ".target_modules: XTuner's find_all_linear_names, every linear of the LLM but lm_head: the model's own "
              "adapter list");
     }
-  } else if (language.quantized) {
+  } else if (m.language.quantized) {
     return r.fail("model.llm.quantization_config", std::string("a 4-bit LLM with model.") + lora_key +
                                                         " (a frozen 4-bit LLM without adapters is not modelled)");
   } else {
@@ -174,70 +166,105 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
   // quantized or not (sft.py _prepare_for_lora, llava.py _prepare_llm_for_lora): it
   // casts every 16-bit parameter that is not a bitsandbytes Params4bit to fp32
   // (peft/utils/other.py). The LLM is then an fp32 model around its 4-bit linears.
-  const bool llm_fp32 = lora != nullptr || !language.dtype || *language.dtype == Dtype::kFp32;
-  bool freeze_llm = false;
-  bool vision_fp32 = true;
-  if (llava) {
-    freeze_llm = is_true(Reader::at(*model, "freeze_llm"));
-    const bool freeze_vision = is_true(Reader::at(*model, "freeze_visual_encoder"));
-    const json* vision = Reader::at(*model, "visual_encoder");
-    if (vision == nullptr || !vision->is_object()) return r.fail("model.visual_encoder", "a from_pretrained dict");
-    LoadedPart tower;
-    if (Status read = read_pretrained(r, *vision, "model.visual_encoder", s, tower); !read.is_ok()) return read;
-    if (tower.quantized) return r.fail("model.visual_encoder.quantization_config", "none (a 4-bit tower is not modelled)");
-    vision_fp32 = !tower.dtype || *tower.dtype == Dtype::kFp32;
-    if (const json* vlora = Reader::at(*model, "visual_encoder_lora")) {
-      if (lora == nullptr) {
-        return r.fail("model.visual_encoder_lora", "with model.llm_lora (adapters on the tower alone are not modelled)");
-      }
-      ScopedLora scoped;
-      scoped.scope = "*vision_tower*";
-      bool tower_all = false;  // read_lora leaves the targets empty: every linear of the tower
-      if (Status read = read_lora(r, *vlora, "model.visual_encoder_lora", scoped.lora, tower_all); !read.is_ok()) {
-        return read;
-      }
-      s.scoped_lora.push_back(scoped);
-      r.note("model.visual_encoder_lora: rank " + std::to_string(scoped.lora.rank) +
-             (tower_all ? " on every linear of the vision tower (find_all_linear_names)" : " on its target_modules") +
-             ", beside the LLM's rank " + std::to_string(s.lora.rank));
-    } else if (!freeze_vision) {
-      // The tower trains in full (LLaVAModel only freezes it when told): in
-      // adapter mode that must be said; in full mode nothing freezes it.
-      if (s.mode != TrainMode::kFull) s.train_patterns.push_back("*vision_tower*");
-    } else if (s.mode == TrainMode::kFull) {
-      s.freeze_patterns.push_back("*vision_tower*");
-    }
-    // The projector always trains (llava.py never freezes it).
-    if (s.mode == TrainMode::kFull) {
-      if (freeze_llm) s.freeze_patterns.push_back("language_model*");
-    } else {
-      s.train_patterns.push_back("*multi_modal_projector*");
-    }
-    if (const json* layer = Reader::at(*model, "visual_select_layer"); layer != nullptr && *layer != json(-2)) {
-      return r.fail("model.visual_select_layer", "-2 (the penultimate layer, as the LLaVA graphs take it)", *layer);
-    }
-    if (const json* depth = Reader::at(*model, "projector_depth"); depth != nullptr && *depth != json(2)) {
-      return r.fail("model.projector_depth", "2 (the LLaVA graphs' two-layer projector)", *depth);
-    }
-    if (const json* merge = Reader::at(*model, "token_merge_ratio"); merge != nullptr && *merge != json(1)) {
-      return r.fail("model.token_merge_ratio", "1 (merged image tokens are not modelled)", *merge);
-    }
+  m.llm_fp32 = lora != nullptr || !m.language.dtype || *m.language.dtype == Dtype::kFp32;
+  return Status::ok();
+}
+
+// model.llm: how it loads, where it comes from, and its adapters.
+Status read_language_model(Reader& r, const json& model, RunSettings& s, XtunerModel& m) {
+  const json* llm = Reader::at(model, "llm");
+  if (llm == nullptr || !llm->is_object()) return r.fail("model.llm", "a from_pretrained dict");
+  if (Status read = read_pretrained(r, *llm, "model.llm", s, m.language); !read.is_ok()) return read;
+  if (const json* path = Reader::at(*llm, "pretrained_model_name_or_path")) {
+    r.note("model.llm.pretrained_model_name_or_path is " + json_excerpt(*path, 200) +
+           (m.llava ? ": give MODEL as a LLaVA graph of that LLM and the visual encoder (the zoo's llava-llama-3-8b is "
+                      "Llama-3-8B-Instruct with CLIP ViT-L/14-336)"
+                    : ": give MODEL as that model (its directory or config.json, or a zoo name)"));
   }
+  return read_llm_lora(r, model, s, m);
+}
+
+// visual_encoder_lora: adapters on the tower, beside the LLM's.
+Status read_tower_lora(Reader& r, const json& vlora, RunSettings& s, const XtunerModel& m) {
+  if (!m.adapters) {
+    return r.fail("model.visual_encoder_lora", "with model.llm_lora (adapters on the tower alone are not modelled)");
+  }
+  ScopedLora scoped;
+  scoped.scope = "*vision_tower*";
+  bool tower_all = false;  // read_lora leaves the targets empty: every linear of the tower
+  if (Status read = read_lora(r, vlora, "model.visual_encoder_lora", scoped.lora, tower_all); !read.is_ok()) {
+    return read;
+  }
+  s.scoped_lora.push_back(scoped);
+  r.note("model.visual_encoder_lora: rank " + std::to_string(scoped.lora.rank) +
+         (tower_all ? " on every linear of the vision tower (find_all_linear_names)" : " on its target_modules") +
+         ", beside the LLM's rank " + std::to_string(s.lora.rank));
+  return Status::ok();
+}
+
+// LLaVAModel's visual_encoder: how it loads, and whether it trains.
+Status read_vision_tower(Reader& r, const json& model, RunSettings& s, XtunerModel& m) {
+  const bool freeze_vision = is_true(Reader::at(model, "freeze_visual_encoder"));
+  const json* vision = Reader::at(model, "visual_encoder");
+  if (vision == nullptr || !vision->is_object()) return r.fail("model.visual_encoder", "a from_pretrained dict");
+  LoadedPart tower;
+  if (Status read = read_pretrained(r, *vision, "model.visual_encoder", s, tower); !read.is_ok()) return read;
+  if (tower.quantized) {
+    return r.fail("model.visual_encoder.quantization_config", "none (a 4-bit tower is not modelled)");
+  }
+  m.vision_fp32 = !tower.dtype || *tower.dtype == Dtype::kFp32;
+  if (const json* vlora = Reader::at(model, "visual_encoder_lora")) return read_tower_lora(r, *vlora, s, m);
+  if (!freeze_vision) {
+    // The tower trains in full (LLaVAModel only freezes it when told): in
+    // adapter mode that must be said; in full mode nothing freezes it.
+    if (s.mode != TrainMode::kFull) s.train_patterns.push_back("*vision_tower*");
+  } else if (s.mode == TrainMode::kFull) {
+    s.freeze_patterns.push_back("*vision_tower*");
+  }
+  return Status::ok();
+}
+
+// LLaVAModel's parts beside the LLM: the tower, the projector and the image features.
+Status read_llava_parts(Reader& r, const json& model, RunSettings& s, XtunerModel& m) {
+  const bool freeze_llm = is_true(Reader::at(model, "freeze_llm"));
+  if (Status read = read_vision_tower(r, model, s, m); !read.is_ok()) return read;
+  // The projector always trains (llava.py never freezes it).
+  if (s.mode == TrainMode::kFull) {
+    if (freeze_llm) s.freeze_patterns.push_back("language_model*");
+  } else {
+    s.train_patterns.push_back("*multi_modal_projector*");
+  }
+  if (const json* layer = Reader::at(model, "visual_select_layer"); layer != nullptr && *layer != json(-2)) {
+    return r.fail("model.visual_select_layer", "-2 (the penultimate layer, as the LLaVA graphs take it)", *layer);
+  }
+  if (const json* depth = Reader::at(model, "projector_depth"); depth != nullptr && *depth != json(2)) {
+    return r.fail("model.projector_depth", "2 (the LLaVA graphs' two-layer projector)", *depth);
+  }
+  if (const json* merge = Reader::at(model, "token_merge_ratio"); merge != nullptr && *merge != json(1)) {
+    return r.fail("model.token_merge_ratio", "1 (merged image tokens are not modelled)", *merge);
+  }
+  return Status::ok();
+}
+
+// The model's training switches, then its keys not read.
+void read_model_switches(Reader& r, const json& model, RunSettings& s) {
   // use_activation_checkpointing defaults to True in both models: every block of
   // the LLM (and the tower and projector) recomputes.
-  const json* checkpointing = Reader::at(*model, "use_activation_checkpointing");
+  const json* checkpointing = Reader::at(model, "use_activation_checkpointing");
   s.checkpointing = checkpointing == nullptr || is_true(checkpointing) ? CheckpointPolicy::kEveryBlock
                                                                         : CheckpointPolicy::kNone;
-  if (is_true(Reader::at(*model, "use_varlen_attn"))) {
+  if (is_true(Reader::at(model, "use_varlen_attn"))) {
     r.note("model.use_varlen_attn: attention stays inside each packed sample; priced as one causal sequence per row "
            "(the same saved tensors, the most attention work)");
   }
-  r.rest(*model, "model", {"type", "llm", "lora", "llm_lora", "visual_encoder", "visual_encoder_lora", "freeze_llm",
-                           "freeze_visual_encoder", "use_activation_checkpointing", "use_varlen_attn",
-                           "visual_select_layer", "projector_depth", "token_merge_ratio", "pretrained_pth",
-                           "tokenizer", "image_processor", "template", "max_position_embeddings", "peft_model"});
+  r.rest(model, "model", {"type", "llm", "lora", "llm_lora", "visual_encoder", "visual_encoder_lora", "freeze_llm",
+                          "freeze_visual_encoder", "use_activation_checkpointing", "use_varlen_attn",
+                          "visual_select_layer", "projector_depth", "token_merge_ratio", "pretrained_pth",
+                          "tokenizer", "image_processor", "template", "max_position_embeddings", "peft_model"});
+}
 
-  // Batch and sequence (train_dataloader; the dataset's max_length and packing).
+// Batch and sequence (train_dataloader; the dataset's max_length and packing).
+Status read_sequence(Reader& r, const json& cfg, bool llava, RunSettings& s) {
   Result<const json*> loader = read_train_batch(r, cfg, s);
   if (!loader.is_ok()) return loader.status();
   const json* dataset = Reader::at(*loader.value(), "dataset");
@@ -266,59 +293,56 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
              std::to_string(cap) + padded_batches_band("1 token"));
     }
   }
+  return Status::ok();
+}
 
-  // The optimizer wrapper: AMP, accumulation and the optimizer (shared by every
-  // MMEngine config: planner/configs/mmengine_config.h).
-  Result<OptimWrapperConfig> wrapper = read_optim_wrapper(r, cfg, s);
-  if (!wrapper.is_ok()) return wrapper.status();
-  const std::string wrapper_type = wrapper->type;
+// xtuner/tools/train.py hands the run to DeepSpeed: MMEngine's batch and
+// accumulation win over the DeepSpeed file's, and "auto" bf16 is on wherever
+// torch says the GPU supports it (tools/utils.py auto_dtype_of_deepspeed_config),
+// every GPU headroom knows. The engine then casts the whole model to bf16
+// (deepspeed/runtime/engine.py _configure_distributed_model: module.bfloat16()),
+// PEFT's fp32 copies included; fp32 masters live with the optimizer.
+void run_under_deepspeed(Reader& r, RunSettings& s) {
+  s.precision = Precision::kBf16Mixed;
+  s.stack = Stack::kDeepspeed;
+  r.note("--deepspeed: DeepSpeed casts the model to bf16 and keeps fp32 master weights (its bf16 \"auto\" is on "
+         "for every GPU headroom knows); the DeepSpeed file's ZeRO stage and offload are read by --deepspeed");
+}
 
-  // Precision and who runs the step.
-  if (with_deepspeed || wrapper_type == "DeepSpeedOptimWrapper") {
-    // xtuner/tools/train.py hands the run to DeepSpeed: MMEngine's batch and
-    // accumulation win over the DeepSpeed file's, and "auto" bf16 is on wherever
-    // torch says the GPU supports it (tools/utils.py auto_dtype_of_deepspeed_config),
-    // every GPU headroom knows. The engine then casts the whole model to bf16
-    // (deepspeed/runtime/engine.py _configure_distributed_model: module.bfloat16()),
-    // PEFT's fp32 copies included; fp32 masters live with the optimizer.
-    s.precision = Precision::kBf16Mixed;
-    s.stack = Stack::kDeepspeed;
-    r.note("--deepspeed: DeepSpeed casts the model to bf16 and keeps fp32 master weights (its bf16 \"auto\" is on "
-           "for every GPU headroom knows); the DeepSpeed file's ZeRO stage and offload are read by --deepspeed");
-  } else {
-    // MMEngine's AmpOptimWrapper: torch.autocast around forward and loss, over
-    // the model as loaded (amp_optimizer_wrapper.py; dtype None is fp16 on CUDA;
-    // float32 autocasts to fp32, which is no 16-bit compute).
-    const bool bf16 = wrapper->bf16;
-    const bool amp = wrapper_type == "AmpOptimWrapper" && !wrapper->autocast_fp32;
-    if (llava && (llm_fp32 != vision_fp32)) {
-      return r.fail("model.visual_encoder.torch_dtype",
-                    "the LLM's weight dtype: without --deepspeed the vision tower and projector keep the dtype "
-                    "they load in (fp32 without torch_dtype) and PEFT's k-bit preparation makes the LLM fp32 around "
-                    "its 4-bit linears; a model of mixed weight dtypes is not modelled (give the run's --deepspeed "
-                    "config, which casts everything to bf16)");
-    }
-    if (llm_fp32) {
-      s.precision = amp ? (bf16 ? Precision::kBf16Amp : Precision::kFp16Amp) : Precision::kFp32;
-    } else {
-      // 16-bit weights trained as they are, autocast or not: weights, gradients
-      // and AdamW states all 16-bit (fp16 priced as bf16, the same bytes).
-      s.precision = Precision::kBf16Pure;
-      if (*language.dtype == Dtype::kFp16) r.note("model.llm.torch_dtype float16: priced as bf16 (the same bytes)");
-    }
-    s.stack = Stack::kTorchAmp;
-    s.optimizer_impl = wrapper->impl;  // foreach, torch.optim's default on CUDA, unless the optimizer says
-    if (lora != nullptr && language.quantized) {
-      r.note("PEFT's prepare_model_for_kbit_training leaves the embeddings, norms and output layer in fp32 around "
-             "the 4-bit linears: priced as " + std::string(amp ? "autocast over an fp32 model" : "an fp32 model"));
-    }
+// MMEngine's AmpOptimWrapper: torch.autocast around forward and loss, over
+// the model as loaded (amp_optimizer_wrapper.py; dtype None is fp16 on CUDA;
+// float32 autocasts to fp32, which is no 16-bit compute).
+Status run_under_optim_wrapper(Reader& r, const OptimWrapperConfig& wrapper, const XtunerModel& m, RunSettings& s) {
+  const bool bf16 = wrapper.bf16;
+  const bool amp = wrapper.type == "AmpOptimWrapper" && !wrapper.autocast_fp32;
+  if (m.llava && (m.llm_fp32 != m.vision_fp32)) {
+    return r.fail("model.visual_encoder.torch_dtype",
+                  "the LLM's weight dtype: without --deepspeed the vision tower and projector keep the dtype "
+                  "they load in (fp32 without torch_dtype) and PEFT's k-bit preparation makes the LLM fp32 around "
+                  "its 4-bit linears; a model of mixed weight dtypes is not modelled (give the run's --deepspeed "
+                  "config, which casts everything to bf16)");
   }
-  // The loss: LLaVAModel / SupervisedFinetune return only outputs.loss, so the
-  // model output (and its logits) is dropped before backward.
-  s.loss = LossSpec{LossImpl::kFull, 8};
+  if (m.llm_fp32) {
+    s.precision = amp ? (bf16 ? Precision::kBf16Amp : Precision::kFp16Amp) : Precision::kFp32;
+  } else {
+    // 16-bit weights trained as they are, autocast or not: weights, gradients
+    // and AdamW states all 16-bit (fp16 priced as bf16, the same bytes).
+    s.precision = Precision::kBf16Pure;
+    if (*m.language.dtype == Dtype::kFp16) r.note("model.llm.torch_dtype float16: priced as bf16 (the same bytes)");
+  }
+  s.stack = Stack::kTorchAmp;
+  s.optimizer_impl = wrapper.impl;  // foreach, torch.optim's default on CUDA, unless the optimizer says
+  if (m.adapters && m.language.quantized) {
+    r.note("PEFT's prepare_model_for_kbit_training leaves the embeddings, norms and output layer in fp32 around "
+           "the 4-bit linears: priced as " + std::string(amp ? "autocast over an fp32 model" : "an fp32 model"));
+  }
+  return Status::ok();
+}
 
-  // Checkpoints (the CheckpointHook) and, without DeepSpeed, the Runner's model
-  // wrapper; with --deepspeed xtuner's FlexibleRunner shards, not the wrapper.
+// Checkpoints (the CheckpointHook) and, without DeepSpeed, the Runner's model
+// wrapper; with --deepspeed xtuner's FlexibleRunner shards, not the wrapper.
+// Then the top-level keys.
+Status read_runner(Reader& r, const json& cfg, bool with_deepspeed, RunSettings& s) {
   read_checkpoint_hook(r, cfg, s);
   if (!with_deepspeed) {
     if (Status read = read_model_wrapper(r, cfg, s); !read.is_ok()) return read;
@@ -336,8 +360,46 @@ Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view ori
                                 "sequence_parallel_size", "strategy"};
   if (!with_deepspeed) read.insert("model_wrapper_cfg");
   list_unread_top_level(r, cfg, read);
-  return out;
+  return Status::ok();
 }
 
+}  // namespace
+
+Result<ConfigImport> import_xtuner_config(const json& dump, std::string_view origin, RunSettings base,
+                                          bool with_deepspeed) {
+  ConfigImport out;
+  out.settings = std::move(base);
+  RunSettings& s = out.settings;
+  Reader r(origin, out);
+  Result<const json*> config = mmengine_config_of(dump, origin);
+  if (!config.is_ok()) return config.status();
+  const json& cfg = *config.value();
+
+  XtunerModel m;
+  Result<const json*> model = read_model_type(r, cfg, m);
+  if (!model.is_ok()) return model.status();
+  if (Status read = read_language_model(r, *model.value(), s, m); !read.is_ok()) return read;
+  if (m.llava) {
+    if (Status read = read_llava_parts(r, *model.value(), s, m); !read.is_ok()) return read;
+  }
+  read_model_switches(r, *model.value(), s);
+  if (Status read = read_sequence(r, cfg, m.llava, s); !read.is_ok()) return read;
+
+  // The optimizer wrapper: AMP, accumulation and the optimizer (shared by every
+  // MMEngine config: planner/configs/mmengine_config.h).
+  Result<OptimWrapperConfig> wrapper = read_optim_wrapper(r, cfg, s);
+  if (!wrapper.is_ok()) return wrapper.status();
+  // Precision and who runs the step.
+  if (with_deepspeed || wrapper->type == "DeepSpeedOptimWrapper") {
+    run_under_deepspeed(r, s);
+  } else if (Status run = run_under_optim_wrapper(r, wrapper.value(), m, s); !run.is_ok()) {
+    return run;
+  }
+  // The loss: LLaVAModel / SupervisedFinetune return only outputs.loss, so the
+  // model output (and its logits) is dropped before backward.
+  s.loss = LossSpec{LossImpl::kFull, 8};
+  if (Status read = read_runner(r, cfg, with_deepspeed, s); !read.is_ok()) return read;
+  return out;
+}
 
 }  // namespace headroom::planner

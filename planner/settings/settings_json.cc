@@ -177,10 +177,11 @@ Status apply_text_choices(const std::string& attention, const std::string& check
   return Status::ok();
 }
 
-}  // namespace
+// The writers below mirror the readers above, group for group; nlohmann::json
+// keeps keys sorted, so the order they are written in does not show.
 
-nlohmann::json settings_to_json(const RunSettings& s) {
-  nlohmann::json j;
+// The model, the stack and its mechanisms, precision, optimizer, training mode, attention.
+void write_model_and_stack(const RunSettings& s, nlohmann::json& j) {
   j["model"] = s.model;
   j["stack"] = stack_name(s.stack);
   if (s.optimizer_impl) j["optimizer_impl"] = optimizer_impl_name(*s.optimizer_impl);
@@ -216,6 +217,13 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["quantize_skip"] = s.quantize_skip;
   j["fsdp_own_groups"] = s.fsdp_own_groups;
   j["lora_skip"] = s.lora_skip;
+  j["attention"] = attention_name(s.attention);
+  if (s.dropout) j["dropout"] = *s.dropout;
+  j["precomputed_text_embeddings"] = s.precomputed_text_embeddings;
+}
+
+// settings.lora and settings.scoped_lora.
+void write_lora(const RunSettings& s, nlohmann::json& j) {
   j["lora"] = {{"rank", s.lora.rank}, {"targets", s.lora.targets}, {"dropout", s.lora.dropout}};
   if (!s.scoped_lora.empty()) {
     nlohmann::json scoped = nlohmann::json::array();
@@ -224,9 +232,10 @@ nlohmann::json settings_to_json(const RunSettings& s) {
     }
     j["scoped_lora"] = scoped;
   }
-  j["attention"] = attention_name(s.attention);
-  if (s.dropout) j["dropout"] = *s.dropout;
-  j["precomputed_text_embeddings"] = s.precomputed_text_embeddings;
+}
+
+// Batch, sharding and offload, checkpointing, the GPU, budgets and what the search may change.
+void write_run_and_budgets(const RunSettings& s, nlohmann::json& j) {
   j["micro_batch"] = s.micro_batch;
   j["seq_len"] = s.seq_len;
   j["resolution"] = s.resolution;
@@ -268,6 +277,15 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   j["allow_nvme_offload"] = s.allow_nvme_offload;
   j["allow_activation_offload"] = s.allow_activation_offload;
   j["allow_micro_batch_change"] = s.allow_micro_batch_change;
+}
+
+}  // namespace
+
+nlohmann::json settings_to_json(const RunSettings& s) {
+  nlohmann::json j;
+  write_model_and_stack(s, j);
+  write_lora(s, j);
+  write_run_and_budgets(s, j);
   return j;
 }
 
