@@ -19,9 +19,7 @@ cd "$source_dir"
 # Not checked, each with its reason:
 #  - cli/python/: the nanobind module, compiled only by `pip install .`, whose
 #    nanobind headers this build does not have.
-#  - TEMPORARY (issue 34): planner/mechanisms, planner/search and planner/time
-#    are being split on another branch; remove these three once it is merged.
-excluded='^(cli/python/|planner/mechanisms/|planner/search/|planner/time/)'
+excluded='^(cli/python/)'
 
 if [ $# -gt 0 ]; then
   files=("$@")
