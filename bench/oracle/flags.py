@@ -18,8 +18,16 @@ def model_path(spec: dict) -> str:
     return spec["model"] if os.path.isabs(spec["model"]) else os.path.join(ROOT, spec["model"])
 
 
-def _release(text: str) -> tuple:
-    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+# The packages whose release headroom reads (planner/settings/versions.cc).
+_RELEASED = ("transformers", "torch", "peft")
+
+
+def release_flags(spec: dict) -> list:
+    """`--versions` with the environment's releases, as a user copies them from
+    `pip freeze` (docs/stacks.md, "Releases")."""
+    found = spec.get("versions", {})
+    given = [f"{name}={found[name]}" for name in _RELEASED if name in found]
+    return ["--versions", ",".join(given)] if given else []
 
 
 def headroom_flags(spec: dict) -> list:
@@ -44,9 +52,7 @@ def headroom_flags(spec: dict) -> list:
         flags += ["--checkpointing", "every"]
     if "optim" in spec:
         flags += ["--optimizer-impl", _OPTIMIZER_IMPL[spec["optim"]]]
-    transformers = spec.get("versions", {}).get("transformers")
-    if spec["stack"] == "hf-trainer" and transformers and _release(transformers) < (4, 49):
-        flags += ["--loss", "upcast-shift"]  # docs/stacks.md, "The loss"
+    flags += release_flags(spec)
     if spec.get("attention", "sdpa") != "sdpa":
         flags += ["--attention", spec["attention"]]
     return flags
