@@ -82,6 +82,9 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
   out.grads_full = 0;
   out.reduce_scatter_bytes = 0;
   out.fsdp2_root_reduce_scatter = 0;
+  // Each unit's sharded gradient is made by its post-backward (model_states.cc, close_fsdp_grads).
+  out.sharded_block_grads.assign(offload ? 0 : graph.blocks.size(), 0);
+  out.root_sharded_grads = 0;
   if (offload) {
     out.host_shard_bytes = 0;
     out.host_root_shard_bytes = 0;
@@ -103,7 +106,9 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
       (unit.root ? out.root_offload_grad_shard : out.offload_grad_shards[unit.block]) +=
           account(shard * shard_width, accounting);
     } else {
-      out.grads_full += account(shard * shard_width, accounting);
+      const int64_t grad = account(shard * shard_width, accounting);
+      out.grads_full += grad;
+      (unit.root ? out.root_sharded_grads : out.sharded_block_grads[unit.block]) += grad;
     }
     const int64_t buffers = reduce_scatter_buffers(unit.elements, world, grad_width, reduce_width, shard_width, accounting);
     if (unit.root) {
