@@ -272,6 +272,7 @@ class StepSimulator {
     release(alloc(copies, "ZeRO buffers", kAllGatherStream));
   }
   static constexpr int kAllGatherStream = 1;
+  static constexpr int kReduceScatterStream = 2;
   bool fsdp() const { return config_.zero_stage >= 3 && shards_with_fsdp(settings_); }
   bool fsdp1() const { return fsdp() && sharding_of(settings_) == Sharding::kFsdp1; }
   bool in_root_group(int block) const { return fsdp() && in_fsdp2_root(graph_.blocks[block], settings_); }
@@ -350,7 +351,11 @@ class StepSimulator {
     if (states_.sharded_block_grads.empty() || !sharded_made_.insert(block).second) return;
     const int64_t bytes = block < 0 ? states_.root_sharded_grads : states_.sharded_block_grads[block];
     if (bytes <= 0) return;
-    const int64_t handle = alloc(bytes, "gradients");
+    // Made on the reduce-scatter stream (FSDP2: foreach_reduce allocates reduce_output
+    // and casts it under reduce_scatter_stream; FSDP1: _post_backward_hook runs
+    // _reduce_grad under _post_backward_stream), so its freed blocks stay cached
+    // for that stream, out of reach of the next step's activations.
+    const int64_t handle = alloc(bytes, "gradients", kReduceScatterStream);
     // Optimizer in backward: the parameter's hook steps and frees it at once.
     if (states_.grads_in_backward) release(handle); else param_grads_.push_back(handle);
   }
