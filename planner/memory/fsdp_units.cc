@@ -4,6 +4,7 @@
 
 #include "planner/mechanisms/trainability.h"
 #include "planner/memory/state_bytes.h"
+#include "planner/settings/stack.h"
 
 namespace headroom::planner {
 namespace {
@@ -26,6 +27,16 @@ int64_t reduce_scatter_buffers(int64_t elements, int world, int64_t grad_width, 
   return bytes;
 }
 
+// Whether PEFT's adapters are FSDP units of their own: transformers' Trainer
+// replaces the FSDP plugin's auto_wrap_policy for a PEFT model
+// (transformers/distributed/fsdp.py update_fsdp_plugin_peft) with PEFT's
+// fsdp_auto_wrap_policy (peft/utils/other.py), whose lambda_policy_fn wraps every
+// leaf module with a weight that requires grad: each lora_A and lora_B Linear.
+// The layer's own FlatParameter then holds only frozen weights and gets no gradient.
+bool adapters_are_units(const RunSettings& settings) {
+  return settings.stack == Stack::kHfTrainer && settings.mode != TrainMode::kFull;
+}
+
 }  // namespace
 
 int64_t flat_param_width(Precision precision) {
@@ -37,10 +48,16 @@ std::vector<FlatParamUnit> flat_param_units(const graph::LayerGraph& graph, cons
   std::vector<FlatParamUnit> per_block(graph.blocks.size());
   FlatParamUnit root;
   root.root = true;
+  std::vector<FlatParamUnit> adapters;
+  const bool own_adapter_units = adapters_are_units(settings);
   for (const graph::Node& node : graph.nodes) {
     FlatParamUnit& unit = in_fsdp2_root(graph.blocks[node.block], settings) ? root : per_block[node.block];
     for (const graph::Param& param : node.params) {
       if (!param.tied_to.empty()) continue;
+      if (own_adapter_units && param.trainable && is_lora_adapter(param)) {
+        adapters.push_back({param.elements(), param.elements(), 0, false, node.block});
+        continue;
+      }
       if (!param.trainable && is_quantization_constant(param)) {
         unit.constant_bytes += param_storage_bytes(param, settings.precision);
         continue;
@@ -58,6 +75,7 @@ std::vector<FlatParamUnit> flat_param_units(const graph::LayerGraph& graph, cons
     units.push_back(per_block[b]);
     units.back().block = static_cast<int>(b);
   }
+  units.insert(units.end(), adapters.begin(), adapters.end());
   if (root.elements > 0 || root.constant_bytes > 0) units.push_back(root);
   return units;
 }
@@ -82,6 +100,9 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
   out.grads_full = 0;
   out.reduce_scatter_bytes = 0;
   out.fsdp2_root_reduce_scatter = 0;
+  // Each unit's sharded gradient is made by its post-backward (model_states.cc, close_fsdp_grads).
+  out.sharded_block_grads.assign(offload ? 0 : graph.blocks.size(), 0);
+  out.root_sharded_grads = 0;
   if (offload) {
     out.host_shard_bytes = 0;
     out.host_root_shard_bytes = 0;
@@ -103,7 +124,9 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
       (unit.root ? out.root_offload_grad_shard : out.offload_grad_shards[unit.block]) +=
           account(shard * shard_width, accounting);
     } else {
-      out.grads_full += account(shard * shard_width, accounting);
+      const int64_t grad = account(shard * shard_width, accounting);
+      out.grads_full += grad;
+      (unit.root ? out.root_sharded_grads : out.sharded_block_grads[unit.block]) += grad;
     }
     const int64_t buffers = reduce_scatter_buffers(unit.elements, world, grad_width, reduce_width, shard_width, accounting);
     if (unit.root) {

@@ -114,6 +114,9 @@ struct StateWalk {
   int64_t largest_grad = 0;
   bool bnb_maps = false;  // an 8-bit state on the device: the optimizer's two quantization maps there
   int64_t flat_states = 0, flat_master = 0, flat_grads = 0;
+  // FSDP2: each group's sharded gradient bytes before rounding (per block; the root's).
+  std::vector<int64_t> fsdp_shard_grads;
+  int64_t fsdp_root_shard_grads = 0;
 
   StateWalk(const graph::LayerGraph& g, const RunSettings& s, const GlobalConfig& c, Accounting a)
       : graph(g), settings(s), config(c), accounting(a) {
@@ -131,6 +134,7 @@ struct StateWalk {
     shared = shared_gradient_first_block(g);
     out.block_grads.assign(g.blocks.size(), 0);
     if (fsdp) out.fsdp2_root_grads.assign(g.blocks.size(), 0);
+    if (fsdp) fsdp_shard_grads.assign(g.blocks.size(), 0);
   }
   int64_t account_bytes(int64_t bytes) const { return account(bytes, accounting); }
   bool in_root(const graph::Node& node) const { return in_fsdp2_root(graph.blocks[node.block], settings); }
@@ -197,11 +201,28 @@ TrainableBytes trainable_bytes(const StateWalk& w, const Param& param) {
   return b;
 }
 
-// A trainable parameter's gradient on the GPU: in ZeRO's flat partition or a
-// tensor of its own, there from its (first) use in backward on.
+// Rank 0's elements of an FSDP2 sharded parameter (and of its gradient): dim 0
+// padded to a multiple of the world size, then one 1/world slice of it
+// (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py _get_dim0_padded_size,
+// reduce_scatter_output_numel = reduce_scatter_input_numel // world_size).
+int64_t fsdp2_shard_elements(const Param& param, int world) {
+  if (param.shape.empty() || param.shape[0] == 0) return ceil_div(param.elements(), world);
+  return ceil_div(param.shape[0], world) * (param.elements() / param.shape[0]);
+}
+
+// A trainable parameter's gradient on the GPU: in ZeRO's flat partition, in its
+// FSDP group's sharded gradient, or a tensor of its own, there from its (first)
+// use in backward on.
 void add_gpu_grad(StateWalk& w, const graph::Node& node, const Param& param, const TrainableBytes& b) {
   if (w.flat_partitions && w.shard_grads) {
     w.flat_grads += b.grad_rank;
+  } else if (w.fsdp) {
+    // The group's sharded gradients are strided views of one reduce-scatter output
+    // (foreach_reduce: torch.as_strided(reduce_output, ...), cast to the sharded
+    // parameter's dtype as one tensor when it differs): one allocation per group,
+    // rounded in close_fsdp_grads.
+    const int64_t shard = fsdp2_shard_elements(param, w.world) * (b.grad / std::max<int64_t>(b.elements, 1));
+    (w.in_root(node) ? w.fsdp_root_shard_grads : w.fsdp_shard_grads[node.block]) += shard;
   } else {
     w.out.grads_full += w.account_bytes(b.grad_rank);
   }
@@ -305,6 +326,28 @@ void close_partitions(StateWalk& w) {
   // Gradients appear block by block only in plain data parallelism: ZeRO-2/3
   // keep a preallocated partition, and offload sends them to the host per bucket.
   out.grads_progressive = (w.optimizer_on_gpu || w.torchao_offload) && !w.shard_grads;
+}
+
+// torch's FSDPs make each group's sharded gradient in its post-backward, not
+// before backward: FSDP2's foreach_reduce sets `sharded_param.grad` to a view of
+// the reduce-scatter output (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py),
+// FSDP1's _accumulate_sharded_grad keeps it as `_saved_grad_shard`
+// (torch/distributed/fsdp/_runtime_utils.py); the root group's in the final callback.
+// zero_grad(set_to_none=True) frees them, so the next step's forward has none.
+// FSDP1's units are priced by apply_flat_params.
+void close_fsdp_grads(StateWalk& w) {
+  if (!w.fsdp || w.fsdp_shard_grads.empty()) return;
+  int64_t any = w.fsdp_root_shard_grads;
+  for (int64_t bytes : w.fsdp_shard_grads) any += bytes;
+  if (any == 0) return;
+  ModelStates& out = w.out;
+  out.sharded_block_grads.assign(w.graph.blocks.size(), 0);
+  for (size_t b = 0; b < w.fsdp_shard_grads.size(); ++b) {
+    if (w.fsdp_shard_grads[b] > 0) out.sharded_block_grads[b] = w.account_bytes(w.fsdp_shard_grads[b]);
+    out.grads_full += out.sharded_block_grads[b];
+  }
+  if (w.fsdp_root_shard_grads > 0) out.root_sharded_grads = w.account_bytes(w.fsdp_root_shard_grads);
+  out.grads_full += out.root_sharded_grads;
 }
 
 // DeepSpeed's communication buffers: the reduce bucket, the stage 1/2
@@ -471,6 +514,7 @@ ModelStates model_states(const graph::LayerGraph& graph, const RunSettings& sett
     }
   }
   close_partitions(walk);
+  close_fsdp_grads(walk);
   add_deepspeed_buffers(walk);
   add_fsdp_buffers(walk);
   add_unsynced_grads(walk);

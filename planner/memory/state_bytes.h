@@ -84,6 +84,12 @@ struct ModelStates {
   std::vector<int64_t> unsynced_block_grads;
   int64_t root_unsynced_grads = 0;
   int64_t unsynced_grads = 0;
+  // torch's FSDPs (optimizer on the GPU): each unit's sharded gradient, one
+  // allocation made by its post-backward reduce-scatter and freed by zero_grad
+  // (set_to_none), per block outside the root, and the root's, made in the final
+  // callback. Empty otherwise; their sum is grads_full.
+  std::vector<int64_t> sharded_block_grads;
+  int64_t root_sharded_grads = 0;
   bool grads_progressive = true;  // grads appear block by block during the first backward
   std::vector<int64_t> block_grads;  // per block: gradient bytes it adds (progressive case)
   // optimizer.step() temporaries, and optimizer-in-backward (planner/memory/optimizer_step.h).

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <queue>
+#include <set>
 #include <unordered_map>
 
 #include "planner/mechanisms/autocast.h"
@@ -271,6 +272,7 @@ class StepSimulator {
     release(alloc(copies, "ZeRO buffers", kAllGatherStream));
   }
   static constexpr int kAllGatherStream = 1;
+  static constexpr int kReduceScatterStream = 2;
   bool fsdp() const { return config_.zero_stage >= 3 && shards_with_fsdp(settings_); }
   bool fsdp1() const { return fsdp() && sharding_of(settings_) == Sharding::kFsdp1; }
   bool in_root_group(int block) const { return fsdp() && in_fsdp2_root(graph_.blocks[block], settings_); }
@@ -328,6 +330,7 @@ class StepSimulator {
       release(buffers);
     }
     for (int64_t handle : root_grads_) release(handle);
+    if (!root_grads_.empty()) make_sharded_grad(-1);
     root_grads_.clear();
     if (micro_ + 1 == config_.grad_accum) {  // the root's held gradient went into this reduce
       release(root_unsynced_);
@@ -340,6 +343,21 @@ class StepSimulator {
     label_ = "gradients to host";
     for (int64_t handle : offload_shards_) release(handle);
     offload_shards_.clear();
+  }
+  // A unit's sharded gradient, made by its first reduce-scatter of the step and
+  // accumulated into by the next ones, lives until zero_grad frees it
+  // (ModelStates::sharded_block_grads; block -1 is the root's).
+  void make_sharded_grad(int block) {
+    if (states_.sharded_block_grads.empty() || !sharded_made_.insert(block).second) return;
+    const int64_t bytes = block < 0 ? states_.root_sharded_grads : states_.sharded_block_grads[block];
+    if (bytes <= 0) return;
+    // Made on the reduce-scatter stream (FSDP2: foreach_reduce allocates reduce_output
+    // and casts it under reduce_scatter_stream; FSDP1: _post_backward_hook runs
+    // _reduce_grad under _post_backward_stream), so its freed blocks stay cached
+    // for that stream, out of reach of the next step's activations.
+    const int64_t handle = alloc(bytes, "gradients", kReduceScatterStream);
+    // Optimizer in backward: the parameter's hook steps and frees it at once.
+    if (states_.grads_in_backward) release(handle); else param_grads_.push_back(handle);
   }
   int64_t grad_bytes_of_block(int block) const {
     int64_t bytes = 0;
@@ -425,6 +443,7 @@ class StepSimulator {
   std::deque<int> input_stash_;                        // checkpointed blocks whose inputs are still on the GPU
   std::vector<bool> inputs_on_host_;                   // per block: its checkpoint inputs were evicted
   std::vector<int64_t> param_grads_;                   // progressive gradient handles
+  std::set<int> sharded_made_;                          // FSDP units (-1: the root) whose sharded gradient exists
   CachingAllocatorModel allocator_;
   std::unordered_map<int64_t, std::pair<int64_t, int>> live_;
   std::map<std::string, int> category_ids_;
@@ -505,7 +524,10 @@ void StepSimulator::allocate_states() {
   }
   if (states_.optimizer > lazy_bytes) alloc(states_.optimizer - lazy_bytes, "optimizer states");
   if (states_.master > 0) alloc(states_.master, "master weights");
-  if (!progressive && states_.grads_full > 0) alloc(states_.grads_full, "gradients");
+  // FSDP's sharded gradients are made by each unit's reduce-scatter (make_sharded_grad).
+  if (!progressive && states_.grads_full > 0 && states_.sharded_block_grads.empty()) {
+    alloc(states_.grads_full, "gradients");
+  }
   if (states_.comm_buckets > 0) alloc(states_.comm_buckets, "ZeRO buffers");
   alloc(ctx_.gpu.cublas_workspace_bytes, "workspaces");
   for (size_t t = 0; t < graph_.tensors.size(); ++t) {
@@ -799,6 +821,7 @@ bool StepSimulator::reduce_block_gradients(int block) {
       offload_shards_.push_back(alloc(states_.offload_grad_shards[block], "gradients"));
     }
     release(buffers);
+    make_sharded_grad(block);
     if (const auto held = unsynced_.find(block); held != unsynced_.end()) {
       release(held->second);
       unsynced_.erase(held);
@@ -942,6 +965,7 @@ void StepSimulator::optimizer_step() {
   time_.optimizer_ms = model.optimizer_ms;
   for (int64_t handle : param_grads_) release(handle);  // zero_grad(set_to_none=True)
   param_grads_.clear();
+  sharded_made_.clear();
 }
 
 // The micro-steps of one optimizer step. Only the first (it allocates

@@ -8,16 +8,31 @@ namespace headroom::planner {
 
 namespace {
 
+// The gradients each block's backward makes in the first (only) micro-step, or
+// empty when they all exist from the start: a progressive run's own gradients,
+// or FSDP's sharded gradients, made as each unit's backward ends and the root's
+// in the final callback, after the first block's (model_states.h, sharded_block_grads).
+std::vector<int64_t> grads_made_by_block(const ModelStates& states, const GlobalConfig& config, size_t n) {
+  if (config.grad_accum != 1) return {};
+  if (states.grads_progressive) return states.block_grads;
+  if (states.sharded_block_grads.empty()) return {};
+  std::vector<int64_t> made = states.sharded_block_grads;
+  made.resize(n, 0);
+  if (n > 0) made[0] += states.root_sharded_grads;
+  return made;
+}
+
 // The gradients live while each block runs forward and backward, by sharding,
 // accumulation and offload (docs/memory-model.md, section 1, the step walk).
 void set_gradients_by_block(const ModelStates& states, const GlobalConfig& config, StepModel& model) {
   const size_t n = model.blocks.size();
   model.grads_bwd.assign(n, 0);
-  if (states.grads_progressive && config.grad_accum == 1) {
-    // First (only) micro-step: gradients appear as backward reaches each block.
+  const std::vector<int64_t> made = grads_made_by_block(states, config, n);
+  if (!made.empty()) {
+    // Gradients appear as backward reaches each block.
     int64_t running = 0;
     for (size_t k = n; k-- > 0;) {
-      running += states.block_grads[k];
+      running += k < made.size() ? made[k] : 0;
       model.grads_bwd[k] = running;
     }
     model.grads_fwd = 0;
@@ -51,10 +66,9 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   if (n > 0) model.grads_bwd[0] += states.fsdp2_root_reduce_scatter + states.root_offload_grad_shard;
   // Before block k has made any of its own parameters' gradients (its first nodes in
   // backward have none: the loss before lm_head), those are not yet allocated.
-  const bool progressive = states.grads_progressive && config.grad_accum == 1;
   model.grads_bwd_before = model.grads_bwd;
   for (size_t k = 0; k < n; ++k) {
-    if (progressive && k < states.block_grads.size()) model.grads_bwd_before[k] -= states.block_grads[k];
+    if (k < made.size()) model.grads_bwd_before[k] -= made[k];
     if (k < states.fsdp2_root_grads.size()) model.grads_bwd_before[k] -= states.fsdp2_root_grads[k];
   }
 }

@@ -254,4 +254,46 @@ TEST_CASE("FSDP1 flattens a frozen NF4 weight as its packed storage, its constan
   CHECK(states.grads_full == rounded(shard));  // use_orig_params: the whole flat shard
 }
 
+TEST_CASE("the Trainer wraps PEFT's adapters as FSDP1 units of their own: the frozen layers get no gradient") {
+  // One layer: a frozen 4096 x 4096 weight and its rank-16 adapters, and a frozen root.
+  graph::LayerGraph model;
+  model.blocks = {{"layers.0", "dense", true}, {"head", "lm_head", false}};
+  graph::Node layer;
+  layer.name = "layers.0.q_proj";
+  layer.op = "linear";
+  layer.block = 0;
+  layer.params = {{"layers.0.q_proj.weight", {4096, 4096}, graph::DType::kBF16, false, ""},
+                  {"layers.0.q_proj.lora_A.weight", {16, 4096}, graph::DType::kF32, true, ""},
+                  {"layers.0.q_proj.lora_B.weight", {4096, 16}, graph::DType::kF32, true, ""}};
+  graph::Node head;
+  head.name = "head.w";
+  head.op = "linear";
+  head.block = 1;
+  head.params = {{"head.w.weight", {1000}, graph::DType::kBF16, false, ""}};
+  model.nodes = {layer, head};
+  GlobalConfig config;
+  config.zero_stage = 3;
+  RunSettings trainer = eight_gpus(Sharding::kFsdp1);
+  trainer.mode = TrainMode::kLora;
+  trainer.stack = Stack::kHfTrainer;
+  // transformers' update_fsdp_plugin_peft, PEFT's fsdp_auto_wrap_policy: lora_A and
+  // lora_B are units of their own; the layer's FlatParameter is all frozen.
+  const std::vector<FlatParamUnit> units = flat_param_units(model, trainer);
+  REQUIRE(units.size() == 4);  // the layer, lora_A, lora_B, the root
+  CHECK(units[0].trainable_elements == 0);
+  CHECK(units[1].elements == 16 * 4096);
+  CHECK(units[1].trainable_elements == 16 * 4096);
+  CHECK(units[2].block == 0);
+  const ModelStates states = model_states(model, trainer, config, Accounting::kAllocated);
+  const int64_t adapter_shard = rounded(16 * 4096 / 8 * 4);  // fp32, 1/8 each
+  CHECK(states.grads_full == 2 * adapter_shard);
+  CHECK(states.sharded_block_grads[0] == 2 * adapter_shard);
+  // Without the Trainer's policy the layer is one unit and its whole shard has a gradient.
+  RunSettings plain = trainer;
+  plain.stack = Stack::kUnspecified;
+  const int64_t layer_elements = 4096 * 4096 + 2 * 16 * 4096;
+  CHECK(model_states(model, plain, config, Accounting::kAllocated).grads_full ==
+        rounded(layer_elements / 8 * 4));
+}
+
 }  // namespace headroom::planner
