@@ -88,7 +88,14 @@ class RunObserver {
   virtual void on_checkpoint(int64_t /*step*/, const std::string& /*path*/) {}
 };
 
-// Why this build cannot train `plan`, or ok: the model family has LibTorch
+// The plan as the executor runs it. Its modules are transformers' as of 4.54: SDPA
+// on grouped K/V (enable_gqa, models/torch/llama_module.cc) and the loss without an
+// fp32 shifted copy. What the run leaves open there (repeat_kv, a loss the release
+// decides) is pinned to that; what the plan states stands, and check_executable
+// refuses what the executor does not run.
+planner::Plan as_executor_runs(planner::Plan plan);
+
+// Why this build cannot train `plan` (as_executor_runs runs it), or ok: the model family has LibTorch
 // modules (the families of executable_model.h), one rank or several (data
 // parallel, ZeRO-1/2 with AdamW), no parameter or NVMe offload, no ZeRO-3.
 // `origin` names the plan file.

@@ -238,7 +238,16 @@ Status check_shape(const planner::Plan& plan, const ExecutableModel& model, std:
 
 }  // namespace
 
-Status check_executable(const planner::Plan& plan, std::string_view origin) {
+planner::Plan as_executor_runs(planner::Plan plan) {
+  planner::RunSettings& s = plan.settings;
+  if (!s.repeat_kv && s.attention != models::AttentionImpl::kEager) s.repeat_kv = false;
+  const planner::ResolvedStack stack = planner::resolve_stack(s);
+  if (!s.loss && stack.top.loss.impl == planner::LossImpl::kUpcastShift) s.loss = stack.bottom.loss;
+  return plan;
+}
+
+Status check_executable(const planner::Plan& given, std::string_view origin) {
+  const planner::Plan plan = as_executor_runs(given);
   Result<ExecutableModel> model = executable_model(plan.settings.model, origin);
   if (!model.is_ok()) return model.status();
   const planner::RunSettings& s = plan.settings;

@@ -568,9 +568,10 @@ static std::string rank_prefix() {
 bool executor_available() { return true; }
 bool cuda_available() { return torch::cuda::is_available(); }
 
-Result<RunResult> train_plan(const planner::Plan& plan, const RunOptions& options, RunObserver& observer) {
+Result<RunResult> train_plan(const planner::Plan& given, const RunOptions& options, RunObserver& observer) {
   // LibTorch reports failures as exceptions; they end here as one message.
   try {
+    const planner::Plan plan = as_executor_runs(given);
     if (Status s = check_executable(plan, "plan"); !s.is_ok()) return s;
     if (Status s = validate_run_options(options, "command line"); !s.is_ok()) return s;
     // The prediction the run is checked against is the plan's, made again for

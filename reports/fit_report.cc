@@ -209,6 +209,7 @@ std::string stack_extras(const planner::RunSettings& s, const planner::ResolvedS
     out += ", QLoRA preparation " + (top == bottom ? top : bottom + " to " + top);
   }
   if (s.compile) out += ", torch.compile";
+  if (!s.versions.empty()) out += ", as of " + planner::versions_text(s.versions);
   if (s.float8 != planner::Float8Recipe::kNone) {
     out += ", fp8 linears (torchao " + std::string(planner::float8_recipe_name(s.float8)) + ")";
     if (s.float8_all_gather) out += " gathered in fp8";
