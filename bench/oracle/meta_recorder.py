@@ -253,6 +253,11 @@ def recording(recorder: Recorder) -> Iterator[Recorder]:
     recorder.settle()
 
 
+def optimizer_state_tensors(optimizer) -> List[torch.Tensor]:
+    """Every tensor of the optimizer's per-parameter state (moments, step counters)."""
+    return [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
+
+
 def tensors_of(obj: object) -> List[torch.Tensor]:
     leaves, _ = tree_flatten(obj)
     return [t for t in leaves if isinstance(t, torch.Tensor)]

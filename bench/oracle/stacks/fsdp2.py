@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from fake_pg import fake_process_group
-from meta_recorder import Recorder, tensors_of
+from meta_recorder import Recorder, optimizer_state_tensors, tensors_of
 from stacks.hf_models import add_lora, build_model, causal_lm_batch
 
 PRECISIONS = ("bf16", "bf16-mixed")
@@ -122,8 +122,7 @@ def _record_steps(spec: dict, recorder: Recorder, model, optimizer) -> None:
         recorder.phase = f"step{step}.optimizer"
         torch.nn.utils.clip_grad_norm_(trainable, spec.get("max_grad_norm", 1.0))
         optimizer.step()
-        recorder.mark("optimizer_states", [t for s in optimizer.state.values()
-                                           for t in s.values() if isinstance(t, torch.Tensor)])
+        recorder.mark("optimizer_states", optimizer_state_tensors(optimizer))
         recorder.phase = f"step{step}.zero_grad"
         optimizer.zero_grad()
         del loss, batch

@@ -20,7 +20,7 @@ import tempfile
 import torch
 
 from fake_pg import fake_process_group
-from meta_recorder import Recorder, tensors_of
+from meta_recorder import Recorder, optimizer_state_tensors, tensors_of
 from stacks import hf_trainer_fsdp
 from stacks.hf_models import add_lora, build_model, causal_lm_batch, transformers_at_least
 
@@ -71,36 +71,41 @@ def run(spec: dict, recorder: Recorder) -> dict:
     release chose where the spec left it open (the optimizer), for headroom's flags."""
     if spec.get("sharding"):
         return _run_sharded(spec, recorder)
-    model = build_model(spec)
-    if spec["method"] in ("lora", "qlora"):
-        model = add_lora(model, spec)
     with tempfile.TemporaryDirectory() as output_dir:
-        _, trainer_class = _trainer_classes()
-        trainer = trainer_class(model=model, args=_arguments(spec, output_dir))
-        trainer.accelerator.device_placement = False
-        _enable_checkpointing(trainer)
+        trainer = _trainer(spec, output_dir)
         trainer.create_optimizer()
         prepared, optimizer = trainer.accelerator.prepare(trainer.model, trainer.optimizer)
         _record_steps(spec, recorder, trainer, prepared, optimizer)
-        return {"optim": str(getattr(trainer.args.optim, "value", trainer.args.optim))}
+        return _resolved(trainer)
 
 
 def _run_sharded(spec: dict, recorder: Recorder) -> dict:
     """The Trainer's own _prepare_for_training under accelerate's FSDP plugin."""
     with fake_process_group(spec["world_size"]), hf_trainer_fsdp.accelerate_on_fake_group():
-        model = build_model(spec)
-        if spec["method"] in ("lora", "qlora"):
-            model = add_lora(model, spec)
         with tempfile.TemporaryDirectory() as output_dir:
-            _, trainer_class = _trainer_classes()
-            trainer = trainer_class(model=model, args=_arguments(spec, output_dir))
-            trainer.accelerator.device_placement = False
-            _enable_checkpointing(trainer)
+            trainer = _trainer(spec, output_dir)
             with hf_trainer_fsdp.distinct_addresses(trainer.model):
                 prepared, _ = trainer._prepare_for_training(spec.get("steps", 2), None, None)
             hf_trainer_fsdp.upcast_flat_params(trainer.accelerator, prepared)
             _record_steps(spec, recorder, trainer, prepared, trainer.optimizer)
-            return {"optim": str(getattr(trainer.args.optim, "value", trainer.args.optim))}
+            return _resolved(trainer)
+
+
+def _trainer(spec: dict, output_dir: str):
+    """The model (with PEFT's adapters) in the Trainer, checkpointing enabled, not moved."""
+    model = build_model(spec)
+    if spec["method"] in ("lora", "qlora"):
+        model = add_lora(model, spec)
+    _, trainer_class = _trainer_classes()
+    trainer = trainer_class(model=model, args=_arguments(spec, output_dir))
+    trainer.accelerator.device_placement = False
+    _enable_checkpointing(trainer)
+    return trainer
+
+
+def _resolved(trainer) -> dict:
+    """What the release chose where the spec left it open, for headroom's flags."""
+    return {"optim": str(getattr(trainer.args.optim, "value", trainer.args.optim))}
 
 
 def _enable_checkpointing(trainer) -> None:
@@ -153,8 +158,7 @@ def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
         if trainer.args.max_grad_norm:
             _clip_gradients(trainer, model)
         optimizer.step()
-        recorder.mark("optimizer_states", [t for s in optimizer.state.values()
-                                           for t in s.values() if isinstance(t, torch.Tensor)])
+        recorder.mark("optimizer_states", optimizer_state_tensors(optimizer))
         recorder.phase = f"step{step}.zero_grad"
         model.zero_grad()
         del loss, batch

@@ -46,7 +46,7 @@ from torchtune import config as tt_config
 from torchtune import training
 from torchtune.modules.peft import get_adapter_params
 
-from meta_recorder import Recorder, tensors_of
+from meta_recorder import Recorder, optimizer_state_tensors, tensors_of
 from stacks.torchtune_config import recipe_config, recipe_name
 from stacks.torchtune_offload import offloading_on_meta, patched
 
@@ -258,7 +258,7 @@ def _phases(recipe, steps: _Steps):
 def _optimizer_states(recipe) -> list:
     wrapper = getattr(recipe, "_optim_ckpt_wrapper", None)
     optimizers = list(wrapper.optim_map.values()) if wrapper is not None else [recipe._optimizer]
-    return [t for o in optimizers for s in o.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+    return [t for o in optimizers for t in optimizer_state_tensors(o)]
 
 
 def run(spec: dict, recorder: Recorder) -> dict:
