@@ -289,6 +289,11 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) {
        return set_on_off(v, s.autocast);
      }},
+    {"--pip-freeze", "FILE", kTraining,
+     "the output of pip freeze in the run's environment: the releases --versions takes, read from it (other "
+     "packages are skipped; --versions wins where both name a package)",
+     true,
+     [](RunSettings& s, std::string_view v) { return planner::read_pip_freeze(std::string(v), s.versions); }},
     {"--versions", "PKG=REL,...", kTraining,
      "the library releases the run uses, where a release changes what is allocated: transformers (the "
      "Trainer's loss, default optimizer and SDPA over grouped K/V), torch, peft (the adapters' dtype), e.g. "
@@ -296,11 +301,6 @@ const std::vector<SettingsFlag> kFlags = {
      "\"Releases\")",
      true,
      [](RunSettings& s, std::string_view v) { return planner::parse_versions(v, "", s.versions); }},
-    {"--pip-freeze", "FILE", kTraining,
-     "the output of pip freeze in the run's environment: the releases --versions takes, read from it (other "
-     "packages are skipped)",
-     true,
-     [](RunSettings& s, std::string_view v) { return planner::read_pip_freeze(std::string(v), s.versions); }},
     {"--repeat-kv", "on|off", kTraining,
      "attention sdpa over grouped K/V: whether K and V are copied to every head first (on: transformers before "
      "4.54, repeat_kv; off: SDPA's enable_gqa); default: as the stack and --versions say (docs/stacks.md)",
