@@ -10,7 +10,8 @@ namespace {
 
 using namespace cli_harness;
 
-const std::string kRun = "fit tests/data/hf/llama-3.2-1b --gpu 4090 --lora --stack hf-trainer --seq 512";
+const std::string kRun = "fit " + quoted(std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b") +
+                         " --gpu 4090 --lora --stack hf-trainer --seq 512";
 
 }  // namespace
 
