@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "graph/op_traits.h"
 #include "models/layers.h"
 
 namespace headroom::models {
@@ -43,8 +44,8 @@ std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::s
   std::string v_in = impl != AttentionImpl::kEager && !a.v_base.empty() ? a.v_base : v;
   int64_t kv_heads = a.kv_heads;
   if ((impl == AttentionImpl::kEager || repeat_kv) && a.kv_heads != a.heads) {
-    k_rope = b.copy(a.prefix + ".repeat_kv_k", "repeat_kv", {k_rope}, q_elements);
-    v_in = b.copy(a.prefix + ".repeat_kv_v", "repeat_kv", {v}, q_elements);
+    k_rope = b.copy(a.prefix + ".repeat_kv_k", std::string(graph::op::kRepeatKv), {k_rope}, q_elements);
+    v_in = b.copy(a.prefix + ".repeat_kv_v", std::string(graph::op::kRepeatKv), {v}, q_elements);
     kv_heads = a.heads;
   }
   const AttentionShape shape =

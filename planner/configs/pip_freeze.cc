@@ -1,20 +1,12 @@
 #include "planner/configs/pip_freeze.h"
 
+#include <algorithm>
 #include <string_view>
 
 #include "graph/atomic_file.h"
 #include "planner/configs/config_import.h"
 
 namespace headroom::planner {
-namespace {
-
-std::string_view trim(std::string_view text) {
-  const size_t first = text.find_first_not_of(" \t\r");
-  if (first == std::string_view::npos) return {};
-  return text.substr(first, text.find_last_not_of(" \t\r") - first + 1);
-}
-
-}  // namespace
 
 Status read_pip_freeze(const std::string& path, PackageVersions& out) {
   Result<std::string> text = graph::read_file(path, kMaxConfigFileBytes);
@@ -24,16 +16,16 @@ Status read_pip_freeze(const std::string& path, PackageVersions& out) {
   int pinned_lines = 0;
   while (!rest.empty()) {
     const size_t newline = rest.find('\n');
-    const std::string_view line = trim(rest.substr(0, rest.find('#') < newline ? rest.find('#') : newline));
+    const std::string_view line = trimmed(rest.substr(0, std::min(rest.find('#'), newline)));
     rest.remove_prefix(newline == std::string_view::npos ? rest.size() : newline + 1);
     ++line_number;
     const size_t pin = line.find("==");
     if (line.empty() || line.front() == '-' || pin == std::string_view::npos) continue;
     ++pinned_lines;
-    const std::string name = normalized_package_name(trim(line.substr(0, pin)));
+    const std::string name = normalized_package_name(trimmed(line.substr(0, pin)));
     // Extras ("name[extra]==1.0") and markers ("; python_version...") name the same release.
     const std::string base = name.substr(0, name.find('['));
-    const std::string_view release = trim(line.substr(pin + 2).substr(0, line.substr(pin + 2).find(';')));
+    const std::string_view release = trimmed(line.substr(pin + 2).substr(0, line.substr(pin + 2).find(';')));
     if (find_versioned_package(base) == nullptr) continue;
     if (!parse_release(release)) {
       return Status::invalid_input(path + ": line " + std::to_string(line_number) + ": " + base +

@@ -142,13 +142,14 @@ namespace {
 // The model's layer graph from MODEL: a Hugging Face directory or config.json
 // (its stored quantization checked against the run), a layer-graph file, a
 // torchtune component, or a zoo name; refused beyond kMaxBlocks blocks.
-Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, ModelContext& context) {
+Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const ResolvedStack& stack,
+                                           ModelContext& context) {
   Result<graph::LayerGraph> loaded = [&]() -> Result<graph::LayerGraph> {
     models::ZooOptions options;
     options.attention = settings.attention;
     // Before 4.54 transformers copies grouped K and V to every head for SDPA (the
     // band's top when the release is open; settings/stack.cc resolve_repeat_kv).
-    options.sdpa_repeat_kv = resolve_stack(settings).top.repeat_kv;
+    options.sdpa_repeat_kv = stack.top.repeat_kv;
     options.dropout = settings.dropout;
     options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
     options.text_tokens = settings.text_tokens;
@@ -184,13 +185,14 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, ModelCon
 
 // The stack's mechanisms, each a rewrite of the graph, in the order they
 // compose: training mode (LoRA/QLoRA), loss, QLoRA preparation, autocast, fp8;
-// then the graph's analysis and what selective checkpointing keeps.
-Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& settings, ModelContext& context) {
+// then the graph's analysis and what selective checkpointing keeps. `stack`: the
+// settings' resolve_stack, whose top each mechanism prices.
+Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& settings, const ResolvedStack& stack,
+                        ModelContext& context) {
   Result<graph::LayerGraph> trained = apply_training_mode(loaded, settings);
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());
   // The loss as the stack computes it; the top of the band when not pinned.
-  const ResolvedStack stack = resolve_stack(settings);
   apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss, is_autocast(settings.precision),
                   compute_dtype_for(settings.precision));
   if (kbit_prep_matters(settings)) apply_kbit_prep(context.graph, stack.top.kbit_prep);
@@ -299,9 +301,11 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   const Status valid = validate_settings(settings, "settings");
   if (!valid.is_ok()) return valid;
   ModelContext context;
-  Result<graph::LayerGraph> loaded = load_model_graph(settings, context);
+  // The stack's mechanisms, resolved once for the model's build and its rewrites.
+  const ResolvedStack stack = resolve_stack(settings);
+  Result<graph::LayerGraph> loaded = load_model_graph(settings, stack, context);
   if (!loaded.is_ok()) return loaded.status();
-  if (Status status = apply_mechanisms(loaded.value(), settings, context); !status.is_ok()) return status;
+  if (Status status = apply_mechanisms(loaded.value(), settings, stack, context); !status.is_ok()) return status;
   if (Status status = resolve_gpu(settings, context); !status.is_ok()) return status;
   if (Status status = resolve_sequence(settings, context); !status.is_ok()) return status;
   if (Status status = resolve_time_options(settings, context); !status.is_ok()) return status;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "graph/op_traits.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/settings/stack.h"
 #include "planner/time/fsdp2_stream_copies.h"
@@ -149,7 +150,7 @@ StepTimeInputs step_time_inputs(const ModelContext& context, const RunSettings& 
 // (models/llama.cc rope_attention: the `repeat_kv` copies).
 bool copies_grouped_kv(const graph::LayerGraph& graph) {
   return std::any_of(graph.nodes.begin(), graph.nodes.end(),
-                     [](const graph::Node& node) { return node.op == "repeat_kv"; });
+                     [](const graph::Node& node) { return node.op == graph::op::kRepeatKv; });
 }
 
 }  // namespace

@@ -152,7 +152,7 @@ Status read_versions(JsonFields& r, std::string_view origin, RunSettings& s) {
     if (!release.is_string()) {
       return fail(origin, "settings.versions." + name, "expected a release as a string, e.g. \"4.44.2\"");
     }
-    if (Status status = parse_versions(name + "=" + release.get<std::string>(), origin, s.versions); !status.is_ok()) {
+    if (Status status = add_version(name + "=" + release.get<std::string>(), origin, s.versions); !status.is_ok()) {
       return status;
     }
   }

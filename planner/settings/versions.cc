@@ -16,24 +16,25 @@ constexpr std::array<VersionedPackage, 3> kPackages = {{
     {"peft", "the LoRA adapters' dtype (the base weight's before 0.12, fp32 from 0.12)"},
 }};
 
-std::string_view trim(std::string_view text) {
+}  // namespace
+
+std::string_view trimmed(std::string_view text) {
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
   return text;
 }
 
-// One "NAME=RELEASE" (or "NAME==RELEASE") entry into `out`.
-Status parse_entry(std::string_view entry, std::string_view origin, PackageVersions& out) {
+Status add_version(std::string_view entry, std::string_view origin, PackageVersions& out) {
   const size_t equals = entry.find('=');
   const auto fail = [&](const std::string& what) {
     const std::string where = origin.empty() ? "" : std::string(origin) + ": versions: ";
     return Status::invalid_input(where + "'" + std::string(entry) + "': " + what);
   };
   if (equals == std::string_view::npos) return fail("expected NAME=RELEASE, e.g. transformers=4.44.2");
-  const std::string name = normalized_package_name(trim(entry.substr(0, equals)));
+  const std::string name = normalized_package_name(trimmed(entry.substr(0, equals)));
   std::string_view release = entry.substr(equals + 1);
   if (!release.empty() && release.front() == '=') release.remove_prefix(1);
-  release = trim(release);
+  release = trimmed(release);
   if (find_versioned_package(name) == nullptr) {
     return fail("expected a package whose release changes the price: " + versioned_package_names());
   }
@@ -41,8 +42,6 @@ Status parse_entry(std::string_view entry, std::string_view origin, PackageVersi
   out[name] = std::string(release);
   return Status::ok();
 }
-
-}  // namespace
 
 std::optional<Release> parse_release(std::string_view text) {
   text = text.substr(0, text.find('+'));  // the local part: "2.8.0+cu128"
@@ -91,9 +90,9 @@ std::string normalized_package_name(std::string_view name) {
 Status parse_versions(std::string_view text, std::string_view origin, PackageVersions& out) {
   while (!text.empty()) {
     const size_t comma = text.find(',');
-    const std::string_view entry = trim(text.substr(0, comma));
+    const std::string_view entry = trimmed(text.substr(0, comma));
     if (!entry.empty()) {
-      if (Status status = parse_entry(entry, origin, out); !status.is_ok()) return status;
+      if (Status status = add_version(entry, origin, out); !status.is_ok()) return status;
     }
     if (comma == std::string_view::npos) break;
     text.remove_prefix(comma + 1);

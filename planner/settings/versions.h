@@ -40,6 +40,12 @@ std::string versioned_package_names();
 // PEP 503's normal form: "Transformers" and "bits_and.bytes" as "transformers", "bits-and-bytes".
 std::string normalized_package_name(std::string_view name);
 
+// One "NAME=RELEASE" (or "NAME==RELEASE") entry into `out`, checked as parse_versions does.
+Status add_version(std::string_view entry, std::string_view origin, PackageVersions& out);
+
+// `text` without the spaces, tabs and line ends around it.
+std::string_view trimmed(std::string_view text);
+
 // "transformers=4.44.2,peft=0.12.0" (also "==") into `out`. An unknown package or a
 // release that is not one is an error naming `origin` (none when empty: a flag's
 // caller names the flag), the entry and what was expected.
