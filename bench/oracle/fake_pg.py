@@ -41,6 +41,8 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
+from patching import patched
+
 
 class _Event:
     """A CUDA event's API; nothing to wait for on meta."""
@@ -92,20 +94,6 @@ def _meta_device_module() -> types.SimpleNamespace:
         synchronize=lambda device=None: None)
 
 
-@contextlib.contextmanager
-def _patched(owner, name: str, value) -> Iterator[None]:
-    had = hasattr(owner, name)
-    original = getattr(owner, name, None)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        if had:
-            setattr(owner, name, original)
-        else:
-            delattr(owner, name)
-
-
 def _fsdp1_init_on_meta(original_init):
     def init(self, module, *args, **kwargs):
         kwargs["device_id"] = torch.device("meta")
@@ -128,12 +116,12 @@ def fake_process_group(world_size: int) -> Iterator[object]:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
         mesh = init_device_mesh("meta", (world_size,))
-        with _patched(torch, "meta", _meta_device_module()), \
-                _patched(torch.accelerator, "current_stream", lambda device=None: _DEFAULT_STREAM), \
-                _patched(FSDPParamGroup, "_validate_no_meta_params", lambda self: None), \
-                _patched(fully_shard_module, "_init_default_mesh", lambda *args, **kwargs: mesh), \
-                _patched(fully_shard_module, "_get_device_from_mesh", lambda mesh: torch.device("meta")), \
-                _patched(FullyShardedDataParallel, "__init__",
+        with patched(torch, "meta", _meta_device_module()), \
+                patched(torch.accelerator, "current_stream", lambda device=None: _DEFAULT_STREAM), \
+                patched(FSDPParamGroup, "_validate_no_meta_params", lambda self: None), \
+                patched(fully_shard_module, "_init_default_mesh", lambda *args, **kwargs: mesh), \
+                patched(fully_shard_module, "_get_device_from_mesh", lambda mesh: torch.device("meta")), \
+                patched(FullyShardedDataParallel, "__init__",
                          _fsdp1_init_on_meta(FullyShardedDataParallel.__init__)):
             yield mesh
     finally:

@@ -75,6 +75,18 @@ class Recorder:
         for t in tensors:
             self._register(t, label)
 
+    def adopt_model(self, params: List[torch.Tensor], buffers: Iterable[torch.Tensor]) -> None:
+        """The model's parameters (categorised as such) and buffers, made before recording."""
+        self.adopt(params, "parameter")
+        self.mark("parameters", params)
+        self.adopt(buffers, "buffer")
+
+    def adopt_batch(self, batch: object) -> None:
+        """A batch the loader made before the step reads it: its tensors are the inputs."""
+        tensors = tensors_of(batch)
+        self.adopt(tensors, "batch")
+        self.mark("inputs", tensors)
+
     def _watch(self, t: torch.Tensor, key: int) -> None:
         def died(ref, key=key, watched=self.watched, suspects=self.suspects):
             suspects.add(key)

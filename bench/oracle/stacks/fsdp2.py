@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from fake_pg import fake_process_group
-from meta_recorder import Recorder, optimizer_state_tensors, tensors_of
+from meta_recorder import Recorder, optimizer_state_tensors
 from stacks.hf_models import add_lora, build_model, causal_lm_batch
 
 PRECISIONS = ("bf16", "bf16-mixed")
@@ -104,15 +104,12 @@ def run(spec: dict, recorder: Recorder) -> dict:
 
 def _record_steps(spec: dict, recorder: Recorder, model, optimizer) -> None:
     params = list(model.parameters())  # the sharded DTensors; the recorder counts their local shards
-    recorder.adopt(params, "parameter")
-    recorder.mark("parameters", params)
-    recorder.adopt(list(model.buffers()), "buffer")
+    recorder.adopt_model(params, model.buffers())
     trainable = [p for p in params if p.requires_grad]
     recorder.begin("step0.start")
     for step in range(spec.get("steps", 2)):
         batch = causal_lm_batch(spec)
-        recorder.adopt(tensors_of(batch), "batch")
-        recorder.mark("inputs", tensors_of(batch))
+        recorder.adopt_batch(batch)
         recorder.phase = f"step{step}.forward_backward"
         loss = model(**batch).loss
         loss.backward()

@@ -20,7 +20,7 @@ import tempfile
 import torch
 
 from fake_pg import fake_process_group
-from meta_recorder import Recorder, optimizer_state_tensors, tensors_of
+from meta_recorder import Recorder, optimizer_state_tensors
 from stacks import hf_trainer_fsdp
 from stacks.hf_models import add_lora, build_model, causal_lm_batch, transformers_at_least
 
@@ -139,17 +139,14 @@ def _clip_gradients(trainer, model) -> None:
 
 def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
     params = list(model.parameters()) + hf_trainer_fsdp.flat_parameters(model)
-    recorder.adopt(params, "parameter")
-    recorder.mark("parameters", params)
-    recorder.adopt(list(model.buffers()), "buffer")
+    recorder.adopt_model(params, model.buffers())
     for p in params:
         if p.requires_grad:
             p.register_post_accumulate_grad_hook(lambda q: recorder.mark("gradients", [q.grad]))
     recorder.begin("step0.start")
     for step in range(spec.get("steps", 2)):
         batch = causal_lm_batch(spec)
-        recorder.adopt(tensors_of(batch), "batch")
-        recorder.mark("inputs", tensors_of(batch))
+        recorder.adopt_batch(batch)
         recorder.phase = f"step{step}.forward_backward"
         loss = _micro_step(trainer, model, batch)
         # FSDP sets the sharded gradients in its post-backward hooks, past AccumulateGrad

@@ -34,6 +34,8 @@ from typing import Iterator
 
 import torch
 
+from patching import patched
+
 SHARDINGS = {"fsdp2": 2, "fsdp1": 1}
 
 
@@ -87,14 +89,13 @@ def accelerate_on_fake_group() -> Iterator[None]:
     from accelerate.state import PartialState
     from accelerate.utils import DistributedType
 
-    original = PartialState._prepare_backend
     _reset_accelerate()
-    PartialState._prepare_backend = lambda self, *args, **kwargs: ("fake", DistributedType.MULTI_GPU)
+    backend = lambda self, *args, **kwargs: ("fake", DistributedType.MULTI_GPU)  # noqa: E731
     try:
-        with _environ(ACCELERATE_TORCH_DEVICE="cpu", LOCAL_RANK="0", RANK="0"):
+        with patched(PartialState, "_prepare_backend", backend), \
+                _environ(ACCELERATE_TORCH_DEVICE="cpu", LOCAL_RANK="0", RANK="0"):
             yield
     finally:
-        PartialState._prepare_backend = original
         _reset_accelerate()
 
 

@@ -47,8 +47,9 @@ from torchtune import training
 from torchtune.modules.peft import get_adapter_params
 
 from meta_recorder import Recorder, optimizer_state_tensors, tensors_of
+from patching import patched
 from stacks.torchtune_config import recipe_config, recipe_name
-from stacks.torchtune_offload import offloading_on_meta, patched
+from stacks.torchtune_offload import offloading_on_meta
 
 _RECIPE_CLASSES = {"full_finetune_single_device": "FullFinetuneRecipeSingleDevice",
                    "lora_finetune_single_device": "LoRAFinetuneRecipeSingleDevice"}
@@ -271,10 +272,7 @@ def run(spec: dict, recorder: Recorder) -> dict:
         cfg = OmegaConf.create(oracle_config(spec, output_dir))
         recipe = recipe_class(cfg)
         recipe.setup(cfg)
-        params = list(recipe._model.parameters())
-        recorder.adopt(params, "parameter")
-        recorder.mark("parameters", params)
-        recorder.adopt(list(recipe._model.buffers()), "buffer")
+        recorder.adopt_model(list(recipe._model.parameters()), recipe._model.buffers())
         steps = _Steps(recipe._dataloader, recorder)
         recipe._dataloader = steps
         recorder.begin("step0.start")

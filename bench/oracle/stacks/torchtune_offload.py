@@ -30,6 +30,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from meta_recorder import Recorder
+from patching import patched
 
 
 class _Event:
@@ -102,22 +103,6 @@ def _record_stream(original):
             return None  # the caching allocator's cross-stream hold: no streams on meta
         return original(self, stream)
     return record_stream
-
-
-@contextlib.contextmanager
-def patched(owner, name: str, value) -> Iterator[None]:
-    """`owner.name` is `value` while active; restored exactly after (an attribute the
-    owner only inherited is deleted again, not copied onto it)."""
-    own = name in vars(owner)
-    original = vars(owner)[name] if own else None
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        if own:
-            setattr(owner, name, original)
-        else:
-            delattr(owner, name)
 
 
 def _marking(recorder: Recorder, pack):
