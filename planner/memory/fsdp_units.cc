@@ -89,13 +89,15 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
                        Accounting accounting, ModelStates& out) {
   const int world = settings.shard_group_size();
   const Precision precision = settings.precision;
-  const int64_t shard_width = flat_param_width(precision);
+  const int64_t base_width = flat_param_width(precision);
   const int64_t grad_width = grad_bytes_per_element(precision);
   const int64_t reduce_width = fsdp_reduce_bytes_per_element(settings);
   const std::vector<FlatParamUnit> units = flat_param_units(graph, settings);
   // The plan's offload (the search tries several under one settings), not the user's.
   const bool params_on_gpu = config.offload_param == Offload::kNone;
   const bool offload = fsdp_cpu_offload(settings, config);
+  // Accelerate upcasts each trainable FlatParameter of a 16-bit model to fp32 (fsdp_upcasts_trainable).
+  const bool upcast = fsdp_upcasts_trainable(settings);
   out.params = 0;
   out.grads_full = 0;
   out.reduce_scatter_bytes = 0;
@@ -112,6 +114,7 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
   for (size_t u = 0; u < units.size(); ++u) {
     const FlatParamUnit& unit = units[u];
     const int64_t shard = flat_param_shard_elements(unit.elements, world);
+    const int64_t shard_width = upcast && unit.trainable_elements > 0 ? 4 : base_width;
     out.params += account(unit.constant_bytes, accounting);
     if (params_on_gpu) out.params += account(shard * shard_width, accounting);
     if (offload) out.host_shard_bytes += shard * shard_width;

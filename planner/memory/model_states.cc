@@ -96,6 +96,7 @@ struct StateWalk {
   bool torchao_offload = false;  // torchao's CPUOffloadOptimizer: host optimizer per large parameter, no ZeRO
   bool keep_gpu_grads = false;
   bool fsdp = false;  // torch's FSDPs (1 and 2) shard the same units: each layer, and the root (in_fsdp2_root)
+  bool upcast_trainable = false;  // Accelerate's fp32 upcast of trainable parameters (fsdp_upcasts_trainable)
   // DeepSpeed's ZeRO keeps a rank's partition of the fp32 master weights, of
   // each optimizer state and of the gradients as one flat buffer each (stage
   // 1/2: single_partition_of_fp32_groups and its states, the averaged gradient
@@ -130,6 +131,7 @@ struct StateWalk {
     torchao_offload = !optimizer_on_gpu && s.cpu_offload != CpuOffloadImpl::kZeroOffload;
     keep_gpu_grads = s.cpu_offload == CpuOffloadImpl::kTorchao;
     fsdp = shard_params && shards_with_fsdp(s);
+    upcast_trainable = fsdp && fsdp_upcasts_trainable(s);
     flat_partitions = shard_optimizer && !fsdp;
     shared = shared_gradient_first_block(g);
     out.block_grads.assign(g.blocks.size(), 0);
@@ -159,8 +161,10 @@ struct TrainableBytes {
 // mixed precision the fp32 shard is the master copy. FSDP1 likewise
 // (MixedPrecision.param_dtype casts a copy of the shard, _flat_param.py
 // _use_low_precision_shard).
+// Accelerate's upcast does the same for the trainable parameters of a 16-bit
+// model (fsdp_upcasts_trainable).
 bool fp32_shard(const StateWalk& w, const Param& param) {
-  return w.fsdp && master_bytes_per_element(w.precision) > 0 && !is_quantized_storage(stored_dtype(param, w.precision));
+  return w.fsdp && fsdp_fp32_shard(param, w.precision, w.upcast_trainable);
 }
 
 // The resident weights of every parameter (trainable or not), their host copy
@@ -190,7 +194,8 @@ TrainableBytes trainable_bytes(const StateWalk& w, const Param& param) {
   // mixed precision: foreach_reduce reduces in reduce_dtype, then casts to it).
   b.grad = fp32 ? b.elements * 4 : grad_bytes(param, w.precision);
   // bitsandbytes' 32-bit PagedAdamW keeps fp32 states whatever the parameter's dtype.
-  b.fp32_states = fp32_adapter(param, w.precision) ||
+  // An fp32 shard has fp32 states (torch.optim's zeros_like of the sharded parameter).
+  b.fp32_states = fp32_adapter(param, w.precision) || fp32 ||
                   (w.settings.paged_optimizer && w.settings.optimizer == OptimizerKind::kAdamW);
   b.states = optimizer_state_bytes(w.settings.optimizer, b.fp32_states ? Precision::kFp32 : w.precision, param.shape);
   b.master = fp32 ? 0 : b.elements * master_bytes_per_element(w.precision);

@@ -36,6 +36,20 @@ std::vector<int64_t> block_param_bytes(const graph::LayerGraph& graph, Precision
   return per_block;
 }
 
+std::vector<int64_t> block_shard_bytes(const graph::LayerGraph& graph, const RunSettings& settings) {
+  const bool upcast = fsdp_upcasts_trainable(settings);
+  std::vector<int64_t> per_block(graph.blocks.size(), 0);
+  for (const graph::Node& node : graph.nodes) {
+    for (const Param& param : node.params) {
+      if (!param.tied_to.empty()) continue;
+      per_block[node.block] += fsdp_fp32_shard(param, settings.precision, upcast)
+                                   ? param.elements() * 4
+                                   : param_storage_bytes(param, settings.precision);
+    }
+  }
+  return per_block;
+}
+
 // Whether `param` is the weight of an fp8 linear that FSDP2 all-gathers in fp8.
 bool gathered_in_fp8(const graph::Node& node, const Param& param, const RunSettings& settings) {
   return settings.float8_all_gather && is_float8_linear(node) && param.name == node.name + ".weight";
@@ -59,8 +73,25 @@ bool fsdp_cpu_offload(const RunSettings& settings, const GlobalConfig& config) {
          config.offload_optimizer == Offload::kCpu;
 }
 
+bool fsdp_upcasts_trainable(const RunSettings& settings) {
+  if (settings.stack != Stack::kHfTrainer || settings.precision != Precision::kBf16Pure) return false;
+  if (!shards_with_fsdp(settings) || settings.zero_stage < 3) return false;
+  // FSDP2's upcast skips a model with Params4bit; FSDP1's upcasts each trainable FlatParameter.
+  if (settings.mode == TrainMode::kQlora && shards_with_fsdp2(settings)) return false;
+  // mixed_precision "no" (bf16=False) runs no autocast and no upcast.
+  return resolve_stack(settings).top.autocast;
+}
+
+bool fsdp_fp32_shard(const Param& param, Precision precision, bool upcast) {
+  if (is_quantized_storage(stored_dtype(param, precision))) return false;
+  return master_bytes_per_element(precision) > 0 || (param.trainable && upcast);
+}
+
 bool fsdp_restages_root(const RunSettings& settings) {
-  return sharding_of(settings) == Sharding::kFsdp1 && master_bytes_per_element(settings.precision) > 0;
+  // Under the upcast the root is cast only when it trains (a full fine-tune's embeddings and head).
+  return sharding_of(settings) == Sharding::kFsdp1 &&
+         (master_bytes_per_element(settings.precision) > 0 ||
+          (fsdp_upcasts_trainable(settings) && settings.mode == TrainMode::kFull));
 }
 
 bool accumulates_unsharded(const RunSettings& settings, const GlobalConfig& config) {

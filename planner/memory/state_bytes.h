@@ -147,6 +147,24 @@ bool fsdp_cpu_offload(const RunSettings& settings, const GlobalConfig& config);
 // on the GPU (_flat_param.py pre_unshard).
 bool fsdp_restages_root(const RunSettings& settings);
 
+// Whether Accelerate upcasts the trainable parameters of a 16-bit model to fp32
+// before FSDP shards them, as it does under mixed precision (the Trainer's
+// bf16=True over a bf16 model, "following DeepSpeed's strategy to hold the
+// parameters in full precision"): each trainable shard, its sharded gradient and
+// torch.optim's states are then fp32, while the all-gather stays 16-bit
+// (set_mixed_precision: param_dtype and reduce_dtype the 16-bit dtype). accelerate
+// 1.15 accelerator.py prepare_model (FSDP1: each trainable FlatParameter, from
+// 0.34 at least) and utils/fsdp_utils.py fsdp2_prepare_model ("Upcast to fp32
+// master weights", skipped when the model holds bitsandbytes Params4bit).
+// docs/memory-model.md, "Accelerate's fp32 upcast under FSDP".
+bool fsdp_upcasts_trainable(const RunSettings& settings);
+
+// Whether FSDP keeps `param`'s shard in fp32 while it gathers 16 bits: every
+// unquantized parameter under mixed precision, the trainable ones under the
+// upcast above (`upcast`: fsdp_upcasts_trainable, decided once per run). Callers
+// check that FSDP shards the run.
+bool fsdp_fp32_shard(const graph::Param& param, Precision precision, bool upcast);
+
 // Whether FSDP accumulates this run's micro-steps under no_sync (the stack's
 // fsdp_no_sync, at the top of its band): before the last micro-step no unit
 // reduce-scatters, and each keeps its unsharded gradient on the GPU. FSDP1: one
@@ -164,6 +182,10 @@ std::vector<int64_t> block_param_bytes(const graph::LayerGraph& graph, Precision
 // (torchao's WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather casts the
 // shard to fp8, and fsdp_post_all_gather wraps the gathered bytes as the weight).
 std::vector<int64_t> block_gathered_bytes(const graph::LayerGraph& graph, const RunSettings& settings);
+
+// Per block, the bytes of FSDP's shards of its parameters before dividing by the
+// group: fp32 where fsdp_fp32_shard says, the storage otherwise.
+std::vector<int64_t> block_shard_bytes(const graph::LayerGraph& graph, const RunSettings& settings);
 
 // Bytes per element of parameters, gradients, optimizer states and master
 // weights for a precision and optimizer; exposed for tests against the ZeRO paper.

@@ -60,7 +60,7 @@ class StepSimulator {
       if (count > 1 && owners_.count(owner)) shared_uses_[owner] = count;
     }
     block_param_bytes_ = block_gathered_bytes(graph_, settings);
-    block_stored_bytes_ = block_param_bytes(graph_, settings.precision);
+    block_shard_bytes_ = block_shard_bytes(graph_, settings);
     if (fsdp() && !fsdp1()) kept_layer_ = fsdp2_kept_layer(graph_, settings);
   }
 
@@ -225,31 +225,29 @@ class StepSimulator {
   // (flat_param_to, or .to(device) inside _use_low_precision_shard) and casts it
   // into _mp_shard under mixed precision (torch/distributed/fsdp/_flat_param.py).
   int64_t all_gather_buffer(int block) {
-    const int64_t copies = offload_staging_bytes(block_stored_bytes_[block], block_param_bytes_[block]);
+    const int64_t copies = offload_staging_bytes(block_shard_bytes_[block], block_param_bytes_[block]);
     const int64_t staged = copies > 0 ? alloc(copies, "ZeRO buffers", kAllGatherStream) : -1;
     const int64_t buffer = alloc(block_param_bytes_[block], "ZeRO buffers", kAllGatherStream);
     if (staged >= 0) release(staged);
     return buffer;
   }
   // Bytes of one rank's shard copies on the GPU before the all-gather of parameters
-  // stored in `stored` bytes (16-bit storage) and gathered in `gathered`: the shard
-  // in its stored dtype (fp32 under mixed precision), and its cast when that differs.
-  int64_t offload_staging_bytes(int64_t stored_bytes, int64_t gathered_bytes) const {
+  // whose shards hold `shard_bytes` (fp32 under mixed precision) and gathered in
+  // `gathered`: the shard in its dtype, and its cast when that differs.
+  int64_t offload_staging_bytes(int64_t shard_bytes, int64_t gathered_bytes) const {
     if (!fsdp_cpu_offload(settings_, config_)) return 0;
     const int64_t group = settings_.shard_group_size();
     const auto per_rank = [&](int64_t bytes) { return (bytes + group - 1) / group; };
-    const bool fp32_shards = master_bytes_per_element(settings_.precision) > 0;
-    const int64_t stored = per_rank(stored_bytes) * (fp32_shards ? 2 : 1);
+    const int64_t stored = per_rank(shard_bytes);
     const int64_t gathered = per_rank(gathered_bytes);
-    const bool cast = fp32_shards || gathered != stored;
-    return stored + (cast ? gathered : 0);
+    return stored + (shard_bytes != gathered_bytes ? gathered : 0);
   }
   // The root group's bytes as stored and as gathered.
   std::pair<int64_t, int64_t> root_group_bytes() const {
     int64_t stored = 0, gathered = 0;
     for (size_t b = 0; b < graph_.blocks.size(); ++b) {
       if (!in_root_group(static_cast<int>(b))) continue;
-      stored += block_stored_bytes_[b];
+      stored += block_shard_bytes_[b];
       gathered += block_param_bytes_[b];
     }
     return {stored, gathered};
@@ -425,7 +423,7 @@ class StepSimulator {
   std::vector<int> held_by_cast_cache_;  // tensors autocast's cache holds to the forward's end
   std::vector<NodeTimes> times_;
   std::vector<int64_t> block_param_bytes_;   // what ZeRO-3 / FSDP gathers per block
-  std::vector<int64_t> block_stored_bytes_;  // the same parameters in their 16-bit storage
+  std::vector<int64_t> block_shard_bytes_;   // the same parameters as FSDP's shards store them (fp32 or not)
   std::map<int, std::vector<int>> offloaded_tensors_;  // block -> tensors sent to the host
   std::map<int, double> prefetch_done_;                // block -> time its tensors are back
   std::map<int, int64_t> all_gather_buffers_;          // FSDP2: block -> its prefetched copy-in buffer
