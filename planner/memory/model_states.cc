@@ -125,7 +125,7 @@ struct StateWalk {
     precision = s.precision;
     shard_optimizer = c.zero_stage >= 1;
     shard_grads = c.zero_stage >= 2;
-    shard_params = c.zero_stage >= 3;
+    shard_params = c.zero_stage >= 3 || fsdp_shards_params(s, c.zero_stage);
     optimizer_on_gpu = c.offload_optimizer == Offload::kNone;
     params_on_gpu = c.offload_param == Offload::kNone;
     torchao_offload = !optimizer_on_gpu && s.cpu_offload != CpuOffloadImpl::kZeroOffload;
@@ -387,6 +387,18 @@ void add_deepspeed_buffers(StateWalk& w) {
   }
 }
 
+// FSDP at ZeRO-2: each layer unit's unsharded parameters, kept from its forward to
+// its backward (the step walk adds them block by block), beside the root group.
+void add_kept_unsharded(StateWalk& w) {
+  ModelStates& out = w.out;
+  const std::vector<int64_t> per_block = block_gathered_bytes(w.graph, w.settings);
+  out.kept_unsharded_block.assign(per_block.size(), 0);
+  for (size_t b = 0; b < per_block.size(); ++b) {
+    if (!in_fsdp2_root(w.graph.blocks[b], w.settings)) out.kept_unsharded_block[b] = w.account_bytes(per_block[b]);
+  }
+  out.gathered_params = out.fsdp2_root_params;
+}
+
 // torch's FSDPs: the units in flight, the root group, the reduce-scatter inputs;
 // FSDP1's flat parameters in place of FSDP2's per-parameter shards.
 void add_fsdp_buffers(StateWalk& w) {
@@ -406,8 +418,12 @@ void add_fsdp_buffers(StateWalk& w) {
   out.fsdp2_root_params = w.account_bytes(out.fsdp2_root_params);
   // The whole model one unit (fsdp_wrap model) leaves no layer unit to gather.
   const bool layer_units = settings.fsdp_wrap != FsdpWrap::kModel;
-  out.gathered_params =
-      (layer_units ? w.account_bytes(2 * largest_layer_param_bytes(w.graph, settings)) : 0) + out.fsdp2_root_params;
+  if (layer_units && fsdp_keeps_unsharded(settings, w.config.zero_stage)) {
+    add_kept_unsharded(w);
+  } else {
+    out.gathered_params =
+        (layer_units ? w.account_bytes(2 * largest_layer_param_bytes(w.graph, settings)) : 0) + out.fsdp2_root_params;
+  }
   // foreach_reduce (_fsdp_collectives.py) allocates the reduce-scatter input in
   // reduce_dtype and copies the block's unsharded gradients (param dtype) into it
   // before freeing them: both live at the end of the block's backward. torchtitan's

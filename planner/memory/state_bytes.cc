@@ -69,13 +69,13 @@ std::vector<int64_t> block_gathered_bytes(const graph::LayerGraph& graph, const 
 }
 
 bool fsdp_cpu_offload(const RunSettings& settings, const GlobalConfig& config) {
-  return config.zero_stage >= 3 && shards_with_fsdp(settings) && config.offload_param == Offload::kCpu &&
+  return fsdp_shards_params(settings, config.zero_stage) && config.offload_param == Offload::kCpu &&
          config.offload_optimizer == Offload::kCpu;
 }
 
 bool fsdp_upcasts_trainable(const RunSettings& settings) {
   if (settings.stack != Stack::kHfTrainer || settings.precision != Precision::kBf16Pure) return false;
-  if (!shards_with_fsdp(settings) || settings.zero_stage < 3) return false;
+  if (!fsdp_shards_params(settings, settings.zero_stage)) return false;
   // FSDP2's upcast skips a model with Params4bit; FSDP1's upcasts each trainable FlatParameter.
   if (settings.mode == TrainMode::kQlora && shards_with_fsdp2(settings)) return false;
   // mixed_precision "no" (bf16=False) runs no autocast and no upcast.
@@ -95,7 +95,7 @@ bool fsdp_restages_root(const RunSettings& settings) {
 }
 
 bool accumulates_unsharded(const RunSettings& settings, const GlobalConfig& config) {
-  return config.zero_stage >= 3 && shards_with_fsdp(settings) && config.grad_accum > 1 &&
+  return fsdp_shards_params(settings, config.zero_stage) && config.grad_accum > 1 &&
          resolve_stack(settings).top.fsdp_no_sync;
 }
 

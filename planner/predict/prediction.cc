@@ -39,7 +39,7 @@ void fill_breakdown(const ModelContext& context, const RunSettings& settings, co
   m.paged_optimizer_states = reserved.states.paged_optimizer;
   out.model = model_size(context.graph, settings.precision);
   m.master_weights = reserved.states.master;
-  m.zero_buffers = reserved.states.comm_buckets + (peak.block >= 0 ? reserved.states.gathered_params : 0);
+  m.zero_buffers = reserved.states.comm_buckets + (peak.block >= 0 ? reserved.states.gathered_params : 0) + peak.gathered;
   m.activations = peak.activations;
   m.transient = peak.transient;
   m.allocator = kPoolSlackBytes;

@@ -187,12 +187,12 @@ class StepSimulator {
   // _all_gather_flat_param), which is what the unit computes with, and
   // prefetches the next unit's the same way.
   int64_t gather(int block, int ahead) {
-    if (config_.zero_stage < 3) return -1;
+    if (!fsdp() && config_.zero_stage < 3) return -1;
     if (!fsdp()) return alloc(block_param_bytes_[block], "ZeRO buffers");
     int64_t unsharded = -1;  // the root group is gathered for the whole micro-step (gather_root)
-    if (block == kept_layer_ && kept_unsharded_ >= 0) {
-      unsharded = kept_unsharded_;  // never resharded after its forward
-      kept_unsharded_ = -1;
+    if (const auto kept = kept_unsharded_.find(block); kept != kept_unsharded_.end()) {
+      unsharded = kept->second;  // not resharded after its forward
+      kept_unsharded_.erase(kept);
     } else if (!in_root_group(block)) {
       const auto prefetched = all_gather_buffers_.find(block);
       int64_t copy_in = -1;
@@ -212,7 +212,7 @@ class StepSimulator {
     }
     const bool in_range =
         ahead >= 0 && static_cast<size_t>(ahead) < block_param_bytes_.size() && !in_root_group(ahead) &&
-        !(ahead == kept_layer_ && kept_unsharded_ >= 0);
+        !kept_unsharded_.count(ahead);
     if (in_range && !all_gather_buffers_.count(ahead)) all_gather_buffers_[ahead] = all_gather_buffer(ahead);
     return unsharded;
   }
@@ -271,7 +271,12 @@ class StepSimulator {
   }
   static constexpr int kAllGatherStream = 1;
   static constexpr int kReduceScatterStream = 2;
-  bool fsdp() const { return config_.zero_stage >= 3 && shards_with_fsdp(settings_); }
+  bool fsdp() const { return fsdp_shards_params(settings_, config_.zero_stage); }
+  // Whether `block` keeps its unsharded parameters from its forward to its backward:
+  // FSDP at ZeRO-2 (fsdp_keeps_unsharded), or the layer the stack leaves unsharded.
+  bool keeps_unsharded(int block) const {
+    return block == kept_layer_ || (fsdp_keeps_unsharded(settings_, config_.zero_stage) && !in_root_group(block));
+  }
   bool fsdp1() const { return fsdp() && sharding_of(settings_) == Sharding::kFsdp1; }
   bool in_root_group(int block) const { return fsdp() && in_fsdp2_root(graph_.blocks[block], settings_); }
   // FSDP2's root group: one all-gather at the root's pre-forward, through a buffer
@@ -429,7 +434,7 @@ class StepSimulator {
   std::map<int, int64_t> all_gather_buffers_;          // FSDP2: block -> its prefetched copy-in buffer
   int64_t root_params_ = -1;                           // FSDP2: the root group's unsharded parameters
   int kept_layer_ = -1;                                // FSDP2: the layer left unsharded after forward
-  int64_t kept_unsharded_ = -1;                        // its unsharded parameters until its backward
+  std::map<int, int64_t> kept_unsharded_;              // block -> unsharded parameters kept until its backward
   std::vector<int64_t> root_grads_;                    // FSDP2: the root group's unsharded gradients
   std::vector<int64_t> offload_shards_;                // FSDP1 offload: sharded gradients until the final callback
   std::map<int, int64_t> unsynced_;                    // no_sync: block -> its unit's held unsharded gradient
@@ -504,7 +509,7 @@ void StepSimulator::allocate_states() {
   label_ = "model states";
   const bool progressive = states_.grads_progressive;
   if (config_.offload_param == Offload::kNone) {
-    if (config_.zero_stage >= 3) {
+    if (config_.zero_stage >= 3 || fsdp()) {
       alloc(states_.params, "parameters");
     } else {
       for (const Node& node : graph_.nodes) {
@@ -584,8 +589,8 @@ void StepSimulator::forward_block(int block, bool recompute) {
     }
     for (int t : an_.node_outputs[n]) maybe_free(t);
   }
-  if (gathered >= 0 && block == kept_layer_ && !recompute) {
-    kept_unsharded_ = gathered;
+  if (gathered >= 0 && keeps_unsharded(block) && !recompute) {
+    kept_unsharded_[block] = gathered;
   } else if (gathered >= 0) {
     release(gathered);
   }
@@ -928,8 +933,8 @@ void StepSimulator::micro_step() {
   prefetch_done_.clear();
   for (const auto& [block, buffer] : all_gather_buffers_) release(buffer);
   all_gather_buffers_.clear();
-  release(kept_unsharded_);
-  kept_unsharded_ = -1;
+  for (const auto& [block, handle] : kept_unsharded_) release(handle);
+  kept_unsharded_.clear();
 }
 
 void StepSimulator::optimizer_step() {

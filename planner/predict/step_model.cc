@@ -64,6 +64,12 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
       if (before_wins) out.backward_grads = before_grads;
     }
   }
+  if (static_cast<size_t>(k) < model.gathered_fwd.size()) {
+    out.forward_gathered = model.gathered_fwd[k];
+    out.backward_gathered = model.gathered_bwd[k];
+    out.forward += out.forward_gathered;
+    out.backward += out.backward_gathered;
+  }
   return out;
 }
 
@@ -128,7 +134,7 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   const int n = static_cast<int>(model.blocks.size());
   StepPeak peak;
   auto consider = [&](int64_t bytes, const char* phase, int block, int64_t stored, int64_t transient,
-                      int64_t grads) {
+                      int64_t grads, int64_t gathered) {
     if (bytes > peak.bytes) {
       peak.bytes = bytes;
       peak.phase = phase;
@@ -136,6 +142,7 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
       peak.activations = stored + persistent;
       peak.transient = transient;
       peak.gradients = grads;
+      peak.gathered = gathered;
     }
   };
   std::vector<int64_t> prefix(n + 1, 0);  // prefix[k] = P(k-1): stored by blocks before k
@@ -158,12 +165,13 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
     const BlockChoice previous = k > 0 ? choices[k - 1] : BlockChoice::kKeep;
     const LocalPeak parts = local_parts(model, k, previous, choices[k]);
     consider(fixed + forward_stored[k] + parts.forward, "forward", k, forward_stored[k],
-             parts.forward - parts.forward_grads, parts.forward_grads);
+             parts.forward - parts.forward_grads - parts.forward_gathered, parts.forward_grads, parts.forward_gathered);
     consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k],
-             parts.backward - parts.backward_grads, parts.backward_grads);
+             parts.backward - parts.backward_grads - parts.backward_gathered, parts.backward_grads,
+             parts.backward_gathered);
   }
   consider(model.base + model.grads_optimizer + model.optimizer_transient, "optimizer step", -1, 0,
-           model.optimizer_transient, model.grads_optimizer);
+           model.optimizer_transient, model.grads_optimizer, 0);
   return peak;
 }
 

@@ -26,6 +26,11 @@ inline constexpr int kCheckpointOffloadStash = 5;
 struct StepModel {
   int64_t base = 0;          // resident all step on the allocator: params, states, buckets, workspaces, persistent tensors, pool slack
   int64_t gathered = 0;      // ZeRO-3 parameters gathered while blocks compute
+  // FSDP at ZeRO-2: per block, the unsharded parameters live while it runs forward
+  // (its own, its all-gather's, those kept by the blocks before it) and backward
+  // (its own and those kept before it); empty otherwise.
+  std::vector<int64_t> gathered_fwd;
+  std::vector<int64_t> gathered_bwd;
   int64_t grads_fwd = 0;     // gradients already allocated during forward
   std::vector<int64_t> grads_bwd;  // per block: gradients allocated during its backward
   // per block: the same before its own parameters' gradients are made (empty: grads_bwd)
@@ -49,6 +54,8 @@ struct LocalPeak {
   int64_t backward = 0;  // incl. backward_grads
   int64_t forward_grads = 0;
   int64_t backward_grads = 0;
+  int64_t forward_gathered = 0;   // StepModel::gathered_fwd, included in forward
+  int64_t backward_gathered = 0;  // StepModel::gathered_bwd, included in backward
 };
 LocalPeak local_parts(const StepModel& model, int block, BlockChoice previous, BlockChoice choice);
 // Peak above base + gathered + P(k-1) while block k runs forward and backward, given
@@ -64,6 +71,7 @@ struct StepPeak {
   int64_t activations = 0; // stored by earlier blocks + persistent, at the peak
   int64_t transient = 0;   // the block in flight
   int64_t gradients = 0;
+  int64_t gathered = 0;    // unsharded parameters kept by FSDP at ZeRO-2 (StepModel::gathered_fwd/bwd)
   int64_t host_activations = 0;  // pinned host bytes holding offloaded activations
 };
 

@@ -241,7 +241,7 @@ void resolve_no_sync(const RunSettings& settings, ResolvedStack& out) {
     case Stack::kUnspecified: {
       out.top.fsdp_no_sync = true;
       out.bottom.fsdp_no_sync = false;
-      if (settings.zero_stage == 3 && shards_with_fsdp(settings) && settings.accumulates()) {
+      if (fsdp_shards_params(settings, settings.zero_stage) && settings.accumulates()) {
         out.unknowns.emplace_back("whether FSDP accumulates gradients unsharded under no_sync (Accelerate, the "
                                   "Trainer) or reduce-scatters every micro-step (torchtune, torchtitan, Composer; "
                                   "give --fsdp-no-sync)");
@@ -347,7 +347,7 @@ bool autocast_matters(const RunSettings& settings) {
   // FSDP's mixed precision computes on 16-bit unsharded parameters, and Accelerate
   // (or Composer) wraps that forward in autocast too: the same ops run in fp32.
   const bool mixed = settings.precision == Precision::kBf16Mixed || settings.precision == Precision::kFp16Mixed;
-  return mixed && settings.zero_stage == 3 && shards_with_fsdp(settings);
+  return mixed && fsdp_shards_params(settings, settings.zero_stage);
 }
 
 bool kbit_prep_matters(const RunSettings& settings) {
@@ -435,6 +435,12 @@ Sharding sharding_of(const RunSettings& settings) {
 
 bool shards_with_fsdp(const RunSettings& settings) { return sharding_of(settings) != Sharding::kDeepspeed; }
 bool shards_with_fsdp2(const RunSettings& settings) { return sharding_of(settings) == Sharding::kFsdp2; }
+bool fsdp_shards_params(const RunSettings& settings, int zero_stage) {
+  return zero_stage >= 2 && shards_with_fsdp(settings);
+}
+bool fsdp_keeps_unsharded(const RunSettings& settings, int zero_stage) {
+  return zero_stage == 2 && shards_with_fsdp(settings);
+}
 
 // Under mixed precision FSDP's sharded parameters are fp32 and the stacks reduce in
 // fp32: Composer's mixed_precision DEFAULT sets reduce_dtype float32

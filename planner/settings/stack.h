@@ -102,6 +102,16 @@ Sharding sharding_of(const RunSettings& settings);
 bool shards_with_fsdp(const RunSettings& settings);
 // Whether ZeRO-3 is FSDP2's fully_shard (its CPUOffloadPolicy, its float8 all-gather).
 bool shards_with_fsdp2(const RunSettings& settings);
+// Whether torch's FSDPs shard the parameters at this ZeRO stage: stage 3 (resharded
+// after forward), and stage 2 under FSDP, which keeps the parameters sharded too and
+// differs only in when it reshards them (fsdp_keeps_unsharded).
+bool fsdp_shards_params(const RunSettings& settings, int zero_stage);
+// Whether FSDP keeps each unit's unsharded parameters from its forward to its own
+// backward: FSDP2's reshard_after_forward=False (_fsdp_param_group.py post_forward:
+// no reshard unless _reshard_after_forward; post_backward reshards), FSDP1's
+// SHARD_GRAD_OP (_runtime_utils.py _should_free_in_backward). headroom's `--zero 2`
+// under `--sharding fsdp1|fsdp2` (docs/memory-model.md, "FSDP without resharding").
+bool fsdp_keeps_unsharded(const RunSettings& settings, int zero_stage);
 // FSDP's reduce dtype: settings.reduce_dtype, else fp32 under mixed precision
 // (fp32 sharded parameters) and the parameters' dtype otherwise.
 ReduceDtype reduce_dtype_of(const RunSettings& settings);

@@ -26,13 +26,14 @@ double stream_copy_ms(double bytes, const GpuSpec& gpu, const TimeModelOptions& 
 
 int64_t fsdp2_copy_out_bytes(const graph::LayerGraph& graph, const RunSettings& settings,
                              const GlobalConfig& config) {
-  if (config.zero_stage < 3 || !shards_with_fsdp2(settings)) return 0;
+  if (!fsdp_shards_params(settings, config.zero_stage) || !shards_with_fsdp2(settings)) return 0;
   const std::vector<int64_t> gathered = block_gathered_bytes(graph, settings);
   // The kept layer's backward needs no second all-gather.
   const int kept_layer = fsdp2_kept_layer(graph, settings);
   int64_t copied = 0;
   for (size_t b = 0; b < gathered.size(); ++b) {
-    const bool regathered = !in_fsdp2_root(graph.blocks[b], settings) && static_cast<int>(b) != kept_layer;
+    const bool regathered = !in_fsdp2_root(graph.blocks[b], settings) && static_cast<int>(b) != kept_layer &&
+                            !fsdp_keeps_unsharded(settings, config.zero_stage);
     copied += gathered[b] * (regathered ? 2 : 1);
   }
   return 2 * copied;  // read from the all-gather output, written to the parameters
@@ -40,7 +41,7 @@ int64_t fsdp2_copy_out_bytes(const graph::LayerGraph& graph, const RunSettings& 
 
 int64_t fsdp2_reduce_copy_in_bytes(const graph::LayerGraph& graph, const RunSettings& settings,
                                    const GlobalConfig& config) {
-  if (config.zero_stage < 3 || !shards_with_fsdp2(settings)) return 0;
+  if (!fsdp_shards_params(settings, config.zero_stage) || !shards_with_fsdp2(settings)) return 0;
   int64_t bytes = 0;
   for (const graph::Node& node : graph.nodes) {
     for (const graph::Param& param : node.params) {

@@ -95,7 +95,7 @@ StepShape step_shape(const RunSettings& settings, const GlobalConfig& config, co
   sh.total = static_cast<double>(states.total_params);
   sh.param_width = static_cast<double>(param_bytes_per_element(settings.precision, true));
   sh.grad_width = static_cast<double>(grad_bytes_per_element(settings.precision));
-  sh.fsdp = config.zero_stage >= 3 && shards_with_fsdp(settings);
+  sh.fsdp = fsdp_shards_params(settings, config.zero_stage);
   sh.reduce_width = sh.fsdp ? static_cast<double>(fsdp_reduce_bytes_per_element(settings)) : sh.grad_width;
   return sh;
 }
@@ -153,17 +153,19 @@ CommMs collectives_ms(const RunSettings& settings, const GlobalConfig& config, c
     const int group = settings.shard_group_size();
     const double group_ring = static_cast<double>(group - 1) / group;
     const double group_gbps = shard_group_gbps(settings, gpu);
-    if (config.zero_stage == 1 || config.zero_stage == 2) {
+    if ((config.zero_stage == 1 || config.zero_stage == 2) && !fsdp) {
       comm_step += transfer_ms(group_ring * trainable * param_width, group_gbps);  // all-gather updated params
     }
-    if (config.zero_stage == 3) {
+    if (config.zero_stage == 3 || fsdp) {
       // Gather for forward and backward: parameters as stored (16-bit, fp32 under
       // AMP), fp8 weights at one byte under the fp8 all-gather. FSDP's root is
       // gathered once, at its pre-forward, and kept through backward.
       const double gathered_bytes =
           total * param_width - static_cast<double>(states.float8_gathered_params) * (param_width - 1);
       const double root_bytes = fsdp ? std::min(static_cast<double>(states.fsdp2_root_params), gathered_bytes) : 0;
-      comm_micro += transfer_ms(group_ring * (2 * gathered_bytes - root_bytes), group_gbps);
+      // FSDP at ZeRO-2 keeps each unit unsharded from its forward to its backward: one gather.
+      const double regathered = fsdp_keeps_unsharded(settings, config.zero_stage) ? 0 : gathered_bytes - root_bytes;
+      comm_micro += transfer_ms(group_ring * (gathered_bytes + regathered), group_gbps);
     }
   }
   return comm;

@@ -219,8 +219,12 @@ TEST_CASE("FSDP2 copies each all-gather out on the compute stream: the bytes rea
   RunSettings deepspeed = torchtitan_on_8();
   deepspeed.stack = Stack::kDeepspeed;
   CHECK(fsdp2_copy_out_bytes(llm_shaped(), deepspeed, config) == 0);
+  // At ZeRO-2 (reshard_after_forward=False) each group stays unsharded from its
+  // forward to its backward: gathered and copied out once.
   config.zero_stage = 2;
-  CHECK(fsdp2_copy_out_bytes(llm_shaped(), torchtitan_on_8(), config) == 0);
+  CHECK(fsdp2_copy_out_bytes(llm_shaped(), torchtitan_on_8(), config) == 2 * kAll * 2);
+  // DeepSpeed's ZeRO-2 gathers nothing.
+  CHECK(fsdp2_copy_out_bytes(llm_shaped(), deepspeed, config) == 0);
 }
 
 TEST_CASE("FSDP2 copies each gradient into the reduce-scatter input on the compute stream, in the reduce dtype") {

@@ -1,0 +1,136 @@
+// Two FSDP mechanisms the meta-device oracle showed (docs/memory-model.md):
+// Accelerate's fp32 upcast of a 16-bit model's trainable parameters before it
+// shards them, and FSDP at ZeRO-2 (reshard_after_forward=False), which keeps
+// each layer unit's unsharded parameters from its forward to its backward.
+#include <doctest/doctest.h>
+
+#include "planner/memory/model_states.h"
+#include "planner/predict/step_builder.h"
+#include "planner/predict/step_model.h"
+#include "planner/settings/stack.h"
+
+namespace headroom::planner {
+namespace {
+
+// embeddings, two layers and a head, all trainable (a full fine-tune); in LoRA
+// mode the layers' weights are frozen and each layer gets a small trainable adapter.
+constexpr int64_t kEmbed = int64_t{1} << 24;
+constexpr int64_t kLayer = int64_t{1} << 25;
+constexpr int64_t kHead = int64_t{1} << 24;
+constexpr int64_t kAdapter = int64_t{1} << 12;
+
+graph::LayerGraph model(bool lora) {
+  graph::LayerGraph graph;
+  graph.blocks = {{"embeddings", "embedding", false},
+                  {"layers.0", "dense", true},
+                  {"layers.1", "dense", true},
+                  {"head", "lm_head", false}};
+  const int64_t elements[] = {kEmbed, kLayer, kLayer, kHead};
+  for (int b = 0; b < 4; ++b) {
+    graph::Node node;
+    node.name = graph.blocks[b].name + ".w";
+    node.op = "linear";
+    node.block = b;
+    const bool layer = graph.blocks[b].checkpointable;
+    node.params.push_back({node.name + ".weight", {elements[b]}, graph::DType::kBF16, !lora, ""});
+    if (lora && layer) node.params.push_back({node.name + ".lora_A.weight", {kAdapter}, graph::DType::kF32, true, ""});
+    graph.nodes.push_back(node);
+  }
+  return graph;
+}
+
+RunSettings trainer_fsdp(Sharding sharding, TrainMode mode) {
+  RunSettings settings;
+  settings.stack = Stack::kHfTrainer;
+  settings.precision = Precision::kBf16Pure;
+  settings.mode = mode;
+  settings.gpus_per_node = 2;
+  settings.zero_stage = 3;
+  settings.sharding = sharding;
+  return settings;
+}
+
+GlobalConfig stage(int zero) {
+  GlobalConfig config;
+  config.zero_stage = zero;
+  return config;
+}
+
+constexpr int64_t kAll = kEmbed + 2 * kLayer + kHead;
+
+}  // namespace
+
+TEST_CASE("Accelerate upcasts a bf16 model's trainable parameters to fp32 shards under FSDP2 and FSDP1") {
+  for (Sharding sharding : {Sharding::kFsdp2, Sharding::kFsdp1}) {
+    const RunSettings settings = trainer_fsdp(sharding, TrainMode::kFull);
+    CHECK(fsdp_upcasts_trainable(settings));
+    const ModelStates states = model_states(model(false), settings, stage(3), Accounting::kAllocated);
+    // fp32 shards, fp32 sharded gradients and two fp32 AdamW states, no master copy.
+    CHECK(states.params == kAll * 4 / 2);
+    CHECK(states.grads_full == kAll * 4 / 2);
+    CHECK(states.optimizer == kAll * 8 / 2);
+    CHECK(states.master == 0);
+    // The all-gather stays 16-bit (MixedPrecisionPolicy.param_dtype).
+    CHECK(block_gathered_bytes(model(false), settings)[1] == kLayer * 2);
+  }
+}
+
+TEST_CASE("no upcast without mixed precision, outside the Trainer, for frozen weights, or for FSDP2 QLoRA") {
+  RunSettings no_mixed = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
+  no_mixed.autocast = false;  // bf16=False: accelerate's mixed_precision "no"
+  CHECK_FALSE(fsdp_upcasts_trainable(no_mixed));
+  CHECK(model_states(model(false), no_mixed, stage(3), Accounting::kAllocated).params == kAll * 2 / 2);
+  RunSettings torchtune = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
+  torchtune.stack = Stack::kTorchtune;
+  CHECK_FALSE(fsdp_upcasts_trainable(torchtune));
+  RunSettings qlora = trainer_fsdp(Sharding::kFsdp2, TrainMode::kQlora);
+  CHECK_FALSE(fsdp_upcasts_trainable(qlora));  // fsdp2_prepare_model: skipped with Params4bit
+  qlora.sharding = Sharding::kFsdp1;
+  CHECK(fsdp_upcasts_trainable(qlora));
+  // LoRA: the frozen bf16 weights stay bf16 shards; the fp32 adapters were fp32 already.
+  const RunSettings lora = trainer_fsdp(Sharding::kFsdp2, TrainMode::kLora);
+  const ModelStates states = model_states(model(true), lora, stage(3), Accounting::kAllocated);
+  CHECK(states.params == (kAll * 2 + 2 * kAdapter * 4) / 2);
+}
+
+TEST_CASE("FSDP at ZeRO-2 keeps each layer unsharded from its forward to its backward") {
+  RunSettings settings = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
+  settings.zero_stage = 2;
+  CHECK(fsdp_shards_params(settings, 2));
+  CHECK(fsdp_keeps_unsharded(settings, 2));
+  RunSettings deepspeed = settings;
+  deepspeed.sharding = Sharding::kDeepspeed;
+  CHECK_FALSE(fsdp_shards_params(deepspeed, 2));
+  const ModelStates states = model_states(model(false), settings, stage(2), Accounting::kAllocated);
+  // Sharded like ZeRO-3 (fp32 shards under the upcast), the root gathered all step.
+  CHECK(states.params == kAll * 4 / 2);
+  CHECK(states.gathered_params == (kEmbed + kHead) * 2);
+  REQUIRE(states.kept_unsharded_block.size() == 4);
+  CHECK(states.kept_unsharded_block[0] == 0);
+  CHECK(states.kept_unsharded_block[1] == kLayer * 2);
+  CHECK(states.kept_unsharded_block[2] == kLayer * 2);
+  CHECK(states.kept_unsharded_block[3] == 0);
+}
+
+TEST_CASE("the step walk adds the kept layers block by block: all of them when backward starts") {
+  StepModel step;
+  step.blocks.resize(4);
+  step.grads_bwd.assign(4, 0);
+  ModelStates states;
+  states.kept_unsharded_block = {0, 100, 100, 0};
+  RunSettings settings = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
+  set_kept_unsharded(states, settings, step);
+  // Forward of layer 1: layer 0's kept, its own and its all-gather output (FSDP2).
+  CHECK(step.gathered_fwd == std::vector<int64_t>{0, 200, 300, 200});
+  CHECK(step.gathered_bwd == std::vector<int64_t>{0, 100, 200, 200});
+  // The head's backward sees both layers; local_parts carries them.
+  const LocalPeak head = local_parts(step, 3, BlockChoice::kKeep, BlockChoice::kKeep);
+  CHECK(head.backward_gathered == 200);
+  CHECK(head.backward == 200);
+  // FSDP1 gathers into the flat parameter itself: no second copy in forward.
+  settings.sharding = Sharding::kFsdp1;
+  set_kept_unsharded(states, settings, step);
+  CHECK(step.gathered_fwd == std::vector<int64_t>{0, 100, 200, 200});
+}
+
+}  // namespace headroom::planner
