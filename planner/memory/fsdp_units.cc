@@ -80,6 +80,69 @@ std::vector<FlatParamUnit> flat_param_units(const graph::LayerGraph& graph, cons
   return units;
 }
 
+namespace {
+
+// ZeRO-3: a layer's forward holds its unsharded parameters and, under FSDP2, its
+// all-gather output until the next group's all-gather (the copy-in buffer
+// AllGatherState keeps, _fsdp_param_group.py); FSDP1 gathers into the flat
+// parameter itself and frees it at post-forward, before the next unit's pre-forward.
+// A layer's backward holds its own and the previous unit prefetched
+// (_backward_prefetch; FSDP1's BACKWARD_PRE, at most two in flight under
+// limit_all_gathers). The blocks after the last layer (final norm, head) see only
+// the last layer: its all-gather output in forward (FSDP2), prefetched for backward
+// at the root's pre-backward; torchtitan's last layer, kept unsharded, the same bytes.
+void in_flight_resharded(const std::vector<int64_t>& layer, bool fsdp2, FsdpInFlight& out) {
+  int last = -1;
+  for (size_t k = 0; k < layer.size(); ++k) {
+    if (layer[k] > 0) last = static_cast<int>(k);
+  }
+  for (size_t k = 0; k < layer.size(); ++k) {
+    if (layer[k] > 0) {
+      out.forward[k] = (fsdp2 ? 2 : 1) * layer[k];
+      out.backward[k] = 2 * layer[k];
+    } else if (last >= 0 && static_cast<int>(k) > last) {
+      out.forward[k] = fsdp2 ? layer[last] : 0;
+      out.backward[k] = layer[last];
+    }
+  }
+}
+
+// ZeRO-2 (fsdp_keeps_unsharded): each layer's unsharded parameters stay from its
+// forward to its backward. Block k's forward holds those of the layers before it,
+// its own and, under FSDP2, its all-gather output (copied out, then dropped); its
+// backward those of every layer up to k, nothing gathered again.
+void in_flight_kept(const std::vector<int64_t>& layer, bool fsdp2, FsdpInFlight& out) {
+  int64_t kept = 0;
+  for (size_t k = 0; k < layer.size(); ++k) {
+    kept += layer[k];
+    out.forward[k] = kept + (fsdp2 ? layer[k] : 0);
+    out.backward[k] = kept;
+  }
+}
+
+}  // namespace
+
+FsdpInFlight fsdp_in_flight(const graph::LayerGraph& graph, const RunSettings& settings, int zero_stage,
+                            Accounting accounting) {
+  FsdpInFlight out;
+  // The whole model one unit (fsdp_wrap model) leaves no layer unit to gather.
+  if (!fsdp_shards_params(settings, zero_stage) || settings.fsdp_wrap == FsdpWrap::kModel) return out;
+  const std::vector<int64_t> gathered = block_gathered_bytes(graph, settings);
+  std::vector<int64_t> layer(gathered.size(), 0);
+  for (size_t b = 0; b < gathered.size(); ++b) {
+    if (!in_fsdp2_root(graph.blocks[b], settings)) layer[b] = account(gathered[b], accounting);
+  }
+  out.forward.assign(layer.size(), 0);
+  out.backward.assign(layer.size(), 0);
+  const bool fsdp2 = shards_with_fsdp2(settings);
+  if (fsdp_keeps_unsharded(settings, zero_stage)) {
+    in_flight_kept(layer, fsdp2, out);
+  } else {
+    in_flight_resharded(layer, fsdp2, out);
+  }
+  return out;
+}
+
 int64_t flat_param_shard_elements(int64_t elements, int world) {
   if (world <= 1) return elements;
   return (elements + world - 1) / world;

@@ -41,6 +41,15 @@ std::vector<FlatParamUnit> flat_param_units(const graph::LayerGraph& graph, cons
 // equal chunk (_flat_param.py _get_shard: numel_to_pad = world * chunk - numel).
 int64_t flat_param_shard_elements(int64_t elements, int world);
 
+// torch's FSDPs: per block, the bytes of the layer units' unsharded parameters live
+// (beside the root group, gathered all step) while it runs forward and backward.
+struct FsdpInFlight {
+  std::vector<int64_t> forward;
+  std::vector<int64_t> backward;
+};
+FsdpInFlight fsdp_in_flight(const graph::LayerGraph& graph, const RunSettings& settings, int zero_stage,
+                            Accounting accounting);
+
 // FSDP1's model states at ZeRO-3 in place of the per-parameter shards
 // model_states prices for FSDP2: per unit one FlatParameter shard (fp32 under
 // mixed precision, else the parameters' dtype) and, when any of its parameters

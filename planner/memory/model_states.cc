@@ -39,16 +39,6 @@ int64_t largest_block_param_bytes(const graph::LayerGraph& graph, Precision prec
   return per_block.empty() ? 0 : *std::max_element(per_block.begin(), per_block.end());
 }
 
-// The largest block FSDP2 all-gathers on its own (a layer); with no layers, the largest block.
-int64_t largest_layer_param_bytes(const graph::LayerGraph& graph, const RunSettings& settings) {
-  const std::vector<int64_t> per_block = block_gathered_bytes(graph, settings);
-  int64_t largest = 0;
-  for (size_t b = 0; b < per_block.size(); ++b) {
-    if (!in_fsdp2_root(graph.blocks[b], settings)) largest = std::max(largest, per_block[b]);
-  }
-  return largest > 0 ? largest : largest_block_param_bytes(graph, settings.precision);
-}
-
 // The trainable elements of the largest layer FSDP2 reduces on its own.
 int64_t largest_layer_trainable_elements(const graph::LayerGraph& graph, const RunSettings& settings) {
   std::vector<int64_t> per_block(graph.blocks.size(), 0);
@@ -387,43 +377,23 @@ void add_deepspeed_buffers(StateWalk& w) {
   }
 }
 
-// FSDP at ZeRO-2: each layer unit's unsharded parameters, kept from its forward to
-// its backward (the step walk adds them block by block), beside the root group.
-void add_kept_unsharded(StateWalk& w) {
-  ModelStates& out = w.out;
-  const std::vector<int64_t> per_block = block_gathered_bytes(w.graph, w.settings);
-  out.kept_unsharded_block.assign(per_block.size(), 0);
-  for (size_t b = 0; b < per_block.size(); ++b) {
-    if (!in_fsdp2_root(w.graph.blocks[b], w.settings)) out.kept_unsharded_block[b] = w.account_bytes(per_block[b]);
-  }
-  out.gathered_params = out.fsdp2_root_params;
-}
-
 // torch's FSDPs: the units in flight, the root group, the reduce-scatter inputs;
 // FSDP1's flat parameters in place of FSDP2's per-parameter shards.
 void add_fsdp_buffers(StateWalk& w) {
   if (!w.fsdp) return;
   ModelStates& out = w.out;
   const RunSettings& settings = w.settings;
-  // FSDP2 (torch/distributed/fsdp/_fully_shard): the block computing and the next
-  // one, all-gathered ahead on its own stream (implicit forward prefetching,
-  // explicit backward prefetching of one), with no live-parameter cap. FSDP1
-  // with limit_all_gathers: at most two unsharded units not yet freed
-  // (_limiter_utils.py _FreeEventQueue, _max_num_inflight_all_gathers = 2), the
-  // unit computing and the one prefetched in backward.
   // The root group is all-gathered once at the root's pre-forward and stays
-  // unsharded until the end of backward: torch never reshards the root after
-  // forward (_fsdp_state.py _lazy_init, post_forward_mesh_info = None), and its
+  // unsharded until the end of backward: torch does not reshard the root after
+  // forward (_fsdp_state.py _lazy_init, post_forward_mesh_info = None; from torch
+  // 2.8 only when fully_shard's reshard_after_forward is left None), and its
   // post-backward runs in the final callback (_root_post_backward_final_callback).
   out.fsdp2_root_params = w.account_bytes(out.fsdp2_root_params);
-  // The whole model one unit (fsdp_wrap model) leaves no layer unit to gather.
-  const bool layer_units = settings.fsdp_wrap != FsdpWrap::kModel;
-  if (layer_units && fsdp_keeps_unsharded(settings, w.config.zero_stage)) {
-    add_kept_unsharded(w);
-  } else {
-    out.gathered_params =
-        (layer_units ? w.account_bytes(2 * largest_layer_param_bytes(w.graph, settings)) : 0) + out.fsdp2_root_params;
-  }
+  // The layer units in flight, block by block (fsdp_in_flight).
+  FsdpInFlight in_flight = fsdp_in_flight(w.graph, settings, w.config.zero_stage, w.accounting);
+  out.gathered_fwd_block = std::move(in_flight.forward);
+  out.gathered_bwd_block = std::move(in_flight.backward);
+  out.gathered_params = out.fsdp2_root_params;
   // foreach_reduce (_fsdp_collectives.py) allocates the reduce-scatter input in
   // reduce_dtype and copies the block's unsharded gradients (param dtype) into it
   // before freeing them: both live at the end of the block's backward. torchtitan's

@@ -61,10 +61,11 @@ struct ModelStates {
   int64_t comm_buckets = 0;       // ZeRO reduce / allgather buckets, allocated for the whole run
   int64_t gathered_params = 0;    // ZeRO-3: full parameters gathered for the blocks in flight
   int64_t float8_gathered_params = 0;  // elements all-gathered in fp8 (float8_all_gather), 1 byte each
-  // FSDP at ZeRO-2 (fsdp_keeps_unsharded): per block, the unsharded parameters its
-  // layer unit keeps from its forward to its backward (in place of the two layers
-  // in flight gathered_params holds at ZeRO-3); empty otherwise.
-  std::vector<int64_t> kept_unsharded_block;
+  // torch's FSDPs: per block, the layer units' unsharded parameters live beside the
+  // root group while the block runs forward and backward (fsdp_in_flight); empty
+  // otherwise (gathered_params then holds DeepSpeed's gathered blocks).
+  std::vector<int64_t> gathered_fwd_block;
+  std::vector<int64_t> gathered_bwd_block;
   // FSDP2: a block's unsharded gradients and its reduce-scatter input while its
   // backward ends (the largest block's), on top of the sharded gradients.
   int64_t reduce_scatter_bytes = 0;

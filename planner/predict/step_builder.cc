@@ -76,25 +76,6 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
 
 }  // namespace
 
-// FSDP at ZeRO-2: the unsharded parameters each block's forward adds to those kept
-// before it, and its all-gather output beside them under FSDP2 (copied out into the
-// parameters, then dropped); in backward each block's are still there, no all-gather.
-void set_kept_unsharded(const ModelStates& states, const RunSettings& settings, StepModel& model) {
-  const std::vector<int64_t>& own = states.kept_unsharded_block;
-  if (own.empty()) return;
-  const bool copy_in = shards_with_fsdp2(settings);
-  const size_t n = model.blocks.size();
-  model.gathered_fwd.assign(n, 0);
-  model.gathered_bwd.assign(n, 0);
-  int64_t kept = 0;
-  for (size_t k = 0; k < n && k < own.size(); ++k) {
-    kept += own[k];
-    model.gathered_fwd[k] = kept + (copy_in ? own[k] : 0);
-    model.gathered_bwd[k] = kept;
-  }
-}
-
-
 BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
                      const GlobalConfig& config, const StepProfile& profile,
                      Accounting accounting) {
@@ -113,7 +94,8 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   if (settings.offload_checkpoint_inputs) model.checkpoint_stash = kCheckpointOffloadStash;
   const size_t n = model.blocks.size();
   set_gradients_by_block(out.states, config, model);
-  set_kept_unsharded(out.states, settings, model);
+  model.gathered_fwd = out.states.gathered_fwd_block;
+  model.gathered_bwd = out.states.gathered_bwd_block;
   model.grads_optimizer = out.states.grads_full;
   model.optimizer_transient = out.states.step_transient;
   if (out.states.grads_in_backward) {

@@ -23,10 +23,6 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
                      const GlobalConfig& config, const StepProfile& profile,
                      Accounting accounting);
 
-// FSDP at ZeRO-2 (ModelStates::kept_unsharded_block): StepModel::gathered_fwd and
-// gathered_bwd, the unsharded parameters live while each block runs.
-void set_kept_unsharded(const ModelStates& states, const RunSettings& settings, StepModel& model);
-
 // GPU bytes left for the caching allocator: capacity minus the safety margin and
 // the CUDA context (outside the allocator).
 int64_t gpu_budget_bytes(const ModelContext& context, const RunSettings& settings);

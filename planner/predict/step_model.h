@@ -26,9 +26,8 @@ inline constexpr int kCheckpointOffloadStash = 5;
 struct StepModel {
   int64_t base = 0;          // resident all step on the allocator: params, states, buckets, workspaces, persistent tensors, pool slack
   int64_t gathered = 0;      // ZeRO-3 parameters gathered while blocks compute
-  // FSDP at ZeRO-2: per block, the unsharded parameters live while it runs forward
-  // (its own, its all-gather's, those kept by the blocks before it) and backward
-  // (its own and those kept before it); empty otherwise.
+  // torch's FSDPs: per block, the layer units' unsharded parameters live while it
+  // runs forward and backward (ModelStates::gathered_fwd_block; fsdp_in_flight).
   std::vector<int64_t> gathered_fwd;
   std::vector<int64_t> gathered_bwd;
   int64_t grads_fwd = 0;     // gradients already allocated during forward
@@ -71,7 +70,7 @@ struct StepPeak {
   int64_t activations = 0; // stored by earlier blocks + persistent, at the peak
   int64_t transient = 0;   // the block in flight
   int64_t gradients = 0;
-  int64_t gathered = 0;    // unsharded parameters kept by FSDP at ZeRO-2 (StepModel::gathered_fwd/bwd)
+  int64_t gathered = 0;    // FSDP's layer units in flight at the peak (StepModel::gathered_fwd/bwd)
   int64_t host_activations = 0;  // pinned host bytes holding offloaded activations
 };
 

@@ -78,8 +78,12 @@ TEST_CASE("FSDP1 holds one fp32 FlatParameter shard and one fp32 gradient shard 
   CHECK(fsdp1.grads_full == 2 * layer_shard + root_shard);
   CHECK(fsdp1.master == 0);  // the fp32 shard is the master copy
   CHECK(fsdp1.comm_buckets == 0);
-  // The unit computing and one more, bf16, beside the root kept unsharded.
-  CHECK(fsdp1.gathered_params == rounded(2LL * 2'000'000'006) + rounded(2'002));
+  // The root kept unsharded; in a layer's backward the unit computing and the one
+  // prefetched, bf16 (fsdp_in_flight); in its forward only the unit computing.
+  CHECK(fsdp1.gathered_params == rounded(2'002));
+  CHECK(*std::max_element(fsdp1.gathered_bwd_block.begin(), fsdp1.gathered_bwd_block.end()) ==
+        2 * rounded(2'000'000'006));
+  CHECK(*std::max_element(fsdp1.gathered_fwd_block.begin(), fsdp1.gathered_fwd_block.end()) == rounded(2'000'000'006));
   // DEFAULT: the bf16 unsharded gradient, its fp32 copy, the F.pad copy of the
   // odd-sized unit to 8 x 125000001 elements, and the fp32 reduce-scatter output.
   CHECK(fsdp1.reduce_scatter_bytes == rounded(2'000'000'006) + rounded(4'000'000'012) +

@@ -5,7 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "planner/memory/model_states.h"
-#include "planner/predict/step_builder.h"
+#include "planner/memory/fsdp_units.h"
 #include "planner/predict/step_model.h"
 #include "planner/settings/stack.h"
 
@@ -105,32 +105,50 @@ TEST_CASE("FSDP at ZeRO-2 keeps each layer unsharded from its forward to its bac
   // Sharded like ZeRO-3 (fp32 shards under the upcast), the root gathered all step.
   CHECK(states.params == kAll * 4 / 2);
   CHECK(states.gathered_params == (kEmbed + kHead) * 2);
-  REQUIRE(states.kept_unsharded_block.size() == 4);
-  CHECK(states.kept_unsharded_block[0] == 0);
-  CHECK(states.kept_unsharded_block[1] == kLayer * 2);
-  CHECK(states.kept_unsharded_block[2] == kLayer * 2);
-  CHECK(states.kept_unsharded_block[3] == 0);
+  // Layer 0's forward holds its own and its all-gather output (FSDP2); layer 1's
+  // forward adds its own to layer 0's; the head's backward has both.
+  CHECK(states.gathered_fwd_block == std::vector<int64_t>{0, 2 * kLayer * 2, 3 * kLayer * 2, 2 * kLayer * 2});
+  CHECK(states.gathered_bwd_block == std::vector<int64_t>{0, kLayer * 2, 2 * kLayer * 2, 2 * kLayer * 2});
+  // FSDP1 gathers into the flat parameter itself: no second copy in forward.
+  settings.sharding = Sharding::kFsdp1;
+  const FsdpInFlight fsdp1 = fsdp_in_flight(model(false), settings, 2, Accounting::kAllocated);
+  CHECK(fsdp1.forward == std::vector<int64_t>{0, kLayer * 2, 2 * kLayer * 2, 2 * kLayer * 2});
 }
 
-TEST_CASE("the step walk adds the kept layers block by block: all of them when backward starts") {
+TEST_CASE("FSDP at ZeRO-3: two layers in flight in a layer, the last one alone beside the head") {
+  RunSettings settings = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
+  const FsdpInFlight fsdp2 = fsdp_in_flight(model(false), settings, 3, Accounting::kAllocated);
+  // A layer: its unsharded parameters and its all-gather output (forward), the
+  // previous layer prefetched (backward). The head: the last layer's all-gather
+  // output in forward, the last layer prefetched at the root's pre-backward.
+  CHECK(fsdp2.forward == std::vector<int64_t>{0, 2 * kLayer * 2, 2 * kLayer * 2, kLayer * 2});
+  CHECK(fsdp2.backward == std::vector<int64_t>{0, 2 * kLayer * 2, 2 * kLayer * 2, kLayer * 2});
+  settings.sharding = Sharding::kFsdp1;
+  const FsdpInFlight fsdp1 = fsdp_in_flight(model(false), settings, 3, Accounting::kAllocated);
+  CHECK(fsdp1.forward == std::vector<int64_t>{0, kLayer * 2, kLayer * 2, 0});
+  CHECK(fsdp1.backward == std::vector<int64_t>{0, 2 * kLayer * 2, 2 * kLayer * 2, kLayer * 2});
+  // The whole model one unit: nothing in flight but the root; DeepSpeed: none of this.
+  settings.fsdp_wrap = FsdpWrap::kModel;
+  CHECK(fsdp_in_flight(model(false), settings, 3, Accounting::kAllocated).forward.empty());
+  settings.sharding = Sharding::kDeepspeed;
+  settings.fsdp_wrap = FsdpWrap::kLayers;
+  CHECK(fsdp_in_flight(model(false), settings, 3, Accounting::kAllocated).forward.empty());
+}
+
+TEST_CASE("the step walk carries the layers in flight block by block") {
   StepModel step;
   step.blocks.resize(4);
   step.grads_bwd.assign(4, 0);
-  ModelStates states;
-  states.kept_unsharded_block = {0, 100, 100, 0};
-  RunSettings settings = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
-  set_kept_unsharded(states, settings, step);
-  // Forward of layer 1: layer 0's kept, its own and its all-gather output (FSDP2).
-  CHECK(step.gathered_fwd == std::vector<int64_t>{0, 200, 300, 200});
-  CHECK(step.gathered_bwd == std::vector<int64_t>{0, 100, 200, 200});
-  // The head's backward sees both layers; local_parts carries them.
+  step.gathered_fwd = {0, 200, 300, 200};
+  step.gathered_bwd = {0, 100, 200, 200};
   const LocalPeak head = local_parts(step, 3, BlockChoice::kKeep, BlockChoice::kKeep);
   CHECK(head.backward_gathered == 200);
   CHECK(head.backward == 200);
-  // FSDP1 gathers into the flat parameter itself: no second copy in forward.
-  settings.sharding = Sharding::kFsdp1;
-  set_kept_unsharded(states, settings, step);
-  CHECK(step.gathered_fwd == std::vector<int64_t>{0, 100, 200, 200});
+  CHECK(local_parts(step, 2, BlockChoice::kKeep, BlockChoice::kKeep).forward == 300);
+  const StepPeak peak = walk_step(step, std::vector<BlockChoice>(4, BlockChoice::kKeep), 0);
+  CHECK(peak.bytes == 300);
+  CHECK(peak.gathered == 300);
+  CHECK(peak.transient == 0);
 }
 
 }  // namespace headroom::planner
