@@ -42,7 +42,7 @@ def versions() -> dict:
     return found
 
 
-def live_at_peak(recorder: Recorder, limit: int = 40) -> list:
+def live_at_peak(recorder: Recorder, limit: int = int(os.environ.get("LIVE_LIMIT", 40))) -> list:
     groups: Counter = Counter()
     counts: Counter = Counter()
     for storage, record in recorder.peak_records.items():

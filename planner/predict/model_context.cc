@@ -183,6 +183,15 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
   return loaded;
 }
 
+// Whether FSDP's mixed precision gathers every parameter in 16 bits: its
+// param_dtype casts each shard, PEFT's fp32 adapters included, before the
+// all-gather (torch 2.11 _fully_shard/_fsdp_param.py all_gather_inputs;
+// FSDP1's _use_low_precision_shard), so the adapters compute in 16 bits.
+bool fsdp_gathers_in_16_bits(const RunSettings& settings) {
+  const bool mixed = settings.precision == Precision::kBf16Mixed || settings.precision == Precision::kFp16Mixed;
+  return mixed && fsdp_shards_params(settings, settings.zero_stage);
+}
+
 // The stack's mechanisms, each a rewrite of the graph, in the order they
 // compose: training mode (LoRA/QLoRA), loss, QLoRA preparation, autocast, fp8;
 // then the graph's analysis and what selective checkpointing keeps. `stack`: the
@@ -205,7 +214,7 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   if (autocast_matters(settings) && stack.top.autocast) {
     apply_autocast(context.graph, AutocastWeights::kSixteenBitModel, compute_dtype_for(settings.precision));
     apply_autocast_to_fp32_adapters(context.graph);
-  } else if (autocast_matters(settings)) {
+  } else if (autocast_matters(settings) && !fsdp_gathers_in_16_bits(settings)) {
     apply_fp32_adapters_without_autocast(context.graph);
   }
   apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},

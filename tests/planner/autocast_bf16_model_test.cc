@@ -257,6 +257,31 @@ TEST_CASE("fp32 adapters without autocast: PEFT's fp32 copy of the input and the
   CHECK(resolve_stack(s).top.adapter_dtype == AdapterDtype::kModel);
 }
 
+TEST_CASE("fp32 adapters under FSDP's mixed precision are gathered in bf16: no fp32 copy of the input") {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
+  s.gpu = "h200";
+  s.precision = Precision::kBf16Mixed;  // fp32 shards, MixedPrecisionPolicy(param_dtype=bf16)
+  s.stack = Stack::kUnspecified;
+  s.autocast = false;
+  s.adapter_dtype = AdapterDtype::kFp32;
+  s.mode = TrainMode::kLora;
+  s.seq_len = 1024;
+  s.gpus_per_node = 2;
+  s.zero_stage = 3;
+  s.sharding = Sharding::kFsdp2;
+  s.lora.dropout = 0.0;
+  const std::string q = "model.layers.1.self_attn.q_proj";
+  const ModelContext sharded = prepared_context(s);
+  CHECK(sharded.graph.find_node(q + ".adapter_input_cast") == nullptr);
+  CHECK_FALSE(is_f32(sharded.graph, q + ".lora_mid"));
+  // Pure bf16 under FSDP2 has no param_dtype: the fp32 adapters compute in fp32.
+  s.precision = Precision::kBf16Pure;
+  const ModelContext pure = prepared_context(s);
+  CHECK(is_f32(pure.graph, q + ".adapter_input_cast"));
+  CHECK(is_f32(pure.graph, q + ".lora_mid"));
+}
+
 TEST_CASE("which stacks run the forward under autocast over the bf16 weights") {
   RunSettings s;
   s.precision = Precision::kBf16Pure;
