@@ -164,6 +164,7 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
   out.params = 0;
   out.grads_full = 0;
   out.reduce_scatter_bytes = 0;
+  out.reduce_scatter_block.assign(graph.blocks.size(), 0);
   out.fsdp2_root_reduce_scatter = 0;
   // Each unit's sharded gradient is made by its post-backward (model_states.cc, close_fsdp_grads).
   out.sharded_block_grads.assign(offload ? 0 : graph.blocks.size(), 0);
@@ -200,6 +201,8 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
       out.fsdp2_root_reduce_scatter = buffers - account(unit.elements * grad_width, accounting);
     } else {
       out.reduce_scatter_bytes = std::max(out.reduce_scatter_bytes, buffers);
+      int64_t& block = out.reduce_scatter_block[unit.block];  // a layer's adapter units reduce one by one
+      block = std::max(block, buffers);
     }
   }
 }

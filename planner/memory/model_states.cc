@@ -39,8 +39,8 @@ int64_t largest_block_param_bytes(const graph::LayerGraph& graph, Precision prec
   return per_block.empty() ? 0 : *std::max_element(per_block.begin(), per_block.end());
 }
 
-// The trainable elements of the largest layer FSDP2 reduces on its own.
-int64_t largest_layer_trainable_elements(const graph::LayerGraph& graph, const RunSettings& settings) {
+// Per block, the trainable elements of the layer FSDP2 reduces on its own (0 in the root).
+std::vector<int64_t> layer_trainable_elements(const graph::LayerGraph& graph, const RunSettings& settings) {
   std::vector<int64_t> per_block(graph.blocks.size(), 0);
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
@@ -49,7 +49,7 @@ int64_t largest_layer_trainable_elements(const graph::LayerGraph& graph, const R
       }
     }
   }
-  return per_block.empty() ? 0 : *std::max_element(per_block.begin(), per_block.end());
+  return per_block;
 }
 
 }  // namespace
@@ -400,8 +400,10 @@ void add_fsdp_buffers(StateWalk& w) {
   // mixed precision reduces in fp32; a pure 16-bit model reduces in its dtype.
   const int64_t grad_width = grad_bytes_per_element(w.precision);
   const int64_t reduce_width = fsdp_reduce_bytes_per_element(settings);
-  out.reduce_scatter_bytes =
-      w.account_bytes(largest_layer_trainable_elements(w.graph, settings) * (grad_width + reduce_width));
+  // Each layer's own, at the end of its backward; none while the root's blocks run.
+  out.reduce_scatter_block = layer_trainable_elements(w.graph, settings);
+  for (int64_t& bytes : out.reduce_scatter_block) bytes = w.account_bytes(bytes * (grad_width + reduce_width));
+  out.reduce_scatter_bytes = *std::max_element(out.reduce_scatter_block.begin(), out.reduce_scatter_block.end());
   // The root group reduces once, in the final callback: its reduce-scatter input
   // beside its unsharded gradients (fsdp2_root_grads), after the last block's backward.
   out.fsdp2_root_reduce_scatter = w.account_bytes(out.fsdp2_root_trainable * reduce_width);

@@ -41,8 +41,12 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
     model.grads_fwd = states.grads_full;
     std::fill(model.grads_bwd.begin(), model.grads_bwd.end(), states.grads_full);
   }
-  // FSDP2's unsharded gradients and reduce-scatter input while each block's backward ends.
-  for (int64_t& grads : model.grads_bwd) grads += states.reduce_scatter_bytes;
+  // FSDP's unsharded gradients and reduce-scatter input while each layer's backward
+  // ends (the root's blocks reduce in the final callback: fsdp2_root_reduce_scatter).
+  for (size_t k = 0; k < n; ++k) {
+    model.grads_bwd[k] += k < states.reduce_scatter_block.size() ? states.reduce_scatter_block[k]
+                                                                 : states.reduce_scatter_bytes;
+  }
   // Accumulating under no_sync, every unit's unsharded gradient is held from the
   // first micro-step on (priced for the whole step: the last backward frees them unit by unit).
   model.grads_fwd += states.unsynced_grads;

@@ -8,6 +8,7 @@
 #include "planner/memory/fsdp_units.h"
 #include "planner/predict/step_model.h"
 #include "planner/settings/stack.h"
+#include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
 namespace {
@@ -149,6 +150,35 @@ TEST_CASE("the step walk carries the layers in flight block by block") {
   CHECK(peak.bytes == 300);
   CHECK(peak.gathered == 300);
   CHECK(peak.transient == 0);
+}
+
+TEST_CASE("FSDP reduces a layer's gradients as its backward ends: nothing of it while the head runs") {
+  const RunSettings settings = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
+  const ModelStates states = model_states(model(false), settings, stage(3), Accounting::kAllocated);
+  // bf16 unsharded gradients copied into a bf16 reduce-scatter input (reduce_dtype = param_dtype).
+  CHECK(states.reduce_scatter_block == std::vector<int64_t>{0, kLayer * 4, kLayer * 4, 0});
+  RunSettings fsdp1 = settings;
+  fsdp1.sharding = Sharding::kFsdp1;
+  const ModelStates flat = model_states(model(false), fsdp1, stage(3), Accounting::kAllocated);
+  CHECK(flat.reduce_scatter_block[0] == 0);
+  CHECK(flat.reduce_scatter_block[3] == 0);
+  CHECK(flat.reduce_scatter_block[1] == flat.reduce_scatter_bytes);
+}
+
+TEST_CASE("Llama 3.2 1B under FSDP2 peaks in the head's backward with no gradient yet, as the oracle") {
+  RunSettings s = torchtune_llama_1b();
+  s.stack = Stack::kTorchtitan;
+  s.precision = Precision::kBf16Mixed;
+  s.gpu = "h200";
+  s.seq_len = 2048;
+  s.gpus_per_node = 8;
+  s.zero_stage = 3;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  const Prediction p = predict_as_given(s);
+  CHECK(p.where.block_name == "head");
+  CHECK(p.where.phase == "backward");
+  // The loss's backward runs before lm_head's gradient and after no layer's reduce-scatter.
+  CHECK(p.peak.gradients == 0);
 }
 
 }  // namespace headroom::planner
