@@ -229,15 +229,19 @@ void resolve_compile_loss(const RunSettings& settings, ResolvedStack& out) {
 // loops call backward every micro-step with sync on (full_finetune_distributed.py,
 // torchtitan train.py), Composer enters no_sync only for DDP (trainer.py
 // _train_microbatches), and MMEngine's FSDP wrapper leaves backward outside its
-// no_sync (fully_sharded_distributed.py train_step). An unspecified stack is priced
-// both ways; the top is no_sync (every unsharded gradient kept).
+// no_sync (fully_sharded_distributed.py train_step). litgpt's finetune and pretrain
+// scripts run every micro-step but the last in fabric.no_backward_sync
+// (litgpt/finetune/lora.py, full.py at 2685705: FSDP1's no_sync, FSDP2's
+// set_requires_gradient_sync(False)). An unspecified stack is priced both ways; the
+// top is no_sync (every unsharded gradient kept).
 void resolve_no_sync(const RunSettings& settings, ResolvedStack& out) {
   if (settings.fsdp_no_sync) {
     out.top.fsdp_no_sync = out.bottom.fsdp_no_sync = *settings.fsdp_no_sync;
     return;
   }
   switch (settings.stack) {
-    case Stack::kHfTrainer: out.top.fsdp_no_sync = out.bottom.fsdp_no_sync = true; return;
+    case Stack::kHfTrainer:
+    case Stack::kLitgpt: out.top.fsdp_no_sync = out.bottom.fsdp_no_sync = true; return;
     case Stack::kUnspecified: {
       out.top.fsdp_no_sync = true;
       out.bottom.fsdp_no_sync = false;
@@ -426,8 +430,11 @@ Sharding sharding_of(const RunSettings& settings) {
   if (settings.sharding) return *settings.sharding;
   switch (settings.stack) {
     case Stack::kTorchtitan:
-    case Stack::kTorchtune:
-    case Stack::kLitgpt: return Sharding::kFsdp2;
+    case Stack::kTorchtune: return Sharding::kFsdp2;
+    // litgpt (at 2685705): finetune/lora.py shards with Fabric's ModelParallelStrategy
+    // (parallelize_fn: fully_shard per Block, FSDP2); finetune/full.py and pretrain.py
+    // with its FSDPStrategy (FSDP1, auto_wrap_policy={Block}, limit_all_gathers).
+    case Stack::kLitgpt: return settings.mode == TrainMode::kFull ? Sharding::kFsdp1 : Sharding::kFsdp2;
     case Stack::kComposer: return Sharding::kFsdp1;
     default: return Sharding::kDeepspeed;
   }

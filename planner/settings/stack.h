@@ -96,7 +96,8 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings);
 bool uses_expandable_segments(const RunSettings& settings);
 
 // Who shards at ZeRO-3: settings.sharding, else the stack's (torchtitan,
-// torchtune, litgpt: FSDP2; composer: FSDP1; the others: DeepSpeed).
+// torchtune, litgpt's LoRA: FSDP2; composer, litgpt's full fine-tune: FSDP1; the
+// others: DeepSpeed).
 Sharding sharding_of(const RunSettings& settings);
 // Whether ZeRO-3 is one of torch's FSDPs (FSDP1 or FSDP2) rather than DeepSpeed's stage 3.
 bool shards_with_fsdp(const RunSettings& settings);

@@ -271,6 +271,12 @@ Status check_sharding(const RunSettings& s, std::string_view origin) {
     return fail(origin, "reduce_dtype",
                 "FSDP's reduce dtype: expected sharding fsdp1 or fsdp2 (or a stack that shards with FSDP) with it");
   }
+  // litgpt/finetune/lora.py (at 2685705): "Quantization is currently not supported
+  // for multi-GPU training" (NotImplementedError before the strategy is built).
+  if (s.stack == Stack::kLitgpt && s.mode == TrainMode::kQlora && s.world_size() > 1) {
+    return fail(origin, "mode", "litgpt's finetune scripts refuse a quantized model on more than one GPU "
+                "(litgpt/finetune/lora.py: NotImplementedError); expected gpus 1 with qlora under stack litgpt");
+  }
   if (s.fsdp_no_sync && !shards_with_fsdp(s)) {
     return fail(origin, "fsdp_no_sync",
                 "FSDP's accumulation: expected sharding fsdp1 or fsdp2 (or a stack that shards with FSDP) with it");

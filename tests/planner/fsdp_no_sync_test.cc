@@ -45,9 +45,12 @@ RunSettings llama_1b(Stack stack) {
 
 }  // namespace
 
-TEST_CASE("the Trainer and Accelerate accumulate under no_sync, torchtune, torchtitan and Composer do not") {
+TEST_CASE("the Trainer, Accelerate and litgpt accumulate under no_sync, torchtune, torchtitan and Composer do not") {
   CHECK(resolve_stack(accumulating(Sharding::kFsdp1, Stack::kHfTrainer)).top.fsdp_no_sync);
-  for (Stack stack : {Stack::kTorchtune, Stack::kTorchtitan, Stack::kComposer, Stack::kLitgpt}) {
+  // litgpt: fabric.no_backward_sync(model, enabled=is_accumulating) in its finetune scripts.
+  CHECK(resolve_stack(accumulating(Sharding::kFsdp2, Stack::kLitgpt)).top.fsdp_no_sync);
+  CHECK(resolve_stack(accumulating(Sharding::kFsdp2, Stack::kLitgpt)).bottom.fsdp_no_sync);
+  for (Stack stack : {Stack::kTorchtune, Stack::kTorchtitan, Stack::kComposer}) {
     const ResolvedStack resolved = resolve_stack(accumulating(Sharding::kFsdp2, stack));
     CHECK_FALSE(resolved.top.fsdp_no_sync);
     for (const std::string& unknown : resolved.unknowns) CHECK(unknown.find("no_sync") == std::string::npos);
@@ -78,6 +81,25 @@ TEST_CASE("the Trainer and Accelerate accumulate under no_sync, torchtune, torch
   CHECK(validate_settings(deepspeed, "t.json").message().find("t.json: fsdp_no_sync: ") == 0);
   // Without accumulation, or below ZeRO-3, there is nothing to keep.
   CHECK_FALSE(accumulates_unsharded(accumulating(Sharding::kFsdp1, Stack::kHfTrainer), GlobalConfig{3, Offload::kNone, Offload::kNone, 1, 1}));
+}
+
+TEST_CASE("litgpt shards LoRA with FSDP2 and a full fine-tune with FSDP1, and refuses multi-GPU QLoRA") {
+  RunSettings s;
+  s.stack = Stack::kLitgpt;
+  s.gpus_per_node = 2;
+  s.zero_stage = 3;
+  s.mode = TrainMode::kLora;
+  CHECK(sharding_of(s) == Sharding::kFsdp2);  // finetune/lora.py: ModelParallelStrategy, fully_shard
+  s.mode = TrainMode::kFull;
+  CHECK(sharding_of(s) == Sharding::kFsdp1);  // finetune/full.py: FSDPStrategy
+  s.sharding = Sharding::kFsdp2;
+  CHECK(sharding_of(s) == Sharding::kFsdp2);  // --sharding wins
+  s.sharding.reset();
+  s.mode = TrainMode::kQlora;
+  s.zero_stage = 0;
+  CHECK(validate_settings(s, "t.json").message().find("t.json: mode: litgpt's finetune scripts refuse") == 0);
+  s.gpus_per_node = 1;
+  CHECK(validate_settings(s, "t.json").is_ok());
 }
 
 TEST_CASE("under no_sync FSDP1 keeps each unit's unpadded gradient in the compute dtype, FSDP2 each parameter's in reduce_dtype") {
