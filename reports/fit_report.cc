@@ -80,7 +80,8 @@ std::string budget_line(const planner::Prediction& p) {
                                 : "short by " + format_gib(-p.gpu_margin())) +
                     ")";
   return gpu + "; host RAM " + format_gib(p.host_ram) + " of " + format_gib(p.host_ram_budget) +
-         "; disk " + format_gb(p.disk) + " of " + format_gb(p.disk_budget);
+         (p.host_ram_assumed ? " assumed" : "") + "; disk " + format_gb(p.disk) + " of " + format_gb(p.disk_budget) +
+         (p.disk_assumed ? " assumed" : "");
 }
 
 std::string throughput_line(const planner::Prediction& p) {
@@ -90,6 +91,25 @@ std::string throughput_line(const planner::Prediction& p) {
 }
 
 std::string status_word(bool fits) { return fits ? "ok" : "DOES NOT FIT"; }
+
+// What the run needs beyond a budget that was assumed, not given: said, never the verdict.
+std::string over_assumed_budgets(const planner::Prediction& p) {
+  std::string out;
+  if (p.host_over_assumed()) {
+    out += "; needs " + format_gib(p.host_ram) + " of host RAM per node, more than the " +
+           format_gib(p.host_ram_budget) + " assumed (give --host-ram)";
+  }
+  if (p.disk_over_assumed()) {
+    out += "; needs " + format_gb(p.disk) + " of disk, more than the " + format_gb(p.disk_budget) +
+           " assumed (give --disk)";
+  }
+  return out;
+}
+
+// A budget's status: over an assumed one is not a verdict.
+std::string budget_word(bool fits, bool over_assumed) {
+  return over_assumed ? "over the assumed budget: give the real one" : status_word(fits);
+}
 
 // Whether `result.best` holds a plan: the fastest that fits, or the least-memory
 // one found under a wider budget. A default-constructed Plan has no model.
@@ -263,7 +283,7 @@ std::string verdict_line(const planner::Prediction& p, std::string_view gpu_name
   const std::string margin = "the " + format_percent(safety_margin) + " safety margin";
   if (p.fits()) {
     return "FITS" + where + "peak " + format_gib(p.gpu_total) + ", " + format_gib(p.gpu_margin()) +
-           " to spare above " + margin;
+           " to spare above " + margin + over_assumed_budgets(p);
   }
   if (p.tight()) {
     return "TIGHT" + where + "peak " + format_gib(p.gpu_total_bottom) + " to " + format_gib(p.gpu_total) +
@@ -337,9 +357,9 @@ std::string peak_line(const planner::Prediction& p) {
 
 std::string resources_text(const planner::Prediction& p, int checkpoints_kept) {
   std::string out = "Host RAM: " + format_gib(p.host_ram) + " needed of " +
-                    format_gib(p.host_ram_budget) + " (" + status_word(p.fits_host) + ")\n";
+                    format_gib(p.host_ram_budget) + " (" + budget_word(p.fits_host, p.host_over_assumed()) + ")\n";
   out += "Disk: " + format_gb(p.disk) + " needed of " + format_gb(p.disk_budget) + " (" +
-         status_word(p.fits_disk) + ")";
+         budget_word(p.fits_disk, p.disk_over_assumed()) + ")";
   if (p.checkpoint_bytes > 0) {
     const int64_t copies = checkpoints_kept + 1;
     out += ": " + plural(copies, "training-state checkpoint", "training-state checkpoints") +

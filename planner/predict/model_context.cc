@@ -376,11 +376,10 @@ GlobalConfig user_config(const RunSettings& settings) {
 // assumed rather than given, and a checkpoint that disagrees with its config.
 std::vector<std::string> input_warnings(const ModelContext& context, const RunSettings& settings) {
   std::vector<std::string> out;
-  const RunSettings defaults;
-  if (settings.host_ram_bytes == defaults.host_ram_bytes) {
+  if (!settings.host_ram_bytes) {
     out.push_back("host RAM budget assumed to be 128 GiB per node (give --host-ram)");
   }
-  if (settings.disk_free_bytes == defaults.disk_free_bytes) {
+  if (!settings.disk_free_bytes) {
     out.push_back("free disk assumed to be 500 GB (give --disk)");
   }
   if (settings.calibration_file.empty()) {

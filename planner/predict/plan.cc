@@ -58,6 +58,8 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   j["peak_at"] = {{"phase", p.where.phase}, {"block", p.where.block}, {"block_name", p.where.block_name}};
   j["host_ram_bytes"] = p.host_ram;
   j["host_ram_budget_bytes"] = p.host_ram_budget;
+  j["host_ram_budget_assumed"] = p.host_ram_assumed;
+  j["disk_budget_assumed"] = p.disk_assumed;
   j["disk_bytes"] = p.disk;
   j["disk_budget_bytes"] = p.disk_budget;
   j["checkpoint_bytes"] = p.checkpoint_bytes;

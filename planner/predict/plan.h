@@ -67,6 +67,10 @@ struct Prediction {
   int64_t host_ram_budget = 0;
   int64_t disk = 0;                // checkpoints kept + one being written + NVMe swap
   int64_t disk_budget = 0;
+  // Whether the budget was assumed, not given: it then never decides the verdict
+  // (fits_host / fits_disk), and over_assumed_budgets() names what the run needs.
+  bool host_ram_assumed = false;
+  bool disk_assumed = false;
   int64_t checkpoint_bytes = 0;    // one training-state checkpoint
   TimeBreakdown time;
   ModelSize model;                 // parameter counts and weight bytes by dtype
@@ -86,6 +90,8 @@ struct Prediction {
   // The band straddles the budget: the run fits only if the open mechanisms are the cheap ones.
   bool tight() const { return !fits_gpu && fits_gpu_bottom && fits_host && fits_disk; }
   int64_t gpu_margin() const { return gpu_budget - gpu_total; }  // negative when short
+  bool host_over_assumed() const { return host_ram_assumed && host_ram > host_ram_budget; }
+  bool disk_over_assumed() const { return disk_assumed && disk > disk_budget; }
 };
 
 struct Plan {

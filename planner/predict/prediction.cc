@@ -111,11 +111,13 @@ void host_and_disk(const RunSettings& settings, const ModelStates& states, const
   out.host_ram = kHostBytesPerRank * settings.gpus_per_node + states.host_offload +
                  peak.host_activations * settings.gpus_per_node +
                  states.paged_optimizer * settings.gpus_per_node;
-  out.host_ram_budget = settings.host_ram_bytes;
+  out.host_ram_budget = settings.host_ram_budget();
+  out.host_ram_assumed = !settings.host_ram_bytes;
   out.checkpoint_bytes = states.checkpoint;
   // Kept checkpoints plus the one being written before the oldest is removed.
   out.disk = (settings.checkpoints_kept + 1) * states.checkpoint + states.nvme;
-  out.disk_budget = settings.disk_free_bytes;
+  out.disk_budget = settings.disk_budget();
+  out.disk_assumed = !settings.disk_free_bytes;
 }
 
 // The step-time model's inputs: per-micro-step compute, recompute and offload
@@ -194,8 +196,9 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   out.fits_gpu_bottom = fixed_length_total <= out.gpu_budget &&
                         !(simulation.out_of_memory && !simulation.varied_out_of_memory);
   out.simulated_out_of_memory = simulation.out_of_memory;
-  out.fits_host = out.host_ram <= out.host_ram_budget;
-  out.fits_disk = out.disk <= out.disk_budget;
+  // An assumed budget does not decide: the answer names what the run needs instead.
+  out.fits_host = out.host_ram_assumed || out.host_ram <= out.host_ram_budget;
+  out.fits_disk = out.disk_assumed || out.disk <= out.disk_budget;
   return out;
 }
 

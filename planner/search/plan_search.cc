@@ -131,7 +131,6 @@ Candidate try_settings(const RunSettings& changed) {
 std::vector<Suggestion> budget_suggestions(const RunSettings& settings, const Plan& gpu_only) {
   std::vector<Suggestion> out;
   const Prediction& p = gpu_only.prediction;
-  const RunSettings defaults;
   auto try_change = [&](const std::string& change, const RunSettings& changed) {
     const Candidate found = try_settings(changed);
     if (found.found) out.push_back(suggestion_from(change, found, changed));
@@ -140,7 +139,7 @@ std::vector<Suggestion> budget_suggestions(const RunSettings& settings, const Pl
     Suggestion given;
     given.change = "--host-ram " + std::to_string((p.host_ram + (int64_t{1} << 30) - 1) >> 30) + "GiB";
     given.detail = "the plan's host RAM need per node" +
-                   std::string(settings.host_ram_bytes == defaults.host_ram_bytes
+                   std::string(!settings.host_ram_bytes
                                    ? " (the budget of 128 GiB was assumed: give the machine's real host RAM)"
                                    : "");
     out.push_back(given);
@@ -165,7 +164,7 @@ std::vector<Suggestion> budget_suggestions(const RunSettings& settings, const Pl
     Suggestion given;
     given.change = "--disk " + std::to_string((p.disk + 999'999'999) / 1'000'000'000) + "GB";
     given.detail = "the disk the plan's checkpoints need" +
-                   std::string(settings.disk_free_bytes == defaults.disk_free_bytes
+                   std::string(!settings.disk_free_bytes
                                    ? " (500 GB was assumed: give the real free space)"
                                    : "");
     out.push_back(given);

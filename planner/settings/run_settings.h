@@ -203,8 +203,15 @@ struct RunSettings {
   std::optional<int64_t> gpu_memory_bytes;       // --gpu-mem overrides the catalogue
   std::optional<int64_t> cuda_context_bytes;     // measured value overrides the catalogue
   std::string calibration_file;                  // calibration JSON (docs/calibration.md), optional
-  int64_t host_ram_bytes = 128LL << 30;           // assumed when not given
-  int64_t disk_free_bytes = 500'000'000'000;      // assumed when not given
+  // The host RAM per node and the free disk, when given. A given budget decides
+  // the verdict; an assumed one (kAssumedHostRamBytes, kAssumedDiskBytes) is said,
+  // and a run over it fits with what it needs named (docs/cli.md, "Budgets").
+  std::optional<int64_t> host_ram_bytes;
+  std::optional<int64_t> disk_free_bytes;
+  static constexpr int64_t kAssumedHostRamBytes = 128LL << 30;
+  static constexpr int64_t kAssumedDiskBytes = 500'000'000'000;
+  int64_t host_ram_budget() const { return host_ram_bytes.value_or(kAssumedHostRamBytes); }
+  int64_t disk_budget() const { return disk_free_bytes.value_or(kAssumedDiskBytes); }
   double safety_margin = 0.05;                    // fraction of GPU memory kept free
   double network_gbps = 12.5;                     // inter-node, GB/s (100 Gb/s Ethernet/IB)
   double nvme_gbps = 3.0;                         // NVMe sequential bandwidth, GB/s

@@ -265,8 +265,8 @@ void write_run_and_budgets(const RunSettings& s, nlohmann::json& j) {
   if (s.shortest_sample) j["shortest_sample"] = *s.shortest_sample;
   if (s.text_tokens) j["text_tokens"] = *s.text_tokens;
   if (!s.calibration_file.empty()) j["calibration_file"] = s.calibration_file;
-  j["host_ram_bytes"] = s.host_ram_bytes;
-  j["disk_free_bytes"] = s.disk_free_bytes;
+  if (s.host_ram_bytes) j["host_ram_bytes"] = *s.host_ram_bytes;
+  if (s.disk_free_bytes) j["disk_free_bytes"] = *s.disk_free_bytes;
   j["safety_margin"] = s.safety_margin;
   j["network_gbps"] = s.network_gbps;
   j["nvme_gbps"] = s.nvme_gbps;

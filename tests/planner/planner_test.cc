@@ -160,12 +160,13 @@ TEST_CASE("Korthikanti et al. 2022: a GPT layer keeps sbh(34 + 5as/h) bytes") {
 }
 
 TEST_CASE("when host RAM is what does not fit, the plan says so and suggests for it (issue 14)") {
-  // 64 GPUs on one node: the GPU peak is far under the budget, the assumed 128
+  // 64 GPUs on one node: the GPU peak is far under the budget, the given 128
   // GiB of host RAM is what 64 training processes exceed.
   RunSettings settings;
   settings.model = "llama-3-8b";
   settings.gpu = "h100";
   settings.gpus_per_node = 64;
+  settings.host_ram_bytes = int64_t{128} << 30;
   Result<PlanResult> result = plan(settings);
   REQUIRE_MESSAGE(result.is_ok(), result.message());
   CHECK_FALSE(result->found);
@@ -182,6 +183,16 @@ TEST_CASE("when host RAM is what does not fit, the plan says so and suggests for
   // With the host RAM that holds it, it fits.
   settings.host_ram_bytes = result->best.prediction.host_ram;
   CHECK(plan(settings)->found);
+
+  // An assumed budget does not decide (issue 36): the plan fits, its host RAM over
+  // the assumed 128 GiB named, not a verdict.
+  settings.host_ram_bytes.reset();
+  Result<PlanResult> assumed = plan(settings);
+  REQUIRE(assumed.is_ok());
+  CHECK(assumed->found);
+  CHECK(assumed->best.prediction.fits_host);
+  CHECK(assumed->best.prediction.host_ram_assumed);
+  CHECK(assumed->best.prediction.host_over_assumed());
 }
 
 TEST_CASE("when the GPU is what does not fit, short_of says so") {
