@@ -95,6 +95,28 @@ TEST_CASE("torchtune's lora_qwen2 holds a cache in each of its 24 layers") {
         24 * 16'777'216);
 }
 
+TEST_CASE("ZeRO-3 and FSDP leave the caches whole on every rank's GPU") {
+  // Buffers are neither sharded nor offloaded (fully_shard moves them to the device;
+  // DeepSpeed partitions module.parameters() only): 8 ranks hold 24 x 16 MiB each.
+  RunSettings one = qwen_trainer("");
+  one.stack = Stack::kTorchtune;
+  one.optimizer_impl = OptimizerImpl::kFused;
+  RunSettings none = one;
+  none.layer_rope_caches = false;
+  for (RunSettings* s : {&one, &none}) {
+    s->gpus_per_node = 8;
+    s->zero_stage = 3;
+  }
+  CHECK(predict_as_given(one).allocated.parameters - predict_as_given(none).allocated.parameters ==
+        24 * 16'777'216);
+  for (RunSettings* s : {&one, &none}) {
+    s->offload_param = Offload::kCpu;
+    s->offload_optimizer = Offload::kCpu;
+    s->host_ram_bytes = int64_t{1} << 40;
+  }
+  CHECK(predict_as_given(one).allocated.parameters == 24 * 16'777'216);
+}
+
 TEST_CASE("the band names the release only for a model whose layers cache") {
   const auto unknowns = [](RunSettings s) {
     const Result<FitAnswer> answer = fit(s);
