@@ -306,6 +306,12 @@ const std::vector<SettingsFlag> kFlags = {
      "4.54, repeat_kv; off: SDPA's enable_gqa); default: as the stack and --versions say (docs/stacks.md)",
      false,
      [](RunSettings& s, std::string_view v) { return set_on_off(v, s.repeat_kv); }},
+    {"--layer-rope-caches", "on|off", kTraining,
+     "whether every attention layer keeps its own RoPE cos/sin cache over the maximum positions (on: "
+     "transformers before 4.45 for Qwen2 and GPT-NeoX, torchtune's lora_ builders; off: computed per forward, "
+     "or torchtune's one shared cache); default: as the stack and --versions say (docs/models.md)",
+     false,
+     [](RunSettings& s, std::string_view v) { return set_on_off(v, s.layer_rope_caches); }},
     {"--quant", "FORMAT", kTraining,
      "QLoRA's frozen base: nf4 (bitsandbytes, default) or gptq (a GPTQ int4 checkpoint through AutoGPTQ's "
      "QuantLinear, which keeps the unpacked 16-bit weight for backward; docs/memory-model.md)",

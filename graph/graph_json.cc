@@ -225,7 +225,7 @@ Tensor Reader::tensor(const json& j, std::string_view path) const {
 }
 
 Param Reader::param(const json& j, std::string_view path) const {
-  object(j, path, {"name", "shape", "dtype", "trainable", "tied_to", "buffer"});
+  object(j, path, {"name", "shape", "dtype", "trainable", "tied_to", "buffer", "persistent", "upcast_fp32"});
   Param out;
   out.name = string(*member(j, path, "name", true), join(path, "name"));
   const std::string shape_path = join(path, "shape");
@@ -240,6 +240,12 @@ Param Reader::param(const json& j, std::string_view path) const {
   }
   if (const json* value = member(j, path, "buffer", false)) {
     out.buffer = boolean(*value, join(path, "buffer"));
+  }
+  if (const json* value = member(j, path, "persistent", false)) {
+    out.persistent = boolean(*value, join(path, "persistent"));
+  }
+  if (const json* value = member(j, path, "upcast_fp32", false)) {
+    out.upcast_fp32 = boolean(*value, join(path, "upcast_fp32"));
   }
   return out;
 }
@@ -361,6 +367,8 @@ json node_to_json(const Node& node) {
               {"trainable", param.trainable}};
     if (!param.tied_to.empty()) p["tied_to"] = param.tied_to;
     if (param.buffer) p["buffer"] = true;
+    if (!param.persistent) p["persistent"] = false;
+    if (param.upcast_fp32) p["upcast_fp32"] = true;
     params.push_back(std::move(p));
   }
   json saves = json::array();
@@ -393,7 +401,8 @@ json node_to_json(const Node& node) {
 
 bool params_equal(const Param& a, const Param& b) {
   return a.name == b.name && a.shape == b.shape && a.dtype == b.dtype &&
-         a.trainable == b.trainable && a.tied_to == b.tied_to && a.buffer == b.buffer;
+         a.trainable == b.trainable && a.tied_to == b.tied_to && a.buffer == b.buffer &&
+         a.persistent == b.persistent && a.upcast_fp32 == b.upcast_fp32;
 }
 
 bool nodes_equal(const Node& a, const Node& b) {

@@ -33,8 +33,12 @@ struct Param {
   // in the state dict and on the device, but never trained (trainable is false)
   // and not one of the model's parameters (not in parameter_count()).
   bool buffer = false;
+  // False for a buffer registered persistent=False (RoPE's cos/sin caches,
+  // models/rope_caches.h): on the device, but in no state dict or checkpoint.
+  bool persistent = true;
   // Kept in fp32 whatever the run's precision: the training script upcast it
-  // (PEFT's prepare_model_for_kbit_training; planner/mechanisms/kbit_prep.h).
+  // (PEFT's prepare_model_for_kbit_training; planner/mechanisms/kbit_prep.h), or
+  // the module made it fp32 and nothing casts it (torchtune's RoPE cache).
   bool upcast_fp32 = false;
 
   int64_t elements() const;  // product of shape; 1 for a scalar

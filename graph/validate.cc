@@ -285,6 +285,10 @@ Status Validator::check_params() {
         return fail(path + ".buffer", "true on a trainable or tied parameter (expected a buffer to be "
                                       "\"trainable\": false and not tied: buffers are never trained)");
       }
+      if (!param.persistent && !param.buffer) {
+        return fail(path + ".persistent", "false on a parameter (expected only a buffer to be left out of "
+                                          "the state dict: parameters are always in it)");
+      }
       int64_t elements = 1;
       for (size_t d = 0; d < param.shape.size(); ++d) {
         const std::string field = path + ".shape[" + std::to_string(d) + "]";

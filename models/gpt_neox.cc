@@ -7,6 +7,7 @@
 
 #include "models/layers.h"
 #include "models/llama.h"
+#include "models/rope_caches.h"
 #include "models/zoo_builders.h"
 
 namespace headroom::models {
@@ -81,12 +82,14 @@ graph::LayerGraph build_neox_from(const NeoxConfig& c, const ZooOptions& options
   hidden =
       b.dropout("gpt_neox.emb_dropout", hidden, h_elements, dropout_p(options, c.hidden_dropout));
   const auto [cos, sin] = add_rope_tables(b, "gpt_neox", rot);
+  const RopeCaches caches(kNeoxRope, options.rope_modules, c.max_position, rot);
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "gpt_neox.layers." + std::to_string(i);
     b.begin_block(p, "neox_layer", true);
     const std::string x =
         b.norm(p + ".input_layernorm", hidden, rows, c.hidden, NormKind::kLayerNorm, true, true);
     const std::string attn = neox_attention(b, c, p, x, cos, sin, options);
+    if (caches.per_layer()) caches.add(b, p + ".attention.q.cos", p + ".attention.rotary_emb");
     if (c.parallel_residual) {
       const std::string y = b.norm(p + ".post_attention_layernorm", hidden, rows, c.hidden,
                                    NormKind::kLayerNorm, true, true);

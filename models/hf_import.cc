@@ -94,7 +94,10 @@ Status apply_config_dtype(const HfFields& c, graph::LayerGraph& graph) {
         "one of " + std::string(graph::dtype_names_list()) + ", got " + c.json.at(key).dump());
   }
   for (graph::Node& node : graph.nodes) {
-    for (graph::Param& param : node.params) param.dtype = *dtype;
+    for (graph::Param& param : node.params) {
+      // A non-persistent buffer is in no checkpoint: its module makes its dtype.
+      if (param.persistent) param.dtype = *dtype;
+    }
   }
   return Status::ok();
 }
@@ -174,7 +177,8 @@ std::vector<std::string> check_graph_against_safetensors(
   std::map<std::string, bool> used;
   for (graph::Node& node : graph.nodes) {
     for (graph::Param& param : node.params) {
-      if (!param.tied_to.empty()) continue;
+      // A tied weight is stored once; a non-persistent buffer is in no checkpoint.
+      if (!param.tied_to.empty() || !param.persistent) continue;
       const graph::SafetensorsEntry* match = nullptr;
       for (const auto& [names, key] :
            {std::pair{&by_name, param.name}, std::pair{&by_name, without_first(param.name)},

@@ -28,6 +28,22 @@ int64_t default_max_position(const std::string& type) {
   return 32768;  // qwen2, qwen3
 }
 
+// What the libraries' rotary modules cache for a model_type (models/rope_caches.h):
+// a Llama config with rope_scaling's rope_type "llama3" (3.1, 3.2) is what
+// torchtune's llama3_1/llama3_2 builders make; Qwen3 has no torchtune builder (0.6.1).
+RopeCacheStyle rope_cache_style(const HfFields& c, const std::string& type) {
+  if (type == "qwen2") return kQwen2Rope;
+  if (type == "phi3") return kPhi3Rope;
+  if (type == "qwen3") return RopeCacheStyle{};
+  if (type == "llama" && c.has("rope_scaling") && c.json.at("rope_scaling").is_object()) {
+    const nlohmann::json& scaling = c.json.at("rope_scaling");
+    for (const char* key : {"rope_type", "type"}) {
+      if (scaling.contains(key) && scaling.at(key) == "llama3") return kLlama3ScaledRope;
+    }
+  }
+  return kLlamaRope;
+}
+
 }  // namespace
 
 Result<LlamaConfig> read_llama_config(const HfFields& c, const std::string& type) {
@@ -63,6 +79,7 @@ Result<LlamaConfig> read_llama_config(const HfFields& c, const std::string& type
   // Qwen2/3, Phi3): they keep a float32 copy of x, rstd and the normalized tensor,
   // 6 bytes per value under bf16; traced by scripts/exporter (docs/exporter.md).
   config.rms_norm = RmsNormStyle::kTransformers;
+  config.rope_cache = rope_cache_style(c, type);
   if (type == "gemma") {
     // GemmaMLP uses hidden_activation (default gelu_pytorch_tanh), not hidden_act.
     config.mlp_activation = "gelu_tanh";

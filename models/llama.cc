@@ -82,6 +82,7 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
   const SizeExpr rows = tokens();
   const SizeExpr h_elements = times(rows, c.hidden);
   const SizeExpr ffn_elements = times(rows, c.intermediate);
+  const RopeCaches caches(c.rope_cache, options.rope_modules, c.max_position, head_dim);
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = layer_prefix(prefix, i);
     b.begin_block(p, "llama_decoder", true);
@@ -113,6 +114,7 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
     RopeAttention a{p + ".self_attn", c.heads, c.kv_heads, head_dim, true,
                     dropout_p(options, c.attention_dropout), qkv_base};
     const std::string attn = rope_attention(b, a, q, k, v, cos, sin, options.attention, options.sdpa_repeat_kv);
+    if (caches.per_layer()) caches.add(b, p + ".self_attn.q.cos", p + ".self_attn.rotary_emb");
     const std::string o = b.linear(p + ".self_attn.o_proj", attn, rows, c.heads * head_dim, c.hidden, false);
     hidden = b.add(p + ".residual_attn", hidden, o, h_elements);
     const std::string y = add_rms_norm(b, c.rms_norm, p + ".post_attention_layernorm", hidden, rows, c.hidden);

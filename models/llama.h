@@ -8,6 +8,7 @@
 
 #include "graph/layer_graph.h"
 #include "models/graph_builder.h"
+#include "models/rope_caches.h"
 #include "models/zoo.h"
 
 namespace headroom::models {
@@ -40,6 +41,8 @@ struct LlamaConfig {
   // The zoo models the fused kernel its executor trains with; graphs read from a
   // config.json model transformers' own norm, which is what a transformers run keeps.
   RmsNormStyle rms_norm = RmsNormStyle::kFused;
+  // What the libraries' rotary modules cache for this family (models/rope_caches.h).
+  RopeCacheStyle rope_cache = kLlamaRope;
 };
 
 // meta-llama/Meta-Llama-3-8B config.json: hidden_size 4096, intermediate_size

@@ -93,7 +93,11 @@ Result<graph::LayerGraph> build_torchtune_model(std::string_view component, cons
         torchtune_builder_names() + ">, optionally with a lora_ or qlora_ prefix");
   }
   const Builder& b = *find_builder(parsed->builder);
-  graph::LayerGraph graph = build_llama(b.config, options);
+  LlamaConfig config = b.config;
+  // llama3_1 and llama3_2 build Llama3ScaledRoPE, which their lora_ builders share
+  // across layers (_component_builders.py, 0.6.1); llama2 and llama3 make one per layer.
+  config.rope_cache = b.module == "llama3_1" || b.module == "llama3_2" ? kLlama3ScaledRope : kLlamaRope;
+  graph::LayerGraph graph = build_llama(config, options);
   graph.name = std::string(kPrefix) + std::string(b.module) + "." + std::string(b.name);
   graph.family = "llama";
   graph.description = "torchtune " + std::string(b.name) + " (torchtune's Python-op RMSNorm)";

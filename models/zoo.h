@@ -27,12 +27,23 @@ enum class AttentionImpl {
   kTritonFlash,
 };
 
+// Whose rotary-embedding modules the model runs, for the cos/sin caches they keep
+// on the device as buffers (models/rope_caches.h; docs/models.md, "Rotary caches").
+enum class RopeModules {
+  kPerForward,          // cos/sin computed each forward, nothing cached: transformers >= 4.45, the zoo
+  kTransformersCached,  // transformers < 4.45: Qwen2's and GPT-NeoX's layers each cache cos and sin
+  kTorchtune,           // torchtune's builders: one fp32 cache the layers share (not priced)
+  kTorchtuneLora,       // torchtune's lora_ builders: an fp32 cache per layer (shared in Llama 3.1/3.2's)
+};
+
 struct ZooOptions {
   AttentionImpl attention = AttentionImpl::kSdpa;
   // Fused attention over grouped K/V runs on K and V copied to every head, as
   // transformers before 4.54 (repeat_kv) and torchtune do; otherwise it takes the
   // grouped K and V. Eager attention always copies.
   bool sdpa_repeat_kv = false;
+  // Set from the stack and its transformers release (planner/settings/stack.cc).
+  RopeModules rope_modules = RopeModules::kPerForward;
   std::optional<double> dropout;  // overrides every dropout p; nullopt = model default
   bool precomputed_text_embeddings = true;  // flux: T5/CLIP outputs given as inputs
   // flux: T5 tokens per sample (diffusers' max_sequence_length); nullopt: the

@@ -53,7 +53,7 @@ std::vector<FlatParamUnit> flat_param_units(const graph::LayerGraph& graph, cons
   for (const graph::Node& node : graph.nodes) {
     FlatParamUnit& unit = in_fsdp2_root(graph.blocks[node.block], settings) ? root : per_block[node.block];
     for (const graph::Param& param : node.params) {
-      if (!param.tied_to.empty()) continue;
+      if (!param.tied_to.empty() || param.buffer) continue;  // FSDP flattens parameters only
       if (own_adapter_units && param.trainable && is_lora_adapter(param)) {
         adapters.push_back({param.elements(), param.elements(), 0, false, node.block});
         continue;

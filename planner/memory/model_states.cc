@@ -161,6 +161,15 @@ bool fp32_shard(const StateWalk& w, const Param& param) {
 // under parameter offload, and their share of a checkpoint.
 void add_weights(StateWalk& w, const graph::Node& node, const Param& param) {
   ModelStates& out = w.out;
+  if (param.buffer) {
+    // ZeRO-3 and FSDP shard, gather and offload parameters only: a buffer stays whole
+    // on every rank's GPU (fully_shard moves buffers to the device, _fsdp_init.py
+    // _move_states_to_device; DeepSpeed partitions module.parameters()).
+    const int64_t storage = param_storage_bytes(param, w.precision);
+    out.params += w.account_bytes(storage);
+    if (param.persistent && w.settings.mode == TrainMode::kFull) w.checkpoint_weights += storage;
+    return;
+  }
   const int64_t elements = param.elements();
   out.total_params += elements;
   if (w.shard_params && gathered_in_fp8(node, param, w.settings)) out.float8_gathered_params += elements;

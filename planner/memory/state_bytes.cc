@@ -30,7 +30,7 @@ std::vector<int64_t> block_param_bytes(const graph::LayerGraph& graph, Precision
   std::vector<int64_t> per_block(graph.blocks.size(), 0);
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
-      if (param.tied_to.empty()) per_block[node.block] += param_storage_bytes(param, precision);
+      if (param.tied_to.empty() && !param.buffer) per_block[node.block] += param_storage_bytes(param, precision);
     }
   }
   return per_block;
@@ -41,7 +41,7 @@ std::vector<int64_t> block_shard_bytes(const graph::LayerGraph& graph, const Run
   std::vector<int64_t> per_block(graph.blocks.size(), 0);
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
-      if (!param.tied_to.empty()) continue;
+      if (!param.tied_to.empty() || param.buffer) continue;
       per_block[node.block] += fsdp_fp32_shard(param, settings.precision, upcast)
                                    ? param.elements() * 4
                                    : param_storage_bytes(param, settings.precision);
@@ -59,7 +59,7 @@ std::vector<int64_t> block_gathered_bytes(const graph::LayerGraph& graph, const 
   std::vector<int64_t> per_block(graph.blocks.size(), 0);
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
-      if (!param.tied_to.empty()) continue;
+      if (!param.tied_to.empty() || param.buffer) continue;
       per_block[node.block] += gathered_in_fp8(node, param, settings)
                                    ? graph::dtype_bytes(DType::kF8E4M3, param.elements())
                                    : param_storage_bytes(param, settings.precision);

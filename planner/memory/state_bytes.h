@@ -181,7 +181,8 @@ bool fsdp_fp32_shard(const graph::Param& param, Precision precision, bool upcast
 // (_fsdp_param.py to_accumulated_grad_if_needed). docs/memory-model.md.
 bool accumulates_unsharded(const RunSettings& settings, const GlobalConfig& config);
 
-// Per block, the bytes of its own parameters as stored on the GPU (tied ones counted at their owner).
+// Per block, the bytes of its own parameters as stored on the GPU (tied ones counted at
+// their owner; buffers, which ZeRO-3 and FSDP neither shard nor gather, left out).
 std::vector<int64_t> block_param_bytes(const graph::LayerGraph& graph, Precision precision);
 // Per block, the bytes ZeRO-3 / FSDP2 all-gathers for it: block_param_bytes, with
 // the weights of fp8 linears at one byte each under settings.float8_all_gather

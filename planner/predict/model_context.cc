@@ -150,6 +150,8 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
     // Before 4.54 transformers copies grouped K and V to every head for SDPA (the
     // band's top when the release is open; settings/stack.cc resolve_repeat_kv).
     options.sdpa_repeat_kv = stack.top.repeat_kv;
+    // Whose rotary modules, for their RoPE caches (settings/stack.cc resolve_rope_modules).
+    options.rope_modules = stack.top.rope_modules;
     options.dropout = settings.dropout;
     options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
     options.text_tokens = settings.text_tokens;

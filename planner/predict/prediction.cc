@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "graph/op_traits.h"
+#include "models/rope_caches.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/settings/stack.h"
 #include "planner/time/fsdp2_stream_copies.h"
@@ -213,6 +214,9 @@ Prediction with_band(const ModelContext& context, const RunSettings& settings, c
   std::vector<std::string> stack_unknowns = stack.unknowns;
   // The release's repeat_kv matters where the top's graph copied grouped K/V for SDPA.
   if (stack.repeat_kv_open && copies_grouped_kv(context.graph)) stack_unknowns.emplace_back(repeat_kv_unknown());
+  if (stack.layer_rope_caches_open && models::holds_transformers_rope_caches(context.graph)) {
+    stack_unknowns.emplace_back(layer_rope_caches_unknown());
+  }
   top.band_unknowns.insert(top.band_unknowns.begin(), stack_unknowns.begin(), stack_unknowns.end());
   // The loss variant rewrites the graph, so the bottom gets its own context.
   Result<ModelContext> bottom_context = prepare_context(*bottom_settings);

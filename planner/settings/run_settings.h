@@ -104,6 +104,10 @@ struct RunSettings {
   // (transformers' repeat_kv before 4.54; StackSpec::repeat_kv); nullopt: as the
   // stack and its releases do (or a band).
   std::optional<bool> repeat_kv;
+  // Whether every attention layer keeps its own RoPE cos/sin cache (transformers
+  // before 4.45 for Qwen2 and GPT-NeoX, torchtune's lora_ builders; StackSpec::rope_modules);
+  // nullopt: as the stack and its releases do (or a band).
+  std::optional<bool> layer_rope_caches;
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile): checkpointable blocks save what the min-cut partitioner
   // keeps (planner/mechanisms/compiled_blocks.h) and run their pointwise ops as fused

@@ -29,6 +29,7 @@ Status read_model_and_stack(JsonFields& r, RunSettings& s, std::string& attentio
       r.read_enum("kbit_prep", s.kbit_prep, parse_kbit_prep, kbit_prep_names()),
       r.read("autocast", s.autocast),
       r.read("repeat_kv", s.repeat_kv),
+      r.read("layer_rope_caches", s.layer_rope_caches),
       r.read_enum("precision", s.precision, parse_precision, precision_names()),
       r.read_enum("optimizer", s.optimizer, parse_optimizer, optimizer_names()),
       r.read_enum("mode", s.mode, parse_mode, mode_names()),
@@ -195,6 +196,7 @@ void write_model_and_stack(const RunSettings& s, nlohmann::json& j) {
   if (s.kbit_prep) j["kbit_prep"] = kbit_prep_name(*s.kbit_prep);
   if (s.autocast) j["autocast"] = *s.autocast;
   if (s.repeat_kv) j["repeat_kv"] = *s.repeat_kv;
+  if (s.layer_rope_caches) j["layer_rope_caches"] = *s.layer_rope_caches;
   if (!s.versions.empty()) j["versions"] = s.versions;
   j["compile"] = s.compile;
   if (s.compile_loss) j["compile_loss"] = *s.compile_loss;

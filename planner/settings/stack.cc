@@ -179,6 +179,31 @@ void resolve_repeat_kv(const RunSettings& settings, ResolvedStack& out) {
   out.repeat_kv_open = true;
 }
 
+// RoPE's caches (models/rope_caches.h). transformers before 4.45 builds a rotary
+// module in every Qwen2 and GPT-NeoX attention layer, caching cos and sin over
+// max_position_embeddings (4.44.2 modeling_qwen2.py Qwen2RotaryEmbedding
+// ._set_cos_sin_cache); 4.45.0 computes them per forward in one module of the model.
+// torchtune's builders keep an fp32 cache, its lora_ builders one per layer
+// (models/qwen2/_component_builders.py lora_qwen2_self_attention, 0.6.1).
+void resolve_rope_modules(const RunSettings& settings, ResolvedStack& out) {
+  using models::RopeModules;
+  const bool torchtune = settings.stack == Stack::kTorchtune;
+  // litgpt and torchtitan run rotary modules of their own, outside this mechanism.
+  if (!torchtune && !runs_transformers_models(settings.stack)) return;
+  const auto modules = [&](bool per_layer) {
+    if (torchtune) return per_layer ? RopeModules::kTorchtuneLora : RopeModules::kTorchtune;
+    return per_layer ? RopeModules::kTransformersCached : RopeModules::kPerForward;
+  };
+  std::optional<bool> per_layer = settings.layer_rope_caches;
+  const std::optional<Release> transformers = release_of(settings.versions, "transformers");
+  if (!per_layer && torchtune) per_layer = settings.mode != TrainMode::kFull;
+  if (!per_layer && transformers) per_layer = *transformers < Release{4, 45, 0};
+  // An open release: the top keeps the caches, the bottom does not.
+  out.top.rope_modules = modules(per_layer.value_or(true));
+  out.bottom.rope_modules = modules(per_layer.value_or(false));
+  out.layer_rope_caches_open = !per_layer.has_value();
+}
+
 // Whether torch.compile covers the loss as well as the blocks. Eager is the top
 // of the band (the fp32 log-probabilities and their gradients are what compile
 // removes); a loss the stack leaves open is priced both ways.
@@ -337,6 +362,11 @@ std::string_view repeat_kv_unknown() {
          "on the grouped K and V (give --versions transformers=X or --repeat-kv)";
 }
 
+std::string_view layer_rope_caches_unknown() {
+  return "the transformers release: before 4.45 every Qwen2 and GPT-NeoX attention layer keeps its own RoPE cos/sin "
+         "cache over max_position_embeddings, from 4.45 none (give --versions transformers=X or --layer-rope-caches)";
+}
+
 bool runs_transformers_models(Stack value) {
   return value == Stack::kHfTrainer || value == Stack::kDeepspeed || value == Stack::kTorchAmp ||
          value == Stack::kUnspecified;
@@ -396,12 +426,13 @@ ResolvedStack resolve_stack(const RunSettings& settings) {
   resolve_kbit_prep(settings, out);
   resolve_autocast(settings, out);
   resolve_repeat_kv(settings, out);
+  resolve_rope_modules(settings, out);
   return out;
 }
 
 std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
   const ResolvedStack resolved = resolve_stack(settings);
-  if (resolved.unknowns.empty() && !resolved.repeat_kv_open) return std::nullopt;
+  if (resolved.unknowns.empty() && !resolved.repeat_kv_open && !resolved.layer_rope_caches_open) return std::nullopt;
   RunSettings bottom = settings;
   bottom.optimizer_impl = resolved.bottom.optimizer_impl;
   bottom.loss = resolved.bottom.loss;
@@ -415,6 +446,7 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
   // Only pure bf16 has it (validate_settings refuses it elsewhere).
   if (autocast_matters(settings)) bottom.autocast = resolved.bottom.autocast;
   if (resolved.repeat_kv_open) bottom.repeat_kv = resolved.bottom.repeat_kv;
+  if (resolved.layer_rope_caches_open) bottom.layer_rope_caches = false;
   return bottom;
 }
 

@@ -45,6 +45,9 @@ struct StackSpec {
   // repeat_kv before 4.54; from 4.54 SDPA's enable_gqa when the batch has no
   // padding mask). docs/stacks.md, "Releases".
   bool repeat_kv = false;
+  // Whose rotary modules the model runs, for the RoPE caches they keep (transformers
+  // before 4.45: one per Qwen2 / GPT-NeoX layer; torchtune's). docs/models.md, "Rotary caches".
+  models::RopeModules rope_modules = models::RopeModules::kPerForward;
 };
 
 // The stack as the planner prices it: the top of the band (each unknown at its
@@ -57,11 +60,16 @@ struct ResolvedStack {
   // for a model with grouped K/V under SDPA, which the settings alone do not show
   // (prediction.cc adds it; repeat_kv_unknown()).
   bool repeat_kv_open = false;
+  // Whether the per-layer RoPE caches are open (the transformers release is). Said
+  // only for a model that holds them (models::holds_transformers_rope_caches).
+  bool layer_rope_caches_open = false;
 };
 ResolvedStack resolve_stack(const RunSettings& settings);
 
 // What the band says when the transformers release, and so repeat_kv, is open.
 std::string_view repeat_kv_unknown();
+// What it says when that release leaves transformers' per-layer RoPE caches open.
+std::string_view layer_rope_caches_unknown();
 
 // Whether the stack runs transformers' modeling code on a Hugging Face config (the
 // Trainer, DeepSpeed, a plain loop over AutoModel; unspecified priced as one):

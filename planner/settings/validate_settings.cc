@@ -208,6 +208,11 @@ Status check_mechanisms(const RunSettings& s, std::string_view origin) {
     return fail(origin, "repeat_kv", "eager attention always copies grouped K/V to every head: expected attention "
                                      "sdpa, flex or triton with repeat_kv");
   }
+  if (s.layer_rope_caches && s.stack != Stack::kTorchtune && !runs_transformers_models(s.stack)) {
+    return fail(origin, "layer_rope_caches",
+                "only transformers' and torchtune's rotary modules keep caches: expected stack hf-trainer, deepspeed, "
+                "torch-amp, torchtune or unspecified with it, got " + std::string(stack_name(s.stack)));
+  }
   if (s.float8 != Float8Recipe::kNone && s.mode != TrainMode::kFull) {
     return fail(origin, "float8",
                 "torchao's Float8Linear converts the trained linears of a full fine-tune (LoRA and QLoRA bases are "

@@ -114,6 +114,20 @@ TEST_CASE("round trip through a file is exact") {
   CHECK(text.back() == '\n');
 }
 
+TEST_CASE("a non-persistent fp32 buffer (a RoPE cache) round-trips, its keys written only when set") {
+  LayerGraph graph = rich_graph();
+  graph.nodes[4].params[1].persistent = false;
+  graph.nodes[4].params[1].upcast_fp32 = true;
+  const json written = graph_to_json(graph);
+  CHECK(written["nodes"][4]["params"][1]["persistent"] == false);
+  CHECK(written["nodes"][4]["params"][1]["upcast_fp32"] == true);
+  CHECK_FALSE(written["nodes"][4]["params"][0].contains("persistent"));
+  CHECK_FALSE(written["nodes"][4]["params"][0].contains("upcast_fp32"));
+  const Result<LayerGraph> read = graph_from_json(written, "round-trip");
+  REQUIRE_MESSAGE(read.is_ok(), read.message());
+  CHECK(graphs_equal(read.value(), graph));
+}
+
 TEST_CASE("a buffer is written only when set and is not a parameter of the model") {
   const LayerGraph graph = rich_graph();
   const json written = graph_to_json(graph);
@@ -140,6 +154,8 @@ TEST_CASE("graphs_equal notices each kind of difference") {
   CHECK(differs([](LayerGraph& g) { g.nodes[0].saves[0].when = SaveWhen::kInputGrad; }));
   CHECK(differs([](LayerGraph& g) { g.nodes[4].params[0].tied_to.clear(); }));
   CHECK(differs([](LayerGraph& g) { g.nodes[4].params[1].buffer = false; }));
+  CHECK(differs([](LayerGraph& g) { g.nodes[4].params[1].persistent = false; }));
+  CHECK(differs([](LayerGraph& g) { g.nodes[4].params[1].upcast_fp32 = true; }));
   CHECK(differs([](LayerGraph& g) { g.nodes[0].linear->rows.bs = 2; }));
   CHECK(differs([](LayerGraph& g) { g.nodes[2].linear = g.nodes[0].linear; }));
   CHECK(differs([](LayerGraph& g) { g.nodes[1].workspace_elements.ss = 0; }));

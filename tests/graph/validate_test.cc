@@ -212,6 +212,16 @@ TEST_CASE("a buffer is neither trainable nor tied") {
               "buffers are never trained");
 }
 
+TEST_CASE("only a buffer may be left out of the state dict") {
+  LayerGraph graph = toy();
+  graph.nodes[0].params.push_back(Param{"mlp.0.fc1.cos_cached", {256}, DType::kF32, false, "", true});
+  graph.nodes[0].params.back().persistent = false;
+  CHECK(validate_graph(graph, "toy.json").is_ok());
+  graph.nodes[0].params.back().buffer = false;
+  check_error(graph, "nodes[0] (\"mlp.0.fc1\").params[2] (\"mlp.0.fc1.cos_cached\").persistent",
+              "expected only a buffer");
+}
+
 TEST_CASE("node references") {
   LayerGraph graph = toy();
   SUBCASE("unknown input: the message in full") {

@@ -44,8 +44,12 @@ TEST_CASE("a stack pins its mechanisms, what it leaves open is a band, overrides
   // transformers' release still decides whether SDPA gets grouped K/V (versions_test.cc).
   CHECK(resolve_stack(s).repeat_kv_open);
   s.repeat_kv = false;
+  // and whether Qwen2's layers cache RoPE tables (rope_caches_test.cc).
+  CHECK(resolve_stack(s).layer_rope_caches_open);
+  s.layer_rope_caches = false;
   CHECK_FALSE(bottom_of_band(s).has_value());
   s.repeat_kv.reset();
+  s.layer_rope_caches.reset();
 
   s.stack = Stack::kTorchtune;
   CHECK(resolve_stack(s).top.loss == LossSpec{LossImpl::kChunked, 8});
@@ -57,6 +61,7 @@ TEST_CASE("a stack pins its mechanisms, what it leaves open is a band, overrides
   s.stack = Stack::kUnspecified;
   s.loss = LossSpec{LossImpl::kNoUpcast, 8};
   s.repeat_kv = true;
+  s.layer_rope_caches = true;
   const std::optional<RunSettings> bottom = bottom_of_band(s);
   CHECK_FALSE(bottom.has_value());  // optimizer and loss both pinned
 }
