@@ -81,6 +81,8 @@ const std::set<std::string>& settings_keys() {
     every.fsdp_no_sync = false;
     every.autocast = true;
     every.fsdp_wrap = planner::FsdpWrap::kModel;
+    every.host_ram_bytes = 1;
+    every.disk_free_bytes = 1;
     const json every_json =
         planner::settings_to_json(every);  // named: items() does not extend a temporary
     std::set<std::string> out;
