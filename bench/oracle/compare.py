@@ -45,8 +45,11 @@ def oracle_batch(specs: list, python: str) -> list:
 
 
 def predict(spec: dict, headroom: str) -> dict:
-    command = [headroom, "fit", *headroom_flags(spec), "--json"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return predict_command([headroom, "fit", *headroom_flags(spec), "--json"])
+
+
+def predict_command(command: list) -> dict:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
     if done.returncode not in (0, 1):
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed",
                 "command": command}
@@ -104,6 +107,19 @@ def compare_one(spec: dict, truth: dict, seconds: float, headroom: str) -> dict:
     return row
 
 
+def rerun_recorded(row: dict, headroom: str) -> dict:
+    """A recorded row with headroom's side predicted again by `headroom` (its oracle side kept)."""
+    if "error" in row:
+        return row
+    command = row["command"].split(" ")
+    guess = predict_command([headroom, *command[1:]])
+    if "error" in guess:
+        return dict(row, error=guess["error"])
+    return dict(row, predicted_bytes=guess["peak_allocated_bytes"], predicted_at_peak=guess["at_peak"],
+                predicted_at=guess["peak_at"],
+                error_pct=100.0 * (guess["peak_allocated_bytes"] - row["oracle_bytes"]) / row["oracle_bytes"])
+
+
 def summary(rows: list) -> dict:
     ok = [r for r in rows if "error" not in r]
     errors = [r["error_pct"] for r in ok]
@@ -126,9 +142,17 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="oracle processes at once")
     parser.add_argument("--batch", type=int, default=8, help="runs per oracle process")
     parser.add_argument("--only", help="run only grid entries whose name contains this")
+    parser.add_argument("--recorded", help="the oracle's side from this --json-out of an earlier run of the "
+                        "same grid (same environments): only headroom's side runs again")
     args = parser.parse_args()
     specs = [s for s in expand_grid(args.grid) if not args.only or args.only in s["name"]]
     started = time.time()
+    if args.recorded:
+        with open(args.recorded) as f:
+            recorded = {r["name"]: r for r in json.load(f)}
+        rows = [rerun_recorded(recorded[s["name"]], args.headroom) if s["name"] in recorded
+                else {"name": s["name"], "spec": s, "error": "not in the recorded runs"} for s in specs]
+        return finish(rows, time.time() - started, args)
     batches = []
     for env in dict.fromkeys(s.get("env", "hf5") for s in specs):
         of_env = [s for s in specs if s.get("env", "hf5") == env]
@@ -137,7 +161,11 @@ def main() -> int:
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         done = pool.map(lambda b: compare_batch(b[0], b[1], args.headroom), batches)
         rows = [row for batch in done for row in batch]
-    wall = time.time() - started
+    return finish(rows, time.time() - started, args)
+
+
+def finish(rows: list, wall: float, args: argparse.Namespace) -> int:
+    """Prints each row and the summary, and writes the table and the rows."""
     for r in rows:
         if "error" in r:
             print(f"{r['name']:60s} ERROR {r['error']}")
@@ -147,6 +175,8 @@ def main() -> int:
     totals = summary(rows)
     totals["wall_seconds"] = round(wall, 1)
     print(json.dumps(totals))
+    if args.recorded:
+        totals["oracle_recorded"] = os.path.basename(args.recorded)
     if args.out:
         write_report(args.out, rows, totals, args.grid)
     if args.json_out:

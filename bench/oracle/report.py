@@ -29,6 +29,8 @@ def _lines(rows: list, totals: dict, grid: str) -> list:
              f"under by more than 2%: {totals.get('under_2pct', 0)}, worst under: "
              f"{totals.get('worst_under_pct', float('nan')):+.1f}%, worst over: "
              f"{totals.get('worst_over_pct', float('nan')):+.1f}%; wall time {totals['wall_seconds']:.0f} s.",
+             *([f"The oracle's side is the recorded run `{totals['oracle_recorded']}` (`--recorded`: the same"
+                " grid and environments); headroom's side was run again."] if "oracle_recorded" in totals else []),
              "", "| run | oracle GiB | headroom GiB | error | parameters | gradients | optimizer | "
              "activations | transient | oracle peak in |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

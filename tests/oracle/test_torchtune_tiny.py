@@ -29,7 +29,9 @@ TINY = {"vocab_size": 8192, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2, 
 # builds the adapters under the model's dtype)
 ADAPTER_BYTES = 2 * 4 * 16 * ((256 + 256) + (256 + 128))
 ADAPTER_TENSORS = 4 * 2 * 2
-BASE = {"stack": "torchtune", "model": "tests/data/oracle/tiny-llama", "via": "flags",
+# llama3_2's config.json says its Llama 3 RoPE scaling: torchtune's lora_llama3_2 then shares one
+# rotary cache, where lora_llama3 (a config without it) keeps one a layer (models/rope_caches.h).
+BASE = {"stack": "torchtune", "model": "tests/data/oracle/tiny-llama3.2", "via": "flags",
         "builder": "torchtune.models.llama3_2.llama3_2", "builder_args": TINY,
         "lora_targets": ["q_proj", "v_proj"], "batch": 2, "seq": 256, "steps": 2}
 
