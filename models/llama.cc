@@ -147,7 +147,11 @@ void add_causal_lm_head(GraphBuilder& b, const std::string& norm, const std::str
   b.lm_loss("loss", logits, labels, tokens(), vocab);
 }
 
-graph::LayerGraph build_llama(const LlamaConfig& c, const ZooOptions& options) {
+graph::LayerGraph build_llama(const LlamaConfig& config, const ZooOptions& options) {
+  LlamaConfig c = config;
+  if (options.rms_norm_f32_normalized && c.rms_norm == RmsNormStyle::kTransformers) {
+    c.rms_norm = RmsNormStyle::kTransformersF32;
+  }
   GraphBuilder b;
   b.set_param_dtype(DType::kBF16);  // published as bfloat16 safetensors
   b.begin_block("embeddings", "embedding", false);

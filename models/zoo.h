@@ -44,6 +44,11 @@ struct ZooOptions {
   bool sdpa_repeat_kv = false;
   // Set from the stack and its transformers release (planner/settings/stack.cc).
   RopeModules rope_modules = RopeModules::kPerForward;
+  // torchtune from 0.5: its RMSNorm runs F.rms_norm over x.float() with the 16-bit
+  // scale, whose dtype mismatch takes torch's composite path: the normalized tensor
+  // the scale multiplies is fp32 (RmsNormStyle::kTransformersF32). Set from the stack
+  // and its torchtune release (planner/predict/model_context.cc).
+  bool rms_norm_f32_normalized = false;
   std::optional<double> dropout;  // overrides every dropout p; nullopt = model default
   bool precomputed_text_embeddings = true;  // flux: T5/CLIP outputs given as inputs
   // flux: T5 tokens per sample (diffusers' max_sequence_length); nullopt: the

@@ -82,6 +82,7 @@ const std::set<std::string>& settings_keys() {
     every.autocast = true;
     every.fsdp_wrap = planner::FsdpWrap::kModel;
     every.host_ram_bytes = 1;
+    every.versions["torchtune"] = "0.5.0";
     every.disk_free_bytes = 1;
     const json every_json =
         planner::settings_to_json(every);  // named: items() does not extend a temporary

@@ -139,6 +139,18 @@ RunSettings settings_for_plan(const RunSettings& settings) {
 
 namespace {
 
+// Whether torchtune's RMSNorm keeps the normalized tensor in fp32: from 0.5.0
+// (torchtune/modules/rms_norm.py, PR #2054: F.rms_norm(x.float(), weight=self.scale),
+// which torch's rms_norm_symint sends to rms_norm_composite when the weight's dtype
+// differs from the input's, aten/src/ATen/native/layer_norm.cpp). An unknown release
+// is priced as the current one, which is also the more expensive.
+bool torchtune_norm_in_fp32(const RunSettings& settings) {
+  if (settings.stack != Stack::kTorchtune) return false;
+  const std::optional<Release> release = release_of(settings.versions, "torchtune");
+  return !release || *release >= Release{0, 5, 0};
+}
+
+
 // The model's layer graph from MODEL: a Hugging Face directory or config.json
 // (its stored quantization checked against the run), a layer-graph file, a
 // torchtune component, or a zoo name; refused beyond kMaxBlocks blocks.
@@ -152,6 +164,7 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
     options.sdpa_repeat_kv = stack.top.repeat_kv;
     // Whose rotary modules, for their RoPE caches (settings/stack.cc resolve_rope_modules).
     options.rope_modules = stack.top.rope_modules;
+    options.rms_norm_f32_normalized = torchtune_norm_in_fp32(settings);
     options.dropout = settings.dropout;
     options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
     options.text_tokens = settings.text_tokens;

@@ -90,8 +90,8 @@ TEST_CASE("eager RMSNorm pays for its Python ops, compiled, for one read and one
   const double weight = 2048.0 * 2;
   const double bytes_per_ms = 2039e9 * 0.7 / 1e3;
   const double launch = 0.005;
-  Result<ModelContext> eager = prepare_context(torchtune_llama_1b(false));
-  Result<ModelContext> compiled = prepare_context(torchtune_llama_1b(true));
+  Result<ModelContext> eager = prepare_context(torchtune_before_0_5(torchtune_llama_1b(false)));
+  Result<ModelContext> compiled = prepare_context(torchtune_before_0_5(torchtune_llama_1b(true)));
   REQUIRE(eager.is_ok());
   REQUIRE(compiled.is_ok());
   const int norm = node_index(eager->graph, "model.layers.1.input_layernorm");

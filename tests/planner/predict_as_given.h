@@ -42,6 +42,13 @@ inline RunSettings torchtune_llama_1b(bool compile = false,
   return s;
 }
 
+// `s` as torchtune before 0.5 ran it: RMSNorm's normalized tensor cast back to 16
+// bits before the scale (tests/planner/torchtune_rms_norm_test.cc holds 0.5's fp32).
+inline RunSettings torchtune_before_0_5(RunSettings s) {
+  s.versions["torchtune"] = "0.4.0";
+  return s;
+}
+
 // The index of the block whose name ends with `suffix` (".layers.0").
 inline int block_ending(const graph::LayerGraph& graph, const std::string& suffix) {
   for (size_t b = 0; b < graph.blocks.size(); ++b) {
