@@ -29,14 +29,15 @@ Status check_zero3(const planner::Plan& plan, const ExecutableModel& model, std:
     return refuse(origin, "config.offload_param",
                   "parameter offload (ZeRO-Infinity's offload_param) is not implemented in the executor; expected none");
   }
-  if (plan.config.zero_stage != 3) return Status::ok();
-  if (planner::shards_with_fsdp(s)) {
+  // FSDP at ZeRO-2 shards the parameters too (planner::fsdp_shards_params).
+  if (planner::fsdp_shards_params(s, plan.config.zero_stage)) {
     return refuse(origin, "settings.sharding",
                   std::string(planner::sharding_of(s) == planner::Sharding::kFsdp1 ? "FSDP1's FlatParameter units"
                                                                                    : "FSDP2's per-parameter DTensor shards") +
-                      " are priced but not run by the executor, which shards ZeRO-3 as DeepSpeed does; expected "
-                      "sharding deepspeed (--sharding deepspeed)");
+                      " are priced but not run by the executor, which shards ZeRO-2 and ZeRO-3 as DeepSpeed does; "
+                      "expected sharding deepspeed (--sharding deepspeed)");
   }
+  if (plan.config.zero_stage != 3) return Status::ok();
   if (s.optimizer != planner::OptimizerKind::kAdamW) {
     return refuse(origin, "settings.optimizer",
                   "the executor partitions only AdamW at ZeRO-3; expected adamw, or zero_stage 0 for " +

@@ -217,6 +217,9 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
     const std::string message = check_executable(other, "plan.json").message();
     CHECK(message.find("plan.json: settings.sharding") == 0);
     CHECK(message.find(fsdp == planner::Sharding::kFsdp1 ? "FSDP1" : "FSDP2") != std::string::npos);
+    // FSDP at ZeRO-2 (no reshard after forward) is priced as FSDP, so it is refused too.
+    other.config.zero_stage = 2;
+    CHECK(check_executable(other, "plan.json").message().find("plan.json: settings.sharding") == 0);
   }
   planner::Plan zero3_sgd = zero3;
   zero3_sgd.config.offload_optimizer = planner::Offload::kNone;
