@@ -55,7 +55,7 @@ StageRange zero_stages(const RunSettings& settings) {
 // What decides the offloads open at one ZeRO stage.
 struct StageFacts {
   int stage = 0;
-  bool fsdp = false;               // stage 3, sharded with FSDP
+  bool fsdp = false;               // the parameters sharded with FSDP (stage 3, or 2 without resharding)
   bool fsdp1_accumulates = false;  // FSDP1 accumulating outside no_sync: no CPU offload
 };
 
@@ -64,7 +64,7 @@ StageFacts stage_facts(const RunSettings& settings, int stage, int64_t per_rank,
   facts.stage = stage;
   // FSDP offloads to the CPU only. FSDP1's CPUOffload accumulates gradients only
   // under no_sync (run_settings.cc): otherwise only without accumulation.
-  facts.fsdp = stage == 3 && shards_with_fsdp(settings);
+  facts.fsdp = fsdp_shards_params(settings, stage);
   facts.fsdp1_accumulates = facts.fsdp && sharding_of(settings) == Sharding::kFsdp1 && per_rank > micro_batch &&
                             !resolve_stack(settings).bottom.fsdp_no_sync;
   return facts;

@@ -348,6 +348,13 @@ Status check_fsdp(const RunSettings& s, std::string_view origin) {
   if (s.zero_stage == 3 && shards_with_fsdp(s) && s.offload_optimizer == Offload::kNvme) {
     return fail(origin, "offload_optimizer", "FSDP has no NVMe offload (ZeRO-Infinity is DeepSpeed's): expected cpu or none");
   }
+  // Without resharding (zero_stage 2) FSDP has no offload: its CPU offload moves the
+  // parameters with the optimizer, which needs zero_stage 3.
+  if (fsdp_keeps_unsharded(s, s.zero_stage) && s.offload_optimizer != Offload::kNone) {
+    return fail(origin, "offload_optimizer",
+                "FSDP offloads the optimizer only with the parameters (CPUOffloadPolicy, CPUOffload(offload_params=True)), "
+                "which needs zero_stage 3: expected none at zero_stage 2 under FSDP");
+  }
   const bool fsdp1 = s.zero_stage == 3 && sharding_of(s) == Sharding::kFsdp1;
   if (s.fsdp_wrap != FsdpWrap::kLayers && !fsdp1) {
     return fail(origin, "fsdp_wrap", "FSDP1's wrapping: expected layers unless zero_stage is 3 with sharding fsdp1");

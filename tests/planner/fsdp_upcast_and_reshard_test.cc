@@ -8,6 +8,7 @@
 #include "planner/memory/fsdp_units.h"
 #include "planner/predict/step_model.h"
 #include "planner/settings/stack.h"
+#include "planner/settings/validate_settings.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
@@ -134,6 +135,16 @@ TEST_CASE("FSDP at ZeRO-3: two layers in flight in a layer, the last one alone b
   settings.sharding = Sharding::kDeepspeed;
   settings.fsdp_wrap = FsdpWrap::kLayers;
   CHECK(fsdp_in_flight(model(false), settings, 3, Accounting::kAllocated).forward.empty());
+}
+
+TEST_CASE("FSDP at ZeRO-2 offloads nothing: its CPU offload moves parameters with the optimizer") {
+  RunSettings s = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
+  s.zero_stage = 2;
+  CHECK(validate_settings(s, "t.json").is_ok());
+  s.offload_optimizer = Offload::kCpu;
+  CHECK(validate_settings(s, "t.json").message().find("t.json: offload_optimizer: FSDP offloads the optimizer only") == 0);
+  s.sharding = Sharding::kDeepspeed;  // DeepSpeed's ZeRO-Offload at stage 2
+  CHECK(validate_settings(s, "t.json").is_ok());
 }
 
 TEST_CASE("the step walk carries the layers in flight block by block") {
