@@ -160,7 +160,7 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
   const bool params_on_gpu = config.offload_param == Offload::kNone;
   const bool offload = fsdp_cpu_offload(settings, config);
   // Accelerate upcasts each trainable FlatParameter of a 16-bit model to fp32 (fsdp_upcasts_trainable).
-  const bool upcast = fsdp_upcasts_trainable(settings);
+  const bool upcast = fsdp_upcasts_trainable(settings, config.zero_stage);
   out.params = 0;
   out.grads_full = 0;
   out.reduce_scatter_bytes = 0;

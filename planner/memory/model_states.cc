@@ -121,7 +121,7 @@ struct StateWalk {
     torchao_offload = !optimizer_on_gpu && s.cpu_offload != CpuOffloadImpl::kZeroOffload;
     keep_gpu_grads = s.cpu_offload == CpuOffloadImpl::kTorchao;
     fsdp = shard_params && shards_with_fsdp(s);
-    upcast_trainable = fsdp && fsdp_upcasts_trainable(s);
+    upcast_trainable = fsdp && fsdp_upcasts_trainable(s, c.zero_stage);
     flat_partitions = shard_optimizer && !fsdp;
     shared = shared_gradient_first_block(g);
     out.block_grads.assign(g.blocks.size(), 0);
@@ -412,7 +412,8 @@ void add_fsdp_buffers(StateWalk& w) {
   // Each layer's own, at the end of its backward; none while the root's blocks run.
   out.reduce_scatter_block = layer_trainable_elements(w.graph, settings);
   for (int64_t& bytes : out.reduce_scatter_block) bytes = w.account_bytes(bytes * (grad_width + reduce_width));
-  out.reduce_scatter_bytes = *std::max_element(out.reduce_scatter_block.begin(), out.reduce_scatter_block.end());
+  const auto largest = std::max_element(out.reduce_scatter_block.begin(), out.reduce_scatter_block.end());
+  out.reduce_scatter_bytes = largest == out.reduce_scatter_block.end() ? 0 : *largest;
   // The root group reduces once, in the final callback: its reduce-scatter input
   // beside its unsharded gradients (fsdp2_root_grads), after the last block's backward.
   out.fsdp2_root_reduce_scatter = w.account_bytes(out.fsdp2_root_trainable * reduce_width);

@@ -36,8 +36,8 @@ std::vector<int64_t> block_param_bytes(const graph::LayerGraph& graph, Precision
   return per_block;
 }
 
-std::vector<int64_t> block_shard_bytes(const graph::LayerGraph& graph, const RunSettings& settings) {
-  const bool upcast = fsdp_upcasts_trainable(settings);
+std::vector<int64_t> block_shard_bytes(const graph::LayerGraph& graph, const RunSettings& settings, int zero_stage) {
+  const bool upcast = fsdp_upcasts_trainable(settings, zero_stage);
   std::vector<int64_t> per_block(graph.blocks.size(), 0);
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
@@ -73,9 +73,9 @@ bool fsdp_cpu_offload(const RunSettings& settings, const GlobalConfig& config) {
          config.offload_optimizer == Offload::kCpu;
 }
 
-bool fsdp_upcasts_trainable(const RunSettings& settings) {
+bool fsdp_upcasts_trainable(const RunSettings& settings, int zero_stage) {
   if (settings.stack != Stack::kHfTrainer || settings.precision != Precision::kBf16Pure) return false;
-  if (!fsdp_shards_params(settings, settings.zero_stage)) return false;
+  if (!fsdp_shards_params(settings, zero_stage)) return false;
   // FSDP2's upcast skips a model with Params4bit; FSDP1's upcasts each trainable FlatParameter.
   if (settings.mode == TrainMode::kQlora && shards_with_fsdp2(settings)) return false;
   // mixed_precision "no" (bf16=False) runs no autocast and no upcast.
@@ -87,11 +87,11 @@ bool fsdp_fp32_shard(const Param& param, Precision precision, bool upcast) {
   return master_bytes_per_element(precision) > 0 || (param.trainable && upcast);
 }
 
-bool fsdp_restages_root(const RunSettings& settings) {
+bool fsdp_restages_root(const RunSettings& settings, int zero_stage) {
   // Under the upcast the root is cast only when it trains (a full fine-tune's embeddings and head).
   return sharding_of(settings) == Sharding::kFsdp1 &&
          (master_bytes_per_element(settings.precision) > 0 ||
-          (fsdp_upcasts_trainable(settings) && settings.mode == TrainMode::kFull));
+          (fsdp_upcasts_trainable(settings, zero_stage) && settings.mode == TrainMode::kFull));
 }
 
 bool accumulates_unsharded(const RunSettings& settings, const GlobalConfig& config) {

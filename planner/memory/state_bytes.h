@@ -151,7 +151,7 @@ bool fsdp_cpu_offload(const RunSettings& settings, const GlobalConfig& config);
 // pre-backward: FSDP1 with MixedPrecision runs _use_low_precision_shard even for a
 // unit still unsharded; without it, and under FSDP2, the unsharded root is already
 // on the GPU (_flat_param.py pre_unshard).
-bool fsdp_restages_root(const RunSettings& settings);
+bool fsdp_restages_root(const RunSettings& settings, int zero_stage);
 
 // Whether Accelerate upcasts the trainable parameters of a 16-bit model to fp32
 // before FSDP shards them, as it does under mixed precision (the Trainer's
@@ -162,8 +162,9 @@ bool fsdp_restages_root(const RunSettings& settings);
 // 1.15 accelerator.py prepare_model (FSDP1: each trainable FlatParameter, from
 // 0.34 at least) and utils/fsdp_utils.py fsdp2_prepare_model ("Upcast to fp32
 // master weights", skipped when the model holds bitsandbytes Params4bit).
+// `zero_stage`: the plan's (the search prices several under one settings).
 // docs/memory-model.md, "Accelerate's fp32 upcast under FSDP".
-bool fsdp_upcasts_trainable(const RunSettings& settings);
+bool fsdp_upcasts_trainable(const RunSettings& settings, int zero_stage);
 
 // Whether FSDP keeps `param`'s shard in fp32 while it gathers 16 bits: every
 // unquantized parameter under mixed precision, the trainable ones under the
@@ -192,7 +193,7 @@ std::vector<int64_t> block_gathered_bytes(const graph::LayerGraph& graph, const 
 
 // Per block, the bytes of FSDP's shards of its parameters before dividing by the
 // group: fp32 where fsdp_fp32_shard says, the storage otherwise.
-std::vector<int64_t> block_shard_bytes(const graph::LayerGraph& graph, const RunSettings& settings);
+std::vector<int64_t> block_shard_bytes(const graph::LayerGraph& graph, const RunSettings& settings, int zero_stage);
 
 // Bytes per element of parameters, gradients, optimizer states and master
 // weights for a precision and optimizer; exposed for tests against the ZeRO paper.

@@ -60,7 +60,7 @@ class StepSimulator {
       if (count > 1 && owners_.count(owner)) shared_uses_[owner] = count;
     }
     block_param_bytes_ = block_gathered_bytes(graph_, settings);
-    block_shard_bytes_ = block_shard_bytes(graph_, settings);
+    block_shard_bytes_ = block_shard_bytes(graph_, settings, config.zero_stage);
     if (fsdp() && !fsdp1()) kept_layer_ = fsdp2_kept_layer(graph_, settings);
   }
 
@@ -262,7 +262,7 @@ class StepSimulator {
   // The root's shard copied in and cast again at its pre-backward, then dropped
   // (fsdp_restages_root).
   void restage_root() {
-    if (!fsdp() || root_params_ < 0 || !fsdp_restages_root(settings_)) return;
+    if (!fsdp() || root_params_ < 0 || !fsdp_restages_root(settings_, config_.zero_stage)) return;
     const auto [stored, gathered] = root_group_bytes();
     const int64_t copies = offload_staging_bytes(stored, gathered);
     if (copies == 0) return;
@@ -809,16 +809,18 @@ bool StepSimulator::reduce_block_gradients(int block) {
     if (held < 0 && bytes > 0) held = alloc(bytes, "gradients");
   }
   const bool syncing = !unsynced || last_micro;
+  const int64_t reduce_bytes =
+      static_cast<size_t>(block) < states_.reduce_scatter_block.size() ? states_.reduce_scatter_block[block] : 0;
   if (!syncing) {
     // no reduce-scatter: the gradient stays with the unit
   } else if (in_root_group(block) && grad_bytes_of_block(block) > 0) {
     root_grads_.push_back(alloc(grad_bytes_of_block(block), "gradients"));
-  } else if (states_.reduce_scatter_bytes > 0 && grad_bytes_of_block(block) > 0) {
+  } else if (reduce_bytes > 0 && grad_bytes_of_block(block) > 0) {
     // FSDP2 foreach_reduce: the block's unsharded gradients and the reduce-scatter
-    // input they are copied into, both live as its backward ends (the largest
-    // block's bytes, as the walk prices it).
+    // input they are copied into, both live as its backward ends (the block's own
+    // bytes, as the walk prices them: ModelStates::reduce_scatter_block).
     label_ = "reduce-scatter " + block_name(block);
-    const int64_t buffers = alloc(states_.reduce_scatter_bytes, "ZeRO buffers");
+    const int64_t buffers = alloc(reduce_bytes, "ZeRO buffers");
     if (!fsdp1()) copy_in_gradients({block}, "reduce-scatter copy-in " + block_name(block));
     if (static_cast<size_t>(block) < states_.offload_grad_shards.size() && states_.offload_grad_shards[block] > 0) {
       offload_shards_.push_back(alloc(states_.offload_grad_shards[block], "gradients"));

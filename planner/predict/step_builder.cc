@@ -43,9 +43,8 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   }
   // FSDP's unsharded gradients and reduce-scatter input while each layer's backward
   // ends (the root's blocks reduce in the final callback: fsdp2_root_reduce_scatter).
-  for (size_t k = 0; k < n; ++k) {
-    model.grads_bwd[k] += k < states.reduce_scatter_block.size() ? states.reduce_scatter_block[k]
-                                                                 : states.reduce_scatter_bytes;
+  for (size_t k = 0; k < std::min(n, states.reduce_scatter_block.size()); ++k) {
+    model.grads_bwd[k] += states.reduce_scatter_block[k];
   }
   // Accumulating under no_sync, every unit's unsharded gradient is held from the
   // first micro-step on (priced for the whole step: the last backward frees them unit by unit).

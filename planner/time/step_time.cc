@@ -187,7 +187,7 @@ double param_fetch_ms(const RunSettings& settings, const GlobalConfig& config, c
     // The root stays unsharded from forward to backward: its shards come in once,
     // unless FSDP1's MixedPrecision casts them again (fsdp_restages_root).
     const double shard_bytes = 2.0 * static_cast<double>(states.host_shard_bytes) -
-                               (fsdp_restages_root(settings) ? 0.0 : static_cast<double>(states.host_root_shard_bytes));
+                               (fsdp_restages_root(settings, config.zero_stage) ? 0.0 : static_cast<double>(states.host_root_shard_bytes));
     // Gradient shards go out after each reduce-scatter: once a step under no_sync.
     const double grads_out = transfer_ms(static_cast<double>(states.host_grad_bytes), gpu.host_link_gbps);
     param_fetch_micro = transfer_ms(shard_bytes, gpu.host_link_gbps);

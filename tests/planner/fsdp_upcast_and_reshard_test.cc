@@ -65,7 +65,7 @@ constexpr int64_t kAll = kEmbed + 2 * kLayer + kHead;
 TEST_CASE("Accelerate upcasts a bf16 model's trainable parameters to fp32 shards under FSDP2 and FSDP1") {
   for (Sharding sharding : {Sharding::kFsdp2, Sharding::kFsdp1}) {
     const RunSettings settings = trainer_fsdp(sharding, TrainMode::kFull);
-    CHECK(fsdp_upcasts_trainable(settings));
+    CHECK(fsdp_upcasts_trainable(settings, 3));
     const ModelStates states = model_states(model(false), settings, stage(3), Accounting::kAllocated);
     // fp32 shards, fp32 sharded gradients and two fp32 AdamW states, no master copy.
     CHECK(states.params == kAll * 4 / 2);
@@ -74,21 +74,25 @@ TEST_CASE("Accelerate upcasts a bf16 model's trainable parameters to fp32 shards
     CHECK(states.master == 0);
     // The all-gather stays 16-bit (MixedPrecisionPolicy.param_dtype).
     CHECK(block_gathered_bytes(model(false), settings)[1] == kLayer * 2);
+    // The plan's stage decides, not the user's: the search prices ZeRO-3 under settings at 0.
+    RunSettings unsharded = settings;
+    unsharded.zero_stage = 0;
+    CHECK(model_states(model(false), unsharded, stage(3), Accounting::kAllocated).params == kAll * 4 / 2);
   }
 }
 
 TEST_CASE("no upcast without mixed precision, outside the Trainer, for frozen weights, or for FSDP2 QLoRA") {
   RunSettings no_mixed = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
   no_mixed.autocast = false;  // bf16=False: accelerate's mixed_precision "no"
-  CHECK_FALSE(fsdp_upcasts_trainable(no_mixed));
+  CHECK_FALSE(fsdp_upcasts_trainable(no_mixed, 3));
   CHECK(model_states(model(false), no_mixed, stage(3), Accounting::kAllocated).params == kAll * 2 / 2);
   RunSettings torchtune = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
   torchtune.stack = Stack::kTorchtune;
-  CHECK_FALSE(fsdp_upcasts_trainable(torchtune));
+  CHECK_FALSE(fsdp_upcasts_trainable(torchtune, 3));
   RunSettings qlora = trainer_fsdp(Sharding::kFsdp2, TrainMode::kQlora);
-  CHECK_FALSE(fsdp_upcasts_trainable(qlora));  // fsdp2_prepare_model: skipped with Params4bit
+  CHECK_FALSE(fsdp_upcasts_trainable(qlora, 3));  // fsdp2_prepare_model: skipped with Params4bit
   qlora.sharding = Sharding::kFsdp1;
-  CHECK(fsdp_upcasts_trainable(qlora));
+  CHECK(fsdp_upcasts_trainable(qlora, 3));
   // LoRA: the frozen bf16 weights stay bf16 shards; the fp32 adapters were fp32 already.
   const RunSettings lora = trainer_fsdp(Sharding::kFsdp2, TrainMode::kLora);
   const ModelStates states = model_states(model(true), lora, stage(3), Accounting::kAllocated);
