@@ -559,6 +559,9 @@ const std::vector<SettingsFlag> kFlags = {
        s.checkpointing = planner::CheckpointPolicy::kList;
        return set_list(v, s.checkpoint_blocks);
      }},
+    {"--offload-blocks", "A,B,...", kCheckpoints,
+     "these blocks keep their saved activations in pinned host memory (a plan's offload choice)", false,
+     [](RunSettings& s, std::string_view v) { return set_list(v, s.offload_blocks); }},
     // What the planner may change.
     {"--max-zero", "STAGE", kFreedom, "highest ZeRO stage the planner may pick (default 3)", false,
      [](RunSettings& s, std::string_view v) { return set_int(v, 0, 3, s.max_zero_stage); }},

@@ -344,6 +344,44 @@ Result<ModelContext> prepare_context(const RunSettings& settings) {
   return context;
 }
 
+namespace {
+
+// Marks `choice` on every checkpointable block `patterns` name (`field`: the
+// setting's name, for the message); a block already given another choice, or
+// one that cannot take this one, is refused.
+Status mark_blocks(const ModelContext& context, const std::vector<std::string>& patterns, std::string_view field,
+                   BlockChoice choice, std::vector<BlockChoice>& choices) {
+  const auto& blocks = context.graph.blocks;
+  const std::string name(field);
+  for (const std::string& pattern : patterns) {
+    bool matched = false;
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (!name_matches(pattern, blocks[b].name)) continue;
+      matched = true;
+      if (!blocks[b].checkpointable) {
+        return Status::invalid_input(name + ": block \"" + blocks[b].name + "\" of " + context.graph.name +
+                                     (choice == BlockChoice::kCheckpoint ? " cannot be checkpointed"
+                                                                         : " cannot offload its activations") +
+                                     " (embedding or head)");
+      }
+      if (choices[b] != BlockChoice::kKeep && choices[b] != choice) {
+        return Status::invalid_input(name + ": block \"" + blocks[b].name +
+                                     "\" is also checkpointed; expected each block checkpointed or offloaded, "
+                                     "not both");
+      }
+      choices[b] = choice;
+    }
+    if (!matched) {
+      return Status::invalid_input(name + ": \"" + pattern + "\" matches no block of " + context.graph.name +
+                                   " (expected a block name such as \"" +
+                                   blocks[std::min<size_t>(1, blocks.size() - 1)].name + "\" or a glob)");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
                                                     const RunSettings& settings) {
   const auto& blocks = context.graph.blocks;
@@ -353,26 +391,12 @@ Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
       if (blocks[b].checkpointable) choices[b] = BlockChoice::kCheckpoint;
     }
   } else if (settings.checkpointing == CheckpointPolicy::kList) {
-    for (const std::string& pattern : settings.checkpoint_blocks) {
-      bool matched = false;
-      for (size_t b = 0; b < blocks.size(); ++b) {
-        if (!name_matches(pattern, blocks[b].name)) continue;
-        matched = true;
-        if (!blocks[b].checkpointable) {
-          return Status::invalid_input("checkpoint_blocks: block \"" + blocks[b].name + "\" of " +
-                                       context.graph.name +
-                                       " cannot be checkpointed (embedding or head)");
-        }
-        choices[b] = BlockChoice::kCheckpoint;
-      }
-      if (!matched) {
-        return Status::invalid_input("checkpoint_blocks: \"" + pattern + "\" matches no block of " +
-                                     context.graph.name + " (expected a block name such as \"" +
-                                     blocks[std::min<size_t>(1, blocks.size() - 1)].name +
-                                     "\" or a glob)");
-      }
-    }
+    Status marked = mark_blocks(context, settings.checkpoint_blocks, "checkpoint_blocks", BlockChoice::kCheckpoint,
+                                choices);
+    if (!marked.is_ok()) return marked;
   }
+  Status offloaded = mark_blocks(context, settings.offload_blocks, "offload_blocks", BlockChoice::kOffload, choices);
+  if (!offloaded.is_ok()) return offloaded;
   return choices;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "planner/search/block_solver.h"
+#include "planner/search/plan_contexts.h"
 #include "planner/predict/step_builder.h"
 #include "planner/settings/stack.h"
 
@@ -136,31 +137,20 @@ double sample_ms_of(const Prediction& prediction, const GlobalConfig& config, in
   return prediction.time.step_ms / samples;
 }
 
-Plan make_plan(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+// The plan of `config` with `choices`, priced in its own settings' context as
+// prepare_plan (plan_file.h) prices a plan file: the search's answer is the
+// run `simulate`, `fit` and `run` see.
+Plan make_plan(const ModelContext& context, const RunSettings& plan_settings, const GlobalConfig& config,
                const std::vector<BlockChoice>& choices, bool simulate_allocator) {
   Plan plan;
   plan.model = context.graph.name;
   plan.gpu = context.gpu.id;
-  plan.settings = settings_for_plan(settings);
-  plan.settings.zero_stage = config.zero_stage;
-  // FSDP1's wrapping means nothing below stage 3, where the plan does not shard with it.
-  if (config.zero_stage < 3) plan.settings.fsdp_wrap = FsdpWrap::kLayers;
-  plan.settings.offload_optimizer = config.offload_optimizer;
-  plan.settings.offload_param = config.offload_param;
-  plan.settings.micro_batch = config.micro_batch;
-  plan.settings.grad_accum = config.grad_accum;
-  plan.settings.global_batch = 0;
-  plan.settings.checkpointing = CheckpointPolicy::kList;
-  plan.settings.checkpoint_blocks.clear();
-  for (size_t b = 0; b < choices.size(); ++b) {
-    if (choices[b] == BlockChoice::kCheckpoint) plan.settings.checkpoint_blocks.push_back(context.graph.blocks[b].name);
-  }
-  if (plan.settings.checkpoint_blocks.empty()) plan.settings.checkpointing = CheckpointPolicy::kNone;
+  plan.settings = with_block_choices(plan_settings, context.graph, choices);
   plan.config = config;
   plan.blocks = choices;
   for (const graph::Block& block : context.graph.blocks) plan.block_names.push_back(block.name);
   plan.seq_len = context.seq_len;
-  plan.prediction = predict(context, settings, config, choices, simulate_allocator);
+  plan.prediction = predict(context, plan.settings, config, choices, simulate_allocator);
   return plan;
 }
 
@@ -171,22 +161,21 @@ struct SolvedConfig {
   bool rejected_offload = false;  // the walk fitted a plan with offloaded blocks; the simulation did not
 };
 
-// Solves the global configurations of one micro-batch, whose step is `profile`.
+// Solves one global configuration in its plan's own context (plan_contexts.h).
 class ConfigSolver {
  public:
-  ConfigSolver(const ModelContext& context, const RunSettings& settings, const SearchOptions& options,
-               const StepProfile& profile)
-      : context_(context), settings_(settings), options_(options), profile_(profile) {}
+  ConfigSolver(const PricedContext& priced, const RunSettings& plan_settings, const SearchOptions& options)
+      : priced_(priced), plan_settings_(plan_settings), options_(options) {}
 
   SolvedConfig solve(const GlobalConfig& config) const {
     SolvedConfig solved;
-    solve_within_room(settings_, config, solved);
+    solve_within_room(plan_settings_, config, solved);
     // Offloaded activations leave the GPU only as fast as PCIe drains them, and
     // the simulation can find the copies piling up beyond what the block walk
     // counts. Less room does not cure that, more offload makes it worse: solve
     // once more with checkpointing alone before giving this configuration up.
-    if (!solved.solution.feasible && solved.rejected_offload && settings_.allow_activation_offload) {
-      RunSettings no_offload = settings_;
+    if (!solved.solution.feasible && solved.rejected_offload && plan_settings_.allow_activation_offload) {
+      RunSettings no_offload = plan_settings_;
       no_offload.allow_activation_offload = false;
       solve_within_room(no_offload, config, solved);
     }
@@ -195,14 +184,16 @@ class ConfigSolver {
 
  private:
   // Solve with the block walk; if the allocator simulation finds fragmentation
-  // that breaks the budget, solve again with that much less room.
+  // that breaks the budget, solve again with that much less room. `run` decides
+  // what the walk may choose; the plan is priced with the plan's own settings.
   void solve_within_room(const RunSettings& run, const GlobalConfig& config, SolvedConfig& solved) const {
-    const BuiltStep step = build_step(context_, run, config, profile_, Accounting::kReserved);
+    const BuiltStep step = build_step(priced_.context, run, config, priced_.profile, Accounting::kReserved);
     int64_t budget = options_.budget;
     for (int attempt = 0; attempt < 4; ++attempt) {
       solved.solution = solve_blocks(step.model, budget);
       if (!solved.solution.feasible) return;
-      solved.plan = make_plan(context_, settings_, config, solved.solution.choices, options_.simulate_allocator);
+      solved.plan = make_plan(priced_.context, plan_settings_, config, solved.solution.choices,
+                              options_.simulate_allocator);
       const int64_t excess = solved.plan.prediction.gpu_total - options_.gpu_budget;
       if (excess <= 0 && !solved.plan.prediction.simulated_out_of_memory) return;
       budget -= std::max(excess, (budget - step.model.base) / 20) + (16LL << 20);
@@ -212,10 +203,9 @@ class ConfigSolver {
     }
   }
 
-  const ModelContext& context_;
-  const RunSettings& settings_;
+  const PricedContext& priced_;
+  const RunSettings& plan_settings_;
   const SearchOptions& options_;
-  const StepProfile& profile_;
 };
 
 FrontierPoint frontier_point(const SolvedConfig& solved, const GlobalConfig& config, double ms) {
@@ -271,21 +261,19 @@ SearchOptions widened(const SearchOptions& options, double factor) {
   return wider;
 }
 
-Candidate search_candidates(const ModelContext& context, const RunSettings& settings, const SearchOptions& options,
+Candidate search_candidates(PlanContexts& contexts, const RunSettings& settings, const SearchOptions& options,
                             std::vector<FrontierPoint>* points, int* evaluated, const Progress& progress) {
   Candidate best;
   int done = 0;
   const int total = candidate_count(settings, options.micro_batches);
   for (int64_t mb : options.micro_batches) {
-    const StepProfile profile =
-        profile_step(context.graph, context.analysis, context.compute_dtype, mb, context.seq_len,
-                     Accounting::kReserved, context.gpu, context.time_options, context.checkpoint_saves,
-                     grad_bytes_per_element(settings.precision));
-    const ConfigSolver solver(context, settings, options, profile);
     for (const GlobalConfig& config : global_candidates(settings, mb)) {
       if (progress) progress(++done, total);
       if (evaluated) ++*evaluated;
-      SolvedConfig solved = solver.solve(config);
+      const RunSettings plan_settings = plan_settings_for(settings, config);
+      const PricedContext* priced = contexts.context_for(plan_settings);
+      if (priced == nullptr) continue;
+      SolvedConfig solved = ConfigSolver(*priced, plan_settings, options).solve(config);
       if (!solved.solution.feasible) continue;
       const double ms = sample_ms_of(solved.plan.prediction, config, settings.world_size());
       if (!solved.plan.prediction.fits_host || !solved.plan.prediction.fits_disk) {
@@ -301,15 +289,20 @@ Candidate search_candidates(const ModelContext& context, const RunSettings& sett
 
 bool fits_at(const ModelContext& base, const RunSettings& settings, int64_t mb, int64_t seq) {
   if (!sizes_in_range(base, mb, seq)) return false;
-  ModelContext context = base;
-  context.seq_len = seq;
+  // The run at this length is the one `fit --seq` prices: its own contexts (a
+  // document mask, compiled blocks and the sequence's checks follow the length).
   RunSettings probe = settings;
   probe.global_batch = 0;
   probe.micro_batch = mb;
   probe.grad_accum = 1;
   probe.allow_micro_batch_change = false;
-  SearchOptions options = search_options(context, probe, {mb});
-  return search_candidates(context, probe, options, nullptr, nullptr, {}).found;
+  if (seq != base.seq_len) {
+    probe.resolution = 0;
+    probe.seq_len = seq;
+  }
+  PlanContexts contexts;
+  const SearchOptions options = search_options(base, probe, {mb});
+  return search_candidates(contexts, probe, options, nullptr, nullptr, {}).found;
 }
 
 int64_t largest_fitting(int64_t limit, const std::function<bool(int64_t)>& fits) {

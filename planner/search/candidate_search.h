@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "planner/predict/planner.h"
+#include "planner/search/plan_contexts.h"
 
 namespace headroom::planner {
 
@@ -67,7 +68,8 @@ std::vector<int64_t> micro_batch_candidates(const RunSettings& settings);
 // an allocator budget. Host RAM and disk are checked on the full prediction.
 // `points` (optional) receives every plan that fits all budgets; `evaluated`
 // (optional) counts the configurations tried; `progress` is told each one.
-Candidate search_candidates(const ModelContext& context, const RunSettings& settings, const SearchOptions& options,
+// Each candidate is priced in its own plan's context from `contexts`.
+Candidate search_candidates(PlanContexts& contexts, const RunSettings& settings, const SearchOptions& options,
                             std::vector<FrontierPoint>* points, int* evaluated, const Progress& progress);
 
 // Whether any global configuration fits micro-batch `mb` at sequence length `seq`.

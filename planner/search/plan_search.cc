@@ -29,24 +29,36 @@ std::vector<Suggestion> budget_suggestions(const RunSettings& settings, const Pl
 // micro-batches per prediction: the search prices candidates with every batch at
 // seq_len, and the plan it finds is replayed with varied batches; where those run
 // out of memory, the search runs again with less room (at most 3 times).
-Candidate search_for_varied_lengths(const ModelContext& context, const RunSettings& settings,
+Candidate search_for_varied_lengths(PlanContexts& contexts, const RunSettings& settings,
                                     const RunSettings& searched, SearchOptions options,
                                     std::vector<FrontierPoint>* points, int* evaluated, const Progress& progress) {
-  Candidate best = search_candidates(context, searched, options, points, evaluated, progress);
+  Candidate best = search_candidates(contexts, searched, options, points, evaluated, progress);
   if (!settings.shortest_sample) return best;
   const auto replay = [&](Plan& plan) {
     plan.settings.shortest_sample = settings.shortest_sample;
-    plan.prediction = with_band(context, plan.settings, plan.config, plan.blocks,
-                                predict(context, plan.settings, plan.config, plan.blocks));
+    const PricedContext* priced = contexts.context_for(plan.settings);
+    if (priced == nullptr) return false;
+    plan.prediction = predict(priced->context, plan.settings, plan.config, plan.blocks);
     return !plan.prediction.simulated_out_of_memory;
   };
   for (int attempt = 0; attempt < 3 && best.found; ++attempt) {
     if (replay(best.plan)) return best;
     options.budget -= options.budget / 10;
-    best = search_candidates(context, searched, options, nullptr, evaluated, {});
+    best = search_candidates(contexts, searched, options, nullptr, evaluated, {});
   }
   if (best.found) best.found = replay(best.plan);
   return best;
+}
+
+// The plan's prediction as prepare_plan (plan_file.h) gives it from the plan
+// file: in its own context, with the allocator simulated (`reprice`: where the
+// search priced it with the block walk alone) and the band.
+void finish_prediction(PlanContexts& contexts, Plan& plan, bool reprice) {
+  if (plan.model.empty()) return;
+  const PricedContext* priced = contexts.context_for(plan.settings);
+  if (priced == nullptr) return;
+  if (reprice) plan.prediction = predict(priced->context, plan.settings, plan.config, plan.blocks);
+  plan.prediction = with_band(priced->context, plan.settings, plan.config, plan.blocks, plan.prediction);
 }
 
 }  // namespace
@@ -57,23 +69,26 @@ PlanResult find_plan(const ModelContext& context, const RunSettings& given, cons
   RunSettings settings = given;
   settings.shortest_sample.reset();
   SearchOptions options = search_options(context, settings, micro_batch_candidates(settings));
+  PlanContexts contexts;
   Candidate best =
-      search_for_varied_lengths(context, given, settings, options, &points, &result.configs_evaluated, progress);
+      search_for_varied_lengths(contexts, given, settings, options, &points, &result.configs_evaluated, progress);
   // The frontier below the budget (what saving memory costs) and beyond it (what
   // more memory would buy), from the block walk alone.
   for (double factor : {0.4, 0.55, 0.7, 0.85, 1.0, 1.25, 1.5, 2.0, 4.0}) {
     SearchOptions wider = widened(options, factor);
     wider.simulate_allocator = false;
-    search_candidates(context, settings, wider, &points, &result.configs_evaluated, {});
+    search_candidates(contexts, settings, wider, &points, &result.configs_evaluated, {});
   }
   result.frontier = pareto(std::move(points));
   result.found = best.found;
   if (best.found) {
     result.best = std::move(best.plan);
+    finish_prediction(contexts, result.best, false);
   } else if (best.gpu_only) {
     // The GPU is not what is short: no wider GPU search, and suggestions for
     // the budget that is.
     result.best = std::move(best.gpu_only_plan);
+    finish_prediction(contexts, result.best, false);
     if (!result.best.prediction.fits_host) result.short_of.push_back("host RAM");
     if (!result.best.prediction.fits_disk) result.short_of.push_back("disk");
     result.suggestions = budget_suggestions(settings, result.best);
@@ -85,9 +100,10 @@ PlanResult find_plan(const ModelContext& context, const RunSettings& given, cons
       // The allocator simulation checks against the real GPU, which this plan
       // exceeds by design: the block walk alone, as for the frontier.
       wider.simulate_allocator = false;
-      Candidate near = search_candidates(context, settings, wider, nullptr, nullptr, {});
+      Candidate near = search_candidates(contexts, settings, wider, nullptr, nullptr, {});
       if (near.found || near.gpu_only) {
         result.best = std::move(near.found ? near.plan : near.gpu_only_plan);
+        finish_prediction(contexts, result.best, true);
         break;
       }
     }
@@ -123,7 +139,8 @@ Candidate try_settings(const RunSettings& changed) {
   Result<ModelContext> context = prepare_context(changed);
   if (!context.is_ok()) return {};
   SearchOptions options = search_options(context.value(), changed, micro_batch_candidates(changed));
-  return search_candidates(context.value(), changed, options, nullptr, nullptr, {});
+  PlanContexts contexts;
+  return search_candidates(contexts, changed, options, nullptr, nullptr, {});
 }
 
 // When a plan fits the GPU but not host RAM or disk: the budget that would

@@ -191,6 +191,10 @@ struct RunSettings {
 
   CheckpointPolicy checkpointing = CheckpointPolicy::kNone;
   std::vector<std::string> checkpoint_blocks;
+  // Blocks whose saved activations go to pinned host memory during forward and
+  // come back for backward (a plan's `offload` choice; docs/memory-model.md,
+  // "Activation offload"): what `plan` chose, given back to `fit`.
+  std::vector<std::string> offload_blocks;
   // Checkpointed blocks keep their inputs in pinned host memory, as torchtune's
   // enable_activation_offloading does (docs/stacks.md, "Offloading checkpoint inputs").
   bool offload_checkpoint_inputs = false;

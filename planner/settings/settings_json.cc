@@ -82,6 +82,7 @@ Status read_run_and_budgets(JsonFields& r, RunSettings& s, std::string& checkpoi
       r.read("group_by_length", s.group_by_length),
       r.read("checkpointing", checkpointing),
       r.read("checkpoint_blocks", s.checkpoint_blocks),
+      r.read("offload_blocks", s.offload_blocks),
       r.read("gpu", s.gpu),
       r.read("calibration_file", s.calibration_file),
       r.read("gpu_memory_bytes", s.gpu_memory_bytes),
@@ -260,6 +261,7 @@ void write_run_and_budgets(const RunSettings& s, nlohmann::json& j) {
                        : s.checkpointing == CheckpointPolicy::kEveryBlock ? "every"
                                                                           : "list";
   j["checkpoint_blocks"] = s.checkpoint_blocks;
+  j["offload_blocks"] = s.offload_blocks;
   j["gpu"] = s.gpu;
   if (s.gpu_memory_bytes) j["gpu_memory_bytes"] = *s.gpu_memory_bytes;
   if (s.cuda_context_bytes) j["cuda_context_bytes"] = *s.cuda_context_bytes;

@@ -386,6 +386,12 @@ Status check_checkpointing(const RunSettings& s, std::string_view origin) {
   if (s.checkpointing == CheckpointPolicy::kList && s.checkpoint_blocks.empty()) {
     return fail(origin, "checkpoint_blocks", "expected at least one block name with a list checkpointing policy");
   }
+  // An offloaded block's copies run beside the ZeRO-3 parameter fetches the
+  // step model does not overlap them with (step_builder.cc allow_offload).
+  if (!s.offload_blocks.empty() && s.offload_param != Offload::kNone) {
+    return fail(origin, "offload_blocks",
+                "expected no activation offload with parameter offload (offload_param none, or no offload_blocks)");
+  }
   return Status::ok();
 }
 

@@ -1,0 +1,61 @@
+#include "planner/search/plan_contexts.h"
+
+#include <nlohmann/json.hpp>
+
+#include "planner/memory/state_bytes.h"
+#include "planner/settings/settings_json.h"
+
+namespace headroom::planner {
+
+RunSettings plan_settings_for(const RunSettings& searched, const GlobalConfig& config) {
+  RunSettings out = settings_for_plan(searched);
+  out.zero_stage = config.zero_stage;
+  // FSDP1's wrapping means nothing below stage 3, where the plan does not shard with it.
+  if (config.zero_stage < 3) out.fsdp_wrap = FsdpWrap::kLayers;
+  out.offload_optimizer = config.offload_optimizer;
+  out.offload_param = config.offload_param;
+  out.micro_batch = config.micro_batch;
+  out.grad_accum = config.grad_accum;
+  out.global_batch = 0;
+  out.checkpointing = CheckpointPolicy::kNone;
+  out.checkpoint_blocks.clear();
+  out.offload_blocks.clear();
+  return out;
+}
+
+RunSettings with_block_choices(RunSettings settings, const graph::LayerGraph& graph,
+                                     const std::vector<BlockChoice>& choices) {
+  settings.checkpoint_blocks.clear();
+  settings.offload_blocks.clear();
+  for (size_t b = 0; b < choices.size() && b < graph.blocks.size(); ++b) {
+    if (choices[b] == BlockChoice::kCheckpoint) settings.checkpoint_blocks.push_back(graph.blocks[b].name);
+    if (choices[b] == BlockChoice::kOffload) settings.offload_blocks.push_back(graph.blocks[b].name);
+  }
+  settings.checkpointing = settings.checkpoint_blocks.empty() ? CheckpointPolicy::kNone : CheckpointPolicy::kList;
+  return settings;
+}
+
+const PricedContext* PlanContexts::context_for(const RunSettings& plan_settings) {
+  // Which blocks are checkpointed or offloaded changes no context (prepare_context reads the
+  // policy only to word the band's unknowns): one key for every block choice.
+  RunSettings keyed = plan_settings;
+  keyed.checkpointing = CheckpointPolicy::kNone;
+  keyed.checkpoint_blocks.clear();
+  keyed.offload_blocks.clear();
+  const std::string key = settings_to_json(keyed).dump();
+  auto found = cache_.find(key);
+  if (found != cache_.end()) return found->second.get();
+  std::unique_ptr<PricedContext> priced;
+  Result<ModelContext> context = prepare_context(keyed);
+  if (context.is_ok()) {
+    priced = std::make_unique<PricedContext>();
+    priced->context = std::move(context.value());
+    const ModelContext& c = priced->context;
+    priced->profile = profile_step(c.graph, c.analysis, c.compute_dtype, keyed.micro_batch, c.seq_len,
+                                   Accounting::kReserved, c.gpu, c.time_options, c.checkpoint_saves,
+                                   grad_bytes_per_element(keyed.precision));
+  }
+  return cache_.emplace(key, std::move(priced)).first->second.get();
+}
+
+}  // namespace headroom::planner
