@@ -563,6 +563,11 @@ const std::vector<SettingsFlag> kFlags = {
      "these blocks keep their saved activations in pinned host memory (a plan's offload choice)", false,
      [](RunSettings& s, std::string_view v) { return set_list(v, s.offload_blocks); }},
     // What the planner may change.
+    {"--may-change", "LIST", kFreedom,
+     "what the plan may change: stack (default: what --stack changes without editing code), all, or a list of "
+     "checkpointing, checkpoint-every, checkpoint-blocks, activation-offload, micro-batch, zero, offload, nvme "
+     "(docs/stacks.md)",
+     false, [](RunSettings& s, std::string_view v) { return set_list(v, s.may_change); }},
     {"--max-zero", "STAGE", kFreedom, "highest ZeRO stage the planner may pick (default 3)", false,
      [](RunSettings& s, std::string_view v) { return set_int(v, 0, 3, s.max_zero_stage); }},
     {"--no-offload", nullptr, kFreedom, "the planner may not offload to the CPU", false,

@@ -443,6 +443,19 @@ std::string suggestions_text(const std::vector<planner::Suggestion>& suggestions
   return out;
 }
 
+// What the search could change, and how to change that.
+std::string space_text(const planner::PlanResult& result) {
+  const planner::Stack stack = result.best.settings.stack;
+  if (!result.space_is_stack) return "Searched: " + result.space + " (--may-change)\n";
+  if (stack == planner::Stack::kUnspecified || stack == planner::Stack::kTorchAmp) {
+    return "Searched: " + result.space +
+           " (what headroom's --emit torch applies; name the stack with --stack to search what it changes "
+           "without editing the training code)\n";
+  }
+  return "Searched: " + result.space + " (what the " + std::string(planner::stack_name(stack)) +
+         " stack changes without editing the training code; --may-change widens or narrows it)\n";
+}
+
 std::string fit_report_body(const planner::FitAnswer& answer, std::string_view gpu_name);
 std::string plan_report_body(const planner::PlanResult& result, std::string_view gpu_name);
 
@@ -477,7 +490,7 @@ std::string fit_report_body(const planner::FitAnswer& answer, std::string_view g
   const planner::PlanResult& alt = answer.alternative;
   if (alt.found) {
     out += "\nThe fastest plan that fits (" + std::to_string(alt.configs_evaluated) +
-           " configurations evaluated; `headroom plan` for details):\n" + plan_summary(alt.best);
+           " configurations evaluated; `headroom plan` for details):\n" + plan_summary(alt.best) + space_text(alt);
   } else if (has_best(alt)) {
     out += only_host_or_disk_short(alt)
                ? "\n" + no_fit_heading(alt) + plan_summary(alt.best)
@@ -504,12 +517,18 @@ std::string plan_report_body(const planner::PlanResult& result, std::string_view
   } else {
     out += plan_verdict(result, gpu_name) + "\n\n";
   }
-  out += "Memory/time frontier (" + std::to_string(result.configs_evaluated) +
+  out += space_text(result);
+  if (result.found && !result.alternatives.empty()) {
+    out += "Faster beyond that space:\n" + suggestions_text(result.alternatives);
+  }
+  out += "\nMemory/time frontier (" + std::to_string(result.configs_evaluated) +
          " configurations evaluated):\n";
   out += result.frontier.empty() ? "  (empty)\n" : frontier_table(result.frontier);
-  out += "\nLargest micro-batch that fits: " +
-         (result.max_micro_batch > 0 ? std::to_string(result.max_micro_batch) : "none") + "\n";
-  out += "Largest sequence length that fits at micro-batch 1: " +
+  // Both hold for this model, GPU and stack, within the space searched.
+  const std::string within = "within the space searched";
+  const std::string at_seq = has_best(result) ? " at sequence " + std::to_string(best.seq_len) : "";
+  out += "\nLargest micro-batch that fits" + at_seq + ", " + within + ": " + (result.max_micro_batch > 0 ? std::to_string(result.max_micro_batch) : "none") + "\n";
+  out += "Largest sequence length that fits at micro-batch 1, " + within + ": " +
          (result.max_seq_len > 0 ? std::to_string(result.max_seq_len) : "none") + "\n";
   if (!result.found) out += "\nWhat would make it fit:\n" + suggestions_text(result.suggestions);
   return out;
@@ -544,6 +563,8 @@ nlohmann::json plan_result_to_json(const planner::PlanResult& result) {
   for (const auto& point : result.frontier) frontier.push_back(frontier_point_to_json(point));
   nlohmann::json suggestions = nlohmann::json::array();
   for (const auto& s : result.suggestions) suggestions.push_back(suggestion_to_json(s));
+  nlohmann::json alternatives = nlohmann::json::array();
+  for (const auto& s : result.alternatives) alternatives.push_back(suggestion_to_json(s));
   return {{"found", result.found},
           {"best", has_best(result) ? planner::plan_to_json(result.best) : nlohmann::json(nullptr)},
           {"best_sample_ms", sample_ms(result.best.prediction)},
@@ -551,6 +572,9 @@ nlohmann::json plan_result_to_json(const planner::PlanResult& result) {
           {"max_micro_batch", result.max_micro_batch},
           {"max_seq_len", result.max_seq_len},
           {"suggestions", suggestions},
+          {"space", result.space},
+          {"space_is_stack", result.space_is_stack},
+          {"alternatives", alternatives},
           {"short_of", result.short_of},
           {"configs_evaluated", result.configs_evaluated},
           {"warnings", result.warnings}};

@@ -434,6 +434,14 @@ void read_trl_model_args(ArgsReader& r, RunSettings& s, ConfigImport& out) {
     read_trl_lora(r, s, out, four_bit);
   } else if (four_bit) {
     r.fail("load_in_4bit", "with use_peft (a 4-bit base trains only adapters)");
+  } else {
+    // ModelConfig's LoRA fields do nothing without use_peft (trl/trainer/utils.py
+    // get_peft_config returns None): read, so that they choose no method.
+    for (const char* idle : {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
+                             "lora_task_type", "use_rslora", "use_dora", "use_bnb_nested_quant",
+                             "bnb_4bit_quant_type"}) {
+      r.has(idle);
+    }
   }
 }
 
@@ -557,6 +565,44 @@ void note_unmodelled_settings(ArgsReader& r, ConfigImport& out) {
   }
 }
 
+// Whether an argument's value turns it off (false, "False", 0, "no").
+bool turned_off(const json& value) {
+  if (value.is_boolean()) return !value.get<bool>();
+  if (value.is_number()) return value == json(0);
+  if (!value.is_string()) return false;
+  std::string s = value.get<std::string>();
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s == "false" || s == "0" || s == "no";
+}
+
+bool names_any(const std::string& key, std::initializer_list<const char*> parts) {
+  std::string lower = key;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return std::any_of(parts.begin(), parts.end(), [&](const char* part) { return lower.find(part) != std::string::npos; });
+}
+
+// A launch script's own arguments that choose the method are not TrainingArguments
+// and not read (the PEFT examples' run_peft_qlora_fsdp.sh gives train.py
+// --use_peft_lora, --use_4bit_quantization and --lora_r through its own
+// ModelArguments): priced without them, a QLoRA run becomes a full fp32 fine-tune
+// (issue 36). Refused unless the run's flags already say LoRA or QLoRA.
+Status refuse_method_arguments(const std::vector<std::string>& unread, const json& args, const RunSettings& s,
+                               std::string_view origin) {
+  for (const std::string& key : unread) {
+    if (turned_off(args.at(key))) continue;
+    const bool quantizes = names_any(key, {"4bit", "8bit", "quant", "bnb", "nf4", "gptq"});
+    const bool adapts = names_any(key, {"lora", "peft", "adapter", "dora"});
+    const bool unpriced = (quantizes && s.mode != TrainMode::kQlora) || (adapts && s.mode == TrainMode::kFull);
+    if (!unpriced) continue;
+    return Status::invalid_input(
+        std::string(origin) + ": " + key +
+        ": the script's own argument, which chooses LoRA, QLoRA or a quantized base, is not read by headroom; "
+        "expected the method as flags: --lora or --qlora (with --lora-rank N and --lora-targets), or --peft "
+        "adapter_config.json");
+  }
+  return Status::ok();
+}
+
 Result<ConfigImport> map_arguments(const json& args, std::string_view origin, RunSettings base) {
   if (!args.is_object())
     return Status::invalid_input(std::string(origin) +
@@ -588,6 +634,7 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
   read_activation_offloading(r, s);
   note_unmodelled_settings(r, out);
   if (!r.status().is_ok()) return r.status();
+  if (Status method = refuse_method_arguments(r.unread(), args, s, origin); !method.is_ok()) return method;
   // What the file says must hold together on its own (DeepSpeed refuses NVMe optimizer
   // offload below ZeRO-3, torchtune in-backward with accumulation, ...).
   if (Status valid = validate_settings(out.settings, origin); !valid.is_ok()) return valid;

@@ -41,6 +41,12 @@ struct PlanResult {
   int64_t max_micro_batch = 0;     // largest micro-batch with some fitting plan (0: none)
   int64_t max_seq_len = 0;         // largest S with micro-batch 1 (0: none)
   std::vector<Suggestion> suggestions;  // when nothing fits
+  // What the search could change, in words (planner/settings/may_change.h), and
+  // whether that is the stack's own space (no may_change given).
+  std::string space;
+  bool space_is_stack = true;
+  // When a plan fits: changes beyond that space that make it faster.
+  std::vector<Suggestion> alternatives;
   // When nothing fits: the budgets that are short, "GPU memory", "host RAM" or
   // "disk". Host RAM or disk alone: `best` is the fastest plan that fits the
   // GPU, and the suggestions are for the budget that is short.

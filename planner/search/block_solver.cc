@@ -203,6 +203,29 @@ BlockSolution solve_blocks(const StepModel& model, int64_t budget, const SolverO
   return out;
 }
 
+BlockSolution best_pattern(const StepModel& model, int64_t budget,
+                           const std::vector<std::vector<BlockChoice>>& patterns) {
+  BlockSolution out;
+  const int n = static_cast<int>(model.blocks.size());
+  for (const std::vector<BlockChoice>& choices : patterns) {
+    if (static_cast<int>(choices.size()) != n) continue;
+    bool allowed = true;
+    double ms = 0;
+    for (int k = 0; k < n && allowed; ++k) {
+      allowed = choices[k] == BlockChoice::kKeep || choice_allowed(model, k, choices[k]);
+      ms += block_ms(model, k, choices[k]);
+    }
+    if (!allowed) continue;
+    const int64_t peak = walk_step(model, choices, 0).bytes;
+    if (peak > budget || (out.feasible && ms >= out.micro_step_ms)) continue;
+    out.feasible = true;
+    out.micro_step_ms = ms;
+    out.choices = choices;
+    out.peak = peak;
+  }
+  return out;
+}
+
 BlockSolution brute_force_blocks(const StepModel& model, int64_t budget) {
   BlockSolution out;
   const int n = static_cast<int>(model.blocks.size());

@@ -42,6 +42,12 @@ struct SolverOptions {
 // `budget` bounds the allocator bytes (the CUDA context is outside it).
 BlockSolution solve_blocks(const StepModel& model, int64_t budget, const SolverOptions& options = {});
 
+// The fastest of `patterns` (each a choice for every block) whose walk stays
+// within `budget`: for stacks that checkpoint every block or none, or every N-th
+// (planner/settings/may_change.h). Patterns with a choice a block cannot take are skipped.
+BlockSolution best_pattern(const StepModel& model, int64_t budget,
+                           const std::vector<std::vector<BlockChoice>>& patterns);
+
 // Every assignment; for tests and the benchmark only (3^n).
 BlockSolution brute_force_blocks(const StepModel& model, int64_t budget);
 

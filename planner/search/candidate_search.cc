@@ -99,6 +99,11 @@ std::vector<Offload> param_offloads(const RunSettings& settings, const StageFact
 
 // Whether a pair of offloads at this stage is a configuration of its own.
 bool worth_trying(const RunSettings& settings, const StageFacts& at, Offload optimizer, Offload param) {
+  // The run as given is always one.
+  if (at.stage == settings.zero_stage && optimizer == settings.offload_optimizer &&
+      param == settings.offload_param) {
+    return true;
+  }
   // On one GPU, ZeRO only matters for what it offloads; without offload it
   // would add buckets and change nothing else.
   if (settings.world_size() == 1 && at.stage > 0 && optimizer == Offload::kNone && param == Offload::kNone) {
@@ -109,25 +114,51 @@ bool worth_trying(const RunSettings& settings, const StageFacts& at, Offload opt
   return !(at.fsdp && (optimizer == Offload::kCpu) != (param == Offload::kCpu));
 }
 
-// ZeRO stage and offload combinations DeepSpeed accepts, within what the user allows.
-std::vector<GlobalConfig> global_candidates(const RunSettings& settings, int64_t micro_batch) {
+// Whether changing one offload from `given` to `to` is in the plan's space: NVMe
+// on either side needs the nvme knob, any other change the offload knob.
+bool offload_change_allowed(KnobSet knobs, Offload given, Offload to) {
+  if (given == to) return true;
+  if (given == Offload::kNvme || to == Offload::kNvme) return knobs.has(Knob::kNvme);
+  return knobs.has(Knob::kOffload);
+}
+
+// Whether `config` changes only what the plan's space may change (may_change.h).
+bool within_knobs(const RunSettings& settings, KnobSet knobs, const GlobalConfig& config) {
+  if (!knobs.has(Knob::kZero) && config.zero_stage != settings.zero_stage) return false;
+  return offload_change_allowed(knobs, settings.offload_optimizer, config.offload_optimizer) &&
+         offload_change_allowed(knobs, settings.offload_param, config.offload_param);
+}
+
+// ZeRO stage and offload combinations DeepSpeed accepts, within what the user
+// allows and the plan's space may change; the run's own always among them.
+std::vector<GlobalConfig> global_candidates(const RunSettings& settings, KnobSet knobs, int64_t micro_batch) {
   std::vector<GlobalConfig> out;
   const int64_t per_rank = settings.effective_global_batch() / settings.world_size();
+  const auto config_of = [&](int stage, Offload optimizer, Offload param) {
+    GlobalConfig config;
+    config.zero_stage = stage;
+    config.offload_optimizer = optimizer;
+    config.offload_param = param;
+    config.micro_batch = micro_batch;
+    config.grad_accum = std::max<int64_t>(1, per_rank / micro_batch);
+    return config;
+  };
   const StageRange stages = zero_stages(settings);
+  bool has_given = false;
   for (int stage = stages.min; stage <= stages.max; ++stage) {
     const StageFacts at = stage_facts(settings, stage, per_rank, micro_batch);
     for (Offload optimizer : optimizer_offloads(settings, at)) {
       for (Offload param : param_offloads(settings, at)) {
-        if (!worth_trying(settings, at, optimizer, param)) continue;
-        GlobalConfig config;
-        config.zero_stage = stage;
-        config.offload_optimizer = optimizer;
-        config.offload_param = param;
-        config.micro_batch = micro_batch;
-        config.grad_accum = std::max<int64_t>(1, per_rank / micro_batch);
+        const GlobalConfig config = config_of(stage, optimizer, param);
+        if (!worth_trying(settings, at, optimizer, param) || !within_knobs(settings, knobs, config)) continue;
+        has_given |= stage == settings.zero_stage && optimizer == settings.offload_optimizer &&
+                     param == settings.offload_param;
         out.push_back(config);
       }
     }
+  }
+  if (!has_given && (!knobs.has(Knob::kZero) || !knobs.has(Knob::kOffload))) {
+    out.push_back(config_of(settings.zero_stage, settings.offload_optimizer, settings.offload_param));
   }
   return out;
 }
@@ -154,6 +185,35 @@ Plan make_plan(const ModelContext& context, const RunSettings& plan_settings, co
   return plan;
 }
 
+// The block choices a stack that checkpoints coarsely can make (may_change.h):
+// every block or none; every N-th block for N = 1..blocks (torchtitan's
+// selective_ac_option counts the blocks it wraps from 1); or the run's own.
+// Empty for per-block checkpointing, which the exact solver decides.
+std::vector<std::vector<BlockChoice>> checkpoint_patterns(const ModelContext& context, const RunSettings& searched,
+                                                          CheckpointGranularity granularity) {
+  std::vector<std::vector<BlockChoice>> out;
+  const std::vector<graph::Block>& blocks = context.graph.blocks;
+  if (granularity == CheckpointGranularity::kPerBlock) return out;
+  if (granularity == CheckpointGranularity::kAsGiven) {
+    Result<std::vector<BlockChoice>> given = user_block_choices(context, searched);
+    if (given.is_ok()) out.push_back(given.value());
+    return out;
+  }
+  out.emplace_back(blocks.size(), BlockChoice::kKeep);
+  const int layers = static_cast<int>(std::count_if(blocks.begin(), blocks.end(),
+                                                    [](const graph::Block& b) { return b.checkpointable; }));
+  const int widest = granularity == CheckpointGranularity::kEveryNth ? layers : 1;
+  for (int every = 1; every <= widest; ++every) {
+    std::vector<BlockChoice> choices(blocks.size(), BlockChoice::kKeep);
+    int count = 0;
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (blocks[b].checkpointable && ++count % every == 0) choices[b] = BlockChoice::kCheckpoint;
+    }
+    out.push_back(std::move(choices));
+  }
+  return out;
+}
+
 // One global configuration solved: its blocks' choices and the plan they make.
 struct SolvedConfig {
   BlockSolution solution;
@@ -164,18 +224,25 @@ struct SolvedConfig {
 // Solves one global configuration in its plan's own context (plan_contexts.h).
 class ConfigSolver {
  public:
-  ConfigSolver(const PricedContext& priced, const RunSettings& plan_settings, const SearchOptions& options)
-      : priced_(priced), plan_settings_(plan_settings), options_(options) {}
+  // `patterns`: the only block choices the stack can make (checkpoint_patterns);
+  // empty: any, solved exactly per block.
+  ConfigSolver(const PricedContext& priced, const RunSettings& plan_settings, const SearchOptions& options,
+               const std::vector<std::vector<BlockChoice>>& patterns)
+      : priced_(priced), plan_settings_(plan_settings), options_(options), patterns_(patterns) {}
 
   SolvedConfig solve(const GlobalConfig& config) const {
     SolvedConfig solved;
-    solve_within_room(plan_settings_, config, solved);
+    // Offloading a block's activations is the exact solver's choice only where the
+    // plan's space has it; fixed patterns carry their own.
+    RunSettings run = plan_settings_;
+    if (patterns_.empty() && !options_.knobs.has(Knob::kActivationOffload)) run.allow_activation_offload = false;
+    solve_within_room(run, config, solved);
     // Offloaded activations leave the GPU only as fast as PCIe drains them, and
     // the simulation can find the copies piling up beyond what the block walk
     // counts. Less room does not cure that, more offload makes it worse: solve
     // once more with checkpointing alone before giving this configuration up.
-    if (!solved.solution.feasible && solved.rejected_offload && plan_settings_.allow_activation_offload) {
-      RunSettings no_offload = plan_settings_;
+    if (!solved.solution.feasible && solved.rejected_offload && run.allow_activation_offload) {
+      RunSettings no_offload = run;
       no_offload.allow_activation_offload = false;
       solve_within_room(no_offload, config, solved);
     }
@@ -190,7 +257,7 @@ class ConfigSolver {
     const BuiltStep step = build_step(priced_.context, run, config, priced_.profile, Accounting::kReserved);
     int64_t budget = options_.budget;
     for (int attempt = 0; attempt < 4; ++attempt) {
-      solved.solution = solve_blocks(step.model, budget);
+      solved.solution = patterns_.empty() ? solve_blocks(step.model, budget) : best_pattern(step.model, budget, patterns_);
       if (!solved.solution.feasible) return;
       solved.plan = make_plan(priced_.context, plan_settings_, config, solved.solution.choices,
                               options_.simulate_allocator);
@@ -206,6 +273,7 @@ class ConfigSolver {
   const PricedContext& priced_;
   const RunSettings& plan_settings_;
   const SearchOptions& options_;
+  const std::vector<std::vector<BlockChoice>>& patterns_;
 };
 
 FrontierPoint frontier_point(const SolvedConfig& solved, const GlobalConfig& config, double ms) {
@@ -222,14 +290,32 @@ FrontierPoint frontier_point(const SolvedConfig& solved, const GlobalConfig& con
 
 int candidate_count(const RunSettings& settings, const std::vector<int64_t>& micro_batches) {
   int total = 0;
-  for (int64_t mb : micro_batches) total += static_cast<int>(global_candidates(settings, mb).size());
+  for (int64_t mb : micro_batches) {
+    total += static_cast<int>(global_candidates(settings, knobs_for(settings), mb).size());
+  }
   return total;
 }
 
 }  // namespace
 
+KnobSet knobs_for(const RunSettings& settings) {
+  // Validated with the settings (validate_settings): a refusal cannot reach here.
+  Result<KnobSet> given = knobs_of(settings, "settings");
+  KnobSet knobs = given.is_ok() ? given.value() : KnobSet{};
+  // The older allow_* settings narrow the space further.
+  const auto drop = [&](Knob knob, bool allowed) {
+    if (!allowed) knobs.bits &= ~static_cast<unsigned>(knob);
+  };
+  drop(Knob::kMicroBatch, settings.allow_micro_batch_change);
+  drop(Knob::kActivationOffload, settings.allow_activation_offload);
+  drop(Knob::kOffload, settings.allow_cpu_offload);
+  drop(Knob::kNvme, settings.allow_nvme_offload);
+  drop(Knob::kZero, settings.max_zero_stage > 0 || settings.zero_stage > 0);
+  return knobs;
+}
+
 std::vector<int64_t> micro_batch_candidates(const RunSettings& settings) {
-  if (!settings.allow_micro_batch_change) return {settings.micro_batch};
+  if (!settings.allow_micro_batch_change || !knobs_for(settings).has(Knob::kMicroBatch)) return {settings.micro_batch};
   const int64_t per_rank = settings.effective_global_batch() / settings.world_size();
   // An optimizer stepped in backward cannot accumulate (torchtune refuses
   // optimizer_in_bwd with gradient_accumulation_steps > 1): the whole per-rank
@@ -247,6 +333,7 @@ SearchOptions search_options(const ModelContext& context, const RunSettings& set
                              std::vector<int64_t> micro_batches) {
   SearchOptions options;
   options.budget = allocator_budget(context, settings);
+  options.knobs = knobs_for(settings);
   options.gpu_budget = gpu_budget_bytes(context, settings);
   // A micro-batch whose sizes leave int64 is never predicted (it could only wrap).
   std::erase_if(micro_batches, [&](int64_t mb) { return !sizes_in_range(context, mb, context.seq_len); });
@@ -267,13 +354,15 @@ Candidate search_candidates(PlanContexts& contexts, const RunSettings& settings,
   int done = 0;
   const int total = candidate_count(settings, options.micro_batches);
   for (int64_t mb : options.micro_batches) {
-    for (const GlobalConfig& config : global_candidates(settings, mb)) {
+    for (const GlobalConfig& config : global_candidates(settings, options.knobs, mb)) {
       if (progress) progress(++done, total);
       if (evaluated) ++*evaluated;
       const RunSettings plan_settings = plan_settings_for(settings, config);
       const PricedContext* priced = contexts.context_for(plan_settings);
       if (priced == nullptr) continue;
-      SolvedConfig solved = ConfigSolver(*priced, plan_settings, options).solve(config);
+      const std::vector<std::vector<BlockChoice>> patterns =
+          checkpoint_patterns(priced->context, settings, checkpoint_granularity(options.knobs));
+      SolvedConfig solved = ConfigSolver(*priced, plan_settings, options, patterns).solve(config);
       if (!solved.solution.feasible) continue;
       const double ms = sample_ms_of(solved.plan.prediction, config, settings.world_size());
       if (!solved.plan.prediction.fits_host || !solved.plan.prediction.fits_disk) {

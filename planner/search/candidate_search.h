@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "planner/predict/planner.h"
+#include "planner/settings/may_change.h"
 #include "planner/search/plan_contexts.h"
 
 namespace headroom::planner {
@@ -51,7 +52,11 @@ struct SearchOptions {
   std::vector<int64_t> micro_batches;
   int64_t gpu_budget = 0;   // what the whole prediction (context included) must stay within
   bool simulate_allocator = true;  // frontier sweeps use the block walk alone
+  KnobSet knobs;                   // what the plans may change (planner/settings/may_change.h)
 };
+
+// The knobs a run's plans may change: its may_change, else its stack's.
+KnobSet knobs_for(const RunSettings& settings);
 
 // The run's own budgets over `micro_batches`, less those whose sizes leave int64.
 SearchOptions search_options(const ModelContext& context, const RunSettings& settings,

@@ -6,6 +6,8 @@
 
 #include "planner/predict/planner.h"
 #include "planner/search/candidate_search.h"
+#include "planner/search/suggestions.h"
+#include "planner/settings/may_change.h"
 
 namespace headroom::planner {
 namespace {
@@ -22,8 +24,6 @@ std::vector<FrontierPoint> pareto(std::vector<FrontierPoint> points) {
   return out;
 }
 
-std::vector<Suggestion> suggestions_for(const ModelContext& context, const RunSettings& settings);
-std::vector<Suggestion> budget_suggestions(const RunSettings& settings, const Plan& gpu_only);
 
 // Batches of varied length (RunSettings::shortest_sample) cost the simulator 256
 // micro-batches per prediction: the search prices candidates with every batch at
@@ -81,9 +81,12 @@ PlanResult find_plan(const ModelContext& context, const RunSettings& given, cons
   }
   result.frontier = pareto(std::move(points));
   result.found = best.found;
+  result.space = knobs_in_words(options.knobs);
+  result.space_is_stack = settings.may_change.empty();
   if (best.found) {
     result.best = std::move(best.plan);
     finish_prediction(contexts, result.best, false);
+    result.alternatives = beyond_the_space(settings, best.sample_ms);
   } else if (best.gpu_only) {
     // The GPU is not what is short: no wider GPU search, and suggestions for
     // the budget that is.
@@ -120,176 +123,5 @@ PlanResult find_plan(const ModelContext& context, const RunSettings& given, cons
   return result;
 }
 
-namespace {
-
-Suggestion suggestion_from(const std::string& change, const Candidate& found, const RunSettings& settings) {
-  Suggestion s;
-  s.change = change;
-  s.gpu_total = found.plan.prediction.gpu_total;
-  s.gpu_budget = found.plan.prediction.gpu_budget;
-  s.sample_ms = found.sample_ms;
-  s.detail = "fits with ZeRO-" + std::to_string(found.plan.config.zero_stage) +
-             ", optimizer offload " + std::string(offload_name(found.plan.config.offload_optimizer)) +
-             ", micro-batch " + std::to_string(found.plan.config.micro_batch) + " on " +
-             std::to_string(settings.world_size()) + " GPU(s)";
-  return s;
-}
-
-Candidate try_settings(const RunSettings& changed) {
-  Result<ModelContext> context = prepare_context(changed);
-  if (!context.is_ok()) return {};
-  SearchOptions options = search_options(context.value(), changed, micro_batch_candidates(changed));
-  PlanContexts contexts;
-  return search_candidates(contexts, changed, options, nullptr, nullptr, {});
-}
-
-// When a plan fits the GPU but not host RAM or disk: the budget that would
-// hold it, and the changes that make it need less of what is short.
-std::vector<Suggestion> budget_suggestions(const RunSettings& settings, const Plan& gpu_only) {
-  std::vector<Suggestion> out;
-  const Prediction& p = gpu_only.prediction;
-  auto try_change = [&](const std::string& change, const RunSettings& changed) {
-    const Candidate found = try_settings(changed);
-    if (found.found) out.push_back(suggestion_from(change, found, changed));
-  };
-  if (!p.fits_host) {
-    Suggestion given;
-    given.change = "--host-ram " + std::to_string((p.host_ram + (int64_t{1} << 30) - 1) >> 30) + "GiB";
-    given.detail = "the plan's host RAM need per node" +
-                   std::string(!settings.host_ram_bytes
-                                   ? " (the budget of 128 GiB was assumed: give the machine's real host RAM)"
-                                   : "");
-    out.push_back(given);
-    // Host RAM is per node: the same GPUs over more nodes need less of it each.
-    if (settings.gpus_per_node > 8) {
-      RunSettings changed = settings;
-      changed.nodes = settings.world_size() / 8;
-      changed.gpus_per_node = 8;
-      if (changed.world_size() == settings.world_size()) {
-        try_change(std::to_string(changed.nodes) + " nodes of 8 GPUs (--gpus 8 --nodes " + std::to_string(changed.nodes) +
-                       ")",
-                   changed);
-      }
-    }
-    if (settings.allow_cpu_offload && gpu_only.config.offload_optimizer != Offload::kNone) {
-      RunSettings changed = settings;
-      changed.allow_cpu_offload = false;
-      try_change("no optimizer offload to host RAM (--no-offload)", changed);
-    }
-  }
-  if (!p.fits_disk) {
-    Suggestion given;
-    given.change = "--disk " + std::to_string((p.disk + 999'999'999) / 1'000'000'000) + "GB";
-    given.detail = "the disk the plan's checkpoints need" +
-                   std::string(!settings.disk_free_bytes
-                                   ? " (500 GB was assumed: give the real free space)"
-                                   : "");
-    out.push_back(given);
-    if (settings.checkpoints_kept > 1) {
-      RunSettings changed = settings;
-      changed.checkpoints_kept = 1;
-      try_change("keep one training-state checkpoint (--keep-checkpoints 1)", changed);
-    }
-    if (settings.save_optimizer_state) {
-      RunSettings changed = settings;
-      changed.save_optimizer_state = false;
-      try_change("checkpoints without optimizer state (--no-optimizer-state)", changed);
-    }
-  }
-  return out;
-}
-
-// More GPUs of the same kind, with ZeRO-3 allowed: the fewest that are enough.
-std::optional<Suggestion> more_gpus(const ModelContext& context, const RunSettings& settings) {
-  for (int gpus : {2, 4, 8, 16, 32, 64}) {
-    if (gpus <= settings.world_size()) continue;
-    RunSettings changed = settings;
-    changed.gpus_per_node = std::min(gpus, 8);
-    changed.nodes = gpus / changed.gpus_per_node;
-    changed.max_zero_stage = 3;
-    changed.global_batch = 0;
-    const Candidate found = try_settings(changed);
-    if (found.found) return suggestion_from(std::to_string(gpus) + " x " + context.gpu.name, found, changed);
-  }
-  return std::nullopt;
-}
-
-// A larger GPU, the smallest one that is enough.
-std::optional<Suggestion> larger_gpu(const ModelContext& context, const RunSettings& settings) {
-  std::vector<GpuSpec> larger;
-  for (const GpuSpec& gpu : gpu_catalogue()) {
-    if (gpu.memory_bytes > context.gpu.memory_bytes) larger.push_back(gpu);
-  }
-  std::stable_sort(larger.begin(), larger.end(),
-                   [](const GpuSpec& a, const GpuSpec& b) { return a.memory_bytes < b.memory_bytes; });
-  for (const GpuSpec& gpu : larger) {
-    RunSettings changed = settings;
-    changed.gpu = gpu.id;
-    changed.gpu_memory_bytes.reset();
-    const Candidate found = try_settings(changed);
-    if (found.found) return suggestion_from("one " + gpu.name, found, changed);
-  }
-  return std::nullopt;
-}
-
-// Fewer trainable parameters: LoRA or QLoRA for a full run, QLoRA for LoRA.
-std::optional<Suggestion> fewer_trainable(const RunSettings& settings) {
-  if (settings.mode == TrainMode::kFull) {
-    for (TrainMode mode : {TrainMode::kLora, TrainMode::kQlora}) {
-      RunSettings changed = settings;
-      changed.mode = mode;
-      const Candidate found = try_settings(changed);
-      if (found.found) {
-        return suggestion_from(std::string(mode_name(mode)) + " (rank " + std::to_string(changed.lora.rank) + ")",
-                               found, changed);
-      }
-    }
-  } else if (settings.mode == TrainMode::kLora) {
-    RunSettings changed = settings;
-    changed.mode = TrainMode::kQlora;
-    const Candidate found = try_settings(changed);
-    if (found.found) return suggestion_from("qlora (4-bit NF4 base)", found, changed);
-  }
-  return std::nullopt;
-}
-
-// Offload the user had ruled out.
-std::optional<Suggestion> allow_offload(const RunSettings& settings) {
-  if (settings.allow_cpu_offload && settings.allow_activation_offload && settings.max_zero_stage >= 3) {
-    return std::nullopt;
-  }
-  RunSettings changed = settings;
-  changed.allow_cpu_offload = true;
-  changed.allow_activation_offload = true;
-  changed.max_zero_stage = 3;
-  const Candidate found = try_settings(changed);
-  if (!found.found) return std::nullopt;
-  return suggestion_from("allow ZeRO-3 and CPU offload", found, changed);
-}
-
-// A shorter sequence: the longest that fits at micro-batch 1.
-std::optional<Suggestion> shorter_sequence(const ModelContext& context, const RunSettings& settings) {
-  const int64_t seq = largest_fitting(context.seq_len, [&](int64_t s) { return fits_at(context, settings, 1, s); });
-  if (seq <= 0 || seq >= context.seq_len) return std::nullopt;
-  Suggestion s;
-  s.change = "sequence length " + std::to_string(seq) + " (from " + std::to_string(context.seq_len) + ")";
-  s.detail = "the longest sequence that fits at micro-batch 1 with the allowed options";
-  return s;
-}
-
-std::vector<Suggestion> suggestions_for(const ModelContext& context, const RunSettings& settings) {
-  std::vector<Suggestion> out;
-  const auto add = [&](std::optional<Suggestion> suggestion) {
-    if (suggestion) out.push_back(std::move(*suggestion));
-  };
-  add(more_gpus(context, settings));
-  add(larger_gpu(context, settings));
-  add(fewer_trainable(settings));
-  add(allow_offload(settings));
-  add(shorter_sequence(context, settings));
-  return out;
-}
-
-}  // namespace
 
 }  // namespace headroom::planner

@@ -228,6 +228,9 @@ struct RunSettings {
 
   // What the planner may change.
   int max_zero_stage = 3;
+  // What the plan may change (planner/settings/may_change.h): knob names, "stack"
+  // or "all"; empty: what the stack changes without editing the user's code.
+  std::vector<std::string> may_change;
   bool allow_cpu_offload = true;
   bool allow_nvme_offload = false;
   bool allow_activation_offload = true;

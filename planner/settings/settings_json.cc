@@ -98,6 +98,7 @@ Status read_run_and_budgets(JsonFields& r, RunSettings& s, std::string& checkpoi
       r.read("checkpoints_kept", s.checkpoints_kept),
       r.read("save_optimizer_state", s.save_optimizer_state),
       r.read("max_zero_stage", s.max_zero_stage),
+      r.read("may_change", s.may_change),
       r.read("allow_cpu_offload", s.allow_cpu_offload),
       r.read("allow_nvme_offload", s.allow_nvme_offload),
       r.read("allow_activation_offload", s.allow_activation_offload),
@@ -277,6 +278,7 @@ void write_run_and_budgets(const RunSettings& s, nlohmann::json& j) {
   j["checkpoints_kept"] = s.checkpoints_kept;
   j["save_optimizer_state"] = s.save_optimizer_state;
   j["max_zero_stage"] = s.max_zero_stage;
+  j["may_change"] = s.may_change;
   j["allow_cpu_offload"] = s.allow_cpu_offload;
   j["allow_nvme_offload"] = s.allow_nvme_offload;
   j["allow_activation_offload"] = s.allow_activation_offload;

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "planner/settings/may_change.h"
 #include "planner/settings/stack.h"
 
 namespace headroom::planner {
@@ -388,6 +389,7 @@ Status check_checkpointing(const RunSettings& s, std::string_view origin) {
   }
   // An offloaded block's copies run beside the ZeRO-3 parameter fetches the
   // step model does not overlap them with (step_builder.cc allow_offload).
+  if (Result<KnobSet> knobs = knobs_of(s, origin); !knobs.is_ok()) return knobs.status();
   if (!s.offload_blocks.empty() && s.offload_param != Offload::kNone) {
     return fail(origin, "offload_blocks",
                 "expected no activation offload with parameter offload (offload_param none, or no offload_blocks)");

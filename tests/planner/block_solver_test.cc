@@ -96,4 +96,35 @@ TEST_CASE("the walk's peak is at least every live set it passes through") {
     CHECK(peak.bytes >= model.base + model.grads_optimizer);
   }
 }
+TEST_CASE("best_pattern over every assignment equals brute force, and skips what a block cannot take") {
+  std::mt19937_64 rng(20261129);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int blocks = 1 + trial % 6;
+    const StepModel model = random_model(rng, blocks);
+    const int64_t unconstrained = walk_step(model, std::vector<BlockChoice>(blocks, BlockChoice::kKeep), 0).bytes;
+    const int64_t budget = std::uniform_int_distribution<int64_t>(unconstrained / 3, unconstrained + 100)(rng);
+    std::vector<std::vector<BlockChoice>> every;
+    std::vector<int> digits(blocks, 0);
+    while (true) {
+      std::vector<BlockChoice> choices(blocks);
+      for (int k = 0; k < blocks; ++k) choices[k] = static_cast<BlockChoice>(digits[k]);
+      every.push_back(choices);
+      int k = 0;
+      while (k < blocks && ++digits[k] == 3) digits[k++] = 0;
+      if (k == blocks) break;
+    }
+    const BlockSolution patterns = best_pattern(model, budget, every);
+    const BlockSolution brute = brute_force_blocks(model, budget);
+    INFO("trial " << trial);
+    REQUIRE(patterns.feasible == brute.feasible);
+    if (patterns.feasible) CHECK(patterns.micro_step_ms == doctest::Approx(brute.micro_step_ms).epsilon(1e-12));
+  }
+  // A pattern that offloads where the model allows no offload is never chosen.
+  std::mt19937_64 one(3);
+  StepModel model = random_model(one, 4);
+  model.allow_offload = false;
+  const BlockSolution none = best_pattern(model, INT64_MAX / 4, {std::vector<BlockChoice>(4, BlockChoice::kOffload)});
+  CHECK_FALSE(none.feasible);
+}
+
 }  // namespace headroom::planner

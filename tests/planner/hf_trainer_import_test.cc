@@ -208,4 +208,29 @@ TEST_CASE("use_liger_kernel prices Liger's fused linear cross-entropy unless lig
   CHECK_FALSE(none->settings.loss.has_value());
 }
 
+TEST_CASE("a script's own arguments that choose the method are refused unless the flags say it (issue 36)") {
+  // The PEFT repository's run_peft_qlora_fsdp.sh passes these to its train.py, not to TrainingArguments.
+  const std::string script =
+      "--per_device_train_batch_size 2 --use_peft_lora True --lora_r 8 --use_4bit_quantization True "
+      "--use_nested_quant True --bnb_4bit_compute_dtype bfloat16";
+  const std::string message = refusal(script);
+  CHECK(message.find("args.json: ") == 0);
+  CHECK(message.find(": the script's own argument, which chooses LoRA, QLoRA or a quantized base, is not read") !=
+        std::string::npos);
+  CHECK(message.find("--qlora") != std::string::npos);
+  // With --qlora given, the same arguments are what the flags already price.
+  RunSettings qlora = base_run();
+  qlora.mode = TrainMode::kQlora;
+  Result<ConfigImport> priced = import_training_arguments(script, "args.json", qlora);
+  REQUIRE_MESSAGE(priced.is_ok(), priced.message());
+  CHECK(priced->settings.mode == TrainMode::kQlora);
+  // --lora prices adapters, not a 4-bit base: still refused.
+  RunSettings lora = base_run();
+  lora.mode = TrainMode::kLora;
+  CHECK_FALSE(import_training_arguments(script, "args.json", lora).is_ok());
+  // Turned off, they choose nothing.
+  CHECK(import_training_arguments("--use_4bit_quantization False --use_peft_lora false", "args.json", base_run())
+            .is_ok());
+}
+
 }  // namespace headroom::planner

@@ -179,13 +179,25 @@ TEST_CASE("plan report has the frontier and the largest batch and sequence") {
   result.max_micro_batch = 6;
   result.max_seq_len = 8192;
   result.configs_evaluated = 12;
+  result.space = "gradient checkpointing of every block or none";
+  planner::Suggestion faster;
+  faster.change = "--may-change all";
+  faster.gpu_total = 30 * kGiB;
+  faster.gpu_budget = 45 * kGiB;
+  faster.sample_ms = 200.0;
+  result.alternatives.push_back(faster);
   const std::string text = plan_report(result, "NVIDIA RTX A6000");
   CHECK(contains(text, "The fastest plan that fits"));
   CHECK(contains(text, "12 configurations evaluated"));
   CHECK(contains(text, "20.0 GiB"));
   CHECK(contains(text, "300.0 ms"));
-  CHECK(contains(text, "Largest micro-batch that fits: 6"));
-  CHECK(contains(text, "at micro-batch 1: 8192"));
+  // Both largest values say what they hold for (issue 36).
+  CHECK(contains(text, "Largest micro-batch that fits at sequence " + std::to_string(result.best.seq_len) +
+                           ", within the space searched: 6"));
+  CHECK(contains(text, "at micro-batch 1, within the space searched: 8192"));
+  // The space searched, and what lies beyond it with its numbers.
+  CHECK(contains(text, "Searched: gradient checkpointing of every block or none (what the"));
+  CHECK(contains(text, "Faster beyond that space:\n  - --may-change all: peak 30.0 GiB of 45.0 GiB budget"));
 }
 
 TEST_CASE("fit JSON carries the verdict, the run and the alternative") {
