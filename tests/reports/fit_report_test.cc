@@ -180,6 +180,7 @@ TEST_CASE("plan report has the frontier and the largest batch and sequence") {
   result.max_seq_len = 8192;
   result.configs_evaluated = 12;
   result.space = "gradient checkpointing of every block or none";
+  result.best.settings.stack = planner::Stack::kHfTrainer;
   planner::Suggestion faster;
   faster.change = "--may-change all";
   faster.gpu_total = 30 * kGiB;
@@ -196,7 +197,7 @@ TEST_CASE("plan report has the frontier and the largest batch and sequence") {
                            ", within the space searched: 6"));
   CHECK(contains(text, "at micro-batch 1, within the space searched: 8192"));
   // The space searched, and what lies beyond it with its numbers.
-  CHECK(contains(text, "Searched: gradient checkpointing of every block or none (what the"));
+  CHECK(contains(text, "Searched: gradient checkpointing of every block or none (what the hf-trainer stack changes"));
   CHECK(contains(text, "Faster beyond that space:\n  - --may-change all: peak 30.0 GiB of 45.0 GiB budget"));
 }
 
