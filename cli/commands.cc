@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "cli/answers.h"
 #include "cli/output_guard.h"
 #include "cli/run_flags.h"
@@ -180,9 +182,15 @@ int run_report(const CliOptions& options, Terminal& terminal) {
   input.plan = &loaded.plan;
   input.simulation = &loaded.simulation;
   input.frontier = &around.frontier;
+  input.fastest = around.found ? &around.best : nullptr;
+  input.space = around.space;
+  input.alternatives = around.alternatives;
+  input.assumptions = planner::input_warnings(loaded.context, loaded.plan.settings);
   input.measurement = measurement ? &*measurement : nullptr;
   input.gpu_name = loaded.context.gpu.name;
-  input.generated_by = "headroom " HEADROOM_VERSION " from " + options.plan_path;
+  // The file's name only: the report is shared, the local directory is not its business.
+  input.generated_by =
+      "headroom " HEADROOM_VERSION " from " + std::filesystem::path(options.plan_path).filename().string();
   const std::string html = reports::render_html_report(input);
   if (Status written = graph::write_file_atomic(options.output_path, html); !written.is_ok()) {
     return fail(terminal, written.with_prefix("-o: "));

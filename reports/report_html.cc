@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "reports/report_plan_sections.h"
 #include "reports/svg.h"
 #include "reports/units.h"
 
@@ -152,7 +153,9 @@ std::string frontier_chart(const planner::Plan& plan, const std::vector<planner:
     line.emplace_back(gib(point.gpu_total), point.sample_ms);
   }
   chart.polyline(line, "#4c9be8", 2.0);
-  for (const planner::FrontierPoint& point : frontier) {
+  for (size_t i = 0; i < frontier.size(); ++i) {
+    const planner::FrontierPoint& point = frontier[i];
+    chart.text(gib(point.gpu_total) + max_x * 0.006, point.sample_ms + max_y * 0.03, point_label(i));
     chart.rect(gib(point.gpu_total) - max_x * 0.003, point.sample_ms - max_y * 0.01, gib(point.gpu_total) + max_x * 0.003,
                point.sample_ms + max_y * 0.01, "#4c9be8",
                "ZeRO-" + std::to_string(point.config.zero_stage) + ", micro-batch " +
@@ -281,35 +284,32 @@ td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f0f0
 td:first-child,th:first-child{text-align:left}.verdict{font-size:18px;font-weight:600;padding:8px;border-radius:4px}
 .fits{background:#e8f5e9}.nofit{background:#ffebee}svg text{font-size:11px}svg .axis{font-size:12px}
 svg .mark{font-size:12px;font-weight:600}svg .name{font-size:10px}
-svg .mark,svg .lbl{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}details{margin:8px 0}code{font-size:12px})";
+svg .mark,svg .lbl{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}details{margin:8px 0}code{font-size:12px}
+pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}.band{color:#555})";
 
-}  // namespace
-
-std::string render_html_report(const ReportInput& in) {
+// The verdict, the run's settings and its memory at the peak.
+void run_sections(const ReportInput& in, std::ostringstream& html) {
   const planner::Plan& plan = *in.plan;
   const planner::Prediction& p = plan.prediction;
-  const std::string title = in.title.empty() ? "headroom report: " + plan.model + " on " + in.gpu_name : in.title;
-  std::ostringstream html;
-  html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << escape_html(title)
-       << "</title><style>" << kStyle << "</style></head><body>\n";
-  html << "<h1>" << escape_html(title) << "</h1>\n";
   html << "<p class=\"verdict " << (p.fits() ? "fits\">FITS" : "nofit\">DOES NOT FIT") << ": peak "
        << escape_html(format_gib(p.gpu_total)) << " of " << escape_html(format_gib(p.gpu_budget))
        << " budget (GPU " << escape_html(format_gib(p.gpu_capacity)) << ", "
        << escape_html(format_percent(plan.settings.safety_margin)) << " safety margin)</p>\n";
-
   html << "<h2>Run</h2><table>\n" << row({"setting", "value"}, true);
   html << row({"model", plan.model}) << row({"GPU", in.gpu_name + " x " + std::to_string(plan.settings.world_size())});
+  html << row({"stack", std::string(planner::stack_name(plan.settings.stack))});
   html << row({"precision", std::string(planner::precision_name(plan.settings.precision))});
   html << row({"optimizer", std::string(planner::optimizer_name(plan.settings.optimizer))});
   html << row({"training", std::string(planner::mode_name(plan.settings.mode))});
   html << row({"sequence length", std::to_string(plan.seq_len)});
-  html << row({"ZeRO stage", std::to_string(plan.config.zero_stage)});
-  html << row({"optimizer offload", std::string(planner::offload_name(plan.config.offload_optimizer))});
-  html << row({"parameter offload", std::string(planner::offload_name(plan.config.offload_param))});
-  html << row({"micro-batch x accumulation", std::to_string(plan.config.micro_batch) + " x " + std::to_string(plan.config.grad_accum)});
   html << "</table>\n";
+  html << comparison_section(plan, in.fastest, in.space, in.alternatives);
+  html << assumptions_section(in.assumptions, p);
+  html << apply_section(in.fastest != nullptr ? *in.fastest : plan);
+}
 
+void peak_section(const planner::Plan& plan, std::ostringstream& html) {
+  const planner::Prediction& p = plan.prediction;
   html << "<h2>Memory at the peak</h2>\n" << breakdown_chart(p);
   html << "<table>\n" << row({"category", "GiB"}, true);
   const planner::MemoryBreakdown& m = p.peak;
@@ -324,16 +324,22 @@ std::string render_html_report(const ReportInput& in) {
        << (p.where.block_name.empty() ? "" : " of " + escape_html(p.where.block_name)) << ". Host RAM "
        << escape_html(format_gib(p.host_ram)) << " of " << escape_html(format_gib(p.host_ram_budget)) << "; disk "
        << escape_html(format_gb(p.disk)) << " of " << escape_html(format_gb(p.disk_budget)) << ".</p>\n";
+}
 
+// The simulated curve, the frontier and the per-block decisions.
+void chart_sections(const ReportInput& in, std::ostringstream& html) {
+  const planner::Plan& plan = *in.plan;
   if (in.simulation) {
     html << "<h2>Memory over one step</h2>\n" << memory_chart(plan, *in.simulation, in.measurement);
     html << "<p>Simulated on a model of PyTorch's caching allocator: peak allocated "
          << escape_html(format_gib(in.simulation->peak_allocated)) << ", reserved "
-         << escape_html(format_gib(in.simulation->peak_reserved)) << (in.simulation->out_of_memory ? ", OUT OF MEMORY at " + escape_html(in.simulation->out_of_memory_at) : "")
+         << escape_html(format_gib(in.simulation->peak_reserved))
+         << (in.simulation->out_of_memory ? ", OUT OF MEMORY at " + escape_html(in.simulation->out_of_memory_at) : "")
          << ".</p>\n";
   }
   if (in.frontier && !in.frontier->empty()) {
-    html << "<h2>Memory / time frontier</h2>\n" << frontier_chart(plan, *in.frontier);
+    html << "<h2>Memory / time frontier</h2>\n" << frontier_chart(plan, *in.frontier)
+         << frontier_points_table(*in.frontier);
   }
   html << "<h2>Per-block decisions</h2>\n" << blocks_chart(plan);
   html << "<details><summary>All " << plan.blocks.size() << " blocks by name</summary><table>\n"
@@ -350,8 +356,10 @@ std::string render_html_report(const ReportInput& in) {
            << kMaxTimelineRects / 5 << " rectangles.</p>\n";
     }
   }
+}
 
-  const planner::TimeBreakdown& t = p.time;
+void time_section(const planner::Plan& plan, std::ostringstream& html) {
+  const planner::TimeBreakdown& t = plan.prediction.time;
   html << "<h2>Time per optimizer step</h2><table>\n" << row({"part", "ms"}, true);
   for (const auto& [name, ms] : std::vector<std::pair<std::string, double>>{
            {"forward", t.forward_ms}, {"backward", t.backward_ms}, {"recompute", t.recompute_ms},
@@ -361,20 +369,36 @@ std::string render_html_report(const ReportInput& in) {
   }
   html << "</table><p>" << fixed(t.samples_per_s, 2) << " samples/s, " << group_thousands(static_cast<int64_t>(t.tokens_per_s))
        << " tokens/s, MFU " << escape_html(format_percent(t.mfu)) << ".</p>\n";
+}
 
-  if (in.measurement) {
-    const MeasuredRun& run = *in.measurement;
-    html << "<h2>Predicted vs measured</h2><p>Measured on " << escape_html(run.device) << ", driver "
-         << escape_html(run.driver) << ", torch " << escape_html(run.torch_version) << ", " << escape_html(run.date)
-         << ".</p><table>\n" << row({"quantity", "predicted", "measured", "error"}, true);
-    html << row({"peak allocated (GiB)", gib_number(p.peak_allocated), gib_number(run.max_peak_allocated()),
-                 relative_error(static_cast<double>(p.peak_allocated), static_cast<double>(run.max_peak_allocated()))});
-    html << row({"peak reserved (GiB)", gib_number(p.peak_reserved), gib_number(run.max_peak_reserved()),
-                 relative_error(static_cast<double>(p.peak_reserved), static_cast<double>(run.max_peak_reserved()))});
-    html << row({"step time (ms)", fixed(t.step_ms, 1), fixed(run.median_step_ms(), 1),
-                 relative_error(t.step_ms, run.median_step_ms())});
-    html << "</table>\n";
-  }
+void measurement_section(const planner::Plan& plan, const MeasuredRun& run, std::ostringstream& html) {
+  const planner::Prediction& p = plan.prediction;
+  html << "<h2>Predicted vs measured</h2><p>Measured on " << escape_html(run.device) << ", driver "
+       << escape_html(run.driver) << ", torch " << escape_html(run.torch_version) << ", " << escape_html(run.date)
+       << ".</p><table>\n" << row({"quantity", "predicted", "measured", "error"}, true);
+  html << row({"peak allocated (GiB)", gib_number(p.peak_allocated), gib_number(run.max_peak_allocated()),
+               relative_error(static_cast<double>(p.peak_allocated), static_cast<double>(run.max_peak_allocated()))});
+  html << row({"peak reserved (GiB)", gib_number(p.peak_reserved), gib_number(run.max_peak_reserved()),
+               relative_error(static_cast<double>(p.peak_reserved), static_cast<double>(run.max_peak_reserved()))});
+  html << row({"step time (ms)", fixed(p.time.step_ms, 1), fixed(run.median_step_ms(), 1),
+               relative_error(p.time.step_ms, run.median_step_ms())});
+  html << "</table>\n";
+}
+
+}  // namespace
+
+std::string render_html_report(const ReportInput& in) {
+  const planner::Plan& plan = *in.plan;
+  const std::string title = in.title.empty() ? "headroom report: " + plan.model + " on " + in.gpu_name : in.title;
+  std::ostringstream html;
+  html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << escape_html(title)
+       << "</title><style>" << kStyle << "</style></head><body>\n";
+  html << "<h1>" << escape_html(title) << "</h1>\n";
+  run_sections(in, html);
+  peak_section(plan, html);
+  chart_sections(in, html);
+  time_section(plan, html);
+  if (in.measurement) measurement_section(plan, *in.measurement, html);
   html << "<p><small>" << escape_html(in.generated_by) << ". Sources of every number: docs/memory-model.md.</small></p>\n";
   html << "</body></html>\n";
   return html.str();

@@ -22,7 +22,11 @@ namespace headroom::reports {
 struct ReportInput {
   const planner::Plan* plan = nullptr;                          // required
   const planner::Simulation* simulation = nullptr;              // memory curve and timeline
-  const std::vector<planner::FrontierPoint>* frontier = nullptr;
+  const std::vector<planner::FrontierPoint>* frontier = nullptr;  // points labelled A, B, ... in chart and table
+  const planner::Plan* fastest = nullptr;  // the fastest plan in the run's space, beside the file's run
+  std::string space;                        // what that search could change, in words
+  std::vector<planner::Suggestion> alternatives;  // faster changes beyond the space
+  std::vector<std::string> assumptions;     // assumed budgets, uncalibrated speeds, ...
   const MeasuredRun* measurement = nullptr;                     // predicted vs measured
   std::string gpu_name;
   std::string title;         // page title and heading; empty: "headroom report: MODEL on GPU"

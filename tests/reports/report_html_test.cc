@@ -8,6 +8,7 @@
 
 #include "reports/measured_run.h"
 #include "reports/report_html.h"
+#include "reports/report_plan_sections.h"
 
 namespace headroom::reports {
 namespace {
@@ -247,6 +248,48 @@ TEST_CASE("a long simulation is thinned: curves to the pixels, at most 5000 time
   // y axis 0..1.1 x the budget line (45 GiB - 0.5 GiB context), plot from pixel 30
   // to 380 - 48 = 332: the 42 GiB spike sits at 332 - 42 / 48.95 * 302.
   CHECK(top_pixel == doctest::Approx(332 - 42 / (44.5 * 1.1) * 302).epsilon(0.002));
+}
+
+TEST_CASE("the report puts the file's run beside the fastest plan, with every assumption and what to apply") {
+  const planner::Plan plan = hand_made_plan(6);
+  planner::Plan fastest = hand_made_plan(6);
+  fastest.config.zero_stage = 3;
+  fastest.config.offload_param = planner::Offload::kCpu;
+  fastest.prediction.gpu_total = 30 * kGiB;
+  planner::Prediction& top = const_cast<planner::Plan&>(plan).prediction;
+  top.gpu_total_bottom = 40 * kGiB;
+  top.band_unknowns = {"whether the model output is kept through backward (give --stack or --loss)"};
+  const std::vector<planner::FrontierPoint> frontier = {{30 * kGiB, 1300, {}, 4, 0}, {44 * kGiB, 1000, {}, 0, 0}};
+  ReportInput input;
+  input.plan = &plan;
+  input.fastest = &fastest;
+  input.frontier = &frontier;
+  input.space = "gradient checkpointing of every block or none";
+  planner::Suggestion wider;
+  wider.change = "--may-change all";
+  wider.gpu_total = 33 * kGiB;
+  wider.sample_ms = 800;
+  input.alternatives = {wider};
+  input.assumptions = {"host RAM budget assumed to be 128 GiB per node (give --host-ram)"};
+  input.gpu_name = "NVIDIA RTX A6000";
+  const std::string html = render_html_report(input);
+  CHECK(contains(html, "<th>this plan file</th><th>fastest plan found</th>"));
+  CHECK(contains(html, "<td>30.0 GiB (45.0 GiB)</td>"));  // the fastest plan's peak beside the file's
+  CHECK(contains(html, "Searched: gradient checkpointing of every block or none."));
+  CHECK(contains(html, "<code>--may-change all</code>: peak 33.0 GiB"));
+  CHECK(contains(html, "Band: 40.0 GiB to 43.5 GiB"));
+  CHECK(contains(html, "host RAM budget assumed to be 128 GiB per node"));
+  // What to apply is the fastest plan's: its flags, DeepSpeed config and wrappers.
+  CHECK(contains(html, "--zero 3 --offload-optimizer none --offload-param cpu"));
+  CHECK(contains(html, "--checkpoint-blocks model.layers.0,model.layers.3"));
+  CHECK(contains(html, "--offload-blocks model.layers.2,model.layers.5"));
+  CHECK(contains(html, "&quot;zero_optimization&quot;"));
+  // Frontier points labelled in the chart and in the table.
+  CHECK(contains(html, "<table id=\"table-frontier\">"));
+  CHECK(contains(html, "<tr><td>B</td><td>44.0 GiB</td>"));
+  CHECK(point_label(0) == "A");
+  CHECK(point_label(25) == "Z");
+  CHECK(point_label(26) == "AA");
 }
 
 }  // namespace headroom::reports
