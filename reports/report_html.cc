@@ -38,15 +38,7 @@ const char* stream_color(planner::Phase phase) {
   return "#999";
 }
 
-std::string row(const std::vector<std::string>& cells, bool header = false) {
-  std::string out = "<tr>";
-  for (const std::string& cell : cells) {
-    out += header ? "<th>" : "<td>";
-    out += escape_html(cell);
-    out += header ? "</th>" : "</td>";
-  }
-  return out + "</tr>\n";
-}
+std::string row(const std::vector<std::string>& cells, bool header = false) { return html_row(cells, header); }
 
 std::string relative_error(double predicted, double measured) {
   if (measured <= 0) return "";
