@@ -191,6 +191,9 @@ std::vector<Suggestion> budget_suggestions(const RunSettings& settings, const Pl
       changed.allow_cpu_offload = false;
       try_change("no optimizer offload to host RAM (--no-offload)", changed);
     }
+    // Fewer or smaller optimizer states need less of the host RAM they are offloaded to.
+    if (std::optional<Suggestion> fewer = fewer_trainable(settings)) out.push_back(std::move(*fewer));
+    if (std::optional<Suggestion> eight_bit = eight_bit_optimizer(settings)) out.push_back(std::move(*eight_bit));
   }
   if (!p.fits_disk) {
     Suggestion given;

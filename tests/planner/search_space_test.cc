@@ -125,4 +125,18 @@ TEST_CASE("stack_knobs: per stack, the granularity of checkpointing the plan may
   CHECK(stack_knobs(Stack::kTorchAmp).has(Knob::kActivationOffload));
 }
 
+TEST_CASE("short of host RAM only: fewer trainable parameters are offered beside the budget (issue 36)") {
+  RunSettings s;
+  s.model = "mistral-7b";
+  s.gpu = "4090";
+  s.seq_len = 1024;
+  s.precision = Precision::kBf16Mixed;
+  s.host_ram_bytes = int64_t{64} << 30;
+  s.disk_free_bytes = int64_t{4000} * 1000 * 1000 * 1000;
+  const PlanResult result = plan_of(s);
+  CHECK_FALSE(result.found);
+  CHECK(result.short_of == std::vector<std::string>{"host RAM"});
+  CHECK(lists(result.suggestions, "lora (rank 16)"));
+}
+
 }  // namespace headroom::planner
