@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Loads an HTML report in headless Chromium (Debian's `chromium`) and fails when
 # the page refers to anything outside itself (it must open offline), when it
-# logs any console message (errors, uncaught exceptions), when a chart is
+# logs any console message (errors, uncaught exceptions), when a chart or a
+# section (the comparison, the assumptions, the flags, the frontier table) is
 # missing from the rendered DOM, or when the screenshot is blank.
 # Console messages reach Chromium's stderr log as "CONSOLE" lines with
 # --enable-logging=stderr; a failed load of a missing file does not, which is
@@ -32,7 +33,10 @@ if grep -q "CONSOLE" "$work/log.txt"; then
   grep "CONSOLE" "$work/log.txt" >&2
   exit 1
 fi
-for chart in chart-breakdown chart-memory chart-frontier chart-blocks chart-timeline; do
+# The charts, and what the answer says to do (issue 36): the run beside the fastest
+# plan, the assumptions, the flags to apply, the frontier's labelled points.
+for chart in chart-breakdown chart-memory chart-frontier chart-blocks chart-timeline \
+             table-comparison list-assumptions pre-flags table-frontier; do
   grep -q "id=\"$chart\"" "$work/dom.html" || { echo "check_report_in_browser: $chart missing from the rendered page" >&2; exit 1; }
 done
 
