@@ -21,8 +21,9 @@ namespace {
 using nlohmann::json;
 
 // Splits a shell-style command line: whitespace outside quotes separates words,
-// a backslash before a newline continues the line.
-std::vector<std::string> shell_words(std::string_view text) {
+// a backslash before a newline continues the line. `unclosed` (optional) is set
+// when a quote is still open at the end, which a shell refuses.
+std::vector<std::string> shell_words(std::string_view text, bool* unclosed = nullptr) {
   std::vector<std::string> words;
   std::string word;
   bool in_word = false;
@@ -53,6 +54,7 @@ std::vector<std::string> shell_words(std::string_view text) {
     }
   }
   if (in_word) words.push_back(word);
+  if (unclosed != nullptr) *unclosed = quote != 0;
   return words;
 }
 
@@ -62,9 +64,19 @@ std::vector<std::string> shell_words(std::string_view text) {
 // word ending in .py, e.g. `torchrun --nproc_per_node 8 train.py`) are the
 // launcher's and are skipped.
 Result<json> arguments_object(std::string_view text, std::string_view origin) {
-  std::vector<std::string> words = shell_words(text);
+  bool unclosed = false;
+  std::vector<std::string> words = shell_words(text, &unclosed);
+  if (unclosed) {
+    return Status::invalid_input(std::string(origin) + ": a quote is not closed (expected a command line a shell "
+                                                       "reads: every ' and \" closed)");
+  }
   const auto script = std::find_if(words.begin(), words.end(), [](const std::string& w) { return w.ends_with(".py"); });
   if (script != words.end()) words.erase(words.begin(), script + 1);
+  if (words.empty()) {
+    return Status::invalid_input(std::string(origin) +
+                                 ": no arguments (expected TrainingArguments as JSON or a command line of --KEY VALUE "
+                                 "arguments)");
+  }
   json out = json::object();
   std::string key;
   for (const std::string& word : words) {
@@ -115,6 +127,13 @@ class ArgsReader {
     return fallback;
   }
   int64_t count_or(const std::string& key, int64_t fallback, int64_t max) {
+    // "None" or an empty value is no number: TrainingArguments would refuse it,
+    // not fall back to its default (`--per_device_train_batch_size None`).
+    if (args_.contains(key) && args_.at(key).is_string() && (args_.at(key) == "None" || args_.at(key) == "")) {
+      read_.insert(key);
+      fail(key, "a whole number from 1 to " + std::to_string(max), args_.at(key));
+      return fallback;
+    }
     if (!has(key)) return fallback;
     const json& v = args_.at(key);
     int64_t value = 0;

@@ -321,6 +321,27 @@ Status resolve_time_options(const RunSettings& settings, ModelContext& context) 
 
 }  // namespace
 
+// BatchNorm in training mode normalizes each channel over the batch and the map:
+// torch refuses one value per channel ("Expected more than 1 value per channel
+// when training", torch/nn/functional.py _verify_batch_size), which a micro-batch
+// of 1 reaches at a 1x1 map (ResNet's last stage at 32 px). Refused before the
+// run, never found at its first step (issue 37).
+Status check_batch_norm_values(const ModelContext& context, int64_t micro_batch) {
+  for (const graph::Node& node : context.graph.nodes) {
+    if (!node.op.starts_with("batch_norm") || node.inputs.empty() || node.params.empty()) continue;
+    const graph::Tensor* input = context.graph.find_tensor(node.inputs.front());
+    const int64_t channels = node.params.front().elements();
+    if (input == nullptr || channels <= 0) continue;
+    const std::optional<int64_t> elements = input->elements.eval(micro_batch, context.seq_len);
+    if (!elements || *elements / channels > 1) continue;
+    return Status::invalid_input("micro_batch: " + std::to_string(micro_batch) + " sample(s) reach " + node.name +
+                                 " (BatchNorm) with one value per channel, which torch refuses to train (\"Expected "
+                                 "more than 1 value per channel when training\"); expected a larger micro-batch or "
+                                 "resolution");
+  }
+  return Status::ok();
+}
+
 Result<ModelContext> prepare_context(const RunSettings& settings) {
   const Status valid = validate_settings(settings, "settings");
   if (!valid.is_ok()) return valid;

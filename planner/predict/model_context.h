@@ -60,6 +60,11 @@ bool sizes_in_range(const ModelContext& context, int64_t micro_batch, int64_t se
 // relative path becomes absolute, so the plan runs from any directory.
 RunSettings settings_for_plan(const RunSettings& settings);
 
+// Refuses a micro-batch at which a BatchNorm layer in training mode sees one
+// value per channel (torch's "Expected more than 1 value per channel when
+// training"): `fit`, plan files and every candidate of the search check it.
+Status check_batch_norm_values(const ModelContext& context, int64_t micro_batch);
+
 // The checkpoint decisions the user asked for (none / every block / a list).
 Result<std::vector<BlockChoice>> user_block_choices(const ModelContext& context,
                                                     const RunSettings& settings);

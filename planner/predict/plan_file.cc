@@ -20,6 +20,9 @@ Result<Plan> load_plan_file(const std::string& path) {
 Result<PreparedPlan> prepare_plan(Plan plan, const std::string& origin) {
   Result<ModelContext> context = prepare_context(plan.settings);
   if (!context.is_ok()) return context.status().with_prefix(origin + ": ");
+  if (Status values = check_batch_norm_values(context.value(), plan.config.micro_batch); !values.is_ok()) {
+    return values.with_prefix(origin + ": ");
+  }
   PreparedPlan out{std::move(plan), std::move(context.value())};
   if (out.plan.blocks.size() != out.context.graph.blocks.size()) {
     return Status::invalid_input(origin + ": blocks: expected " +

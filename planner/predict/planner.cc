@@ -7,6 +7,7 @@ namespace headroom::planner {
 Result<FitAnswer> fit(const RunSettings& settings) {
   Result<ModelContext> context = prepare_context(settings);
   if (!context.is_ok()) return context.status();
+  if (Status values = check_batch_norm_values(context.value(), settings.micro_batch); !values.is_ok()) return values;
   Result<std::vector<BlockChoice>> choices = user_block_choices(context.value(), settings);
   if (!choices.is_ok()) return choices.status();
   FitAnswer answer;
@@ -35,6 +36,11 @@ Result<FitAnswer> fit(const RunSettings& settings) {
 Result<PlanResult> plan(const RunSettings& settings, const Progress& progress) {
   Result<ModelContext> context = prepare_context(settings);
   if (!context.is_ok()) return context.status();
+  // BatchNorm's refusal at the largest micro-batch the run could take is no "does
+  // not fit": no memory would help.
+  const int64_t per_rank = settings.effective_global_batch() / settings.world_size();
+  const int64_t largest = settings.allow_micro_batch_change ? std::min(per_rank, kMaxMicroBatch) : settings.micro_batch;
+  if (Status values = check_batch_norm_values(context.value(), largest); !values.is_ok()) return values;
   PlanResult result = find_plan(context.value(), settings, progress);
   result.warnings = input_warnings(context.value(), settings);
   if (result.found) {

@@ -47,7 +47,7 @@ const PricedContext* PlanContexts::context_for(const RunSettings& plan_settings)
   if (found != cache_.end()) return found->second.get();
   std::unique_ptr<PricedContext> priced;
   Result<ModelContext> context = prepare_context(keyed);
-  if (context.is_ok()) {
+  if (context.is_ok() && check_batch_norm_values(context.value(), keyed.micro_batch).is_ok()) {
     priced = std::make_unique<PricedContext>();
     priced->context = std::move(context.value());
     const ModelContext& c = priced->context;

@@ -233,4 +233,13 @@ TEST_CASE("a script's own arguments that choose the method are refused unless th
             .is_ok());
 }
 
+TEST_CASE("an empty command line, an unclosed quote and a None batch are refused (issue 37 item 7)") {
+  CHECK(refusal("").find("args.json: no arguments") == 0);
+  CHECK(refusal("  # only a comment\n").find("args.json: no arguments") == 0);
+  CHECK(refusal("torchrun --nproc_per_node 2 train.py").find("args.json: no arguments") == 0);
+  CHECK(refusal("--output_dir 'abc").find("args.json: a quote is not closed") == 0);
+  CHECK(refusal("--per_device_train_batch_size None").find("per_device_train_batch_size") != std::string::npos);
+  CHECK(refusal("--gradient_accumulation_steps=").find("gradient_accumulation_steps") != std::string::npos);
+}
+
 }  // namespace headroom::planner
