@@ -419,4 +419,27 @@ Status validate_graph(const LayerGraph& graph, std::string_view origin) {
   return Validator(graph, origin).run();
 }
 
+std::optional<int64_t> cap_max_seq_to_int64(LayerGraph& graph) {
+  const SequenceSpec given = graph.sequence;
+  if (given.max_seq <= 1 || validate_graph(graph, "graph").is_ok()) return std::nullopt;
+  const auto valid_at = [&](int64_t seq) {
+    graph.sequence.max_seq = seq;
+    graph.sequence.default_seq = std::min(given.default_seq, seq);
+    return validate_graph(graph, "graph").is_ok();
+  };
+  if (!valid_at(1)) {
+    graph.sequence = given;
+    return std::nullopt;
+  }
+  // Sizes grow with S: the valid lengths are a prefix [1, good].
+  int64_t good = 1;
+  int64_t bad = given.max_seq;
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (valid_at(mid) ? good : bad) = mid;
+  }
+  valid_at(good);
+  return given.max_seq;
+}
+
 }  // namespace headroom::graph

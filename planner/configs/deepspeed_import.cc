@@ -395,6 +395,15 @@ Result<RunSettings> apply_deepspeed_config(const json& ds, RunSettings base,
 }
 
 Result<RunSettings> load_deepspeed_config(const std::string& path, RunSettings base) {
+  // An inline object, as the Trainer's `deepspeed` argument also takes one
+  // (transformers' HfDeepSpeedConfig reads a dict or JSON text as well as a path).
+  const size_t first = path.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && path[first] == '{') {
+    if (path.size() > kMaxFileBytes) return Status::invalid_input("--deepspeed: the inline config is too large");
+    Result<json> inline_ds = graph::parse_json_text(path, "--deepspeed (inline)");
+    if (!inline_ds.is_ok()) return inline_ds.status();
+    return apply_deepspeed_config(inline_ds.value(), std::move(base), "--deepspeed (inline)");
+  }
   // The reader every JSON input shares: a regular file only (a FIFO would block),
   // a size limit, a depth limit, duplicate keys refused (as DeepSpeed's
   // dict_raise_error_on_duplicate_keys does), numbers a double can hold.

@@ -32,7 +32,8 @@ namespace headroom::planner {
 Result<RunSettings> apply_deepspeed_config(const nlohmann::json& ds, RunSettings base,
                                            std::string_view origin);
 
-// Reads PATH (JSON; duplicate keys are an error, as in DeepSpeed) and applies it.
+// Reads PATH (JSON; duplicate keys are an error, as in DeepSpeed) and applies it;
+// a PATH that starts with '{' is the config itself, inline.
 Result<RunSettings> load_deepspeed_config(const std::string& path, RunSettings base);
 
 }  // namespace headroom::planner

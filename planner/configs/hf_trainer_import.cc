@@ -668,7 +668,13 @@ Result<ConfigImport> import_training_arguments(std::string_view text, std::strin
     return Status::invalid_input(std::string(origin) + ": byte " + std::to_string(*bad) +
                                  ": expected UTF-8 text (TrainingArguments JSON or arguments)");
   }
+  // A UTF-8 byte-order mark before JSON (as Windows editors save it) is no argument.
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
   const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && text[first] == '[') {
+    return Status::invalid_input(std::string(origin) +
+                                 ": a JSON array (expected TrainingArguments as a JSON object, or a command line)");
+  }
   if (first != std::string_view::npos && text[first] == '{') {
     Result<json> args = graph::parse_json_text(text, origin);
     if (!args.is_ok()) return args.status();

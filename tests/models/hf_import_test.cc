@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "graph/graph_json.h"
+#include "graph/validate.h"
 #include "models/zoo_builders.h"
 
 namespace headroom::models {
@@ -433,6 +434,29 @@ TEST_CASE("bad configs are refused naming the file and the field") {
   CHECK(refuse(bad_dtype).find("torch_dtype") != std::string::npos);
   CHECK(refuse(nlohmann::json::array()).find("(top level)") != std::string::npos);
   CHECK_FALSE(load_hf_model("/nonexistent/dir/config.json", ZooOptions{}).is_ok());
+}
+
+TEST_CASE("a context past what int64 sizes hold is priced up to the longest length that does (issue 37)") {
+  std::ifstream in(kData + "llama-3.2-1b/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["max_position_embeddings"] = 1048576;
+  Result<graph::LayerGraph> g = graph_from_hf_config(config, "long/config.json", ZooOptions{});
+  REQUIRE_MESSAGE(g.is_ok(), g.message());
+  const int64_t longest = g->sequence.max_seq;
+  CHECK(longest > 500000);
+  CHECK(longest < 1048576);
+  CHECK(g->description.find("priced up to " + std::to_string(longest) + " of its 1048576 positions") !=
+        std::string::npos);
+  // The longest is exact: one token more overflows at batch 1024.
+  graph::LayerGraph longer = g.value();
+  longer.sequence.max_seq = longest + 1;
+  CHECK_FALSE(graph::validate_graph(longer, "x").is_ok());
+  // The public config, well inside int64, keeps its own maximum.
+  config["max_position_embeddings"] = 131072;
+  Result<graph::LayerGraph> kept = graph_from_hf_config(config, "long/config.json", ZooOptions{});
+  REQUIRE(kept.is_ok());
+  CHECK(kept->sequence.max_seq == 131072);
+  CHECK(kept->description.find("priced up to") == std::string::npos);
 }
 
 }  // namespace headroom::models

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/configs/deepspeed_import.h"
 #include "planner/configs/hf_trainer_import.h"
 #include "tests/planner/predict_as_given.h"
 #include "planner/settings/settings_json.h"
@@ -240,6 +241,24 @@ TEST_CASE("an empty command line, an unclosed quote and a None batch are refused
   CHECK(refusal("--output_dir 'abc").find("args.json: a quote is not closed") == 0);
   CHECK(refusal("--per_device_train_batch_size None").find("per_device_train_batch_size") != std::string::npos);
   CHECK(refusal("--gradient_accumulation_steps=").find("gradient_accumulation_steps") != std::string::npos);
+}
+
+TEST_CASE("--hf-args: JSON after a byte-order mark is JSON, an array is refused as one (issue 37 item 8)") {
+  Result<ConfigImport> bom =
+      import_training_arguments("\xEF\xBB\xBF{\"per_device_train_batch_size\": 2}", "args.json", base_run());
+  REQUIRE_MESSAGE(bom.is_ok(), bom.message());
+  CHECK(bom->settings.micro_batch == 2);
+  CHECK(refusal("[1, 2]") == "args.json: a JSON array (expected TrainingArguments as a JSON object, or a command line)");
+}
+
+TEST_CASE("--deepspeed takes an inline object as the Trainer's deepspeed argument does") {
+  Result<RunSettings> inline_config =
+      load_deepspeed_config("{\"zero_optimization\": {\"stage\": 2}}", base_run());
+  REQUIRE_MESSAGE(inline_config.is_ok(), inline_config.message());
+  CHECK(inline_config->zero_stage == 2);
+  const Result<RunSettings> broken = load_deepspeed_config("{\"zero_optimization\": ", base_run());
+  REQUIRE_FALSE(broken.is_ok());
+  CHECK(broken.message().find("--deepspeed (inline)") == 0);
 }
 
 }  // namespace headroom::planner
