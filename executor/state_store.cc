@@ -87,18 +87,6 @@ std::string in_quotes(std::string_view text) {
   return json(std::string(text)).dump(-1, ' ', true, json::error_handler_t::replace);
 }
 
-// GiB (2^30) as in the rest of headroom's output; small amounts in bytes so a
-// message never reads "needs 0.00 GiB".
-std::string format_bytes(int64_t bytes) {
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  char text[64];
-  if (bytes >= static_cast<int64_t>(kGiB / 100)) {
-    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / kGiB);
-  } else {
-    std::snprintf(text, sizeof text, "%" PRId64 " bytes", bytes);
-  }
-  return text;
-}
 
 int64_t round_to_blocks(int64_t bytes) {
   return (bytes + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
@@ -265,6 +253,17 @@ Inventory take_inventory(const std::vector<std::string>& names) {
 }
 
 }  // namespace
+
+std::string format_bytes(int64_t bytes) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  char text[64];
+  if (bytes >= static_cast<int64_t>(kGiB / 100)) {
+    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / kGiB);
+  } else {
+    std::snprintf(text, sizeof text, "%" PRId64 " bytes", bytes);
+  }
+  return text;
+}
 
 
 // ---- StateStore.

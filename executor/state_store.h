@@ -27,6 +27,10 @@
 namespace headroom::executor {
 
 // The operations the store needs. Every error names the path and the reason.
+// GiB (2^30) as in the rest of headroom's output; under 0.01 GiB in bytes, so a
+// message never reads "0.00 GiB free ... needs 0.01 GiB".
+std::string format_bytes(int64_t bytes);
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;

@@ -168,12 +168,6 @@ bool has_rank_parts(const LoadedState& saved, const std::string& kind) {
   return false;
 }
 
-std::string gib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
-  return text;
-}
-
 }  // namespace
 
 void LossScaler::update(bool finite) {
@@ -393,11 +387,11 @@ Status check_checkpoint_room(const StateStore& store, FileSystem& file_system, c
   const int64_t to_write = std::max<int64_t>(1, options.checkpoints_kept + 1 - on_disk);
   const int64_t needed = to_write * checkpoint_bytes;
   if (free.value() >= needed) return Status::ok();
-  return Status::io("--checkpoint-dir " + options.checkpoint_dir + ": " + gib(free.value()) +
-                    " free, but this run writes checkpoints of about " + gib(checkpoint_bytes) +
+  return Status::io("--checkpoint-dir " + options.checkpoint_dir + ": " + format_bytes(free.value()) +
+                    " free, but this run writes checkpoints of about " + format_bytes(checkpoint_bytes) +
                     " and needs room for " + std::to_string(to_write) + " more (--keep " +
                     std::to_string(options.checkpoints_kept) +
-                    " plus the one being written): " + gib(needed) +
+                    " plus the one being written): " + format_bytes(needed) +
                     "; nothing was trained. Free space, lower --keep, or choose another directory");
 }
 

@@ -1,5 +1,6 @@
 #include "planner/configs/axolotl_import.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -115,6 +116,16 @@ Status read_adapter(const json& config, std::string_view origin, json& args, Ada
   if (!a.name.empty()) args["use_peft"] = true;
   if (a.name == "qlora") args["load_in_4bit"] = true;
   if (!a.name.empty() && config.value("lora_target_linear", json(false)) == json(true)) {
+    // axolotl adds every linear layer to the modules listed (load_lora:
+    // lora_target_modules + find_all_linear_names): the union is every linear one,
+    // but the list must still be one axolotl accepts.
+    if (config.contains("lora_target_modules") && !config.at("lora_target_modules").is_null()) {
+      const json& listed = config.at("lora_target_modules");
+      const bool names = listed.is_string() ||
+                         (listed.is_array() && std::all_of(listed.begin(), listed.end(),
+                                                           [](const json& m) { return m.is_string(); }));
+      if (!names) return field_error(config, origin, "lora_target_modules", "a module name or a list of them");
+    }
     args["lora_target_modules"] = "all-linear";
   }
   return Status::ok();

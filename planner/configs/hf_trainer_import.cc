@@ -541,7 +541,8 @@ void read_deepspeed_argument(ArgsReader& r, RunSettings& s, std::string_view ori
                                     ? load_deepspeed_config(ds.get<std::string>(), s)
                                     : apply_deepspeed_config(ds, s, std::string(origin) + ": deepspeed");
   if (!with_ds.is_ok()) {
-    r.fail(with_ds.status());
+    // Named through the key that led to it: the file given is the arguments', not the DeepSpeed config's.
+    r.fail(ds.is_string() ? with_ds.status().with_prefix(std::string(origin) + ": deepspeed: ") : with_ds.status());
   } else {
     s = with_ds.value();
     s.stack = Stack::kHfTrainer;

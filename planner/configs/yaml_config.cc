@@ -23,10 +23,58 @@ Status error_at(std::string_view origin, size_t line, size_t column, const std::
                                ", column " + std::to_string(column + 1) + ": " + what);
 }
 
+// An integer as PyYAML's resolver and construct_yaml_int read it (YAML 1.1):
+// decimal, 0b binary, 0x hexadecimal, a leading 0 octal, base-60 with colons
+// (1:30 is 90), underscores anywhere after the prefix; nullopt when `text` is
+// none of them or leaves int64 (a reader refuses that as a count).
+bool yaml11_integer_form(const std::string& text) {
+  static const std::regex form(
+      R"([-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+|[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+)");
+  return text.size() <= 64 && std::regex_match(text, form);
+}
+
+std::optional<int64_t> yaml11_integer(const std::string& text) {
+  if (!yaml11_integer_form(text)) return std::nullopt;
+  std::string digits;
+  for (char c : text) {
+    if (c != '_') digits += c;
+  }
+  const bool negative = digits[0] == '-';
+  if (digits[0] == '-' || digits[0] == '+') digits.erase(0, 1);
+  __int128 value = 0;
+  // `base` 60 reads one base-60 digit written in decimal (the part between colons).
+  const auto add_digits = [&](std::string_view part, int base) {
+    int64_t piece = 0;
+    const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), piece, base == 60 ? 10 : base);
+    if (part.empty() || error != std::errc{} || end != part.data() + part.size()) return false;
+    value = value * (base == 60 ? 60 : 1) + piece;
+    return value <= INT64_MAX;
+  };
+  bool ok = true;
+  if (digits.find(':') != std::string::npos) {
+    size_t start = 0;
+    while (ok && start <= digits.size()) {
+      const size_t colon = std::min(digits.find(':', start), digits.size());
+      ok = add_digits(std::string_view(digits).substr(start, colon - start), 60);
+      start = colon + 1;
+    }
+  } else if (digits.starts_with("0b")) {
+    ok = add_digits(std::string_view(digits).substr(2), 2);
+  } else if (digits.starts_with("0x")) {
+    ok = add_digits(std::string_view(digits).substr(2), 16);
+  } else if (digits.size() > 1 && digits[0] == '0') {
+    ok = add_digits(std::string_view(digits).substr(1), 8);
+  } else {
+    ok = add_digits(digits, 10);
+  }
+  if (!ok) return std::nullopt;
+  return static_cast<int64_t>(negative ? -value : value);
+}
+
 // A plain scalar as PyYAML's SafeLoader resolves it (YAML 1.1): null, booleans,
-// integers (underscores allowed, 0x / 0o prefixes), floats (OmegaConf's
-// resolver also takes 2e-5 without a dot); anything else is a string. NaN and
-// infinities stay strings: a reader refuses them where it wants a number.
+// integers (yaml11_integer), floats (OmegaConf's resolver also takes 2e-5
+// without a dot); anything else is a string. NaN and infinities stay strings: a
+// reader refuses them where it wants a number.
 json resolve_plain(const std::string& text) {
   static const std::set<std::string> nulls = {"", "~", "null", "Null", "NULL"};
   static const std::set<std::string> trues = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
@@ -34,17 +82,10 @@ json resolve_plain(const std::string& text) {
   if (nulls.count(text)) return nullptr;
   if (trues.count(text)) return true;
   if (falses.count(text)) return false;
-  static const std::regex integer(R"([-+]?(0|[1-9][0-9_]*))");
   static const std::regex floating(R"([-+]?(\.[0-9]+|[0-9][0-9_]*(\.[0-9_]*)?)([eE][-+]?[0-9]+)?)");
-  if (text.size() <= 64 && std::regex_match(text, integer)) {
-    std::string digits;
-    for (char c : text) {
-      if (c != '_' && c != '+') digits += c;
-    }
-    int64_t value = 0;
-    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-    if (error == std::errc{} && end == digits.data() + digits.size()) return value;
-    return text;  // beyond int64: a reader refuses it as a count
+  if (yaml11_integer_form(text)) {
+    const std::optional<int64_t> integer = yaml11_integer(text);
+    return integer ? json(*integer) : json(text);  // beyond int64: a reader refuses it as a count
   }
   if (text.size() <= 64 && std::regex_match(text, floating)) {
     std::string digits;

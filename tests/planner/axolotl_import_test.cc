@@ -93,4 +93,15 @@ TEST_CASE("axolotl's Liger plugin keys: the fused linear cross-entropy priced, t
   CHECK(bad.message().find("ax.yml: liger_rope: expected true or false") == 0);
 }
 
+TEST_CASE("lora_target_linear: the listed modules join every linear one, and must be names (issue 37 item 7)") {
+  const std::string base = "adapter: lora\nlora_target_linear: true\nsequence_len: 512\nmicro_batch_size: 0x2\n";
+  const Result<ConfigImport> listed = import_axolotl_config(base + "lora_target_modules: [q_proj]\n", "ax.yml", RunSettings{});
+  REQUIRE_MESSAGE(listed.is_ok(), listed.message());
+  CHECK(listed->settings.lora.targets.empty());  // every linear of the blocks, as all-linear
+  CHECK(listed->settings.micro_batch == 2);      // 0x2, as PyYAML reads it
+  const Result<ConfigImport> number = import_axolotl_config(base + "lora_target_modules: 5\n", "ax.yml", RunSettings{});
+  REQUIRE_FALSE(number.is_ok());
+  CHECK(number.message() == "ax.yml: lora_target_modules: expected a module name or a list of them, got 5");
+}
+
 }  // namespace headroom::planner

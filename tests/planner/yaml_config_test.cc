@@ -29,6 +29,23 @@ TEST_CASE("plain scalars resolve as PyYAML's safe loader does, quoted ones stay 
   CHECK(j["l"] == ".nan");  // not a number a reader will take
 }
 
+TEST_CASE("integers in every YAML 1.1 form PyYAML reads: hex, octal, binary, base 60 (issue 37 item 8)") {
+  Result<nlohmann::json> doc = parse_yaml_config(
+      "a: 0x10\nb: 010\nc: 0b1010\nd: 1:30\ne: -0x1_0\nf: 0o17\ng: 99999999999999999999\nh: 0\ni: +12\n",
+      "c.yaml", "a test");
+  REQUIRE_MESSAGE(doc.is_ok(), doc.message());
+  const nlohmann::json& j = doc.value();
+  CHECK(j["a"] == 16);
+  CHECK(j["b"] == 8);  // a leading 0 is octal in YAML 1.1
+  CHECK(j["c"] == 10);
+  CHECK(j["d"] == 90);
+  CHECK(j["e"] == -16);
+  CHECK(j["f"] == "0o17");  // YAML 1.2's prefix: a string to PyYAML
+  CHECK(j["g"] == "99999999999999999999");  // beyond int64: left for a reader to refuse
+  CHECK(j["h"] == 0);
+  CHECK(j["i"] == 12);
+}
+
 TEST_CASE("overrides set and remove nested keys, values read as YAML") {
   Result<nlohmann::json> doc =
       parse_yaml_config("optimizer:\n  lr: 1\nbatch_size: 4\n", "c.yaml", "a test",
