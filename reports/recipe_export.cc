@@ -1,6 +1,7 @@
 #include "reports/recipe_export.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -20,22 +21,46 @@ void set_if_changed(RecipePatch& patch, const std::string& key, const std::strin
   if (now != wanted) patch.changes.emplace_back(key, wanted);
 }
 
+// The line after `key_line` that holds its value when the key's own line has
+// none (`key:` then `  4`): the next non-blank, non-comment line, if it is
+// indented and a plain scalar (no nested mapping or list).
+std::optional<size_t> value_line_below(const std::vector<std::string>& lines, size_t key_line) {
+  static const std::regex scalar(R"(^\s+[^\s#\-][^:#]*(\s+#.*)?$)");
+  for (size_t i = key_line + 1; i < lines.size(); ++i) {
+    const size_t first = lines[i].find_first_not_of(" \t");
+    if (first == std::string::npos || lines[i][first] == '#') continue;
+    if (std::regex_match(lines[i], scalar)) return i;
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 // A unified diff of the top-level `key: value` lines of a YAML file: a changed
-// value replaces its line, keeping a trailing comment; a key the file lacks is
-// appended.
+// value replaces its line (or the indented line below that holds it), keeping a
+// trailing comment and the key's quotes; a key the file lacks is appended.
 std::string yaml_diff(std::string_view text, std::string_view path,
                       const std::vector<std::pair<std::string, std::string>>& changes) {
   LineEdits edits(text);
   const std::vector<std::string>& lines = edits.lines();
   std::vector<std::string> appended;
   for (const auto& [key, value] : changes) {
-    const std::regex pattern("^" + key + R"(:\s*([^#]*?)(\s+#.*)?$)");
+    // The key as written: plain, "double" or 'single' quoted (issue 37: a quoted
+    // key was appended a second time).
+    const std::regex pattern("^(" + key + "|\"" + key + "\"|'" + key + R"('):\s*([^#]*?)(\s+#.*)?$)");
     bool found = false;
     for (size_t i = 0; i < lines.size() && !found; ++i) {
       std::smatch match;
       if (!std::regex_match(lines[i], match, pattern)) continue;
-      edits.replace(i, key + ": " + value + match[2].str());
       found = true;
+      const std::optional<size_t> below = match[2].str().empty() ? value_line_below(lines, i) : std::nullopt;
+      if (below) {
+        std::smatch value_match;
+        static const std::regex indented(R"(^(\s+)[^#]*?(\s+#.*)?$)");
+        std::regex_match(lines[*below], value_match, indented);
+        edits.replace(*below, value_match[1].str() + value + value_match[2].str());
+      } else {
+        edits.replace(i, match[1].str() + ": " + value + match[3].str());
+      }
     }
     if (!found) appended.push_back(key + ": " + value);
   }

@@ -78,6 +78,21 @@ TEST_CASE("torchtune: the changed keys as overrides and as a patch of the file, 
   CHECK(torchtune_patch(f.plan, f.given, f.checkpointable, kYaml, "c.yaml").changes.empty());
 }
 
+TEST_CASE("torchtune: a quoted key and a value on its own line are edited in place, never appended twice") {
+  Fixture f = fixture();
+  const char* yaml =
+      "\"batch_size\": 4\n"
+      "gradient_accumulation_steps:\n"
+      "  # per step\n"
+      "  2  # micro-batches\n"
+      "dtype: bf16\n";
+  const RecipePatch patch = torchtune_patch(f.plan, f.given, f.checkpointable, yaml, "c.yaml");
+  CHECK(patch.text.find("@@ -1,1 +1,1 @@\n-\"batch_size\": 4\n+\"batch_size\": 1\n") != std::string::npos);
+  CHECK(patch.text.find("@@ -4,1 +4,1 @@\n-  2  # micro-batches\n+  8  # micro-batches\n") != std::string::npos);
+  CHECK(patch.text.find("+batch_size:") == std::string::npos);
+  CHECK(patch.text.find("+gradient_accumulation_steps:") == std::string::npos);
+}
+
 TEST_CASE("Trainer arguments: command line and JSON merge patch, ZeRO points at the DeepSpeed export") {
   Fixture f = fixture();
   f.plan.config.zero_stage = 2;
