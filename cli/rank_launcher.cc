@@ -112,7 +112,7 @@ int take_rank(std::vector<pid_t>& ranks, pid_t done) {
 
 // Waits for every rank. The first to fail decides the exit code and stops the
 // job: the others get kRankGraceSeconds to end, then are killed.
-int wait_for_ranks(std::vector<pid_t>& ranks, int nproc, Terminal& terminal) {
+int wait_for_ranks(std::vector<pid_t>& ranks, int nproc, int grace_s, Terminal& terminal) {
   int exit_code = kExitOk;
   size_t running = ranks.size();
   bool stopping = false;  // a rank failed: waiting out the others
@@ -129,8 +129,8 @@ int wait_for_ranks(std::vector<pid_t>& ranks, int nproc, Terminal& terminal) {
         for (pid_t pid : ranks) {
           if (pid > 0) ::kill(pid, SIGKILL);
         }
-        terminal.err << "headroom: --nproc: the other ranks did not stop within " << kRankGraceSeconds
-                     << " s of the failure; killed\n";
+        terminal.err << "headroom: --nproc: the other ranks did not stop within " << grace_s
+                     << " s of the failure (--comm-timeout plus " << kRankGraceSeconds << " s); killed\n";
         stopping = false;
       } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -147,7 +147,7 @@ int wait_for_ranks(std::vector<pid_t>& ranks, int nproc, Terminal& terminal) {
       terminal.err << "headroom: rank " << rank << " of " << nproc << " " << describe(status)
                    << "; the job stops\n";
       stopping = true;
-      deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kRankGraceSeconds);
+      deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace_s);
     }
   }
   return exit_code;
@@ -156,7 +156,7 @@ int wait_for_ranks(std::vector<pid_t>& ranks, int nproc, Terminal& terminal) {
 }  // namespace
 
 int launch_local_ranks(const std::string& executable, const std::vector<std::string>& arguments, int nproc,
-                       Terminal& terminal) {
+                       int comm_timeout_s, Terminal& terminal) {
   const int port = free_loopback_port();
   if (port < 0) {
     return fail(terminal,
@@ -172,7 +172,7 @@ int launch_local_ranks(const std::string& executable, const std::vector<std::str
   if (Status started = start_ranks(executable, arguments, nproc, port, ranks); !started.is_ok()) {
     return fail(terminal, started);
   }
-  return wait_for_ranks(ranks, nproc, terminal);
+  return wait_for_ranks(ranks, nproc, comm_timeout_s + kRankGraceSeconds, terminal);
 }
 
 }  // namespace headroom::cli

@@ -13,15 +13,17 @@
 
 namespace headroom::cli {
 
-// Seconds the launcher gives the other ranks to stop on their own once one has
-// failed (each ends its collective with an error as soon as a peer is gone, or
-// at its timeout); then it kills them.
-inline constexpr int kRankGraceSeconds = 90;
+// Seconds the launcher gives the other ranks, beyond their collectives'
+// timeout (--comm-timeout), to stop on their own once one has failed (each ends
+// its collective with an error as soon as a peer is gone, or at the timeout);
+// then it kills them.
+inline constexpr int kRankGraceSeconds = 30;
 
 // Starts `nproc` ranks of `executable` with `arguments` and waits for all of
 // them. Exit status: 0 when every rank succeeded, else the first failing
 // rank's (1 for a rank killed by a signal), with a line naming that rank.
+// `comm_timeout_s`: the ranks' collective timeout, which the grace adds to.
 int launch_local_ranks(const std::string& executable, const std::vector<std::string>& arguments, int nproc,
-                       Terminal& terminal);
+                       int comm_timeout_s, Terminal& terminal);
 
 }  // namespace headroom::cli

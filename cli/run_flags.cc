@@ -20,6 +20,11 @@ void add_run_flags(CLI::App& command, CliOptions& options) {
   command.add_option("--checkpoint-every", run.checkpoint_every, "steps between checkpoints (0: at the end only)");
   command.add_option("--keep", run.checkpoints_kept, "complete checkpoints kept")->capture_default_str();
   command.add_option("--resume", run.resume_dir, "continue from the newest checkpoint in DIR")->type_name("DIR");
+  command.add_option("--comm-timeout", run.comm_timeout_s,
+                     "seconds a rank's collective waits for a silent peer before the job fails; a hung rank ends "
+                     "the job after this plus 30 s")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
   command.add_option("--nproc", options.nproc,
                      "start N ranks on this machine, as torchrun --nproc-per-node N does (the plan's GPU count)")
       ->check(CLI::Range(1, 4096))

@@ -50,7 +50,7 @@ int run(int argc, char** argv) {
                   Status::runtime("--nproc: cannot find this executable (/proc/self/exe): " +
                                   error.message()));
     }
-    return launch_local_ranks(self, options.arguments, options.nproc, terminal);
+    return launch_local_ranks(self, options.arguments, options.nproc, options.run.comm_timeout_s, terminal);
   }
   if (options.nproc > 1 && std::to_string(options.nproc) != world) {
     return fail(terminal,

@@ -34,6 +34,9 @@ struct RunOptions {
   std::string resume_dir;         // continue from the newest checkpoint there (and save there by default)
   FileSystem* file_system = nullptr;  // checkpoint I/O; null = the real one (tests inject faults)
   int64_t host_bytes_available = 0;   // host memory the run may use; 0 = what the system has (tests set it)
+  // Seconds a collective waits for a silent peer before it fails (Gloo's and
+  // NCCL's process-group timeout): how long a hung rank holds the job.
+  int comm_timeout_s = 60;
 };
 
 // One optimizer step as measured.

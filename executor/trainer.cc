@@ -159,6 +159,7 @@ class Trainer {
 Status Trainer::join_job(bool on_cuda) {
   Result<Rendezvous> meet = rendezvous_from_environment();
   if (!meet.is_ok()) return meet.status();
+  meet->timeout = std::chrono::seconds(options_.comm_timeout_s);
   if (meet->world_size == 1) {
     comm_ = single_process_communicator();
   } else {

@@ -96,4 +96,49 @@ TEST_CASE("killing the launcher of run --nproc 2 ends both ranks within seconds"
   }
 }
 
+TEST_CASE("a hung rank ends the job after --comm-timeout plus 30 s, not a fixed 150 s (issue 37 item 5)") {
+  TempDir dir;
+  const std::string plan = dir.file("plan.json");
+  REQUIRE(run_headroom("fit tiny-llama --gpu a6000 --gpus 2 -o " + quoted(plan)).exit_code == 0);
+  const pid_t launcher = start_headroom(
+      {"run", plan, "--nproc", "2", "--steps", "1000000", "--device", "cpu", "--comm-timeout", "2"});
+  REQUIRE(launcher > 0);
+  std::vector<std::string> ranks;
+  for (int wait = 0; wait < 400 && ranks.size() < 2; ++wait) {
+    ranks = children_of(launcher);
+    int status = 0;
+    if (ranks.size() < 2 && waitpid(launcher, &status, WNOHANG) == launcher) {
+      MESSAGE("skipped: the launcher ended before starting ranks (built without LibTorch?)");
+#ifdef HEADROOM_TRAINER_BUILT
+      FAIL("headroom-train was built, but run --nproc 2 started no ranks");
+#endif
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE(ranks.size() == 2);
+  std::this_thread::sleep_for(std::chrono::seconds(4));  // both ranks in their steps' collectives
+  kill(std::stoi(ranks[1]), SIGSTOP);                     // hung: alive, silent
+  const auto start = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t ended = 0;
+  while (ended != launcher && std::chrono::steady_clock::now() - start < std::chrono::seconds(90)) {
+    ended = waitpid(launcher, &status, WNOHANG);
+    if (ended != launcher) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const std::string& rank : ranks) {
+    if (running(rank)) kill(std::stoi(rank), SIGKILL);  // never leave them behind
+  }
+  if (ended != launcher) {
+    kill(launcher, SIGKILL);
+    waitpid(launcher, nullptr, 0);
+  }
+  REQUIRE(ended == launcher);
+  CHECK_FALSE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  // 2 s for the peer's collective to fail, 2 + 30 s of grace for the hung rank.
+  CHECK(seconds < 2 + 2 + 30 + 15);
+  CHECK(seconds > 2 + 30 - 1);
+}
+
 }  // namespace headroom
