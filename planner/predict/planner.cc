@@ -1,6 +1,7 @@
 #include "planner/predict/planner.h"
 
 #include "planner/predict/training_notes.h"
+#include "planner/settings/may_change.h"
 
 namespace headroom::planner {
 
@@ -39,7 +40,8 @@ Result<PlanResult> plan(const RunSettings& settings, const Progress& progress) {
   // BatchNorm's refusal at the largest micro-batch the run could take is no "does
   // not fit": no memory would help.
   const int64_t per_rank = settings.effective_global_batch() / settings.world_size();
-  const int64_t largest = settings.allow_micro_batch_change ? std::min(per_rank, kMaxMicroBatch) : settings.micro_batch;
+  const int64_t largest =
+      knobs_for(settings).has(Knob::kMicroBatch) ? std::min(per_rank, kMaxMicroBatch) : settings.micro_batch;
   if (Status values = check_batch_norm_values(context.value(), largest); !values.is_ok()) return values;
   PlanResult result = find_plan(context.value(), settings, progress);
   result.warnings = input_warnings(context.value(), settings);

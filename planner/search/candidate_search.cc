@@ -97,13 +97,15 @@ std::vector<Offload> param_offloads(const RunSettings& settings, const StageFact
   return out;
 }
 
+// Whether a stage and its offloads are the run's own.
+bool as_given(const RunSettings& settings, int stage, Offload optimizer, Offload param) {
+  return stage == settings.zero_stage && optimizer == settings.offload_optimizer && param == settings.offload_param;
+}
+
 // Whether a pair of offloads at this stage is a configuration of its own.
 bool worth_trying(const RunSettings& settings, const StageFacts& at, Offload optimizer, Offload param) {
   // The run as given is always one.
-  if (at.stage == settings.zero_stage && optimizer == settings.offload_optimizer &&
-      param == settings.offload_param) {
-    return true;
-  }
+  if (as_given(settings, at.stage, optimizer, param)) return true;
   // On one GPU, ZeRO only matters for what it offloads; without offload it
   // would add buckets and change nothing else.
   if (settings.world_size() == 1 && at.stage > 0 && optimizer == Offload::kNone && param == Offload::kNone) {
@@ -151,8 +153,7 @@ std::vector<GlobalConfig> global_candidates(const RunSettings& settings, KnobSet
       for (Offload param : param_offloads(settings, at)) {
         const GlobalConfig config = config_of(stage, optimizer, param);
         if (!worth_trying(settings, at, optimizer, param) || !within_knobs(settings, knobs, config)) continue;
-        has_given |= stage == settings.zero_stage && optimizer == settings.offload_optimizer &&
-                     param == settings.offload_param;
+        has_given |= as_given(settings, stage, optimizer, param);
         out.push_back(config);
       }
     }
@@ -288,34 +289,16 @@ FrontierPoint frontier_point(const SolvedConfig& solved, const GlobalConfig& con
   return point;
 }
 
-int candidate_count(const RunSettings& settings, const std::vector<int64_t>& micro_batches) {
+int candidate_count(const RunSettings& settings, const SearchOptions& options) {
   int total = 0;
-  for (int64_t mb : micro_batches) {
-    total += static_cast<int>(global_candidates(settings, knobs_for(settings), mb).size());
-  }
+  for (int64_t mb : options.micro_batches) total += static_cast<int>(global_candidates(settings, options.knobs, mb).size());
   return total;
 }
 
 }  // namespace
 
-KnobSet knobs_for(const RunSettings& settings) {
-  // Validated with the settings (validate_settings): a refusal cannot reach here.
-  Result<KnobSet> given = knobs_of(settings, "settings");
-  KnobSet knobs = given.is_ok() ? given.value() : KnobSet{};
-  // The older allow_* settings narrow the space further.
-  const auto drop = [&](Knob knob, bool allowed) {
-    if (!allowed) knobs.bits &= ~static_cast<unsigned>(knob);
-  };
-  drop(Knob::kMicroBatch, settings.allow_micro_batch_change);
-  drop(Knob::kActivationOffload, settings.allow_activation_offload);
-  drop(Knob::kOffload, settings.allow_cpu_offload);
-  drop(Knob::kNvme, settings.allow_nvme_offload);
-  drop(Knob::kZero, settings.max_zero_stage > 0 || settings.zero_stage > 0);
-  return knobs;
-}
-
 std::vector<int64_t> micro_batch_candidates(const RunSettings& settings) {
-  if (!settings.allow_micro_batch_change || !knobs_for(settings).has(Knob::kMicroBatch)) return {settings.micro_batch};
+  if (!knobs_for(settings).has(Knob::kMicroBatch)) return {settings.micro_batch};
   const int64_t per_rank = settings.effective_global_batch() / settings.world_size();
   // An optimizer stepped in backward cannot accumulate (torchtune refuses
   // optimizer_in_bwd with gradient_accumulation_steps > 1): the whole per-rank
@@ -352,7 +335,7 @@ Candidate search_candidates(PlanContexts& contexts, const RunSettings& settings,
                             std::vector<FrontierPoint>* points, int* evaluated, const Progress& progress) {
   Candidate best;
   int done = 0;
-  const int total = candidate_count(settings, options.micro_batches);
+  const int total = candidate_count(settings, options);
   for (int64_t mb : options.micro_batches) {
     for (const GlobalConfig& config : global_candidates(settings, options.knobs, mb)) {
       if (progress) progress(++done, total);

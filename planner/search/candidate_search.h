@@ -52,11 +52,8 @@ struct SearchOptions {
   std::vector<int64_t> micro_batches;
   int64_t gpu_budget = 0;   // what the whole prediction (context included) must stay within
   bool simulate_allocator = true;  // frontier sweeps use the block walk alone
-  KnobSet knobs;                   // what the plans may change (planner/settings/may_change.h)
+  KnobSet knobs;                   // what the plans may change (planner/settings/may_change.h knobs_for)
 };
-
-// The knobs a run's plans may change: its may_change, else its stack's.
-KnobSet knobs_for(const RunSettings& settings);
 
 // The run's own budgets over `micro_batches`, less those whose sizes leave int64.
 SearchOptions search_options(const ModelContext& context, const RunSettings& settings,

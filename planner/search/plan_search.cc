@@ -24,7 +24,6 @@ std::vector<FrontierPoint> pareto(std::vector<FrontierPoint> points) {
   return out;
 }
 
-
 // Batches of varied length (RunSettings::shortest_sample) cost the simulator 256
 // micro-batches per prediction: the search prices candidates with every batch at
 // seq_len, and the plan it finds is replayed with varied batches; where those run
@@ -122,6 +121,5 @@ PlanResult find_plan(const ModelContext& context, const RunSettings& given, cons
                                [&](int64_t seq) { return fits_at(context, settings, 1, seq); });
   return result;
 }
-
 
 }  // namespace headroom::planner

@@ -126,4 +126,20 @@ std::string knobs_in_words(KnobSet set) {
   return out.empty() ? "nothing" : out;
 }
 
+KnobSet knobs_for(const RunSettings& settings) {
+  // Validated with the settings (validate_settings): a refusal cannot reach here.
+  Result<KnobSet> given = knobs_of(settings, "settings");
+  KnobSet knobs = given.is_ok() ? given.value() : KnobSet{};
+  // The older allow_* settings narrow the space further.
+  const auto drop = [&](Knob knob, bool allowed) {
+    if (!allowed) knobs.bits &= ~static_cast<unsigned>(knob);
+  };
+  drop(Knob::kMicroBatch, settings.allow_micro_batch_change);
+  drop(Knob::kActivationOffload, settings.allow_activation_offload);
+  drop(Knob::kOffload, settings.allow_cpu_offload);
+  drop(Knob::kNvme, settings.allow_nvme_offload);
+  drop(Knob::kZero, settings.max_zero_stage > 0 || settings.zero_stage > 0);
+  return knobs;
+}
+
 }  // namespace headroom::planner

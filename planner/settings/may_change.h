@@ -52,6 +52,10 @@ KnobSet stack_knobs(Stack stack);
 // Refuses an unknown name with the field named.
 Result<KnobSet> knobs_of(const RunSettings& settings, std::string_view origin);
 
+// The knobs a run's plans may change: its may_change (else its stack's), less
+// what the older allow_* settings and max_zero_stage rule out.
+KnobSet knobs_for(const RunSettings& settings);
+
 // The knob names `may_change` accepts, comma-separated, for messages and --help.
 std::string knob_names();
 
