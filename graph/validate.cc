@@ -421,7 +421,7 @@ Status validate_graph(const LayerGraph& graph, std::string_view origin) {
 
 std::optional<int64_t> cap_max_seq_to_int64(LayerGraph& graph) {
   const SequenceSpec given = graph.sequence;
-  if (given.max_seq <= 1 || validate_graph(graph, "graph").is_ok()) return std::nullopt;
+  if (given.max_seq <= 1) return std::nullopt;
   const auto valid_at = [&](int64_t seq) {
     graph.sequence.max_seq = seq;
     graph.sequence.default_seq = std::min(given.default_seq, seq);

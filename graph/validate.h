@@ -34,12 +34,12 @@ inline constexpr int64_t kValidateMaxBatch = 1024;
 //   graph of nodes has no cycle.
 Status validate_graph(const LayerGraph& graph, std::string_view origin);
 
-// A context so long that some size overflows int64 at B = kValidateMaxBatch (the
-// S^2 attention FLOPs of a 1,048,576-token config.json) would make the graph
-// invalid at any run length: lowers sequence.max_seq to the longest length at
-// which the graph validates. Returns the old maximum when it lowered it, nullopt
-// when the graph validates as it is or is invalid for another reason (left as is,
-// for validate_graph to name).
+// For a graph validate_graph refuses: a context so long that some size overflows
+// int64 at B = kValidateMaxBatch (the S^2 attention FLOPs of a 1,048,576-token
+// config.json) would make it invalid at any run length. Lowers sequence.max_seq
+// to the longest length at which the graph validates and returns the old
+// maximum; nullopt, the graph left as is, when it is invalid for another reason
+// (for validate_graph to name).
 std::optional<int64_t> cap_max_seq_to_int64(LayerGraph& graph);
 
 }  // namespace headroom::graph

@@ -161,14 +161,18 @@ Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config,
   if (graph->name.empty()) graph->name = type.value();
   graph->description = type.value() + " model from " + std::string(origin);
   graph->source = std::string(origin);
+  Status valid = graph::validate_graph(graph.value(), origin);
   // A context past what int64 sizes hold at batch 1024 is priced up to the longest
   // length that does, and the description says so (issue 37: a 1,048,576-token
   // config.json was refused at any --seq).
-  if (const std::optional<int64_t> longer = graph::cap_max_seq_to_int64(graph.value())) {
-    graph->description += "; priced up to " + std::to_string(graph->sequence.max_seq) + " of its " +
-                          std::to_string(*longer) + " positions (int64 sizes at batch 1024)";
+  if (!valid.is_ok()) {
+    if (const std::optional<int64_t> longer = graph::cap_max_seq_to_int64(graph.value())) {
+      graph->description += "; priced up to " + std::to_string(graph->sequence.max_seq) + " of its " +
+                            std::to_string(*longer) + " positions (int64 sizes at batch 1024)";
+      valid = graph::validate_graph(graph.value(), origin);
+    }
   }
-  if (Status valid = graph::validate_graph(graph.value(), origin); !valid.is_ok()) return valid;
+  if (!valid.is_ok()) return valid;
   return graph;
 }
 

@@ -101,6 +101,18 @@ Result<json> arguments_object(std::string_view text, std::string_view origin) {
   return out;
 }
 
+// A boolean argument: true/false, or the strings true/false, yes/no, 1/0 in any
+// case; nullopt for anything else.
+std::optional<bool> boolean_of(const json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (!v.is_string()) return std::nullopt;
+  std::string s = v.get<std::string>();
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (s == "true" || s == "1" || s == "yes") return true;
+  if (s == "false" || s == "0" || s == "no") return false;
+  return std::nullopt;
+}
+
 // Reads a JSON object whose values may be native (to_json_string) or strings
 // (the command line); keeps the first error and every key it read.
 class ArgsReader {
@@ -116,13 +128,7 @@ class ArgsReader {
   bool boolean_or(const std::string& key, bool fallback) {
     if (!has(key)) return fallback;
     const json& v = args_.at(key);
-    if (v.is_boolean()) return v.get<bool>();
-    if (v.is_string()) {
-      std::string s = v.get<std::string>();
-      std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-      if (s == "true" || s == "1" || s == "yes") return true;
-      if (s == "false" || s == "0" || s == "no") return false;
-    }
+    if (const std::optional<bool> value = boolean_of(v)) return *value;
     fail(key, "true or false", v);
     return fallback;
   }
@@ -587,12 +593,8 @@ void note_unmodelled_settings(ArgsReader& r, ConfigImport& out) {
 
 // Whether an argument's value turns it off (false, "False", 0, "no").
 bool turned_off(const json& value) {
-  if (value.is_boolean()) return !value.get<bool>();
   if (value.is_number()) return value == json(0);
-  if (!value.is_string()) return false;
-  std::string s = value.get<std::string>();
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s == "false" || s == "0" || s == "no";
+  return boolean_of(value) == false;
 }
 
 bool names_any(const std::string& key, std::initializer_list<const char*> parts) {

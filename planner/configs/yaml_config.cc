@@ -23,32 +23,32 @@ Status error_at(std::string_view origin, size_t line, size_t column, const std::
                                ", column " + std::to_string(column + 1) + ": " + what);
 }
 
-// An integer as PyYAML's resolver and construct_yaml_int read it (YAML 1.1):
-// decimal, 0b binary, 0x hexadecimal, a leading 0 octal, base-60 with colons
-// (1:30 is 90), underscores anywhere after the prefix; nullopt when `text` is
-// none of them or leaves int64 (a reader refuses that as a count).
+// Whether PyYAML's resolver takes `text` for an integer (YAML 1.1): decimal, 0b
+// binary, 0x hexadecimal, a leading 0 octal, base-60 with colons (1:30 is 90),
+// underscores anywhere after the prefix.
 bool yaml11_integer_form(const std::string& text) {
   static const std::regex form(
       R"([-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+|[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+)");
   return text.size() <= 64 && std::regex_match(text, form);
 }
 
+// The value of a `text` in yaml11_integer_form, as construct_yaml_int reads it;
+// nullopt when it leaves int64 (a reader refuses that as a count).
 std::optional<int64_t> yaml11_integer(const std::string& text) {
-  if (!yaml11_integer_form(text)) return std::nullopt;
   std::string digits;
   for (char c : text) {
     if (c != '_') digits += c;
   }
   const bool negative = digits[0] == '-';
   if (digits[0] == '-' || digits[0] == '+') digits.erase(0, 1);
-  __int128 value = 0;
-  // `base` 60 reads one base-60 digit written in decimal (the part between colons).
+  int64_t value = 0;
+  // `base` 60 reads one base-60 digit written in decimal (the part between colons);
+  // any other base reads the whole number, beyond int64 refused by from_chars.
   const auto add_digits = [&](std::string_view part, int base) {
     int64_t piece = 0;
     const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), piece, base == 60 ? 10 : base);
     if (part.empty() || error != std::errc{} || end != part.data() + part.size()) return false;
-    value = value * (base == 60 ? 60 : 1) + piece;
-    return value <= INT64_MAX;
+    return !__builtin_mul_overflow(value, base == 60 ? 60 : 1, &value) && !__builtin_add_overflow(value, piece, &value);
   };
   bool ok = true;
   if (digits.find(':') != std::string::npos) {
@@ -68,7 +68,7 @@ std::optional<int64_t> yaml11_integer(const std::string& text) {
     ok = add_digits(digits, 10);
   }
   if (!ok) return std::nullopt;
-  return static_cast<int64_t>(negative ? -value : value);
+  return negative ? -value : value;
 }
 
 // A plain scalar as PyYAML's SafeLoader resolves it (YAML 1.1): null, booleans,
