@@ -57,10 +57,6 @@ std::string block_name(const planner::Plan& plan, size_t index) {
   return "block " + std::to_string(index);
 }
 
-double sample_ms(const planner::Prediction& prediction) {
-  return prediction.time.samples_per_s > 0 ? 1000.0 / prediction.time.samples_per_s : 0.0;
-}
-
 std::string mode_text(const planner::RunSettings& settings) {
   switch (settings.mode) {
     case planner::TrainMode::kFull:
@@ -151,6 +147,10 @@ std::string prediction_section(const planner::Plan& plan) {
 }
 
 }  // namespace
+
+double sample_ms(const planner::Prediction& prediction) {
+  return prediction.time.samples_per_s > 0 ? 1000.0 / prediction.time.samples_per_s : 0.0;
+}
 
 std::string compact_block_list(const std::vector<std::string>& names) {
   std::vector<std::string> parts;

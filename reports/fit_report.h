@@ -28,6 +28,9 @@ std::string block_choice_line(const planner::Plan& plan, planner::BlockChoice ch
 // accumulation steps x 4 GPUs = global batch 128".
 std::string globals_line(const planner::GlobalConfig& config, int world_size);
 
+// Time per sample (ms) of a prediction, over the whole job; 0 when unknown.
+double sample_ms(const planner::Prediction& prediction);
+
 // "llama-3-8b, bf16-mixed, adamw, full fine-tuning, sequence 2048, 1 GPU".
 std::string run_line(const planner::Plan& plan);
 

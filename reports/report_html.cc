@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "reports/fit_report.h"
 #include "reports/report_plan_sections.h"
 #include "reports/svg.h"
 #include "reports/units.h"
@@ -38,7 +39,6 @@ const char* stream_color(planner::Phase phase) {
   return "#999";
 }
 
-std::string row(const std::vector<std::string>& cells, bool header = false) { return html_row(cells, header); }
 
 std::string relative_error(double predicted, double measured) {
   if (measured <= 0) return "";
@@ -155,10 +155,8 @@ std::string frontier_chart(const planner::Plan& plan, const std::vector<planner:
                    " checkpointed, " + std::to_string(point.offloaded) + " offloaded: " +
                    format_gib(point.gpu_total) + ", " + format_ms(point.sample_ms) + " per sample");
   }
-  const planner::Plan& p = plan;
-  const double samples = static_cast<double>(p.config.grad_accum * p.config.micro_batch * p.settings.world_size());
-  chart.marker(gib(p.prediction.gpu_total), p.prediction.time.step_ms / samples, "#c62828", "chosen plan");
-  chart.vline(gib(p.prediction.gpu_budget), "#c62828", "budget", true, true);
+  chart.marker(gib(plan.prediction.gpu_total), sample_ms(plan.prediction), "#c62828", "chosen plan");
+  chart.vline(gib(plan.prediction.gpu_budget), "#c62828", "budget", true, true);
   chart.legend({{"frontier (fastest plan at each memory)", "#4c9be8", false}, {"chosen plan", "#c62828", false}});
   return chart.render();
 }
@@ -287,13 +285,13 @@ void run_sections(const ReportInput& in, std::ostringstream& html) {
        << escape_html(format_gib(p.gpu_total)) << " of " << escape_html(format_gib(p.gpu_budget))
        << " budget (GPU " << escape_html(format_gib(p.gpu_capacity)) << ", "
        << escape_html(format_percent(plan.settings.safety_margin)) << " safety margin)</p>\n";
-  html << "<h2>Run</h2><table>\n" << row({"setting", "value"}, true);
-  html << row({"model", plan.model}) << row({"GPU", in.gpu_name + " x " + std::to_string(plan.settings.world_size())});
-  html << row({"stack", std::string(planner::stack_name(plan.settings.stack))});
-  html << row({"precision", std::string(planner::precision_name(plan.settings.precision))});
-  html << row({"optimizer", std::string(planner::optimizer_name(plan.settings.optimizer))});
-  html << row({"training", std::string(planner::mode_name(plan.settings.mode))});
-  html << row({"sequence length", std::to_string(plan.seq_len)});
+  html << "<h2>Run</h2><table>\n" << html_row({"setting", "value"}, true);
+  html << html_row({"model", plan.model}) << html_row({"GPU", in.gpu_name + " x " + std::to_string(plan.settings.world_size())});
+  html << html_row({"stack", std::string(planner::stack_name(plan.settings.stack))});
+  html << html_row({"precision", std::string(planner::precision_name(plan.settings.precision))});
+  html << html_row({"optimizer", std::string(planner::optimizer_name(plan.settings.optimizer))});
+  html << html_row({"training", std::string(planner::mode_name(plan.settings.mode))});
+  html << html_row({"sequence length", std::to_string(plan.seq_len)});
   html << "</table>\n";
   html << comparison_section(plan, in.fastest, in.space, in.alternatives);
   html << assumptions_section(in.assumptions, p);
@@ -303,14 +301,14 @@ void run_sections(const ReportInput& in, std::ostringstream& html) {
 void peak_section(const planner::Plan& plan, std::ostringstream& html) {
   const planner::Prediction& p = plan.prediction;
   html << "<h2>Memory at the peak</h2>\n" << breakdown_chart(p);
-  html << "<table>\n" << row({"category", "GiB"}, true);
+  html << "<table>\n" << html_row({"category", "GiB"}, true);
   const planner::MemoryBreakdown& m = p.peak;
   for (const auto& [name, bytes] : std::vector<std::pair<std::string, int64_t>>{
            {"CUDA context", m.cuda_context}, {"workspaces", m.workspaces}, {"parameters", m.parameters},
            {"gradients", m.gradients}, {"optimizer states", m.optimizer_states}, {"master weights", m.master_weights},
            {"ZeRO buffers", m.zero_buffers}, {"activations", m.activations}, {"transient", m.transient},
            {"allocator slack and fragmentation", m.allocator}, {"total", m.total()}}) {
-    html << row({name, gib_number(bytes)});
+    html << html_row({name, gib_number(bytes)});
   }
   html << "</table><p>Peak during " << escape_html(p.where.phase)
        << (p.where.block_name.empty() ? "" : " of " + escape_html(p.where.block_name)) << ". Host RAM "
@@ -335,9 +333,9 @@ void chart_sections(const ReportInput& in, std::ostringstream& html) {
   }
   html << "<h2>Per-block decisions</h2>\n" << blocks_chart(plan);
   html << "<details><summary>All " << plan.blocks.size() << " blocks by name</summary><table>\n"
-       << row({"#", "block", "decision"}, true);
+       << html_row({"#", "block", "decision"}, true);
   for (size_t b = 0; b < plan.blocks.size(); ++b) {
-    html << row({std::to_string(b), block_name(plan, b), std::string(planner::block_choice_name(plan.blocks[b]))});
+    html << html_row({std::to_string(b), block_name(plan, b), std::string(planner::block_choice_name(plan.blocks[b]))});
   }
   html << "</table></details>\n";
   if (in.simulation && !in.simulation->events.empty()) {
@@ -352,12 +350,12 @@ void chart_sections(const ReportInput& in, std::ostringstream& html) {
 
 void time_section(const planner::Plan& plan, std::ostringstream& html) {
   const planner::TimeBreakdown& t = plan.prediction.time;
-  html << "<h2>Time per optimizer step</h2><table>\n" << row({"part", "ms"}, true);
+  html << "<h2>Time per optimizer step</h2><table>\n" << html_row({"part", "ms"}, true);
   for (const auto& [name, ms] : std::vector<std::pair<std::string, double>>{
            {"forward", t.forward_ms}, {"backward", t.backward_ms}, {"recompute", t.recompute_ms},
            {"exposed offload copies", t.offload_exposed_ms}, {"exposed communication", t.comm_exposed_ms},
            {"optimizer", t.optimizer_ms}, {"step", t.step_ms}}) {
-    html << row({name, fixed(ms, 1)});
+    html << html_row({name, fixed(ms, 1)});
   }
   html << "</table><p>" << fixed(t.samples_per_s, 2) << " samples/s, " << group_thousands(static_cast<int64_t>(t.tokens_per_s))
        << " tokens/s, MFU " << escape_html(format_percent(t.mfu)) << ".</p>\n";
@@ -367,12 +365,12 @@ void measurement_section(const planner::Plan& plan, const MeasuredRun& run, std:
   const planner::Prediction& p = plan.prediction;
   html << "<h2>Predicted vs measured</h2><p>Measured on " << escape_html(run.device) << ", driver "
        << escape_html(run.driver) << ", torch " << escape_html(run.torch_version) << ", " << escape_html(run.date)
-       << ".</p><table>\n" << row({"quantity", "predicted", "measured", "error"}, true);
-  html << row({"peak allocated (GiB)", gib_number(p.peak_allocated), gib_number(run.max_peak_allocated()),
+       << ".</p><table>\n" << html_row({"quantity", "predicted", "measured", "error"}, true);
+  html << html_row({"peak allocated (GiB)", gib_number(p.peak_allocated), gib_number(run.max_peak_allocated()),
                relative_error(static_cast<double>(p.peak_allocated), static_cast<double>(run.max_peak_allocated()))});
-  html << row({"peak reserved (GiB)", gib_number(p.peak_reserved), gib_number(run.max_peak_reserved()),
+  html << html_row({"peak reserved (GiB)", gib_number(p.peak_reserved), gib_number(run.max_peak_reserved()),
                relative_error(static_cast<double>(p.peak_reserved), static_cast<double>(run.max_peak_reserved()))});
-  html << row({"step time (ms)", fixed(p.time.step_ms, 1), fixed(run.median_step_ms(), 1),
+  html << html_row({"step time (ms)", fixed(p.time.step_ms, 1), fixed(run.median_step_ms(), 1),
                relative_error(p.time.step_ms, run.median_step_ms())});
   html << "</table>\n";
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "reports/config_export.h"
+#include "reports/fit_report.h"
 #include "reports/svg.h"
 #include "reports/units.h"
 
@@ -15,11 +16,6 @@ std::string verdict_of(const planner::Prediction& p) {
   return p.fits_gpu ? "short of host RAM or disk" : "does not fit";
 }
 
-std::string per_sample(const planner::Plan& plan) {
-  const double samples =
-      static_cast<double>(plan.config.grad_accum * plan.config.micro_batch * plan.settings.world_size());
-  return samples > 0 ? format_ms(plan.prediction.time.step_ms / samples) : "";
-}
 
 int count_of(const planner::Plan& plan, planner::BlockChoice choice) {
   return static_cast<int>(std::count(plan.blocks.begin(), plan.blocks.end(), choice));
@@ -42,7 +38,7 @@ std::string comparison_rows(const std::vector<const planner::Plan*>& plans) {
     return format_gib(p.prediction.host_ram) + (p.prediction.host_ram_assumed ? " (budget assumed)" : "");
   });
   out += line("disk", [](P p) { return format_gb(p.prediction.disk) + (p.prediction.disk_assumed ? " (budget assumed)" : ""); });
-  out += line("step / per sample", [](P p) { return format_ms(p.prediction.time.step_ms) + " / " + per_sample(p); });
+  out += line("step / per sample", [](P p) { return format_ms(p.prediction.time.step_ms) + " / " + format_ms(sample_ms(p.prediction)); });
   out += line("ZeRO stage", [](P p) { return std::to_string(p.config.zero_stage); });
   out += line("optimizer / parameter offload", [](P p) {
     return std::string(planner::offload_name(p.config.offload_optimizer)) + " / " +
