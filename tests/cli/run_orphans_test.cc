@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,16 +61,20 @@ pid_t start_headroom(const std::vector<std::string>& args) {
   return pid;
 }
 
-}  // namespace
-
-TEST_CASE("killing the launcher of run --nproc 2 ends both ranks within seconds") {
-  TempDir dir;
+// Plans tiny-llama on 2 GPUs, starts `run PLAN --nproc 2` on the CPU (with
+// `extra` flags) as `launcher`, and waits up to 20 s for its two ranks' pids;
+// nullopt when the launcher ended before starting them (built without LibTorch:
+// the test is skipped).
+std::optional<std::vector<std::string>> start_job(const TempDir& dir, const std::vector<std::string>& extra,
+                                                  pid_t& launcher) {
   const std::string plan = dir.file("plan.json");
   REQUIRE(run_headroom("fit tiny-llama --gpu a6000 --gpus 2 -o " + quoted(plan)).exit_code == 0);
-  const pid_t launcher = start_headroom({"run", plan, "--nproc", "2", "--steps", "1000000", "--device", "cpu"});
+  std::vector<std::string> args = {"run", plan, "--nproc", "2", "--steps", "1000000", "--device", "cpu"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  launcher = start_headroom(args);
   REQUIRE(launcher > 0);
   std::vector<std::string> ranks;
-  for (int wait = 0; wait < 400 && ranks.size() < 2; ++wait) {  // up to 20 s for the trainer to start them
+  for (int wait = 0; wait < 400 && ranks.size() < 2; ++wait) {
     ranks = children_of(launcher);
     int status = 0;
     if (ranks.size() < 2 && waitpid(launcher, &status, WNOHANG) == launcher) {
@@ -77,10 +82,21 @@ TEST_CASE("killing the launcher of run --nproc 2 ends both ranks within seconds"
 #ifdef HEADROOM_TRAINER_BUILT
       FAIL("headroom-train was built, but run --nproc 2 started no ranks");
 #endif
-      return;
+      return std::nullopt;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  return ranks;
+}
+
+}  // namespace
+
+TEST_CASE("killing the launcher of run --nproc 2 ends both ranks within seconds") {
+  TempDir dir;
+  pid_t launcher = 0;
+  const std::optional<std::vector<std::string>> started = start_job(dir, {}, launcher);
+  if (!started) return;
+  const std::vector<std::string>& ranks = *started;
   REQUIRE(ranks.size() == 2);
   kill(launcher, SIGKILL);
   waitpid(launcher, nullptr, 0);
@@ -98,24 +114,10 @@ TEST_CASE("killing the launcher of run --nproc 2 ends both ranks within seconds"
 
 TEST_CASE("a hung rank ends the job after --comm-timeout plus 30 s, not a fixed 150 s (issue 37 item 5)") {
   TempDir dir;
-  const std::string plan = dir.file("plan.json");
-  REQUIRE(run_headroom("fit tiny-llama --gpu a6000 --gpus 2 -o " + quoted(plan)).exit_code == 0);
-  const pid_t launcher = start_headroom(
-      {"run", plan, "--nproc", "2", "--steps", "1000000", "--device", "cpu", "--comm-timeout", "2"});
-  REQUIRE(launcher > 0);
-  std::vector<std::string> ranks;
-  for (int wait = 0; wait < 400 && ranks.size() < 2; ++wait) {
-    ranks = children_of(launcher);
-    int status = 0;
-    if (ranks.size() < 2 && waitpid(launcher, &status, WNOHANG) == launcher) {
-      MESSAGE("skipped: the launcher ended before starting ranks (built without LibTorch?)");
-#ifdef HEADROOM_TRAINER_BUILT
-      FAIL("headroom-train was built, but run --nproc 2 started no ranks");
-#endif
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  pid_t launcher = 0;
+  const std::optional<std::vector<std::string>> started = start_job(dir, {"--comm-timeout", "2"}, launcher);
+  if (!started) return;
+  const std::vector<std::string>& ranks = *started;
   REQUIRE(ranks.size() == 2);
   std::this_thread::sleep_for(std::chrono::seconds(4));  // both ranks in their steps' collectives
   kill(std::stoi(ranks[1]), SIGSTOP);                     // hung: alive, silent
