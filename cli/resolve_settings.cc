@@ -77,7 +77,7 @@ Status apply_flags(const SettingsFlags& flags, RunSettings& settings) {
   for (bool last : {false, true}) {
     for (const auto& [flag, value] : flags.given) {
       if (flag->apply_last != last) continue;
-      Status status = flag->apply(settings, value);
+      Status status = apply_flag(*flag, settings, value);
       if (!status.is_ok()) return status.with_prefix(primary_name(*flag) + ": ");
     }
   }

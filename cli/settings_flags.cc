@@ -4,10 +4,12 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <cmath>
+#include <deque>
 #include <optional>
 
 #include "planner/configs/deepspeed_import.h"
 #include "planner/configs/pip_freeze.h"
+#include "planner/settings/stack_mechanisms.h"
 #include "reports/units.h"
 
 namespace headroom::cli {
@@ -164,7 +166,7 @@ std::optional<planner::CheckpointPolicy> parse_checkpointing(std::string_view va
   return std::nullopt;
 }
 
-const std::vector<SettingsFlag> kFlags = {
+const std::vector<SettingsFlag> kFixedFlags = {
     // Hardware and budgets.
     {"--gpu", "ID", kHardware, "GPU from the catalogue (`headroom gpus`), e.g. a6000, 4090, h100",
      false,
@@ -216,31 +218,6 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_stack, planner::stack_names(), s.stack);
      }},
-    {"--optimizer-impl", "IMPL", kTraining,
-     "how optimizer.step() runs: foreach, fused, for-loop or in-backward (default: as the stack does)", false,
-     [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_optimizer_impl, planner::optimizer_impl_names(), s.optimizer_impl);
-     }},
-    {"--loss", "KIND", kTraining,
-     "the LM loss: full-keep-logits, full, chunked[:N], no-upcast, shift-copy, upcast-shift (transformers < 4.49), fused-xentropy or fused-linear-ce "
-     "(Liger; default: as the stack does)",
-     false,
-     [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_loss, planner::loss_names(), s.loss);
-     }},
-    {"--recompute", "KIND", kTraining,
-     "what a checkpointed block keeps: block (its inputs only) or selective-op (torchtitan's op-level "
-     "selective AC: also every other matmul output and the attention output; default: as the stack does)",
-     false,
-     [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_recompute, planner::recompute_names(), s.recompute);
-     }},
-    {"--adapter-dtype", "DTYPE", kTraining,
-     "LoRA adapters' dtype under pure bf16: fp32 (PEFT) or model (torchtune, litgpt; default: as the stack does)",
-     false,
-     [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_adapter_dtype, planner::adapter_dtype_names(), s.adapter_dtype);
-     }},
     {"--offload-checkpoint-inputs", nullptr, kTraining,
      "checkpointed blocks keep their inputs in pinned host memory (torchtune enable_activation_offloading; "
      "docs/stacks.md)",
@@ -271,24 +248,6 @@ const std::vector<SettingsFlag> kFlags = {
        s.nf4_double_quant = false;
        return Status::ok();
      }},
-    {"--kbit-prep", "KIND", kTraining,
-     "QLoRA over bitsandbytes: what the script does to the weights left unquantized (embeddings, norms, output "
-     "layer): none (trained as loaded: axolotl, TRL >= 0.26), norms-fp32 (TRL 0.7.5-0.25 with bf16, "
-     "artidoro/qlora) or peft (PEFT's prepare_model_for_kbit_training: all fp32); default: as the stack does "
-     "(docs/stacks.md)",
-     false,
-     [](RunSettings& s, std::string_view v) {
-       return set_enum(v, planner::parse_kbit_prep, planner::kbit_prep_names(), s.kbit_prep);
-     }},
-    {"--autocast", "on|off", kTraining,
-     "precision bf16 (or FSDP's mixed precision at --zero 3): whether the forward runs under torch.autocast "
-     "over the 16-bit weights (on: transformers' "
-     "Trainer, Accelerate, the diffusers scripts, Composer: LayerNorm and softmax give fp32, fp32 adapters are cast "
-     "per matmul; off: torchtune, litgpt, a plain loop); default: as the stack does (docs/stacks.md)",
-     false,
-     [](RunSettings& s, std::string_view v) {
-       return set_on_off(v, s.autocast);
-     }},
     {"--pip-freeze", "FILE", kTraining,
      "the output of pip freeze in the run's environment: the releases --versions takes, read from it (other "
      "packages are skipped; --versions wins where both name a package)",
@@ -301,17 +260,6 @@ const std::vector<SettingsFlag> kFlags = {
      "\"Releases\")",
      true,
      [](RunSettings& s, std::string_view v) { return planner::parse_versions(v, "", s.versions); }},
-    {"--repeat-kv", "on|off", kTraining,
-     "attention sdpa over grouped K/V: whether K and V are copied to every head first (on: transformers before "
-     "4.54, repeat_kv; off: SDPA's enable_gqa); default: as the stack and --versions say (docs/stacks.md)",
-     false,
-     [](RunSettings& s, std::string_view v) { return set_on_off(v, s.repeat_kv); }},
-    {"--layer-rope-caches", "on|off", kTraining,
-     "whether every attention layer keeps its own RoPE cos/sin cache over the maximum positions (on: "
-     "transformers before 4.45 for Qwen2 and GPT-NeoX, torchtune's lora_ builders; off: computed per forward, "
-     "or torchtune's one shared cache); default: as the stack and --versions say (docs/models.md)",
-     false,
-     [](RunSettings& s, std::string_view v) { return set_on_off(v, s.layer_rope_caches); }},
     {"--quant", "FORMAT", kTraining,
      "QLoRA's frozen base: nf4 (bitsandbytes, default) or gptq (a GPTQ int4 checkpoint through AutoGPTQ's "
      "QuantLinear, which keeps the unpacked 16-bit weight for backward; docs/memory-model.md)",
@@ -338,13 +286,6 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view) {
        s.compile = true;
        return Status::ok();
-     }},
-    {"--compile-loss", "on|off", kTraining,
-     "with --compile: torch.compile covers the loss too (on: no fp32 copy of the logits; the 16-bit logits and "
-     "two fp32 numbers per token are saved) or not (off); default: as the stack does (docs/stacks.md)",
-     false,
-     [](RunSettings& s, std::string_view v) {
-       return set_on_off(v, s.compile_loss);
      }},
     {"--float8", "RECIPE", kTraining,
      "fp8 training with torchao's Float8Linear on the layers' linears: none (default), tensorwise (torchao 0.9 "
@@ -515,14 +456,6 @@ const std::vector<SettingsFlag> kFlags = {
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_fsdp_wrap, planner::fsdp_wrap_names(), s.fsdp_wrap);
      }},
-    {"--fsdp-no-sync", "on|off", kParallel,
-     "FSDP at --zero 3 with accumulation: the micro-steps before the last run in no_sync (on: each unit keeps its "
-     "unsharded gradient, as the Trainer and Accelerate do) or reduce-scatter every micro-step (off: torchtune, "
-     "torchtitan, Composer); default: as the stack does (docs/stacks.md)",
-     false,
-     [](RunSettings& s, std::string_view v) {
-       return set_on_off(v, s.fsdp_no_sync);
-     }},
     {"--offload-optimizer", "WHERE", kParallel, "none (default), cpu or nvme", false,
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_offload, planner::offload_names(), s.offload_optimizer);
@@ -654,10 +587,33 @@ const std::vector<SettingsFlag> kFlags = {
      true},
 };
 
+// The stack's mechanisms, one flag per row of planner/settings/stack_mechanisms.h.
+constexpr const char* kMechanisms = "Stack mechanisms";
+
+// Every flag: the fixed rows above, then one per stack mechanism. The names and
+// help of the generated rows live as long as the table (the rows keep pointers).
+const std::vector<SettingsFlag>& all_flags() {
+  static const std::vector<SettingsFlag> flags = [] {
+    static std::deque<std::string> texts;
+    std::vector<SettingsFlag> out = kFixedFlags;
+    for (const planner::MechanismRow& row : planner::stack_mechanisms()) {
+      const char* name = texts.emplace_back(planner::mechanism_flag(row)).c_str();
+      const char* help = texts.emplace_back(planner::mechanism_help(row)).c_str();
+      out.push_back({name, row.value_name, kMechanisms, help, false, nullptr, false, &row});
+    }
+    return out;
+  }();
+  return flags;
+}
 
 }  // namespace
 
-const std::vector<SettingsFlag>& settings_flag_table() { return kFlags; }
+const std::vector<SettingsFlag>& settings_flag_table() { return all_flags(); }
+
+Status apply_flag(const SettingsFlag& flag, RunSettings& settings, std::string_view value) {
+  return flag.mechanism != nullptr ? flag.mechanism->set(*flag.mechanism, settings, value)
+                                   : flag.apply(settings, value);
+}
 
 std::string primary_name(const SettingsFlag& flag) {
   const std::string names = flag.names;
@@ -665,7 +621,7 @@ std::string primary_name(const SettingsFlag& flag) {
 }
 
 Status give_flag(SettingsFlags& flags, std::string_view name, std::string value) {
-  for (const SettingsFlag& flag : kFlags) {
+  for (const SettingsFlag& flag : all_flags()) {
     std::string_view names = flag.names;
     while (!names.empty()) {
       const size_t comma = names.find(',');
@@ -692,7 +648,7 @@ void add_settings_flags(CLI::App& command, SettingsFlags& flags) {
                   "RunSettings JSON file (docs/cli-json.md); flags override its fields")
       ->type_name("FILE")
       ->group("Settings file");
-  for (const SettingsFlag& flag : kFlags) {
+  for (const SettingsFlag& flag : all_flags()) {
     const SettingsFlag* row = &flag;
     if (flag.value_name == nullptr) {
       command

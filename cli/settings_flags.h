@@ -16,6 +16,10 @@ namespace CLI {
 class App;
 }
 
+namespace headroom::planner {
+struct MechanismRow;
+}
+
 namespace headroom::cli {
 
 struct SettingsFlag {
@@ -28,7 +32,13 @@ struct SettingsFlag {
   // the caller prefixes the flag name.
   Status (*apply)(planner::RunSettings& settings, std::string_view value);
   bool apply_last = false;  // applied after every other flag (--deepspeed reads on top of them)
+  // A stack mechanism's flag (planner/settings/stack_mechanisms.h): its row sets
+  // the value, and `apply` is null.
+  const planner::MechanismRow* mechanism = nullptr;
 };
+
+// Applies `flag`'s value to `settings`, through its mechanism row or its `apply`.
+Status apply_flag(const SettingsFlag& flag, planner::RunSettings& settings, std::string_view value);
 
 // A row's primary spelling: "--batch" of "--batch,--micro-batch".
 std::string primary_name(const SettingsFlag& flag);

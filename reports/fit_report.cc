@@ -7,6 +7,7 @@
 
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/settings/stack.h"
+#include "planner/settings/stack_mechanisms.h"
 #include "reports/catalogue_report.h"
 #include "reports/text_table.h"
 #include "reports/units.h"
@@ -202,48 +203,20 @@ std::string globals_line(const planner::GlobalConfig& config, int world_size) {
          plural(world_size, "GPU", "GPUs") + " = global batch " + std::to_string(global);
 }
 
-// The stack's other mechanisms, named where they change this run's answer.
-std::string stack_extras(const planner::RunSettings& s, const planner::ResolvedStack& stack) {
-  std::string out;
-  const bool checkpoints = s.checkpointing != planner::CheckpointPolicy::kNone;
-  if (checkpoints || stack.top.recompute != stack.bottom.recompute) {
-    const std::string top(planner::recompute_name(stack.top.recompute));
-    const std::string bottom(planner::recompute_name(stack.bottom.recompute));
-    out += ", checkpointed blocks recompute " + (top == bottom ? top : bottom + " to " + top);
+// The stack's mechanisms (one phrase per row of planner/settings/stack_mechanisms.h,
+// where it changes this run's answer), then the run's other choices of kernels.
+std::string stack_words(const planner::RunSettings& s, const planner::ResolvedStack& stack) {
+  std::vector<std::string> words;
+  for (const planner::MechanismRow& row : planner::stack_mechanisms()) {
+    if (std::string phrase = row.words(s, stack); !phrase.empty()) words.push_back(std::move(phrase));
   }
-  if (s.offload_checkpoint_inputs) out += " with their inputs offloaded";
-  if (s.mode != planner::TrainMode::kFull && s.precision == planner::Precision::kBf16Pure) {
-    const std::string top(planner::adapter_dtype_name(stack.top.adapter_dtype));
-    const std::string bottom(planner::adapter_dtype_name(stack.bottom.adapter_dtype));
-    out += ", adapters " + (top == bottom ? top : bottom + " to " + top);
-  }
-  if (planner::autocast_matters(s)) {
-    const auto name = [](bool on) { return std::string(on ? "under autocast" : "without autocast"); };
-    out += ", forward " + (stack.top.autocast == stack.bottom.autocast
-                               ? name(stack.top.autocast)
-                               : name(stack.bottom.autocast) + " to " + name(stack.top.autocast));
-  }
-  if (planner::kbit_prep_matters(s)) {
-    const std::string top(planner::kbit_prep_name(stack.top.kbit_prep));
-    const std::string bottom(planner::kbit_prep_name(stack.bottom.kbit_prep));
-    out += ", QLoRA preparation " + (top == bottom ? top : bottom + " to " + top);
-  }
-  if (s.compile) out += ", torch.compile";
-  if (!s.versions.empty()) out += ", as of " + planner::versions_text(s.versions);
+  if (s.compile) words.emplace_back("torch.compile");
+  if (!s.versions.empty()) words.push_back("as of " + planner::versions_text(s.versions));
   if (s.float8 != planner::Float8Recipe::kNone) {
-    out += ", fp8 linears (torchao " + std::string(planner::float8_recipe_name(s.float8)) + ")";
-    if (s.float8_all_gather) out += " gathered in fp8";
+    words.push_back("fp8 linears (torchao " + std::string(planner::float8_recipe_name(s.float8)) + ")" +
+                    (s.float8_all_gather ? " gathered in fp8" : ""));
   }
-  if (s.zero_stage == 3 && planner::shards_with_fsdp(s)) {
-    out += planner::sharding_of(s) == planner::Sharding::kFsdp1 ? ", sharded by FSDP1" : ", sharded by FSDP2";
-    if (s.accumulates()) {
-      const bool top = stack.top.fsdp_no_sync;
-      const bool bottom = stack.bottom.fsdp_no_sync;
-      out += top == bottom ? (top ? " accumulating under no_sync" : " reducing every micro-step")
-                           : " reducing every micro-step to accumulating under no_sync";
-    }
-  }
-  return out;
+  return join(words, ", ");
 }
 
 // "\nmodel: 8.03 B parameters, 8.03 B trainable; weights 16.1 GB bf16".
@@ -261,19 +234,12 @@ std::string model_line(const planner::ModelSize& model) {
 
 std::string run_line(const planner::Plan& plan) {
   const planner::RunSettings& s = plan.settings;
-  const planner::ResolvedStack stack = planner::resolve_stack(s);
-  const auto open_or = [](const std::string& top, const std::string& bottom) {
-    return top == bottom ? top : bottom + " to " + top;
-  };
   return plan.model + ": " + std::string(planner::precision_name(s.precision)) + ", " +
          std::string(planner::optimizer_name(s.optimizer)) + ", " + mode_text(s) + ", sequence " +
          std::to_string(plan.seq_len) + ", " + plural(s.world_size(), "GPU", "GPUs") +
          (s.nodes > 1 ? " (" + std::to_string(s.nodes) + " nodes)" : "") + "\nstack " +
-         std::string(planner::stack_name(s.stack)) + ": optimizer step " +
-         open_or(std::string(planner::optimizer_impl_name(stack.top.optimizer_impl)),
-                 std::string(planner::optimizer_impl_name(stack.bottom.optimizer_impl))) +
-         ", loss " + open_or(planner::loss_name(stack.top.loss), planner::loss_name(stack.bottom.loss)) +
-         stack_extras(s, stack) + " (docs/stacks.md)" + model_line(plan.prediction.model);
+         std::string(planner::stack_name(s.stack)) + ": " + stack_words(s, planner::resolve_stack(s)) +
+         " (docs/stacks.md)" + model_line(plan.prediction.model);
 }
 
 std::string verdict_line(const planner::Prediction& p, std::string_view gpu_name,

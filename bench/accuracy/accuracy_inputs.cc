@@ -9,6 +9,7 @@
 #include "graph/atomic_file.h"
 #include "graph/graph_json.h"
 #include "planner/settings/settings_json.h"
+#include "planner/settings/stack_mechanisms.h"
 
 namespace headroom::bench {
 namespace {
@@ -53,7 +54,9 @@ Result<std::vector<std::string>> strings_field(const json& object, std::string_v
 }
 
 // The RunSettings fields settings_from_json reads, taken from settings_to_json
-// so that a field added there is known here without an edit. `model` is the
+// and the table of stack mechanisms (whose settings are unset by default), so
+// that a field added there is known here without an edit; the optional fields
+// outside the table are set here to be written. `model` is the
 // translation's own field, so a second copy inside settings is refused.
 const std::set<std::string>& settings_keys() {
   static const std::set<std::string> keys = [] {
@@ -62,24 +65,16 @@ const std::set<std::string>& settings_keys() {
     every.gpu_memory_bytes = 1;
     every.cuda_context_bytes = 1;
     every.calibration_file = "x";
-    every.optimizer_impl = planner::OptimizerImpl::kFused;
-    every.loss = planner::LossSpec{};
-    every.recompute = planner::Recompute::kBlock;
-    every.adapter_dtype = planner::AdapterDtype::kFp32;
     every.document_tokens = 1;
     every.shortest_sample = 1;
     every.shard_gpus = 1;
     every.text_tokens = 1;
-    every.compile_loss = true;
     every.float8 = planner::Float8Recipe::kTensorwise;
     every.float8_all_gather = true;
     every.quant = planner::QuantFormat::kGptq;
     every.sharding = planner::Sharding::kFsdp1;
     every.reduce_dtype = planner::ReduceDtype::kFp32;
     every.cpu_offload = planner::CpuOffloadImpl::kTorchao;
-    every.kbit_prep = planner::KbitPrep::kNone;
-    every.fsdp_no_sync = false;
-    every.autocast = true;
     every.fsdp_wrap = planner::FsdpWrap::kModel;
     every.host_ram_bytes = 1;
     every.versions["torchtune"] = "0.5.0";
@@ -88,6 +83,7 @@ const std::set<std::string>& settings_keys() {
         planner::settings_to_json(every);  // named: items() does not extend a temporary
     std::set<std::string> out;
     for (const auto& [key, value] : every_json.items()) out.insert(key);
+    for (const planner::MechanismRow& row : planner::stack_mechanisms()) out.insert(row.key);
     out.erase("model");
     return out;
   }();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "planner/settings/json_fields.h"
+#include "planner/settings/stack_mechanisms.h"
 #include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
@@ -13,23 +14,14 @@ Status fail(std::string_view origin, std::string_view field, const std::string& 
   return Status::invalid_input(std::string(origin) + ": " + std::string(field) + ": " + what);
 }
 
-// The model, the stack and its mechanisms, precision, optimizer, training mode, attention.
+// The model, the stack, precision, optimizer, training mode, attention.
 Status read_model_and_stack(JsonFields& r, RunSettings& s, std::string& attention) {
   const Status statuses[] = {
       r.read("model", s.model),
       r.read_enum("stack", s.stack, parse_stack, stack_names()),
-      r.read_enum("optimizer_impl", s.optimizer_impl, parse_optimizer_impl, optimizer_impl_names()),
-      r.read_enum("loss", s.loss, parse_loss, loss_names()),
-      r.read_enum("recompute", s.recompute, parse_recompute, recompute_names()),
-      r.read_enum("adapter_dtype", s.adapter_dtype, parse_adapter_dtype, adapter_dtype_names()),
       r.read_enum("sharding", s.sharding, parse_sharding, sharding_names()),
       r.read_enum("reduce_dtype", s.reduce_dtype, parse_reduce_dtype, reduce_dtype_names()),
       r.read_enum("fsdp_wrap", s.fsdp_wrap, parse_fsdp_wrap, fsdp_wrap_names()),
-      r.read("fsdp_no_sync", s.fsdp_no_sync),
-      r.read_enum("kbit_prep", s.kbit_prep, parse_kbit_prep, kbit_prep_names()),
-      r.read("autocast", s.autocast),
-      r.read("repeat_kv", s.repeat_kv),
-      r.read("layer_rope_caches", s.layer_rope_caches),
       r.read_enum("precision", s.precision, parse_precision, precision_names()),
       r.read_enum("optimizer", s.optimizer, parse_optimizer, optimizer_names()),
       r.read_enum("mode", s.mode, parse_mode, mode_names()),
@@ -44,6 +36,14 @@ Status read_model_and_stack(JsonFields& r, RunSettings& s, std::string& attentio
   };
   for (const Status& status : statuses) {
     if (!status.is_ok()) return status;
+  }
+  return Status::ok();
+}
+
+// The stack's mechanisms a run pins (settings/stack_mechanisms.h), one key per row.
+Status read_stack_mechanisms(JsonFields& r, RunSettings& s) {
+  for (const MechanismRow& row : stack_mechanisms()) {
+    if (Status status = row.read(row, r, s); !status.is_ok()) return status;
   }
   return Status::ok();
 }
@@ -70,7 +70,6 @@ Status read_run_and_budgets(JsonFields& r, RunSettings& s, std::string& checkpoi
       r.read("sub_group_elements", s.sub_group_elements),
       r.read("overlap_comm", s.overlap_comm),
       r.read("compile", s.compile),
-      r.read("compile_loss", s.compile_loss),
       r.read_enum("float8", s.float8, parse_float8_recipe, float8_recipe_names()),
       r.read("float8_all_gather", s.float8_all_gather),
       r.read("nf4_double_quant", s.nf4_double_quant),
@@ -183,25 +182,15 @@ Status apply_text_choices(const std::string& attention, const std::string& check
 // The writers below mirror the readers above, group for group; nlohmann::json
 // keeps keys sorted, so the order they are written in does not show.
 
-// The model, the stack and its mechanisms, precision, optimizer, training mode, attention.
+// The model, the stack, precision, optimizer, training mode, attention.
 void write_model_and_stack(const RunSettings& s, nlohmann::json& j) {
   j["model"] = s.model;
   j["stack"] = stack_name(s.stack);
-  if (s.optimizer_impl) j["optimizer_impl"] = optimizer_impl_name(*s.optimizer_impl);
-  if (s.loss) j["loss"] = loss_name(*s.loss);
-  if (s.recompute) j["recompute"] = recompute_name(*s.recompute);
-  if (s.adapter_dtype) j["adapter_dtype"] = adapter_dtype_name(*s.adapter_dtype);
   if (s.sharding) j["sharding"] = sharding_name(*s.sharding);
   if (s.reduce_dtype) j["reduce_dtype"] = reduce_dtype_name(*s.reduce_dtype);
   if (s.fsdp_wrap != FsdpWrap::kLayers) j["fsdp_wrap"] = fsdp_wrap_name(s.fsdp_wrap);
-  if (s.fsdp_no_sync) j["fsdp_no_sync"] = *s.fsdp_no_sync;
-  if (s.kbit_prep) j["kbit_prep"] = kbit_prep_name(*s.kbit_prep);
-  if (s.autocast) j["autocast"] = *s.autocast;
-  if (s.repeat_kv) j["repeat_kv"] = *s.repeat_kv;
-  if (s.layer_rope_caches) j["layer_rope_caches"] = *s.layer_rope_caches;
   if (!s.versions.empty()) j["versions"] = s.versions;
   j["compile"] = s.compile;
-  if (s.compile_loss) j["compile_loss"] = *s.compile_loss;
   if (s.float8 != Float8Recipe::kNone) j["float8"] = float8_recipe_name(s.float8);
   if (s.float8_all_gather) j["float8_all_gather"] = true;
   j["nf4_double_quant"] = s.nf4_double_quant;
@@ -290,6 +279,7 @@ void write_run_and_budgets(const RunSettings& s, nlohmann::json& j) {
 nlohmann::json settings_to_json(const RunSettings& s) {
   nlohmann::json j;
   write_model_and_stack(s, j);
+  for (const MechanismRow& row : stack_mechanisms()) row.write(row, s, j);
   write_lora(s, j);
   write_run_and_budgets(s, j);
   return j;
@@ -302,7 +292,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   std::string checkpointing = "none";
   // Strict: no coercion, and a key no reader below reads is refused (JsonFields).
   JsonFields r(j, origin, "settings.");
-  for (const Status& status : {read_model_and_stack(r, s, attention), read_run_and_budgets(r, s, checkpointing),
+  for (const Status& status : {read_model_and_stack(r, s, attention), read_stack_mechanisms(r, s), read_run_and_budgets(r, s, checkpointing),
                                read_lora(r, origin, s), read_scoped_lora(r, origin, s), read_versions(r, origin, s),
                                r.unknown_keys(),
                                apply_text_choices(attention, checkpointing, origin, s)}) {

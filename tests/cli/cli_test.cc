@@ -278,7 +278,7 @@ TEST_CASE("the stack line names recompute, offloaded checkpoint inputs, adapters
   const RunOutput fp8 =
       run_headroom("fit tiny-llama --gpu h100-sxm --gpus 8 --zero 3 --stack torchtitan --float8 tensorwise");
   REQUIRE(fp8.exit_code == 0);
-  CHECK(contains(fp8.out, ", fp8 linears (torchao tensorwise), sharded by FSDP2 (docs/stacks.md)"));
+  CHECK(contains(fp8.out, ", sharded by FSDP2, forward without autocast, fp8 linears (torchao tensorwise) (docs/stacks.md)"));
   const RunOutput fsdp1 = run_headroom("fit tiny-llama --gpu a100 --gpus 8 --zero 3 --sharding fsdp1");
   REQUIRE(fsdp1.exit_code == 0);
   CHECK(contains(fsdp1.out, "sharded by FSDP1"));
