@@ -6,6 +6,7 @@ import hashlib
 import os
 import tempfile
 
+from stacks.diffusers_flux_args import args_of as flux_args_of
 from stacks.torchtune_config import recipe_config, to_yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,6 +36,8 @@ def headroom_flags(spec: dict) -> list:
         return sharded_flags(spec)
     if spec["stack"] == "torchtune":
         return torchtune_flags(spec)
+    if spec["stack"] == "diffusers-flux":
+        return diffusers_flux_flags(spec)
     flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", spec["stack"],
              "--precision", spec["precision"], "--batch", str(spec["batch"]),
              "--seq", str(spec["seq"])]
@@ -140,3 +143,26 @@ def torchtune_flags(spec: dict) -> list:
     loss = spec.get("loss", "chunked")
     flags += ["--loss", f"chunked:{spec.get('num_output_chunks', 8)}" if loss == "chunked" else "full"]
     return flags
+
+
+# -- diffusers' Flux LoRA script (stacks/diffusers_flux.py) ------------------------
+# headroom names no diffusers stack: `unspecified`, with what the script pins given.
+# Accelerate's bf16 autocast over the bf16 transformer (`--autocast on`); torch.optim.AdamW
+# without `fused` (foreach on CUDA); the adapters' dtype as the run resolved it (bf16:
+# diffusers' add_adapter leaves them in the base layer's dtype); the loss is the model's
+# (`--loss full` only closes the band an LM loss would open).
+_ADAPTER_DTYPE = {"float32": "fp32", "bfloat16": "model", "float16": "model"}
+
+
+def diffusers_flux_flags(spec: dict) -> list:
+    args = flux_args_of(spec)
+    flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", "unspecified",
+             "--precision", "bf16", "--autocast", "on", "--resolution", str(spec["resolution"]),
+             "--batch", str(spec["batch"]), "--text-tokens", str(args["max_sequence_length"]),
+             "--mode", "lora", "--lora-rank", str(args["lora_rank"]),
+             "--lora-targets", ",".join(args["lora_targets"]), "--lora-dropout", str(args["lora_dropout"]),
+             "--adapter-dtype", _ADAPTER_DTYPE[spec.get("adapter_dtype", "bfloat16")],
+             "--optimizer-impl", _OPTIMIZER_IMPL[spec.get("optim", "adamw_torch")], "--loss", "full"]
+    if args["checkpointing"] != "none":
+        flags += ["--checkpointing", "every"]
+    return flags + release_flags(spec)

@@ -31,7 +31,9 @@ from report import write_atomically  # noqa: E402
 
 STACKS = {"hf-trainer": "stacks.hf_trainer", "torchtune": "stacks.torchtune"}
 STACKS["fsdp2"] = "stacks.fsdp2"  # torch's fully_shard in a plain loop, fake process group (fake_pg.py)
-_PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl", "torchtune", "torchao")
+STACKS["diffusers-flux"] = "stacks.diffusers_flux"  # train_dreambooth_lora_flux.py's step, mirrored
+_PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl", "torchtune", "torchao",
+             "diffusers")
 
 
 def versions() -> dict:
