@@ -28,15 +28,19 @@ What the oracle replaces (besides cuda_shims.py / cuda_autocast.py):
 Checkpointing `block` wraps each Block as litgpt's multi-GPU paths do (lora.py `parallelize_fn`:
 `checkpoint_wrapper(el, preserve_rng_state=False)`; full.py: FSDPStrategy
 `activation_checkpointing_policy={Block}`); litgpt's single-device finetune never checkpoints.
+QLoRA (`method` qlora, lora.py `--quantize bnb.nf4`): stacks/litgpt_qlora.py.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
 from meta_recorder import Recorder, optimizer_state_tensors
 from patching import patched
 from stacks.litgpt_model import build_model
+from stacks.litgpt_qlora import QUANTIZE, bnb_on_meta, optimizer_and_embedding, precision_plugin
 
 # headroom's --precision -> Fabric's precision plugin (lightning/fabric/plugins/precision)
 _FABRIC_PRECISION = {"bf16": "bf16-true", "bf16-amp": "bf16-mixed"}
@@ -45,24 +49,35 @@ WARMUP_STEPS = 100  # finetune/lora.py and full.py setup: TrainArgs(lr_warmup_st
 
 
 def run(spec: dict, recorder: Recorder) -> dict:
-    import lightning as L
     import lightning.fabric.fabric as fabric_module
 
-    if spec["precision"] not in _FABRIC_PRECISION:
-        raise ValueError(f"litgpt: precision '{spec['precision']}': expected bf16 or bf16-amp")
-    fabric = L.Fabric(accelerator="cpu", devices=1, precision=_FABRIC_PRECISION[spec["precision"]])
-    with patched(fabric_module, "_has_meta_device_parameters_or_buffers", lambda *a, **k: False):
+    qlora = spec["method"] == "qlora"
+    with bnb_on_meta() if qlora else contextlib.nullcontext(), \
+            patched(fabric_module, "_has_meta_device_parameters_or_buffers", lambda *a, **k: False):
+        fabric = _fabric(spec)
         model, optimizer, scheduler = _setup(spec, fabric)
     _fit(spec, recorder, fabric, model, optimizer, scheduler)
-    return {"fabric_precision": _FABRIC_PRECISION[spec["precision"]],
+    return {"fabric_precision": "bnb." + QUANTIZE[4:] if qlora else _FABRIC_PRECISION[spec["precision"]],
             "optimizer": type(optimizer.optimizer).__name__}
+
+
+def _fabric(spec: dict):
+    """lora.py / full.py setup: `L.Fabric(devices=1, precision=..., plugins=...)`; QLoRA
+    takes bf16-true's dtype into BitsandbytesPrecision (mixed precision is refused there)."""
+    import lightning as L
+
+    if spec["precision"] not in _FABRIC_PRECISION or (spec["method"] == "qlora" and spec["precision"] != "bf16"):
+        raise ValueError(f"litgpt: precision '{spec['precision']}': expected bf16 or bf16-amp (QLoRA: bf16)")
+    if spec["method"] == "qlora":
+        return L.Fabric(accelerator="cpu", devices=1, plugins=precision_plugin())
+    return L.Fabric(accelerator="cpu", devices=1, precision=_FABRIC_PRECISION[spec["precision"]])
 
 
 def _setup(spec: dict, fabric):
     """`main` of finetune/lora.py (full.py alike) up to `fit`, less the checkpoint load."""
     from litgpt.utils import instantiate_torch_optimizer
 
-    if spec["method"] == "lora":
+    if spec["method"] in ("lora", "qlora"):
         from litgpt.finetune.lora import get_lr_scheduler
     else:
         from litgpt.finetune.full import get_lr_scheduler
@@ -70,7 +85,10 @@ def _setup(spec: dict, fabric):
     if spec.get("checkpointing", "none") == "block":
         _checkpoint_blocks(model)
     model = fabric.setup_module(model, move_to_device=False)
-    optimizer = fabric.setup_optimizers(instantiate_torch_optimizer("AdamW", model.parameters()))
+    if spec["method"] == "qlora":
+        optimizer = fabric.setup_optimizers(optimizer_and_embedding(model))
+    else:
+        optimizer = fabric.setup_optimizers(instantiate_torch_optimizer("AdamW", model.parameters()))
     scheduler = get_lr_scheduler(optimizer, warmup_steps=WARMUP_STEPS, max_steps=1000)
     # fit: `model.max_seq_length = min(longest_seq_length, ...)` rebuilds the RoPE cache
     # (model.py max_seq_length setter) at the longest sample: every sample here is `seq` long
@@ -105,8 +123,11 @@ def _fit(spec, recorder: Recorder, fabric, model, optimizer, scheduler) -> None:
     """fit's `while` loop for `steps` optimizer steps (module docstring: what is left out)."""
     from litgpt.utils import chunked_cross_entropy
 
-    lora = spec["method"] == "lora"
+    lora = spec["method"] in ("lora", "qlora")
     params = list(model.parameters())
+    # QLoRA: the optimizer still holds the embedding lora.py swapped out (litgpt_qlora.py)
+    known = {id(p) for p in params}
+    params += [p for group in optimizer.param_groups for p in group["params"] if id(p) not in known]
     recorder.adopt_model(params, model.buffers())
     for p in params:
         if p.requires_grad:

@@ -14,6 +14,8 @@ import os
 
 import torch
 
+from stacks.litgpt_qlora import quantize_layers
+
 # headroom's LoRA target names (the HF config's modules) -> litgpt's `lora_*` flags
 # (litgpt/lora.py Config; the fused qkv linear takes query, key and value separately)
 _LORA_FLAGS = {"q_proj": "lora_query", "k_proj": "lora_key", "v_proj": "lora_value",
@@ -45,11 +47,11 @@ def litgpt_config(spec: dict):
     """`Config.from_name` of the folder's litgpt name (what `model_config.yaml` holds after
     `litgpt download`), or `Config(**spec["litgpt_config"])` for a model litgpt does not
     name (the test's tiny one); refused where it differs from the spec's config.json."""
-    if spec["method"] == "lora":
+    if spec["method"] in ("lora", "qlora"):
         from litgpt.lora import Config
     else:
         from litgpt.config import Config
-    lora = lora_flags(spec) if spec["method"] == "lora" else {}
+    lora = lora_flags(spec) if spec["method"] in ("lora", "qlora") else {}
     if "litgpt_config" in spec:
         config = Config(**spec["litgpt_config"], **lora)
     else:
@@ -70,15 +72,18 @@ def litgpt_config(spec: dict):
 def build_model(spec: dict, fabric):
     """`GPT(config)` under `fabric.init_module()` (the precision's default dtype: bf16 for
     bf16-true, fp32 for bf16-mixed), on meta at full size; LoRA marks only the adapters
-    trainable. litgpt's GPT never ties lm_head to wte (model.py `GPT.__init__`; for a tied
+    trainable (QLoRA: litgpt_qlora.py). litgpt's GPT never ties lm_head to wte (model.py `GPT.__init__`; for a tied
     HF checkpoint convert_hf_checkpoint.py copies the embedding into `lm_head.weight`)."""
     config = litgpt_config(spec)
-    if spec["method"] == "lora":
+    adapters = spec["method"] in ("lora", "qlora")
+    if adapters:
         from litgpt.lora import GPT, mark_only_lora_as_trainable
     else:
         from litgpt.model import GPT
     with fabric.init_module(empty_init=False), torch.device("meta"):
         model = GPT(config)
-    if spec["method"] == "lora":
+    if spec["method"] == "qlora":
+        quantize_layers(model)  # where _Linear4bit.__init__ quantizes on a GPU
+    if adapters:
         mark_only_lora_as_trainable(model)
     return model
