@@ -19,6 +19,7 @@ Replaced, and why (lightning 2.6.6 `fabric/plugins/precision/bitsandbytes.py`):
 from __future__ import annotations
 
 import contextlib
+import gc
 from typing import Iterator
 
 import torch
@@ -66,6 +67,9 @@ def quantize_layers(model) -> None:
     for module in model.modules():
         if isinstance(module, plugin._Linear4bit):
             module.quantize_(device=torch.device("meta"))
+    # the 16-bit weights replaced here can sit in reference cycles until Python's next
+    # collection (on a GPU long before the step): collected now, the step starts from what is live
+    gc.collect()
 
 
 def optimizer_and_embedding(model):
