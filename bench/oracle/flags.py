@@ -55,6 +55,8 @@ def headroom_flags(spec: dict) -> list:
         flags += ["--checkpointing", "every"]
     if "optim" in spec:
         flags += ["--optimizer-impl", _OPTIMIZER_IMPL[spec["optim"]]]
+    if spec.get("grad_accum", 1) > 1:  # litgpt: global_batch_size // micro_batch_size
+        flags += ["--grad-accum", str(spec["grad_accum"])]
     flags += release_flags(spec)
     if spec.get("attention", "sdpa") != "sdpa":
         flags += ["--attention", spec["attention"]]

@@ -32,8 +32,9 @@ from report import write_atomically  # noqa: E402
 STACKS = {"hf-trainer": "stacks.hf_trainer", "torchtune": "stacks.torchtune"}
 STACKS["fsdp2"] = "stacks.fsdp2"  # torch's fully_shard in a plain loop, fake process group (fake_pg.py)
 STACKS["diffusers-flux"] = "stacks.diffusers_flux"  # train_dreambooth_lora_flux.py's step, mirrored
+STACKS["litgpt"] = "stacks.litgpt"  # litgpt's finetune/full.py and lora.py step under Lightning Fabric
 _PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl", "torchtune", "torchao",
-             "diffusers")
+             "diffusers", "litgpt", "lightning")
 
 
 def versions() -> dict:

@@ -5,9 +5,10 @@
 # bench/oracle/setup_env.sh hf5), "fsdp2" (fully_shard on the fake process group,
 # a tiny Llama, hand-counted: .venv-oracle/hf5) or "torchtune" (torchtune's
 # single-device recipes on a tiny Llama beside headroom: .venv-oracle/tt,
-# bench/oracle/setup_env.sh tt) or "diffusers-flux" (diffusers' Flux LoRA step on a
+# bench/oracle/setup_env.sh tt), "diffusers-flux" (diffusers' Flux LoRA step on a
 # tiny FluxTransformer2DModel, hand-counted: .venv-oracle/df, bench/oracle/setup_env.sh
-# df). Exit 77 (skip) when the environment is missing.
+# df) or "litgpt" (litgpt's finetune step under Fabric on a tiny Llama beside headroom:
+# .venv-oracle/lg, bench/oracle/setup_env.sh lg). Exit 77 (skip) when the environment is missing.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 suite="$1"
@@ -32,5 +33,9 @@ case "$suite" in
     python="$root/.venv-oracle/df/bin/python"
     [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh df)"; exit 77; }
     ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_diffusers_flux_tiny.py" ;;
-  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune or diffusers-flux)" >&2; exit 2 ;;
+  litgpt)
+    python="$root/.venv-oracle/lg/bin/python"
+    [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh lg)"; exit 77; }
+    ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_litgpt_tiny.py" ;;
+  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux or litgpt)" >&2; exit 2 ;;
 esac
