@@ -5,7 +5,10 @@
 # bench/oracle/setup_env.sh hf5), "fsdp2" (fully_shard on the fake process group,
 # a tiny Llama, hand-counted: .venv-oracle/hf5) or "torchtune" (torchtune's
 # single-device recipes on a tiny Llama beside headroom: .venv-oracle/tt,
-# bench/oracle/setup_env.sh tt). Exit 77 (skip) when the environment is missing.
+# bench/oracle/setup_env.sh tt), "encoders" (the Trainer on BERT and ViT:
+# .venv-oracle/hf5) or "torch-loop" (torchvision's ResNet-50 in a plain loop:
+# .venv-oracle/vision, bench/oracle/setup_env.sh vision). Exit 77 (skip) when the
+# environment is missing.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 suite="$1"
@@ -26,5 +29,13 @@ case "$suite" in
     python="$root/.venv-oracle/tt/bin/python"
     [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh tt)"; exit 77; }
     ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_torchtune_tiny.py" ;;
-  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2 or torchtune)" >&2; exit 2 ;;
+  encoders)
+    python="$root/.venv-oracle/hf5/bin/python"
+    [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh hf5)"; exit 77; }
+    ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_encoders_tiny.py" ;;
+  torch-loop)
+    python="$root/.venv-oracle/vision/bin/python"
+    [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh vision)"; exit 77; }
+    ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_torch_loop_tiny.py" ;;
+  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, encoders or torch-loop)" >&2; exit 2 ;;
 esac
