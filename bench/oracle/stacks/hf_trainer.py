@@ -9,6 +9,8 @@ Trainer.create_optimizer builds (through accelerate's AcceleratedOptimizer), and
   is False and `_prepare_input` leaves meta tensors where they are;
 - the accelerator is the CPU (`use_cpu`): the only one here. Its autocast is
   CUDA's policy on meta tensors (cuda_autocast.py).
+The model and the batch are the spec's task's (stacks/hf_tasks.py: causal LM, BERT's
+sequence classification, ViT's image classification); the step is the same.
 With `sharding` (fsdp2, fsdp1) the Trainer runs under accelerate's FSDP plugin as
 rank 0 of `world_size` on a fake process group (stacks/hf_trainer_fsdp.py, fake_pg.py).
 """
