@@ -13,6 +13,10 @@ model from its config.json, how PEFT wraps it, and the batch the Trainer is give
   classification guide sets it (no task_type, modules_to_save=["classifier"]); the
   batch an image processor gives: fp32 pixel_values at `image_size` px, one label a
   sample.
+- `contrastive` (CLIP, both towers): AutoModel (CLIPModel) with its own contrastive loss; the
+  batch transformers' examples/pytorch/contrastive-image-text/run_clip.py collates:
+  pixel_values, input_ids and attention_mask of `seq` tokens (the text tower's positions),
+  return_loss=True. LoRA without a task type or a trained head.
 """
 
 from __future__ import annotations
@@ -46,6 +50,14 @@ def image_classification_batch(spec: dict) -> dict:
     return {"pixel_values": pixels, "labels": torch.empty(spec["batch"], dtype=torch.long, device="meta")}
 
 
+def contrastive_batch(spec: dict) -> dict:
+    """run_clip.py `collate_fn`: images and captions, and return_loss=True (no labels)."""
+    import torch
+    text = {name: torch.empty(spec["batch"], spec["seq"], dtype=torch.long, device="meta")
+            for name in ("input_ids", "attention_mask")}
+    return dict(text, pixel_values=image_classification_batch(spec)["pixel_values"], return_loss=True)
+
+
 @dataclass(frozen=True)
 class Task:
     auto_class: str  # the transformers Auto class that builds the model from its config
@@ -61,6 +73,7 @@ TASKS = {
                                     "SEQ_CLS", trained_head=("classifier",)),
     "image-classification": Task("AutoModelForImageClassification", image_classification_batch, None,
                                  modules_to_save=("classifier",), trained_head=("classifier",)),
+    "contrastive": Task("AutoModel", contrastive_batch, None),
 }
 
 
