@@ -32,7 +32,8 @@ from report import write_atomically  # noqa: E402
 STACKS = {"hf-trainer": "stacks.hf_trainer", "torchtune": "stacks.torchtune"}
 STACKS["fsdp2"] = "stacks.fsdp2"  # torch's fully_shard in a plain loop, fake process group (fake_pg.py)
 STACKS["torch-loop"] = "stacks.torch_loop"  # a torchvision model in a plain loop (env vision)
-_PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "bitsandbytes", "trl", "torchtune", "torchao")
+_PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "bitsandbytes", "trl",
+             "torchtune", "torchao")
 
 
 def versions() -> dict:
