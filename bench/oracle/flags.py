@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 
 from stacks.diffusers_flux_args import args_of as flux_args_of
+from stacks.hf_tasks import task_of
 from stacks.torchtune_config import recipe_config, to_yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -16,7 +18,11 @@ _OPTIMIZER_IMPL = {"adamw_torch_fused": "fused", "adamw_torch": "foreach"}
 
 
 def model_path(spec: dict) -> str:
-    return spec["model"] if os.path.isabs(spec["model"]) else os.path.join(ROOT, spec["model"])
+    """A config folder under the repository, from any cwd; a zoo name (no '/', as headroom
+    tells a path from a name: `fit --help`) as it is."""
+    if os.path.isabs(spec["model"]) or "/" not in spec["model"]:
+        return spec["model"]
+    return os.path.join(ROOT, spec["model"])
 
 
 # The packages whose release headroom reads (planner/settings/versions.cc).
@@ -38,13 +44,16 @@ def headroom_flags(spec: dict) -> list:
         return torchtune_flags(spec)
     if spec["stack"] == "diffusers-flux":
         return diffusers_flux_flags(spec)
+    if spec["stack"] == "torch-loop":
+        return torch_loop_flags(spec)
     flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", spec["stack"],
-             "--precision", spec["precision"], "--batch", str(spec["batch"]),
-             "--seq", str(spec["seq"])]
+             "--precision", spec["precision"], "--batch", str(spec["batch"]), *shape_flags(spec)]
     if spec["method"] in ("lora", "qlora"):
         flags += ["--mode", spec["method"], "--lora-rank", str(spec.get("lora_rank", 16)),
-                  "--lora-targets", ",".join(spec["lora_targets"]),
+                  "--lora-targets", ",".join(headroom_module_names(spec, spec["lora_targets"])),
                   "--lora-dropout", str(spec.get("lora_dropout", 0.05))]
+        for module in task_of(spec).trained_head:  # PEFT's modules_to_save
+            flags += ["--train", module]
     else:
         flags += ["--mode", "full"]
     if spec["method"] == "qlora":
@@ -61,6 +70,42 @@ def headroom_flags(spec: dict) -> list:
     if spec.get("attention", "sdpa") != "sdpa":
         flags += ["--attention", spec["attention"]]
     return flags
+
+
+def shape_flags(spec: dict) -> list:
+    """An image's side in pixels (`image_size`), or the tokens of a sample."""
+    if "image_size" in spec:
+        return ["--resolution", str(spec["image_size"])]
+    return ["--seq", str(spec["seq"])]
+
+
+# Modules a transformers release renamed, as headroom's graph names them (the names of
+# the releases it was built from). transformers 5 renamed ViT's attention linears
+# (models/vit/modeling_vit.py ViTAttention: q_proj, k_proj, v_proj, o_proj; 4.x:
+# ViTSelfAttention query, key, value and ViTSelfOutput dense); headroom's ViT graph
+# keeps the 4.x names (models/torch/vit_module.cc).
+_HEADROOM_NAMES = {"vit": {"q_proj": "query", "k_proj": "key", "v_proj": "value", "o_proj": "dense"}}
+
+
+def headroom_module_names(spec: dict, modules: list) -> list:
+    path = os.path.join(model_path(spec), "config.json")
+    model_type = ""
+    if os.path.isfile(path):
+        with open(path) as f:
+            model_type = json.load(f).get("model_type", "")
+    renamed = _HEADROOM_NAMES.get(model_type, {})
+    return [renamed.get(m, m) for m in modules]
+
+
+# -- a plain loop (stacks/torch_loop.py) -------------------------------------------
+def torch_loop_flags(spec: dict) -> list:
+    """A torchvision model in a plain loop: headroom's zoo model and `--stack torch-amp`
+    (a plain loop with torch.autocast where the precision says amp; foreach optimizer,
+    the output kept through backward: docs/stacks.md). The zoo model is the spec's
+    `model`, the builder's (resnet-50: torchvision resnet50, v1.5)."""
+    return [spec["model"], "--gpu", spec.get("gpu", "h200"), "--stack", "torch-amp",
+            "--precision", spec["precision"], "--batch", str(spec["batch"]), *shape_flags(spec),
+            "--mode", "full", "--optimizer", spec.get("optimizer", "sgd"), *release_flags(spec)]
 
 
 # -- sharded runs (stacks/fsdp2.py; hf-trainer with `sharding`) -------------------

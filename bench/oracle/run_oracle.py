@@ -33,8 +33,9 @@ STACKS = {"hf-trainer": "stacks.hf_trainer", "torchtune": "stacks.torchtune"}
 STACKS["fsdp2"] = "stacks.fsdp2"  # torch's fully_shard in a plain loop, fake process group (fake_pg.py)
 STACKS["diffusers-flux"] = "stacks.diffusers_flux"  # train_dreambooth_lora_flux.py's step, mirrored
 STACKS["litgpt"] = "stacks.litgpt"  # litgpt's finetune/full.py and lora.py step under Lightning Fabric
-_PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl", "torchtune", "torchao",
-             "diffusers", "litgpt", "lightning")
+STACKS["torch-loop"] = "stacks.torch_loop"  # a torchvision model in a plain loop (env vision)
+_PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "bitsandbytes", "trl",
+             "torchtune", "torchao", "diffusers", "litgpt", "lightning")
 
 
 def versions() -> dict:

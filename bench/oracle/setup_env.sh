@@ -4,6 +4,9 @@
 # versions it pins; torch comes from the project's .venv (scripts/setup_torch.sh),
 # through a .pth file, so every environment runs the same torch 2.11.0 and none
 # downloads it again. Idempotent: nothing is installed when the pins are there.
+# A pin whose comment starts with "no-deps" is installed without its dependencies
+# (pip --no-deps): torchvision pins torch==2.11.0 exactly, and pip would otherwise
+# fetch a second torch into the environment; what it needs besides is pinned below it.
 #   bench/oracle/setup_env.sh hf5
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,5 +33,12 @@ for line in open(sys.argv[1]):
 PY
 then
   echo "setup_env: installing $(tr '\n' ' ' < "$pins")into $env_dir" >&2
-  "$env_dir/bin/pip" install -q -r "$pins"
+  no_deps="$(sed -n 's/^[[:space:]]*\([^#[:space:]]*\)[[:space:]]*#[[:space:]]*no-deps.*/\1/p' "$pins")"
+  with_deps="$(grep -v '#[[:space:]]*no-deps' "$pins" || true)"
+  if [ -n "$with_deps" ]; then
+    "$env_dir/bin/pip" install -q -r <(printf '%s\n' "$with_deps")
+  fi
+  if [ -n "$no_deps" ]; then
+    "$env_dir/bin/pip" install -q --no-deps $no_deps
+  fi
 fi

@@ -6,9 +6,11 @@
 # a tiny Llama, hand-counted: .venv-oracle/hf5) or "torchtune" (torchtune's
 # single-device recipes on a tiny Llama beside headroom: .venv-oracle/tt,
 # bench/oracle/setup_env.sh tt), "diffusers-flux" (diffusers' Flux LoRA step on a
-# tiny FluxTransformer2DModel, hand-counted: .venv-oracle/df, bench/oracle/setup_env.sh
-# df) or "litgpt" (litgpt's finetune step under Fabric on a tiny Llama beside headroom:
-# .venv-oracle/lg, bench/oracle/setup_env.sh lg). Exit 77 (skip) when the environment is missing.
+# tiny FluxTransformer2DModel, hand-counted: .venv-oracle/df), "litgpt" (litgpt's
+# finetune step under Fabric on a tiny Llama: .venv-oracle/lg), "encoders" (the Trainer
+# on BERT and ViT: .venv-oracle/hf5) or "torch-loop" (torchvision's ResNet-50 in a plain
+# loop: .venv-oracle/vision); bench/oracle/setup_env.sh NAME makes each. Exit 77 (skip)
+# when the environment is missing.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 suite="$1"
@@ -37,5 +39,13 @@ case "$suite" in
     python="$root/.venv-oracle/lg/bin/python"
     [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh lg)"; exit 77; }
     ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_litgpt_tiny.py" ;;
-  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux or litgpt)" >&2; exit 2 ;;
+  encoders)
+    python="$root/.venv-oracle/hf5/bin/python"
+    [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh hf5)"; exit 77; }
+    ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_encoders_tiny.py" ;;
+  torch-loop)
+    python="$root/.venv-oracle/vision/bin/python"
+    [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh vision)"; exit 77; }
+    ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_torch_loop_tiny.py" ;;
+  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, litgpt, encoders or torch-loop)" >&2; exit 2 ;;
 esac

@@ -22,7 +22,8 @@ import torch
 
 from fake_pg import fake_process_group
 from meta_recorder import Recorder, optimizer_state_tensors
-from stacks.hf_models import add_lora, build_model, causal_lm_batch
+from stacks.hf_models import add_lora, build_model
+from stacks.hf_tasks import causal_lm_batch
 
 PRECISIONS = ("bf16", "bf16-mixed")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from stacks.hf_tasks import task_of
+
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -23,16 +25,19 @@ def weight_dtype(precision: str) -> torch.dtype:
 
 
 def build_model(spec: dict):
-    """The transformers model class the config names, its weights on meta, untrained;
-    for QLoRA, quantized as from_pretrained(quantization_config=...) does."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """The task's transformers Auto class (stacks/hf_tasks.py) over the config, its weights
+    on meta, untrained; for QLoRA, quantized as from_pretrained(quantization_config=...) does."""
+    import transformers
+    from transformers import AutoConfig
+
+    auto_class = getattr(transformers, task_of(spec).auto_class)
 
     config = AutoConfig.from_pretrained(spec["model"])
     config._attn_implementation = spec.get("attention", "sdpa")
     with torch.device("meta"):
         # `dtype` since transformers 4.56; `torch_dtype` before
         key = "dtype" if transformers_at_least("4.56") else "torch_dtype"
-        model = AutoModelForCausalLM.from_config(config, **{key: weight_dtype(spec["precision"])})
+        model = auto_class.from_config(config, **{key: weight_dtype(spec["precision"])})
     if spec["method"] == "qlora":
         quantize_4bit(model, spec)
     return model
@@ -73,16 +78,12 @@ def quantize_4bit(model, spec: dict) -> None:
 
 
 def add_lora(model, spec: dict):  # noqa: D103 - LoRA and QLoRA alike
-    """PEFT's get_peft_model, as the PEFT docs and TRL's SFT scripts call it."""
+    """PEFT's get_peft_model, as the PEFT docs and TRL's SFT scripts call it, with the
+    task's task_type and modules_to_save (stacks/hf_tasks.py)."""
     from peft import LoraConfig, get_peft_model
 
+    task = task_of(spec)
     lora = LoraConfig(r=spec.get("lora_rank", 16), lora_alpha=2 * spec.get("lora_rank", 16),
                       target_modules=spec["lora_targets"], lora_dropout=spec.get("lora_dropout", 0.05),
-                      task_type="CAUSAL_LM")
+                      task_type=task.peft_task_type, modules_to_save=list(task.modules_to_save) or None)
     return get_peft_model(model, lora)
-
-
-def causal_lm_batch(spec: dict) -> dict:
-    """An unpadded batch of full-length samples, as a packing or fixed-length collator gives."""
-    ids = torch.empty(spec["batch"], spec["seq"], dtype=torch.long, device="meta")
-    return {"input_ids": ids, "labels": ids.clone()}

@@ -9,6 +9,8 @@ Trainer.create_optimizer builds (through accelerate's AcceleratedOptimizer), and
   is False and `_prepare_input` leaves meta tensors where they are;
 - the accelerator is the CPU (`use_cpu`): the only one here. Its autocast is
   CUDA's policy on meta tensors (cuda_autocast.py).
+The model and the batch are the spec's task's (stacks/hf_tasks.py: causal LM, BERT's
+sequence classification, ViT's image classification); the step is the same.
 With `sharding` (fsdp2, fsdp1) the Trainer runs under accelerate's FSDP plugin as
 rank 0 of `world_size` on a fake process group (stacks/hf_trainer_fsdp.py, fake_pg.py).
 """
@@ -22,7 +24,8 @@ import torch
 from fake_pg import fake_process_group
 from meta_recorder import Recorder, optimizer_state_tensors
 from stacks import hf_trainer_fsdp
-from stacks.hf_models import add_lora, build_model, causal_lm_batch, transformers_at_least
+from stacks.hf_models import add_lora, build_model, transformers_at_least
+from stacks.hf_tasks import task_of
 
 
 def _trainer_classes():
@@ -145,7 +148,7 @@ def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
             p.register_post_accumulate_grad_hook(lambda q: recorder.mark("gradients", [q.grad]))
     recorder.begin("step0.start")
     for step in range(spec.get("steps", 2)):
-        batch = causal_lm_batch(spec)
+        batch = task_of(spec).batch(spec)
         recorder.adopt_batch(batch)
         recorder.phase = f"step{step}.forward_backward"
         loss = _micro_step(trainer, model, batch)

@@ -1,0 +1,84 @@
+"""What a transformers run trains for (spec key `task`): the Auto class that builds the
+model from its config.json, how PEFT wraps it, and the batch the Trainer is given.
+
+- `causal-lm` (default): AutoModelForCausalLM, PEFT task_type CAUSAL_LM, token ids
+  with labels (causal_lm_batch).
+- `sequence-classification` (BERT): AutoModelForSequenceClassification (num_labels
+  from the config, 2 without id2label: PretrainedConfig's default), PEFT task_type
+  SEQ_CLS, which trains the head in full beside the adapters (peft/peft_model.py
+  PeftModelForSequenceClassification: modules_to_save += ["classifier", "score"]);
+  the batch a BERT tokenizer and DataCollatorWithPadding give: input_ids,
+  token_type_ids, attention_mask, and one label a sample.
+- `image-classification` (ViT): AutoModelForImageClassification, LoRA as PEFT's image
+  classification guide sets it (no task_type, modules_to_save=["classifier"]); the
+  batch an image processor gives: fp32 pixel_values at `image_size` px, one label a
+  sample.
+- `contrastive` (CLIP, both towers): AutoModel (CLIPModel) with its own contrastive loss; the
+  batch transformers' examples/pytorch/contrastive-image-text/run_clip.py collates:
+  pixel_values, input_ids and attention_mask of `seq` tokens (the text tower's positions),
+  return_loss=True. LoRA without a task type or a trained head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+
+def causal_lm_batch(spec: dict) -> dict:
+    """An unpadded batch of full-length samples, as a packing or fixed-length collator gives."""
+    import torch  # here: flags.py reads TASKS without torch
+    ids = torch.empty(spec["batch"], spec["seq"], dtype=torch.long, device="meta")
+    return {"input_ids": ids, "labels": ids.clone()}
+
+
+def sequence_classification_batch(spec: dict) -> dict:
+    """An unpadded batch of `seq` tokens a sample (the mask is all ones: meta_recorder
+    answers transformers' all-ones check True, so no mask is built)."""
+    import torch
+    shape = (spec["batch"], spec["seq"])
+    tokens = {name: torch.empty(shape, dtype=torch.long, device="meta")
+              for name in ("input_ids", "token_type_ids", "attention_mask")}
+    return dict(tokens, labels=torch.empty(spec["batch"], dtype=torch.long, device="meta"))
+
+
+def image_classification_batch(spec: dict) -> dict:
+    """ViTImageProcessor's output (float32 pixel_values, channels first) and labels."""
+    import torch
+    side = spec.get("image_size", 224)
+    pixels = torch.empty(spec["batch"], 3, side, side, dtype=torch.float32, device="meta")
+    return {"pixel_values": pixels, "labels": torch.empty(spec["batch"], dtype=torch.long, device="meta")}
+
+
+def contrastive_batch(spec: dict) -> dict:
+    """run_clip.py `collate_fn`: images and captions, and return_loss=True (no labels)."""
+    import torch
+    text = {name: torch.empty(spec["batch"], spec["seq"], dtype=torch.long, device="meta")
+            for name in ("input_ids", "attention_mask")}
+    return dict(text, pixel_values=image_classification_batch(spec)["pixel_values"], return_loss=True)
+
+
+@dataclass(frozen=True)
+class Task:
+    auto_class: str  # the transformers Auto class that builds the model from its config
+    batch: Callable[[dict], dict]
+    peft_task_type: Optional[str]  # LoraConfig(task_type=...)
+    modules_to_save: Tuple[str, ...] = ()  # LoraConfig(modules_to_save=...), where given by hand
+    trained_head: Tuple[str, ...] = ()  # modules PEFT trains in full: headroom's --train
+
+
+TASKS = {
+    "causal-lm": Task("AutoModelForCausalLM", causal_lm_batch, "CAUSAL_LM"),
+    "sequence-classification": Task("AutoModelForSequenceClassification", sequence_classification_batch,
+                                    "SEQ_CLS", trained_head=("classifier",)),
+    "image-classification": Task("AutoModelForImageClassification", image_classification_batch, None,
+                                 modules_to_save=("classifier",), trained_head=("classifier",)),
+    "contrastive": Task("AutoModel", contrastive_batch, None),
+}
+
+
+def task_of(spec: dict) -> Task:
+    name = spec.get("task", "causal-lm")
+    if name not in TASKS:
+        raise ValueError(f"task '{name}': expected one of {', '.join(TASKS)}")
+    return TASKS[name]
