@@ -1,0 +1,443 @@
+// The step: states, forward, backward, the accumulation loop and the optimizer step.
+#include "planner/predict/step_simulator.h"
+
+#include <algorithm>
+
+#include "planner/mechanisms/autocast.h"
+#include "planner/memory/allocator_rounding.h"
+#include "planner/time/fsdp2_stream_copies.h"
+
+namespace headroom::planner {
+
+using graph::Node;
+
+StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+              const std::vector<BlockChoice>& choices, const SimulatorOptions& options)
+    : ctx_(context), graph_(context.graph), an_(context.analysis), settings_(settings), config_(config),
+      choices_(choices), options_(options), allocator_(allocator_budget(context, settings), uses_expandable_segments(settings)) {
+  batch_ = config.micro_batch;
+  seq_ = context.seq_len;
+  const size_t tensors = graph_.tensors.size();
+  tensor_bytes_.resize(tensors);
+  for (size_t t = 0; t < tensors; ++t) {
+    tensor_bytes_[t] = graph::tensor_bytes(graph_.tensors[t], context.compute_dtype, batch_, seq_);
+  }
+  handle_.assign(tensors, -1);
+  grad_handle_.assign(tensors, -1);
+  pending_.assign(tensors, 0);
+  saved_.assign(tensors, 0);
+  held_by_checkpoint_.assign(tensors, 0);
+  cached_casts_ = autocast_cached_casts(graph_);
+  inputs_on_host_.assign(graph_.blocks.size(), false);
+  times_.resize(graph_.nodes.size());
+  for (size_t n = 0; n < graph_.nodes.size(); ++n) {
+    times_[n] = node_times(graph_, an_, static_cast<int>(n), context.compute_dtype, batch_, seq_,
+                           context.gpu, context.time_options);
+  }
+  states_ = model_states(graph_, settings, config, Accounting::kAllocated);
+  if (!options.lazy_optimizer_states) states_.states_created_lazily = false;
+  std::map<std::string, int> uses;
+  for (const Node& node : graph_.nodes) {
+    for (const graph::Param& param : node.params) {
+      ++uses[param.tied_to.empty() ? param.name : param.tied_to];
+      if (param.tied_to.empty()) owners_[param.name] = &param;
+    }
+  }
+  for (const auto& [owner, count] : uses) {
+    if (count > 1 && owners_.count(owner)) shared_uses_[owner] = count;
+  }
+  block_param_bytes_ = block_gathered_bytes(graph_, settings);
+  block_shard_bytes_ = block_shard_bytes(graph_, settings, config.zero_stage);
+  if (fsdp() && !fsdp1()) kept_layer_ = fsdp2_kept_layer(graph_, settings);
+}
+
+void StepSimulator::allocate_states() {
+  label_ = "model states";
+  const bool progressive = states_.grads_progressive;
+  if (config_.offload_param == Offload::kNone) {
+    if (config_.zero_stage >= 3 || fsdp()) {
+      alloc(states_.params, "parameters");
+    } else {
+      for (const Node& node : graph_.nodes) {
+        for (const graph::Param& param : node.params) {
+          if (param.tied_to.empty()) alloc(param_storage_bytes(param, settings_.precision), "parameters");
+        }
+      }
+    }
+  }
+  // States made at the first step() are allocated there (optimizer_step); what
+  // else the optimizer holds (bitsandbytes' quantization maps) is here from the start.
+  int64_t lazy_bytes = 0;
+  if (states_.states_created_lazily) {
+    for (int64_t tensor : states_.state_tensors) lazy_bytes += allocated_bytes_for_request(tensor);
+  }
+  if (states_.optimizer > lazy_bytes) alloc(states_.optimizer - lazy_bytes, "optimizer states");
+  if (states_.master > 0) alloc(states_.master, "master weights");
+  // FSDP's sharded gradients are made by each unit's reduce-scatter (make_sharded_grad).
+  if (!progressive && states_.grads_full > 0 && states_.sharded_block_grads.empty()) {
+    alloc(states_.grads_full, "gradients");
+  }
+  if (states_.comm_buckets > 0) alloc(states_.comm_buckets, "ZeRO buffers");
+  alloc(ctx_.gpu.cublas_workspace_bytes, "workspaces");
+  for (size_t t = 0; t < graph_.tensors.size(); ++t) {
+    if (an_.persistent[t]) handle_[t] = alloc(tensor_bytes_[t], "persistent activations");
+  }
+}
+
+void StepSimulator::forward_block(int block, bool recompute) {
+  const bool saving = !checkpointed(block) || recompute;
+  const std::string prefix = recompute ? "recompute " : "forward ";
+  const int64_t gathered = recompute ? -1 : gather(block, block + 1);
+  if (checkpointed(block) && !recompute) {
+    for (int n : an_.blocks[block].nodes) {
+      for (int t : an_.node_outputs[n]) {
+        if (cached_casts_[t]) {
+          ++held_by_checkpoint_[t];
+          held_by_cast_cache_.push_back(t);
+        }
+      }
+    }
+    for (int t : an_.blocks[block].boundary_inputs) ++held_by_checkpoint_[t];
+    for (int t : selective_saves(block)) ++held_by_checkpoint_[t];
+    if (settings_.offload_checkpoint_inputs) stash_checkpoint_inputs(block);
+  }
+  for (int n : an_.blocks[block].nodes) {
+    const Node& node = graph_.nodes[n];
+    label_ = prefix + node.name;
+    for (int t : an_.node_outputs[n]) {
+      if (an_.persistent[t] || handle_[t] >= 0) continue;
+      handle_[t] = alloc(tensor_bytes_[t], block_category(block));
+      pending_[t] = 0;
+      for (int consumer : an_.consumers[t]) {
+        // In a recompute only this block's consumers run again.
+        if (!recompute || graph_.nodes[consumer].block == block) ++pending_[t];
+      }
+    }
+    // Selective AC hands a saved op's output back from its cache: no kernel runs.
+    const bool cached = recompute && std::any_of(an_.node_outputs[n].begin(), an_.node_outputs[n].end(), [&](int t) {
+      const std::vector<int>& saves = selective_saves(block);
+      return std::find(saves.begin(), saves.end(), t) != saves.end();
+    });
+    const int64_t workspace = cached ? 0 : node.workspace_elements.at(batch_, seq_);
+    const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
+    if (!cached) {
+      compute(recompute ? Phase::kRecompute : Phase::kForward, times_[n].fwd_ms, block, label_, times_[n].fwd_flops);
+    }
+    release(ws);
+    if (saving) {
+      for (int t : an_.node_saves[n]) ++saved_[t];
+    }
+    for (int t : an_.node_inputs[n]) {
+      if (!recompute || an_.producer[t] < 0 || graph_.nodes[an_.producer[t]].block == block) {
+        if (pending_[t] > 0) --pending_[t];
+      }
+      maybe_free(t);
+    }
+    for (int t : an_.node_outputs[n]) maybe_free(t);
+  }
+  if (gathered >= 0 && keeps_unsharded(block) && !recompute) {
+    kept_unsharded_[block] = gathered;
+  } else if (gathered >= 0) {
+    release(gathered);
+  }
+}
+
+// The gradients a node's backward makes for its parameters: each trainable
+// parameter's own (the first backward of a progressive run), a shared weight's
+// sum from its first use backward reaches, and the partials of its later uses.
+StepSimulator::ParamGradWork StepSimulator::start_param_grads(const Node& node) {
+  ParamGradWork work;
+  for (const graph::Param& param : node.params) {
+    const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+    const auto shared = shared_uses_.find(owner);
+    if (shared == shared_uses_.end()) {
+      if (states_.grads_progressive && micro_ == 0 && param.trainable && param.tied_to.empty()) {
+        param_grads_.push_back(alloc(grad_bytes(param, settings_.precision), "gradients"));
+      }
+      continue;
+    }
+    const graph::Param& original = *owners_.at(owner);
+    if (!original.trainable) continue;
+    // Summed in autograd's input buffer from the first use backward reaches to the
+    // last; every later use materialises its own partial first.
+    const int seen = ++seen_uses_[owner];
+    if (seen == 1) {
+      if (states_.grads_progressive && micro_ == 0) {
+        shared_grads_[owner] = alloc(grad_bytes(original, settings_.precision), "gradients");
+      }
+    } else {
+      work.partials.push_back(alloc(grad_bytes(original, settings_.precision), "transient"));
+    }
+    if (seen == shared->second) work.finished.push_back(owner);
+  }
+  return work;
+}
+
+// After the node's kernel: partials freed, finished shared gradients joined to
+// the others, and, with the optimizer in backward, this node's gradients stepped and freed.
+void StepSimulator::finish_param_grads(const ParamGradWork& work, size_t grads_before) {
+  for (int64_t partial : work.partials) release(partial);
+  for (const std::string& owner : work.finished) {
+    // AccumulateGrad runs once all uses are in: the gradient joins the others.
+    const auto it = shared_grads_.find(owner);
+    if (it != shared_grads_.end()) {
+      param_grads_.push_back(it->second);
+      shared_grads_.erase(it);
+    }
+    seen_uses_.erase(owner);
+  }
+  if (states_.grads_in_backward) {
+    // Optimizer in backward: each gradient is stepped and freed as it is produced.
+    for (size_t g = grads_before; g < param_grads_.size(); ++g) release(param_grads_[g]);
+    param_grads_.resize(grads_before);
+  }
+}
+
+// One node's backward: its input gradients, parameter gradients, workspace and
+// kernel, then what it no longer needs.
+void StepSimulator::backward_node(int n, int block) {
+  const Node& node = graph_.nodes[n];
+  label_ = "backward " + node.name;
+  for (int t : an_.node_inputs[n]) {
+    if (an_.requires_grad[t] && !an_.persistent[t] && grad_handle_[t] < 0) {
+      grad_handle_[t] = alloc(tensor_bytes_[t], "activation gradients");
+    }
+  }
+  const size_t grads_before = param_grads_.size();
+  const ParamGradWork work = start_param_grads(node);
+  const int64_t workspace = node.backward_workspace().at(batch_, seq_);
+  const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
+  compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
+  release(ws);
+  finish_param_grads(work, grads_before);
+  for (int t : an_.node_outputs[n]) {
+    release(grad_handle_[t]);
+    grad_handle_[t] = -1;
+  }
+  for (int t : an_.node_saves[n]) {
+    if (saved_[t] > 0) {
+      --saved_[t];
+      maybe_free(t);
+    }
+  }
+}
+
+// A checkpointed block's backward ends: its inputs (and selective saves) are no longer held.
+void StepSimulator::release_checkpoint_holds(int block) {
+  for (int t : an_.blocks[block].boundary_inputs) {
+    --held_by_checkpoint_[t];
+    maybe_free(t);
+  }
+  for (int t : selective_saves(block)) {
+    --held_by_checkpoint_[t];
+    maybe_free(t);
+  }
+}
+
+void StepSimulator::backward_block(int block) {
+  if (!an_.blocks[block].on_autograd) return;
+  // Prefetch this block if not yet in flight, and the next one to overlap it.
+  prefetch_block(block);
+  if (block > 0) prefetch_block(block - 1);
+  wait_for_offloaded(block);
+  const int64_t gathered = gather(block, block - 1);
+  if (checkpointed(block)) {
+    if (settings_.offload_checkpoint_inputs) fetch_checkpoint_inputs(block);
+    forward_block(block, true);
+  }
+  const std::vector<int>& nodes = an_.blocks[block].nodes;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    if (an_.needs_input_grad[*it] || an_.needs_param_grad[*it]) backward_node(*it, block);
+  }
+  if (checkpointed(block)) release_checkpoint_holds(block);
+  const bool syncing = reduce_block_gradients(block);
+  if (gathered >= 0) release(gathered);
+  gradient_traffic(block, syncing);
+}
+
+void StepSimulator::micro_step() {
+  const int blocks = static_cast<int>(graph_.blocks.size());
+  gather_root();
+  for (int b = 0; b < blocks; ++b) {
+    forward_block(b, false);
+    if (offloaded(b)) offload_block(b);
+  }
+  // The forward's autocast region ends: its cache lets go of the weight casts.
+  for (int t : held_by_cast_cache_) {
+    --held_by_checkpoint_[t];
+    maybe_free(t);
+  }
+  held_by_cast_cache_.clear();
+  // Backward drops whatever the forward stash still holds on the GPU.
+  trim_input_stash(0);
+  restage_root();
+  for (int b = blocks - 1; b >= 0; --b) backward_block(b);
+  reshard_root();
+  for (int64_t handle : offload_shards_) release(handle);  // no root: the last unit's callback
+  offload_shards_.clear();
+  settle(1e300);
+  // A shared weight whose last use never ran backward still has its gradient.
+  for (const auto& [owner, handle] : shared_grads_) param_grads_.push_back(handle);
+  shared_grads_.clear();
+  seen_uses_.clear();
+  // Whatever is still held (graph outputs nobody consumes) goes with the step.
+  for (size_t t = 0; t < graph_.tensors.size(); ++t) {
+    if (an_.persistent[t]) continue;
+    pending_[t] = 0;
+    saved_[t] = 0;
+    held_by_checkpoint_[t] = 0;
+    maybe_free(static_cast<int>(t));
+    release(grad_handle_[t]);
+    grad_handle_[t] = -1;
+  }
+  prefetch_done_.clear();
+  for (const auto& [block, buffer] : all_gather_buffers_) release(buffer);
+  all_gather_buffers_.clear();
+  for (const auto& [block, handle] : kept_unsharded_) release(handle);
+  kept_unsharded_.clear();
+}
+
+void StepSimulator::optimizer_step() {
+  // The optimizer's own duration comes from the step-time model (GPU: memory
+  // bound; CPU Adam and the parameter copy back when offloaded).
+  const TimeBreakdown model = step_time(settings_, config_, ctx_.gpu, states_, StepTimeInputs{});
+  label_ = "optimizer step";
+  const double collectives_done = std::max(comm_free_, copy_out_free_);
+  if (collectives_done > clock_) {
+    time_.comm_exposed_ms += comm_free_ > clock_ ? comm_free_ - clock_ : 0;
+    clock_ = std::max(clock_, collectives_done);
+  }
+  const Stream stream = config_.offload_optimizer == Offload::kNone ? Stream::kCompute : Stream::kCpu;
+  // A lazy optimizer makes its states now, one tensor at a time, in the blocks the
+  // freed activations left cached (model_states.h, states_created_lazily).
+  if (states_.states_created_lazily && !lazy_states_made_) {
+    for (int64_t tensor : states_.state_tensors) alloc(tensor, "optimizer states");
+    lazy_states_made_ = true;
+  }
+  // foreach AdamW's temporary list lives for the step (planner/memory/optimizer_step.h),
+  // one tensor per state where the states are tensors of their own.
+  std::vector<int64_t> step_temporaries;
+  int64_t listed = 0;
+  for (int64_t tensor : states_.step_transient_tensors) {
+    step_temporaries.push_back(alloc(tensor, "transient"));
+    listed += allocated_bytes_for_request(tensor);
+  }
+  if (states_.step_transient > listed) step_temporaries.push_back(alloc(states_.step_transient - listed, "transient"));
+  clock_ = event(stream, Phase::kOptimizer, clock_, model.optimizer_ms, -1, label_);
+  for (int64_t handle : step_temporaries) release(handle);
+  time_.optimizer_ms = model.optimizer_ms;
+  for (int64_t handle : param_grads_) release(handle);  // zero_grad(set_to_none=True)
+  param_grads_.clear();
+  sharded_made_.clear();
+}
+
+// The micro-steps of one optimizer step. Only the first (it allocates
+// progressive gradients) and the last (its gradient collectives and host
+// copies) differ from the rest; the ones between start from the same state
+// and do the same work. So with more than kReplayed + 1 micro-steps, steps 0,
+// 1 and 2 are replayed, the identical steps 3 .. n-2 are not: the clock, each
+// stream's free time and the exposed-time and allocation counters advance by
+// what step 2 added (a stream that drifts behind keeps drifting), and the last
+// step is replayed. Issue 14: 10^6 accumulation steps were walked one by one
+// (minutes); the answer is the same (tests/planner/simulator_test.cc).
+void StepSimulator::accumulation_loop() {
+  constexpr int64_t kReplayed = 3;
+  const int64_t steps = config_.grad_accum;
+  if (options_.replay_every_micro_step || steps <= kReplayed + 1) {
+    for (micro_ = 0; micro_ < steps; ++micro_) micro_step();
+    micro_ = static_cast<int>(steps) - 1;
+    return;
+  }
+  for (micro_ = 0; micro_ < kReplayed - 1; ++micro_) micro_step();
+  struct Counters {
+    double clock, comm_free, copy_out_free, copy_in_free, offload_exposed, comm_exposed;
+    int64_t allocations;
+    std::map<Phase, double> phases;
+  };
+  const auto counters = [&] {
+    return Counters{clock_, comm_free_, copy_out_free_, copy_in_free_, time_.offload_exposed_ms,
+                    time_.comm_exposed_ms, out_.allocations, compute_phase_ms_};
+  };
+  const Counters before = counters();
+  micro_step();  // micro_ == kReplayed - 1: a representative middle step
+  const Counters after = counters();
+  const auto skipped = static_cast<double>(steps - kReplayed - 1);
+  clock_ += skipped * (after.clock - before.clock);
+  comm_free_ += skipped * (after.comm_free - before.comm_free);
+  copy_out_free_ += skipped * (after.copy_out_free - before.copy_out_free);
+  copy_in_free_ += skipped * (after.copy_in_free - before.copy_in_free);
+  time_.offload_exposed_ms += skipped * (after.offload_exposed - before.offload_exposed);
+  time_.comm_exposed_ms += skipped * (after.comm_exposed - before.comm_exposed);
+  out_.allocations += static_cast<int64_t>(skipped) * (after.allocations - before.allocations);
+  for (const auto& [phase, ms] : after.phases) {
+    const auto was = before.phases.find(phase);
+    compute_phase_ms_[phase] += skipped * (ms - (was == before.phases.end() ? 0.0 : was->second));
+  }
+  micro_ = static_cast<int>(steps) - 1;
+  micro_step();
+}
+
+// Starts another optimizer step: the allocator keeps what the last one left
+// (cached segments, the optimizer's states); the timeline, the memory curve, the
+// time breakdown and the peak restart, so they describe the step replayed last.
+void StepSimulator::begin_next_step() {
+  const double shift = clock_;
+  clock_ = 0;
+  copy_out_free_ = std::max(0.0, copy_out_free_ - shift);
+  copy_in_free_ = std::max(0.0, copy_in_free_ - shift);
+  comm_free_ = std::max(0.0, comm_free_ - shift);
+  out_.events.clear();
+  samples_.clear();
+  labels_.clear();
+  compute_phase_ms_.clear();
+  time_ = TimeBreakdown{};
+  out_.allocations = 0;
+  label_ = "step " + std::to_string(out_.steps_simulated + 1);
+  out_.peak_allocated = 0;
+  out_.peak_reserved = 0;
+  sample();
+}
+
+Simulation StepSimulator::run() {
+  allocate_states();
+  accumulation_loop();
+  optimizer_step();
+  out_.steps_simulated = 1;
+  out_.first_step_peak_allocated = out_.peak_allocated;
+  out_.first_step_peak_reserved = out_.peak_reserved;
+  // Lazily made states change what later steps find cached: replay steps until
+  // one reserves nothing new (the steady state), at most kMaxSteps.
+  constexpr int kMaxSteps = 4;
+  while (states_.states_created_lazily && out_.steps_simulated < kMaxSteps) {
+    const int64_t reserved_before = allocator_.reserved_bytes();
+    begin_next_step();
+    accumulation_loop();
+    optimizer_step();
+    ++out_.steps_simulated;
+    out_.reserved_still_growing = allocator_.reserved_bytes() != reserved_before;
+    if (!out_.reserved_still_growing) break;
+  }
+  time_.forward_ms = compute_phase_ms_[Phase::kForward];
+  time_.backward_ms = compute_phase_ms_[Phase::kBackward];
+  time_.recompute_ms = compute_phase_ms_[Phase::kRecompute];
+  time_.step_ms = clock_;
+  const int world = settings_.world_size();
+  const double samples = static_cast<double>(config_.grad_accum * config_.micro_batch * world);
+  time_.samples_per_s = clock_ > 0 ? samples / (clock_ / 1e3) : 0;
+  time_.tokens_per_s = time_.samples_per_s * static_cast<double>(seq_);
+  double flops = 0;
+  for (const NodeTimes& t : times_) flops += t.fwd_flops + t.bwd_flops;
+  const double peak = (settings_.precision == Precision::kFp32 ? ctx_.gpu.fp32_tflops : ctx_.gpu.bf16_tflops) * 1e12;
+  time_.mfu = clock_ > 0 ? flops * static_cast<double>(config_.grad_accum) / (clock_ / 1e3) / peak : 0;
+  thin_samples();
+  out_.time = time_;
+  out_.cuda_context = context_bytes(ctx_, settings_);
+  for (size_t id = 0; id < peak_categories_.size(); ++id) {
+    if (peak_categories_[id] > 0) out_.live_at_peak.push_back({category_names_[id], peak_categories_[id]});
+  }
+  std::stable_sort(out_.live_at_peak.begin(), out_.live_at_peak.end(),
+                   [](const LiveItem& a, const LiveItem& b) { return a.bytes > b.bytes; });
+  return std::move(out_);
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,219 @@
+// The step simulator's state and steps (planner/predict/simulator.h is its entry,
+// `simulate`). Internal to planner/predict: one class, its parts in files by what
+// they simulate: step_simulator.cc (the step: states, forward, backward, the
+// accumulation loop, the optimizer step), step_simulator_memory.cc (allocation
+// bookkeeping on the caching-allocator model, the clock, the memory curve),
+// step_simulator_fsdp.cc (ZeRO-3 and FSDP gathers, copies and gradient reduction),
+// step_simulator_offload.cc (offloaded blocks and checkpoint inputs on the copy
+// streams), step_simulator_replay.cc (batches of varied length).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <queue>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "planner/memory/caching_allocator.h"
+#include "planner/memory/model_states.h"
+#include "planner/memory/state_bytes.h"
+#include "planner/predict/simulation.h"
+#include "planner/predict/simulator_options.h"
+#include "planner/predict/step_builder.h"
+#include "planner/settings/stack.h"
+#include "planner/time/step_time.h"
+
+namespace headroom::planner {
+
+// Everything one simulated step needs, and its running state.
+class StepSimulator {
+ public:
+  StepSimulator(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                const std::vector<BlockChoice>& choices, const SimulatorOptions& options);
+
+  Simulation run();
+  // A run of batches of varied length from its first step (replay_varied_lengths).
+  Simulation run_varied_lengths();
+
+ private:
+  // --- allocation bookkeeping ---
+  // Categories are small integers; names_[id] is what the report shows.
+  int category(const std::string& name);
+  int block_category(int block);
+  int64_t alloc(int64_t bytes, const std::string& name, int stream = 0);
+  int64_t alloc(int64_t bytes, int category, int stream = 0);
+  void release(int64_t handle);
+  void sample();
+  void maybe_free(int t);
+  // Frees whose copies finished by now (offloaded activations leaving the GPU).
+  void settle(double until);
+  double event(Stream stream, Phase phase, double start, double duration, int block, const std::string& label,
+               int64_t bytes = 0, double flops = 0);
+  void compute(Phase phase, double ms, int block, const std::string& label, double flops);
+  double transfer_ms(double bytes) const;
+  const std::string& block_name(int block) const;
+  bool checkpointed(int block) const;
+  const std::vector<int>& selective_saves(int block) const;
+  // ZeRO-3 all-gathers the block about to compute. FSDP2 all-gathers into a
+  // buffer allocated on its all-gather copy-in stream (foreach_all_gather,
+  // torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), copies it out
+  // into the unsharded parameters on the compute stream
+  // (foreach_all_gather_copy_out) and drops it; the next block's (`ahead`)
+  // buffer is prefetched while this one computes. The copy-in stream caches
+  // its own blocks (planner/memory/caching_allocator.h). FSDP1 all-gathers on its
+  // unshard stream straight into the unit's padded unsharded FlatParameter
+  // (torch/distributed/fsdp/_flat_param.py FlatParamHandle.unshard,
+  // _all_gather_flat_param), which is what the unit computes with, and
+  // prefetches the next unit's the same way.
+  int64_t gather(int block, int ahead);
+  // FSDP2's all-gather buffer for `block` on the copy-in stream. Under CPU offload
+  // each shard is first copied to the GPU in its stored dtype (all_gather_inputs:
+  // .to(device); fp32 shards under mixed precision) and cast to the gathered dtype
+  // when that differs (the 16-bit param dtype, or fp8 with the float8 all-gather);
+  // those copies are dropped once foreach_all_gather has copied them into the buffer.
+  // FSDP1's CPUOffload stages the same way: pre_unshard copies the fp32 shard in
+  // (flat_param_to, or .to(device) inside _use_low_precision_shard) and casts it
+  // into _mp_shard under mixed precision (torch/distributed/fsdp/_flat_param.py).
+  int64_t all_gather_buffer(int block);
+  // Bytes of one rank's shard copies on the GPU before the all-gather of parameters
+  // whose shards hold `shard_bytes` (fp32 under mixed precision) and gathered in
+  // `gathered`: the shard in its dtype, and its cast when that differs.
+  int64_t offload_staging_bytes(int64_t shard_bytes, int64_t gathered_bytes) const;
+  // The root group's bytes as stored and as gathered.
+  std::pair<int64_t, int64_t> root_group_bytes() const;
+  std::vector<int> root_blocks() const;
+  // The root's shard copied in and cast again at its pre-backward, then dropped
+  // (fsdp_restages_root).
+  void restage_root();
+  static constexpr int kAllGatherStream = 1;
+  static constexpr int kReduceScatterStream = 2;
+  bool fsdp() const { return fsdp_shards_params(settings_, config_.zero_stage); }
+  // Whether `block` keeps its unsharded parameters from its forward to its backward:
+  // FSDP at ZeRO-2 (fsdp_keeps_unsharded), or the layer the stack leaves unsharded.
+  bool keeps_unsharded(int block) const;
+  bool fsdp1() const { return fsdp() && sharding_of(settings_) == Sharding::kFsdp1; }
+  bool in_root_group(int block) const { return fsdp() && in_fsdp2_root(graph_.blocks[block], settings_); }
+  // FSDP2's root group: one all-gather at the root's pre-forward, through a buffer
+  // on the all-gather stream, into unsharded parameters that stay until the end
+  // of backward (planner/memory/model_states.h, fsdp2_root_params).
+  void gather_root();
+  // FSDP2's copies on the compute stream (planner/time/fsdp2_stream_copies.h), exposed:
+  // each all-gather copied out into the unsharded parameters (`bytes` read and
+  // written), and the gradients copied into each reduce-scatter input.
+  void copy_out_gathered(int block, int64_t bytes, const std::string& label);
+  void copy_in_gradients(const std::vector<int>& blocks, const std::string& label);
+  void stream_copy(int block, int64_t bytes, const std::string& label);
+  // The root's post-backward in the final callback: its reduce-scatter input
+  // beside its unsharded gradients, then all of it and the parameters are freed.
+  void reshard_root();
+  // A unit's sharded gradient, made by its first reduce-scatter of the step and
+  // accumulated into by the next ones, lives until zero_grad frees it
+  // (ModelStates::sharded_block_grads; block -1 is the root's).
+  void make_sharded_grad(int block);
+  int64_t grad_bytes_of_block(int block) const;
+  bool offloaded(int block) const;
+
+  void allocate_states();
+  void thin_samples();
+  void forward_block(int block, bool recompute);
+  void stash_checkpoint_inputs(int block);
+  void evict_checkpoint_inputs(int block);
+  // Evicts the oldest stashed checkpoint inputs until at most `keep` stay on the GPU.
+  void trim_input_stash(size_t keep);
+  void fetch_checkpoint_inputs(int block);
+  void offload_block(int block);
+  void prefetch_block(int block);
+  void backward_block(int block);
+  // backward_block's steps (step_simulator.cc, in the order it runs them).
+  struct ParamGradWork {
+    std::vector<int64_t> partials;     // later uses of a shared weight: their partial gradients
+    std::vector<std::string> finished;  // shared weights whose last use in backward this is
+  };
+  void wait_for_offloaded(int block);
+  ParamGradWork start_param_grads(const graph::Node& node);
+  void finish_param_grads(const ParamGradWork& work, size_t grads_before);
+  void backward_node(int n, int block);
+  void release_checkpoint_holds(int block);
+  bool reduce_block_gradients(int block);
+  void gradient_traffic(int block, bool syncing);
+  void micro_step();
+  void set_length(int64_t seq);
+  void replay_varied_lengths();
+  void accumulation_loop();
+  void optimizer_step();
+  void begin_next_step();
+
+  const ModelContext& ctx_;
+  const graph::LayerGraph& graph_;
+  const graph::GraphAnalysis& an_;
+  const RunSettings& settings_;
+  const GlobalConfig& config_;
+  const std::vector<BlockChoice>& choices_;
+  const SimulatorOptions& options_;
+  int64_t batch_ = 1;
+  int64_t seq_ = 1;
+  ModelStates states_;
+  std::vector<int64_t> tensor_bytes_;
+  std::vector<int64_t> handle_;
+  std::vector<int64_t> grad_handle_;
+  std::vector<int> pending_;
+  std::vector<int> saved_;
+  std::vector<int> held_by_checkpoint_;
+  std::vector<bool> cached_casts_;     // autocast_cached_casts
+  std::vector<int> held_by_cast_cache_;  // tensors autocast's cache holds to the forward's end
+  std::vector<NodeTimes> times_;
+  std::vector<int64_t> block_param_bytes_;   // what ZeRO-3 / FSDP gathers per block
+  std::vector<int64_t> block_shard_bytes_;   // the same parameters as FSDP's shards store them (fp32 or not)
+  std::map<int, std::vector<int>> offloaded_tensors_;  // block -> tensors sent to the host
+  std::map<int, double> prefetch_done_;                // block -> time its tensors are back
+  std::map<int, int64_t> all_gather_buffers_;          // FSDP2: block -> its prefetched copy-in buffer
+  int64_t root_params_ = -1;                           // FSDP2: the root group's unsharded parameters
+  int kept_layer_ = -1;                                // FSDP2: the layer left unsharded after forward
+  std::map<int, int64_t> kept_unsharded_;              // block -> unsharded parameters kept until its backward
+  std::vector<int64_t> root_grads_;                    // FSDP2: the root group's unsharded gradients
+  std::vector<int64_t> offload_shards_;                // FSDP1 offload: sharded gradients until the final callback
+  std::map<int, int64_t> unsynced_;                    // no_sync: block -> its unit's held unsharded gradient
+  int64_t root_unsynced_ = -1;                         // no_sync: the root's held unsharded gradient
+  std::map<std::string, int> shared_uses_;               // weights used by several nodes -> their uses
+  std::map<std::string, const graph::Param*> owners_;    // parameter name -> the parameter
+  std::map<std::string, int> seen_uses_;                 // uses backward has reached this micro-step
+  std::map<std::string, int64_t> shared_grads_;          // gradients still being summed
+  std::deque<int> input_stash_;                        // checkpointed blocks whose inputs are still on the GPU
+  std::vector<bool> inputs_on_host_;                   // per block: its checkpoint inputs were evicted
+  std::vector<int64_t> param_grads_;                   // progressive gradient handles
+  std::set<int> sharded_made_;                          // FSDP units (-1: the root) whose sharded gradient exists
+  CachingAllocatorModel allocator_;
+  std::unordered_map<int64_t, std::pair<int64_t, int>> live_;
+  std::map<std::string, int> category_ids_;
+  std::vector<std::string> category_names_;
+  std::vector<int> block_categories_;
+  std::vector<int64_t> by_category_;
+  std::vector<int64_t> peak_categories_;
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> delayed_;
+  double clock_ = 0;
+  double copy_out_free_ = 0;
+  double copy_in_free_ = 0;
+  double comm_free_ = 0;
+  int micro_ = 0;
+  bool lazy_states_made_ = false;             // the optimizer's first step() has run
+  bool replaying_lengths_ = false;            // this simulator replays batches of varied length (run_varied_lengths)
+  std::map<Phase, double> compute_phase_ms_;  // compute-stream time by phase, skipped micro-steps included
+  std::string label_ = "start";
+  struct RawSample {
+    double time_ms;
+    int64_t allocated;
+    int64_t reserved;
+    int label;  // index into labels_
+  };
+  std::vector<RawSample> samples_;
+  std::vector<std::string> labels_;
+  Simulation out_;
+  TimeBreakdown time_;
+};
+
+}  // namespace headroom::planner
