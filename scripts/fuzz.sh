@@ -19,10 +19,9 @@ graph_sources=(graph/dtype.cc graph/size_expr.cc graph/layer_graph.cc graph/vali
                graph/json_text.cc graph/atomic_file.cc graph/graph_analysis.cc graph/safetensors_header.cc graph/utf8.cc)
 model_sources=(models/*.cc)
 # The readers' side of the planner and executor: what settings, plans, DeepSpeed
-# configs and run states need, without the model builders or the solver.
-reader_sources=(planner/predict/plan.cc planner/settings/run_settings.cc planner/settings/stack.cc
-                planner/settings/stack_choices.cc planner/settings/weight_formats.cc planner/settings/validate_settings.cc
-                planner/settings/settings_json.cc planner/settings/json_fields.cc planner/configs/deepspeed_import.cc
+# configs and run states need (the whole settings room), without the model
+# builders or the solver.
+reader_sources=(planner/settings/*.cc planner/predict/plan.cc planner/configs/deepspeed_import.cc
                 planner/predict/measurement.cc executor/run_state.cc planner/configs/config_import.cc)
 
 # Each source is compiled once (instrumented for coverage, not linked with the
@@ -49,7 +48,7 @@ declare -A sources=(
   [fuzz_plan]="${graph_sources[*]} ${reader_sources[*]}"
   [fuzz_run_state]="${graph_sources[*]} ${reader_sources[*]}"
   [fuzz_torchtune]="${graph_sources[*]} ${reader_sources[*]} ${model_sources[*]} planner/configs/yaml_config.cc planner/configs/torchtune_import.cc planner/configs/accelerate_import.cc"
-  [fuzz_hf_trainer]="${graph_sources[*]} ${reader_sources[*]} planner/configs/hf_trainer_import.cc planner/configs/yaml_config.cc planner/configs/axolotl_import.cc planner/configs/llamafactory_import.cc"
+  [fuzz_hf_trainer]="${graph_sources[*]} ${reader_sources[*]} planner/configs/hf_trainer_import.cc planner/configs/args_reader.cc planner/configs/training_args_text.cc planner/configs/trl_model_args.cc planner/configs/peft_import.cc planner/configs/yaml_config.cc planner/configs/axolotl_import.cc planner/configs/llamafactory_import.cc"
   [fuzz_torchtune_set]="${graph_sources[*]} ${reader_sources[*]} ${model_sources[*]} planner/configs/yaml_config.cc planner/configs/torchtune_import.cc"
   [fuzz_mmengine_dump]="${graph_sources[*]} ${reader_sources[*]} ${model_sources[*]} planner/configs/mmengine_config.cc planner/configs/mmengine_import.cc planner/configs/xtuner_import.cc planner/configs/mmpretrain_import.cc"
 )

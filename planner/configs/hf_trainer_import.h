@@ -1,7 +1,8 @@
 // Reading a transformers Trainer run into RunSettings: its TrainingArguments
 // (the JSON `TrainingArguments.to_json_string()` writes, or the `--key value`
-// command line HfArgumentParser reads; TRL's SFTConfig keys too) and PEFT's
-// adapter_config.json. Rules, key by key, in docs/config-import.md.
+// command line HfArgumentParser reads; TRL's SFTConfig keys too; PEFT's
+// adapter_config.json is configs/peft_import.h). Rules, key by key, in
+// docs/config-import.md.
 //
 // TrainingArguments read: per_device_train_batch_size, gradient_accumulation_steps,
 // bf16, fp16, optim, gradient_checkpointing (activation_checkpointing in 5.x),
@@ -10,9 +11,6 @@
 // use_cpu / no_cuda; SFTConfig's max_seq_length / max_length and packing. Every
 // other key is listed in `ignored`. The model and, without SFTConfig keys, the
 // sequence length are not in the arguments: MODEL and --seq give them.
-//
-// adapter_config.json read: peft_type (LORA), r, lora_dropout, target_modules,
-// modules_to_save, bias, use_dora; lora_alpha and the rest have no bytes.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -37,7 +35,5 @@ Result<ConfigImport> import_training_arguments_object(const nlohmann::json& args
                                                       RunSettings base);
 
 // A PEFT adapter_config.json: LoRA on top of `base` (qlora stays qlora).
-Result<ConfigImport> import_peft_config(std::string_view text, std::string_view origin, RunSettings base);
-Result<ConfigImport> load_peft_config(const std::string& path, RunSettings base);
 
 }  // namespace headroom::planner

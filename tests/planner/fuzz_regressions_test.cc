@@ -14,6 +14,7 @@
 #include "planner/configs/accelerate_import.h"
 #include "planner/configs/axolotl_import.h"
 #include "planner/configs/hf_trainer_import.h"
+#include "planner/configs/peft_import.h"
 #include "planner/configs/llamafactory_import.h"
 #include "planner/configs/torchtune_import.h"
 #include "planner/settings/validate_settings.h"

@@ -11,6 +11,7 @@
 
 #include "planner/configs/deepspeed_import.h"
 #include "planner/configs/hf_trainer_import.h"
+#include "planner/configs/peft_import.h"
 #include "tests/planner/predict_as_given.h"
 #include "planner/settings/settings_json.h"
 
