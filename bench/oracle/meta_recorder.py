@@ -68,6 +68,11 @@ class Recorder:
     # dispatcher (`.data`); `settle` checks every storage before a peak is taken.
     suspects: Set[int] = field(default_factory=set)
     watched: Dict[int, object] = field(default_factory=dict)
+    # An accumulation autograd would have done in place (`accumulates_in_place`): the
+    # buffer's storage key and the peak its out-of-place sum would set, kept until the
+    # next op shows whether the buffer died with it.
+    pending_key: Optional[int] = None
+    pending_peak: Optional[tuple] = None
 
     # -- storages -----------------------------------------------------------
     def adopt(self, tensors: Iterable[torch.Tensor], label: str) -> None:
@@ -152,6 +157,7 @@ class Recorder:
         """Forgets the peak of building the model (weights made, then quantized): the
         step's peak starts from what is live when it begins."""
         self.settle()
+        self.pending_key = self.pending_peak = None
         self.phase = phase
         self.peak_bytes = self.live_bytes
         self.peak_op = len(self.ops) - 1
@@ -165,11 +171,34 @@ class Recorder:
         if self.live_bytes > self.peak_bytes:
             self.settle()
         if self.live_bytes > self.peak_bytes:
-            self.peak_bytes = self.live_bytes
-            self.peak_op = len(self.ops) - 1
-            self.peak_phase = self.phase
-            self.peak_records = dict(self.live)
-            self.peak_sizes = {k: r.nbytes for k, r in self.live.items()}
+            self._take_peak(self._snapshot())
+
+    def _snapshot(self) -> tuple:
+        return (self.live_bytes, len(self.ops) - 1, self.phase, dict(self.live),
+                {k: r.nbytes for k, r in self.live.items()})
+
+    def _take_peak(self, snapshot: tuple) -> None:
+        self.peak_bytes, self.peak_op, self.peak_phase, self.peak_records, self.peak_sizes = snapshot
+
+    def defer_peak(self, buffer_key: int) -> None:
+        """The peak after an input-buffer sum, held back: autograd sums in place when it
+        holds the buffer's only reference (`resolve_deferred`)."""
+        self.settle()
+        self.pending_key = buffer_key
+        self.pending_peak = self._snapshot() if self.live_bytes > self.peak_bytes else None
+
+    def resolve_deferred(self) -> None:
+        """The buffer died right after its sum: the engine held its only reference and,
+        outside this recording mode, would have added in place, so the sum's extra copy
+        never existed and its peak is dropped. Otherwise the peak stands."""
+        if self.pending_key is None:
+            return
+        record = self.live.get(self.pending_key)
+        died = record is None or record.ref.expired()
+        if not died and self.pending_peak is not None and self.pending_peak[0] > self.peak_bytes:
+            self._take_peak(self.pending_peak)
+        self.pending_key = None
+        self.pending_peak = None
 
     # -- categories ---------------------------------------------------------
     def mark(self, category: str, tensors: Iterable[Optional[torch.Tensor]]) -> None:
@@ -205,6 +234,7 @@ class _Mode(TorchDispatchMode):
             return _scalar_of_meta(args[0], setup)
         rec = self.recorder
         rec.collect()  # what Python dropped since the last op is free before this one allocates
+        rec.resolve_deferred()
         out = func(*args, **(kwargs or {}))
         leaves, _ = tree_flatten(out)
         made = [t for t in leaves if isinstance(t, torch.Tensor)]
@@ -214,9 +244,35 @@ class _Mode(TorchDispatchMode):
                         "dtype": str(made[0].dtype).replace("torch.", "") if made else ""})
         for t in made:
             rec._register(t, func.overloadpacket.__name__)
-        rec.note_peak()
+        buffer = accumulates_in_place(func, args, kwargs)
+        if buffer is not None:
+            rec.defer_peak(buffer.untyped_storage()._cdata)
+        else:
+            rec.note_peak()
         rec.collect()
         return out
+
+
+def accumulates_in_place(func, args, kwargs) -> Optional[torch.Tensor]:
+    """The input buffer an autograd accumulation adds into, where the engine would add in
+    place: inside backward with grad mode off, `old + new` of two meta tensors of one shape
+    and dtype whose first is a dense tensor of its own storage (not a view: the transposed
+    weight gradient a linear's backward hands on is summed out of place, also with no
+    recording). torch/csrc/autograd/input_buffer.cpp `accumulate` adds in place when
+    `can_accumulate_inplace(old_var)`: it holds the TensorImpl's and the storage's only
+    reference. Under any TorchDispatchMode the tensor's Python object holds one more, so
+    the engine always adds out of place here; whether the buffer had other holders shows
+    when the next op runs (Recorder.resolve_deferred)."""
+    if func is not torch.ops.aten.add.Tensor or kwargs or len(args) != 2 or torch.is_grad_enabled():
+        return None
+    if torch._C._current_graph_task_id() == -1:
+        return None
+    old, new = args
+    if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)) or old.device.type != "meta":
+        return None
+    if old.shape != new.shape or old.dtype != new.dtype or old._is_view() or not old.is_contiguous():
+        return None
+    return old
 
 
 def _inner_tensors(t: torch.Tensor) -> List[torch.Tensor]:
@@ -263,6 +319,7 @@ def recording(recorder: Recorder) -> Iterator[Recorder]:
     finally:
         torch.UntypedStorage.resize_ = resize
     recorder.settle()
+    recorder.resolve_deferred()
 
 
 def optimizer_state_tensors(optimizer) -> List[torch.Tensor]:

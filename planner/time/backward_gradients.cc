@@ -27,12 +27,14 @@ BackwardGradients::BackwardGradients(const graph::LayerGraph& graph, const graph
 // Shared weights: every use but the first in backward materialises its partial
 // gradient, in the gradient's dtype (fp32 for fp32 weights under autocast: the cast
 // back is part of the use's backward), before autograd adds it into the input
-// buffer (torch/csrc/autograd/input_buffer.cpp accumulate). The first addition is
-// out of place: the buffer holds the first use's gradient, a transposed view that
-// can_accumulate_inplace refuses, so the second use in backward holds its partial
-// and the new sum beside it; later additions go in place, one partial each. (The
-// meta-device oracle on tied embeddings: embedding_dense_backward, then an
-// out-of-place add; docs/stacks.md, "Shared weights' gradients".)
+// buffer (torch/csrc/autograd/input_buffer.cpp accumulate), in place when
+// can_accumulate_inplace holds for the buffer. The buffer first holds the first
+// use's gradient: a linear's weight gradient in the weight's own dtype is a
+// transposed view (TBackward0 of mm), which it refuses, so the second use holds
+// its partial and the new sum beside it; behind autocast's cast (fp32 weights) the
+// buffer holds the cast's fresh tensor and every addition goes in place. Later
+// additions go in place, one partial each. (Profiled on the CPU: aten::add, then
+// add_, without autocast; add_ only under it. docs/stacks.md, "Shared weights' gradients".)
 int64_t BackwardGradients::partial_gradients(int n) const {
   int64_t bytes = 0;
   for (const graph::Param& param : graph_.nodes[n].params) {
@@ -43,7 +45,8 @@ int64_t BackwardGradients::partial_gradients(int n) const {
         positions.front() == position_[n]) {
       continue;
     }
-    const int64_t copies = positions[1] == position_[n] ? 2 : 1;
+    const bool first_sum_out_of_place = grad_width_ == graph::dtype_bytes(compute_, 1);
+    const int64_t copies = positions[1] == position_[n] && first_sum_out_of_place ? 2 : 1;
     bytes += copies * account(param.elements() * grad_width_, accounting_);
   }
   return bytes;
