@@ -137,10 +137,11 @@ struct LossSite {
   graph::Tensor& log_probs;
 };
 
-// Rewrites that change graph.nodes, applied after the walk over it.
+// Rewrites that change graph.nodes or graph.tensors, applied after the walk over them.
 struct PendingEdits {
   std::vector<std::string> to_chunk;   // split after the loop: splitting reallocates graph.nodes
   std::vector<std::string> to_bypass;  // upcast nodes the variant has no use for
+  std::vector<graph::Tensor> to_add;   // new graph inputs (adding reallocates graph.tensors)
 };
 
 // The loss node's site when it reads upcast logits and writes NAME:log_probs; nullopt otherwise.
@@ -253,6 +254,41 @@ void no_upcast_loss(LossSite& site, PendingEdits& pending) {
   site.node.bwd_workspace_elements = site.logits.elements;
 }
 
+// litgpt's finetune scripts under Lightning Fabric (litgpt 0.5.13, lightning 2.6.6).
+// _FabricModule.forward hands the model's output to precision.convert_output, which
+// casts every floating tensor to torch.get_default_dtype(), fp32
+// (lightning/fabric/wrappers.py; plugins/precision/half.py HalfPrecision, amp.py,
+// bitsandbytes.py convert_output), so chunked_cross_entropy (litgpt/utils.py) runs
+// on fp32 logits: log_softmax saves fp32 log-probabilities. fit binds the fp32
+// logits to `logits`, which holds them through backward and the optimizer step
+// until the next forward's are bound (finetune/full.py, lora.py fit): one fp32
+// T x V tensor alive the whole step, a graph input here ("<loss>:held_logits"),
+// and at the cast the next one and the 16-bit logits beside it, 10*T*V bytes,
+// which the loss's forward holds as that input, its 16-bit input and its fp32
+// log-probabilities. The upcast node goes: its copy is the held one.
+// full.py (`chunked_head` false) calls model(input_ids) and
+// chunked_cross_entropy(logits[..., :-1, :], ...): backward concatenates the
+// chunks' fp32 gradients (cat, T x V) and pads that for the slice
+// (slice_backward, T x V fp32) beside the held logits, 12*T*V bytes; here the
+// kept log-probabilities, the 16-bit input gradient and a backward workspace of
+// the rest stand for them. lora.py calls model(input_ids, lm_head_chunk_size=128):
+// a list of 128-token chunks, whose backward runs one chunk at a time, so the
+// head's peak is the forward's and the loss needs no workspace.
+void litgpt_loss(LossSite& site, bool chunked_head, graph::DType compute, PendingEdits& pending) {
+  pending.to_bypass.push_back(site.upcast.name);
+  const std::string held = site.node.name + ":held_logits";
+  pending.to_add.push_back(graph::Tensor{held, site.logits_f32.elements, graph::DType::kF32, false});
+  site.node.inputs.push_back(held);
+  site.node.fwd_io_elements += site.upcast.fwd_io_elements;
+  site.node.fwd_io_f32_elements += site.upcast.fwd_io_f32_elements;
+  site.node.workspace_elements = graph::SizeExpr{};
+  // 8 bytes a logit (cat and slice_backward) less the 4 of the log-probabilities and
+  // the 16-bit input gradient's: none in fp32 compute, one 16-bit element in bf16.
+  const int64_t width = graph::dtype_bytes(compute, 1);
+  site.node.bwd_workspace_elements =
+      chunked_head ? graph::SizeExpr{} : site.logits.elements.scaled(4 / width - 1);
+}
+
 void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss, bool compiled,
                   bool fp32_weights, graph::DType compute, PendingEdits& pending) {
   switch (loss.impl) {
@@ -283,6 +319,12 @@ void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss
     case LossImpl::kNoUpcast:
       no_upcast_loss(site, pending);
       break;
+    case LossImpl::kLitgptFull:
+      litgpt_loss(site, false, compute, pending);
+      break;
+    case LossImpl::kLitgptLora:
+      litgpt_loss(site, true, compute, pending);
+      break;
   }
 }
 
@@ -296,6 +338,7 @@ void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compil
     std::optional<LossSite> site = find_loss_site(graph, node);
     if (site) rewrite_loss(graph, *site, loss, compiled, fp32_weights, compute, pending);
   }
+  for (graph::Tensor& tensor : pending.to_add) graph.tensors.push_back(std::move(tensor));
   for (const std::string& name : pending.to_bypass) bypass(graph, name);
   for (const std::string& name : pending.to_chunk) split_head_into_chunks(graph, name, loss.chunks);
 }

@@ -18,6 +18,7 @@
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/fused_kernels.h"
 #include "planner/mechanisms/kbit_prep.h"
+#include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/selective_checkpoint.h"
 #include "planner/settings/stack.h"
@@ -139,12 +140,15 @@ RunSettings settings_for_plan(const RunSettings& settings) {
 
 namespace {
 
-// Whether torchtune's RMSNorm keeps the normalized tensor in fp32: from 0.5.0
+// Whether the stack's RMSNorm keeps the normalized tensor in fp32. litgpt's
+// RMSNorm.forward normalizes x.float() and multiplies it by weight.float() before
+// casting back (litgpt/model.py, 0.5.13). torchtune's does from 0.5.0
 // (torchtune/modules/rms_norm.py, PR #2054: F.rms_norm(x.float(), weight=self.scale),
 // which torch's rms_norm_symint sends to rms_norm_composite when the weight's dtype
 // differs from the input's, aten/src/ATen/native/layer_norm.cpp). An unknown release
 // is priced as the current one, which is also the more expensive.
-bool torchtune_norm_in_fp32(const RunSettings& settings) {
+bool norm_in_fp32(const RunSettings& settings) {
+  if (settings.stack == Stack::kLitgpt) return true;
   if (settings.stack != Stack::kTorchtune) return false;
   const std::optional<Release> release = release_of(settings.versions, "torchtune");
   return !release || *release >= Release{0, 5, 0};
@@ -164,7 +168,7 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
     options.sdpa_repeat_kv = stack.top.repeat_kv;
     // Whose rotary modules, for their RoPE caches (settings/stack.cc resolve_rope_modules).
     options.rope_modules = stack.top.rope_modules;
-    options.rms_norm_f32_normalized = torchtune_norm_in_fp32(settings);
+    options.rms_norm_f32_normalized = norm_in_fp32(settings);
     options.dropout = settings.dropout;
     options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
     options.text_tokens = settings.text_tokens;
@@ -213,15 +217,25 @@ bool fsdp_gathers_in_16_bits(const RunSettings& settings) {
 // settings' resolve_stack, whose top each mechanism prices.
 Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& settings, const ResolvedStack& stack,
                         ModelContext& context) {
-  Result<graph::LayerGraph> trained = apply_training_mode(loaded, settings);
+  // litgpt builds its own GPT, whose lm_head is never tied to the embedding
+  // (mechanisms/litgpt_model.h).
+  graph::LayerGraph untied;
+  if (settings.stack == Stack::kLitgpt) {
+    untied = loaded;
+    untie_output_head(untied);
+  }
+  Result<graph::LayerGraph> trained =
+      apply_training_mode(settings.stack == Stack::kLitgpt ? untied : loaded, settings);
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());
+  if (settings.stack == Stack::kLitgpt) fuse_qkv_adapters(context.graph);
   // The loss as the stack computes it; the top of the band when not pinned.
   apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss, is_autocast(settings.precision),
                   compute_dtype_for(settings.precision));
   if (kbit_prep_matters(settings)) apply_kbit_prep(context.graph, stack.top.kbit_prep);
   if (is_autocast(settings.precision)) {
     apply_autocast(context.graph, AutocastWeights::kFp32Model, compute_dtype_for(settings.precision));
+    if (stack.top.loss.impl == LossImpl::kLitgptLora) cast_head_per_chunk(context.graph);
   }
   // Autocast over the 16-bit model (the Trainer's, Accelerate's; the top of the
   // band when the stack leaves it open): fp32 LayerNorm and softmax outputs, the

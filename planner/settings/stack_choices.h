@@ -50,6 +50,8 @@ enum class LossImpl {
   kUpcastShift,     // transformers < 4.49: fp32 upcast, then a contiguous fp32 copy shifted by one, output dropped
   kFusedXentropy,   // flash-attn's fused cross-entropy (llm-foundry): keeps the 16-bit logits and an fp32 lse per row
   kFusedLinearCe,   // Liger's fused linear cross-entropy: logits only chunk by chunk, gradients made in forward
+  kLitgptFull,      // litgpt finetune/full.py under Fabric: fp32 logits held to the next forward, cat + slice grads
+  kLitgptLora,      // litgpt finetune/lora.py under Fabric: the same over lm_head's 128-token chunks
 };
 
 // What a checkpointed block keeps from its forward (docs/stacks.md, "Checkpointing").

@@ -28,9 +28,10 @@ struct StackRow {
 constexpr LossSpec kFull{LossImpl::kFull, 8};
 constexpr LossSpec kKeep{LossImpl::kFullKeepLogits, 8};
 constexpr LossSpec kChunked8{LossImpl::kChunked, 8};
-constexpr LossSpec kNoUpcast{LossImpl::kNoUpcast, 8};
 constexpr LossSpec kFusedXentropy{LossImpl::kFusedXentropy, 8};
 constexpr LossSpec kUpcastShift{LossImpl::kUpcastShift, 8};
+constexpr LossSpec kLitgptFull{LossImpl::kLitgptFull, 8};
+constexpr LossSpec kLitgptLora{LossImpl::kLitgptLora, 8};
 constexpr OptimizerImpl kForeach = OptimizerImpl::kForeach;
 constexpr OptimizerImpl kFused = OptimizerImpl::kFused;
 constexpr Choice<Recompute> kWholeBlock{Recompute::kBlock, Recompute::kBlock, nullptr};
@@ -63,9 +64,10 @@ const std::array<StackRow, 8> kStacks = {{
      {kChunked8, kChunked8, nullptr},
      kWholeBlock,
      kModelDtypeAdapters},
-    // litgpt: torch.optim.AdamW without fused; chunked_cross_entropy without an fp32 upcast, the
-    // logits list referenced through fabric.backward (litgpt/utils.py, finetune/lora.py).
-    {Stack::kLitgpt, {kForeach, kForeach, nullptr}, {kNoUpcast, kNoUpcast, nullptr}, kWholeBlock,
+    // litgpt: torch.optim.AdamW without fused; chunked_cross_entropy over the logits Fabric
+    // returns in fp32, held by fit's loop variable (litgpt/utils.py, finetune/full.py; lora.py
+    // by the mode: script_loss).
+    {Stack::kLitgpt, {kForeach, kForeach, nullptr}, {kLitgptFull, kLitgptFull, nullptr}, kWholeBlock,
      kModelDtypeAdapters},
     // torchtitan: optimizer implementation "fused" by default since 6e4988550 (2025-02-24,
     // "use Fused AdamW as default"), foreach before (optimizer.py: foreach = not fused); its
@@ -143,6 +145,14 @@ std::optional<LossSpec> loss_by_release(const RunSettings& settings) {
   return *transformers < Release{4, 49, 0} ? kUpcastShift : kFull;
 }
 
+// litgpt's loss follows its finetune script: full.py over the whole logits, lora.py
+// (LoRA and QLoRA) over lm_head's 128-token chunks (litgpt 0.5.13 finetune/full.py,
+// lora.py fit).
+std::optional<LossSpec> script_loss(const RunSettings& settings) {
+  if (settings.stack != Stack::kLitgpt) return std::nullopt;
+  return settings.mode == TrainMode::kFull ? kLitgptFull : kLitgptLora;
+}
+
 // PEFT makes LoRA adapters in the base weight's dtype before 0.12 (lora/layer.py
 // update_layer: self.to(weight.device, dtype=weight.dtype) for a floating weight),
 // fp32 from 0.12 (get_peft_model's autocast_adapter_dtype=True). A 4-bit base
@@ -161,8 +171,9 @@ void resolve_optimizer_impl(const RunSettings& settings, ResolvedStack& out) {
 }
 
 void resolve_loss(const RunSettings& settings, ResolvedStack& out) {
-  resolve_choice(settings.loss ? settings.loss : loss_by_release(settings), row_of(settings.stack).loss, out.top.loss,
-                 out.bottom.loss, out.unknowns);
+  std::optional<LossSpec> loss = settings.loss ? settings.loss : loss_by_release(settings);
+  if (!loss) loss = script_loss(settings);
+  resolve_choice(loss, row_of(settings.stack).loss, out.top.loss, out.bottom.loss, out.unknowns);
 }
 
 // Without checkpointing, how a checkpointed block recomputes cannot matter.
@@ -192,8 +203,8 @@ void resolve_adapter_dtype(const RunSettings& settings, ResolvedStack& out) {
 // SDPA over grouped K/V. transformers before 4.54 copies K and V to every head
 // (repeat_kv, in the attention module and then integrations/sdpa_attention.py); from
 // 4.54 sdpa_attention_forward passes enable_gqa when use_gqa_in_sdpa holds (torch >=
-// 2.5 and no attention mask, as for unpadded batches). litgpt and torchtitan run
-// their own attention as headroom builds it.
+// 2.5 and no attention mask, as for unpadded batches). torchtitan runs its own
+// attention as headroom builds it.
 void resolve_repeat_kv(const RunSettings& settings, ResolvedStack& out) {
   if (settings.repeat_kv) {
     out.top.repeat_kv = out.bottom.repeat_kv = *settings.repeat_kv;
@@ -204,6 +215,12 @@ void resolve_repeat_kv(const RunSettings& settings, ResolvedStack& out) {
   // the meta-device oracle, env tt).
   if (settings.stack == Stack::kTorchtune) {
     out.top.repeat_kv = out.bottom.repeat_kv = settings.attention != models::AttentionImpl::kEager;
+    return;
+  }
+  // litgpt's CausalSelfAttention copies K and V to every query head before SDPA
+  // (litgpt/model.py CausalSelfAttention.forward: k.repeat_interleave(q_per_kv, dim=1), 0.5.13).
+  if (settings.stack == Stack::kLitgpt) {
+    out.top.repeat_kv = out.bottom.repeat_kv = true;
     return;
   }
   if (!runs_transformers_models(settings.stack) || settings.attention != models::AttentionImpl::kSdpa) return;

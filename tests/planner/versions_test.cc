@@ -145,12 +145,13 @@ TEST_CASE("the Trainer's loss, optimizer and repeat_kv follow the transformers r
   CHECK(resolve_stack(pinned).top.loss.impl == LossImpl::kFull);
   CHECK_FALSE(resolve_stack(pinned).top.repeat_kv);
 
-  // torchtune builds its own attention, which always expands K and V (oracle env tt).
+  // torchtune and litgpt build their own attention, which always copies K and V
+  // (oracle envs tt and lg).
   RunSettings tune = trainer_run("5.23.0");
   tune.stack = Stack::kTorchtune;
   CHECK(resolve_stack(tune).top.repeat_kv);
   tune.stack = Stack::kLitgpt;
-  CHECK_FALSE(resolve_stack(tune).top.repeat_kv);
+  CHECK(resolve_stack(tune).top.repeat_kv);
   tune.stack = Stack::kTorchtune;
   CHECK(resolve_stack(tune).top.loss.impl == LossImpl::kChunked);
 }

@@ -1,0 +1,102 @@
+#include "planner/mechanisms/litgpt_model.h"
+
+#include <algorithm>
+#include <map>
+#include <string_view>
+#include <string>
+#include <vector>
+
+#include "graph/op_traits.h"
+
+namespace headroom::planner {
+
+void untie_output_head(graph::LayerGraph& graph) {
+  for (graph::Node& node : graph.nodes) {
+    if (node.op != graph::op::kLinear) continue;
+    for (graph::Param& param : node.params) param.tied_to.clear();
+  }
+}
+
+namespace {
+
+// The linear that writes the logits `loss` reads, or null.
+const graph::Node* head_of(const graph::LayerGraph& graph, const graph::Node& loss) {
+  if (loss.inputs.empty()) return nullptr;
+  const int producer = graph.producer_of(loss.inputs.front());
+  if (producer < 0 || graph.nodes[producer].op != graph::op::kLinear) return nullptr;
+  return &graph.nodes[producer];
+}
+
+bool weight_trains(const graph::Node& head) {
+  for (const graph::Param& param : head.params) {
+    if (param.name == head.name + ".weight") return param.trainable;
+  }
+  return false;
+}
+
+bool has_adapters(const graph::Node& node) {
+  return std::any_of(node.params.begin(), node.params.end(),
+                     [&](const graph::Param& param) { return param.name == node.name + ".lora_A.weight"; });
+}
+
+// The attention a q/k/v projection belongs to ("model.layers.3.self_attn"), or "".
+std::string qkv_attention(const std::string& name) {
+  for (const char* part : {".q_proj", ".k_proj", ".v_proj"}) {
+    if (name.ends_with(part)) return name.substr(0, name.size() - std::string_view(part).size());
+  }
+  return "";
+}
+
+// Removes an adapted linear's own lora dropout (trainability.cc add_lora's
+// "<node>.lora_dropout_out" and "_mask"): another part's dropout serves it.
+void drop_own_dropout(graph::LayerGraph& graph, graph::Node& node) {
+  const std::string out = node.name + ".lora_dropout_out";
+  const std::string mask = node.name + ".lora_dropout_mask";
+  const auto is_dropout = [&](const std::string& name) { return name == out || name == mask; };
+  std::erase_if(node.outputs, is_dropout);
+  std::erase_if(node.saves, [&](const graph::SavedRef& saved) { return is_dropout(saved.tensor); });
+  std::erase_if(graph.tensors, [&](const graph::Tensor& tensor) { return is_dropout(tensor.name); });
+}
+
+}  // namespace
+
+void fuse_qkv_adapters(graph::LayerGraph& graph) {
+  std::map<std::string, std::vector<size_t>> parts;  // attention -> its adapted projections
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const graph::Node& node = graph.nodes[n];
+    const std::string attention = qkv_attention(node.name);
+    if (!attention.empty() && node.linear && has_adapters(node)) parts[attention].push_back(n);
+  }
+  for (const auto& [attention, adapted] : parts) {
+    for (size_t i = 1; i < adapted.size(); ++i) drop_own_dropout(graph, graph.nodes[adapted[i]]);
+    if (adapted.size() == 3) continue;  // zero_pad returns x itself: nothing saved
+    int64_t width = 0;
+    for (size_t n : adapted) width += graph.nodes[n].linear->out_features;
+    graph::Node& first = graph.nodes[adapted.front()];
+    const std::string padded = attention + ".lora_qkv_out";
+    graph.tensors.push_back(graph::Tensor{padded, first.linear->rows.scaled(width), std::nullopt, false});
+    first.outputs.push_back(padded);
+    first.saves.push_back({padded, graph::SaveWhen::kParamGrad});
+  }
+}
+
+void cast_head_per_chunk(graph::LayerGraph& graph) {
+  std::vector<std::string> casts;
+  for (const graph::Node& node : graph.nodes) {
+    if (node.op != graph::op::kLoss) continue;
+    const graph::Node* head = head_of(graph, node);
+    if (head != nullptr && !weight_trains(*head)) casts.push_back(head->name + ".weight_cast");
+  }
+  for (const std::string& name : casts) {
+    const auto copy = std::find_if(graph.tensors.begin(), graph.tensors.end(),
+                                   [&](const graph::Tensor& tensor) { return tensor.name == name; });
+    const int producer = graph.producer_of(name);
+    if (copy == graph.tensors.end() || producer < 0) continue;
+    // One copy of V x H per chunk: S / 128 copies, as a coefficient of S.
+    const int64_t per_copy = copy->elements.c;
+    copy->elements = graph::SizeExpr{0, 0, per_copy, 0, 0, 0}.divided_up(kLitgptHeadChunkTokens);
+    graph.nodes[producer].fwd_io_elements = copy->elements;
+  }
+}
+
+}  // namespace headroom::planner

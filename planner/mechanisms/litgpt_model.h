@@ -1,0 +1,42 @@
+// litgpt's own GPT and LoRA modules (litgpt 0.5.13, litgpt/model.py, litgpt/lora.py)
+// where they keep other tensors than the Hugging Face modules headroom's graphs
+// model: rewrites of the layer graph for --stack litgpt. docs/stacks.md, "litgpt".
+#pragma once
+
+#include <cstdint>
+
+#include "graph/layer_graph.h"
+
+namespace headroom::planner {
+
+// litgpt's GPT.__init__ makes lm_head and transformer.wte as two modules and never
+// ties them; scripts/convert_hf_checkpoint.py copies wte into lm_head when the HF
+// checkpoint has no lm_head (tie_word_embeddings). Clears the tie of every linear
+// weight tied to an embedding's weight: the head is a V x H matrix of its own, with
+// its own gradient and optimizer states when it trains.
+void untie_output_head(graph::LayerGraph& graph);
+
+// litgpt's attention has one qkv linear, adapted as one LoRAQKVLinear (litgpt/lora.py,
+// 0.5.13): its forward calls self.lora_dropout(x) once for every enabled part, and
+// where not all of q, k and v are enabled zero_pad index_copy_s the adapters' output
+// (B, q + v rows, T) into a zero tensor, and index_copy_'s backward keeps it (the
+// meta-device oracle: cat (B, 2560, T) per Llama-3.2-1B layer). Rewrites the adapted
+// "<attention>.q_proj", ".k_proj", ".v_proj" of each attention to that: the first
+// keeps the one dropout's output and mask and saves the padded output
+// ("<attention>.lora_qkv_out": rows x the enabled parts' widths), the others lose
+// theirs.
+void fuse_qkv_adapters(graph::LayerGraph& graph);
+
+// lora.py runs lm_head once per 128-token chunk (model(input_ids,
+// lm_head_chunk_size=128); model.py GPT.forward: x.split(lm_head_chunk_size, dim=1)).
+inline constexpr int64_t kLitgptHeadChunkTokens = 128;
+
+// Under Fabric's bf16-mixed (torch.autocast over the fp32 model) with the head frozen:
+// autocast_mode.cpp cached_cast caches only leaves that require grad, so each chunk's
+// call casts the weight again and its matmul saves that 16-bit copy for the input
+// gradient: ceil(S / 128) copies of V x H. Scales the frozen head's
+// "<head>.weight_cast" (apply_autocast's one copy) to S / 128 copies: exact when 128
+// divides S, one copy short otherwise. A head that trains is cast once (cached).
+void cast_head_per_chunk(graph::LayerGraph& graph);
+
+}  // namespace headroom::planner

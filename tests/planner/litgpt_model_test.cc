@@ -1,0 +1,137 @@
+// --stack litgpt as litgpt 0.5.13 and Lightning 2.6.6 run finetune/full.py and lora.py
+// (docs/stacks.md, "litgpt"): bytes computed from the libraries' code, on Llama 3.2 1B
+// (tests/data/hf/llama-3.2-1b: hidden 2048, 16 layers, 32 heads, 8 KV heads of 64,
+// vocab 128256, tie_word_embeddings true).
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "planner/mechanisms/litgpt_model.h"
+#include "planner/settings/stack.h"
+#include "planner/time/block_profile.h"
+#include "tests/planner/predict_as_given.h"
+
+namespace headroom::planner {
+namespace {
+
+constexpr int64_t kHidden = 2048;
+constexpr int64_t kVocab = 128256;
+constexpr int64_t kKvWidth = 8 * 64;
+
+RunSettings litgpt_llama_1b(TrainMode mode, Precision precision = Precision::kBf16Pure) {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
+  s.gpu = "h200";
+  s.precision = precision;
+  s.mode = mode;
+  s.micro_batch = 2;
+  s.seq_len = 2048;
+  s.stack = Stack::kLitgpt;
+  if (mode != TrainMode::kFull) {
+    s.lora.targets = {"q_proj", "v_proj"};
+    s.lora.dropout = 0.05;
+  }
+  return s;
+}
+
+const graph::Tensor& tensor(const ModelContext& context, const std::string& name) {
+  const graph::Tensor* found = context.graph.find_tensor(name);
+  REQUIRE_MESSAGE(found != nullptr, name);
+  return *found;
+}
+
+int64_t elements(const ModelContext& context, const std::string& name) {
+  return tensor(context, name).elements.at(2, 2048);
+}
+
+}  // namespace
+
+TEST_CASE("litgpt's lm_head is a matrix of its own even where the checkpoint ties it") {
+  // GPT.__init__ makes lm_head and wte apart; convert_hf_checkpoint.py copies wte
+  // into lm_head: V x H bf16 more parameters, and in a full fine-tune two more
+  // AdamW states (bf16 under bf16-true).
+  RunSettings litgpt = litgpt_llama_1b(TrainMode::kFull);
+  RunSettings plain = litgpt;
+  plain.stack = Stack::kTorchAmp;
+  const Prediction untied = predict_as_given(litgpt);
+  const Prediction tied = predict_as_given(plain);
+  const int64_t head = kVocab * kHidden * 2;
+  CHECK(untied.allocated.parameters - tied.allocated.parameters == head);
+  CHECK(untied.allocated.optimizer_states - tied.allocated.optimizer_states == 2 * head);
+  graph::LayerGraph graph = prepared_context(plain).graph;
+  const int64_t before = graph.parameter_count();
+  untie_output_head(graph);
+  CHECK(graph.parameter_count() - before == kVocab * kHidden);
+}
+
+TEST_CASE("litgpt copies K and V to every head and keeps RMSNorm's normalized tensor in fp32") {
+  const RunSettings s = litgpt_llama_1b(TrainMode::kFull);
+  // CausalSelfAttention.forward: k.repeat_interleave(q_per_kv, dim=1).
+  const ResolvedStack stack = resolve_stack(s);
+  CHECK(stack.top.repeat_kv);
+  CHECK(stack.bottom.repeat_kv);
+  // RMSNorm.forward: (x_normed * weight.float()).to(dtype), x_normed = x.float() * rsqrt(...).
+  const ModelContext context = prepared_context(s);
+  CHECK(tensor(context, "model.layers.0.input_layernorm:normalized").dtype == graph::DType::kF32);
+}
+
+TEST_CASE("full.py: Fabric's fp32 logits are held all step, and backward holds 12 bytes a logit") {
+  const RunSettings s = litgpt_llama_1b(TrainMode::kFull);
+  CHECK(resolve_stack(s).top.loss == LossSpec{LossImpl::kLitgptFull, 8});
+  const ModelContext context = prepared_context(s);
+  const int64_t tokens = 2 * 2048;
+  const int64_t logits = tokens * kVocab;
+  // convert_output's fp32 copy, bound to `logits` until the next forward's: whole-step.
+  const graph::Tensor& held = tensor(context, "loss:held_logits");
+  CHECK(held.dtype == graph::DType::kF32);
+  CHECK(held.elements.at(2, 2048) == logits);
+  const StepProfile profile = profile_step(context.graph, context.analysis, context.compute_dtype, 2, 2048,
+                                           Accounting::kAllocated, context.gpu);
+  const BlockProfile& head = profile.blocks.back();
+  // The head's own saves besides the log-probabilities: ln_f's fp32 x and fp32 x_normed
+  // (its weight trains), its rstd, and lm_head's bf16 input for the weight gradient.
+  const int64_t norm_and_input = tokens * kHidden * (4 + 4 + 2) + tokens * 4;
+  // At the loss's backward, before lm_head's weight gradient: the held logits, cat of
+  // the chunks' fp32 gradients and slice_backward's fp32 (B, S, V): 3 x 4 bytes a logit.
+  REQUIRE(head.bwd_peak_before_param_grads >= 0);
+  const int64_t held_bytes = 4 * logits;
+  CHECK(held_bytes + head.bwd_peak_before_param_grads - norm_and_input == 12 * logits);
+  // At the cast: the previous logits held, the 16-bit logits and the new fp32 ones
+  // (beside the last layer's output, the head's input, which its forward counts live,
+  // and the scalar loss: one 512-byte block of the allocator).
+  const int64_t head_input = tokens * kHidden * 2;
+  CHECK(held_bytes + head.fwd_peak - norm_and_input - head_input - 512 == 10 * logits);
+}
+
+TEST_CASE("lora.py: the head in 128-token chunks; under bf16-mixed each chunk casts the frozen head again") {
+  const RunSettings lora = litgpt_llama_1b(TrainMode::kLora, Precision::kBf16Amp);
+  CHECK(resolve_stack(lora).top.loss == LossSpec{LossImpl::kLitgptLora, 8});
+  // cached_cast caches only leaves that require grad: 2048 / 128 = 16 bf16 copies of V x H.
+  const ModelContext context = prepared_context(lora);
+  CHECK(elements(context, "lm_head.weight_cast") == 16 * kVocab * kHidden);
+  CHECK(tensor(context, "lm_head.weight_cast").elements.at(1, 512) == 4 * kVocab * kHidden);
+  // The loss has no backward workspace: its chunks' gradients come one at a time.
+  const graph::Node* loss = context.graph.find_node("loss");
+  REQUIRE(loss != nullptr);
+  CHECK(loss->backward_workspace().is_zero());
+  // full.py's head trains: autocast casts it once and caches the copy.
+  const ModelContext full = prepared_context(litgpt_llama_1b(TrainMode::kFull, Precision::kBf16Amp));
+  CHECK(elements(full, "lm_head.weight_cast") == kVocab * kHidden);
+}
+
+TEST_CASE("lora.py's LoRAQKVLinear: one dropout for q and v, and zero_pad's input kept") {
+  const ModelContext context = prepared_context(litgpt_llama_1b(TrainMode::kLora));
+  const std::string attention = "model.layers.0.self_attn";
+  // self.lora_dropout(x) once: q's dropout output and mask stay, v's go.
+  CHECK(elements(context, attention + ".q_proj.lora_dropout_out") == 2 * 2048 * kHidden);
+  CHECK(context.graph.find_tensor(attention + ".v_proj.lora_dropout_out") == nullptr);
+  CHECK(context.graph.find_tensor(attention + ".v_proj.lora_dropout_mask") == nullptr);
+  // index_copy_ keeps the adapters' (B, q + v rows, T) output: 2 x (2048 + 512) x 2048.
+  CHECK(elements(context, attention + ".lora_qkv_out") == 2 * (kHidden + kKvWidth) * 2048);
+  // With q, k and v all adapted zero_pad returns its input: nothing more is kept.
+  RunSettings all = litgpt_llama_1b(TrainMode::kLora);
+  all.lora.targets = {"q_proj", "k_proj", "v_proj"};
+  CHECK(prepared_context(all).graph.find_tensor(attention + ".lora_qkv_out") == nullptr);
+}
+
+}  // namespace headroom::planner
