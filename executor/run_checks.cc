@@ -178,14 +178,11 @@ Status check_kernels(const planner::RunSettings& s, std::string_view origin) {
                       " (torch.autocast over fp32 weights) is priced but not run by the executor; expected fp32, "
                       "bf16-mixed, fp16-mixed or bf16");
   }
-  if (s.attention == models::AttentionImpl::kFlex) {
+  // The executor runs SDPA or eager attention; any other kernel of the choice table is priced only.
+  if (s.attention != models::AttentionImpl::kSdpa && s.attention != models::AttentionImpl::kEager) {
     return refuse(origin, "settings.attention",
-                  "flex_attention is priced but not run by the executor (its attention is SDPA); expected sdpa");
-  }
-  if (s.attention == models::AttentionImpl::kTritonFlash) {
-    return refuse(origin, "settings.attention",
-                  "flash-attn's Triton kernel is priced but not run by the executor (its attention is SDPA); "
-                  "expected sdpa");
+                  "attention " + std::string(planner::attention_name(s.attention)) +
+                      " is priced but not run by the executor (its attention is SDPA or eager); expected sdpa");
   }
   if (s.compile) {
     return refuse(origin, "settings.compile", "the executor runs eager LibTorch; expected false");
