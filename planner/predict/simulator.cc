@@ -376,6 +376,7 @@ class StepSimulator {
   void allocate_states();
   void thin_samples();
   void forward_block(int block, bool recompute);
+  void release_reads(int n, int block, bool recompute);
   void stash_checkpoint_inputs(int block);
   void evict_checkpoint_inputs(int block);
   // Evicts the oldest stashed checkpoint inputs until at most `keep` stay on the GPU.
@@ -538,6 +539,21 @@ void StepSimulator::allocate_states() {
   }
 }
 
+// Node n has run: its inputs and what it held (Node::holds) lose a pending read
+// (in a recompute, only those made in this block were counted), and its outputs
+// nobody reads go.
+void StepSimulator::release_reads(int n, int block, bool recompute) {
+  std::vector<int> reads = an_.node_inputs[n];
+  reads.insert(reads.end(), an_.node_holds[n].begin(), an_.node_holds[n].end());
+  for (int t : reads) {
+    if (!recompute || an_.producer[t] < 0 || graph_.nodes[an_.producer[t]].block == block) {
+      if (pending_[t] > 0) --pending_[t];
+    }
+    maybe_free(t);
+  }
+  for (int t : an_.node_outputs[n]) maybe_free(t);
+}
+
 void StepSimulator::forward_block(int block, bool recompute) {
   const bool saving = !checkpointed(block) || recompute;
   const std::string prefix = recompute ? "recompute " : "forward ";
@@ -566,6 +582,9 @@ void StepSimulator::forward_block(int block, bool recompute) {
         // In a recompute only this block's consumers run again.
         if (!recompute || graph_.nodes[consumer].block == block) ++pending_[t];
       }
+      for (int holder : an_.holders[t]) {
+        if (!recompute || graph_.nodes[holder].block == block) ++pending_[t];
+      }
     }
     // Selective AC hands a saved op's output back from its cache: no kernel runs.
     const bool cached = recompute && std::any_of(an_.node_outputs[n].begin(), an_.node_outputs[n].end(), [&](int t) {
@@ -581,13 +600,7 @@ void StepSimulator::forward_block(int block, bool recompute) {
     if (saving) {
       for (int t : an_.node_saves[n]) ++saved_[t];
     }
-    for (int t : an_.node_inputs[n]) {
-      if (!recompute || an_.producer[t] < 0 || graph_.nodes[an_.producer[t]].block == block) {
-        if (pending_[t] > 0) --pending_[t];
-      }
-      maybe_free(t);
-    }
-    for (int t : an_.node_outputs[n]) maybe_free(t);
+    release_reads(n, block, recompute);
   }
   if (gathered >= 0 && keeps_unsharded(block) && !recompute) {
     kept_unsharded_[block] = gathered;
