@@ -15,6 +15,7 @@
 #include "models/zoo.h"
 #include "planner/mechanisms/strided_slices.h"
 #include "planner/predict/model_context.h"
+#include "planner/predict/training_notes.h"
 #include "planner/settings/hardware.h"
 #include "planner/settings/stack.h"
 #include "planner/time/block_profile.h"
@@ -164,6 +165,27 @@ TEST_CASE("HF image models take fp32 pixel_values; the patch conv keeps its bf16
   const std::string copy = conv->saves.front().tensor;
   CHECK(copy != "pixel_values");
   CHECK(tensor_named(context->graph, copy).dtype.value_or(graph::DType::kBF16) == graph::DType::kBF16);
+}
+
+TEST_CASE("a ViT's adapters under reentrant checkpointing: the answer says they would get no gradient") {
+  RunSettings s = vit_trainer(TrainMode::kLora);
+  s.lora.targets = {"query", "value"};
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  const Result<ModelContext> vit = prepare_context(s);
+  REQUIRE(vit.is_ok());
+  const std::vector<std::string> notes = reentrant_checkpointing_notes(vit->graph, s);
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0].find("use_reentrant") != std::string::npos);
+  s.checkpointing = CheckpointPolicy::kNone;
+  CHECK(reentrant_checkpointing_notes(vit->graph, s).empty());
+  // BERT's main input is input_ids: the Trainer's hook makes its layers' inputs require grad.
+  const Result<ModelContext> bert = prepare_context(bert_lora_checkpointed());
+  REQUIRE(bert.is_ok());
+  CHECK(reentrant_checkpointing_notes(bert->graph, bert_lora_checkpointed()).empty());
+  // transformers 4.x adds no hook for a PeftModel, BERT's included.
+  RunSettings before_5 = bert_lora_checkpointed();
+  before_5.versions["transformers"] = "4.44.2";
+  CHECK(reentrant_checkpointing_notes(bert->graph, before_5).size() == 1);
 }
 
 TEST_CASE("transformers 5.x ViT names select the same LoRA targets as 4.x's") {
