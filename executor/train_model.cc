@@ -192,8 +192,12 @@ class ImageClassifier final : public TrainModel {
  public:
   static constexpr int64_t kPoolSize = 8;
 
-  ImageClassifier(Net net, int64_t side, int64_t classes, uint64_t seed, const TrainModelOptions& options)
-      : side_(side), classes_(classes), net_(std::move(net)), seed_(seed), options_(options) {}
+  // `fp32_pixels`: the batch comes in fp32 whatever the weights' dtype, as an image
+  // processor hands it to the Trainer (models/vision.h VisionSpec::fp32_pixels).
+  ImageClassifier(Net net, int64_t side, int64_t classes, uint64_t seed, const TrainModelOptions& options,
+                  bool fp32_pixels = false)
+      : side_(side), classes_(classes), net_(std::move(net)), seed_(seed), options_(options),
+        pixel_dtype_(fp32_pixels ? torch::kFloat : options.dtype) {}
   torch::nn::Module& module() override { return *net_; }
   int64_t tokens_per_sample() const override { return options_.seq_len; }
 
@@ -206,7 +210,7 @@ class ImageClassifier final : public TrainModel {
       images.push_back(at::randn({1, 3, side_, side_}, gen, torch::TensorOptions().dtype(torch::kFloat)));
       labels.push_back(index % classes_);
     }
-    pixels_ = torch::cat(images).to(options_.device, options_.dtype);
+    pixels_ = torch::cat(images).to(options_.device, pixel_dtype_);
     labels_ = torch::tensor(labels, torch::kLong).to(options_.device);
     return net_->loss(pixels_, labels_, runner);
   }
@@ -225,6 +229,7 @@ class ImageClassifier final : public TrainModel {
   torch::Tensor pixels_, labels_;
   uint64_t seed_;
   TrainModelOptions options_;
+  torch::ScalarType pixel_dtype_;
 };
 
 // EVA ViT-g (Blip2VisionModel) on synthetic images from a fixed pool of
@@ -392,7 +397,8 @@ class ImageTextPairs final : public TrainModel {
       ids.select(1, c.text_tokens - 1).fill_(eos);
       texts.push_back(ids);
     }
-    pixels_ = torch::cat(images).to(options_.device, options_.dtype);
+    // The image processor's fp32 batch (VisionSpec::fp32_pixels).
+    pixels_ = torch::cat(images).to(options_.device, c.vision.fp32_pixels ? torch::kFloat : options_.dtype);
     input_ids_ = torch::cat(texts).to(options_.device);
     return net_->loss(pixels_, input_ids_, runner);
   }
@@ -443,7 +449,7 @@ Result<std::unique_ptr<TrainModel>> build_vit(const BuildInputs& in) {
   }
   tm::VitForImageClassification net(in.model.vit, in.model.classes, lora_options(in.plan, tm::vit_lora(in.lora_rank())));
   return std::unique_ptr<TrainModel>(std::make_unique<ImageClassifier<tm::VitForImageClassification>>(
-      std::move(net), in.model.image, in.model.classes, in.run.seed, in.options));
+      std::move(net), in.model.image, in.model.classes, in.run.seed, in.options, in.model.vit.fp32_pixels));
 }
 
 Result<std::unique_ptr<TrainModel>> build_llava(const BuildInputs& in) {

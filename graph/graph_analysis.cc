@@ -25,7 +25,9 @@ std::vector<int> execution_order(const LayerGraph& graph, const std::vector<int>
   NodeGraph dag(node_count);
   std::vector<int> unmet(node_count, 0);
   for (int consumer = 0; consumer < node_count; ++consumer) {
-    for (const std::string& input : graph.nodes[consumer].inputs) {
+    std::vector<std::string> before = graph.nodes[consumer].inputs;
+    before.insert(before.end(), graph.nodes[consumer].holds.begin(), graph.nodes[consumer].holds.end());
+    for (const std::string& input : before) {
       const int from = producer[tensor_ids.at(input)];
       if (from >= 0) {
         boost::add_edge(from, consumer, dag);
@@ -122,7 +124,13 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
   out.consumers.assign(tensor_count, {});
   out.node_inputs.assign(node_count, {});
   out.node_outputs.assign(node_count, {});
+  out.node_holds.assign(node_count, {});
+  out.holders.assign(tensor_count, {});
   for (int n = 0; n < node_count; ++n) {
+    for (const std::string& held : graph.nodes[n].holds) {
+      push_unique(out.holders[tensor_ids.at(held)], n);
+      out.node_holds[n].push_back(tensor_ids.at(held));
+    }
     for (const std::string& output : graph.nodes[n].outputs) {
       out.producer[tensor_ids.at(output)] = n;
       out.node_outputs[n].push_back(tensor_ids.at(output));
@@ -142,7 +150,8 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
   }
 
   // Gradient flow, in execution order: a tensor requires grad when its producer
-  // has a trainable parameter or an input that requires grad.
+  // has a trainable parameter or an input that requires grad, or when it is
+  // marked so (a hook made it a leaf that requires grad).
   out.requires_grad.assign(tensor_count, false);
   for (int t = 0; t < tensor_count; ++t) {
     if (out.producer[t] < 0) out.requires_grad[t] = graph.tensors[t].requires_grad;
@@ -156,7 +165,8 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
     out.needs_input_grad[n] = input_grad;
     out.needs_param_grad[n] = has_trainable_param(node, trainable_by_name);
     for (const std::string& output : node.outputs) {
-      out.requires_grad[tensor_ids.at(output)] = input_grad || out.needs_param_grad[n];
+      const int t = tensor_ids.at(output);
+      out.requires_grad[t] = input_grad || out.needs_param_grad[n] || graph.tensors[t].requires_grad;
     }
   }
 

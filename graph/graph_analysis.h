@@ -39,6 +39,8 @@ struct GraphAnalysis {
   std::vector<std::vector<int>> node_inputs;   // per node: tensor indices of its inputs
   std::vector<std::vector<int>> node_outputs;  // per node: tensor indices of its outputs
   std::vector<std::vector<int>> node_saves;    // per node: tensor indices of its active saves
+  std::vector<std::vector<int>> node_holds;    // per node: tensor indices of Node::holds
+  std::vector<std::vector<int>> holders;       // per tensor: node indices holding it (Node::holds)
   std::vector<bool> requires_grad;       // per tensor
   std::vector<bool> needs_input_grad;    // per node: some input requires grad
   std::vector<bool> needs_param_grad;    // per node: has a trainable parameter

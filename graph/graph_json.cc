@@ -252,7 +252,7 @@ Param Reader::param(const json& j, std::string_view path) const {
 
 Node Reader::node(const json& j, std::string_view path) const {
   object(j, path,
-         {"name", "op", "block", "inputs", "outputs", "params", "saves", "fwd_flops",
+         {"name", "op", "block", "inputs", "outputs", "holds", "params", "saves", "fwd_flops",
           "bwd_input_flops", "bwd_param_flops", "fwd_io_elements", "workspace_elements",
           "bwd_workspace_elements", "fwd_io_f32_elements", "linear"});
   Node out;
@@ -261,6 +261,7 @@ Node Reader::node(const json& j, std::string_view path) const {
   out.block = small_integer(*member(j, path, "block", true), join(path, "block"));
   out.inputs = strings(*member(j, path, "inputs", true), join(path, "inputs"));
   out.outputs = strings(*member(j, path, "outputs", true), join(path, "outputs"));
+  if (const json* holds = member(j, path, "holds", false)) out.holds = strings(*holds, join(path, "holds"));
   const std::string params_path = join(path, "params");
   const json& params = array(*member(j, path, "params", true), params_path);
   for (size_t i = 0; i < params.size(); ++i) {
@@ -387,6 +388,7 @@ json node_to_json(const Node& node) {
               {"bwd_param_flops", size_expr_to_json(node.bwd_param_flops)},
               {"fwd_io_elements", size_expr_to_json(node.fwd_io_elements)},
               {"workspace_elements", size_expr_to_json(node.workspace_elements)}};
+  if (!node.holds.empty()) out["holds"] = node.holds;
   if (node.bwd_workspace_elements) out["bwd_workspace_elements"] = size_expr_to_json(*node.bwd_workspace_elements);
   if (!node.fwd_io_f32_elements.is_zero()) {
     out["fwd_io_f32_elements"] = size_expr_to_json(node.fwd_io_f32_elements);
@@ -419,7 +421,7 @@ bool nodes_equal(const Node& a, const Node& b) {
        a.linear->out_features != b.linear->out_features || a.linear->rows != b.linear->rows)) {
     return false;
   }
-  return a.name == b.name && a.op == b.op && a.block == b.block && a.inputs == b.inputs &&
+  return a.name == b.name && a.op == b.op && a.block == b.block && a.inputs == b.inputs && a.holds == b.holds &&
          a.outputs == b.outputs && a.fwd_flops == b.fwd_flops &&
          a.bwd_input_flops == b.bwd_input_flops && a.bwd_param_flops == b.bwd_param_flops &&
          a.fwd_io_elements == b.fwd_io_elements && a.workspace_elements == b.workspace_elements &&

@@ -64,7 +64,10 @@ struct Tensor {
   std::string name;
   SizeExpr elements;            // element count in B and S
   std::optional<DType> dtype;   // unset: the run's compute dtype
-  bool requires_grad = false;   // only meaningful for graph inputs (no producer)
+  // A graph input: whether it needs a gradient. A produced tensor: whether it
+  // requires grad whatever its producer (a forward hook's requires_grad_(True),
+  // transformers' enable_input_require_grads; planner/mechanisms/input_require_grads.h).
+  bool requires_grad = false;
 };
 
 // Shape facts of an nn.Linear, so LoRA adapters and quantization can be applied.
@@ -83,6 +86,11 @@ struct Node {
   std::vector<std::string> outputs;  // tensor names written (produced here)
   std::vector<Param> params;
   std::vector<SavedRef> saves;
+  // Tensors the forward keeps referenced until this node has run, though it does
+  // not read them: a module's argument its Python call holds while the module's
+  // later ops run (BertOutput.forward holds the GELU output through its dense,
+  // dropout, residual add and LayerNorm). No gradient, not saved for backward.
+  std::vector<std::string> holds;
   SizeExpr fwd_flops;
   SizeExpr bwd_input_flops;   // FLOPs of the input-gradient part of backward
   SizeExpr bwd_param_flops;   // FLOPs of the weight-gradient part of backward

@@ -14,6 +14,7 @@ namespace op {
 inline constexpr std::string_view kLinear = "linear";
 inline constexpr std::string_view kMatmul = "matmul";
 inline constexpr std::string_view kConv2d = "conv2d";
+inline constexpr std::string_view kEmbedding = "embedding";  // nn.Embedding (GraphBuilder::embedding)
 inline constexpr std::string_view kAttention = "attention";                    // SDPA (flash or efficient)
 inline constexpr std::string_view kFlexAttention = "flex_attention";           // torch FlexAttention
 inline constexpr std::string_view kTritonFlashAttention = "triton_flash_attention";  // flash-attn's Triton kernel

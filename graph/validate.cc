@@ -237,6 +237,9 @@ Status Validator::check_node_tensors(size_t index, const std::string& path) {
       return unknown(".inputs[" + std::to_string(k) + "]", node.inputs[k]);
     }
   }
+  for (size_t k = 0; k < node.holds.size(); ++k) {
+    if (!tensor_index_.contains(node.holds[k])) return unknown(".holds[" + std::to_string(k) + "]", node.holds[k]);
+  }
   for (size_t k = 0; k < node.outputs.size(); ++k) {
     const std::string field = ".outputs[" + std::to_string(k) + "]";
     auto it = tensor_index_.find(node.outputs[k]);

@@ -44,7 +44,15 @@ std::string bert_layer(GraphBuilder& b, const BertConfig& c, int64_t i, const st
   std::string down = b.linear(p + ".output.dense", act, rows, c.intermediate, c.hidden, true);
   down = b.dropout(p + ".output.dropout", down, h_elements, hidden_p);
   const std::string sum2 = b.add(p + ".output.residual", down, h, h_elements);
-  return b.norm(p + ".output.LayerNorm", sum2, rows, c.hidden, NormKind::kLayerNorm, true, true);
+  const std::string out = b.norm(p + ".output.LayerNorm", sum2, rows, c.hidden, NormKind::kLayerNorm, true, true);
+  // BertLayer.feed_forward_chunk calls self.output(intermediate_output, attention_output):
+  // its frame holds both arguments, the GELU output and the attention block's LayerNorm
+  // output, through BertOutput's dense, dropout, residual add and LayerNorm
+  // (modeling_bert.py, transformers 4.44 to 5.23), which matters where the dense saves
+  // nothing (frozen under LoRA) and the LayerNorm's input is its own fp32 sum.
+  b.hold_until(p + ".output.LayerNorm", act);
+  b.hold_until(p + ".output.LayerNorm", h);
+  return out;
 }
 
 // tanh keeps its output.

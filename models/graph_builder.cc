@@ -85,6 +85,15 @@ void GraphBuilder::add_params(const std::string& node_name, std::vector<Param> p
   assert(false && "add_params: unknown node");
 }
 
+void GraphBuilder::hold_until(const std::string& node_name, const std::string& tensor) {
+  for (graph::Node& node : graph_.nodes) {
+    if (node.name != node_name) continue;
+    node.holds.push_back(tensor);
+    return;
+  }
+  assert(false && "hold_until: unknown node");
+}
+
 std::string GraphBuilder::linear(const std::string& module, const std::string& x, SizeExpr rows,
                                  int64_t in, int64_t out, bool bias, bool conv1d) {
   // Forward 2*rows*in*out; backward dX = dY W and dW = dY^T X cost the same

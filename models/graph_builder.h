@@ -164,6 +164,8 @@ class GraphBuilder {
 
   // Adds parameters to an existing node (e.g. EVA's separate q_bias, v_bias).
   void add_params(const std::string& node, std::vector<Param> params);
+  // Keeps `tensor` referenced until `node` (an existing node) has run (Node::holds).
+  void hold_until(const std::string& node, const std::string& tensor);
   Param param(const std::string& name, std::vector<int64_t> shape) const;
 
   const graph::LayerGraph& graph() const { return graph_; }

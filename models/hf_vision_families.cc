@@ -52,6 +52,7 @@ VisionSpec spec_of(const VisionFields& v, VisionStyle style, const std::string& 
   s.patch_rows = tokens();
   s.scores_per_head = square_tokens();
   s.post_layernorm = style != VisionStyle::kVit;
+  s.fp32_pixels = true;  // the image processor's float32 batch (VisionSpec::fp32_pixels)
   return s;
 }
 
@@ -293,6 +294,7 @@ Result<HfLlava> read_hf_llava(const HfFields& c) {
   config.vision.patch_rows = fixed_tokens(patches);
   config.vision.scores_per_head = fixed_square(patches + 1);
   config.vision.layers_to_run = feature_layer < 0 ? v.layers + 1 + feature_layer : feature_layer;
+  config.vision.fp32_pixels = false;  // priced in the model's dtype, as before the oracle ran LLaVA
   config.text = text.value();
   config.image_tokens = image_tokens;
   config.projector_act = act == "gelu" ? "gelu" : act == "silu" ? "silu" : "gelu_tanh";

@@ -158,8 +158,11 @@ graph::LayerGraph build_llama(const LlamaConfig& config, const ZooOptions& optio
   const std::string ids = b.input("input_ids", tokens(), DType::kInt64, false);
   std::string embeds = b.embedding("model.embed_tokens", ids, tokens(), c.vocab, c.hidden);
   if (c.scale_embeddings) {
-    // GemmaModel: hidden_states * normalizer (sqrt(hidden_size)): a new tensor, nothing kept.
-    embeds = b.copy("model.embed_scale", "mul_scalar", {embeds}, times(tokens(), c.hidden));
+    // hidden_states * normalizer (sqrt(hidden_size)): a new tensor, nothing kept. Named
+    // inside embed_tokens: transformers 5.x scales in GemmaTextScaledWordEmbedding.forward
+    // (4.44: GemmaModel.forward), so the module's output is the scaled tensor
+    // (planner/mechanisms/input_require_grads.h).
+    embeds = b.copy("model.embed_tokens.embed_scale", "mul_scalar", {embeds}, times(tokens(), c.hidden));
   }
   const auto [cos, sin] = add_rope_tables(b, "model", c.head_dim > 0 ? c.head_dim : c.hidden / c.heads);
   const std::string hidden = add_llama_layers(b, c, "model", embeds, cos, sin, options);

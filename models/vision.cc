@@ -175,7 +175,7 @@ std::string add_embeddings(GraphBuilder& b, const VisionSpec& s) {
   const std::string e = s.style == VisionStyle::kTimm ? "embeddings" : s.prefix + ".embeddings";
   const int64_t patch_pixels = 3 * s.patch * s.patch;
   const std::string pixels = b.input("pixel_values", times(s.patch_rows, patch_pixels),
-                                     std::nullopt, false);
+                                     s.fp32_pixels ? std::optional(DType::kF32) : std::nullopt, false);
   // Conv2d with kernel = stride = patch: a linear over patches.
   const bool timm = s.style == VisionStyle::kTimm;  // patch_embed.proj, cls_token, pos_embed
   const std::string conv_name = timm             ? "patch_embed.proj"

@@ -40,6 +40,11 @@ struct VisionSpec {
   // weights_in to 2 x mlp, chunked, silu(x1) * x2, weights_out) instead of fc1/fc2.
   bool layer_scale = false;
   bool swiglu = false;
+  // pixel_values arrive in fp32 whatever the run's precision: transformers' image
+  // processors return float32 (ViTImageProcessor, CLIPImageProcessor: rescale and
+  // normalize in numpy float32), which the Trainer's collator hands on as they are;
+  // under autocast the patch conv runs on (and keeps) its own 16-bit copy.
+  bool fp32_pixels = false;
 };
 
 // Adds a non-checkpointable "vision_embeddings" block (pixel_values input, patch

@@ -66,8 +66,13 @@ void ClipVisionTowerImpl::register_tail() {
 // CLIPVisionEmbeddings (interpolate_pos_encoding off), then pre_layrnorm.
 torch::Tensor ClipVisionTowerImpl::embed(const torch::Tensor& pixel_values) {
   const int64_t batch = pixel_values.size(0);
+  // fp32 pixels (VisionSpec::fp32_pixels) over 16-bit weights: the conv runs on their
+  // 16-bit copy, as conv2d on CUDA autocast's 16-bit list does.
+  const torch::Tensor x = pixel_values.scalar_type() == patch_weight.scalar_type()
+                              ? pixel_values
+                              : pixel_values.to(patch_weight.scalar_type());
   const torch::Tensor patches =
-      F::conv2d(pixel_values, patch_weight, F::Conv2dFuncOptions().stride(spec.patch)).flatten(2).transpose(1, 2);
+      F::conv2d(x, patch_weight, F::Conv2dFuncOptions().stride(spec.patch)).flatten(2).transpose(1, 2);
   const torch::Tensor positions =
       torch::arange(spec.positions, torch::TensorOptions().dtype(torch::kLong).device(pixel_values.device()));
   const torch::Tensor hidden =

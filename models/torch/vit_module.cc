@@ -20,8 +20,11 @@ BlockFn patch_embeddings(const VisionSpec& s, torch::Tensor cls, torch::Tensor w
                          torch::Tensor positions) {
   return [s, cls, weight, bias, positions](const std::vector<torch::Tensor>& in) {
     const int64_t batch = in[0].size(0);
+    // fp32 pixels (VisionSpec::fp32_pixels) over 16-bit weights: the conv runs on their
+    // 16-bit copy, as conv2d on CUDA autocast's 16-bit list does.
+    const torch::Tensor x = in[0].scalar_type() == weight.scalar_type() ? in[0] : in[0].to(weight.scalar_type());
     const torch::Tensor patches =
-        F::conv2d(in[0], weight, F::Conv2dFuncOptions().bias(bias).stride(s.patch)).flatten(2).transpose(1, 2);
+        F::conv2d(x, weight, F::Conv2dFuncOptions().bias(bias).stride(s.patch)).flatten(2).transpose(1, 2);
     return std::vector<torch::Tensor>{torch::cat({cls.expand({batch, 1, s.hidden}), patches}, 1) + positions};
   };
 }

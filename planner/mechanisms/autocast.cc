@@ -186,6 +186,13 @@ class Fp32Tensors {
  public:
   Fp32Tensors(graph::LayerGraph& graph, AutocastWeights weights) : weights_(weights) {
     for (graph::Tensor& tensor : graph.tensors) by_name_[tensor.name] = &tensor;
+    // A batch the data pipeline hands over in fp32 is fp32 over a 16-bit model too
+    // (an image processor's pixel_values, models/vision.h VisionSpec::fp32_pixels).
+    std::set<std::string> produced;
+    for (const graph::Node& node : graph.nodes) produced.insert(node.outputs.begin(), node.outputs.end());
+    for (const graph::Tensor& tensor : graph.tensors) {
+      if (tensor.dtype == DType::kF32 && !produced.contains(tensor.name)) promoted_.insert(tensor.name);
+    }
   }
   AutocastWeights weights() const { return weights_; }
   const std::map<std::string, graph::Tensor*>& by_name() const { return by_name_; }

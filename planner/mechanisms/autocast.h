@@ -41,9 +41,10 @@ enum class AutocastWeights {
 // in place of the fp32 tensor. Ops on autocast's fp32 list run on fp32 copies of
 // 16-bit inputs and return fp32: layer_norm (it keeps its fp32 copy of x, and of a
 // 16-bit weight and bias, "<node>.affine_cast") and softmax without a dtype
-// (fp32_set_opt_dtype). Over a 16-bit model fp32 starts only there and at the
-// upcast weights. A bitsandbytes 4-bit linear fed an fp32 input computes on its
-// 16-bit copy and returns fp32 (autocast.cc, copy_four_bit_output).
+// (fp32_set_opt_dtype). Over a 16-bit model fp32 starts only there, at the
+// upcast weights and at fp32 graph inputs (an image processor's pixel_values).
+// A bitsandbytes 4-bit linear fed an fp32 input computes on its 16-bit copy and
+// returns fp32 (autocast.cc, copy_four_bit_output).
 // `low`: autocast's 16-bit dtype. Softmax of an fp16 input to fp32 needs no copy
 // on CUDA (SoftMax.cpp: _softmax(input, dim, half_to_float=true)); of bf16 it does.
 void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights = AutocastWeights::kFp32Model,

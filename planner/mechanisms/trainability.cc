@@ -32,13 +32,45 @@ bool ends_with(std::string_view text, std::string_view suffix) {
 }
 
 // A LoRA target "q_proj" matches module "model.layers.3.self_attn.q_proj" as PEFT
-// does: the whole name or a suffix after a dot.
+// does: the whole name or a suffix after a dot. A target with a '*' is a glob over
+// the whole name (the release aliases below).
 bool is_lora_target(const std::vector<std::string>& targets, std::string_view module) {
   for (const std::string& target : targets) {
     if (module == target) return true;
     if (ends_with(module, "." + target)) return true;
+    if (target.find('*') != std::string::npos && name_matches(target, module)) return true;
   }
   return false;
+}
+
+// Module names a later transformers release gave a family whose graph carries the
+// earlier ones. transformers 5.x's ViTAttention holds q_proj, k_proj, v_proj, o_proj
+// and ViTMLP fc1, fc2 (models/vit/modeling_vit.py, 5.23.0), where 4.x had
+// attention.attention.query/key/value, attention.output.dense, intermediate.dense and
+// output.dense (4.44.2); the same weights, so a 5.x target names the 4.x node.
+struct ModuleAlias {
+  const char* family;
+  const char* target;  // the later release's module name
+  const char* glob;    // the node it names in the graph
+};
+constexpr ModuleAlias kModuleAliases[] = {
+    {"vit", "q_proj", "*.attention.attention.query"},
+    {"vit", "k_proj", "*.attention.attention.key"},
+    {"vit", "v_proj", "*.attention.attention.value"},
+    {"vit", "o_proj", "*.attention.output.dense"},
+    {"vit", "fc1", "*.intermediate.dense"},
+    {"vit", "fc2", "*[0-9].output.dense"},
+};
+
+// `targets` with each later release's name of a `family` module replaced by its node's glob.
+std::vector<std::string> with_release_aliases(const std::string& family, const std::vector<std::string>& targets) {
+  std::vector<std::string> out;
+  for (const std::string& target : targets) {
+    const auto alias = std::find_if(std::begin(kModuleAliases), std::end(kModuleAliases),
+                                    [&](const ModuleAlias& a) { return family == a.family && target == a.target; });
+    out.push_back(alias == std::end(kModuleAliases) ? target : alias->glob);
+  }
+  return out;
 }
 
 bool any_trainable_base(const Node& node) {
@@ -220,8 +252,8 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
     }
     return graph;
   }
-  const std::vector<std::string>& targets =
-      settings.lora.targets.empty() ? graph.lora_targets : settings.lora.targets;
+  const std::vector<std::string> targets =
+      with_release_aliases(graph.family, settings.lora.targets.empty() ? graph.lora_targets : settings.lora.targets);
   // The top of the band: fp32 adapters unless the stack or the user says otherwise.
   const DType adapter_dtype =
       resolve_stack(settings).top.adapter_dtype == AdapterDtype::kFp32 ? DType::kF32 : DType::kBF16;

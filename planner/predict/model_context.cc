@@ -17,10 +17,12 @@
 #include "planner/mechanisms/document_mask.h"
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/fused_kernels.h"
+#include "planner/mechanisms/input_require_grads.h"
 #include "planner/mechanisms/kbit_prep.h"
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/selective_checkpoint.h"
+#include "planner/mechanisms/strided_slices.h"
 #include "planner/settings/stack.h"
 #include "planner/mechanisms/trainability.h"
 
@@ -229,6 +231,7 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());
   if (settings.stack == Stack::kLitgpt) fuse_qkv_adapters(context.graph);
+  if (stack.top.input_require_grads) apply_input_require_grads(context.graph);
   // The loss as the stack computes it; the top of the band when not pinned.
   apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss, is_autocast(settings.precision),
                   compute_dtype_for(settings.precision));
@@ -248,6 +251,8 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   }
   apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},
                        compute_dtype_for(settings.precision));
+  // Slices strided over the batch are copied where a linear reads them (at the run's micro-batch).
+  apply_strided_slice_copies(context.graph, settings.micro_batch);
   context.analysis = graph::analyze_graph(context.graph);
   if (Status groups = check_fsdp_own_groups(context.graph, settings); !groups.is_ok()) return groups;
   if (stack.top.recompute == Recompute::kSelectiveOp) {

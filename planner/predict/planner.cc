@@ -26,6 +26,9 @@ Result<FitAnswer> fit(const RunSettings& settings) {
   if (!answer.fits) answer.alternative = find_plan(context.value(), settings);
   answer.warnings = input_warnings(context.value(), settings);
   for (const std::string& note : training_notes(context->graph, plan.config, "the run")) answer.warnings.push_back(note);
+  for (const std::string& note : reentrant_checkpointing_notes(context->graph, settings)) {
+    answer.warnings.push_back(note);
+  }
   if (!answer.fits && answer.alternative.found) {
     for (const std::string& note : training_notes(context->graph, answer.alternative.best.config, "the plan found")) {
       answer.warnings.push_back(note);
@@ -45,6 +48,9 @@ Result<PlanResult> plan(const RunSettings& settings, const Progress& progress) {
   if (Status values = check_batch_norm_values(context.value(), largest); !values.is_ok()) return values;
   PlanResult result = find_plan(context.value(), settings, progress);
   result.warnings = input_warnings(context.value(), settings);
+  for (const std::string& note : reentrant_checkpointing_notes(context->graph, settings)) {
+    result.warnings.push_back(note);
+  }
   if (result.found) {
     for (const std::string& note : training_notes(context->graph, result.best.config, "the plan")) {
       result.warnings.push_back(note);

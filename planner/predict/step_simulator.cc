@@ -84,6 +84,21 @@ void StepSimulator::allocate_states() {
   }
 }
 
+// Node n has run: its inputs and what it held (Node::holds) lose a pending read
+// (in a recompute, only those made in this block were counted), and its outputs
+// nobody reads go.
+void StepSimulator::release_reads(int n, int block, bool recompute) {
+  std::vector<int> reads = an_.node_inputs[n];
+  reads.insert(reads.end(), an_.node_holds[n].begin(), an_.node_holds[n].end());
+  for (int t : reads) {
+    if (!recompute || an_.producer[t] < 0 || graph_.nodes[an_.producer[t]].block == block) {
+      if (pending_[t] > 0) --pending_[t];
+    }
+    maybe_free(t);
+  }
+  for (int t : an_.node_outputs[n]) maybe_free(t);
+}
+
 void StepSimulator::forward_block(int block, bool recompute) {
   const bool saving = !checkpointed(block) || recompute;
   const std::string prefix = recompute ? "recompute " : "forward ";
@@ -112,6 +127,9 @@ void StepSimulator::forward_block(int block, bool recompute) {
         // In a recompute only this block's consumers run again.
         if (!recompute || graph_.nodes[consumer].block == block) ++pending_[t];
       }
+      for (int holder : an_.holders[t]) {
+        if (!recompute || graph_.nodes[holder].block == block) ++pending_[t];
+      }
     }
     // Selective AC hands a saved op's output back from its cache: no kernel runs.
     const bool cached = recompute && std::any_of(an_.node_outputs[n].begin(), an_.node_outputs[n].end(), [&](int t) {
@@ -127,13 +145,7 @@ void StepSimulator::forward_block(int block, bool recompute) {
     if (saving) {
       for (int t : an_.node_saves[n]) ++saved_[t];
     }
-    for (int t : an_.node_inputs[n]) {
-      if (!recompute || an_.producer[t] < 0 || graph_.nodes[an_.producer[t]].block == block) {
-        if (pending_[t] > 0) --pending_[t];
-      }
-      maybe_free(t);
-    }
-    for (int t : an_.node_outputs[n]) maybe_free(t);
+    release_reads(n, block, recompute);
   }
   if (gathered >= 0 && keeps_unsharded(block) && !recompute) {
     kept_unsharded_[block] = gathered;

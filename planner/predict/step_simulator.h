@@ -121,6 +121,7 @@ class StepSimulator {
   void allocate_states();
   void thin_samples();
   void forward_block(int block, bool recompute);
+  void release_reads(int n, int block, bool recompute);
   void stash_checkpoint_inputs(int block);
   void evict_checkpoint_inputs(int block);
   // Evicts the oldest stashed checkpoint inputs until at most `keep` stay on the GPU.

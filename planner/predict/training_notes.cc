@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "planner/mechanisms/trainability.h"
+#include "planner/settings/stack.h"
+
 namespace headroom::planner {
 
 std::vector<std::string> training_notes(const graph::LayerGraph& graph, const GlobalConfig& config,
@@ -27,6 +30,30 @@ std::vector<std::string> training_notes(const graph::LayerGraph& graph, const Gl
                   "statistics or GroupNorm avoids it");
   }
   return out;
+}
+
+// transformers 5.23.0 modeling_utils.py `_activation_checkpointing_enable` calls
+// enable_input_require_grads() only when main_input_name == "input_ids"; PEFT 0.21.2
+// PeftModel.__init__ only when checkpointing is already on when the model is wrapped,
+// and the Trainer turns it on later. With use_reentrant=True torch.utils.checkpoint
+// (CheckpointFunction) then returns outputs that require no grad: the meta-device
+// oracle's ViT-B/16 LoRA runs train only the classifier (bench/oracle README).
+std::vector<std::string> reentrant_checkpointing_notes(const graph::LayerGraph& graph, const RunSettings& settings) {
+  const bool hooked = graph.find_tensor("input_ids") != nullptr && resolve_stack(settings).top.input_require_grads;
+  if (settings.stack != Stack::kHfTrainer || settings.mode == TrainMode::kFull ||
+      settings.checkpointing == CheckpointPolicy::kNone || hooked) {
+    return {};
+  }
+  const bool adapters_checkpointed = std::any_of(graph.nodes.begin(), graph.nodes.end(), [&](const graph::Node& n) {
+    return graph.blocks[static_cast<size_t>(n.block)].checkpointable &&
+           std::any_of(n.params.begin(), n.params.end(), [](const graph::Param& p) { return is_lora_adapter(p); });
+  });
+  if (!adapters_checkpointed) return {};
+  return {"with reentrant checkpointing (gradient_checkpointing_kwargs={\"use_reentrant\": True}) no LoRA adapter "
+          "inside a checkpointed layer of " + graph.name + " gets a gradient: transformers adds no input-gradient "
+          "hook here (from 5.x it does for a model whose main input is input_ids), so no checkpointed layer's input "
+          "requires grad; only what lies outside them trains. This answer prices the non-reentrant default, where the adapters train; with "
+          "use_reentrant=True call model.enable_input_require_grads() before training"};
 }
 
 }  // namespace headroom::planner

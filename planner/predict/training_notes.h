@@ -8,6 +8,7 @@
 
 #include "graph/layer_graph.h"
 #include "planner/memory/model_states.h"
+#include "planner/settings/run_settings.h"
 
 namespace headroom::planner {
 
@@ -18,5 +19,13 @@ namespace headroom::planner {
 // batch of k*b. Empty without accumulation or without BatchNorm.
 std::vector<std::string> training_notes(const graph::LayerGraph& graph, const GlobalConfig& config,
                                         std::string_view what);
+
+// LoRA under transformers' Trainer with checkpointing where no hook makes the input
+// embeddings require grad (a model whose main input is not input_ids, ViT:
+// pixel_values; any model before transformers 5.x), with adapters in checkpointed blocks:
+// nothing makes a checkpointed layer's input require grad, so reentrant checkpointing
+// would train none of those adapters (the note says so; the answer prices the
+// non-reentrant default, under which they train). Empty otherwise.
+std::vector<std::string> reentrant_checkpointing_notes(const graph::LayerGraph& graph, const RunSettings& settings);
 
 }  // namespace headroom::planner

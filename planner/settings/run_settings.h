@@ -108,6 +108,10 @@ struct RunSettings {
   // before 4.45 for Qwen2 and GPT-NeoX, torchtune's lora_ builders; StackSpec::rope_modules);
   // nullopt: as the stack and its releases do (or a band).
   std::optional<bool> layer_rope_caches;
+  // LoRA with checkpointing: whether the frozen input embeddings' output is made to
+  // require grad (transformers' enable_input_require_grads; StackSpec::input_require_grads);
+  // nullopt: as the stack and its releases do.
+  std::optional<bool> input_require_grads;
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile): checkpointable blocks save what the min-cut partitioner
   // keeps (planner/mechanisms/compiled_blocks.h) and run their pointwise ops as fused

@@ -142,7 +142,7 @@ constexpr MechanismRow on_off_row(const char* key, const char* help,
 
 // The rows, in the order resolve_stack runs them (docs/stacks.md cites each
 // stack's source in its table, settings/stack_resolvers.cc in its comments).
-const std::array<MechanismRow, 10> kMechanisms = {{
+const std::array<MechanismRow, 11> kMechanisms = {{
     enum_row<&RunSettings::optimizer_impl, parse_optimizer_impl, optimizer_impl_name>(
         "optimizer_impl", "IMPL", "how optimizer.step() runs", optimizer_impl_names, resolve_optimizer_impl,
         pin_always<&RunSettings::optimizer_impl, &StackSpec::optimizer_impl>, optimizer_words),
@@ -194,6 +194,13 @@ const std::array<MechanismRow, 10> kMechanisms = {{
         "transformers before 4.45 for Qwen2 and GPT-NeoX, torchtune's lora_ builders; off: computed per forward, "
         "or torchtune's one shared cache; docs/models.md)",
         resolve_rope_modules, pin_rope_caches, no_words),
+    on_off_row<&RunSettings::input_require_grads>(
+        "input_require_grads",
+        "LoRA with checkpointing: whether a hook makes the frozen input embeddings' output require grad, so the "
+        "embeddings block records its graph (on: transformers' Trainer from 5.x for models whose main input is "
+        "input_ids, enable_input_require_grads; off: transformers 4.x, other stacks)",
+        resolve_input_require_grads,
+        pin_always<&RunSettings::input_require_grads, &StackSpec::input_require_grads>, no_words),
 }};
 
 }  // namespace

@@ -408,4 +408,24 @@ void resolve_autocast(const RunSettings& settings, ResolvedStack& out) {
   }
 }
 
+// transformers' Trainer turns checkpointing on with gradient_checkpointing_enable,
+// which from 5.x calls enable_input_require_grads() when the model's
+// main_input_name is "input_ids" (modeling_utils.py `_activation_checkpointing_enable`,
+// 5.23.0: `needs_embedding_grads = self.main_input_name == "input_ids"`); 4.x did
+// only for an adapter loaded through transformers' own PEFT integration
+// (`_hf_peft_config_loaded`, 4.44.2), not for a PeftModel. It changes bytes only
+// where the embeddings are frozen (LoRA, QLoRA) and blocks are checkpointed.
+// No release given: 5.x's, the dearer.
+void resolve_input_require_grads(const RunSettings& settings, ResolvedStack& out) {
+  if (settings.input_require_grads) {
+    out.top.input_require_grads = out.bottom.input_require_grads = *settings.input_require_grads;
+    return;
+  }
+  const bool applies = settings.stack == Stack::kHfTrainer && settings.mode != TrainMode::kFull &&
+                       settings.checkpointing != CheckpointPolicy::kNone;
+  const std::optional<Release> transformers = release_of(settings.versions, "transformers");
+  out.top.input_require_grads = out.bottom.input_require_grads =
+      applies && (!transformers || *transformers >= Release{5, 0, 0});
+}
+
 }  // namespace headroom::planner

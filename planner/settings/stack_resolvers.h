@@ -19,6 +19,7 @@ void resolve_fsdp_no_sync(const RunSettings& settings, ResolvedStack& out);
 void resolve_kbit_prep(const RunSettings& settings, ResolvedStack& out);
 void resolve_autocast(const RunSettings& settings, ResolvedStack& out);
 void resolve_repeat_kv(const RunSettings& settings, ResolvedStack& out);
+void resolve_input_require_grads(const RunSettings& settings, ResolvedStack& out);
 void resolve_rope_modules(const RunSettings& settings, ResolvedStack& out);
 
 }  // namespace headroom::planner

@@ -41,6 +41,11 @@ struct StackSpec {
   // Whose rotary modules the model runs, for the RoPE caches they keep (transformers
   // before 4.45: one per Qwen2 / GPT-NeoX layer; torchtune's). docs/models.md, "Rotary caches".
   models::RopeModules rope_modules = models::RopeModules::kPerForward;
+  // LoRA with checkpointing: a hook makes the frozen input embeddings' output a
+  // leaf that requires grad, so the embeddings block records its graph
+  // (planner/mechanisms/input_require_grads.h; docs/stacks.md, "Input gradients
+  // under checkpointing").
+  bool input_require_grads = false;
 };
 
 // The stack as the planner prices it: the top of the band (each unknown at its

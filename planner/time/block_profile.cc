@@ -82,6 +82,7 @@ int64_t forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int
   std::vector<int> remaining(graph.tensors.size(), 0);
   for (int n : block.nodes) {
     for (int t : analysis.node_inputs[n]) ++remaining[t];
+    for (int t : analysis.node_holds[n]) ++remaining[t];
   }
   auto kept = [&](int t) {
     return facts.read_by_later_block[t] || (with_saves && contains(block.saved_tensors, t)) ||
@@ -102,6 +103,9 @@ int64_t forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int
         graph::dtype_bytes(compute, node.workspace_elements.at(batch, seq)), accounting);
     peak = std::max(peak, live_bytes() + workspace);
     for (int t : analysis.node_inputs[n]) {
+      if (--remaining[t] == 0 && !kept(t)) std::erase(live, t);
+    }
+    for (int t : analysis.node_holds[n]) {
       if (--remaining[t] == 0 && !kept(t)) std::erase(live, t);
     }
     for (int t : analysis.node_outputs[n]) {

@@ -128,6 +128,22 @@ TEST_CASE("a non-persistent fp32 buffer (a RoPE cache) round-trips, its keys wri
   CHECK(graphs_equal(read.value(), graph));
 }
 
+TEST_CASE("a node's holds round-trip, written only when set, and must name known tensors") {
+  LayerGraph graph = rich_graph();
+  graph.nodes[3].holds = {graph.tensors[0].name};
+  json written = graph_to_json(graph);
+  CHECK(written["nodes"][3]["holds"] == json::array({graph.tensors[0].name}));
+  CHECK_FALSE(written["nodes"][2].contains("holds"));
+  const Result<LayerGraph> read = graph_from_json(written, "round-trip");
+  REQUIRE_MESSAGE(read.is_ok(), read.message());
+  CHECK(graphs_equal(read.value(), graph));
+  LayerGraph other = graph;
+  other.nodes[3].holds.clear();
+  CHECK_FALSE(graphs_equal(other, graph));
+  written["nodes"][3]["holds"] = json::array({"no_such_tensor"});
+  check_error(written, "nodes[3] (\"" + graph.nodes[3].name + "\").holds[0]", "unknown tensor");
+}
+
 TEST_CASE("a buffer is written only when set and is not a parameter of the model") {
   const LayerGraph graph = rich_graph();
   const json written = graph_to_json(graph);

@@ -1,0 +1,87 @@
+#include "planner/mechanisms/input_require_grads.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/op_traits.h"
+
+namespace headroom::planner {
+namespace {
+
+bool reads(const graph::Node& node, const std::string& tensor) {
+  return std::find(node.inputs.begin(), node.inputs.end(), tensor) != node.inputs.end();
+}
+
+// The graph inputs transformers models take their tokens and images in (their
+// main_input_name); the builders in models/ name them so.
+constexpr const char* kInputIds = "input_ids";
+constexpr const char* kPixelValues = "pixel_values";
+
+// A module get_input_embeddings() returns: a text model's token embedding, or a
+// vision model's patch convolution (CLIPVisionModel's `_input_embed_layer` is
+// "patch_embedding"), which enable_input_require_grads hooks in every PreTrainedModel
+// of a model whose own main input is input_ids (CLIPModel, LLaVA).
+bool is_input_embedding(const graph::Node& node) {
+  if (node.outputs.size() != 1) return false;
+  return (node.op == graph::op::kEmbedding && reads(node, kInputIds)) ||
+         (node.op == graph::op::kConv2d && reads(node, kPixelValues));
+}
+
+// Whether a parameter of `node` is trained (a tied copy follows its original).
+bool trains_a_param(const graph::Node& node, const std::unordered_map<std::string, bool>& trainable) {
+  return std::any_of(node.params.begin(), node.params.end(), [&](const graph::Param& p) {
+    if (p.tied_to.empty()) return p.trainable;
+    const auto it = trainable.find(p.tied_to);
+    return it != trainable.end() && it->second;
+  });
+}
+
+// The output of the embedding module that `node` (its lookup) begins: the lookup's
+// output, or that of the last op named inside the module reading it alone (Gemma's
+// GemmaTextScaledWordEmbedding scales in its forward, "model.embed_tokens.embed_scale").
+std::string module_output(const graph::LayerGraph& graph, const graph::Node& node) {
+  std::string out = node.outputs.front();
+  for (bool advanced = true; advanced;) {
+    advanced = false;
+    for (const graph::Node& next : graph.nodes) {
+      if (next.name.starts_with(node.name + ".") && next.inputs == std::vector<std::string>{out} &&
+          next.outputs.size() == 1) {
+        out = next.outputs.front();
+        advanced = true;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int apply_input_require_grads(graph::LayerGraph& graph) {
+  std::unordered_map<std::string, bool> trainable;
+  for (const graph::Node& node : graph.nodes) {
+    for (const graph::Param& p : node.params) {
+      if (p.tied_to.empty()) trainable[p.name] = p.trainable;
+    }
+  }
+  // gradient_checkpointing_enable calls it only when the model's main input is input_ids.
+  if (graph.find_tensor(kInputIds) == nullptr) return 0;
+  int marked = 0;
+  for (const graph::Node& node : graph.nodes) {
+    if (!is_input_embedding(node) || trains_a_param(node, trainable)) continue;
+    const std::string leaf = module_output(graph, node);
+    for (graph::Tensor& tensor : graph.tensors) {
+      if (tensor.name == leaf) tensor.requires_grad = true;
+    }
+    // The leaf's AccumulateGrad node holds it for as long as the graph reading it lives.
+    for (graph::Node& consumer : graph.nodes) {
+      if (reads(consumer, leaf)) consumer.saves.push_back(graph::SavedRef{leaf, graph::SaveWhen::kInputGrad});
+    }
+    ++marked;
+  }
+  return marked;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,26 @@
+// transformers' enable_input_require_grads: a forward hook on the input
+// embeddings calls output.requires_grad_(True), so a frozen embedding's output
+// becomes a leaf that requires grad and everything after it records its graph
+// (docs/stacks.md, "Input gradients under checkpointing"). transformers 5.x calls
+// it from gradient_checkpointing_enable when main_input_name is "input_ids"
+// (modeling_utils.py `_activation_checkpointing_enable`, 5.23.0): under LoRA with
+// checkpointing the frozen embeddings block then keeps what its ops save (BERT:
+// LayerNorm's fp32 input, the dropout's mask) and the leaf itself, which its
+// AccumulateGrad node holds until backward.
+#pragma once
+
+#include "graph/layer_graph.h"
+
+namespace headroom::planner {
+
+// In a graph whose main input is "input_ids", marks the output of every frozen input
+// embedding, the module get_input_embeddings() returns in each PreTrainedModel (an
+// embedding reading "input_ids", with the ops named inside it such as Gemma's scale
+// in transformers 5.x; a patch convolution reading "pixel_values", CLIPModel's and
+// LLaVA's vision towers), as requiring grad, and
+// has each node that reads it keep it for backward (SaveWhen::kInputGrad). An
+// embedding with a trainable table is left alone: its output requires grad
+// already and is no leaf. Returns how many embeddings it marked.
+int apply_input_require_grads(graph::LayerGraph& graph);
+
+}  // namespace headroom::planner
