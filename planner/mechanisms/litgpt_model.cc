@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "graph/op_traits.h"
+#include "planner/mechanisms/trainability.h"
 
 namespace headroom::planner {
 
@@ -96,6 +97,50 @@ void cast_head_per_chunk(graph::LayerGraph& graph) {
     const int64_t per_copy = copy->elements.c;
     copy->elements = graph::SizeExpr{0, 0, per_copy, 0, 0, 0}.divided_up(kLitgptHeadChunkTokens);
     graph.nodes[producer].fwd_io_elements = copy->elements;
+  }
+}
+
+namespace {
+
+bool is_nf4(const graph::Node& node) {
+  return std::any_of(node.params.begin(), node.params.end(), [&](const graph::Param& param) {
+    return param.name == node.name + ".weight" && param.dtype == graph::DType::kNF4;
+  });
+}
+
+// The StableEmbedding swap: the old weight the optimizer holds and the new
+// weight's gradient nothing zeroes, both V x H in the embedding's dtype.
+void keep_replaced_embedding(graph::Node& node) {
+  const auto weight = std::find_if(node.params.begin(), node.params.end(),
+                                   [&](const graph::Param& param) { return param.name == node.name + ".weight"; });
+  if (weight == node.params.end()) return;
+  graph::Param replaced = *weight;
+  replaced.trainable = false;
+  replaced.tied_to.clear();
+  graph::Param grad = replaced;
+  replaced.name = node.name + ".replaced_weight";
+  grad.name = node.name + ".weight_grad_kept";
+  node.params.push_back(replaced);
+  node.params.push_back(grad);
+}
+
+}  // namespace
+
+void litgpt_qlora(graph::LayerGraph& graph, bool double_quant) {
+  std::vector<std::string> heads;
+  for (const graph::Node& node : graph.nodes) {
+    if (node.op != graph::op::kLoss) continue;
+    const graph::Node* head = head_of(graph, node);
+    if (head != nullptr) heads.push_back(head->name);
+  }
+  for (graph::Node& node : graph.nodes) {
+    const bool is_head = std::find(heads.begin(), heads.end(), node.name) != heads.end();
+    if (is_head && node.linear && !is_nf4(node)) quantize_linear(node, double_quant);
+    if (node.op == graph::op::kLinear && node.linear && is_nf4(node)) {
+      const int64_t weight = node.linear->in_features * node.linear->out_features;
+      node.bwd_workspace_elements = graph::SizeExpr::constant(2 * weight);
+    }
+    if (node.op == "embedding" && node.name.ends_with("embed_tokens")) keep_replaced_embedding(node);
   }
 }
 

@@ -39,4 +39,23 @@ inline constexpr int64_t kLitgptHeadChunkTokens = 128;
 // divides S, one copy short otherwise. A head that trains is cast once (cached).
 void cast_head_per_chunk(graph::LayerGraph& graph);
 
+// litgpt's finetune/lora.py with --quantize bnb.nf4 (litgpt 0.5.13, Lightning 2.6.6,
+// bitsandbytes 0.50.2); docs/stacks.md, "litgpt", QLoRA:
+// - Lightning's BitsandbytesPrecision.convert_module replaces every nn.Linear through
+//   _ClassReplacementContextManager, lm_head too (lightning/fabric/plugins/precision/
+//   bitsandbytes.py): quantizes the frozen head (quantize_linear).
+// - Its _Linear4bit.quantize casts the weight to torch.half before quantize_4bit, so
+//   quant_state.dtype is fp16: MatMul4Bit.backward (bitsandbytes/autograd/_functions.py)
+//   computes dequantize_4bit(B, state).to(grad_output.dtype), an fp16 and a 16-bit
+//   copy of in x out live at once. Sets each NF4 linear's backward workspace to
+//   2 x in x out (forward keeps quantize_linear's one copy).
+// - lora.py fit setup builds the optimizer over model.parameters() before it swaps
+//   transformer.wte for bitsandbytes' StableEmbedding (.to the old weight's dtype):
+//   the optimizer keeps the old V x H embedding, and the new one's weight trains
+//   (nn.Embedding's Parameter) outside the optimizer, so no zero_grad frees the
+//   gradient embedding_dense_backward makes in the first backward. Adds both to the
+//   token embedding as frozen V x H parameters of its dtype: "<wte>.replaced_weight"
+//   and "<wte>.weight_grad_kept" (a gradient in bytes; priced as a parameter).
+void litgpt_qlora(graph::LayerGraph& graph, bool double_quant);
+
 }  // namespace headroom::planner

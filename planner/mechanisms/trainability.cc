@@ -123,6 +123,8 @@ void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora, DType dty
   node.bwd_param_flops = frozen_base ? adapter_flops : node.bwd_param_flops + adapter_flops;
 }
 
+}  // namespace
+
 // QLoRA: the frozen base weight becomes NF4 with double-quantized constants
 // (first level: one 8-bit absmax per 64 weights; second level: one fp32 per 256
 // of those). bitsandbytes dequantizes the whole weight to the compute dtype for
@@ -153,6 +155,8 @@ void quantize_linear(Node& node, bool double_quant) {
     return;
   }
 }
+
+namespace {
 
 // Which parameters train: the --train patterns' modules beside adapters, every
 // parameter not frozen by pattern otherwise.

@@ -22,6 +22,10 @@ inline constexpr int64_t kDynamicMapValues = 256;  // bitsandbytes create_dynami
 Result<graph::LayerGraph> apply_training_mode(const graph::LayerGraph& graph,
                                               const RunSettings& settings);
 
+// QLoRA's NF4 base weight: makes `node`'s frozen weight NF4 with bitsandbytes'
+// constants beside it (trainability.cc) and a dequantized copy per matmul.
+void quantize_linear(graph::Node& node, bool double_quant);
+
 // A LoRA adapter weight added by apply_training_mode (lora_A / lora_B).
 bool is_lora_adapter(const graph::Param& param);
 // Whether `param` is a constant of a quantized weight (QLoRA's ".absmax",

@@ -235,6 +235,10 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   // The loss as the stack computes it; the top of the band when not pinned.
   apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss, is_autocast(settings.precision),
                   compute_dtype_for(settings.precision));
+  // After the loss: its head is the linear the loss reads.
+  if (settings.stack == Stack::kLitgpt && settings.mode == TrainMode::kQlora) {
+    litgpt_qlora(context.graph, settings.nf4_double_quant);
+  }
   if (kbit_prep_matters(settings)) apply_kbit_prep(context.graph, stack.top.kbit_prep);
   if (is_autocast(settings.precision)) {
     apply_autocast(context.graph, AutocastWeights::kFp32Model, compute_dtype_for(settings.precision));

@@ -134,4 +134,52 @@ TEST_CASE("lora.py's LoRAQKVLinear: one dropout for q and v, and zero_pad's inpu
   CHECK(prepared_context(all).graph.find_tensor(attention + ".lora_qkv_out") == nullptr);
 }
 
+
+namespace {
+
+const graph::Param* param(const ModelContext& context, const std::string& node, const std::string& name) {
+  const graph::Node* found = context.graph.find_node(node);
+  REQUIRE_MESSAGE(found != nullptr, node);
+  for (const graph::Param& p : found->params) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("lora.py --quantize bnb.nf4: a 4-bit head, fp16 dequantization, and the swapped embedding's tensors") {
+  RunSettings s = litgpt_llama_1b(TrainMode::kQlora);
+  s.nf4_double_quant = false;  // Lightning's "nf4": compress_statistics off
+  const ModelContext context = prepared_context(s);
+  // BitsandbytesPrecision replaces lm_head too: V·H/2 bytes of NF4 and one fp32
+  // absmax per 64 weights (bitsandbytes functional.py quantize_4bit, blocksize 64).
+  const graph::Param* head = param(context, "lm_head", "lm_head.weight");
+  REQUIRE(head != nullptr);
+  CHECK(head->dtype == graph::DType::kNF4);
+  CHECK(graph::dtype_bytes(head->dtype, head->elements()) == kVocab * kHidden / 2);  // 131,334,144
+  const graph::Param* absmax = param(context, "lm_head", "lm_head.weight.absmax");
+  REQUIRE(absmax != nullptr);
+  CHECK(graph::dtype_bytes(absmax->dtype, absmax->elements()) == kVocab * kHidden / 64 * 4);  // 16,416,768
+  // MatMul4Bit.backward: dequantize_4bit to fp16 (quant_state.dtype, Lightning's
+  // _Linear4bit.quantize casts to torch.half) and .to(bf16): two V·H copies, 2 bytes each.
+  const graph::Node* head_node = context.graph.find_node("lm_head");
+  CHECK(graph::dtype_bytes(graph::DType::kBF16, head_node->backward_workspace().at(2, 2048)) ==
+        2 * kVocab * kHidden * 2);  // 1,050,673,152
+  const graph::Node* q = context.graph.find_node("model.layers.0.self_attn.q_proj");
+  CHECK(q->backward_workspace().at(2, 2048) == 2 * kHidden * kHidden);
+  // finetune/lora.py builds the optimizer before the StableEmbedding swap: the old
+  // V·H bf16 embedding stays, and the new weight's gradient (V·H bf16) is never zeroed.
+  for (const char* name : {"model.embed_tokens.replaced_weight", "model.embed_tokens.weight_grad_kept"}) {
+    const graph::Param* kept = param(context, "model.embed_tokens", name);
+    REQUIRE_MESSAGE(kept != nullptr, name);
+    CHECK_FALSE(kept->trainable);
+    CHECK(graph::dtype_bytes(kept->dtype, kept->elements()) == kVocab * kHidden * 2);  // 525,336,576
+  }
+  // LoRA (no quantization) keeps lm_head bf16 and the one embedding.
+  const ModelContext lora = prepared_context(litgpt_llama_1b(TrainMode::kLora));
+  CHECK(param(lora, "lm_head", "lm_head.weight")->dtype != graph::DType::kNF4);
+  CHECK(param(lora, "model.embed_tokens", "model.embed_tokens.replaced_weight") == nullptr);
+}
+
 }  // namespace headroom::planner
