@@ -79,12 +79,17 @@ class TinyLitgptTest(unittest.TestCase):
         self.assertEqual(live(truth, "embedding_dense_backward", f"({V}, {H}) bfloat16"), 2 * V * H)
         self.assertEqual(truth["resolved"]["optimizer"], "PagedAdamW")
 
-    def test_headroom_known_gap_stays_under(self):
-        # headroom (--stack litgpt) prices neither the fp32 logits nor the untied head
-        # questions above; it stays under the oracle on every run. A fix moves this.
+    def test_headroom_agrees_with_litgpt(self):
+        # headroom (--stack litgpt) prices litgpt's untied head, Fabric's fp32 logits,
+        # its fp32 RMSNorm, K/V copies and LoRAQKVLinear, and its QLoRA layout
+        # (planner/mechanisms/litgpt_model.h): within 2% here, but for LoRA on this
+        # tiny model, under by 9.5% (the real-size LoRA runs of the grid agree within
+        # 2%; the cause is not found yet), held so that a change either way shows.
         for name, row in self.rows.items():
-            self.assertLess(row["error_pct"], 0.0, name)
-
+            if name == "lora":
+                self.assertTrue(-10.5 < row["error_pct"] < -8.5, f"{name}: {row['error_pct']:+.1f}%")
+            else:
+                self.assertTrue(-2.0 < row["error_pct"] < 2.0, f"{name}: {row['error_pct']:+.1f}%")
 
 if __name__ == "__main__":
     unittest.main()

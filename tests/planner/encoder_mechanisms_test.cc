@@ -151,7 +151,7 @@ RunSettings vit_trainer(TrainMode mode) {
   return s;
 }
 
-TEST_CASE("HF image models take fp32 pixel_values; the patch conv keeps its bf16 copy") {
+TEST_CASE("HF image models take fp32 pixel_values, and the patch conv keeps its bf16 copy") {
   const Result<ModelContext> context = prepare_context(vit_trainer(TrainMode::kFull));
   REQUIRE(context.is_ok());
   CHECK(tensor_named(context->graph, "pixel_values").dtype == graph::DType::kF32);

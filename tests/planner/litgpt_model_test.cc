@@ -103,7 +103,7 @@ TEST_CASE("full.py: Fabric's fp32 logits are held all step, and backward holds 1
   CHECK(held_bytes + head.fwd_peak - norm_and_input - head_input - 512 == 10 * logits);
 }
 
-TEST_CASE("lora.py: the head in 128-token chunks; under bf16-mixed each chunk casts the frozen head again") {
+TEST_CASE("lora.py runs the head in 128-token chunks, and under bf16-mixed each chunk casts the frozen head again") {
   const RunSettings lora = litgpt_llama_1b(TrainMode::kLora, Precision::kBf16Amp);
   CHECK(resolve_stack(lora).top.loss == LossSpec{LossImpl::kLitgptLora, 8});
   // cached_cast caches only leaves that require grad: 2048 / 128 = 16 bf16 copies of V x H.
