@@ -12,10 +12,11 @@ runs is printed, not asserted: at this size it is not within 2% (bench/oracle/RE
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
+
+from oracle_runs import report_headroom_figures, run_oracle
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "bench", "oracle"))
@@ -28,14 +29,6 @@ CONFIG = {"_class_name": "FluxTransformer2DModel", "attention_head_dim": 16, "ax
           "num_layers": 1, "num_single_layers": 2, "patch_size": 1, "pooled_projection_dim": 16}
 BASE = {"stack": "diffusers-flux", "env": "df", "method": "lora", "resolution": 64, "batch": 2,
         "max_sequence_length": 32, "steps": 2}
-
-
-def run_oracle(specs):
-    done = subprocess.run([PYTHON, os.path.join(ROOT, "bench", "oracle", "run_oracle.py"), "-"],
-                          input=json.dumps(specs), capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr[-2000:])
-    return json.loads(done.stdout)
 
 
 def adapter_elements(rank):
@@ -62,7 +55,7 @@ class DiffusersFluxTinyTest(unittest.TestCase):
         base = dict(BASE, model=cls.folder.name)
         cls.specs = {"r4": dict(base, lora_rank=4), "r8": dict(base, lora_rank=8),
                      "r4-ckpt": dict(base, lora_rank=4, checkpointing="non-reentrant")}
-        cls.results = dict(zip(cls.specs, run_oracle(list(cls.specs.values()))))
+        cls.results = dict(zip(cls.specs, run_oracle(PYTHON, list(cls.specs.values()))))
 
     @classmethod
     def tearDownClass(cls):
@@ -95,13 +88,7 @@ class DiffusersFluxTinyTest(unittest.TestCase):
     def test_headroom_figure_is_reported(self):
         if not HEADROOM:
             self.skipTest("no headroom binary given")
-        from compare import predict
-        for name, result in self.results.items():
-            guess = predict(dict(result["spec"], **result["resolved"]), HEADROOM)
-            self.assertNotIn("error", guess, name)
-            error = 100.0 * (guess["peak_allocated_bytes"] / result["peak_allocated_bytes"] - 1)
-            print(f"{name}: oracle {result['peak_allocated_bytes']} headroom "
-                  f"{guess['peak_allocated_bytes']} ({error:+.1f}%)", file=sys.stderr)
+        report_headroom_figures(self, self.results, HEADROOM)
 
 
 if __name__ == "__main__":

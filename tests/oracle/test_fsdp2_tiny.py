@@ -12,9 +12,10 @@ printed, not asserted: at this size it is not within 2% (bench/oracle/README.md)
 import json
 import math
 import os
-import subprocess
 import sys
 import unittest
+
+from oracle_runs import report_headroom_figures, run_oracle
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "bench", "oracle"))
@@ -44,14 +45,6 @@ def rank0_elements(shape, world):
     return math.ceil(shape[0] / world) * math.prod(shape[1:])
 
 
-def run_oracle(specs):
-    done = subprocess.run([PYTHON, os.path.join(ROOT, "bench", "oracle", "run_oracle.py"), "-"],
-                          input=json.dumps(specs), capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr[-2000:])
-    return json.loads(done.stdout)
-
-
 class Fsdp2TinyTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -59,7 +52,7 @@ class Fsdp2TinyTest(unittest.TestCase):
         specs = [dict(BASE, method="full", world_size=2), dict(BASE, method="full", world_size=3),
                  dict(BASE, method="lora", world_size=2),
                  dict(BASE, method="full", world_size=2, reshard_after_forward=False)]
-        cls.results = dict(zip(names, run_oracle(specs)))
+        cls.results = dict(zip(names, run_oracle(PYTHON, specs)))
         cls.shapes, cls.layers, cls.hidden, cls.kv = tiny_llama_shapes()
 
     def test_every_run_ran(self):
@@ -97,13 +90,7 @@ class Fsdp2TinyTest(unittest.TestCase):
     def test_headroom_figure_is_reported(self):
         if not HEADROOM:
             self.skipTest("no headroom binary given")
-        from compare import predict
-        for name, result in self.results.items():
-            guess = predict(dict(result["spec"], **result["resolved"]), HEADROOM)
-            self.assertNotIn("error", guess, name)
-            error = 100.0 * (guess["peak_allocated_bytes"] / result["peak_allocated_bytes"] - 1)
-            print(f"{name}: oracle {result['peak_allocated_bytes']} headroom "
-                  f"{guess['peak_allocated_bytes']} ({error:+.1f}%)", file=sys.stderr)
+        report_headroom_figures(self, self.results, HEADROOM)
 
 
 if __name__ == "__main__":
