@@ -111,7 +111,7 @@ def rerun_recorded(row: dict, headroom: str) -> dict:
     """A recorded row with headroom's side predicted again by `headroom` (its oracle side kept)."""
     if "error" in row:
         return row
-    command = row["command"].split(" ")
+    command = with_current_releases(row["command"].split(" "), row.get("versions", {}))
     guess = predict_command([headroom, *command[1:]])
     if "error" in guess:
         return dict(row, error=guess["error"])

@@ -26,7 +26,7 @@ def model_path(spec: dict) -> str:
 
 
 # The packages whose release headroom reads (planner/settings/versions.cc).
-_RELEASED = ("transformers", "torch", "peft")
+_RELEASED = ("transformers", "torch", "peft", "accelerate")
 
 
 def release_flags(spec: dict) -> list:
@@ -35,6 +35,17 @@ def release_flags(spec: dict) -> list:
     found = spec.get("versions", {})
     given = [f"{name}={found[name]}" for name in _RELEASED if name in found]
     return ["--versions", ",".join(given)] if given else []
+
+
+def with_current_releases(command: list, versions: dict) -> list:
+    """A recorded command with its `--versions` made again from the recorded releases, so a
+    release headroom has learnt to read since the recording reaches it."""
+    out = list(command)
+    if "--versions" not in out:
+        return out
+    at = out.index("--versions")
+    out[at:at + 2] = release_flags({"versions": versions})
+    return out
 
 
 def headroom_flags(spec: dict) -> list:

@@ -70,9 +70,13 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) c
   for (auto it = block.nodes.rbegin(); it != block.nodes.rend(); ++it) {
     const int n = *it;
     if (!analysis_.needs_input_grad[n] && !analysis_.needs_param_grad[n]) continue;
+    const int64_t grads = at_node(n);
     const bool from = stages.from_param_grads >= 0 || analysis_.needs_param_grad[n];
     int64_t& stage = from ? stages.from_param_grads : stages.before_param_grads;
-    stage = std::max(stage, at_node(n));
+    stage = std::max(stage, grads);
+    const bool from_params = stages.from_params >= 0 || !graph_.nodes[n].params.empty();
+    int64_t& by_params = from_params ? stages.from_params : stages.before_params;
+    by_params = std::max(by_params, grads);
   }
   return stages;
 }
