@@ -178,6 +178,9 @@ Result<ConfigFilesRead> read_config_files(const std::string& model, const Settin
       read.sequence_unknown = true;
       read.sequence_source = std::string(row.flag) + ": " + *file;
     }
+    for (const planner::FileRead& named : imported.files_read) {
+      read.files_read.push_back({std::string(row.flag) + " " + *file + ": " + named.key, named.path});
+    }
     if (out->xtuner) read.xtuner = imported;
     if (notes != nullptr) add_notes(out.value(), *notes);
   }
