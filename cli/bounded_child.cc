@@ -95,13 +95,16 @@ class Collector {
         fds_[i].fd = -1;  // poll ignores it from now on
         continue;
       }
-      std::string& sink = i == 0 ? outcome_.out : outcome_.err;
-      const size_t cap = i == 0 ? limits_.max_stdout_bytes : limits_.max_stderr_bytes;
-      if (sink.size() + static_cast<size_t>(n) > cap) {
-        sink.append(buffer.data(), cap - sink.size());
-        if (i == 0) outcome_.stdout_overflow = true;
+      if (i == 1) {  // stderr: its end says why the child failed, keep that
+        outcome_.err.append(buffer.data(), static_cast<size_t>(n));
+        if (outcome_.err.size() > limits_.max_stderr_bytes) {
+          outcome_.err.erase(0, outcome_.err.size() - limits_.max_stderr_bytes);
+        }
+      } else if (outcome_.out.size() + static_cast<size_t>(n) > limits_.max_stdout_bytes) {
+        outcome_.out.append(buffer.data(), limits_.max_stdout_bytes - outcome_.out.size());
+        outcome_.stdout_overflow = true;
       } else {
-        sink.append(buffer.data(), static_cast<size_t>(n));
+        outcome_.out.append(buffer.data(), static_cast<size_t>(n));
       }
     }
   }

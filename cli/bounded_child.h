@@ -17,7 +17,7 @@ struct ChildLimits {
   int64_t timeout_ms = 60'000;          // wall clock, from the fork
   int64_t address_space_bytes = 0;      // RLIMIT_AS of the child; 0: inherited
   size_t max_stdout_bytes = 16u << 20;  // more is an error: the child is killed
-  size_t max_stderr_bytes = 64u << 10;  // more is dropped
+  size_t max_stderr_bytes = 64u << 10;  // only the last this many bytes are kept
 };
 
 struct ChildOutcome {

@@ -15,8 +15,9 @@ Printed: {"format": "headroom.mmengine-config", "version": 1, "file": ..., "mmen
 dtypes included: {"import": "torch.float16"}), tuples are lists, and any other object
 is {"repr": "..."}. headroom --xtuner and --mmengine read this (planner/configs/mmengine_import.h).
 
-Exit status: 0 printed; 2 bad input (one message naming the file); 3 mmengine is not
-installed (scripts/setup_exporter.sh).
+Exit status: 0 printed; 2 bad input (one message naming the file; a config that calls
+sys.exit(N) is that too, and says N); 3 mmengine is not installed (scripts/setup_exporter.sh),
+with a message saying so: an exit status with no message is the config's own (os._exit(N)).
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def main(argv: list[str]) -> int:
             DictAction(option_strings=["--cfg-options"], dest="options")(None, overrides, args.cfg_options)
             cfg.merge_from_dict(overrides.options)
         raw = cfg._to_lazy_dict() if hasattr(cfg, "_to_lazy_dict") else cfg.to_dict()
+    except SystemExit as error:  # the config's own sys.exit(N), not this loader's status
+        print(f"{path}: the config exited with status {error.code} (sys.exit) while MMEngine loaded it",
+              file=sys.stderr)
+        return 2
     except Exception as error:  # the config is user code: any failure is bad input
         print(f"{path}: MMEngine could not load it: {type(error).__name__}: {error}", file=sys.stderr)
         return 2

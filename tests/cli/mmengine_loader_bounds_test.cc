@@ -153,4 +153,74 @@ TEST_CASE("--help of fit and plan says an MMEngine config runs as Python code, a
   }
 }
 
+namespace {
+
+// A stand-in mmengine package (its Config.fromfile exec()s the config), so the
+// real loader runs, imports it and then the config: what the loader reports
+// about the config, not about mmengine, is what these tests see.
+struct StubMmengine {
+  TempDir dir;
+  StubMmengine() {
+    fs::create_directories(dir.file("mmengine/config"));
+    write_text(dir.file("mmengine/__init__.py"), "__version__ = '0.0.0+stub'\n");
+    write_text(dir.file("mmengine/config/lazy.py"), "class LazyObject: pass\nclass LazyAttr: pass\n");
+    write_text(dir.file("mmengine/config/__init__.py"),
+               "class DictAction: pass\n"
+               "class Config(dict):\n"
+               "    @staticmethod\n"
+               "    def fromfile(path):\n"
+               "        scope = {}\n"
+               "        exec(compile(open(path).read(), path, 'exec'), scope)\n"
+               "        return Config({k: v for k, v in scope.items() if not k.startswith('__')})\n"
+               "    def to_dict(self):\n"
+               "        return dict(self)\n");
+  }
+  // `headroom ARGS` with python3 and this mmengine on its path.
+  RunOutput run(const std::string& args) const {
+    return run_headroom(args, "HEADROOM_PYTHON=python3 PYTHONPATH=" + quoted(dir.str()));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a config that exits with status 3 is reported as that, not as mmengine missing (issue 37 item 8)") {
+  StubMmengine mmengine;
+  LoaderFixture f;
+  const std::string exits = f.config("exits.py", "import sys\nsys.stderr.write('config says bye\\n')\nsys.exit(3)\n");
+  const RunOutput run = mmengine.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(exits));
+  CHECK(run.exit_code == 2);
+  CHECK_MESSAGE(contains(run.err, exits + ": the config exited with status 3 (sys.exit) while MMEngine loaded it"),
+                run.err);
+  CHECK_FALSE(contains(run.err, "needs mmengine"));
+  CHECK_FALSE(contains(run.err, "HEADROOM_PYTHON"));
+  // os._exit leaves the loader no word to say: the silence is reported as the config's.
+  const std::string quits = f.config("quits.py", "import os\nos._exit(3)\n");
+  const RunOutput silent = mmengine.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(quits));
+  CHECK(silent.exit_code == 2);
+  CHECK_MESSAGE(contains(silent.err, "exited with status 3 without a message (the config's code may have ended it"),
+                silent.err);
+  CHECK_FALSE(contains(silent.err, "HEADROOM_PYTHON"));
+  // Loaded through the stand-in, a config of plain values reaches the XTuner reader.
+  const std::string plain = f.config("plain.py", "batch_size = 4\n");
+  const RunOutput read = mmengine.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(plain));
+  CHECK_FALSE(contains(read.err, "exited with status"));
+  CHECK_MESSAGE(contains(read.err, "--xtuner: " + plain), read.err);
+}
+
+TEST_CASE("a Python without mmengine is reported as that, before the config runs") {
+  LoaderFixture f;
+  const std::string count = f.dir.file("runs");
+  const std::string config = f.config("c.py", "open(" + nlohmann::json(count).dump() + ", 'a').write('x')\n");
+  const RunOutput run = run_headroom("fit llama-3-8b --gpu 4090 --xtuner " + quoted(config),
+                                     "HEADROOM_PYTHON=python3 PYTHONPATH=" + quoted(f.dir.str()));
+  if (run.exit_code == 2) {
+    MESSAGE("skipped: python3 here has mmengine");
+    return;
+  }
+  CHECK(run.exit_code == 1);
+  CHECK_MESSAGE(contains(run.err, "reading an MMEngine config needs mmengine"), run.err);
+  CHECK(contains(run.err, "set HEADROOM_PYTHON to a Python with mmengine"));
+  CHECK_FALSE(fs::exists(count));
+}
+
 }  // namespace headroom
