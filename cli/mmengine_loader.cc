@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +46,8 @@ Result<int64_t> limit_from_environment(const char* name, int64_t fallback) {
   return static_cast<int64_t>(value);
 }
 
+std::atomic<bool> end_escaped{false};  // end_escaped_config_children()
+
 Result<ChildLimits> loader_limits() {
   Result<int64_t> seconds = limit_from_environment("HEADROOM_CONFIG_TIMEOUT_S", kDefaultTimeoutSeconds);
   if (!seconds.is_ok()) return seconds.status();
@@ -53,6 +56,7 @@ Result<ChildLimits> loader_limits() {
   ChildLimits limits;
   limits.timeout_ms = seconds.value() * 1000;
   limits.address_space_bytes = mib.value() << 20;
+  limits.end_escaped_descendants = end_escaped.load();
   return limits;
 }
 
@@ -164,6 +168,8 @@ Result<nlohmann::json> read_mmengine_file(const std::string& path) {
   }
   return dump;
 }
+
+void end_escaped_config_children() { end_escaped = true; }
 
 void forget_mmengine_configs() {
   const std::lock_guard<std::mutex> lock(loaded_mutex);

@@ -4,6 +4,7 @@
 // other user can write. mmengine is not needed here: a stand-in interpreter
 // runs the config itself (`python -c LOADER CONFIG` -> `python3 CONFIG`), so
 // the config's code decides what "the loader" does.
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -91,6 +92,40 @@ TEST_CASE("a config that leaves a child running does not keep headroom waiting, 
     if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   CHECK(ended);
+}
+
+TEST_CASE("a config's child that leaves the loader's process group (setsid) is ended too") {
+  LoaderFixture f;
+  const std::string pid_file = f.dir.file("sleeper.pid");
+  const std::string escapes = f.config(
+      "escape.py", "import os, sys, time\n"
+                   "pid = os.fork()\n"
+                   "if pid == 0:\n"
+                   "    os.setsid()\n"  // its own session and group: out of the loader's group
+                   "    if os.fork() == 0:\n"
+                   "        open(" + nlohmann::json(pid_file + ".tmp").dump() + ", 'w').write(str(os.getpid()))\n"
+                   "        os.rename(" + nlohmann::json(pid_file + ".tmp").dump() + ", " +
+                   nlohmann::json(pid_file).dump() + ")\n"
+                   "        time.sleep(60)\n"
+                   "    os._exit(0)\n"
+                   "os.waitpid(pid, 0)\n"
+                   "while not os.path.exists(" + nlohmann::json(pid_file).dump() + "):\n"
+                   "    time.sleep(0.01)\n"
+                   "sys.stdout.write(open(" +
+                   nlohmann::json(kData + "xtuner/llama3_8b_instruct_qlora_alpaca_e3.dump.json").dump() + ").read())\n");
+  const auto start = std::chrono::steady_clock::now();
+  const RunOutput run = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(escapes) + " --json");
+  CHECK(seconds_since(start) < 10);
+  CHECK_MESSAGE(run.exit_code == 0, run.err);
+  const std::string sleeper = read_text(pid_file);
+  REQUIRE_FALSE(sleeper.empty());
+  bool ended = false;
+  for (int wait = 0; wait < 150 && !ended; ++wait) {  // within 3 s of headroom's exit
+    ended = !running(sleeper);
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(ended);
+  if (!ended) kill(std::stoi(sleeper), SIGKILL);  // never leave it behind
 }
 
 TEST_CASE("a config that wants more memory than HEADROOM_CONFIG_MEMORY_MIB fails with MemoryError, saying the limit") {
