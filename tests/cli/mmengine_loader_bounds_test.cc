@@ -200,13 +200,15 @@ struct StubMmengine {
     write_text(dir.file("mmengine/__init__.py"), "__version__ = '0.0.0+stub'\n");
     write_text(dir.file("mmengine/config/lazy.py"), "class LazyObject: pass\nclass LazyAttr: pass\n");
     write_text(dir.file("mmengine/config/__init__.py"),
+               "import types\n"
                "class DictAction: pass\n"
                "class Config(dict):\n"
                "    @staticmethod\n"
                "    def fromfile(path):\n"
                "        scope = {}\n"
                "        exec(compile(open(path).read(), path, 'exec'), scope)\n"
-               "        return Config({k: v for k, v in scope.items() if not k.startswith('__')})\n"
+               "        return Config({k: v for k, v in scope.items()\n"
+               "                       if not k.startswith('__') and not isinstance(v, types.ModuleType)})\n"
                "    def to_dict(self):\n"
                "        return dict(self)\n");
   }
@@ -256,6 +258,28 @@ TEST_CASE("a Python without mmengine is reported as that, before the config runs
   CHECK_MESSAGE(contains(run.err, "reading an MMEngine config needs mmengine"), run.err);
   CHECK(contains(run.err, "set HEADROOM_PYTHON to a Python with mmengine"));
   CHECK_FALSE(fs::exists(count));
+}
+
+TEST_CASE("no output may replace a file an MMEngine config read while it loaded, such as its _base_ (issue 37 item 1)") {
+  StubMmengine mmengine;
+  LoaderFixture f;
+  // The config takes its keys from another file, as a _base_ file gives them.
+  const std::string base = f.dir.file("base.json");
+  fs::copy_file(kData + "xtuner/llama3_8b_instruct_qlora_alpaca_e3.dump.json", base);
+  const std::string before = read_text(base);
+  const std::string config = f.config("sft.py", "import json\nglobals().update(json.load(open(" +
+                                                    nlohmann::json(base).dump() + "))['config'])\n");
+  const std::string xtuner = " llama-3-8b --gpu 4090 --xtuner " + quoted(config);
+  const RunOutput beside = mmengine.run("fit" + xtuner + " -o " + quoted(f.dir.file("plan.json")));
+  CHECK_MESSAGE(beside.exit_code == 0, beside.err);  // it reads, and the plan is written beside it
+  const std::string named = "is the same file as --xtuner " + config + ": read while it loaded " + base;
+  const RunOutput output = mmengine.run("fit" + xtuner + " -o " + quoted(base));
+  CHECK(output.exit_code == 2);
+  CHECK_MESSAGE(contains(output.err, "-o " + base + ": " + named), output.err);
+  const RunOutput emit = mmengine.run("plan" + xtuner + " --emit xtuner=" + quoted(base));
+  CHECK(emit.exit_code == 2);
+  CHECK_MESSAGE(contains(emit.err, "--emit xtuner " + base + ": " + named), emit.err);
+  CHECK(read_text(base) == before);
 }
 
 }  // namespace headroom
