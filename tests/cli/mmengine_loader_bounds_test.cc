@@ -282,4 +282,21 @@ TEST_CASE("no output may replace a file an MMEngine config read while it loaded,
   CHECK(read_text(base) == before);
 }
 
+TEST_CASE("a directory, FIFO or device named x.py is refused as not a regular file, not as missing (issue 37 item 8)") {
+  LoaderFixture f;
+  const std::string directory = f.dir.file("dir.py");
+  fs::create_directory(directory);
+  const std::string fifo = f.dir.file("fifo.py");
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string device = f.dir.file("null.py");
+  fs::create_symlink("/dev/null", device);
+  for (const std::string& config : {directory, fifo, device}) {
+    CAPTURE(config);
+    const RunOutput run = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(config));
+    CHECK(run.exit_code == 2);
+    CHECK_MESSAGE(contains(run.err, config + ": not a regular file (expected an MMEngine config .py)"), run.err);
+    CHECK_FALSE(contains(run.err, "No such file"));
+  }
+}
+
 }  // namespace headroom
