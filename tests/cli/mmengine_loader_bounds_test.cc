@@ -299,4 +299,15 @@ TEST_CASE("a directory, FIFO or device named x.py is refused as not a regular fi
   }
 }
 
+TEST_CASE("a config of more than 1 MiB of code is refused before it runs (issue 37 item 3)") {
+  LoaderFixture f;
+  const std::string count = f.dir.file("runs");
+  const std::string code = "open(" + nlohmann::json(count).dump() + ", 'a').write('x')\n";
+  const std::string big = f.config("big.py", code + std::string((1 << 20) + 1 - code.size(), '#'));
+  const RunOutput run = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(big));
+  CHECK(run.exit_code == 2);
+  CHECK_MESSAGE(contains(run.err, big + ": 1048577 bytes; expected an MMEngine config of at most 1 MiB"), run.err);
+  CHECK_FALSE(fs::exists(count));
+}
+
 }  // namespace headroom
