@@ -1,0 +1,108 @@
+// TRL's SFTTrainer from 1.15 (--versions trl=X): the fused LM head of
+// trl/trainer/utils.py add_fused_lm_head over trl/kernels/chunked_logprob.py
+// (TRL 1.16.0). No [B*S, V] logits: the head keeps the compact hidden copy and two
+// fp32 values a token; its forward holds one [min(tokens, 4096) x 32768] tile and
+// seven fp32 statistics a token; its backward fp32 gradients of the hidden states
+// and, when the head trains, of its weight.
+#include <doctest/doctest.h>
+
+#include "models/zoo.h"
+#include "planner/mechanisms/trl_fused_head.h"
+#include "planner/settings/stack.h"
+#include "predict_as_given.h"
+
+namespace headroom::planner {
+namespace {
+
+constexpr int64_t kHidden = 4096;  // Llama 3 8B
+constexpr int64_t kVocab = 128256;
+
+graph::LayerGraph llama(bool head_trains) {
+  graph::LayerGraph g = models::build_zoo_model("llama-3-8b", models::ZooOptions{}).value();
+  for (graph::Node& node : g.nodes) {
+    if (node.linear && node.linear->out_features == kVocab) {
+      for (graph::Param& param : node.params) param.trainable = head_trains;
+    }
+  }
+  return g;
+}
+
+const graph::Node& fused_head(const graph::LayerGraph& g) {
+  for (const graph::Node& node : g.nodes) {
+    if (node.op == "trl_fused_logprob") return node;
+  }
+  FAIL("no fused head");
+  return g.nodes.front();
+}
+
+bool saves(const graph::Node& node, const std::string& tensor) {
+  for (const graph::SavedRef& saved : node.saves) {
+    if (saved.tensor == tensor) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("TRL fused head: no logits, the compact hidden copy and log_z, entropy kept") {
+  graph::LayerGraph g = llama(false);
+  REQUIRE(apply_trl_fused_head(g, 2, 1024, graph::DType::kBF16));
+  const int64_t tokens = 2 * 1024;
+  for (const graph::Tensor& tensor : g.tensors) CHECK(tensor.elements.at(2, 1024) < tokens * kVocab);
+  const graph::Node& head = fused_head(g);
+  CHECK_FALSE(head.linear.has_value());
+  REQUIRE(head.outputs.size() == 1);
+  const graph::Tensor* kept = g.find_tensor(head.outputs.front());
+  REQUIRE(kept != nullptr);
+  // bf16: H elements of the copy and 8 bytes (4 elements) of log_z and entropy a token
+  CHECK(kept->elements.at(2, 1024) == tokens * (kHidden + 4));
+  CHECK(head.saves.size() == 1);
+  CHECK(saves(head, kept->name));
+  // Below 4096 tokens the tile has a row a token: 2048 x 32768, and 52 bytes a token
+  CHECK(head.workspace_elements.at(2, 1024) == tokens * kTrlVocabTile + tokens * 26);
+  // Backward: fp32 grad_hidden (two bf16 elements a value) and the tile, no weight gradient
+  CHECK(head.backward_workspace().at(2, 1024) == tokens * kTrlVocabTile + tokens * 2 * kHidden);
+  for (const graph::Node& node : g.nodes) {
+    if (node.op == "loss") CHECK(node.saves.empty());
+    CHECK(node.op != "to_f32");
+  }
+}
+
+TEST_CASE("TRL fused head: the tile stops at 4096 tokens, a trained head adds fp32 grad_weight") {
+  graph::LayerGraph g = llama(true);
+  REQUIRE(apply_trl_fused_head(g, 4, 2048, graph::DType::kBF16));
+  const graph::Node& head = fused_head(g);
+  const int64_t tokens = 4 * 2048;
+  CHECK(trl_tile_rows(tokens) == 4096);
+  CHECK(trl_tile_rows(511) == 511);
+  CHECK(head.workspace_elements.at(4, 2048) == 4096 * kTrlVocabTile + tokens * 26);
+  CHECK(head.backward_workspace().at(4, 2048) ==
+        4096 * kTrlVocabTile + tokens * 2 * kHidden + 2 * kVocab * kHidden);
+}
+
+TEST_CASE("TRL's release picks the fused head under the Trainer's stack, from 1.15") {
+  RunSettings s = llama_lora(Stack::kHfTrainer);
+  s.versions = {{"transformers", "5.23.0"}, {"trl", "1.16.0"}};
+  CHECK(resolve_stack(s).top.loss.impl == LossImpl::kTrlFusedHead);
+  s.versions["trl"] = "1.15.0";
+  CHECK(resolve_stack(s).top.loss.impl == LossImpl::kTrlFusedHead);
+  s.versions["trl"] = "1.14.2";  // loss_type chunked_nll: not priced apart from the Trainer's
+  CHECK(resolve_stack(s).top.loss.impl == LossImpl::kFull);
+  s.versions.erase("trl");
+  CHECK(resolve_stack(s).top.loss.impl == LossImpl::kFull);
+}
+
+TEST_CASE("TRL fused head at a 128k vocabulary: below the Trainer's full loss by the logits") {
+  RunSettings trainer = llama_lora(Stack::kHfTrainer);
+  trainer.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}};
+  RunSettings trl = trainer;
+  trl.versions["trl"] = "1.16.0";
+  const Prediction full = predict_as_given(trainer);
+  const Prediction fused = predict_as_given(trl);
+  MESSAGE("peak allocated: Trainer " << full.peak_allocated / double(1 << 30) << " GiB, TRL "
+                                     << fused.peak_allocated / double(1 << 30) << " GiB");
+  // The Trainer holds fp32 log-probabilities (4 bytes a logit) to backward; TRL none.
+  CHECK(static_cast<double>(full.peak_allocated - fused.peak_allocated) >= 4.0 * 2 * 4096 * kVocab);
+}
+
+}  // namespace headroom::planner
