@@ -107,7 +107,7 @@ bool apply_trl_fused_head(graph::LayerGraph& graph, int64_t micro_batch, int64_t
   head.bwd_param_flops = weight_trains ? gemm : graph::SizeExpr{};
   head.fwd_io_elements = rows.scaled(hidden + 2 * tile_cols);
   head.linear.reset();  // one autograd Function now, not an nn.Linear to adapt or tile
-  head.op = "trl_fused_logprob";
+  head.op = std::string(kTrlFusedLogprobOp);
   price_loss(graph, loss, rows);
   return true;
 }

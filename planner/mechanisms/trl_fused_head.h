@@ -10,12 +10,17 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "graph/dtype.h"
 #include "graph/layer_graph.h"
 
 namespace headroom::planner {
 
+// The fused head's op name. Its weight gradient is a fresh tensor (an fp32
+// accumulator cast to the weight's dtype), not a view: a tied embedding's partial
+// adds into it in place (time/backward_gradients.cc).
+inline constexpr std::string_view kTrlFusedLogprobOp = "trl_fused_logprob";
 inline constexpr int64_t kTrlTokenTile = 4096;   // chunked_logprob.py TOKEN_CHUNK_SIZE
 inline constexpr int64_t kTrlVocabTile = 32768;  // utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
 // Forward scratch a token besides the tile: ChunkedLogProbFunction's seven fp32

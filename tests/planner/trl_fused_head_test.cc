@@ -105,4 +105,26 @@ TEST_CASE("TRL fused head at a 128k vocabulary: below the Trainer's full loss by
   CHECK(static_cast<double>(full.peak_allocated - fused.peak_allocated) >= 4.0 * 2 * 4096 * kVocab);
 }
 
+TEST_CASE("TRL fused head: a tied embedding's partial gradient adds in place, one transient") {
+  // Llama 3.2 1B (tied, 128256 x 2048) in full at 1 x 512: the peak is the input
+  // embedding's backward, where its partial joins the head's fresh bf16 gradient
+  // (grad_weight.to(dtype)) in autograd's buffer in place; a linear's transposed view
+  // would be summed out of place, a second V x H beside them (time/backward_gradients.cc).
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
+  s.gpu = "h200";
+  s.stack = Stack::kHfTrainer;
+  s.precision = Precision::kBf16Pure;
+  s.mode = TrainMode::kFull;
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"trl", "1.16.0"}};
+  const Prediction p = predict_as_given(s);
+  const int64_t partial = int64_t{128256} * 2048 * 2;
+  MESSAGE("transient at the peak " << p.peak.transient / double(1 << 20) << " MiB");
+  CHECK(p.peak.transient >= partial);
+  CHECK(p.peak.transient < partial + partial / 2);
+}
+
 }  // namespace headroom::planner
