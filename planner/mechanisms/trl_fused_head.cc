@@ -86,8 +86,9 @@ bool apply_trl_fused_head(graph::LayerGraph& graph, int64_t micro_batch, int64_t
   const int64_t vocab = head.linear->out_features;
   const bool weight_trains = head.params.front().trainable;
   // One [tile rows x 32768] buffer in the compute dtype (forward and backward): rows
-  // tokens below 4096, else 4096.
-  const int64_t tile_cols = std::min(vocab, kTrlVocabTile);
+  // tokens below 4096, else 4096; 32768 columns whatever the vocabulary (mm_buf is
+  // allocated at chunk_size, each tile a view of it).
+  const int64_t tile_cols = kTrlVocabTile;
   const graph::SizeExpr tile = rows.at(micro_batch, seq) <= kTrlTokenTile
                                    ? rows.scaled(tile_cols)
                                    : graph::SizeExpr::constant(kTrlTokenTile * tile_cols);

@@ -22,7 +22,7 @@ namespace headroom::planner {
 // adds into it in place (time/backward_gradients.cc).
 inline constexpr std::string_view kTrlFusedLogprobOp = "trl_fused_logprob";
 inline constexpr int64_t kTrlTokenTile = 4096;   // chunked_logprob.py TOKEN_CHUNK_SIZE
-inline constexpr int64_t kTrlVocabTile = 32768;  // utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
+inline constexpr int64_t kTrlVocabTile = 32768;  // utils.py _CHUNKED_LOGPROB_CHUNK_SIZE, even for V < 32768
 // Forward scratch a token besides the tile: ChunkedLogProbFunction's seven fp32
 // statistics (running_max, sum_exp, x_sum_exp, sq_sum_exp, z_sum, max_before_target,
 // target_logit), the compact labels (int64) and CUDA's nonzero index rows (2 x int64).
