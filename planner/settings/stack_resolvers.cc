@@ -163,7 +163,14 @@ std::optional<LossSpec> script_loss(const RunSettings& settings) {
 // update_layer: self.to(weight.device, dtype=weight.dtype) for a floating weight),
 // fp32 from 0.12 (get_peft_model's autocast_adapter_dtype=True). A 4-bit base
 // weight is not floating: its adapters stay fp32 either way.
+// TRL's SFTTrainer from 0.26 casts QLoRA's trainable parameters to bf16 after
+// get_peft_model (trl/trainer/sft_trainer.py, 0.26.0 to 1.16.0: `param.data =
+// param.data.to(torch.bfloat16)` for a model loaded in 4 or 8 bits).
 std::optional<AdapterDtype> adapters_by_release(const RunSettings& settings) {
+  const std::optional<Release> trl = release_of(settings.versions, "trl");
+  if (settings.stack == Stack::kHfTrainer && trl && *trl >= Release{0, 26, 0} && settings.mode == TrainMode::kQlora) {
+    return AdapterDtype::kModel;
+  }
   const std::optional<Release> peft = release_of(settings.versions, "peft");
   if (!peft || settings.mode != TrainMode::kLora || *peft >= Release{0, 12, 0}) return std::nullopt;
   return AdapterDtype::kModel;

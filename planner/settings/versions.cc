@@ -15,7 +15,8 @@ constexpr std::array<VersionedPackage, 5> kPackages = {{
     {"torch", "whether transformers >= 4.54 defaults to fused AdamW (torch 2.8 and later)"},
     {"peft", "the LoRA adapters' dtype (the base weight's before 0.12, fp32 from 0.12)"},
     {"torchtune", "RMSNorm's normalized tensor, kept for the scale's gradient: 16-bit before 0.5, fp32 from 0.5"},
-    {"trl", "SFTTrainer's loss: from 1.15 a fused LM head that never builds the logits"},
+    {"trl", "SFTTrainer's loss (from 1.15 a fused LM head that never builds the logits) and QLoRA's adapters "
+            "(bf16 from 0.26)"},
 }};
 
 }  // namespace

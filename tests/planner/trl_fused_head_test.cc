@@ -92,6 +92,19 @@ TEST_CASE("TRL's release picks the fused head under the Trainer's stack, from 1.
   CHECK(resolve_stack(s).top.loss.impl == LossImpl::kFull);
 }
 
+TEST_CASE("TRL from 0.26 makes QLoRA's adapters bf16, PEFT's fp32 otherwise") {
+  RunSettings s = llama_lora(Stack::kHfTrainer);
+  s.mode = TrainMode::kQlora;
+  s.precision = Precision::kBf16Pure;
+  s.versions = {{"peft", "0.21.2"}, {"trl", "0.26.0"}};
+  CHECK(resolve_stack(s).top.adapter_dtype == AdapterDtype::kModel);
+  s.versions["trl"] = "0.25.1";
+  CHECK(resolve_stack(s).top.adapter_dtype == AdapterDtype::kFp32);
+  s.versions["trl"] = "1.16.0";
+  s.mode = TrainMode::kLora;  // a 16-bit base: PEFT's fp32 adapters stay
+  CHECK(resolve_stack(s).top.adapter_dtype == AdapterDtype::kFp32);
+}
+
 TEST_CASE("TRL fused head at a 128k vocabulary: below the Trainer's full loss by the logits") {
   RunSettings trainer = llama_lora(Stack::kHfTrainer);
   trainer.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}};
