@@ -35,13 +35,6 @@ const graph::Node& fused_head(const graph::LayerGraph& g) {
   return g.nodes.front();
 }
 
-bool saves(const graph::Node& node, const std::string& tensor) {
-  for (const graph::SavedRef& saved : node.saves) {
-    if (saved.tensor == tensor) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 TEST_CASE("TRL fused head: no logits, the compact hidden copy and log_z, entropy kept") {
