@@ -6,6 +6,7 @@
 // and, when the head trains, of its weight.
 #include <doctest/doctest.h>
 
+#include "models/gpt_stack.h"
 #include "models/zoo.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/settings/stack.h"
@@ -71,6 +72,14 @@ TEST_CASE("TRL fused head: the tile stops at 4096 tokens, a trained head adds fp
   CHECK(head.workspace_elements.at(4, 2048) == 4096 * kTrlVocabTile + tokens * 26);
   CHECK(head.backward_workspace().at(4, 2048) ==
         4096 * kTrlVocabTile + tokens * 2 * kHidden + 2 * kVocab * kHidden);
+}
+
+TEST_CASE("TRL fused head: the tile is 32768 columns even when the vocabulary is smaller") {
+  // mm_buf = torch.empty((min(N, TOKEN_CHUNK_SIZE), chunk_size)): each tile is a view of it
+  graph::LayerGraph g = models::build_gpt_layer_stack(2, 256, 4, 8192, models::AttentionImpl::kSdpa, 0.0);
+  REQUIRE(apply_trl_fused_head(g, 2, 256, graph::DType::kBF16));
+  const int64_t tokens = 2 * 256;
+  CHECK(fused_head(g).workspace_elements.at(2, 256) == tokens * kTrlVocabTile + tokens * 26);
 }
 
 TEST_CASE("TRL's release picks the fused head under the Trainer's stack, from 1.15") {
