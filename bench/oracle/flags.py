@@ -26,7 +26,7 @@ def model_path(spec: dict) -> str:
 
 
 # The packages whose release headroom reads (planner/settings/versions.cc).
-_RELEASED = ("transformers", "torch", "peft", "accelerate")
+_RELEASED = ("transformers", "torch", "peft", "accelerate", "trl")
 
 
 def release_flags(spec: dict) -> list:
@@ -57,7 +57,9 @@ def headroom_flags(spec: dict) -> list:
         return diffusers_flux_flags(spec)
     if spec["stack"] == "torch-loop":
         return torch_loop_flags(spec)
-    flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", spec["stack"],
+    # TRL's SFTTrainer is the Trainer's stack with TRL's release given (`--versions trl=X`)
+    stack = "hf-trainer" if spec["stack"] == "trl-sft" else spec["stack"]
+    flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", stack,
              "--precision", spec["precision"], "--batch", str(spec["batch"]), *shape_flags(spec)]
     if spec["method"] in ("lora", "qlora"):
         flags += ["--mode", spec["method"], "--lora-rank", str(spec.get("lora_rank", 16)),

@@ -8,7 +8,7 @@ namespace headroom::planner {
 namespace {
 
 // What each release changes is cited in docs/stacks.md, "Releases".
-constexpr std::array<VersionedPackage, 5> kPackages = {{
+constexpr std::array<VersionedPackage, 6> kPackages = {{
     {"transformers",
      "the Trainer's loss (an fp32 shifted copy before 4.49), its default optimizer (fused AdamW from 4.54 with "
      "torch 2.8) and SDPA over grouped K/V (copied to every head before 4.54)"},
@@ -18,6 +18,8 @@ constexpr std::array<VersionedPackage, 5> kPackages = {{
     {"accelerate",
      "the Trainer's FSDP2 units: from 1.14 the input embeddings and the final norm with the head are units of their "
      "own (the head's kept from its forward to its backward), before 1.14 both in the root group"},
+    {"trl", "SFTTrainer's loss (from 1.15 a fused LM head that never builds the logits) and QLoRA's adapters "
+            "(bf16 from 0.26)"},
 }};
 
 }  // namespace

@@ -96,8 +96,8 @@ TEST_CASE("settings JSON carries versions and repeat_kv, strictly") {
   nlohmann::json wrong = j;
   wrong["versions"] = {{"transformers", 4.44}};
   CHECK(settings_from_json(wrong, "f.json").message().find("settings.versions.transformers") != std::string::npos);
-  wrong["versions"] = {{"trl", "0.9.0"}};
-  CHECK(settings_from_json(wrong, "f.json").message().find("f.json: versions: 'trl=0.9.0'") != std::string::npos);
+  wrong["versions"] = {{"unsloth", "0.9.0"}};
+  CHECK(settings_from_json(wrong, "f.json").message().find("f.json: versions: 'unsloth=0.9.0'") != std::string::npos);
   wrong = j;
   wrong["attention"] = "eager";
   CHECK(settings_from_json(wrong, "f.json").message().find("repeat_kv") != std::string::npos);
