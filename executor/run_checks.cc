@@ -207,6 +207,11 @@ Status check_adapters_and_loss(const planner::RunSettings& s, const planner::Sta
                   "adapters of a second rank in one part of the model are priced but not built by the executor "
                   "(its LoRA has one rank); expected none");
   }
+  if (stack.grads_through_forward) {
+    return refuse(origin, "settings.grads_through_forward",
+                  "the executor frees the gradients after each optimizer step, so none live through the next "
+                  "forward; expected off");
+  }
   if (stack.loss.impl != planner::LossImpl::kFull && stack.loss.impl != planner::LossImpl::kFullKeepLogits) {
     return refuse(origin, "settings.loss",
                   planner::loss_name(stack.loss) +
@@ -239,6 +244,8 @@ Status check_shape(const planner::Plan& plan, const ExecutableModel& model, std:
 planner::Plan as_executor_runs(planner::Plan plan) {
   planner::RunSettings& s = plan.settings;
   if (!s.repeat_kv && s.attention != models::AttentionImpl::kEager) s.repeat_kv = false;
+  // The trainer frees the gradients right after the optimizer step (trainer.cc).
+  if (!s.grads_through_forward) s.grads_through_forward = false;
   const planner::ResolvedStack stack = planner::resolve_stack(s);
   if (!s.loss && stack.top.loss.impl == planner::LossImpl::kUpcastShift) s.loss = stack.bottom.loss;
   return plan;

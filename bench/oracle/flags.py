@@ -48,6 +48,16 @@ def with_current_releases(command: list, versions: dict) -> list:
     return out
 
 
+def refreshed_command(row: dict) -> list:
+    """A recorded row's `headroom fit` command as this checkout gives it: made again from
+    the spec where nothing the oracle resolved goes into it (a plain loop), else the
+    recorded command with its releases made again (with_current_releases)."""
+    if row["spec"]["stack"] == "torch-loop":
+        spec = dict(row["spec"], versions=row.get("versions", {}))
+        return ["headroom", "fit", *torch_loop_flags(spec), "--json"]
+    return with_current_releases(row["command"].split(" "), row.get("versions", {}))
+
+
 def headroom_flags(spec: dict) -> list:
     if "world_size" in spec:
         return sharded_flags(spec)
@@ -116,9 +126,11 @@ def torch_loop_flags(spec: dict) -> list:
     (a plain loop with torch.autocast where the precision says amp; foreach optimizer,
     the output kept through backward: docs/stacks.md). The zoo model is the spec's
     `model`, the builder's (resnet-50: torchvision resnet50, v1.5)."""
+    through = "on" if spec.get("zero_grad", "after-step") == "before-backward" else "off"
     return [spec["model"], "--gpu", spec.get("gpu", "h200"), "--stack", "torch-amp",
             "--precision", spec["precision"], "--batch", str(spec["batch"]), *shape_flags(spec),
-            "--mode", "full", "--optimizer", spec.get("optimizer", "sgd"), *release_flags(spec)]
+            "--mode", "full", "--optimizer", spec.get("optimizer", "sgd"),
+            "--grads-through-forward", through, *release_flags(spec)]
 
 
 # -- sharded runs (stacks/fsdp2.py; hf-trainer with `sharding`) -------------------

@@ -12,19 +12,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flags import with_current_releases  # noqa: E402
+from flags import refreshed_command  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def repredict(row: dict, headroom: str) -> dict:
-    command = with_current_releases(shlex.split(row["command"]), row.get("versions", {}))
+    command = refreshed_command(row)
     command[0] = headroom
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
     prediction = json.loads(done.stdout)["as_given"]["prediction"]

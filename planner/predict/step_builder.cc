@@ -97,6 +97,9 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   if (settings.offload_checkpoint_inputs) model.checkpoint_stash = kCheckpointOffloadStash;
   const size_t n = model.blocks.size();
   set_gradients_by_block(out.states, config, model);
+  // zero_grad between the loss and backward(): the previous step's gradients live
+  // through the first micro-step's forward (StackSpec::grads_through_forward).
+  if (resolve_stack(settings).top.grads_through_forward) model.grads_fwd = std::max(model.grads_fwd, out.states.grads_full);
   model.gathered_fwd = out.states.gathered_fwd_block;
   model.gathered_bwd = out.states.gathered_bwd_block;
   model.gathered_bwd_before = out.states.gathered_bwd_before_block;

@@ -50,6 +50,7 @@ StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& set
   block_shard_bytes_ = block_shard_bytes(graph_, settings, config.zero_stage);
   if (fsdp() && !fsdp1()) kept_layer_ = fsdp2_kept_layer(graph_, settings);
   if (fsdp() && !fsdp1()) kept_tail_ = fsdp2_kept_tail(graph_, settings);
+  grads_through_forward_ = resolve_stack(settings).top.grads_through_forward;
 }
 
 void StepSimulator::allocate_states() {
@@ -300,6 +301,9 @@ void StepSimulator::micro_step() {
   // Backward drops whatever the forward stash still holds on the GPU.
   trim_input_stash(0);
   restage_root();
+  label_ = "zero_grad";
+  for (int64_t handle : held_grads_) release(handle);  // the previous step's, freed before backward()
+  held_grads_.clear();
   for (int b = blocks - 1; b >= 0; --b) backward_block(b);
   reshard_root();
   for (int64_t handle : offload_shards_) release(handle);  // no root: the last unit's callback
@@ -355,7 +359,12 @@ void StepSimulator::optimizer_step() {
   clock_ = event(stream, Phase::kOptimizer, clock_, model.optimizer_ms, -1, label_);
   for (int64_t handle : step_temporaries) release(handle);
   time_.optimizer_ms = model.optimizer_ms;
-  for (int64_t handle : param_grads_) release(handle);  // zero_grad(set_to_none=True)
+  if (grads_through_forward_) {
+    // zero_grad runs between the next loss and its backward (micro_step).
+    held_grads_.insert(held_grads_.end(), param_grads_.begin(), param_grads_.end());
+  } else {
+    for (int64_t handle : param_grads_) release(handle);  // zero_grad(set_to_none=True)
+  }
   param_grads_.clear();
   sharded_made_.clear();
 }

@@ -112,6 +112,10 @@ struct RunSettings {
   // require grad (transformers' enable_input_require_grads; StackSpec::input_require_grads);
   // nullopt: as the stack and its releases do.
   std::optional<bool> input_require_grads;
+  // Whether the previous step's gradients live through the next forward (the loop
+  // calls zero_grad between the loss and backward(); StackSpec::grads_through_forward);
+  // nullopt: as the stack does (a band for a plain loop).
+  std::optional<bool> grads_through_forward;
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile): checkpointable blocks save what the min-cut partitioner
   // keeps (planner/mechanisms/compiled_blocks.h) and run their pointwise ops as fused

@@ -142,7 +142,7 @@ constexpr MechanismRow on_off_row(const char* key, const char* help,
 
 // The rows, in the order resolve_stack runs them (docs/stacks.md cites each
 // stack's source in its table, settings/stack_resolvers.cc in its comments).
-const std::array<MechanismRow, 11> kMechanisms = {{
+const std::array<MechanismRow, 12> kMechanisms = {{
     enum_row<&RunSettings::optimizer_impl, parse_optimizer_impl, optimizer_impl_name>(
         "optimizer_impl", "IMPL", "how optimizer.step() runs", optimizer_impl_names, resolve_optimizer_impl,
         pin_always<&RunSettings::optimizer_impl, &StackSpec::optimizer_impl>, optimizer_words),
@@ -201,6 +201,13 @@ const std::array<MechanismRow, 11> kMechanisms = {{
         "input_ids, enable_input_require_grads; off: transformers 4.x, other stacks)",
         resolve_input_require_grads,
         pin_always<&RunSettings::input_require_grads, &StackSpec::input_require_grads>, no_words),
+    on_off_row<&RunSettings::grads_through_forward>(
+        "grads_through_forward",
+        "whether the previous step's gradients live through the next forward (on: the loop calls zero_grad "
+        "between the loss and backward(), as torchvision's classification reference; off: zero_grad after the "
+        "step or before the forward, as the Trainer, torchtune, litgpt, torchtitan and the diffusers scripts)",
+        resolve_grads_through_forward,
+        pin_always<&RunSettings::grads_through_forward, &StackSpec::grads_through_forward>, no_words),
 }};
 
 }  // namespace

@@ -441,4 +441,19 @@ void resolve_input_require_grads(const RunSettings& settings, ResolvedStack& out
       applies && (!transformers || *transformers >= Release{5, 0, 0});
 }
 
+// Where the loop frees the gradients. The stacks free them after the optimizer step
+// or before the forward: transformers' Trainer (`model.zero_grad()` after
+// `optimizer.step()`), torchtune and litgpt (`zero_grad` after `step`), torchtitan
+// (`zero_grad` at the start of `train_step`), the diffusers scripts and DeepSpeed's
+// engine (`step` zeroes). A plain loop may call it between the loss and backward(),
+// as torchvision's classification reference does (references/classification/train.py
+// `train_one_epoch`); a plain loop is priced as PyTorch's tutorials and torchao's
+// optimizer benchmarks write it, zero_grad after the step (a band's top here moved the
+// published torchao ViT-H runs from -0.4% to +19%), and the other order is a flag.
+// Nothing survives a step whose gradients are freed in backward.
+void resolve_grads_through_forward(const RunSettings& settings, ResolvedStack& out) {
+  const bool on = settings.grads_through_forward.value_or(false) && out.top.optimizer_impl != OptimizerImpl::kInBackward;
+  out.top.grads_through_forward = out.bottom.grads_through_forward = on;
+}
+
 }  // namespace headroom::planner

@@ -20,6 +20,7 @@ void resolve_kbit_prep(const RunSettings& settings, ResolvedStack& out);
 void resolve_autocast(const RunSettings& settings, ResolvedStack& out);
 void resolve_repeat_kv(const RunSettings& settings, ResolvedStack& out);
 void resolve_input_require_grads(const RunSettings& settings, ResolvedStack& out);
+void resolve_grads_through_forward(const RunSettings& settings, ResolvedStack& out);
 void resolve_rope_modules(const RunSettings& settings, ResolvedStack& out);
 
 }  // namespace headroom::planner

@@ -46,6 +46,10 @@ struct StackSpec {
   // (planner/mechanisms/input_require_grads.h; docs/stacks.md, "Input gradients
   // under checkpointing").
   bool input_require_grads = false;
+  // The loop calls optimizer.zero_grad() between the loss and backward() (torchvision's
+  // classification reference), so the previous step's gradients live through the
+  // first micro-step's forward (docs/stacks.md, "Where zero_grad runs").
+  bool grads_through_forward = false;
 };
 
 // The stack as the planner prices it: the top of the band (each unknown at its

@@ -301,6 +301,14 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   chunked.settings.stack = planner::Stack::kTorchtune;
   CHECK(check_executable(chunked, "plan.json").message().find("plan.json: settings.loss: chunked:8") == 0);
 
+  // The trainer frees the gradients after the step: a plain loop's open zero_grad is
+  // run as that, a loop that keeps them through the forward is refused by name.
+  planner::Plan loop = plan;
+  loop.settings.stack = planner::Stack::kTorchAmp;
+  CHECK(check_executable(loop, "plan.json").message().find("grads_through_forward") == std::string::npos);
+  loop.settings.grads_through_forward = true;
+  CHECK(check_executable(loop, "plan.json").message().find("plan.json: settings.grads_through_forward") == 0);
+
   planner::Plan torn = plan;
   torn.block_names.pop_back();
   CHECK(check_executable(torn, "plan.json").message().find("plan.json: blocks") == 0);
