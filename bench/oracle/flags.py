@@ -26,7 +26,7 @@ def model_path(spec: dict) -> str:
 
 
 # The packages whose release headroom reads (planner/settings/versions.cc).
-_RELEASED = ("transformers", "torch", "peft")
+_RELEASED = ("transformers", "torch", "peft", "bitsandbytes")
 
 
 def release_flags(spec: dict) -> list:

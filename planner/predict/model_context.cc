@@ -18,11 +18,13 @@
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/fused_kernels.h"
 #include "planner/mechanisms/input_require_grads.h"
+#include "planner/mechanisms/bnb_matmul4bit.h"
 #include "planner/mechanisms/kbit_prep.h"
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/selective_checkpoint.h"
 #include "planner/mechanisms/strided_slices.h"
+#include "planner/settings/bnb_release.h"
 #include "planner/settings/stack.h"
 #include "planner/mechanisms/trainability.h"
 
@@ -252,6 +254,13 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
     apply_autocast_to_fp32_adapters(context.graph);
   } else if (autocast_matters(settings) && !fsdp_gathers_in_16_bits(settings)) {
     apply_fp32_adapters_without_autocast(context.graph);
+  }
+  // After autocast: its casts show which 4-bit linears are fed fp32.
+  if (uses_bnb_4bit(settings)) {
+    const BnbRegime regime = bnb_regime(settings);
+    apply_bnb_matmul4bit(context.graph, BnbMatmul4bit{regime.keeps_input, regime.fp32_compute,
+                                                      !is_autocast(settings.precision) &&
+                                                          settings.precision != Precision::kFp32});
   }
   apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},
                        compute_dtype_for(settings.precision));
