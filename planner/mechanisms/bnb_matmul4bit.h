@@ -4,6 +4,9 @@
 // front of a 4-bit linear fed fp32 (mechanisms/autocast.cc).
 #pragma once
 
+#include <vector>
+
+#include "graph/graph_analysis.h"
 #include "graph/layer_graph.h"
 
 namespace headroom::planner {
@@ -21,5 +24,14 @@ struct BnbMatmul4bit {
 };
 
 void apply_bnb_matmul4bit(graph::LayerGraph& graph, const BnbMatmul4bit& bnb);
+
+// What a checkpointed block keeps besides its inputs (ModelContext::checkpoint_saves):
+// with keeps_input, each 4-bit linear's kept input. MatMul4Bit holds it on its autograd
+// context (ctx.tensors), not through save_for_backward, so non-reentrant checkpointing's
+// saved-tensor hooks never see it: every layer's stays from its forward to its backward.
+// (Reentrant checkpointing runs the forward under no_grad and keeps none; headroom prices
+// the non-reentrant default.)
+void hold_bnb_inputs(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis, const BnbMatmul4bit& bnb,
+                     std::vector<std::vector<int>>& checkpoint_saves);
 
 }  // namespace headroom::planner

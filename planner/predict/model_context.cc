@@ -215,6 +215,14 @@ bool fsdp_gathers_in_16_bits(const RunSettings& settings) {
   return mixed && fsdp_shards_params(settings, settings.zero_stage);
 }
 
+// The bitsandbytes release's regime for its 4-bit linears (settings/bnb_release.h):
+// over an fp32 model (AMP, fp32) dequantize_4bit returns fp32 in every release.
+BnbMatmul4bit bnb_matmul4bit_of(const RunSettings& settings) {
+  const BnbRegime regime = bnb_regime(settings);
+  const bool sixteen_bit = !is_autocast(settings.precision) && settings.precision != Precision::kFp32;
+  return BnbMatmul4bit{regime.keeps_input, regime.fp32_compute, sixteen_bit};
+}
+
 // The stack's mechanisms, each a rewrite of the graph, in the order they
 // compose: training mode (LoRA/QLoRA), loss, QLoRA preparation, autocast, fp8;
 // then the graph's analysis and what selective checkpointing keeps. `stack`: the
@@ -256,12 +264,7 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
     apply_fp32_adapters_without_autocast(context.graph);
   }
   // After autocast: its casts show which 4-bit linears are fed fp32.
-  if (uses_bnb_4bit(settings)) {
-    const BnbRegime regime = bnb_regime(settings);
-    apply_bnb_matmul4bit(context.graph, BnbMatmul4bit{regime.keeps_input, regime.fp32_compute,
-                                                      !is_autocast(settings.precision) &&
-                                                          settings.precision != Precision::kFp32});
-  }
+  if (uses_bnb_4bit(settings)) apply_bnb_matmul4bit(context.graph, bnb_matmul4bit_of(settings));
   apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},
                        compute_dtype_for(settings.precision));
   // Slices strided over the batch are copied where a linear reads them (at the run's micro-batch).
@@ -270,6 +273,9 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   if (Status groups = check_fsdp_own_groups(context.graph, settings); !groups.is_ok()) return groups;
   if (stack.top.recompute == Recompute::kSelectiveOp) {
     context.checkpoint_saves = selective_op_saves(context.graph, context.analysis);
+  }
+  if (uses_bnb_4bit(settings)) {
+    hold_bnb_inputs(context.graph, context.analysis, bnb_matmul4bit_of(settings), context.checkpoint_saves);
   }
   return Status::ok();
 }

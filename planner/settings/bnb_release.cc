@@ -29,7 +29,7 @@ bool fed_fp32(const RunSettings& settings) {
 
 bool uses_bnb_4bit(const RunSettings& settings) {
   return settings.mode == TrainMode::kQlora && settings.quant == QuantFormat::kNf4 &&
-         settings.stack != Stack::kTorchtune;
+         settings.stack != Stack::kTorchtune && settings.stack != Stack::kTorchtitan;
 }
 
 BnbRegime bnb_regime(const RunSettings& settings) {

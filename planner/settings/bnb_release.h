@@ -11,8 +11,8 @@
 
 namespace headroom::planner {
 
-// QLoRA whose 4-bit linears are bitsandbytes' Linear4bit: NF4 under every stack
-// but torchtune, whose NF4 is torchao's (FrozenNF4Linear).
+// QLoRA whose 4-bit linears are bitsandbytes' Linear4bit: NF4 under every stack but
+// torchtune and torchtitan, which build on torchao (torchtune's FrozenNF4Linear).
 bool uses_bnb_4bit(const RunSettings& settings);
 
 struct BnbRegime {
