@@ -88,6 +88,18 @@ TEST_CASE("bitsandbytes up to 0.43.1: every 4-bit linear keeps its input until b
   CHECK_FALSE(keeps_input(node_named(current.graph, "model.layers.3.mlp.down_proj"), down.inputs.front()));
 }
 
+TEST_CASE("0.43.1 under checkpointing: every layer's 4-bit linears keep their inputs, which no hook drops") {
+  RunSettings held = trainer_qlora("0.43.1");
+  RunSettings freed = trainer_qlora("0.43.2");
+  held.checkpointing = freed.checkpointing = CheckpointPolicy::kEveryBlock;
+  // ctx.tensors is no saved tensor: non-reentrant checkpointing's saved_tensors_hooks never see
+  // it. Each layer keeps both norms' outputs, the attention output (o_proj's input, which SDPA's
+  // saves no longer hold) and down_proj's input; transformers 5 makes the embeddings' output
+  // require grad under checkpointing, so layer 0's first norm counts too.
+  const int64_t per_layer = kTokens * (3 * kHidden + kMlp) * 2;
+  CHECK(predict_as_given(held).peak.activations - predict_as_given(freed).peak.activations == kLayers * per_layer);
+}
+
 TEST_CASE("fed fp32 (PEFT's preparation), 0.43.1 keeps the fp32 input itself, not a 16-bit copy") {
   const int64_t held = predict_as_given(trainer_qlora("0.43.1", KbitPrep::kPeft)).peak.activations;
   const int64_t freed = predict_as_given(trainer_qlora("0.43.2", KbitPrep::kPeft)).peak.activations;
