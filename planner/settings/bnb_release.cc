@@ -41,7 +41,8 @@ BnbRegime bnb_regime(const RunSettings& settings) {
 void add_bnb_unknowns(const RunSettings& settings, std::vector<std::string>& unknowns) {
   if (!uses_bnb_4bit(settings) || release_of(settings.versions, "bitsandbytes")) return;
   unknowns.emplace_back(
-      std::string("the bitsandbytes release: up to 0.43.1 each 4-bit linear keeps its input for backward") +
+      std::string("the bitsandbytes release: up to 0.43.1 each 4-bit linear keeps its input for backward, "
+                  "past non-reentrant checkpointing too") +
       (fed_fp32(settings) ? ", and up to 0.46 one fed fp32 copies its dequantized weight to fp32" : "") +
       " (give --versions bitsandbytes=X)");
 }
