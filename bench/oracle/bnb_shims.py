@@ -59,11 +59,11 @@ def stub_triton_ops() -> None:
 
 
 def _bnb_release():
+    """bitsandbytes' (major, minor), None where it is not installed (without `packaging`,
+    which not every environment has)."""
     from importlib.metadata import PackageNotFoundError, version
-
-    from packaging.version import Version
     try:
-        return Version(version("bitsandbytes"))
+        return tuple(int(part) for part in version("bitsandbytes").split(".")[:2])
     except PackageNotFoundError:
         return None
 
@@ -141,9 +141,8 @@ def _transformers_sees_bnb(stack: contextlib.ExitStack) -> None:
 @contextlib.contextmanager
 def bnb_kernels_on_meta() -> Iterator[None]:
     """The replacements above, for a bitsandbytes before 0.46; nothing otherwise."""
-    from packaging.version import Version
     release = _bnb_release()
-    if release is None or release >= Version("0.46"):
+    if release is None or release >= (0, 46):
         yield
         return
     stub_triton_ops()
