@@ -21,7 +21,8 @@ Answered<T> refuse(Status status, std::vector<std::string> notes) {
 
 Answered<PreparedRun> prepare_run(const std::string& model, const SettingsFlags& flags) {
   std::vector<std::string> notes;
-  Result<planner::RunSettings> settings = resolve_settings(model, flags, &notes);
+  std::vector<NamedFile> files_read;
+  Result<planner::RunSettings> settings = resolve_settings(model, flags, &notes, &files_read);
   // The command line shows the notes only of settings that resolved.
   if (!settings.is_ok()) return refuse<PreparedRun>(settings.status(), {});
   PreparedRun run;
@@ -51,6 +52,7 @@ Answered<PreparedRun> prepare_run(const std::string& model, const SettingsFlags&
   Answered<PreparedRun> answered;
   answered.value = std::move(run);
   answered.notes = std::move(notes);
+  answered.files_read = std::move(files_read);
   return answered;
 }
 
@@ -62,6 +64,7 @@ Answered<FitOutcome> answer_fit(const std::string& model, const SettingsFlags& f
   Answered<FitOutcome> answered;
   answered.value = FitOutcome{std::move(*prepared.value), std::move(answer.value())};
   answered.notes = std::move(prepared.notes);
+  answered.files_read = std::move(prepared.files_read);
   return answered;
 }
 
@@ -74,6 +77,7 @@ Answered<PlanOutcome> answer_plan(const std::string& model, const SettingsFlags&
   Answered<PlanOutcome> answered;
   answered.value = PlanOutcome{std::move(*prepared.value), std::move(result.value())};
   answered.notes = std::move(prepared.notes);
+  answered.files_read = std::move(prepared.files_read);
   return answered;
 }
 

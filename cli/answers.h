@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/named_file.h"
 #include "cli/settings_flags.h"
 #include "graph/status.h"
 #include "planner/settings/hardware.h"
@@ -32,6 +33,9 @@ struct Answered {
   std::optional<T> value;
   Status status;  // ok when there is a value
   std::vector<std::string> notes;
+  // Files the configs named and their readers opened (a `deepspeed:` key's):
+  // inputs no output may replace (cli/output_guard.h).
+  std::vector<NamedFile> files_read;
 
   bool is_ok() const { return value.has_value(); }
   T* operator->() { return &*value; }

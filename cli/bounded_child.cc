@@ -13,6 +13,10 @@
 #include <chrono>
 #include <cstring>
 
+#include "cli/escaped_descendants.h"
+
+extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX, for the child's environment
+
 namespace headroom::cli {
 namespace {
 
@@ -23,7 +27,8 @@ using Clock = std::chrono::steady_clock;
 constexpr int kPollSliceMs = 20;
 
 // In the child, between fork and exec: async-signal-safe calls only.
-[[noreturn]] void exec_child(char* const* argv, int out_fd, int err_fd, const ChildLimits& limits) {
+[[noreturn]] void exec_child(char* const* argv, char* const* envp, int out_fd, int err_fd,
+                             const ChildLimits& limits) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (limits.address_space_bytes > 0) {
@@ -34,7 +39,7 @@ constexpr int kPollSliceMs = 20;
   dup2(out_fd, STDOUT_FILENO);
   dup2(err_fd, STDERR_FILENO);
   close(STDIN_FILENO);
-  execvp(argv[0], argv);
+  execvpe(argv[0], argv, envp);
   const char* reason = std::strerror(errno);
   (void)!write(STDERR_FILENO, "cannot start ", 13);
   (void)!write(STDERR_FILENO, argv[0], std::strlen(argv[0]));
@@ -95,13 +100,16 @@ class Collector {
         fds_[i].fd = -1;  // poll ignores it from now on
         continue;
       }
-      std::string& sink = i == 0 ? outcome_.out : outcome_.err;
-      const size_t cap = i == 0 ? limits_.max_stdout_bytes : limits_.max_stderr_bytes;
-      if (sink.size() + static_cast<size_t>(n) > cap) {
-        sink.append(buffer.data(), cap - sink.size());
-        if (i == 0) outcome_.stdout_overflow = true;
+      if (i == 1) {  // stderr: its end says why the child failed, keep that
+        outcome_.err.append(buffer.data(), static_cast<size_t>(n));
+        if (outcome_.err.size() > limits_.max_stderr_bytes) {
+          outcome_.err.erase(0, outcome_.err.size() - limits_.max_stderr_bytes);
+        }
+      } else if (outcome_.out.size() + static_cast<size_t>(n) > limits_.max_stdout_bytes) {
+        outcome_.out.append(buffer.data(), limits_.max_stdout_bytes - outcome_.out.size());
+        outcome_.stdout_overflow = true;
       } else {
-        sink.append(buffer.data(), static_cast<size_t>(n));
+        outcome_.out.append(buffer.data(), static_cast<size_t>(n));
       }
     }
   }
@@ -126,8 +134,15 @@ Result<ChildOutcome> run_bounded(const std::vector<std::string>& argv, const Chi
   std::vector<char*> args;  // built before fork: the child may not allocate
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::string mark = new_descendant_mark();
+  std::vector<char*> env;
+  for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
+  env.push_back(mark.data());
+  env.push_back(nullptr);
+  // Refused by the kernel, the group kill still ends all that stays in the group.
+  if (limits.end_escaped_descendants) (void)become_subreaper();
   const pid_t pid = fork();
-  if (pid == 0) exec_child(args.data(), out_pipe[1], err_pipe[1], limits);
+  if (pid == 0) exec_child(args.data(), env.data(), out_pipe[1], err_pipe[1], limits);
   close(out_pipe[1]);
   close(err_pipe[1]);
   if (pid < 0) {
@@ -136,7 +151,9 @@ Result<ChildOutcome> run_bounded(const std::vector<std::string>& argv, const Chi
     return Status::runtime(std::string("fork: ") + std::strerror(errno));
   }
   setpgid(pid, pid);  // also here: kill(-pid) must find the group whoever runs first
-  return Collector(pid, out_pipe[0], err_pipe[0], limits).run();
+  ChildOutcome outcome = Collector(pid, out_pipe[0], err_pipe[0], limits).run();
+  if (limits.end_escaped_descendants) end_marked_children(mark);
+  return outcome;
 }
 
 }  // namespace headroom::cli

@@ -74,6 +74,9 @@ int run_fit(const CliOptions& options, Terminal& terminal) {
   if (Status outputs = refuse_outputs_over_inputs(options); !outputs.is_ok()) return fail(terminal, outputs);
   const Answered<FitOutcome> fit = answer_fit(options.model, options.settings);
   if (int status = report_refusal(terminal, fit); status != kExitOk) return status;
+  if (Status outputs = refuse_outputs_over_config_files(options, fit.files_read); !outputs.is_ok()) {
+    return fail(terminal, outputs);
+  }
   if (options.json) {
     print_json(terminal, fit_document(*fit.value));
   } else {
@@ -96,6 +99,9 @@ int run_plan(const CliOptions& options, Terminal& terminal) {
       answer_plan(options.model, options.settings, progress_callback(terminal, shown));
   clear_progress(terminal, shown);
   if (int status = report_refusal(terminal, plan); status != kExitOk) return status;
+  if (Status outputs = refuse_outputs_over_config_files(options, plan.files_read); !outputs.is_ok()) {
+    return fail(terminal, outputs);
+  }
   const planner::PlanResult& result = plan->result;
 
   if (!options.emit.empty() && !result.found) {

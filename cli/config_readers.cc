@@ -41,6 +41,16 @@ Result<ReaderOutput> labelled(Result<ConfigImport> imported, const char* flag, s
   return ReaderOutput{std::move(imported.value()), std::move(what)};
 }
 
+// The loader's "files_read": the _base_ files and whatever else the config's code
+// read while MMEngine loaded it (absolute paths; anything else in the list is skipped).
+void add_files_read(const nlohmann::json& dump, ConfigImport& imported) {
+  const auto found = dump.find("files_read");
+  if (found == dump.end() || !found->is_array()) return;
+  for (const nlohmann::json& path : *found) {
+    if (path.is_string()) imported.files_read.push_back({"read while it loaded", path.get<std::string>()});
+  }
+}
+
 // An MMEngine config (--xtuner, or --mmengine with an XTuner or mmpretrain
 // model), dumped by MMEngine's loader; with --deepspeed its batch and
 // accumulation win over the file's (xtuner/tools/train.py).
@@ -64,6 +74,7 @@ Result<ReaderOutput> read_mmengine(const ReaderInput& in) {
                            "mmpretrain config");
   if (!out.is_ok()) return out;
   out.value().xtuner = is_xtuner;
+  add_files_read(dump.value(), out.value().imported);
   if (in.file.ends_with(".py")) {
     out.value().imported.notes.insert(out.value().imported.notes.begin(),
                                       in.file + " was run as Python code, with your privileges, by MMEngine's loader");
@@ -177,6 +188,9 @@ Result<ConfigFilesRead> read_config_files(const std::string& model, const Settin
     if (imported.sequence_unknown && !read.sequence_unknown) {
       read.sequence_unknown = true;
       read.sequence_source = std::string(row.flag) + ": " + *file;
+    }
+    for (const planner::FileRead& named : imported.files_read) {
+      read.files_read.push_back({std::string(row.flag) + " " + *file + ": " + named.key, named.path});
     }
     if (out->xtuner) read.xtuner = imported;
     if (notes != nullptr) add_notes(out.value(), *notes);

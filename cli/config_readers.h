@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/named_file.h"
 #include "cli/settings_flags.h"
 #include "graph/status.h"
 #include "planner/configs/config_import.h"
@@ -25,6 +26,8 @@ struct ConfigFilesRead {
   bool shard_when_distributed = false;
   bool shard_within_node = false;
   std::optional<planner::ConfigImport> xtuner;  // an XTuner config, as read
+  // Files the configs named and their readers opened ("--axolotl a.yml: deepspeed").
+  std::vector<NamedFile> files_read;
 };
 
 // Refuses combinations of config flags that describe two runs (a torchtune

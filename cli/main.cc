@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/mmengine_loader.h"
 #include "cli/settings_flags.h"
 
 namespace headroom::cli {
@@ -51,6 +52,7 @@ std::string command_names() {
 }
 
 int run(int argc, char** argv) {
+  end_escaped_config_children();  // this process's children are all its own
   CLI::App app(kDescription, "headroom");
   app.footer(kFooter);
   app.get_formatter()->column_width(32);  // fits "--checkpoint-blocks A,B,..."

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,9 @@ constexpr int64_t kDefaultTimeoutSeconds = 60;
 // Python with mmengine (and, in a non-lazy config, torch: about 3 GB of address
 // space for `import torch`) fits with room to spare.
 constexpr int64_t kDefaultMemoryMib = 8192;
+// What the loader says when it cannot import mmengine (scripts/exporter/read_mmengine_config.py),
+// before the config runs; the config exiting with status 3 is not that.
+constexpr const char* kNoMmengineMessage = ": reading an MMEngine config needs mmengine (";
 // The longest line of the loader's stderr a message repeats.
 constexpr size_t kMaxShownErrorChars = 300;
 
@@ -42,6 +46,8 @@ Result<int64_t> limit_from_environment(const char* name, int64_t fallback) {
   return static_cast<int64_t>(value);
 }
 
+std::atomic<bool> end_escaped{false};  // end_escaped_config_children()
+
 Result<ChildLimits> loader_limits() {
   Result<int64_t> seconds = limit_from_environment("HEADROOM_CONFIG_TIMEOUT_S", kDefaultTimeoutSeconds);
   if (!seconds.is_ok()) return seconds.status();
@@ -50,6 +56,7 @@ Result<ChildLimits> loader_limits() {
   ChildLimits limits;
   limits.timeout_ms = seconds.value() * 1000;
   limits.address_space_bytes = mib.value() << 20;
+  limits.end_escaped_descendants = end_escaped.load();
   return limits;
 }
 
@@ -69,15 +76,15 @@ Status check_config_file(const std::string& config_py) {
   return Status::ok();
 }
 
-// The line of the loader's stderr that says why: its first (the loader's own
-// one-line messages), or the last of a Python traceback (the exception); cut.
+// The line of the loader's stderr that says why: its last, which is the
+// loader's own one-line message or a Python traceback's exception, after
+// whatever the config itself printed; cut.
 std::string error_line(const std::string& text) {
-  std::string line = text.substr(0, text.find('\n'));
-  if (line.starts_with("Traceback")) {
-    const size_t end = text.find_last_not_of("\n");
-    const size_t start = text.rfind('\n', end);
-    line = text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
-  }
+  const size_t end = text.find_last_not_of("\r\n");
+  if (end == std::string::npos) return "";
+  const size_t start = text.find_last_of('\n', end);
+  const size_t first = start == std::string::npos ? 0 : start + 1;
+  const std::string line = text.substr(first, end - first + 1);
   return line.size() <= kMaxShownErrorChars ? line : line.substr(0, kMaxShownErrorChars - 3) + "...";
 }
 
@@ -98,12 +105,16 @@ Status loader_failure(const std::string& config_py, const std::string& python, c
   }
   std::string why = error_line(done.err);
   if (done.exit_code < 0) why = "the loader was ended by signal " + std::to_string(done.term_signal);
-  if (why.empty()) why = "the loader (" + python + ") failed with exit status " + std::to_string(done.exit_code);
+  if (why.empty()) {
+    // The loader says why whenever it fails itself; silence is the config ending it (os._exit).
+    why = "the loader (" + python + ") exited with status " + std::to_string(done.exit_code) +
+          " without a message (the config's code may have ended it, as os._exit does)";
+  }
   if (done.err.find("MemoryError") != std::string::npos || done.exit_code < 0) {
     why += " (the loader runs with " + mib + " MiB of address space; HEADROOM_CONFIG_MEMORY_MIB raises it)";
   }
   // Only the loader's own message says mmengine is missing (a config may exit 3 itself).
-  const bool no_loader = done.exit_code == 127 || (done.exit_code == 3 && why.find("needs mmengine") != std::string::npos);
+  const bool no_loader = done.exit_code == 127 || (done.exit_code == 3 && why.find(kNoMmengineMessage) != std::string::npos);
   if (no_loader) why += " (set HEADROOM_PYTHON to a Python with mmengine, or give the JSON the loader prints)";
   // The loader names the file itself; do not name it twice.
   return Status::with_code(no_loader ? StatusCode::kUnsupported : StatusCode::kInvalidInput,
@@ -157,6 +168,8 @@ Result<nlohmann::json> read_mmengine_file(const std::string& path) {
   }
   return dump;
 }
+
+void end_escaped_config_children() { end_escaped = true; }
 
 void forget_mmengine_configs() {
   const std::lock_guard<std::mutex> lock(loaded_mutex);

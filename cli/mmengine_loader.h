@@ -7,7 +7,8 @@
 //   HEADROOM_CONFIG_TIMEOUT_S   wall clock, default 60 s;
 //   HEADROOM_CONFIG_MEMORY_MIB  address space (RLIMIT_AS), default 8192 MiB;
 //   the .py at most 1 MiB, the loader's output at most 16 MiB.
-// Children it leaves running are killed with it.
+// Children it leaves running are killed with it, in its group or (in the
+// `headroom` command) out of it.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,12 @@ Result<nlohmann::json> read_mmengine_file(const std::string& path);
 
 // The same for `--xtuner FILE`.
 inline Result<nlohmann::json> read_xtuner_config(const std::string& path) { return read_mmengine_file(path); }
+
+// Called once by the `headroom` command: a config's children that left the
+// loader's process group (setsid) are ended with it too, headroom being their
+// subreaper (cli/bounded_child.h). Not in the Python package, whose process is
+// the user's and has children of its own.
+void end_escaped_config_children();
 
 // Forgets the configs read so far, so the next read runs them again (the
 // Python package calls it per call: a config may change between them).

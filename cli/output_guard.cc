@@ -57,7 +57,10 @@ Status refuse_outputs_over_inputs(const std::vector<NamedFile>& outputs, const s
   return Status::ok();
 }
 
-Status refuse_outputs_over_inputs(const CliOptions& options) {
+namespace {
+
+// -o, --emit KIND=FILE, and run's outputs.
+std::vector<NamedFile> command_outputs(const CliOptions& options) {
   std::vector<NamedFile> outputs = export_files(options.emit);
   const std::vector<NamedFile> named_outputs = {{"-o", options.output_path},
                                                 {"--metrics", options.metrics_path},
@@ -66,11 +69,21 @@ Status refuse_outputs_over_inputs(const CliOptions& options) {
   for (const NamedFile& output : named_outputs) {
     if (!output.path.empty()) outputs.push_back(output);
   }
+  return outputs;
+}
+
+}  // namespace
+
+Status refuse_outputs_over_inputs(const CliOptions& options) {
   std::vector<NamedFile> inputs = settings_input_files(options.model, options.settings);
   inputs.push_back({"PLAN", options.plan_path});
   inputs.push_back({"--measurement", options.measurement_path});
   inputs.push_back({"--data", options.run.data});
-  return refuse_outputs_over_inputs(outputs, inputs);
+  return refuse_outputs_over_inputs(command_outputs(options), inputs);
+}
+
+Status refuse_outputs_over_config_files(const CliOptions& options, const std::vector<NamedFile>& files_read) {
+  return refuse_outputs_over_inputs(command_outputs(options), files_read);
 }
 
 }  // namespace headroom::cli

@@ -61,12 +61,14 @@ void die_with_launcher(pid_t launcher) {
   const std::string world = std::to_string(nproc);
   const std::string rank = std::to_string(r);
   const std::string master_port = std::to_string(port);
+  const std::string launcher_pid = std::to_string(launcher);
   ::setenv("RANK", rank.c_str(), 1);
   ::setenv("LOCAL_RANK", rank.c_str(), 1);
   ::setenv("WORLD_SIZE", world.c_str(), 1);
   ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", master_port.c_str(), 1);
+  ::setenv(kLauncherPidVariable, launcher_pid.c_str(), 1);
   std::vector<std::string> copy = arguments;
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(executable.c_str()));

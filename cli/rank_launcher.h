@@ -19,6 +19,11 @@ namespace headroom::cli {
 // then it kills them.
 inline constexpr int kRankGraceSeconds = 30;
 
+// Set in each rank's environment to the launcher's PID: the rank shares the
+// launcher's lock on the checkpoint directory (cli/checkpoint_lock.h) and does
+// not take its own.
+inline constexpr const char* kLauncherPidVariable = "HEADROOM_LAUNCHER_PID";
+
 // Starts `nproc` ranks of `executable` with `arguments` and waits for all of
 // them. Exit status: 0 when every rank succeeded, else the first failing
 // rank's (1 for a rank killed by a signal), with a line naming that rank.

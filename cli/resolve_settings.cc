@@ -116,12 +116,13 @@ Status complete_from_files(const ConfigFilesRead& read, const SettingsFlags& fla
 }  // namespace
 
 Result<RunSettings> resolve_settings(const std::string& model, const SettingsFlags& flags,
-                                     std::vector<std::string>* notes) {
+                                     std::vector<std::string>* notes, std::vector<NamedFile>* files_read) {
   if (Status combinations = check_config_combinations(flags); !combinations.is_ok()) return combinations;
   Result<RunSettings> settings = base_settings(model, flags);
   if (!settings.is_ok()) return settings.status();
   Result<ConfigFilesRead> read = read_config_files(model, flags, settings.value(), notes);
   if (!read.is_ok()) return read.status();
+  if (files_read != nullptr) *files_read = read->files_read;
   if (!model.empty()) settings->model = model;
   if (Status applied = apply_flags(flags, settings.value()); !applied.is_ok()) return applied;
   if (Status completed = complete_from_files(read.value(), flags, settings.value(), notes); !completed.is_ok()) {

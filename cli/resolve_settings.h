@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/named_file.h"
 #include "cli/settings_flags.h"
 #include "graph/status.h"
 #include "planner/settings/run_settings.h"
@@ -17,8 +18,11 @@ namespace headroom::cli {
 // config's) from the flags. A --torchtune config is read first, with its
 // --torchtune-set overrides; MODEL and the other flags then override it. What an
 // imported config left to assumption, or ignored, goes to `notes`.
-// Errors name the flag or the file, the field and what was expected.
+// Errors name the flag or the file, the field and what was expected. The files
+// the configs named and their readers opened (a `deepspeed:` key's) go to
+// `files_read` (may be null), for the output guard (cli/output_guard.h).
 Result<planner::RunSettings> resolve_settings(const std::string& model, const SettingsFlags& flags,
-                                              std::vector<std::string>* notes = nullptr);
+                                              std::vector<std::string>* notes = nullptr,
+                                              std::vector<NamedFile>* files_read = nullptr);
 
 }  // namespace headroom::cli

@@ -15,11 +15,15 @@ void add_run_flags(CLI::App& command, CliOptions& options) {
   command.add_option("--seed", run.seed, "initial weights and synthetic data")->capture_default_str();
   command.add_option("--device", run.device, "auto (CUDA when available), cpu or cuda")->capture_default_str();
   command.add_option("--cpu-threads", run.cpu_threads, "threads of the offloaded CPU AdamW (0: all cores)");
-  command.add_option("--checkpoint-dir", run.checkpoint_dir, "write training-state checkpoints here")
+  command.add_option("--checkpoint-dir", run.checkpoint_dir,
+                     "write training-state checkpoints here; DIR is locked while the job runs, so a second job on "
+                     "it is refused at once (one job per directory)")
       ->type_name("DIR");
   command.add_option("--checkpoint-every", run.checkpoint_every, "steps between checkpoints (0: at the end only)");
   command.add_option("--keep", run.checkpoints_kept, "complete checkpoints kept")->capture_default_str();
-  command.add_option("--resume", run.resume_dir, "continue from the newest checkpoint in DIR")->type_name("DIR");
+  command.add_option("--resume", run.resume_dir,
+                     "continue from the newest checkpoint in DIR (and save there, locked as with --checkpoint-dir)")
+      ->type_name("DIR");
   command.add_option("--comm-timeout", run.comm_timeout_s,
                      "seconds a rank's collective waits for a silent peer before the job fails; a hung rank ends "
                      "the job after this plus 30 s")

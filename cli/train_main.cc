@@ -12,6 +12,7 @@
 #include <exception>
 #include <iostream>
 
+#include "cli/checkpoint_lock.h"
 #include "cli/commands.h"
 #include "cli/rank_launcher.h"
 #include "cli/run_flags.h"
@@ -19,6 +20,15 @@
 
 namespace headroom::cli {
 namespace {
+
+// Whether this process is the one that locks the job's checkpoint directory:
+// a single process, the --nproc launcher, or rank 0 of a job torchrun started
+// (the ranks of --nproc share their launcher's lock, kLauncherPidVariable).
+bool starts_the_job(const char* world) {
+  if (world == nullptr) return true;
+  const char* rank = std::getenv("RANK");
+  return std::getenv(kLauncherPidVariable) == nullptr && rank != nullptr && std::string(rank) == "0";
+}
 
 int run(int argc, char** argv) {
   CLI::App app("headroom-train: trains a headroom plan through LibTorch and measures it against the "
@@ -41,6 +51,10 @@ int run(int argc, char** argv) {
   }
   Terminal terminal{std::cout, std::cerr, isatty(fileno(stderr)) != 0};
   const char* world = std::getenv("WORLD_SIZE");
+  // Held until this process (and the ranks it starts, which inherit it) ends.
+  Result<CheckpointLock> lock = CheckpointLock();
+  if (starts_the_job(world)) lock = lock_checkpoint_directory(options.run);
+  if (!lock.is_ok()) return fail(terminal, lock.status());
   if (options.nproc > 1 && world == nullptr) {
     // This process starts the ranks; each one, seeing RANK, trains.
     std::error_code error;

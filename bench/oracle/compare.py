@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from flags import config_text, headroom_flags, model_path, with_release_flags  # noqa: E402
+from flags import config_text, headroom_flags, model_path  # noqa: E402
 from grid import expand_grid  # noqa: E402
 from report import write_atomically, write_report  # noqa: E402
 
@@ -111,7 +111,7 @@ def rerun_recorded(row: dict, headroom: str) -> dict:
     """A recorded row with headroom's side predicted again by `headroom` (its oracle side kept)."""
     if "error" in row:
         return row
-    command = with_release_flags(row["command"].split(" "), row.get("versions", {}))
+    command = with_current_releases(row["command"].split(" "), row.get("versions", {}))
     guess = predict_command([headroom, *command[1:]])
     if "error" in guess:
         return dict(row, error=guess["error"])

@@ -26,7 +26,7 @@ def model_path(spec: dict) -> str:
 
 
 # The packages whose release headroom reads (planner/settings/versions.cc).
-_RELEASED = ("transformers", "torch", "peft", "bitsandbytes")
+_RELEASED = ("transformers", "torch", "peft", "accelerate", "trl", "bitsandbytes")
 
 
 def release_flags(spec: dict) -> list:
@@ -37,23 +37,15 @@ def release_flags(spec: dict) -> list:
     return ["--versions", ",".join(given)] if given else []
 
 
-def with_release_flags(command: list, versions: dict) -> list:
-    """A recorded command with its `--versions` as release_flags now gives them: a package
-    headroom has learnt to read since the row was recorded is given too."""
-    out, skip = [], False
-    for arg in command:
-        if skip:
-            skip = False
-            continue
-        if arg == "--versions":
-            skip = True
-            continue
-        out.append(arg)
-    given = release_flags({"versions": versions})
-    if given and "--json" in out:  # before --json, where compare.py puts it
-        at = out.index("--json")
-        return out[:at] + given + out[at:]
-    return out + given
+def with_current_releases(command: list, versions: dict) -> list:
+    """A recorded command with its `--versions` made again from the recorded releases, so a
+    release headroom has learnt to read since the recording reaches it."""
+    out = list(command)
+    if "--versions" not in out:
+        return out
+    at = out.index("--versions")
+    out[at:at + 2] = release_flags({"versions": versions})
+    return out
 
 
 def headroom_flags(spec: dict) -> list:
@@ -65,7 +57,9 @@ def headroom_flags(spec: dict) -> list:
         return diffusers_flux_flags(spec)
     if spec["stack"] == "torch-loop":
         return torch_loop_flags(spec)
-    flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", spec["stack"],
+    # TRL's SFTTrainer is the Trainer's stack with TRL's release given (`--versions trl=X`)
+    stack = "hf-trainer" if spec["stack"] == "trl-sft" else spec["stack"]
+    flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", stack,
              "--precision", spec["precision"], "--batch", str(spec["batch"]), *shape_flags(spec)]
     if spec["method"] in ("lora", "qlora"):
         flags += ["--mode", spec["method"], "--lora-rank", str(spec.get("lora_rank", 16)),

@@ -61,6 +61,8 @@ class Recorder:
     phase: str = "setup"
     # Whether a number read from a meta tensor before `begin` is 0 (`_scalar_of_meta`)
     zero_scalars_in_setup: bool = False
+    # Whether a number read now is 0 anyway: a value the step only logs (`logged_values`)
+    zero_scalars_logged: bool = False
     ops: List[dict] = field(default_factory=list)
     timeline: List[tuple] = field(default_factory=list)  # (op index, +/- bytes, key)
     # Storages one of whose tensors died since the last check: the only ones that can
@@ -231,6 +233,7 @@ class _Mode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
             setup = self.recorder.zero_scalars_in_setup and self.recorder.phase == "setup"
+            setup = setup or self.recorder.zero_scalars_logged
             return _scalar_of_meta(args[0], setup)
         rec = self.recorder
         rec.collect()  # what Python dropped since the last op is free before this one allocates
@@ -294,6 +297,17 @@ def _scalar_of_meta(t: torch.Tensor, setup: bool = False) -> object:
         return 0.0 if t.dtype.is_floating_point else 0
     raise RuntimeError(f"meta_recorder: the step reads a {t.dtype} value of a meta tensor "
                        f"{tuple(t.shape)}; its memory depends on data the oracle does not have")
+
+
+@contextlib.contextmanager
+def logged_values(recorder: Recorder) -> Iterator[None]:
+    """Numbers read from meta tensors inside are 0: for code whose reads are only logged
+    (TRL's compute_loss reads its entropy and accuracy metrics with `.item()`)."""
+    recorder.zero_scalars_logged = True
+    try:
+        yield
+    finally:
+        recorder.zero_scalars_logged = False
 
 
 @contextlib.contextmanager

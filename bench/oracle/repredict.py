@@ -3,7 +3,7 @@
     python3 bench/oracle/repredict.py ROWS.json --headroom build/cli/headroom [--json-out OUT.json]
 
 ROWS.json is what `compare.py --json-out` wrote. Each row's recorded command is run again with
-the given binary (its `--versions` rebuilt from the row's releases, flags.py `with_release_flags`), and the peak allocated is compared with the recorded oracle peak, so a planner
+the given binary, and the peak allocated is compared with the recorded oracle peak, so a planner
 change can be checked against the grid in seconds instead of re-running the oracle (minutes).
 """
 
@@ -17,14 +17,14 @@ import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flags import with_current_releases  # noqa: E402
 
-from flags import with_release_flags  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def repredict(row: dict, headroom: str) -> dict:
-    command = with_release_flags(shlex.split(row["command"]), row.get("versions", {}))
+    command = with_current_releases(shlex.split(row["command"]), row.get("versions", {}))
     command[0] = headroom
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
     prediction = json.loads(done.stdout)["as_given"]["prediction"]

@@ -88,6 +88,10 @@ Reply plan(const std::string& model, const std::string& settings_text,
   if (!answered->result.found) {
     return refuse(Status::unsupported("--emit: nothing to export, no plan fits the budgets"));
   }
+  // Nor a file those configs named (a `deepspeed:` key's), known once they are read.
+  if (Status outputs = refuse_outputs_over_inputs(export_files(emit), answered.files_read); !outputs.is_ok()) {
+    return refuse(outputs);
+  }
   nlohmann::json document = plan_document(*answered.value, "");
   Result<PlanExports> exports = build_exports(emit, flags, answered->result.best);
   if (!exports.is_ok()) return refuse(exports.status());

@@ -93,9 +93,11 @@ void read_fsdp(YamlReader& r, RunSettings& s, ConfigImport& out) {
 }
 
 // The DeepSpeed plugin: its own file, or the keys `accelerate config` asks for.
-void read_deepspeed(YamlReader& r, RunSettings& s) {
+void read_deepspeed(YamlReader& r, RunSettings& s, ConfigImport& out) {
   if (r.has("deepspeed_config.deepspeed_config_file")) {
-    Result<RunSettings> with_file = load_deepspeed_config(r.string_or("deepspeed_config.deepspeed_config_file", ""), s);
+    const std::string file = r.string_or("deepspeed_config.deepspeed_config_file", "");
+    out.files_read.push_back({"deepspeed_config.deepspeed_config_file", file});
+    Result<RunSettings> with_file = load_deepspeed_config(file, s);
     if (!with_file.is_ok()) return r.fail("deepspeed_config.deepspeed_config_file", "a DeepSpeed config DeepSpeed accepts (" + with_file.message() + ")");
     s = with_file.value();
     return;
@@ -166,7 +168,7 @@ Result<ConfigImport> import_accelerate_config(std::string_view text, std::string
     if (type == "FSDP") {
       read_fsdp(r, s, out);
     } else if (type == "DEEPSPEED") {
-      read_deepspeed(r, s);
+      read_deepspeed(r, s, out);
     } else if (type == "NO" || type == "MULTI_GPU") {
       s.zero_stage = 0;  // one process, or DistributedDataParallel: every GPU holds everything
     } else {

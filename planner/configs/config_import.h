@@ -15,8 +15,17 @@
 
 namespace headroom::planner {
 
+// A file a config names and its reader opened (a DeepSpeed config named by the
+// Trainer's `deepspeed` argument), under the key that named it: an input of the
+// command like the config itself, which no output may replace (issue 37).
+struct FileRead {
+  std::string key;   // "deepspeed", "deepspeed_config.deepspeed_config_file"
+  std::string path;  // as the config gives it (opened relative to the working directory)
+};
+
 struct ConfigImport {
   RunSettings settings;
+  std::vector<FileRead> files_read;  // files the config names that were read too
   std::vector<std::string> ignored;  // keys read as having no effect on memory or time
   std::vector<std::string> notes;    // what was assumed where the file leaves a choice open
   // The file does not fix the sequence length (padded batches of unknown

@@ -257,9 +257,10 @@ void read_saving_and_sequence(ArgsReader& r, RunSettings& s, ConfigImport& out) 
 }
 
 // deepspeed: a path or an inline config, read over what the arguments said.
-void read_deepspeed_argument(ArgsReader& r, RunSettings& s, std::string_view origin) {
+void read_deepspeed_argument(ArgsReader& r, RunSettings& s, ConfigImport& out, std::string_view origin) {
   if (!r.has("deepspeed")) return;
   const json& ds = r.raw("deepspeed");
+  if (ds.is_string()) out.files_read.push_back({"deepspeed", ds.get<std::string>()});
   Result<RunSettings> with_ds = ds.is_string()
                                     ? load_deepspeed_config(ds.get<std::string>(), s)
                                     : apply_deepspeed_config(ds, s, std::string(origin) + ": deepspeed");
@@ -363,7 +364,7 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
                         "before transformers 5); give --precision bf16 if the script loads it in bf16 "
                         "(torch_dtype=torch.bfloat16, or transformers 5's 'auto')");
   }
-  read_deepspeed_argument(r, s, origin);
+  read_deepspeed_argument(r, s, out, origin);
   if (r.boolean_or("use_liger_kernel", false)) {
     read_liger(r, s, out);
   } else {

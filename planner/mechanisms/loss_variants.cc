@@ -325,6 +325,8 @@ void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss
     case LossImpl::kLitgptLora:
       litgpt_loss(site, true, compute, pending);
       break;
+    case LossImpl::kTrlFusedHead:
+      break;  // sized at the run's tokens: apply_trl_fused_head (model_context.cc)
   }
 }
 

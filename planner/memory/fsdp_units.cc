@@ -51,7 +51,7 @@ std::vector<FlatParamUnit> flat_param_units(const graph::LayerGraph& graph, cons
   std::vector<FlatParamUnit> adapters;
   const bool own_adapter_units = adapters_are_units(settings);
   for (const graph::Node& node : graph.nodes) {
-    FlatParamUnit& unit = in_fsdp2_root(graph.blocks[node.block], settings) ? root : per_block[node.block];
+    FlatParamUnit& unit = in_fsdp2_root(graph, node.block, settings) ? root : per_block[node.block];
     for (const graph::Param& param : node.params) {
       if (!param.tied_to.empty() || param.buffer) continue;  // FSDP flattens parameters only
       if (own_adapter_units && param.trainable && is_lora_adapter(param)) {
@@ -120,6 +120,29 @@ void in_flight_kept(const std::vector<int64_t>& layer, bool fsdp2, FsdpInFlight&
   }
 }
 
+// accelerate's tail unit (fsdp2_kept_tail) stays unsharded from its forward, where
+// its all-gather output lives beside it until the root's post-forward, to the end of
+// its backward. Its pre-backward hook fires at lm_head's output gradient, after the
+// loss's backward, and prefetches the last layer then (_fsdp_state.py
+// _pre_backward, _fsdp_param_group.py _backward_prefetch): the loss's backward sees
+// only the tail itself (the meta-device oracle's Trainer runs under accelerate 1.15).
+void in_flight_kept_tail(const std::vector<int64_t>& layer, int tail, FsdpInFlight& out) {
+  int64_t previous = 0;
+  for (int k = tail - 1; k >= 0 && previous == 0; --k) previous = layer[static_cast<size_t>(k)];
+  const size_t t = static_cast<size_t>(tail);
+  out.backward_before[t] = layer[t];
+  out.backward[t] = layer[t] + previous;
+}
+
+// FSDP1 without backward prefetch (fsdp1_prefetches_backward): each unit is
+// unsharded by its own pre-backward hook, so a layer's backward (its recompute
+// included) holds only its own, and the blocks after the last layer none. The next
+// layer's unshard meets this one's reshard only between the two backwards, where
+// little else is live (the meta-device oracle's Trainer: Mistral 7B LoRA on 8 ranks).
+void without_backward_prefetch(const std::vector<int64_t>& layer, FsdpInFlight& out) {
+  for (size_t k = 0; k < layer.size(); ++k) out.backward[k] = layer[k];
+}
+
 }  // namespace
 
 FsdpInFlight fsdp_in_flight(const graph::LayerGraph& graph, const RunSettings& settings, int zero_stage,
@@ -130,7 +153,7 @@ FsdpInFlight fsdp_in_flight(const graph::LayerGraph& graph, const RunSettings& s
   const std::vector<int64_t> gathered = block_gathered_bytes(graph, settings);
   std::vector<int64_t> layer(gathered.size(), 0);
   for (size_t b = 0; b < gathered.size(); ++b) {
-    if (!in_fsdp2_root(graph.blocks[b], settings)) layer[b] = account(gathered[b], accounting);
+    if (!in_fsdp2_root(graph, static_cast<int>(b), settings)) layer[b] = account(gathered[b], accounting);
   }
   out.forward.assign(layer.size(), 0);
   out.backward.assign(layer.size(), 0);
@@ -140,6 +163,12 @@ FsdpInFlight fsdp_in_flight(const graph::LayerGraph& graph, const RunSettings& s
   } else {
     in_flight_resharded(layer, fsdp2, out);
   }
+  if (!fsdp2 && !fsdp1_prefetches_backward(settings) && !fsdp_keeps_unsharded(settings, zero_stage)) {
+    without_backward_prefetch(layer, out);
+  }
+  out.backward_before = out.backward;
+  const int tail = fsdp2_kept_tail(graph, settings);
+  if (tail > 0 && !fsdp_keeps_unsharded(settings, zero_stage)) in_flight_kept_tail(layer, tail, out);
   return out;
 }
 

@@ -46,6 +46,10 @@ int64_t flat_param_shard_elements(int64_t elements, int world);
 struct FsdpInFlight {
   std::vector<int64_t> forward;
   std::vector<int64_t> backward;
+  // A block's backward before its unit's pre-backward hook fires (its first node
+  // with parameters: the loss runs before the kept tail's lm_head); equal to
+  // `backward` where the hook fires as the block's backward starts.
+  std::vector<int64_t> backward_before;
 };
 FsdpInFlight fsdp_in_flight(const graph::LayerGraph& graph, const RunSettings& settings, int zero_stage,
                             Accounting accounting);

@@ -44,7 +44,7 @@ std::vector<int64_t> layer_trainable_elements(const graph::LayerGraph& graph, co
   std::vector<int64_t> per_block(graph.blocks.size(), 0);
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
-      if (param.tied_to.empty() && param.trainable && !in_fsdp2_root(graph.blocks[node.block], settings)) {
+      if (param.tied_to.empty() && param.trainable && !in_fsdp2_root(graph, node.block, settings)) {
         per_block[node.block] += param.elements();
       }
     }
@@ -129,7 +129,7 @@ struct StateWalk {
     if (fsdp) fsdp_shard_grads.assign(g.blocks.size(), 0);
   }
   int64_t account_bytes(int64_t bytes) const { return account(bytes, accounting); }
-  bool in_root(const graph::Node& node) const { return in_fsdp2_root(graph.blocks[node.block], settings); }
+  bool in_root(const graph::Node& node) const { return in_fsdp2_root(graph, node.block, settings); }
 };
 
 // A trainable parameter's bytes, whole and as this rank's share.
@@ -402,6 +402,7 @@ void add_fsdp_buffers(StateWalk& w) {
   FsdpInFlight in_flight = fsdp_in_flight(w.graph, settings, w.config.zero_stage, w.accounting);
   out.gathered_fwd_block = std::move(in_flight.forward);
   out.gathered_bwd_block = std::move(in_flight.backward);
+  out.gathered_bwd_before_block = std::move(in_flight.backward_before);
   out.gathered_params = out.fsdp2_root_params;
   // foreach_reduce (_fsdp_collectives.py) allocates the reduce-scatter input in
   // reduce_dtype and copies the block's unsharded gradients (param dtype) into it

@@ -99,10 +99,35 @@ bool accumulates_unsharded(const RunSettings& settings, const GlobalConfig& conf
          resolve_stack(settings).top.fsdp_no_sync;
 }
 
-bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings) {
+bool fsdp2_carved_ends(const graph::LayerGraph& graph, const RunSettings& settings) {
+  if (!accelerate_carves_fsdp2_ends(settings)) return false;
+  bool embedding = false, head = false;
+  for (const graph::Block& block : graph.blocks) {
+    embedding = embedding || block.kind == "embedding";
+    head = head || block.kind == "lm_head";
+  }
+  if (!embedding || !head) return false;
+  // Tied: accelerate puts the input embeddings in the tail, which then lives as the root did.
+  return std::none_of(graph.nodes.begin(), graph.nodes.end(), [&](const graph::Node& node) {
+    return graph.blocks[static_cast<size_t>(node.block)].kind == "lm_head" &&
+           std::any_of(node.params.begin(), node.params.end(), [](const graph::Param& p) { return !p.tied_to.empty(); });
+  });
+}
+
+int fsdp2_kept_tail(const graph::LayerGraph& graph, const RunSettings& settings) {
+  if (!fsdp2_carved_ends(graph, settings)) return -1;
+  for (size_t b = 0; b < graph.blocks.size(); ++b) {
+    if (graph.blocks[b].kind == "lm_head") return static_cast<int>(b);
+  }
+  return -1;
+}
+
+bool in_fsdp2_root(const graph::LayerGraph& graph, int index, const RunSettings& settings) {
+  const graph::Block& block = graph.blocks[static_cast<size_t>(index)];
   // FSDP1 without an auto_wrap_policy: the root FlatParameter holds every parameter.
   if (settings.fsdp_wrap == FsdpWrap::kModel && sharding_of(settings) == Sharding::kFsdp1) return true;
   if (block.checkpointable) return false;
+  if ((block.kind == "embedding" || block.kind == "lm_head") && fsdp2_carved_ends(graph, settings)) return false;
   return std::none_of(settings.fsdp_own_groups.begin(), settings.fsdp_own_groups.end(),
                       [&](const std::string& pattern) { return name_matches(pattern, block.name); });
 }

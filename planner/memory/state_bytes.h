@@ -66,6 +66,7 @@ struct ModelStates {
   // otherwise (gathered_params then holds DeepSpeed's gathered blocks).
   std::vector<int64_t> gathered_fwd_block;
   std::vector<int64_t> gathered_bwd_block;
+  std::vector<int64_t> gathered_bwd_before_block;  // before the unit's pre-backward hook (FsdpInFlight)
   // FSDP2: a block's unsharded gradients and its reduce-scatter input while its
   // backward ends (the largest block's), on top of the sharded gradients.
   int64_t reduce_scatter_bytes = 0;
@@ -131,7 +132,18 @@ struct ModelStates {
 // shard_model wrap each transformer layer (and torchtune the modules its
 // custom_sharded_layers names: settings.fsdp_own_groups), then the whole model,
 // so the root holds the blocks that are not layers: embeddings, the final norm, the head.
-bool in_fsdp2_root(const graph::Block& block, const RunSettings& settings);
+// accelerate from 1.14 wraps the input embeddings and the tail (final norm, head) as
+// units of their own (fsdp2_carved_ends).
+bool in_fsdp2_root(const graph::LayerGraph& graph, int block, const RunSettings& settings);
+
+// Whether this run's FSDP2 units include accelerate's carved ends
+// (accelerate_carves_fsdp2_ends) for this graph: an "embedding" block and an
+// "lm_head" block whose output embeddings are not tied to the input's.
+bool fsdp2_carved_ends(const graph::LayerGraph& graph, const RunSettings& settings);
+
+// The tail unit accelerate keeps unsharded from its forward to its backward (its
+// fully_shard reshard_after_forward=False): the "lm_head" block, or -1.
+int fsdp2_kept_tail(const graph::LayerGraph& graph, const RunSettings& settings);
 
 // Whether the run is FSDP2 with CPUOffloadPolicy (torchtune fsdp_cpu_offload, torchtitan
 // --training.enable_cpu_offload): ZeRO-3 under an FSDP2 stack with parameters and the

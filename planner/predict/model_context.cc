@@ -22,6 +22,7 @@
 #include "planner/mechanisms/kbit_prep.h"
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/loss_variants.h"
+#include "planner/mechanisms/trl_fused_head.h"
 #include "planner/mechanisms/selective_checkpoint.h"
 #include "planner/mechanisms/strided_slices.h"
 #include "planner/settings/bnb_release.h"
@@ -245,6 +246,10 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   // The loss as the stack computes it; the top of the band when not pinned.
   apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss, is_autocast(settings.precision),
                   compute_dtype_for(settings.precision));
+  if (stack.top.loss.impl == LossImpl::kTrlFusedHead) {
+    const int64_t seq = settings.seq_len > 0 ? settings.seq_len : context.graph.sequence.default_seq;
+    apply_trl_fused_head(context.graph, settings.micro_batch, seq, compute_dtype_for(settings.precision));
+  }
   // After the loss: its head is the linear the loss reads.
   if (settings.stack == Stack::kLitgpt && settings.mode == TrainMode::kQlora) {
     litgpt_qlora(context.graph, settings.nf4_double_quant);

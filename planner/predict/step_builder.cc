@@ -99,6 +99,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   set_gradients_by_block(out.states, config, model);
   model.gathered_fwd = out.states.gathered_fwd_block;
   model.gathered_bwd = out.states.gathered_bwd_block;
+  model.gathered_bwd_before = out.states.gathered_bwd_before_block;
   model.grads_optimizer = out.states.grads_full;
   model.optimizer_transient = out.states.step_transient;
   if (out.states.grads_in_backward) {

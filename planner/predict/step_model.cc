@@ -25,6 +25,33 @@ bool choice_allowed(const StepModel& model, int block, BlockChoice choice) {
   return true;
 }
 
+// FSDP's units in flight beside block k. Where the unit's pre-backward hook fires
+// at the block's first node with parameters, not as its backward starts (accelerate's
+// kept tail: the loss runs backward first), the nodes before it see fewer
+// (StepModel::gathered_bwd_before): the block's backward is the larger of the two stages.
+static void add_gathered(const StepModel& model, int k, BlockChoice choice, int64_t neighbour_copy, LocalPeak& out) {
+  const size_t at = static_cast<size_t>(k);
+  if (at >= model.gathered_fwd.size()) return;
+  out.forward_gathered = model.gathered_fwd[at];
+  out.backward_gathered = model.gathered_bwd[at];
+  out.forward += out.forward_gathered;
+  const BlockProfile& block = model.blocks[at];
+  const int64_t hook_before = at < model.gathered_bwd_before.size() ? model.gathered_bwd_before[at] : out.backward_gathered;
+  if (hook_before >= out.backward_gathered || choice == BlockChoice::kCheckpoint || !block.on_autograd ||
+      block.bwd_peak_before_params < 0) {
+    out.backward += out.backward_gathered;
+    return;
+  }
+  // Before the first node with parameters no parameter gradient of this block exists.
+  const bool grad_split = block.bwd_peak_before_param_grads >= 0 && at < model.grads_bwd_before.size();
+  const int64_t grads_before = grad_split ? model.grads_bwd_before[at] : out.backward_grads;
+  const int64_t before = grads_before + block.bwd_peak_before_params + neighbour_copy + hook_before;
+  const int64_t from = std::min(out.backward, out.backward_grads + block.bwd_peak_from_params + neighbour_copy) +
+                       out.backward_gathered;
+  out.backward = std::max(before, from);
+  if (before > from) out.backward_gathered = hook_before;
+}
+
 LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
   const BlockProfile& block = model.blocks[k];
   // The neighbour's saved tensors in flight over the host link: going out while
@@ -64,12 +91,7 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
       if (before_wins) out.backward_grads = before_grads;
     }
   }
-  if (static_cast<size_t>(k) < model.gathered_fwd.size()) {
-    out.forward_gathered = model.gathered_fwd[k];
-    out.backward_gathered = model.gathered_bwd[k];
-    out.forward += out.forward_gathered;
-    out.backward += out.backward_gathered;
-  }
+  add_gathered(model, k, choice, neighbour_copy, out);
   return out;
 }
 

@@ -30,6 +30,7 @@ struct StepModel {
   // runs forward and backward (ModelStates::gathered_fwd_block; fsdp_in_flight).
   std::vector<int64_t> gathered_fwd;
   std::vector<int64_t> gathered_bwd;
+  std::vector<int64_t> gathered_bwd_before;  // before the unit's pre-backward hook fires
   int64_t grads_fwd = 0;     // gradients already allocated during forward
   std::vector<int64_t> grads_bwd;  // per block: gradients allocated during its backward
   // per block: the same before its own parameters' gradients are made (empty: grads_bwd)

@@ -49,6 +49,7 @@ StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& set
   block_param_bytes_ = block_gathered_bytes(graph_, settings);
   block_shard_bytes_ = block_shard_bytes(graph_, settings, config.zero_stage);
   if (fsdp() && !fsdp1()) kept_layer_ = fsdp2_kept_layer(graph_, settings);
+  if (fsdp() && !fsdp1()) kept_tail_ = fsdp2_kept_tail(graph_, settings);
 }
 
 void StepSimulator::allocate_states() {
@@ -152,6 +153,10 @@ void StepSimulator::forward_block(int block, bool recompute) {
   } else if (gathered >= 0) {
     release(gathered);
   }
+  if (tail_copy_in_ >= 0 && block == kept_tail_) {
+    release(tail_copy_in_);
+    tail_copy_in_ = -1;
+  }
 }
 
 // The gradients a node's backward makes for its parameters: each trainable
@@ -252,15 +257,27 @@ void StepSimulator::backward_block(int block) {
   prefetch_block(block);
   if (block > 0) prefetch_block(block - 1);
   wait_for_offloaded(block);
-  const int64_t gathered = gather(block, block - 1);
+  // The kept tail's pre-backward hook fires at lm_head's output gradient, after
+  // the loss's backward: its prefetch waits for the first node with parameters.
+  // FSDP1 without backward prefetch gathers each unit at its own backward.
+  const bool no_prefetch = fsdp1() && !fsdp1_prefetches_backward(settings_);
+  const bool hook_later = block == kept_tail_;
+  const int64_t gathered = gather(block, hook_later || no_prefetch ? -1 : block - 1);
   if (checkpointed(block)) {
     if (settings_.offload_checkpoint_inputs) fetch_checkpoint_inputs(block);
     forward_block(block, true);
   }
   const std::vector<int>& nodes = an_.blocks[block].nodes;
+  bool hooked = !hook_later;
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
-    if (an_.needs_input_grad[*it] || an_.needs_param_grad[*it]) backward_node(*it, block);
+    if (!an_.needs_input_grad[*it] && !an_.needs_param_grad[*it]) continue;
+    if (!hooked && !graph_.nodes[*it].params.empty()) {
+      prefetch_gather(block - 1);
+      hooked = true;
+    }
+    backward_node(*it, block);
   }
+  if (!hooked) prefetch_gather(block - 1);  // the kept tail with no node with parameters
   if (checkpointed(block)) release_checkpoint_holds(block);
   const bool syncing = reduce_block_gradients(block);
   if (gathered >= 0) release(gathered);

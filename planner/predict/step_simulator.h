@@ -71,6 +71,7 @@ class StepSimulator {
   // _all_gather_flat_param), which is what the unit computes with, and
   // prefetches the next unit's the same way.
   int64_t gather(int block, int ahead);
+  void prefetch_gather(int ahead);  // the all-gather of `ahead` issued now, if not yet in flight
   // FSDP2's all-gather buffer for `block` on the copy-in stream. Under CPU offload
   // each shard is first copied to the GPU in its stored dtype (all_gather_inputs:
   // .to(device); fp32 shards under mixed precision) and cast to the gathered dtype
@@ -97,7 +98,7 @@ class StepSimulator {
   // FSDP at ZeRO-2 (fsdp_keeps_unsharded), or the layer the stack leaves unsharded.
   bool keeps_unsharded(int block) const;
   bool fsdp1() const { return fsdp() && sharding_of(settings_) == Sharding::kFsdp1; }
-  bool in_root_group(int block) const { return fsdp() && in_fsdp2_root(graph_.blocks[block], settings_); }
+  bool in_root_group(int block) const { return fsdp() && in_fsdp2_root(graph_, block, settings_); }
   // FSDP2's root group: one all-gather at the root's pre-forward, through a buffer
   // on the all-gather stream, into unsharded parameters that stay until the end
   // of backward (planner/memory/model_states.h, fsdp2_root_params).
@@ -174,6 +175,8 @@ class StepSimulator {
   std::map<int, double> prefetch_done_;                // block -> time its tensors are back
   std::map<int, int64_t> all_gather_buffers_;          // FSDP2: block -> its prefetched copy-in buffer
   int64_t root_params_ = -1;                           // FSDP2: the root group's unsharded parameters
+  int kept_tail_ = -1;
+  int64_t tail_copy_in_ = -1;  // the kept tail's all-gather output, freed as the forward ends   // accelerate's tail unit, kept from its forward to its backward (fsdp2_kept_tail)
   int kept_layer_ = -1;                                // FSDP2: the layer left unsharded after forward
   std::map<int, int64_t> kept_unsharded_;              // block -> unsharded parameters kept until its backward
   std::vector<int64_t> root_grads_;                    // FSDP2: the root group's unsharded gradients

@@ -30,14 +30,21 @@ int64_t StepSimulator::gather(int block, int ahead) {
     } else {
       unsharded = alloc(block_param_bytes_[block], "ZeRO buffers");
       copy_out_gathered(block, block_param_bytes_[block], "all-gather copy-out " + block_name(block));
-      release(copy_in);
+      // The last all-gather's output lives until the root's post-forward (the kept
+      // tail's, _fsdp_state.py _root_post_forward); the others' until the next copy-in,
+      // which the prefetch of the next block already holds.
+      if (block == kept_tail_) tail_copy_in_ = copy_in; else release(copy_in);
     }
   }
+  prefetch_gather(ahead);
+  return unsharded;
+}
+
+void StepSimulator::prefetch_gather(int ahead) {
   const bool in_range =
       ahead >= 0 && static_cast<size_t>(ahead) < block_param_bytes_.size() && !in_root_group(ahead) &&
       !kept_unsharded_.count(ahead);
   if (in_range && !all_gather_buffers_.count(ahead)) all_gather_buffers_[ahead] = all_gather_buffer(ahead);
-  return unsharded;
 }
 
 int64_t StepSimulator::all_gather_buffer(int block) {
@@ -85,7 +92,7 @@ void StepSimulator::restage_root() {
 }
 
 bool StepSimulator::keeps_unsharded(int block) const {
-  return block == kept_layer_ || (fsdp_keeps_unsharded(settings_, config_.zero_stage) && !in_root_group(block));
+  return block == kept_layer_ || block == kept_tail_ || (fsdp_keeps_unsharded(settings_, config_.zero_stage) && !in_root_group(block));
 }
 
 void StepSimulator::gather_root() {

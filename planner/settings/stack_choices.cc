@@ -24,7 +24,7 @@ constexpr ChoiceTable<OptimizerImpl, 4> kImpls = {{{
     {OptimizerImpl::kInBackward, "in-backward"},
 }}};
 // The chunked loss is named with its chunk count ("chunked:8"), "chunked" alone meaning 8.
-constexpr ChoiceTable<LossImpl, 10> kLosses = {{{
+constexpr ChoiceTable<LossImpl, 11> kLosses = {{{
     {LossImpl::kFullKeepLogits, "full-keep-logits"},
     {LossImpl::kFull, "full"},
     {LossImpl::kChunked, "chunked"},
@@ -35,6 +35,7 @@ constexpr ChoiceTable<LossImpl, 10> kLosses = {{{
     {LossImpl::kFusedLinearCe, "fused-linear-ce"},
     {LossImpl::kLitgptFull, "litgpt-full"},
     {LossImpl::kLitgptLora, "litgpt-lora"},
+    {LossImpl::kTrlFusedHead, "trl-fused-head"},
 }}};
 constexpr int kDefaultLossChunks = 8;  // torchtune's num_output_chunks
 constexpr ChoiceTable<Recompute, 2> kRecomputes = {{{

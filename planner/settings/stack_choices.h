@@ -52,6 +52,7 @@ enum class LossImpl {
   kFusedLinearCe,   // Liger's fused linear cross-entropy: logits only chunk by chunk, gradients made in forward
   kLitgptFull,      // litgpt finetune/full.py under Fabric: fp32 logits held to the next forward, cat + slice grads
   kLitgptLora,      // litgpt finetune/lora.py under Fabric: the same over lm_head's 128-token chunks
+  kTrlFusedHead,    // TRL >= 1.15 SFTTrainer: chunked log-probabilities, no logits (mechanisms/trl_fused_head.h)
 };
 
 // What a checkpointed block keeps from its forward (docs/stacks.md, "Checkpointing").

@@ -30,6 +30,7 @@ constexpr LossSpec kKeep{LossImpl::kFullKeepLogits, 8};
 constexpr LossSpec kChunked8{LossImpl::kChunked, 8};
 constexpr LossSpec kFusedXentropy{LossImpl::kFusedXentropy, 8};
 constexpr LossSpec kUpcastShift{LossImpl::kUpcastShift, 8};
+constexpr LossSpec kTrlFusedHead{LossImpl::kTrlFusedHead, 8};
 constexpr LossSpec kLitgptFull{LossImpl::kLitgptFull, 8};
 constexpr LossSpec kLitgptLora{LossImpl::kLitgptLora, 8};
 constexpr OptimizerImpl kForeach = OptimizerImpl::kForeach;
@@ -139,8 +140,13 @@ std::optional<OptimizerImpl> optimizer_by_release(const RunSettings& settings) {
 // The Trainer's loss: transformers < 4.49 upcasts the logits and shifts them as a
 // contiguous fp32 copy (in the model's forward up to 4.45, then ForCausalLMLoss until
 // huggingface/transformers#35646).
+// TRL's SFTTrainer (the Trainer's stack with TRL's release given) from 1.15 computes
+// its loss through add_fused_lm_head (trl/trainer/sft_trainer.py, 1.15.0 and 1.16.0);
+// its earlier loss types are not priced apart from the Trainer's.
 std::optional<LossSpec> loss_by_release(const RunSettings& settings) {
   const std::optional<Release> transformers = release_of(settings.versions, "transformers");
+  const std::optional<Release> trl = release_of(settings.versions, "trl");
+  if (settings.stack == Stack::kHfTrainer && trl && *trl >= Release{1, 15, 0}) return kTrlFusedHead;
   if (settings.stack != Stack::kHfTrainer || !transformers) return std::nullopt;
   return *transformers < Release{4, 49, 0} ? kUpcastShift : kFull;
 }
@@ -157,7 +163,14 @@ std::optional<LossSpec> script_loss(const RunSettings& settings) {
 // update_layer: self.to(weight.device, dtype=weight.dtype) for a floating weight),
 // fp32 from 0.12 (get_peft_model's autocast_adapter_dtype=True). A 4-bit base
 // weight is not floating: its adapters stay fp32 either way.
+// TRL's SFTTrainer from 0.26 casts QLoRA's trainable parameters to bf16 after
+// get_peft_model (trl/trainer/sft_trainer.py, 0.26.0 to 1.16.0: `param.data =
+// param.data.to(torch.bfloat16)` for a model loaded in 4 or 8 bits).
 std::optional<AdapterDtype> adapters_by_release(const RunSettings& settings) {
+  const std::optional<Release> trl = release_of(settings.versions, "trl");
+  if (settings.stack == Stack::kHfTrainer && trl && *trl >= Release{0, 26, 0} && settings.mode == TrainMode::kQlora) {
+    return AdapterDtype::kModel;
+  }
   const std::optional<Release> peft = release_of(settings.versions, "peft");
   if (!peft || settings.mode != TrainMode::kLora || *peft >= Release{0, 12, 0}) return std::nullopt;
   return AdapterDtype::kModel;

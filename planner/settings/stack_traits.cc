@@ -74,4 +74,12 @@ ReduceDtype reduce_dtype_of(const RunSettings& settings) {
 
 bool fsdp2_keeps_last_layer(Stack value) { return value == Stack::kTorchtitan; }
 
+bool fsdp1_prefetches_backward(const RunSettings& settings) { return settings.stack != Stack::kHfTrainer; }
+
+bool accelerate_carves_fsdp2_ends(const RunSettings& settings) {
+  if (settings.stack != Stack::kHfTrainer || !shards_with_fsdp2(settings)) return false;
+  const std::optional<Release> accelerate = release_of(settings.versions, "accelerate");
+  return accelerate && *accelerate >= Release{1, 14, 0};
+}
+
 }  // namespace headroom::planner

@@ -63,4 +63,18 @@ ReduceDtype reduce_dtype_of(const RunSettings& settings);
 // reshard_after_forward = int(layer_id) < len(model.layers) - 1).
 bool fsdp2_keeps_last_layer(Stack value);
 
+// Whether accelerate's FSDP2 preparation makes the input embeddings and the tail
+// (final norm and output embeddings) units of their own, the tail not resharded after
+// forward, so the root group holds nothing else: the Trainer under FSDP2 with
+// accelerate >= 1.14 given (utils/fsdp_utils.py fsdp2_prepare_model, #4015), for a
+// model whose output embeddings are not tied to the input's (tied, accelerate puts
+// both in the tail, which then lives as the root group did). Before 1.14, or with no
+// release given, the root group holds both: the dearer layout.
+bool accelerate_carves_fsdp2_ends(const RunSettings& settings);
+
+// Whether FSDP1 prefetches the next unit in backward: not under the Trainer, whose
+// accelerate plugin defaults backward_prefetch to NO_PREFETCH (utils/dataclasses.py
+// FullyShardedDataParallelPlugin) and passes an fsdp_config's only when one is given.
+bool fsdp1_prefetches_backward(const RunSettings& settings);
+
 }  // namespace headroom::planner

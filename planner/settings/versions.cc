@@ -8,13 +8,18 @@ namespace headroom::planner {
 namespace {
 
 // What each release changes is cited in docs/stacks.md, "Releases".
-constexpr std::array<VersionedPackage, 5> kPackages = {{
+constexpr std::array<VersionedPackage, 7> kPackages = {{
     {"transformers",
      "the Trainer's loss (an fp32 shifted copy before 4.49), its default optimizer (fused AdamW from 4.54 with "
      "torch 2.8) and SDPA over grouped K/V (copied to every head before 4.54)"},
     {"torch", "whether transformers >= 4.54 defaults to fused AdamW (torch 2.8 and later)"},
     {"peft", "the LoRA adapters' dtype (the base weight's before 0.12, fp32 from 0.12)"},
     {"torchtune", "RMSNorm's normalized tensor, kept for the scale's gradient: 16-bit before 0.5, fp32 from 0.5"},
+    {"accelerate",
+     "the Trainer's FSDP2 units: from 1.14 the input embeddings and the final norm with the head are units of their "
+     "own (the head's kept from its forward to its backward), before 1.14 both in the root group"},
+    {"trl", "SFTTrainer's loss (from 1.15 a fused LM head that never builds the logits) and QLoRA's adapters "
+            "(bf16 from 0.26)"},
     {"bitsandbytes",
      "QLoRA's 4-bit linears: each keeps its input for backward up to 0.43.1, and one fed fp32 dequantizes its "
      "weight to fp32 up to 0.46"},

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "planner/mechanisms/trl_fused_head.h"
+
 namespace headroom::planner {
 
 int64_t BackwardStages::largest() const { return std::max<int64_t>({0, before_param_grads, from_param_grads}); }
@@ -35,6 +37,8 @@ BackwardGradients::BackwardGradients(const graph::LayerGraph& graph, const graph
 // buffer holds the cast's fresh tensor and every addition goes in place. Later
 // additions go in place, one partial each. (Profiled on the CPU: aten::add, then
 // add_, without autocast; add_ only under it. docs/stacks.md, "Shared weights' gradients".)
+// TRL's fused LM head hands on a fresh weight gradient too (grad_weight.to(dtype),
+// trl/kernels/chunked_logprob.py): the tied embedding's partial adds in place.
 int64_t BackwardGradients::partial_gradients(int n) const {
   int64_t bytes = 0;
   for (const graph::Param& param : graph_.nodes[n].params) {
@@ -45,7 +49,9 @@ int64_t BackwardGradients::partial_gradients(int n) const {
         positions.front() == position_[n]) {
       continue;
     }
-    const bool first_sum_out_of_place = grad_width_ == graph::dtype_bytes(compute_, 1);
+    const graph::Node& first_use = graph_.nodes[analysis_.order[positions.front()]];
+    const bool first_sum_out_of_place =
+        grad_width_ == graph::dtype_bytes(compute_, 1) && first_use.op != kTrlFusedLogprobOp;
     const int64_t copies = positions[1] == position_[n] && first_sum_out_of_place ? 2 : 1;
     bytes += copies * account(param.elements() * grad_width_, accounting_);
   }
@@ -70,9 +76,13 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) c
   for (auto it = block.nodes.rbegin(); it != block.nodes.rend(); ++it) {
     const int n = *it;
     if (!analysis_.needs_input_grad[n] && !analysis_.needs_param_grad[n]) continue;
+    const int64_t grads = at_node(n);
     const bool from = stages.from_param_grads >= 0 || analysis_.needs_param_grad[n];
     int64_t& stage = from ? stages.from_param_grads : stages.before_param_grads;
-    stage = std::max(stage, at_node(n));
+    stage = std::max(stage, grads);
+    const bool from_params = stages.from_params >= 0 || !graph_.nodes[n].params.empty();
+    int64_t& by_params = from_params ? stages.from_params : stages.before_params;
+    by_params = std::max(by_params, grads);
   }
   return stages;
 }

@@ -21,6 +21,10 @@ namespace headroom::planner {
 struct BackwardStages {
   int64_t before_param_grads = -1;
   int64_t from_param_grads = -1;
+  // The same split at the first node with any parameter, trained or frozen: where an
+  // FSDP unit's pre-backward hook fires (a frozen lm_head after the loss).
+  int64_t before_params = -1;
+  int64_t from_params = -1;
   int64_t largest() const;  // over both, 0 when the block runs no backward
 };
 

@@ -448,6 +448,10 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
         profile.bwd_peak_before_param_grads = profile.keep + profile.out_grad + stages.before_param_grads;
         profile.bwd_peak_from_param_grads = profile.keep + profile.out_grad + stages.from_param_grads;
       }
+      if (stages.before_params >= 0 && stages.from_params >= 0) {
+        profile.bwd_peak_before_params = profile.keep + profile.out_grad + stages.before_params;
+        profile.bwd_peak_from_params = profile.keep + profile.out_grad + stages.from_params;
+      }
     }
   }
   return out;

@@ -28,6 +28,9 @@ struct BlockProfile {
   // to run backward (then bwd_peak is both).
   int64_t bwd_peak_before_param_grads = -1;
   int64_t bwd_peak_from_param_grads = -1;
+  // The same split at the block's first node with any parameter (BackwardStages::before_params).
+  int64_t bwd_peak_before_params = -1;
+  int64_t bwd_peak_from_params = -1;
   int64_t out_grad = 0;    // gradient of its outputs arriving from the next block
   // Autocast's cached 16-bit casts of its trainable fp32 weights (autocast_cached_casts):
   // checkpointed, nothing saves them, and the cache holds them to the forward's end.

@@ -30,9 +30,10 @@ int64_t fsdp2_copy_out_bytes(const graph::LayerGraph& graph, const RunSettings& 
   const std::vector<int64_t> gathered = block_gathered_bytes(graph, settings);
   // The kept layer's backward needs no second all-gather.
   const int kept_layer = fsdp2_kept_layer(graph, settings);
+  const int kept_tail = fsdp2_kept_tail(graph, settings);
   int64_t copied = 0;
   for (size_t b = 0; b < gathered.size(); ++b) {
-    const bool regathered = !in_fsdp2_root(graph.blocks[b], settings) && static_cast<int>(b) != kept_layer &&
+    const bool regathered = !in_fsdp2_root(graph, static_cast<int>(b), settings) && static_cast<int>(b) != kept_layer && static_cast<int>(b) != kept_tail &&
                             !fsdp_keeps_unsharded(settings, config.zero_stage);
     copied += gathered[b] * (regathered ? 2 : 1);
   }

@@ -39,12 +39,15 @@ inline std::string read_text(const std::string& path) {
 inline void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 // Runs `headroom ARGS` (ARGS as a shell would split them; quote paths), with
-// `environment` ("NAME=value ...", shell-quoted) set for that process only.
-inline RunOutput run_headroom(const std::string& args, const std::string& environment = "") {
+// `environment` ("NAME=value ...", shell-quoted) set for that process only, in
+// `directory` when one is given (relative paths are then relative to it).
+inline RunOutput run_headroom(const std::string& args, const std::string& environment = "",
+                              const std::string& directory = "") {
   TempDir dir;
   const std::string err_path = dir.file("stderr.txt");
-  const std::string command = (environment.empty() ? "" : "env " + environment + " ") + "'" +
-                              HEADROOM_BINARY + "' " + args + " 2>'" + err_path + "'";
+  const std::string command = (directory.empty() ? "" : "cd '" + directory + "' && ") +
+                              (environment.empty() ? "" : "env " + environment + " ") + "'" + HEADROOM_BINARY +
+                              "' " + args + " 2>'" + err_path + "'";
   RunOutput result;
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);

@@ -4,6 +4,7 @@
 // other user can write. mmengine is not needed here: a stand-in interpreter
 // runs the config itself (`python -c LOADER CONFIG` -> `python3 CONFIG`), so
 // the config's code decides what "the loader" does.
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -93,6 +94,40 @@ TEST_CASE("a config that leaves a child running does not keep headroom waiting, 
   CHECK(ended);
 }
 
+TEST_CASE("a config's child that leaves the loader's process group (setsid) is ended too") {
+  LoaderFixture f;
+  const std::string pid_file = f.dir.file("sleeper.pid");
+  const std::string escapes = f.config(
+      "escape.py", "import os, sys, time\n"
+                   "pid = os.fork()\n"
+                   "if pid == 0:\n"
+                   "    os.setsid()\n"  // its own session and group: out of the loader's group
+                   "    if os.fork() == 0:\n"
+                   "        open(" + nlohmann::json(pid_file + ".tmp").dump() + ", 'w').write(str(os.getpid()))\n"
+                   "        os.rename(" + nlohmann::json(pid_file + ".tmp").dump() + ", " +
+                   nlohmann::json(pid_file).dump() + ")\n"
+                   "        time.sleep(60)\n"
+                   "    os._exit(0)\n"
+                   "os.waitpid(pid, 0)\n"
+                   "while not os.path.exists(" + nlohmann::json(pid_file).dump() + "):\n"
+                   "    time.sleep(0.01)\n"
+                   "sys.stdout.write(open(" +
+                   nlohmann::json(kData + "xtuner/llama3_8b_instruct_qlora_alpaca_e3.dump.json").dump() + ").read())\n");
+  const auto start = std::chrono::steady_clock::now();
+  const RunOutput run = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(escapes) + " --json");
+  CHECK(seconds_since(start) < 10);
+  CHECK_MESSAGE(run.exit_code == 0, run.err);
+  const std::string sleeper = read_text(pid_file);
+  REQUIRE_FALSE(sleeper.empty());
+  bool ended = false;
+  for (int wait = 0; wait < 150 && !ended; ++wait) {  // within 3 s of headroom's exit
+    ended = !running(sleeper);
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(ended);
+  if (!ended) kill(std::stoi(sleeper), SIGKILL);  // never leave it behind
+}
+
 TEST_CASE("a config that wants more memory than HEADROOM_CONFIG_MEMORY_MIB fails with MemoryError, saying the limit") {
   LoaderFixture f;
   const std::string hungry = f.config("hungry.py", "x = bytearray(16 << 30)\n");
@@ -151,6 +186,128 @@ TEST_CASE("--help of fit and plan says an MMEngine config runs as Python code, a
     CHECK(contains(help.out, "RUNS AS PYTHON CODE"));
     CHECK(contains(help.out, "HEADROOM_CONFIG_TIMEOUT_S"));
   }
+}
+
+namespace {
+
+// A stand-in mmengine package (its Config.fromfile exec()s the config), so the
+// real loader runs, imports it and then the config: what the loader reports
+// about the config, not about mmengine, is what these tests see.
+struct StubMmengine {
+  TempDir dir;
+  StubMmengine() {
+    fs::create_directories(dir.file("mmengine/config"));
+    write_text(dir.file("mmengine/__init__.py"), "__version__ = '0.0.0+stub'\n");
+    write_text(dir.file("mmengine/config/lazy.py"), "class LazyObject: pass\nclass LazyAttr: pass\n");
+    write_text(dir.file("mmengine/config/__init__.py"),
+               "import types\n"
+               "class DictAction: pass\n"
+               "class Config(dict):\n"
+               "    @staticmethod\n"
+               "    def fromfile(path):\n"
+               "        scope = {}\n"
+               "        exec(compile(open(path).read(), path, 'exec'), scope)\n"
+               "        return Config({k: v for k, v in scope.items()\n"
+               "                       if not k.startswith('__') and not isinstance(v, types.ModuleType)})\n"
+               "    def to_dict(self):\n"
+               "        return dict(self)\n");
+  }
+  // `headroom ARGS` with python3 and this mmengine on its path.
+  RunOutput run(const std::string& args) const {
+    return run_headroom(args, "HEADROOM_PYTHON=python3 PYTHONPATH=" + quoted(dir.str()));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a config that exits with status 3 is reported as that, not as mmengine missing (issue 37 item 8)") {
+  StubMmengine mmengine;
+  LoaderFixture f;
+  const std::string exits = f.config("exits.py", "import sys\nsys.stderr.write('config says bye\\n')\nsys.exit(3)\n");
+  const RunOutput run = mmengine.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(exits));
+  CHECK(run.exit_code == 2);
+  CHECK_MESSAGE(contains(run.err, exits + ": the config exited with status 3 (sys.exit) while MMEngine loaded it"),
+                run.err);
+  CHECK_FALSE(contains(run.err, "needs mmengine"));
+  CHECK_FALSE(contains(run.err, "HEADROOM_PYTHON"));
+  // os._exit leaves the loader no word to say: the silence is reported as the config's.
+  const std::string quits = f.config("quits.py", "import os\nos._exit(3)\n");
+  const RunOutput silent = mmengine.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(quits));
+  CHECK(silent.exit_code == 2);
+  CHECK_MESSAGE(contains(silent.err, "exited with status 3 without a message (the config's code may have ended it"),
+                silent.err);
+  CHECK_FALSE(contains(silent.err, "HEADROOM_PYTHON"));
+  // Loaded through the stand-in, a config of plain values reaches the XTuner reader.
+  const std::string plain = f.config("plain.py", "batch_size = 4\n");
+  const RunOutput read = mmengine.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(plain));
+  CHECK_FALSE(contains(read.err, "exited with status"));
+  CHECK_MESSAGE(contains(read.err, "--xtuner: " + plain), read.err);
+}
+
+TEST_CASE("a Python without mmengine is reported as that, before the config runs") {
+  LoaderFixture f;
+  const std::string count = f.dir.file("runs");
+  const std::string config = f.config("c.py", "open(" + nlohmann::json(count).dump() + ", 'a').write('x')\n");
+  const RunOutput run = run_headroom("fit llama-3-8b --gpu 4090 --xtuner " + quoted(config),
+                                     "HEADROOM_PYTHON=python3 PYTHONPATH=" + quoted(f.dir.str()));
+  if (run.exit_code == 2) {
+    MESSAGE("skipped: python3 here has mmengine");
+    return;
+  }
+  CHECK(run.exit_code == 1);
+  CHECK_MESSAGE(contains(run.err, "reading an MMEngine config needs mmengine"), run.err);
+  CHECK(contains(run.err, "set HEADROOM_PYTHON to a Python with mmengine"));
+  CHECK_FALSE(fs::exists(count));
+}
+
+TEST_CASE("no output may replace a file an MMEngine config read while it loaded, such as its _base_ (issue 37 item 1)") {
+  StubMmengine mmengine;
+  LoaderFixture f;
+  // The config takes its keys from another file, as a _base_ file gives them.
+  const std::string base = f.dir.file("base.json");
+  fs::copy_file(kData + "xtuner/llama3_8b_instruct_qlora_alpaca_e3.dump.json", base);
+  const std::string before = read_text(base);
+  const std::string config = f.config("sft.py", "import json\nglobals().update(json.load(open(" +
+                                                    nlohmann::json(base).dump() + "))['config'])\n");
+  const std::string xtuner = " llama-3-8b --gpu 4090 --xtuner " + quoted(config);
+  const RunOutput beside = mmengine.run("fit" + xtuner + " -o " + quoted(f.dir.file("plan.json")));
+  CHECK_MESSAGE(beside.exit_code == 0, beside.err);  // it reads, and the plan is written beside it
+  const std::string named = "is the same file as --xtuner " + config + ": read while it loaded " + base;
+  const RunOutput output = mmengine.run("fit" + xtuner + " -o " + quoted(base));
+  CHECK(output.exit_code == 2);
+  CHECK_MESSAGE(contains(output.err, "-o " + base + ": " + named), output.err);
+  const RunOutput emit = mmengine.run("plan" + xtuner + " --emit xtuner=" + quoted(base));
+  CHECK(emit.exit_code == 2);
+  CHECK_MESSAGE(contains(emit.err, "--emit xtuner " + base + ": " + named), emit.err);
+  CHECK(read_text(base) == before);
+}
+
+TEST_CASE("a directory, FIFO or device named x.py is refused as not a regular file, not as missing (issue 37 item 8)") {
+  LoaderFixture f;
+  const std::string directory = f.dir.file("dir.py");
+  fs::create_directory(directory);
+  const std::string fifo = f.dir.file("fifo.py");
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string device = f.dir.file("null.py");
+  fs::create_symlink("/dev/null", device);
+  for (const std::string& config : {directory, fifo, device}) {
+    CAPTURE(config);
+    const RunOutput run = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(config));
+    CHECK(run.exit_code == 2);
+    CHECK_MESSAGE(contains(run.err, config + ": not a regular file (expected an MMEngine config .py)"), run.err);
+    CHECK_FALSE(contains(run.err, "No such file"));
+  }
+}
+
+TEST_CASE("a config of more than 1 MiB of code is refused before it runs (issue 37 item 3)") {
+  LoaderFixture f;
+  const std::string count = f.dir.file("runs");
+  const std::string code = "open(" + nlohmann::json(count).dump() + ", 'a').write('x')\n";
+  const std::string big = f.config("big.py", code + std::string((1 << 20) + 1 - code.size(), '#'));
+  const RunOutput run = f.run("fit llama-3-8b --gpu 4090 --xtuner " + quoted(big));
+  CHECK(run.exit_code == 2);
+  CHECK_MESSAGE(contains(run.err, big + ": 1048577 bytes; expected an MMEngine config of at most 1 MiB"), run.err);
+  CHECK_FALSE(fs::exists(count));
 }
 
 }  // namespace headroom

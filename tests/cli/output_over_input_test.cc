@@ -109,4 +109,58 @@ TEST_CASE("-o over an input (a config, MODEL, --settings, PLAN) is refused for f
   CHECK(kept == std::vector<std::string>{read_text(ds), read_text(model), read_text(settings), read_text(plan)});
 }
 
+namespace {
+
+// A config that names a DeepSpeed file `ds` (a path relative to the folder the
+// command runs in), with the flag that reads it and the key that names it.
+struct NamingConfig {
+  const char* flag;
+  const char* extra;  // flags the run needs beside it
+  const char* key;
+  const char* file;
+  std::string text;
+};
+
+std::vector<NamingConfig> configs_naming(const std::string& ds) {
+  std::string axolotl = read_text(kData + "axolotl/llama-3-qlora.yml");
+  const size_t key = axolotl.find("\ndeepspeed:\n");
+  REQUIRE(key != std::string::npos);
+  axolotl.replace(key, 12, "\ndeepspeed: " + ds + "\n");
+  return {
+      {"--axolotl", "", "deepspeed", "ax.yml", axolotl},
+      {"--llamafactory", "", "deepspeed", "lf.yaml",
+       read_text(kData + "llamafactory/llama3_lora_sft_otfq.yaml") + "\ndeepspeed: " + ds + "\n"},
+      {"--hf-args", "--lora", "deepspeed", "args.txt", "--per_device_train_batch_size 1 --bf16 true --deepspeed " + ds},
+      {"--accelerate", "--lora", "deepspeed_config.deepspeed_config_file", "acc.yaml",
+       "deepspeed_config:\n  deepspeed_config_file: " + ds + "\ndistributed_type: DEEPSPEED\nnum_processes: 1\n"},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("--emit deepspeed and -o over the DeepSpeed file a config names are refused, the file kept") {
+  TempDir dir;
+  const std::string ds = dir.file("ds.json");
+  const std::string text = R"({"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"},
+                               "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"})";
+  write_text(ds, text);
+  for (const NamingConfig& config : configs_naming("ds.json")) {
+    CAPTURE(config.flag);
+    write_text(dir.file(config.file), config.text);
+    const std::string read = std::string(config.flag) + " " + config.file;
+    const std::string base = " tiny-llama --gpu 4090 --seq 256 " + std::string(config.extra) + " " + read;
+    const std::string named = read + ": " + config.key;  // "--hf-args args.txt: deepspeed"
+    const RunOutput beside =
+        run_headroom("plan" + base + " --emit deepspeed=" + quoted(dir.file("out.json")), "", dir.str());
+    CHECK_MESSAGE(beside.exit_code == 0, beside.err);  // the config reads, and the export is written elsewhere
+    for (const std::string& ds_spelling : {ds, dir.str() + "/./ds.json"}) {
+      const RunOutput emit = run_headroom("plan" + base + " --emit deepspeed=" + quoted(ds_spelling), "", dir.str());
+      check_refused(emit, "--emit deepspeed " + ds_spelling, named + " ds.json");
+      const RunOutput output = run_headroom("fit" + base + " -o " + quoted(ds_spelling), "", dir.str());
+      check_refused(output, "-o " + ds_spelling, named + " ds.json");
+    }
+    CHECK(read_text(ds) == text);
+  }
+}
+
 }  // namespace headroom

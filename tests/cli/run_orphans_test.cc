@@ -1,6 +1,7 @@
 // Issue 37, item 5: killing `headroom run --nproc N` left its ranks training on
 // as orphans (re-parented to PID 1) to --steps, writing checkpoints beside the
-// next job. Each rank now dies with the launcher (cli/rank_launcher.h).
+// next job. Each rank now dies with the launcher (cli/rank_launcher.h), and a
+// checkpoint directory is locked by the job that writes it (cli/checkpoint_lock.h).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -141,6 +142,82 @@ TEST_CASE("a hung rank ends the job after --comm-timeout plus 30 s, not a fixed 
   // 2 s for the peer's collective to fail, 2 + 30 s of grace for the hung rank.
   CHECK(seconds < 2 + 2 + 30 + 15);
   CHECK(seconds > 2 + 30 - 1);
+}
+
+namespace {
+
+// Waits up to 5 s for both ranks to end.
+bool ranks_end(const std::vector<std::string>& ranks) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    if (!running(ranks[0]) && !running(ranks[1])) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a second run on the checkpoint directory of a running job is refused naming it and the job's PID") {
+  TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  pid_t launcher = 0;
+  const std::optional<std::vector<std::string>> started = start_job(dir, {"--checkpoint-dir", ckpt}, launcher);
+  if (!started) return;
+  const std::vector<std::string>& ranks = *started;
+  REQUIRE(ranks.size() == 2);
+  const std::string plan = quoted(dir.file("plan.json"));
+  const std::string expected = ckpt + ": in use by another job (PID " + std::to_string(launcher) + ")";
+  for (const std::string flag : {"--checkpoint-dir", "--resume"}) {
+    CAPTURE(flag);
+    const auto start = std::chrono::steady_clock::now();
+    const RunOutput second = run_headroom("run " + plan + " --nproc 2 --steps 1 --device cpu " + flag + " " + quoted(ckpt));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));  // at once, not after training
+    CHECK(second.exit_code == 1);
+    CHECK_MESSAGE(contains(second.err, flag + " " + expected), second.err);
+  }
+  kill(launcher, SIGKILL);  // the ranks die with it, and the lock with the last of them
+  waitpid(launcher, nullptr, 0);
+  CHECK(ranks_end(ranks));
+  for (const std::string& rank : ranks) {
+    if (running(rank)) kill(std::stoi(rank), SIGKILL);  // never leave them behind
+  }
+  const RunOutput after_kill = run_headroom("run " + plan + " --nproc 2 --steps 1 --device cpu --checkpoint-dir " +
+                                           quoted(ckpt));
+  CHECK_MESSAGE(after_kill.exit_code == 0, after_kill.err);
+  const RunOutput after_end = run_headroom("run " + plan + " --nproc 2 --steps 2 --device cpu --resume " + quoted(ckpt));
+  CHECK_MESSAGE(after_end.exit_code == 0, after_end.err);
+}
+
+TEST_CASE("a single-process run locks its checkpoint directory until it ends") {
+  TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  const std::string plan = dir.file("plan.json");
+  REQUIRE(run_headroom("fit tiny-llama --gpu a6000 -o " + quoted(plan)).exit_code == 0);
+  const pid_t job = start_headroom({"run", plan, "--steps", "1000000", "--device", "cpu", "--checkpoint-dir", ckpt});
+  const std::string pid = std::to_string(job);
+  bool locked = false;
+  for (int wait = 0; wait < 400 && !locked; ++wait) {  // the lock file names the job once it holds it
+    locked = read_text(ckpt + "/.headroom.lock") == pid + "\n";
+    int status = 0;
+    if (!locked && waitpid(job, &status, WNOHANG) == job) {
+#ifdef HEADROOM_TRAINER_BUILT
+      FAIL("headroom-train was built, but run ended before locking " << ckpt);
+#endif
+      MESSAGE("skipped: run ended before locking (built without LibTorch?)");
+      return;
+    }
+    if (!locked) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const RunOutput second = run_headroom("run " + quoted(plan) + " --steps 1 --device cpu --resume " + quoted(ckpt));
+  kill(job, SIGTERM);
+  waitpid(job, nullptr, 0);
+  REQUIRE(locked);
+  CHECK(second.exit_code == 1);
+  CHECK_MESSAGE(contains(second.err, "--resume " + ckpt + ": in use by another job (PID " + pid + ")"), second.err);
+  const RunOutput after = run_headroom("run " + quoted(plan) + " --steps 1 --device cpu --checkpoint-dir " + quoted(ckpt));
+  CHECK_MESSAGE(after.exit_code == 0, after.err);
+  CHECK(contains(run_headroom("run --help").out, "DIR is locked while the job runs"));
 }
 
 }  // namespace headroom

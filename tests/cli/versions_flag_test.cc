@@ -18,19 +18,20 @@ const std::string kRun = "fit " + quoted(std::string(HEADROOM_SOURCE_DIR) + "/te
 TEST_CASE("--pip-freeze gives the releases, --versions wins where both name a package") {
   testing::TempDir dir;
   const std::string freeze = dir.file("freeze.txt");
-  write_text(freeze, "accelerate==1.15.0\ntransformers==5.23.0\npeft==0.21.2\n");
+  write_text(freeze, "datasets==3.0.0\naccelerate==1.15.0\ntransformers==5.23.0\npeft==0.21.2\n");
 
   const RunOutput frozen = run_headroom(kRun + " --pip-freeze " + quoted(freeze) + " --json");
   REQUIRE_MESSAGE(frozen.exit_code == 0, frozen.err);
   const nlohmann::json versions = parse_json(frozen.out)["as_given"]["settings"]["versions"];
   CHECK(versions["transformers"] == "5.23.0");
   CHECK(versions["peft"] == "0.21.2");
-  CHECK_FALSE(versions.contains("accelerate"));  // its release changes nothing headroom prices
+  CHECK(versions["accelerate"] == "1.15.0");   // its FSDP2 units under the Trainer
+  CHECK_FALSE(versions.contains("datasets"));  // its release changes nothing headroom prices
 
   const RunOutput both = run_headroom(kRun + " --versions transformers=4.44.2 --pip-freeze " + quoted(freeze));
   REQUIRE_MESSAGE(both.exit_code == 0, both.err);
   CHECK(contains(both.out, "loss upcast-shift"));
-  CHECK(contains(both.out, "as of peft 0.21.2, transformers 4.44.2"));
+  CHECK(contains(both.out, "as of accelerate 1.15.0, peft 0.21.2, transformers 4.44.2"));
 
   const RunOutput open = run_headroom(kRun);
   REQUIRE_MESSAGE(open.exit_code == 0, open.err);

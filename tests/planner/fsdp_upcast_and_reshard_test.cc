@@ -132,7 +132,13 @@ TEST_CASE("FSDP at ZeRO-3: two layers in flight in a layer, the last one alone b
   settings.sharding = Sharding::kFsdp1;
   const FsdpInFlight fsdp1 = fsdp_in_flight(model(false), settings, 3, Accounting::kAllocated);
   CHECK(fsdp1.forward == std::vector<int64_t>{0, kLayer * 2, kLayer * 2, 0});
-  CHECK(fsdp1.backward == std::vector<int64_t>{0, 2 * kLayer * 2, 2 * kLayer * 2, kLayer * 2});
+  // The Trainer's accelerate plugin prefetches nothing in backward (NO_PREFETCH):
+  // each layer alone, none beside the head. With prefetch (Composer), the previous too.
+  CHECK(fsdp1.backward == std::vector<int64_t>{0, kLayer * 2, kLayer * 2, 0});
+  settings.stack = Stack::kComposer;
+  const FsdpInFlight prefetched = fsdp_in_flight(model(false), settings, 3, Accounting::kAllocated);
+  CHECK(prefetched.backward == std::vector<int64_t>{0, 2 * kLayer * 2, 2 * kLayer * 2, kLayer * 2});
+  settings.stack = Stack::kHfTrainer;
   // The whole model one unit: nothing in flight but the root; DeepSpeed: none of this.
   settings.fsdp_wrap = FsdpWrap::kModel;
   CHECK(fsdp_in_flight(model(false), settings, 3, Accounting::kAllocated).forward.empty());

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/configs/axolotl_import.h"
 #include "planner/configs/deepspeed_import.h"
 #include "planner/configs/hf_trainer_import.h"
 #include "planner/configs/peft_import.h"
@@ -260,6 +261,32 @@ TEST_CASE("--deepspeed takes an inline object as the Trainer's deepspeed argumen
   const Result<RunSettings> broken = load_deepspeed_config("{\"zero_optimization\": ", base_run());
   REQUIRE_FALSE(broken.is_ok());
   CHECK(broken.message().find("--deepspeed (inline)") == 0);
+}
+
+TEST_CASE("a DeepSpeed file reached through --hf-args or axolotl: its error names the config and key (issue 37 item 8)") {
+  // DeepSpeed's own check: train_batch_size 16 is not 8 x 1 x 1 GPU.
+  const std::string ds = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/deepspeed/zero2_seed.json";
+  const Result<ConfigImport> args =
+      import_training_arguments("--per_device_train_batch_size 8 --deepspeed " + ds, "args.txt", base_run());
+  REQUIRE_FALSE(args.is_ok());
+  CHECK_MESSAGE(args.message().find("args.txt: deepspeed: " + ds + ": train_batch_size") == 0, args.message());
+  const Result<ConfigImport> axolotl =
+      import_axolotl_config("micro_batch_size: 8\nsequence_len: 512\ndeepspeed: " + ds + "\n", "ax.yml", base_run());
+  REQUIRE_FALSE(axolotl.is_ok());
+  CHECK_MESSAGE(axolotl.message().find("ax.yml: deepspeed: " + ds + ": train_batch_size") == 0, axolotl.message());
+}
+
+TEST_CASE("the DeepSpeed file the deepspeed argument names is reported as read, an inline one is not (issue 37 item 1)") {
+  const std::string ds = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/deepspeed/zero2_offload_auto.json";
+  const Result<ConfigImport> file = import_training_arguments("--deepspeed " + ds, "args.txt", base_run());
+  REQUIRE_MESSAGE(file.is_ok(), file.message());
+  REQUIRE(file->files_read.size() == 1);
+  CHECK(file->files_read[0].key == "deepspeed");
+  CHECK(file->files_read[0].path == ds);
+  const Result<ConfigImport> inline_config =
+      import_training_arguments(R"({"deepspeed": {"zero_optimization": {"stage": 2}}})", "args.json", base_run());
+  REQUIRE_MESSAGE(inline_config.is_ok(), inline_config.message());
+  CHECK(inline_config->files_read.empty());
 }
 
 }  // namespace headroom::planner

@@ -78,7 +78,7 @@ def run(spec: dict, recorder: Recorder) -> dict:
         trainer = _trainer(spec, output_dir)
         trainer.create_optimizer()
         prepared, optimizer = trainer.accelerator.prepare(trainer.model, trainer.optimizer)
-        _record_steps(spec, recorder, trainer, prepared, optimizer)
+        record_steps(spec, recorder, trainer, prepared, optimizer)
         return _resolved(trainer)
 
 
@@ -90,7 +90,7 @@ def _run_sharded(spec: dict, recorder: Recorder) -> dict:
             with hf_trainer_fsdp.distinct_addresses(trainer.model):
                 prepared, _ = trainer._prepare_for_training(spec.get("steps", 2), None, None)
             hf_trainer_fsdp.upcast_flat_params(trainer.accelerator, prepared)
-            _record_steps(spec, recorder, trainer, prepared, trainer.optimizer)
+            record_steps(spec, recorder, trainer, prepared, trainer.optimizer)
             return _resolved(trainer)
 
 
@@ -102,7 +102,7 @@ def _trainer(spec: dict, output_dir: str):
     _, trainer_class = _trainer_classes()
     trainer = trainer_class(model=model, args=_arguments(spec, output_dir))
     trainer.accelerator.device_placement = False
-    _enable_checkpointing(trainer)
+    enable_checkpointing(trainer)
     return trainer
 
 
@@ -111,7 +111,7 @@ def _resolved(trainer) -> dict:
     return {"optim": str(getattr(trainer.args.optim, "value", trainer.args.optim))}
 
 
-def _enable_checkpointing(trainer) -> None:
+def enable_checkpointing(trainer) -> None:
     """As Trainer.train() does before its loop, in each release's names."""
     if transformers_at_least("5.0"):
         if trainer.args.activation_checkpointing:
@@ -140,7 +140,10 @@ def _clip_gradients(trainer, model) -> None:
         trainer.accelerator.clip_grad_norm_(model.parameters(), trainer.args.max_grad_norm)
 
 
-def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
+def record_steps(spec, recorder, trainer, model, optimizer, batch_of=None) -> None:
+    """`steps` optimizer steps as the Trainer's loop runs them; `batch_of(spec)` makes each
+    step's batch (the task's by default; TRL's collator for stacks/trl_sft.py)."""
+    batch_of = batch_of or task_of(spec).batch
     params = list(model.parameters()) + hf_trainer_fsdp.flat_parameters(model)
     recorder.adopt_model(params, model.buffers())
     for p in params:
@@ -148,7 +151,7 @@ def _record_steps(spec, recorder, trainer, model, optimizer) -> None:
             p.register_post_accumulate_grad_hook(lambda q: recorder.mark("gradients", [q.grad]))
     recorder.begin("step0.start")
     for step in range(spec.get("steps", 2)):
-        batch = task_of(spec).batch(spec)
+        batch = batch_of(spec)
         recorder.adopt_batch(batch)
         recorder.phase = f"step{step}.forward_backward"
         loss = _micro_step(trainer, model, batch)

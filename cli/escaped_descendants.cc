@@ -1,0 +1,87 @@
+#include "cli/escaped_descendants.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace headroom::cli {
+namespace {
+
+// Rounds of looking for re-parented orphans: an orphan appears when its parent
+// has died, a little after the SIGKILL; rounds without one before stopping,
+// and rounds at most.
+constexpr int kQuietRounds = 10;
+constexpr int kMaxRounds = 400;
+constexpr auto kRoundPause = std::chrono::milliseconds(5);
+
+// The parent field of /proc/PID/stat (after the command name, which may hold
+// spaces and parentheses); -1 when unreadable.
+long parent_of(const std::string& pid) {
+  std::ifstream in("/proc/" + pid + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return -1;
+  std::istringstream fields(stat.substr(close + 2));
+  char state = 0;
+  long parent = -1;
+  fields >> state >> parent;
+  return parent;
+}
+
+bool has_mark(pid_t pid, const std::string& mark) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ");
+  std::string entry;
+  while (std::getline(in, entry, '\0')) {
+    if (entry == mark) return true;
+  }
+  return false;
+}
+
+std::vector<pid_t> marked_children(const std::string& mark) {
+  std::vector<pid_t> found;
+  const long self = ::getpid();
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos || parent_of(name) != self) continue;
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    if (has_mark(pid, mark)) found.push_back(pid);
+  }
+  return found;
+}
+
+}  // namespace
+
+std::string new_descendant_mark() {
+  static std::atomic<int> runs{0};
+  return "HEADROOM_BOUNDED_CHILD=" + std::to_string(::getpid()) + "-" + std::to_string(++runs);
+}
+
+bool become_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
+
+void end_marked_children(const std::string& mark) {
+  int quiet = 0;
+  for (int round = 0; round < kMaxRounds && quiet < kQuietRounds; ++round) {
+    const std::vector<pid_t> children = marked_children(mark);
+    quiet = children.empty() ? quiet + 1 : 0;
+    for (pid_t pid : children) ::kill(pid, SIGKILL);
+    for (pid_t pid : children) {
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    if (children.empty()) std::this_thread::sleep_for(kRoundPause);
+  }
+}
+
+}  // namespace headroom::cli

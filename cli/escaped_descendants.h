@@ -1,0 +1,24 @@
+// Descendants of a bounded child that left its process group (a config that
+// double-forks and calls setsid): the group kill cannot reach them, so this
+// process becomes their reaper and ends them by the mark they inherited in
+// their environment (cli/bounded_child.h, end_escaped_descendants). Linux only.
+#pragma once
+
+#include <string>
+
+namespace headroom::cli {
+
+// "HEADROOM_BOUNDED_CHILD=<pid>-<n>": new for every call, put in the child's
+// environment, inherited by everything it starts that keeps its environment.
+std::string new_descendant_mark();
+
+// Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): orphans below
+// it are re-parented to it rather than to init. False when the kernel refused.
+bool become_subreaper();
+
+// Kills and reaps every child of this process whose environment holds `mark`,
+// again as the ones killed leave orphans of their own, until none has appeared
+// for a short while (bounded: a config forking without end is cut off).
+void end_marked_children(const std::string& mark);
+
+}  // namespace headroom::cli
