@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from flags import config_text, headroom_flags, model_path  # noqa: E402
+from flags import config_text, headroom_flags, model_path, with_current_releases  # noqa: E402
 from grid import expand_grid  # noqa: E402
 from report import write_atomically, write_report  # noqa: E402
 
