@@ -257,7 +257,7 @@ const std::vector<SettingsFlag> kFixedFlags = {
      "the library releases the run uses, where a release changes what is allocated: transformers (the "
      "Trainer's loss, default optimizer and SDPA over grouped K/V), torch, peft (the adapters' dtype), trl "
      "(SFTTrainer's fused LM head, QLoRA's bf16 adapters), accelerate (the Trainer's FSDP2 units), torchtune "
-     "(RMSNorm), e.g. "
+     "(RMSNorm), bitsandbytes (QLoRA's 4-bit linears), e.g. "
      "transformers=4.44.2,peft=0.12.0; without them the band covers the releases that differ (docs/stacks.md, "
      "\"Releases\")",
      true,

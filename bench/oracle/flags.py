@@ -26,7 +26,7 @@ def model_path(spec: dict) -> str:
 
 
 # The packages whose release headroom reads (planner/settings/versions.cc).
-_RELEASED = ("transformers", "torch", "peft", "accelerate", "trl")
+_RELEASED = ("transformers", "torch", "peft", "accelerate", "trl", "bitsandbytes")
 
 
 def release_flags(spec: dict) -> list:

@@ -24,6 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bnb_shims import bnb_kernels_on_meta, stub_triton_ops  # noqa: E402
 from cuda_autocast import cuda_autocast_on_meta  # noqa: E402
 from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers_on_meta  # noqa: E402
 from meta_recorder import CATEGORIES, Recorder, recording  # noqa: E402
@@ -67,13 +68,14 @@ def ops_by_phase(recorder: Recorder) -> dict:
 
 
 def run(spec: dict) -> dict:
+    stub_triton_ops()  # before anything imports a bitsandbytes that needs it (bnb_shims.py)
     stack = importlib.import_module(STACKS[spec["stack"]])
     # a value read while the model is built and wrapped decides no allocation of the step
     # (meta_recorder._scalar_of_meta: accelerate's FSDP2 state dict of bitsandbytes weights)
     recorder = Recorder(zero_scalars_in_setup=True)
     warnings.filterwarnings("ignore")
     with cuda_autocast_on_meta(), cuda_sdpa_on_meta(), cuda_dropout_on_meta(), \
-            fused_optimizers_on_meta(), recording(recorder):
+            fused_optimizers_on_meta(), bnb_kernels_on_meta(), recording(recorder):
         resolved = stack.run(spec, recorder) or {}
     at_peak = recorder.at_peak()
     return {"format": "headroom.oracle", "spec": spec, "resolved": resolved, "versions": versions(),

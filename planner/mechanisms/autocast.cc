@@ -140,7 +140,7 @@ void read_through_cast(graph::Node& node, std::string& input, const std::string&
 // rewrite puts in front of the node. From bitsandbytes 0.47 (812ef06a) a compute
 // dtype given at construction is kept; up to 0.46 the first call switched it to an
 // fp32 input's dtype (set_compute_type), so the weight was dequantized and copied
-// to fp32 as well: not modelled (docs/memory-model.md).
+// to fp32 as well: mechanisms/bnb_matmul4bit.h, by the release.
 void copy_four_bit_output(graph::Node& node) {
   const graph::SizeExpr result = node.linear->rows.scaled(node.linear->out_features);
   if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;

@@ -18,12 +18,14 @@
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/fused_kernels.h"
 #include "planner/mechanisms/input_require_grads.h"
+#include "planner/mechanisms/bnb_matmul4bit.h"
 #include "planner/mechanisms/kbit_prep.h"
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/mechanisms/selective_checkpoint.h"
 #include "planner/mechanisms/strided_slices.h"
+#include "planner/settings/bnb_release.h"
 #include "planner/settings/stack.h"
 #include "planner/mechanisms/trainability.h"
 
@@ -214,6 +216,14 @@ bool fsdp_gathers_in_16_bits(const RunSettings& settings) {
   return mixed && fsdp_shards_params(settings, settings.zero_stage);
 }
 
+// The bitsandbytes release's regime for its 4-bit linears (settings/bnb_release.h):
+// over an fp32 model (AMP, fp32) dequantize_4bit returns fp32 in every release.
+BnbMatmul4bit bnb_matmul4bit_of(const RunSettings& settings) {
+  const BnbRegime regime = bnb_regime(settings);
+  const bool sixteen_bit = !is_autocast(settings.precision) && settings.precision != Precision::kFp32;
+  return BnbMatmul4bit{regime.keeps_input, regime.fp32_compute, sixteen_bit};
+}
+
 // The stack's mechanisms, each a rewrite of the graph, in the order they
 // compose: training mode (LoRA/QLoRA), loss, QLoRA preparation, autocast, fp8;
 // then the graph's analysis and what selective checkpointing keeps. `stack`: the
@@ -258,6 +268,8 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   } else if (autocast_matters(settings) && !fsdp_gathers_in_16_bits(settings)) {
     apply_fp32_adapters_without_autocast(context.graph);
   }
+  // After autocast: its casts show which 4-bit linears are fed fp32.
+  if (uses_bnb_4bit(settings)) apply_bnb_matmul4bit(context.graph, bnb_matmul4bit_of(settings));
   apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},
                        compute_dtype_for(settings.precision));
   // Slices strided over the batch are copied where a linear reads them (at the run's micro-batch).
@@ -266,6 +278,9 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   if (Status groups = check_fsdp_own_groups(context.graph, settings); !groups.is_ok()) return groups;
   if (stack.top.recompute == Recompute::kSelectiveOp) {
     context.checkpoint_saves = selective_op_saves(context.graph, context.analysis);
+  }
+  if (uses_bnb_4bit(settings)) {
+    hold_bnb_inputs(context.graph, context.analysis, bnb_matmul4bit_of(settings), context.checkpoint_saves);
   }
   return Status::ok();
 }

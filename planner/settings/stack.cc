@@ -1,5 +1,6 @@
 #include "planner/settings/stack.h"
 
+#include "planner/settings/bnb_release.h"
 #include "planner/settings/stack_mechanisms.h"
 
 namespace headroom::planner {
@@ -18,6 +19,7 @@ ResolvedStack resolve_stack(const RunSettings& settings) {
   ResolvedStack out;
   // An override pins a mechanism; else the run's releases may; else the stack's row.
   for (const MechanismRow& row : stack_mechanisms()) row.resolve(settings, out);
+  add_bnb_unknowns(settings, out.unknowns);  // priced by the release (mechanisms/bnb_matmul4bit.h)
   return out;
 }
 
@@ -26,6 +28,7 @@ std::optional<RunSettings> bottom_of_band(const RunSettings& settings) {
   if (resolved.unknowns.empty() && !resolved.repeat_kv_open && !resolved.layer_rope_caches_open) return std::nullopt;
   RunSettings bottom = settings;
   for (const MechanismRow& row : stack_mechanisms()) row.pin_bottom(settings, resolved, bottom);
+  pin_bnb_bottom(settings, bottom);
   return bottom;
 }
 }  // namespace headroom::planner

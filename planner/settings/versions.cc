@@ -8,7 +8,7 @@ namespace headroom::planner {
 namespace {
 
 // What each release changes is cited in docs/stacks.md, "Releases".
-constexpr std::array<VersionedPackage, 6> kPackages = {{
+constexpr std::array<VersionedPackage, 7> kPackages = {{
     {"transformers",
      "the Trainer's loss (an fp32 shifted copy before 4.49), its default optimizer (fused AdamW from 4.54 with "
      "torch 2.8) and SDPA over grouped K/V (copied to every head before 4.54)"},
@@ -20,6 +20,9 @@ constexpr std::array<VersionedPackage, 6> kPackages = {{
      "own (the head's kept from its forward to its backward), before 1.14 both in the root group"},
     {"trl", "SFTTrainer's loss (from 1.15 a fused LM head that never builds the logits) and QLoRA's adapters "
             "(bf16 from 0.26)"},
+    {"bitsandbytes",
+     "QLoRA's 4-bit linears: each keeps its input for backward up to 0.43.1, and one fed fp32 dequantizes its "
+     "weight to fp32 up to 0.46"},
 }};
 
 }  // namespace

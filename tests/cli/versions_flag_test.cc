@@ -43,7 +43,7 @@ TEST_CASE("--pip-freeze gives the releases, --versions wins where both name a pa
 }
 
 TEST_CASE("--versions refuses a package or release it cannot read, naming the flag and the choices") {
-  const RunOutput unknown = run_headroom(kRun + " --versions bitsandbytes=0.41.1");
+  const RunOutput unknown = run_headroom(kRun + " --versions numpy=1.26.4");
   CHECK(unknown.exit_code == 2);
   CHECK(contains(unknown.err, "--versions"));
   CHECK(contains(unknown.err, "transformers, torch, peft"));

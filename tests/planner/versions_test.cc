@@ -58,8 +58,8 @@ TEST_CASE("--versions takes known packages, normalised, and names what is wrong"
   CHECK(v.at("transformers") == "4.44.2");
   CHECK(v.at("peft") == "0.12.0");
   CHECK(versions_text(v) == "peft 0.12.0, transformers 4.44.2");
-  const Status unknown = parse_versions("bitsandbytes=0.41.1", "cli", v);
-  CHECK(unknown.message().find("'bitsandbytes=0.41.1'") != std::string::npos);
+  const Status unknown = parse_versions("numpy=1.26.4", "cli", v);
+  CHECK(unknown.message().find("'numpy=1.26.4'") != std::string::npos);
   CHECK(unknown.message().find("transformers, torch, peft") != std::string::npos);
   CHECK(parse_versions("transformers", "cli", v).message().find("NAME=RELEASE") != std::string::npos);
   CHECK(parse_versions("torch=latest", "cli", v).message().find("expected a release") != std::string::npos);

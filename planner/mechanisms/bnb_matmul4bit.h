@@ -1,0 +1,37 @@
+// What a bitsandbytes release's 4-bit linear holds beyond the current one's
+// (docs/stacks.md, "bitsandbytes releases"; settings/bnb_release.h decides which).
+// Runs after the autocast rewrites, which put a 16-bit cast "<node>.cast:<x>" in
+// front of a 4-bit linear fed fp32 (mechanisms/autocast.cc).
+#pragma once
+
+#include <vector>
+
+#include "graph/graph_analysis.h"
+#include "graph/layer_graph.h"
+
+namespace headroom::planner {
+
+struct BnbMatmul4bit {
+  // MatMul4Bit keeps its input A for backward (bitsandbytes up to 0.43.1).
+  bool keeps_input = false;
+  // A Linear4bit fed fp32 computes in fp32 (up to 0.46): A is the fp32 input itself,
+  // and the dequantized weight is copied to fp32 before autocast casts it back.
+  bool fp32_compute = false;
+  // The model's weights are 16-bit, so dequantize_4bit returns 16 bits
+  // (QuantState.dtype is the loaded weight's); over an fp32 model it returns fp32
+  // whatever the release, and the copy to fp32 is no copy.
+  bool sixteen_bit_weights = true;
+};
+
+void apply_bnb_matmul4bit(graph::LayerGraph& graph, const BnbMatmul4bit& bnb);
+
+// What a checkpointed block keeps besides its inputs (ModelContext::checkpoint_saves):
+// with keeps_input, each 4-bit linear's kept input. MatMul4Bit holds it on its autograd
+// context (ctx.tensors), not through save_for_backward, so non-reentrant checkpointing's
+// saved-tensor hooks never see it: every layer's stays from its forward to its backward.
+// (Reentrant checkpointing runs the forward under no_grad and keeps none; headroom prices
+// the non-reentrant default.)
+void hold_bnb_inputs(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis, const BnbMatmul4bit& bnb,
+                     std::vector<std::vector<int>>& checkpoint_saves);
+
+}  // namespace headroom::planner
