@@ -189,10 +189,20 @@ def cuda_autocast_on_meta() -> Iterator[None]:
         original_init(self, "cpu" if device_type == "meta" else device_type, *args, **kwargs)
 
     autocast_class.__init__ = init
+    # `torch.is_autocast_enabled()` with no device asks for CUDA's autocast, which is
+    # on in the stack's forward on a GPU (PEFT's bnb LoRA layers skip their fp32 input
+    # copy then, peft/tuners/lora/bnb.py `requires_conversion`): here the CPU's stands in.
+    original_enabled = torch.is_autocast_enabled
+
+    def enabled(device_type: str = "cuda") -> bool:
+        return original_enabled("cpu" if device_type in ("cuda", "meta") else device_type)
+
+    torch.is_autocast_enabled = enabled
     try:
         with torch._C._IncludeDispatchKeyGuard(_DK.AutocastCPU):
             yield
     finally:
+        torch.is_autocast_enabled = original_enabled
         autocast_class.__init__ = original_init
         torch.clear_autocast_cache = original_clear
         _CACHE.casts.clear()

@@ -135,6 +135,17 @@ class CudaAutocastTest(unittest.TestCase):
         with cuda_autocast_on_meta():
             self.assertEqual((meta(4, 4) @ meta(4, 4)).dtype, torch.float32)
 
+    def test_asking_for_cuda_autocast_answers_the_autocast_standing_in(self):
+        # PEFT's bnb LoRA layers ask torch.is_autocast_enabled() (CUDA's) whether to copy
+        # their input to fp32; on a GPU under the stack's autocast the answer is yes.
+        with cuda_autocast_on_meta():
+            self.assertFalse(torch.is_autocast_enabled())
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                self.assertTrue(torch.is_autocast_enabled())
+                self.assertTrue(torch.is_autocast_enabled("cuda"))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            self.assertFalse(torch.is_autocast_enabled())  # restored: CUDA's again
+
 
 class CudaKernelShimTest(unittest.TestCase):
     def test_sdpa_keeps_no_probabilities(self):
