@@ -6,6 +6,7 @@
 
 #include "executor/executable_model.h"
 #include "executor/run.h"
+#include "planner/settings/bnb_release.h"
 #include "planner/settings/stack.h"
 
 namespace headroom::executor {
@@ -246,6 +247,9 @@ planner::Plan as_executor_runs(planner::Plan plan) {
   if (!s.repeat_kv && s.attention != models::AttentionImpl::kEager) s.repeat_kv = false;
   // The trainer frees the gradients right after the optimizer step (trainer.cc).
   if (!s.grads_through_forward) s.grads_through_forward = false;
+  // Its 4-bit linear keeps no input for backward, as bitsandbytes from 0.43.2: an
+  // open release is run as the current one (the band's bottom).
+  planner::pin_bnb_bottom(s, s);
   const planner::ResolvedStack stack = planner::resolve_stack(s);
   if (!s.loss && stack.top.loss.impl == planner::LossImpl::kUpcastShift) s.loss = stack.bottom.loss;
   return plan;

@@ -15,6 +15,7 @@
 #include "executor/run.h"
 #include "executor/token_data.h"
 #include "planner/predict/planner.h"
+#include "planner/settings/bnb_release.h"
 
 namespace headroom::executor {
 namespace {
@@ -308,6 +309,15 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
   CHECK(check_executable(loop, "plan.json").message().find("grads_through_forward") == std::string::npos);
   loop.settings.grads_through_forward = true;
   CHECK(check_executable(loop, "plan.json").message().find("plan.json: settings.grads_through_forward") == 0);
+
+  // An open bitsandbytes release is run as the current one: the executor's 4-bit
+  // linear keeps no input (the band's bottom), so its prediction is that run's.
+  planner::Plan open_release = plan;
+  open_release.settings.mode = planner::TrainMode::kQlora;
+  CHECK(as_executor_runs(open_release).settings.versions.count("bitsandbytes") == 1);
+  CHECK_FALSE(planner::bnb_regime(as_executor_runs(open_release).settings).keeps_input);
+  open_release.settings.versions["bitsandbytes"] = "0.43.1";
+  CHECK(as_executor_runs(open_release).settings.versions.at("bitsandbytes") == "0.43.1");
 
   planner::Plan torn = plan;
   torn.block_names.pop_back();
