@@ -12,30 +12,10 @@
 #include "planner/predict/planner.h"
 #include "planner/predict/prediction.h"
 #include "planner/predict/simulator.h"
+#include "tests/planner/fsdp_test_support.h"
 
 namespace headroom::planner {
 namespace {
-
-// embeddings (2^26 elements), two layers of 2^27 and a head of 2^28.
-graph::LayerGraph llm_shaped(bool tied) {
-  graph::LayerGraph graph;
-  graph.name = "llm-shaped";
-  graph.blocks = {{"embeddings", "embedding", false},
-                  {"layers.0", "dense", true},
-                  {"layers.1", "dense", true},
-                  {"head", "lm_head", false}};
-  const int64_t elements[] = {int64_t{1} << 26, int64_t{1} << 27, int64_t{1} << 27, int64_t{1} << 28};
-  for (int b = 0; b < 4; ++b) {
-    graph::Node node;
-    node.name = graph.blocks[b].name + ".w";
-    node.op = "linear";
-    node.block = b;
-    const std::string tied_to = tied && b == 3 ? "embeddings.w.weight" : "";
-    node.params.push_back({node.name + ".weight", {elements[b]}, graph::DType::kBF16, true, tied_to});
-    graph.nodes.push_back(node);
-  }
-  return graph;
-}
 
 RunSettings trainer_fsdp2(const std::string& accelerate) {
   RunSettings s;
@@ -97,26 +77,6 @@ RunSettings mistral_on_8(const std::string& accelerate) {
   s.seq_len = 2048;
   s.checkpointing = CheckpointPolicy::kEveryBlock;
   return s;
-}
-
-Simulation simulate_as_given(const RunSettings& settings) {
-  Result<ModelContext> context = prepare_context(settings);
-  REQUIRE_MESSAGE(context.is_ok(), context.message());
-  Result<std::vector<BlockChoice>> blocks = user_block_choices(context.value(), settings);
-  REQUIRE(blocks.is_ok());
-  SimulatorOptions options;
-  options.record_events = false;
-  options.max_memory_samples = 1 << 20;
-  return simulate(context.value(), settings, user_config(settings), blocks.value(), options);
-}
-
-int64_t allocated_after(const Simulation& simulation, const std::string& label) {
-  int64_t last = -1;
-  for (const MemorySample& sample : simulation.memory) {
-    if (sample.label == label) last = sample.allocated;
-  }
-  REQUIRE_MESSAGE(last >= 0, "no sample labelled " << label);
-  return last;
 }
 
 constexpr int64_t kMistralEmbedding = int64_t{32000} * 4096 * 2;

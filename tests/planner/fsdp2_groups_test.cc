@@ -14,30 +14,10 @@
 #include "planner/predict/simulator.h"
 #include "planner/time/step_time.h"
 #include "planner/configs/torchtune_import.h"
+#include "tests/planner/fsdp_test_support.h"
 
 namespace headroom::planner {
 namespace {
-
-// embeddings (2^26 elements), two layers of 2^27 and a head of 2^28: the head
-// is the largest block, as a 128k-vocabulary head is next to a Llama layer.
-graph::LayerGraph llm_shaped() {
-  graph::LayerGraph graph;
-  graph.name = "llm-shaped";
-  graph.blocks = {{"embeddings", "embedding", false},
-                  {"layers.0", "dense", true},
-                  {"layers.1", "dense", true},
-                  {"head", "lm_head", false}};
-  const int64_t elements[] = {int64_t{1} << 26, int64_t{1} << 27, int64_t{1} << 27, int64_t{1} << 28};
-  for (int b = 0; b < 4; ++b) {
-    graph::Node node;
-    node.name = graph.blocks[b].name + ".w";
-    node.op = "linear";
-    node.block = b;
-    node.params.push_back({node.name + ".weight", {elements[b]}, graph::DType::kBF16, true, ""});
-    graph.nodes.push_back(node);
-  }
-  return graph;
-}
 
 RunSettings torchtitan_on_8() {
   RunSettings settings;
@@ -130,26 +110,6 @@ RunSettings torchtitan_8b() {
   s.recompute = Recompute::kBlock;
   s.expandable_segments = true;
   return s;
-}
-
-Simulation simulate_as_given(const RunSettings& settings) {
-  Result<ModelContext> context = prepare_context(settings);
-  REQUIRE_MESSAGE(context.is_ok(), context.message());
-  Result<std::vector<BlockChoice>> blocks = user_block_choices(context.value(), settings);
-  REQUIRE(blocks.is_ok());
-  SimulatorOptions options;
-  options.record_events = false;
-  options.max_memory_samples = 1 << 20;  // keep every sample
-  return simulate(context.value(), settings, user_config(settings), blocks.value(), options);
-}
-
-int64_t allocated_after(const Simulation& simulation, const std::string& label) {
-  int64_t last = -1;
-  for (const MemorySample& sample : simulation.memory) {
-    if (sample.label == label) last = sample.allocated;
-  }
-  REQUIRE_MESSAGE(last >= 0, "no sample labelled " << label);
-  return last;
 }
 
 constexpr int64_t kEmbedding8b = int64_t{128256} * 4096 * 2;  // bf16, unsharded

@@ -10,6 +10,7 @@
 #include "planner/predict/prediction.h"
 #include "planner/predict/simulator.h"
 #include "planner/settings/stack.h"
+#include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
 namespace {
@@ -30,14 +31,6 @@ RunSettings resnet_loop(std::optional<bool> through) {
   return s;
 }
 
-Prediction predicted(const RunSettings& settings) {
-  Result<ModelContext> context = prepare_context(settings);
-  REQUIRE_MESSAGE(context.is_ok(), context.message());
-  Result<std::vector<BlockChoice>> blocks = user_block_choices(context.value(), settings);
-  REQUIRE(blocks.is_ok());
-  return predict(context.value(), settings, user_config(settings), blocks.value(), false);
-}
-
 }  // namespace
 
 TEST_CASE("zero_grad after the step unless the run says otherwise, and never with the optimizer in backward") {
@@ -54,8 +47,8 @@ TEST_CASE("zero_grad after the step unless the run says otherwise, and never wit
 }
 
 TEST_CASE("zero_grad between the loss and backward: the previous gradients at the forward's end") {
-  const Prediction after_step = predicted(resnet_loop(false));
-  const Prediction before_backward = predicted(resnet_loop(true));
+  const Prediction after_step = predict_as_given(resnet_loop(false));
+  const Prediction before_backward = predict_as_given(resnet_loop(true));
   const int64_t grads = before_backward.allocated.gradients;
   REQUIRE(grads > 0);
   CHECK(before_backward.peak_allocated > after_step.peak_allocated);

@@ -1,0 +1,61 @@
+// Test support for the FSDP suites: a graph shaped like a causal LM (embeddings, two
+// layers, a head that is the largest block), and a run simulated exactly as given with
+// every memory sample kept, to read the allocated bytes after a labelled event.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "graph/layer_graph.h"
+#include "planner/predict/planner.h"
+#include "planner/predict/simulator.h"
+
+namespace headroom::planner {
+
+// embeddings (2^26 elements), two layers of 2^27 and a head of 2^28, as a
+// 128k-vocabulary head is next to a Llama layer; `tied`: the head's weight is the
+// embeddings'.
+inline graph::LayerGraph llm_shaped(bool tied = false) {
+  graph::LayerGraph graph;
+  graph.name = "llm-shaped";
+  graph.blocks = {{"embeddings", "embedding", false},
+                  {"layers.0", "dense", true},
+                  {"layers.1", "dense", true},
+                  {"head", "lm_head", false}};
+  const int64_t elements[] = {int64_t{1} << 26, int64_t{1} << 27, int64_t{1} << 27, int64_t{1} << 28};
+  for (int b = 0; b < 4; ++b) {
+    graph::Node node;
+    node.name = graph.blocks[b].name + ".w";
+    node.op = "linear";
+    node.block = b;
+    const std::string tied_to = tied && b == 3 ? "embeddings.w.weight" : "";
+    node.params.push_back({node.name + ".weight", {elements[b]}, graph::DType::kBF16, true, tied_to});
+    graph.nodes.push_back(node);
+  }
+  return graph;
+}
+
+inline Simulation simulate_as_given(const RunSettings& settings) {
+  Result<ModelContext> context = prepare_context(settings);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  Result<std::vector<BlockChoice>> blocks = user_block_choices(context.value(), settings);
+  REQUIRE(blocks.is_ok());
+  SimulatorOptions options;
+  options.record_events = false;
+  options.max_memory_samples = 1 << 20;  // keep every sample
+  return simulate(context.value(), settings, user_config(settings), blocks.value(), options);
+}
+
+// The allocated bytes after the last sample labelled `label`.
+inline int64_t allocated_after(const Simulation& simulation, const std::string& label) {
+  int64_t last = -1;
+  for (const MemorySample& sample : simulation.memory) {
+    if (sample.label == label) last = sample.allocated;
+  }
+  REQUIRE_MESSAGE(last >= 0, "no sample labelled " << label);
+  return last;
+}
+
+}  // namespace headroom::planner
