@@ -83,7 +83,7 @@ TEST_CASE("--gpu-file with --gpu-mem and in plan, and never beside --gpu") {
   TempDir dir;
   const std::string card = dir.file("card.json");
   write_text(card, kLabCard);
-  const RunOutput planned = run_headroom("plan tiny-llama --gpu-file " + quoted(card) + " --gpu-mem 16GiB --json");
+  const RunOutput planned = run_headroom("plan tiny-llama --gpu-file " + quoted(card) + " --gpu-mem 16GiB");
   REQUIRE(planned.exit_code == 0);
   CHECK(contains(planned.out, "Lab Card 20GB"));
   const RunOutput both = run_headroom("fit tiny-llama --gpu-file " + quoted(card) + " --gpu 4090");
