@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "cli/resolve_settings.h"
+#include "planner/settings/run_gpu.h"
 #include "reports/fit_report.h"
 #include "reports/units.h"
 
@@ -29,10 +30,9 @@ Answered<PreparedRun> prepare_run(const std::string& model, const SettingsFlags&
   run.settings = std::move(settings.value());
   const planner::RunSettings& s = run.settings;
 
-  Result<planner::GpuSpec> gpu = planner::find_gpu(s.gpu);
+  Result<planner::GpuSpec> gpu = planner::run_gpu(s);
   if (!gpu.is_ok()) return refuse<PreparedRun>(gpu.status(), std::move(notes));
   run.gpu = gpu.value();
-  if (s.gpu_memory_bytes) run.gpu = planner::with_memory(run.gpu, *s.gpu_memory_bytes);
 
   // Below the context size every plan is nonsense: nothing of the model fits
   // beside the memory CUDA and PyTorch's kernels take before the first tensor.

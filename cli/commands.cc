@@ -262,7 +262,8 @@ int run_gpus(const CliOptions& options, Terminal& terminal) {
   } else {
     terminal.out << reports::gpus_table(gpus)
                  << "\nUse an id with --gpu (aliases and nvidia-smi names work too); --gpu-mem "
-                    "overrides the memory. Sources: docs/hardware.md.\n";
+                    "overrides the memory; --gpu-file FILE describes a GPU that is not here. "
+                    "Sources: docs/hardware.md.\n";
   }
   return kExitOk;
 }

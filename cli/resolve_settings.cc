@@ -20,7 +20,8 @@ constexpr int64_t kMaxSettingsFileBytes = int64_t{16} << 20;
 // Flags that set the same field must agree: --mode full --lora is a mistake.
 Status check_conflicts(const SettingsFlags& flags) {
   const std::vector<std::set<std::string>> groups = {{"--mode", "--lora", "--qlora"},
-                                                     {"--checkpointing", "--checkpoint-blocks"}};
+                                                     {"--checkpointing", "--checkpoint-blocks"},
+                                                     {"--gpu", "--gpu-file"}};
   for (const auto& group : groups) {
     std::string first_flag;
     std::string first_value;

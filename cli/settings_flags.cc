@@ -9,6 +9,7 @@
 
 #include "planner/configs/deepspeed_import.h"
 #include "planner/configs/pip_freeze.h"
+#include "planner/settings/gpu_json.h"
 #include "planner/settings/stack_mechanisms.h"
 #include "reports/units.h"
 
@@ -173,6 +174,18 @@ const std::vector<SettingsFlag> kFixedFlags = {
      [](RunSettings& s, std::string_view v) {
        if (v.empty()) return expected("a GPU id such as a6000", v);
        s.gpu = std::string(v);
+       s.gpu_spec.reset();  // over a --settings file's gpu_spec
+       return Status::ok();
+     }},
+    {"--gpu-file", "FILE", kHardware,
+     "a GPU not in the catalogue, described in a JSON file with the catalogue's fields (docs/hardware.md)",
+     false,
+     [](RunSettings& s, std::string_view v) {
+       if (v.empty()) return expected("a GPU JSON file", v);
+       Result<planner::GpuSpec> gpu = planner::read_gpu_file(std::string(v));
+       if (!gpu.is_ok()) return gpu.status();
+       s.gpu = gpu.value().id;
+       s.gpu_spec = gpu.value();
        return Status::ok();
      }},
     {"--gpu-mem", "SIZE", kHardware,

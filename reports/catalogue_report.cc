@@ -10,7 +10,8 @@ std::string gpus_table(const std::vector<planner::GpuSpec>& gpus) {
   table.set_left_aligned(1);
   for (const planner::GpuSpec& gpu : gpus) {
     table.add_row({gpu.id, gpu.name, format_gib(gpu.memory_bytes),
-                   fixed(gpu.bf16_tflops, 1) + " TFLOPS",
+                   planner::supports_bf16(gpu) ? fixed(gpu.bf16_tflops, 1) + " TFLOPS"
+                                               : "none (fp16 " + fixed(gpu.fp16_tflops, 1) + ")",
                    fixed(gpu.memory_bandwidth_gbps, 0) + " GB/s",
                    gpu.nvlink_gbps > 0 ? fixed(gpu.nvlink_gbps, 0) + " GB/s" : "-"});
   }

@@ -11,6 +11,7 @@
 #include "models/torchtune_models.h"
 #include "models/zoo.h"
 #include "planner/mechanisms/autocast.h"
+#include "planner/settings/run_gpu.h"
 #include "planner/settings/validate_settings.h"
 #include "planner/time/calibration.h"
 #include "planner/mechanisms/compiled_blocks.h"
@@ -285,11 +286,11 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   return Status::ok();
 }
 
-// The GPU from the catalogue (or --gpu-mem), and whether it can run the run's fp8.
+// The run's GPU (catalogue or --gpu-file, --gpu-mem, its bf16), and whether it can run the run's fp8.
 Status resolve_gpu(const RunSettings& settings, ModelContext& context) {
-  Result<GpuSpec> gpu = find_gpu(settings.gpu);
+  Result<GpuSpec> gpu = run_gpu(settings);
   if (!gpu.is_ok()) return gpu.status();
-  context.gpu = settings.gpu_memory_bytes ? with_memory(gpu.value(), *settings.gpu_memory_bytes) : gpu.value();
+  context.gpu = gpu.value();
   if (settings.float8 != Float8Recipe::kNone && context.gpu.fp8_tflops <= 0) {
     // torchao's Float8Linear runs torch._scaled_mm, which needs SM 8.9 or later
     // (torchtitan's Float8Handler refuses to convert below: _is_sm89_or_later).

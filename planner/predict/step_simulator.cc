@@ -5,6 +5,7 @@
 
 #include "planner/mechanisms/autocast.h"
 #include "planner/memory/allocator_rounding.h"
+#include "planner/settings/run_gpu.h"
 #include "planner/time/fsdp2_stream_copies.h"
 
 namespace headroom::planner {
@@ -465,7 +466,8 @@ Simulation StepSimulator::run() {
   time_.tokens_per_s = time_.samples_per_s * static_cast<double>(seq_);
   double flops = 0;
   for (const NodeTimes& t : times_) flops += t.fwd_flops + t.bwd_flops;
-  const double peak = (settings_.precision == Precision::kFp32 ? ctx_.gpu.fp32_tflops : ctx_.gpu.bf16_tflops) * 1e12;
+  const double peak = (settings_.precision == Precision::kFp32 ? ctx_.gpu.fp32_tflops
+                                                           : tensor16_tflops(ctx_.gpu, settings_.precision)) * 1e12;
   time_.mfu = clock_ > 0 ? flops * static_cast<double>(config_.grad_accum) / (clock_ / 1e3) / peak : 0;
   thin_samples();
   out_.time = time_;

@@ -56,6 +56,7 @@ std::optional<Suggestion> larger_gpu(const ModelContext& context, const RunSetti
   for (const GpuSpec& gpu : larger) {
     RunSettings changed = settings;
     changed.gpu = gpu.id;
+    changed.gpu_spec.reset();
     changed.gpu_memory_bytes.reset();
     const Candidate found = try_settings(changed);
     if (found.found) return suggestion_from("one " + gpu.name, found, changed);

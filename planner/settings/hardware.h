@@ -1,6 +1,6 @@
 // The hardware catalogue: one GpuSpec per supported GPU, with the peak rates, memory and
 // fixed per-process overheads the memory and time models need. Every figure and its
-// source is listed in docs/hardware.md; the .cc file cites each one next to its value.
+// source is listed in docs/hardware.md; gpu_rows_*.cc cite each one next to its value.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +41,8 @@ struct GpuSpec {
   int64_t cublas_workspace_bytes = 0;
   // Fraction of bf16_tflops that a large bf16 matmul reaches in a published PyTorch
   // benchmark on this GPU (best shape, as shipped clocks): the rate the time model
-  // gives GEMM FLOPs. 0 where no measurement is published: the time model's default.
+  // gives GEMM FLOPs (of fp16_tflops on a GPU without bf16). 0 where no measurement is
+  // published: the time model's default.
   double matmul_efficiency = 0;
   // The same for an fp8 matmul against fp8_tflops; 0 where none is published
   // (fp8 GEMMs then run at the bf16 efficiency).
@@ -51,16 +52,26 @@ struct GpuSpec {
   // is published (attention then runs at the GEMM rate).
   double attention_forward_efficiency = 0;
   double attention_backward_efficiency = 0;
-  std::string architecture;  // "ampere", "ada" or "hopper"
+  // "volta", "turing", "ampere", "ada", "hopper" or "blackwell". A GPU without bf16
+  // (Volta, Turing) has bf16_tflops 0: supports_bf16 is that test, nothing else.
+  std::string architecture;
   std::string source;        // short citation(s) for the figures above
 };
 
 // Every catalogued GPU, in a stable order: GeForce, workstation, then data-centre parts.
 const std::vector<GpuSpec>& gpu_catalogue();
 
+// Whether the GPU computes in bf16 (bf16_tflops > 0): Volta and Turing do not.
+bool supports_bf16(const GpuSpec& gpu);
+
 // Looks a GPU up by id or alias, ignoring case. An unknown name gives an error whose
-// message lists the known ids.
+// message lists the known ids and names --gpu-mem and --gpu-file.
 Result<GpuSpec> find_gpu(std::string_view id_or_alias);
+
+// The per-process overheads the catalogue gives every GPU of an architecture
+// (hardware.cc cites them): a --gpu-file that leaves them out gets these.
+int64_t default_cuda_context_bytes();
+int64_t default_cublas_workspace_bytes(std::string_view architecture);
 
 // A GPU with user-given memory (--gpu-mem) and every other figure taken from `base`.
 // memory_bytes must be positive; the caller validates user input before calling.

@@ -13,6 +13,7 @@
 #include "graph/status.h"
 #include "graph/validate.h"
 #include "models/zoo.h"
+#include "planner/settings/hardware.h"
 #include "planner/settings/weight_formats.h"
 #include "planner/settings/stack_choices.h"
 #include "planner/settings/versions.h"
@@ -216,6 +217,9 @@ struct RunSettings {
 
   // Hardware and budgets.
   std::string gpu = "a6000";
+  // --gpu-file: a GPU described in full by the user, used instead of the catalogue's
+  // `gpu` (which then holds its id); plan files carry it (docs/hardware.md, "--gpu-file").
+  std::optional<GpuSpec> gpu_spec;
   std::optional<int64_t> gpu_memory_bytes;       // --gpu-mem overrides the catalogue
   std::optional<int64_t> cuda_context_bytes;     // measured value overrides the catalogue
   std::string calibration_file;                  // calibration JSON (docs/calibration.md), optional

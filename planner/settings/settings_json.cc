@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "planner/settings/gpu_json.h"
 #include "planner/settings/json_fields.h"
 #include "planner/settings/stack_mechanisms.h"
 #include "planner/settings/validate_settings.h"
@@ -179,6 +180,20 @@ Status apply_text_choices(const std::string& attention, const std::string& check
   return Status::ok();
 }
 
+// settings.gpu_spec: the GPU of a --gpu-file the settings were made with; its id is settings.gpu.
+Status read_gpu_spec(JsonFields& r, std::string_view origin, RunSettings& s) {
+  const nlohmann::json* spec = r.member("gpu_spec");
+  if (spec == nullptr) return Status::ok();
+  Result<GpuSpec> gpu = gpu_from_json(*spec, origin, "settings.gpu_spec.");
+  if (!gpu.is_ok()) return gpu.status();
+  if (gpu.value().id != s.gpu) {
+    return fail(origin, "settings.gpu",
+                "expected \"" + gpu.value().id + "\", the id of settings.gpu_spec, got \"" + s.gpu + "\"");
+  }
+  s.gpu_spec = gpu.value();
+  return Status::ok();
+}
+
 // The writers below mirror the readers above, group for group; nlohmann::json
 // keeps keys sorted, so the order they are written in does not show.
 
@@ -253,6 +268,7 @@ void write_run_and_budgets(const RunSettings& s, nlohmann::json& j) {
   j["checkpoint_blocks"] = s.checkpoint_blocks;
   j["offload_blocks"] = s.offload_blocks;
   j["gpu"] = s.gpu;
+  if (s.gpu_spec) j["gpu_spec"] = gpu_to_json(*s.gpu_spec);
   if (s.gpu_memory_bytes) j["gpu_memory_bytes"] = *s.gpu_memory_bytes;
   if (s.cuda_context_bytes) j["cuda_context_bytes"] = *s.cuda_context_bytes;
   if (s.document_tokens) j["document_tokens"] = *s.document_tokens;
@@ -285,6 +301,7 @@ nlohmann::json settings_to_json(const RunSettings& s) {
   return j;
 }
 
+
 Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view origin) {
   if (!j.is_object()) return fail(origin, "settings", "expected a JSON object");
   RunSettings s;
@@ -293,6 +310,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   // Strict: no coercion, and a key no reader below reads is refused (JsonFields).
   JsonFields r(j, origin, "settings.");
   for (const Status& status : {read_model_and_stack(r, s, attention), read_stack_mechanisms(r, s), read_run_and_budgets(r, s, checkpointing),
+                               read_gpu_spec(r, origin, s),
                                read_lora(r, origin, s), read_scoped_lora(r, origin, s), read_versions(r, origin, s),
                                r.unknown_keys(),
                                apply_text_choices(attention, checkpointing, origin, s)}) {

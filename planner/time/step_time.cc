@@ -1,4 +1,6 @@
 #include "planner/time/step_time.h"
+
+#include "planner/settings/run_gpu.h"
 #include "planner/settings/stack.h"
 
 #include <algorithm>
@@ -248,7 +250,7 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
   const double samples = accum * static_cast<double>(config.micro_batch) * world;
   out.samples_per_s = out.step_ms > 0 ? samples / (out.step_ms / 1e3) : 0;
   out.tokens_per_s = out.samples_per_s * static_cast<double>(in.seq_len);
-  const double peak_flops = (settings.precision == Precision::kFp32 ? gpu.fp32_tflops : gpu.bf16_tflops) * 1e12;
+  const double peak_flops = (settings.precision == Precision::kFp32 ? gpu.fp32_tflops : tensor16_tflops(gpu, settings.precision)) * 1e12;
   out.mfu = out.step_ms > 0 ? accum * in.model_flops / (out.step_ms / 1e3) / peak_flops : 0;
   return out;
 }

@@ -14,8 +14,12 @@ namespace {
 constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kGiB = int64_t{1} << 30;
 
+// GeForce, workstation, then data-centre parts; the first ten in their old order.
 const std::vector<std::string> kExpectedIds = {
-    "3090", "4090", "4070ti-super", "a6000", "l40s", "a100-40g", "a100-80g", "h100-sxm", "h100-pcie", "h200"};
+    "3090",     "4090",     "4070ti-super", "3060",     "4060ti-16g", "4080",     "4090d",
+    "5090",     "a6000",    "l40s",         "rtx6000-ada", "rtx-pro-6000", "t4",   "v100-16g",
+    "v100-32g", "l4",       "a40",          "a100-40g", "a100-80g",   "a800-80g", "h100-sxm",
+    "h100-pcie", "h800",    "h20",          "h200",     "b200"};
 
 std::string upper(std::string text) {
   for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -84,9 +88,9 @@ TEST_CASE("ids and aliases never collide across GPUs") {
 }
 
 TEST_CASE("an unknown GPU is an error that lists the known ids") {
-  Result<GpuSpec> result = find_gpu("v100");
+  Result<GpuSpec> result = find_gpu("k80");
   REQUIRE_FALSE(result.is_ok());
-  CHECK(result.message().find("'v100'") != std::string::npos);
+  CHECK(result.message().find("'k80'") != std::string::npos);
   for (const std::string& id : kExpectedIds) {
     CAPTURE(id);
     CHECK(result.message().find(id) != std::string::npos);
@@ -100,20 +104,28 @@ TEST_CASE("every GPU's figures are filled in and consistent") {
     CAPTURE(spec.id);
     CHECK_FALSE(spec.name.empty());
     CHECK_FALSE(spec.source.empty());
-    CHECK((spec.architecture == "ampere" || spec.architecture == "ada" ||
-           spec.architecture == "hopper"));
-    CHECK(spec.memory_bytes > 12 * kGiB);  // the smallest catalogued card has 16 GB
+    CHECK((spec.architecture == "volta" || spec.architecture == "turing" || spec.architecture == "ampere" ||
+           spec.architecture == "ada" || spec.architecture == "hopper" || spec.architecture == "blackwell"));
+    CHECK(spec.memory_bytes >= 12 * kGiB);  // the smallest catalogued card, the RTX 3060, has 12288 MiB
     CHECK(spec.memory_bytes % kMiB == 0);  // nvidia-smi reports whole MiB
     CHECK(spec.memory_bytes > spec.cuda_context_bytes + spec.cublas_workspace_bytes);
     CHECK(spec.cuda_context_bytes >= 100 * kMiB);
     CHECK(spec.cuda_context_bytes <= 2 * kGiB);
-    // Tensor cores beat the plain FP32 pipe; TF32 sits between FP32 and BF16.
-    CHECK(spec.bf16_tflops >= spec.fp32_tflops);
+    // Tensor cores beat the plain FP32 pipe; TF32 sits between FP32 and BF16. Volta and
+    // Turing have neither bf16 nor TF32 (0), only fp16 tensor cores.
+    const bool pre_ampere = spec.architecture == "volta" || spec.architecture == "turing";
+    CHECK(supports_bf16(spec) == !pre_ampere);
     CHECK(spec.fp16_tflops >= spec.fp32_tflops);
-    CHECK(spec.tf32_tflops >= spec.fp32_tflops);
-    CHECK(spec.bf16_tflops >= spec.tf32_tflops);
-    CHECK(spec.fp16_tflops == spec.bf16_tflops);  // same rate with FP32 accumulate
-    CHECK(spec.memory_bandwidth_gbps > 500.0);
+    if (pre_ampere) {
+      CHECK(spec.bf16_tflops == 0.0);
+      CHECK(spec.tf32_tflops == 0.0);
+    } else {
+      CHECK(spec.bf16_tflops >= spec.fp32_tflops);
+      CHECK(spec.tf32_tflops >= spec.fp32_tflops);
+      CHECK(spec.bf16_tflops >= spec.tf32_tflops);
+      CHECK(spec.fp16_tflops == spec.bf16_tflops);  // same rate with FP32 accumulate
+    }
+    CHECK(spec.memory_bandwidth_gbps > 250.0);
     CHECK(spec.host_link_gbps > 10.0);
     CHECK(spec.host_link_gbps < spec.memory_bandwidth_gbps);
     CHECK(spec.nvlink_gbps >= 0.0);
