@@ -70,7 +70,7 @@ PY
 # The plan written back (--emit xtuner), applied with patch(1) to a copy of the
 # config, and the copy read again by MMEngine: it is the plan.
 cp "$data/llama3_8b_instruct_qlora_alpaca_e3.py" "$out/sft.py"
-run=(llama-3-8b --gpu 4090 --gpu-mem 18GiB --no-offload --max-zero 0 --xtuner "$out/sft.py")
+run=(llama-3-8b --gpu 4090 --gpu-mem 18GiB --no-offload --max-zero 0 --versions bitsandbytes=0.50.2 --xtuner "$out/sft.py")
 "$headroom" plan "${run[@]}" --batch 4 --json -o "$out/sft.plan.json" --emit xtuner="$out/sft.patch" > /dev/null 2>&1
 patch --quiet "$out/sft.py" < "$out/sft.patch"
 "$headroom" fit "${run[@]}" --json > "$out/sft.after.json" 2> /dev/null
