@@ -105,12 +105,14 @@ def test_plan_emit_equals_cli_json(tmp_path, cli_json):
 def test_plan_emit_writes_back_the_config_and_files(tmp_path, cli_json):
     args = DATA / "hf_trainer" / "training_args_qlora.json"
     adapter = DATA / "hf_trainer" / "adapter_config.json"
-    # A 16 GiB budget: the plan changes the Trainer's batch and accumulation.
+    # A 16 GiB budget: the plan changes the Trainer's batch and accumulation (at a current
+    # bitsandbytes: the unversioned band's top, 0.43.1, fits no plan there).
     flags = ["llama-3-8b", "--gpu", "4090", "--gpu-mem", "16GiB", "--seq", "1024", "--qlora",
-             "--hf-args", args, "--peft", adapter]
+             "--versions", "bitsandbytes=0.50.2", "--hf-args", args, "--peft", adapter]
     expected = cli_json("plan", *flags, "--emit", "hf-args")
     got = headroom.plan("llama-3-8b", {"gpu": "4090", "gpu_memory_bytes": 16 * 2**30, "seq_len": 1024,
-                                       "mode": "qlora"}, hf_args=args, peft=adapter, emit="hf-args", notes=[])
+                                       "mode": "qlora", "versions": {"bitsandbytes": "0.50.2"}},
+                        hf_args=args, peft=adapter, emit="hf-args", notes=[])
     assert got["exports"] == expected["exports"]
     assert "per_device_train_batch_size" in got["exports"]["hf-args"]
     written = tmp_path / "ds.json"
