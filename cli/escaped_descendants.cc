@@ -1,16 +1,16 @@
 #include "cli/escaped_descendants.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -25,11 +25,28 @@ constexpr int kQuietRounds = 10;
 constexpr int kMaxRounds = 400;
 constexpr auto kRoundPause = std::chrono::milliseconds(5);
 
+// The whole of a /proc file, or what was read of it before an error: a process
+// that exits while it is read makes read() fail with ESRCH, which
+// std::filebuf's underflow turns into an exception whatever the stream's mask.
+std::string read_proc_file(const std::string& path) {
+  std::string text;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return text;
+  std::array<char, 4096> buffer{};
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer.data(), static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
 // The parent field of /proc/PID/stat (after the command name, which may hold
 // spaces and parentheses); -1 when unreadable.
 long parent_of(const std::string& pid) {
-  std::ifstream in("/proc/" + pid + "/stat");
-  const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string stat = read_proc_file("/proc/" + pid + "/stat");
   const size_t close = stat.rfind(')');
   if (close == std::string::npos || close + 2 >= stat.size()) return -1;
   std::istringstream fields(stat.substr(close + 2));
@@ -40,7 +57,7 @@ long parent_of(const std::string& pid) {
 }
 
 bool has_mark(pid_t pid, const std::string& mark) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ");
+  std::istringstream in(read_proc_file("/proc/" + std::to_string(pid) + "/environ"));
   std::string entry;
   while (std::getline(in, entry, '\0')) {
     if (entry == mark) return true;
@@ -52,8 +69,9 @@ std::vector<pid_t> marked_children(const std::string& mark) {
   std::vector<pid_t> found;
   const long self = ::getpid();
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
-    const std::string name = entry.path().filename().string();
+  // Incremented with an error code: the range-for's ++ may throw while processes come and go.
+  for (std::filesystem::directory_iterator it("/proc", error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos || parent_of(name) != self) continue;
     const auto pid = static_cast<pid_t>(std::stol(name));
     if (has_mark(pid, mark)) found.push_back(pid);
