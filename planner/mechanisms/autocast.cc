@@ -256,7 +256,14 @@ void promote_outputs(const graph::LayerGraph& graph, Fp32Tensors& fp32) {
     // dtype of the 16-bit projections, whatever its input.
     if (node.op == graph::op::kCast) continue;
     if (!(runs_in_fp32(node) || params_make_fp32(node, fp32) || f32_input)) continue;
-    for (const std::string& output : node.outputs) fp32.make_f32(output);
+    for (const std::string& output : node.outputs) {
+      // LlamaRMSNorm multiplies its weight by hidden_states.to(input_dtype): the tensor
+      // the weight's gradient keeps is the input's dtype, 16-bit after a 16-bit linear
+      // (Qwen3's q_norm and k_norm under AMP; modeling_qwen3.py Qwen3RMSNorm, 5.23.0).
+      const bool input_dtype_normalized = output == node.name + ":normalized" && !fp32.tensor(output).dtype;
+      if (input_dtype_normalized && !f32_input) continue;
+      fp32.make_f32(output);
+    }
   }
 }
 
