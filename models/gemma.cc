@@ -60,11 +60,20 @@ struct RopeTables {
   std::string cos, sin;
 };
 
+// The attention a soft-capped model runs. transformers 5.23's SDPA refuses a softcap
+// (integrations/sdpa_attention.py) and Gemma2PreTrainedModel sets _supports_sdpa = False,
+// so a model loaded without attn_implementation falls back to eager
+// (modeling_utils.py get_correct_attn_implementation), as transformers advises for
+// training Gemma 2. headroom's sdpa also stands for flash_attention_2, whose kernel takes
+// the cap and keeps what SDPA keeps: priced as eager, an over-estimate for it.
+// flex_attention applies the cap in its score_mod and keeps what flex keeps.
+AttentionImpl attention_run(const GemmaConfig& c, AttentionImpl requested) {
+  return c.attn_softcap && requested == AttentionImpl::kSdpa ? AttentionImpl::kEager : requested;
+}
+
 // Gemma2Attention / Gemma3Attention after the projections (and Gemma 3's q/k norms):
 // RoPE, then the attention the run uses. Eager copies K and V to every head
-// (repeat_kv) and makes its output contiguous. A soft-capped model under SDPA or
-// flash prices FlashAttention's kernel, which takes the cap (softcap=) and keeps what
-// SDPA's flash backend keeps; transformers' own SDPA refuses a softcap.
+// (repeat_kv) and makes its output contiguous.
 std::string gemma_attention(GraphBuilder& b, const GemmaConfig& c, const std::string& prefix,
                             const std::string& q, const std::string& k, const std::string& v,
                             const RopeTables& rope, const ZooOptions& options) {
@@ -75,7 +84,7 @@ std::string gemma_attention(GraphBuilder& b, const GemmaConfig& c, const std::st
   std::string k_in = apply_rope(b, prefix + ".k", k, rope.cos, rope.sin, kv_elements);
   std::string v_in = v;
   int64_t kv_heads = base.kv_heads;
-  const AttentionImpl impl = options.attention;
+  const AttentionImpl impl = attention_run(c, options.attention);
   if ((impl == AttentionImpl::kEager || options.sdpa_repeat_kv) && base.kv_heads != base.heads) {
     k_in = b.copy(prefix + ".repeat_kv_k", std::string(graph::op::kRepeatKv), {k_in}, q_elements);
     v_in = b.copy(prefix + ".repeat_kv_v", std::string(graph::op::kRepeatKv), {v}, q_elements);

@@ -81,11 +81,17 @@ TEST_CASE("Gemma 2 soft-capping: eager keeps the tanh of every layer's scores, t
   // Gemma2ForCausalLM.forward: torch.tanh(logits / final_logit_softcapping), bf16 [B*S, vocab].
   CHECK(testing::saved_bytes(with_cap, head, batch, seq) - testing::saved_bytes(without_cap, head, batch, seq) ==
         batch * seq * vocab * 2);
-  // Under SDPA/flash the cap is inside the kernel: no tanh of the scores.
-  const graph::LayerGraph flash = from_config(capped, AttentionImpl::kSdpa);
-  CHECK(node_named(flash, "model.layers.0.self_attn.softcap.tanh") == nullptr);
-  CHECK(node_named(flash, "model.layers.0.self_attn.sdpa") != nullptr);
-  CHECK(node_named(flash, "lm_head.softcap.tanh") != nullptr);
+  // transformers' SDPA refuses a softcap and a Gemma 2 loaded without attn_implementation
+  // runs eager: sdpa is priced as eager. flex_attention caps inside its kernel.
+  const graph::LayerGraph sdpa = from_config(capped, AttentionImpl::kSdpa);
+  CHECK(node_named(sdpa, "model.layers.0.self_attn.softcap.tanh") != nullptr);
+  CHECK(node_named(sdpa, "model.layers.0.self_attn.sdpa") == nullptr);
+  const graph::LayerGraph flex = from_config(capped, AttentionImpl::kFlex);
+  CHECK(node_named(flex, "model.layers.0.self_attn.softcap.tanh") == nullptr);
+  CHECK(node_named(flex, "model.layers.0.self_attn.flex") != nullptr);
+  CHECK(node_named(flex, "lm_head.softcap.tanh") != nullptr);
+  // Without attn_logit_softcapping, SDPA runs as asked.
+  CHECK(node_named(from_config(uncapped, AttentionImpl::kSdpa), "model.layers.0.self_attn.sdpa") != nullptr);
 }
 
 TEST_CASE("Gemma 3: five sliding layers to one global, each reading its own RoPE table, and q/k norms") {
