@@ -10,6 +10,7 @@
 #include "graph/validate.h"
 #include "models/gemma.h"
 #include "models/hf_fields.h"
+#include "models/hf_refusals.h"
 
 namespace headroom::models {
 namespace {
@@ -150,6 +151,9 @@ Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config,
   const auto reader = type.value() == "flux" ? HfFamilyReader{hf_flux_family} : nullptr;
   const auto found = readers().find(type.value());
   if (reader == nullptr && found == readers().end()) {
+    if (const std::optional<std::string> why = unsupported_family_reason(type.value())) {
+      return unsupported_field(origin, "model_type", "a family headroom builds, got \"" + type.value() + "\": " + *why);
+    }
     return unsupported_field(
         origin, "model_type",
         "one of " + std::string(supported_hf_model_types()) + ", got \"" + type.value() +
