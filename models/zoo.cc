@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "models/flux.h"
+#include "models/gemma.h"
 #include "models/llama.h"
 #include "models/resnet.h"
 #include "models/zoo_builders.h"
@@ -87,6 +88,19 @@ std::vector<ZooEntry> make_zoo() {
        "https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json",
        token_sequence(2048, 32768), kLlamaLora},
       [](const ZooOptions& o) { return build_llama(kMistral7b, o); }));
+  zoo.push_back(entry(
+      {"gemma-2-9b", "gemma2",
+       "Google Gemma 2 9B (GQA, GeGLU, sliding window on every other layer, soft-capped attention and logits, "
+       "256k vocabulary), 9.24B parameters",
+       "https://huggingface.co/google/gemma-2-9b/blob/main/config.json", token_sequence(2048, 8192), kLlamaLora},
+      [](const ZooOptions& o) { return build_gemma(gemma2_9b_config(), o); }));
+  zoo.push_back(entry(
+      {"gemma-3-12b", "gemma3_text",
+       "Google Gemma 3 12B, its language model (QK-norm, 5 sliding-window layers to 1 global, 262k vocabulary), "
+       "11.77B parameters",
+       "https://huggingface.co/google/gemma-3-12b-pt/blob/main/config.json (text_config)",
+       token_sequence(2048, 131072), kLlamaLora},
+      [](const ZooOptions& o) { return build_gemma(gemma3_12b_text_config(), o); }));
   zoo.push_back(entry({"gpt2", "gpt2", "GPT-2 small, 124M parameters, tied embeddings",
                        "https://huggingface.co/openai-community/gpt2/blob/main/config.json",
                        token_sequence(1024, 1024), {"c_attn", "c_proj", "c_fc"}},
