@@ -30,7 +30,9 @@ const std::map<std::string, HfFamilyReader>& readers() {
       {"siglip", hf_clip_family},  {"siglip_vision_model", hf_clip_family},
       {"llava", hf_llava_family},  {"qwen", hf_qwen_family},
       {"dinov2", hf_dinov2_family}, {"timm", hf_timm_family},
-      {"resnet", hf_resnet_family}, {"mpt", hf_mpt_family}};
+      {"resnet", hf_resnet_family}, {"mpt", hf_mpt_family},
+      {"mixtral", hf_moe_family},  {"qwen2_moe", hf_moe_family},
+      {"qwen3_moe", hf_moe_family}, {"olmoe", hf_moe_family}};
   return kReaders;
 }
 
@@ -47,7 +49,9 @@ std::string type_from_architectures(const nlohmann::json& config) {
       {"SiglipModel", "siglip"}, {"SiglipVisionModel", "siglip_vision_model"},
       {"LlavaFor", "llava"},     {"QWenLMHeadModel", "qwen"},
       {"Dinov2", "dinov2"},      {"ResNetFor", "resnet"},
-      {"MPTFor", "mpt"}};
+      {"MPTFor", "mpt"},         {"MixtralFor", "mixtral"},
+      {"Qwen2MoeFor", "qwen2_moe"}, {"Qwen3MoeFor", "qwen3_moe"},
+      {"OlmoeFor", "olmoe"}};
   if (!config.contains("architectures") || !config.at("architectures").is_array()) return "";
   for (const nlohmann::json& arch : config.at("architectures")) {
     if (!arch.is_string()) continue;
@@ -129,7 +133,7 @@ bool is_quant_state(const std::string& name) {
 }  // namespace
 
 std::string_view supported_hf_model_types() {
-  return "llama, mistral, qwen2, qwen3, gemma, phi3, qwen, gpt2, gpt_neox, mpt, opt, bert, roberta, vit, dinov2, "
+  return "llama, mistral, qwen2, qwen3, gemma, phi3, qwen, mixtral, qwen2_moe, qwen3_moe, olmoe, gpt2, gpt_neox, mpt, opt, bert, roberta, vit, dinov2, "
          "resnet, clip, clip_vision_model, siglip, siglip_vision_model, llava, timm's VisionTransformer (a timm Hub "
          "config's \"architecture\"), and diffusers' FluxTransformer2DModel";
 }
