@@ -67,6 +67,23 @@ MoeSpec read_moe(HfReader& r, const HfFields& c, const std::string& type, int64_
   return m;
 }
 
+// transformers 5.x's DistributedConfig (config.json "distributed_config"):
+// ep_size > 1 (or the older enable_expert_parallel) places whole experts on
+// different ranks, whose all-to-all dispatch and per-rank expert share are not
+// modelled; ZeRO-3/FSDP shard experts like any other parameter and are.
+void refuse_expert_parallelism(HfReader& r, const HfFields& c) {
+  if (!c.has("distributed_config") || !c.json.at("distributed_config").is_object()) return;
+  const nlohmann::json& d = c.json.at("distributed_config");
+  const bool ep_size = d.contains("ep_size") && d.at("ep_size").is_number_integer() && d.at("ep_size").get<int64_t>() > 1;
+  const bool enabled = d.contains("enable_expert_parallel") && d.at("enable_expert_parallel") == true;
+  if (ep_size || enabled) {
+    r.fail(unsupported_field(c.origin, c.name("distributed_config") + (ep_size ? ".ep_size" : ".enable_expert_parallel"),
+                             "no expert parallelism (ep_size 1): expert parallelism, experts on different ranks with "
+                             "an all-to-all dispatch, is not modelled; ZeRO-3 or FSDP shards the experts like any "
+                             "parameter (--zero 3)"));
+  }
+}
+
 }  // namespace
 
 Result<graph::LayerGraph> hf_moe_family(const HfFields& c, const std::string& type, const ZooOptions& options) {
@@ -75,6 +92,7 @@ Result<graph::LayerGraph> hf_moe_family(const HfFields& c, const std::string& ty
   LlamaConfig config = read.value();
   HfReader r(c);
   config.moe = read_moe(r, c, type, config.intermediate);
+  refuse_expert_parallelism(r, c);
   if (type == "qwen2_moe") config.qkv_bias = r.boolean_or("qkv_bias", true);
   if (type == "olmoe") {
     config.qk_norm_full_width = true;

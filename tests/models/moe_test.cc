@@ -53,6 +53,8 @@ std::string refusal(nlohmann::json config) {
 
 }  // namespace
 
+graph::LayerGraph load_for_flops(const std::string& name) { return load(name); }
+
 TEST_CASE("MoE configs give the published total and active parameter counts") {
   // Active = total - the (E - k) / E of the expert weights a token does not run.
   struct Case {
@@ -136,6 +138,39 @@ TEST_CASE("bad MoE configs are refused naming the file and the field") {
   nlohmann::json experts = mixtral;
   experts["num_local_experts"] = 0;
   CHECK(refusal(experts).find("num_local_experts") != std::string::npos);
+}
+
+}  // namespace headroom::models
+
+namespace headroom::models {
+
+TEST_CASE("the experts' FLOPs are those of the k experts a token runs, not all E") {
+  // Mixtral-8x7B: per token and layer, 2 of 8 experts, each gate_up (H -> 2I)
+  // and down (I -> H): 2 x 2 x 3 x H x I multiply-adds, whatever E is.
+  const graph::LayerGraph g = load_for_flops("mixtral-8x7b");
+  int64_t flops = 0;
+  for (const graph::Node& node : g.nodes) {
+    if (node.op == "grouped_mm" && node.name.starts_with("model.layers.0.")) flops += node.fwd_flops.at(1, 1);
+  }
+  CHECK(flops == 2 * 2 * 3 * int64_t{4096} * 14336);
+}
+
+}  // namespace headroom::models
+
+namespace headroom::models {
+
+TEST_CASE("expert parallelism in a config.json is refused by name") {
+  const nlohmann::json base = nlohmann::json::parse(R"({"model_type": "qwen3_moe", "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,
+      "moe_intermediate_size": 32, "num_experts": 8, "num_experts_per_tok": 2})");
+  nlohmann::json ep = base;
+  ep["distributed_config"] = {{"ep_size", 4}};
+  Result<graph::LayerGraph> refused = graph_from_hf_config(ep, "ep/config.json", ZooOptions{});
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.message().find("ep/config.json: distributed_config.ep_size") != std::string::npos);
+  CHECK(refused.message().find("expert parallelism") != std::string::npos);
+  ep["distributed_config"] = {{"ep_size", 1}};
+  CHECK(graph_from_hf_config(ep, "ep/config.json", ZooOptions{}).is_ok());
 }
 
 }  // namespace headroom::models
