@@ -53,8 +53,6 @@ std::string refusal(nlohmann::json config) {
 
 }  // namespace
 
-graph::LayerGraph load_for_flops(const std::string& name) { return load(name); }
-
 TEST_CASE("MoE configs give the published total and active parameter counts") {
   // Active = total - the (E - k) / E of the expert weights a token does not run.
   struct Case {
@@ -140,24 +138,16 @@ TEST_CASE("bad MoE configs are refused naming the file and the field") {
   CHECK(refusal(experts).find("num_local_experts") != std::string::npos);
 }
 
-}  // namespace headroom::models
-
-namespace headroom::models {
-
 TEST_CASE("the experts' FLOPs are those of the k experts a token runs, not all E") {
   // Mixtral-8x7B: per token and layer, 2 of 8 experts, each gate_up (H -> 2I)
   // and down (I -> H): 2 x 2 x 3 x H x I multiply-adds, whatever E is.
-  const graph::LayerGraph g = load_for_flops("mixtral-8x7b");
+  const graph::LayerGraph g = load("mixtral-8x7b");
   int64_t flops = 0;
   for (const graph::Node& node : g.nodes) {
     if (node.op == "grouped_mm" && node.name.starts_with("model.layers.0.")) flops += node.fwd_flops.at(1, 1);
   }
   CHECK(flops == 2 * 2 * 3 * int64_t{4096} * 14336);
 }
-
-}  // namespace headroom::models
-
-namespace headroom::models {
 
 TEST_CASE("expert parallelism in a config.json is refused by name") {
   const nlohmann::json base = nlohmann::json::parse(R"({"model_type": "qwen3_moe", "hidden_size": 64,
