@@ -34,7 +34,9 @@ const std::map<std::string, HfFamilyReader>& readers() {
       {"dinov2", hf_dinov2_family}, {"timm", hf_timm_family},
       {"resnet", hf_resnet_family}, {"mpt", hf_mpt_family},
       {"gemma2", hf_gemma_family}, {"gemma3_text", hf_gemma_family},
-      {"gemma3", hf_gemma_family}};
+      {"gemma3", hf_gemma_family},
+      {"mixtral", hf_moe_family},  {"qwen2_moe", hf_moe_family},
+      {"qwen3_moe", hf_moe_family}, {"olmoe", hf_moe_family}};
   return kReaders;
 }
 
@@ -53,7 +55,10 @@ std::string type_from_architectures(const nlohmann::json& config) {
       {"Dinov2", "dinov2"},      {"ResNetFor", "resnet"},
       {"MPTFor", "mpt"},
       {"Gemma2For", "gemma2"},   {"Gemma3ForCausalLM", "gemma3_text"},
-      {"Gemma3ForConditionalGeneration", "gemma3"}};
+      {"Gemma3ForConditionalGeneration", "gemma3"},
+      {"MixtralFor", "mixtral"},
+      {"Qwen2MoeFor", "qwen2_moe"}, {"Qwen3MoeFor", "qwen3_moe"},
+      {"OlmoeFor", "olmoe"}};
   if (!config.contains("architectures") || !config.at("architectures").is_array()) return "";
   for (const nlohmann::json& arch : config.at("architectures")) {
     if (!arch.is_string()) continue;
@@ -135,9 +140,9 @@ bool is_quant_state(const std::string& name) {
 }  // namespace
 
 std::string_view supported_hf_model_types() {
-  return "llama, mistral, qwen2, qwen3, gemma, phi3, qwen, gpt2, gpt_neox, mpt, opt, bert, roberta, vit, dinov2, "
-         "resnet, clip, clip_vision_model, siglip, siglip_vision_model, llava, gemma2, gemma3_text, "
-         "gemma3 (its text_config), timm's VisionTransformer (a timm Hub "
+  return "llama, mistral, qwen2, qwen3, gemma, phi3, qwen, mixtral, qwen2_moe, qwen3_moe, olmoe, gpt2, gpt_neox, mpt, opt, "
+         "bert, roberta, vit, dinov2, resnet, clip, clip_vision_model, siglip, siglip_vision_model, llava, gemma2, "
+         "gemma3_text, gemma3 (its text_config), timm's VisionTransformer (a timm Hub "
          "config's \"architecture\"), and diffusers' FluxTransformer2DModel";
 }
 

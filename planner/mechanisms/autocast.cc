@@ -182,6 +182,11 @@ void upcast_fp32_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::T
 }
 
 // Which tensors autocast finds in fp32, learnt producers first.
+bool is_integer(DType dtype) {
+  return dtype == DType::kInt64 || dtype == DType::kInt32 || dtype == DType::kInt8 || dtype == DType::kUInt8 ||
+         dtype == DType::kBool;
+}
+
 class Fp32Tensors {
  public:
   Fp32Tensors(graph::LayerGraph& graph, AutocastWeights weights) : weights_(weights) {
@@ -204,6 +209,10 @@ class Fp32Tensors {
   }
   void make_f32(const std::string& name) {
     graph::Tensor* tensor = by_name_.at(name);
+    // An integer or bool output (topk's indices of fp32 scores, a sort's
+    // permutation) stays what it is, and promotes nothing it feeds (an index op
+    // gathering 16-bit rows by it returns 16-bit rows).
+    if (tensor->dtype && is_integer(*tensor->dtype)) return;
     if (!tensor->dtype) tensor->dtype = DType::kF32;
     promoted_.insert(name);
   }
