@@ -11,6 +11,7 @@
 #include "planner/configs/pip_freeze.h"
 #include "planner/settings/gpu_json.h"
 #include "planner/settings/stack_mechanisms.h"
+#include "planner/settings/versions_help.h"
 #include "reports/units.h"
 
 namespace headroom::cli {
@@ -167,6 +168,12 @@ std::optional<planner::CheckpointPolicy> parse_checkpointing(std::string_view va
   return std::nullopt;
 }
 
+// Made from the table of versioned packages, which names what each release changes.
+const char* versions_help() {
+  static const std::string text = planner::versions_flag_help();
+  return text.c_str();
+}
+
 const std::vector<SettingsFlag> kFixedFlags = {
     // Hardware and budgets.
     {"--gpu", "ID", kHardware, "GPU from the catalogue (`headroom gpus`), e.g. a6000, 4090, h100",
@@ -266,13 +273,7 @@ const std::vector<SettingsFlag> kFixedFlags = {
      "packages are skipped; --versions wins where both name a package)",
      true,
      [](RunSettings& s, std::string_view v) { return planner::read_pip_freeze(std::string(v), s.versions); }},
-    {"--versions", "PKG=REL,...", kTraining,
-     "the library releases the run uses, where a release changes what is allocated: transformers (the "
-     "Trainer's loss, default optimizer and SDPA over grouped K/V), torch, peft (the adapters' dtype), trl "
-     "(SFTTrainer's fused LM head, QLoRA's bf16 adapters), accelerate (the Trainer's FSDP2 units), torchtune "
-     "(RMSNorm), bitsandbytes (QLoRA's 4-bit linears), e.g. "
-     "transformers=4.44.2,peft=0.12.0; without them the band covers the releases that differ (docs/stacks.md, "
-     "\"Releases\")",
+    {"--versions", "PKG=REL,...", kTraining, versions_help(),
      true,
      [](RunSettings& s, std::string_view v) { return planner::parse_versions(v, "", s.versions); }},
     {"--quant", "FORMAT", kTraining,

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <charconv>
 
+#include "planner/settings/versions_help.h"
+
 namespace headroom::planner {
 namespace {
 
@@ -75,6 +77,15 @@ const VersionedPackage* find_versioned_package(std::string_view name) {
     if (package.name == name) return &package;
   }
   return nullptr;
+}
+
+std::string versions_flag_help() {
+  std::string out = "the library releases the run uses, where a release changes what is allocated: ";
+  for (size_t i = 0; i < kPackages.size(); ++i) {
+    out += (i == 0 ? "" : "; ") + std::string(kPackages[i].name) + " (" + std::string(kPackages[i].changes) + ")";
+  }
+  return out + "; e.g. transformers=4.44.2,peft=0.12.0. Without them the band covers the releases that differ "
+               "(docs/stacks.md, \"Releases\")";
 }
 
 std::string versioned_package_names() {
