@@ -69,8 +69,11 @@ Trace read_trace(const fs::path& path) {
 
 // Bytes each block of the builder's graph keeps, by block name. With `verbose`,
 // lists the tensors of every block (to find where a disagreement comes from).
-std::map<std::string, int64_t> builder_keep(const headroom::graph::LayerGraph& graph,
+// What a Python frame holds (Node::holds) is no saved tensor and the tracer cannot
+// see it; held across blocks it would be persistent and leave its block: dropped.
+std::map<std::string, int64_t> builder_keep(headroom::graph::LayerGraph graph,
                                             int64_t batch, int64_t seq, bool verbose) {
+  for (headroom::graph::Node& node : graph.nodes) node.holds.clear();
   const headroom::graph::GraphAnalysis analysis = headroom::graph::analyze_graph(graph);
   std::map<std::string, int64_t> out;
   for (size_t b = 0; b < graph.blocks.size(); ++b) {
