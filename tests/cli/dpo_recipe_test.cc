@@ -87,7 +87,7 @@ TEST_CASE("--hf-args reads a DPOConfig, and refuses GRPOConfig, RewardConfig and
   CHECK(contains(free.err, "padding_free"));
 }
 
-TEST_CASE("run refuses a DPO plan by its recipe") {
+TEST_CASE("run, simulate refuse a DPO plan by its recipe") {
   TempDir dir;
   const std::string plan = dir.file("dpo-plan.json");
   const RunOutput fit = run_headroom(kLora + " --recipe dpo -o " + quoted(plan));
@@ -97,6 +97,10 @@ TEST_CASE("run refuses a DPO plan by its recipe") {
   CHECK(contains(run.err, "settings.recipe"));
   CHECK(contains(run.err, "dpo"));
   CHECK(run.out.empty());
+  // The step replay has no reference model: simulate and report refuse rather than understate.
+  const RunOutput replay = run_headroom("simulate " + quoted(plan) + " --json");
+  CHECK(replay.exit_code == 2);
+  CHECK(contains(replay.err, "settings.recipe"));
 }
 
 }  // namespace headroom
