@@ -61,7 +61,7 @@ TEST_CASE("--recipe and --reference refuse what is not modelled, naming the flag
 TEST_CASE("--hf-args reads a DPOConfig, and refuses GRPOConfig, RewardConfig and unmodelled DPO fields") {
   TempDir dir;
   const std::string dpo = written(dir, "dpo.json",
-                                  R"({"per_device_train_batch_size": 2, "max_length": 512, "bf16": true,
+                                  R"({"per_device_train_batch_size": 2, "max_length": 128, "bf16": true,
                                       "beta": 0.1, "loss_type": ["sigmoid"], "precompute_ref_log_probs": true})");
   const RunOutput read = run_headroom("fit tiny-llama --lora --gpu 4090 --hf-args " + quoted(dpo) + " --json");
   REQUIRE_MESSAGE(read.exit_code == 0, read.err);
@@ -81,7 +81,7 @@ TEST_CASE("--hf-args reads a DPOConfig, and refuses GRPOConfig, RewardConfig and
   CHECK(scores.exit_code == 2);
   CHECK(contains(scores.err, "reward modelling"));
 
-  const std::string packed = written(dir, "packed.json", R"({"beta": 0.1, "padding_free": true, "max_length": 512})");
+  const std::string packed = written(dir, "packed.json", R"({"f_divergence_type": "reverse_kl", "padding_free": true, "max_length": 128})");
   const RunOutput free = run_headroom("fit tiny-llama --lora --gpu 4090 --hf-args " + quoted(packed));
   CHECK(free.exit_code == 2);
   CHECK(contains(free.err, "padding_free"));

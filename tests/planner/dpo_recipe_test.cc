@@ -92,6 +92,10 @@ TEST_CASE("DPO with precomputed log-probs is the policy over 2 x micro-batch row
   CHECK(dpo.allocated.activations == sft.allocated.activations);
   CHECK(dpo.allocated.parameters == sft.allocated.parameters);
   CHECK(dpo.where.phase != "reference forward");
+  // The same rows in the same time: a pair is one sample of two rows' tokens.
+  CHECK(dpo.time.step_ms == doctest::Approx(sft.time.step_ms));
+  CHECK(dpo.time.samples_per_s == doctest::Approx(sft.time.samples_per_s / 2));
+  CHECK(dpo.time.tokens_per_s == doctest::Approx(sft.time.tokens_per_s));
 }
 
 TEST_CASE("DPO's frozen copy holds the model's weights twice, in the policy's dtype") {
