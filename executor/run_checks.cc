@@ -157,6 +157,11 @@ Status check_activations(const planner::Plan& plan, const planner::StackSpec& st
                   "selective-op checkpointing (torchtitan's op policy) is not implemented in the executor, which "
                   "recomputes whole blocks; expected block");
   }
+  if (checkpoints && stack.recompute == planner::Recompute::kBlockReentrant) {
+    return refuse(origin, "settings.recompute",
+                  "block-reentrant checkpointing (torch.utils.checkpoint with use_reentrant=True) is not how the "
+                  "executor recomputes, which always trains what the plan trains; expected block");
+  }
   if (plan.settings.offload_checkpoint_inputs) {
     return refuse(origin, "settings.offload_checkpoint_inputs",
                   "offloading checkpointed blocks' inputs (torchtune's activation offloading) is not implemented in the "

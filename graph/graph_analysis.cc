@@ -181,6 +181,10 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
     for (int consumer : out.consumers[t]) {
       if (graph.nodes[consumer].block > producer_block + 1) out.persistent[t] = true;
     }
+    // A tensor a frame holds across blocks (ViTModel's embedding_output) is live as long.
+    for (int holder : out.holders[t]) {
+      if (graph.nodes[holder].block > producer_block + 1) out.persistent[t] = true;
+    }
   }
 
   out.node_saves.assign(node_count, {});

@@ -142,6 +142,8 @@ using HfFamilyReader = Result<graph::LayerGraph> (*)(const HfFields&, const std:
                                                      const ZooOptions&);
 Result<graph::LayerGraph> hf_llama_family(const HfFields& c, const std::string& type,
                                           const ZooOptions& options);
+// mixtral, qwen2_moe, qwen3_moe, olmoe (models/hf_moe_families.cc).
+Result<graph::LayerGraph> hf_moe_family(const HfFields& c, const std::string& type, const ZooOptions& options);
 Result<graph::LayerGraph> hf_qwen_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options);
 Result<graph::LayerGraph> hf_gpt2_family(const HfFields& c, const std::string& type,

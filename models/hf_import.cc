@@ -8,7 +8,9 @@
 #include "graph/graph_json.h"
 #include "graph/safetensors_header.h"
 #include "graph/validate.h"
+#include "models/gemma.h"
 #include "models/hf_fields.h"
+#include "models/hf_refusals.h"
 
 namespace headroom::models {
 namespace {
@@ -30,7 +32,11 @@ const std::map<std::string, HfFamilyReader>& readers() {
       {"siglip", hf_clip_family},  {"siglip_vision_model", hf_clip_family},
       {"llava", hf_llava_family},  {"qwen", hf_qwen_family},
       {"dinov2", hf_dinov2_family}, {"timm", hf_timm_family},
-      {"resnet", hf_resnet_family}, {"mpt", hf_mpt_family}};
+      {"resnet", hf_resnet_family}, {"mpt", hf_mpt_family},
+      {"gemma2", hf_gemma_family}, {"gemma3_text", hf_gemma_family},
+      {"gemma3", hf_gemma_family},
+      {"mixtral", hf_moe_family},  {"qwen2_moe", hf_moe_family},
+      {"qwen3_moe", hf_moe_family}, {"olmoe", hf_moe_family}};
   return kReaders;
 }
 
@@ -47,7 +53,12 @@ std::string type_from_architectures(const nlohmann::json& config) {
       {"SiglipModel", "siglip"}, {"SiglipVisionModel", "siglip_vision_model"},
       {"LlavaFor", "llava"},     {"QWenLMHeadModel", "qwen"},
       {"Dinov2", "dinov2"},      {"ResNetFor", "resnet"},
-      {"MPTFor", "mpt"}};
+      {"MPTFor", "mpt"},
+      {"Gemma2For", "gemma2"},   {"Gemma3ForCausalLM", "gemma3_text"},
+      {"Gemma3ForConditionalGeneration", "gemma3"},
+      {"MixtralFor", "mixtral"},
+      {"Qwen2MoeFor", "qwen2_moe"}, {"Qwen3MoeFor", "qwen3_moe"},
+      {"OlmoeFor", "olmoe"}};
   if (!config.contains("architectures") || !config.at("architectures").is_array()) return "";
   for (const nlohmann::json& arch : config.at("architectures")) {
     if (!arch.is_string()) continue;
@@ -129,8 +140,9 @@ bool is_quant_state(const std::string& name) {
 }  // namespace
 
 std::string_view supported_hf_model_types() {
-  return "llama, mistral, qwen2, qwen3, gemma, phi3, qwen, gpt2, gpt_neox, mpt, opt, bert, roberta, vit, dinov2, "
-         "resnet, clip, clip_vision_model, siglip, siglip_vision_model, llava, timm's VisionTransformer (a timm Hub "
+  return "llama, mistral, qwen2, qwen3, gemma, phi3, qwen, mixtral, qwen2_moe, qwen3_moe, olmoe, gpt2, gpt_neox, mpt, opt, "
+         "bert, roberta, vit, dinov2, resnet, clip, clip_vision_model, siglip, siglip_vision_model, llava, gemma2, "
+         "gemma3_text, gemma3 (its text_config), timm's VisionTransformer (a timm Hub "
          "config's \"architecture\"), and diffusers' FluxTransformer2DModel";
 }
 
@@ -144,6 +156,9 @@ Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config,
   const auto reader = type.value() == "flux" ? HfFamilyReader{hf_flux_family} : nullptr;
   const auto found = readers().find(type.value());
   if (reader == nullptr && found == readers().end()) {
+    if (const std::optional<std::string> why = unsupported_family_reason(type.value())) {
+      return unsupported_field(origin, "model_type", "a family headroom builds, got \"" + type.value() + "\": " + *why);
+    }
     return unsupported_field(
         origin, "model_type",
         "one of " + std::string(supported_hf_model_types()) + ", got \"" + type.value() +

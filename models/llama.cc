@@ -56,6 +56,29 @@ std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::s
   return b.copy(a.prefix + ".attn_output", "transpose_contiguous", {out}, q_elements);
 }
 
+// The MLP of decoder layer `layer`: the MoE block where c.moe makes it sparse,
+// else SwiGLU/GeGLU over gate_proj and up_proj (or Phi3's fused gate_up_proj).
+std::string add_decoder_mlp(GraphBuilder& b, const LlamaConfig& c, const std::string& p, const std::string& y,
+                            int64_t layer) {
+  if (is_sparse_layer(c.moe, layer)) return add_moe_block(b, c.moe, c.hidden, p + ".mlp", y);
+  const SizeExpr rows = tokens();
+  const SizeExpr ffn_elements = times(rows, c.intermediate);
+  std::string gate, up;
+  if (c.fused_projections) {
+    // Phi3MLP: gate_up_proj, chunked in two.
+    const std::string gate_up = b.linear(p + ".mlp.gate_up_proj", y, rows, c.hidden, 2 * c.intermediate, false);
+    const auto parts = b.split(p + ".mlp.chunk", gate_up, {{p + ".mlp.gate", ffn_elements}, {p + ".mlp.up", ffn_elements}});
+    gate = parts[0];
+    up = parts[1];
+  } else {
+    gate = b.linear(p + ".mlp.gate_proj", y, rows, c.hidden, c.intermediate, false);
+    up = b.linear(p + ".mlp.up_proj", y, rows, c.hidden, c.intermediate, false);
+  }
+  const std::string act = b.activation(p + ".mlp.act_fn", gate, ffn_elements, c.mlp_activation);
+  const std::string prod = b.mul(p + ".mlp.act_mul_up", act, up, ffn_elements);
+  return b.linear(p + ".mlp.down_proj", prod, rows, c.intermediate, c.hidden, false);
+}
+
 }  // namespace
 
 std::string add_rms_norm(GraphBuilder& b, RmsNormStyle style, const std::string& module,
@@ -81,7 +104,6 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
   const int64_t head_dim = c.head_dim > 0 ? c.head_dim : c.hidden / c.heads;
   const SizeExpr rows = tokens();
   const SizeExpr h_elements = times(rows, c.hidden);
-  const SizeExpr ffn_elements = times(rows, c.intermediate);
   const RopeCaches caches(c.rope_cache, options.rope_modules, c.max_position, head_dim);
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = layer_prefix(prefix, i);
@@ -106,7 +128,11 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
       k = b.linear(p + ".self_attn.k_proj", x, rows, c.hidden, c.kv_heads * head_dim, c.qkv_bias);
       v = b.linear(p + ".self_attn.v_proj", x, rows, c.hidden, c.kv_heads * head_dim, c.qkv_bias);
     }
-    if (c.qk_norm) {
+    if (c.qk_norm_full_width) {
+      // OlmoeAttention: q_norm over heads x head_dim, k_norm over kv_heads x head_dim.
+      q = add_rms_norm(b, c.rms_norm, p + ".self_attn.q_norm", q, rows, c.heads * head_dim);
+      k = add_rms_norm(b, c.rms_norm, p + ".self_attn.k_norm", k, rows, c.kv_heads * head_dim);
+    } else if (c.qk_norm) {
       // Qwen3Attention: q_norm / k_norm, RMSNorm over head_dim of every head.
       q = add_rms_norm(b, c.rms_norm, p + ".self_attn.q_norm", q, times(rows, c.heads), head_dim);
       k = add_rms_norm(b, c.rms_norm, p + ".self_attn.k_norm", k, times(rows, c.kv_heads), head_dim);
@@ -118,20 +144,7 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
     const std::string o = b.linear(p + ".self_attn.o_proj", attn, rows, c.heads * head_dim, c.hidden, false);
     hidden = b.add(p + ".residual_attn", hidden, o, h_elements);
     const std::string y = add_rms_norm(b, c.rms_norm, p + ".post_attention_layernorm", hidden, rows, c.hidden);
-    std::string gate, up;
-    if (c.fused_projections) {
-      // Phi3MLP: gate_up_proj, chunked in two.
-      const std::string gate_up = b.linear(p + ".mlp.gate_up_proj", y, rows, c.hidden, 2 * c.intermediate, false);
-      const auto parts = b.split(p + ".mlp.chunk", gate_up, {{p + ".mlp.gate", ffn_elements}, {p + ".mlp.up", ffn_elements}});
-      gate = parts[0];
-      up = parts[1];
-    } else {
-      gate = b.linear(p + ".mlp.gate_proj", y, rows, c.hidden, c.intermediate, false);
-      up = b.linear(p + ".mlp.up_proj", y, rows, c.hidden, c.intermediate, false);
-    }
-    const std::string act = b.activation(p + ".mlp.act_fn", gate, ffn_elements, c.mlp_activation);
-    const std::string prod = b.mul(p + ".mlp.act_mul_up", act, up, ffn_elements);
-    const std::string down = b.linear(p + ".mlp.down_proj", prod, rows, c.intermediate, c.hidden, false);
+    const std::string down = add_decoder_mlp(b, c, p, y, i);
     hidden = b.add(p + ".residual_mlp", hidden, down, h_elements);
   }
   return hidden;

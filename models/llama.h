@@ -8,6 +8,7 @@
 
 #include "graph/layer_graph.h"
 #include "models/graph_builder.h"
+#include "models/moe.h"
 #include "models/rope_caches.h"
 #include "models/zoo.h"
 
@@ -33,6 +34,7 @@ struct LlamaConfig {
   int64_t head_dim = 0;         // 0: hidden / heads (Qwen3 and Llama 3.2 may set it)
   bool qkv_bias = false;        // Qwen2: q/k/v projections carry a bias
   bool qk_norm = false;         // Qwen3: RMSNorm over each head of q and k
+  bool qk_norm_full_width = false;  // OLMoE: q_norm / k_norm over all heads at once, before the split
   bool tie_embeddings = false;  // lm_head shares embed_tokens' weight
   // Config-file families only (models/hf_import.cc); the zoo keeps the defaults.
   const char* mlp_activation = "silu";  // gemma: "gelu_tanh" (GeGLU)
@@ -43,6 +45,8 @@ struct LlamaConfig {
   RmsNormStyle rms_norm = RmsNormStyle::kFused;
   // What the libraries' rotary modules cache for this family (models/rope_caches.h).
   RopeCacheStyle rope_cache = kLlamaRope;
+  // Sparse layers' mixture of experts (models/moe.h); experts == 0: dense.
+  MoeSpec moe{};
 };
 
 // meta-llama/Meta-Llama-3-8B config.json: hidden_size 4096, intermediate_size
@@ -55,6 +59,20 @@ inline constexpr LlamaConfig kLlama31_8b{4096, 14336, 32, 32, 8, 128256, 131072,
 // 14336, num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 8,
 // vocab_size 32000, max_position_embeddings 32768 (sliding_window 4096).
 inline constexpr LlamaConfig kMistral7b{4096, 14336, 32, 32, 8, 32000, 32768, 0.0};
+// mistralai/Mixtral-8x7B-v0.1 config.json: hidden_size 4096, intermediate_size
+// 14336, 32 layers, 32 heads, 8 KV heads, vocab_size 32000,
+// max_position_embeddings 32768, num_local_experts 8, num_experts_per_tok 2;
+// transformers' own RMSNorm (the zoo's MoE graphs are what a transformers run keeps).
+inline constexpr LlamaConfig kMixtral8x7b{4096, 14336, 32, 32, 8, 32000, 32768, 0.0, 0, false, false, false, false,
+                                          "silu", false, false, RmsNormStyle::kTransformers, kLlamaRope,
+                                          MoeSpec{8, 2, 14336, 0, 1, true, true}};
+// Qwen/Qwen3-30B-A3B config.json: hidden_size 2048, 48 layers, 32 heads, 4 KV
+// heads, head_dim 128, vocab_size 151936, max_position_embeddings 40960,
+// num_experts 128, num_experts_per_tok 8, moe_intermediate_size 768,
+// norm_topk_prob true, decoder_sparse_step 1, q/k norms (Qwen3).
+inline constexpr LlamaConfig kQwen3_30bA3b{2048, 6144, 48, 32, 4, 151936, 40960, 0.0, 128, false, true, false, false,
+                                           "silu", false, false, RmsNormStyle::kTransformers, RopeCacheStyle{},
+                                           MoeSpec{128, 8, 768, 0, 1, true, false}};
 // "tiny-llama": the Llama 3 architecture (GQA 4:2, SwiGLU, RoPE) small enough to
 // train on a CPU in tests; hidden 64, intermediate 176, 4 layers, vocab 256.
 inline constexpr LlamaConfig kTinyLlama{64, 176, 4, 4, 2, 256, 256, 0.0};

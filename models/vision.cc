@@ -11,6 +11,14 @@ namespace {
 // (embeddings.cls_token, encoder.layer.N, layernorm); CLIP's family does not.
 bool hf_vit_names(const VisionSpec& s) { return s.style == VisionStyle::kVit || s.style == VisionStyle::kDinov2; }
 
+const graph::Node& last_of_block(const graph::LayerGraph& graph, int block) {
+  const graph::Node* last = nullptr;
+  for (const graph::Node& node : graph.nodes) {
+    if (node.block == block) last = &node;
+  }
+  return *last;
+}
+
 struct LayerNames {
   std::string ln1, q, k, v, qkv, out, ln2, fc1, act, fc2;
 };
@@ -165,9 +173,19 @@ std::string add_layer(GraphBuilder& b, const VisionSpec& s, int64_t i, const std
                                                               : b.activation(n.act, fc1, mlp_elements, "gelu");
     down = b.linear(n.fc2, act, rows, s.mlp, s.hidden, true);
   }
+  // ViTLayer.forward calls self.mlp(hidden_states) on the layernorm_after output
+  // and rebinds the name only when the MLP returns: the frame holds the norm's
+  // (under autocast fp32) output through fc2 (modeling_vit.py 5.23.0; 4.44's
+  // ViTIntermediate held it through the activation). It matters where nothing saves
+  // it: under autocast, or in a no_grad recompute.
+  if (s.style == VisionStyle::kVit) b.hold_until(n.fc2, y);
   down = b.dropout(n.fc2 + ".dropout", down, h_elements, dropout_p(options, s.dropout));
   if (s.layer_scale) down = layer_scale(b, s, i, 2, down);
-  return b.add(layer_prefix(s, i) + ".residual_mlp", h, down, h_elements);
+  const std::string out = b.add(layer_prefix(s, i) + ".residual_mlp", h, down, h_elements);
+  // ViTEncoder and Dinov2Encoder loop `hidden_states = layer_module(hidden_states)`:
+  // the loop's frame holds each layer's input until the layer returns.
+  if (hf_vit_names(s)) b.hold_until(layer_prefix(s, i) + ".residual_mlp", hidden);
+  return out;
 }
 
 std::string add_embeddings(GraphBuilder& b, const VisionSpec& s) {
@@ -256,7 +274,19 @@ std::string add_vision_post_norm(GraphBuilder& b, const VisionSpec& s, const std
   const std::string name = s.style == VisionStyle::kTimm ? "norm"
                            : hf_vit_names(s)             ? s.prefix + ".layernorm"
                                                          : s.prefix + ".post_layernorm";
-  return b.norm(name, hidden, s.rows, s.hidden, NormKind::kLayerNorm, true, true);
+  const std::string out = b.norm(name, hidden, s.rows, s.hidden, NormKind::kLayerNorm, true, true);
+  // ViTModel.forward and Dinov2Model.forward keep `embedding_output` in their frame
+  // until the final layernorm has run (modeling_vit.py, modeling_dinov2.py 5.23.0).
+  if (hf_vit_names(s)) {
+    const graph::LayerGraph& graph = b.graph();
+    for (size_t block = 0; block < graph.blocks.size(); ++block) {
+      if (graph.blocks[block].name != "vision_embeddings") continue;
+      const std::string embedding_output = last_of_block(graph, static_cast<int>(block)).outputs.front();
+      b.hold_until(name, embedding_output);
+      break;
+    }
+  }
+  return out;
 }
 
 VisionSpec clip_vit_l14_336(const std::string& prefix, SizeExpr rows, SizeExpr patch_rows,

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "models/flux.h"
+#include "models/gemma.h"
 #include "models/llama.h"
 #include "models/resnet.h"
 #include "models/zoo_builders.h"
@@ -87,6 +88,31 @@ std::vector<ZooEntry> make_zoo() {
        "https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json",
        token_sequence(2048, 32768), kLlamaLora},
       [](const ZooOptions& o) { return build_llama(kMistral7b, o); }));
+  zoo.push_back(entry(
+      {"gemma-2-9b", "gemma2",
+       "Google Gemma 2 9B (GQA, GeGLU, sliding window on every other layer, soft-capped attention and logits, "
+       "256k vocabulary), 9.24B parameters",
+       "https://huggingface.co/google/gemma-2-9b/blob/main/config.json", token_sequence(2048, 8192), kLlamaLora},
+      [](const ZooOptions& o) { return build_gemma(gemma2_9b_config(), o); }));
+  zoo.push_back(entry(
+      {"gemma-3-12b", "gemma3_text",
+       "Google Gemma 3 12B, its language model (QK-norm, 5 sliding-window layers to 1 global, 262k vocabulary), "
+       "11.77B parameters",
+       "https://huggingface.co/google/gemma-3-12b-pt/blob/main/config.json (text_config)",
+       token_sequence(2048, 131072), kLlamaLora},
+      [](const ZooOptions& o) { return build_gemma(gemma3_12b_text_config(), o); }));
+  // Mixture of experts: LoRA on the attention projections (the experts are 3-D
+  // parameters PEFT cannot wrap as Linear; models/moe.h).
+  zoo.push_back(entry(
+      {"mixtral-8x7b", "mixtral", "Mixtral 8x7B v0.1 (8 experts, top-2), 46.7B parameters, 12.9B active",
+       "https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json",
+       token_sequence(2048, 32768), {"q_proj", "k_proj", "v_proj", "o_proj"}},
+      [](const ZooOptions& o) { return build_llama(kMixtral8x7b, o); }));
+  zoo.push_back(entry(
+      {"qwen3-30b-a3b", "qwen3_moe", "Qwen3-30B-A3B (128 experts, top-8), 30.5B parameters, 3.3B active",
+       "https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json",
+       token_sequence(2048, 40960), {"q_proj", "k_proj", "v_proj", "o_proj"}},
+      [](const ZooOptions& o) { return build_llama(kQwen3_30bA3b, o); }));
   zoo.push_back(entry({"gpt2", "gpt2", "GPT-2 small, 124M parameters, tied embeddings",
                        "https://huggingface.co/openai-community/gpt2/blob/main/config.json",
                        token_sequence(1024, 1024), {"c_attn", "c_proj", "c_fc"}},

@@ -55,7 +55,16 @@ def refreshed_command(row: dict) -> list:
     if row["spec"]["stack"] == "torch-loop":
         spec = dict(row["spec"], versions=row.get("versions", {}))
         return ["headroom", "fit", *torch_loop_flags(spec), "--json"]
-    return with_current_releases(row["command"].split(" "), row.get("versions", {}))
+    command = with_current_releases(row["command"].split(" "), row.get("versions", {}))
+    if _reentrant_trainer(row["spec"]) and "--recompute" not in command:
+        command[-1:-1] = ["--recompute", "block-reentrant"]  # rows recorded before the flag
+    return command
+
+
+def _reentrant_trainer(spec: dict) -> bool:
+    """A Trainer run (not sharded) under use_reentrant=True, which `headroom_flags` names."""
+    return spec.get("checkpointing") == "reentrant" and "world_size" not in spec and \
+        spec["stack"] in ("hf-trainer", "trl-sft")
 
 
 def headroom_flags(spec: dict) -> list:
@@ -86,6 +95,8 @@ def headroom_flags(spec: dict) -> list:
             flags.append("--no-double-quant")
     if spec.get("checkpointing", "none") != "none":
         flags += ["--checkpointing", "every"]
+    if _reentrant_trainer(spec):  # use_reentrant=True: what trains can differ
+        flags += ["--recompute", "block-reentrant"]
     if "optim" in spec:
         flags += ["--optimizer-impl", _OPTIMIZER_IMPL[spec["optim"]]]
     if spec.get("grad_accum", 1) > 1:  # litgpt: global_batch_size // micro_batch_size

@@ -182,6 +182,11 @@ void upcast_fp32_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::T
 }
 
 // Which tensors autocast finds in fp32, learnt producers first.
+bool is_integer(DType dtype) {
+  return dtype == DType::kInt64 || dtype == DType::kInt32 || dtype == DType::kInt8 || dtype == DType::kUInt8 ||
+         dtype == DType::kBool;
+}
+
 class Fp32Tensors {
  public:
   Fp32Tensors(graph::LayerGraph& graph, AutocastWeights weights) : weights_(weights) {
@@ -204,6 +209,10 @@ class Fp32Tensors {
   }
   void make_f32(const std::string& name) {
     graph::Tensor* tensor = by_name_.at(name);
+    // An integer or bool output (topk's indices of fp32 scores, a sort's
+    // permutation) stays what it is, and promotes nothing it feeds (an index op
+    // gathering 16-bit rows by it returns 16-bit rows).
+    if (tensor->dtype && is_integer(*tensor->dtype)) return;
     if (!tensor->dtype) tensor->dtype = DType::kF32;
     promoted_.insert(name);
   }
@@ -256,7 +265,14 @@ void promote_outputs(const graph::LayerGraph& graph, Fp32Tensors& fp32) {
     // dtype of the 16-bit projections, whatever its input.
     if (node.op == graph::op::kCast) continue;
     if (!(runs_in_fp32(node) || params_make_fp32(node, fp32) || f32_input)) continue;
-    for (const std::string& output : node.outputs) fp32.make_f32(output);
+    for (const std::string& output : node.outputs) {
+      // LlamaRMSNorm multiplies its weight by hidden_states.to(input_dtype): the tensor
+      // the weight's gradient keeps is the input's dtype, 16-bit after a 16-bit linear
+      // (Qwen3's q_norm and k_norm under AMP; modeling_qwen3.py Qwen3RMSNorm, 5.23.0).
+      const bool input_dtype_normalized = output == node.name + ":normalized" && !fp32.tensor(output).dtype;
+      if (input_dtype_normalized && !f32_input) continue;
+      fp32.make_f32(output);
+    }
   }
 }
 

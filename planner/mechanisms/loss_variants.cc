@@ -198,6 +198,10 @@ void chunked_loss(graph::LayerGraph& graph, LossSite& site, int chunks, bool com
   if (site.node.bwd_workspace_elements) {
     site.node.bwd_workspace_elements = site.node.bwd_workspace_elements->divided_up(chunks);
   }
+  // The recipe holds the model's list of 16-bit chunks until the loss returns
+  // (`del logits` after `self._loss_fn(logits, labels)`, recipes/full_finetune_single_device.py
+  // 0.6.1): every chunk is live while the last one's cross-entropy runs (the oracle, env tt).
+  add_forward_workspace(site.node, site.logits.elements);
 }
 
 // Model code that computes its own loss the pre-4.46 transformers way, e.g.

@@ -21,6 +21,7 @@
 #include "planner/mechanisms/input_require_grads.h"
 #include "planner/mechanisms/bnb_matmul4bit.h"
 #include "planner/mechanisms/kbit_prep.h"
+#include "planner/mechanisms/reentrant_checkpoint.h"
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/trl_fused_head.h"
@@ -237,12 +238,10 @@ RunSettings without_dpo_dropout(const RunSettings& settings, const ResolvedStack
   return out;
 }
 
-// The stack's mechanisms, each a rewrite of the graph, in the order they
-// compose: training mode (LoRA/QLoRA), loss, QLoRA preparation, autocast, fp8;
-// then the graph's analysis and what selective checkpointing keeps. `stack`: the
-// settings' resolve_stack, whose top each mechanism prices.
-Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& settings, const ResolvedStack& stack,
-                        ModelContext& context) {
+// What trains: the training mode (LoRA/QLoRA) on the loaded graph, the
+// input-gradient hook, and what reentrant checkpointing leaves untrained.
+Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& settings, const ResolvedStack& stack,
+                          ModelContext& context) {
   // litgpt builds its own GPT, whose lm_head is never tied to the embedding
   // (mechanisms/litgpt_model.h).
   graph::LayerGraph untied;
@@ -258,6 +257,25 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   if (stack.top.recipe == Recipe::kDpo) apply_preference_pairs(context.graph);
   if (settings.stack == Stack::kLitgpt) fuse_qkv_adapters(context.graph);
   if (stack.top.input_require_grads) apply_input_require_grads(context.graph);
+  // PEFT's prepare_model_for_kbit_training(use_gradient_checkpointing=True) hooks the
+  // input embeddings too (peft utils/other.py), so gradients reach every block.
+  const bool kbit_hook = settings.mode == TrainMode::kQlora && stack.top.kbit_prep == KbitPrep::kPeft;
+  if (stack.top.recompute == Recompute::kBlockReentrant && settings.checkpointing == CheckpointPolicy::kEveryBlock &&
+      !kbit_hook) {
+    std::vector<bool> checkpointed;
+    for (const graph::Block& block : context.graph.blocks) checkpointed.push_back(block.checkpointable);
+    apply_reentrant_checkpointing(context.graph, checkpointed);
+  }
+  return Status::ok();
+}
+
+// The stack's mechanisms, each a rewrite of the graph, in the order they
+// compose: training mode (LoRA/QLoRA), loss, QLoRA preparation, autocast, fp8;
+// then the graph's analysis and what selective checkpointing keeps. `stack`: the
+// settings' resolve_stack, whose top each mechanism prices.
+Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& settings, const ResolvedStack& stack,
+                        ModelContext& context) {
+  if (Status trained = apply_trainability(loaded, settings, stack, context); !trained.is_ok()) return trained;
   // The loss as the stack computes it; the top of the band when not pinned.
   apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss, is_autocast(settings.precision),
                   compute_dtype_for(settings.precision));

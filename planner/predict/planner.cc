@@ -1,5 +1,6 @@
 #include "planner/predict/planner.h"
 
+#include "planner/predict/moe_notes.h"
 #include "planner/predict/training_notes.h"
 #include "planner/settings/may_change.h"
 
@@ -25,6 +26,7 @@ Result<FitAnswer> fit(const RunSettings& settings) {
   answer.fits = plan.prediction.fits();
   if (!answer.fits) answer.alternative = find_plan(context.value(), settings);
   answer.warnings = input_warnings(context.value(), settings);
+  for (const std::string& note : moe_notes(context->graph, settings)) answer.warnings.push_back(note);
   for (const std::string& note : training_notes(context->graph, plan.config, "the run")) answer.warnings.push_back(note);
   for (const std::string& note : reentrant_checkpointing_notes(context->graph, settings)) {
     answer.warnings.push_back(note);
@@ -48,6 +50,7 @@ Result<PlanResult> plan(const RunSettings& settings, const Progress& progress) {
   if (Status values = check_batch_norm_values(context.value(), largest); !values.is_ok()) return values;
   PlanResult result = find_plan(context.value(), settings, progress);
   result.warnings = input_warnings(context.value(), settings);
+  for (const std::string& note : moe_notes(context->graph, settings)) result.warnings.push_back(note);
   for (const std::string& note : reentrant_checkpointing_notes(context->graph, settings)) {
     result.warnings.push_back(note);
   }

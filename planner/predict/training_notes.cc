@@ -49,6 +49,12 @@ std::vector<std::string> reentrant_checkpointing_notes(const graph::LayerGraph& 
            std::any_of(n.params.begin(), n.params.end(), [](const graph::Param& p) { return is_lora_adapter(p); });
   });
   if (!adapters_checkpointed) return {};
+  if (resolve_stack(settings).top.recompute == Recompute::kBlockReentrant) {
+    return {"with reentrant checkpointing (use_reentrant=True) no LoRA adapter inside a checkpointed layer of " +
+            graph.name + " gets a gradient, and this answer prices that: transformers adds no input-gradient hook "
+            "here, so no checkpointed layer's input requires grad and only what lies outside them trains. To train "
+            "the adapters call model.enable_input_require_grads() before training, or use_reentrant=False"};
+  }
   return {"with reentrant checkpointing (gradient_checkpointing_kwargs={\"use_reentrant\": True}) no LoRA adapter "
           "inside a checkpointed layer of " + graph.name + " gets a gradient: transformers adds no input-gradient "
           "hook here (from 5.x it does for a model whose main input is input_ids), so no checkpointed layer's input "

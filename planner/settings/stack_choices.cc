@@ -38,8 +38,9 @@ constexpr ChoiceTable<LossImpl, 11> kLosses = {{{
     {LossImpl::kTrlFusedHead, "trl-fused-head"},
 }}};
 constexpr int kDefaultLossChunks = 8;  // torchtune's num_output_chunks
-constexpr ChoiceTable<Recompute, 2> kRecomputes = {{{
+constexpr ChoiceTable<Recompute, 3> kRecomputes = {{{
     {Recompute::kBlock, "block"},
+    {Recompute::kBlockReentrant, "block-reentrant"},
     {Recompute::kSelectiveOp, "selective-op"},
 }}};
 constexpr ChoiceTable<AdapterDtype, 2> kAdapterDtypes = {{{

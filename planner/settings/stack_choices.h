@@ -58,6 +58,8 @@ enum class LossImpl {
 // What a checkpointed block keeps from its forward (docs/stacks.md, "Checkpointing").
 enum class Recompute {
   kBlock,       // torch.utils.checkpoint of the whole block: only its inputs stay
+  kBlockReentrant,  // the same with use_reentrant=True: where no input of a block requires grad, the
+                    // block records no graph and its parameters get no gradient (mechanisms/reentrant_checkpoint.h)
   kSelectiveOp, // torchtitan's op-level selective AC: also the outputs of every other mm and of SDPA
 };
 

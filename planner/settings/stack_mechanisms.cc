@@ -170,8 +170,9 @@ const std::array<MechanismRow, 14> kMechanisms = {{
         loss_names, resolve_loss, pin_always<&RunSettings::loss, &StackSpec::loss>, loss_words),
     enum_row<&RunSettings::recompute, parse_recompute, recompute_name>(
         "recompute", "KIND",
-        "what a checkpointed block keeps (block: its inputs only; selective-op: torchtitan's op-level selective "
-        "AC, also every other matmul output and the attention output)",
+        "what a checkpointed block keeps (block: its inputs only; block-reentrant: the same with "
+        "use_reentrant=True, where a block none of whose inputs requires grad trains nothing; selective-op: "
+        "torchtitan's op-level selective AC, also every other matmul output and the attention output)",
         recompute_names, resolve_recompute, pin_always<&RunSettings::recompute, &StackSpec::recompute>,
         recompute_words),
     enum_row<&RunSettings::adapter_dtype, parse_adapter_dtype, adapter_dtype_name>(

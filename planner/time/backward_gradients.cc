@@ -6,7 +6,10 @@
 
 namespace headroom::planner {
 
-int64_t BackwardStages::largest() const { return std::max<int64_t>({0, before_param_grads, from_param_grads}); }
+int64_t BackwardStages::largest() const {
+  const int64_t most = std::max(before_param_grads, from_param_grads);
+  return most == kEmptyStage ? 0 : most;
+}
 
 BackwardGradients::BackwardGradients(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
                                      const std::vector<int64_t>& tensor_bytes, graph::DType compute,
@@ -71,16 +74,72 @@ int64_t BackwardGradients::at_node(int n) const {
   return grads + partial_gradients(n);
 }
 
+// The block's saved bytes released before the backward of each of its nodes (by
+// index in block.nodes): autograd releases a node's saved variables once the node
+// has run (torch/csrc/autograd/engine.cpp, call_function: fn.release_variables()
+// when the graph is not retained), so a saved tensor goes once the backward of the
+// earliest node of the block saving it has run. Backward runs the nodes in reverse.
+std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStructure& block) const {
+  std::vector<int64_t> released_after(block.nodes.size() + 1, 0);
+  for (int t : block.saved_tensors) {
+    for (size_t i = 0; i < block.nodes.size(); ++i) {
+      const std::vector<int>& saves = analysis_.node_saves[static_cast<size_t>(block.nodes[i])];
+      if (std::find(saves.begin(), saves.end(), t) == saves.end()) continue;
+      released_after[i] += tensor_bytes_[static_cast<size_t>(t)];
+      break;
+    }
+  }
+  std::vector<int64_t> released(block.nodes.size(), 0);
+  int64_t sum = 0;
+  for (size_t i = block.nodes.size(); i-- > 0;) {
+    sum += released_after[i + 1];
+    released[i] = sum;
+  }
+  return released;
+}
+
+// Gradients waiting inside the block at each of its nodes' backward (by index in
+// block.nodes): a tensor of the block whose consumers there have all run backward
+// and whose producer has not holds its gradient meanwhile, beside the node in flight
+// (a chunked head: every chunk's loss runs backward before the first chunk's linear,
+// in autograd's sequence-number order). A gradient an add passes on is the add's own
+// output gradient (AddBackward returns it as is), counted where that is.
+std::vector<int64_t> BackwardGradients::waiting_gradients(const graph::BlockStructure& block) const {
+  std::vector<int> index(graph_.nodes.size(), -1);
+  for (size_t i = 0; i < block.nodes.size(); ++i) index[static_cast<size_t>(block.nodes[i])] = static_cast<int>(i);
+  std::vector<int64_t> waiting(block.nodes.size(), 0);
+  for (size_t i = 0; i < block.nodes.size(); ++i) {
+    for (int t : analysis_.node_outputs[static_cast<size_t>(block.nodes[i])]) {
+      const std::vector<int>& consumers = analysis_.consumers[static_cast<size_t>(t)];
+      if (!analysis_.requires_grad[t] || analysis_.persistent[t] || consumers.empty()) continue;
+      int last = -1;
+      bool inside = true;
+      for (int c : consumers) {
+        inside = inside && index[static_cast<size_t>(c)] >= 0;
+        last = std::max(last, index[static_cast<size_t>(c)]);
+      }
+      if (!inside || graph_.nodes[static_cast<size_t>(block.nodes[static_cast<size_t>(last)])].op == "add") continue;
+      for (int j = static_cast<int>(i) + 1; j < last; ++j) {
+        const std::vector<int>& reads = analysis_.node_inputs[static_cast<size_t>(block.nodes[static_cast<size_t>(j)])];
+        if (std::find(reads.begin(), reads.end(), t) == reads.end()) waiting[static_cast<size_t>(j)] += tensor_bytes_[t];
+      }
+    }
+  }
+  return waiting;
+}
+
 BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) const {
   BackwardStages stages;
-  for (auto it = block.nodes.rbegin(); it != block.nodes.rend(); ++it) {
-    const int n = *it;
+  const std::vector<int64_t> released = released_before(block);
+  const std::vector<int64_t> waiting = waiting_gradients(block);
+  for (size_t i = block.nodes.size(); i-- > 0;) {
+    const int n = block.nodes[i];
     if (!analysis_.needs_input_grad[n] && !analysis_.needs_param_grad[n]) continue;
-    const int64_t grads = at_node(n);
-    const bool from = stages.from_param_grads >= 0 || analysis_.needs_param_grad[n];
+    const int64_t grads = at_node(n) - released[i] + waiting[i];
+    const bool from = stages.from_param_grads != kEmptyStage || analysis_.needs_param_grad[n];
     int64_t& stage = from ? stages.from_param_grads : stages.before_param_grads;
     stage = std::max(stage, grads);
-    const bool from_params = stages.from_params >= 0 || !graph_.nodes[n].params.empty();
+    const bool from_params = stages.from_params != kEmptyStage || !graph_.nodes[n].params.empty();
     int64_t& by_params = from_params ? stages.from_params : stages.before_params;
     by_params = std::max(by_params, grads);
   }

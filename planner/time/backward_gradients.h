@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,16 +16,21 @@
 
 namespace headroom::planner {
 
+// A stage without nodes.
+constexpr int64_t kEmptyStage = std::numeric_limits<int64_t>::min();
+
 // A block's backward in two stages: the nodes that run before its first node with
 // a parameter gradient (a head's loss before lm_head) and that node with the rest.
-// Each is the largest gradient transient of its nodes; -1 when the stage is empty.
+// Each is the largest, over its nodes, of the gradients in flight less the block's
+// saved bytes already released (BackwardGradients::released_before): negative
+// where more was released than is in flight. kEmptyStage when the stage is empty.
 struct BackwardStages {
-  int64_t before_param_grads = -1;
-  int64_t from_param_grads = -1;
+  int64_t before_param_grads = kEmptyStage;
+  int64_t from_param_grads = kEmptyStage;
   // The same split at the first node with any parameter, trained or frozen: where an
   // FSDP unit's pre-backward hook fires (a frozen lm_head after the loss).
-  int64_t before_params = -1;
-  int64_t from_params = -1;
+  int64_t before_params = kEmptyStage;
+  int64_t from_params = kEmptyStage;
   int64_t largest() const;  // over both, 0 when the block runs no backward
 };
 
@@ -42,6 +48,8 @@ class BackwardGradients {
 
  private:
   int64_t partial_gradients(int n) const;
+  std::vector<int64_t> released_before(const graph::BlockStructure& block) const;
+  std::vector<int64_t> waiting_gradients(const graph::BlockStructure& block) const;
 
   const graph::LayerGraph& graph_;
   const graph::GraphAnalysis& analysis_;

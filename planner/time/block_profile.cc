@@ -444,11 +444,11 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     if (block.on_autograd) {
       const BackwardStages stages = gradients.of_block(block);
       profile.bwd_peak = profile.keep + profile.out_grad + stages.largest();
-      if (stages.before_param_grads >= 0 && stages.from_param_grads >= 0) {
+      if (stages.before_param_grads != kEmptyStage && stages.from_param_grads != kEmptyStage) {
         profile.bwd_peak_before_param_grads = profile.keep + profile.out_grad + stages.before_param_grads;
         profile.bwd_peak_from_param_grads = profile.keep + profile.out_grad + stages.from_param_grads;
       }
-      if (stages.before_params >= 0 && stages.from_params >= 0) {
+      if (stages.before_params != kEmptyStage && stages.from_params != kEmptyStage) {
         profile.bwd_peak_before_params = profile.keep + profile.out_grad + stages.before_params;
         profile.bwd_peak_from_params = profile.keep + profile.out_grad + stages.from_params;
       }

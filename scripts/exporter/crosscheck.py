@@ -119,6 +119,9 @@ def main(argv: List[str]) -> int:
         attentions = args.attention or ["sdpa", "eager"]
         if family.startswith("flux"):
             attentions = [a for a in attentions if a == "sdpa"]  # diffusers always calls SDPA
+        if family.startswith("gemma-2-"):
+            # transformers builds Gemma 2 without SDPA (its softcap): eager is what it runs.
+            attentions = [a for a in attentions if a == "eager"]
         began = time.time()
         results = trace_family(family, args.out_dir, attentions)
         chain = {a: [v for k, v in r.items() if k not in ("embeddings", "head")]

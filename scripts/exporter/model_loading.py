@@ -179,8 +179,7 @@ def _transformers_spec(path: Path, raw: Dict[str, Any], task: str | None) -> Mod
         try:
             return factory.from_config(config, attn_implementation=attention)
         except ValueError as error:
-            raise ExporterError(f"{path}: {model_type} cannot be built as {auto_class} with "
-                                f"attention {attention!r}: {str(error).splitlines()[0]}") from None
+            raise ExporterError(_build_refusal(path, model_type, auto_class, attention, error)) from None
 
     param_dtype = _dtype_name(raw.get("torch_dtype", raw.get("dtype")))
     if task in ("causal_lm", "masked_lm", "seq_cls"):
@@ -190,6 +189,29 @@ def _transformers_spec(path: Path, raw: Dict[str, Any], task: str | None) -> Mod
     if task == "contrastive":
         return _contrastive_spec(path, config, model_type, build, param_dtype)
     return _llava_spec(path, config, model_type, build, param_dtype)
+
+
+# State-space and recurrent families: no attention, and a per-token scan loop whose
+# graph changes with the sequence length (models/hf_refusals.cc says the same).
+_STATE_SPACE = ("mamba", "mamba2", "falcon_mamba", "rwkv")
+
+
+def _build_refusal(path: Path, model_type: str, auto_class: str, attention: str, error: Exception) -> str:
+    """What to do when transformers will not build the model with `attention`: a family
+    without attention is not exportable at all; a model class without SDPA (Gemma 2:
+    _supports_sdpa False, its softcap refused by SDPA) runs eager when a training run
+    names no attn_implementation, so --attention eager exports what it runs."""
+    if model_type in _STATE_SPACE:
+        return (f"{path}: {model_type} is a state-space / recurrent model (no attention layers): its "
+                f"selective scan runs a per-token loop (or CUDA kernels) that cannot be traced into a "
+                f"graph whose sizes follow the sequence; write a layer-graph JSON "
+                f"(docs/layer-graph-format.md) to price it")
+    if attention == "sdpa" and "scaled_dot_product_attention" in str(error):
+        return (f"{path}: {model_type}: transformers builds {auto_class} for it without SDPA, and a "
+                f"training run that names no attn_implementation runs it eager: export with "
+                f"--attention eager")
+    return (f"{path}: {model_type} cannot be built as {auto_class} with attention {attention!r}: "
+            f"{str(error).splitlines()[0]}")
 
 
 def _token_sequence(max_position: int) -> Dict[str, int | str]:

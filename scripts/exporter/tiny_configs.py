@@ -26,7 +26,8 @@ PATCH = 8
 FAMILIES = ("llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2b",
             "phi-3-mini-4k", "gpt2-medium", "pythia-160m", "opt-125m", "bert-base-uncased",
             "roberta-base", "vit-base-patch16-224", "clip-vit-base-patch32",
-            "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer")
+            "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer",
+            "gemma-2-9b", "gemma-3-1b")
 
 
 def _shrink_text(c: Dict[str, Any], positions: int = POSITIONS) -> None:

@@ -56,6 +56,23 @@ TEST_CASE("autocast: norms and the residual stay fp32, each matmul keeps its own
   CHECK(position("fc1.weight_cast") + 1 == position("fc1"));
 }
 
+TEST_CASE("autocast: an RMSNorm after a 16-bit linear keeps its normalized tensor in 16 bits") {
+  // Qwen3's q_norm: x (fp32) -> q_proj (16-bit out) -> RMSNorm over head_dim, whose
+  // weight multiplies hidden_states.to(input_dtype); the residual's norm stays fp32.
+  models::GraphBuilder b;
+  b.begin_block("block", "attn", true);
+  const std::string x = b.input("x", graph::SizeExpr::per_token(64), graph::DType::kF32, true);
+  const std::string n = b.python_rms_norm("input_norm", x, graph::SizeExpr::per_token(1), 64, false);
+  const std::string q = b.linear("q_proj", n, graph::SizeExpr::per_token(1), 64, 64, false);
+  b.python_rms_norm("q_norm", q, graph::SizeExpr::per_token(4), 16, false);
+  graph::LayerGraph graph = b.finish();
+  apply_autocast(graph);
+  CHECK_FALSE(graph.find_tensor("q_norm:normalized")->dtype.has_value());
+  CHECK(graph.find_tensor("q_norm:x32")->dtype == graph::DType::kF32);
+  CHECK(graph.find_tensor("q_norm")->dtype == graph::DType::kF32);  // the fp32 weight times it
+  CHECK(graph.find_tensor("input_norm:normalized")->dtype == graph::DType::kF32);
+}
+
 TEST_CASE("AMP model states: fp32 weights and gradients, fp32 AdamW states, no master copy") {
   const graph::Param weight{"w", {1000, 1000}, graph::DType::kBF16, true, ""};
   CHECK(param_storage_bytes(weight, Precision::kBf16Amp) == 4'000'000);

@@ -1,0 +1,57 @@
+#include "planner/mechanisms/reentrant_checkpoint.h"
+
+#include <string>
+#include <unordered_map>
+
+#include "graph/graph_analysis.h"
+
+namespace headroom::planner {
+namespace {
+
+// Whether any tensor block `b` reads from outside itself requires grad.
+bool block_input_requires_grad(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
+                               const std::unordered_map<std::string, int>& ids, int b) {
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (graph.nodes[n].block != b) continue;
+    for (const std::string& input : graph.nodes[n].inputs) {
+      const int t = ids.at(input);
+      const int producer = analysis.producer[t];
+      const bool outside = producer < 0 || graph.nodes[static_cast<size_t>(producer)].block != b;
+      if (outside && analysis.requires_grad[t]) return true;
+    }
+  }
+  return false;
+}
+
+int freeze_block(graph::LayerGraph& graph, int b) {
+  int frozen = 0;
+  for (graph::Node& node : graph.nodes) {
+    if (node.block != b) continue;
+    for (graph::Param& param : node.params) {
+      if (param.trainable && param.tied_to.empty()) {
+        param.trainable = false;
+        ++frozen;
+      }
+    }
+  }
+  return frozen;
+}
+
+}  // namespace
+
+int apply_reentrant_checkpointing(graph::LayerGraph& graph, const std::vector<bool>& checkpointed) {
+  int frozen = 0;
+  std::unordered_map<std::string, int> ids;
+  for (size_t t = 0; t < graph.tensors.size(); ++t) ids.emplace(graph.tensors[t].name, static_cast<int>(t));
+  graph::GraphAnalysis analysis = graph::analyze_graph(graph);
+  for (size_t b = 0; b < graph.blocks.size() && b < checkpointed.size(); ++b) {
+    if (!checkpointed[b] || block_input_requires_grad(graph, analysis, ids, static_cast<int>(b))) continue;
+    const int now = freeze_block(graph, static_cast<int>(b));
+    if (now == 0) continue;
+    frozen += now;
+    analysis = graph::analyze_graph(graph);  // what follows this block no longer gets a gradient from it
+  }
+  return frozen;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,70 @@
+#include "planner/predict/moe_notes.h"
+
+#include <cstdint>
+#include <cstdio>
+
+#include "graph/dtype.h"
+
+namespace headroom::planner {
+namespace {
+
+struct ExpertSummary {
+  int64_t layers = 0;
+  int64_t experts = 0;  // E, the first dimension of the 3-D weights
+  int64_t top_k = 0;    // routed rows per token
+  int64_t weight_bytes = 0;
+};
+
+// The grouped GEMMs' weights are [E, out, in]; their input holds tokens * k rows of `in`.
+ExpertSummary summarize(const graph::LayerGraph& graph) {
+  ExpertSummary out;
+  for (const graph::Node& node : graph.nodes) {
+    if (node.op != "grouped_mm" || node.params.empty() || node.inputs.empty()) continue;
+    const graph::Param& weight = node.params.front();
+    if (weight.shape.size() != 3) continue;
+    if (node.name.ends_with(".gate_up_proj")) ++out.layers;
+    out.experts = weight.shape[0];
+    const graph::Tensor* input = graph.find_tensor(node.inputs.front());
+    if (input != nullptr && weight.shape[2] > 0) out.top_k = input->elements.at(1, 1) / weight.shape[2];
+    for (const graph::Param& param : node.params) out.weight_bytes += graph::dtype_bytes(param.dtype, param.elements());
+  }
+  return out;
+}
+
+std::string gib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+}  // namespace
+
+// transformers 5.23.0 runs MoE experts through grouped_mm_experts_forward
+// (integrations/moe.py): tokens * k rows sorted by expert, with no capacity
+// limit, so what is kept is the same for any routing. bitsandbytes' quantizer
+// replaces only `type(module) is nn.Linear` (integrations/bitsandbytes.py,
+// replace_with_bnb_linear), and the experts are nn.Parameters of a 3-D shape.
+std::vector<std::string> moe_notes(const graph::LayerGraph& graph, const RunSettings& settings) {
+  const ExpertSummary moe = summarize(graph);
+  if (moe.layers == 0) return {};
+  const std::string e = std::to_string(moe.experts);
+  const std::string k = std::to_string(moe.top_k);
+  std::vector<std::string> out;
+  out.push_back(graph.name + " is a mixture of experts (" + std::to_string(moe.layers) + " sparse layers, " + e +
+                " experts, top-" + k + "): every expert's weights are resident and trained as given; each token runs " +
+                k + " of them. Routing assumption: the memory is that of transformers' grouped_mm experts path, which "
+                "keeps tokens x " + k + " routed rows whatever the router does, so balanced routing (tokens x " + k +
+                " / " + e + " per expert) and the worst case these models allow (no capacity limit: all tokens on one "
+                "expert per layer) cost the same bytes, and the band has no routing term; the time assumes balanced "
+                "routing (the FLOPs are those of " + k + " experts per token either way)");
+  if (settings.mode == TrainMode::kQlora) {
+    out.push_back("QLoRA on " + graph.name + ": bitsandbytes quantizes nn.Linear modules only, and the experts are "
+                  "3-D parameters (transformers 5.x fuses them), so their " + gib(moe.weight_bytes) +
+                  " stay unquantized, as priced here; only the nn.Linear layers (attention projections, shared experts) "
+                  "are NF4. LoRA cannot target the experts by module name either (PEFT wraps nn.Linear; gate_up_proj "
+                  "and down_proj are parameters)");
+  }
+  return out;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,18 @@
+// Notes for a mixture-of-experts model (models/moe.h): which routing the
+// answer assumes, and what QLoRA and LoRA do with fused 3-D experts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/layer_graph.h"
+#include "planner/settings/run_settings.h"
+
+namespace headroom::planner {
+
+// Empty for a model without grouped experts (nodes of op "grouped_mm").
+// Otherwise: the routing note (always), and under QLoRA the note that the
+// experts stay 16-bit, naming their bytes.
+std::vector<std::string> moe_notes(const graph::LayerGraph& graph, const RunSettings& settings);
+
+}  // namespace headroom::planner
