@@ -28,6 +28,7 @@
 #include "planner/predict/planner.h"
 #include "graph/graph_json.h"
 #include "planner/predict/simulator.h"
+#include "planner/settings/stack.h"
 #include "reports/catalogue_report.h"
 #include "reports/config_export.h"
 #include "reports/measured_run.h"
@@ -141,6 +142,13 @@ int load_and_simulate(const CliOptions& options, Terminal& terminal, bool with_e
   if (!prepared.is_ok()) return fail(terminal, prepared.status().with_prefix("PLAN: "));
   loaded.plan = std::move(prepared->plan);
   loaded.context = std::move(prepared->context);
+  // The timeline replays the policy's step only: DPO's reference copy and forward are
+  // in `fit`'s walk (planner/predict/step_model.h), not in the replay.
+  if (planner::resolve_stack(loaded.plan.settings).top.recipe != planner::Recipe::kSupervised) {
+    return fail(terminal, Status::invalid_input("PLAN: settings.recipe: dpo: the step replay has no reference model "
+                                                "(its copy, its forward); expected recipe supervised, or `fit` for "
+                                                "DPO's peak"));
+  }
   planner::SimulatorOptions simulator_options;
   simulator_options.record_events = with_events;
   loaded.simulation = planner::simulate(loaded.context, loaded.plan.settings, loaded.plan.config, loaded.plan.blocks,

@@ -205,6 +205,17 @@ Status check_kernels(const planner::RunSettings& s, std::string_view origin) {
   return Status::ok();
 }
 
+// What the step trains for: the model's own loss only.
+Status check_recipe(const planner::StackSpec& stack, std::string_view origin) {
+  if (stack.recipe != planner::Recipe::kSupervised) {
+    return refuse(origin, "settings.recipe",
+                  std::string(planner::recipe_name(stack.recipe)) +
+                      " (TRL's DPOTrainer: chosen and rejected rows, a reference model's log-probs) is priced but "
+                      "not trained by the executor, which trains the model's own loss; expected supervised");
+  }
+  return Status::ok();
+}
+
 // Adapters of one rank, and transformers' full-vocabulary loss.
 Status check_adapters_and_loss(const planner::RunSettings& s, const planner::StackSpec& stack,
                                std::string_view origin) {
@@ -271,7 +282,7 @@ Status check_executable(const planner::Plan& given, std::string_view origin) {
   if (Status offload = check_optimizer_offload(plan, origin); !offload.is_ok()) return offload;
   const planner::StackSpec stack = planner::resolve_stack(s).top;
   // In this order: the first refusal is the one reported.
-  for (const Status& status : {check_stack_dtypes(plan, model.value(), stack, origin),
+  for (const Status& status : {check_recipe(stack, origin), check_stack_dtypes(plan, model.value(), stack, origin),
                                check_activations(plan, stack, origin), check_kernels(s, origin),
                                check_adapters_and_loss(s, stack, origin), check_shape(plan, model.value(), origin)}) {
     if (!status.is_ok()) return status;

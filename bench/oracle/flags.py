@@ -76,8 +76,9 @@ def headroom_flags(spec: dict) -> list:
         return diffusers_flux_flags(spec)
     if spec["stack"] == "torch-loop":
         return torch_loop_flags(spec)
-    # TRL's SFTTrainer is the Trainer's stack with TRL's release given (`--versions trl=X`)
-    stack = "hf-trainer" if spec["stack"] == "trl-sft" else spec["stack"]
+    # TRL's SFTTrainer is the Trainer's stack with TRL's release given (`--versions trl=X`);
+    # its DPOTrainer the same with the recipe and the reference's treatment (stacks/trl_dpo.py)
+    stack = "hf-trainer" if spec["stack"] in ("trl-sft", "trl-dpo") else spec["stack"]
     flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", stack,
              "--precision", spec["precision"], "--batch", str(spec["batch"]), *shape_flags(spec)]
     if spec["method"] in ("lora", "qlora"):
@@ -101,6 +102,8 @@ def headroom_flags(spec: dict) -> list:
     if spec.get("grad_accum", 1) > 1:  # litgpt: global_batch_size // micro_batch_size
         flags += ["--grad-accum", str(spec["grad_accum"])]
     flags += release_flags(spec)
+    if spec["stack"] == "trl-dpo":
+        flags += ["--recipe", "dpo", "--reference", spec["ref"]]
     if spec.get("attention", "sdpa") != "sdpa":
         flags += ["--attention", spec["attention"]]
     return flags

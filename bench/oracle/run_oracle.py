@@ -36,6 +36,7 @@ STACKS["diffusers-flux"] = "stacks.diffusers_flux"  # train_dreambooth_lora_flux
 STACKS["litgpt"] = "stacks.litgpt"  # litgpt's finetune/full.py and lora.py step under Lightning Fabric
 STACKS["torch-loop"] = "stacks.torch_loop"  # a torchvision model in a plain loop (env vision)
 STACKS["trl-sft"] = "stacks.trl_sft"  # TRL's SFTTrainer over the Trainer's step (env trl)
+STACKS["trl-dpo"] = "stacks.trl_dpo"  # TRL's DPOTrainer: policy and reference over chosen and rejected (env trl)
 _PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "bitsandbytes", "trl",
              "torchtune", "torchao", "diffusers", "litgpt", "lightning")
 

@@ -16,6 +16,7 @@
 #include "planner/configs/deepspeed_import.h"
 #include "planner/configs/training_args_text.h"
 #include "planner/configs/trl_model_args.h"
+#include "planner/configs/trl_preference_args.h"
 #include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
@@ -380,6 +381,7 @@ Result<ConfigImport> map_arguments(const json& args, std::string_view origin, Ru
   read_fsdp(r, s, out);
   read_saving_and_sequence(r, s, out);
   read_trl_model_args(r, s, out);
+  read_trl_preference_args(r, s, out);
   if (s.precision == Precision::kBf16Amp || s.precision == Precision::kFp16Amp) {
     out.notes.push_back(std::string(bf16 ? "bf16" : "fp16") +
                         ": autocast over the model as loaded; priced for an fp32 load (from_pretrained's default "

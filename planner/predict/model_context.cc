@@ -25,6 +25,7 @@
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/trl_fused_head.h"
+#include "planner/mechanisms/preference_pairs.h"
 #include "planner/mechanisms/selective_checkpoint.h"
 #include "planner/mechanisms/strided_slices.h"
 #include "planner/settings/bnb_release.h"
@@ -226,6 +227,17 @@ BnbMatmul4bit bnb_matmul4bit_of(const RunSettings& settings) {
   return BnbMatmul4bit{regime.keeps_input, regime.fp32_compute, sixteen_bit};
 }
 
+// DPOConfig.disable_dropout (True by default) sets every nn.Dropout's p to 0, PEFT's
+// lora_dropout among them (dpo_trainer.py, 1.16.0: disable_dropout_in_model).
+RunSettings without_dpo_dropout(const RunSettings& settings, const ResolvedStack& stack) {
+  RunSettings out = settings;
+  if (stack.top.recipe == Recipe::kDpo) {
+    out.lora.dropout = 0;
+    for (ScopedLora& scoped : out.scoped_lora) scoped.lora.dropout = 0;
+  }
+  return out;
+}
+
 // What trains: the training mode (LoRA/QLoRA) on the loaded graph, the
 // input-gradient hook, and what reentrant checkpointing leaves untrained.
 Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& settings, const ResolvedStack& stack,
@@ -238,9 +250,11 @@ Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& se
     untie_output_head(untied);
   }
   Result<graph::LayerGraph> trained =
-      apply_training_mode(settings.stack == Stack::kLitgpt ? untied : loaded, settings);
+      apply_training_mode(settings.stack == Stack::kLitgpt ? untied : loaded, without_dpo_dropout(settings, stack));
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());
+  // DPO: a chosen and a rejected row per sample, before any rewrite sized at the micro-batch.
+  if (stack.top.recipe == Recipe::kDpo) apply_preference_pairs(context.graph);
   if (settings.stack == Stack::kLitgpt) fuse_qkv_adapters(context.graph);
   if (stack.top.input_require_grads) apply_input_require_grads(context.graph);
   // PEFT's prepare_model_for_kbit_training(use_gradient_checkpointing=True) hooks the

@@ -34,7 +34,7 @@ void fill_breakdown(const ModelContext& context, const RunSettings& settings, co
   MemoryBreakdown& m = out.peak;
   m.cuda_context = context_bytes(context, settings);
   m.workspaces = account(context.gpu.cublas_workspace_bytes, Accounting::kReserved);
-  m.parameters = reserved.states.params;
+  m.parameters = reserved.states.params + reserved.reference_weights;
   m.gradients = peak.gradients;
   m.optimizer_states = reserved.states.optimizer;
   m.paged_optimizer_states = reserved.states.paged_optimizer;
@@ -90,7 +90,7 @@ void add_varied_lengths(const Simulation& simulation, Prediction& out) {
 MeasurableMemory measurable_memory(const BuiltStep& allocated, const StepProfile& allocated_profile,
                                    const std::vector<BlockChoice>& blocks) {
   MeasurableMemory measurable;
-  measurable.parameters = allocated.states.params;
+  measurable.parameters = allocated.states.params + allocated.reference_weights;
   measurable.optimizer_states = allocated.states.optimizer;
   measurable.master_weights = allocated.states.master;
   measurable.gradients = allocated.states.grads_full;
@@ -131,10 +131,12 @@ StepTimeInputs step_time_inputs(const ModelContext& context, const RunSettings& 
   times.model_flops = reserved.model_flops;
   for (size_t k = 0; k < blocks.size(); ++k) {
     const BlockProfile& block = reserved.model.blocks[k];
-    times.micro_fwd_ms += block.fwd_ms;
+    // DPO's reference forward runs the block's forward once more (StepModel::reference_forward).
+    const double forward_ms = block.fwd_ms * (reserved.model.reference_forward ? 2 : 1);
+    times.micro_fwd_ms += forward_ms;
     const double total = block_ms(reserved.model, static_cast<int>(k), blocks[k]);
     const double recompute = (blocks[k] == BlockChoice::kCheckpoint && block.on_autograd) ? block.recompute_ms : 0;
-    const double offload = blocks[k] == BlockChoice::kOffload ? total - block.fwd_ms - block.bwd_ms : 0;
+    const double offload = blocks[k] == BlockChoice::kOffload ? total - forward_ms - block.bwd_ms : 0;
     times.micro_bwd_ms += block.bwd_ms + recompute;
     times.micro_recompute_ms += recompute;
     times.micro_offload_ms += offload;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "planner/memory/allocator_rounding.h"
+#include "planner/memory/state_bytes.h"
 #include "planner/settings/stack.h"
 
 namespace headroom::planner {
@@ -77,6 +78,25 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   }
 }
 
+// DPO's reference (StackSpec::reference): a frozen copy adds its weights, in the
+// policy's dtype (DPOTrainer loads it with dtype=self.model.dtype), to what is
+// resident all step; a copy or the adapter-disabled base runs a reference forward.
+// Precomputed log-probs need neither (trl/trainer/dpo_trainer.py, 1.16.0).
+void add_reference(const ModelContext& context, const RunSettings& settings, Accounting accounting,
+                   BuiltStep& out) {
+  const StackSpec spec = resolve_stack(settings).top;
+  if (spec.recipe != Recipe::kDpo || spec.reference == Reference::kPrecomputed) return;
+  out.model.reference_forward = true;
+  if (spec.reference != Reference::kCopy) return;
+  for (const graph::Node& node : context.graph.nodes) {
+    for (const graph::Param& param : node.params) {
+      if (!param.tied_to.empty()) continue;
+      out.reference_weights += account(param_storage_bytes(param, settings.precision), accounting);
+    }
+  }
+  out.model.base += out.reference_weights;
+}
+
 }  // namespace
 
 BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
@@ -91,6 +111,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
                out.states.comm_buckets + account(context.gpu.cublas_workspace_bytes, accounting) +
                profile.persistent + (accounting == Accounting::kReserved ? kPoolSlackBytes : 0);
   model.gathered = out.states.gathered_params;
+  add_reference(context, settings, accounting, out);
   // Parameter streaming under ZeRO-3 offload already occupies the host link;
   // activation offload would compete for it, which this model does not price.
   model.allow_offload = settings.allow_activation_offload && config.offload_param == Offload::kNone;

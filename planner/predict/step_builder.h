@@ -17,6 +17,7 @@ struct BuiltStep {
   ModelStates states;
   int64_t persistent = 0;
   double model_flops = 0;  // forward + backward FLOPs of one micro-step
+  int64_t reference_weights = 0;  // DPO's frozen reference copy, in StepModel::base
 };
 
 BuiltStep build_step(const ModelContext& context, const RunSettings& settings,

@@ -107,7 +107,8 @@ constexpr double kOffloadOverheadMs = 0.02;
 
 double block_ms(const StepModel& model, int k, BlockChoice choice) {
   const BlockProfile& block = model.blocks[k];
-  double ms = block.fwd_ms + block.bwd_ms;
+  // DPO's reference forward runs the block once more, without autograd.
+  double ms = block.fwd_ms * (model.reference_forward ? 2 : 1) + block.bwd_ms;
   if (choice == BlockChoice::kCheckpoint && block.on_autograd) ms += block.recompute_ms;
   if (choice == BlockChoice::kOffload) {
     // The copy out overlaps the next block's forward, the copy back the next
@@ -148,6 +149,13 @@ static void offload_checkpoint_inputs(const StepModel& model, const std::vector<
     const bool neighbour_back = k > 0 && choices[k - 1] == BlockChoice::kCheckpoint && model.blocks[k - 1].on_autograd;
     backward_stored[k] = kept[k] + (neighbour_back ? model.blocks[k - 1].checkpoint : 0);
   }
+}
+
+int64_t reference_forward_local(const StepModel& model) {
+  if (!model.reference_forward) return 0;
+  int64_t largest = 0;
+  for (const BlockProfile& block : model.blocks) largest = std::max(largest, block.fwd_peak_nograd);
+  return model.grads_fwd + largest;
 }
 
 StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choices,
@@ -191,6 +199,11 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
     consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k],
              parts.backward - parts.backward_grads - parts.backward_gathered, parts.backward_grads,
              parts.backward_gathered);
+  }
+  if (model.reference_forward) {
+    const int64_t local = reference_forward_local(model);
+    consider(fixed + forward_stored[n] + local, "reference forward", -1, forward_stored[n], local - model.grads_fwd,
+             model.grads_fwd, 0);
   }
   consider(model.base + model.grads_optimizer + model.optimizer_transient, "optimizer step", -1, 0,
            model.optimizer_transient, model.grads_optimizer, 0);

@@ -45,7 +45,17 @@ struct StepModel {
   // forward (its forward stash). The block solver prices them as stored (an upper
   // bound); walk_step, which every prediction uses, prices them as offloaded.
   int checkpoint_stash = -1;
+  // DPO's reference forward (StackSpec::reference copy or adapter-disabled): after the
+  // policy's forward, under no_grad, every block runs again while all the policy
+  // saved is held; each block at its no-grad peak (BlockProfile::fwd_peak_nograd).
+  // A frozen copy's weights are in `base`.
+  bool reference_forward = false;
 };
+
+// The peak above base + gathered + what the forward stored while the reference
+// forward runs (0 without one): the gradients held through forward and the
+// largest block's no-grad forward.
+int64_t reference_forward_local(const StepModel& model);
 
 int64_t stored_bytes(const BlockProfile& block, BlockChoice choice);
 bool choice_allowed(const StepModel& model, int block, BlockChoice choice);

@@ -79,13 +79,15 @@ bool optimizer_step_fits(const StepModel& model, int64_t budget) {
 constexpr int64_t kDefaultUnitBytes = 2LL << 20;
 constexpr int64_t kMaxUnitsInRoom = 4096;
 
-// The fastest entry of the last block; ties go to fewer stored bytes.
-std::pair<int, int> best_final(const Frontier& last) {
+// The fastest entry of the last block whose stored units leave `room_left` for what
+// runs after the forward (DPO's reference forward); ties go to fewer stored bytes.
+std::pair<int, int> best_final(const Frontier& last, int64_t unit, int64_t room_left) {
   int best_choice = -1;
   int best_index = -1;
   for (size_t c = 0; c < last.size(); ++c) {
     for (size_t i = 0; i < last[c].size(); ++i) {
       const Entry& entry = last[c][i];
+      if (entry.stored * unit > room_left) continue;
       const bool better = best_choice < 0 || entry.ms < last[best_choice][best_index].ms ||
                           (entry.ms == last[best_choice][best_index].ms &&
                            entry.stored < last[best_choice][best_index].stored);
@@ -194,7 +196,7 @@ BlockSolution solve_blocks(const StepModel& model, int64_t budget, const SolverO
     std::swap(previous, current);
   }
 
-  const auto [choice, index] = best_final(previous);
+  const auto [choice, index] = best_final(previous, scale.unit, scale.room - reference_forward_local(model));
   if (choice < 0) return out;
   out.feasible = true;
   out.micro_step_ms = previous[choice][index].ms;

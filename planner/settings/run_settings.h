@@ -117,6 +117,11 @@ struct RunSettings {
   // calls zero_grad between the loss and backward(); StackSpec::grads_through_forward);
   // nullopt: as the stack does (a band for a plain loop).
   std::optional<bool> grads_through_forward;
+  // What the step trains for (StackSpec::recipe; nullopt: supervised) and, for DPO,
+  // where the reference log-probs come from (StackSpec::reference; nullopt: as TRL
+  // does for the mode: the adapter-disabled base under LoRA, a frozen copy otherwise).
+  std::optional<Recipe> recipe;
+  std::optional<Reference> reference;
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile): checkpointable blocks save what the min-cut partitioner
   // keeps (planner/mechanisms/compiled_blocks.h) and run their pointwise ops as fused

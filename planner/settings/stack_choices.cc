@@ -65,6 +65,15 @@ constexpr ChoiceTable<KbitPrep, 3> kKbitPreps = {{{
     {KbitPrep::kNormsFp32, "norms-fp32"},
     {KbitPrep::kPeft, "peft"},
 }}};
+constexpr ChoiceTable<Recipe, 2> kRecipes = {{{
+    {Recipe::kSupervised, "supervised"},
+    {Recipe::kDpo, "dpo"},
+}}};
+constexpr ChoiceTable<Reference, 3> kReferences = {{{
+    {Reference::kCopy, "copy"},
+    {Reference::kAdapterDisabled, "adapter-disabled"},
+    {Reference::kPrecomputed, "precomputed"},
+}}};
 
 }  // namespace
 
@@ -125,5 +134,13 @@ std::string fsdp_wrap_names() { return kFsdpWraps.names(); }
 std::string_view kbit_prep_name(KbitPrep value) { return kKbitPreps.name(value); }
 std::optional<KbitPrep> parse_kbit_prep(std::string_view text) { return kKbitPreps.parse(text); }
 std::string kbit_prep_names() { return kKbitPreps.names(); }
+
+std::string_view recipe_name(Recipe value) { return kRecipes.name(value); }
+std::optional<Recipe> parse_recipe(std::string_view text) { return kRecipes.parse(text); }
+std::string recipe_names() { return kRecipes.names(); }
+
+std::string_view reference_name(Reference value) { return kReferences.name(value); }
+std::optional<Reference> parse_reference(std::string_view text) { return kReferences.parse(text); }
+std::string reference_names() { return kReferences.names(); }
 
 }  // namespace headroom::planner

@@ -78,6 +78,19 @@ enum class KbitPrep {
   kPeft,       // PEFT's prepare_model_for_kbit_training: every unquantized parameter fp32
 };
 
+// What the step trains for (docs/stacks.md, "Recipes").
+enum class Recipe {
+  kSupervised,  // the model's own loss over each sample (SFT, classification)
+  kDpo,         // TRL's DPOTrainer: chosen and rejected rows in one batch, a reference model's log-probs
+};
+
+// Where DPO's reference log-probs come from (trl/trainer/dpo_trainer.py, 1.16.0).
+enum class Reference {
+  kCopy,             // a frozen second model (ref_model, or the copy TRL loads without PEFT)
+  kAdapterDisabled,  // PEFT: the policy's base with its adapters disabled, no second copy
+  kPrecomputed,      // precompute_ref_log_probs: read from the dataset, no reference forward in the step
+};
+
 struct LossSpec {
   LossImpl impl = LossImpl::kFullKeepLogits;
   int chunks = 8;  // kChunked: torchtune's num_output_chunks
@@ -101,6 +114,10 @@ std::string_view reduce_dtype_name(ReduceDtype value);
 std::optional<ReduceDtype> parse_reduce_dtype(std::string_view text);
 std::optional<AdapterDtype> parse_adapter_dtype(std::string_view text);
 std::string_view kbit_prep_name(KbitPrep value);
+std::string_view recipe_name(Recipe value);
+std::optional<Recipe> parse_recipe(std::string_view text);
+std::string_view reference_name(Reference value);
+std::optional<Reference> parse_reference(std::string_view text);
 std::optional<KbitPrep> parse_kbit_prep(std::string_view text);
 // The choices, "a, b, c", for messages and --help (from the tables in stack_choices.cc).
 std::string stack_names();
@@ -112,5 +129,7 @@ std::string sharding_names();
 std::string reduce_dtype_names();
 std::string fsdp_wrap_names();
 std::string kbit_prep_names();
+std::string recipe_names();
+std::string reference_names();
 
 }  // namespace headroom::planner

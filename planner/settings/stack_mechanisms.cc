@@ -123,6 +123,24 @@ std::string autocast_words(const RunSettings& s, const ResolvedStack& r) {
                     [](bool on) { return on ? "under autocast" : "without autocast"; });
 }
 
+std::string reference_words(Reference reference) {
+  switch (reference) {
+    case Reference::kCopy: return "a frozen copy of the model";
+    case Reference::kAdapterDisabled: return "the base with adapters disabled (no second copy)";
+    case Reference::kPrecomputed: return "precomputed log-probs (no reference forward)";
+  }
+  return "?";
+}
+
+// The recipe and, for DPO, the reference's treatment: "DPO, reference the adapter-disabled base".
+std::string recipe_words(const RunSettings&, const ResolvedStack& r) {
+  if (r.top.recipe == Recipe::kSupervised) return "";
+  return "DPO (chosen and rejected rows in one batch), reference " + reference_words(r.top.reference);
+}
+void pin_reference(const RunSettings& s, const ResolvedStack& r, RunSettings& bottom) {
+  if (s.recipe == Recipe::kDpo) bottom.reference = r.bottom.reference;
+}
+
 using Pin = void (*)(const RunSettings&, const ResolvedStack&, RunSettings&);
 using Words = std::string (*)(const RunSettings&, const ResolvedStack&);
 
@@ -142,7 +160,7 @@ constexpr MechanismRow on_off_row(const char* key, const char* help,
 
 // The rows, in the order resolve_stack runs them (docs/stacks.md cites each
 // stack's source in its table, settings/stack_resolvers.cc in its comments).
-const std::array<MechanismRow, 12> kMechanisms = {{
+const std::array<MechanismRow, 14> kMechanisms = {{
     enum_row<&RunSettings::optimizer_impl, parse_optimizer_impl, optimizer_impl_name>(
         "optimizer_impl", "IMPL", "how optimizer.step() runs", optimizer_impl_names, resolve_optimizer_impl,
         pin_always<&RunSettings::optimizer_impl, &StackSpec::optimizer_impl>, optimizer_words),
@@ -209,6 +227,17 @@ const std::array<MechanismRow, 12> kMechanisms = {{
         "step or before the forward, as the Trainer, torchtune, litgpt, torchtitan and the diffusers scripts)",
         resolve_grads_through_forward,
         pin_always<&RunSettings::grads_through_forward, &StackSpec::grads_through_forward>, no_words),
+    enum_row<&RunSettings::recipe, parse_recipe, recipe_name>(
+        "recipe", "KIND",
+        "what the step trains for (supervised: the model's own loss; dpo: TRL's DPOTrainer, a chosen and a "
+        "rejected row per sample in one batch and a reference model's log-probs)",
+        recipe_names, resolve_recipe, pin_always<&RunSettings::recipe, &StackSpec::recipe>, recipe_words),
+    enum_row<&RunSettings::reference, parse_reference, reference_name>(
+        "reference", "KIND",
+        "with --recipe dpo: the reference model (copy: a frozen second model, TRL's default without PEFT; "
+        "adapter-disabled: the LoRA policy's base, TRL's default with PEFT; precomputed: "
+        "precompute_ref_log_probs, no reference forward in the step)",
+        reference_names, resolve_reference, pin_reference, no_words),
 }};
 
 }  // namespace

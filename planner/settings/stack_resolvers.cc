@@ -147,6 +147,9 @@ std::optional<LossSpec> loss_by_release(const RunSettings& settings) {
   const std::optional<Release> transformers = release_of(settings.versions, "transformers");
   const std::optional<Release> trl = release_of(settings.versions, "trl");
   if (settings.stack == Stack::kHfTrainer && trl && *trl >= Release{1, 15, 0}) return kTrlFusedHead;
+  // DPOTrainer scores through the fused head from 1.15 (dpo_trainer.py, 1.16.0:
+  // add_fused_lm_head; earlier DPO is refused by validate_settings).
+  if (settings.recipe == Recipe::kDpo) return kTrlFusedHead;
   if (settings.stack != Stack::kHfTrainer || !transformers) return std::nullopt;
   return *transformers < Release{4, 49, 0} ? kUpcastShift : kFull;
 }
@@ -454,6 +457,19 @@ void resolve_input_require_grads(const RunSettings& settings, ResolvedStack& out
 void resolve_grads_through_forward(const RunSettings& settings, ResolvedStack& out) {
   const bool on = settings.grads_through_forward.value_or(false) && out.top.optimizer_impl != OptimizerImpl::kInBackward;
   out.top.grads_through_forward = out.bottom.grads_through_forward = on;
+}
+
+// The recipe is what the user or the config says; supervised by default.
+void resolve_recipe(const RunSettings& settings, ResolvedStack& out) {
+  out.top.recipe = out.bottom.recipe = settings.recipe.value_or(Recipe::kSupervised);
+}
+
+// DPOTrainer.__init__ (trl/trainer/dpo_trainer.py, 1.16.0): without a ref_model, a PEFT
+// policy is its own reference with the adapters disabled, and otherwise TRL loads a
+// second copy of the model (create_model_from_path in the policy's dtype).
+void resolve_reference(const RunSettings& settings, ResolvedStack& out) {
+  const Reference by_mode = settings.mode == TrainMode::kFull ? Reference::kCopy : Reference::kAdapterDisabled;
+  out.top.reference = out.bottom.reference = settings.reference.value_or(by_mode);
 }
 
 }  // namespace headroom::planner

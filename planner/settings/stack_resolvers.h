@@ -21,6 +21,8 @@ void resolve_autocast(const RunSettings& settings, ResolvedStack& out);
 void resolve_repeat_kv(const RunSettings& settings, ResolvedStack& out);
 void resolve_input_require_grads(const RunSettings& settings, ResolvedStack& out);
 void resolve_grads_through_forward(const RunSettings& settings, ResolvedStack& out);
+void resolve_recipe(const RunSettings& settings, ResolvedStack& out);
+void resolve_reference(const RunSettings& settings, ResolvedStack& out);
 void resolve_rope_modules(const RunSettings& settings, ResolvedStack& out);
 
 }  // namespace headroom::planner

@@ -50,6 +50,10 @@ struct StackSpec {
   // classification reference), so the previous step's gradients live through the
   // first micro-step's forward (docs/stacks.md, "Where zero_grad runs").
   bool grads_through_forward = false;
+  // DPO: every sample is a chosen and a rejected row, and a reference forward runs under
+  // no_grad after the policy's (planner/mechanisms/preference_pairs.h; docs/stacks.md, "Recipes").
+  Recipe recipe = Recipe::kSupervised;
+  Reference reference = Reference::kCopy;
 };
 
 // The stack as the planner prices it: the top of the band (each unknown at its

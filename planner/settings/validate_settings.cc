@@ -4,6 +4,7 @@
 
 #include "planner/settings/may_change.h"
 #include "planner/settings/stack.h"
+#include "planner/settings/versions.h"
 
 namespace headroom::planner {
 namespace {
@@ -399,10 +400,41 @@ Status check_checkpointing(const RunSettings& s, std::string_view origin) {
 
 }  // namespace
 
+// DPO as TRL 1.16's DPOTrainer runs it (docs/stacks.md, "Recipes"): what is modelled.
+Status check_recipe(const RunSettings& s, std::string_view origin) {
+  const bool dpo = s.recipe == Recipe::kDpo;
+  if (s.reference && !dpo) return fail(origin, "reference", "the reference model is DPO's: expected recipe dpo with it");
+  if (!dpo) return Status::ok();
+  if (s.stack != Stack::kHfTrainer && s.stack != Stack::kUnspecified) {
+    return fail(origin, "recipe", "DPO is modelled as TRL's DPOTrainer over the Trainer: expected stack hf-trainer, got " +
+                                      std::string(stack_name(s.stack)));
+  }
+  const std::optional<Release> trl = release_of(s.versions, "trl");
+  if (trl && *trl < Release{1, 15, 0}) {
+    return fail(origin, "recipe", "TRL before 1.15 scores DPO over the full logits (concatenated_forward), which is not "
+                                  "modelled: expected trl 1.15 or later (its fused LM head)");
+  }
+  if (s.zero_stage == 3) {
+    return fail(origin, "recipe", "DPO's reference model under ZeRO-3 or FSDP (prepare_deepspeed, prepare_fsdp) is not "
+                                  "modelled: expected zero_stage 0 to 2");
+  }
+  const Reference reference = s.reference.value_or(s.mode == TrainMode::kFull ? Reference::kCopy
+                                                                              : Reference::kAdapterDisabled);
+  if (reference == Reference::kAdapterDisabled && s.mode == TrainMode::kFull) {
+    return fail(origin, "reference", "adapter-disabled needs adapters to disable: expected mode lora or qlora, or "
+                                     "reference copy or precomputed");
+  }
+  if (reference == Reference::kCopy && s.mode != TrainMode::kFull) {
+    return fail(origin, "reference", "a second model beside a LoRA policy is not modelled: expected reference "
+                                     "adapter-disabled (TRL's default with PEFT) or precomputed");
+  }
+  return Status::ok();
+}
+
 Status validate_settings(const RunSettings& s, std::string_view origin) {
   // In this order: the first check a run fails names its field.
   using Check = Status (*)(const RunSettings&, std::string_view);
-  for (Check check : {check_ranges, check_batch, check_offload, check_optimizer, check_scoped_lora, check_mechanisms, check_sequences, check_sharding, check_kbit_prep, check_fsdp, check_checkpointing}) {
+  for (Check check : {check_ranges, check_batch, check_offload, check_optimizer, check_scoped_lora, check_mechanisms, check_sequences, check_sharding, check_kbit_prep, check_fsdp, check_checkpointing, check_recipe}) {
     if (Status status = check(s, origin); !status.is_ok()) return status;
   }
   return Status::ok();

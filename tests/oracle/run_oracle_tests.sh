@@ -10,7 +10,7 @@
 # finetune step under Fabric on a tiny Llama: .venv-oracle/lg), "encoders" (the Trainer
 # on BERT and ViT: .venv-oracle/hf5) or "torch-loop" (torchvision's ResNet-50 in a plain
 # loop: .venv-oracle/vision), "trl" (TRL's SFTTrainer LoRA step on a tiny Llama beside
-# headroom: .venv-oracle/trl) or "bnb-old" (QLoRA under bitsandbytes 0.43.1, whose kernels
+# headroom: .venv-oracle/trl), "trl-dpo" (TRL's DPOTrainer, each reference, the same env) or "bnb-old" (QLoRA under bitsandbytes 0.43.1, whose kernels
 # bench/oracle/bnb_shims.py runs on meta: .venv-oracle/hf4bnb43); bench/oracle/setup_env.sh
 # NAME makes each. Exit 77 (skip)
 # when the environment is missing.
@@ -54,6 +54,10 @@ case "$suite" in
     python="$root/.venv-oracle/trl/bin/python"
     [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh trl)"; exit 77; }
     ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_trl_sft_tiny.py" ;;
+  trl-dpo)
+    python="$root/.venv-oracle/trl/bin/python"
+    [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh trl)"; exit 77; }
+    ORACLE_PYTHON="$python" HEADROOM="$2" exec python3 "$root/tests/oracle/test_trl_dpo_tiny.py" ;;
   bnb-old)
     python="$root/.venv-oracle/hf4bnb43/bin/python"
     [ -x "$python" ] || { echo "oracle: skipped: no $python (bench/oracle/setup_env.sh hf4bnb43)"; exit 77; }

@@ -1,0 +1,80 @@
+#include "planner/configs/trl_preference_args.h"
+
+#include <span>
+#include <string>
+
+namespace headroom::planner {
+namespace {
+
+// Fields only DPOConfig has (dpo_config.py, 1.16.0): any of them makes the file a DPO run.
+constexpr const char* kDpoFields[] = {"precompute_ref_log_probs", "precompute_ref_batch_size", "f_divergence_type",
+                                      "f_alpha_divergence_coef", "ld_alpha", "discopop_tau", "use_weighting",
+                                      "ref_model_init_kwargs", "ref_model_mixup_alpha", "ref_model_sync_steps"};
+// DPOConfig's fields that change no memory: the loss's arithmetic on per-sequence
+// numbers, the dataset's preparation, the pad token.
+constexpr const char* kDpoIdle[] = {"beta", "loss_type", "loss_weights", "label_smoothing", "truncation_mode",
+                                    "dataset_num_proc", "pad_token", "pad_to_multiple_of", "precompute_ref_batch_size",
+                                    "f_divergence_type", "f_alpha_divergence_coef", "ld_alpha", "discopop_tau",
+                                    "ref_model_mixup_alpha", "ref_model_sync_steps", "rpo_alpha"};
+// Fields only GRPOConfig (grpo_config.py) and RewardConfig (reward_config.py) have.
+constexpr const char* kGrpoFields[] = {"num_generations", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
+                                       "num_iterations"};
+constexpr const char* kRewardFields[] = {"center_rewards_coefficient"};
+
+bool has_any(ArgsReader& r, std::span<const char* const> keys, std::string& found) {
+  for (const char* key : keys) {
+    if (r.has(key)) {
+      found = key;
+      return true;
+    }
+  }
+  return false;
+}
+
+void read_dpo(ArgsReader& r, RunSettings& s, ConfigImport& out) {
+  s.recipe = Recipe::kDpo;
+  if (r.boolean_or("precompute_ref_log_probs", false)) s.reference = Reference::kPrecomputed;
+  for (const char* key : kDpoIdle) r.has(key);
+  // Each of these changes what the step holds, and none is modelled.
+  if (r.boolean_or("padding_free", false)) r.fail("padding_free", "false (DPO's padding-free rows are not modelled)");
+  if (!r.boolean_or("disable_dropout", true)) {
+    r.fail("disable_dropout", "true (TRL's default; dropout kept on in DPO is not modelled)");
+  }
+  if (r.boolean_or("use_weighting", false)) {
+    out.notes.push_back("use_weighting: the fused head also returns one fp32 value a token (log_sum_sq_probs), "
+                        "not priced");
+  }
+  if (r.boolean_or("sync_ref_model", false)) {
+    out.notes.push_back("sync_ref_model: the reference copy is updated in place every ref_model_sync_steps; "
+                        "the step is priced without the update");
+  }
+  if (r.has("ref_model_init_kwargs")) {
+    out.notes.push_back("ref_model_init_kwargs: the reference copy is priced as loaded in the policy's dtype");
+  }
+  // Before 1.0 DPOConfig truncated the prompt and the completion apart; the rows are
+  // priced at max_length, prompt and completion together.
+  for (const char* key : {"max_prompt_length", "max_completion_length"}) {
+    if (r.has(key)) {
+      out.notes.push_back(std::string(key) + ": rows are priced at max_length, prompt and completion together");
+    }
+  }
+}
+
+}  // namespace
+
+void read_trl_preference_args(ArgsReader& r, RunSettings& s, ConfigImport& out) {
+  std::string found;
+  if (has_any(r, kGrpoFields, found)) {
+    r.fail(found, "no GRPOConfig field: GRPO and other online RL (generation with a KV cache, vLLM) are not "
+                  "modelled");
+    return;
+  }
+  if (has_any(r, kRewardFields, found)) {
+    r.fail(found, "no RewardConfig field: reward modelling (RewardTrainer's sequence-classification head) is not "
+                  "modelled");
+    return;
+  }
+  if (has_any(r, kDpoFields, found)) read_dpo(r, s, out);
+}
+
+}  // namespace headroom::planner
