@@ -82,12 +82,17 @@ class TinyLitgptTest(unittest.TestCase):
     def test_headroom_agrees_with_litgpt(self):
         # headroom (--stack litgpt) prices litgpt's untied head, Fabric's fp32 logits,
         # its fp32 RMSNorm, K/V copies and LoRAQKVLinear, and its QLoRA layout
-        # (planner/mechanisms/litgpt_model.h): within 2% here, but for LoRA on this
-        # tiny model, under by 9.5% (the real-size LoRA runs of the grid agree within
-        # 2%; the cause is not found yet), held so that a change either way shows.
+        # (planner/mechanisms/litgpt_model.h): within 2% here, but for LoRA and QLoRA on
+        # this vocabulary-heavy tiny model, under by 9.5% and 10.4%, held so that a change
+        # either way shows. The oracle's peak is lora.py's loss backward: the held fp32
+        # chunks, one chunk's saved log-softmax and two chunks' log-softmax gradients
+        # (the shifted last one waits for the cat), which the one-node loss prices below
+        # that; QLoRA matched only while the head's backward held every saved tensor to
+        # its end (planner/time/backward_gradients.cc). The real-size litgpt runs of the
+        # grid agree within 2%.
         for name, row in self.rows.items():
-            if name == "lora":
-                self.assertTrue(-10.5 < row["error_pct"] < -8.5, f"{name}: {row['error_pct']:+.1f}%")
+            if name in ("lora", "qlora"):
+                self.assertTrue(-11.5 < row["error_pct"] < -8.5, f"{name}: {row['error_pct']:+.1f}%")
             else:
                 self.assertTrue(-2.0 < row["error_pct"] < 2.0, f"{name}: {row['error_pct']:+.1f}%")
 

@@ -81,20 +81,12 @@ class TinyTorchtuneTest(unittest.TestCase):
         self.assertEqual(self.rows["full-in-backward"]["oracle_at_peak"]["gradients"], 0)
 
     def test_headroom_agrees_within_the_issue_target(self):
-        # ground-truth issue's bar: within 2% (all five within 1.1% today; "lora" since
-        # headroom copies K/V for torchtune's GQA expansion: -2.5% before, -0.8% after)
-        for name in ("full", "full-in-backward", "lora", "lora-ckpt", "lora-offload"):
+        # ground-truth issue's bar: within 2% ("lora" since headroom copies K/V for
+        # torchtune's GQA expansion: -2.5% before, -0.8% after; "full-ckpt" since the
+        # backward releases each chunk's saved log-probabilities as it runs and the
+        # recipe's chunk list is held through the loss's forward: +2.2% before, -0.3% after)
+        for name in ("full", "full-ckpt", "full-in-backward", "lora", "lora-ckpt", "lora-offload"):
             self.assertLess(abs(self.rows[name]["error_pct"]), 2.0, name)
-
-    def test_headroom_known_difference_stays_bounded(self):
-        # A mechanism bench/oracle/README.md names for torchtune, at its size on this
-        # vocabulary-heavy tiny model. Over (+2.2%): headroom prices the chunked loss's
-        # backward as one node, all chunks' fp32 log-probabilities beside one chunk's
-        # gradients and the head's weight gradient, where the recipe frees each chunk's
-        # as its backward runs; with checkpointing that high point is above the oracle's,
-        # the end of the loss's forward. A fix moves this; then hold it to the 2% above.
-        self.assertGreater(self.rows["full-ckpt"]["error_pct"], 0.0)
-        self.assertLess(self.rows["full-ckpt"]["error_pct"], 3.0)
 
 if __name__ == "__main__":
     unittest.main()
