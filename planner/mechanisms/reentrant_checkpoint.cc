@@ -1,23 +1,17 @@
 #include "planner/mechanisms/reentrant_checkpoint.h"
 
-#include <string>
-#include <unordered_map>
-
 #include "graph/graph_analysis.h"
 
 namespace headroom::planner {
 namespace {
 
 // Whether any tensor block `b` reads from outside itself requires grad.
-bool block_input_requires_grad(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
-                               const std::unordered_map<std::string, int>& ids, int b) {
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    if (graph.nodes[n].block != b) continue;
-    for (const std::string& input : graph.nodes[n].inputs) {
-      const int t = ids.at(input);
-      const int producer = analysis.producer[t];
+bool block_input_requires_grad(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis, int b) {
+  for (int n : analysis.blocks[static_cast<size_t>(b)].nodes) {
+    for (int t : analysis.node_inputs[static_cast<size_t>(n)]) {
+      const int producer = analysis.producer[static_cast<size_t>(t)];
       const bool outside = producer < 0 || graph.nodes[static_cast<size_t>(producer)].block != b;
-      if (outside && analysis.requires_grad[t]) return true;
+      if (outside && analysis.requires_grad[static_cast<size_t>(t)]) return true;
     }
   }
   return false;
@@ -41,11 +35,9 @@ int freeze_block(graph::LayerGraph& graph, int b) {
 
 int apply_reentrant_checkpointing(graph::LayerGraph& graph, const std::vector<bool>& checkpointed) {
   int frozen = 0;
-  std::unordered_map<std::string, int> ids;
-  for (size_t t = 0; t < graph.tensors.size(); ++t) ids.emplace(graph.tensors[t].name, static_cast<int>(t));
   graph::GraphAnalysis analysis = graph::analyze_graph(graph);
   for (size_t b = 0; b < graph.blocks.size() && b < checkpointed.size(); ++b) {
-    if (!checkpointed[b] || block_input_requires_grad(graph, analysis, ids, static_cast<int>(b))) continue;
+    if (!checkpointed[b] || block_input_requires_grad(graph, analysis, static_cast<int>(b))) continue;
     const int now = freeze_block(graph, static_cast<int>(b));
     if (now == 0) continue;
     frozen += now;

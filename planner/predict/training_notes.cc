@@ -39,7 +39,8 @@ std::vector<std::string> training_notes(const graph::LayerGraph& graph, const Gl
 // (CheckpointFunction) then returns outputs that require no grad: the meta-device
 // oracle's ViT-B/16 LoRA runs train only the classifier (bench/oracle README).
 std::vector<std::string> reentrant_checkpointing_notes(const graph::LayerGraph& graph, const RunSettings& settings) {
-  const bool hooked = graph.find_tensor("input_ids") != nullptr && resolve_stack(settings).top.input_require_grads;
+  const ResolvedStack stack = resolve_stack(settings);
+  const bool hooked = graph.find_tensor("input_ids") != nullptr && stack.top.input_require_grads;
   if (settings.stack != Stack::kHfTrainer || settings.mode == TrainMode::kFull ||
       settings.checkpointing == CheckpointPolicy::kNone || hooked) {
     return {};
@@ -49,7 +50,7 @@ std::vector<std::string> reentrant_checkpointing_notes(const graph::LayerGraph& 
            std::any_of(n.params.begin(), n.params.end(), [](const graph::Param& p) { return is_lora_adapter(p); });
   });
   if (!adapters_checkpointed) return {};
-  if (resolve_stack(settings).top.recompute == Recompute::kBlockReentrant) {
+  if (stack.top.recompute == Recompute::kBlockReentrant) {
     return {"with reentrant checkpointing (use_reentrant=True) no LoRA adapter inside a checkpointed layer of " +
             graph.name + " gets a gradient, and this answer prices that: transformers adds no input-gradient hook "
             "here, so no checkpointed layer's input requires grad and only what lies outside them trains. To train "
