@@ -4,6 +4,8 @@
 # versions it pins; torch comes from the project's .venv (scripts/setup_torch.sh),
 # through a .pth file, so every environment runs the same torch 2.11.0 and none
 # downloads it again. Idempotent: nothing is installed when the pins are there.
+# Once every pin imports as pinned (torch included), the pins are copied to
+# .venv-oracle/NAME/headroom-pins.txt: the tests run only in a stamped environment.
 # A pin whose comment starts with "no-deps" is installed without its dependencies
 # (pip --no-deps): torchvision pins torch==2.11.0 exactly, and pip would otherwise
 # fetch a second torch into the environment; what it needs besides is pinned below it.
@@ -15,6 +17,7 @@ pins="bench/oracle/envs/$name.txt"
 [ -f "$pins" ] || { echo "setup_env: $pins: no such environment" >&2; exit 2; }
 [ -x .venv/bin/python ] || { echo "setup_env: .venv/bin/python missing (scripts/setup_torch.sh)" >&2; exit 2; }
 env_dir=".venv-oracle/$name"
+rm -f "$env_dir/headroom-pins.txt"  # re-stamped below only when the install is whole
 if [ ! -x "$env_dir/bin/python" ]; then
   python3 -m venv "$env_dir"
 fi
@@ -42,3 +45,6 @@ then
     "$env_dir/bin/pip" install -q --no-deps $no_deps
   fi
 fi
+"$env_dir/bin/python" -c 'import torch' \
+  || { echo "setup_env: $env_dir cannot import torch (from .venv, scripts/setup_torch.sh)" >&2; exit 1; }
+cp "$pins" "$env_dir/headroom-pins.txt"
