@@ -120,6 +120,16 @@ def rerun_recorded(row: dict, headroom: str) -> dict:
                 error_pct=100.0 * (guess["peak_allocated_bytes"] - row["oracle_bytes"]) / row["oracle_bytes"])
 
 
+CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations", "transient")
+CATEGORY_FLOOR = 2 ** 20  # a category of a few bytes agrees within 1 MiB
+
+
+def category_agrees(row: dict, category: str) -> bool:
+    """The issue's check: each category at the peak within 3% of the oracle's."""
+    truth, guess = row["oracle_at_peak"][category], row["predicted_at_peak"][category]
+    return abs(guess - truth) <= max(0.03 * truth, CATEGORY_FLOOR)
+
+
 def summary(rows: list) -> dict:
     ok = [r for r in rows if "error" not in r]
     errors = [r["error_pct"] for r in ok]
@@ -128,7 +138,9 @@ def summary(rows: list) -> dict:
     return {"runs": len(rows), "failed": len(rows) - len(ok),
             "median_abs_pct": statistics.median(abs(e) for e in errors),
             "within_2pct": sum(abs(e) <= 2 for e in errors), "under_2pct": sum(e < -2 for e in errors),
-            "worst_under_pct": min(errors), "worst_over_pct": max(errors)}
+            "worst_under_pct": min(errors), "worst_over_pct": max(errors),
+            "categories_within_3pct": {c: sum(category_agrees(r, c) for r in ok) for c in CATEGORIES},
+            "all_categories_within_3pct": sum(all(category_agrees(r, c) for c in CATEGORIES) for r in ok)}
 
 
 def main() -> int:

@@ -29,6 +29,11 @@ def _lines(rows: list, totals: dict, grid: str) -> list:
              f"under by more than 2%: {totals.get('under_2pct', 0)}, worst under: "
              f"{totals.get('worst_under_pct', float('nan')):+.1f}%, worst over: "
              f"{totals.get('worst_over_pct', float('nan')):+.1f}%; wall time {totals['wall_seconds']:.0f} s.",
+             *([f"Categories at the peak within 3% of the oracle's (or 1 MiB): " + ", ".join(
+                 f"{c} {n}" for c, n in totals["categories_within_3pct"].items())
+                + f"; all five: {totals['all_categories_within_3pct']} (docs/memory-model.md, "
+                  "\"Categories at the peak\", says what each side calls what)."]
+               if "categories_within_3pct" in totals else []),
              *([f"The oracle's side is the recorded run `{totals['oracle_recorded']}` (`--recorded`: the same"
                 " grid and environments); headroom's side was run again."] if "oracle_recorded" in totals else []),
              "", "| run | oracle GiB | headroom GiB | error | parameters | gradients | optimizer | "

@@ -23,8 +23,12 @@ struct MemoryBreakdown {
   int64_t optimizer_states = 0;
   int64_t master_weights = 0;
   int64_t zero_buffers = 0;     // ZeRO buckets and gathered ZeRO-3 parameters
-  int64_t activations = 0;      // saved for backward (and persistent inputs)
-  int64_t transient = 0;        // the block in flight: its intermediates, recompute, gradients, offload copies
+  // Saved for backward: earlier blocks' saves, the block in flight's still held,
+  // checkpointed blocks' inputs, and persistent inputs.
+  int64_t activations = 0;
+  // In flight: the block's intermediates and recompute, gradients not yet
+  // accumulated, autocast's cached casts, offload copies.
+  int64_t transient = 0;
   int64_t allocator = 0;        // pool slack and simulated fragmentation of the caching allocator
   // bitsandbytes paged optimizer states: CUDA unified memory outside the caching
   // allocator, moved to host RAM when the GPU runs short, so not in total().

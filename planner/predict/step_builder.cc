@@ -116,6 +116,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   // activation offload would compete for it, which this model does not price.
   model.allow_offload = settings.allow_activation_offload && config.offload_param == Offload::kNone;
   if (settings.offload_checkpoint_inputs) model.checkpoint_stash = kCheckpointOffloadStash;
+  model.reentrant_recompute = resolve_stack(settings).top.recompute == Recompute::kBlockReentrant;
   const size_t n = model.blocks.size();
   set_gradients_by_block(out.states, config, model);
   // zero_grad between the loss and backward(): the previous step's gradients live

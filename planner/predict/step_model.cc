@@ -46,10 +46,26 @@ static void add_gathered(const StepModel& model, int k, BlockChoice choice, int6
   const bool grad_split = block.bwd_peak_before_param_grads >= 0 && at < model.grads_bwd_before.size();
   const int64_t grads_before = grad_split ? model.grads_bwd_before[at] : out.backward_grads;
   const int64_t before = grads_before + block.bwd_peak_before_params + neighbour_copy + hook_before;
-  const int64_t from = std::min(out.backward, out.backward_grads + block.bwd_peak_from_params + neighbour_copy) +
-                       out.backward_gathered;
+  const int64_t from_split = out.backward_grads + block.bwd_peak_from_params + neighbour_copy;
+  const bool split_lower = from_split < out.backward;
+  const int64_t from = std::min(out.backward, from_split) + out.backward_gathered;
   out.backward = std::max(before, from);
-  if (before > from) out.backward_gathered = hook_before;
+  if (before > from) {
+    out.backward_gathered = hook_before;
+    out.backward_saved = block.bwd_saved_before_params;
+  } else if (split_lower) {
+    out.backward_saved = block.bwd_saved_from_params;
+  }
+}
+
+// A checkpointed block's saved tensors at its peaks (LocalPeak::forward_saved).
+static void checkpoint_saved(const StepModel& model, const BlockProfile& block, LocalPeak& out) {
+  if (!block.on_autograd) return;
+  out.forward_saved = block.checkpoint;
+  out.backward_saved = block.checkpoint;
+  if (!model.reentrant_recompute) return;
+  const bool recompute_wins = block.recompute_peak + block.out_grad > block.bwd_peak;
+  out.backward_saved = std::max(block.checkpoint, recompute_wins ? block.recompute_peak_saved : block.bwd_peak_saved);
 }
 
 LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
@@ -68,11 +84,14 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
     case BlockChoice::kOffload:
       forward = block.fwd_peak;
       backward = block.bwd_peak;
+      out.forward_saved = block.fwd_peak_saved;
+      out.backward_saved = block.bwd_peak_saved;
       break;
     case BlockChoice::kCheckpoint:
       forward = block.fwd_peak_nograd;
       // Recompute runs the forward again with autograd while the output gradient waits.
       backward = block.on_autograd ? std::max(block.recompute_peak + block.out_grad, block.bwd_peak) : 0;
+      checkpoint_saved(model, block, out);
       break;
   }
   out.forward = out.forward_grads + forward + neighbour_copy;
@@ -89,6 +108,9 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
       const bool before_wins = before_grads + before >= out.backward_grads + after;
       out.backward = split + neighbour_copy;
       if (before_wins) out.backward_grads = before_grads;
+      const int64_t saved = before_wins ? block.bwd_saved_before_param_grads : block.bwd_saved_from_param_grads;
+      if (choice != BlockChoice::kCheckpoint) out.backward_saved = saved;
+      else if (model.reentrant_recompute) out.backward_saved = std::max(block.checkpoint, saved);
     }
   }
   add_gathered(model, k, choice, neighbour_copy, out);
@@ -163,14 +185,17 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   assert(choices.size() == model.blocks.size());
   const int n = static_cast<int>(model.blocks.size());
   StepPeak peak;
-  auto consider = [&](int64_t bytes, const char* phase, int block, int64_t stored, int64_t transient,
-                      int64_t grads, int64_t gathered) {
+  // `local`: the bytes above base, gathered and stored; its gradients, gathered
+  // units and the block's own saved tensors are taken out of the transient.
+  // `cached`: autocast's cached casts among `stored`, which nothing saves: transient.
+  auto consider = [&](int64_t bytes, const char* phase, int block, int64_t stored, int64_t local,
+                      int64_t grads, int64_t gathered, int64_t saved, int64_t cached) {
     if (bytes > peak.bytes) {
       peak.bytes = bytes;
       peak.phase = phase;
       peak.block = block;
-      peak.activations = stored + persistent;
-      peak.transient = transient;
+      peak.activations = stored - cached + persistent + saved;
+      peak.transient = local - grads - gathered - saved + cached;
       peak.gradients = grads;
       peak.gathered = gathered;
     }
@@ -185,28 +210,27 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   offload_checkpoint_inputs(model, choices, forward_stored, backward_stored, peak.host_activations);
   // Autocast's cache holds the weight casts of checkpointed blocks until the
   // forward's end (BlockProfile::cast_cache): forward only.
-  int64_t cached = 0;
+  std::vector<int64_t> cached(n + 1, 0);
   for (int k = 0; k < n; ++k) {
-    forward_stored[k] += cached;
-    if (choices[k] == BlockChoice::kCheckpoint) cached += model.blocks[k].cast_cache;
+    forward_stored[k] += cached[k];
+    cached[k + 1] = cached[k] + (choices[k] == BlockChoice::kCheckpoint ? model.blocks[k].cast_cache : 0);
   }
   const int64_t fixed = model.base + model.gathered;
   for (int k = 0; k < n; ++k) {
     const BlockChoice previous = k > 0 ? choices[k - 1] : BlockChoice::kKeep;
     const LocalPeak parts = local_parts(model, k, previous, choices[k]);
-    consider(fixed + forward_stored[k] + parts.forward, "forward", k, forward_stored[k],
-             parts.forward - parts.forward_grads - parts.forward_gathered, parts.forward_grads, parts.forward_gathered);
-    consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k],
-             parts.backward - parts.backward_grads - parts.backward_gathered, parts.backward_grads,
-             parts.backward_gathered);
+    consider(fixed + forward_stored[k] + parts.forward, "forward", k, forward_stored[k], parts.forward,
+             parts.forward_grads, parts.forward_gathered, parts.forward_saved, cached[k]);
+    consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k], parts.backward,
+             parts.backward_grads, parts.backward_gathered, parts.backward_saved, 0);
   }
   if (model.reference_forward) {
     const int64_t local = reference_forward_local(model);
-    consider(fixed + forward_stored[n] + local, "reference forward", -1, forward_stored[n], local - model.grads_fwd,
-             model.grads_fwd, 0);
+    consider(fixed + forward_stored[n] + local, "reference forward", -1, forward_stored[n], local, model.grads_fwd, 0,
+             0, 0);
   }
   consider(model.base + model.grads_optimizer + model.optimizer_transient, "optimizer step", -1, 0,
-           model.optimizer_transient, model.grads_optimizer, 0);
+           model.grads_optimizer + model.optimizer_transient, model.grads_optimizer, 0, 0, 0);
   return peak;
 }
 

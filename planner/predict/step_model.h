@@ -50,6 +50,11 @@ struct StepModel {
   // saved is held; each block at its no-grad peak (BlockProfile::fwd_peak_nograd).
   // A frozen copy's weights are in `base`.
   bool reference_forward = false;
+  // Reentrant checkpointing recomputes a block under autograd's ordinary saved-tensor
+  // hooks (torch/utils/checkpoint.py CheckpointFunction.backward): what the recompute
+  // saves is saved activations. Non-reentrant recomputation keeps it in the
+  // checkpoint's own frame (_recomputation_hook). Labels only: no byte changes.
+  bool reentrant_recompute = false;
 };
 
 // The peak above base + gathered + what the forward stored while the reference
@@ -66,6 +71,12 @@ struct LocalPeak {
   int64_t backward_grads = 0;
   int64_t forward_gathered = 0;   // StepModel::gathered_fwd, included in forward
   int64_t backward_gathered = 0;  // StepModel::gathered_bwd, included in backward
+  // The block's own saved tensors, included in forward and backward (BlockProfile::
+  // fwd_peak_saved, bwd_peak_saved). A checkpointed block's are its inputs, which
+  // torch's checkpoint saves for backward as it starts (both variants), and under
+  // StepModel::reentrant_recompute what the recompute saves.
+  int64_t forward_saved = 0;
+  int64_t backward_saved = 0;
 };
 LocalPeak local_parts(const StepModel& model, int block, BlockChoice previous, BlockChoice choice);
 // Peak above base + gathered + P(k-1) while block k runs forward and backward, given

@@ -6,9 +6,15 @@
 
 namespace headroom::planner {
 
-int64_t BackwardStages::largest() const {
-  const int64_t most = std::max(before_param_grads, from_param_grads);
-  return most == kEmptyStage ? 0 : most;
+void BackwardStage::consider(int64_t at_node, int64_t released_there) {
+  if (at_node <= bytes) return;
+  bytes = at_node;
+  released = released_there;
+}
+
+BackwardStage BackwardStages::largest() const {
+  const BackwardStage& most = before_param_grads.bytes >= from_param_grads.bytes ? before_param_grads : from_param_grads;
+  return most.empty() ? BackwardStage{0, 0} : most;
 }
 
 BackwardGradients::BackwardGradients(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
@@ -136,12 +142,10 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) c
     const int n = block.nodes[i];
     if (!analysis_.needs_input_grad[n] && !analysis_.needs_param_grad[n]) continue;
     const int64_t grads = at_node(n) - released[i] + waiting[i];
-    const bool from = stages.from_param_grads != kEmptyStage || analysis_.needs_param_grad[n];
-    int64_t& stage = from ? stages.from_param_grads : stages.before_param_grads;
-    stage = std::max(stage, grads);
-    const bool from_params = stages.from_params != kEmptyStage || !graph_.nodes[n].params.empty();
-    int64_t& by_params = from_params ? stages.from_params : stages.before_params;
-    by_params = std::max(by_params, grads);
+    const bool from = !stages.from_param_grads.empty() || analysis_.needs_param_grad[n];
+    (from ? stages.from_param_grads : stages.before_param_grads).consider(grads, released[i]);
+    const bool from_params = !stages.from_params.empty() || !graph_.nodes[n].params.empty();
+    (from_params ? stages.from_params : stages.before_params).consider(grads, released[i]);
   }
   return stages;
 }

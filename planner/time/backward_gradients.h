@@ -19,19 +19,27 @@ namespace headroom::planner {
 // A stage without nodes.
 constexpr int64_t kEmptyStage = std::numeric_limits<int64_t>::min();
 
+// The largest, over a stage's nodes, of the gradients in flight less the block's
+// saved bytes already released (BackwardGradients::released_before): negative where
+// more was released than is in flight; `released` is that node's released bytes,
+// so the block's saved tensors still held there are its saved bytes less it.
+struct BackwardStage {
+  int64_t bytes = kEmptyStage;  // kEmptyStage when the stage has no nodes
+  int64_t released = 0;
+  bool empty() const { return bytes == kEmptyStage; }
+  void consider(int64_t at_node, int64_t released_there);
+};
+
 // A block's backward in two stages: the nodes that run before its first node with
 // a parameter gradient (a head's loss before lm_head) and that node with the rest.
-// Each is the largest, over its nodes, of the gradients in flight less the block's
-// saved bytes already released (BackwardGradients::released_before): negative
-// where more was released than is in flight. kEmptyStage when the stage is empty.
 struct BackwardStages {
-  int64_t before_param_grads = kEmptyStage;
-  int64_t from_param_grads = kEmptyStage;
+  BackwardStage before_param_grads;
+  BackwardStage from_param_grads;
   // The same split at the first node with any parameter, trained or frozen: where an
   // FSDP unit's pre-backward hook fires (a frozen lm_head after the loss).
-  int64_t before_params = kEmptyStage;
-  int64_t from_params = kEmptyStage;
-  int64_t largest() const;  // over both, 0 when the block runs no backward
+  BackwardStage before_params;
+  BackwardStage from_params;
+  BackwardStage largest() const;  // over both, {0, 0} when the block runs no backward
 };
 
 class BackwardGradients {

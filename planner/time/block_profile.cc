@@ -73,10 +73,16 @@ TensorFacts tensor_facts(const LayerGraph& graph, const GraphAnalysis& analysis,
 // Peak bytes live while the block runs forward. With autograd the block's saved
 // tensors stay; without it (checkpointed forward) only pending inputs stay, and
 // what selective AC holds (`held`).
-int64_t forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int block_index,
-                     const TensorFacts& facts, const std::vector<int>& entry_live,
-                     bool with_saves, const std::vector<int>& held, DType compute, int64_t batch,
-                     int64_t seq, Accounting accounting) {
+// `saved`: the block's saved tensors among the peak's bytes (with autograd only).
+struct ForwardPeak {
+  int64_t bytes = 0;
+  int64_t saved = 0;
+};
+
+ForwardPeak forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int block_index,
+                         const TensorFacts& facts, const std::vector<int>& entry_live,
+                         bool with_saves, const std::vector<int>& held, DType compute, int64_t batch,
+                         int64_t seq, Accounting accounting) {
   const graph::BlockStructure& block = analysis.blocks[block_index];
   std::vector<int> live = entry_live;
   std::vector<int> remaining(graph.tensors.size(), 0);
@@ -88,12 +94,14 @@ int64_t forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int
     return facts.read_by_later_block[t] || (with_saves && contains(block.saved_tensors, t)) ||
            contains(held, t);
   };
-  auto live_bytes = [&] {
+  auto live_bytes = [&](bool saved_only) {
     int64_t total = 0;
-    for (int t : live) total += facts.bytes[t];
+    for (int t : live) {
+      if (!saved_only || (with_saves && contains(block.saved_tensors, t))) total += facts.bytes[t];
+    }
     return total;
   };
-  int64_t peak = live_bytes();
+  ForwardPeak peak{live_bytes(false), live_bytes(true)};
   for (int n : block.nodes) {
     const Node& node = graph.nodes[n];
     for (int t : analysis.node_outputs[n]) {
@@ -101,7 +109,7 @@ int64_t forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int
     }
     const int64_t workspace = account(
         graph::dtype_bytes(compute, node.workspace_elements.at(batch, seq)), accounting);
-    peak = std::max(peak, live_bytes() + workspace);
+    if (live_bytes(false) + workspace > peak.bytes) peak = {live_bytes(false) + workspace, live_bytes(true)};
     for (int t : analysis.node_inputs[n]) {
       if (--remaining[t] == 0 && !kept(t)) std::erase(live, t);
     }
@@ -392,6 +400,27 @@ void add_block_times(const LayerGraph& graph, const GraphAnalysis& analysis, con
   }
 }
 
+// The block's backward peaks from its stages: its saved bytes, the gradient of its
+// outputs, and each stage's gradients in flight less what it released by then.
+void add_backward_peaks(const BackwardStages& stages, BlockProfile& profile) {
+  const int64_t base = profile.keep + profile.out_grad;
+  const BackwardStage largest = stages.largest();
+  profile.bwd_peak = base + largest.bytes;
+  profile.bwd_peak_saved = profile.keep - largest.released;
+  if (!stages.before_param_grads.empty() && !stages.from_param_grads.empty()) {
+    profile.bwd_peak_before_param_grads = base + stages.before_param_grads.bytes;
+    profile.bwd_peak_from_param_grads = base + stages.from_param_grads.bytes;
+    profile.bwd_saved_before_param_grads = profile.keep - stages.before_param_grads.released;
+    profile.bwd_saved_from_param_grads = profile.keep - stages.from_param_grads.released;
+  }
+  if (!stages.before_params.empty() && !stages.from_params.empty()) {
+    profile.bwd_peak_before_params = base + stages.before_params.bytes;
+    profile.bwd_peak_from_params = base + stages.from_params.bytes;
+    profile.bwd_saved_before_params = profile.keep - stages.before_params.released;
+    profile.bwd_saved_from_params = profile.keep - stages.from_params.released;
+  }
+}
+
 }  // namespace
 
 StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis, DType compute,
@@ -425,12 +454,16 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
       for (int t : entry_live) profile.checkpoint += facts.bytes[t];
       for (int t : held) profile.checkpoint += facts.bytes[t];
     }
-    profile.fwd_peak = forward_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
-                                    true, kNothing, compute, batch, seq, accounting);
+    const ForwardPeak forward = forward_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
+                                             true, kNothing, compute, batch, seq, accounting);
+    profile.fwd_peak = forward.bytes;
+    profile.fwd_peak_saved = forward.saved;
     profile.fwd_peak_nograd = forward_peak(graph, analysis, static_cast<int>(b), facts,
-                                           entry_live, false, held, compute, batch, seq, accounting);
-    profile.recompute_peak = forward_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
-                                          true, held, compute, batch, seq, accounting);
+                                           entry_live, false, held, compute, batch, seq, accounting).bytes;
+    const ForwardPeak recompute = forward_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
+                                               true, held, compute, batch, seq, accounting);
+    profile.recompute_peak = recompute.bytes;
+    profile.recompute_peak_saved = recompute.saved;
 
     add_block_times(graph, analysis, block, held, compute, batch, seq, gpu, time_options, profile);
     for (int n : block.nodes) {
@@ -441,18 +474,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
         }
       }
     }
-    if (block.on_autograd) {
-      const BackwardStages stages = gradients.of_block(block);
-      profile.bwd_peak = profile.keep + profile.out_grad + stages.largest();
-      if (stages.before_param_grads != kEmptyStage && stages.from_param_grads != kEmptyStage) {
-        profile.bwd_peak_before_param_grads = profile.keep + profile.out_grad + stages.before_param_grads;
-        profile.bwd_peak_from_param_grads = profile.keep + profile.out_grad + stages.from_param_grads;
-      }
-      if (stages.before_params != kEmptyStage && stages.from_params != kEmptyStage) {
-        profile.bwd_peak_before_params = profile.keep + profile.out_grad + stages.before_params;
-        profile.bwd_peak_from_params = profile.keep + profile.out_grad + stages.from_params;
-      }
-    }
+    if (block.on_autograd) add_backward_peaks(gradients.of_block(block), profile);
   }
   return out;
 }

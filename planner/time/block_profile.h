@@ -32,6 +32,16 @@ struct BlockProfile {
   int64_t bwd_peak_before_params = -1;
   int64_t bwd_peak_from_params = -1;
   int64_t out_grad = 0;    // gradient of its outputs arriving from the next block
+  // The block's own saved tensors among the bytes of fwd_peak and of each backward
+  // peak above (what autograd still holds for its backward there); the rest is in
+  // flight. The walk reports them as activations, the rest as transient.
+  int64_t fwd_peak_saved = 0;
+  int64_t recompute_peak_saved = 0;
+  int64_t bwd_peak_saved = 0;
+  int64_t bwd_saved_before_param_grads = 0;
+  int64_t bwd_saved_from_param_grads = 0;
+  int64_t bwd_saved_before_params = 0;
+  int64_t bwd_saved_from_params = 0;
   // Autocast's cached 16-bit casts of its trainable fp32 weights (autocast_cached_casts):
   // checkpointed, nothing saves them, and the cache holds them to the forward's end.
   int64_t cast_cache = 0;
