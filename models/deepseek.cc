@@ -71,19 +71,23 @@ std::pair<std::string, std::string> mla_rope(GraphBuilder& b, const DeepseekConf
           apply_rope(b, p + ".k", k_pe, t.cos_or_freqs, t.sin, k_elements)};
 }
 
-// The attention kernel over q, k [T, heads, nope + rope] and v [T, heads, v_head]:
-// v is a slice of kv_b_proj's output, so the fused kernel keeps that whole
-// output alive (the v passed is `kv`). Returns [T, heads * v_head].
+// The attention kernel over q, k [T, heads, nope + rope] and v [T, heads, v_head],
+// a slice of kv_b_proj's output `kv`: a fused kernel keeps v as given, so the
+// whole of `kv` stays alive; eager's matmul keeps a contiguous copy of v alone
+// (traced by scripts/exporter). Returns [T, heads * v_head].
 std::string mla_core(GraphBuilder& b, const DeepseekConfig& c, const std::string& p, const std::string& q,
-                     const std::string& k, const std::string& kv, const ZooOptions& options) {
+                     const std::string& k, const std::pair<std::string, std::string>& v_and_kv,
+                     const ZooOptions& options) {
+  const bool eager = options.attention == AttentionImpl::kEager;
+  const std::string& v = eager ? v_and_kv.first : v_and_kv.second;
   const int64_t qk_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
   // The shape's head_dim is v's: it sizes the output; the FLOPs are set below.
   const AttentionShape shape =
       self_attention_shape(c.heads, c.heads, c.v_head_dim, tokens(), square_tokens(), true);
-  const EagerAttentionOptions eager{true, dropout_p(options, c.attention_dropout)};
-  const std::string out = attention(b, options.attention, p, q, k, kv, shape, eager);
+  const EagerAttentionOptions eager_options{true, dropout_p(options, c.attention_dropout)};
+  const std::string out = attention(b, options.attention, p, q, k, v, shape, eager_options);
   graph::Node& core = b.mutable_graph().nodes.back();
-  if (options.attention != AttentionImpl::kEager) {
+  if (!eager) {
     // Causal: QK^T over qk_dim and PV over v_head, half the tiles; backward 2.5x.
     const SizeExpr fwd = square_tokens().scaled(c.heads * (qk_dim + c.v_head_dim));
     core.fwd_flops = fwd;
@@ -115,7 +119,7 @@ std::string add_mla(GraphBuilder& b, const DeepseekConfig& c, RmsNormStyle norm,
                                                          {p + ".value_states", times(rows, n * dv)}});
   const std::string key =
       b.copy(p + ".key_states", "cat", {kvb_parts[0], k_rot}, times(rows, n * (nope + rope)));
-  const std::string attn = mla_core(b, c, p, query, key, kv, options);
+  const std::string attn = mla_core(b, c, p, query, key, {kvb_parts[1], kv}, options);
   return b.linear(p + ".o_proj", attn, rows, n * dv, c.hidden, c.attention_bias);
 }
 
