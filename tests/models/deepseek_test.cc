@@ -132,6 +132,22 @@ TEST_CASE("MLA's attention FLOPs use q and k's 192 and v's 128 channels") {
   CHECK(expert_flops == 6 * 2 * 3 * int64_t{2048} * 1408);
 }
 
+TEST_CASE("a DeepSeek token's matmul FLOPs are twice its active matmul weights") {
+  // Per token every matmul runs 2 FLOPs per weight it touches: MLA's low-rank
+  // projections, the dense MLP, the router, the 6 routed and 2 shared experts of
+  // each sparse layer, lm_head. That is 2 x the active count less the input
+  // embedding (a lookup) and the RMSNorm weights (27 x (2 x 2048 + 512) + 2048).
+  const graph::LayerGraph g = load("deepseek-v2-lite");
+  const DeepseekConfig c = read("deepseek-v2-lite");
+  int64_t flops = 0;
+  for (const graph::Node& node : g.nodes) {
+    if (node.op == "linear" || node.op == "router_linear" || node.op == "grouped_mm") flops += node.fwd_flops.at(1, 1);
+  }
+  const int64_t norms = 27 * (2 * 2048 + 512) + 2048;
+  const int64_t active = g.parameter_count() - deepseek_inactive_parameters(c) - int64_t{102400} * 2048 - norms;
+  CHECK(flops == 2 * active);
+}
+
 TEST_CASE("bad DeepSeek configs are refused naming the file and the field") {
   const nlohmann::json v2 = nlohmann::json::parse(R"({"model_type": "deepseek_v2", "hidden_size": 64,
       "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256, "num_experts_per_tok": 2,
