@@ -5,8 +5,8 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
-#include "graph/op_traits.h"
 #include "models/deepseek_moe.h"
 #include "models/layers.h"
 #include "models/llama.h"
@@ -86,13 +86,21 @@ std::string mla_core(GraphBuilder& b, const DeepseekConfig& c, const std::string
       self_attention_shape(c.heads, c.heads, c.v_head_dim, tokens(), square_tokens(), true);
   const EagerAttentionOptions eager_options{true, dropout_p(options, c.attention_dropout)};
   const std::string out = attention(b, options.attention, p, q, k, v, shape, eager_options);
-  graph::Node& core = b.mutable_graph().nodes.back();
   if (!eager) {
+    graph::Node& core = b.mutable_graph().nodes.back();
     // Causal: QK^T over qk_dim and PV over v_head, half the tiles; backward 2.5x.
     const SizeExpr fwd = square_tokens().scaled(c.heads * (qk_dim + c.v_head_dim));
     core.fwd_flops = fwd;
     core.bwd_input_flops = square_tokens().scaled(c.heads * (qk_dim + c.v_head_dim) * 5 / 2);
     return out;
+  }
+  // Eager's QK^T runs over qk_dim channels, not v's: 2 FLOPs per channel and score.
+  std::vector<graph::Node>& nodes = b.mutable_graph().nodes;
+  for (auto node = nodes.rbegin(); node != nodes.rend(); ++node) {
+    if (node->name != p + ".qk") continue;
+    node->fwd_flops = square_tokens().scaled(2 * c.heads * qk_dim);
+    node->bwd_input_flops = node->fwd_flops.scaled(2);
+    break;
   }
   return b.copy(p + ".attn_output", "transpose_contiguous", {out}, times(tokens(), c.heads * c.v_head_dim));
 }

@@ -124,6 +124,12 @@ TEST_CASE("MLA's attention FLOPs use q and k's 192 and v's 128 channels") {
   REQUIRE(sdpa != nullptr);
   CHECK(sdpa->fwd_flops.at(1, 512) == int64_t{512} * 512 * 16 * (192 + 128));
   CHECK(sdpa->bwd_input_flops.at(1, 512) == int64_t{512} * 512 * 16 * (192 + 128) * 5 / 2);
+  // Eager multiplies the whole S x S square: QK^T at 2 x 192 per score and head.
+  Result<HfModel> eager_model = load_hf_model(kData + "deepseek-v2-lite-2l", ZooOptions{AttentionImpl::kEager});
+  REQUIRE(eager_model.is_ok());
+  for (const graph::Node& node : eager_model->graph.nodes) {
+    if (node.name == "model.layers.0.self_attn.qk") CHECK(node.fwd_flops.at(1, 512) == int64_t{512} * 512 * 16 * 2 * 192);
+  }
   // The routed experts: 6 of 64 per token, gate_up (H -> 2 x 1408) and down.
   int64_t expert_flops = 0;
   for (const graph::Node& node : g.nodes) {
