@@ -8,6 +8,7 @@
 #include "graph/graph_json.h"
 #include "graph/safetensors_header.h"
 #include "graph/validate.h"
+#include "models/deepseek.h"
 #include "models/gemma.h"
 #include "models/hf_fields.h"
 #include "models/hf_refusals.h"
@@ -36,7 +37,8 @@ const std::map<std::string, HfFamilyReader>& readers() {
       {"gemma2", hf_gemma_family}, {"gemma3_text", hf_gemma_family},
       {"gemma3", hf_gemma_family},
       {"mixtral", hf_moe_family},  {"qwen2_moe", hf_moe_family},
-      {"qwen3_moe", hf_moe_family}, {"olmoe", hf_moe_family}};
+      {"qwen3_moe", hf_moe_family}, {"olmoe", hf_moe_family},
+      {"deepseek_v2", hf_deepseek_family}, {"deepseek_v3", hf_deepseek_family}};
   return kReaders;
 }
 
@@ -58,7 +60,8 @@ std::string type_from_architectures(const nlohmann::json& config) {
       {"Gemma3ForConditionalGeneration", "gemma3"},
       {"MixtralFor", "mixtral"},
       {"Qwen2MoeFor", "qwen2_moe"}, {"Qwen3MoeFor", "qwen3_moe"},
-      {"OlmoeFor", "olmoe"}};
+      {"OlmoeFor", "olmoe"},
+      {"DeepseekV2For", "deepseek_v2"}, {"DeepseekV3For", "deepseek_v3"}};
   if (!config.contains("architectures") || !config.at("architectures").is_array()) return "";
   for (const nlohmann::json& arch : config.at("architectures")) {
     if (!arch.is_string()) continue;
@@ -140,7 +143,8 @@ bool is_quant_state(const std::string& name) {
 }  // namespace
 
 std::string_view supported_hf_model_types() {
-  return "llama, mistral, qwen2, qwen3, gemma, phi3, qwen, mixtral, qwen2_moe, qwen3_moe, olmoe, gpt2, gpt_neox, mpt, opt, "
+  return "llama, mistral, qwen2, qwen3, gemma, phi3, qwen, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
+         "deepseek_v3, gpt2, gpt_neox, mpt, opt, "
          "bert, roberta, vit, dinov2, resnet, clip, clip_vision_model, siglip, siglip_vision_model, llava, gemma2, "
          "gemma3_text, gemma3 (its text_config), timm's VisionTransformer (a timm Hub "
          "config's \"architecture\"), and diffusers' FluxTransformer2DModel";

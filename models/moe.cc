@@ -6,6 +6,8 @@
 // meta-device oracle (bench/oracle, qwen3-moe runs): docs/models.md.
 #include "models/moe.h"
 
+#include "models/moe_parts.h"
+
 #include <optional>
 #include <utility>
 #include <vector>
@@ -14,11 +16,9 @@
 #include "models/layers.h"
 
 namespace headroom::models {
-namespace {
 
-// A node of no GraphBuilder primitive: `saves` may name its inputs or `name`.
-OpSpec node(const std::string& name, const char* op, std::vector<std::string> inputs, SizeExpr out,
-            std::optional<DType> dtype, std::vector<SavedRef> saves) {
+OpSpec moe_node(const std::string& name, const char* op, std::vector<std::string> inputs, SizeExpr out,
+                std::optional<DType> dtype, std::vector<SavedRef> saves) {
   OpSpec spec;
   spec.name = name;
   spec.op = op;
@@ -29,10 +29,12 @@ OpSpec node(const std::string& name, const char* op, std::vector<std::string> in
   return spec;
 }
 
-struct Routing {
-  std::string weights;  // [T, k] top-k weights (bf16, or f32 for Mixtral)
-  std::string indices;  // [T, k] int64 expert ids
-};
+namespace {
+
+OpSpec node(const std::string& name, const char* op, std::vector<std::string> inputs, SizeExpr out,
+            std::optional<DType> dtype, std::vector<SavedRef> saves) {
+  return moe_node(name, op, std::move(inputs), out, dtype, std::move(saves));
+}
 
 // TopKRouter.forward: logits = F.linear(x, weight) (an nn.Parameter, not an
 // nn.Linear: neither PEFT nor bitsandbytes wraps it); softmax in float32
@@ -78,12 +80,14 @@ std::string grouped_mm(GraphBuilder& b, const std::string& name, const std::stri
   return b.op(spec);
 }
 
+}  // namespace
+
 // grouped_mm_experts_forward: sort the T*k (token, expert) pairs by expert,
 // gather their rows (index keeps perm // k), gate_up grouped GEMM, chunk,
 // act(gate) * up, down grouped GEMM, times the routing weights (kept: both),
 // back to token order (index keeps inv_perm), sum over k.
-std::string add_experts(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& p,
-                        const std::string& x, const Routing& routing) {
+std::string add_routed_experts(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& p,
+                               const std::string& x, const Routing& routing) {
   const std::string e = p + ".experts";
   const SizeExpr routed = tokens().scaled(m.top_k);  // S = T * k, however the tokens are routed
   const int64_t width = m.expert_intermediate;
@@ -116,6 +120,8 @@ std::string add_experts(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const
   return b.copy(e + ".to_hidden_dtype", "cast", {summed}, times(tokens(), hidden));
 }
 
+namespace {
+
 // Qwen2MoeSparseMoeBlock's shared expert: a dense SwiGLU MLP (nn.Linear: PEFT
 // and bitsandbytes wrap these) scaled by sigmoid(shared_expert_gate(x)).
 std::string add_shared_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& p,
@@ -142,7 +148,7 @@ std::string add_moe_block(GraphBuilder& b, const MoeSpec& m, int64_t hidden, con
   // Qwen2-MoE computes the shared expert first (Qwen2MoeSparseMoeBlock.forward).
   const std::string shared = m.shared_intermediate > 0 ? add_shared_expert(b, m, hidden, p, x) : "";
   const Routing routing = add_router(b, m, hidden, p, x);
-  const std::string routed = add_experts(b, m, hidden, p, x, routing);
+  const std::string routed = add_routed_experts(b, m, hidden, p, x, routing);
   if (shared.empty()) return routed;
   return b.add(p + ".add_shared", routed, shared, times(tokens(), hidden));
 }

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "models/deepseek.h"
 #include "models/flux.h"
 #include "models/gemma.h"
 #include "models/llama.h"
@@ -113,6 +114,12 @@ std::vector<ZooEntry> make_zoo() {
        "https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json",
        token_sequence(2048, 40960), {"q_proj", "k_proj", "v_proj", "o_proj"}},
       [](const ZooOptions& o) { return build_llama(kQwen3_30bA3b, o); }));
+  zoo.push_back(entry(
+      {"deepseek-v2-lite", "deepseek_v2",
+       "DeepSeek-V2-Lite (MLA, 64 routed experts top-6 + 2 shared), 15.7B parameters, 2.4B active",
+       "https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json",
+       token_sequence(2048, 163840), {"q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"}},
+      [](const ZooOptions& o) { return build_deepseek(kDeepseekV2Lite, o); }));
   zoo.push_back(entry({"gpt2", "gpt2", "GPT-2 small, 124M parameters, tied embeddings",
                        "https://huggingface.co/openai-community/gpt2/blob/main/config.json",
                        token_sequence(1024, 1024), {"c_attn", "c_proj", "c_fc"}},

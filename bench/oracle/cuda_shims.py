@@ -51,8 +51,10 @@ def fused_optimizers_on_meta() -> Iterator[None]:
 # shim makes the CUDA choice and calls torch's own flash / memory-efficient ops,
 # whose meta kernels and autograd formulas (tools/autograd/derivatives.yaml)
 # decide what is allocated and saved. Constraints taken from sdp_utils.cpp:
-# flash needs fp16/bf16, no attn_mask, head_dim a multiple of 8 and at most 256;
-# memory-efficient also takes a mask and fp32, but not grouped kv heads.
+# flash needs fp16/bf16, no attn_mask, head_dim a multiple of 8 and at most 256,
+# the same in q, k and v (`check_head_dim_size_flash`: MLA's v is narrower than
+# q and k, so DeepSeek runs memory-efficient); memory-efficient also takes a
+# mask and fp32, but not grouped kv heads.
 
 def _sdpa_backend(q, k, v, attn_mask, enable_gqa) -> str:
     head_dim = q.shape[-1]
@@ -61,7 +63,8 @@ def _sdpa_backend(q, k, v, attn_mask, enable_gqa) -> str:
     grouped = enable_gqa and k.shape[-3] != q.shape[-3]
     if q.dim() != 4:
         return "math"
-    if half and attn_mask is None and dims_ok and head_dim <= 256:
+    same_dims = k.shape[-1] == head_dim and v.shape[-1] == head_dim
+    if half and attn_mask is None and dims_ok and same_dims and head_dim <= 256:
         return "flash"
     if dims_ok and not grouped:
         return "efficient"

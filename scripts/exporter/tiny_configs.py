@@ -27,7 +27,16 @@ FAMILIES = ("llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2
             "phi-3-mini-4k", "gpt2-medium", "pythia-160m", "opt-125m", "bert-base-uncased",
             "roberta-base", "vit-base-patch16-224", "clip-vit-base-patch32",
             "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer",
-            "gemma-2-9b", "gemma-3-1b")
+            "gemma-2-9b", "gemma-3-1b", "qwen3-moe-2l", "deepseek-v2-lite-2l",
+            "deepseek-v3-2l")
+
+# Mixture of experts: few experts, top-2, a distinct expert width (48); DeepSeek's
+# MLA keeps q/k (16 + 8) and v (16) widths apart, as the published 192 and 128 are.
+_MOE = {"num_experts": 8, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 48}
+# A null q_lora_rank (V2-Lite's plain q_proj) stays null; V3's 8 groups of 256
+# experts become 2 groups of 4 (its router sums each group's top 2).
+_MLA = {"kv_lora_rank": 32, "q_lora_rank": 40, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+        "v_head_dim": 16, "n_group": 2, "topk_group": 1}
 
 
 def _shrink_text(c: Dict[str, Any], positions: int = POSITIONS) -> None:
@@ -95,6 +104,9 @@ def tiny_config(family: str, public: Dict[str, Any]) -> Dict[str, Any]:
         _shrink_vision(c)
         return c
     _shrink_text(c)
+    for key, value in {**_MOE, **_MLA}.items():
+        if c.get(key) is not None:
+            c[key] = value
     if c.get("model_type") == "gpt2":
         c["n_inner"] = MLP
     return c

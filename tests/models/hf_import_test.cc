@@ -380,7 +380,7 @@ TEST_CASE("bad configs are refused naming the file and the field") {
   nlohmann::json unknown = base;
   unknown["model_type"] = "xlnet";  // not in models/hf_refusals.cc: the supported list
   const std::string unknown_message = refuse(unknown);
-  CHECK(unknown_message.find("llama, mistral, qwen2, qwen3, gemma, phi3, qwen, mixtral, qwen2_moe, qwen3_moe, olmoe, gpt2") !=
+  CHECK(unknown_message.find("llama, mistral, qwen2, qwen3, gemma, phi3, qwen, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, gpt2") !=
         std::string::npos);
   CHECK(unknown_message.find("layer-graph") != std::string::npos);
   CHECK(unknown_message.find("scripts/exporter/export_graph.py") != std::string::npos);
