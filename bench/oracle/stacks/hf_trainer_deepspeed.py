@@ -26,6 +26,7 @@ from __future__ import annotations
 import tempfile
 
 import contextlib
+import copy
 from typing import Iterator
 
 from fake_pg import fake_process_group
@@ -43,7 +44,7 @@ def deepspeed_arguments(spec: dict) -> dict:
 
 def run(spec: dict, recorder, build_trainer, record_steps) -> dict:
     """The Trainer's own preparation under DeepSpeed, then `steps` optimizer steps."""
-    with fake_process_group(spec["world_size"]), hf_trainer_fsdp.accelerate_on_fake_group(), \
+    with _deepspeed_globals(), fake_process_group(spec["world_size"]), hf_trainer_fsdp.accelerate_on_fake_group(), \
             meta_accelerator(), _bf16_gpu(), _finite_gradients(recorder), _ranks_agree(), \
             _logged_norm(recorder):
         with tempfile.TemporaryDirectory() as output_dir:
@@ -52,6 +53,25 @@ def run(spec: dict, recorder, build_trainer, record_steps) -> dict:
             record_steps(spec, recorder, trainer, engine, trainer.optimizer,
                          extra_params=zero_partitions(engine.optimizer))
             return {"optim": str(getattr(trainer.args.optim, "value", trainer.args.optim))}
+
+
+@contextlib.contextmanager
+def _deepspeed_globals() -> Iterator[None]:
+    """deepspeed.comm's backend (`comm.cdb`) and the groups deepspeed.utils.groups caches
+    outlive a run, bound to its process group; each run of a batch (one process) starts
+    from the state DeepSpeed had at import."""
+    from deepspeed.comm import comm
+    from deepspeed.utils import groups
+
+    cached = [n for n in vars(groups) if n in ("mpu", "mesh_device") or (n.startswith("_") and n[1:2].isupper())]
+    saved = {n: copy.copy(vars(groups)[n]) for n in cached}
+    cdb = comm.cdb
+    try:
+        yield
+    finally:
+        comm.cdb = cdb
+        for name, value in saved.items():
+            setattr(groups, name, value)
 
 
 @contextlib.contextmanager
