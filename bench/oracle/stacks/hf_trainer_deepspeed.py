@@ -50,8 +50,9 @@ def run(spec: dict, recorder, build_trainer, record_steps) -> dict:
         with tempfile.TemporaryDirectory() as output_dir:
             trainer = build_trainer(spec, output_dir)
             engine, _ = trainer._prepare_for_training(spec.get("steps", 2), None, None)
-            record_steps(spec, recorder, trainer, engine, trainer.optimizer,
-                         extra_params=zero_partitions(engine.optimizer))
+            with engine_phases(recorder):
+                record_steps(spec, recorder, trainer, engine, trainer.optimizer,
+                             extra_params=zero_partitions(engine))
             return {"optim": str(getattr(trainer.args.optim, "value", trainer.args.optim))}
 
 
@@ -142,12 +143,34 @@ def _ranks_agree() -> Iterator[None]:
         yield
 
 
-def zero_partitions(zero_optimizer) -> list:
+def zero_partitions(engine) -> list:
     """What ZeRO keeps that `model.parameters()` does not list: ZeRO-1/2's fp32 partitions
     (`single_partition_of_fp32_groups`), ZeRO-3's fp32 partitions
-    (`fp32_partitioned_groups_flat`) and its 16-bit ones (each parameter's `ds_tensor`)."""
-    found = list(getattr(zero_optimizer, "single_partition_of_fp32_groups", []))
-    found += list(getattr(zero_optimizer, "fp32_partitioned_groups_flat", []))
-    for group in getattr(zero_optimizer, "fp16_groups", []):
-        found += [p.ds_tensor for p in group if getattr(p, "ds_tensor", None) is not None]
+    (`fp32_partitioned_groups_flat`) and every parameter's 16-bit partition, frozen ones
+    included (`ds_tensor`; the parameter itself is empty between gathers)."""
+    found = list(getattr(engine.optimizer, "single_partition_of_fp32_groups", []))
+    found += list(getattr(engine.optimizer, "fp32_partitioned_groups_flat", []))
+    found += [p.ds_tensor for p in engine.module.parameters() if getattr(p, "ds_tensor", None) is not None]
     return found
+
+
+@contextlib.contextmanager
+def engine_phases(recorder) -> Iterator[None]:
+    """The recorder's phase names the engine's part of accelerate's `backward`:
+    `engine.backward` (the backward pass, ZeRO's reduction hooks) and `engine.step`
+    (clipping, the optimizer, the all-gather of updated partitions)."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    def in_phase(original, part):
+        def method(self, *args, **kwargs):
+            outer = recorder.phase
+            recorder.phase = outer.replace("forward_backward", part)
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                recorder.phase = outer
+        return method
+
+    with patched(DeepSpeedEngine, "backward", in_phase(DeepSpeedEngine.backward, "backward")), \
+            patched(DeepSpeedEngine, "step", in_phase(DeepSpeedEngine.step, "engine_step")):
+        yield
