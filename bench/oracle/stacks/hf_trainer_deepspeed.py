@@ -14,6 +14,8 @@ What the oracle changes, besides fake_pg.py's process group:
 - **the overflow check** reads 0, no inf or nan (`_finite_gradients`).
 - **the ranks' agreement check** of ZeRO-3 is skipped (`_ranks_agree`).
 - **the logged gradient norm** reads 0 (`_logged_norm`).
+- **DeepSpeed's own meta tensors**: ZeRO-1/2 keep a meta copy of each 16-bit parameter for
+  its shape (`round_robin_bit16_meta`); they hold no memory on a GPU and are not counted.
 - **bf16 support**: TrainingArguments asks whether the GPU supports bf16 (`_bf16_gpu`).
 - **accelerate's backend**: as stacks/hf_trainer_fsdp.py (("fake", MULTI_GPU), the
   device the CPU), with `use_cpu` off: accelerate turns DeepSpeed on only then
@@ -50,6 +52,10 @@ def run(spec: dict, recorder, build_trainer, record_steps) -> dict:
         with tempfile.TemporaryDirectory() as output_dir:
             trainer = build_trainer(spec, output_dir)
             engine, _ = trainer._prepare_for_training(spec.get("steps", 2), None, None)
+            # ZeRO-1/2's shape records of the 16-bit parameters, made on meta by DeepSpeed
+            # itself (stage_1_and_2.py __init__, `round_robin_bit16_meta`): no GPU memory
+            recorder.disown(t for group in getattr(engine.optimizer, "round_robin_bit16_meta", [])
+                            for t in group)
             with engine_phases(recorder):
                 record_steps(spec, recorder, trainer, engine, trainer.optimizer,
                              extra_params=zero_partitions(engine))
