@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 
+from stacks.deepspeed_config import config_json as deepspeed_json
 from stacks.diffusers_flux_args import args_of as flux_args_of
 from stacks.hf_tasks import task_of
 from stacks.torchtune_config import recipe_config, to_yaml
@@ -68,6 +69,8 @@ def _reentrant_trainer(spec: dict) -> bool:
 
 
 def headroom_flags(spec: dict) -> list:
+    if spec.get("zero_stage"):
+        return deepspeed_flags(spec)
     if "world_size" in spec:
         return sharded_flags(spec)
     if spec["stack"] == "torchtune":
@@ -173,6 +176,19 @@ def sharded_flags(spec: dict) -> list:
     return flags
 
 
+# -- DeepSpeed ZeRO under the Trainer (stacks/hf_trainer_deepspeed.py) -------------
+def deepspeed_flags(spec: dict) -> list:
+    """The Trainer's flags on N GPUs with the DeepSpeed JSON the run used (`--deepspeed`,
+    which headroom reads for the stage, buckets and precision), `--zero` as it says."""
+    one = {k: v for k, v in spec.items() if k not in ("world_size", "zero_stage")}
+    flags = headroom_flags(one)
+    flags += ["--gpus", str(spec["world_size"]), "--zero", str(spec["zero_stage"]),
+              "--deepspeed", _written(deepspeed_json(spec), "deepspeed", ".json")]
+    if spec["zero_stage"] == 3:
+        flags += ["--sharding", "deepspeed"]
+    return flags
+
+
 # -- torchtune ---------------------------------------------------------------------
 # torchtune's LoRA module names as the HF config folders name them (headroom's
 # importer maps them so for --torchtune: planner/configs/torchtune_import.cc read_lora)
@@ -184,6 +200,8 @@ def config_text(spec: dict):
     """The config file a run gives headroom besides its flags (a torchtune YAML), or None."""
     if spec["stack"] == "torchtune" and spec.get("via", "yaml") == "yaml":
         return torchtune_yaml(spec)
+    if spec.get("zero_stage"):
+        return deepspeed_json(spec)
     return None
 
 
@@ -192,11 +210,11 @@ def torchtune_yaml(spec: dict) -> str:
     return to_yaml(recipe_config(spec)) + "\n"
 
 
-def _written(text: str) -> str:
+def _written(text: str, kind: str = "torchtune", suffix: str = ".yaml") -> str:
     """A file holding `text`, named by its content (runs in parallel never clash)."""
     folder = os.path.join(tempfile.gettempdir(), "headroom-oracle")
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"torchtune-{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml")
+    path = os.path.join(folder, f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}{suffix}")
     if not os.path.exists(path):
         with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
             f.write(text)

@@ -75,6 +75,9 @@ class Recorder:
     # next op shows whether the buffer died with it.
     pending_key: Optional[int] = None
     pending_peak: Optional[tuple] = None
+    # Storages a library makes on meta on purpose (shapes only, no memory on a GPU), by
+    # key, with a weak reference: never counted while they live (`disown`)
+    disowned: Dict[int, object] = field(default_factory=dict)
 
     # -- storages -----------------------------------------------------------
     def adopt(self, tensors: Iterable[torch.Tensor], label: str) -> None:
@@ -102,6 +105,16 @@ class Recorder:
         ref = weakref.ref(t, died)
         self.watched[id(ref)] = ref
 
+    def disown(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Storages a library made on meta itself, for their shapes (DeepSpeed's ZeRO-1/2
+        `round_robin_bit16_meta`): on a GPU they hold no memory, so they are not counted,
+        now or when a view of them is made."""
+        for t in tensors:
+            storage = t.untyped_storage()
+            if storage._cdata in self.live:
+                self._free(storage._cdata)
+            self.disowned[storage._cdata] = StorageWeakRef(storage)
+
     def _register(self, t: torch.Tensor, label: str) -> None:
         if is_traceable_wrapper_subclass(t):
             for inner in _inner_tensors(t):
@@ -111,6 +124,11 @@ class Recorder:
             return
         storage = t.untyped_storage()
         key = storage._cdata
+        disowned = self.disowned.get(key)
+        if disowned is not None:
+            if not disowned.expired():
+                return
+            del self.disowned[key]  # the address reused by a new storage
         self._watch(t, key)
         old = self.live.get(key)
         if old is not None:

@@ -99,6 +99,11 @@ def main() -> int:
     parser.add_argument("spec", help="a JSON file with one run, or '-' for stdin")
     parser.add_argument("--out", help="where to write the result (default: stdout)")
     args = parser.parse_args()
+    # stdout carries the result only: what libraries print (DeepSpeed's logger writes to
+    # the stdout it found at import) goes to stderr, at the descriptor
+    sys.stdout.flush()
+    result_out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     with (sys.stdin if args.spec == "-" else open(args.spec)) as f:
         spec = json.load(f)
     specs = spec if isinstance(spec, list) else [spec]
@@ -112,7 +117,8 @@ def main() -> int:
     if args.out:
         write_atomically(args.out, text + "\n")
     else:
-        print(text)
+        print(text, file=result_out)
+        result_out.flush()
     return 0
 
 

@@ -17,6 +17,9 @@ pins="bench/oracle/envs/$name.txt"
 [ -f "$pins" ] || { echo "setup_env: $pins: no such environment" >&2; exit 2; }
 [ -x .venv/bin/python ] || { echo "setup_env: .venv/bin/python missing (scripts/setup_torch.sh)" >&2; exit 2; }
 env_dir=".venv-oracle/$name"
+# DeepSpeed (envs/ds.txt) is a source package: build none of its C++/CUDA ops at install
+# (they would need nvcc and a GPU's headers; the oracle runs torch's optimizers)
+export DS_BUILD_OPS=0
 rm -f "$env_dir/headroom-pins.txt"  # re-stamped below only when the install is whole
 if [ ! -x "$env_dir/bin/python" ]; then
   python3 -m venv "$env_dir"

@@ -104,6 +104,18 @@ class RecorderTest(unittest.TestCase):
         self.assertEqual(rec.peak_bytes, 3 * MiB)
         self.assertEqual(rec.live_bytes, 0)
 
+    def test_disowned_storages_and_their_views_are_not_counted(self):
+        # DeepSpeed's ZeRO-1/2 keep meta zeros_like copies of parameters for their shapes
+        rec = Recorder()
+        with recording(rec):
+            record = torch.zeros_like(meta(1024, 256), device="meta")  # 1 MiB
+            rec.disown([record])
+            view = record.view(-1)[:1024]  # a view of it: still nothing
+            kept = meta(1024, 256)         # 1 MiB, counted
+            self.assertEqual(rec.live_bytes, MiB)
+            del record, view, kept
+        self.assertEqual(rec.live_bytes, 0)
+
     def test_scalar_reads_of_meta_tensors(self):
         rec = Recorder()
         with recording(rec):

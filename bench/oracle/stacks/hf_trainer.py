@@ -23,7 +23,7 @@ import torch
 
 from fake_pg import fake_process_group
 from meta_recorder import Recorder, optimizer_state_tensors
-from stacks import hf_trainer_fsdp
+from stacks import hf_trainer_deepspeed, hf_trainer_fsdp
 from stacks.hf_models import add_lora, build_model, transformers_at_least
 from stacks.hf_tasks import task_of
 
@@ -48,6 +48,9 @@ def _trainer_classes():
 def _arguments(spec: dict, output_dir: str):
     arguments, _ = _trainer_classes()
     sharded = hf_trainer_fsdp.fsdp_arguments(spec) if spec.get("sharding") else {}
+    if spec.get("zero_stage"):  # DeepSpeed ZeRO (stacks/hf_trainer_deepspeed.py)
+        sharded = hf_trainer_deepspeed.deepspeed_arguments(spec)
+    sharded.setdefault("use_cpu", True)
     # "fsdp": the FSDP plugin's checkpointing (fsdp_config), which the Trainer refuses
     # beside its own argument
     checkpointing = spec.get("checkpointing", "none") not in ("none", "fsdp")
@@ -56,7 +59,7 @@ def _arguments(spec: dict, output_dir: str):
     prefix = "activation" if transformers_at_least("5.0") else "gradient"
     return arguments(
         output_dir=output_dir, per_device_train_batch_size=spec["batch"], report_to=[],
-        use_cpu=True, bf16=spec["precision"] in ("bf16", "bf16-amp"),
+        bf16=spec["precision"] in ("bf16", "bf16-amp"),
         fp16=spec["precision"] == "fp16-amp", optim=spec.get("optim", default_optim()),
         max_grad_norm=spec.get("max_grad_norm", 1.0), **sharded,
         **{f"{prefix}_checkpointing": checkpointing, f"{prefix}_checkpointing_kwargs": kwargs})
@@ -74,6 +77,8 @@ def run(spec: dict, recorder: Recorder) -> dict:
     release chose where the spec left it open (the optimizer), for headroom's flags."""
     if spec.get("sharding"):
         return _run_sharded(spec, recorder)
+    if spec.get("zero_stage"):
+        return hf_trainer_deepspeed.run(spec, recorder, _trainer, record_steps)
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = _trainer(spec, output_dir)
         trainer.create_optimizer()
@@ -140,11 +145,12 @@ def _clip_gradients(trainer, model) -> None:
         trainer.accelerator.clip_grad_norm_(model.parameters(), trainer.args.max_grad_norm)
 
 
-def record_steps(spec, recorder, trainer, model, optimizer, batch_of=None) -> None:
+def record_steps(spec, recorder, trainer, model, optimizer, batch_of=None, extra_params=()) -> None:
     """`steps` optimizer steps as the Trainer's loop runs them; `batch_of(spec)` makes each
-    step's batch (the task's by default; TRL's collator for stacks/trl_sft.py)."""
+    step's batch (the task's by default; TRL's collator for stacks/trl_sft.py); `extra_params`,
+    what a wrapper keeps beside `model.parameters()` (DeepSpeed's partitions)."""
     batch_of = batch_of or task_of(spec).batch
-    params = list(model.parameters()) + hf_trainer_fsdp.flat_parameters(model)
+    params = list(model.parameters()) + hf_trainer_fsdp.flat_parameters(model) + list(extra_params)
     recorder.adopt_model(params, model.buffers())
     for p in params:
         if p.requires_grad:
