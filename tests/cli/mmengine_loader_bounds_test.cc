@@ -94,7 +94,12 @@ TEST_CASE("a config that leaves a child running does not keep headroom waiting, 
   CHECK(ended);
 }
 
-TEST_CASE("a config's child that leaves the loader's process group (setsid) is ended too") {
+namespace {
+
+// A config whose grandchild leaves the loader's process group (setsid), writes
+// its pid and then runs `tail` (Python: what it does next); checks that it is
+// gone within 3 s of headroom's exit.
+void check_escaped_grandchild_ended(const std::string& tail) {
   LoaderFixture f;
   const std::string pid_file = f.dir.file("sleeper.pid");
   const std::string escapes = f.config(
@@ -106,7 +111,7 @@ TEST_CASE("a config's child that leaves the loader's process group (setsid) is e
                    "        open(" + nlohmann::json(pid_file + ".tmp").dump() + ", 'w').write(str(os.getpid()))\n"
                    "        os.rename(" + nlohmann::json(pid_file + ".tmp").dump() + ", " +
                    nlohmann::json(pid_file).dump() + ")\n"
-                   "        time.sleep(60)\n"
+                   "        " + tail + "\n"
                    "    os._exit(0)\n"
                    "os.waitpid(pid, 0)\n"
                    "while not os.path.exists(" + nlohmann::json(pid_file).dump() + "):\n"
@@ -126,6 +131,17 @@ TEST_CASE("a config's child that leaves the loader's process group (setsid) is e
   }
   CHECK(ended);
   if (!ended) kill(std::stoi(sleeper), SIGKILL);  // never leave it behind
+}
+
+}  // namespace
+
+TEST_CASE("a config's child that leaves the loader's process group (setsid) is ended too") {
+  check_escaped_grandchild_ended("time.sleep(60)");
+}
+
+TEST_CASE("a config's child that leaves the group and clears its environment (no mark) is ended too") {
+  // execve with an empty environment drops HEADROOM_BOUNDED_CHILD: found by its start time.
+  check_escaped_grandchild_ended("os.execve('/bin/sleep', ['sleep', '60'], {})");
 }
 
 TEST_CASE("a config that wants more memory than HEADROOM_CONFIG_MEMORY_MIB fails with MemoryError, saying the limit") {
