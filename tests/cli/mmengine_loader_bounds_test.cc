@@ -8,9 +8,12 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/cli/cli_harness.h"
 
@@ -192,6 +195,50 @@ TEST_CASE("an interpreter another user can write is refused before the config ru
   CHECK(run.exit_code == 2);
   CHECK_MESSAGE(contains(run.err, "is writable by every user"), run.err);
   CHECK_FALSE(fs::exists(count));
+}
+
+namespace {
+
+// The NUL-separated words of `path`.
+std::vector<std::string> nul_words(const std::string& path) {
+  std::vector<std::string> words;
+  std::istringstream in(read_text(path));
+  for (std::string word; std::getline(in, word, '\0');) words.push_back(word);
+  return words;
+}
+
+}  // namespace
+
+TEST_CASE("the loader is never a file at a build path: a copy of headroom elsewhere runs python3 -c with its code") {
+  // Issue 37 item 2: headroom ran <build tree>/.venv/bin/python <build tree>/scripts/exporter/
+  // read_mmengine_config.py, paths another user might later create. A copy of the binary far from
+  // any checkout, with no HEADROOM_PYTHON, must take python3 from PATH and hand it the code itself.
+  TempDir dir;
+  const std::string bin = dir.file("bin");
+  fs::create_directories(bin);
+  fs::copy_file(HEADROOM_BINARY, bin + "/headroom");
+  const std::string log = dir.file("argv");
+  // A python3 first on PATH that records how it was started, then runs the config as the loader would.
+  write_text(bin + "/python3", "#!/bin/sh\nprintf '%s\\0' \"$0\" \"$@\" > " + quoted(log) +
+                                   "\nPATH=${PATH#*:} exec python3 \"$3\"\n");
+  fs::permissions(bin + "/python3", fs::perms::owner_all);
+  const std::string config = dir.file("sft.py");
+  write_text(config, "import sys\nsys.stdout.write(open(" +
+                         nlohmann::json(kData + "xtuner/llama3_8b_instruct_qlora_alpaca_e3.dump.json").dump() +
+                         ").read())\n");
+  const std::string command = "cd " + quoted(dir.str()) + " && env -u HEADROOM_PYTHON PATH=" + quoted(bin) +
+                              ":\"$PATH\" " + quoted(bin + "/headroom") + " fit llama-3-8b --gpu 4090 --xtuner " +
+                              quoted(config) + " --json > out.json 2> err.txt";
+  const int status = std::system(command.c_str());
+  CHECK_MESSAGE(status == 0, read_text(dir.file("err.txt")));
+  const std::vector<std::string> argv = nul_words(log);
+  REQUIRE(argv.size() == 4);
+  CHECK(argv[0] == bin + "/python3");
+  CHECK(argv[1] == "-c");
+  CHECK(contains(argv[2], "Config.fromfile"));  // the loader's code, not a path to it
+  CHECK(contains(argv[2], "\ndef main("));
+  CHECK(argv[3] == config);
+  for (const std::string& word : argv) CHECK_FALSE(contains(word, std::string(HEADROOM_SOURCE_DIR) + "/"));
 }
 
 TEST_CASE("--help of fit and plan says an MMEngine config runs as Python code, and the loader's limits") {
