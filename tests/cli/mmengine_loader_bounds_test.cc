@@ -343,6 +343,12 @@ TEST_CASE("no output may replace a file an MMEngine config read while it loaded,
   CHECK(emit.exit_code == 2);
   CHECK_MESSAGE(contains(emit.err, "--emit xtuner " + base + ": " + named), emit.err);
   CHECK(read_text(base) == before);
+  // The .py itself (issue 37: an XTuner .py became one comment line).
+  const std::string code = read_text(config);
+  const RunOutput over_config = mmengine.run("plan" + xtuner + " --emit xtuner=" + quoted(config));
+  CHECK(over_config.exit_code == 2);
+  CHECK_MESSAGE(contains(over_config.err, "is the same file as --xtuner"), over_config.err);
+  CHECK(read_text(config) == code);
 }
 
 TEST_CASE("a directory, FIFO or device named x.py is refused as not a regular file, not as missing (issue 37 item 8)") {

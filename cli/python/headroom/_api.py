@@ -73,6 +73,10 @@ def _request(model, settings, configs: Mapping[str, Any], torchtune_set: Iterabl
         except (TypeError, ValueError) as error:
             raise SettingsError(f"settings: not JSON: {error} (expected a RunSettings object, see docs/cli-json.md)",
                                 EXIT_USAGE) from None
+        except RecursionError:
+            # json.dumps gives up near Python's recursion limit (1000), far past the readers' 64 levels.
+            raise SettingsError("settings: nested deeper than 64 levels, past what json.dumps can write "
+                                "(expected a RunSettings object, see docs/cli-json.md)", EXIT_USAGE) from None
     elif isinstance(settings, (str, os.PathLike)):
         settings_file = os.fspath(settings)
     else:
