@@ -11,6 +11,7 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
 
 #include "cli/escaped_descendants.h"
@@ -151,8 +152,10 @@ Result<ChildOutcome> run_bounded(const std::vector<std::string>& argv, const Chi
     return Status::runtime(std::string("fork: ") + std::strerror(errno));
   }
   setpgid(pid, pid);  // also here: kill(-pid) must find the group whoever runs first
+  // Read before the child can end: it stays at least a zombie until reaped below.
+  const unsigned long long child_start = limits.end_escaped_descendants ? start_time_of(pid) : ULLONG_MAX;
   ChildOutcome outcome = Collector(pid, out_pipe[0], err_pipe[0], limits).run();
-  if (limits.end_escaped_descendants) end_marked_children(mark);
+  if (limits.end_escaped_descendants) end_escaped_children(mark, child_start);
   return outcome;
 }
 

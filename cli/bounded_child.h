@@ -22,7 +22,8 @@ struct ChildLimits {
   // Also end the descendants that left the child's process group (setsid): this
   // process becomes a child subreaper (PR_SET_CHILD_SUBREAPER, and stays one),
   // so they are re-parented to it when their parents end, and those carrying
-  // this run's mark in their environment are killed and reaped once the child
+  // this run's mark in their environment, or started no earlier than the child
+  // (one that cleared its environment), are killed and reaped once the child
   // has ended. Only for a process whose children are all its own to end (the
   // `headroom` command), never inside someone else's (the Python package).
   bool end_escaped_descendants = false;

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -43,17 +45,26 @@ std::string read_proc_file(const std::string& path) {
   return text;
 }
 
-// The parent field of /proc/PID/stat (after the command name, which may hold
-// spaces and parentheses); -1 when unreadable.
-long parent_of(const std::string& pid) {
+// The fields of /proc/PID/stat after the command name (which may hold spaces
+// and parentheses), from the state on; empty when unreadable.
+std::vector<std::string> stat_fields(const std::string& pid) {
   const std::string stat = read_proc_file("/proc/" + pid + "/stat");
   const size_t close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return -1;
-  std::istringstream fields(stat.substr(close + 2));
-  char state = 0;
-  long parent = -1;
-  fields >> state >> parent;
-  return parent;
+  std::vector<std::string> fields;
+  if (close == std::string::npos || close + 2 >= stat.size()) return fields;
+  std::istringstream in(stat.substr(close + 2));
+  for (std::string field; in >> field;) fields.push_back(field);
+  return fields;
+}
+
+// proc(5): the parent is field 4 and the start time (clock ticks after boot)
+// field 22; the state, field 3, is the first after the name.
+constexpr size_t kParentField = 4 - 3;
+constexpr size_t kStartTimeField = 22 - 3;
+
+unsigned long long field_value(const std::vector<std::string>& fields, size_t index) {
+  if (index >= fields.size()) return 0;
+  return std::strtoull(fields[index].c_str(), nullptr, 10);
 }
 
 bool has_mark(pid_t pid, const std::string& mark) {
@@ -65,16 +76,21 @@ bool has_mark(pid_t pid, const std::string& mark) {
   return false;
 }
 
-std::vector<pid_t> marked_children(const std::string& mark) {
+// This process's children that are the bounded child's descendants: marked,
+// or started no earlier than it (one that cleared its environment before
+// execve keeps no mark, but cannot be older than the child it came from).
+std::vector<pid_t> escaped_children(const std::string& mark, unsigned long long child_start) {
   std::vector<pid_t> found;
-  const long self = ::getpid();
+  const auto self = static_cast<unsigned long long>(::getpid());
   std::error_code error;
   // Incremented with an error code: the range-for's ++ may throw while processes come and go.
   for (std::filesystem::directory_iterator it("/proc", error), end; !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos || parent_of(name) != self) continue;
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::vector<std::string> fields = stat_fields(name);
+    if (fields.empty() || field_value(fields, kParentField) != self) continue;
     const auto pid = static_cast<pid_t>(std::stol(name));
-    if (has_mark(pid, mark)) found.push_back(pid);
+    if (field_value(fields, kStartTimeField) >= child_start || has_mark(pid, mark)) found.push_back(pid);
   }
   return found;
 }
@@ -88,10 +104,15 @@ std::string new_descendant_mark() {
 
 bool become_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
 
-void end_marked_children(const std::string& mark) {
+unsigned long long start_time_of(pid_t pid) {
+  const std::vector<std::string> fields = stat_fields(std::to_string(pid));
+  return fields.size() > kStartTimeField ? field_value(fields, kStartTimeField) : ULLONG_MAX;
+}
+
+void end_escaped_children(const std::string& mark, unsigned long long child_start) {
   int quiet = 0;
   for (int round = 0; round < kMaxRounds && quiet < kQuietRounds; ++round) {
-    const std::vector<pid_t> children = marked_children(mark);
+    const std::vector<pid_t> children = escaped_children(mark, child_start);
     quiet = children.empty() ? quiet + 1 : 0;
     for (pid_t pid : children) ::kill(pid, SIGKILL);
     for (pid_t pid : children) {

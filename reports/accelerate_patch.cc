@@ -26,21 +26,21 @@ using planner::Sharding;
 class AccelerateYaml {
  public:
   AccelerateYaml(std::string_view text, std::string_view path) : edits_(text), path_(path) {
-    const std::regex top(R"(^([A-Za-z_][A-Za-z0-9_]*):(.*)$)");
+    const std::regex top("^" + kKey + ":(.*)$");
     const std::vector<std::string>& lines = edits_.lines();
     for (size_t i = 0; i < lines.size(); ++i) {
       std::smatch m;
-      if (std::regex_match(lines[i], m, top)) top_.push_back({m[1].str(), i, m[2].str(), ""});
+      if (std::regex_match(lines[i], m, top)) top_.push_back(entry(m, i, false));
     }
   }
 
   std::string value(const std::string& key) const {
-    const Entry* entry = find_top(key);
-    return entry ? scalar(entry->rest) : "";
+    const Entry* found = find_top(key);
+    return found ? value_of(*found) : "";
   }
   std::string value(const std::string& block, const std::string& key) const {
     for (const Entry& child : children(block)) {
-      if (child.key == key) return scalar(child.rest);
+      if (child.key == key) return value_of(child);
     }
     return "";
   }
@@ -60,8 +60,8 @@ class AccelerateYaml {
 
   Result<std::string> diff() {
     for (const auto& [key, value] : top_sets_) {
-      if (const Entry* entry = find_top(key)) {
-        edits_.replace(entry->line, key + ": " + value + comment(entry->rest));
+      if (const Entry* found = find_top(key)) {
+        replace_value(*found, value);
       } else {
         edits_.insert_before(top_position(key), {key + ": " + value});
       }
@@ -81,7 +81,7 @@ class AccelerateYaml {
                              ": written inline; expected the block form `accelerate config` writes (" + block +
                              ": then indented key: value lines)");
       }
-      if (!inline_value.empty()) edits_.replace(head->line, block + ":" + comment(head->rest));
+      if (!inline_value.empty()) edits_.replace(head->line, head->written + ":" + comment(head->rest));
       std::vector<Entry> kids = children(block);
       const std::string indent = kids.empty() ? "  " : kids.front().indent;
       const bool sorted = std::is_sorted(kids.begin(), kids.end(),
@@ -89,7 +89,7 @@ class AccelerateYaml {
       for (const auto& [key, value] : sets) {
         auto existing = std::find_if(kids.begin(), kids.end(), [&](const Entry& e) { return e.key == key; });
         if (existing != kids.end()) {
-          edits_.replace(existing->line, indent + key + ": " + value + comment(existing->rest));
+          replace_value(*existing, value);
           continue;
         }
         size_t at = block_end(*head);
@@ -108,12 +108,57 @@ class AccelerateYaml {
   }
 
  private:
+  // A key plain, "double" or 'single' quoted (issue 37: a quoted key was
+  // written a second time, which YAML readers refuse as a duplicate).
+  inline static const std::string kKey = R"re((?:([A-Za-z_][A-Za-z0-9_]*)|"([A-Za-z_][A-Za-z0-9_]*)"|'([A-Za-z_][A-Za-z0-9_]*)'))re";
+
   struct Entry {
     std::string key;
     size_t line = 0;
-    std::string rest;    // after the colon: value and comment
-    std::string indent;  // children only
+    std::string rest;     // after the colon: value and comment
+    std::string indent;   // children only
+    std::string written;  // the key as the file writes it, quotes kept
+    std::optional<size_t> value_line;  // `key:` with its value on the line below
   };
+
+  // An entry at `line` from a match of `indent` (group 1 when `indented`),
+  // kKey (plain, double or single quoted) and the rest after the colon.
+  Entry entry(const std::smatch& m, size_t line, bool indented) const {
+    const size_t k = indented ? 2 : 1;
+    const std::string indent = indented ? m[1].str() : "";
+    const std::string key = m[k].matched ? m[k].str() : m[k + 1].matched ? m[k + 1].str() : m[k + 2].str();
+    const std::string written = m[k].matched ? key : m[k + 1].matched ? "\"" + key + "\"" : "'" + key + "'";
+    Entry e{key, line, m[k + 3].str(), indent, written, std::nullopt};
+    if (scalar(e.rest).empty()) e.value_line = scalar_line_below(line, indent.size());
+    return e;
+  }
+  // The line below `key_line` holding its value (`key:` then `  value`): the
+  // next non-blank, non-comment line, if it is indented deeper than
+  // `key_indent` and a plain scalar (no mapping, no list).
+  std::optional<size_t> scalar_line_below(size_t key_line, size_t key_indent) const {
+    static const std::regex plain(R"(^\s+[^\s#\-][^:#]*(\s+#.*)?$)");
+    const std::vector<std::string>& lines = edits_.lines();
+    for (size_t i = key_line + 1; i < lines.size(); ++i) {
+      const size_t first = lines[i].find_first_not_of(" \t");
+      if (first == std::string::npos || lines[i][first] == '#') continue;
+      if (first > key_indent && std::regex_match(lines[i], plain)) return i;
+      return std::nullopt;
+    }
+    return std::nullopt;
+  }
+  std::string value_of(const Entry& e) const {
+    return e.value_line ? scalar(edits_.lines()[*e.value_line]) : scalar(e.rest);
+  }
+  // A new value where the entry keeps its value, with the key as written and the comment kept.
+  void replace_value(const Entry& e, const std::string& value) {
+    if (e.value_line) {
+      const std::string& below = edits_.lines()[*e.value_line];
+      const std::string indent = below.substr(0, below.find_first_not_of(" \t"));
+      edits_.replace(*e.value_line, indent + value + comment(below));
+      return;
+    }
+    edits_.replace(e.line, e.indent + e.written + ": " + value + comment(e.rest));
+  }
 
   static std::string comment(const std::string& rest) {
     static const std::regex pattern(R"(^[^#]*?(\s+#.*)$)");
@@ -149,14 +194,14 @@ class AccelerateYaml {
     std::vector<Entry> out;
     const Entry* head = find_top(block);
     if (head == nullptr) return out;
-    const std::regex child(R"(^([ \t]+)([A-Za-z_][A-Za-z0-9_]*):(.*)$)");
+    const std::regex child("^([ \t]+)" + kKey + ":(.*)$");
     const std::vector<std::string>& lines = edits_.lines();
     const size_t end = block_end(*head);
     for (size_t i = head->line + 1; i < end; ++i) {
       std::smatch m;
       if (!std::regex_match(lines[i], m, child)) continue;
       if (!out.empty() && m[1].str() != out.front().indent) continue;  // deeper: a child's own keys
-      out.push_back({m[2].str(), i, m[3].str(), m[1].str()});
+      out.push_back(entry(m, i, true));
     }
     return out;
   }

@@ -7,7 +7,13 @@ namespace headroom::reports {
 
 LineEdits::LineEdits(std::string_view text) {
   std::istringstream in{std::string(text)};
-  for (std::string line; std::getline(in, line);) lines_.push_back(line);
+  for (std::string line; std::getline(in, line);) {
+    // A file saved on Windows: its lines are matched and edited without the '\r' (issue 37).
+    const bool carriage = !line.empty() && line.back() == '\r';
+    if (carriage) line.pop_back();
+    lines_.push_back(line);
+    carriage_.push_back(carriage);
+  }
 }
 
 void LineEdits::replace(size_t index, std::string text) { replaced_[index] = std::move(text); }
@@ -37,8 +43,11 @@ std::string LineEdits::unified_diff(std::string_view path) const {
     const long old_start = removed ? static_cast<long>(i) + 1 : static_cast<long>(i);
     const long new_start = static_cast<long>(i) + shift + 1;
     out << "@@ -" << old_start << "," << removed << " +" << new_start << "," << added.size() << " @@\n";
-    if (replaces) out << "-" << lines_[i] << "\n";
-    for (const std::string& line : added) out << "+" << line << "\n";
+    if (replaces) out << "-" << lines_[i] << end_of(i) << "\n";
+    for (size_t a = 0; a < added.size(); ++a) {
+      const bool replacement = replaces && a + 1 == added.size();
+      out << "+" << added[a] << (replacement ? end_of(i) : inserted_end()) << "\n";
+    }
     shift += static_cast<long>(added.size()) - static_cast<long>(removed);
   }
   return out.str();
@@ -48,11 +57,11 @@ std::string LineEdits::edited() const {
   std::ostringstream out;
   for (size_t i = 0; i <= lines_.size(); ++i) {
     if (auto found = inserted_.find(i); found != inserted_.end()) {
-      for (const std::string& line : found->second) out << line << "\n";
+      for (const std::string& line : found->second) out << line << inserted_end() << "\n";
     }
     if (i == lines_.size()) break;
     auto replaced = replaced_.find(i);
-    out << (replaced == replaced_.end() ? lines_[i] : replaced->second) << "\n";
+    out << (replaced == replaced_.end() ? lines_[i] : replaced->second) << end_of(i) << "\n";
   }
   return out.str();
 }

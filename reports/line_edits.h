@@ -16,6 +16,9 @@ class LineEdits {
  public:
   explicit LineEdits(std::string_view text);
 
+  // The file's lines without their ends: a CRLF file's '\r' is kept aside and
+  // written back on each line that had it, on a line that replaces one that
+  // had it, and on every inserted line when the file's first line had it.
   const std::vector<std::string>& lines() const { return lines_; }
   // Replaces line `index` (0-based) with `text`; a later call for the same line wins.
   void replace(size_t index, std::string text);
@@ -31,7 +34,11 @@ class LineEdits {
   std::string edited() const;
 
  private:
+  std::string end_of(size_t index) const { return carriage_[index] ? "\r" : ""; }
+  std::string inserted_end() const { return !carriage_.empty() && carriage_.front() ? "\r" : ""; }
+
   std::vector<std::string> lines_;
+  std::vector<bool> carriage_;  // line i ended in "\r\n"
   std::map<size_t, std::string> replaced_;
   std::map<size_t, std::vector<std::string>> inserted_;
 };

@@ -8,9 +8,12 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/cli/cli_harness.h"
 
@@ -94,7 +97,12 @@ TEST_CASE("a config that leaves a child running does not keep headroom waiting, 
   CHECK(ended);
 }
 
-TEST_CASE("a config's child that leaves the loader's process group (setsid) is ended too") {
+namespace {
+
+// A config whose grandchild leaves the loader's process group (setsid), writes
+// its pid and then runs `tail` (Python: what it does next); checks that it is
+// gone within 3 s of headroom's exit.
+void check_escaped_grandchild_ended(const std::string& tail) {
   LoaderFixture f;
   const std::string pid_file = f.dir.file("sleeper.pid");
   const std::string escapes = f.config(
@@ -106,7 +114,7 @@ TEST_CASE("a config's child that leaves the loader's process group (setsid) is e
                    "        open(" + nlohmann::json(pid_file + ".tmp").dump() + ", 'w').write(str(os.getpid()))\n"
                    "        os.rename(" + nlohmann::json(pid_file + ".tmp").dump() + ", " +
                    nlohmann::json(pid_file).dump() + ")\n"
-                   "        time.sleep(60)\n"
+                   "        " + tail + "\n"
                    "    os._exit(0)\n"
                    "os.waitpid(pid, 0)\n"
                    "while not os.path.exists(" + nlohmann::json(pid_file).dump() + "):\n"
@@ -126,6 +134,17 @@ TEST_CASE("a config's child that leaves the loader's process group (setsid) is e
   }
   CHECK(ended);
   if (!ended) kill(std::stoi(sleeper), SIGKILL);  // never leave it behind
+}
+
+}  // namespace
+
+TEST_CASE("a config's child that leaves the loader's process group (setsid) is ended too") {
+  check_escaped_grandchild_ended("time.sleep(60)");
+}
+
+TEST_CASE("a config's child that leaves the group and clears its environment (no mark) is ended too") {
+  // execve with an empty environment drops HEADROOM_BOUNDED_CHILD: found by its start time.
+  check_escaped_grandchild_ended("os.execve('/bin/sleep', ['sleep', '60'], {})");
 }
 
 TEST_CASE("a config that wants more memory than HEADROOM_CONFIG_MEMORY_MIB fails with MemoryError, saying the limit") {
@@ -176,6 +195,50 @@ TEST_CASE("an interpreter another user can write is refused before the config ru
   CHECK(run.exit_code == 2);
   CHECK_MESSAGE(contains(run.err, "is writable by every user"), run.err);
   CHECK_FALSE(fs::exists(count));
+}
+
+namespace {
+
+// The NUL-separated words of `path`.
+std::vector<std::string> nul_words(const std::string& path) {
+  std::vector<std::string> words;
+  std::istringstream in(read_text(path));
+  for (std::string word; std::getline(in, word, '\0');) words.push_back(word);
+  return words;
+}
+
+}  // namespace
+
+TEST_CASE("the loader is never a file at a build path: a copy of headroom elsewhere runs python3 -c with its code") {
+  // Issue 37 item 2: headroom ran <build tree>/.venv/bin/python <build tree>/scripts/exporter/
+  // read_mmengine_config.py, paths another user might later create. A copy of the binary far from
+  // any checkout, with no HEADROOM_PYTHON, must take python3 from PATH and hand it the code itself.
+  TempDir dir;
+  const std::string bin = dir.file("bin");
+  fs::create_directories(bin);
+  fs::copy_file(HEADROOM_BINARY, bin + "/headroom");
+  const std::string log = dir.file("argv");
+  // A python3 first on PATH that records how it was started, then runs the config as the loader would.
+  write_text(bin + "/python3", "#!/bin/sh\nprintf '%s\\0' \"$0\" \"$@\" > " + quoted(log) +
+                                   "\nPATH=${PATH#*:} exec python3 \"$3\"\n");
+  fs::permissions(bin + "/python3", fs::perms::owner_all);
+  const std::string config = dir.file("sft.py");
+  write_text(config, "import sys\nsys.stdout.write(open(" +
+                         nlohmann::json(kData + "xtuner/llama3_8b_instruct_qlora_alpaca_e3.dump.json").dump() +
+                         ").read())\n");
+  const std::string command = "cd " + quoted(dir.str()) + " && env -u HEADROOM_PYTHON PATH=" + quoted(bin) +
+                              ":\"$PATH\" " + quoted(bin + "/headroom") + " fit llama-3-8b --gpu 4090 --xtuner " +
+                              quoted(config) + " --json > out.json 2> err.txt";
+  const int status = std::system(command.c_str());
+  CHECK_MESSAGE(status == 0, read_text(dir.file("err.txt")));
+  const std::vector<std::string> argv = nul_words(log);
+  REQUIRE(argv.size() == 4);
+  CHECK(argv[0] == bin + "/python3");
+  CHECK(argv[1] == "-c");
+  CHECK(contains(argv[2], "Config.fromfile"));  // the loader's code, not a path to it
+  CHECK(contains(argv[2], "\ndef main("));
+  CHECK(argv[3] == config);
+  for (const std::string& word : argv) CHECK_FALSE(contains(word, std::string(HEADROOM_SOURCE_DIR) + "/"));
 }
 
 TEST_CASE("--help of fit and plan says an MMEngine config runs as Python code, and the loader's limits") {
@@ -280,6 +343,12 @@ TEST_CASE("no output may replace a file an MMEngine config read while it loaded,
   CHECK(emit.exit_code == 2);
   CHECK_MESSAGE(contains(emit.err, "--emit xtuner " + base + ": " + named), emit.err);
   CHECK(read_text(base) == before);
+  // The .py itself (issue 37: an XTuner .py became one comment line).
+  const std::string code = read_text(config);
+  const RunOutput over_config = mmengine.run("plan" + xtuner + " --emit xtuner=" + quoted(config));
+  CHECK(over_config.exit_code == 2);
+  CHECK_MESSAGE(contains(over_config.err, "is the same file as --xtuner"), over_config.err);
+  CHECK(read_text(config) == code);
 }
 
 TEST_CASE("a directory, FIFO or device named x.py is refused as not a regular file, not as missing (issue 37 item 8)") {

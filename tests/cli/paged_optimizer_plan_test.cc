@@ -35,13 +35,23 @@ TEST_CASE("plan --paged-optimizer never chooses optimizer offload, and simulate 
 }
 
 TEST_CASE("plan --emit torchtune of a config with PagedAdamW8bit writes a plan simulate reads") {
+  // Without optimizer_in_bwd (which rules out optimizer offload anyway) and at 12 GiB, where
+  // nothing fits on the GPU alone, a search that ignored the paged optimizer wrote a plan with CPU
+  // optimizer offload (seen with both the search's and the candidates' validation guards removed).
   TempDir dir;
   const std::string config = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/torchtune/llama3_2_3B_full_single_device.yaml";
   const std::string plan_file = dir.file("plan.json");
-  const RunOutput plan = run_headroom("plan --gpu 4090 --seq 2048 --torchtune " + quoted(config) +
+  const RunOutput plan = run_headroom("plan --gpu 4090 --gpu-mem 12GiB --seq 2048 --torchtune " + quoted(config) +
                                       " --torchtune-set optimizer._component_=bitsandbytes.optim.PagedAdamW8bit "
-                                      "--emit torchtune -o " + quoted(plan_file));
+                                      "--torchtune-set optimizer_in_bwd=False --emit torchtune --json -o " +
+                                      quoted(plan_file));
+  if (plan.exit_code == 1) {  // nothing fits on the GPU without offload: said, nothing written
+    CHECK_MESSAGE(contains(plan.err, "no plan fits"), plan.err);
+    CHECK_FALSE(fs::exists(plan_file));
+    return;
+  }
   REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
+  CHECK(parse_json(read_text(plan_file))["config"]["offload_optimizer"] == "none");
   const RunOutput simulate = run_headroom("simulate " + quoted(plan_file));
   CHECK_MESSAGE(simulate.exit_code == 0, simulate.err);
 }

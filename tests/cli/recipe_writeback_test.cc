@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/cli/cli_harness.h"
 
@@ -181,6 +182,47 @@ TEST_CASE("an mmpretrain config: --cfg-options for tools/train.py that read back
     const RunOutput again = run_headroom("plan " + run + " --emit mmengine");
     REQUIRE_MESSAGE(again.exit_code == 0, again.err);
     CHECK(contains(again.out, "the config already runs the plan"));
+  }
+}
+
+TEST_CASE("axolotl and LLaMA-Factory: quoted keys and values on their own line take the patch in place") {
+  // Issue 37 item 7: the write-back appended a second key under a quoted one (a duplicate the
+  // readers refuse) and left a value on the line below its key behind.
+  struct Case {
+    const char* kind;
+    const char* source;
+    const char* batch_key;
+    std::string run;
+    std::string plan_only;  // flags for the plan, not the file's run
+  };
+  const std::vector<Case> cases = {
+      {"axolotl", "axolotl/llama-3-qlora.yml", "micro_batch_size",
+       "llama-3-8b --gpu 4090 --gpu-mem 18GiB --no-offload --max-zero 0", ""},
+      {"llamafactory", "llamafactory/llama3_lora_sft_otfq.yaml", "per_device_train_batch_size",
+       "llama-3-8b --gpu 4090 --gpu-mem 12GiB --no-offload --max-zero 0", " --batch 8"}};
+  for (const Case& c : cases) {
+    CAPTURE(std::string(c.kind));
+    TempDir dir;
+    const std::string copy = dir.file("config.yaml");
+    std::string text = read_text(kData + c.source);
+    const std::string quote = std::string(c.kind) == "axolotl" ? "\"" : "'";
+    const size_t batch = text.find(std::string("\n") + c.batch_key + ":");
+    REQUIRE(batch != std::string::npos);
+    text.insert(batch + 1 + std::string(c.batch_key).size(), quote);
+    text.insert(batch + 1, quote);
+    const std::string accumulation = "\ngradient_accumulation_steps: ";
+    const size_t at = text.find(accumulation);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, accumulation.size(), "\ngradient_accumulation_steps:\n  # steps\n  ");  // its value below it
+    write_text(copy, text);
+    const std::string run = c.run + " --" + c.kind + " " + quoted(copy);
+    const nlohmann::json config = plan_and_patch(run + c.plan_only, c.kind, copy, dir);
+    const std::string after = read_text(copy);
+    CHECK(contains(after, quote + c.batch_key + quote + ": " + std::to_string(config["micro_batch"].get<int>())));
+    CHECK(contains(after, "gradient_accumulation_steps:\n  # steps\n  " + std::to_string(config["grad_accum"].get<int>()) + "\n"));
+    const nlohmann::json read = fitted_settings(c.run + kCurrentBnb + " --" + c.kind + " " + quoted(copy));
+    CHECK(read["micro_batch"] == config["micro_batch"]);
+    CHECK(read["grad_accum"] == config["grad_accum"]);
   }
 }
 

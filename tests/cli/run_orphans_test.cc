@@ -2,11 +2,14 @@
 // as orphans (re-parented to PID 1) to --steps, writing checkpoints beside the
 // next job. Each rank now dies with the launcher (cli/rank_launcher.h), and a
 // checkpoint directory is locked by the job that writes it (cli/checkpoint_lock.h).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -56,6 +59,12 @@ pid_t start_headroom(const std::vector<std::string>& args) {
     argv.push_back(nullptr);
     freopen("/dev/null", "w", stdout);
     freopen("/dev/null", "w", stderr);
+    // As a shell starts it: signals a test runner ignores or blocks (nohup) take effect.
+    ::signal(SIGHUP, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     execv(HEADROOM_BINARY, argv.data());
     _exit(127);
   }
@@ -92,24 +101,45 @@ std::optional<std::vector<std::string>> start_job(const TempDir& dir, const std:
 
 }  // namespace
 
-TEST_CASE("killing the launcher of run --nproc 2 ends both ranks within seconds") {
-  TempDir dir;
-  pid_t launcher = 0;
-  const std::optional<std::vector<std::string>> started = start_job(dir, {}, launcher);
-  if (!started) return;
-  const std::vector<std::string>& ranks = *started;
-  REQUIRE(ranks.size() == 2);
-  kill(launcher, SIGKILL);
-  waitpid(launcher, nullptr, 0);
-  const auto start = std::chrono::steady_clock::now();
-  bool ended = false;
-  while (!ended && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
-    ended = !running(ranks[0]) && !running(ranks[1]);
-    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  CHECK(ended);
-  for (const std::string& rank : ranks) {
-    if (running(rank)) kill(std::stoi(rank), SIGKILL);  // never leave them behind
+namespace {
+
+// Whether the job's lock on `ckpt` is free: an exclusive flock that does not wait.
+bool lock_released(const std::string& ckpt) {
+  const int fd = ::open((ckpt + "/.headroom.lock").c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return free;
+}
+
+}  // namespace
+
+TEST_CASE("SIGKILL or SIGTERM or SIGHUP to the launcher of run --nproc 2 ends both ranks within seconds and frees the lock") {
+  for (const int signal : {SIGKILL, SIGTERM, SIGHUP}) {
+    CAPTURE(std::string(strsignal(signal)));
+    TempDir dir;
+    const std::string ckpt = dir.file("ckpt");
+    pid_t launcher = 0;
+    const std::optional<std::vector<std::string>> started = start_job(dir, {"--checkpoint-dir", ckpt}, launcher);
+    if (!started) return;
+    const std::vector<std::string>& ranks = *started;
+    REQUIRE(ranks.size() == 2);
+    CHECK_FALSE(lock_released(ckpt));  // the job holds it
+    kill(launcher, signal);
+    int status = 0;
+    waitpid(launcher, &status, 0);
+    CHECK((WIFSIGNALED(status) && WTERMSIG(status) == signal));
+    const auto start = std::chrono::steady_clock::now();
+    bool ended = false;
+    while (!ended && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+      ended = !running(ranks[0]) && !running(ranks[1]);
+      if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    CHECK(ended);
+    for (const std::string& rank : ranks) {
+      if (running(rank)) kill(std::stoi(rank), SIGKILL);  // never leave them behind
+    }
+    CHECK(lock_released(ckpt));  // the next job may write there at once
   }
 }
 

@@ -204,6 +204,19 @@ def test_missing_config_file_names_it():
         headroom.fit("tiny-llama", {"gpu": "a6000"}, hf_args="no-such-args.json")
 
 
+def test_a_nul_or_non_utf8_name_is_refused_not_cut(tmp_path):
+    # Found auditing issue 37: "ds.json\0junk" read ds.json (the C++ side stops at the NUL)
+    # while the message named the whole string; Python's open() refuses such a name.
+    deepspeed = tmp_path / "ds.json"
+    deepspeed.write_text((DATA / "deepspeed" / "zero2_seed.json").read_text())
+    with pytest.raises(headroom.SettingsError, match="--deepspeed: .*holds a NUL character"):
+        headroom.fit("llama-3-8b", {"gpu": "a100-80g"}, deepspeed=f"{deepspeed}\0junk", notes=[])
+    with pytest.raises(headroom.SettingsError, match="MODEL: .*holds a NUL character"):
+        headroom.fit("tiny\0llama", {"gpu": "4090"}, notes=[])
+    with pytest.raises(headroom.SettingsError, match="--measurement: .*not UTF-8"):
+        headroom.read_measurement(b"/tmp/\xff.json")
+
+
 def test_settings_of_the_wrong_kind():
     with pytest.raises(TypeError, match="settings"):
         headroom.fit(settings=42)

@@ -137,6 +137,56 @@ TEST_CASE("Accelerate FSDP1: the sharding strategy and checkpointing lines chang
   CHECK(patch->notes.empty());  // the micro-batch and accumulation did not change
 }
 
+TEST_CASE("Accelerate: quoted keys and values on their own line are edited in place, never written twice") {
+  // Issue 37 item 7: a quoted "distributed_type" got a second, plain one (a duplicate key that
+  // headroom's own reader then refused), and a value on the line below its key was left there.
+  const std::string fsdp =
+      "compute_environment: LOCAL_MACHINE\n"
+      "\"distributed_type\": FSDP\n"
+      "fsdp_config:\n"
+      "  'fsdp_activation_checkpointing': false\n"
+      "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+      "  fsdp_offload_params: false\n"
+      "  \"fsdp_sharding_strategy\":\n"
+      "    # ZeRO-3\n"
+      "    FULL_SHARD  # for now\n"
+      "  fsdp_version: 1\n"
+      "mixed_precision: bf16\n";
+  Fixture f = fixture(fsdp);
+  REQUIRE(f.given.zero_stage == 3);
+  f.plan.config.zero_stage = 2;
+  checkpoint_layers(f, true);
+  Result<RecipePatch> patch = accelerate_patch(f.plan, f.given, f.checkpointable, fsdp, "acc.yaml");
+  REQUIRE_MESSAGE(patch.is_ok(), patch.message());
+  const std::string after = applied(fsdp, patch.value());
+  CHECK(after ==
+        "compute_environment: LOCAL_MACHINE\n"
+        "\"distributed_type\": FSDP\n"
+        "fsdp_config:\n"
+        "  'fsdp_activation_checkpointing': true\n"
+        "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+        "  fsdp_offload_params: false\n"
+        "  \"fsdp_sharding_strategy\":\n"
+        "    # ZeRO-3\n"
+        "    SHARD_GRAD_OP  # for now\n"
+        "  fsdp_version: 1\n"
+        "mixed_precision: bf16\n");
+  const planner::RunSettings read = reread(after, f);
+  CHECK(read.zero_stage == 2);
+  CHECK(read.checkpointing == CheckpointPolicy::kEveryBlock);
+
+  const std::string ddp = "\"distributed_type\":\n  MULTI_GPU  # DDP\nmixed_precision: bf16\n'num_processes': 4\n";
+  Fixture g = fixture(ddp);
+  g.plan.config.zero_stage = 2;
+  checkpoint_layers(g, false);
+  Result<RecipePatch> to_zero = accelerate_patch(g.plan, g.given, g.checkpointable, ddp, "acc.yaml");
+  REQUIRE_MESSAGE(to_zero.is_ok(), to_zero.message());
+  const std::string zero = applied(ddp, to_zero.value());
+  CHECK(zero.find("\"distributed_type\":\n  DEEPSPEED  # DDP\n") != std::string::npos);
+  CHECK(zero.find("distributed_type", zero.find("distributed_type") + 1) == std::string::npos);
+  CHECK(reread(zero, g).zero_stage == 2);
+}
+
 TEST_CASE("Accelerate DDP config: a plan that shards becomes the DeepSpeed plugin, block inserted in sorted order") {
   Fixture f = fixture(kDdp);
   REQUIRE(f.given.zero_stage == 0);

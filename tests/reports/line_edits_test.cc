@@ -60,6 +60,20 @@ TEST_CASE("line edits: insertions shift the hunks after them, at the top, inside
   CHECK(patched(kText, diff) == expected);
 }
 
+TEST_CASE("line edits: a CRLF file keeps its line ends on replaced and inserted lines") {
+  // Issue 37 (a hostile-input sample): a config saved on Windows came back with LF on each
+  // edited line, and with '\r' inside the values the write-backs compared.
+  const std::string crlf = "a: 1\r\nb: 2  # kept\r\nc: 3\r\n";
+  LineEdits edits(crlf);
+  CHECK(edits.lines()[0] == "a: 1");
+  CHECK(edits.lines()[1] == "b: 2  # kept");
+  edits.replace(1, "b: 5  # kept");
+  edits.insert_before(3, {"d: 4"});
+  const std::string expected = "a: 1\r\nb: 5  # kept\r\nc: 3\r\nd: 4\r\n";
+  CHECK(edits.edited() == expected);
+  CHECK(patched(crlf, edits.unified_diff("f.yaml")) == expected);
+}
+
 TEST_CASE("line edits: no edit is an empty diff, and the text is unchanged") {
   LineEdits edits(kText);
   edits.insert_before(1, {});

@@ -62,8 +62,24 @@ def _raise(exit_status: int, message: str) -> None:
     raise HeadroomError(message, exit_status)
 
 
+def _text(what: str, value) -> str:
+    """A path or word passed to the C++ readers. One holding a NUL would be cut
+    there (a different file read than the one named; open() refuses it), and one
+    that is not UTF-8 cannot cross: both are SettingsError naming `what`."""
+    text = os.fspath(value)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if "\0" in text:
+        raise SettingsError(f"{what}: {text!r}: holds a NUL character (expected a name without one)", EXIT_USAGE)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SettingsError(f"{what}: {text!r}: not UTF-8 text (expected a UTF-8 name)", EXIT_USAGE) from None
+    return text
+
+
 def _request(model, settings, configs: Mapping[str, Any], torchtune_set: Iterable[str]):
-    model_text = "" if model is None else os.fspath(model)
+    model_text = "" if model is None else _text("MODEL", model)
     settings_text, settings_file = "", ""
     if settings is None:
         pass
@@ -73,18 +89,22 @@ def _request(model, settings, configs: Mapping[str, Any], torchtune_set: Iterabl
         except (TypeError, ValueError) as error:
             raise SettingsError(f"settings: not JSON: {error} (expected a RunSettings object, see docs/cli-json.md)",
                                 EXIT_USAGE) from None
+        except RecursionError:
+            # json.dumps gives up near Python's recursion limit (1000), far past the readers' 64 levels.
+            raise SettingsError("settings: nested deeper than 64 levels, past what json.dumps can write "
+                                "(expected a RunSettings object, see docs/cli-json.md)", EXIT_USAGE) from None
     elif isinstance(settings, (str, os.PathLike)):
-        settings_file = os.fspath(settings)
+        settings_file = _text("settings", settings)
     else:
         raise TypeError(f"settings: expected a dict or a RunSettings JSON file path, got {type(settings).__name__}")
     flags = []
     for key, value in configs.items():
         if value is not None:
-            flags.append((_CONFIG_FLAGS[key], os.fspath(value)))
+            flags.append((_CONFIG_FLAGS[key], _text(_CONFIG_FLAGS[key], value)))
     if isinstance(torchtune_set, str):
         torchtune_set = [torchtune_set]
     for override in torchtune_set:
-        flags.append(("--torchtune-set", str(override)))
+        flags.append(("--torchtune-set", _text("--torchtune-set", str(override))))
     return model_text, settings_text, settings_file, flags
 
 
@@ -144,13 +164,14 @@ def plan(model: Optional[PathLike] = None, settings: Union[Mapping[str, Any], Pa
                    calibration=calibration)
     if isinstance(emit, str):
         emit = [emit]
-    return _answer(_core.plan, model, settings, configs, torchtune_set, notes, [str(request) for request in emit])
+    return _answer(_core.plan, model, settings, configs, torchtune_set, notes,
+                   [_text("--emit", str(request)) for request in emit])
 
 
 def read_measurement(path: PathLike) -> dict:
     """A measurement file as `headroom report --measurement` reads it (docs/report.md):
     the fields it understood, or SettingsError with its message."""
-    ok, exit_status, text, _ = _core.read_measurement(os.fspath(path))
+    ok, exit_status, text, _ = _core.read_measurement(_text("--measurement", path))
     if not ok:
         _raise(exit_status, text)
     return json.loads(text)
