@@ -217,6 +217,13 @@ Result<int> open_for_appending(const std::string& path) {
 }
 
 Result<int> open_regular_file(const std::string& path) {
+  // open() stops at a NUL, so "real.json\0junk" (a JSON string can hold one) would
+  // read real.json; the message shows the NUL as \0 rather than printing it.
+  if (path.find('\0') != std::string::npos) {
+    std::string shown;
+    for (char c : path) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
+    return Status::invalid_input(shown + ": a file name with a NUL byte in it (expected a path without one)");
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return Status::invalid_input(path + ": no such file");

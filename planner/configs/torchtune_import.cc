@@ -153,6 +153,9 @@ void read_sequence(YamlReader& r, RunSettings& s, ConfigImport& out) {
 
 // The step: batch, accumulation, optimizer, loss, compile, checkpointing, dtype, device.
 void read_step(YamlReader& r, RunSettings& s, ConfigImport& out) {
+  // The recipes read cfg.batch_size for their DataLoader and have no default: a
+  // config without one (or with null) does not run, so it is not priced as 1.
+  if (!r.has("batch_size")) r.fail("batch_size", "a positive whole number (torchtune's recipes have no default)");
   s.micro_batch = r.count_or("batch_size", 1);
   s.grad_accum = r.count_or("gradient_accumulation_steps", 1);
   read_optimizer(r, s, out);

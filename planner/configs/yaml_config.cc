@@ -162,15 +162,32 @@ class Builder {
     return error_at(origin_, event.start_mark.line, event.start_mark.column, what);
   }
 
+  // An explicit tag other than the core schema's str, seq and map: PyYAML's safe
+  // loader, under OmegaConf and torchtune, refuses it (!!python/object...), so the
+  // tool would not run the config headroom answered for.
+  Status refuse_tag(const yaml_event_t& e) const {
+    const unsigned char* tag = e.type == YAML_SCALAR_EVENT           ? e.data.scalar.tag
+                               : e.type == YAML_SEQUENCE_START_EVENT ? e.data.sequence_start.tag
+                               : e.type == YAML_MAPPING_START_EVENT  ? e.data.mapping_start.tag
+                                                                     : nullptr;
+    if (tag == nullptr) return Status::ok();
+    const std::string name(reinterpret_cast<const char*>(tag));
+    if (name == "tag:yaml.org,2002:str" || name == "tag:yaml.org,2002:seq" || name == "tag:yaml.org,2002:map") {
+      return Status::ok();
+    }
+    return at(e, "a YAML tag (" + name + "); expected plain values, as a safe YAML loader reads them");
+  }
+
   Result<json> value(Event event, int depth) {
     if (depth > graph::kMaxJsonDepth) return at(*event, "nesting deeper than " + std::to_string(graph::kMaxJsonDepth));
     const yaml_event_t& e = *event;
+    if (Status tagged = refuse_tag(e); !tagged.is_ok()) return tagged;
     switch (e.type) {
       case YAML_ALIAS_EVENT:
         return at(e, "an alias (*name); expected plain values");
       case YAML_SCALAR_EVENT: {
         const std::string text(reinterpret_cast<const char*>(e.data.scalar.value), e.data.scalar.length);
-        if (e.data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return json(text);
+        if (e.data.scalar.style != YAML_PLAIN_SCALAR_STYLE || e.data.scalar.tag != nullptr) return json(text);
         return resolve_plain(text);
       }
       case YAML_SEQUENCE_START_EVENT: {
@@ -192,6 +209,7 @@ class Builder {
           const yaml_event_t& k = *key->get();
           if (k.type == YAML_MAPPING_END_EVENT) return out;
           if (k.type != YAML_SCALAR_EVENT) return at(k, "a key that is not a plain name; expected name: value");
+          if (Status tagged = refuse_tag(k); !tagged.is_ok()) return tagged;
           const std::string name(reinterpret_cast<const char*>(k.data.scalar.value), k.data.scalar.length);
           // OmegaConf refuses a key given twice in one mapping.
           if (out.contains(name)) return at(k, name + ": the key is given twice (expected once)");

@@ -210,6 +210,16 @@ TEST_CASE("read_file refuses a FIFO at once instead of waiting for a writer") {
   CHECK_FALSE(opened.is_ok());
 }
 
+TEST_CASE("read_file refuses a path with a NUL in it rather than reading the part before it") {
+  TempDir dir;
+  write_plain(dir.file("real.json"), "{}");
+  const std::string path = dir.file("real.json") + std::string(1, '\0') + "junk";
+  const Result<std::string> text = read_file(path);
+  REQUIRE_FALSE(text.is_ok());
+  CHECK(text.message() == dir.file("real.json") + "\\0junk: a file name with a NUL byte in it (expected a path without one)");
+  CHECK(text.message().find('\0') == std::string::npos);
+}
+
 TEST_CASE("read_file errors name the path and the problem") {
   TempDir dir;
   SUBCASE("missing") {

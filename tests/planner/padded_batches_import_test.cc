@@ -70,7 +70,7 @@ TEST_CASE("LLaMA-Factory: sft pads per batch, pt packs unless packing says other
 
 TEST_CASE("torchtune: dataset.packed false pads per batch (padded_collate_sft)") {
   const std::string yaml =
-      "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\ntokenizer:\n  max_seq_len: 2048\n"
+      "batch_size: 2\nmodel:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\ntokenizer:\n  max_seq_len: 2048\n"
       "optimizer:\n  _component_: torch.optim.AdamW\ndataset:\n  packed: ";
   const ConfigImport unpacked = ok(import_torchtune_config(yaml + "False\n", "c.yaml", {}, RunSettings{}));
   CHECK(unpacked.settings.shortest_sample == 1);

@@ -38,7 +38,7 @@ std::string refusal(const std::string& yaml, const std::vector<std::string>& ove
 }
 
 constexpr const char* kMinimal =
-    "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\ntokenizer:\n  max_seq_len: 2048\n"
+    "batch_size: 1\nmodel:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\ntokenizer:\n  max_seq_len: 2048\n"
     "optimizer:\n  _component_: torch.optim.AdamW\n";
 
 }  // namespace
@@ -145,7 +145,7 @@ TEST_CASE("what a torchtune config cannot say, or says wrongly, is refused by na
   CHECK(refusal("model:\n  _component_: torchtune.models.llama3_2.llama3_2_2b\n")
             .find("c.yaml: model._component_: expected a torchtune model builder headroom knows") == 0);
   CHECK(refusal(std::string(kMinimal) + "dtype: fp16\n").find("c.yaml: dtype: expected bf16 or fp32") == 0);
-  CHECK(refusal(std::string(kMinimal) + "batch_size: four\n").find("c.yaml: batch_size: expected a positive whole") == 0);
+  CHECK(refusal(kMinimal, {"batch_size=four"}).find("c.yaml: batch_size: expected a positive whole") == 0);
   CHECK(refusal(std::string(kMinimal) + "batch_size: 2\nbatch_size: 4\n")
             .find("c.yaml: line 8, column 1: batch_size: the key is given twice") == 0);
   CHECK(refusal(std::string(kMinimal), {"optimizer._component_=torch.optim.Adagrad"})
@@ -164,8 +164,15 @@ TEST_CASE("what a torchtune config cannot say, or says wrongly, is refused by na
   // A flow collection left open (it hung yaml-cpp 0.7, found by fuzzing) is a syntax error with its place.
   CHECK(refusal("model: [unclosed\n").find("c.yaml: line ") == 0);
   // Aliases are refused: one that refers into its own anchor is a cycle.
-  CHECK(refusal(std::string(kMinimal) + "x: &a [1, *a]\n").find("c.yaml: line 7, column 11: an alias") == 0);
+  CHECK(refusal(std::string(kMinimal) + "x: &a [1, *a]\n").find("c.yaml: line 8, column 11: an alias") == 0);
   CHECK(refusal(std::string(kMinimal) + "x: &a [1, *a]\n").find("an alias") != std::string::npos);
+  // A tag a safe YAML loader refuses is refused on any key, read or not; the core
+  // schema's !!str is a string.
+  CHECK(refusal(std::string(kMinimal) + "x: !!python/object/apply:os.system [ls]\n")
+            .find("c.yaml: line 8, column 4: a YAML tag (tag:yaml.org,2002:python/object/apply:os.system)") == 0);
+  CHECK(refusal(std::string(kMinimal) + "!!python/name:os.system x: 1\n").find("a YAML tag") != std::string::npos);
+  Result<ConfigImport> tagged_str = import_torchtune_config(std::string(kMinimal) + "dtype: !!str bf16\n", "c.yaml", {}, RunSettings{});
+  CHECK_MESSAGE(tagged_str.is_ok(), tagged_str.message());
   // Llama 3.2 ties the output to the embeddings: torchtune refuses a LoRA output then.
   CHECK(refusal("model:\n  _component_: torchtune.models.llama3_2.lora_llama3_2_1b\n  lora_attn_modules: [q_proj]\n"
                 "  apply_lora_to_output: True\ntokenizer:\n  max_seq_len: 512\noptimizer:\n  _component_: torch.optim.AdamW\n")
@@ -176,10 +183,13 @@ TEST_CASE("what a torchtune config cannot say, or says wrongly, is refused by na
   REQUIRE_FALSE(nan.is_ok());
   CHECK(nan.message().find("model.lora_dropout: expected a number, got \".nan\"") != std::string::npos);
   // ~KEY removes a key, as torchtune's command line does.
-  Result<ConfigImport> removed =
-      import_torchtune_config(std::string(kMinimal) + "batch_size: 8\n", "c.yaml", {"~batch_size"}, RunSettings{});
-  REQUIRE(removed.is_ok());
-  CHECK(removed->settings.micro_batch == 1);
+  // The recipes have no default batch_size: without one (or null) torchtune stops.
+  CHECK(refusal(kMinimal, {"~batch_size"}).find("c.yaml: batch_size: expected a positive whole number "
+                                                "(torchtune's recipes have no default)") == 0);
+  CHECK(refusal(kMinimal, {"batch_size=null"}).find("c.yaml: batch_size: expected") == 0);
+  Result<ConfigImport> set = import_torchtune_config(kMinimal, "c.yaml", {"batch_size=8"}, RunSettings{});
+  REQUIRE(set.is_ok());
+  CHECK(set->settings.micro_batch == 8);
 }
 
 TEST_CASE("the distributed recipes' FSDP keys: FSDP2 sharding, CPU offload, no reshard after forward") {
