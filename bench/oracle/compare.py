@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 
 from flags import config_text, headroom_flags, model_path, refreshed_command  # noqa: E402
 from grid import expand_grid  # noqa: E402
-from report import write_atomically, write_report  # noqa: E402
+from report import read_rows, write_atomically, write_report  # noqa: E402
 
 GIB = 2 ** 30
 
@@ -160,8 +160,7 @@ def main() -> int:
     specs = [s for s in expand_grid(args.grid) if not args.only or args.only in s["name"]]
     started = time.time()
     if args.recorded:
-        with open(args.recorded) as f:
-            recorded = {r["name"]: r for r in json.load(f)}
+        recorded = {r["name"]: r for r in read_rows(args.recorded)}
         rows = [rerun_recorded(recorded[s["name"]], args.headroom) if s["name"] in recorded
                 else {"name": s["name"], "spec": s, "error": "not in the recorded runs"} for s in specs]
         return finish(rows, time.time() - started, args)

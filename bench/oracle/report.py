@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import tempfile
 
@@ -60,3 +62,10 @@ def write_atomically(path: str, text: str) -> None:
 
 def write_report(path: str, rows: list, totals: dict, grid: str) -> None:
     write_atomically(path, "\n".join(_lines(rows, totals, grid)))
+
+
+def read_rows(path: str) -> list:
+    """Rows a --json-out wrote, plain or gzipped (bench/oracle/recorded/grid-rows.json.gz)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)

@@ -18,6 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flags import refreshed_command  # noqa: E402
+from report import read_rows  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,8 +41,7 @@ def main() -> int:
     parser.add_argument("--headroom", default=os.path.join(ROOT, "build", "cli", "headroom"))
     parser.add_argument("--json-out")
     args = parser.parse_args()
-    with open(args.rows) as f:
-        rows = [r for r in json.load(f) if "error" not in r]
+    rows = [r for r in read_rows(args.rows) if "error" not in r]
     out = [repredict(r, args.headroom) for r in rows]
     for r in out:
         print(f"{r['name']:60s} oracle {r['oracle_bytes'] / 2**30:8.2f} GiB  headroom "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "graph/op_traits.h"
 #include "planner/mechanisms/trl_fused_head.h"
 
 namespace headroom::planner {
@@ -124,7 +125,7 @@ std::vector<int64_t> BackwardGradients::waiting_gradients(const graph::BlockStru
         inside = inside && index[static_cast<size_t>(c)] >= 0;
         last = std::max(last, index[static_cast<size_t>(c)]);
       }
-      if (!inside || graph_.nodes[static_cast<size_t>(block.nodes[static_cast<size_t>(last)])].op == "add") continue;
+      if (!inside || graph_.nodes[static_cast<size_t>(block.nodes[static_cast<size_t>(last)])].op == graph::op::kAdd) continue;
       for (int j = static_cast<int>(i) + 1; j < last; ++j) {
         const std::vector<int>& reads = analysis_.node_inputs[static_cast<size_t>(block.nodes[static_cast<size_t>(j)])];
         if (std::find(reads.begin(), reads.end(), t) == reads.end()) waiting[static_cast<size_t>(j)] += tensor_bytes_[t];
