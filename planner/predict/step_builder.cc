@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "planner/memory/allocator_rounding.h"
-#include "planner/memory/deepspeed_buckets.h"
 #include "planner/memory/state_bytes.h"
+#include "planner/predict/deepspeed_walk.h"
 #include "planner/settings/stack.h"
 
 namespace headroom::planner {
@@ -79,26 +79,6 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   }
 }
 
-// ZeRO-1/2's reduce buckets (deepspeed_backward_bucket_bytes) exist from the first
-// gradient hook to the end of backward: from the first block backward reaches that
-// makes a gradient (lm_head's, or under LoRA the last layer's adapters), after its
-// nodes without gradients (the loss). Priced as gradients, as the oracle sees them.
-void add_backward_buckets(int64_t buckets, const ModelStates& states, StepModel& model) {
-  if (buckets == 0) return;
-  const size_t n = model.grads_bwd.size();
-  size_t first = n == 0 ? 0 : n - 1;  // no gradient on the GPU (offload): the head's hooks
-  for (size_t k = std::min(n, states.block_grads.size()); k-- > 0;) {
-    if (states.block_grads[k] > 0) {
-      first = k;
-      break;
-    }
-  }
-  for (size_t k = 0; k < n && k <= first; ++k) {
-    model.grads_bwd[k] += buckets;
-    if (k < first) model.grads_bwd_before[k] += buckets;
-  }
-}
-
 // DPO's reference (StackSpec::reference): a frozen copy adds its weights, in the
 // policy's dtype (DPOTrainer loads it with dtype=self.model.dtype), to what is
 // resident all step; a copy or the adapter-disabled base runs a reference forward.
@@ -140,7 +120,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   model.reentrant_recompute = resolve_stack(settings).top.recompute == Recompute::kBlockReentrant;
   const size_t n = model.blocks.size();
   set_gradients_by_block(out.states, config, model);
-  add_backward_buckets(deepspeed_backward_bucket_bytes(settings, config, accounting), out.states, model);
+  apply_deepspeed_gradients(context, settings, config, out.states, accounting, model);
   // zero_grad between the loss and backward(): the previous step's gradients live
   // through the first micro-step's forward (StackSpec::grads_through_forward).
   if (resolve_stack(settings).top.grads_through_forward) model.grads_fwd = std::max(model.grads_fwd, out.states.grads_full);

@@ -2,8 +2,10 @@
 // ZeRO section): always reduce_bucket_size elements of 16-bit gradients; at stages
 // 1/2 two under overlap_comm, made at the first gradient hook and freed at the end
 // of backward (stage_1_and_2.py setup_buckets, _release_ipg_buffers); at stage 3 one
-// for the whole run (stage3.py __init__). Stages 1/2 have no all-gather bucket. And
-// ZeRO-2's step holds three gradient partitions at once (stage_1_and_2.py step).
+// for the whole run (stage3.py __init__). Stages 1/2 have no all-gather bucket.
+// ZeRO-2's gradient partition appears at the first reduction (copy_grads_in_partition),
+// a tied weight's partial gradient waits for its last use, and the step holds three
+// gradient partitions at once (stage_1_and_2.py step). planner/predict/deepspeed_walk.cc.
 #include <doctest/doctest.h>
 
 #include "planner/memory/deepspeed_buckets.h"
@@ -52,13 +54,13 @@ GlobalConfig zero(int stage) {
   return config;
 }
 
-BuiltStep built(bool lora, int stage) {
+BuiltStep built(const graph::LayerGraph& graph, const RunSettings& settings) {
   ModelContext context;
-  context.graph = small_model(lora);
+  context.graph = graph;
   context.gpu.cublas_workspace_bytes = 0;
   StepProfile profile;
   profile.blocks.resize(context.graph.blocks.size());
-  return build_step(context, deepspeed(stage), zero(stage), profile, Accounting::kAllocated);
+  return build_step(context, settings, zero(settings.zero_stage), profile, Accounting::kAllocated);
 }
 
 TEST_CASE("ZeRO-2's two reduce buckets are reduce_bucket_size elements, live in backward only") {
@@ -78,22 +80,48 @@ TEST_CASE("ZeRO-3's one reduce bucket is reduce_bucket_size elements for the who
 }
 
 TEST_CASE("the walk holds ZeRO-2's buckets from the first gradient hook to the end of backward") {
-  const BuiltStep full = built(false, 2);
-  const int64_t grads = full.states.grads_full;
-  CHECK(full.model.grads_fwd == grads);
-  CHECK(full.model.grads_optimizer == grads);
+  // The model is smaller than the bucket: the gradient partition is made at the end of
+  // backward (copy_grads_in_partition at the epilogue's reduction), after the walk's blocks.
+  const BuiltStep full = built(small_model(false), deepspeed(2));
+  CHECK(full.model.grads_fwd == 0);
+  CHECK(full.model.grads_optimizer == full.states.grads_full);
   CHECK(full.model.base - full.states.params - full.states.optimizer - full.states.master == 0);
   // Full fine-tune: the head's lm_head gradient is the first hook; not before it (the loss).
-  CHECK(full.model.grads_bwd[3] == grads + 2 * kBucketBytes);
-  CHECK(full.model.grads_bwd_before[3] == grads);
-  CHECK(full.model.grads_bwd_before[0] == grads + 2 * kBucketBytes);
+  CHECK(full.model.grads_bwd[3] == 2 * kBucketBytes);
+  CHECK(full.model.grads_bwd_before[3] == 0);
+  CHECK(full.model.grads_bwd_before[0] == 2 * kBucketBytes);
   // LoRA: the frozen head makes no gradient; the hook fires in layers.1.
-  const BuiltStep lora = built(true, 2);
-  const int64_t adapters = lora.states.grads_full;
-  CHECK(lora.model.grads_bwd[3] == adapters);
-  CHECK(lora.model.grads_bwd_before[2] == adapters);
-  CHECK(lora.model.grads_bwd[2] == adapters + 2 * kBucketBytes);
-  CHECK(lora.model.grads_bwd_before[1] == adapters + 2 * kBucketBytes);
+  const BuiltStep lora = built(small_model(true), deepspeed(2));
+  CHECK(lora.model.grads_bwd[3] == 0);
+  CHECK(lora.model.grads_bwd_before[2] == 0);
+  CHECK(lora.model.grads_bwd[2] == 2 * kBucketBytes);
+  CHECK(lora.model.grads_bwd_before[1] == 2 * kBucketBytes);
+}
+
+TEST_CASE("ZeRO-2's gradient partition is made at the first reduction, when a gradient overflows the bucket") {
+  RunSettings settings = deepspeed(2);
+  settings.reduce_bucket_elements = 1 << 20;  // one block's weight: the head's fits, layers.1's does not
+  const BuiltStep step = built(small_model(false), settings);
+  const int64_t partition = step.states.grads_full;
+  const int64_t buckets = 2 * (int64_t{1} << 21);
+  REQUIRE(partition == 4 * (1 << 20));  // 4M elements' bf16 gradients over 2 ranks
+  CHECK(step.model.grads_fwd == 0);
+  CHECK(step.model.grads_bwd[3] == buckets);
+  CHECK(step.model.grads_bwd_before[2] == buckets);
+  CHECK(step.model.grads_bwd[2] == buckets + partition);
+  CHECK(step.model.grads_bwd_before[1] == buckets + partition);
+}
+
+TEST_CASE("a tied embedding's partial gradient is held from the head's backward to the embedding's under ZeRO-2") {
+  graph::LayerGraph graph = small_model(false);
+  graph.nodes[3].params[0].tied_to = graph.nodes[0].params[0].name;  // lm_head ties the embedding
+  const BuiltStep step = built(graph, deepspeed(2));
+  const int64_t tied = (1 << 20) * 2;  // the full bf16 gradient, not the rank's partition
+  CHECK(step.model.grads_bwd_before[3] == 0);
+  CHECK(step.model.grads_bwd[3] == 2 * kBucketBytes + tied);
+  CHECK(step.model.grads_bwd[1] == 2 * kBucketBytes + tied);
+  CHECK(step.model.grads_bwd_before[0] == 2 * kBucketBytes + tied);  // summed in its backward
+  CHECK(step.model.grads_fwd == 0);
 }
 
 TEST_CASE("ZeRO-2's step holds a flattened 16-bit copy and an fp32 cast beside the gradient partition") {
