@@ -20,6 +20,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,11 +108,24 @@ def compare_one(spec: dict, truth: dict, seconds: float, headroom: str) -> dict:
     return row
 
 
+def restore_config_file(command: list, text) -> None:
+    """The config file a recorded command names (a DeepSpeed JSON, a torchtune YAML) lives
+    in the temporary folder of the machine that recorded it: write it again from the row."""
+    if text is None:
+        return
+    for arg in command:
+        if os.path.dirname(arg) == os.path.join(tempfile.gettempdir(), "headroom-oracle") and not os.path.exists(arg):
+            os.makedirs(os.path.dirname(arg), exist_ok=True)
+            with open(arg, "w") as f:
+                f.write(text)
+
+
 def rerun_recorded(row: dict, headroom: str) -> dict:
     """A recorded row with headroom's side predicted again by `headroom` (its oracle side kept)."""
     if "error" in row:
         return row
     command = refreshed_command(row)
+    restore_config_file(command, row.get("config_text"))
     guess = predict_command([headroom, *command[1:]])
     if "error" in guess:
         return dict(row, error=guess["error"])

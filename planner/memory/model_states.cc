@@ -6,6 +6,7 @@
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/memory/allocator_rounding.h"
+#include "planner/memory/deepspeed_buckets.h"
 #include "planner/memory/fsdp_units.h"
 #include "planner/memory/optimizer_step.h"
 #include "planner/settings/stack.h"
@@ -354,28 +355,19 @@ void close_fsdp_grads(StateWalk& w) {
   out.grads_full += out.root_sharded_grads;
 }
 
-// DeepSpeed's communication buffers: the reduce bucket, the stage 1/2
-// all-gather bucket, and ZeRO-3's gathered and prefetched parameters.
+// DeepSpeed's communication buffers: the reduce bucket and ZeRO-3's gathered and
+// prefetched parameters. Stages 1 and 2 have no all-gather bucket: the updated
+// partitions are gathered into the model's own flat 16-bit groups
+// (runtime/utils.py all_gather_dp_groups, all_gather_into_tensor_dp_groups), so
+// allgather_bucket_size allocates nothing (DeepSpeed 0.19.8).
 void add_deepspeed_buffers(StateWalk& w) {
   ModelStates& out = w.out;
   const RunSettings& settings = w.settings;
-  const int64_t grad_width = grad_bytes_per_element(w.precision);
-  if ((w.shard_grads && !w.fsdp) || (!w.optimizer_on_gpu && !w.torchao_offload && !w.fsdp)) {
-    // DeepSpeed's reduce bucket (reduce_bucket_size elements, 16-bit) holds
-    // gradients while they are reduced/partitioned or copied to the host. At
-    // stages 1 and 2 backward() allocates it twice under overlap_comm, "double
-    // buffers to avoid data access conflict" (runtime/zero/stage_1_and_2.py,
-    // ipg_buffer buf_0 and buf_1, with contiguous_gradients, its default).
-    const int64_t bucket = std::min(settings.reduce_bucket_elements, w.trainable_bytes_16) * grad_width;
-    const bool double_buffered = settings.overlap_comm && w.config.zero_stage <= 2 && !shards_with_fsdp(settings);
-    out.comm_buckets += (double_buffered ? 2 : 1) * w.account_bytes(bucket);
-    if (!w.optimizer_on_gpu) out.grads_full = 0;
-  }
-  if (w.config.zero_stage >= 1 && w.world > 1 && !w.shard_params) {
-    // Stage 1/2 all-gather updated 16-bit parameters in allgather_bucket_size chunks.
-    const int64_t bucket = std::min(settings.allgather_bucket_elements, out.total_params) * 2;
-    out.comm_buckets += w.account_bytes(bucket);
-  }
+  // The reduce bucket (deepspeed_buckets.h): ZeRO-3's lives all run; ZeRO-1/2's
+  // only in backward, which the step walk prices (step_builder.cc add_backward_buckets).
+  const int64_t bucket = deepspeed_reduce_bucket_bytes(settings, w.config, w.accounting);
+  if (deepspeed_backward_bucket_bytes(settings, w.config, w.accounting) == 0) out.comm_buckets += bucket;
+  if (bucket > 0 && !w.optimizer_on_gpu) out.grads_full = 0;
   if (w.shard_params && !w.fsdp) {
     // ZeRO-3 gathers the parameters of the block being computed and prefetches the
     // next (stage3_prefetch_bucket_size), never beyond stage3_max_live_parameters.
@@ -449,6 +441,18 @@ void add_unsynced_grads(StateWalk& w) {
   for (int64_t bytes : out.unsynced_block_grads) out.unsynced_grads += bytes;
 }
 
+// DeepSpeed ZeRO-2's step on the GPU (stage_1_and_2.py step, DeepSpeed 0.19.8):
+// flatten(averaged_gradients) copies the 16-bit gradient partition and .to(fp32)
+// converts that copy, while the partition copy_grads_in_partition made (grads_full)
+// is still held: three partitions at once, two of them priced here.
+int64_t zero2_step_grad_copies(const StateWalk& w) {
+  if (!w.flat_partitions || !w.shard_grads || w.shard_params || !w.optimizer_on_gpu) return 0;
+  const int64_t grad_width = grad_bytes_per_element(w.precision);
+  const int64_t partition = ceil_div(w.out.trainable_params, w.world);
+  // An fp32 partition's .to(fp32) is the same tensor: only the flattened copy.
+  return w.account_bytes(partition * grad_width) + (grad_width < 4 ? w.account_bytes(partition * 4) : 0);
+}
+
 // optimizer.step()'s temporaries, optimizer-in-backward, and when the states are made.
 void add_optimizer_step(StateWalk& w) {
   ModelStates& out = w.out;
@@ -472,7 +476,7 @@ void add_optimizer_step(StateWalk& w) {
         w.account_bytes(std::min(partition, w.settings.sub_group_elements) * per_element);
   }
   const OptimizerStepMemory step_memory = optimizer_step_memory(step);
-  out.step_transient = step_memory.step_transient;
+  out.step_transient = step_memory.step_transient + zero2_step_grad_copies(w);
   out.grads_in_backward = step_memory.in_backward;
   out.in_backward_bytes = step_memory.in_backward_bytes;
   out.step_transient_tensors = step_memory.step_transient_tensors;

@@ -4,6 +4,7 @@
 
 #include "planner/memory/allocator_rounding.h"
 #include "planner/memory/state_bytes.h"
+#include "planner/predict/deepspeed_walk.h"
 #include "planner/settings/stack.h"
 
 namespace headroom::planner {
@@ -119,6 +120,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   model.reentrant_recompute = resolve_stack(settings).top.recompute == Recompute::kBlockReentrant;
   const size_t n = model.blocks.size();
   set_gradients_by_block(out.states, config, model);
+  apply_deepspeed_gradients(context, settings, config, out.states, accounting, model);
   // zero_grad between the loss and backward(): the previous step's gradients live
   // through the first micro-step's forward (StackSpec::grads_through_forward).
   if (resolve_stack(settings).top.grads_through_forward) model.grads_fwd = std::max(model.grads_fwd, out.states.grads_full);

@@ -5,6 +5,7 @@
 
 #include "planner/mechanisms/autocast.h"
 #include "planner/memory/allocator_rounding.h"
+#include "planner/memory/deepspeed_buckets.h"
 #include "planner/settings/run_gpu.h"
 #include "planner/time/fsdp2_stream_copies.h"
 
@@ -223,6 +224,11 @@ void StepSimulator::backward_node(int n, int block) {
     }
   }
   const size_t grads_before = param_grads_.size();
+  // ZeRO-1/2 make their reduce buckets at the first gradient hook (deepspeed_buckets.h).
+  if (backward_buckets_ < 0 && an_.needs_param_grad[n]) {
+    const int64_t buckets = deepspeed_backward_bucket_bytes(settings_, config_, Accounting::kAllocated);
+    if (buckets > 0) backward_buckets_ = alloc(buckets, "gradients");
+  }
   const ParamGradWork work = start_param_grads(node);
   const int64_t workspace = node.backward_workspace().at(batch_, seq_);
   const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
@@ -306,6 +312,8 @@ void StepSimulator::micro_step() {
   for (int64_t handle : held_grads_) release(handle);  // the previous step's, freed before backward()
   held_grads_.clear();
   for (int b = blocks - 1; b >= 0; --b) backward_block(b);
+  release(backward_buckets_);  // independent_gradient_partition_epilogue
+  backward_buckets_ = -1;
   reshard_root();
   for (int64_t handle : offload_shards_) release(handle);  // no root: the last unit's callback
   offload_shards_.clear();

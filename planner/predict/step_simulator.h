@@ -192,6 +192,7 @@ class StepSimulator {
   std::deque<int> input_stash_;                        // checkpointed blocks whose inputs are still on the GPU
   std::vector<bool> inputs_on_host_;                   // per block: its checkpoint inputs were evicted
   std::vector<int64_t> param_grads_;                   // progressive gradient handles
+  int64_t backward_buckets_ = -1;  // ZeRO-1/2 reduce buckets, first gradient hook to end of backward
   std::set<int> sharded_made_;                          // FSDP units (-1: the root) whose sharded gradient exists
   CachingAllocatorModel allocator_;
   std::unordered_map<int64_t, std::pair<int64_t, int>> live_;

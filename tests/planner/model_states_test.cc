@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "planner/memory/allocator_rounding.h"
+#include "planner/memory/deepspeed_buckets.h"
 #include "planner/memory/model_states.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/predict/planner.h"
@@ -97,11 +98,11 @@ TEST_CASE("CPU optimizer offload moves states, master weights and gradients to t
   // ZeRO-Offload: fp32 master (4) + Adam states (8) + fp32 gradients (4) per parameter on the host.
   CHECK(states.host_offload == 16'000'000'000);
   // The reduce bucket stays on the GPU: 5e8 elements of 16-bit gradients, twice
-  // under overlap_comm (stage_1_and_2.py backward: ipg_buffer buf_0 and buf_1).
-  CHECK(states.comm_buckets == 2'000'000'000);
+  // under overlap_comm (stage_1_and_2.py setup_buckets: buf_0 and buf_1), in backward only.
+  CHECK(deepspeed_backward_bucket_bytes(settings, config, Accounting::kAllocated) == 2'000'000'000);
+  CHECK(states.comm_buckets == 0);
   settings.overlap_comm = false;
-  CHECK(model_states(one_tensor_model(1'000'000'000), settings, config, Accounting::kAllocated).comm_buckets ==
-        1'000'000'000);
+  CHECK(deepspeed_backward_bucket_bytes(settings, config, Accounting::kAllocated) == 1'000'000'000);
 }
 
 TEST_CASE("frozen parameters carry no gradient, optimizer state or master copy") {
@@ -193,8 +194,9 @@ TEST_CASE("DeepSpeed ZeRO-3 copies a sub-group's gradient partition to fp32 at t
   settings.stack = Stack::kTorchtitan;  // FSDP2 reduce-scatters into fp32 shards
   CHECK(model_states(model, settings, config, Accounting::kAllocated).step_transient == 0);
   settings.stack = Stack::kDeepspeed;
-  config.zero_stage = 2;
-  CHECK(model_states(model, settings, config, Accounting::kAllocated).step_transient == 0);
+  config.zero_stage = 2;  // the whole partition at once, whatever sub_group_size (deepspeed_buckets_test.cc)
+  settings.sub_group_elements = 100'000'000;
+  CHECK(model_states(model, settings, config, Accounting::kAllocated).step_transient == 21'000'000'000);
   config.zero_stage = 3;
   config.offload_optimizer = Offload::kCpu;  // the fp32 copy is on the host
   CHECK(model_states(model, settings, config, Accounting::kAllocated).step_transient == 0);

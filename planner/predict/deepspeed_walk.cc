@@ -1,0 +1,92 @@
+#include "planner/predict/deepspeed_walk.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "planner/memory/deepspeed_buckets.h"
+#include "planner/settings/stack.h"
+
+namespace headroom::planner {
+
+namespace {
+
+// The first block backward reaches that makes a gradient: lm_head's, or under LoRA
+// the last layer's adapters; the head when none is on the GPU (offload).
+size_t first_gradient_block(const ModelStates& states, size_t n) {
+  for (size_t k = std::min(n, states.block_grads.size()); k-- > 0;) {
+    if (states.block_grads[k] > 0) return k;
+  }
+  return n == 0 ? 0 : n - 1;
+}
+
+// ZeRO-1/2's reduce buckets exist from the first gradient hook (setup_buckets) to the
+// end of backward (_release_ipg_buffers): from the first block that makes a gradient,
+// after its nodes without one (the loss). Gradients, as the oracle sees them.
+void add_backward_buckets(int64_t buckets, const ModelStates& states, StepModel& model) {
+  if (buckets == 0) return;
+  const size_t n = model.grads_bwd.size();
+  const size_t first = first_gradient_block(states, n);
+  for (size_t k = 0; k < n && k <= first; ++k) {
+    model.grads_bwd[k] += buckets;
+    if (k < first) model.grads_bwd_before[k] += buckets;
+  }
+}
+
+// ZeRO-2's 16-bit gradient partition: copy_grads_in_partition makes it (torch.empty when
+// grads_in_partition is None) at the first reduction, when a gradient no longer fits
+// the bucket (reduce_independent_p_g_buckets_and_remove_grads), else at the end of
+// backward; step() frees it (averaged_gradients[i] = None). Not in forward then.
+void delay_gradient_partition(const RunSettings& settings, const ModelStates& states, StepModel& model) {
+  const int64_t partition = states.grads_full;
+  const int64_t bucket = settings.reduce_bucket_elements * grad_bytes_per_element(settings.precision);
+  model.grads_fwd = std::max<int64_t>(0, model.grads_fwd - partition);
+  int64_t reached = 0;
+  for (size_t k = model.grads_bwd.size(); k-- > 0;) {
+    reached += k < states.block_grads.size() ? states.block_grads[k] : 0;
+    model.grads_bwd_before[k] -= partition;
+    if (reached > bucket) return;  // made during block k's backward
+    model.grads_bwd[k] -= partition;
+  }
+}
+
+// A weight used by several blocks (tied embeddings): autograd sums its gradient at the
+// last use backward reaches. The first use's partial is held from its block's backward
+// to the last use's (mm, then embedding_dense_backward and their add: three at once);
+// ZeRO's hook copies it into the bucket only then.
+void hold_tied_partials(const ModelContext& context, const RunSettings& settings, Accounting accounting,
+                        StepModel& model) {
+  std::map<std::string, std::pair<int, int>> blocks;  // owner -> (last use in backward, first)
+  std::map<std::string, int64_t> bytes;
+  for (const graph::Node& node : context.graph.nodes) {
+    for (const graph::Param& param : node.params) {
+      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+      const auto [it, fresh] = blocks.try_emplace(owner, node.block, node.block);
+      it->second = {std::min(it->second.first, node.block), std::max(it->second.second, node.block)};
+      if (param.tied_to.empty() && param.trainable) bytes[owner] = account(grad_bytes(param, settings.precision), accounting);
+    }
+  }
+  for (const auto& [owner, span] : blocks) {
+    const auto held = bytes.find(owner);
+    if (held == bytes.end() || span.first == span.second) continue;
+    for (int k = span.first; k <= span.second && k < static_cast<int>(model.grads_bwd.size()); ++k) {
+      model.grads_bwd[k] += held->second;
+      if (k < span.second) model.grads_bwd_before[k] += held->second;
+    }
+  }
+}
+
+}  // namespace
+
+void apply_deepspeed_gradients(const ModelContext& context, const RunSettings& settings,
+                               const GlobalConfig& config, const ModelStates& states,
+                               Accounting accounting, StepModel& model) {
+  add_backward_buckets(deepspeed_backward_bucket_bytes(settings, config, accounting), states, model);
+  const bool zero2_on_gpu = config.zero_stage == 2 && !shards_with_fsdp(settings) &&
+                            config.offload_optimizer == Offload::kNone && through_deepspeed_engine(settings);
+  if (!zero2_on_gpu || config.grad_accum != 1 || states.grads_in_backward) return;
+  delay_gradient_partition(settings, states, model);
+  hold_tied_partials(context, settings, accounting, model);
+}
+
+}  // namespace headroom::planner

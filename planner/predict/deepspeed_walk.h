@@ -1,0 +1,18 @@
+// DeepSpeed ZeRO-1/2's gradients in the step walk as DeepSpeed 0.19.8 makes them
+// (docs/stacks.md, "DeepSpeed's ZeRO buffers"): the reduce buckets from the first
+// gradient hook to the end of backward, ZeRO-2's gradient partition from the first
+// reduction, and a tied weight's partial gradient until its last use's backward.
+#pragma once
+
+#include "planner/memory/model_states.h"
+#include "planner/predict/model_context.h"
+#include "planner/predict/step_model.h"
+
+namespace headroom::planner {
+
+// Adds them to model.grads_bwd / grads_bwd_before / grads_fwd, set by the step builder.
+void apply_deepspeed_gradients(const ModelContext& context, const RunSettings& settings,
+                               const GlobalConfig& config, const ModelStates& states,
+                               Accounting accounting, StepModel& model);
+
+}  // namespace headroom::planner
