@@ -364,7 +364,7 @@ void add_deepspeed_buffers(StateWalk& w) {
   ModelStates& out = w.out;
   const RunSettings& settings = w.settings;
   // The reduce bucket (deepspeed_buckets.h): ZeRO-3's lives all run; ZeRO-1/2's
-  // only in backward, which the step walk prices (step_builder.cc add_backward_buckets).
+  // only in backward, which the step walk prices (predict/deepspeed_walk.cc add_backward_buckets).
   const int64_t bucket = deepspeed_reduce_bucket_bytes(settings, w.config, w.accounting);
   if (deepspeed_backward_bucket_bytes(settings, w.config, w.accounting) == 0) out.comm_buckets += bucket;
   if (bucket > 0 && !w.optimizer_on_gpu) out.grads_full = 0;

@@ -26,8 +26,8 @@ struct MemoryBreakdown {
   // Saved for backward: earlier blocks' saves, the block in flight's still held,
   // checkpointed blocks' inputs, and persistent inputs.
   int64_t activations = 0;
-  // In flight: the block's intermediates and recompute, gradients not yet
-  // accumulated, autocast's cached casts, offload copies.
+  // In flight: the block's intermediates and recompute, the gradients of its
+  // tensors, autocast's cached casts, offload copies.
   int64_t transient = 0;
   int64_t allocator = 0;        // pool slack and simulated fragmentation of the caching allocator
   // bitsandbytes paged optimizer states: CUDA unified memory outside the caching

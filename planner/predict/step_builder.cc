@@ -117,13 +117,14 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   // activation offload would compete for it, which this model does not price.
   model.allow_offload = settings.allow_activation_offload && config.offload_param == Offload::kNone;
   if (settings.offload_checkpoint_inputs) model.checkpoint_stash = kCheckpointOffloadStash;
-  model.reentrant_recompute = resolve_stack(settings).top.recompute == Recompute::kBlockReentrant;
+  const StackSpec stack = resolve_stack(settings).top;
+  model.reentrant_recompute = stack.recompute == Recompute::kBlockReentrant;
   const size_t n = model.blocks.size();
   set_gradients_by_block(out.states, config, model);
   apply_deepspeed_gradients(context, settings, config, out.states, accounting, model);
   // zero_grad between the loss and backward(): the previous step's gradients live
   // through the first micro-step's forward (StackSpec::grads_through_forward).
-  if (resolve_stack(settings).top.grads_through_forward) model.grads_fwd = std::max(model.grads_fwd, out.states.grads_full);
+  if (stack.grads_through_forward) model.grads_fwd = std::max(model.grads_fwd, out.states.grads_full);
   model.gathered_fwd = out.states.gathered_fwd_block;
   model.gathered_bwd = out.states.gathered_bwd_block;
   model.gathered_bwd_before = out.states.gathered_bwd_before_block;
