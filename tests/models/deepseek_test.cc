@@ -7,16 +7,18 @@
 
 #include <cmath>
 #include <fstream>
-#include <set>
 #include <string>
 #include <nlohmann/json.hpp>
 
 #include "models/deepseek.h"
 #include "models/hf_fields.h"
 #include "models/hf_import.h"
+#include "saved_bytes.h"
 
 namespace headroom::models {
 namespace {
+
+using testing::saved_bytes_under;
 
 const std::string kData = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
 
@@ -32,21 +34,6 @@ DeepseekConfig read(const std::string& name) {
   Result<DeepseekConfig> config = read_deepseek_config(fields, json.at("model_type").get<std::string>());
   REQUIRE_MESSAGE(config.is_ok(), config.message());
   return config.value();
-}
-
-// Bytes `prefix`'s nodes keep with every save active, each tensor once, unset dtypes bf16.
-int64_t saved_bytes_under(const graph::LayerGraph& g, const std::string& prefix, int64_t batch, int64_t seq) {
-  std::set<std::string> seen;
-  int64_t total = 0;
-  for (const graph::Node& node : g.nodes) {
-    if (!node.name.starts_with(prefix)) continue;
-    for (const graph::SavedRef& saved : node.saves) {
-      if (!seen.insert(saved.tensor).second) continue;
-      const graph::Tensor* t = g.find_tensor(saved.tensor);
-      total += graph::dtype_bytes(t->dtype.value_or(graph::DType::kBF16), t->elements.at(batch, seq));
-    }
-  }
-  return total;
 }
 
 std::string refusal(const nlohmann::json& config) {
@@ -125,7 +112,9 @@ TEST_CASE("MLA's attention FLOPs use q and k's 192 and v's 128 channels") {
   CHECK(sdpa->fwd_flops.at(1, 512) == int64_t{512} * 512 * 16 * (192 + 128));
   CHECK(sdpa->bwd_input_flops.at(1, 512) == int64_t{512} * 512 * 16 * (192 + 128) * 5 / 2);
   // Eager multiplies the whole S x S square: QK^T at 2 x 192 per score and head.
-  Result<HfModel> eager_model = load_hf_model(kData + "deepseek-v2-lite-2l", ZooOptions{AttentionImpl::kEager});
+  ZooOptions eager;
+  eager.attention = AttentionImpl::kEager;
+  Result<HfModel> eager_model = load_hf_model(kData + "deepseek-v2-lite-2l", eager);
   REQUIRE(eager_model.is_ok());
   for (const graph::Node& node : eager_model->graph.nodes) {
     if (node.name == "model.layers.0.self_attn.qk") CHECK(node.fwd_flops.at(1, 512) == int64_t{512} * 512 * 16 * 2 * 192);

@@ -4,16 +4,18 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <set>
 #include <string>
 #include <nlohmann/json.hpp>
 
 #include "models/hf_import.h"
+#include "saved_bytes.h"
 #include "models/llama.h"
 #include "models/moe.h"
 
 namespace headroom::models {
 namespace {
+
+using testing::saved_bytes_under;
 
 const std::string kData = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
 
@@ -28,21 +30,6 @@ graph::LayerGraph load(const std::string& name) {
 void check_billions(const std::string& what, int64_t count, double published) {
   const double billions = static_cast<double>(count) / 1e9;
   CHECK_MESSAGE(std::abs(billions - published) < 0.06, what, ": ", count);
-}
-
-// Bytes `prefix`'s nodes keep with every save active, each tensor once, unset dtypes bf16.
-int64_t saved_bytes_under(const graph::LayerGraph& g, const std::string& prefix, int64_t batch, int64_t seq) {
-  std::set<std::string> seen;
-  int64_t total = 0;
-  for (const graph::Node& node : g.nodes) {
-    if (!node.name.starts_with(prefix)) continue;
-    for (const graph::SavedRef& saved : node.saves) {
-      if (!seen.insert(saved.tensor).second) continue;
-      const graph::Tensor* t = g.find_tensor(saved.tensor);
-      total += graph::dtype_bytes(t->dtype.value_or(graph::DType::kBF16), t->elements.at(batch, seq));
-    }
-  }
-  return total;
 }
 
 std::string refusal(nlohmann::json config) {

@@ -18,12 +18,13 @@ inline int block_index(const graph::LayerGraph& g, const std::string& name) {
   return -1;
 }
 
-// Saved bytes of block `block` at (batch, seq), unset dtypes as bf16.
-inline int64_t saved_bytes(const graph::LayerGraph& g, int block, int64_t batch, int64_t seq) {
+// Saved bytes of the nodes `keeps` accepts at (batch, seq), unset dtypes as bf16.
+template <typename NodeFilter>
+int64_t saved_bytes_of(const graph::LayerGraph& g, NodeFilter keeps, int64_t batch, int64_t seq) {
   std::set<std::string> seen;
   int64_t total = 0;
   for (const graph::Node& node : g.nodes) {
-    if (node.block != block) continue;
+    if (!keeps(node)) continue;
     for (const graph::SavedRef& saved : node.saves) {
       if (!seen.insert(saved.tensor).second) continue;
       const graph::Tensor* t = g.find_tensor(saved.tensor);
@@ -31,6 +32,16 @@ inline int64_t saved_bytes(const graph::LayerGraph& g, int block, int64_t batch,
     }
   }
   return total;
+}
+
+// Saved bytes of block `block` at (batch, seq), unset dtypes as bf16.
+inline int64_t saved_bytes(const graph::LayerGraph& g, int block, int64_t batch, int64_t seq) {
+  return saved_bytes_of(g, [block](const graph::Node& node) { return node.block == block; }, batch, seq);
+}
+
+// Saved bytes of the nodes whose names start with `prefix` (one layer's attention).
+inline int64_t saved_bytes_under(const graph::LayerGraph& g, const std::string& prefix, int64_t batch, int64_t seq) {
+  return saved_bytes_of(g, [&prefix](const graph::Node& node) { return node.name.starts_with(prefix); }, batch, seq);
 }
 
 // The symbolic sum of saved elements of one block (all dtypes counted alike).

@@ -37,20 +37,14 @@ TEST_CASE("torchtune Llama 3.2 1B full at 2 x 2048: the peak is the chunked loss
 }
 
 RunSettings vit_lora_128(Precision precision, CheckpointPolicy checkpointing) {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/vit-base-patch16-224/config.json";
-  s.gpu = "h200";
+  RunSettings s = hf_vit_b16(TrainMode::kLora);
   s.precision = precision;
-  s.stack = Stack::kHfTrainer;
-  s.mode = TrainMode::kLora;
   s.lora.targets = {"query", "value"};
   s.lora.dropout = 0.05;
   s.train_patterns = {"classifier"};
   s.micro_batch = 128;
-  s.resolution = 224;
   s.checkpointing = checkpointing;
   s.optimizer_impl = OptimizerImpl::kFused;
-  s.versions["transformers"] = "5.23.0";
   return s;
 }
 

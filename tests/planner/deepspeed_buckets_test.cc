@@ -12,6 +12,7 @@
 #include "planner/memory/model_states.h"
 #include "planner/predict/model_context.h"
 #include "planner/predict/step_builder.h"
+#include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
 namespace {
@@ -48,35 +49,29 @@ RunSettings deepspeed(int stage) {
   return settings;
 }
 
-GlobalConfig zero(int stage) {
-  GlobalConfig config;
-  config.zero_stage = stage;
-  return config;
-}
-
 BuiltStep built(const graph::LayerGraph& graph, const RunSettings& settings) {
   ModelContext context;
   context.graph = graph;
   context.gpu.cublas_workspace_bytes = 0;
   StepProfile profile;
   profile.blocks.resize(context.graph.blocks.size());
-  return build_step(context, settings, zero(settings.zero_stage), profile, Accounting::kAllocated);
+  return build_step(context, settings, zero_stage(settings.zero_stage), profile, Accounting::kAllocated);
 }
 
 TEST_CASE("ZeRO-2's two reduce buckets are reduce_bucket_size elements, live in backward only") {
-  const ModelStates states = model_states(small_model(false), deepspeed(2), zero(2), Accounting::kAllocated);
+  const ModelStates states = model_states(small_model(false), deepspeed(2), zero_stage(2), Accounting::kAllocated);
   // A 4M-element model still gets 5e8 elements in each.
-  CHECK(deepspeed_backward_bucket_bytes(deepspeed(2), zero(2), Accounting::kAllocated) == 2 * kBucketBytes);
+  CHECK(deepspeed_backward_bucket_bytes(deepspeed(2), zero_stage(2), Accounting::kAllocated) == 2 * kBucketBytes);
   CHECK(states.comm_buckets == 0);  // none all run, and no all-gather bucket (all_gather_dp_groups)
   RunSettings one = deepspeed(2);
   one.overlap_comm = false;
-  CHECK(deepspeed_backward_bucket_bytes(one, zero(2), Accounting::kAllocated) == kBucketBytes);
+  CHECK(deepspeed_backward_bucket_bytes(one, zero_stage(2), Accounting::kAllocated) == kBucketBytes);
 }
 
 TEST_CASE("ZeRO-3's one reduce bucket is reduce_bucket_size elements for the whole run") {
-  const ModelStates states = model_states(small_model(true), deepspeed(3), zero(3), Accounting::kAllocated);
+  const ModelStates states = model_states(small_model(true), deepspeed(3), zero_stage(3), Accounting::kAllocated);
   CHECK(states.comm_buckets == kBucketBytes);
-  CHECK(deepspeed_backward_bucket_bytes(deepspeed(3), zero(3), Accounting::kAllocated) == 0);
+  CHECK(deepspeed_backward_bucket_bytes(deepspeed(3), zero_stage(3), Accounting::kAllocated) == 0);
 }
 
 TEST_CASE("the walk holds ZeRO-2's buckets from the first gradient hook to the end of backward") {
@@ -127,12 +122,12 @@ TEST_CASE("a tied embedding's partial gradient is held from the head's backward 
 TEST_CASE("ZeRO-2's step holds a flattened 16-bit copy and an fp32 cast beside the gradient partition") {
   RunSettings settings = deepspeed(2);
   settings.optimizer_impl = OptimizerImpl::kFused;  // no torch temporaries of its own
-  const ModelStates states = model_states(small_model(false), settings, zero(2), Accounting::kAllocated);
+  const ModelStates states = model_states(small_model(false), settings, zero_stage(2), Accounting::kAllocated);
   const int64_t partition = 4 * (1 << 20) / 2;  // the model's 4M trainable elements over 2 ranks
   CHECK(states.grads_full == partition * 2);   // copy_grads_in_partition's, held to the step
   CHECK(states.step_transient == partition * 2 + partition * 4);  // flatten(), then .to(fp32)
     settings.precision = Precision::kFp32;  // an fp32 partition's cast is itself: one copy
-  CHECK(model_states(small_model(false), settings, zero(2), Accounting::kAllocated).step_transient == partition * 4);
+  CHECK(model_states(small_model(false), settings, zero_stage(2), Accounting::kAllocated).step_transient == partition * 4);
 }
 
 }  // namespace

@@ -137,22 +137,8 @@ TEST_CASE("BertOutput holds the GELU output through its LayerNorm") {
   CHECK(held.blocks[block].keep == let_go.blocks[block].keep);  // a hold saves nothing
 }
 
-// ViT-B/16 at 224 px under the Trainer's bf16, B = 32.
-RunSettings vit_trainer(TrainMode mode) {
-  RunSettings s;
-  s.model = hf_model("vit-base-patch16-224");
-  s.gpu = "h200";
-  s.precision = Precision::kBf16Pure;
-  s.stack = Stack::kHfTrainer;
-  s.mode = mode;
-  s.micro_batch = 32;
-  s.resolution = 224;
-  s.versions["transformers"] = "5.23.0";
-  return s;
-}
-
 TEST_CASE("HF image models take fp32 pixel_values, and the patch conv keeps its bf16 copy") {
-  const Result<ModelContext> context = prepare_context(vit_trainer(TrainMode::kFull));
+  const Result<ModelContext> context = prepare_context(hf_vit_b16(TrainMode::kFull));
   REQUIRE(context.is_ok());
   CHECK(tensor_named(context->graph, "pixel_values").dtype == graph::DType::kF32);
   const StepProfile profile = profile_of(context.value(), 32, context->seq_len);
@@ -168,7 +154,7 @@ TEST_CASE("HF image models take fp32 pixel_values, and the patch conv keeps its 
 }
 
 TEST_CASE("a ViT's adapters under reentrant checkpointing: the answer says they would get no gradient") {
-  RunSettings s = vit_trainer(TrainMode::kLora);
+  RunSettings s = hf_vit_b16(TrainMode::kLora);
   s.lora.targets = {"query", "value"};
   s.checkpointing = CheckpointPolicy::kEveryBlock;
   const Result<ModelContext> vit = prepare_context(s);
@@ -189,9 +175,9 @@ TEST_CASE("a ViT's adapters under reentrant checkpointing: the answer says they 
 }
 
 TEST_CASE("transformers 5.x ViT names select the same LoRA targets as 4.x's") {
-  RunSettings renamed = vit_trainer(TrainMode::kLora);
+  RunSettings renamed = hf_vit_b16(TrainMode::kLora);
   renamed.lora.targets = {"q_proj", "v_proj"};
-  RunSettings old_names = vit_trainer(TrainMode::kLora);
+  RunSettings old_names = hf_vit_b16(TrainMode::kLora);
   old_names.lora.targets = {"query", "value"};
   const Result<ModelContext> a = prepare_context(renamed);
   const Result<ModelContext> b = prepare_context(old_names);
@@ -200,7 +186,7 @@ TEST_CASE("transformers 5.x ViT names select the same LoRA targets as 4.x's") {
   // 12 layers x 2 linears x (r·768 + 768·r), r = 16.
   CHECK(a->graph.trainable_parameter_count() == b->graph.trainable_parameter_count());
   CHECK(a->graph.trainable_parameter_count() == 12 * 2 * 2 * 16 * 768);
-  RunSettings fc2 = vit_trainer(TrainMode::kLora);
+  RunSettings fc2 = hf_vit_b16(TrainMode::kLora);
   fc2.lora.targets = {"fc2"};
   const Result<ModelContext> c = prepare_context(fc2);
   REQUIRE(c.is_ok());

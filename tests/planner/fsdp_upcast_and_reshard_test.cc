@@ -52,12 +52,6 @@ RunSettings trainer_fsdp(Sharding sharding, TrainMode mode) {
   return settings;
 }
 
-GlobalConfig stage(int zero) {
-  GlobalConfig config;
-  config.zero_stage = zero;
-  return config;
-}
-
 constexpr int64_t kAll = kEmbed + 2 * kLayer + kHead;
 
 }  // namespace
@@ -66,7 +60,7 @@ TEST_CASE("Accelerate upcasts a bf16 model's trainable parameters to fp32 shards
   for (Sharding sharding : {Sharding::kFsdp2, Sharding::kFsdp1}) {
     const RunSettings settings = trainer_fsdp(sharding, TrainMode::kFull);
     CHECK(fsdp_upcasts_trainable(settings, 3));
-    const ModelStates states = model_states(model(false), settings, stage(3), Accounting::kAllocated);
+    const ModelStates states = model_states(model(false), settings, zero_stage(3), Accounting::kAllocated);
     // fp32 shards, fp32 sharded gradients and two fp32 AdamW states, no master copy.
     CHECK(states.params == kAll * 4 / 2);
     CHECK(states.grads_full == kAll * 4 / 2);
@@ -77,7 +71,7 @@ TEST_CASE("Accelerate upcasts a bf16 model's trainable parameters to fp32 shards
     // The plan's stage decides, not the user's: the search prices ZeRO-3 under settings at 0.
     RunSettings unsharded = settings;
     unsharded.zero_stage = 0;
-    CHECK(model_states(model(false), unsharded, stage(3), Accounting::kAllocated).params == kAll * 4 / 2);
+    CHECK(model_states(model(false), unsharded, zero_stage(3), Accounting::kAllocated).params == kAll * 4 / 2);
   }
 }
 
@@ -85,7 +79,7 @@ TEST_CASE("no upcast without mixed precision, outside the Trainer, for frozen we
   RunSettings no_mixed = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
   no_mixed.autocast = false;  // bf16=False: accelerate's mixed_precision "no"
   CHECK_FALSE(fsdp_upcasts_trainable(no_mixed, 3));
-  CHECK(model_states(model(false), no_mixed, stage(3), Accounting::kAllocated).params == kAll * 2 / 2);
+  CHECK(model_states(model(false), no_mixed, zero_stage(3), Accounting::kAllocated).params == kAll * 2 / 2);
   RunSettings torchtune = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
   torchtune.stack = Stack::kTorchtune;
   CHECK_FALSE(fsdp_upcasts_trainable(torchtune, 3));
@@ -95,7 +89,7 @@ TEST_CASE("no upcast without mixed precision, outside the Trainer, for frozen we
   CHECK(fsdp_upcasts_trainable(qlora, 3));
   // LoRA: the frozen bf16 weights stay bf16 shards; the fp32 adapters were fp32 already.
   const RunSettings lora = trainer_fsdp(Sharding::kFsdp2, TrainMode::kLora);
-  const ModelStates states = model_states(model(true), lora, stage(3), Accounting::kAllocated);
+  const ModelStates states = model_states(model(true), lora, zero_stage(3), Accounting::kAllocated);
   CHECK(states.params == (kAll * 2 + 2 * kAdapter * 4) / 2);
 }
 
@@ -107,7 +101,7 @@ TEST_CASE("FSDP at ZeRO-2 keeps each layer unsharded from its forward to its bac
   RunSettings deepspeed = settings;
   deepspeed.sharding = Sharding::kDeepspeed;
   CHECK_FALSE(fsdp_shards_params(deepspeed, 2));
-  const ModelStates states = model_states(model(false), settings, stage(2), Accounting::kAllocated);
+  const ModelStates states = model_states(model(false), settings, zero_stage(2), Accounting::kAllocated);
   // Sharded like ZeRO-3 (fp32 shards under the upcast), the root gathered all step.
   CHECK(states.params == kAll * 4 / 2);
   CHECK(states.gathered_params == (kEmbed + kHead) * 2);
@@ -175,12 +169,12 @@ TEST_CASE("the step walk carries the layers in flight block by block") {
 
 TEST_CASE("FSDP reduces a layer's gradients as its backward ends: nothing of it while the head runs") {
   const RunSettings settings = trainer_fsdp(Sharding::kFsdp2, TrainMode::kFull);
-  const ModelStates states = model_states(model(false), settings, stage(3), Accounting::kAllocated);
+  const ModelStates states = model_states(model(false), settings, zero_stage(3), Accounting::kAllocated);
   // bf16 unsharded gradients copied into a bf16 reduce-scatter input (reduce_dtype = param_dtype).
   CHECK(states.reduce_scatter_block == std::vector<int64_t>{0, kLayer * 4, kLayer * 4, 0});
   RunSettings fsdp1 = settings;
   fsdp1.sharding = Sharding::kFsdp1;
-  const ModelStates flat = model_states(model(false), fsdp1, stage(3), Accounting::kAllocated);
+  const ModelStates flat = model_states(model(false), fsdp1, zero_stage(3), Accounting::kAllocated);
   CHECK(flat.reduce_scatter_block[0] == 0);
   CHECK(flat.reduce_scatter_block[3] == 0);
   CHECK(flat.reduce_scatter_block[1] == flat.reduce_scatter_bytes);

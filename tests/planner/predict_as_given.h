@@ -26,6 +26,28 @@ inline RunSettings llama_lora(Stack stack) {
   return s;
 }
 
+// A GlobalConfig at ZeRO stage `stage`, everything else at its default.
+inline GlobalConfig zero_stage(int stage) {
+  GlobalConfig config;
+  config.zero_stage = stage;
+  return config;
+}
+
+// ViT-B/16 (its config.json) at 224 px under the Trainer's bf16 on an H200, B = 32,
+// transformers 5.23.0; `mode`'s defaults otherwise (LoRA's targets, what trains).
+inline RunSettings hf_vit_b16(TrainMode mode) {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/vit-base-patch16-224/config.json";
+  s.gpu = "h200";
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kHfTrainer;
+  s.mode = mode;
+  s.micro_batch = 32;
+  s.resolution = 224;
+  s.versions["transformers"] = "5.23.0";
+  return s;
+}
+
 // torchtune's full fine-tune of Llama 3.2 1B (its config.json: transformers'
 // Python RMSNorm) on an A100 80GB in pure bf16, B = 2, S = 1024.
 inline RunSettings torchtune_llama_1b(bool compile = false,

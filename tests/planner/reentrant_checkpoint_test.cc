@@ -19,19 +19,11 @@ namespace headroom::planner {
 namespace {
 
 RunSettings vit_lora(Recompute recompute) {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/vit-base-patch16-224/config.json";
-  s.gpu = "h200";
-  s.precision = Precision::kBf16Pure;
-  s.stack = Stack::kHfTrainer;
-  s.mode = TrainMode::kLora;
+  RunSettings s = hf_vit_b16(TrainMode::kLora);
   s.lora.targets = {"query", "value"};
   s.train_patterns = {"classifier"};
-  s.micro_batch = 32;
-  s.resolution = 224;
   s.checkpointing = CheckpointPolicy::kEveryBlock;
   s.recompute = recompute;
-  s.versions["transformers"] = "5.23.0";
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/configs/accelerate_import.h"
@@ -108,17 +109,29 @@ constexpr const char* kDdp =
     "num_processes: 4\n"
     "use_cpu: false\n";
 
-}  // namespace
+struct Patched {
+  Fixture f;
+  RecipePatch patch;
+  std::string after;  // the config with the patch applied
+};
 
-TEST_CASE("Accelerate FSDP1: the sharding strategy and checkpointing lines change, comments and other keys kept") {
-  Fixture f = fixture(kFsdp1);
+// `fsdp1`, a FULL_SHARD config, with the plan's ZeRO-2 and every layer checkpointed written back.
+Patched patched_to_zero2_checkpointed(const std::string& fsdp1) {
+  Fixture f = fixture(fsdp1);
   REQUIRE(f.given.zero_stage == 3);
   f.plan.config.zero_stage = 2;
   checkpoint_layers(f, true);
-  Result<RecipePatch> patch = accelerate_patch(f.plan, f.given, f.checkpointable, kFsdp1, "acc.yaml");
+  Result<RecipePatch> patch = accelerate_patch(f.plan, f.given, f.checkpointable, fsdp1, "acc.yaml");
   REQUIRE_MESSAGE(patch.is_ok(), patch.message());
-  const std::string after = applied(kFsdp1, patch.value());
-  CHECK(after ==
+  std::string after = applied(fsdp1, patch.value());
+  return Patched{std::move(f), std::move(patch.value()), std::move(after)};
+}
+
+}  // namespace
+
+TEST_CASE("Accelerate FSDP1: the sharding strategy and checkpointing lines change, comments and other keys kept") {
+  const Patched p = patched_to_zero2_checkpointed(kFsdp1);
+  CHECK(p.after ==
         "compute_environment: LOCAL_MACHINE\n"
         "distributed_type: FSDP\n"
         "fsdp_config:\n"
@@ -131,10 +144,10 @@ TEST_CASE("Accelerate FSDP1: the sharding strategy and checkpointing lines chang
         "mixed_precision: bf16\n"
         "num_machines: 1\n"
         "num_processes: 4\n");
-  const planner::RunSettings read = reread(after, f);
+  const planner::RunSettings read = reread(p.after, p.f);
   CHECK(read.zero_stage == 2);
   CHECK(read.checkpointing == CheckpointPolicy::kEveryBlock);
-  CHECK(patch->notes.empty());  // the micro-batch and accumulation did not change
+  CHECK(p.patch.notes.empty());  // the micro-batch and accumulation did not change
 }
 
 TEST_CASE("Accelerate: quoted keys and values on their own line are edited in place, never written twice") {
@@ -152,14 +165,8 @@ TEST_CASE("Accelerate: quoted keys and values on their own line are edited in pl
       "    FULL_SHARD  # for now\n"
       "  fsdp_version: 1\n"
       "mixed_precision: bf16\n";
-  Fixture f = fixture(fsdp);
-  REQUIRE(f.given.zero_stage == 3);
-  f.plan.config.zero_stage = 2;
-  checkpoint_layers(f, true);
-  Result<RecipePatch> patch = accelerate_patch(f.plan, f.given, f.checkpointable, fsdp, "acc.yaml");
-  REQUIRE_MESSAGE(patch.is_ok(), patch.message());
-  const std::string after = applied(fsdp, patch.value());
-  CHECK(after ==
+  const Patched p = patched_to_zero2_checkpointed(fsdp);
+  CHECK(p.after ==
         "compute_environment: LOCAL_MACHINE\n"
         "\"distributed_type\": FSDP\n"
         "fsdp_config:\n"
@@ -171,7 +178,7 @@ TEST_CASE("Accelerate: quoted keys and values on their own line are edited in pl
         "    SHARD_GRAD_OP  # for now\n"
         "  fsdp_version: 1\n"
         "mixed_precision: bf16\n");
-  const planner::RunSettings read = reread(after, f);
+  const planner::RunSettings read = reread(p.after, p.f);
   CHECK(read.zero_stage == 2);
   CHECK(read.checkpointing == CheckpointPolicy::kEveryBlock);
 
