@@ -29,7 +29,7 @@ sys.path.insert(0, HERE)
 
 from flags import config_text, headroom_flags, model_path, refreshed_command  # noqa: E402
 from grid import expand_grid  # noqa: E402
-from report import read_rows, write_atomically, write_report  # noqa: E402
+from report import CATEGORIES, read_rows, write_atomically, write_report  # noqa: E402
 
 GIB = 2 ** 30
 
@@ -134,7 +134,6 @@ def rerun_recorded(row: dict, headroom: str) -> dict:
                 error_pct=100.0 * (guess["peak_allocated_bytes"] - row["oracle_bytes"]) / row["oracle_bytes"])
 
 
-CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations", "transient")
 CATEGORY_FLOOR = 2 ** 20  # a category of a few bytes agrees within 1 MiB
 
 

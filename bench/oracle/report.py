@@ -8,12 +8,12 @@ import os
 import tempfile
 
 GIB = 2 ** 30
-_CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations", "transient")
+CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations", "transient")
 
 
 def _category_cells(row: dict) -> str:
     cells = []
-    for c in _CATEGORIES:
+    for c in CATEGORIES:
         truth, guess = row["oracle_at_peak"][c], row["predicted_at_peak"][c]
         cells.append(f"{truth / GIB:.2f} / {guess / GIB:.2f}")
     return " | ".join(cells)
