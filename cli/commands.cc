@@ -143,8 +143,9 @@ int load_and_simulate(const CliOptions& options, Terminal& terminal, bool with_e
   loaded.plan = std::move(prepared->plan);
   loaded.context = std::move(prepared->context);
   // The timeline replays the policy's step only: DPO's reference copy and forward are
-  // in `fit`'s walk (planner/predict/step_model.h), not in the replay.
-  if (planner::resolve_stack(loaded.plan.settings).top.recipe != planner::Recipe::kSupervised) {
+  // in `fit`'s walk (planner/predict/step_model.h), not in the replay. Reward modelling
+  // has no reference: its step is the graph's own.
+  if (planner::resolve_stack(loaded.plan.settings).top.recipe == planner::Recipe::kDpo) {
     return fail(terminal, Status::invalid_input("PLAN: settings.recipe: dpo: the step replay has no reference model "
                                                 "(its copy, its forward); expected recipe supervised, or `fit` for "
                                                 "DPO's peak"));

@@ -80,8 +80,9 @@ def headroom_flags(spec: dict) -> list:
     if spec["stack"] == "torch-loop":
         return torch_loop_flags(spec)
     # TRL's SFTTrainer is the Trainer's stack with TRL's release given (`--versions trl=X`);
-    # its DPOTrainer the same with the recipe and the reference's treatment (stacks/trl_dpo.py)
-    stack = "hf-trainer" if spec["stack"] in ("trl-sft", "trl-dpo") else spec["stack"]
+    # its DPOTrainer the same with the recipe and the reference's treatment (stacks/trl_dpo.py),
+    # its RewardTrainer with the reward recipe (stacks/trl_reward.py)
+    stack = "hf-trainer" if spec["stack"] in ("trl-sft", "trl-dpo", "trl-reward") else spec["stack"]
     flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", stack,
              "--precision", spec["precision"], "--batch", str(spec["batch"]), *shape_flags(spec)]
     if spec["method"] in ("lora", "qlora"):
@@ -90,6 +91,8 @@ def headroom_flags(spec: dict) -> list:
                   "--lora-dropout", str(spec.get("lora_dropout", 0.05))]
         for module in task_of(spec).trained_head:  # PEFT's modules_to_save
             flags += ["--train", module]
+        if spec["stack"] == "trl-reward":  # task_type SEQ_CLS trains the reward head in full
+            flags += ["--train", "score"]
     else:
         flags += ["--mode", "full"]
     if spec["method"] == "qlora":
@@ -107,6 +110,8 @@ def headroom_flags(spec: dict) -> list:
     flags += release_flags(spec)
     if spec["stack"] == "trl-dpo":
         flags += ["--recipe", "dpo", "--reference", spec["ref"]]
+    if spec["stack"] == "trl-reward":
+        flags += ["--recipe", "reward"]
     if spec.get("attention", "sdpa") != "sdpa":
         flags += ["--attention", spec["attention"]]
     return flags

@@ -35,6 +35,12 @@ class ArgsReader {
     return args_.contains(key) && !args_.at(key).is_null() &&
            !(args_.at(key).is_string() && (args_.at(key) == "None" || args_.at(key) == ""));
   }
+  // Whether the file names `key` at all, null included: a dataclass field whose
+  // default is None still tells which config class wrote the file.
+  bool names(const std::string& key) {
+    read_.insert(key);
+    return args_.contains(key);
+  }
   const nlohmann::json& raw(const std::string& key) { return args_.at(key); }
   bool boolean_or(const std::string& key, bool fallback) {
     if (!has(key)) return fallback;

@@ -1,5 +1,7 @@
 #include "planner/configs/trl_preference_args.h"
 
+#include <algorithm>
+#include <iterator>
 #include <span>
 #include <string>
 
@@ -16,10 +18,16 @@ constexpr const char* kDpoIdle[] = {"beta", "loss_type", "loss_weights", "label_
                                     "dataset_num_proc", "pad_token", "pad_to_multiple_of", "precompute_ref_batch_size",
                                     "f_divergence_type", "f_alpha_divergence_coef", "ld_alpha", "discopop_tau",
                                     "ref_model_mixup_alpha", "ref_model_sync_steps", "rpo_alpha"};
-// Fields only GRPOConfig (grpo_config.py) and RewardConfig (reward_config.py) have.
+// Fields only GRPOConfig (grpo_config.py) has.
 constexpr const char* kGrpoFields[] = {"num_generations", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
                                        "num_iterations"};
+// Fields only RewardConfig (reward_config.py, 1.16.0) has: a saved RewardConfig writes
+// center_rewards_coefficient even when it is null.
 constexpr const char* kRewardFields[] = {"center_rewards_coefficient"};
+// RewardConfig's fields that change no memory: the loss's arithmetic on one value a
+// row, the dataset's preparation, the pad and EOS tokens.
+constexpr const char* kRewardIdle[] = {"center_rewards_coefficient", "dataset_num_proc", "eos_token", "pad_token",
+                                       "pad_to_multiple_of", "chat_template_path"};
 
 bool has_any(ArgsReader& r, std::span<const char* const> keys, std::string& found) {
   for (const char* key : keys) {
@@ -60,6 +68,16 @@ void read_dpo(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   }
 }
 
+// RewardTrainer (reward_trainer.py, 1.16.0): AutoModelForSequenceClassification with
+// num_labels=1, chosen and rejected rows in one batch, dropout off by default.
+void read_reward(ArgsReader& r, RunSettings& s) {
+  s.recipe = Recipe::kReward;
+  for (const char* key : kRewardIdle) r.has(key);
+  if (!r.boolean_or("disable_dropout", true)) {
+    r.fail("disable_dropout", "true (TRL's default; dropout kept on in reward modelling is not modelled)");
+  }
+}
+
 }  // namespace
 
 void read_trl_preference_args(ArgsReader& r, RunSettings& s, ConfigImport& out) {
@@ -69,9 +87,8 @@ void read_trl_preference_args(ArgsReader& r, RunSettings& s, ConfigImport& out) 
                   "modelled");
     return;
   }
-  if (has_any(r, kRewardFields, found)) {
-    r.fail(found, "no RewardConfig field: reward modelling (RewardTrainer's sequence-classification head) is not "
-                  "modelled");
+  if (std::any_of(std::begin(kRewardFields), std::end(kRewardFields), [&](const char* key) { return r.names(key); })) {
+    read_reward(r, s);
     return;
   }
   if (has_any(r, kDpoFields, found)) read_dpo(r, s, out);

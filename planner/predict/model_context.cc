@@ -26,6 +26,7 @@
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/mechanisms/preference_pairs.h"
+#include "planner/mechanisms/reward_head.h"
 #include "planner/mechanisms/selective_checkpoint.h"
 #include "planner/mechanisms/strided_slices.h"
 #include "planner/settings/bnb_release.h"
@@ -227,11 +228,12 @@ BnbMatmul4bit bnb_matmul4bit_of(const RunSettings& settings) {
   return BnbMatmul4bit{regime.keeps_input, regime.fp32_compute, sixteen_bit};
 }
 
-// DPOConfig.disable_dropout (True by default) sets every nn.Dropout's p to 0, PEFT's
-// lora_dropout among them (dpo_trainer.py, 1.16.0: disable_dropout_in_model).
-RunSettings without_dpo_dropout(const RunSettings& settings, const ResolvedStack& stack) {
+// DPOConfig.disable_dropout and RewardConfig.disable_dropout (True by default) set every
+// nn.Dropout's p to 0, PEFT's lora_dropout among them (dpo_trainer.py and
+// reward_trainer.py, 1.16.0: disable_dropout_in_model).
+RunSettings without_trl_dropout(const RunSettings& settings, const ResolvedStack& stack) {
   RunSettings out = settings;
-  if (stack.top.recipe == Recipe::kDpo) {
+  if (stack.top.recipe != Recipe::kSupervised) {
     out.lora.dropout = 0;
     for (ScopedLora& scoped : out.scoped_lora) scoped.lora.dropout = 0;
   }
@@ -243,18 +245,22 @@ RunSettings without_dpo_dropout(const RunSettings& settings, const ResolvedStack
 Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& settings, const ResolvedStack& stack,
                           ModelContext& context) {
   // litgpt builds its own GPT, whose lm_head is never tied to the embedding
-  // (mechanisms/litgpt_model.h).
-  graph::LayerGraph untied;
-  if (settings.stack == Stack::kLitgpt) {
-    untied = loaded;
-    untie_output_head(untied);
+  // (mechanisms/litgpt_model.h). Reward modelling loads the model with a `score` head
+  // in place of the LM head (mechanisms/reward_head.h), before LoRA finds its targets.
+  const bool reward = stack.top.recipe == Recipe::kReward;
+  graph::LayerGraph rewritten;
+  if (settings.stack == Stack::kLitgpt || reward) rewritten = loaded;
+  if (settings.stack == Stack::kLitgpt) untie_output_head(rewritten);
+  if (reward) {
+    if (Status status = apply_reward_head(rewritten); !status.is_ok()) return status.with_prefix("recipe reward: ");
   }
-  Result<graph::LayerGraph> trained =
-      apply_training_mode(settings.stack == Stack::kLitgpt ? untied : loaded, without_dpo_dropout(settings, stack));
+  const bool own = settings.stack == Stack::kLitgpt || reward;
+  Result<graph::LayerGraph> trained = apply_training_mode(own ? rewritten : loaded, without_trl_dropout(settings, stack));
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());
-  // DPO: a chosen and a rejected row per sample, before any rewrite sized at the micro-batch.
-  if (stack.top.recipe == Recipe::kDpo) apply_preference_pairs(context.graph);
+  // DPO and reward modelling: a chosen and a rejected row per sample, before any rewrite
+  // sized at the micro-batch.
+  if (stack.top.recipe != Recipe::kSupervised) apply_preference_pairs(context.graph);
   if (settings.stack == Stack::kLitgpt) fuse_qkv_adapters(context.graph);
   if (stack.top.input_require_grads) apply_input_require_grads(context.graph);
   // PEFT's prepare_model_for_kbit_training(use_gradient_checkpointing=True) hooks the

@@ -65,9 +65,10 @@ constexpr ChoiceTable<KbitPrep, 3> kKbitPreps = {{{
     {KbitPrep::kNormsFp32, "norms-fp32"},
     {KbitPrep::kPeft, "peft"},
 }}};
-constexpr ChoiceTable<Recipe, 2> kRecipes = {{{
+constexpr ChoiceTable<Recipe, 3> kRecipes = {{{
     {Recipe::kSupervised, "supervised"},
     {Recipe::kDpo, "dpo"},
+    {Recipe::kReward, "reward"},
 }}};
 constexpr ChoiceTable<Reference, 3> kReferences = {{{
     {Reference::kCopy, "copy"},

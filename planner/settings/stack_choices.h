@@ -82,6 +82,7 @@ enum class KbitPrep {
 enum class Recipe {
   kSupervised,  // the model's own loss over each sample (SFT, classification)
   kDpo,         // TRL's DPOTrainer: chosen and rejected rows in one batch, a reference model's log-probs
+  kReward,      // TRL's RewardTrainer: chosen and rejected rows in one batch through a one-value `score` head
 };
 
 // Where DPO's reference log-probs come from (trl/trainer/dpo_trainer.py, 1.16.0).

@@ -135,6 +135,9 @@ std::string reference_words(Reference reference) {
 // The recipe and, for DPO, the reference's treatment: "DPO, reference the adapter-disabled base".
 std::string recipe_words(const RunSettings&, const ResolvedStack& r) {
   if (r.top.recipe == Recipe::kSupervised) return "";
+  if (r.top.recipe == Recipe::kReward) {
+    return "reward modelling (chosen and rejected rows in one batch, a one-value score head, no LM head)";
+  }
   return "DPO (chosen and rejected rows in one batch), reference " + reference_words(r.top.reference);
 }
 void pin_reference(const RunSettings& s, const ResolvedStack& r, RunSettings& bottom) {
@@ -230,7 +233,8 @@ const std::array<MechanismRow, 14> kMechanisms = {{
     enum_row<&RunSettings::recipe, parse_recipe, recipe_name>(
         "recipe", "KIND",
         "what the step trains for (supervised: the model's own loss; dpo: TRL's DPOTrainer, a chosen and a "
-        "rejected row per sample in one batch and a reference model's log-probs)",
+        "rejected row per sample in one batch and a reference model's log-probs; reward: TRL's RewardTrainer, "
+        "the same pairs through a one-value score head instead of the LM head)",
         recipe_names, resolve_recipe, pin_always<&RunSettings::recipe, &StackSpec::recipe>, recipe_words),
     enum_row<&RunSettings::reference, parse_reference, reference_name>(
         "reference", "KIND",

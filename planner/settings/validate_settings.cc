@@ -400,10 +400,25 @@ Status check_checkpointing(const RunSettings& s, std::string_view origin) {
 
 }  // namespace
 
+// Reward modelling as TRL 1.16's RewardTrainer runs it (docs/stacks.md, "Recipes").
+Status check_reward_recipe(const RunSettings& s, std::string_view origin) {
+  if (s.stack != Stack::kHfTrainer && s.stack != Stack::kUnspecified) {
+    return fail(origin, "recipe", "reward modelling is modelled as TRL's RewardTrainer over the Trainer: expected "
+                                  "stack hf-trainer, got " + std::string(stack_name(s.stack)));
+  }
+  const std::optional<Release> trl = release_of(s.versions, "trl");
+  if (trl && *trl < Release{0, 24, 0}) {
+    return fail(origin, "recipe", "RewardTrainer before TRL 0.24 runs the chosen and the rejected rows as two "
+                                  "forwards (compute_loss), which is not modelled: expected trl 0.24 or later");
+  }
+  return Status::ok();
+}
+
 // DPO as TRL 1.16's DPOTrainer runs it (docs/stacks.md, "Recipes"): what is modelled.
 Status check_recipe(const RunSettings& s, std::string_view origin) {
   const bool dpo = s.recipe == Recipe::kDpo;
   if (s.reference && !dpo) return fail(origin, "reference", "the reference model is DPO's: expected recipe dpo with it");
+  if (s.recipe == Recipe::kReward) return check_reward_recipe(s, origin);
   if (!dpo) return Status::ok();
   if (s.stack != Stack::kHfTrainer && s.stack != Stack::kUnspecified) {
     return fail(origin, "recipe", "DPO is modelled as TRL's DPOTrainer over the Trainer: expected stack hf-trainer, got " +

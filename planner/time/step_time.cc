@@ -250,8 +250,8 @@ TimeBreakdown step_time(const RunSettings& settings, const GlobalConfig& config,
                 out.comm_exposed_ms + out.optimizer_ms;
   const double samples = accum * static_cast<double>(config.micro_batch) * world;
   out.samples_per_s = out.step_ms > 0 ? samples / (out.step_ms / 1e3) : 0;
-  // A DPO sample is a pair: a chosen and a rejected row of seq_len tokens each.
-  const bool pairs = resolve_stack(settings).top.recipe == Recipe::kDpo;
+  // A DPO or reward-modelling sample is a pair: a chosen and a rejected row of seq_len tokens each.
+  const bool pairs = resolve_stack(settings).top.recipe != Recipe::kSupervised;
   out.tokens_per_s = out.samples_per_s * static_cast<double>(in.seq_len) * (pairs ? kDpoRowsPerPair : 1);
   const double peak_flops = (settings.precision == Precision::kFp32 ? gpu.fp32_tflops : tensor16_tflops(gpu, settings.precision)) * 1e12;
   out.mfu = out.step_ms > 0 ? accum * in.model_flops / (out.step_ms / 1e3) / peak_flops : 0;

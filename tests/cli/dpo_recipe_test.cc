@@ -58,7 +58,7 @@ TEST_CASE("--recipe and --reference refuse what is not modelled, naming the flag
   CHECK(contains(alone.err, "expected recipe dpo"));
 }
 
-TEST_CASE("--hf-args reads a DPOConfig, and refuses GRPOConfig, RewardConfig and unmodelled DPO fields") {
+TEST_CASE("--hf-args reads a DPOConfig and a RewardConfig, and refuses GRPOConfig and unmodelled DPO fields") {
   TempDir dir;
   const std::string dpo = written(dir, "dpo.json",
                                   R"({"per_device_train_batch_size": 2, "max_length": 128, "bf16": true,
@@ -76,10 +76,14 @@ TEST_CASE("--hf-args reads a DPOConfig, and refuses GRPOConfig, RewardConfig and
   CHECK(contains(online.err, "num_generations"));
   CHECK(contains(online.err, "GRPO"));
 
-  const std::string reward = written(dir, "reward.json", R"({"center_rewards_coefficient": 0.01})");
-  const RunOutput scores = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --hf-args " + quoted(reward));
-  CHECK(scores.exit_code == 2);
-  CHECK(contains(scores.err, "reward modelling"));
+  const std::string reward = written(dir, "reward.json", R"({"center_rewards_coefficient": null, "max_length": 128})");
+  const RunOutput scores = run_headroom("fit tiny-llama --lora --gpu 4090 --hf-args " + quoted(reward) + " --json");
+  REQUIRE_MESSAGE(scores.exit_code == 0, scores.err);
+  CHECK(parse_json(scores.out)["as_given"]["settings"]["recipe"] == "reward");
+  const std::string dropout = written(dir, "dropout.json", R"({"center_rewards_coefficient": 0.01, "disable_dropout": false})");
+  const RunOutput kept = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --hf-args " + quoted(dropout));
+  CHECK(kept.exit_code == 2);
+  CHECK(contains(kept.err, "disable_dropout"));
 
   const std::string packed = written(dir, "packed.json", R"({"f_divergence_type": "reverse_kl", "padding_free": true, "max_length": 128})");
   const RunOutput free = run_headroom("fit tiny-llama --lora --gpu 4090 --hf-args " + quoted(packed));
@@ -101,6 +105,22 @@ TEST_CASE("run, simulate refuse a DPO plan by its recipe") {
   const RunOutput replay = run_headroom("simulate " + quoted(plan) + " --json");
   CHECK(replay.exit_code == 2);
   CHECK(contains(replay.err, "settings.recipe"));
+}
+
+TEST_CASE("--recipe reward names the score head in the stack line, simulates, and run refuses it by its recipe") {
+  TempDir dir;
+  const std::string plan = dir.file("reward-plan.json");
+  const RunOutput fit = run_headroom(kLora + " --recipe reward --train score -o " + quoted(plan));
+  REQUIRE_MESSAGE(fit.exit_code == 0, fit.err);
+  CHECK(contains(fit.out, "reward modelling (chosen and rejected rows in one batch, a one-value score head"));
+  const RunOutput replay = run_headroom("simulate " + quoted(plan) + " --json");
+  CHECK_MESSAGE(replay.exit_code == 0, replay.err);
+  const RunOutput run = run_headroom("run " + quoted(plan) + " --steps 1 --device cpu --json");
+  CHECK(run.exit_code == 1);
+  CHECK(contains(run.err, "RewardTrainer"));
+  const RunOutput flux = run_headroom("fit tiny-flux --gpu 4090 --lora --recipe reward");
+  CHECK(flux.exit_code != 0);
+  CHECK(contains(flux.err, "causal LM"));
 }
 
 }  // namespace headroom
