@@ -12,6 +12,7 @@
 
 #include <vector>
 
+#include "graph/graph_analysis.h"
 #include "graph/layer_graph.h"
 
 namespace headroom::planner {
@@ -21,5 +22,27 @@ namespace headroom::planner {
 // so that what follows it sees that no gradient flows there. Returns how many
 // trainable parameters it froze.
 int apply_reentrant_checkpointing(graph::LayerGraph& graph, const std::vector<bool>& checkpointed);
+
+// The recompute of a reentrant checkpoint (CheckpointFunction.backward, torch 2.11
+// utils/checkpoint.py) runs the block on detach_variable's copies of its inputs:
+// leaves that require grad where the inputs did, inside an autocast context of its
+// own. Autocast caches the 16-bit cast of an fp32 leaf that requires grad
+// (aten/src/ATen/autocast_mode.cpp cached_cast, can_try_cache) until that context
+// exits, after the block's forward: one cast per such input, held through the
+// recompute and handed to every op that casts the input again. (Non-reentrant
+// recomputation reads the inputs themselves, non-leaves: every op casts its own.)
+// BERT under autocast, whose layers take fp32 LayerNorm outputs straight into
+// query, key and value, holds one bf16 [B, S, h] more at its recompute's peak
+// (the oracle's reentrant BERT LoRA runs: 24 MiB at 32 x 512).
+struct RecomputeCastCache {
+  std::vector<int> held;    // tensor indices: the first such cast of each input
+  std::vector<int> shared;  // later casts of the same inputs, the cached tensor again: no bytes of their own
+};
+
+// The cached casts of block `block`'s reentrant recompute: autocast's 16-bit casts
+// ("<node>.cast:<input>", planner/mechanisms/autocast.h) of an fp32 tensor made
+// outside the block that requires grad.
+RecomputeCastCache reentrant_cast_cache(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
+                                        int block);
 
 }  // namespace headroom::planner

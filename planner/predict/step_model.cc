@@ -58,14 +58,28 @@ static void add_gathered(const StepModel& model, int k, BlockChoice choice, int6
   }
 }
 
+// The block's recompute peak as the run's checkpoint recomputes it: a reentrant
+// one holds autocast's cached input casts (BlockProfile::reentrant_recompute_peak).
+static int64_t recompute_peak(const StepModel& model, const BlockProfile& block) {
+  return model.reentrant_recompute ? block.reentrant_recompute_peak : block.recompute_peak;
+}
+
+// What a reentrant checkpoint holds beside a checkpointed block's backward: the
+// recompute's outputs (BlockProfile::outputs).
+static int64_t reentrant_held_outputs(const StepModel& model, const BlockProfile& block, BlockChoice choice) {
+  const bool reentrant = model.reentrant_recompute && choice == BlockChoice::kCheckpoint && block.on_autograd;
+  return reentrant ? block.outputs : 0;
+}
+
 // A checkpointed block's saved tensors at its peaks (LocalPeak::forward_saved).
 static void checkpoint_saved(const StepModel& model, const BlockProfile& block, LocalPeak& out) {
   if (!block.on_autograd) return;
   out.forward_saved = block.checkpoint;
   out.backward_saved = block.checkpoint;
   if (!model.reentrant_recompute) return;
-  const bool recompute_wins = block.recompute_peak + block.out_grad > block.bwd_peak;
-  out.backward_saved = std::max(block.checkpoint, recompute_wins ? block.recompute_peak_saved : block.bwd_peak_saved);
+  const bool recompute_wins = block.reentrant_recompute_peak + block.out_grad > block.bwd_peak;
+  out.backward_saved =
+      std::max(block.checkpoint, recompute_wins ? block.reentrant_recompute_peak_saved : block.bwd_peak_saved);
 }
 
 LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
@@ -90,7 +104,9 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
     case BlockChoice::kCheckpoint:
       forward = block.fwd_peak_nograd;
       // Recompute runs the forward again with autograd while the output gradient waits.
-      backward = block.on_autograd ? std::max(block.recompute_peak + block.out_grad, block.bwd_peak) : 0;
+      backward = block.on_autograd ? std::max(recompute_peak(model, block) + block.out_grad,
+                                              block.bwd_peak + reentrant_held_outputs(model, block, choice))
+                                   : 0;
       checkpoint_saved(model, block, out);
       break;
   }
@@ -100,9 +116,10 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
   // loss in a head block) peak without the block's own gradients.
   if (block.on_autograd && block.bwd_peak_before_param_grads >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
     const int64_t before_grads = model.grads_bwd_before[k];
-    int64_t before = block.bwd_peak_before_param_grads;
-    if (choice == BlockChoice::kCheckpoint) before = std::max(before, block.recompute_peak + block.out_grad);
-    const int64_t after = block.bwd_peak_from_param_grads;
+    const int64_t held = reentrant_held_outputs(model, block, choice);
+    int64_t before = block.bwd_peak_before_param_grads + held;
+    if (choice == BlockChoice::kCheckpoint) before = std::max(before, recompute_peak(model, block) + block.out_grad);
+    const int64_t after = block.bwd_peak_from_param_grads + held;
     const int64_t split = std::max(before_grads + before, out.backward_grads + after);
     if (split < out.backward - neighbour_copy) {
       const bool before_wins = before_grads + before >= out.backward_grads + after;

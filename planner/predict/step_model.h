@@ -53,7 +53,8 @@ struct StepModel {
   // Reentrant checkpointing recomputes a block under autograd's ordinary saved-tensor
   // hooks (torch/utils/checkpoint.py CheckpointFunction.backward): what the recompute
   // saves is saved activations. Non-reentrant recomputation keeps it in the
-  // checkpoint's own frame (_recomputation_hook). Labels only: no byte changes.
+  // checkpoint's own frame (_recomputation_hook). Beside the labels, the recompute is
+  // BlockProfile::reentrant_recompute_peak (autocast's cached casts of its inputs).
   bool reentrant_recompute = false;
 };
 

@@ -10,6 +10,7 @@
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/time/gemm_waves.h"
 #include "planner/mechanisms/gptq_linear.h"
+#include "planner/mechanisms/reentrant_checkpoint.h"
 
 namespace headroom::planner {
 namespace {
@@ -121,6 +122,23 @@ ForwardPeak forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis,
     }
   }
   return peak;
+}
+
+// The recompute as CheckpointFunction.backward runs it (BlockProfile::reentrant_recompute_peak):
+// autocast's cached casts of the block's inputs held to its end, the repeated casts
+// of one input the cached tensor again. `plain`: the recompute's peak without them.
+ForwardPeak reentrant_recompute_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int block_index,
+                                     const TensorFacts& facts, const std::vector<int>& entry_live,
+                                     const std::vector<int>& held, DType compute, int64_t batch, int64_t seq,
+                                     Accounting accounting, const ForwardPeak& plain) {
+  const RecomputeCastCache cache = reentrant_cast_cache(graph, analysis, block_index);
+  if (cache.held.empty()) return plain;
+  TensorFacts cached = facts;
+  for (int t : cache.shared) cached.bytes[static_cast<size_t>(t)] = 0;
+  std::vector<int> kept = held;
+  kept.insert(kept.end(), cache.held.begin(), cache.held.end());
+  return forward_peak(graph, analysis, block_index, cached, entry_live, true, kept, compute, batch, seq,
+                      accounting);
 }
 
 // Time of a memory-bound kernel moving `bytes` at the bandwidth the time model gives.
@@ -464,6 +482,10 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
                                                true, held, compute, batch, seq, accounting);
     profile.recompute_peak = recompute.bytes;
     profile.recompute_peak_saved = recompute.saved;
+    const ForwardPeak reentrant = reentrant_recompute_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
+                                                           held, compute, batch, seq, accounting, recompute);
+    profile.reentrant_recompute_peak = reentrant.bytes;
+    profile.reentrant_recompute_peak_saved = reentrant.saved;
 
     add_block_times(graph, analysis, block, held, compute, batch, seq, gpu, time_options, profile);
     for (int n : block.nodes) {
@@ -471,6 +493,9 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
         if (cached_casts[t] && block.on_autograd) profile.cast_cache += facts.bytes[t];
         if (facts.read_by_later_block[t] && analysis.requires_grad[t] && !analysis.persistent[t]) {
           profile.out_grad += facts.bytes[t];
+        }
+        if (facts.read_by_later_block[t] && !analysis.persistent[t] && !contains(block.saved_tensors, t)) {
+          profile.outputs += facts.bytes[t];
         }
       }
     }

@@ -21,6 +21,10 @@ struct BlockProfile {
   int64_t fwd_peak = 0;    // peak during its forward with autograd (boundary inputs + intermediates + saves)
   int64_t fwd_peak_nograd = 0;  // peak during a checkpointed (no-grad) forward
   int64_t recompute_peak = 0;   // peak during its recompute in backward (fwd_peak, plus what selective AC holds)
+  // The same recompute as a reentrant checkpoint runs it, where autocast's cache holds
+  // the 16-bit casts of the block's fp32 inputs that require grad (reentrant_cast_cache);
+  // StepModel::reentrant_recompute picks it.
+  int64_t reentrant_recompute_peak = 0;
   int64_t bwd_peak = 0;    // peak during its backward: saved tensors + gradient transients
   // The peak of its backward before the first of its parameters' gradients exists
   // (the loss's backward in a head block runs before lm_head's weight gradient is
@@ -32,11 +36,17 @@ struct BlockProfile {
   int64_t bwd_peak_before_params = -1;
   int64_t bwd_peak_from_params = -1;
   int64_t out_grad = 0;    // gradient of its outputs arriving from the next block
+  // Its outputs read by later blocks, less those it saves itself: what a reentrant
+  // checkpoint's recompute holds through the block's backward (CheckpointFunction.backward
+  // keeps `outputs` bound while torch.autograd.backward runs over them; torch 2.11
+  // utils/checkpoint.py).
+  int64_t outputs = 0;
   // The block's own saved tensors among the bytes of fwd_peak and of each backward
   // peak above (what autograd still holds for its backward there); the rest is in
   // flight. The walk reports them as activations, the rest as transient.
   int64_t fwd_peak_saved = 0;
   int64_t recompute_peak_saved = 0;
+  int64_t reentrant_recompute_peak_saved = 0;
   int64_t bwd_peak_saved = 0;
   int64_t bwd_saved_before_param_grads = 0;
   int64_t bwd_saved_from_param_grads = 0;
