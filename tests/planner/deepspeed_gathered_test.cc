@@ -78,6 +78,28 @@ TEST_CASE("a frozen weight whose module's backward never runs is released after 
   CHECK(held.backward[0] == 0);
 }
 
+TEST_CASE("an embedding whose output a hook makes require grad runs backward and keeps its weight") {
+  // transformers' enable_input_require_grads under LoRA with checkpointing: the
+  // embedding module's backward hook fires, so ZeRO-3 fetches its weight again.
+  ModelContext context = small_model(true, {false, true, true, true});
+  context.graph.tensors.push_back({"embeddings.out", {}, std::nullopt, true});
+  context.analysis.node_outputs = {{0}, {}, {}, {}};
+  const Zero3Gathered held = zero3_gathered_bytes(context, zero3(), zero_stage(3));
+  CHECK(held.backward[0] == kWeight * 2);
+  CHECK(held.backward[3] == 4 * kWeight * 2 + 2 * 1024 * 2);
+}
+
+TEST_CASE("while the first block runs forward, one prefetch round of the next is gathered") {
+  RunSettings settings = zero3();
+  settings.prefetch_bucket_elements = kWeight / 4;
+  const ModelContext context = small_model(false, {false, true, true, true});
+  const Zero3Gathered held = zero3_gathered_bytes(context, settings, zero_stage(3));
+  // the embedding's weight, and a quarter weight plus the next block's one weight of the
+  // three ahead (the window later blocks see full)
+  CHECK(held.forward[0] == kWeight * 2 + (kWeight + kWeight / 4) * 2);
+  CHECK(held.forward[1] == 4 * kWeight * 2);
+}
+
 TEST_CASE("ZeRO-3 holds at most stage3_max_live_parameters and the one parameter the prefetcher admits beyond") {
   RunSettings settings = zero3();
   settings.max_live_parameters = kWeight / 2;

@@ -66,17 +66,23 @@ def run(spec: dict, recorder, build_trainer, record_steps) -> dict:
 def _deepspeed_globals() -> Iterator[None]:
     """deepspeed.comm's backend (`comm.cdb`) and the groups deepspeed.utils.groups caches
     outlive a run, bound to its process group; each run of a batch (one process) starts
-    from the state DeepSpeed had at import."""
+    from the state DeepSpeed had at import. So does `torch.nn.functional.linear`: ZeRO-3
+    replaces it with its own (partition_parameters.py `_enable_mem_efficient_linear`,
+    "This will persist unless manually reset"), which saves every linear's input; a
+    ZeRO-2 run after it in the same process would keep it, where a real one has torch's."""
+    import torch.nn.functional as F
     from deepspeed.comm import comm
     from deepspeed.utils import groups
 
     cached = [n for n in vars(groups) if n in ("mpu", "mesh_device") or (n.startswith("_") and n[1:2].isupper())]
     saved = {n: copy.copy(vars(groups)[n]) for n in cached}
     cdb = comm.cdb
+    linear = F.linear
     try:
         yield
     finally:
         comm.cdb = cdb
+        F.linear = linear
         for name, value in saved.items():
             setattr(groups, name, value)
 
