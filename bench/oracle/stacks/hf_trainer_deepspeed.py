@@ -17,6 +17,9 @@ What the oracle changes, besides fake_pg.py's process group:
 - **DeepSpeed's own meta tensors**: ZeRO-1/2 keep a meta copy of each 16-bit parameter for
   its shape (`round_robin_bit16_meta`); they hold no memory on a GPU and are not counted.
 - **bf16 support**: TrainingArguments asks whether the GPU supports bf16 (`_bf16_gpu`).
+- **state a process keeps**: DeepSpeed's cached groups, its comm backend and ZeRO-3's
+  replacement of `torch.nn.functional.linear` are reset after each run (`_deepspeed_globals`):
+  one oracle process runs several configurations, a real run is one.
 - **accelerate's backend**: as stacks/hf_trainer_fsdp.py (("fake", MULTI_GPU), the
   device the CPU), with `use_cpu` off: accelerate turns DeepSpeed on only then
   (`AcceleratorState.__init__`). `deepspeed.comm` finds torch's fake group already
