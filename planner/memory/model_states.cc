@@ -367,10 +367,12 @@ void add_deepspeed_buffers(StateWalk& w) {
   // only in backward, which the step walk prices (predict/deepspeed_walk.cc add_backward_buckets).
   const int64_t bucket = deepspeed_reduce_bucket_bytes(settings, w.config, w.accounting);
   if (deepspeed_backward_bucket_bytes(settings, w.config, w.accounting) == 0) out.comm_buckets += bucket;
+  if (w.shard_params && !w.fsdp) out.bucket_gradients = bucket;
   if (bucket > 0 && !w.optimizer_on_gpu) out.grads_full = 0;
   if (w.shard_params && !w.fsdp) {
     // ZeRO-3 gathers the parameters of the block being computed and prefetches the
     // next (stage3_prefetch_bucket_size), never beyond stage3_max_live_parameters.
+    // The step walk holds them block by block instead (predict/deepspeed_gathered.h).
     const int64_t block_bytes = largest_block_param_bytes(w.graph, w.precision);
     const int64_t prefetch = settings.prefetch_bucket_elements * 2;
     const int64_t live_cap = settings.max_live_parameters * 2;

@@ -59,6 +59,9 @@ struct ModelStates {
   int64_t paged_optimizer = 0;    // bitsandbytes paged states: unified memory, outside it
   int64_t master = 0;             // fp32 master weights on the GPU
   int64_t comm_buckets = 0;       // ZeRO reduce / allgather buckets, allocated for the whole run
+  // The part of comm_buckets that holds gradients: ZeRO-3's reduce bucket, whose
+  // views the parameters' .grad become (stage3.py __add_grad_to_ipg_bucket).
+  int64_t bucket_gradients = 0;
   int64_t gathered_params = 0;    // ZeRO-3: full parameters gathered for the blocks in flight
   int64_t float8_gathered_params = 0;  // elements all-gathered in fp8 (float8_all_gather), 1 byte each
   // torch's FSDPs: per block, the layer units' unsharded parameters live beside the

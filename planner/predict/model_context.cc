@@ -32,6 +32,7 @@
 #include "planner/settings/bnb_release.h"
 #include "planner/settings/stack.h"
 #include "planner/mechanisms/trainability.h"
+#include "planner/mechanisms/zero3_linear.h"
 
 namespace headroom::planner {
 namespace {
@@ -282,6 +283,10 @@ Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& se
 Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& settings, const ResolvedStack& stack,
                         ModelContext& context) {
   if (Status trained = apply_trainability(loaded, settings, stack, context); !trained.is_ok()) return trained;
+  // DeepSpeed's ZeRO-3 linear (mechanisms/zero3_linear.h) over its 16-bit linears.
+  if (settings.zero_stage == 3 && !shards_with_fsdp(settings) && settings.mode != TrainMode::kQlora) {
+    apply_zero3_linear(context.graph);
+  }
   // The loss as the stack computes it; the top of the band when not pinned.
   apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss, is_autocast(settings.precision),
                   compute_dtype_for(settings.precision));

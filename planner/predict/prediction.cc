@@ -35,12 +35,13 @@ void fill_breakdown(const ModelContext& context, const RunSettings& settings, co
   m.cuda_context = context_bytes(context, settings);
   m.workspaces = account(context.gpu.cublas_workspace_bytes, Accounting::kReserved);
   m.parameters = reserved.states.params + reserved.reference_weights;
-  m.gradients = peak.gradients;
+  m.gradients = peak.gradients + reserved.states.bucket_gradients;
   m.optimizer_states = reserved.states.optimizer;
   m.paged_optimizer_states = reserved.states.paged_optimizer;
   out.model = model_size(context.graph, settings.precision);
   m.master_weights = reserved.states.master;
-  m.zero_buffers = reserved.states.comm_buckets + (peak.block >= 0 ? reserved.states.gathered_params : 0) + peak.gathered;
+  m.zero_buffers = reserved.states.comm_buckets - reserved.states.bucket_gradients +
+                   (peak.block >= 0 ? reserved.states.gathered_params : 0) + peak.gathered;
   m.activations = peak.activations;
   m.transient = peak.transient;
   m.allocator = kPoolSlackBytes;

@@ -4,6 +4,7 @@
 
 #include "planner/memory/allocator_rounding.h"
 #include "planner/memory/state_bytes.h"
+#include "planner/predict/deepspeed_gathered.h"
 #include "planner/predict/deepspeed_walk.h"
 #include "planner/settings/stack.h"
 
@@ -128,6 +129,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   model.gathered_fwd = out.states.gathered_fwd_block;
   model.gathered_bwd = out.states.gathered_bwd_block;
   model.gathered_bwd_before = out.states.gathered_bwd_before_block;
+  apply_zero3_gathered(context, settings, config, accounting, out.states, model);
   model.grads_optimizer = out.states.grads_full;
   model.optimizer_transient = out.states.step_transient;
   if (out.states.grads_in_backward) {

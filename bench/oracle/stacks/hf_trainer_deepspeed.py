@@ -17,6 +17,9 @@ What the oracle changes, besides fake_pg.py's process group:
 - **DeepSpeed's own meta tensors**: ZeRO-1/2 keep a meta copy of each 16-bit parameter for
   its shape (`round_robin_bit16_meta`); they hold no memory on a GPU and are not counted.
 - **bf16 support**: TrainingArguments asks whether the GPU supports bf16 (`_bf16_gpu`).
+- **state a process keeps**: DeepSpeed's cached groups, its comm backend and ZeRO-3's
+  replacement of `torch.nn.functional.linear` are reset after each run (`_deepspeed_globals`):
+  one oracle process runs several configurations, a real run is one.
 - **accelerate's backend**: as stacks/hf_trainer_fsdp.py (("fake", MULTI_GPU), the
   device the CPU), with `use_cpu` off: accelerate turns DeepSpeed on only then
   (`AcceleratorState.__init__`). `deepspeed.comm` finds torch's fake group already
@@ -66,17 +69,23 @@ def run(spec: dict, recorder, build_trainer, record_steps) -> dict:
 def _deepspeed_globals() -> Iterator[None]:
     """deepspeed.comm's backend (`comm.cdb`) and the groups deepspeed.utils.groups caches
     outlive a run, bound to its process group; each run of a batch (one process) starts
-    from the state DeepSpeed had at import."""
+    from the state DeepSpeed had at import. So does `torch.nn.functional.linear`: ZeRO-3
+    replaces it with its own (partition_parameters.py `_enable_mem_efficient_linear`,
+    "This will persist unless manually reset"), which saves every linear's input; a
+    ZeRO-2 run after it in the same process would keep it, where a real one has torch's."""
+    import torch.nn.functional as F
     from deepspeed.comm import comm
     from deepspeed.utils import groups
 
     cached = [n for n in vars(groups) if n in ("mpu", "mesh_device") or (n.startswith("_") and n[1:2].isupper())]
     saved = {n: copy.copy(vars(groups)[n]) for n in cached}
     cdb = comm.cdb
+    linear = F.linear
     try:
         yield
     finally:
         comm.cdb = cdb
+        F.linear = linear
         for name, value in saved.items():
             setattr(groups, name, value)
 
