@@ -71,10 +71,10 @@ struct GroupedMm : public torch::autograd::Function<GroupedMm> {
   }
 };
 
-// A 3-D expert weight [E, out, in], each expert initialised as nn.Linear(in, out).
-torch::Tensor expert_weight(int64_t experts, int64_t out, int64_t in) {
-  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-  return torch::empty({experts, out, in}).uniform_(-bound, bound);
+// A weight [..., out, in] initialised as nn.Linear(in, out)'s: U(-1/sqrt(in), 1/sqrt(in)).
+torch::Tensor linear_init(std::vector<int64_t> shape) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(shape.back()));
+  return torch::empty(shape).uniform_(-bound, bound);
 }
 
 struct Routing {
@@ -106,15 +106,11 @@ torch::Tensor grouped_mm(const torch::Tensor& x, const torch::Tensor& weight, co
 SparseMoeBlockImpl::SparseMoeBlockImpl(const MoeSpec& m, int64_t hidden) : spec(m) {
   const int64_t width = m.expert_intermediate;
   router = register_module("gate", std::make_shared<torch::nn::Module>())
-               ->register_parameter("weight", expert_weight(1, m.experts, hidden).squeeze(0));
+               ->register_parameter("weight", linear_init({m.experts, hidden}));
   auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
-  gate_up_proj = experts->register_parameter("gate_up_proj", expert_weight(m.experts, 2 * width, hidden));
-  down_proj = experts->register_parameter("down_proj", expert_weight(m.experts, hidden, width));
+  gate_up_proj = experts->register_parameter("gate_up_proj", linear_init({m.experts, 2 * width, hidden}));
+  down_proj = experts->register_parameter("down_proj", linear_init({m.experts, hidden, width}));
 }
-
-}  // namespace headroom::models::torch_modules
-
-namespace headroom::models::torch_modules {
 
 // grouped_mm_experts_forward (transformers 5.23.0 integrations/moe.py) as the
 // graph builds it (models/moe.cc add_routed_experts): the T x k (token, slot)
