@@ -146,6 +146,11 @@ Result<ExecutableModel> from_hf_config(const std::string& model, std::string_vie
   const std::string type = config.contains("model_type") && config.at("model_type").is_string()
                                ? config.at("model_type").get<std::string>()
                                : std::string();
+  if (models::is_moe_model_type(type)) {
+    return unsupported(origin, model,
+                       "is a mixture of experts (model_type \"" + type + "\"), which the planner prices but the "
+                       "executor trains only as the zoo's tiny-moe (Mixtral's structure at toy size)");
+  }
   const models::HfFields fields{config, path, ""};
   for (const ModelFamilyInfo& family : model_families()) {
     const auto& types = family.hf_model_types;
@@ -170,7 +175,9 @@ std::vector<ModelFamilyInfo> make_families() {
   std::vector<ModelFamilyInfo> families = {
       {kLlama, "Llama",
        {{"tiny-llama", llama(models::kTinyLlama)}, {"llama-3-8b", llama(models::kLlama3_8b)},
-        {"llama-3.1-8b", llama(models::kLlama31_8b)}, {"mistral-7b", llama(models::kMistral7b)}},
+        {"llama-3.1-8b", llama(models::kLlama31_8b)}, {"mistral-7b", llama(models::kMistral7b)},
+        // Mixtral's structure: the decoder with its MoE block (models/torch/moe_module.h).
+        {"tiny-moe", llama(models::kTinyMoe)}},
        {"llama", "mistral", "qwen2"}, read_hf_llama, nullptr, false, true, true},
       {kFlux, "Flux", {{"tiny-flux", flux(models::kTinyFlux)}, {"flux-kontext-dev", flux(models::kFluxKontextDev)}},
        {}, nullptr, "latents", false, false, true},

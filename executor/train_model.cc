@@ -433,8 +433,10 @@ Result<std::unique_ptr<TrainModel>> build_llama(const BuildInputs& in) {
     if (!file.is_ok()) return file.status();
     data = file.value();
   }
-  return std::unique_ptr<TrainModel>(std::make_unique<LlamaModel>(
-      in.model.llama, lora_options(in.plan, tm::llama_lora(in.lora_rank())), std::move(data), in.options));
+  const bool moe = in.model.llama.moe.experts > 0;
+  const tm::LoraOptions targets = moe ? tm::moe_lora(in.lora_rank()) : tm::llama_lora(in.lora_rank());
+  return std::unique_ptr<TrainModel>(
+      std::make_unique<LlamaModel>(in.model.llama, lora_options(in.plan, targets), std::move(data), in.options));
 }
 
 Result<std::unique_ptr<TrainModel>> build_flux(const BuildInputs& in) {

@@ -150,6 +150,11 @@ std::string_view supported_hf_model_types() {
          "config's \"architecture\"), and diffusers' FluxTransformer2DModel";
 }
 
+bool is_moe_model_type(const std::string& type) {
+  const auto found = readers().find(type);
+  return found != readers().end() && (found->second == hf_moe_family || found->second == hf_deepseek_family);
+}
+
 Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config,
                                                std::string_view origin, const ZooOptions& options) {
   if (!config.is_object())

@@ -22,6 +22,10 @@ namespace headroom::models {
 // The model_type values understood, for messages and docs.
 std::string_view supported_hf_model_types();
 
+// Whether config.json's model_type `type` is read as a mixture of experts
+// (models/hf_moe_families.cc, models/hf_deepseek.cc).
+bool is_moe_model_type(const std::string& type);
+
 Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config,
                                                std::string_view origin, const ZooOptions& options);
 

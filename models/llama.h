@@ -76,6 +76,13 @@ inline constexpr LlamaConfig kQwen3_30bA3b{2048, 6144, 48, 32, 4, 151936, 40960,
 // "tiny-llama": the Llama 3 architecture (GQA 4:2, SwiGLU, RoPE) small enough to
 // train on a CPU in tests; hidden 64, intermediate 176, 4 layers, vocab 256.
 inline constexpr LlamaConfig kTinyLlama{64, 176, 4, 4, 2, 256, 256, 0.0};
+// "tiny-moe": Mixtral's structure (Llama attention, every layer sparse, top-k
+// renormalised, float32 routing weights) small enough to train on a CPU in
+// tests: hidden 64, 4 layers, 4/2 heads, vocab 256, 4 experts of width 96,
+// top-2; the fused RMSNorm of the executor, as tiny-llama.
+inline constexpr LlamaConfig kTinyMoe{64, 96, 4, 4, 2, 256, 256, 0.0, 0, false, false, false, false,
+                                      "silu", false, false, RmsNormStyle::kFused, kLlamaRope,
+                                      MoeSpec{4, 2, 96, 0, 1, true, true}};
 
 // Adds "<prefix>.rotary_emb.cos"/".sin" ([1, S, head_dim], compute dtype, as
 // HF LlamaRotaryEmbedding returns them) read from an int64 position_ids input.

@@ -168,6 +168,13 @@ std::vector<ZooEntry> make_zoo() {
   zoo.push_back(entry({"tiny-llama", "llama", "Llama 3 architecture at toy size for CPU runs, 0.22M parameters",
                        "headroom (models/llama.h kTinyLlama)", token_sequence(64, 256), kLlamaLora},
                       [](const ZooOptions& o) { return build_llama(kTinyLlama, o); }));
+  // Mixtral's family: the same builder, router and grouped experts as mixtral-8x7b.
+  zoo.push_back(entry({"tiny-moe", "mixtral",
+                       "Mixtral's structure (4 experts, top-2, every layer sparse) at toy size for CPU runs, "
+                       "0.38M parameters",
+                       "headroom (models/llama.h kTinyMoe)", token_sequence(64, 256),
+                       {"q_proj", "k_proj", "v_proj", "o_proj"}},
+                      [](const ZooOptions& o) { return build_llama(kTinyMoe, o); }));
   zoo.push_back(entry({"tiny-flux", "flux", "Flux MMDiT (2 double + 2 single blocks) at toy size for CPU runs",
                        "headroom (models/flux.h kTinyFlux)", image_sequence(16, 1, 0, 128, 256),
                        {"to_q", "to_k", "to_v", "to_out.0"}},

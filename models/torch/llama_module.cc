@@ -23,7 +23,7 @@ std::pair<torch::Tensor, torch::Tensor> llama_rope_tables(int64_t seq, int64_t h
   return {emb.cos(), emb.sin()};
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c) : config(c) {
+DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, int64_t index) : config(c) {
   const int64_t d = head_dim_of(c);
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden, 1e-5, c.rms_norm != RmsNormStyle::kFused));
   self_attn = register_module("self_attn", std::make_shared<torch::nn::Module>());
@@ -32,6 +32,10 @@ DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c) : config(c) {
   v_proj = self_attn->register_module("v_proj", Linear(c.hidden, c.kv_heads * d, c.qkv_bias));
   o_proj = self_attn->register_module("o_proj", Linear(c.heads * d, c.hidden, false));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden, 1e-5, c.rms_norm != RmsNormStyle::kFused));
+  if (is_sparse_layer(c.moe, index)) {
+    moe = register_module("mlp", SparseMoeBlock(c.moe, c.hidden));
+    return;
+  }
   mlp = register_module("mlp", std::make_shared<torch::nn::Module>());
   gate_proj = mlp->register_module("gate_proj", Linear(c.hidden, c.intermediate, false));
   up_proj = mlp->register_module("up_proj", Linear(c.hidden, c.intermediate, false));
@@ -56,6 +60,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& hidden, const torch
   attn = attn.transpose(1, 2).reshape({batch, seq, config.heads * d});
   const auto h = hidden + o_proj(attn);
   const auto y = post_attention_layernorm(h);
+  if (!moe.is_empty()) return h + moe->forward(y);
   return h + down_proj(torch::silu(gate_proj(y)) * up_proj(y));
 }
 
@@ -67,11 +72,17 @@ LoraOptions llama_lora(int64_t rank, double alpha) {
   return lora;
 }
 
+LoraOptions moe_lora(int64_t rank, double alpha) {
+  LoraOptions lora = llama_lora(rank, alpha);
+  lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  return lora;
+}
+
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c, const LoraOptions& lora) : config(c) {
   model = register_module("model", std::make_shared<torch::nn::Module>());
   embed_tokens = model->register_module("embed_tokens", torch::nn::Embedding(c.vocab, c.hidden));
   auto list = model->register_module("layers", std::make_shared<torch::nn::Module>());
-  for (int64_t i = 0; i < c.layers; ++i) layers.push_back(list->register_module(std::to_string(i), DecoderLayer(c)));
+  for (int64_t i = 0; i < c.layers; ++i) layers.push_back(list->register_module(std::to_string(i), DecoderLayer(c, i)));
   norm = model->register_module("norm", RMSNorm(c.hidden, 1e-5, c.rms_norm != RmsNormStyle::kFused));
   lm_head = register_module("lm_head", c.tie_embeddings ? Linear(embed_tokens->weight) : Linear(c.hidden, c.vocab, false));
   add_lora_adapters(*this, lora);

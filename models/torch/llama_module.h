@@ -14,6 +14,7 @@
 
 #include "models/llama.h"
 #include "models/torch/layers.h"
+#include "models/torch/moe_module.h"
 
 namespace headroom::models::torch_modules {
 
@@ -21,9 +22,12 @@ namespace headroom::models::torch_modules {
 std::pair<torch::Tensor, torch::Tensor> llama_rope_tables(int64_t seq, int64_t head_dim,
                                                           torch::TensorOptions options);
 
+// Decoder layer `index`: its MLP is the mixture of experts where the config
+// makes the layer sparse (models::is_sparse_layer: Mixtral-style decoders),
+// else SwiGLU.
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit DecoderLayerImpl(const LlamaConfig& config);
+  explicit DecoderLayerImpl(const LlamaConfig& config, int64_t index = 0);
   torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& cos, const torch::Tensor& sin);
   LlamaConfig config;
   RMSNorm input_layernorm{nullptr};
@@ -32,11 +36,16 @@ class DecoderLayerImpl : public torch::nn::Module {
   std::shared_ptr<torch::nn::Module> mlp;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  SparseMoeBlock moe{nullptr};  // registered as "mlp" in a sparse layer
 };
 TORCH_MODULE(DecoderLayer);
 
 // The zoo's LoRA targets for Llama (models/zoo.cc).
 LoraOptions llama_lora(int64_t rank, double alpha = 16);
+// The zoo's LoRA targets for a mixture of experts: the attention projections.
+// PEFT wraps nn.Linear modules by name; the router and the 3-D experts are
+// parameters (models/hf_moe_families.cc), so no adapter goes on them.
+LoraOptions moe_lora(int64_t rank, double alpha = 16);
 
 class LlamaForCausalLMImpl : public torch::nn::Module {
  public:

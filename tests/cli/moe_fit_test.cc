@@ -43,6 +43,23 @@ TEST_CASE("fit mixtral-8x7b under QLoRA says the experts stay unquantized") {
   CHECK(contains(qlora.out, "Routing assumption"));
 }
 
+TEST_CASE("run trains tiny-moe on the CPU as fit priced it, and fit names the routing assumption") {
+  TempDir dir;
+  const std::string plan = dir.file("plan.json");
+  const RunOutput fit = run_headroom("fit tiny-moe --gpu a6000 --batch 4 --precision fp32 -o " + quoted(plan));
+  REQUIRE_MESSAGE(fit.exit_code == 0, fit.err);
+  CHECK(contains(fit.out, "tiny-moe is a mixture of experts (4 sparse layers, 4 experts, top-2)"));
+  CHECK(contains(fit.out, "Routing assumption"));
+  const RunOutput run = run_headroom("run " + quoted(plan) + " --steps 8 --lr 3e-3 --device cpu --json");
+  if (built_without_libtorch(run)) return;
+  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+  const nlohmann::json json = parse_json(run.out);
+  const nlohmann::json& steps = json["measurement"]["steps"];
+  REQUIRE(steps.size() == 8);
+  CHECK(steps[7]["loss"].get<double>() < steps[0]["loss"].get<double>());
+  CHECK(check_categories_within(json, 0.05) == 4);
+}
+
 TEST_CASE("a bad MoE config.json is refused naming the file and the field") {
   TempDir dir;
   write_text(dir.file("config.json"),

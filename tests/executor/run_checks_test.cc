@@ -68,10 +68,22 @@ TEST_CASE("one row per trainable family: its zoo names resolve to it, and the re
     }
     for (const std::string& type : family.hf_model_types) CHECK(gpt2.message().find(type) != std::string::npos);
   }
-  CHECK(gpt2.message().find("the executor trains tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-flux, "
+  CHECK(gpt2.message().find("the executor trains tiny-llama, llama-3-8b, llama-3.1-8b, mistral-7b, tiny-moe, tiny-flux, "
                             "flux-kontext-dev, tiny-eva-vit, eva-vit-g, tiny-resnet, resnet-50, bert-large-uncased, "
                             "or a Hugging Face llama/mistral/qwen2, vit, llava, bert/roberta or clip model directory (") !=
         std::string::npos);
+}
+
+TEST_CASE("tiny-moe is the Llama row's decoder with experts, and an MoE config.json is refused as such") {
+  const Result<ExecutableModel> moe = executable_model("tiny-moe", "p");
+  REQUIRE(moe.is_ok());
+  CHECK(moe->family == ModelFamily::kLlama);
+  CHECK(moe->llama.moe.experts == models::kTinyMoe.moe.experts);
+  CHECK(moe->llama.moe.top_k == 2);
+  const Result<ExecutableModel> qwen3 = executable_model(HEADROOM_SOURCE_DIR "/tests/data/hf/qwen3-30b-a3b", "p");
+  REQUIRE_FALSE(qwen3.is_ok());
+  CHECK(qwen3.message().find("is a mixture of experts (model_type \"qwen3_moe\")") != std::string::npos);
+  CHECK(qwen3.message().find("tiny-moe") != std::string::npos);
 }
 
 TEST_CASE("Hugging Face llama configs map onto the decoder, features it lacks are refused") {

@@ -151,3 +151,26 @@ TEST_CASE("expert parallelism in a config.json is refused by name") {
 }
 
 }  // namespace headroom::models
+
+namespace headroom::models {
+
+TEST_CASE("tiny-moe is Mixtral's graph at toy size, with the parameters a mixtral config.json of it gives") {
+  Result<graph::LayerGraph> zoo = build_zoo_model("tiny-moe", ZooOptions{});
+  REQUIRE(zoo.is_ok());
+  CHECK(zoo->family == "mixtral");
+  // Per layer: attention 64 x (64 + 32 + 32 + 64), two norms, router 4 x 64, experts
+  // 4 x (2 x 96 x 64 + 64 x 96); embeddings and head 2 x 256 x 64, the final norm.
+  CHECK(zoo->parameter_count() == 4 * (12'288 + 128 + 256 + 73'728) + 32'768 + 64);
+  int sparse = 0;
+  for (const graph::Node& node : zoo->nodes) sparse += node.op == "grouped_mm" && node.name.ends_with(".gate_up_proj");
+  CHECK(sparse == 4);
+  const nlohmann::json config = {{"model_type", "mixtral"},   {"hidden_size", 64},        {"intermediate_size", 96},
+                                 {"num_hidden_layers", 4},    {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                                 {"vocab_size", 256},         {"num_local_experts", 4},   {"num_experts_per_tok", 2}};
+  Result<graph::LayerGraph> hf = graph_from_hf_config(config, "tiny-moe/config.json", ZooOptions{});
+  REQUIRE_MESSAGE(hf.is_ok(), hf.message());
+  CHECK(hf->parameter_count() == zoo->parameter_count());
+  CHECK(inactive_expert_parameters(zoo.value(), kTinyMoe.moe) == 4 * 2 * (2 * 96 * 64 + 64 * 96));
+}
+
+}  // namespace headroom::models

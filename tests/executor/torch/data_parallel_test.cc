@@ -518,6 +518,14 @@ TEST_CASE("a Hugging Face CLIPModel with LoRA trains on 2 ranks at ZeRO-3 as one
   check_zero3_like_one_process(HEADROOM_SOURCE_DIR "/tests/data/hf/tiny-clip", "z3clip", planner::TrainMode::kLora);
 }
 
+// tiny-moe (issue 38): the experts are 3-D parameters partitioned and gathered
+// like any other, the kept layer's grouped GEMMs save the gathered expert
+// weights through the hooks, and its routed tensors are what the plan prices.
+TEST_CASE("tiny-moe at ZeRO-3 on 2 ranks, fully and with LoRA, trains as one process does") {
+  check_zero3_like_one_process("tiny-moe", "z3moe", planner::TrainMode::kFull);
+  check_zero3_like_one_process("tiny-moe", "z3moelora", planner::TrainMode::kLora);
+}
+
 TEST_CASE("a killed rank ends the job with a message naming it, within seconds") {
   const std::string dir = temp_dir("kill");
   const planner::Plan plan = plan_for(Job{tiny_llama(2, 1), 2});
