@@ -110,6 +110,7 @@ int tensor_index(const LayerGraph& graph, const std::string& name) {
 }
 
 int64_t tensor_bytes(const Tensor& tensor, DType compute_dtype, int64_t batch, int64_t seq) {
+  if (seq < tensor.min_seq) return 0;  // not made at this length (Tensor::min_seq)
   return dtype_bytes(tensor.dtype.value_or(compute_dtype), tensor.elements.at(batch, seq));
 }
 

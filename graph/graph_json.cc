@@ -212,7 +212,7 @@ Block Reader::block(const json& j, std::string_view path) const {
 }
 
 Tensor Reader::tensor(const json& j, std::string_view path) const {
-  object(j, path, {"name", "elements", "dtype", "requires_grad"});
+  object(j, path, {"name", "elements", "dtype", "requires_grad", "min_seq"});
   Tensor out;
   out.name = string(*member(j, path, "name", true), join(path, "name"));
   out.elements = size(*member(j, path, "elements", true), join(path, "elements"));
@@ -220,6 +220,10 @@ Tensor Reader::tensor(const json& j, std::string_view path) const {
     out.dtype = dtype(*value, join(path, "dtype"));
   if (const json* value = member(j, path, "requires_grad", false)) {
     out.requires_grad = boolean(*value, join(path, "requires_grad"));
+  }
+  if (const json* value = member(j, path, "min_seq", false)) {
+    out.min_seq = integer(*value, join(path, "min_seq"));
+    if (out.min_seq < 0) fail(join(path, "min_seq"), "expected a sequence length >= 0");
   }
   return out;
 }
@@ -464,6 +468,7 @@ json graph_to_json(const LayerGraph& graph) {
     json t = {{"name", tensor.name}, {"elements", size_expr_to_json(tensor.elements)}};
     if (tensor.dtype) t["dtype"] = dtype_name(*tensor.dtype);
     if (tensor.requires_grad) t["requires_grad"] = true;
+    if (tensor.min_seq > 0) t["min_seq"] = tensor.min_seq;
     tensors.push_back(std::move(t));
   }
   json nodes = json::array();
@@ -529,7 +534,7 @@ bool graphs_equal(const LayerGraph& a, const LayerGraph& b) {
     const Tensor& x = a.tensors[i];
     const Tensor& y = b.tensors[i];
     if (x.name != y.name || x.elements != y.elements || x.dtype != y.dtype ||
-        x.requires_grad != y.requires_grad) {
+        x.requires_grad != y.requires_grad || x.min_seq != y.min_seq) {
       return false;
     }
   }

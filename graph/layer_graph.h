@@ -68,6 +68,9 @@ struct Tensor {
   // requires grad whatever its producer (a forward hook's requires_grad_(True),
   // transformers' enable_input_require_grads; planner/mechanisms/input_require_grads.h).
   bool requires_grad = false;
+  // Made only when the sequence is at least this long (0: always); shorter, it
+  // takes no memory. transformers' sliding-window SDPA mask (models/graph_builder.h).
+  int64_t min_seq = 0;
 };
 
 // Shape facts of an nn.Linear, so LoRA adapters and quantization can be applied.

@@ -331,7 +331,22 @@ std::string GraphBuilder::eager_attention(const std::string& prefix, const std::
 std::string GraphBuilder::sdpa_attention(const std::string& prefix, const std::string& q,
                                          const std::string& k, const std::string& v,
                                          const AttentionShape& shape) {
-  return fused_attention(prefix + ".sdpa", "attention", q, k, v, shape, {":lse"});
+  if (shape.sliding_window <= 0) return fused_attention(prefix + ".sdpa", "attention", q, k, v, shape, {":lse"});
+  // transformers 5.23.0 masking_utils.py (sdpa_mask, _ignore_causal_mask_sdpa)
+  // builds a bool mask for a sliding layer once kv_length >= sliding_window, and
+  // sdpa_attention.py passes it to torch; torch's scaled_dot_product_attention
+  // (aten/src/ATen/native/transformers/attention.cpp, convert_boolean_attn_mask)
+  // turns it into a new additive mask of the query's dtype on every call, and the
+  // memory-efficient kernel, the one that takes a mask, saves it as attn_bias.
+  const std::string mask = prefix + ".sdpa_mask";
+  add_tensor(mask, shape.scores_per_head, std::nullopt);
+  graph_.tensors.back().min_seq = shape.sliding_window;
+  // Its write is not timed: fwd_io_elements cannot be gated on S as its size is.
+  add_node(mask, "attention_mask", {}, {mask});
+  const std::string out = fused_attention(prefix + ".sdpa", "attention", q, k, v, shape, {":lse"});
+  graph_.nodes.back().inputs.push_back(mask);
+  graph_.nodes.back().saves.push_back(SavedRef{mask, SaveWhen::kInputGrad});
+  return out;
 }
 
 std::string GraphBuilder::triton_flash_attention(const std::string& prefix, const std::string& q,

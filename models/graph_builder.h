@@ -39,6 +39,9 @@ struct AttentionShape {
   SizeExpr key_rows;         // B*Sk
   SizeExpr scores_per_head;  // B*Sq*Sk, e.g. {bss=1} for self-attention over S
   bool causal = false;
+  // A sliding-window layer's window in tokens (0: none). SDPA then takes a mask
+  // from S = window on (sdpa_attention).
+  int64_t sliding_window = 0;
 };
 
 struct EagerAttentionOptions {
@@ -134,7 +137,10 @@ class GraphBuilder {
                               const std::string& k, const std::string& v,
                               const AttentionShape& shape, const EagerAttentionOptions& options);
   // Fused scaled_dot_product_attention / flash: node "<prefix>.sdpa". Saves q,
-  // k, v, the output and the f32 logsumexp; dropout inside keeps no mask.
+  // k, v, the output and the f32 logsumexp; dropout inside keeps no mask. With a
+  // sliding window, also node "<prefix>.sdpa_mask": the additive [B, 1, Sq, Sk]
+  // mask in the compute dtype, made once S reaches the window and kept by the
+  // memory-efficient kernel (tensor min_seq; docs/models.md, "Sliding-window masks").
   std::string sdpa_attention(const std::string& prefix, const std::string& q,
                              const std::string& k, const std::string& v,
                              const AttentionShape& shape);

@@ -44,6 +44,15 @@ RopeCacheStyle rope_cache_style(const HfFields& c, const std::string& type) {
   return kLlamaRope;
 }
 
+// Phi3Config's sliding_window defaults to None, MistralConfig's to 4096; null in
+// config.json turns it off (configuration_phi3.py, configuration_mistral.py, 5.23.0).
+// Their models then build every layer's mask with create_sliding_window_causal_mask.
+int64_t read_sliding_window(HfReader& r, const HfFields& c, const std::string& type) {
+  if (type != "phi3" && type != "mistral") return 0;
+  if (c.json.contains("sliding_window") && c.json.at("sliding_window").is_null()) return 0;
+  return r.positive_or("sliding_window", type == "mistral" ? 4096 : 0);
+}
+
 }  // namespace
 
 Result<LlamaConfig> read_llama_config(const HfFields& c, const std::string& type) {
@@ -69,6 +78,7 @@ Result<LlamaConfig> read_llama_config(const HfFields& c, const std::string& type
   config.qk_norm = type == "qwen3";
   config.tie_embeddings = r.boolean_or("tie_word_embeddings", type == "gemma");
   config.attention_dropout = r.probability_or("attention_dropout", 0.0);
+  config.sliding_window = read_sliding_window(r, c, type);
   r.divides("num_key_value_heads", config.heads, config.kv_heads, "num_attention_heads");
   r.at_most("head_dim", config.heads * config.head_dim, kMaxHfSize,
             "num_attention_heads x head_dim");

@@ -32,6 +32,7 @@ struct RopeAttention {
   // given, a view, so the whole qkv storage stays alive until backward (traced
   // by scripts/exporter); eager attention's matmul keeps a contiguous copy of v.
   std::string v_base;
+  int64_t sliding_window = 0;  // LlamaConfig::sliding_window
 };
 
 std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::string& q,
@@ -48,8 +49,9 @@ std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::s
     v_in = b.copy(a.prefix + ".repeat_kv_v", std::string(graph::op::kRepeatKv), {v}, q_elements);
     kv_heads = a.heads;
   }
-  const AttentionShape shape =
+  AttentionShape shape =
       self_attention_shape(a.heads, kv_heads, a.head_dim, tokens(), square_tokens(), true);
+  shape.sliding_window = a.sliding_window;
   const EagerAttentionOptions eager{a.softmax_fp32, a.dropout};
   const std::string out = attention(b, impl, a.prefix, q_rope, k_rope, v_in, shape, eager);
   if (impl != AttentionImpl::kEager) return out;
@@ -138,7 +140,7 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
       k = add_rms_norm(b, c.rms_norm, p + ".self_attn.k_norm", k, times(rows, c.kv_heads), head_dim);
     }
     RopeAttention a{p + ".self_attn", c.heads, c.kv_heads, head_dim, true,
-                    dropout_p(options, c.attention_dropout), qkv_base};
+                    dropout_p(options, c.attention_dropout), qkv_base, c.sliding_window};
     const std::string attn = rope_attention(b, a, q, k, v, cos, sin, options.attention, options.sdpa_repeat_kv);
     if (caches.per_layer()) caches.add(b, p + ".self_attn.q.cos", p + ".self_attn.rotary_emb");
     const std::string o = b.linear(p + ".self_attn.o_proj", attn, rows, c.heads * head_dim, c.hidden, false);

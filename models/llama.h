@@ -47,6 +47,9 @@ struct LlamaConfig {
   RopeCacheStyle rope_cache = kLlamaRope;
   // Sparse layers' mixture of experts (models/moe.h); experts == 0: dense.
   MoeSpec moe{};
+  // Config-file Phi-3 and Mistral: every layer attends to this many tokens (0: all).
+  // Only SDPA's mask depends on it (GraphBuilder::sdpa_attention).
+  int64_t sliding_window = 0;
 };
 
 // meta-llama/Meta-Llama-3-8B config.json: hidden_size 4096, intermediate_size
