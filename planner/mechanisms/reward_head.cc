@@ -40,8 +40,11 @@ void make_score(graph::LayerGraph& graph, graph::Node& head) {
   const graph::SizeExpr rows = head.linear->rows;
   head.name = kRewardHead;
   head.linear->out_features = 1;
-  head.params = {graph::Param{.name = std::string(kRewardHead) + ".weight", .shape = {1, in},
-                              .dtype = head.params.empty() ? graph::DType::kBF16 : head.params.front().dtype}};
+  graph::Param score;
+  score.name = std::string(kRewardHead) + ".weight";
+  score.shape = {1, in};
+  score.dtype = head.params.empty() ? graph::DType::kBF16 : head.params.front().dtype;
+  head.params = {score};
   head.fwd_flops = head.bwd_input_flops = head.bwd_param_flops = rows.scaled(2 * in);
   head.fwd_io_elements = rows.scaled(in + 1);
   head.workspace_elements = graph::SizeExpr{};
@@ -88,8 +91,11 @@ Status apply_reward_head(graph::LayerGraph& graph) {
   std::sort(chain.rbegin(), chain.rend());
   for (int index : chain) graph.nodes.erase(graph.nodes.begin() + index);
   std::erase_if(graph.tensors, [&](const graph::Tensor& t) { return dropped_outputs.contains(t.name); });
-  graph.tensors.push_back(graph::Tensor{.name = "loss", .elements = graph::SizeExpr::constant(1),
-                                        .dtype = graph::DType::kF32});
+  graph::Tensor scalar;
+  scalar.name = "loss";
+  scalar.elements = graph::SizeExpr::constant(1);
+  scalar.dtype = graph::DType::kF32;
+  graph.tensors.push_back(scalar);
   graph.nodes.push_back(std::move(loss));
   return Status::ok();
 }
