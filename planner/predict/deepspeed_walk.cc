@@ -76,6 +76,36 @@ void hold_tied_partials(const ModelContext& context, const RunSettings& settings
   }
 }
 
+// A gradient larger than the bucket skips it (stage_1_and_2.py
+// reduce_independent_p_g_buckets_and_remove_grads: extra_large_param_to_reduce) and is
+// reduced alone at the next hook or at the end of backward (reduce_ipg_grads). There
+// average_tensor's allreduce_and_scatter flattens all its rank slices into one copy
+// (allreduce_bucket: self.flatten), the gradient still live: two of its size once the
+// backward that makes it is done.
+void hold_oversized_gradients(const ModelContext& context, const RunSettings& settings, Accounting accounting,
+                              StepModel& model) {
+  std::map<std::string, int> made_in;  // owner -> lowest block using it: its gradient is summed there
+  std::map<std::string, int64_t> bytes;
+  for (const graph::Node& node : context.graph.nodes) {
+    for (const graph::Param& param : node.params) {
+      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+      const auto [it, fresh] = made_in.try_emplace(owner, node.block);
+      it->second = std::min(it->second, node.block);
+      if (param.tied_to.empty() && param.trainable && param.elements() > settings.reduce_bucket_elements) {
+        bytes[owner] = account(grad_bytes(param, settings.precision), accounting);
+      }
+    }
+  }
+  for (const auto& [owner, held] : bytes) {
+    const int k = made_in[owner];
+    if (k < 0 || k >= static_cast<int>(model.grads_bwd.size())) continue;
+    // The reduction runs at the next hook, after the block's own backward peak: before the
+    // next block's parameter gradients; the first block's, at the end of backward.
+    if (k > 0) model.grads_bwd_before[k - 1] += 2 * held;
+    if (k == 0) model.grads_bwd[0] += 2 * held;
+  }
+}
+
 }  // namespace
 
 void apply_deepspeed_gradients(const ModelContext& context, const RunSettings& settings,
@@ -87,6 +117,7 @@ void apply_deepspeed_gradients(const ModelContext& context, const RunSettings& s
   if (!zero2_on_gpu || config.grad_accum != 1 || states.grads_in_backward) return;
   delay_gradient_partition(settings, states, model);
   hold_tied_partials(context, settings, accounting, model);
+  hold_oversized_gradients(context, settings, accounting, model);
 }
 
 }  // namespace headroom::planner

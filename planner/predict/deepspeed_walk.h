@@ -1,7 +1,8 @@
 // DeepSpeed ZeRO-1/2's gradients in the step walk as DeepSpeed 0.19.8 makes them
 // (docs/stacks.md, "DeepSpeed's ZeRO buffers"): the reduce buckets from the first
 // gradient hook to the end of backward, ZeRO-2's gradient partition from the first
-// reduction, and a tied weight's partial gradient until its last use's backward.
+// reduction, a tied weight's partial gradient until its last use's backward, and a
+// gradient larger than the bucket, reduced on its own (extra_large_param_to_reduce).
 #pragma once
 
 #include "planner/memory/model_states.h"

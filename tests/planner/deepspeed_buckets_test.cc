@@ -5,7 +5,8 @@
 // for the whole run (stage3.py __init__). Stages 1/2 have no all-gather bucket.
 // ZeRO-2's gradient partition appears at the first reduction (copy_grads_in_partition),
 // a tied weight's partial gradient waits for its last use, and the step holds three
-// gradient partitions at once (stage_1_and_2.py step). planner/predict/deepspeed_walk.cc.
+// gradient partitions at once (stage_1_and_2.py step); a gradient larger than the bucket
+// is reduced on its own (extra_large_param_to_reduce). planner/predict/deepspeed_walk.cc.
 #include <doctest/doctest.h>
 
 #include "planner/memory/deepspeed_buckets.h"
@@ -117,6 +118,25 @@ TEST_CASE("a tied embedding's partial gradient is held from the head's backward 
   CHECK(step.model.grads_bwd[1] == 2 * kBucketBytes + tied);
   CHECK(step.model.grads_bwd_before[0] == 2 * kBucketBytes + tied);  // summed in its backward
   CHECK(step.model.grads_fwd == 0);
+}
+
+TEST_CASE("ZeRO-2 holds a gradient larger than the bucket and its flattened copy until its own reduction") {
+  graph::LayerGraph graph = small_model(false);
+  graph.nodes[0].params[0].shape = {2 << 20};  // the embedding: 2M elements
+  RunSettings settings = deepspeed(2);
+  settings.reduce_bucket_elements = 3 << 19;  // 1.5M: only the embedding's gradient overflows it
+  const BuiltStep step = built(graph, settings);
+  const int64_t oversized = (2 << 20) * 2;  // its full bf16 gradient
+  // extra_large_param_to_reduce: the gradient itself and allreduce_bucket's flatten of it.
+  CHECK(step.model.grads_bwd[0] - step.model.grads_bwd_before[0] == 2 * oversized);  // the epilogue
+  CHECK(step.model.grads_bwd[1] == step.model.grads_bwd_before[1]);  // layers' fit the bucket
+  CHECK(step.model.grads_bwd[3] == step.model.grads_bwd_before[2]);
+  // The head's gradient overflows too once the bucket is smaller than it: reduced at the
+  // next hook, after the head's own backward peak.
+  settings.reduce_bucket_elements = (1 << 20) - 1;
+  const BuiltStep all = built(graph, settings);
+  const int64_t head = (1 << 20) * 2;
+  CHECK(all.model.grads_bwd_before[2] - all.model.grads_bwd[3] == 2 * head);
 }
 
 TEST_CASE("ZeRO-2's step holds a flattened 16-bit copy and an fp32 cast beside the gradient partition") {
