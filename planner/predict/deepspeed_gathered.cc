@@ -103,7 +103,9 @@ int64_t first_block_forward(const std::map<std::string, TracedParam>& traced, in
 Zero3Gathered zero3_gathered_bytes(const ModelContext& context, const RunSettings& settings,
                                    const GlobalConfig& config) {
   Zero3Gathered out;
-  if (config.zero_stage < 3 || shards_with_fsdp(settings)) return out;
+  // The unspecified stack's ZeRO-3 is headroom's executor's (executor/zero3_parameters.cc:
+  // a block's parameters and the next block's prefetch), priced by ModelStates.
+  if (config.zero_stage < 3 || shards_with_fsdp(settings) || settings.stack == Stack::kUnspecified) return out;
   const int n = static_cast<int>(context.graph.blocks.size());
   const std::map<std::string, TracedParam> traced = traced_params(context, settings.precision);
   int64_t largest = 0;

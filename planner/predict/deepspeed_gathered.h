@@ -17,8 +17,9 @@ struct Zero3Gathered {
   std::vector<int64_t> backward;  // per block: gathered while it runs backward
 };
 
-// Elements of the full 16-bit parameters DeepSpeed holds gathered beside each block
-// (before accounting), or empty vectors where ZeRO-3 is not DeepSpeed's.
+// Bytes of the full 16-bit parameters DeepSpeed holds gathered beside each block
+// (before accounting), or empty vectors where ZeRO-3 is not DeepSpeed's (FSDP, or the
+// unspecified stack: headroom's own executor).
 Zero3Gathered zero3_gathered_bytes(const ModelContext& context, const RunSettings& settings,
                                    const GlobalConfig& config);
 

@@ -283,8 +283,10 @@ Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& se
 Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& settings, const ResolvedStack& stack,
                         ModelContext& context) {
   if (Status trained = apply_trainability(loaded, settings, stack, context); !trained.is_ok()) return trained;
-  // DeepSpeed's ZeRO-3 linear (mechanisms/zero3_linear.h) over its 16-bit linears.
-  if (settings.zero_stage == 3 && !shards_with_fsdp(settings) && settings.mode != TrainMode::kQlora) {
+  // DeepSpeed's ZeRO-3 linear (mechanisms/zero3_linear.h) over its 16-bit linears. The
+  // unspecified stack's ZeRO-3 is headroom's executor's, which keeps torch's linear.
+  if (settings.zero_stage == 3 && !shards_with_fsdp(settings) && settings.mode != TrainMode::kQlora &&
+      settings.stack != Stack::kUnspecified) {
     apply_zero3_linear(context.graph);
   }
   // The loss as the stack computes it; the top of the band when not pinned.
