@@ -27,10 +27,11 @@ import tempfile
 
 import torch
 
-from meta_recorder import Recorder, logged_values
+from meta_recorder import Recorder
 from stacks import hf_trainer
 from stacks.hf_models import build_model
-from stacks.trl_sft import _adapter_dtype, _peft_config, _tokenizer, chunked_logprob_on_meta
+from stacks.trl_sft import (_adapter_dtype, _peft_config, _tokenizer, chunked_logprob_on_meta, meta_config,
+                             meta_trainer)
 
 
 def _dataset(spec: dict):
@@ -40,38 +41,16 @@ def _dataset(spec: dict):
 
 def _config(spec: dict, output_dir: str):
     from trl import DPOConfig
-
-    class MetaDPOConfig(DPOConfig):
-        @property
-        def place_model_on_device(self) -> bool:
-            return False
-
-    checkpointing = spec.get("checkpointing", "none") != "none"
-    kwargs = {"use_reentrant": spec.get("checkpointing") == "reentrant"} if checkpointing else None
-    return MetaDPOConfig(
-        output_dir=output_dir, per_device_train_batch_size=spec["batch"], report_to=[], use_cpu=True,
-        bf16=spec["precision"] in ("bf16", "bf16-amp"), max_length=spec["seq"],
-        max_grad_norm=spec.get("max_grad_norm", 1.0), gradient_checkpointing=checkpointing,
-        gradient_checkpointing_kwargs=kwargs, precompute_ref_log_probs=spec["ref"] == "precomputed",
-        **({"optim": spec["optim"]} if "optim" in spec else {}))
+    return meta_config(DPOConfig, spec, output_dir, precompute_ref_log_probs=spec["ref"] == "precomputed")
 
 
 def _trainer_class(recorder: Recorder):
     from trl import DPOTrainer
 
-    class MetaDPOTrainer(DPOTrainer):
-        def compute_loss(self, *args, **kwargs):
-            with logged_values(recorder):  # its metrics' .item() reads
-                return super().compute_loss(*args, **kwargs)
-
+    class MetaDPOTrainer(meta_trainer(DPOTrainer, recorder)):
         def _precompute_ref_logps(self, dataset, name, batch_size):
             zeros = [0.0] * len(dataset)
             return dataset.add_column("ref_chosen_logps", zeros).add_column("ref_rejected_logps", zeros)
-
-        def _prepare_input(self, data):
-            if isinstance(data, torch.Tensor) and data.device.type == "meta":
-                return data
-            return super()._prepare_input(data)
 
     return MetaDPOTrainer
 

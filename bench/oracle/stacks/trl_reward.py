@@ -23,10 +23,10 @@ import tempfile
 
 import torch
 
-from meta_recorder import Recorder, logged_values
+from meta_recorder import Recorder
 from stacks import hf_trainer
 from stacks.hf_models import transformers_at_least, weight_dtype
-from stacks.trl_sft import _adapter_dtype, _tokenizer
+from stacks.trl_sft import _adapter_dtype, _peft_config, _tokenizer, meta_config, meta_trainer
 
 PAD_TOKEN_ID = 0  # stacks/trl_sft.py's tokenizer: "<pad>"
 
@@ -38,44 +38,12 @@ def _dataset(spec: dict):
 
 def _config(spec: dict, output_dir: str):
     from trl import RewardConfig
-
-    class MetaRewardConfig(RewardConfig):
-        @property
-        def place_model_on_device(self) -> bool:
-            return False
-
-    checkpointing = spec.get("checkpointing", "none") != "none"
-    kwargs = {"use_reentrant": spec.get("checkpointing") == "reentrant"} if checkpointing else None
-    return MetaRewardConfig(
-        output_dir=output_dir, per_device_train_batch_size=spec["batch"], report_to=[], use_cpu=True,
-        bf16=spec["precision"] in ("bf16", "bf16-amp"), max_length=spec["seq"],
-        max_grad_norm=spec.get("max_grad_norm", 1.0), gradient_checkpointing=checkpointing,
-        gradient_checkpointing_kwargs=kwargs, **({"optim": spec["optim"]} if "optim" in spec else {}))
-
-
-def _peft_config(spec: dict):
-    from peft import LoraConfig
-    if spec["method"] != "lora":
-        return None
-    rank = spec.get("lora_rank", 16)
-    return LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=spec["lora_targets"],
-                      lora_dropout=spec.get("lora_dropout", 0.05), task_type="SEQ_CLS")
+    return meta_config(RewardConfig, spec, output_dir)
 
 
 def _trainer_class(recorder: Recorder):
     from trl import RewardTrainer
-
-    class MetaRewardTrainer(RewardTrainer):
-        def compute_loss(self, *args, **kwargs):
-            with logged_values(recorder):  # its metrics' .item() and the token count's reads
-                return super().compute_loss(*args, **kwargs)
-
-        def _prepare_input(self, data):
-            if isinstance(data, torch.Tensor) and data.device.type == "meta":
-                return data
-            return super()._prepare_input(data)
-
-    return MetaRewardTrainer
+    return meta_trainer(RewardTrainer, recorder)
 
 
 def build_reward_model(spec: dict):
@@ -104,7 +72,7 @@ def run(spec: dict, recorder: Recorder) -> dict:
         trainer = _trainer_class(recorder)(model=model, args=_config(spec, output_dir),
                                            train_dataset=_dataset(spec),
                                            processing_class=_tokenizer(model.config.vocab_size),
-                                           peft_config=_peft_config(spec))
+                                           peft_config=_peft_config(spec, task_type="SEQ_CLS"))
         trainer.accelerator.device_placement = False  # the meta model stays where it is
         hf_trainer.enable_checkpointing(trainer)
         trainer.create_optimizer()

@@ -57,37 +57,43 @@ def _dataset(spec: dict):
     return Dataset.from_dict({"input_ids": [ids], "labels": [ids]})
 
 
-def _config(spec: dict, output_dir: str):
-    from trl import SFTConfig
+def meta_config(config_class, spec: dict, output_dir: str, **extra):
+    """A TRL trainer's config (SFTConfig, DPOConfig, RewardConfig) as the spec sets it, the
+    model left where it is (meta); `extra`: the trainer's own fields."""
 
-    class MetaSFTConfig(SFTConfig):
+    class MetaConfig(config_class):
         @property
         def place_model_on_device(self) -> bool:
             return False
 
     checkpointing = spec.get("checkpointing", "none") != "none"
     kwargs = {"use_reentrant": spec.get("checkpointing") == "reentrant"} if checkpointing else None
-    return MetaSFTConfig(
+    return MetaConfig(
         output_dir=output_dir, per_device_train_batch_size=spec["batch"], report_to=[], use_cpu=True,
         bf16=spec["precision"] in ("bf16", "bf16-amp"), max_length=spec["seq"],
         max_grad_norm=spec.get("max_grad_norm", 1.0), gradient_checkpointing=checkpointing,
-        gradient_checkpointing_kwargs=kwargs, dataset_kwargs={"skip_prepare_dataset": True},
-        **({"optim": spec["optim"]} if "optim" in spec else {}))
+        gradient_checkpointing_kwargs=kwargs, **({"optim": spec["optim"]} if "optim" in spec else {}), **extra)
 
 
-def _peft_config(spec: dict):
+def _config(spec: dict, output_dir: str):
+    from trl import SFTConfig
+    return meta_config(SFTConfig, spec, output_dir, dataset_kwargs={"skip_prepare_dataset": True})
+
+
+def _peft_config(spec: dict, task_type: str = "CAUSAL_LM"):
     from peft import LoraConfig
     if spec["method"] not in ("lora", "qlora"):
         return None
     rank = spec.get("lora_rank", 16)
     return LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=spec["lora_targets"],
-                      lora_dropout=spec.get("lora_dropout", 0.05), task_type="CAUSAL_LM")
+                      lora_dropout=spec.get("lora_dropout", 0.05), task_type=task_type)
 
 
-def _trainer_class(recorder: Recorder):
-    from trl import SFTTrainer
+def meta_trainer(trainer_class, recorder: Recorder):
+    """A TRL trainer whose loss's metric reads the recorder answers, and whose batches
+    already on meta are not moved."""
 
-    class MetaSFTTrainer(SFTTrainer):
+    class MetaTrainer(trainer_class):
         def compute_loss(self, *args, **kwargs):
             with logged_values(recorder):  # its metrics' .item() reads
                 return super().compute_loss(*args, **kwargs)
@@ -97,7 +103,12 @@ def _trainer_class(recorder: Recorder):
                 return data
             return super()._prepare_input(data)
 
-    return MetaSFTTrainer
+    return MetaTrainer
+
+
+def _trainer_class(recorder: Recorder):
+    from trl import SFTTrainer
+    return meta_trainer(SFTTrainer, recorder)
 
 
 def collated_batch(spec: dict) -> dict:
