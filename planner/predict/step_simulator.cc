@@ -8,6 +8,7 @@
 #include "planner/memory/deepspeed_buckets.h"
 #include "planner/settings/run_gpu.h"
 #include "planner/time/fsdp2_stream_copies.h"
+#include "planner/time/python_norm_backward.h"
 
 namespace headroom::planner {
 
@@ -213,6 +214,22 @@ void StepSimulator::finish_param_grads(const ParamGradWork& work, size_t grads_b
   }
 }
 
+// A node's backward scratch beside its input and output gradients: its workspace, or
+// what a Python RMSNorm's chain holds beyond those gradients
+// (planner/time/python_norm_backward.h). -1 when there is none.
+int64_t StepSimulator::alloc_backward_workspace(int n) {
+  const Node& node = graph_.nodes[n];
+  int64_t bytes = graph::dtype_bytes(ctx_.compute_dtype, node.backward_workspace().at(batch_, seq_));
+  const int64_t chain = python_norm_backward_bytes(graph_, an_, n, batch_, seq_, Accounting::kAllocated);
+  if (chain > 0) {
+    int64_t gradients = 0;
+    for (int t : an_.node_inputs[n]) gradients += grad_handle_[t] >= 0 ? tensor_bytes_[t] : 0;
+    for (int t : an_.node_outputs[n]) gradients += grad_handle_[t] >= 0 ? tensor_bytes_[t] : 0;
+    bytes = std::max(bytes, chain - gradients);
+  }
+  return bytes > 0 ? alloc(bytes, "transient") : -1;
+}
+
 // One node's backward: its input gradients, parameter gradients, workspace and
 // kernel, then what it no longer needs.
 void StepSimulator::backward_node(int n, int block) {
@@ -230,8 +247,7 @@ void StepSimulator::backward_node(int n, int block) {
     if (buckets > 0) backward_buckets_ = alloc(buckets, "gradients");
   }
   const ParamGradWork work = start_param_grads(node);
-  const int64_t workspace = node.backward_workspace().at(batch_, seq_);
-  const int64_t ws = workspace > 0 ? alloc(graph::dtype_bytes(ctx_.compute_dtype, workspace), "transient") : -1;
+  const int64_t ws = alloc_backward_workspace(n);
   compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
   release(ws);
   finish_param_grads(work, grads_before);

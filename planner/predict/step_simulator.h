@@ -140,6 +140,7 @@ class StepSimulator {
   ParamGradWork start_param_grads(const graph::Node& node);
   void finish_param_grads(const ParamGradWork& work, size_t grads_before);
   void backward_node(int n, int block);
+  int64_t alloc_backward_workspace(int n);
   void release_checkpoint_holds(int block);
   bool reduce_block_gradients(int block);
   void gradient_traffic(int block, bool syncing);

@@ -4,6 +4,7 @@
 
 #include "graph/op_traits.h"
 #include "planner/mechanisms/trl_fused_head.h"
+#include "planner/time/python_norm_backward.h"
 
 namespace headroom::planner {
 
@@ -78,6 +79,8 @@ int64_t BackwardGradients::at_node(int n) const {
   for (int t : analysis_.node_inputs[n]) {
     if (analysis_.requires_grad[t] && !analysis_.persistent[t]) grads += tensor_bytes_[t];
   }
+  // A Python RMSNorm's chain peaks with neither its output's gradient nor its input's alive.
+  grads = std::max(grads, python_norm_backward_bytes(graph_, analysis_, n, batch_, seq_, accounting_));
   return grads + partial_gradients(n);
 }
 

@@ -11,6 +11,7 @@
 #   encoders        the Trainer on BERT and ViT (hf5)
 #   torch-loop      torchvision's ResNet-50 in a plain loop (vision)
 #   trl, trl-dpo    TRL's SFTTrainer and DPOTrainer (trl)
+#   trl-reward      TRL's RewardTrainer (trl)
 #   bnb-old         QLoRA under bitsandbytes 0.43.1 and its meta shims (hf4bnb43)
 #   deepspeed       the Trainer under DeepSpeed ZeRO-2/3 on the meta accelerator (ds)
 # Exit 77 (skip) when the environment is missing or was left half-made: setup_env.sh
@@ -30,9 +31,10 @@ case "$suite" in
   torch-loop)     env=vision;   test=test_torch_loop_tiny.py ;;
   trl)            env=trl;      test=test_trl_sft_tiny.py ;;
   trl-dpo)        env=trl;      test=test_trl_dpo_tiny.py ;;
+  trl-reward)     env=trl;      test=test_trl_reward_tiny.py ;;
   bnb-old)        env=hf4bnb43; test=test_bnb_old_tiny.py ;;
   deepspeed)      env=ds;       test=test_deepspeed_tiny.py ;;
-  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, litgpt, encoders, torch-loop, trl, trl-dpo, bnb-old or deepspeed)" >&2; exit 2 ;;
+  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, litgpt, encoders, torch-loop, trl, trl-dpo, trl-reward, bnb-old or deepspeed)" >&2; exit 2 ;;
 esac
 if [ "$env" = base ]; then
   python="$root/.venv/bin/python"
