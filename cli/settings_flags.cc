@@ -336,7 +336,9 @@ const std::vector<SettingsFlag> kFixedFlags = {
     {"--lora-rank", "N", kTraining, "LoRA rank r (default 16)", false,
      [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxLoraRank, s.lora.rank); }},
     {"--lora-targets", "A,B,...", kTraining,
-     "module-name suffixes that get adapters, e.g. q_proj,v_proj (default: the model's)", false,
+     "module-name suffixes that get adapters, e.g. q_proj,v_proj, or all-linear (PEFT's shorthand: every linear "
+     "but the output layer) (default: the model's)",
+     false,
      [](RunSettings& s, std::string_view v) { return set_list(v, s.lora.targets); }},
     {"--lora-dropout", "F", kTraining, "LoRA dropout probability (default 0.05)", false,
      [](RunSettings& s, std::string_view v) { return set_fraction(v, 0, 1, s.lora.dropout); }},

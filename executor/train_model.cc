@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -15,6 +16,8 @@
 #include "models/torch/llava_module.h"
 #include "models/torch/resnet_module.h"
 #include "models/torch/vit_module.h"
+#include "planner/mechanisms/trainability.h"
+#include "planner/settings/lora_targets.h"
 #include "planner/settings/stack.h"
 
 namespace headroom::executor {
@@ -22,11 +25,26 @@ namespace {
 
 namespace tm = models::torch_modules;
 
-tm::LoraOptions lora_options(const planner::Plan& plan, tm::LoraOptions defaults) {
+// The modules the planner's graph gave adapters: PEFT's "all-linear" resolved on the graph
+// (planner/mechanisms/peft_targets.h), by full name.
+std::vector<std::string> adapted_modules(const graph::LayerGraph& graph) {
+  std::vector<std::string> names;
+  for (const graph::Node& node : graph.nodes) {
+    if (std::any_of(node.params.begin(), node.params.end(), planner::is_lora_adapter)) names.push_back(node.name);
+  }
+  return names;
+}
+
+tm::LoraOptions lora_options(const planner::Plan& plan, const graph::LayerGraph& graph, tm::LoraOptions defaults) {
   const planner::RunSettings& s = plan.settings;
   if (s.mode == planner::TrainMode::kFull) return {};
   defaults.dropout = s.lora.dropout;
-  if (!s.lora.targets.empty()) defaults.targets = {s.lora.targets.begin(), s.lora.targets.end()};
+  if (planner::is_all_linear(s.lora.targets)) {
+    const std::vector<std::string> adapted = adapted_modules(graph);
+    defaults.targets = {adapted.begin(), adapted.end()};
+  } else if (!s.lora.targets.empty()) {
+    defaults.targets = {s.lora.targets.begin(), s.lora.targets.end()};
+  }
   defaults.skip = s.lora_skip;
   defaults.skip.insert(defaults.skip.end(), s.train_patterns.begin(), s.train_patterns.end());
   return defaults;
@@ -422,7 +440,9 @@ struct BuildInputs {
   const planner::Plan& plan;
   const RunOptions& run;
   const TrainModelOptions& options;
+  const graph::LayerGraph& trained_graph;
   int64_t lora_rank() const { return plan.settings.lora.rank; }
+  tm::LoraOptions lora(tm::LoraOptions defaults) const { return lora_options(plan, trained_graph, std::move(defaults)); }
 };
 
 Result<std::unique_ptr<TrainModel>> build_llama(const BuildInputs& in) {
@@ -436,27 +456,27 @@ Result<std::unique_ptr<TrainModel>> build_llama(const BuildInputs& in) {
   const bool moe = in.model.llama.moe.experts > 0;
   const tm::LoraOptions targets = moe ? tm::moe_lora(in.lora_rank()) : tm::llama_lora(in.lora_rank());
   return std::unique_ptr<TrainModel>(
-      std::make_unique<LlamaModel>(in.model.llama, lora_options(in.plan, targets), std::move(data), in.options));
+      std::make_unique<LlamaModel>(in.model.llama, in.lora(targets), std::move(data), in.options));
 }
 
 Result<std::unique_ptr<TrainModel>> build_flux(const BuildInputs& in) {
   return std::unique_ptr<TrainModel>(std::make_unique<FluxModel>(
-      in.model.flux, lora_options(in.plan, tm::flux_lora(in.lora_rank())), in.run.seed, in.options));
+      in.model.flux, in.lora(tm::flux_lora(in.lora_rank())), in.run.seed, in.options));
 }
 
 Result<std::unique_ptr<TrainModel>> build_vit(const BuildInputs& in) {
   if (in.model.vit.style == models::VisionStyle::kBlip2) {
-    tm::Blip2VisionModel net(in.model.vit, lora_options(in.plan, tm::eva_vit_lora(in.lora_rank())));
+    tm::Blip2VisionModel net(in.model.vit, in.lora(tm::eva_vit_lora(in.lora_rank())));
     return std::unique_ptr<TrainModel>(std::make_unique<EvaVitModel>(std::move(net), in.model.image, in.run.seed, in.options));
   }
-  tm::VitForImageClassification net(in.model.vit, in.model.classes, lora_options(in.plan, tm::vit_lora(in.lora_rank())));
+  tm::VitForImageClassification net(in.model.vit, in.model.classes, in.lora(tm::vit_lora(in.lora_rank())));
   return std::unique_ptr<TrainModel>(std::make_unique<ImageClassifier<tm::VitForImageClassification>>(
       std::move(net), in.model.image, in.model.classes, in.run.seed, in.options, in.model.vit.fp32_pixels));
 }
 
 Result<std::unique_ptr<TrainModel>> build_llava(const BuildInputs& in) {
   return std::unique_ptr<TrainModel>(
-      std::make_unique<LlavaModel>(in.model, lora_options(in.plan, tm::llama_lora(in.lora_rank())),
+      std::make_unique<LlavaModel>(in.model, in.lora(tm::llama_lora(in.lora_rank())),
                                    TokenSource::synthetic(in.model.llava.text.vocab, in.run.seed), in.run.seed,
                                    in.options));
 }
@@ -484,7 +504,7 @@ Result<std::unique_ptr<TrainModel>> build_bert(const BuildInputs& in) {
         "attention_probs_dropout_prob 0)");
   }
   return std::unique_ptr<TrainModel>(std::make_unique<SequenceClassifier>(
-      config, lora_options(in.plan, tm::bert_lora(in.lora_rank())), in.run.seed, in.options));
+      config, in.lora(tm::bert_lora(in.lora_rank())), in.run.seed, in.options));
 }
 
 Result<std::unique_ptr<TrainModel>> build_clip(const BuildInputs& in) {
@@ -494,7 +514,7 @@ Result<std::unique_ptr<TrainModel>> build_clip(const BuildInputs& in) {
                                "configs have none (expected 0)");
   }
   return std::unique_ptr<TrainModel>(std::make_unique<ImageTextPairs>(
-      in.model, lora_options(in.plan, tm::clip_lora(in.lora_rank())), in.run.seed, in.options));
+      in.model, in.lora(tm::clip_lora(in.lora_rank())), in.run.seed, in.options));
 }
 
 // Each family's training model, one row per family in ModelFamily order; the
@@ -544,7 +564,7 @@ Result<std::unique_ptr<TrainModel>> make_train_model(const ExecutableModel& mode
                                                      const TrainModelOptions& options) {
   if (Status s = check_family(model_family(model.family), plan, run); !s.is_ok()) return s;
   Result<std::unique_ptr<TrainModel>> built =
-      kBuilders[static_cast<size_t>(model.family)].build(BuildInputs{model, plan, run, options});
+      kBuilders[static_cast<size_t>(model.family)].build(BuildInputs{model, plan, run, options, trained_graph});
   if (!built.is_ok()) return built.status();
   std::unique_ptr<TrainModel> out = std::move(built.value());
   if (Status s = apply_trainability(out->module(), trained_graph, plan.model); !s.is_ok()) return s;

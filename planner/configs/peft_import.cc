@@ -6,6 +6,7 @@
 #include "graph/json_text.h"
 #include "graph/utf8.h"
 #include "planner/configs/args_reader.h"
+#include "planner/settings/lora_targets.h"
 #include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
@@ -26,9 +27,9 @@ void read_peft_targets(ArgsReader& r, RunSettings& s, ConfigImport& out) {
       s.lora.targets.push_back(t.get<std::string>());
     }
   } else if (targets == json("all-linear")) {
-    s.lora.targets.clear();  // the model's own list: every linear of its blocks
-    out.notes.push_back("target_modules all-linear: the model's own adapter list (every linear of its blocks, "
-                        "not the output layer), as PEFT's shorthand selects");
+    s.lora.targets = {std::string(kAllLinear)};
+    out.notes.push_back("target_modules all-linear: every linear module but the output layer, as PEFT's "
+                        "shorthand selects (planner/mechanisms/all_linear.h)");
   } else {
     r.fail("target_modules", "a list of module names or \"all-linear\" (a regular expression is not read; give "
                              "--lora-targets)",

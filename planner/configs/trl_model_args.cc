@@ -3,6 +3,7 @@
 #include <string>
 
 #include "planner/configs/training_args_text.h"
+#include "planner/settings/lora_targets.h"
 
 namespace headroom::planner {
 namespace {
@@ -46,7 +47,7 @@ void read_trl_lora_targets(ArgsReader& r, RunSettings& s, ConfigImport& out) {
     const json& t = r.raw("lora_target_modules");
     s.lora.targets.clear();
     if (t == json("all-linear")) {
-      // the model's own list: every linear of its blocks
+      s.lora.targets = {std::string(kAllLinear)};  // PEFT's shorthand (planner/mechanisms/all_linear.h)
     } else if (t.is_string() && !shell_words(t.get<std::string>()).empty()) {
       s.lora.targets = shell_words(t.get<std::string>());
     } else if (t.is_array() && !t.empty() &&

@@ -9,6 +9,7 @@
 
 #include "graph/atomic_file.h"
 #include "planner/configs/mmengine_config.h"
+#include "planner/settings/lora_targets.h"
 
 namespace headroom::planner {
 namespace {
@@ -152,9 +153,12 @@ Status read_llm_lora(Reader& r, const json& model, RunSettings& s, XtunerModel& 
     if (Status read = read_lora(r, *lora, std::string("model.") + lora_key, s.lora, all_linear); !read.is_ok()) return read;
     s.mode = m.language.quantized ? TrainMode::kQlora : TrainMode::kLora;
     if (all_linear) {
+      // XTuner wraps only the LLM (get_peft_model(self.llm)): the projector keeps no adapter.
+      s.lora.targets = {std::string(kAllLinear)};
+      if (m.llava) s.lora_skip.push_back("*multi_modal_projector*");
       r.note(std::string("model.") + lora_key +
-             ".target_modules: XTuner's find_all_linear_names, every linear of the LLM but lm_head: the model's own "
-             "adapter list");
+             ".target_modules: XTuner's find_all_linear_names, every linear of the LLM but lm_head, as PEFT's "
+             "all-linear selects them");
     }
   } else if (m.language.quantized) {
     return r.fail("model.llm.quantization_config", std::string("a 4-bit LLM with model.") + lora_key +

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "graph/op_traits.h"
+#include "planner/mechanisms/peft_targets.h"
 #include "planner/mechanisms/gptq_linear.h"
 #include "planner/settings/stack.h"
 
@@ -234,7 +235,7 @@ Status check_every_adapter_placed(const RunSettings& settings, const std::vector
     std::string listed;
     for (const std::string& target : targets) listed += (listed.empty() ? "" : ", ") + target;
     return Status::invalid_input(settings.model + ": lora.targets: no linear module matches [" +
-                                 listed + "] (expected module-name suffixes such as q_proj)");
+                                 listed + "] (expected module-name suffixes such as q_proj, or all-linear)");
   }
   return Status::ok();
 }
@@ -256,13 +257,15 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
     }
     return graph;
   }
+  const std::vector<std::string>& named = settings.lora.targets.empty() ? graph.lora_targets : settings.lora.targets;
+  if (Status moe = refuse_moe_parameter_targets(graph, named, settings.model); !moe.is_ok()) return moe;
   const std::vector<std::string> targets =
-      with_release_aliases(graph.family, settings.lora.targets.empty() ? graph.lora_targets : settings.lora.targets);
+      is_all_linear(named) ? all_linear_modules(graph) : with_release_aliases(graph.family, named);
   // The top of the band: fp32 adapters unless the stack or the user says otherwise.
   const DType adapter_dtype =
       resolve_stack(settings).top.adapter_dtype == AdapterDtype::kFp32 ? DType::kF32 : DType::kBF16;
   const AdapterCounts counts = adapt_linears(graph, settings, targets, adapter_dtype);
-  if (Status placed = check_every_adapter_placed(settings, targets, counts); !placed.is_ok()) return placed;
+  if (Status placed = check_every_adapter_placed(settings, named, counts); !placed.is_ok()) return placed;
   return graph;
 }
 

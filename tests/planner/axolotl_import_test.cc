@@ -22,7 +22,7 @@ TEST_CASE("axolotl's llama-3 QLoRA example: 4-bit base, all-linear r 32, packed 
   CHECK(s.mode == TrainMode::kQlora);
   CHECK(s.lora.rank == 32);
   CHECK(s.lora.dropout == doctest::Approx(0.05));
-  CHECK(s.lora.targets.empty());  // lora_target_linear: the model's every linear
+  CHECK(s.lora.targets == std::vector<std::string>{"all-linear"});  // lora_target_linear: every linear
   CHECK(s.seq_len == 4096);
   CHECK(s.micro_batch == 2);
   CHECK(s.grad_accum == 4);
@@ -97,7 +97,7 @@ TEST_CASE("lora_target_linear: the listed modules join every linear one, and mus
   const std::string base = "adapter: lora\nlora_target_linear: true\nsequence_len: 512\nmicro_batch_size: 0x2\n";
   const Result<ConfigImport> listed = import_axolotl_config(base + "lora_target_modules: [q_proj]\n", "ax.yml", RunSettings{});
   REQUIRE_MESSAGE(listed.is_ok(), listed.message());
-  CHECK(listed->settings.lora.targets.empty());  // every linear of the blocks, as all-linear
+  CHECK(listed->settings.lora.targets == std::vector<std::string>{"all-linear"});  // the union: every linear
   CHECK(listed->settings.micro_batch == 2);      // 0x2, as PyYAML reads it
   const Result<ConfigImport> number = import_axolotl_config(base + "lora_target_modules: 5\n", "ax.yml", RunSettings{});
   REQUIRE_FALSE(number.is_ok());

@@ -22,7 +22,7 @@ TEST_CASE("LLaMA-Factory's on-the-fly QLoRA example: 4-bit double-quantized base
   CHECK(s.nf4_double_quant);  // double_quantization defaults to true
   CHECK(s.lora.rank == 8);
   CHECK(s.lora.dropout == 0.0);  // LLaMA-Factory's default, not TRL's 0.05
-  CHECK(s.lora.targets.empty());  // lora_target all: every linear
+  CHECK(s.lora.targets == std::vector<std::string>{"all-linear"});  // lora_target all: every linear
   CHECK(s.seq_len == 2048);
   CHECK(s.micro_batch == 1);
   CHECK(s.grad_accum == 8);

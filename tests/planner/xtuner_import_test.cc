@@ -49,7 +49,7 @@ TEST_CASE("the seed's XTuner LLaVA QLoRA config under --deepspeed zero2_offload 
   CHECK(s.nf4_double_quant);
   CHECK(s.lora.rank == 512);
   CHECK(s.lora.dropout == doctest::Approx(0.05));
-  CHECK(s.lora.targets.empty());  // find_all_linear_names: the graph's own list
+  CHECK(s.lora.targets == std::vector<std::string>{"all-linear"});  // find_all_linear_names
   REQUIRE(s.scoped_lora.size() == 1);
   CHECK(s.scoped_lora[0].scope == "*vision_tower*");
   CHECK(s.scoped_lora[0].lora.rank == 64);

@@ -139,6 +139,28 @@ TEST_CASE("tiny-llama, bf16 mixed precision with LoRA and dropout: master weight
   check_categories(r.value(), {"parameters", "optimizer states + master weights", "gradients", "activations"});
 }
 
+TEST_CASE("PEFT's all-linear trains the adapters the planner's graph placed") {
+  // The plan keeps the shorthand; the executor adapts the modules the graph resolved it to
+  // (planner/mechanisms/peft_targets.h): without them nothing would train.
+  planner::RunSettings settings;
+  settings.model = "tiny-llama";
+  settings.gpu = "a6000";
+  settings.precision = planner::Precision::kFp32;
+  settings.mode = planner::TrainMode::kLora;
+  settings.lora.rank = 4;
+  settings.lora.targets = {"all-linear"};
+  settings.micro_batch = 2;
+  Result<planner::FitAnswer> answer = planner::fit(settings);
+  REQUIRE_MESSAGE(answer.is_ok(), answer.message());
+  RunOptions options;
+  options.steps = 2;
+  options.device = "cpu";
+  Recorder recorder;
+  Result<RunResult> r = train_plan(answer->as_given, options, recorder);
+  REQUIRE_MESSAGE(r.is_ok(), r.message());
+  check_categories(r.value(), {"parameters", "optimizer states + master weights", "gradients", "activations"});
+}
+
 TEST_CASE("tiny-flux trains with LoRA and checkpointing, loss falls, memory as predicted") {
   const planner::Plan plan = plan_for("tiny-flux", planner::Precision::kFp32, planner::TrainMode::kLora,
                                       planner::CheckpointPolicy::kEveryBlock);
