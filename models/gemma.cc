@@ -76,7 +76,7 @@ AttentionImpl attention_run(const GemmaConfig& c, AttentionImpl requested) {
 // (repeat_kv) and makes its output contiguous.
 std::string gemma_attention(GraphBuilder& b, const GemmaConfig& c, const std::string& prefix,
                             const std::string& q, const std::string& k, const std::string& v,
-                            const RopeTables& rope, const ZooOptions& options) {
+                            const RopeTables& rope, int64_t sliding_window, const ZooOptions& options) {
   const LlamaConfig& base = c.base;
   const SizeExpr q_elements = times(tokens(), base.heads * base.head_dim);
   const SizeExpr kv_elements = times(tokens(), base.kv_heads * base.head_dim);
@@ -90,8 +90,10 @@ std::string gemma_attention(GraphBuilder& b, const GemmaConfig& c, const std::st
     v_in = b.copy(prefix + ".repeat_kv_v", std::string(graph::op::kRepeatKv), {v}, q_elements);
     kv_heads = base.heads;
   }
-  const AttentionShape shape =
-      self_attention_shape(base.heads, kv_heads, base.head_dim, tokens(), square_tokens(), true);
+  AttentionShape shape = self_attention_shape(base.heads, kv_heads, base.head_dim, tokens(), square_tokens(), true);
+  // A sliding layer's SDPA takes the bool mask transformers builds for it once S reaches
+  // the window (GraphBuilder::sdpa_attention; masking_utils.py, 5.23.0).
+  shape.sliding_window = sliding_window;
   const double dropout = dropout_p(options, base.attention_dropout);
   std::string out;
   if (impl == AttentionImpl::kEager && c.attn_softcap) {
@@ -106,7 +108,7 @@ std::string gemma_attention(GraphBuilder& b, const GemmaConfig& c, const std::st
 // One Gemma2DecoderLayer / Gemma3DecoderLayer: input norm, attention, post-attention
 // norm, residual; pre-feed-forward norm, GeGLU MLP, post-feed-forward norm, residual.
 std::string gemma_layer(GraphBuilder& b, const GemmaConfig& c, const std::string& p, std::string hidden,
-                        const RopeTables& rope, const ZooOptions& options) {
+                        const RopeTables& rope, int64_t sliding_window, const ZooOptions& options) {
   const LlamaConfig& base = c.base;
   const SizeExpr rows = tokens();
   const SizeExpr h_elements = times(rows, base.hidden);
@@ -121,7 +123,7 @@ std::string gemma_layer(GraphBuilder& b, const GemmaConfig& c, const std::string
     q = add_rms_norm(b, base.rms_norm, p + ".self_attn.q_norm", q, times(rows, base.heads), hd);
     k = add_rms_norm(b, base.rms_norm, p + ".self_attn.k_norm", k, times(rows, base.kv_heads), hd);
   }
-  const std::string attn = gemma_attention(b, c, p + ".self_attn", q, k, v, rope, options);
+  const std::string attn = gemma_attention(b, c, p + ".self_attn", q, k, v, rope, sliding_window, options);
   const std::string o = b.linear(p + ".self_attn.o_proj", attn, rows, base.heads * hd, base.hidden, base.qkv_bias);
   const std::string o_norm = add_rms_norm(b, base.rms_norm, p + ".post_attention_layernorm", o, rows, base.hidden);
   hidden = b.add(p + ".residual_attn", hidden, o_norm, h_elements);
@@ -212,7 +214,7 @@ graph::LayerGraph build_gemma(const GemmaConfig& c, const ZooOptions& options) {
     const std::string p = "model.layers." + std::to_string(i);
     b.begin_block(p, "gemma_decoder", true);
     const bool sliding = i < static_cast<int64_t>(c.sliding.size()) && c.sliding[static_cast<size_t>(i)];
-    hidden = gemma_layer(b, c, p, hidden, sliding ? local : global, options);
+    hidden = gemma_layer(b, c, p, hidden, sliding ? local : global, sliding ? c.sliding_window : 0, options);
   }
   gemma_head(b, c, hidden);
   graph::LayerGraph graph = b.finish();

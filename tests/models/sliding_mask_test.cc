@@ -1,5 +1,6 @@
-// transformers' sliding-window SDPA mask: Phi-3 and Mistral layers keep a
-// converted [B, 1, S, S] mask once S reaches the window (models/graph_builder.cc).
+// transformers' sliding-window SDPA mask: Phi-3 and Mistral layers, and Gemma 3's
+// sliding layers, keep a converted [B, 1, S, S] mask once S reaches the window
+// (models/graph_builder.cc).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -49,6 +50,16 @@ TEST_CASE("Phi-3 SDPA keeps a bf16 mask per layer from S = sliding_window (2047)
     CHECK(mask_bytes(g, layer, 2, 2046) == 0);
     CHECK(mask_bytes(g, layer, 1, 512) == 0);
   }
+}
+
+TEST_CASE("Gemma 3's sliding layers keep the SDPA mask from S = 512 on, its global layers none") {
+  // gemma-3-1b: sliding_window 512, five sliding layers in every six (the sixth global).
+  const graph::LayerGraph g = load("gemma-3-1b", AttentionImpl::kSdpa);
+  CHECK(sdpa_saves_mask(g, "model.layers.0"));
+  CHECK(mask_bytes(g, "model.layers.4", 2, 2048) == 2 * 2048 * 2048 * 2);
+  CHECK(mask_bytes(g, "model.layers.4", 2, 511) == 0);
+  CHECK(mask_bytes(g, "model.layers.5", 2, 2048) == -1);
+  CHECK_FALSE(sdpa_saves_mask(g, "model.layers.5"));
 }
 
 TEST_CASE("eager attention and models without a window make no SDPA mask") {
