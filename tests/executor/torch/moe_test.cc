@@ -18,6 +18,7 @@
 #include "models/torch/llama_module.h"
 #include "models/torch/moe_module.h"
 #include "planner/predict/planner.h"
+#include "tests/executor/torch/trainer_checks.h"
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.
 #undef CHECK
@@ -109,25 +110,8 @@ planner::Plan plan_for(planner::Precision precision, planner::TrainMode mode, pl
   return answer->as_given;
 }
 
-struct Losses final : RunObserver {
-  std::vector<double> values;
-  Status on_step(const StepMetrics& m) override {
-    values.push_back(m.loss);
-    return Status::ok();
-  }
-};
-
-// Each named category measured and within 5% of the prediction.
-void check_categories(const RunResult& r, const std::vector<std::string>& names) {
-  for (const std::string& name : names) {
-    const CategoryCheck* found = nullptr;
-    for (const CategoryCheck& c : r.categories) found = c.category == name ? &c : found;
-    REQUIRE_MESSAGE(found != nullptr, name);
-    INFO(name << ": predicted " << found->predicted << " measured " << found->measured);
-    CHECK(found->measured > 0);
-    CHECK(std::abs(found->relative_error()) <= 0.05);
-  }
-}
+using run_test::check_categories;
+using Losses = run_test::StepRecorder;
 
 Losses train(const planner::Plan& plan, int steps, double lr, const std::vector<std::string>& categories) {
   RunOptions options;
@@ -137,7 +121,7 @@ Losses train(const planner::Plan& plan, int steps, double lr, const std::vector<
   Losses losses;
   Result<RunResult> r = train_plan(plan, options, losses);
   REQUIRE_MESSAGE(r.is_ok(), r.message());
-  REQUIRE(losses.values.size() == static_cast<size_t>(steps));
+  REQUIRE(losses.steps.size() == static_cast<size_t>(steps));
   check_categories(r.value(), categories);
   return losses;
 }
@@ -219,9 +203,9 @@ TEST_CASE("tiny-moe trains fully on the CPU, the loss falls, each category as pr
   const planner::Plan plan =
       plan_for(planner::Precision::kFp32, planner::TrainMode::kFull, planner::CheckpointPolicy::kNone);
   const Losses losses = train(plan, 30, 3e-3, kAllCategories);
-  INFO("loss " << losses.values.front() << " -> " << losses.values.back());
-  CHECK(losses.values.front() > 5.0);  // about ln(256) = 5.55 at initialisation
-  CHECK(losses.values.back() < 0.7 * losses.values.front());
+  INFO("loss " << losses.steps.front().loss << " -> " << losses.steps.back().loss);
+  CHECK(losses.steps.front().loss > 5.0);  // about ln(256) = 5.55 at initialisation
+  CHECK(losses.steps.back().loss < 0.7 * losses.steps.front().loss);
 }
 
 TEST_CASE("tiny-moe with LoRA on the attention trains, experts frozen, each category as predicted") {
@@ -232,7 +216,7 @@ TEST_CASE("tiny-moe with LoRA on the attention trains, experts frozen, each cate
   // steps against the first five (each step draws other sequences).
   const auto mean = [&](size_t first) {
     double sum = 0;
-    for (size_t i = first; i < first + 5; ++i) sum += losses.values[i];
+    for (size_t i = first; i < first + 5; ++i) sum += losses.steps[i].loss;
     return sum / 5;
   };
   INFO("mean loss of steps 1-5 " << mean(0) << ", of steps 26-30 " << mean(25));

@@ -21,6 +21,7 @@
 #include "models/torch/llama_module.h"
 #include "planner/predict/planner.h"
 #include "tests/executor/torch/run_test_support.h"
+#include "tests/executor/torch/trainer_checks.h"
 
 
 // c10/util/logging defines CHECK (an abort); the tests mean doctest's.
@@ -47,30 +48,14 @@ planner::Plan plan_for(const std::string& model, planner::Precision precision, p
   return answer->as_given;
 }
 
-struct Recorder final : RunObserver {
-  std::vector<StepMetrics> steps;
-  Status on_step(const StepMetrics& m) override {
-    steps.push_back(m);
-    return Status::ok();
-  }
-};
+using Recorder = run_test::StepRecorder;
+using run_test::check_categories;
 
 const CategoryCheck* find(const RunResult& r, const std::string& name) {
   for (const CategoryCheck& c : r.categories) {
     if (c.category == name) return &c;
   }
   return nullptr;
-}
-
-// The bar: activation and state terms within 5 % of the measurement.
-void check_categories(const RunResult& r, const std::vector<std::string>& names) {
-  for (const std::string& name : names) {
-    const CategoryCheck* c = find(r, name);
-    REQUIRE_MESSAGE(c != nullptr, name);
-    INFO(name << ": predicted " << c->predicted << " measured " << c->measured);
-    CHECK(c->measured > 0);
-    CHECK(std::abs(c->relative_error()) <= 0.05);
-  }
 }
 
 std::string temp_dir(const std::string& name) {
