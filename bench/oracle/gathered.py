@@ -1,0 +1,54 @@
+"""FSDP2's gathered (unsharded) parameters as their own category, whatever else holds them.
+
+`fully_shard` all-gathers a parameter into `FSDPParam.all_gather_outputs` (one flat
+`torch.empty` of the shard's numel times the world size, `init_all_gather_outputs`), and
+`init_unsharded_param` makes the unsharded parameter a view of it
+(`torch/distributed/fsdp/_fully_shard/_fsdp_param.py`, torch 2.11). A linear that reads
+the view saves it for backward, so saved_tensors_hooks see it; it is still a copy of a
+parameter, sized by the model and not by the batch, freed or kept by the reshard policy.
+It counts as `gathered` (meta_recorder.CATEGORIES, ahead of saved activations), the
+same bytes headroom calls gathered parameters (its ZeRO buffers); the comparison puts
+both with the transients (compare.py `oracle_categories`; docs/memory-model.md,
+"Categories at the peak").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from patching import patched
+
+
+def _marking(method, recorder, tensors_of_param):
+    def method_and_mark(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        recorder.mark("gathered", tensors_of_param(self))
+        return out
+    return method_and_mark
+
+
+def _all_gather_outputs(fsdp_param) -> list:
+    return list(getattr(fsdp_param, "all_gather_outputs", None) or [])
+
+
+def _unsharded(fsdp_param) -> list:
+    param = getattr(fsdp_param, "_unsharded_param", None)
+    inner = list(getattr(fsdp_param, "_unsharded_inner_tensors", None) or [])
+    return ([param] if param is not None else []) + inner + _all_gather_outputs(fsdp_param)
+
+
+@contextlib.contextmanager
+def gathered_marked(recorder) -> Iterator[None]:
+    """FSDP2's all-gather outputs and unsharded parameters marked `gathered` as they are
+    made; nothing where torch has no FSDP2."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+    except ImportError:
+        yield
+        return
+    with patched(FSDPParam, "init_all_gather_outputs",
+                 _marking(FSDPParam.init_all_gather_outputs, recorder, _all_gather_outputs)), \
+            patched(FSDPParam, "init_unsharded_param",
+                    _marking(FSDPParam.init_unsharded_param, recorder, _unsharded)):
+        yield
