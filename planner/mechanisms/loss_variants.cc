@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "graph/op_traits.h"
@@ -278,9 +279,11 @@ void no_upcast_loss(LossSite& site, PendingEdits& pending) {
 // the rest stand for them. lora.py calls model(input_ids, lm_head_chunk_size=128):
 // a list of 128-token chunks, whose backward runs one chunk at a time, so the
 // head's peak is the forward's and the loss needs no workspace.
+constexpr std::string_view kHeldLogits = ":held_logits";
+
 void litgpt_loss(LossSite& site, bool chunked_head, graph::DType compute, PendingEdits& pending) {
   pending.to_bypass.push_back(site.upcast.name);
-  const std::string held = site.node.name + ":held_logits";
+  const std::string held = site.node.name + std::string(kHeldLogits);
   pending.to_add.push_back(graph::Tensor{held, site.logits_f32.elements, graph::DType::kF32, false});
   site.node.inputs.push_back(held);
   site.node.fwd_io_elements += site.upcast.fwd_io_elements;
@@ -335,6 +338,8 @@ void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss
 }
 
 }  // namespace
+
+bool held_by_caller(const graph::Tensor& tensor) { return tensor.name.ends_with(kHeldLogits); }
 
 void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled, bool fp32_weights,
                      graph::DType compute) {

@@ -5,6 +5,7 @@
 
 #include "graph/op_traits.h"
 #include "models/rope_caches.h"
+#include "planner/mechanisms/loss_variants.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/settings/stack.h"
 #include "planner/time/fsdp2_stream_copies.h"
@@ -28,9 +29,22 @@ int64_t paged_migrated_bytes(int64_t paged, int64_t capacity, int64_t held) {
 
 namespace {
 
+// The persistent tensors the caller holds without autograd (held_by_caller): in the
+// walk's base with the other persistent tensors, labelled transient at the peak.
+int64_t caller_held_bytes(const ModelContext& context, const GlobalConfig& config, Accounting accounting) {
+  int64_t bytes = 0;
+  for (size_t t = 0; t < context.graph.tensors.size(); ++t) {
+    if (!context.analysis.persistent[t] || !held_by_caller(context.graph.tensors[t])) continue;
+    bytes += account(graph::tensor_bytes(context.graph.tensors[t], context.compute_dtype, config.micro_batch,
+                                         context.seq_len),
+                     accounting);
+  }
+  return bytes;
+}
+
 // The breakdown at the walk's peak, before the allocator simulation adds its share.
-void fill_breakdown(const ModelContext& context, const RunSettings& settings, const BuiltStep& reserved,
-                    const StepPeak& peak, Prediction& out) {
+void fill_breakdown(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                    const BuiltStep& reserved, const StepPeak& peak, Prediction& out) {
   MemoryBreakdown& m = out.peak;
   m.cuda_context = context_bytes(context, settings);
   m.workspaces = account(context.gpu.cublas_workspace_bytes, Accounting::kReserved);
@@ -42,8 +56,9 @@ void fill_breakdown(const ModelContext& context, const RunSettings& settings, co
   m.master_weights = reserved.states.master;
   m.zero_buffers = reserved.states.comm_buckets - reserved.states.bucket_gradients +
                    (peak.block >= 0 ? reserved.states.gathered_params : 0) + peak.gathered;
-  m.activations = peak.activations;
-  m.transient = peak.transient;
+  const int64_t held = caller_held_bytes(context, config, Accounting::kReserved);
+  m.activations = peak.activations - held;
+  m.transient = peak.transient + held;
   m.allocator = kPoolSlackBytes;
 }
 
@@ -179,7 +194,7 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   out.peak_reserved = peak.bytes;
   out.peak_allocated = walk_step(allocated.model, blocks, allocated.persistent).bytes;
 
-  fill_breakdown(context, settings, reserved, peak, out);
+  fill_breakdown(context, settings, config, reserved, peak, out);
   const Simulation simulation =
       simulate_allocator ? simulate_allocator_share(context, settings, config, blocks, out) : Simulation{};
   const int64_t fixed_length_total = out.peak.total();
@@ -188,6 +203,7 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   out.gpu_capacity = context.gpu.memory_bytes;
   out.gpu_budget = gpu_budget_bytes(context, settings);
   out.allocated = measurable_memory(allocated, allocated_profile, blocks);
+  out.allocated.activations -= caller_held_bytes(context, config, Accounting::kAllocated);
   out.where.phase = peak.phase;
   out.where.block = peak.block;
   if (peak.block >= 0) out.where.block_name = context.graph.blocks[peak.block].name;

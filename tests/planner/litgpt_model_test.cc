@@ -7,6 +7,7 @@
 #include <string>
 
 #include "planner/mechanisms/litgpt_model.h"
+#include "planner/mechanisms/loss_variants.h"
 #include "planner/settings/stack.h"
 #include "planner/time/block_profile.h"
 #include "tests/planner/predict_as_given.h"
@@ -101,6 +102,24 @@ TEST_CASE("full.py: Fabric's fp32 logits are held all step, and backward holds 1
   // and the scalar loss: one 512-byte block of the allocator).
   const int64_t head_input = tokens * kHidden * 2;
   CHECK(held_bytes + head.fwd_peak - norm_and_input - head_input - 512 == 10 * logits);
+}
+
+TEST_CASE("litgpt's held fp32 logits are transient at the peak, not activations") {
+  // fit binds them to `logits` through the optimizer step; autograd saves none of them
+  RunSettings s = litgpt_llama_1b(TrainMode::kFull);
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  const ModelContext context = prepared_context(s);
+  const graph::Tensor& held = tensor(context, "loss:held_logits");
+  CHECK(held_by_caller(held));
+  CHECK_FALSE(held_by_caller(tensor(context, "loss:log_probs")));
+  // The full fine-tune peaks at the optimizer step: nothing autograd saves is left
+  // there, so the activations are the batch's few bytes and the held logits transient.
+  const Prediction p = predict_as_given(s);
+  REQUIRE(p.where.phase == "optimizer step");
+  const int64_t held_bytes = 4 * 512 * kVocab;
+  CHECK(p.peak.activations < (1 << 20));
+  CHECK(p.peak.transient >= held_bytes);
 }
 
 TEST_CASE("lora.py runs the head in 128-token chunks, and under bf16-mixed each chunk casts the frozen head again") {
