@@ -1,4 +1,4 @@
-"""FSDP2's gathered (unsharded) parameters as their own category, whatever else holds them.
+"""FSDP's gathered (unsharded) parameters as their own category, whatever else holds them.
 
 `fully_shard` all-gathers a parameter into `FSDPParam.all_gather_outputs` (one flat
 `torch.empty` of the shard's numel times the world size, `init_all_gather_outputs`), and
@@ -10,6 +10,11 @@ It counts as `gathered` (meta_recorder.CATEGORIES, ahead of saved activations), 
 same bytes headroom calls gathered parameters (its ZeRO buffers); the comparison puts
 both with the transients (compare.py `oracle_categories`; docs/memory-model.md,
 "Categories at the peak").
+
+FSDP1 all-gathers a unit's flat parameter into its padded unsharded flat parameter,
+allocated by `FlatParamHandle._alloc_padded_unsharded_flat_param`
+(`torch/distributed/fsdp/_flat_param.py`, torch 2.11), whose views are the module's
+parameters while the unit is unsharded: the same category.
 """
 
 from __future__ import annotations
@@ -38,11 +43,20 @@ def _unsharded(fsdp_param) -> list:
     return ([param] if param is not None else []) + inner + _all_gather_outputs(fsdp_param)
 
 
+def _fsdp1_unsharded(method, recorder):
+    def allocate_and_mark(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        recorder.mark("gathered", [out])
+        return out
+    return allocate_and_mark
+
+
 @contextlib.contextmanager
 def gathered_marked(recorder) -> Iterator[None]:
-    """FSDP2's all-gather outputs and unsharded parameters marked `gathered` as they are
-    made; nothing where torch has no FSDP2."""
+    """FSDP2's all-gather outputs and unsharded parameters, and FSDP1's padded unsharded
+    flat parameters, marked `gathered` as they are made; nothing where torch has no FSDP."""
     try:
+        from torch.distributed.fsdp._flat_param import FlatParamHandle
         from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
     except ImportError:
         yield
@@ -50,5 +64,7 @@ def gathered_marked(recorder) -> Iterator[None]:
     with patched(FSDPParam, "init_all_gather_outputs",
                  _marking(FSDPParam.init_all_gather_outputs, recorder, _all_gather_outputs)), \
             patched(FSDPParam, "init_unsharded_param",
-                    _marking(FSDPParam.init_unsharded_param, recorder, _unsharded)):
+                    _marking(FSDPParam.init_unsharded_param, recorder, _unsharded)), \
+            patched(FlatParamHandle, "_alloc_padded_unsharded_flat_param",
+                    _fsdp1_unsharded(FlatParamHandle._alloc_padded_unsharded_flat_param, recorder)):
         yield
