@@ -71,7 +71,7 @@ def predict_command(command: list) -> dict:
 
 
 def oracle_categories(result: dict) -> dict:
-    """The oracle's categories as headroom's breakdown names them: FSDP2's gathered
+    """The oracle's categories as headroom's breakdown names them: FSDP's gathered
     parameters are transient as headroom's (its ZeRO buffers, `predict_command`)."""
     p = result["at_peak"]
     return {"parameters": p["parameters"], "gradients": p["gradients"],
