@@ -15,6 +15,12 @@ FSDP1 all-gathers a unit's flat parameter into its padded unsharded flat paramet
 allocated by `FlatParamHandle._alloc_padded_unsharded_flat_param`
 (`torch/distributed/fsdp/_flat_param.py`, torch 2.11), whose views are the module's
 parameters while the unit is unsharded: the same category.
+
+DeepSpeed ZeRO-3 gathers a submodule's parameters before it runs
+(`PartitionedParameterCoordinator.fetch_sub_module`,
+`deepspeed/runtime/zero/partitioned_param_coordinator.py`, 0.19.8): each `param.data`
+is then a view of the all-gather's flat buffer (`partition_parameters.py`
+`all_gather_coalesced`), marked on its return.
 """
 
 from __future__ import annotations
@@ -51,6 +57,24 @@ def _fsdp1_unsharded(method, recorder):
     return allocate_and_mark
 
 
+def _deepspeed_fetch(method, recorder):
+    def fetch_and_mark(self, current_submodule, *args, **kwargs):
+        out = method(self, current_submodule, *args, **kwargs)
+        recorder.mark("gathered", [p.data for p in current_submodule.parameters(recurse=False)])
+        return out
+    return fetch_and_mark
+
+
+def _deepspeed_marked(stack: contextlib.ExitStack, recorder) -> None:
+    """ZeRO-3's fetch marked, where the environment has DeepSpeed."""
+    try:
+        from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator
+    except ImportError:
+        return
+    stack.enter_context(patched(PartitionedParameterCoordinator, "fetch_sub_module",
+                                _deepspeed_fetch(PartitionedParameterCoordinator.fetch_sub_module, recorder)))
+
+
 @contextlib.contextmanager
 def gathered_marked(recorder) -> Iterator[None]:
     """FSDP2's all-gather outputs and unsharded parameters, and FSDP1's padded unsharded
@@ -66,5 +90,7 @@ def gathered_marked(recorder) -> Iterator[None]:
             patched(FSDPParam, "init_unsharded_param",
                     _marking(FSDPParam.init_unsharded_param, recorder, _unsharded)), \
             patched(FlatParamHandle, "_alloc_padded_unsharded_flat_param",
-                    _fsdp1_unsharded(FlatParamHandle._alloc_padded_unsharded_flat_param, recorder)):
+                    _fsdp1_unsharded(FlatParamHandle._alloc_padded_unsharded_flat_param, recorder)), \
+            contextlib.ExitStack() as stack:
+        _deepspeed_marked(stack, recorder)
         yield
