@@ -71,10 +71,13 @@ def predict_command(command: list) -> dict:
 
 
 def oracle_categories(result: dict) -> dict:
+    """The oracle's categories as headroom's breakdown names them: FSDP's gathered
+    parameters are transient as headroom's (its ZeRO buffers, `predict_command`)."""
     p = result["at_peak"]
     return {"parameters": p["parameters"], "gradients": p["gradients"],
             "optimizer_states": p["optimizer_states"],
-            "activations": p["saved_activations"] + p["inputs"], "transient": p["transient"]}
+            "activations": p["saved_activations"] + p["inputs"],
+            "transient": p["transient"] + p.get("gathered", 0)}
 
 
 def compare_batch(specs: list, python: str, headroom: str) -> list:

@@ -17,7 +17,8 @@ unsharded parameters) is allocated or freed by the difference.
 
 Categories are decided at the end, when the recorder knows the whole step:
 a parameter, a gradient (what `.grad` held), an optimizer state, a tensor
-autograd saved for backward (saved_tensors_hooks), the batch, or a transient.
+autograd saved for backward (saved_tensors_hooks, and what a Function keeps on ctx:
+ctx_saves.py), the batch, a parameter FSDP gathered (gathered.py), or a transient.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
-CATEGORIES = ("parameters", "gradients", "optimizer_states", "inputs", "saved_activations",
+# `gathered`: FSDP's unsharded parameters (gathered.py), before saved activations: a
+# gathered weight autograd saves is still a gathered weight
+CATEGORIES = ("parameters", "gradients", "optimizer_states", "inputs", "gathered", "saved_activations",
               "transient")
 
 

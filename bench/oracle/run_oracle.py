@@ -25,8 +25,10 @@ from importlib.metadata import PackageNotFoundError, version
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bnb_shims import bnb_kernels_on_meta, stub_triton_ops  # noqa: E402
+from ctx_saves import ctx_saves_marked  # noqa: E402
 from cuda_autocast import cuda_autocast_on_meta  # noqa: E402
 from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers_on_meta  # noqa: E402
+from gathered import gathered_marked  # noqa: E402
 from meta_recorder import CATEGORIES, Recorder, recording  # noqa: E402
 from report import write_atomically  # noqa: E402
 
@@ -77,7 +79,8 @@ def run(spec: dict) -> dict:
     recorder = Recorder(zero_scalars_in_setup=True)
     warnings.filterwarnings("ignore")
     with cuda_autocast_on_meta(), cuda_sdpa_on_meta(), cuda_dropout_on_meta(), \
-            fused_optimizers_on_meta(), bnb_kernels_on_meta(), recording(recorder):
+            fused_optimizers_on_meta(), bnb_kernels_on_meta(), ctx_saves_marked(recorder), \
+            gathered_marked(recorder), recording(recorder):
         resolved = stack.run(spec, recorder) or {}
     at_peak = recorder.at_peak()
     return {"format": "headroom.oracle", "spec": spec, "resolved": resolved, "versions": versions(),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "graph/op_traits.h"
@@ -274,23 +275,32 @@ void no_upcast_loss(LossSite& site, PendingEdits& pending) {
 // chunked_cross_entropy(logits[..., :-1, :], ...): backward concatenates the
 // chunks' fp32 gradients (cat, T x V) and pads that for the slice
 // (slice_backward, T x V fp32) beside the held logits, 12*T*V bytes; here the
-// kept log-probabilities, the 16-bit input gradient and a backward workspace of
-// the rest stand for them. lora.py calls model(input_ids, lm_head_chunk_size=128):
-// a list of 128-token chunks, whose backward runs one chunk at a time, so the
-// head's peak is the forward's and the loss needs no workspace.
+// 16-bit input gradient and a backward workspace of the rest stand for them.
+// lora.py calls model(input_ids, lm_head_chunk_size=128): a list of 128-token
+// chunks, whose backward runs one chunk at a time, so the head's peak is the
+// forward's; the loss's backward holds the fp32 log-probabilities' bytes beside
+// the input gradient, as a workspace.
+// The fp32 log-probabilities are an output here, not saved: at either peak what
+// their bytes stand for is in flight, the next logits' fp32 copy at the cast and
+// cat's and slice_backward's gradients in backward, after each chunk's loss released
+// its own (docs/memory-model.md, "Categories at the peak"). The bytes are the same:
+// the output is live at the loss's forward, and its 4 bytes a logit are in the
+// backward workspace instead of among the saved tensors.
+constexpr std::string_view kHeldLogits = ":held_logits";
+
 void litgpt_loss(LossSite& site, bool chunked_head, graph::DType compute, PendingEdits& pending) {
   pending.to_bypass.push_back(site.upcast.name);
-  const std::string held = site.node.name + ":held_logits";
+  const std::string held = site.node.name + std::string(kHeldLogits);
   pending.to_add.push_back(graph::Tensor{held, site.logits_f32.elements, graph::DType::kF32, false});
   site.node.inputs.push_back(held);
   site.node.fwd_io_elements += site.upcast.fwd_io_elements;
   site.node.fwd_io_f32_elements += site.upcast.fwd_io_f32_elements;
   site.node.workspace_elements = graph::SizeExpr{};
-  // 8 bytes a logit (cat and slice_backward) less the 4 of the log-probabilities and
-  // the 16-bit input gradient's: none in fp32 compute, one 16-bit element in bf16.
+  drop_save(site.node, site.log_probs.name);
+  // lora.py: the log-probabilities' 4 bytes a logit; full.py: 8 bytes a logit (cat and
+  // slice_backward) less the 16-bit input gradient's.
   const int64_t width = graph::dtype_bytes(compute, 1);
-  site.node.bwd_workspace_elements =
-      chunked_head ? graph::SizeExpr{} : site.logits.elements.scaled(4 / width - 1);
+  site.node.bwd_workspace_elements = site.logits.elements.scaled(chunked_head ? 4 / width : 8 / width - 1);
 }
 
 void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss, bool compiled,
@@ -335,6 +345,8 @@ void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss
 }
 
 }  // namespace
+
+bool held_by_caller(const graph::Tensor& tensor) { return tensor.name.ends_with(kHeldLogits); }
 
 void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled, bool fp32_weights,
                      graph::DType compute) {

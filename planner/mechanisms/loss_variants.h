@@ -22,4 +22,10 @@ namespace headroom::planner {
 void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled = false,
                      bool fp32_weights = false, graph::DType compute = graph::DType::kBF16);
 
+// Whether `tensor` is a graph input the training loop's own code holds by a Python name
+// and autograd does not save: litgpt's fp32 logits, which apply_loss_impl adds for
+// fit's `logits`. At the peak its bytes are transient, not activations
+// (docs/memory-model.md, "Categories at the peak").
+bool held_by_caller(const graph::Tensor& tensor);
+
 }  // namespace headroom::planner

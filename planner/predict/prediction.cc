@@ -1,10 +1,14 @@
 #include "planner/predict/prediction.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <string>
 
 #include "graph/op_traits.h"
 #include "models/rope_caches.h"
+#include "planner/mechanisms/loss_variants.h"
+#include "planner/mechanisms/trl_fused_head.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/settings/stack.h"
 #include "planner/time/fsdp2_stream_copies.h"
@@ -28,22 +32,80 @@ int64_t paged_migrated_bytes(int64_t paged, int64_t capacity, int64_t held) {
 
 namespace {
 
+// The persistent tensors the caller holds without autograd (held_by_caller): in the
+// walk's base with the other persistent tensors, labelled transient at the peak.
+int64_t caller_held_bytes(const ModelContext& context, const GlobalConfig& config, Accounting accounting) {
+  int64_t bytes = 0;
+  for (size_t t = 0; t < context.graph.tensors.size(); ++t) {
+    if (!context.analysis.persistent[t] || !held_by_caller(context.graph.tensors[t])) continue;
+    bytes += account(graph::tensor_bytes(context.graph.tensors[t], context.compute_dtype, config.micro_batch,
+                                         context.seq_len),
+                     accounting);
+  }
+  return bytes;
+}
+
+// A shared weight's gradient (a tied embedding and LM head) waits in autograd's input
+// buffer from its first use's backward until its last use's has run: the engine calls
+// AccumulateGrad once, with the sum (torch/csrc/autograd/input_buffer.cpp accumulate,
+// engine.cpp). Until then it is in flight, not yet a `.grad`: transient at the peak
+// (docs/memory-model.md, "Categories at the peak"). At the last use's own backward a
+// sum made out of place is the `.grad` to be, the buffer beside it already priced
+// apart (BackwardGradients::partial_gradients); added in place, the buffer is it.
+struct SharedUses {
+  int first = -1;        // the block of its first use in backward (the latest in forward)
+  int last = 1 << 30;    // the block of its last use in backward
+  int count = 0;
+  bool trainable = false;
+  bool fused = false;    // first used by TRL's fused head, which hands on a fresh gradient
+  int64_t elements = 0;
+};
+
+int64_t shared_grads_in_flight(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                               const BuiltStep& reserved, const StepPeak& peak) {
+  if (peak.phase != "backward" || config.grad_accum != 1 || !reserved.states.grads_progressive) return 0;
+  std::map<std::string, SharedUses> uses;
+  for (const graph::Node& node : context.graph.nodes) {
+    for (const graph::Param& param : node.params) {
+      SharedUses& u = uses[param.tied_to.empty() ? param.name : param.tied_to];
+      ++u.count;
+      if (param.tied_to.empty()) u.trainable = param.trainable, u.elements = param.elements();
+      if (node.block > u.first) u.first = node.block, u.fused = node.op == kTrlFusedLogprobOp;
+      u.last = std::min(u.last, node.block);
+    }
+  }
+  const int64_t compute_width = graph::dtype_bytes(context.compute_dtype, 1);
+  const int64_t given = grad_bytes_per_element(settings.precision);
+  const int64_t width = given > 0 ? given : compute_width;
+  int64_t bytes = 0;
+  for (const auto& [name, u] : uses) {
+    if (u.count < 2 || !u.trainable || u.first == u.last || peak.block > u.first) continue;
+    const bool in_place = width != compute_width || u.fused;
+    if (peak.block > u.last || (in_place && peak.block == u.last)) {
+      bytes += account(u.elements * width, Accounting::kReserved);
+    }
+  }
+  return std::min(bytes, peak.gradients);
+}
+
 // The breakdown at the walk's peak, before the allocator simulation adds its share.
-void fill_breakdown(const ModelContext& context, const RunSettings& settings, const BuiltStep& reserved,
-                    const StepPeak& peak, Prediction& out) {
+void fill_breakdown(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                    const BuiltStep& reserved, const StepPeak& peak, Prediction& out) {
   MemoryBreakdown& m = out.peak;
   m.cuda_context = context_bytes(context, settings);
   m.workspaces = account(context.gpu.cublas_workspace_bytes, Accounting::kReserved);
   m.parameters = reserved.states.params + reserved.reference_weights;
-  m.gradients = peak.gradients + reserved.states.bucket_gradients;
+  const int64_t in_flight = shared_grads_in_flight(context, settings, config, reserved, peak);
+  m.gradients = peak.gradients + reserved.states.bucket_gradients - in_flight;
   m.optimizer_states = reserved.states.optimizer;
   m.paged_optimizer_states = reserved.states.paged_optimizer;
   out.model = model_size(context.graph, settings.precision);
   m.master_weights = reserved.states.master;
   m.zero_buffers = reserved.states.comm_buckets - reserved.states.bucket_gradients +
                    (peak.block >= 0 ? reserved.states.gathered_params : 0) + peak.gathered;
-  m.activations = peak.activations;
-  m.transient = peak.transient;
+  const int64_t held = caller_held_bytes(context, config, Accounting::kReserved);
+  m.activations = peak.activations - held;
+  m.transient = peak.transient + held + in_flight;
   m.allocator = kPoolSlackBytes;
 }
 
@@ -179,7 +241,7 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   out.peak_reserved = peak.bytes;
   out.peak_allocated = walk_step(allocated.model, blocks, allocated.persistent).bytes;
 
-  fill_breakdown(context, settings, reserved, peak, out);
+  fill_breakdown(context, settings, config, reserved, peak, out);
   const Simulation simulation =
       simulate_allocator ? simulate_allocator_share(context, settings, config, blocks, out) : Simulation{};
   const int64_t fixed_length_total = out.peak.total();
@@ -188,6 +250,7 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   out.gpu_capacity = context.gpu.memory_bytes;
   out.gpu_budget = gpu_budget_bytes(context, settings);
   out.allocated = measurable_memory(allocated, allocated_profile, blocks);
+  out.allocated.activations -= caller_held_bytes(context, config, Accounting::kAllocated);
   out.where.phase = peak.phase;
   out.where.block = peak.block;
   if (peak.block >= 0) out.where.block_name = context.graph.blocks[peak.block].name;

@@ -94,5 +94,18 @@ class DeepSpeedTinyTest(unittest.TestCase):
                   f"({row['error_pct']:+.2f}%)", file=sys.stderr)
             self.assertLessEqual(abs(row["error_pct"]), BOUND_PCT, name)
 
+    def test_zero3_gathered_parameters_are_not_saved_activations(self):
+        # bench/oracle/gathered.py: what fetch_sub_module all-gathered (each param.data a
+        # view of the flat bf16 buffer `cat` or `empty` made) is gathered though the
+        # linears save it; at the tiny ZeRO-3 peak in backward some of it is live
+        from oracle_runs import run_oracle
+        result = run_oracle(PYTHON, [spec("zero3-w2-raw", method="full", zero_stage=3, world_size=2)])[0]
+        flat = [g for g in result["live_at_peak"] if g["op"] in ("cat", "empty")
+                and g["shape"].endswith(",) bfloat16") and g["category"] != "gradients" and g["bytes"] > 0]
+        self.assertNotIn("saved_activations", {g["category"] for g in flat})
+        gathered = sum(g["bytes"] for g in flat if g["category"] == "gathered")
+        self.assertGreater(gathered, 0)
+        self.assertEqual(result["at_peak"]["gathered"], gathered)
+
 if __name__ == "__main__":
     unittest.main()

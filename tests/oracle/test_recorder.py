@@ -5,6 +5,7 @@ that misses a free, counts a view twice, or lets autocast or SDPA run as they do
 on a bare meta device fails here.
 """
 
+import contextlib
 import os
 import sys
 import unittest
@@ -14,6 +15,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "oracle"))
 
 from cuda_autocast import check_policy_table, cuda_autocast_on_meta  # noqa: E402
+from ctx_saves import ctx_saves_marked  # noqa: E402
 from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers_on_meta  # noqa: E402
 from meta_recorder import Recorder, recording  # noqa: E402
 
@@ -122,6 +124,67 @@ class RecorderTest(unittest.TestCase):
             self.assertTrue(bool((meta(4) > 0).all()))
             with self.assertRaises(RuntimeError):
                 meta(4).sum().item()
+
+
+class _CtxHeldMatMul(torch.autograd.Function):
+    """bitsandbytes 0.43.1's MatMul4Bit's way of keeping tensors for backward:
+    `ctx.tensors = (A, B)`, no save_for_backward (bitsandbytes/autograd/_functions.py)."""
+
+    @staticmethod
+    def forward(ctx, A, B, out=None, bias=None, quant_state=None):
+        ctx.tensors = (A, B)
+        return A @ B
+
+    @staticmethod
+    def backward(ctx, grad):
+        A, B = ctx.tensors
+        return grad @ B.t(), A.t() @ grad, None, None, None
+
+
+class CtxSavesTest(unittest.TestCase):
+    """bench/oracle/ctx_saves.py on a stand-in for bitsandbytes' autograd module."""
+
+    def setUp(self):
+        import types
+        self.saved_modules = {n: sys.modules.get(n) for n in
+                              ("bitsandbytes", "bitsandbytes.autograd", "bitsandbytes.autograd._functions")}
+        functions = types.ModuleType("bitsandbytes.autograd._functions")
+        functions.MatMul4Bit = _CtxHeldMatMul
+        autograd = types.ModuleType("bitsandbytes.autograd")
+        autograd._functions = functions
+        package = types.ModuleType("bitsandbytes")
+        package.autograd = autograd
+        sys.modules.update({"bitsandbytes": package, "bitsandbytes.autograd": autograd,
+                            "bitsandbytes.autograd._functions": functions})
+
+    def tearDown(self):
+        for name, module in self.saved_modules.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+    def _at_peak(self, marked: bool) -> dict:
+        rec = Recorder()
+        # 1 MiB, left a transient as FSDP1's gathered weight is: the weight the Function
+        # is given stays what it was, only its input becomes a saved activation
+        weight = torch.nn.Parameter(meta(512, 512))
+        rec.adopt([weight], "parameter")
+        shim = ctx_saves_marked(rec) if marked else contextlib.nullcontext()
+        with shim, recording(rec):
+            x = meta(512, 512, grad=True)               # 1 MiB, kept on ctx
+            y = _CtxHeldMatMul.apply(x * 1, weight.t())  # x * 1: the input A, 1 MiB
+            del x
+            y.sum().backward()
+            del y
+        return rec.at_peak()
+
+    def test_a_functions_ctx_held_input_is_a_saved_activation(self):
+        marked = self._at_peak(True)
+        self.assertEqual(marked["saved_activations"], MiB)  # A; the weight is not marked
+        unmarked = self._at_peak(False)
+        self.assertEqual(unmarked["saved_activations"], 0)
+        self.assertEqual(unmarked["transient"], marked["transient"] + MiB)
 
 
 class CudaAutocastTest(unittest.TestCase):

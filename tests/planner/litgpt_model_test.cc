@@ -4,9 +4,11 @@
 // vocab 128256, tie_word_embeddings true).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "planner/mechanisms/litgpt_model.h"
+#include "planner/mechanisms/loss_variants.h"
 #include "planner/settings/stack.h"
 #include "planner/time/block_profile.h"
 #include "tests/planner/predict_as_given.h"
@@ -96,11 +98,32 @@ TEST_CASE("full.py: Fabric's fp32 logits are held all step, and backward holds 1
   REQUIRE(head.bwd_peak_before_param_grads >= 0);
   const int64_t held_bytes = 4 * logits;
   CHECK(held_bytes + head.bwd_peak_before_param_grads - norm_and_input == 12 * logits);
+  // none of those 12 is saved there: the head's saves are its norm's and lm_head's input
+  CHECK(head.bwd_saved_before_param_grads == norm_and_input);
   // At the cast: the previous logits held, the 16-bit logits and the new fp32 ones
   // (beside the last layer's output, the head's input, which its forward counts live,
   // and the scalar loss: one 512-byte block of the allocator).
   const int64_t head_input = tokens * kHidden * 2;
   CHECK(held_bytes + head.fwd_peak - norm_and_input - head_input - 512 == 10 * logits);
+  CHECK(head.fwd_peak_saved == norm_and_input);  // the fp32 copies are in flight there
+}
+
+TEST_CASE("litgpt's held fp32 logits are transient at the peak, not activations") {
+  // fit binds them to `logits` through the optimizer step; autograd saves none of them
+  RunSettings s = litgpt_llama_1b(TrainMode::kFull);
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  const ModelContext context = prepared_context(s);
+  const graph::Tensor& held = tensor(context, "loss:held_logits");
+  CHECK(held_by_caller(held));
+  CHECK_FALSE(held_by_caller(tensor(context, "loss:log_probs")));
+  // The full fine-tune peaks at the optimizer step: nothing autograd saves is left
+  // there, so the activations are the batch's few bytes and the held logits transient.
+  const Prediction p = predict_as_given(s);
+  REQUIRE(p.where.phase == "optimizer step");
+  const int64_t held_bytes = 4 * 512 * kVocab;
+  CHECK(p.peak.activations < (1 << 20));
+  CHECK(p.peak.transient >= held_bytes);
 }
 
 TEST_CASE("lora.py runs the head in 128-token chunks, and under bf16-mixed each chunk casts the frozen head again") {
@@ -110,10 +133,13 @@ TEST_CASE("lora.py runs the head in 128-token chunks, and under bf16-mixed each 
   const ModelContext context = prepared_context(lora);
   CHECK(elements(context, "lm_head.weight_cast") == 16 * kVocab * kHidden);
   CHECK(tensor(context, "lm_head.weight_cast").elements.at(1, 512) == 4 * kVocab * kHidden);
-  // The loss has no backward workspace: its chunks' gradients come one at a time.
+  // The loss's backward workspace is the fp32 log-probabilities' bytes, not saved
+  // (their chunks' gradients come one at a time): 4 bytes a logit, two bf16 elements.
   const graph::Node* loss = context.graph.find_node("loss");
   REQUIRE(loss != nullptr);
-  CHECK(loss->backward_workspace().is_zero());
+  CHECK(loss->backward_workspace().at(2, 2048) == 2 * (2 * 2048 * kVocab));
+  CHECK(std::none_of(loss->saves.begin(), loss->saves.end(),
+                     [](const graph::SavedRef& save) { return save.tensor == "loss:log_probs"; }));
   // full.py's head trains: autocast casts it once and caches the copy.
   const ModelContext full = prepared_context(litgpt_llama_1b(TrainMode::kFull, Precision::kBf16Amp));
   CHECK(elements(full, "lm_head.weight_cast") == kVocab * kHidden);

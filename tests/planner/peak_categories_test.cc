@@ -103,5 +103,30 @@ TEST_CASE("Qwen2.5-0.5B LoRA at the head's backward: the saved log-softmax is an
   CHECK(prediction.peak.transient == doctest::Approx(622330124.0).epsilon(0.03));
 }
 
+TEST_CASE("a tied weight's gradient waiting for its last use's backward is transient, not a gradient") {
+  // Qwen2.5-0.5B trained in full under AMP, peaking at the embedding's backward: the
+  // tied lm_head's fp32 gradient is still in autograd's input buffer (the embedding's
+  // is added into it in place; AccumulateGrad runs after), so not yet a `.grad`.
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b/config.json";
+  s.gpu = "h200";
+  s.stack = Stack::kHfTrainer;
+  s.precision = Precision::kBf16Amp;
+  s.mode = TrainMode::kFull;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  s.versions["transformers"] = "5.23.0";
+  const Prediction p = predict_as_given(s);
+  REQUIRE(p.where.phase == "backward");
+  REQUIRE(p.where.block == 0);
+  const int64_t tied = int64_t{151936} * 896 * 4;
+  // every gradient but the tied one's: all are fp32 as the fp32 parameters, all trained
+  CHECK(p.peak.gradients + tied == doctest::Approx(static_cast<double>(p.peak.parameters)).epsilon(0.002));
+  // the buffer and the embedding's own gradient beside it
+  CHECK(p.peak.transient >= 2 * tied);
+}
+
 }  // namespace
 }  // namespace headroom::planner
