@@ -173,19 +173,26 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
 
   // Persistent tensors: graph inputs, and tensors read beyond the producer's successor block.
   out.persistent.assign(tensor_count, false);
+  out.held_in_forward.assign(tensor_count, false);
   for (int t = 0; t < tensor_count; ++t) {
     if (out.producer[t] < 0) {
       out.persistent[t] = true;
       continue;
     }
     const int producer_block = graph.nodes[out.producer[t]].block;
+    bool read_later = false;
     for (int consumer : out.consumers[t]) {
       if (graph.nodes[consumer].block > producer_block + 1) out.persistent[t] = true;
+      if (graph.nodes[consumer].block > producer_block) read_later = true;
     }
-    // A tensor a frame holds across blocks (ViTModel's embedding_output) is live as long.
+    // A tensor a frame holds across blocks is live as long: one a later block reads too
+    // (ViTModel's embedding_output) is priced for the whole step; one only its own block
+    // reads, to the end of the forward (held_in_forward).
     for (int holder : out.holders[t]) {
-      if (graph.nodes[holder].block > producer_block + 1) out.persistent[t] = true;
+      if (graph.nodes[holder].block <= producer_block + 1) continue;
+      (read_later ? out.persistent : out.held_in_forward)[t] = true;
     }
+    if (out.persistent[t]) out.held_in_forward[t] = false;
   }
 
   out.node_saves.assign(node_count, {});
