@@ -65,6 +65,13 @@ TEST_CASE("DeepSpeed's ZeRO-2 gradients are priced at the largest rank's partiti
   GlobalConfig offload = zero_stage(2);
   offload.offload_optimizer = Offload::kCpu;
   CHECK(model_states(uneven_model(), settings, offload, Accounting::kAllocated).grads_full == 0);
+  // headroom's executor (the unspecified stack) keeps 1/world of each bucket
+  // (executor/zero_layout.h): a quarter of the 12M elements (and the norm), rounded
+  // once by the allocator, not the largest rank's 6M.
+  settings.stack = Stack::kUnspecified;
+  const ModelStates executor = model_states(uneven_model(), settings, zero_stage(2), Accounting::kAllocated);
+  CHECK(executor.grads_full >= 3 * kM * 2);
+  CHECK(executor.grads_full < 3 * kM * 2 + 1024);
 }
 
 }  // namespace
