@@ -114,6 +114,38 @@ int64_t tensor_bytes(const Tensor& tensor, DType compute_dtype, int64_t batch, i
   return dtype_bytes(tensor.dtype.value_or(compute_dtype), tensor.elements.at(batch, seq));
 }
 
+namespace {
+
+// Tensors live for the whole step (GraphAnalysis::persistent) or held to the
+// forward's end (GraphAnalysis::held_in_forward).
+void mark_lifetimes(const LayerGraph& graph, GraphAnalysis& a) {
+  const int count = static_cast<int>(graph.tensors.size());
+  a.persistent.assign(count, false);
+  a.held_in_forward.assign(count, false);
+  for (int t = 0; t < count; ++t) {
+    if (a.producer[t] < 0) {
+      a.persistent[t] = true;
+      continue;
+    }
+    const int producer_block = graph.nodes[a.producer[t]].block;
+    bool read_later = false;
+    for (int consumer : a.consumers[t]) {
+      if (graph.nodes[consumer].block > producer_block + 1) a.persistent[t] = true;
+      if (graph.nodes[consumer].block > producer_block) read_later = true;
+    }
+    // A tensor a frame holds across blocks is live as long: one a later block reads too
+    // (ViTModel's embedding_output) is priced for the whole step; one only its own block
+    // reads, to the end of the forward (held_in_forward).
+    for (int holder : a.holders[t]) {
+      if (graph.nodes[holder].block <= producer_block + 1) continue;
+      (read_later ? a.persistent : a.held_in_forward)[t] = true;
+    }
+    if (a.persistent[t]) a.held_in_forward[t] = false;
+  }
+}
+
+}  // namespace
+
 GraphAnalysis analyze_graph(const LayerGraph& graph) {
   const int tensor_count = static_cast<int>(graph.tensors.size());
   const int node_count = static_cast<int>(graph.nodes.size());
@@ -172,21 +204,7 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
   }
 
   // Persistent tensors: graph inputs, and tensors read beyond the producer's successor block.
-  out.persistent.assign(tensor_count, false);
-  for (int t = 0; t < tensor_count; ++t) {
-    if (out.producer[t] < 0) {
-      out.persistent[t] = true;
-      continue;
-    }
-    const int producer_block = graph.nodes[out.producer[t]].block;
-    for (int consumer : out.consumers[t]) {
-      if (graph.nodes[consumer].block > producer_block + 1) out.persistent[t] = true;
-    }
-    // A tensor a frame holds across blocks (ViTModel's embedding_output) is live as long.
-    for (int holder : out.holders[t]) {
-      if (graph.nodes[holder].block > producer_block + 1) out.persistent[t] = true;
-    }
-  }
+  mark_lifetimes(graph, out);
 
   out.node_saves.assign(node_count, {});
   for (int n = 0; n < node_count; ++n) {

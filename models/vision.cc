@@ -286,6 +286,11 @@ std::string add_vision_post_norm(GraphBuilder& b, const VisionSpec& s, const std
       break;
     }
   }
+  // ViTModel.forward (not Dinov2's) rebinds pixel_values to its copy in the patch
+  // projection's dtype (`pixel_values.to(expected_dtype)`) and keeps it to the end;
+  // the graph holds the input, which the planner turns into that copy when the run's
+  // weights are 16-bit over fp32 pixels (planner/mechanisms/autocast.cc).
+  if (s.style == VisionStyle::kVit && s.fp32_pixels) b.hold_until(name, "pixel_values");
   return out;
 }
 

@@ -305,6 +305,29 @@ void cast_16_bit_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::T
   copy_adapter_input(nodes, tensors, node);
 }
 
+// An fp32 graph input that a node holds, over a 16-bit model, is held as the model's
+// own 16-bit copy of it: the only such hold is ViTModel.forward's, which rebinds
+// pixel_values to `pixel_values.to(expected_dtype)` before the patch projection and
+// keeps it to the end of its forward (transformers 5.23.0 modeling_vit.py;
+// models/vision.cc). The first cast read from it is that copy, held in its place.
+void hold_model_casts_of_inputs(graph::LayerGraph& graph) {
+  std::map<std::string, std::string> copy_of;  // fp32 input -> the first cast reading it
+  for (const graph::Node& node : graph.nodes) {
+    if (node.op == graph::op::kCast && node.inputs.size() == 1) copy_of.try_emplace(node.inputs.front(), node.name);
+  }
+  std::set<std::string> inputs;  // graph inputs: tensors no node makes
+  for (const graph::Tensor& tensor : graph.tensors) inputs.insert(tensor.name);
+  for (const graph::Node& node : graph.nodes) {
+    for (const std::string& output : node.outputs) inputs.erase(output);
+  }
+  for (graph::Node& node : graph.nodes) {
+    for (std::string& held : node.holds) {
+      const auto copy = copy_of.find(held);
+      if (copy != copy_of.end() && inputs.contains(held)) held = copy->second;
+    }
+  }
+}
+
 }  // namespace
 
 void add_cast_node(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, const std::string& name,
@@ -338,6 +361,7 @@ void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights, DType low
   }
   graph.nodes = std::move(rewritten);
   graph.tensors.insert(graph.tensors.end(), added.begin(), added.end());
+  if (weights == AutocastWeights::kSixteenBitModel) hold_model_casts_of_inputs(graph);
 }
 
 void apply_autocast_to_fp32_adapters(graph::LayerGraph& graph) {

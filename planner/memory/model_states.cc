@@ -9,6 +9,7 @@
 #include "planner/memory/deepspeed_buckets.h"
 #include "planner/memory/fsdp_units.h"
 #include "planner/memory/optimizer_step.h"
+#include "planner/memory/zero2_partition.h"
 #include "planner/settings/stack.h"
 
 namespace headroom::planner {
@@ -315,6 +316,21 @@ void add_trainable(StateWalk& w, const graph::Node& node, const Param& param) {
   }
 }
 
+// DeepSpeed's own ZeRO-2 with the optimizer on the GPU keeps gradients in
+// copy_grads_in_partition's buffer (stage_1_and_2.py, 0.19.8); offload copies them
+// to the host instead. The unspecified stack is headroom's executor, whose ZeRO-2
+// partition is 1/world of each bucket (executor/zero_layout.h): named stacks only.
+bool deepspeed_zero2_partition(const StateWalk& w) {
+  return w.flat_partitions && w.shard_grads && !w.shard_params && w.optimizer_on_gpu &&
+         through_deepspeed_engine(w.settings) && w.settings.stack != Stack::kUnspecified;
+}
+
+// That buffer holds the whole gradient of every parameter touching the rank's slice:
+// the largest rank's (planner/memory/zero2_partition.h), in the 16-bit dtype.
+int64_t zero2_partition_bytes(const StateWalk& w) {
+  return zero2_largest_grad_partition_elements(w.graph, w.world) * grad_bytes_per_element(w.precision);
+}
+
 // ZeRO's flat partitions, each rounded once; bitsandbytes' shared quantization maps.
 void close_partitions(StateWalk& w) {
   ModelStates& out = w.out;
@@ -322,7 +338,7 @@ void close_partitions(StateWalk& w) {
     const int64_t states_per_param = w.settings.optimizer == OptimizerKind::kAdamW ? 2 : 1;
     out.optimizer += states_per_param * w.account_bytes(ceil_div(w.flat_states, states_per_param));
     out.master += w.account_bytes(w.flat_master);
-    out.grads_full += w.account_bytes(w.flat_grads);
+    out.grads_full += w.account_bytes(deepspeed_zero2_partition(w) ? zero2_partition_bytes(w) : w.flat_grads);
   }
   // bitsandbytes' 8-bit optimizers move their two 256-value fp32 maps (signed
   // and unsigned dynamic) to the device once and share them among all states

@@ -226,11 +226,13 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   std::vector<int64_t> backward_stored = prefix;
   offload_checkpoint_inputs(model, choices, forward_stored, backward_stored, peak.host_activations);
   // Autocast's cache holds the weight casts of checkpointed blocks until the
-  // forward's end (BlockProfile::cast_cache): forward only.
+  // forward's end (BlockProfile::cast_cache), and the model's forward frame what it
+  // holds (BlockProfile::forward_frame): forward only, transient.
   std::vector<int64_t> cached(n + 1, 0);
   for (int k = 0; k < n; ++k) {
     forward_stored[k] += cached[k];
-    cached[k + 1] = cached[k] + (choices[k] == BlockChoice::kCheckpoint ? model.blocks[k].cast_cache : 0);
+    cached[k + 1] = cached[k] + model.blocks[k].forward_frame +
+                    (choices[k] == BlockChoice::kCheckpoint ? model.blocks[k].cast_cache : 0);
   }
   const int64_t fixed = model.base + model.gathered;
   for (int k = 0; k < n; ++k) {

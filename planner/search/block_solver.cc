@@ -128,9 +128,11 @@ void grow_frontier(const StepModel& model, int k, size_t c, const Frontier& prev
   const BlockChoice choice = kChoices[c];
   into.clear();
   if (!choice_allowed(model, k, choice)) return;
-  // A checkpointed block's cached weight casts stay through the rest of the forward
-  // (walk_step); counting them as stored in backward too keeps every plan sound.
-  const int64_t cache = choice == BlockChoice::kCheckpoint ? model.blocks[k].cast_cache : 0;
+  // A checkpointed block's cached weight casts, and what the forward's frame holds,
+  // stay through the rest of the forward (walk_step); counting them as stored in
+  // backward too keeps every plan sound.
+  const int64_t cache =
+      model.blocks[k].forward_frame + (choice == BlockChoice::kCheckpoint ? model.blocks[k].cast_cache : 0);
   const int64_t stored = scale.units(stored_bytes(model.blocks[k], choice) + cache);
   const double ms = block_ms(model, k, choice);
   if (k == 0) {

@@ -491,6 +491,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     for (int n : block.nodes) {
       for (int t : analysis.node_outputs[n]) {
         if (cached_casts[t] && block.on_autograd) profile.cast_cache += facts.bytes[t];
+        if (analysis.held_in_forward[t] && !contains(block.saved_tensors, t)) profile.forward_frame += facts.bytes[t];
         if (facts.read_by_later_block[t] && analysis.requires_grad[t] && !analysis.persistent[t]) {
           profile.out_grad += facts.bytes[t];
         }
