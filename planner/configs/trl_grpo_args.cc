@@ -77,12 +77,22 @@ void read_beta(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   }
   if (beta.get<double>() == 0.0) return;
   s.reference = s.mode == TrainMode::kFull ? Reference::kCopy : Reference::kAdapterDisabled;
-  out.notes.push_back("beta " + beta.dump() + ": a reference's log-probs, " +
-                      (s.mode == TrainMode::kFull ? "a frozen copy of the model"
-                                                  : "the adapter-disabled base (no second copy)"));
+  out.notes.push_back("beta " + beta.dump() + ": a reference's log-probs, a frozen copy of the model, or the "
+                      "adapter-disabled base under LoRA (no second copy)");
   if (r.boolean_or("sync_ref_model", false)) {
     out.notes.push_back("sync_ref_model: the reference copy is updated in place; the step is priced without it");
   }
+}
+
+// create_model_from_path (trl/trainer/utils.py, 1.16.0) loads the policy in
+// model_init_kwargs' dtype, float32 when it names none: bf16 with a 16-bit load is
+// pure bf16, otherwise autocast over fp32 weights (bf16-amp, which GRPO refuses).
+void read_load_dtype(ArgsReader& r, RunSettings& s) {
+  if (!r.has("model_init_kwargs") || s.precision != Precision::kBf16Amp) return;
+  const nlohmann::json& kwargs = r.raw("model_init_kwargs");
+  if (!kwargs.is_object() || !kwargs.contains("dtype") || !kwargs.at("dtype").is_string()) return;
+  const std::string dtype = kwargs.at("dtype").get<std::string>();
+  if (dtype == "bfloat16" || dtype == "auto") s.precision = Precision::kBf16Pure;
 }
 
 }  // namespace
@@ -95,6 +105,7 @@ void read_grpo_args(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   s.num_generations = r.count_or("num_generations", 8, kMaxGlobalBatch);
   read_generation_batch(r, s);
   read_beta(r, s, out);
+  read_load_dtype(r, s);
   if (r.boolean_or("disable_dropout", false)) {
     s.dropout = 0;
     s.lora.dropout = 0;

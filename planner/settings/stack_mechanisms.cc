@@ -247,7 +247,8 @@ const std::array<MechanismRow, 14> kMechanisms = {{
         "with --recipe dpo: the reference model (copy: a frozen second model, TRL's default without PEFT; "
         "adapter-disabled: the LoRA policy's base, TRL's default with PEFT; precomputed: "
         "precompute_ref_log_probs, no reference forward in the step); with --recipe grpo: none (beta 0, TRL's "
-        "default), copy (beta > 0, full) or adapter-disabled (beta > 0, LoRA)",
+        "default), copy or adapter-disabled (beta > 0: TRL takes the copy without PEFT, the adapter-disabled "
+        "base with it, whichever is given)",
         reference_names, resolve_reference, pin_reference, no_words),
 }};
 

@@ -471,10 +471,16 @@ void resolve_recipe(const RunSettings& settings, ResolvedStack& out) {
 // DPOTrainer.__init__ (trl/trainer/dpo_trainer.py, 1.16.0): without a ref_model, a PEFT
 // policy is its own reference with the adapters disabled, and otherwise TRL loads a
 // second copy of the model (create_model_from_path in the policy's dtype).
-// GRPOTrainer.__init__ (grpo_trainer.py, 1.16.0) loads no reference at beta 0, its default.
+// GRPOTrainer.__init__ (grpo_trainer.py, 1.16.0) loads no reference at beta 0, its default;
+// at beta != 0 a PEFT policy is its own reference with the adapters disabled and any other
+// gets a frozen copy, whichever of the two was given (TRL decides by is_peft_model).
 void resolve_reference(const RunSettings& settings, ResolvedStack& out) {
   if (settings.recipe == Recipe::kGrpo) {
-    out.top.reference = out.bottom.reference = settings.reference.value_or(kGrpoDefaultReference);
+    Reference reference = settings.reference.value_or(kGrpoDefaultReference);
+    if (reference == Reference::kCopy || reference == Reference::kAdapterDisabled) {
+      reference = settings.mode == TrainMode::kFull ? Reference::kCopy : Reference::kAdapterDisabled;
+    }
+    out.top.reference = out.bottom.reference = reference;
     return;
   }
   const Reference by_mode = settings.mode == TrainMode::kFull ? Reference::kCopy : Reference::kAdapterDisabled;

@@ -68,14 +68,8 @@ Status check_grpo_reference(const RunSettings& s, std::string_view origin) {
     return fail(origin, "reference", "GRPO's reference scores the completions it just generated: expected none "
                                      "(beta 0), copy or adapter-disabled");
   }
-  if (reference == Reference::kAdapterDisabled && s.mode == TrainMode::kFull) {
-    return fail(origin, "reference", "adapter-disabled needs adapters to disable: expected mode lora or qlora, or "
-                                     "reference copy or none");
-  }
-  if (reference == Reference::kCopy && s.mode != TrainMode::kFull) {
-    return fail(origin, "reference", "with PEFT, GRPOTrainer's reference is the adapter-disabled base, never a "
-                                     "copy: expected adapter-disabled or none");
-  }
+  // copy and adapter-disabled both say beta != 0: GRPOTrainer takes the one the mode
+  // allows (resolve_reference), whichever was given.
   return Status::ok();
 }
 

@@ -28,6 +28,10 @@ TEST_CASE("--recipe grpo names the generation and the reference in the stack lin
   REQUIRE_MESSAGE(lora.exit_code == 0, lora.err);
   CHECK(contains(lora.out, "GRPO (generation with a KV cache"));
   CHECK(contains(lora.out, "reference none (beta 0)"));
+  // beta != 0 under LoRA: GRPOTrainer's reference is the adapter-disabled base, whichever was given.
+  const RunOutput copy = run_headroom(kGrpo + " --reference copy");
+  REQUIRE_MESSAGE(copy.exit_code == 0, copy.err);
+  CHECK(contains(copy.out, "reference the base with adapters disabled"));
   const RunOutput json = run_headroom(kGrpo + " --reference adapter-disabled --steps-per-generation 2 --json");
   REQUIRE_MESSAGE(json.exit_code == 0, json.err);
   const nlohmann::json settings = parse_json(json.out)["as_given"]["settings"];
@@ -49,9 +53,9 @@ TEST_CASE("--recipe grpo refuses what it does not model, naming the field") {
                                      "--completion-tokens 64 --batch 8");
   CHECK(amp.exit_code == 2);
   CHECK(contains(amp.err, "precision"));
-  const RunOutput copy = run_headroom(kGrpo + " --reference copy");
-  CHECK(copy.exit_code == 2);
-  CHECK(contains(copy.err, "adapter-disabled"));
+  const RunOutput precomputed = run_headroom(kGrpo + " --reference precomputed");
+  CHECK(precomputed.exit_code == 2);
+  CHECK(contains(precomputed.err, "reference"));
   const RunOutput alone = run_headroom("fit tiny-llama --gpu 4090 --lora --seq 128 --completion-tokens 64");
   CHECK(alone.exit_code == 2);
   CHECK(contains(alone.err, "expected recipe grpo"));
@@ -61,7 +65,8 @@ TEST_CASE("--hf-args reads a GRPOConfig by importance_sampling_level and refuses
   TempDir dir;
   const std::string grpo = written(dir, "grpo.json", R"({"per_device_train_batch_size": 4, "bf16": true,
       "importance_sampling_level": "token", "num_generations": 4, "max_completion_length": 64, "beta": 0.04,
-      "use_vllm": false, "steps_per_generation": null, "generation_batch_size": 8, "loss_type": "dapo"})");
+      "use_vllm": false, "steps_per_generation": null, "generation_batch_size": 8, "loss_type": "dapo",
+      "model_init_kwargs": {"dtype": "bfloat16"}})");
   const RunOutput read = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --hf-args " + quoted(grpo) +
                                       " --json");
   REQUIRE_MESSAGE(read.exit_code == 0, read.err);
@@ -70,7 +75,12 @@ TEST_CASE("--hf-args reads a GRPOConfig by importance_sampling_level and refuses
   CHECK(settings["completion_tokens"] == 64);
   CHECK(settings["num_generations"] == 4);
   CHECK(settings["steps_per_generation"] == 2);
-  CHECK(settings["reference"] == "adapter-disabled");
+  CHECK(settings["reference"] != "none");  // beta 0.04
+  CHECK(settings["precision"] == "bf16");
+  // Under LoRA TRL's reference is the adapter-disabled base.
+  const RunOutput words = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --hf-args " + quoted(grpo));
+  REQUIRE_MESSAGE(words.exit_code == 0, words.err);
+  CHECK(contains(words.out, "reference the base with adapters disabled"));
 
   const std::string vllm = written(dir, "vllm.json", R"({"importance_sampling_level": "token", "use_vllm": true,
       "vllm_mode": "colocate", "max_completion_length": 64})");
@@ -93,3 +103,4 @@ TEST_CASE("run, simulate refuse a GRPO plan by its recipe") {
   CHECK(replay.exit_code == 2);
   CHECK(contains(replay.err, "generation"));
 }
+}  // namespace headroom

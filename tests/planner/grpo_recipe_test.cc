@@ -63,8 +63,11 @@ TEST_CASE("the KV cache holds each layer's K and V as the attention reads them, 
   const Result<std::vector<int64_t>> repeated = kv_cache_elements_per_token(context_of(s).graph);
   REQUIRE(repeated.is_ok());
   CHECK(repeated.value() == std::vector<int64_t>(2 * kLayers, kKvPerToken));
-  s.attention = models::AttentionImpl::kEager;
-  CHECK_FALSE(kv_cache_elements_per_token(context_of(s).graph).is_ok());
+  s.repeat_kv.reset();
+  s.attention = models::AttentionImpl::kEager;  // no one attention op to read K and V from: refused by name
+  const Result<ModelContext> eager = prepare_context(s);
+  REQUIRE_FALSE(eager.is_ok());
+  CHECK(eager.message().find("sdpa") != std::string::npos);
 }
 
 TEST_CASE("the fused head scores the completion's positions only") {
@@ -105,6 +108,8 @@ TEST_CASE("a long prompt peaks in the prefill, a layer's no-grad forward over ev
 
 TEST_CASE("the generation is the step's peak when its batch outgrows the micro-batch's") {
   RunSettings s = grpo_llama_1b(TrainMode::kLora, 2, 64 + 2048, 2048);
+  s.num_generations = 2;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
   const Prediction one = predict_as_given(s);
   s.steps_per_generation = 32;  // 64 completions a generation, 2 a micro-step
   const Prediction many = predict_as_given(s);
@@ -178,6 +183,10 @@ TEST_CASE("GRPO settings that are not modelled are refused by name") {
   bad = s;
   bad.reference = Reference::kPrecomputed;
   refused(bad, "reference");
+  RunSettings given_copy = s;  // beta != 0 under LoRA: the adapter-disabled base, as TRL takes it
+  given_copy.reference = Reference::kCopy;
+  CHECK(validate_settings(given_copy, "test").is_ok());
+  CHECK(resolve_stack(given_copy).top.reference == Reference::kAdapterDisabled);
   bad = s;
   bad.recipe.reset();
   refused(bad, "completion_tokens");
