@@ -406,6 +406,22 @@ const std::vector<SettingsFlag> kFixedFlags = {
        s.group_by_length = true;
        return Status::ok();
      }},
+    {"--completion-tokens", "N", kTraining,
+     "--recipe grpo: GRPOConfig.max_completion_length, the tokens each completion is generated to (default "
+     "512); --seq is the longest prompt and these together", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_optional_int(v, 1, planner::kMaxSeqLen, s.completion_tokens);
+     }},
+    {"--num-generations", "N", kTraining,
+     "--recipe grpo: completions sampled per prompt (GRPOConfig.num_generations, default 8); the generation "
+     "batch holds whole groups", false,
+     [](RunSettings& s, std::string_view v) { return set_int(v, 2, kMaxGlobalBatch, s.num_generations); }},
+    {"--steps-per-generation", "N", kTraining,
+     "--recipe grpo: micro-steps one generation feeds (GRPOConfig.steps_per_generation, default --grad-accum); "
+     "a generation samples micro-batch x N completions", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_optional_int(v, 1, kMaxGradAccum, s.steps_per_generation);
+     }},
     {"--text-tokens", "N", kTraining,
      "Flux: T5 tokens per sample (diffusers' --max_sequence_length; default 512)", false,
      [](RunSettings& s, std::string_view v) { return set_optional_int(v, 1, planner::kMaxSeqLen, s.text_tokens); }},

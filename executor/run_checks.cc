@@ -208,9 +208,10 @@ Status check_kernels(const planner::RunSettings& s, std::string_view origin) {
 // What the step trains for: the model's own loss only.
 Status check_recipe(const planner::StackSpec& stack, std::string_view origin) {
   if (stack.recipe != planner::Recipe::kSupervised) {
-    const char* what = stack.recipe == planner::Recipe::kDpo
-                           ? "TRL's DPOTrainer: chosen and rejected rows, a reference model's log-probs"
-                           : "TRL's RewardTrainer: chosen and rejected rows through a one-value score head";
+    const char* what =
+        stack.recipe == planner::Recipe::kDpo    ? "TRL's DPOTrainer: chosen and rejected rows, a reference model's log-probs"
+        : stack.recipe == planner::Recipe::kGrpo ? "TRL's GRPOTrainer: generation, then the policy over the completions"
+                                                 : "TRL's RewardTrainer: chosen and rejected rows through a one-value score head";
     return refuse(origin, "settings.recipe",
                   std::string(planner::recipe_name(stack.recipe)) + " (" + what +
                       ") is priced but not trained by the executor, which trains the model's own loss; expected "

@@ -81,8 +81,9 @@ def headroom_flags(spec: dict) -> list:
         return torch_loop_flags(spec)
     # TRL's SFTTrainer is the Trainer's stack with TRL's release given (`--versions trl=X`);
     # its DPOTrainer the same with the recipe and the reference's treatment (stacks/trl_dpo.py),
-    # its RewardTrainer with the reward recipe (stacks/trl_reward.py)
-    stack = "hf-trainer" if spec["stack"] in ("trl-sft", "trl-dpo", "trl-reward") else spec["stack"]
+    # its RewardTrainer with the reward recipe (stacks/trl_reward.py), its GRPOTrainer with
+    # the GRPO recipe, the completion's length and the groups (stacks/trl_grpo.py)
+    stack = "hf-trainer" if spec["stack"] in ("trl-sft", "trl-dpo", "trl-reward", "trl-grpo") else spec["stack"]
     flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", stack,
              "--precision", spec["precision"], "--batch", str(spec["batch"]), *shape_flags(spec)]
     if spec["method"] in ("lora", "qlora"):
@@ -112,15 +113,31 @@ def headroom_flags(spec: dict) -> list:
         flags += ["--recipe", "dpo", "--reference", spec["ref"]]
     if spec["stack"] == "trl-reward":
         flags += ["--recipe", "reward"]
+    if spec["stack"] == "trl-grpo":
+        flags += grpo_flags(spec)
     if spec.get("attention", "sdpa") != "sdpa":
         flags += ["--attention", spec["attention"]]
     return flags
 
 
+def grpo_flags(spec: dict) -> list:
+    """GRPOConfig's fields as headroom's flags; beta != 0 takes TRL's reference for the mode."""
+    flags = ["--recipe", "grpo", "--completion-tokens", str(spec["completion"]),
+             "--num-generations", str(spec["num_generations"])]
+    if spec.get("beta", 0.0) != 0.0:
+        flags += ["--reference", "copy" if spec["method"] == "full" else "adapter-disabled"]
+    if "steps_per_generation" in spec:
+        flags += ["--steps-per-generation", str(spec["steps_per_generation"])]
+    return flags
+
+
 def shape_flags(spec: dict) -> list:
-    """An image's side in pixels (`image_size`), or the tokens of a sample."""
+    """An image's side in pixels (`image_size`), or the tokens of a sample (GRPO: the
+    prompt and the completion)."""
     if "image_size" in spec:
         return ["--resolution", str(spec["image_size"])]
+    if "completion" in spec:
+        return ["--seq", str(spec["prompt"] + spec["completion"])]
     return ["--seq", str(spec["seq"])]
 
 

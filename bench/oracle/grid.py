@@ -5,7 +5,8 @@
                  "set": {...keys this group fixes...}, "tag": "in-backward"}]}
 
 Every group is the cartesian product of its axes over `base` and `set`;
-`batch_seq` sets `batch` and `seq` together. Each run gets a name from the
+`batch_seq` sets `batch` and `seq` together; `grpo_shape` sets `batch`, `prompt`, `completion`
+and `num_generations` together (stacks/trl_grpo.py). Each run gets a name from the
 values that vary, and the group's `tag` (what its `set` changes) when it has one.
 """
 
@@ -19,7 +20,10 @@ import os
 def _name(run: dict, varied: list) -> str:
     parts = []
     for key in varied:
-        value = run[key] if key != "batch_seq" else f"b{run['batch']}s{run['seq']}"
+        if key == "grpo_shape":
+            value = f"b{run['batch']}p{run['prompt']}c{run['completion']}g{run['num_generations']}"
+        else:
+            value = run[key] if key != "batch_seq" else f"b{run['batch']}s{run['seq']}"
         if key == "model":
             value = os.path.basename(str(value).rstrip("/"))
         if isinstance(value, list):
@@ -40,6 +44,8 @@ def expand_grid(path: str) -> list:
             for key, value in zip(keys, values):
                 if key == "batch_seq":
                     run["batch"], run["seq"] = value
+                elif key == "grpo_shape":
+                    run["batch"], run["prompt"], run["completion"], run["num_generations"] = value
                 else:
                     run[key] = value
             env = f"[{run['env']}]" if "env" in run else ""

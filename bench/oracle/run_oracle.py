@@ -40,6 +40,7 @@ STACKS["torch-loop"] = "stacks.torch_loop"  # a torchvision model in a plain loo
 STACKS["trl-sft"] = "stacks.trl_sft"  # TRL's SFTTrainer over the Trainer's step (env trl)
 STACKS["trl-dpo"] = "stacks.trl_dpo"  # TRL's DPOTrainer: policy and reference over chosen and rejected (env trl)
 STACKS["trl-reward"] = "stacks.trl_reward"  # TRL's RewardTrainer: a reward head over chosen and rejected (env trl)
+STACKS["trl-grpo"] = "stacks.trl_grpo"  # TRL's GRPOTrainer: generation, then the policy over prompt + completion (env trl)
 _PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "bitsandbytes", "trl",
              "torchtune", "torchao", "diffusers", "litgpt", "lightning")
 

@@ -5,6 +5,8 @@
 #include <span>
 #include <string>
 
+#include "planner/configs/trl_grpo_args.h"
+
 namespace headroom::planner {
 namespace {
 
@@ -18,9 +20,9 @@ constexpr const char* kDpoIdle[] = {"beta", "loss_type", "loss_weights", "label_
                                     "dataset_num_proc", "pad_token", "pad_to_multiple_of", "precompute_ref_batch_size",
                                     "f_divergence_type", "f_alpha_divergence_coef", "ld_alpha", "discopop_tau",
                                     "ref_model_mixup_alpha", "ref_model_sync_steps", "rpo_alpha"};
-// Fields only GRPOConfig (grpo_config.py) has.
-constexpr const char* kGrpoFields[] = {"num_generations", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
-                                       "num_iterations"};
+// Fields of the online-RL configs (GRPOConfig, RLOOConfig: grpo_config.py, rloo_config.py).
+constexpr const char* kOnlineRlFields[] = {"num_generations", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
+                                           "num_iterations"};
 // Fields only RewardConfig (reward_config.py, 1.16.0) has: a saved RewardConfig writes
 // center_rewards_coefficient even when it is null.
 constexpr const char* kRewardFields[] = {"center_rewards_coefficient"};
@@ -82,9 +84,13 @@ void read_reward(ArgsReader& r, RunSettings& s) {
 
 void read_trl_preference_args(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   std::string found;
-  if (has_any(r, kGrpoFields, found)) {
-    r.fail(found, "no GRPOConfig field: GRPO and other online RL (generation with a KV cache, vLLM) are not "
-                  "modelled");
+  if (r.names(kGrpoOnlyField)) {
+    read_grpo_args(r, s, out);
+    return;
+  }
+  if (has_any(r, kOnlineRlFields, found)) {
+    r.fail(found, "no online-RL field other than GRPOConfig's (RLOO and other online RL are not modelled; a "
+                  "GRPOConfig is told by " + std::string(kGrpoOnlyField) + ")");
     return;
   }
   if (std::any_of(std::begin(kRewardFields), std::end(kRewardFields), [&](const char* key) { return r.names(key); })) {

@@ -73,7 +73,8 @@ void price_loss(graph::LayerGraph& graph, graph::Node& loss, const graph::SizeEx
 
 int64_t trl_tile_rows(int64_t tokens) { return std::min(tokens, kTrlTokenTile); }
 
-bool apply_trl_fused_head(graph::LayerGraph& graph, int64_t micro_batch, int64_t seq, graph::DType compute) {
+bool apply_trl_fused_head(graph::LayerGraph& graph, int64_t micro_batch, int64_t seq, graph::DType compute,
+                          std::optional<int64_t> scored_per_row) {
   graph::Node* loss_ptr = causal_lm_loss(graph);
   if (loss_ptr == nullptr) return false;
   const std::string loss_name = loss_ptr->name;
@@ -81,7 +82,7 @@ bool apply_trl_fused_head(graph::LayerGraph& graph, int64_t micro_batch, int64_t
   graph::Node& loss = *node_named(graph, loss_name);
   graph::Node& head = *producer(graph, loss.inputs.front());
   graph::Tensor& out = *tensor_named(graph, loss.inputs.front());
-  const graph::SizeExpr rows = head.linear->rows;
+  const graph::SizeExpr rows = scored_per_row ? graph::SizeExpr::per_sample(*scored_per_row) : head.linear->rows;
   const int64_t hidden = head.linear->in_features;
   const int64_t vocab = head.linear->out_features;
   const bool weight_trains = head.params.front().trainable;

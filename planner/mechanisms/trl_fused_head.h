@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "graph/dtype.h"
@@ -34,8 +35,12 @@ inline constexpr int64_t kTrlSavedBytesPerToken = 2 * 4;
 int64_t trl_tile_rows(int64_t tokens);
 
 // Rewrites the causal-LM loss (head linear -> fp32 upcast -> loss) into TRL's fused
-// head, its tile sized at the run's `micro_batch` x `seq` tokens. Returns whether a
-// loss was rewritten (graphs without one, encoders and diffusion models, are left).
-bool apply_trl_fused_head(graph::LayerGraph& graph, int64_t micro_batch, int64_t seq, graph::DType compute);
+// head, its tile sized at the run's `micro_batch` x `seq` tokens. `scored_per_row`: the
+// labelled positions of a row when not every one is (GRPO labels the completion only,
+// grpo_trainer.py _get_per_token_logps_and_entropies: -100 before the last
+// logits_to_keep, so the compact copy holds micro_batch x completion rows). Returns
+// whether a loss was rewritten (graphs without one, encoders and diffusion models, are left).
+bool apply_trl_fused_head(graph::LayerGraph& graph, int64_t micro_batch, int64_t seq, graph::DType compute,
+                          std::optional<int64_t> scored_per_row = std::nullopt);
 
 }  // namespace headroom::planner

@@ -26,6 +26,8 @@
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/mechanisms/preference_pairs.h"
+#include "planner/mechanisms/kv_cache.h"
+#include "planner/settings/grpo_settings.h"
 #include "planner/mechanisms/reward_head.h"
 #include "planner/mechanisms/selective_checkpoint.h"
 #include "planner/mechanisms/strided_slices.h"
@@ -234,7 +236,7 @@ BnbMatmul4bit bnb_matmul4bit_of(const RunSettings& settings) {
 // reward_trainer.py, 1.16.0: disable_dropout_in_model).
 RunSettings without_trl_dropout(const RunSettings& settings, const ResolvedStack& stack) {
   RunSettings out = settings;
-  if (stack.top.recipe != Recipe::kSupervised) {
+  if (stack.top.recipe == Recipe::kDpo || stack.top.recipe == Recipe::kReward) {
     out.lora.dropout = 0;
     for (ScopedLora& scoped : out.scoped_lora) scoped.lora.dropout = 0;
   }
@@ -261,7 +263,8 @@ Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& se
   context.graph = std::move(trained.value());
   // DPO and reward modelling: a chosen and a rejected row per sample, before any rewrite
   // sized at the micro-batch.
-  if (stack.top.recipe != Recipe::kSupervised) apply_preference_pairs(context.graph);
+  const bool pairs = stack.top.recipe == Recipe::kDpo || stack.top.recipe == Recipe::kReward;
+  if (pairs) apply_preference_pairs(context.graph);
   if (settings.stack == Stack::kLitgpt) fuse_qkv_adapters(context.graph);
   if (stack.top.input_require_grads) apply_input_require_grads(context.graph);
   // PEFT's prepare_model_for_kbit_training(use_gradient_checkpointing=True) hooks the
@@ -294,7 +297,10 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
                   compute_dtype_for(settings.precision));
   if (stack.top.loss.impl == LossImpl::kTrlFusedHead) {
     const int64_t seq = settings.seq_len > 0 ? settings.seq_len : context.graph.sequence.default_seq;
-    apply_trl_fused_head(context.graph, settings.micro_batch, seq, compute_dtype_for(settings.precision));
+    // GRPO scores the completion only (mechanisms/trl_fused_head.h).
+    const std::optional<int64_t> scored =
+        stack.top.recipe == Recipe::kGrpo ? std::optional<int64_t>(grpo_completion_tokens(settings)) : std::nullopt;
+    apply_trl_fused_head(context.graph, settings.micro_batch, seq, compute_dtype_for(settings.precision), scored);
   }
   // After the loss: its head is the linear the loss reads.
   if (settings.stack == Stack::kLitgpt && settings.mode == TrainMode::kQlora) {
@@ -320,6 +326,11 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
                        compute_dtype_for(settings.precision));
   // Slices strided over the batch are copied where a linear reads them (at the run's micro-batch).
   apply_strided_slice_copies(context.graph, settings.micro_batch);
+  if (stack.top.recipe == Recipe::kGrpo) {
+    if (Result<std::vector<int64_t>> kv = kv_cache_elements_per_token(context.graph); !kv.is_ok()) {
+      return kv.status().with_prefix("recipe grpo: ");
+    }
+  }
   context.analysis = graph::analyze_graph(context.graph);
   if (Status groups = check_fsdp_own_groups(context.graph, settings); !groups.is_ok()) return groups;
   if (stack.top.recompute == Recompute::kSelectiveOp) {

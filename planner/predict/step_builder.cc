@@ -6,6 +6,7 @@
 #include "planner/memory/state_bytes.h"
 #include "planner/predict/deepspeed_gathered.h"
 #include "planner/predict/deepspeed_walk.h"
+#include "planner/predict/grpo_phases.h"
 #include "planner/settings/stack.h"
 
 namespace headroom::planner {
@@ -87,8 +88,13 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
 void add_reference(const ModelContext& context, const RunSettings& settings, Accounting accounting,
                    BuiltStep& out) {
   const StackSpec spec = resolve_stack(settings).top;
-  if (spec.recipe != Recipe::kDpo || spec.reference == Reference::kPrecomputed) return;
-  out.model.reference_forward = true;
+  const bool grpo = spec.recipe == Recipe::kGrpo;
+  if ((spec.recipe != Recipe::kDpo && !grpo) || spec.reference == Reference::kPrecomputed ||
+      spec.reference == Reference::kNone) {
+    return;
+  }
+  // GRPO's reference forward runs before the step's forward (its log-prob pass, add_grpo_phases).
+  out.model.reference_forward = !grpo;
   if (spec.reference != Reference::kCopy) return;
   for (const graph::Node& node : context.graph.nodes) {
     for (const graph::Param& param : node.params) {
@@ -97,6 +103,19 @@ void add_reference(const ModelContext& context, const RunSettings& settings, Acc
     }
   }
   out.model.base += out.reference_weights;
+}
+
+// GRPO's generation and log-prob pass (predict/grpo_phases.h). A generation that feeds
+// fewer micro-steps than the accumulation runs while gradients are held.
+void add_grpo_phases(const ModelContext& context, const RunSettings& settings, const StepProfile& profile,
+                     Accounting accounting, BuiltStep& out) {
+  const GrpoPhases phases = grpo_phases(context, settings, profile, accounting);
+  out.model.generation = phases.generation;
+  out.model.logprob_pass = phases.logprob_pass;
+  out.kv_cache = phases.kv_cache;
+  out.generation_at = phases.generation_at;
+  const int64_t steps = settings.steps_per_generation.value_or(settings.grad_accum);
+  if (phases.generation > 0 && steps % settings.grad_accum != 0) out.model.grads_generation = out.states.grads_full;
 }
 
 }  // namespace
@@ -114,6 +133,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
                profile.persistent + (accounting == Accounting::kReserved ? kPoolSlackBytes : 0);
   model.gathered = out.states.gathered_params;
   add_reference(context, settings, accounting, out);
+  add_grpo_phases(context, settings, profile, accounting, out);
   // Parameter streaming under ZeRO-3 offload already occupies the host link;
   // activation offload would compete for it, which this model does not price.
   model.allow_offload = settings.allow_activation_offload && config.offload_param == Offload::kNone;

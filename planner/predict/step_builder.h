@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "planner/time/block_profile.h"
 #include "planner/memory/model_states.h"
@@ -17,7 +18,9 @@ struct BuiltStep {
   ModelStates states;
   int64_t persistent = 0;
   double model_flops = 0;  // forward + backward FLOPs of one micro-step
-  int64_t reference_weights = 0;  // DPO's frozen reference copy, in StepModel::base
+  int64_t reference_weights = 0;  // DPO's and GRPO's frozen reference copy, in StepModel::base
+  int64_t kv_cache = 0;           // GRPO: the generation's KV cache at its longest (predict/grpo_phases.h)
+  std::string generation_at;      // GRPO: where the generation peaks, "prefill" or "decode"
 };
 
 BuiltStep build_step(const ModelContext& context, const RunSettings& settings,

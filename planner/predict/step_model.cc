@@ -248,6 +248,14 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
     consider(fixed + forward_stored[n] + local, "reference forward", -1, forward_stored[n], local, model.grads_fwd, 0,
              0, 0);
   }
+  if (model.generation > 0) {
+    consider(fixed + model.grads_generation + model.generation, "generation", -1, 0,
+             model.grads_generation + model.generation, model.grads_generation, 0, 0, 0);
+  }
+  if (model.logprob_pass > 0) {
+    consider(fixed + model.grads_generation + model.logprob_pass, "log-prob pass", -1, 0,
+             model.grads_generation + model.logprob_pass, model.grads_generation, 0, 0, 0);
+  }
   consider(model.base + model.grads_optimizer + model.optimizer_transient, "optimizer step", -1, 0,
            model.grads_optimizer + model.optimizer_transient, model.grads_optimizer, 0, 0, 0);
   return peak;

@@ -50,6 +50,12 @@ struct StepModel {
   // saved is held; each block at its no-grad peak (BlockProfile::fwd_peak_nograd).
   // A frozen copy's weights are in `base`.
   bool reference_forward = false;
+  // GRPO (predict/grpo_phases.h): before the micro-step's forward, what the generation
+  // and the no-grad log-prob pass hold above base (0: no such phase), and the
+  // gradients held then (none when the generation starts the accumulation).
+  int64_t generation = 0;
+  int64_t logprob_pass = 0;
+  int64_t grads_generation = 0;
   // Reentrant checkpointing recomputes a block under autograd's ordinary saved-tensor
   // hooks (torch/utils/checkpoint.py CheckpointFunction.backward): what the recompute
   // saves is saved activations. Non-reentrant recomputation keeps it in the

@@ -76,6 +76,13 @@ bool optimizer_step_fits(const StepModel& model, int64_t budget) {
   return model.base + model.grads_optimizer + model.optimizer_transient <= budget;
 }
 
+// GRPO's generation and log-prob pass (StepModel::generation) hold no activations of
+// the step: whatever the blocks choose, they must fit on their own.
+bool before_forward_fits(const StepModel& model, int64_t budget) {
+  const int64_t held = model.base + model.gathered + model.grads_generation;
+  return held + model.generation <= budget && held + model.logprob_pass <= budget;
+}
+
 constexpr int64_t kDefaultUnitBytes = 2LL << 20;
 constexpr int64_t kMaxUnitsInRoom = 4096;
 
@@ -177,7 +184,7 @@ std::vector<BlockChoice> trace_back(const Backs& backs, int choice, int index) {
 BlockSolution solve_blocks(const StepModel& model, int64_t budget, const SolverOptions& options) {
   BlockSolution out;
   const int n = static_cast<int>(model.blocks.size());
-  if (n == 0 || !optimizer_step_fits(model, budget)) return out;
+  if (n == 0 || !optimizer_step_fits(model, budget) || !before_forward_fits(model, budget)) return out;
   const int64_t room = budget - model.base - model.gathered;
   if (room < 0) return out;
   const UnitScale scale = unit_scale(model, room, options);

@@ -122,6 +122,14 @@ struct RunSettings {
   // does for the mode: the adapter-disabled base under LoRA, a frozen copy otherwise).
   std::optional<Recipe> recipe;
   std::optional<Reference> reference;
+  // GRPO (TRL's GRPOConfig; docs/stacks.md, "Recipes"): seq_len is the longest prompt plus
+  // max_completion_length (completion_tokens, TRL's default 512); per_device_train_batch_size
+  // (micro_batch) counts completions; generation runs every steps_per_generation micro-steps
+  // over micro_batch x steps_per_generation completions (nullopt: grad_accum, TRL's default),
+  // num_generations of each prompt.
+  std::optional<int64_t> completion_tokens;
+  int64_t num_generations = 8;
+  std::optional<int64_t> steps_per_generation;
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile): checkpointable blocks save what the min-cut partitioner
   // keeps (planner/mechanisms/compiled_blocks.h) and run their pointwise ops as fused

@@ -90,6 +90,9 @@ Status read_run_and_budgets(JsonFields& r, RunSettings& s, std::string& checkpoi
       r.read("document_tokens", s.document_tokens),
       r.read("shortest_sample", s.shortest_sample),
       r.read("text_tokens", s.text_tokens),
+      r.read("completion_tokens", s.completion_tokens),
+      r.read("num_generations", s.num_generations),
+      r.read("steps_per_generation", s.steps_per_generation),
       r.read("host_ram_bytes", s.host_ram_bytes),
       r.read("disk_free_bytes", s.disk_free_bytes),
       r.read("safety_margin", s.safety_margin),
@@ -274,6 +277,9 @@ void write_run_and_budgets(const RunSettings& s, nlohmann::json& j) {
   if (s.document_tokens) j["document_tokens"] = *s.document_tokens;
   if (s.shortest_sample) j["shortest_sample"] = *s.shortest_sample;
   if (s.text_tokens) j["text_tokens"] = *s.text_tokens;
+  if (s.completion_tokens) j["completion_tokens"] = *s.completion_tokens;
+  if (s.num_generations != RunSettings{}.num_generations) j["num_generations"] = s.num_generations;
+  if (s.steps_per_generation) j["steps_per_generation"] = *s.steps_per_generation;
   if (!s.calibration_file.empty()) j["calibration_file"] = s.calibration_file;
   if (s.host_ram_bytes) j["host_ram_bytes"] = *s.host_ram_bytes;
   if (s.disk_free_bytes) j["disk_free_bytes"] = *s.disk_free_bytes;

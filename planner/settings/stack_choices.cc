@@ -65,15 +65,17 @@ constexpr ChoiceTable<KbitPrep, 3> kKbitPreps = {{{
     {KbitPrep::kNormsFp32, "norms-fp32"},
     {KbitPrep::kPeft, "peft"},
 }}};
-constexpr ChoiceTable<Recipe, 3> kRecipes = {{{
+constexpr ChoiceTable<Recipe, 4> kRecipes = {{{
     {Recipe::kSupervised, "supervised"},
     {Recipe::kDpo, "dpo"},
     {Recipe::kReward, "reward"},
+    {Recipe::kGrpo, "grpo"},
 }}};
-constexpr ChoiceTable<Reference, 3> kReferences = {{{
+constexpr ChoiceTable<Reference, 4> kReferences = {{{
     {Reference::kCopy, "copy"},
     {Reference::kAdapterDisabled, "adapter-disabled"},
     {Reference::kPrecomputed, "precomputed"},
+    {Reference::kNone, "none"},
 }}};
 
 }  // namespace

@@ -83,13 +83,16 @@ enum class Recipe {
   kSupervised,  // the model's own loss over each sample (SFT, classification)
   kDpo,         // TRL's DPOTrainer: chosen and rejected rows in one batch, a reference model's log-probs
   kReward,      // TRL's RewardTrainer: chosen and rejected rows in one batch through a one-value `score` head
+  kGrpo,        // TRL's GRPOTrainer: generation with a KV cache, then the policy over prompt + completion
 };
 
-// Where DPO's reference log-probs come from (trl/trainer/dpo_trainer.py, 1.16.0).
+// Where DPO's and GRPO's reference log-probs come from (trl/trainer/dpo_trainer.py,
+// grpo_trainer.py, 1.16.0).
 enum class Reference {
   kCopy,             // a frozen second model (ref_model, or the copy TRL loads without PEFT)
   kAdapterDisabled,  // PEFT: the policy's base with its adapters disabled, no second copy
   kPrecomputed,      // precompute_ref_log_probs: read from the dataset, no reference forward in the step
+  kNone,             // GRPO with beta 0 (its default): no reference model, no reference forward
 };
 
 struct LossSpec {

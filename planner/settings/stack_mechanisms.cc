@@ -128,6 +128,7 @@ std::string reference_words(Reference reference) {
     case Reference::kCopy: return "a frozen copy of the model";
     case Reference::kAdapterDisabled: return "the base with adapters disabled (no second copy)";
     case Reference::kPrecomputed: return "precomputed log-probs (no reference forward)";
+    case Reference::kNone: return "none (beta 0)";
   }
   return "?";
 }
@@ -138,10 +139,14 @@ std::string recipe_words(const RunSettings&, const ResolvedStack& r) {
   if (r.top.recipe == Recipe::kReward) {
     return "reward modelling (chosen and rejected rows in one batch, a one-value score head, no LM head)";
   }
+  if (r.top.recipe == Recipe::kGrpo) {
+    return "GRPO (generation with a KV cache, then the policy over prompt + completion, the completion scored), "
+           "reference " + reference_words(r.top.reference);
+  }
   return "DPO (chosen and rejected rows in one batch), reference " + reference_words(r.top.reference);
 }
 void pin_reference(const RunSettings& s, const ResolvedStack& r, RunSettings& bottom) {
-  if (s.recipe == Recipe::kDpo) bottom.reference = r.bottom.reference;
+  if (s.recipe == Recipe::kDpo || s.recipe == Recipe::kGrpo) bottom.reference = r.bottom.reference;
 }
 
 using Pin = void (*)(const RunSettings&, const ResolvedStack&, RunSettings&);
@@ -234,13 +239,16 @@ const std::array<MechanismRow, 14> kMechanisms = {{
         "recipe", "KIND",
         "what the step trains for (supervised: the model's own loss; dpo: TRL's DPOTrainer, a chosen and a "
         "rejected row per sample in one batch and a reference model's log-probs; reward: TRL's RewardTrainer, "
-        "the same pairs through a one-value score head instead of the LM head)",
+        "the same pairs through a one-value score head instead of the LM head; grpo: TRL's GRPOTrainer, generation "
+        "then the policy over prompt + completion, --seq the prompt and --completion-tokens together)",
         recipe_names, resolve_recipe, pin_always<&RunSettings::recipe, &StackSpec::recipe>, recipe_words),
     enum_row<&RunSettings::reference, parse_reference, reference_name>(
         "reference", "KIND",
         "with --recipe dpo: the reference model (copy: a frozen second model, TRL's default without PEFT; "
         "adapter-disabled: the LoRA policy's base, TRL's default with PEFT; precomputed: "
-        "precompute_ref_log_probs, no reference forward in the step)",
+        "precompute_ref_log_probs, no reference forward in the step); with --recipe grpo: none (beta 0, TRL's "
+        "default), copy or adapter-disabled (beta > 0: TRL takes the copy without PEFT, the adapter-disabled "
+        "base with it, whichever is given)",
         reference_names, resolve_reference, pin_reference, no_words),
 }};
 

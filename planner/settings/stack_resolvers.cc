@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "planner/settings/stack_traits.h"
+#include "planner/settings/grpo_settings.h"
 
 namespace headroom::planner {
 namespace {
@@ -150,6 +151,9 @@ std::optional<LossSpec> loss_by_release(const RunSettings& settings) {
   // DPOTrainer scores through the fused head from 1.15 (dpo_trainer.py, 1.16.0:
   // add_fused_lm_head; earlier DPO is refused by validate_settings).
   if (settings.recipe == Recipe::kDpo) return kTrlFusedHead;
+  // GRPOTrainer scores the completions through the same head (grpo_trainer.py, 1.16.0:
+  // add_fused_lm_head with log_probs and entropy).
+  if (settings.recipe == Recipe::kGrpo) return kTrlFusedHead;
   if (settings.stack != Stack::kHfTrainer || !transformers) return std::nullopt;
   return *transformers < Release{4, 49, 0} ? kUpcastShift : kFull;
 }
@@ -467,7 +471,18 @@ void resolve_recipe(const RunSettings& settings, ResolvedStack& out) {
 // DPOTrainer.__init__ (trl/trainer/dpo_trainer.py, 1.16.0): without a ref_model, a PEFT
 // policy is its own reference with the adapters disabled, and otherwise TRL loads a
 // second copy of the model (create_model_from_path in the policy's dtype).
+// GRPOTrainer.__init__ (grpo_trainer.py, 1.16.0) loads no reference at beta 0, its default;
+// at beta != 0 a PEFT policy is its own reference with the adapters disabled and any other
+// gets a frozen copy, whichever of the two was given (TRL decides by is_peft_model).
 void resolve_reference(const RunSettings& settings, ResolvedStack& out) {
+  if (settings.recipe == Recipe::kGrpo) {
+    Reference reference = settings.reference.value_or(kGrpoDefaultReference);
+    if (reference == Reference::kCopy || reference == Reference::kAdapterDisabled) {
+      reference = settings.mode == TrainMode::kFull ? Reference::kCopy : Reference::kAdapterDisabled;
+    }
+    out.top.reference = out.bottom.reference = reference;
+    return;
+  }
   const Reference by_mode = settings.mode == TrainMode::kFull ? Reference::kCopy : Reference::kAdapterDisabled;
   out.top.reference = out.bottom.reference = settings.reference.value_or(by_mode);
 }

@@ -4,6 +4,7 @@
 
 #include "planner/settings/may_change.h"
 #include "planner/settings/stack.h"
+#include "planner/settings/validate_grpo.h"
 #include "planner/settings/versions.h"
 
 namespace headroom::planner {
@@ -417,7 +418,10 @@ Status check_reward_recipe(const RunSettings& s, std::string_view origin) {
 // DPO as TRL 1.16's DPOTrainer runs it (docs/stacks.md, "Recipes"): what is modelled.
 Status check_recipe(const RunSettings& s, std::string_view origin) {
   const bool dpo = s.recipe == Recipe::kDpo;
-  if (s.reference && !dpo) return fail(origin, "reference", "the reference model is DPO's: expected recipe dpo with it");
+  if (Status grpo = check_grpo_recipe(s, origin); !grpo.is_ok() || s.recipe == Recipe::kGrpo) return grpo;
+  if (s.reference && !dpo) {
+    return fail(origin, "reference", "the reference model is DPO's and GRPO's: expected recipe dpo or grpo with it");
+  }
   if (s.recipe == Recipe::kReward) return check_reward_recipe(s, origin);
   if (!dpo) return Status::ok();
   if (s.stack != Stack::kHfTrainer && s.stack != Stack::kUnspecified) {

@@ -1,6 +1,6 @@
 // --recipe dpo and --reference: TRL's DPOTrainer from the command line and from a
-// DPOConfig (--hf-args) to the stack line and the settings; GRPO and reward
-// modelling refused by name; `run` refuses a DPO plan (docs/stacks.md, "Recipes").
+// DPOConfig (--hf-args) to the stack line and the settings; RLOO and unknown recipes
+// refused by name; `run` refuses a DPO plan (docs/stacks.md, "Recipes").
 #include <fstream>
 #include <string>
 
@@ -44,10 +44,10 @@ TEST_CASE("--recipe dpo names the recipe and the reference's treatment in the st
 }
 
 TEST_CASE("--recipe and --reference refuse what is not modelled, naming the flag or field") {
-  const RunOutput grpo = run_headroom(kLora + " --recipe grpo");
-  CHECK(grpo.exit_code == 2);
-  CHECK(contains(grpo.err, "--recipe"));
-  CHECK(contains(grpo.err, "supervised, dpo"));
+  const RunOutput ppo = run_headroom(kLora + " --recipe ppo");
+  CHECK(ppo.exit_code == 2);
+  CHECK(contains(ppo.err, "--recipe"));
+  CHECK(contains(ppo.err, "supervised, dpo, reward, grpo"));
 
   const RunOutput copy = run_headroom(kLora + " --recipe dpo --reference copy");
   CHECK(copy.exit_code == 2);
@@ -58,7 +58,7 @@ TEST_CASE("--recipe and --reference refuse what is not modelled, naming the flag
   CHECK(contains(alone.err, "expected recipe dpo"));
 }
 
-TEST_CASE("--hf-args reads a DPOConfig and a RewardConfig, and refuses GRPOConfig and unmodelled DPO fields") {
+TEST_CASE("--hf-args reads a DPOConfig and a RewardConfig, and refuses RLOOConfig and unmodelled DPO fields") {
   TempDir dir;
   const std::string dpo = written(dir, "dpo.json",
                                   R"({"per_device_train_batch_size": 2, "max_length": 128, "bf16": true,
@@ -70,11 +70,12 @@ TEST_CASE("--hf-args reads a DPOConfig and a RewardConfig, and refuses GRPOConfi
   CHECK(settings["reference"] == "precomputed");
   CHECK_FALSE(contains(read.err, "beta"));  // read: it changes no memory
 
-  const std::string grpo = written(dir, "grpo.json", R"({"per_device_train_batch_size": 2, "num_generations": 8})");
-  const RunOutput online = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --hf-args " + quoted(grpo));
+  // RLOOConfig shares num_generations with GRPOConfig, not importance_sampling_level.
+  const std::string rloo = written(dir, "rloo.json", R"({"per_device_train_batch_size": 2, "num_generations": 8})");
+  const RunOutput online = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --hf-args " + quoted(rloo));
   CHECK(online.exit_code == 2);
   CHECK(contains(online.err, "num_generations"));
-  CHECK(contains(online.err, "GRPO"));
+  CHECK(contains(online.err, "RLOO"));
 
   const std::string reward = written(dir, "reward.json", R"({"center_rewards_coefficient": null, "max_length": 128})");
   const RunOutput scores = run_headroom("fit tiny-llama --lora --gpu 4090 --hf-args " + quoted(reward) + " --json");

@@ -28,6 +28,7 @@ through stacks/hf_trainer.py's loop. What the oracle replaces, and why:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 
 import torch
@@ -67,10 +68,13 @@ def meta_config(config_class, spec: dict, output_dir: str, **extra):
             return False
 
     checkpointing = spec.get("checkpointing", "none") != "none"
+    # GRPOConfig has no max_length: its rows are prompt + max_completion_length (stacks/trl_grpo.py)
+    if "max_length" in {field.name for field in dataclasses.fields(config_class)}:
+        extra = {"max_length": spec["seq"], **extra}
     kwargs = {"use_reentrant": spec.get("checkpointing") == "reentrant"} if checkpointing else None
     return MetaConfig(
         output_dir=output_dir, per_device_train_batch_size=spec["batch"], report_to=[], use_cpu=True,
-        bf16=spec["precision"] in ("bf16", "bf16-amp"), max_length=spec["seq"],
+        bf16=spec["precision"] in ("bf16", "bf16-amp"),
         max_grad_norm=spec.get("max_grad_norm", 1.0), gradient_checkpointing=checkpointing,
         gradient_checkpointing_kwargs=kwargs, **({"optim": spec["optim"]} if "optim" in spec else {}), **extra)
 
