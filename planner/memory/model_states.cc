@@ -422,13 +422,19 @@ void add_fsdp_buffers(StateWalk& w) {
   const int64_t reduce_width = fsdp_reduce_bytes_per_element(settings);
   // Each layer's own, at the end of its backward; none while the root's blocks run.
   out.reduce_scatter_block = layer_trainable_elements(w.graph, settings);
+  out.reduce_scatter_input_block = out.reduce_scatter_block;
+  for (int64_t& bytes : out.reduce_scatter_input_block) bytes = w.account_bytes(bytes * reduce_width);
   for (int64_t& bytes : out.reduce_scatter_block) bytes = w.account_bytes(bytes * (grad_width + reduce_width));
   const auto largest = std::max_element(out.reduce_scatter_block.begin(), out.reduce_scatter_block.end());
   out.reduce_scatter_bytes = largest == out.reduce_scatter_block.end() ? 0 : *largest;
   // The root group reduces once, in the final callback: its reduce-scatter input
   // beside its unsharded gradients (fsdp2_root_grads), after the last block's backward.
   out.fsdp2_root_reduce_scatter = w.account_bytes(out.fsdp2_root_trainable * reduce_width);
-  if (sharding_of(settings) == Sharding::kFsdp1) apply_flat_params(w.graph, settings, w.config, w.accounting, out);
+  if (!out.reduce_scatter_input_block.empty()) out.reduce_scatter_input_block[0] += out.fsdp2_root_reduce_scatter;
+  if (sharding_of(settings) == Sharding::kFsdp1) {
+    apply_flat_params(w.graph, settings, w.config, w.accounting, out);
+    out.reduce_scatter_input_block.clear();  // FSDP1 reduces the flat gradient itself
+  }
 }
 
 // FSDP accumulating under no_sync: the unsharded gradients each unit keeps

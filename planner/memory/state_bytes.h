@@ -74,6 +74,9 @@ struct ModelStates {
   // backward ends (the largest block's), on top of the sharded gradients.
   int64_t reduce_scatter_bytes = 0;
   std::vector<int64_t> reduce_scatter_block;  // per block: its layer unit's (0 for the root's blocks)
+  // FSDP2, per block: the reduce-scatter input among reduce_scatter_block, a buffer
+  // and not a `.grad` (the breakdown's ZeRO buffers; the root's at block 0)
+  std::vector<int64_t> reduce_scatter_input_block;
   // FSDP2's root group (the parameters outside the per-layer groups): its unsharded
   // parameters (also counted in gathered_params), its unsharded gradients per block
   // (alive from that block's backward to the end of backward), its trainable

@@ -72,6 +72,8 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   // its reduce-scatter buffers and, under FSDP1 offload, its new gradient shard
   // join every gradient still held then.
   if (n > 0) model.grads_bwd[0] += states.fsdp2_root_reduce_scatter + states.root_offload_grad_shard;
+  model.reduce_input_bwd = states.reduce_scatter_input_block;
+  model.reduce_input_bwd.resize(n, 0);
   // Before block k has made any of its own parameters' gradients (its first nodes in
   // backward have none: the loss before lm_head), those are not yet allocated.
   model.grads_bwd_before = model.grads_bwd;

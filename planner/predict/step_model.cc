@@ -197,6 +197,15 @@ int64_t reference_forward_local(const StepModel& model) {
   return model.grads_fwd + largest;
 }
 
+// FSDP2's reduce-scatter input among block k's backward gradients: foreach_reduce
+// copies the unsharded `.grad`s into it, a buffer that is no parameter's `.grad`
+// (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce,
+// foreach_reduce_scatter_copy_in, torch 2.11): at the peak a ZeRO buffer.
+static int64_t reduce_input_at(const StepModel& model, int k, int64_t grads) {
+  if (static_cast<size_t>(k) >= model.reduce_input_bwd.size()) return 0;
+  return std::min(model.reduce_input_bwd[k], grads);
+}
+
 StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choices,
                    int64_t persistent) {
   assert(choices.size() == model.blocks.size());
@@ -240,8 +249,9 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
     const LocalPeak parts = local_parts(model, k, previous, choices[k]);
     consider(fixed + forward_stored[k] + parts.forward, "forward", k, forward_stored[k], parts.forward,
              parts.forward_grads, parts.forward_gathered, parts.forward_saved, cached[k]);
+    const int64_t input = reduce_input_at(model, k, parts.backward_grads);
     consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k], parts.backward,
-             parts.backward_grads, parts.backward_gathered, parts.backward_saved, 0);
+             parts.backward_grads - input, parts.backward_gathered + input, parts.backward_saved, 0);
   }
   if (model.reference_forward) {
     const int64_t local = reference_forward_local(model);

@@ -35,6 +35,9 @@ struct StepModel {
   std::vector<int64_t> grads_bwd;  // per block: gradients allocated during its backward
   // per block: the same before its own parameters' gradients are made (empty: grads_bwd)
   std::vector<int64_t> grads_bwd_before;
+  // per block: the reduce-scatter input among grads_bwd, labelled a ZeRO buffer at the
+  // peak (ModelStates::reduce_scatter_input_block; empty: none)
+  std::vector<int64_t> reduce_input_bwd;
   int64_t grads_optimizer = 0;     // gradients at the optimizer step
   int64_t optimizer_transient = 0;
   std::vector<BlockProfile> blocks;

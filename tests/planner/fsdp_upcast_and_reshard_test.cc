@@ -172,12 +172,29 @@ TEST_CASE("FSDP reduces a layer's gradients as its backward ends: nothing of it 
   const ModelStates states = model_states(model(false), settings, zero_stage(3), Accounting::kAllocated);
   // bf16 unsharded gradients copied into a bf16 reduce-scatter input (reduce_dtype = param_dtype).
   CHECK(states.reduce_scatter_block == std::vector<int64_t>{0, kLayer * 4, kLayer * 4, 0});
+  // Of which the reduce-scatter input, a buffer; the root's reduces at the end of block 0's backward.
+  CHECK(states.reduce_scatter_input_block ==
+        std::vector<int64_t>{states.fsdp2_root_reduce_scatter, kLayer * 2, kLayer * 2, 0});
   RunSettings fsdp1 = settings;
   fsdp1.sharding = Sharding::kFsdp1;
   const ModelStates flat = model_states(model(false), fsdp1, zero_stage(3), Accounting::kAllocated);
   CHECK(flat.reduce_scatter_block[0] == 0);
   CHECK(flat.reduce_scatter_block[3] == 0);
   CHECK(flat.reduce_scatter_block[1] == flat.reduce_scatter_bytes);
+  CHECK(flat.reduce_scatter_input_block.empty());
+}
+
+TEST_CASE("FSDP2's reduce-scatter input is a buffer at the peak and not a gradient") {
+  StepModel step;
+  step.blocks.resize(2);
+  step.grads_bwd = {0, 300};
+  step.reduce_input_bwd = {0, 100};
+  const StepPeak peak = walk_step(step, std::vector<BlockChoice>(2, BlockChoice::kKeep), 0);
+  CHECK(peak.bytes == 300);
+  CHECK(peak.block == 1);
+  CHECK(peak.gradients == 200);
+  CHECK(peak.gathered == 100);
+  CHECK(peak.transient == 0);
 }
 
 TEST_CASE("Llama 3.2 1B under FSDP2 peaks in the head's backward with no gradient yet, as the oracle") {
