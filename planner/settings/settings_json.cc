@@ -49,6 +49,16 @@ Status read_stack_mechanisms(JsonFields& r, RunSettings& s) {
   return Status::ok();
 }
 
+// GRPO's generation: completion length, completions a prompt, optimizer steps a generation.
+Status read_generation(JsonFields& r, RunSettings& s) {
+  for (const Status& status : {r.read("completion_tokens", s.completion_tokens),
+                               r.read("num_generations", s.num_generations),
+                               r.read("steps_per_generation", s.steps_per_generation)}) {
+    if (!status.is_ok()) return status;
+  }
+  return Status::ok();
+}
+
 // Batch, sharding and offload, kernels, checkpointing, the GPU, budgets and what the search may change.
 Status read_run_and_budgets(JsonFields& r, RunSettings& s, std::string& checkpointing) {
   const Status statuses[] = {
@@ -90,9 +100,6 @@ Status read_run_and_budgets(JsonFields& r, RunSettings& s, std::string& checkpoi
       r.read("document_tokens", s.document_tokens),
       r.read("shortest_sample", s.shortest_sample),
       r.read("text_tokens", s.text_tokens),
-      r.read("completion_tokens", s.completion_tokens),
-      r.read("num_generations", s.num_generations),
-      r.read("steps_per_generation", s.steps_per_generation),
       r.read("host_ram_bytes", s.host_ram_bytes),
       r.read("disk_free_bytes", s.disk_free_bytes),
       r.read("safety_margin", s.safety_margin),
@@ -316,7 +323,7 @@ Result<RunSettings> settings_from_json(const nlohmann::json& j, std::string_view
   // Strict: no coercion, and a key no reader below reads is refused (JsonFields).
   JsonFields r(j, origin, "settings.");
   for (const Status& status : {read_model_and_stack(r, s, attention), read_stack_mechanisms(r, s), read_run_and_budgets(r, s, checkpointing),
-                               read_gpu_spec(r, origin, s),
+                               read_generation(r, s), read_gpu_spec(r, origin, s),
                                read_lora(r, origin, s), read_scoped_lora(r, origin, s), read_versions(r, origin, s),
                                r.unknown_keys(),
                                apply_text_choices(attention, checkpointing, origin, s)}) {
