@@ -206,6 +206,22 @@ static int64_t reduce_input_at(const StepModel& model, int k, int64_t grads) {
   return std::min(model.reduce_input_bwd[k], grads);
 }
 
+// Autocast's cache holds the weight casts of checkpointed blocks until the forward's
+// end (BlockProfile::cast_cache), and the model's forward frame what it holds
+// (BlockProfile::forward_frame): forward only, transient. Added to `forward_stored`;
+// returned as held before each block.
+static std::vector<int64_t> forward_only_holds(const StepModel& model, const std::vector<BlockChoice>& choices,
+                                               std::vector<int64_t>& forward_stored) {
+  const size_t n = model.blocks.size();
+  std::vector<int64_t> cached(n + 1, 0);
+  for (size_t k = 0; k < n; ++k) {
+    forward_stored[k] += cached[k];
+    cached[k + 1] = cached[k] + model.blocks[k].forward_frame +
+                    (choices[k] == BlockChoice::kCheckpoint ? model.blocks[k].cast_cache : 0);
+  }
+  return cached;
+}
+
 StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choices,
                    int64_t persistent) {
   assert(choices.size() == model.blocks.size());
@@ -234,15 +250,7 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   std::vector<int64_t> forward_stored = prefix;
   std::vector<int64_t> backward_stored = prefix;
   offload_checkpoint_inputs(model, choices, forward_stored, backward_stored, peak.host_activations);
-  // Autocast's cache holds the weight casts of checkpointed blocks until the
-  // forward's end (BlockProfile::cast_cache), and the model's forward frame what it
-  // holds (BlockProfile::forward_frame): forward only, transient.
-  std::vector<int64_t> cached(n + 1, 0);
-  for (int k = 0; k < n; ++k) {
-    forward_stored[k] += cached[k];
-    cached[k + 1] = cached[k] + model.blocks[k].forward_frame +
-                    (choices[k] == BlockChoice::kCheckpoint ? model.blocks[k].cast_cache : 0);
-  }
+  const std::vector<int64_t> cached = forward_only_holds(model, choices, forward_stored);
   const int64_t fixed = model.base + model.gathered;
   for (int k = 0; k < n; ++k) {
     const BlockChoice previous = k > 0 ? choices[k - 1] : BlockChoice::kKeep;
