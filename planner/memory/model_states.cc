@@ -318,11 +318,14 @@ void add_trainable(StateWalk& w, const graph::Node& node, const Param& param) {
 
 // DeepSpeed's own ZeRO-2 with the optimizer on the GPU keeps gradients in
 // copy_grads_in_partition's buffer (stage_1_and_2.py, 0.19.8); offload copies them
-// to the host instead. The unspecified stack is headroom's executor, whose ZeRO-2
-// partition is 1/world of each bucket (executor/zero_layout.h): named stacks only.
+// to the host instead. Priced where the oracle checks it, the Trainer's DeepSpeed
+// (its two parameter groups); `headroom run` trains the unspecified and `deepspeed`
+// stacks' ZeRO-2 with its own partition, 1/world of each bucket (executor/zero_layout.h),
+// so those stay at the bucket price (docs/stacks.md says so).
 bool deepspeed_zero2_partition(const StateWalk& w) {
   return w.flat_partitions && w.shard_grads && !w.shard_params && w.optimizer_on_gpu &&
-         through_deepspeed_engine(w.settings) && w.settings.stack != Stack::kUnspecified;
+         through_deepspeed_engine(w.settings) && w.settings.stack != Stack::kUnspecified &&
+         w.settings.stack != Stack::kDeepspeed;
 }
 
 // That buffer holds the whole gradient of every parameter touching the rank's slice:
