@@ -12,9 +12,10 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "oracle"))
 
 
 def run_oracle(python, specs):
-    """run_oracle.py on `specs` in one process under `python`; its stderr tail on failure."""
+    """run_oracle.py on `specs` in one process under `python`; its stderr tail on failure.
+    From the repository root: a spec's model path is relative to it (CTest runs in build/)."""
     done = subprocess.run([python, os.path.join(ROOT, "bench", "oracle", "run_oracle.py"), "-"],
-                          input=json.dumps(specs), capture_output=True, text=True, timeout=900)
+                          input=json.dumps(specs), capture_output=True, text=True, timeout=900, cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
     return json.loads(done.stdout)
