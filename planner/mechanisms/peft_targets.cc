@@ -10,32 +10,15 @@
 namespace headroom::planner {
 namespace {
 
-// The causal-LM cross-entropy (models/graph_builder.cc lm_loss writes NAME:log_probs).
-bool reads_lm_logits(const graph::Node& loss) {
-  return std::any_of(loss.outputs.begin(), loss.outputs.end(),
-                     [](const std::string& out) { return out.ends_with(":log_probs"); });
-}
-
-// The linear a loss reads through elementwise steps (an upcast, a soft-cap), or -1.
-int head_linear_of(const graph::LayerGraph& graph, const graph::Node& loss) {
-  const graph::Node* at = &loss;
-  for (size_t hops = 0; hops < graph.nodes.size() && !at->inputs.empty(); ++hops) {
-    const int producer = graph.producer_of(at->inputs.front());
-    if (producer < 0) return -1;
-    at = &graph.nodes[static_cast<size_t>(producer)];
-    if (at->linear) return producer;
-  }
-  return -1;
-}
-
 // PEFT leaves out the output embedding (get_output_embeddings) and a SEQ_CLS head.
 std::set<int> excluded_heads(const graph::LayerGraph& graph) {
   std::set<int> heads;
-  for (const graph::Node& node : graph.nodes) {
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const graph::Node& node = graph.nodes[n];
     if (node.op != "loss") continue;
-    const int head = head_linear_of(graph, node);
+    const int head = loss_head_linear(graph, static_cast<int>(n));
     if (head < 0) continue;
-    if (reads_lm_logits(node) || graph.nodes[static_cast<size_t>(head)].name == kRewardHead) heads.insert(head);
+    if (is_lm_loss(node) || graph.nodes[static_cast<size_t>(head)].name == kRewardHead) heads.insert(head);
   }
   return heads;
 }

@@ -8,27 +8,11 @@
 namespace headroom::planner {
 namespace {
 
-// The causal-LM cross-entropy: a "loss" node that keeps the log-probs
-// (models/graph_builder.cc lm_loss writes NAME:log_probs).
-bool is_lm_loss(const graph::Node& node) {
-  if (node.op != "loss") return false;
-  return std::any_of(node.outputs.begin(), node.outputs.end(),
-                     [](const std::string& out) { return out.ends_with(":log_probs"); });
-}
-
-// From the loss back along first inputs to the LM head's linear; the nodes passed on the
-// way (the upcast, a final soft-cap) are what reads the logits, dropped with the loss.
+// The loss and the nodes passed on the way to its head (the upcast, a final soft-cap)
+// are what reads the logits, dropped with the loss.
 Result<int> lm_head_of(const graph::LayerGraph& graph, int loss, std::vector<int>& chain) {
-  int at = loss;
-  for (size_t hops = 0; hops < graph.nodes.size(); ++hops) {
-    chain.push_back(at);
-    const graph::Node& node = graph.nodes[static_cast<size_t>(at)];
-    if (node.inputs.empty()) break;
-    const int producer = graph.producer_of(node.inputs.front());
-    if (producer < 0) break;
-    if (graph.nodes[static_cast<size_t>(producer)].linear) return producer;
-    at = producer;
-  }
+  const int head = loss_head_linear(graph, loss, &chain);
+  if (head >= 0) return head;
   return Status::unsupported("the reward recipe replaces the LM head's linear with `score`; no linear computes the "
                              "logits that \"" + graph.nodes[static_cast<size_t>(loss)].name + "\" reads");
 }
@@ -68,6 +52,26 @@ graph::Node reward_loss(const graph::Node& score, int block) {
 }
 
 }  // namespace
+
+bool is_lm_loss(const graph::Node& node) {
+  if (node.op != "loss") return false;
+  return std::any_of(node.outputs.begin(), node.outputs.end(),
+                     [](const std::string& out) { return out.ends_with(":log_probs"); });
+}
+
+int loss_head_linear(const graph::LayerGraph& graph, int loss, std::vector<int>* passed) {
+  int at = loss;
+  for (size_t hops = 0; hops < graph.nodes.size(); ++hops) {
+    if (passed != nullptr) passed->push_back(at);
+    const graph::Node& node = graph.nodes[static_cast<size_t>(at)];
+    if (node.inputs.empty()) return -1;
+    const int producer = graph.producer_of(node.inputs.front());
+    if (producer < 0) return -1;
+    if (graph.nodes[static_cast<size_t>(producer)].linear) return producer;
+    at = producer;
+  }
+  return -1;
+}
 
 Status apply_reward_head(graph::LayerGraph& graph) {
   std::vector<int> losses;

@@ -7,6 +7,8 @@
 // a few values a pair. docs/stacks.md, "Recipes".
 #pragma once
 
+#include <vector>
+
 #include "graph/layer_graph.h"
 #include "graph/status.h"
 
@@ -14,6 +16,15 @@ namespace headroom::planner {
 
 // The name transformers gives the reward head (GenericForSequenceClassification.score).
 inline constexpr const char* kRewardHead = "score";
+
+// The causal-LM cross-entropy: a "loss" node that keeps the log-probs
+// (models/graph_builder.cc lm_loss writes NAME:log_probs).
+bool is_lm_loss(const graph::Node& node);
+
+// The linear whose output loss node `loss` reads, back along first inputs through
+// elementwise steps (an upcast, a soft-cap), or -1; `passed` gets the loss and those
+// steps when given.
+int loss_head_linear(const graph::LayerGraph& graph, int loss, std::vector<int>* passed = nullptr);
 
 // Rewrites a causal LM's head into the reward head: the linear that computes the
 // logits read by the cross-entropy ("loss" over "loss.upcast") becomes `score`
