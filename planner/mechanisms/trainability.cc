@@ -6,6 +6,7 @@
 #include <string>
 
 #include "graph/op_traits.h"
+#include "planner/mechanisms/peft_param_wrapper.h"
 #include "planner/mechanisms/peft_targets.h"
 #include "planner/mechanisms/gptq_linear.h"
 #include "planner/settings/stack.h"
@@ -258,13 +259,18 @@ Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSetting
     return graph;
   }
   const std::vector<std::string>& named = settings.lora.targets.empty() ? graph.lora_targets : settings.lora.targets;
-  if (Status moe = refuse_moe_parameter_targets(graph, named, settings.model); !moe.is_ok()) return moe;
-  const std::vector<std::string> targets =
-      is_all_linear(named) ? all_linear_modules(graph) : with_release_aliases(graph.family, named);
+  Result<ConvertedTargets> moe = convert_moe_targets(graph, named, settings.model);
+  if (!moe.is_ok()) return moe.status();
+  const std::vector<std::string> targets = moe.value().converted ? moe.value().modules
+                                           : is_all_linear(named) ? all_linear_modules(graph)
+                                                                  : with_release_aliases(graph.family, named);
   // The top of the band: fp32 adapters unless the stack or the user says otherwise.
   const DType adapter_dtype =
       resolve_stack(settings).top.adapter_dtype == AdapterDtype::kFp32 ? DType::kF32 : DType::kBF16;
-  const AdapterCounts counts = adapt_linears(graph, settings, targets, adapter_dtype);
+  AdapterCounts counts = adapt_linears(graph, settings, targets, adapter_dtype);
+  Result<int> wrapped = wrap_moe_parameters(graph, moe.value(), settings, adapter_dtype);
+  if (!wrapped.is_ok()) return wrapped.status();
+  counts.adapted += wrapped.value();
   if (Status placed = check_every_adapter_placed(settings, named, counts); !placed.is_ok()) return placed;
   return graph;
 }

@@ -1,9 +1,11 @@
 #include "planner/predict/moe_notes.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 
 #include "graph/dtype.h"
+#include "planner/mechanisms/trainability.h"
 
 namespace headroom::planner {
 namespace {
@@ -12,7 +14,8 @@ struct ExpertSummary {
   int64_t layers = 0;
   int64_t experts = 0;  // E, the first dimension of the 3-D weights
   int64_t top_k = 0;    // routed rows per token
-  int64_t weight_bytes = 0;
+  int64_t weight_bytes = 0;      // the 3-D expert weights
+  int64_t wrapped_bytes = 0;  // of those, the ones LoRA recomposes (peft_param_wrapper.h)
 };
 
 // The grouped GEMMs' weights are [E, out, in]; their input holds tokens * k rows of `in`.
@@ -22,11 +25,13 @@ ExpertSummary summarize(const graph::LayerGraph& graph) {
     if (node.op != "grouped_mm" || node.params.empty() || node.inputs.empty()) continue;
     const graph::Param& weight = node.params.front();
     if (weight.shape.size() != 3) continue;
+    const bool wrapped = std::any_of(node.params.begin(), node.params.end(), is_lora_adapter);
     if (node.name.ends_with(".gate_up_proj")) ++out.layers;
     out.experts = weight.shape[0];
     const graph::Tensor* input = graph.find_tensor(node.inputs.front());
     if (input != nullptr && weight.shape[2] > 0) out.top_k = input->elements.at(1, 1) / weight.shape[2];
-    for (const graph::Param& param : node.params) out.weight_bytes += graph::dtype_bytes(param.dtype, param.elements());
+    out.weight_bytes += graph::dtype_bytes(weight.dtype, weight.elements());
+    out.wrapped_bytes += wrapped ? graph::dtype_bytes(weight.dtype, weight.elements()) : 0;
   }
   return out;
 }
@@ -61,8 +66,13 @@ std::vector<std::string> moe_notes(const graph::LayerGraph& graph, const RunSett
     out.push_back("QLoRA on " + graph.name + ": bitsandbytes quantizes nn.Linear modules only, and the experts are "
                   "3-D parameters (transformers 5.x fuses them), so their " + gib(moe.weight_bytes) +
                   " stay unquantized, as priced here; only the nn.Linear layers (attention projections, shared experts) "
-                  "are NF4. LoRA cannot target the experts by module name either (PEFT wraps nn.Linear; gate_up_proj "
-                  "and down_proj are parameters)");
+                  "are NF4");
+  }
+  if (moe.wrapped_bytes > 0) {
+    out.push_back("LoRA on " + graph.name + "'s fused experts (PEFT's lora.ParamWrapper): each forward recomposes "
+                  "the targeted expert weights with their adapters, and autograd keeps that copy (" +
+                  gib(moe.wrapped_bytes) + " over all layers) until the layer's backward, which also makes its "
+                  "gradient at full size; checkpointing recomputes it per layer. Attention-only targets avoid both");
   }
   return out;
 }

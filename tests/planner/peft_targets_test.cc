@@ -1,11 +1,12 @@
-// What PEFT makes of a LoRA target list (planner/mechanisms/peft_targets.h): the
-// "all-linear" shorthand as PEFT 0.21.2 resolves it, and the MoE targets PEFT turns
-// into ParamWrapper LoRA on fused expert weights, refused by name. The adapter counts
+// What PEFT makes of a LoRA target list (planner/mechanisms/peft_targets.h and
+// peft_param_wrapper.h): the "all-linear" shorthand as PEFT 0.21.2 resolves it, and
+// the MoE targets PEFT turns into ParamWrapper LoRA on fused expert weights. The adapter counts
 // are PEFT's own on transformers 5.23.0 (LoraConfig(r=16, target_modules="all-linear")
 // on the config.json built on the meta device, the oracle's trl environment:
 // bench/oracle/peft_all_linear.py).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "planner/mechanisms/trainability.h"
@@ -67,17 +68,56 @@ TEST_CASE("all-linear leaves a reward model's score head to train in full") {
   }
 }
 
-TEST_CASE("LoRA targets PEFT turns into ParamWrapper LoRA on fused experts are refused by name") {
-  for (const auto& [model, targets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"mixtral-8x7b", {"all-linear"}},
-           {"mixtral-8x7b", {"q_proj", "w2"}},
-           {"deepseek-v2-lite", {"q_proj", "gate_proj"}},
-           {"qwen3-30b-a3b", {"all-linear"}}}) {
-    const Result<ModelContext> context = prepare_context(lora_run(model, targets));
-    REQUIRE_FALSE(context.is_ok());
-    CHECK(context.status().message().find("ParamWrapper") != std::string::npos);
-  }
-  // The attention alone is ordinary LoRA on nn.Linear.
+TEST_CASE("expert and router targets become ParamWrapper LoRA with PEFT's adapter counts") {
+  // PEFT 0.21.2 on transformers 5.23.0, r=16 (bench/oracle/peft_all_linear.py's way):
+  // gate_up_proj at rank 32 (rank_pattern), down_proj and the router's weight at 16;
+  // DeepSeek's dense and shared-expert MLPs lose their adapters once gate_proj is named.
+  const std::vector<std::string> mlp = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                                        "gate"};
+  const auto count = [](const std::string& model, std::vector<std::string> targets) {
+    RunSettings s = lora_run(model, std::move(targets));
+    s.lora.dropout = 0;
+    return adapter_parameters(s);
+  };
+  CHECK(count("tests/data/hf/qwen3-moe-2l", mlp) == 41521152);
+  CHECK(count("tests/data/hf/qwen3-moe-2l", {"all-linear"}) == 41521152);
+  CHECK(count("tests/data/hf/olmoe-2l", mlp) == 23660544);
+  CHECK(count("tests/data/hf/deepseek-v2-lite-2l", mlp) == 13829120);
+  CHECK(count("tests/data/hf/deepseek-v2-lite-2l", {"all-linear"}) == 14060544);
+  CHECK(count("tests/data/hf/mixtral-2l", {"q_proj", "k_proj", "v_proj", "o_proj", "w1", "w2", "w3", "gate"}) ==
+        22479104);
+}
+
+TEST_CASE("a wrapped expert stack is recomposed at full size and kept for backward") {
+  RunSettings s = lora_run("tests/data/hf/qwen3-moe-2l", {"q_proj", "gate_proj", "up_proj"});
+  s.lora.dropout = 0;
+  Result<ModelContext> context = prepare_context(s);
+  REQUIRE(context.is_ok());
+  const graph::LayerGraph& g = context.value().graph;
+  const graph::Node* gate_up = g.find_node("model.layers.0.mlp.experts.gate_up_proj");
+  REQUIRE(gate_up != nullptr);
+  const std::string recomposed = gate_up->name + ".lora_recomposed";
+  const graph::Tensor* copy = g.find_tensor(recomposed);
+  REQUIRE(copy != nullptr);
+  CHECK(copy->elements.at(1, 1) == 128 * 1536 * 2048);  // [E, 2 x 768, 2048]
+  CHECK(std::any_of(gate_up->saves.begin(), gate_up->saves.end(),
+                    [&](const graph::SavedRef& saved) { return saved.tensor == recomposed; }));
+  CHECK(gate_up->backward_workspace().at(1, 1) >= 128 * 1536 * 2048);  // dW' at full size
+  // down_proj was not named: unwrapped, nothing recomposed.
+  CHECK(g.find_tensor("model.layers.0.mlp.experts.down_proj.lora_recomposed") == nullptr);
+}
+
+TEST_CASE("ParamWrapper targets PEFT cannot run are refused by name") {
+  RunSettings half = lora_run("tests/data/hf/qwen3-moe-2l", {"q_proj", "gate_proj"});
+  half.lora.dropout = 0;
+  Result<ModelContext> refused = prepare_context(half);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.status().message().find("without also targeting 'up_proj'") != std::string::npos);
+  // lora.ParamWrapper raises on dropout.
+  refused = prepare_context(lora_run("mixtral-8x7b", {"all-linear"}));
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.status().message().find("lora.dropout") != std::string::npos);
+  // The attention alone is ordinary LoRA on nn.Linear, with the default dropout.
   CHECK(adapter_parameters(lora_run("mixtral-8x7b", {"q_proj", "k_proj", "v_proj", "o_proj"})) > 0);
 }
 

@@ -83,7 +83,9 @@ def add_lora(model, spec: dict):  # noqa: D103 - LoRA and QLoRA alike
     from peft import LoraConfig, get_peft_model
 
     task = task_of(spec)
+    # PEFT's shorthand is a string; a list holding it would name a module "all-linear".
+    targets = "all-linear" if spec["lora_targets"] == ["all-linear"] else spec["lora_targets"]
     lora = LoraConfig(r=spec.get("lora_rank", 16), lora_alpha=2 * spec.get("lora_rank", 16),
-                      target_modules=spec["lora_targets"], lora_dropout=spec.get("lora_dropout", 0.05),
+                      target_modules=targets, lora_dropout=spec.get("lora_dropout", 0.05),
                       task_type=task.peft_task_type, modules_to_save=list(task.modules_to_save) or None)
     return get_peft_model(model, lora)
