@@ -6,7 +6,6 @@
 
 #include "executor/executable_model.h"
 #include "executor/run.h"
-#include "planner/mechanisms/peft_param_wrapper.h"
 #include "planner/settings/bnb_release.h"
 #include "planner/settings/stack.h"
 
@@ -243,17 +242,6 @@ Status check_adapters_and_loss(const planner::RunSettings& s, const planner::Sta
   return Status::ok();
 }
 
-// The executor's MoE (the zoo's tiny-moe) trains LoRA on nn.Linear only.
-Status check_moe_adapters(const planner::Plan& plan, const ExecutableModel& model, std::string_view origin) {
-  const planner::RunSettings& s = plan.settings;
-  if (s.mode == planner::TrainMode::kFull || model.llama.moe.experts == 0) return Status::ok();
-  // tiny-moe is Mixtral's structure (models/zoo.cc).
-  if (!planner::names_expert_parameters("mixtral", s.lora.targets)) return Status::ok();
-  return refuse(origin, "settings.lora.targets",
-                "LoRA on the fused experts' or the router's weights (PEFT's lora.ParamWrapper) is priced but not "
-                "built by the executor, whose MoE adapters are on the attention; expected q_proj,k_proj,v_proj,o_proj");
-}
-
 // The plan's shape: one decision a block, a sequence, a batch and accumulation.
 Status check_shape(const planner::Plan& plan, const ExecutableModel& model, std::string_view origin) {
   if (plan.blocks.size() != plan.block_names.size()) {
@@ -300,9 +288,7 @@ Status check_executable(const planner::Plan& given, std::string_view origin) {
   // In this order: the first refusal is the one reported.
   for (const Status& status : {check_recipe(stack, origin), check_stack_dtypes(plan, model.value(), stack, origin),
                                check_activations(plan, stack, origin), check_kernels(s, origin),
-                               check_adapters_and_loss(s, stack, origin),
-                               check_moe_adapters(plan, model.value(), origin),
-                               check_shape(plan, model.value(), origin)}) {
+                               check_adapters_and_loss(s, stack, origin), check_shape(plan, model.value(), origin)}) {
     if (!status.is_ok()) return status;
   }
   return Status::ok();

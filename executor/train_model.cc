@@ -454,9 +454,14 @@ Result<std::unique_ptr<TrainModel>> build_llama(const BuildInputs& in) {
     data = file.value();
   }
   const bool moe = in.model.llama.moe.experts > 0;
-  const tm::LoraOptions targets = moe ? tm::moe_lora(in.lora_rank()) : tm::llama_lora(in.lora_rank());
-  return std::unique_ptr<TrainModel>(
-      std::make_unique<LlamaModel>(in.model.llama, in.lora(targets), std::move(data), in.options));
+  const tm::LoraOptions targets = in.lora(moe ? tm::moe_lora(in.lora_rank()) : tm::llama_lora(in.lora_rank()));
+  auto model = std::make_unique<LlamaModel>(in.model.llama, targets, std::move(data), in.options);
+  // PEFT's ParamWrapper on the experts and routers the planner wrapped, at lora_alpha / r
+  // (gate_up_proj's doubled rank and alpha keep the same scale).
+  if (moe && in.plan.settings.mode != planner::TrainMode::kFull) {
+    tm::wrap_param_lora(model->module(), in.trained_graph, targets.alpha / static_cast<double>(in.lora_rank()));
+  }
+  return std::unique_ptr<TrainModel>(std::move(model));
 }
 
 Result<std::unique_ptr<TrainModel>> build_flux(const BuildInputs& in) {

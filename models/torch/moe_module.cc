@@ -1,6 +1,7 @@
 #include "models/torch/moe_module.h"
 
 #include <cmath>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -97,6 +98,18 @@ Routing route(const torch::Tensor& x, const torch::Tensor& router, const MoeSpec
   return {values, indices};
 }
 
+// The weight a wrapped parameter's module sees. Experts (_LoraFactorsProxy):
+// baddbmm(W, B [E, out, r], A [E, r, in]) with the factors cast to W's dtype, the
+// whole stack at full size. The router (_LoraParameterProxy): W + (B @ A) scaled.
+torch::Tensor recomposed(const torch::Tensor& w, const ParamLora& lora) {
+  if (!lora.defined()) return w;
+  if (w.dim() == 2) return w + (torch::mm(lora.b, lora.a) * lora.scale).to(w.scalar_type());
+  const int64_t e = w.size(0);
+  const torch::Tensor a = lora.a.reshape({e, -1, w.size(2)}).to(w.scalar_type());
+  const torch::Tensor b = lora.b.reshape({w.size(1), -1, e}).permute({2, 0, 1}).to(w.scalar_type());
+  return torch::baddbmm(w, b, a, /*beta=*/1, /*alpha=*/lora.scale);
+}
+
 }  // namespace
 
 torch::Tensor grouped_mm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& offsets) {
@@ -105,11 +118,27 @@ torch::Tensor grouped_mm(const torch::Tensor& x, const torch::Tensor& weight, co
 
 SparseMoeBlockImpl::SparseMoeBlockImpl(const MoeSpec& m, int64_t hidden) : spec(m) {
   const int64_t width = m.expert_intermediate;
-  router = register_module("gate", std::make_shared<torch::nn::Module>())
-               ->register_parameter("weight", linear_init({m.experts, hidden}));
-  auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
-  gate_up_proj = experts->register_parameter("gate_up_proj", linear_init({m.experts, 2 * width, hidden}));
-  down_proj = experts->register_parameter("down_proj", linear_init({m.experts, hidden, width}));
+  gate_ = register_module("gate", std::make_shared<torch::nn::Module>());
+  router = gate_->register_parameter("weight", linear_init({m.experts, hidden}));
+  experts_ = register_module("experts", std::make_shared<torch::nn::Module>());
+  gate_up_proj = experts_->register_parameter("gate_up_proj", linear_init({m.experts, 2 * width, hidden}));
+  down_proj = experts_->register_parameter("down_proj", linear_init({m.experts, hidden, width}));
+}
+
+void SparseMoeBlockImpl::wrap(const std::string& which, int64_t rank, double scale) {
+  const bool is_router = which == "gate";
+  torch::nn::Module& owner = is_router ? *gate_ : *experts_->register_module(which.substr(which.find('.') + 1),
+                                                                            std::make_shared<torch::nn::Module>());
+  const torch::Tensor& w = is_router ? router : which == "experts.gate_up_proj" ? gate_up_proj : down_proj;
+  const int64_t e = w.dim() == 3 ? w.size(0) : 1;
+  const int64_t out = w.dim() == 3 ? w.size(1) : w.size(0);
+  ParamLora lora;
+  lora.a = owner.register_module("lora_A", std::make_shared<torch::nn::Module>())
+               ->register_parameter("weight", linear_init({e * rank, w.size(-1)}).to(w.options()));
+  lora.b = owner.register_module("lora_B", std::make_shared<torch::nn::Module>())
+               ->register_parameter("weight", torch::zeros({out, rank * e}, w.options()));
+  lora.scale = scale;
+  (is_router ? router_lora : which == "experts.gate_up_proj" ? gate_up_lora : down_lora) = lora;
 }
 
 // grouped_mm_experts_forward (transformers 5.23.0 integrations/moe.py) as the
@@ -121,7 +150,7 @@ SparseMoeBlockImpl::SparseMoeBlockImpl(const MoeSpec& m, int64_t hidden) : spec(
 // chose: the bytes do not depend on the routing (docs/models.md).
 torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& input) {
   const torch::Tensor x = input.reshape({-1, input.size(-1)});
-  const Routing r = route(x, router, spec);
+  const Routing r = route(x, recomposed(router, router_lora), spec);
   const int64_t routed = x.size(0) * spec.top_k;
   const torch::Tensor flat = r.indices.reshape({-1});
   const torch::Tensor perm = std::get<1>(torch::sort(flat, /*stable=*/true, /*dim=*/0, /*descending=*/false));
@@ -133,13 +162,34 @@ torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& input) {
   last_counts.assign(host_counts.data_ptr<int64_t>(), host_counts.data_ptr<int64_t>() + host_counts.numel());
   const torch::Tensor rows = x.index({token_of});
   const torch::Tensor scale = r.weights.reshape({-1}).index({perm});
-  const torch::Tensor gate_up = grouped_mm(rows, gate_up_proj, offsets);
+  const torch::Tensor gate_up = grouped_mm(rows, recomposed(gate_up_proj, gate_up_lora), offsets);
   const std::vector<torch::Tensor> halves = gate_up.chunk(2, -1);
-  const torch::Tensor down = grouped_mm(torch::silu(halves[0]) * halves[1], down_proj, offsets);
+  const torch::Tensor down =
+      grouped_mm(torch::silu(halves[0]) * halves[1], recomposed(down_proj, down_lora), offsets);
   // Mixtral's f32 weights promote the product, and the sum, to f32 (cast back last).
   const torch::Tensor weighted = down * scale.unsqueeze(-1);
   const torch::Tensor summed = weighted.index({inv_perm}).view({x.size(0), spec.top_k, x.size(1)}).sum(1);
   return summed.to(input.scalar_type()).view(input.sizes());
+}
+
+int wrap_param_lora(torch::nn::Module& root, const graph::LayerGraph& graph, double scale) {
+  int wrapped = 0;
+  for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    auto block = std::dynamic_pointer_cast<SparseMoeBlockImpl>(item.value());
+    if (!block) continue;
+    for (const char* which : {"gate", "experts.gate_up_proj", "experts.down_proj"}) {
+      const graph::Node* node = graph.find_node(item.key() + "." + which);
+      if (node == nullptr) continue;
+      for (const graph::Param& param : node->params) {
+        if (!param.name.ends_with(".lora_A.weight")) continue;
+        // lora_A is [E r, in] on the experts, [r, in] on the router.
+        const int64_t experts = std::string_view(which) == "gate" ? 1 : block->spec.experts;
+        block->wrap(which, param.shape[0] / experts, scale);
+        ++wrapped;
+      }
+    }
+  }
+  return wrapped;
 }
 
 }  // namespace headroom::models::torch_modules

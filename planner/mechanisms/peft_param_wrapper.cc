@@ -133,17 +133,6 @@ Result<ConvertedTargets> convert_moe_targets(const LayerGraph& graph, const std:
   return out;
 }
 
-bool names_expert_parameters(const std::string& family, const std::vector<std::string>& targets) {
-  const auto row = std::find_if(std::begin(kConversions), std::end(kConversions),
-                                [&](const MoeConversion& r) { return family == r.family; });
-  if (row == std::end(kConversions)) return false;
-  if (is_all_linear(targets)) return true;
-  return std::any_of(targets.begin(), targets.end(), [&](const std::string& target) {
-    return names(target, row->router) || names(target, row->gate_up[0]) || names(target, row->gate_up[1]) ||
-           names(target, row->down);
-  });
-}
-
 Result<int> wrap_moe_parameters(LayerGraph& graph, const ConvertedTargets& targets, const RunSettings& settings,
                                 DType adapter_dtype) {
   if (!targets.any_parameter()) return 0;

@@ -48,13 +48,10 @@ struct ConvertedTargets {
 Result<ConvertedTargets> convert_moe_targets(const graph::LayerGraph& graph, const std::vector<std::string>& targets,
                                              const std::string& model);
 
-// Whether PEFT converts any of `targets` on a `family` model into LoRA on the fused
-// experts or the router ("all-linear" always does on a converted family).
-bool names_expert_parameters(const std::string& family, const std::vector<std::string>& targets);
-
 // Wraps the named parameters of every MoE block of `graph` (skipping nodes matching
-// `skip`); returns how many. Refused: lora dropout (ParamWrapper raises on it) and
-// autocast over fp32 weights (not priced).
+// settings.lora_skip); returns how many. Refused: lora dropout (ParamWrapper raises
+// on it) and autocast over fp32 weights (not priced). The executor builds the same
+// adapters from the graph (models/torch/moe_module.h, wrap_param_lora).
 Result<int> wrap_moe_parameters(graph::LayerGraph& graph, const ConvertedTargets& targets, const RunSettings& settings,
                                 graph::DType adapter_dtype);
 

@@ -33,21 +33,22 @@ namespace tm = models::torch_modules;
 // softmax over the router's logits, the top-k experts, their weights
 // renormalised, each chosen expert's SwiGLU (gate rows first, then up rows of
 // gate_up_proj) times its weight, summed.
-torch::Tensor per_token_reference(const tm::SparseMoeBlockImpl& block, const torch::Tensor& x) {
-  const models::MoeSpec& m = block.spec;
+torch::Tensor per_token_reference(const models::MoeSpec& m, const torch::Tensor& router,
+                                  const torch::Tensor& gate_up_proj, const torch::Tensor& down_proj,
+                                  const torch::Tensor& x) {
   const int64_t width = m.expert_intermediate;
   std::vector<torch::Tensor> rows;
   for (int64_t t = 0; t < x.size(0); ++t) {
     const torch::Tensor xt = x[t];
-    const torch::Tensor probs = torch::softmax(torch::mv(block.router, xt), 0);
+    const torch::Tensor probs = torch::softmax(torch::mv(router, xt), 0);
     const auto [top, chosen] = torch::topk(probs, m.top_k);
     const torch::Tensor weights = m.norm_topk ? top / top.sum() : top;
     torch::Tensor out = torch::zeros_like(xt);
     for (int64_t j = 0; j < m.top_k; ++j) {
       const int64_t e = chosen[j].item<int64_t>();
-      const torch::Tensor gate = torch::mv(block.gate_up_proj[e].narrow(0, 0, width), xt);
-      const torch::Tensor up = torch::mv(block.gate_up_proj[e].narrow(0, width, width), xt);
-      out = out + weights[j] * torch::mv(block.down_proj[e], torch::silu(gate) * up);
+      const torch::Tensor gate = torch::mv(gate_up_proj[e].narrow(0, 0, width), xt);
+      const torch::Tensor up = torch::mv(gate_up_proj[e].narrow(0, width, width), xt);
+      out = out + weights[j] * torch::mv(down_proj[e], torch::silu(gate) * up);
     }
     rows.push_back(out);
   }
@@ -68,14 +69,27 @@ std::vector<torch::Tensor> output_and_grads(tm::SparseMoeBlockImpl& block, const
 
 void check_matches_reference(tm::SparseMoeBlockImpl& block, const torch::Tensor& x) {
   const auto grouped = output_and_grads(block, x, [&](const torch::Tensor& in) { return block.forward(in); });
-  const auto reference =
-      output_and_grads(block, x, [&](const torch::Tensor& in) { return per_token_reference(block, in); });
+  const auto reference = output_and_grads(block, x, [&](const torch::Tensor& in) {
+    return per_token_reference(block.spec, block.router, block.gate_up_proj, block.down_proj, in);
+  });
   const char* names[] = {"output", "dx", "router", "gate_up_proj", "down_proj"};
   for (size_t i = 0; i < grouped.size(); ++i) {
     INFO(names[i]);
     REQUIRE(grouped[i].defined());
     CHECK(torch::allclose(grouped[i], reference[i], 1e-10, 1e-12));
   }
+}
+
+// W + scale * B A per expert, written out: PEFT's delta weight for a 3-D parameter
+// (ParamWrapper.get_delta_weight) with lora_A [E r, in] and lora_B [out, r E].
+torch::Tensor with_delta(const torch::Tensor& w, const tm::ParamLora& lora) {
+  if (w.dim() == 2) return w + lora.scale * torch::mm(lora.b, lora.a);
+  const int64_t e = w.size(0);
+  const torch::Tensor a = lora.a.reshape({e, -1, w.size(2)});
+  const torch::Tensor b = lora.b.reshape({w.size(1), -1, e});
+  std::vector<torch::Tensor> experts;
+  for (int64_t i = 0; i < e; ++i) experts.push_back(w[i] + lora.scale * torch::mm(b.select(2, i), a[i]));
+  return torch::stack(experts);
 }
 
 tm::SparseMoeBlock double_block() {
@@ -143,6 +157,49 @@ TEST_CASE("the grouped MoE block computes a per-token loop over the chosen exper
   route_all_to_first_two(*block);
   check_matches_reference(*block, x.view({-1, 8}).abs());
   CHECK(block->last_counts == std::vector<int64_t>{18, 18, 0, 0});
+}
+
+TEST_CASE("ParamWrapper LoRA on the experts and the router computes W + scale B A, factor gradients included") {
+  tm::SparseMoeBlock block = double_block();
+  block->wrap("gate", 2, 0.5);
+  block->wrap("experts.gate_up_proj", 4, 0.5);
+  block->wrap("experts.down_proj", 2, 0.5);
+  {
+    torch::NoGradGuard no_grad;  // lora_B starts at zero: give the deltas something to do
+    for (tm::ParamLora* lora : {&block->router_lora, &block->gate_up_lora, &block->down_lora}) {
+      lora->b.normal_(0, 0.1);
+    }
+  }
+  const torch::Tensor x = torch::randn({18, 8}, torch::kDouble).requires_grad_(true);
+  const auto factors = [&]() {
+    std::vector<torch::Tensor> out;
+    for (tm::ParamLora* lora : {&block->router_lora, &block->gate_up_lora, &block->down_lora}) {
+      out.push_back(lora->a.grad().clone());
+      out.push_back(lora->b.grad().clone());
+    }
+    return out;
+  };
+  const torch::Tensor probe = torch::linspace(-1, 1, 18 * 8, torch::kDouble).view({18, 8});
+  (block->forward(x) * probe).sum().backward();
+  const std::vector<torch::Tensor> grouped = factors();
+  block->zero_grad();
+  const torch::Tensor reference =
+      per_token_reference(block->spec, with_delta(block->router, block->router_lora),
+                          with_delta(block->gate_up_proj, block->gate_up_lora),
+                          with_delta(block->down_proj, block->down_lora), x);
+  CHECK(torch::allclose(block->forward(x), reference, 1e-10, 1e-12));
+  (reference * probe).sum().backward();
+  const std::vector<torch::Tensor> expected = factors();
+  for (size_t i = 0; i < grouped.size(); ++i) {
+    INFO("factor " << i);
+    CHECK(grouped[i].abs().sum().item<double>() > 0);
+    CHECK(torch::allclose(grouped[i], expected[i], 1e-10, 1e-12));
+  }
+  // Named as PEFT names them, beside the frozen 3-D weight.
+  const auto names = block->named_parameters();
+  CHECK(names.contains("experts.gate_up_proj.lora_A.weight"));
+  CHECK(names["experts.gate_up_proj.lora_A.weight"].size(0) == 4 * 4);  // [E r, in]
+  CHECK(names.contains("gate.lora_B.weight"));
 }
 
 TEST_CASE("what the MoE block keeps for backward does not depend on the routing") {
@@ -221,6 +278,25 @@ TEST_CASE("tiny-moe with LoRA on the attention trains, experts frozen, each cate
   };
   INFO("mean loss of steps 1-5 " << mean(0) << ", of steps 26-30 " << mean(25));
   CHECK(mean(25) < mean(0) - 0.1);
+}
+
+// PEFT's all-linear on a Mixtral-type model: ParamWrapper adapters on the experts
+// and the router beside the attention's (planner/mechanisms/peft_param_wrapper.h).
+TEST_CASE("tiny-moe with LoRA on the experts and the router trains, each category as predicted") {
+  planner::RunSettings settings;
+  settings.model = "tiny-moe";
+  settings.gpu = "a6000";
+  settings.precision = planner::Precision::kFp32;
+  settings.mode = planner::TrainMode::kLora;
+  settings.lora.rank = 4;
+  settings.lora.dropout = 0;
+  settings.lora.targets = {"all-linear"};
+  settings.micro_batch = 4;
+  Result<planner::FitAnswer> answer = planner::fit(settings);
+  REQUIRE_MESSAGE(answer.is_ok(), answer.message());
+  const Losses losses = train(answer->as_given, 30, 1e-2, kAllCategories);
+  INFO("loss " << losses.steps.front().loss << " -> " << losses.steps.back().loss);
+  CHECK(losses.steps.back().loss < losses.steps.front().loss - 0.2);
 }
 
 // bitsandbytes quantizes nn.Linear only: the attention is NF4, the 3-D experts
