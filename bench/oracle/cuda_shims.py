@@ -4,6 +4,8 @@ Each shim replaces a device check or a kernel, never the code around it that
 decides what is allocated and kept:
 - scaled_dot_product_attention: the CUDA kernel choice (below);
 - dropout: CUDA's fused kernel (below);
+- a boolean-mask index (`x[mask]`): its `nonzero` needs the mask's values, which
+  meta has none of (BooleanMaskIndex, below);
 - fused and foreach optimizers: torch/utils/_foreach_utils.py lists the devices
   with fused (`_get_fused_kernels_supported_devices`) and foreach
   (`_get_foreach_kernels_supported_devices`) kernels, and torch/optim/optimizer.py
@@ -22,6 +24,7 @@ from typing import Iterator
 import torch
 import torch.optim.optimizer as _optimizer
 import torch.utils._foreach_utils as _foreach_utils
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 _DEVICE_LISTS = ("_get_fused_kernels_supported_devices", "_get_foreach_kernels_supported_devices")
@@ -123,3 +126,35 @@ def _dropout_on_meta(input, p, train):
 
 def cuda_dropout_on_meta():
     return _autograd_meta_kernel("dropout", _dropout_on_meta)
+
+
+class BooleanMaskIndex(TorchDispatchMode):
+    """`x[mask]` with a boolean mask on meta, as CUDA runs it: `nonzero` gives one int64
+    index row per mask dimension, then `index` gathers. How many positions are true the
+    stack says: every one (`valid_per_row` None: labels without -100), or the last
+    `valid_per_row` of each row of a 2-D mask (a completion's labels after its prompt's)."""
+
+    def __init__(self, valid_per_row: int | None = None):
+        super().__init__()
+        self.valid_per_row = valid_per_row
+
+    def _true_positions(self, mask: torch.Tensor) -> int:
+        if self.valid_per_row is None or mask.dim() < 2:
+            return mask.numel()
+        return mask.shape[0] * min(self.valid_per_row, mask.shape[-1])
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.index.Tensor and any(_is_meta_mask(i) for i in args[1]):
+            indices = []
+            for index in args[1]:
+                if _is_meta_mask(index):
+                    rows = torch.empty(self._true_positions(index), dtype=torch.long, device="meta")
+                    indices += [rows] * index.dim()
+                else:
+                    indices.append(index)
+            return func(args[0], indices)
+        return func(*args, **(kwargs or {}))
+
+
+def _is_meta_mask(index) -> bool:
+    return isinstance(index, torch.Tensor) and index.dtype == torch.bool and index.device.type == "meta"

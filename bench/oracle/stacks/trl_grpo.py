@@ -36,7 +36,7 @@ import contextlib
 import tempfile
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from cuda_shims import BooleanMaskIndex
 
 from meta_recorder import Recorder
 from stacks import hf_trainer
@@ -64,32 +64,6 @@ def _config(spec: dict, output_dir: str):
                          num_generations=spec["num_generations"], max_completion_length=spec["completion"],
                          beta=spec.get("beta", 0.0), num_iterations=spec.get("num_iterations", 1), **extra)
     return config
-
-
-class _CompletionMasks(TorchDispatchMode):
-    """`x[mask]` with a boolean mask on meta: the labels are valid on the last `completion`
-    positions of each row (TRL sets the prompt's to -100), so CUDA's `nonzero` gives that many
-    int64 index rows per mask dimension."""
-
-    def __init__(self, completion: int):
-        super().__init__()
-        self.completion = completion
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten.index.Tensor and any(_is_meta_mask(i) for i in args[1]):
-            indices = []
-            for index in args[1]:
-                if _is_meta_mask(index):
-                    valid = index.shape[0] * min(self.completion, index.shape[-1]) if index.dim() > 1 else index.numel()
-                    indices += [torch.empty(valid, dtype=torch.long, device="meta")] * index.dim()
-                else:
-                    indices.append(index)
-            return func(args[0], indices)
-        return func(*args, **(kwargs or {}))
-
-
-def _is_meta_mask(index) -> bool:
-    return isinstance(index, torch.Tensor) and index.dtype == torch.bool and index.device.type == "meta"
 
 
 @contextlib.contextmanager
@@ -194,7 +168,7 @@ def run(spec: dict, recorder: Recorder) -> dict:
     Accelerator.prepare_model = prepare_model
     try:
         with (tempfile.TemporaryDirectory() as output_dir, chunked_logprob_on_meta(),
-              _CompletionMasks(spec["completion"]), _fixed_length_generation(spec["prompt"] + spec["completion"])):
+              BooleanMaskIndex(spec["completion"]), _fixed_length_generation(spec["prompt"] + spec["completion"])):
             model = build_model(spec)
             trainer = _trainer_class(recorder, spec)(model=model, reward_funcs=_zero_reward,
                                                      args=_config(spec, output_dir), train_dataset=_dataset(spec),

@@ -32,7 +32,7 @@ import dataclasses
 import tempfile
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from cuda_shims import BooleanMaskIndex
 
 from meta_recorder import Recorder, logged_values
 from stacks import hf_trainer
@@ -152,26 +152,6 @@ def _addmm_in_place(acc, a, b) -> None:
     """torch.addmm(acc, a, b, out_dtype=float32, out=acc): into the fp32 buffer, no copy."""
 
 
-class _AllValidMasks(TorchDispatchMode):
-    """`x[mask]` with a boolean mask on meta, every position valid (the oracle's labels hold
-    no -100): CUDA's `nonzero` gives one int64 index row per mask dimension, gathered by."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten.index.Tensor and any(_is_meta_mask(i) for i in args[1]):
-            indices = []
-            for index in args[1]:
-                if _is_meta_mask(index):
-                    indices += [torch.empty(index.numel(), dtype=torch.long, device="meta")] * index.dim()
-                else:
-                    indices.append(index)
-            return func(args[0], indices)
-        return func(*args, **(kwargs or {}))
-
-
-def _is_meta_mask(index) -> bool:
-    return isinstance(index, torch.Tensor) and index.dtype == torch.bool and index.device.type == "meta"
-
-
 class _TorchAutocastOnMeta:
     """torch, where the kernels' autocast queries for "meta" answer for the CPU autocast
     that stands in for CUDA's (cuda_autocast.py): the tiles' compute dtype."""
@@ -201,7 +181,7 @@ def chunked_logprob_on_meta():
     chunked_logprob._addmm_fp32 = _addmm_in_place
     utils._use_triton = lambda device: device.type in ("cuda", "xpu", "meta")
     try:
-        with _AllValidMasks():
+        with BooleanMaskIndex():
             yield
     finally:
         (chunked_logprob._forward_tile, chunked_logprob._backward_tile, chunked_logprob._addmm_fp32,
