@@ -30,6 +30,7 @@
 #include "planner/settings/grpo_settings.h"
 #include "planner/mechanisms/reward_head.h"
 #include "planner/mechanisms/selective_checkpoint.h"
+#include "planner/predict/moe_notes.h"
 #include "planner/mechanisms/strided_slices.h"
 #include "planner/settings/bnb_release.h"
 #include "planner/settings/stack.h"
@@ -285,6 +286,7 @@ Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& se
 // settings' resolve_stack, whose top each mechanism prices.
 Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& settings, const ResolvedStack& stack,
                         ModelContext& context) {
+  if (Status experts = refuse_unfused_experts(loaded, settings); !experts.is_ok()) return experts;
   if (Status trained = apply_trainability(loaded, settings, stack, context); !trained.is_ok()) return trained;
   // DeepSpeed's ZeRO-3 linear (mechanisms/zero3_linear.h) over its 16-bit linears. The
   // unspecified stack's ZeRO-3 is headroom's executor's, which keeps torch's linear.

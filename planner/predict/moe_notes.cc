@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 
 #include "graph/dtype.h"
 #include "planner/mechanisms/trainability.h"
+#include "planner/settings/versions.h"
 
 namespace headroom::planner {
 namespace {
@@ -35,6 +37,8 @@ ExpertSummary summarize(const graph::LayerGraph& graph) {
   }
   return out;
 }
+
+constexpr Release kFusedExperts{5, 0, 0};  // transformers 5.0: experts as 3-D parameters
 
 std::string gib(int64_t bytes) {
   char text[32];
@@ -74,7 +78,22 @@ std::vector<std::string> moe_notes(const graph::LayerGraph& graph, const RunSett
                   gib(moe.wrapped_bytes) + " over all layers) until the layer's backward, which also makes its "
                   "gradient at full size; checkpointing recomputes it per layer. Attention-only targets avoid both");
   }
+  if (!release_of(settings.versions, "transformers")) {
+    out.push_back("The experts are priced as transformers 5.x lays them out (fused 3-D weights). Before 5.0 each "
+                  "expert is its own nn.Linear modules, which QLoRA quantizes to NF4 and LoRA can target; headroom "
+                  "does not price that layout (give --versions transformers=X: a release before 5.0 is refused)");
+  }
   return out;
+}
+
+Status refuse_unfused_experts(const graph::LayerGraph& graph, const RunSettings& settings) {
+  const std::optional<Release> release = release_of(settings.versions, "transformers");
+  if (!release || *release >= kFusedExperts || summarize(graph).layers == 0) return Status::ok();
+  return Status::unsupported(
+      settings.model + ": versions: before transformers 5.0 a " + graph.family + " model runs each expert as its own "
+      "nn.Linear modules (an experts ModuleList), which bitsandbytes quantizes under QLoRA and PEFT wraps as LoRA; "
+      "headroom prices transformers 5.x's fused experts (3-D weights, grouped_mm) only; expected transformers=5.0 "
+      "or later (docs/models.md)");
 }
 
 }  // namespace headroom::planner

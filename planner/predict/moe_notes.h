@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "graph/layer_graph.h"
+#include "graph/status.h"
 #include "planner/settings/run_settings.h"
 
 namespace headroom::planner {
@@ -14,5 +15,11 @@ namespace headroom::planner {
 // Otherwise: the routing note (always), and under QLoRA the note that the
 // experts stay 16-bit, naming their bytes.
 std::vector<std::string> moe_notes(const graph::LayerGraph& graph, const RunSettings& settings);
+
+// The experts' layout is transformers 5.x's (fused 3-D weights, grouped_mm). Before
+// 5.0 each expert is its own nn.Linear modules (MixtralSparseMoeBlock's experts
+// ModuleList, 4.57.x), which bitsandbytes quantizes and PEFT wraps: a run that gives
+// transformers < 5 is refused by name rather than priced as 5.x.
+Status refuse_unfused_experts(const graph::LayerGraph& graph, const RunSettings& settings);
 
 }  // namespace headroom::planner

@@ -49,6 +49,7 @@ TEST_CASE("autocast over a 16-bit MoE: the fp32 router's int64 indices do not ma
 
 TEST_CASE("QLoRA on an MoE: attention is NF4, the 3-D experts and the router stay 16-bit") {
   RunSettings settings;
+  settings.versions = {{"transformers", "5.23.0"}};
   settings.mode = TrainMode::kQlora;
   settings.lora.rank = 16;
   Result<graph::LayerGraph> qlora = apply_training_mode(load("qwen3-moe-2l"), settings);
@@ -73,6 +74,7 @@ TEST_CASE("QLoRA on an MoE: attention is NF4, the 3-D experts and the router sta
 
 TEST_CASE("the MoE routing note: k of E experts, grouped path, no routing term in the band") {
   RunSettings settings;
+  settings.versions = {{"transformers", "5.23.0"}};
   const graph::LayerGraph g = load("mixtral-8x7b");
   const std::vector<std::string> notes = moe_notes(g, settings);
   REQUIRE(notes.size() == 1);
@@ -80,6 +82,26 @@ TEST_CASE("the MoE routing note: k of E experts, grouped path, no routing term i
   CHECK(notes[0].find("Routing assumption") != std::string::npos);
   CHECK(notes[0].find("all tokens on one expert per layer") != std::string::npos);
   CHECK(moe_notes(load("mistral-7b"), settings).empty());
+}
+
+TEST_CASE("experts before transformers 5.0 are refused by name, and the answer says which layout it priced") {
+  RunSettings settings;
+  settings.model = "mixtral-8x7b";
+  settings.mode = TrainMode::kQlora;
+  const graph::LayerGraph g = load("mixtral-8x7b");
+  CHECK(refuse_unfused_experts(g, settings).is_ok());  // no release given: priced, and said
+  const std::vector<std::string> notes = moe_notes(g, settings);
+  REQUIRE_FALSE(notes.empty());
+  CHECK(notes.back().find("Before 5.0 each expert is its own nn.Linear") != std::string::npos);
+  settings.versions = {{"transformers", "4.46.0"}};
+  const Status refused = refuse_unfused_experts(g, settings);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.message().find("versions: before transformers 5.0") != std::string::npos);
+  settings.versions = {{"transformers", "5.0.0"}};
+  CHECK(refuse_unfused_experts(g, settings).is_ok());
+  // A dense model is no concern of it.
+  settings.versions = {{"transformers", "4.46.0"}};
+  CHECK(refuse_unfused_experts(load("llama-3-8b"), settings).is_ok());
 }
 
 }  // namespace headroom::planner
