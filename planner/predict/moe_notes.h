@@ -18,7 +18,7 @@ std::vector<std::string> moe_notes(const graph::LayerGraph& graph, const RunSett
 
 // The experts' layout is transformers 5.x's (fused 3-D weights, grouped_mm). Before
 // 5.0 each expert is its own nn.Linear modules (MixtralSparseMoeBlock's experts
-// ModuleList, 4.57.x), which bitsandbytes quantizes and PEFT wraps: a run that gives
+// ModuleList, 4.44.2), which bitsandbytes quantizes and PEFT wraps: a run that gives
 // transformers < 5 is refused by name rather than priced as 5.x.
 Status refuse_unfused_experts(const graph::LayerGraph& graph, const RunSettings& settings);
 
