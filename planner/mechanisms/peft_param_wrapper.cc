@@ -7,6 +7,7 @@
 #include <set>
 
 #include "planner/mechanisms/peft_targets.h"
+#include "planner/settings/stack_traits.h"
 
 namespace headroom::planner {
 namespace {
@@ -146,6 +147,14 @@ Result<int> wrap_moe_parameters(LayerGraph& graph, const ConvertedTargets& targe
     return Status::unsupported(
         settings.model + ": precision: LoRA on the fused experts (PEFT's lora.ParamWrapper) under autocast over "
         "fp32 weights is not priced; expected bf16 or fp32 weights, or attention-only targets");
+  }
+  // FSDP1 flattens the parameters: ParamWrapper's reshape of lora_B into [out, r, E]
+  // fails on the flat shard (the oracle: RuntimeError in get_delta_factors).
+  if (shards_with_fsdp(settings) && !shards_with_fsdp2(settings) && fsdp_shards_params(settings, settings.zero_stage)) {
+    return Status::unsupported(
+        settings.model + ": sharding: PEFT's lora.ParamWrapper (LoRA on the fused experts or the router, which these "
+        "targets name) fails on FSDP1's flat parameters (its reshape of lora_B in get_delta_factors); expected "
+        "fsdp2, DeepSpeed, or attention-only targets");
   }
   // .to(W's dtype) copies the factors only where their dtype differs from the weights'.
   const bool cast = (adapter_dtype == DType::kF32) != (settings.precision == Precision::kFp32);

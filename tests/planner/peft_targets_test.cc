@@ -117,6 +117,17 @@ TEST_CASE("ParamWrapper targets PEFT cannot run are refused by name") {
   refused = prepare_context(lora_run("mixtral-8x7b", {"all-linear"}));
   REQUIRE_FALSE(refused.is_ok());
   CHECK(refused.status().message().find("lora.dropout") != std::string::npos);
+  // FSDP1's flat parameters break ParamWrapper's reshape (the oracle's run raises).
+  RunSettings fsdp1 = lora_run("tests/data/hf/qwen3-moe-2l", {"all-linear"});
+  fsdp1.lora.dropout = 0;
+  fsdp1.gpus_per_node = 2;
+  fsdp1.zero_stage = 3;
+  fsdp1.sharding = Sharding::kFsdp1;
+  refused = prepare_context(fsdp1);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.status().message().find("FSDP1's flat parameters") != std::string::npos);
+  fsdp1.sharding = Sharding::kFsdp2;
+  CHECK(prepare_context(fsdp1).is_ok());
   // The attention alone is ordinary LoRA on nn.Linear, with the default dropout.
   CHECK(adapter_parameters(lora_run("mixtral-8x7b", {"q_proj", "k_proj", "v_proj", "o_proj"})) > 0);
 }
