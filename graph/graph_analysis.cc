@@ -120,6 +120,10 @@ namespace {
 // forward's end (GraphAnalysis::held_in_forward).
 void mark_lifetimes(const LayerGraph& graph, GraphAnalysis& a) {
   const int count = static_cast<int>(graph.tensors.size());
+  std::vector<bool> saved(count, false);
+  for (const std::vector<int>& saves : a.node_saves) {
+    for (int t : saves) saved[t] = true;
+  }
   a.persistent.assign(count, false);
   a.held_in_forward.assign(count, false);
   for (int t = 0; t < count; ++t) {
@@ -133,12 +137,14 @@ void mark_lifetimes(const LayerGraph& graph, GraphAnalysis& a) {
       if (graph.nodes[consumer].block > producer_block + 1) a.persistent[t] = true;
       if (graph.nodes[consumer].block > producer_block) read_later = true;
     }
-    // A tensor a frame holds across blocks is live as long: one a later block reads too
-    // (ViTModel's embedding_output) is priced for the whole step; one only its own block
-    // reads, to the end of the forward (held_in_forward).
+    // A tensor a frame holds across blocks is live as long: one a later block reads and
+    // some node saves (ViTModel's embedding_output, kept by layer 0's norm) is priced for
+    // the whole step; one nothing saves (BertModel's embedding_output under autocast, an
+    // fp32 tensor whose 16-bit casts the linears keep), or that only its own block reads,
+    // to the end of the forward (held_in_forward).
     for (int holder : a.holders[t]) {
       if (graph.nodes[holder].block <= producer_block + 1) continue;
-      (read_later ? a.persistent : a.held_in_forward)[t] = true;
+      (read_later && saved[t] ? a.persistent : a.held_in_forward)[t] = true;
     }
     if (a.persistent[t]) a.held_in_forward[t] = false;
   }
@@ -203,9 +209,6 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
     }
   }
 
-  // Persistent tensors: graph inputs, and tensors read beyond the producer's successor block.
-  mark_lifetimes(graph, out);
-
   out.node_saves.assign(node_count, {});
   for (int n = 0; n < node_count; ++n) {
     for (const SavedRef& saved : graph.nodes[n].saves) {
@@ -213,6 +216,9 @@ GraphAnalysis analyze_graph(const LayerGraph& graph) {
       if (out.save_active(n, saved.when, t)) out.node_saves[n].push_back(t);
     }
   }
+
+  // Persistent tensors: graph inputs, and tensors read beyond the producer's successor block.
+  mark_lifetimes(graph, out);
 
   out.blocks.assign(graph.blocks.size(), {});
   for (int n : out.order) out.blocks[graph.nodes[n].block].nodes.push_back(n);

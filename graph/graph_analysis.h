@@ -46,8 +46,9 @@ struct GraphAnalysis {
   std::vector<bool> needs_param_grad;    // per node: has a trainable parameter
   std::vector<bool> persistent;          // per tensor: live for the whole step
   // per tensor: a forward frame holds it across blocks (Node::holds) and no later
-  // block reads it: live from its block to the end of the forward, not in backward
-  // (ViTModel.forward's 16-bit pixel_values).
+  // block reads it, or only the next one and nothing saves it: live from its block to
+  // the end of the forward, not in backward (ViTModel.forward's 16-bit pixel_values,
+  // BertModel.forward's embedding_output under autocast).
   std::vector<bool> held_in_forward;
   std::vector<BlockStructure> blocks;
 

@@ -206,6 +206,14 @@ std::pair<std::string, std::string> single_block(Context& c, int64_t i, const st
   const std::string out = c.b.linear(p + ".proj_out", cat, rows, c.f.hidden + c.f.mlp, c.f.hidden, true);
   const std::string g = gated(c, p + ".gate", mod[2], out, rows);
   const std::string h = c.b.add(p + ".residual", joint, g, h_elements);
+  // FluxSingleTransformerBlock.forward binds norm_hidden_states, mlp_hidden_states and
+  // attn_output until it returns, and the cat of the last two until `gate *
+  // self.proj_out(hidden_states)` rebinds the name; the transformer's loop holds the
+  // block's two inputs until it returns (diffusers 0.39.0 transformer_flux.py). Under
+  // LoRA on the attention only (proj_mlp and proj_out frozen) nothing saves the GELU's
+  // output or the cat, nor, under autocast, the fp32 normed input the linears cast.
+  c.b.hold_until(p + ".gate", cat);
+  for (const std::string& held : {x, act, o, img, txt}) c.b.hold_until(p + ".residual", held);
   const auto parts = c.b.split(p + ".split_out", h,
                                {{p + ".out_text", times(text_rows(c.f), c.f.hidden)},
                                 {p + ".out_image", times(image_rows(), c.f.hidden)}});

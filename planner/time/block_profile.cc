@@ -439,6 +439,15 @@ void add_backward_peaks(const BackwardStages& stages, BlockProfile& profile) {
   }
 }
 
+// The last block that reads tensor t (`producer_block` when no later one does): a
+// tensor a forward frame holds is that block's input until then, and the frame's
+// from the block after it (BlockProfile::forward_frame).
+size_t last_reading_block(const LayerGraph& graph, const GraphAnalysis& analysis, int t, size_t producer_block) {
+  size_t last = producer_block;
+  for (int consumer : analysis.consumers[t]) last = std::max(last, static_cast<size_t>(graph.nodes[consumer].block));
+  return last;
+}
+
 }  // namespace
 
 StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis, DType compute,
@@ -491,7 +500,9 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     for (int n : block.nodes) {
       for (int t : analysis.node_outputs[n]) {
         if (cached_casts[t] && block.on_autograd) profile.cast_cache += facts.bytes[t];
-        if (analysis.held_in_forward[t] && !contains(block.saved_tensors, t)) profile.forward_frame += facts.bytes[t];
+        if (analysis.held_in_forward[t] && !contains(block.saved_tensors, t)) {
+          out.blocks[last_reading_block(graph, analysis, t, b)].forward_frame += facts.bytes[t];
+        }
         if (facts.read_by_later_block[t] && analysis.requires_grad[t] && !analysis.persistent[t]) {
           profile.out_grad += facts.bytes[t];
         }

@@ -55,8 +55,9 @@ struct BlockProfile {
   // Autocast's cached 16-bit casts of its trainable fp32 weights (autocast_cached_casts):
   // checkpointed, nothing saves them, and the cache holds them to the forward's end.
   int64_t cast_cache = 0;
-  // Its outputs a forward frame holds to the forward's end that nothing saves
-  // (GraphAnalysis::held_in_forward): forward only, whatever the choice.
+  // What a forward frame holds to the forward's end that nothing saves
+  // (GraphAnalysis::held_in_forward), counted from the block after this one, the last
+  // to read it: forward only, whatever the choice.
   int64_t forward_frame = 0;
   bool on_autograd = false;
   bool checkpointable = true;

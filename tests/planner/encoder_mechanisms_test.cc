@@ -6,10 +6,13 @@
 // - BertOutput holding the GELU output through its LayerNorm (graph::Node::holds);
 // - the image processor's fp32 pixel_values (models/vision.h VisionSpec::fp32_pixels);
 // - transformers 5.x's ViT module names as LoRA targets (trainability.cc);
-// - Flux's strided attention-output slices at batch >= 2 (planner/mechanisms/strided_slices.h).
+// - Flux's strided attention-output slices at batch >= 2 (planner/mechanisms/strided_slices.h);
+// - what Flux's single-stream block binds until it returns (graph::Node::holds).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "graph/graph_analysis.h"
 #include "models/zoo.h"
@@ -115,8 +118,10 @@ TEST_CASE("BertOutput holds the GELU output through its LayerNorm") {
   REQUIRE(context.is_ok());
   const graph::Node* norm = context->graph.find_node("bert.encoder.layer.3.output.LayerNorm");
   REQUIRE(norm != nullptr);
-  // feed_forward_chunk's two arguments: the GELU output and attention_output.
-  REQUIRE(norm->holds.size() == 2);
+  // feed_forward_chunk's two arguments: the GELU output and attention_output (then
+  // BertOutput's dropout output and the encoder loop's layer input:
+  // forward_frame_test.cc).
+  REQUIRE(norm->holds.size() == 4);
   const auto producer = [&](const std::string& tensor) {
     return context->graph.nodes[static_cast<size_t>(context->graph.producer_of(tensor))].name;
   };
@@ -209,6 +214,41 @@ TEST_CASE("Flux at batch 2: to_out.0 and to_add_out keep contiguous copies of th
   const int block = block_ending(graph, "transformer_blocks.0");
   // The image slice (B·S·h) and the text slice (B·T·h, T = 512) in bf16.
   CHECK(two.blocks[block].keep - one.blocks[block].keep == 2 * (seq + 512) * 3072 * 2);
+}
+
+// FluxSingleTransformerBlock.forward binds norm_hidden_states, mlp_hidden_states and
+// attn_output until it returns and the cat until the gate's product; the loop holds the
+// block's inputs (diffusers 0.39.0 transformer_flux.py; models/flux.cc single_block).
+TEST_CASE("Flux's single-stream block holds what its forward binds until the residual add") {
+  models::ZooOptions options;
+  const graph::LayerGraph graph = models::build_zoo_model("flux-kontext-dev", options).value();
+  const std::string p = "single_transformer_blocks.3";
+  const graph::Node* residual = graph.find_node(p + ".residual");
+  const graph::Node* gate = graph.find_node(p + ".gate");
+  REQUIRE(residual != nullptr);
+  REQUIRE(gate != nullptr);
+  std::vector<std::string> producers;
+  for (const std::string& held : residual->holds) {
+    producers.push_back(graph.nodes[static_cast<size_t>(graph.producer_of(held))].name);
+  }
+  for (const char* made_by : {".norm.norm.shift", ".act_mlp"}) {
+    CHECK(std::count(producers.begin(), producers.end(), p + made_by) == 1);
+  }
+  CHECK(std::count(residual->holds.begin(), residual->holds.end(), "single_transformer_blocks.2.out_image") == 1);
+  CHECK(std::count(residual->holds.begin(), residual->holds.end(), "single_transformer_blocks.2.out_text") == 1);
+  CHECK(std::count(gate->holds.begin(), gate->holds.end(), p + ".concat_attn_mlp") == 1);
+  // Without them the GELU's output is let go at the cat, the normed input after its
+  // last projection: the block's forward peaks lower.
+  graph::LayerGraph released = graph;
+  for (graph::Node& node : released.nodes) node.holds.clear();
+  const GpuSpec gpu = find_gpu("h200").value();
+  const int64_t seq = 32 * 32;
+  const StepProfile held = profile_step(graph, graph::analyze_graph(graph), graph::DType::kBF16, 1, seq,
+                                        Accounting::kAllocated, gpu);
+  const StepProfile let_go = profile_step(released, graph::analyze_graph(released), graph::DType::kBF16, 1, seq,
+                                          Accounting::kAllocated, gpu);
+  const int block = block_ending(graph, p);
+  CHECK(held.blocks[block].fwd_peak > let_go.blocks[block].fwd_peak);
 }
 
 }  // namespace

@@ -47,7 +47,13 @@ TEST_CASE("ViTModel holds its bf16 copy of pixel_values to the forward's end, no
   // row more than the 196 patches, models/vit.cc), about [32, 3, 224, 224].
   const int64_t copy_bytes = int64_t{32} * 197 * 768 * 2;
   CHECK(profile.blocks[0].forward_frame == copy_bytes);
-  for (size_t b = 1; b < profile.blocks.size(); ++b) CHECK(profile.blocks[b].forward_frame == 0);
+  // ViTModel.forward's embedding_output too, held to the end, read by layer 0 and, under
+  // autocast, saved by no node (layernorm_before keeps its fp32 cast): layer 0's frame.
+  const int layer0 = block_ending(context.graph, ".layer.0");
+  CHECK(profile.blocks[layer0].forward_frame == int64_t{32} * 197 * 768 * 2);
+  for (size_t b = 1; b < profile.blocks.size(); ++b) {
+    if (static_cast<int>(b) != layer0) CHECK(profile.blocks[b].forward_frame == 0);
+  }
   // Full fine-tune: the projection saves that copy for its weight gradient, so it is
   // an activation already, not held again.
   const ModelContext full = prepared_context(hf_vit_b16(TrainMode::kFull));
@@ -84,6 +90,63 @@ TEST_CASE("what the forward's frame holds is transient in every later forward bl
   CHECK(with.transient == 500);
   CHECK(with.activations == 100 + 100);
   CHECK(without.bytes == 1000 + 100 + 100);  // backward: the same without the frame
+}
+
+// BERT-base under the Trainer's AMP (bf16 over fp32 weights), fully fine-tuned, B = 32,
+// S = 512, transformers 5.23.0 (grid rows hf-trainer/bert-base-uncased/full/bf16-amp/*).
+RunSettings hf_bert_amp_full() {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/bert-base-uncased/config.json";
+  s.gpu = "h200";
+  s.precision = Precision::kBf16Amp;
+  s.stack = Stack::kHfTrainer;
+  s.mode = TrainMode::kFull;
+  s.micro_batch = 32;
+  s.seq_len = 512;
+  s.versions["transformers"] = "5.23.0";
+  return s;
+}
+
+bool holds(const graph::Node& node, const std::string& tensor) {
+  return std::count(node.holds.begin(), node.holds.end(), tensor) == 1;
+}
+
+// BertEncoder's loop holds each layer's input until the layer returns, and BertSelfOutput
+// and BertOutput their dropout's output through the LayerNorm (modeling_bert.py 5.23.0).
+TEST_CASE("BertLayer's frames hold its input and each dropout output through its LayerNorms") {
+  const ModelContext context = prepared_context(hf_bert_amp_full());
+  const std::string p = "bert.encoder.layer.3";
+  CHECK(holds(node_named(context.graph, p + ".output.LayerNorm"), "bert.encoder.layer.2.output.LayerNorm"));
+  CHECK(holds(node_named(context.graph, p + ".output.LayerNorm"), p + ".output.dropout"));
+  CHECK(holds(node_named(context.graph, p + ".attention.output.LayerNorm"), p + ".attention.output.dropout"));
+}
+
+// BertModel.forward holds embedding_output through the encoder and the pooler. Under
+// autocast nothing saves that fp32 tensor (the linears keep their 16-bit casts), so it is
+// held in forward only, by the frame from layer 1 on (layer 0 reads it as its input).
+TEST_CASE("BertModel holds embedding_output to the pooler in forward only where nothing saves it") {
+  const ModelContext context = prepared_context(hf_bert_amp_full());
+  const std::string embedding_output = "bert.embeddings.dropout";
+  CHECK(holds(node_named(context.graph, "bert.pooler.activation"), embedding_output));
+  const int t = index_of_tensor(context.graph, embedding_output);
+  CHECK(context.analysis.held_in_forward[t]);
+  CHECK_FALSE(context.analysis.persistent[t]);
+  const StepProfile profile = profile_step(context.graph, context.analysis, context.compute_dtype, 32, 512,
+                                           Accounting::kAllocated, context.gpu);
+  const int layer0 = block_ending(context.graph, ".layer.0");
+  CHECK(profile.blocks[layer0].forward_frame == int64_t{32} * 512 * 768 * 4);
+  for (size_t b = 0; b < profile.blocks.size(); ++b) {
+    if (static_cast<int>(b) != layer0) CHECK(profile.blocks[b].forward_frame == 0);
+  }
+  // 16-bit weights without autocast: layer 0's query, key and value save it for their
+  // weight gradients, so it stays for the whole step.
+  RunSettings pure = hf_bert_amp_full();
+  pure.precision = Precision::kBf16Pure;
+  pure.autocast = false;
+  const ModelContext saved = prepared_context(pure);
+  const int u = index_of_tensor(saved.graph, embedding_output);
+  CHECK(saved.analysis.persistent[u]);
+  CHECK_FALSE(saved.analysis.held_in_forward[u]);
 }
 
 }  // namespace
