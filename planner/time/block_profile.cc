@@ -439,6 +439,28 @@ void add_backward_peaks(const BackwardStages& stages, BlockProfile& profile) {
   }
 }
 
+// The block's forward peaks: with grad, without (a checkpointed block's first pass),
+// and its recomputation in backward, plain and reentrant.
+void add_forward_peaks(const LayerGraph& graph, const GraphAnalysis& analysis, int b, const TensorFacts& facts,
+                       const std::vector<int>& entry_live, const std::vector<int>& held, DType compute,
+                       int64_t batch, int64_t seq, Accounting accounting, BlockProfile& profile) {
+  static const std::vector<int> kNothing;
+  const ForwardPeak forward =
+      forward_peak(graph, analysis, b, facts, entry_live, true, kNothing, compute, batch, seq, accounting);
+  profile.fwd_peak = forward.bytes;
+  profile.fwd_peak_saved = forward.saved;
+  profile.fwd_peak_nograd =
+      forward_peak(graph, analysis, b, facts, entry_live, false, held, compute, batch, seq, accounting).bytes;
+  const ForwardPeak recompute =
+      forward_peak(graph, analysis, b, facts, entry_live, true, held, compute, batch, seq, accounting);
+  profile.recompute_peak = recompute.bytes;
+  profile.recompute_peak_saved = recompute.saved;
+  const ForwardPeak reentrant = reentrant_recompute_peak(graph, analysis, b, facts, entry_live, held, compute, batch,
+                                                         seq, accounting, recompute);
+  profile.reentrant_recompute_peak = reentrant.bytes;
+  profile.reentrant_recompute_peak_saved = reentrant.saved;
+}
+
 // The last block that reads tensor t (`producer_block` when no later one does): a
 // tensor a forward frame holds is that block's input until then, and the frame's
 // from the block after it (BlockProfile::forward_frame).
@@ -481,20 +503,8 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
       for (int t : entry_live) profile.checkpoint += facts.bytes[t];
       for (int t : held) profile.checkpoint += facts.bytes[t];
     }
-    const ForwardPeak forward = forward_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
-                                             true, kNothing, compute, batch, seq, accounting);
-    profile.fwd_peak = forward.bytes;
-    profile.fwd_peak_saved = forward.saved;
-    profile.fwd_peak_nograd = forward_peak(graph, analysis, static_cast<int>(b), facts,
-                                           entry_live, false, held, compute, batch, seq, accounting).bytes;
-    const ForwardPeak recompute = forward_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
-                                               true, held, compute, batch, seq, accounting);
-    profile.recompute_peak = recompute.bytes;
-    profile.recompute_peak_saved = recompute.saved;
-    const ForwardPeak reentrant = reentrant_recompute_peak(graph, analysis, static_cast<int>(b), facts, entry_live,
-                                                           held, compute, batch, seq, accounting, recompute);
-    profile.reentrant_recompute_peak = reentrant.bytes;
-    profile.reentrant_recompute_peak_saved = reentrant.saved;
+    add_forward_peaks(graph, analysis, static_cast<int>(b), facts, entry_live, held, compute, batch, seq, accounting,
+                      profile);
 
     add_block_times(graph, analysis, block, held, compute, batch, seq, gpu, time_options, profile);
     for (int n : block.nodes) {
