@@ -55,7 +55,9 @@ def predict_command(command: list) -> dict:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed",
                 "command": command}
     prediction = json.loads(done.stdout)["as_given"]["prediction"]
-    b = prediction["breakdown"]
+    # the breakdown of peak_allocated_bytes itself (allocated accounting, the allocated
+    # walk's peak): the oracle counts tensors' bytes, not the segments that reserve them
+    b = prediction["allocated_breakdown"]
     # cuBLAS/cuDNN workspaces are allocated through the caching allocator on a GPU,
     # but no library kernel runs on meta: the oracle sees tensors only, so the
     # comparison leaves them out (docs/results/oracle.md says so).

@@ -48,6 +48,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
                 {"trainable_parameters", p.model.trainable_params},
                 {"weight_bytes_by_dtype", p.model.weight_bytes_by_dtype}};
   j["breakdown"] = breakdown_to_json(p.peak);
+  j["allocated_breakdown"] = breakdown_to_json(p.peak_as_allocated);
   const MeasurableMemory& a = p.allocated;
   j["allocated"] = {{"parameters_bytes", a.parameters},
                     {"optimizer_states_bytes", a.optimizer_states},

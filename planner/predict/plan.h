@@ -57,6 +57,9 @@ struct PeakLocation {
 
 struct Prediction {
   MemoryBreakdown peak;            // reserved accounting, at the peak
+  // Allocated accounting (512 B rounding), at the allocated walk's peak: the bytes of
+  // peak_allocated by what holds them (no context, no pool slack), as the oracle counts.
+  MemoryBreakdown peak_as_allocated;
   int64_t peak_allocated = 0;      // torch.cuda.max_memory_allocated equivalent
   int64_t peak_reserved = 0;       // torch.cuda.max_memory_reserved equivalent (the larger of the two models)
   int64_t simulated_peak_allocated = 0;  // from the tensor-level allocator simulation

@@ -128,5 +128,32 @@ TEST_CASE("a tied weight's gradient waiting for its last use's backward is trans
   CHECK(p.peak.transient >= 2 * tied);
 }
 
+TEST_CASE("the allocated breakdown splits peak_allocated tensor by tensor, as the oracle counts") {
+  // Qwen2.5-0.5B's fp32 parameters under AMP: every tensor's bytes are a multiple of
+  // 512 (896 x 4 = 7 x 512), so torch.cuda.memory_allocated counts exactly 4 bytes a
+  // parameter; the reserved accounting gives each tensor of 10 MiB and more its own
+  // segment rounded to 2 MiB (c10/cuda/CUDACachingAllocator.cpp): the 72 MLP weights
+  // (17,432,576 B, +1,441,792 each) and the tied embedding (544,538,624 B, +720,896).
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b/config.json";
+  s.gpu = "h200";
+  s.stack = Stack::kHfTrainer;
+  s.precision = Precision::kBf16Amp;
+  s.mode = TrainMode::kFull;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  s.versions["transformers"] = "5.23.0";
+  const Prediction p = predict_as_given(s);
+  const MemoryBreakdown& a = p.peak_as_allocated;
+  CHECK(a.parameters == 4 * p.model.total_params);
+  CHECK(p.peak.parameters - a.parameters == 72 * int64_t{1441792} + 720896);
+  CHECK(a.optimizer_states == 2 * a.parameters);  // AdamW's exp_avg and exp_avg_sq, fp32
+  // no CUDA context and no pool slack: the categories add up to the allocated peak
+  CHECK(a.cuda_context == 0);
+  CHECK(a.allocator == 0);
+  CHECK(a.total() == p.peak_allocated);
+}
+
 }  // namespace
 }  // namespace headroom::planner
