@@ -17,7 +17,8 @@ int64_t MemoryBreakdown::total() const {
 nlohmann::json breakdown_to_json(const MemoryBreakdown& m) {
   return {
       {"cuda_context_bytes", m.cuda_context},   {"workspaces_bytes", m.workspaces},
-      {"parameters_bytes", m.parameters},       {"gradients_bytes", m.gradients},
+      {"parameters_bytes", m.parameters},       {"buffers_bytes", m.buffers},
+      {"gradients_bytes", m.gradients},
       {"optimizer_states_bytes", m.optimizer_states}, {"master_weights_bytes", m.master_weights},
       {"zero_buffers_bytes", m.zero_buffers},   {"activations_bytes", m.activations},
       {"transient_bytes", m.transient},         {"allocator_bytes", m.allocator},

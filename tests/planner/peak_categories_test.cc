@@ -155,5 +155,31 @@ TEST_CASE("the allocated breakdown splits peak_allocated tensor by tensor, as th
   CHECK(a.total() == p.peak_allocated);
 }
 
+TEST_CASE("a module's buffers are counted apart among the parameters") {
+  // transformers 4.44.2's Qwen2 keeps cos/sin caches per attention layer as buffers,
+  // [max_position_embeddings, head_dim] in the model's dtype (models/qwen2/modeling_qwen2.py
+  // Qwen2RotaryEmbedding._set_cos_sin_cache); 4.45 dropped them (docs/models.md,
+  // "Rotary caches"). The oracle leaves buffers with its transients, headroom with
+  // the parameters: `buffers` lets the comparison put them beside the oracle's.
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b/config.json";
+  s.gpu = "h200";
+  s.stack = Stack::kHfTrainer;
+  s.precision = Precision::kBf16Pure;
+  s.mode = TrainMode::kLora;
+  s.lora.targets = {"q_proj", "v_proj"};
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  s.versions["transformers"] = "4.44.2";
+  const int64_t caches = int64_t{24} * 2 * 32768 * 64 * 2;  // 4 MiB each: no rounding either way
+  const Prediction before = predict_as_given(s);
+  CHECK(before.peak.buffers == caches);
+  CHECK(before.peak_as_allocated.buffers == caches);
+  s.versions["transformers"] = "5.23.0";
+  const Prediction after = predict_as_given(s);
+  CHECK(after.peak.buffers == 0);
+  CHECK(before.peak.parameters - after.peak.parameters == caches);
+}
+
 }  // namespace
 }  // namespace headroom::planner
