@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "graph/op_traits.h"
+#include "models/rope_caches.h"
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/memory/allocator_rounding.h"
@@ -170,6 +171,7 @@ void add_weights(StateWalk& w, const graph::Node& node, const Param& param) {
     const int64_t storage = param_storage_bytes(param, w.precision);
     out.params += w.account_bytes(storage);
     out.buffers += w.account_bytes(storage);
+    if (models::rope_cache_kept_for_backward(param)) out.saved_buffers += w.account_bytes(storage);
     if (param.persistent && w.settings.mode == TrainMode::kFull) w.checkpoint_weights += storage;
     return;
   }

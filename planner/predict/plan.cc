@@ -18,6 +18,7 @@ nlohmann::json breakdown_to_json(const MemoryBreakdown& m) {
   return {
       {"cuda_context_bytes", m.cuda_context},   {"workspaces_bytes", m.workspaces},
       {"parameters_bytes", m.parameters},       {"buffers_bytes", m.buffers},
+      {"saved_buffers_bytes", m.saved_buffers},
       {"gradients_bytes", m.gradients},
       {"optimizer_states_bytes", m.optimizer_states}, {"master_weights_bytes", m.master_weights},
       {"zero_buffers_bytes", m.zero_buffers},   {"activations_bytes", m.activations},

@@ -20,6 +20,7 @@ struct MemoryBreakdown {
   int64_t workspaces = 0;       // cuBLAS workspace
   int64_t parameters = 0;       // incl. quantization constants
   int64_t buffers = 0;          // of parameters: not nn.Parameters (module buffers, quantization state)
+  int64_t saved_buffers = 0;    // of buffers: kept by autograd for backward as well (RoPE caches)
   int64_t gradients = 0;
   int64_t optimizer_states = 0;
   int64_t master_weights = 0;

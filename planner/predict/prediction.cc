@@ -100,6 +100,7 @@ MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& set
   m.workspaces = account(context.gpu.cublas_workspace_bytes, accounting);
   m.parameters = step.states.params + step.reference_weights;
   m.buffers = step.states.buffers;
+  m.saved_buffers = step.states.saved_buffers;
   const int64_t in_flight = shared_grads_in_flight(context, settings, config, step, peak, accounting);
   m.gradients = peak.gradients + step.states.bucket_gradients - in_flight;
   m.optimizer_states = step.states.optimizer;

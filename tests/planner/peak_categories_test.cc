@@ -181,5 +181,38 @@ TEST_CASE("a module's buffers are counted apart among the parameters") {
   CHECK(before.peak.parameters - after.peak.parameters == caches);
 }
 
+TEST_CASE("bitsandbytes' quantization state and torchtune's kept RoPE caches are counted apart") {
+  // Mistral-7B's NF4 base under the Trainer: the QuantState beside each packed weight
+  // (an 8-bit absmax per 64 weights with double quantization, bitsandbytes/functional.py
+  // quantize_4bit) is no nn.Parameter: about one byte per 64 quantized weights.
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/mistral-7b/config.json";
+  s.gpu = "h200";
+  s.stack = Stack::kHfTrainer;
+  s.precision = Precision::kBf16Pure;
+  s.mode = TrainMode::kQlora;
+  s.lora.targets = {"q_proj", "v_proj"};
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  s.versions["transformers"] = "5.23.0";
+  const Prediction qlora = predict_as_given(s);
+  const double quantized = 2.0 * static_cast<double>(qlora.model.weight_bytes_by_dtype.at("nf4"));
+  CHECK(static_cast<double>(qlora.peak.buffers) == doctest::Approx(quantized / 64).epsilon(0.02));
+  CHECK(qlora.peak.saved_buffers == 0);
+  // torchtune 0.6.1's Llama-style cache is multiplied as a view of itself (kept), Qwen2's
+  // is cast to a copy first (not kept): 384 MiB of Qwen2.5-0.5B's buffers, none kept.
+  RunSettings tt = torchtune_llama_1b();
+  tt.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3-8b/config.json";
+  tt.mode = TrainMode::kLora;
+  tt.versions["torchtune"] = "0.6.1";
+  const Prediction llama = predict_as_given(tt);
+  CHECK(llama.peak.buffers == int64_t{32} * 8192 * 64 * 2 * 4);  // [8192, 64, 2] fp32 a layer
+  CHECK(llama.peak.saved_buffers == llama.peak.buffers);
+  tt.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b/config.json";
+  const Prediction qwen = predict_as_given(tt);
+  CHECK(qwen.peak.buffers == int64_t{24} * 32768 * 128 * 4);
+  CHECK(qwen.peak.saved_buffers == 0);
+}
+
 }  // namespace
 }  // namespace headroom::planner
