@@ -59,6 +59,10 @@ void RopeCaches::add(GraphBuilder& b, const std::string& node, const std::string
   b.add_params(node, std::move(buffers));
 }
 
+bool rope_cache_kept_for_backward(const graph::Param& param) {
+  return param.buffer && param.name.ends_with(".cache") && param.shape.size() == 3;
+}
+
 bool holds_transformers_rope_caches(const graph::LayerGraph& graph) {
   return std::any_of(graph.nodes.begin(), graph.nodes.end(), [](const graph::Node& node) {
     return std::any_of(node.params.begin(), node.params.end(), [](const graph::Param& p) {

@@ -65,6 +65,14 @@ class RopeCaches {
 
 // Whether `graph` holds transformers' per-layer caches (before 4.45), which an
 // open transformers release then leaves in the band.
+// Whether autograd keeps the cache buffer itself for backward: torchtune's
+// RotaryPositionalEmbeddings multiplies the fp32 input by views of its fp32 cache
+// ([max_seq_len, dim / 2, 2]; modules/position_embeddings.py `forward`, 0.6.1), and
+// the mul saves that operand, whose storage is the whole cache. Qwen2's casts its
+// slices to the input's dtype first (a copy), transformers' indexes its caches by
+// position_ids (a copy): neither keeps the buffer.
+bool rope_cache_kept_for_backward(const graph::Param& param);
+
 bool holds_transformers_rope_caches(const graph::LayerGraph& graph);
 
 }  // namespace headroom::models

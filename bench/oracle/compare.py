@@ -55,18 +55,25 @@ def predict_command(command: list) -> dict:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed",
                 "command": command}
     prediction = json.loads(done.stdout)["as_given"]["prediction"]
-    b = prediction["breakdown"]
+    # the breakdown of peak_allocated_bytes itself (allocated accounting, the allocated
+    # walk's peak): the oracle counts tensors' bytes, not the segments that reserve them
+    b = prediction["allocated_breakdown"]
     # cuBLAS/cuDNN workspaces are allocated through the caching allocator on a GPU,
     # but no library kernel runs on meta: the oracle sees tensors only, so the
     # comparison leaves them out (docs/results/oracle.md says so).
+    # The oracle marks module.parameters() as parameters and leaves what else the model
+    # holds (module buffers, bitsandbytes' QuantState) with its transients, or its saved
+    # activations where autograd keeps a view of it (meta_recorder.py `adopt_model`):
+    # headroom's, among its parameters, go there too.
+    buffers, saved = b["buffers_bytes"], b["saved_buffers_bytes"]
     return {"command": command,
             "peak_allocated_bytes": prediction["peak_allocated_bytes"] - b["workspaces_bytes"],
             "at_peak": {
-                "parameters": b["parameters_bytes"] + b["master_weights_bytes"],
+                "parameters": b["parameters_bytes"] + b["master_weights_bytes"] - buffers,
                 "gradients": b["gradients_bytes"],
                 "optimizer_states": b["optimizer_states_bytes"] + b["paged_optimizer_states_bytes"],
-                "activations": b["activations_bytes"],
-                "transient": b["transient_bytes"] + b["zero_buffers_bytes"]},
+                "activations": b["activations_bytes"] + saved,
+                "transient": b["transient_bytes"] + b["zero_buffers_bytes"] + buffers - saved},
             "peak_at": prediction.get("peak_at", {})}
 
 

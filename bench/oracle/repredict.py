@@ -28,7 +28,7 @@ def repredict(row: dict, headroom: str) -> dict:
     command[0] = headroom
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
     prediction = json.loads(done.stdout)["as_given"]["prediction"]
-    b = prediction["breakdown"]
+    b = prediction["allocated_breakdown"]  # as compare.py
     predicted = prediction["peak_allocated_bytes"] - b["workspaces_bytes"]  # as compare.py
     return {"name": row["name"], "oracle_bytes": row["oracle_bytes"], "predicted_bytes": predicted,
             "error_pct": 100.0 * (predicted - row["oracle_bytes"]) / row["oracle_bytes"],

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "graph/op_traits.h"
+#include "models/rope_caches.h"
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/memory/allocator_rounding.h"
@@ -169,6 +170,8 @@ void add_weights(StateWalk& w, const graph::Node& node, const Param& param) {
     // _move_states_to_device; DeepSpeed partitions module.parameters()).
     const int64_t storage = param_storage_bytes(param, w.precision);
     out.params += w.account_bytes(storage);
+    out.buffers += w.account_bytes(storage);
+    if (models::rope_cache_kept_for_backward(param)) out.saved_buffers += w.account_bytes(storage);
     if (param.persistent && w.settings.mode == TrainMode::kFull) w.checkpoint_weights += storage;
     return;
   }
@@ -180,6 +183,8 @@ void add_weights(StateWalk& w, const graph::Node& node, const Param& param) {
   const int64_t resident = w.shard_params ? ceil_div(fp32 ? elements * 4 : storage, w.world) : storage;
   if (w.fsdp && w.in_root(node)) out.fsdp2_root_params += storage;
   if (w.params_on_gpu) out.params += w.account_bytes(resident);
+  // bitsandbytes' QuantState (absmax, code books) is no nn.Parameter either.
+  if (w.params_on_gpu && is_quantization_constant(param)) out.buffers += w.account_bytes(resident);
   w.host_params += w.params_on_gpu ? 0 : resident;
   if (w.fsdp && !w.params_on_gpu) out.host_shard_bytes += resident;
   if (w.fsdp && !w.params_on_gpu && w.in_root(node)) out.host_root_shard_bytes += resident;

@@ -17,7 +17,9 @@ int64_t MemoryBreakdown::total() const {
 nlohmann::json breakdown_to_json(const MemoryBreakdown& m) {
   return {
       {"cuda_context_bytes", m.cuda_context},   {"workspaces_bytes", m.workspaces},
-      {"parameters_bytes", m.parameters},       {"gradients_bytes", m.gradients},
+      {"parameters_bytes", m.parameters},       {"buffers_bytes", m.buffers},
+      {"saved_buffers_bytes", m.saved_buffers},
+      {"gradients_bytes", m.gradients},
       {"optimizer_states_bytes", m.optimizer_states}, {"master_weights_bytes", m.master_weights},
       {"zero_buffers_bytes", m.zero_buffers},   {"activations_bytes", m.activations},
       {"transient_bytes", m.transient},         {"allocator_bytes", m.allocator},
@@ -48,6 +50,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
                 {"trainable_parameters", p.model.trainable_params},
                 {"weight_bytes_by_dtype", p.model.weight_bytes_by_dtype}};
   j["breakdown"] = breakdown_to_json(p.peak);
+  j["allocated_breakdown"] = breakdown_to_json(p.peak_as_allocated);
   const MeasurableMemory& a = p.allocated;
   j["allocated"] = {{"parameters_bytes", a.parameters},
                     {"optimizer_states_bytes", a.optimizer_states},

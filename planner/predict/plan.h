@@ -19,6 +19,8 @@ struct MemoryBreakdown {
   int64_t cuda_context = 0;     // outside the caching allocator
   int64_t workspaces = 0;       // cuBLAS workspace
   int64_t parameters = 0;       // incl. quantization constants
+  int64_t buffers = 0;          // of parameters: not nn.Parameters (module buffers, quantization state)
+  int64_t saved_buffers = 0;    // of buffers: kept by autograd for backward as well (RoPE caches)
   int64_t gradients = 0;
   int64_t optimizer_states = 0;
   int64_t master_weights = 0;
@@ -57,6 +59,9 @@ struct PeakLocation {
 
 struct Prediction {
   MemoryBreakdown peak;            // reserved accounting, at the peak
+  // Allocated accounting (512 B rounding), at the allocated walk's peak: the bytes of
+  // peak_allocated by what holds them (no context, no pool slack), as the oracle counts.
+  MemoryBreakdown peak_as_allocated;
   int64_t peak_allocated = 0;      // torch.cuda.max_memory_allocated equivalent
   int64_t peak_reserved = 0;       // torch.cuda.max_memory_reserved equivalent (the larger of the two models)
   int64_t simulated_peak_allocated = 0;  // from the tensor-level allocator simulation

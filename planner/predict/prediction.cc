@@ -62,8 +62,8 @@ struct SharedUses {
 };
 
 int64_t shared_grads_in_flight(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
-                               const BuiltStep& reserved, const StepPeak& peak) {
-  if (peak.phase != "backward" || config.grad_accum != 1 || !reserved.states.grads_progressive) return 0;
+                               const BuiltStep& step, const StepPeak& peak, Accounting accounting) {
+  if (peak.phase != "backward" || config.grad_accum != 1 || !step.states.grads_progressive) return 0;
   std::map<std::string, SharedUses> uses;
   for (const graph::Node& node : context.graph.nodes) {
     for (const graph::Param& param : node.params) {
@@ -82,31 +82,37 @@ int64_t shared_grads_in_flight(const ModelContext& context, const RunSettings& s
     if (u.count < 2 || !u.trainable || u.first == u.last || peak.block > u.first) continue;
     const bool in_place = width != compute_width || u.fused;
     if (peak.block > u.last || (in_place && peak.block == u.last)) {
-      bytes += account(u.elements * width, Accounting::kReserved);
+      bytes += account(u.elements * width, accounting);
     }
   }
   return std::min(bytes, peak.gradients);
 }
 
-// The breakdown at the walk's peak, before the allocator simulation adds its share.
-void fill_breakdown(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
-                    const BuiltStep& reserved, const StepPeak& peak, Prediction& out) {
-  MemoryBreakdown& m = out.peak;
-  m.cuda_context = context_bytes(context, settings);
-  m.workspaces = account(context.gpu.cublas_workspace_bytes, Accounting::kReserved);
-  m.parameters = reserved.states.params + reserved.reference_weights;
-  const int64_t in_flight = shared_grads_in_flight(context, settings, config, reserved, peak);
-  m.gradients = peak.gradients + reserved.states.bucket_gradients - in_flight;
-  m.optimizer_states = reserved.states.optimizer;
-  m.paged_optimizer_states = reserved.states.paged_optimizer;
-  out.model = model_size(context.graph, settings.precision);
-  m.master_weights = reserved.states.master;
-  m.zero_buffers = reserved.states.comm_buckets - reserved.states.bucket_gradients +
-                   (peak.block >= 0 ? reserved.states.gathered_params : 0) + peak.gathered;
-  const int64_t held = caller_held_bytes(context, config, Accounting::kReserved);
+// The breakdown at a walk's peak, in the walk's accounting: the bytes its peak holds,
+// split by what holds them. The reserved one is what runs out (the allocator
+// simulation adds its share to it); the allocated one is what max_memory_allocated
+// holds, tensor by tensor as the meta-device oracle counts (no context, no slack).
+MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                             const BuiltStep& step, const StepPeak& peak, Accounting accounting) {
+  MemoryBreakdown m;
+  const bool reserved = accounting == Accounting::kReserved;
+  m.cuda_context = reserved ? context_bytes(context, settings) : 0;
+  m.workspaces = account(context.gpu.cublas_workspace_bytes, accounting);
+  m.parameters = step.states.params + step.reference_weights;
+  m.buffers = step.states.buffers;
+  m.saved_buffers = step.states.saved_buffers;
+  const int64_t in_flight = shared_grads_in_flight(context, settings, config, step, peak, accounting);
+  m.gradients = peak.gradients + step.states.bucket_gradients - in_flight;
+  m.optimizer_states = step.states.optimizer;
+  m.paged_optimizer_states = step.states.paged_optimizer;
+  m.master_weights = step.states.master;
+  m.zero_buffers = step.states.comm_buckets - step.states.bucket_gradients +
+                   (peak.block >= 0 ? step.states.gathered_params : 0) + peak.gathered;
+  const int64_t held = caller_held_bytes(context, config, accounting);
   m.activations = peak.activations - held;
   m.transient = peak.transient + held + in_flight;
-  m.allocator = kPoolSlackBytes;
+  m.allocator = reserved ? kPoolSlackBytes : 0;
+  return m;
 }
 
 // The caching-allocator simulation sees fragmentation the block walk cannot:
@@ -238,10 +244,13 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   const BuiltStep reserved = build_step(context, settings, config, reserved_profile, Accounting::kReserved);
   const BuiltStep allocated = build_step(context, settings, config, allocated_profile, Accounting::kAllocated);
   const StepPeak peak = walk_step(reserved.model, blocks, reserved.persistent);
+  const StepPeak allocated_peak = walk_step(allocated.model, blocks, allocated.persistent);
   out.peak_reserved = peak.bytes;
-  out.peak_allocated = walk_step(allocated.model, blocks, allocated.persistent).bytes;
+  out.peak_allocated = allocated_peak.bytes;
 
-  fill_breakdown(context, settings, config, reserved, peak, out);
+  out.peak = breakdown_at(context, settings, config, reserved, peak, Accounting::kReserved);
+  out.peak_as_allocated = breakdown_at(context, settings, config, allocated, allocated_peak, Accounting::kAllocated);
+  out.model = model_size(context.graph, settings.precision);
   const Simulation simulation =
       simulate_allocator ? simulate_allocator_share(context, settings, config, blocks, out) : Simulation{};
   const int64_t fixed_length_total = out.peak.total();

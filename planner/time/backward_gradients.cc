@@ -20,9 +20,11 @@ BackwardStage BackwardStages::largest() const {
 }
 
 BackwardGradients::BackwardGradients(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
-                                     const std::vector<int64_t>& tensor_bytes, graph::DType compute,
-                                     int64_t batch, int64_t seq, Accounting accounting, int64_t grad_width)
-    : graph_(graph), analysis_(analysis), tensor_bytes_(tensor_bytes), compute_(compute), batch_(batch),
+                                     const std::vector<int64_t>& tensor_bytes, const std::vector<bool>& arriving,
+                                     graph::DType compute, int64_t batch, int64_t seq, Accounting accounting,
+                                     int64_t grad_width)
+    : graph_(graph), analysis_(analysis), tensor_bytes_(tensor_bytes), arriving_(arriving), compute_(compute),
+      batch_(batch),
       seq_(seq), accounting_(accounting),
       grad_width_(grad_width > 0 ? grad_width : graph::dtype_bytes(compute, 1)),
       position_(graph.nodes.size(), 0) {
@@ -72,9 +74,14 @@ int64_t BackwardGradients::partial_gradients(int n) const {
 int64_t BackwardGradients::at_node(int n) const {
   const graph::Node& node = graph_.nodes[n];
   int64_t grads = account(graph::dtype_bytes(compute_, node.backward_workspace().at(batch_, seq_)), accounting_);
-  // An output nobody reads (the loss) gets only the scalar seed gradient.
+  // An output nobody reads (the loss) gets only the scalar seed gradient. An output a
+  // later block reads has one gradient, the input buffer autograd sums its consumers'
+  // into (torch/csrc/autograd/input_buffer.cpp): the block's out_grad, already priced.
   for (int t : analysis_.node_outputs[n]) {
-    if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty()) grads += tensor_bytes_[t];
+    const bool priced_as_out_grad = arriving_[t] && !analysis_.persistent[t];
+    if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty() && !priced_as_out_grad) {
+      grads += tensor_bytes_[t];
+    }
   }
   for (int t : analysis_.node_inputs[n]) {
     if (analysis_.requires_grad[t] && !analysis_.persistent[t]) grads += tensor_bytes_[t];

@@ -45,10 +45,12 @@ struct BackwardStages {
 class BackwardGradients {
  public:
   // `tensor_bytes`: accounted bytes per graph tensor; `grad_width`: bytes of a
-  // gradient element (fp32 for fp32 weights under autocast), 0 for the compute dtype's.
+  // gradient element (fp32 for fp32 weights under autocast), 0 for the compute dtype's;
+  // `arriving`: per tensor, whether its gradient arrives from a later block (the block
+  // profile's out_grad, priced there through the whole backward of the block).
   BackwardGradients(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
-                    const std::vector<int64_t>& tensor_bytes, graph::DType compute, int64_t batch,
-                    int64_t seq, Accounting accounting, int64_t grad_width);
+                    const std::vector<int64_t>& tensor_bytes, const std::vector<bool>& arriving,
+                    graph::DType compute, int64_t batch, int64_t seq, Accounting accounting, int64_t grad_width);
 
   // Gradients in flight at node n's backward.
   int64_t at_node(int n) const;
@@ -62,6 +64,7 @@ class BackwardGradients {
   const graph::LayerGraph& graph_;
   const graph::GraphAnalysis& analysis_;
   const std::vector<int64_t>& tensor_bytes_;
+  const std::vector<bool>& arriving_;
   graph::DType compute_;
   int64_t batch_;
   int64_t seq_;

@@ -477,7 +477,8 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
                          const TimeModelOptions& time_options,
                          const std::vector<std::vector<int>>& checkpoint_saves, int64_t grad_width) {
   const TensorFacts facts = tensor_facts(graph, analysis, compute, batch, seq, accounting);
-  const BackwardGradients gradients(graph, analysis, facts.bytes, compute, batch, seq, accounting, grad_width);
+  const BackwardGradients gradients(graph, analysis, facts.bytes, facts.read_by_later_block, compute, batch, seq,
+                                    accounting, grad_width);
   const std::vector<bool> cached_casts = autocast_cached_casts(graph);
   StepProfile out;
   for (size_t t = 0; t < graph.tensors.size(); ++t) {

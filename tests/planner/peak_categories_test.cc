@@ -128,5 +128,91 @@ TEST_CASE("a tied weight's gradient waiting for its last use's backward is trans
   CHECK(p.peak.transient >= 2 * tied);
 }
 
+TEST_CASE("the allocated breakdown splits peak_allocated tensor by tensor, as the oracle counts") {
+  // Qwen2.5-0.5B's fp32 parameters under AMP: every tensor's bytes are a multiple of
+  // 512 (896 x 4 = 7 x 512), so torch.cuda.memory_allocated counts exactly 4 bytes a
+  // parameter; the reserved accounting gives each tensor of 10 MiB and more its own
+  // segment rounded to 2 MiB (c10/cuda/CUDACachingAllocator.cpp): the 72 MLP weights
+  // (17,432,576 B, +1,441,792 each) and the tied embedding (544,538,624 B, +720,896).
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b/config.json";
+  s.gpu = "h200";
+  s.stack = Stack::kHfTrainer;
+  s.precision = Precision::kBf16Amp;
+  s.mode = TrainMode::kFull;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  s.versions["transformers"] = "5.23.0";
+  const Prediction p = predict_as_given(s);
+  const MemoryBreakdown& a = p.peak_as_allocated;
+  CHECK(a.parameters == 4 * p.model.total_params);
+  CHECK(p.peak.parameters - a.parameters == 72 * int64_t{1441792} + 720896);
+  CHECK(a.optimizer_states == 2 * a.parameters);  // AdamW's exp_avg and exp_avg_sq, fp32
+  // no CUDA context and no pool slack: the categories add up to the allocated peak
+  CHECK(a.cuda_context == 0);
+  CHECK(a.allocator == 0);
+  CHECK(a.total() == p.peak_allocated);
+}
+
+TEST_CASE("a module's buffers are counted apart among the parameters") {
+  // transformers 4.44.2's Qwen2 keeps cos/sin caches per attention layer as buffers,
+  // [max_position_embeddings, head_dim] in the model's dtype (models/qwen2/modeling_qwen2.py
+  // Qwen2RotaryEmbedding._set_cos_sin_cache); 4.45 dropped them (docs/models.md,
+  // "Rotary caches"). The oracle leaves buffers with its transients, headroom with
+  // the parameters: `buffers` lets the comparison put them beside the oracle's.
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b/config.json";
+  s.gpu = "h200";
+  s.stack = Stack::kHfTrainer;
+  s.precision = Precision::kBf16Pure;
+  s.mode = TrainMode::kLora;
+  s.lora.targets = {"q_proj", "v_proj"};
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  s.versions["transformers"] = "4.44.2";
+  const int64_t caches = int64_t{24} * 2 * 32768 * 64 * 2;  // 4 MiB each: no rounding either way
+  const Prediction before = predict_as_given(s);
+  CHECK(before.peak.buffers == caches);
+  CHECK(before.peak_as_allocated.buffers == caches);
+  s.versions["transformers"] = "5.23.0";
+  const Prediction after = predict_as_given(s);
+  CHECK(after.peak.buffers == 0);
+  CHECK(before.peak.parameters - after.peak.parameters == caches);
+}
+
+TEST_CASE("bitsandbytes' quantization state and torchtune's kept RoPE caches are counted apart") {
+  // Mistral-7B's NF4 base under the Trainer: the QuantState beside each packed weight
+  // (an 8-bit absmax per 64 weights with double quantization, bitsandbytes/functional.py
+  // quantize_4bit) is no nn.Parameter: about one byte per 64 quantized weights.
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/mistral-7b/config.json";
+  s.gpu = "h200";
+  s.stack = Stack::kHfTrainer;
+  s.precision = Precision::kBf16Pure;
+  s.mode = TrainMode::kQlora;
+  s.lora.targets = {"q_proj", "v_proj"};
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  s.versions["transformers"] = "5.23.0";
+  const Prediction qlora = predict_as_given(s);
+  const double quantized = 2.0 * static_cast<double>(qlora.model.weight_bytes_by_dtype.at("nf4"));
+  CHECK(static_cast<double>(qlora.peak.buffers) == doctest::Approx(quantized / 64).epsilon(0.02));
+  CHECK(qlora.peak.saved_buffers == 0);
+  // torchtune 0.6.1's Llama-style cache is multiplied as a view of itself (kept), Qwen2's
+  // is cast to a copy first (not kept): 384 MiB of Qwen2.5-0.5B's buffers, none kept.
+  RunSettings tt = torchtune_llama_1b();
+  tt.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3-8b/config.json";
+  tt.mode = TrainMode::kLora;
+  tt.versions["torchtune"] = "0.6.1";
+  const Prediction llama = predict_as_given(tt);
+  CHECK(llama.peak.buffers == int64_t{32} * 8192 * 64 * 2 * 4);  // [8192, 64, 2] fp32 a layer
+  CHECK(llama.peak.saved_buffers == llama.peak.buffers);
+  tt.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b/config.json";
+  const Prediction qwen = predict_as_given(tt);
+  CHECK(qwen.peak.buffers == int64_t{24} * 32768 * 128 * 4);
+  CHECK(qwen.peak.saved_buffers == 0);
+}
+
 }  // namespace
 }  // namespace headroom::planner
