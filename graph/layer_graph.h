@@ -108,6 +108,10 @@ struct Node {
   std::optional<SizeExpr> bwd_workspace_elements;
   const SizeExpr& backward_workspace() const { return bwd_workspace_elements ? *bwd_workspace_elements : workspace_elements; }
   std::optional<LinearInfo> linear;
+  // Times one forward applies this node's weights in turn, each use's weight gradient
+  // reaching autograd's input buffer on its own (torchtune's eager chunked output runs
+  // the output projection once per chunk). Set by the planner's loss rewrite; not stored.
+  int weight_uses = 1;
 };
 
 struct Block {

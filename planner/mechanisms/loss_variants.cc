@@ -193,6 +193,12 @@ void chunked_loss(graph::LayerGraph& graph, LossSite& site, int chunks, bool com
     pending.to_chunk.push_back(site.node.name);
     return;
   }
+  // The eager model projects each chunk with the same weight (TransformerDecoder.chunked_output,
+  // torchtune/modules/transformer.py 0.6.1): its gradient comes in `chunks` partials
+  // (planner/time/backward_gradients.cc partial_gradients).
+  if (const int head = graph.producer_of(site.logits.name); head >= 0 && graph.nodes[head].linear) {
+    graph.nodes[head].weight_uses = chunks;
+  }
   // One chunk's f32 copy and, in backward, its gradients at a time.
   drop_save(site.upcast, site.logits.name);
   site.logits_f32.elements = site.logits_f32.elements.divided_up(chunks);

@@ -106,12 +106,51 @@ void hold_oversized_gradients(const ModelContext& context, const RunSettings& se
   }
 }
 
+// ZeRO-3's hook (stage3.py reduce_independent_p_g_buckets_and_remove_grads) copies a
+// gradient into the reduce bucket only when it fits (__add_grad_to_ipg_bucket:
+// `bucket.elements + param.grad.numel() <= self.reduce_bucket_size`); one larger than the
+// whole bucket stays in autograd's own tensor, and the next parameter's hook, finding
+// the bucket over its size, reduce-scatters it (__reduce_and_partition_ipg_grads ->
+// __avg_scatter_grads) and drops it. It lives from its block's parameter gradients
+// (grads_bwd, not grads_bwd_before) to that hook; a block whose other parameters come
+// after it in backward (the head's final norm after lm_head) reduces it there, one
+// without them holds it into the next block's backward up to its first gradient.
+void hold_zero3_oversized_gradients(const ModelContext& context, const RunSettings& settings,
+                                    Accounting accounting, StepModel& model) {
+  std::map<std::string, std::pair<int, int64_t>> made;  // owner -> (block making its gradient, bytes)
+  std::map<int, int> trainable_in_block;
+  for (const graph::Node& node : context.graph.nodes) {
+    for (const graph::Param& param : node.params) {
+      if (!param.tied_to.empty() || !param.trainable) continue;
+      ++trainable_in_block[node.block];
+      if (param.elements() <= settings.reduce_bucket_elements) continue;
+      made[param.name] = {node.block, account(grad_bytes(param, settings.precision), accounting)};
+    }
+  }
+  for (const graph::Node& node : context.graph.nodes) {  // a tied weight's is summed at its lowest use
+    for (const graph::Param& param : node.params) {
+      const auto it = param.tied_to.empty() ? made.end() : made.find(param.tied_to);
+      if (it != made.end()) it->second.first = std::min(it->second.first, node.block);
+    }
+  }
+  for (const auto& [owner, at] : made) {
+    const auto [k, held] = at;
+    if (k < 0 || k >= static_cast<int>(model.grads_bwd.size())) continue;
+    model.grads_bwd[k] += held;
+    if (trainable_in_block[k] == 1 && k > 0) model.grads_bwd_before[k - 1] += held;
+  }
+}
+
 }  // namespace
 
 void apply_deepspeed_gradients(const ModelContext& context, const RunSettings& settings,
                                const GlobalConfig& config, const ModelStates& states,
                                Accounting accounting, StepModel& model) {
   add_backward_buckets(deepspeed_backward_bucket_bytes(settings, config, accounting), states, model);
+  // The unspecified stack's ZeRO-3 is headroom's executor's (executor/zero3_parameters.cc).
+  const bool zero3_deepspeed = config.zero_stage == 3 && !shards_with_fsdp(settings) &&
+                               settings.stack != Stack::kUnspecified && through_deepspeed_engine(settings);
+  if (zero3_deepspeed && !states.grads_in_backward) hold_zero3_oversized_gradients(context, settings, accounting, model);
   const bool zero2_on_gpu = config.zero_stage == 2 && !shards_with_fsdp(settings) &&
                             config.offload_optimizer == Offload::kNone && through_deepspeed_engine(settings);
   if (!zero2_on_gpu || config.grad_accum != 1 || states.grads_in_backward) return;

@@ -2,7 +2,8 @@
 // (docs/stacks.md, "DeepSpeed's ZeRO buffers"): the reduce buckets from the first
 // gradient hook to the end of backward, ZeRO-2's gradient partition from the first
 // reduction, a tied weight's partial gradient until its last use's backward, and a
-// gradient larger than the bucket, reduced on its own (extra_large_param_to_reduce).
+// gradient larger than the bucket, reduced on its own (extra_large_param_to_reduce);
+// under ZeRO-3, a gradient larger than the bucket, held outside it until the next hook.
 #pragma once
 
 #include "planner/memory/model_states.h"

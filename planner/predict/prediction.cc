@@ -58,6 +58,7 @@ struct SharedUses {
   int count = 0;
   bool trainable = false;
   bool fused = false;    // first used by TRL's fused head, which hands on a fresh gradient
+  bool chunked = false;  // first used by a node applying it several times: a fresh sum
   int64_t elements = 0;
 };
 
@@ -68,9 +69,11 @@ int64_t shared_grads_in_flight(const ModelContext& context, const RunSettings& s
   for (const graph::Node& node : context.graph.nodes) {
     for (const graph::Param& param : node.params) {
       SharedUses& u = uses[param.tied_to.empty() ? param.name : param.tied_to];
-      ++u.count;
+      u.count += node.weight_uses;
       if (param.tied_to.empty()) u.trainable = param.trainable, u.elements = param.elements();
-      if (node.block > u.first) u.first = node.block, u.fused = node.op == kTrlFusedLogprobOp;
+      if (node.block > u.first) {
+        u.first = node.block, u.fused = node.op == kTrlFusedLogprobOp, u.chunked = node.weight_uses > 1;
+      }
       u.last = std::min(u.last, node.block);
     }
   }
@@ -79,8 +82,10 @@ int64_t shared_grads_in_flight(const ModelContext& context, const RunSettings& s
   const int64_t width = given > 0 ? given : compute_width;
   int64_t bytes = 0;
   for (const auto& [name, u] : uses) {
-    if (u.count < 2 || !u.trainable || u.first == u.last || peak.block > u.first) continue;
-    const bool in_place = width != compute_width || u.fused;
+    if (u.count < 2 || !u.trainable || (u.first == u.last && !u.chunked) || peak.block > u.first) continue;
+    // torchtune's eager chunked head: its partials' sum is a fresh tensor, and in flight
+    // through the head's own backward (docs/memory-model.md, "Categories at the peak").
+    const bool in_place = width != compute_width || u.fused || u.chunked;
     if (peak.block > u.last || (in_place && peak.block == u.last)) {
       bytes += account(u.elements * width, accounting);
     }

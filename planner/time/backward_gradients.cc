@@ -54,21 +54,39 @@ BackwardGradients::BackwardGradients(const graph::LayerGraph& graph, const graph
 // trl/kernels/chunked_logprob.py): the tied embedding's partial adds in place.
 int64_t BackwardGradients::partial_gradients(int n) const {
   int64_t bytes = 0;
-  for (const graph::Param& param : graph_.nodes[n].params) {
+  const graph::Node& node = graph_.nodes[n];
+  for (const graph::Param& param : node.params) {
     const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
     const std::vector<int>& positions = use_positions_.at(owner);
     const auto trainable = owner_trainable_.find(owner);
-    if (positions.size() < 2 || trainable == owner_trainable_.end() || !trainable->second ||
-        positions.front() == position_[n]) {
+    if (trainable == owner_trainable_.end() || !trainable->second) continue;
+    const int64_t partial = account(param.elements() * grad_width_, accounting_);
+    const bool first = positions.front() == position_[n];
+    if (node.weight_uses > 1) {
+      bytes += own_partials(first) * partial;
       continue;
     }
+    if (positions.size() < 2 || first) continue;
     const graph::Node& first_use = graph_.nodes[analysis_.order[positions.front()]];
-    const bool first_sum_out_of_place =
-        grad_width_ == graph::dtype_bytes(compute_, 1) && first_use.op != kTrlFusedLogprobOp;
+    // A first use whose own partials were summed already leaves a fresh tensor in the buffer.
+    const bool first_sum_out_of_place = grad_width_ == graph::dtype_bytes(compute_, 1) &&
+                                        first_use.op != kTrlFusedLogprobOp && first_use.weight_uses < 2;
     const int64_t copies = positions[1] == position_[n] && first_sum_out_of_place ? 2 : 1;
-    bytes += copies * account(param.elements() * grad_width_, accounting_);
+    bytes += copies * partial;
   }
   return bytes;
+}
+
+// A node applying its weight `weight_uses` times in one forward (torchtune's eager chunked
+// output, TransformerDecoder.chunked_output in torchtune/modules/transformer.py 0.6.1):
+// each use's backward hands autograd's input buffer one partial. As the weight's first
+// use in backward, its first partial is the gradient (priced as such) and a transposed
+// view the second sums out of place: that partial and the sum beside it, two transients
+// (the oracle: two `mm` and an `add` of the weight's size live); later partials add in
+// place, one at a time. As a later use, every partial adds in place: one.
+int64_t BackwardGradients::own_partials(bool first_use) const {
+  const bool out_of_place = grad_width_ == graph::dtype_bytes(compute_, 1);
+  return first_use && out_of_place ? 2 : 1;
 }
 
 int64_t BackwardGradients::at_node(int n) const {
