@@ -13,6 +13,7 @@
 #include "planner/memory/model_states.h"
 #include "planner/predict/model_context.h"
 #include "planner/predict/step_builder.h"
+#include "tests/planner/four_block_graph.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
@@ -23,22 +24,10 @@ constexpr int64_t kBucketBytes = 500'000'000 * 2;  // reduce_bucket_size's defau
 // embeddings, two layers and a head; under LoRA only the layers' adapters train,
 // so the first gradient hook fires in layers.1, not in the head.
 graph::LayerGraph small_model(bool lora) {
-  graph::LayerGraph graph;
-  graph.blocks = {{"embeddings", "embedding", false},
-                  {"layers.0", "dense", true},
-                  {"layers.1", "dense", true},
-                  {"head", "lm_head", false}};
-  for (int b = 0; b < 4; ++b) {
-    graph::Node node;
-    node.name = graph.blocks[b].name + ".w";
-    node.op = "linear";
-    node.block = b;
-    const bool layer = graph.blocks[b].checkpointable;
-    node.params.push_back({node.name + ".weight", {1 << 20}, graph::DType::kBF16, !lora, ""});
-    if (lora && layer) node.params.push_back({node.name + ".lora_A.weight", {4096}, graph::DType::kF32, true, ""});
-    graph.nodes.push_back(node);
-  }
-  return graph;
+  return four_blocks([](int) { return int64_t{1} << 20; }, !lora, [&](graph::Node& node, int b) {
+    if (!lora || (b != 1 && b != 2)) return;
+    node.params.push_back({node.name + ".lora_A.weight", {4096}, graph::DType::kF32, true, ""});
+  });
 }
 
 RunSettings deepspeed(int stage) {

@@ -10,6 +10,7 @@
 #include "planner/predict/deepspeed_gathered.h"
 #include "planner/predict/model_context.h"
 #include "planner/predict/step_builder.h"
+#include "tests/planner/four_block_graph.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
@@ -21,22 +22,10 @@ constexpr int64_t kWeight = 1 << 20;  // elements of each block's weight
 // also have an adapter. needs_input_grad: what the analysis says of each node.
 ModelContext small_model(bool lora, std::vector<bool> needs_input_grad) {
   ModelContext context;
-  graph::LayerGraph& graph = context.graph;
-  graph.blocks = {{"embeddings", "embedding", false},
-                  {"layers.0", "dense", true},
-                  {"layers.1", "dense", true},
-                  {"head", "lm_head", false}};
-  for (int b = 0; b < 4; ++b) {
-    graph::Node node;
-    node.name = graph.blocks[b].name + ".w";
-    node.op = "linear";
-    node.block = b;
-    node.params.push_back({node.name + ".weight", {kWeight}, graph::DType::kBF16, !lora, ""});
-    if (lora && (b == 1 || b == 2)) {
-      node.params.push_back({node.name + ".lora_A.weight", {1024}, graph::DType::kBF16, true, ""});
-    }
-    graph.nodes.push_back(node);
-  }
+  context.graph = four_blocks([](int) { return kWeight; }, !lora, [&](graph::Node& node, int b) {
+    if (!lora || (b != 1 && b != 2)) return;
+    node.params.push_back({node.name + ".lora_A.weight", {1024}, graph::DType::kBF16, true, ""});
+  });
   context.analysis.needs_input_grad = std::move(needs_input_grad);
   context.gpu.cublas_workspace_bytes = 0;
   return context;

@@ -3,6 +3,7 @@
 // the labels (docs/memory-model.md, "Categories at the peak").
 #include <doctest/doctest.h>
 
+#include <string>
 #include <vector>
 
 #include "planner/predict/step_model.h"
@@ -10,6 +11,22 @@
 
 namespace headroom::planner {
 namespace {
+
+// A Trainer run of config.json folder `model` (tests/data/hf) on an H200 at 1 x 512,
+// transformers 5.23.0: the grid's hf-trainer rows, given as compare.py gives them.
+RunSettings trainer_run(const std::string& model, Precision precision, TrainMode mode) {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/" + model + "/config.json";
+  s.gpu = "h200";
+  s.stack = Stack::kHfTrainer;
+  s.precision = precision;
+  s.mode = mode;
+  if (mode != TrainMode::kFull) s.lora.targets = {"q_proj", "v_proj"};
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  s.versions["transformers"] = "5.23.0";
+  return s;
+}
 
 // Block 0 keeps 100 bytes; block 1 keeps 50, of which 20 are released by the
 // node where its backward peaks, with 30 bytes of gradients in flight there.
@@ -87,17 +104,8 @@ TEST_CASE("autocast's cached casts of checkpointed blocks are transient, not act
 // gradients of the same size in flight. Oracle: activations 877,150,788 B,
 // transient 622,330,124 B; before this split headroom said 564 MB / 939 MB.
 TEST_CASE("Qwen2.5-0.5B LoRA at the head's backward: the saved log-softmax is an activation") {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b/config.json";
-  s.gpu = "h200";
-  s.stack = Stack::kHfTrainer;
-  s.precision = Precision::kBf16Pure;
-  s.mode = TrainMode::kLora;
-  s.lora.targets = {"q_proj", "v_proj"};
+  RunSettings s = trainer_run("qwen2.5-0.5b", Precision::kBf16Pure, TrainMode::kLora);
   s.optimizer_impl = OptimizerImpl::kFused;
-  s.micro_batch = 1;
-  s.seq_len = 512;
-  s.versions["transformers"] = "5.23.0";
   const Prediction prediction = predict_as_given(s);
   CHECK(prediction.peak.activations == doctest::Approx(877150788.0).epsilon(0.03));
   CHECK(prediction.peak.transient == doctest::Approx(622330124.0).epsilon(0.03));
@@ -107,17 +115,9 @@ TEST_CASE("a tied weight's gradient waiting for its last use's backward is trans
   // Qwen2.5-0.5B trained in full under AMP, peaking at the embedding's backward: the
   // tied lm_head's fp32 gradient is still in autograd's input buffer (the embedding's
   // is added into it in place; AccumulateGrad runs after), so not yet a `.grad`.
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b/config.json";
-  s.gpu = "h200";
-  s.stack = Stack::kHfTrainer;
-  s.precision = Precision::kBf16Amp;
-  s.mode = TrainMode::kFull;
+  RunSettings s = trainer_run("qwen2.5-0.5b", Precision::kBf16Amp, TrainMode::kFull);
   s.checkpointing = CheckpointPolicy::kEveryBlock;
   s.optimizer_impl = OptimizerImpl::kFused;
-  s.micro_batch = 1;
-  s.seq_len = 512;
-  s.versions["transformers"] = "5.23.0";
   const Prediction p = predict_as_given(s);
   REQUIRE(p.where.phase == "backward");
   REQUIRE(p.where.block == 0);
@@ -134,16 +134,8 @@ TEST_CASE("the allocated breakdown splits peak_allocated tensor by tensor, as th
   // parameter; the reserved accounting gives each tensor of 10 MiB and more its own
   // segment rounded to 2 MiB (c10/cuda/CUDACachingAllocator.cpp): the 72 MLP weights
   // (17,432,576 B, +1,441,792 each) and the tied embedding (544,538,624 B, +720,896).
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b/config.json";
-  s.gpu = "h200";
-  s.stack = Stack::kHfTrainer;
-  s.precision = Precision::kBf16Amp;
-  s.mode = TrainMode::kFull;
+  RunSettings s = trainer_run("qwen2.5-0.5b", Precision::kBf16Amp, TrainMode::kFull);
   s.optimizer_impl = OptimizerImpl::kFused;
-  s.micro_batch = 1;
-  s.seq_len = 512;
-  s.versions["transformers"] = "5.23.0";
   const Prediction p = predict_as_given(s);
   const MemoryBreakdown& a = p.peak_as_allocated;
   CHECK(a.parameters == 4 * p.model.total_params);
@@ -161,15 +153,7 @@ TEST_CASE("a module's buffers are counted apart among the parameters") {
   // Qwen2RotaryEmbedding._set_cos_sin_cache); 4.45 dropped them (docs/models.md,
   // "Rotary caches"). The oracle leaves buffers with its transients, headroom with
   // the parameters: `buffers` lets the comparison put them beside the oracle's.
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b/config.json";
-  s.gpu = "h200";
-  s.stack = Stack::kHfTrainer;
-  s.precision = Precision::kBf16Pure;
-  s.mode = TrainMode::kLora;
-  s.lora.targets = {"q_proj", "v_proj"};
-  s.micro_batch = 1;
-  s.seq_len = 512;
+  RunSettings s = trainer_run("qwen2.5-0.5b", Precision::kBf16Pure, TrainMode::kLora);
   s.versions["transformers"] = "4.44.2";
   const int64_t caches = int64_t{24} * 2 * 32768 * 64 * 2;  // 4 MiB each: no rounding either way
   const Prediction before = predict_as_given(s);
@@ -185,16 +169,7 @@ TEST_CASE("bitsandbytes' quantization state and torchtune's kept RoPE caches are
   // Mistral-7B's NF4 base under the Trainer: the QuantState beside each packed weight
   // (an 8-bit absmax per 64 weights with double quantization, bitsandbytes/functional.py
   // quantize_4bit) is no nn.Parameter: about one byte per 64 quantized weights.
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/mistral-7b/config.json";
-  s.gpu = "h200";
-  s.stack = Stack::kHfTrainer;
-  s.precision = Precision::kBf16Pure;
-  s.mode = TrainMode::kQlora;
-  s.lora.targets = {"q_proj", "v_proj"};
-  s.micro_batch = 1;
-  s.seq_len = 512;
-  s.versions["transformers"] = "5.23.0";
+  RunSettings s = trainer_run("mistral-7b", Precision::kBf16Pure, TrainMode::kQlora);
   const Prediction qlora = predict_as_given(s);
   const double quantized = 2.0 * static_cast<double>(qlora.model.weight_bytes_by_dtype.at("nf4"));
   CHECK(static_cast<double>(qlora.peak.buffers) == doctest::Approx(quantized / 64).epsilon(0.02));

@@ -6,6 +6,7 @@
 
 #include "planner/predict/model_context.h"
 #include "planner/predict/step_builder.h"
+#include "tests/planner/four_block_graph.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
@@ -14,21 +15,11 @@ namespace {
 // embeddings, two layers, and a head whose lm_head has 2M elements; with `norm`, the
 // head's final norm (used before lm_head in forward, so after it in backward) trains too.
 graph::LayerGraph head_model(bool norm) {
-  graph::LayerGraph graph;
-  graph.blocks = {{"embeddings", "embedding", false},
-                  {"layers.0", "dense", true},
-                  {"layers.1", "dense", true},
-                  {"head", "lm_head", false}};
-  for (int b = 0; b < 4; ++b) {
-    graph::Node node;
-    node.name = graph.blocks[b].name + ".w";
-    node.op = "linear";
-    node.block = b;
-    node.params.push_back({node.name + ".weight", {b == 3 ? 2 << 20 : 1 << 20}, graph::DType::kBF16, true, ""});
-    if (b == 3 && norm) node.params.push_back({"head.norm.weight", {4096}, graph::DType::kBF16, true, ""});
-    graph.nodes.push_back(node);
-  }
-  return graph;
+  return four_blocks([](int b) { return b == 3 ? int64_t{2} << 20 : int64_t{1} << 20; }, true,
+                     [&](graph::Node& node, int b) {
+                       if (b != 3 || !norm) return;
+                       node.params.push_back({"head.norm.weight", {4096}, graph::DType::kBF16, true, ""});
+                     });
 }
 
 StepModel built(const graph::LayerGraph& graph, int64_t bucket_elements, Stack stack = Stack::kHfTrainer) {
