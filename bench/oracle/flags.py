@@ -27,7 +27,7 @@ def model_path(spec: dict) -> str:
 
 
 # The packages whose release headroom reads (planner/settings/versions.cc).
-_RELEASED = ("transformers", "torch", "peft", "accelerate", "trl", "bitsandbytes")
+_RELEASED = ("transformers", "torch", "peft", "accelerate", "trl", "bitsandbytes", "torchtune")
 
 
 def release_flags(spec: dict) -> list:
@@ -51,11 +51,11 @@ def with_current_releases(command: list, versions: dict) -> list:
 
 def refreshed_command(row: dict) -> list:
     """A recorded row's `headroom fit` command as this checkout gives it: made again from
-    the spec where nothing the oracle resolved goes into it (a plain loop), else the
+    the spec where nothing the oracle resolved goes into it (a plain loop, torchtune), else the
     recorded command with its releases made again (with_current_releases)."""
-    if row["spec"]["stack"] == "torch-loop":
+    if row["spec"]["stack"] in ("torch-loop", "torchtune"):
         spec = dict(row["spec"], versions=row.get("versions", {}))
-        return ["headroom", "fit", *torch_loop_flags(spec), "--json"]
+        return ["headroom", "fit", *headroom_flags(spec), "--json"]
     command = with_current_releases(row["command"].split(" "), row.get("versions", {}))
     if _reentrant_trainer(row["spec"]) and "--recompute" not in command:
         command[-1:-1] = ["--recompute", "block-reentrant"]  # rows recorded before the flag
@@ -251,7 +251,7 @@ def torchtune_flags(spec: dict) -> list:
     for builders headroom's importer does not know (Qwen2.5, the tiny test model):
     the config.json folder with the builder's dimensions (stacks/torchtune.py checks
     them) and the flags a torchtune user gives."""
-    tail = ["--gpu", spec.get("gpu", "h200"), "--seq", str(spec["seq"])]
+    tail = ["--gpu", spec.get("gpu", "h200"), "--seq", str(spec["seq"]), *release_flags(spec)]
     if spec.get("via", "yaml") == "yaml":
         return ["--torchtune", _written(torchtune_yaml(spec)), *tail]
     flags = [model_path(spec), *tail, "--stack", "torchtune", "--precision", "bf16",
