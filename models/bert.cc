@@ -125,21 +125,12 @@ graph::LayerGraph build_bert_from(const BertConfig& c, const ZooOptions& options
   const std::string all = b.add(e + ".sum_positions", sum, pos_e, h_elements);
   std::string hidden = b.norm(e + ".LayerNorm", all, rows, c.hidden, NormKind::kLayerNorm, true, true);
   hidden = b.dropout(e + ".dropout", hidden, h_elements, dropout_p(options, c.hidden_dropout));
-  const std::string embedding_output = hidden;
   for (int64_t i = 0; i < c.layers; ++i) hidden = bert_layer(b, c, i, hidden, options);
-  // BertModel.forward binds embedding_output and holds it until it returns: through the
-  // encoder and BERT's pooler; RoBERTa's classification model has no pooler
-  // (modeling_bert.py, modeling_roberta.py 5.23.0). graph_analysis.cc prices it in
-  // forward only where nothing saves it (held_in_forward).
 
   b.begin_block("head", "classifier", false);
   const SizeExpr one = SizeExpr::per_sample(1);
   const std::string labels = b.input("labels", one, DType::kInt64, false);
   const std::string logits = c.roberta_head ? roberta_head(b, c, hidden, options) : bert_head(b, c, hidden, options);
-  if (c.layers > 0) {
-    const std::string last_layer = std::string(c.prefix) + ".encoder.layer." + std::to_string(c.layers - 1);
-    b.hold_until(c.roberta_head ? last_layer + ".output.LayerNorm" : "bert.pooler.activation", embedding_output);
-  }
   OpSpec loss{"loss", "loss", {logits, labels}, SizeExpr::constant(1), DType::kF32,
               {SavedRef{logits, SaveWhen::kAnyGrad}}, {}, times(one, 5 * c.labels),
               times(one, 2 * c.labels), {}, {}};

@@ -121,33 +121,5 @@ TEST_CASE("BertLayer's frames hold its input and each dropout output through its
   CHECK(holds(node_named(context.graph, p + ".attention.output.LayerNorm"), p + ".attention.output.dropout"));
 }
 
-// BertModel.forward holds embedding_output through the encoder and the pooler. Under
-// autocast nothing saves that fp32 tensor (the linears keep their 16-bit casts), so it is
-// held in forward only, by the frame from layer 1 on (layer 0 reads it as its input).
-TEST_CASE("BertModel holds embedding_output to the pooler in forward only where nothing saves it") {
-  const ModelContext context = prepared_context(hf_bert_amp_full());
-  const std::string embedding_output = "bert.embeddings.dropout";
-  CHECK(holds(node_named(context.graph, "bert.pooler.activation"), embedding_output));
-  const int t = index_of_tensor(context.graph, embedding_output);
-  CHECK(context.analysis.held_in_forward[t]);
-  CHECK_FALSE(context.analysis.persistent[t]);
-  const StepProfile profile = profile_step(context.graph, context.analysis, context.compute_dtype, 32, 512,
-                                           Accounting::kAllocated, context.gpu);
-  const int layer0 = block_ending(context.graph, ".layer.0");
-  CHECK(profile.blocks[layer0].forward_frame == int64_t{32} * 512 * 768 * 4);
-  for (size_t b = 0; b < profile.blocks.size(); ++b) {
-    if (static_cast<int>(b) != layer0) CHECK(profile.blocks[b].forward_frame == 0);
-  }
-  // 16-bit weights without autocast: layer 0's query, key and value save it for their
-  // weight gradients, so it stays for the whole step.
-  RunSettings pure = hf_bert_amp_full();
-  pure.precision = Precision::kBf16Pure;
-  pure.autocast = false;
-  const ModelContext saved = prepared_context(pure);
-  const int u = index_of_tensor(saved.graph, embedding_output);
-  CHECK(saved.analysis.persistent[u]);
-  CHECK_FALSE(saved.analysis.held_in_forward[u]);
-}
-
 }  // namespace
 }  // namespace headroom::planner
