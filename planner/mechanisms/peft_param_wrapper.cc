@@ -7,6 +7,7 @@
 #include <set>
 
 #include "planner/mechanisms/peft_targets.h"
+#include "planner/settings/stack_choices.h"
 #include "planner/settings/stack_traits.h"
 
 namespace headroom::planner {
@@ -137,6 +138,13 @@ Result<ConvertedTargets> convert_moe_targets(const LayerGraph& graph, const std:
 Result<int> wrap_moe_parameters(LayerGraph& graph, const ConvertedTargets& targets, const RunSettings& settings,
                                 DType adapter_dtype) {
   if (!targets.any_parameter()) return 0;
+  // torchtune's and litgpt's LoRA are their own modules, not PEFT's: what they do with
+  // fused experts is not PEFT's conversion and is not priced.
+  if (settings.stack == Stack::kTorchtune || settings.stack == Stack::kLitgpt) {
+    return Status::unsupported(settings.model + ": lora.targets: these names are the experts' or the router's, "
+                               "which PEFT wraps with lora.ParamWrapper; the " + std::string(stack_name(settings.stack)) +
+                               " stack's own LoRA on fused experts is not priced; expected attention targets");
+  }
   if (settings.lora.dropout > 0) {
     return Status::invalid_input(
         settings.model + ": lora.dropout: these targets put LoRA on the fused experts' or the router's weights "

@@ -128,6 +128,13 @@ TEST_CASE("ParamWrapper targets PEFT cannot run are refused by name") {
   CHECK(refused.status().message().find("FSDP1's flat parameters") != std::string::npos);
   fsdp1.sharding = Sharding::kFsdp2;
   CHECK(prepare_context(fsdp1).is_ok());
+  // torchtune's and litgpt's own LoRA is not PEFT's conversion.
+  RunSettings litgpt = lora_run("tests/data/hf/mixtral-2l", {"q_proj", "w1", "w3"});
+  litgpt.lora.dropout = 0;
+  litgpt.stack = Stack::kLitgpt;
+  refused = prepare_context(litgpt);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.status().message().find("stack's own LoRA on fused experts is not priced") != std::string::npos);
   // The attention alone is ordinary LoRA on nn.Linear, with the default dropout.
   CHECK(adapter_parameters(lora_run("mixtral-8x7b", {"q_proj", "k_proj", "v_proj", "o_proj"})) > 0);
 }
