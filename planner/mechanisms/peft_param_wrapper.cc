@@ -1,11 +1,10 @@
 #include "planner/mechanisms/peft_param_wrapper.h"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <array>
 #include <set>
 
+#include "planner/mechanisms/name_globs.h"
 #include "planner/mechanisms/peft_targets.h"
 #include "planner/settings/stack_choices.h"
 #include "planner/settings/stack_traits.h"
@@ -48,12 +47,6 @@ std::vector<std::string> resolved_all_linear(const LayerGraph& graph, const MoeC
   for (const std::string& module : all_linear_modules(graph)) leaves.insert(module.substr(module.rfind('.') + 1));
   for (const char* name : {row.router, row.gate_up[0], row.gate_up[1], row.down}) leaves.insert(name);
   return {leaves.begin(), leaves.end()};
-}
-
-bool any_match(const std::vector<std::string>& patterns, const std::string& name) {
-  return std::any_of(patterns.begin(), patterns.end(), [&](const std::string& pattern) {
-    return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
-  });
 }
 
 void add_output(LayerGraph& graph, Node& node, const std::string& name, int64_t elements, SaveWhen when) {
@@ -168,7 +161,7 @@ Result<int> wrap_moe_parameters(LayerGraph& graph, const ConvertedTargets& targe
   const bool cast = (adapter_dtype == DType::kF32) != (settings.precision == Precision::kFp32);
   int wrapped = 0;
   for (Node& node : graph.nodes) {
-    if (node.params.empty() || any_match(settings.lora_skip, node.name)) continue;
+    if (node.params.empty() || any_name_matches(settings.lora_skip, node.name)) continue;
     const bool experts = node.op == "grouped_mm" && node.params.front().shape.size() == 3;
     if (experts && node.name.ends_with(".gate_up_proj") && targets.gate_up) {
       wrap_experts(graph, node, 2 * settings.lora.rank, adapter_dtype, cast);  // rank_pattern: r times 2

@@ -1,7 +1,5 @@
 #include "planner/mechanisms/trainability.h"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <string>
 
@@ -21,13 +19,6 @@ using graph::Param;
 using graph::SaveWhen;
 using graph::SizeExpr;
 using graph::Tensor;
-
-bool any_match(const std::vector<std::string>& patterns, std::string_view name) {
-  for (const std::string& pattern : patterns) {
-    if (name_matches(pattern, name)) return true;
-  }
-  return false;
-}
 
 bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
@@ -167,10 +158,10 @@ void mark_trainable(LayerGraph& graph, const RunSettings& settings, bool adapter
     for (Param& param : node.params) {
       if (param.buffer) continue;  // BatchNorm statistics: never trained
       if (adapters) {
-        param.trainable = any_match(settings.train_patterns, node.name);
+        param.trainable = any_name_matches(settings.train_patterns, node.name);
       } else {
-        param.trainable = !any_match(settings.freeze_patterns, node.name) &&
-                          !any_match(settings.freeze_patterns, param.name);
+        param.trainable = !any_name_matches(settings.freeze_patterns, node.name) &&
+                          !any_name_matches(settings.freeze_patterns, param.name);
       }
     }
   }
@@ -197,11 +188,11 @@ AdapterCounts adapt_linears(LayerGraph& graph, const RunSettings& settings, cons
   counts.scoped.assign(settings.scoped_lora.size(), 0);
   for (Node& node : graph.nodes) {
     if (node.op != graph::op::kLinear || !node.linear) continue;
-    if (settings.mode == TrainMode::kQlora && !any_match(settings.quantize_skip, node.name) &&
-        !any_match(settings.train_patterns, node.name)) {
+    if (settings.mode == TrainMode::kQlora && !any_name_matches(settings.quantize_skip, node.name) &&
+        !any_name_matches(settings.train_patterns, node.name)) {
       quantize_base_weight(graph, node, settings);
     }
-    if (any_match(settings.train_patterns, node.name)) continue;
+    if (any_name_matches(settings.train_patterns, node.name)) continue;
     // A scoped adapter (its own rank in one part of the model) wins over the main one.
     const auto scope = std::find_if(settings.scoped_lora.begin(), settings.scoped_lora.end(),
                                     [&](const ScopedLora& l) { return name_matches(l.scope, node.name); });
@@ -212,7 +203,7 @@ AdapterCounts adapt_linears(LayerGraph& graph, const RunSettings& settings, cons
       }
       continue;
     }
-    if (is_lora_target(targets, node.name) && !any_match(settings.lora_skip, node.name)) {
+    if (is_lora_target(targets, node.name) && !any_name_matches(settings.lora_skip, node.name)) {
       add_lora(graph, node, settings.lora, adapter_dtype);
       ++counts.adapted;
     }
@@ -242,10 +233,6 @@ Status check_every_adapter_placed(const RunSettings& settings, const std::vector
 }
 
 }  // namespace
-
-bool name_matches(std::string_view pattern, std::string_view name) {
-  return fnmatch(std::string(pattern).c_str(), std::string(name).c_str(), 0) == 0;
-}
 
 Result<LayerGraph> apply_training_mode(const LayerGraph& input, const RunSettings& settings) {
   LayerGraph graph = input;

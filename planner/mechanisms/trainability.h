@@ -6,6 +6,7 @@
 
 #include "graph/layer_graph.h"
 #include "graph/status.h"
+#include "planner/mechanisms/name_globs.h"
 #include "planner/settings/run_settings.h"
 
 namespace headroom::planner {
@@ -32,8 +33,5 @@ bool is_lora_adapter(const graph::Param& param);
 // ".quant_map", ".nested_absmax", ".nested_quant_map", ".nested_offset"):
 // storage, not a parameter of the model.
 bool is_quantization_constant(const graph::Param& param);
-
-// fnmatch-style glob on a module or parameter name.
-bool name_matches(std::string_view pattern, std::string_view name);
 
 }  // namespace headroom::planner
