@@ -34,8 +34,12 @@ trap 'rm -f "$log"' EXIT
 
 # A function's length depends on its file's text alone, so a file that passed
 # with the same text, the same .clang-tidy and the same clang-tidy passes again:
-# those are skipped. The record is written only when every file passed.
-passed="$build_dir/function_size_passed.txt"
+# those are skipped. The record lives beside ccache's, outside the checkout, so
+# a fresh clone of an unchanged tree skips them too (issue 34: keep caches
+# between runs); HEADROOM_STYLE_CACHE names another file. Only passes are
+# recorded, and only when every file passed.
+passed=${HEADROOM_STYLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/headroom/function_size_passed.txt}
+mkdir -p "$(dirname "$passed")"
 setting=$({ "$tidy" --version; cat .clang-tidy; } | sha256sum | cut -c1-16)
 declare -A keys
 to_check=()
@@ -57,6 +61,11 @@ if [ "$status" -ne 0 ] || grep -qE '(warning|error):' "$log"; then
   echo "check_function_size: FAILED: a function over the limit, or a file clang-tidy could not read" >&2
   exit 1
 fi
-for file in "${files[@]}"; do echo "${keys[$file]} $file"; done >"$passed"
+# Earlier records stay (other checkouts share the file); the newest 20000
+# lines are kept, written to a temporary file and renamed (atomic).
+tmp=$(mktemp "$passed.XXXXXX")
+{ cat "$passed" 2>/dev/null || true; for file in "${files[@]}"; do echo "${keys[$file]} $file"; done; } |
+  awk '!seen[$0]++' | tail -n 20000 >"$tmp"
+mv "$tmp" "$passed"
 echo "check_function_size: ${#files[@]} files (${#to_check[@]} read now, the rest unchanged since they passed)," \
      "no function over the limit ($(( $(date +%s) - start )) s)"

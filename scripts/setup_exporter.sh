@@ -23,5 +23,5 @@ for line in open(sys.argv[1]):
 PY
 then
   echo "setup_exporter: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into .venv" >&2
-  .venv/bin/pip install -q -r "$requirements"
+  scripts/pip_install.sh .venv -r "$requirements"
 fi

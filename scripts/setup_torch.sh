@@ -9,6 +9,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if [ "$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)" != "$version" ]; then
   echo "setup_torch: installing torch==$version into .venv (about 5 GB)" >&2
-  .venv/bin/pip install -q "torch==$version"
+  scripts/pip_install.sh .venv "torch==$version"
 fi
 .venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'

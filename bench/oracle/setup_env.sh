@@ -42,10 +42,13 @@ then
   no_deps="$(sed -n 's/^[[:space:]]*\([^#[:space:]]*\)[[:space:]]*#[[:space:]]*no-deps.*/\1/p' "$pins")"
   with_deps="$(grep -v '#[[:space:]]*no-deps' "$pins" || true)"
   if [ -n "$with_deps" ]; then
-    "$env_dir/bin/pip" install -q -r <(printf '%s\n' "$with_deps")
+    requirements=$(mktemp)
+    printf '%s\n' "$with_deps" >"$requirements"
+    scripts/pip_install.sh "$env_dir" --torch-from-base -r "$requirements"
+    rm -f "$requirements"
   fi
   if [ -n "$no_deps" ]; then
-    "$env_dir/bin/pip" install -q --no-deps $no_deps
+    scripts/pip_install.sh "$env_dir" --no-deps --torch-from-base $no_deps
   fi
 fi
 "$env_dir/bin/python" -c 'import torch' \
