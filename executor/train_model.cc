@@ -8,6 +8,7 @@
 
 #include "executor/token_data.h"
 #include "executor/weights.h"
+#include "graph/op_traits.h"
 #include "models/hf_import.h"
 #include "models/torch/bert_module.h"
 #include "models/torch/clip_module.h"
@@ -57,7 +58,7 @@ Status apply_trainability(torch::nn::Module& module, const graph::LayerGraph& gr
     // A parameter nothing reads ("unused" node: LLaVA's vision layers past the
     // feature layer) never gets a gradient; frozen here it gets no optimizer
     // state either, as torch.optim gives it none (planner/memory/model_states.cc).
-    for (const graph::Param& param : node.params) trainable[param.name] = param.trainable && node.op != "unused";
+    for (const graph::Param& param : node.params) trainable[param.name] = param.trainable && node.op != graph::op::kUnused;
   }
   for (auto& item : module.named_parameters()) {
     const auto found = trainable.find(item.key());

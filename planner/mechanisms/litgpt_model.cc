@@ -140,7 +140,7 @@ void litgpt_qlora(graph::LayerGraph& graph, bool double_quant) {
       const int64_t weight = node.linear->in_features * node.linear->out_features;
       node.bwd_workspace_elements = graph::SizeExpr::constant(2 * weight);
     }
-    if (node.op == "embedding" && node.name.ends_with("embed_tokens")) keep_replaced_embedding(node);
+    if (node.op == graph::op::kEmbedding && node.name.ends_with("embed_tokens")) keep_replaced_embedding(node);
   }
 }
 

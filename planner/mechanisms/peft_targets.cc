@@ -14,7 +14,7 @@ std::set<int> excluded_heads(const graph::LayerGraph& graph) {
   std::set<int> heads;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const graph::Node& node = graph.nodes[n];
-    if (node.op != "loss") continue;
+    if (node.op != graph::op::kLoss) continue;
     const int head = loss_head_linear(graph, static_cast<int>(n));
     if (head < 0) continue;
     if (is_lm_loss(node) || graph.nodes[static_cast<size_t>(head)].name == kRewardHead) heads.insert(head);

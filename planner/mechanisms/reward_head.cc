@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "graph/op_traits.h"
+
 namespace headroom::planner {
 namespace {
 
@@ -54,7 +56,7 @@ graph::Node reward_loss(const graph::Node& score, int block) {
 }  // namespace
 
 bool is_lm_loss(const graph::Node& node) {
-  if (node.op != "loss") return false;
+  if (node.op != graph::op::kLoss) return false;
   return std::any_of(node.outputs.begin(), node.outputs.end(),
                      [](const std::string& out) { return out.ends_with(":log_probs"); });
 }
