@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "graph/op_traits.h"
@@ -422,20 +424,28 @@ void apply_fp32_adapters_without_autocast(graph::LayerGraph& graph) {
 }
 
 std::vector<bool> autocast_cached_casts(const graph::LayerGraph& graph) {
-  std::map<std::string, size_t> index;
-  for (size_t t = 0; t < graph.tensors.size(); ++t) index[graph.tensors[t].name] = t;
+  // Run for every plan the search simulates: hashed views of the graph's names,
+  // and the node's own casts found by suffix before any lookup.
+  std::unordered_map<std::string_view, size_t> index;
+  index.reserve(graph.tensors.size());
+  for (size_t t = 0; t < graph.tensors.size(); ++t) index.emplace(graph.tensors[t].name, t);
   std::vector<bool> cached(graph.tensors.size(), false);
   for (const graph::Node& node : graph.nodes) {
-    const auto trainable = [&](const std::string& param_name) {
-      return std::any_of(node.params.begin(), node.params.end(),
-                         [&](const graph::Param& p) { return p.name == param_name && p.trainable; });
+    const auto own = [&](std::string_view input, std::string_view suffix) {
+      return input.size() == node.name.size() + suffix.size() && input.starts_with(node.name) &&
+             input.ends_with(suffix);
+    };
+    const auto trainable_weight = [&] {
+      return std::any_of(node.params.begin(), node.params.end(), [&](const graph::Param& p) {
+        return p.trainable && own(p.name, ".weight");
+      });
     };
     for (const std::string& input : node.inputs) {
+      const bool weight = own(input, ".weight_cast") && trainable_weight();
+      const bool adapter = own(input, ".adapter_cast_a") || own(input, ".adapter_cast_b");
+      if (!weight && !adapter) continue;
       const auto found = index.find(input);
-      if (found == index.end()) continue;
-      const bool weight = input == node.name + ".weight_cast" && trainable(node.name + ".weight");
-      const bool adapter = input == node.name + ".adapter_cast_a" || input == node.name + ".adapter_cast_b";
-      if (weight || adapter) cached[found->second] = true;
+      if (found != index.end()) cached[found->second] = true;
     }
   }
   return cached;

@@ -1,6 +1,8 @@
 #include "planner/memory/state_bytes.h"
 
 #include <algorithm>
+#include <string_view>
+#include <unordered_map>
 
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/trainability.h"
@@ -178,18 +180,24 @@ ModelSize model_size(const graph::LayerGraph& graph, Precision precision) {
 }
 
 std::map<std::string, int> shared_gradient_first_block(const graph::LayerGraph& graph) {
-  std::map<std::string, int> uses;
-  std::map<std::string, int> latest;
+  // Called for every plan the search prices: views of the graph's names, hashed,
+  // and strings made only for the few shared owners.
+  struct Uses {
+    int count = 0;
+    int latest_block = 0;
+  };
+  std::unordered_map<std::string_view, Uses> uses;
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
-      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
-      ++uses[owner];
-      const auto [it, inserted] = latest.try_emplace(owner, node.block);
-      if (!inserted) it->second = std::max(it->second, node.block);
+      Uses& owner = uses[param.tied_to.empty() ? param.name : param.tied_to];
+      owner.latest_block = owner.count++ == 0 ? node.block : std::max(owner.latest_block, node.block);
     }
   }
-  std::erase_if(latest, [&](const auto& entry) { return uses[entry.first] < 2; });
-  return latest;
+  std::map<std::string, int> shared;
+  for (const auto& [owner, used] : uses) {
+    if (used.count >= 2) shared.emplace(owner, used.latest_block);
+  }
+  return shared;
 }
 
 int64_t grad_bytes(const Param& param, Precision precision) {
