@@ -29,6 +29,8 @@ BackwardGradients::BackwardGradients(const graph::LayerGraph& graph, const graph
       grad_width_(grad_width > 0 ? grad_width : graph::dtype_bytes(compute, 1)),
       position_(graph.nodes.size(), 0) {
   for (size_t i = 0; i < analysis.order.size(); ++i) position_[analysis.order[i]] = static_cast<int>(i);
+  owner_trainable_.reserve(graph.nodes.size());
+  use_positions_.reserve(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     for (const graph::Param& param : graph.nodes[n].params) {
       const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;

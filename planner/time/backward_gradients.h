@@ -6,8 +6,9 @@
 
 #include <cstdint>
 #include <limits>
-#include <map>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "graph/graph_analysis.h"
@@ -72,8 +73,9 @@ class BackwardGradients {
   Accounting accounting_;
   int64_t grad_width_;
   std::vector<int> position_;                             // node -> execution position
-  std::map<std::string, bool> owner_trainable_;
-  std::map<std::string, std::vector<int>> use_positions_;  // owner -> positions of its uses, latest first
+  // Keyed by views of graph_'s names: built for every plan the search prices.
+  std::unordered_map<std::string_view, bool> owner_trainable_;
+  std::unordered_map<std::string_view, std::vector<int>> use_positions_;  // owner -> its uses' positions, latest first
 };
 
 }  // namespace headroom::planner
