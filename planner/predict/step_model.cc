@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <utility>
 
 namespace headroom::planner {
 
@@ -125,6 +126,7 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
       const bool before_wins = before_grads + before >= out.backward_grads + after;
       out.backward = split + neighbour_copy;
       if (before_wins) out.backward_grads = before_grads;
+      out.backward_before_grads = before_wins;
       const int64_t saved = before_wins ? block.bwd_saved_before_param_grads : block.bwd_saved_from_param_grads;
       if (choice != BlockChoice::kCheckpoint) out.backward_saved = saved;
       else if (model.reentrant_recompute) out.backward_saved = std::max(block.checkpoint, saved);
@@ -206,6 +208,21 @@ static int64_t reduce_input_at(const StepModel& model, int k, int64_t grads) {
   return std::min(model.reduce_input_bwd[k], grads);
 }
 
+static int64_t at_block(const std::vector<int64_t>& bytes, int k) {
+  return static_cast<size_t>(k) < bytes.size() ? bytes[k] : 0;
+}
+
+// What no parameter's `.grad` holds among a backward peak's gradients
+// (StepModel::not_grads): {ZeRO buffers, gradients in flight}, within `grads`.
+static std::pair<int64_t, int64_t> not_grads_bwd(const StepModel& model, int k, const LocalPeak& parts,
+                                                 int64_t grads) {
+  const NotGradients& n = model.not_grads;
+  const bool before = parts.backward_before_grads;
+  const int64_t zero = std::min(grads, at_block(before ? n.zero_buffers_bwd_before : n.zero_buffers_bwd, k));
+  const int64_t in_flight = std::min(grads - zero, at_block(before ? n.in_flight_bwd_before : n.in_flight_bwd, k));
+  return {zero, in_flight};
+}
+
 // Autocast's cache holds the weight casts of checkpointed blocks until the forward's
 // end (BlockProfile::cast_cache), and the model's forward frame what it holds
 // (BlockProfile::forward_frame): forward only, transient. Added to `forward_stored`;
@@ -255,11 +272,14 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   for (int k = 0; k < n; ++k) {
     const BlockChoice previous = k > 0 ? choices[k - 1] : BlockChoice::kKeep;
     const LocalPeak parts = local_parts(model, k, previous, choices[k]);
+    const int64_t zero_fwd = std::min(parts.forward_grads, model.not_grads.zero_buffers_fwd);
     consider(fixed + forward_stored[k] + parts.forward, "forward", k, forward_stored[k], parts.forward,
-             parts.forward_grads, parts.forward_gathered, parts.forward_saved, cached[k]);
+             parts.forward_grads - zero_fwd, parts.forward_gathered + zero_fwd, parts.forward_saved, cached[k]);
     const int64_t input = reduce_input_at(model, k, parts.backward_grads);
+    const auto [zero, in_flight] = not_grads_bwd(model, k, parts, parts.backward_grads - input);
     consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k], parts.backward,
-             parts.backward_grads - input, parts.backward_gathered + input, parts.backward_saved, 0);
+             parts.backward_grads - input - zero - in_flight, parts.backward_gathered + input + zero,
+             parts.backward_saved, 0);
   }
   if (model.reference_forward) {
     const int64_t local = reference_forward_local(model);
@@ -274,8 +294,9 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
     consider(fixed + model.grads_generation + model.logprob_pass, "log-prob pass", -1, 0,
              model.grads_generation + model.logprob_pass, model.grads_generation, 0, 0, 0);
   }
+  const int64_t zero_step = std::min(model.grads_optimizer, model.not_grads.zero_buffers_optimizer);
   consider(model.base + model.grads_optimizer + model.optimizer_transient, "optimizer step", -1, 0,
-           model.grads_optimizer + model.optimizer_transient, model.grads_optimizer, 0, 0, 0);
+           model.grads_optimizer + model.optimizer_transient, model.grads_optimizer - zero_step, zero_step, 0, 0);
   return peak;
 }
 
