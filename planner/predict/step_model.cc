@@ -83,6 +83,25 @@ static void checkpoint_saved(const StepModel& model, const BlockProfile& block, 
       std::max(block.checkpoint, recompute_wins ? block.reentrant_recompute_peak_saved : block.bwd_peak_saved);
 }
 
+// A block's backward split where its gradients appear: at its first node with a
+// parameter gradient, or, where hooks make them (StepModel::grads_made_by_hooks),
+// after it. `before` is -1 where the block has no such split.
+struct GradSplit {
+  int64_t before = -1;
+  int64_t after = -1;
+  int64_t saved_before = 0;
+  int64_t saved_after = 0;
+};
+
+static GradSplit grad_split(const StepModel& model, const BlockProfile& block) {
+  if (model.grads_made_by_hooks && block.bwd_peak_after_first_param_grads >= 0) {
+    return {block.bwd_peak_through_first_param_grads, block.bwd_peak_after_first_param_grads,
+            block.bwd_saved_through_first_param_grads, block.bwd_saved_after_first_param_grads};
+  }
+  return {block.bwd_peak_before_param_grads, block.bwd_peak_from_param_grads, block.bwd_saved_before_param_grads,
+          block.bwd_saved_from_param_grads};
+}
+
 LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
   const BlockProfile& block = model.blocks[k];
   // The neighbour's saved tensors in flight over the host link: going out while
@@ -115,19 +134,20 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
   out.backward = out.backward_grads + backward + neighbour_copy;
   // The nodes that run backward before the block's first parameter gradient (the
   // loss in a head block) peak without the block's own gradients.
-  if (block.on_autograd && block.bwd_peak_before_param_grads >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
+  const GradSplit split_at = grad_split(model, block);
+  if (block.on_autograd && split_at.before >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
     const int64_t before_grads = model.grads_bwd_before[k];
     const int64_t held = reentrant_held_outputs(model, block, choice);
-    int64_t before = block.bwd_peak_before_param_grads + held;
+    int64_t before = split_at.before + held;
     if (choice == BlockChoice::kCheckpoint) before = std::max(before, recompute_peak(model, block) + block.out_grad);
-    const int64_t after = block.bwd_peak_from_param_grads + held;
+    const int64_t after = split_at.after + held;
     const int64_t split = std::max(before_grads + before, out.backward_grads + after);
     if (split < out.backward - neighbour_copy) {
       const bool before_wins = before_grads + before >= out.backward_grads + after;
       out.backward = split + neighbour_copy;
       if (before_wins) out.backward_grads = before_grads;
       out.backward_before_grads = before_wins;
-      const int64_t saved = before_wins ? block.bwd_saved_before_param_grads : block.bwd_saved_from_param_grads;
+      const int64_t saved = before_wins ? split_at.saved_before : split_at.saved_after;
       if (choice != BlockChoice::kCheckpoint) out.backward_saved = saved;
       else if (model.reentrant_recompute) out.backward_saved = std::max(block.checkpoint, saved);
     }

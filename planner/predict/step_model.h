@@ -52,6 +52,11 @@ struct StepModel {
   // ZeRO buffers, and gradients autograd still holds in flight, labelled transient.
   // Per block, as grads_bwd and grads_bwd_before (empty: none); capped by them.
   NotGradients not_grads;
+  // Every gradient the walk holds is made by a hook once AccumulateGrad has run
+  // (DeepSpeed ZeRO-1/2: setup_buckets at the first hook, copies into them): a block's
+  // first node with a parameter gradient runs backward with grads_bwd_before
+  // (BlockProfile::bwd_peak_through_first_param_grads).
+  bool grads_made_by_hooks = false;
   int64_t grads_optimizer = 0;     // gradients at the optimizer step
   int64_t optimizer_transient = 0;
   std::vector<BlockProfile> blocks;
