@@ -234,11 +234,14 @@ static int64_t at_block(const std::vector<int64_t>& bytes, int k) {
 
 // What no parameter's `.grad` holds among a backward peak's gradients
 // (StepModel::not_grads): {ZeRO buffers, gradients in flight}, within `grads`.
-static std::pair<int64_t, int64_t> not_grads_bwd(const StepModel& model, int k, const LocalPeak& parts,
-                                                 int64_t grads) {
+// FSDP2's reduce-scatter input is among the ZeRO buffers.
+static std::pair<int64_t, int64_t> not_grads_bwd(const StepModel& model, int k, const LocalPeak& parts) {
   const NotGradients& n = model.not_grads;
   const bool before = parts.backward_before_grads;
-  const int64_t zero = std::min(grads, at_block(before ? n.zero_buffers_bwd_before : n.zero_buffers_bwd, k));
+  const int64_t grads = parts.backward_grads;
+  const int64_t input = reduce_input_at(model, k, grads);
+  const int64_t zero =
+      input + std::min(grads - input, at_block(before ? n.zero_buffers_bwd_before : n.zero_buffers_bwd, k));
   const int64_t in_flight = std::min(grads - zero, at_block(before ? n.in_flight_bwd_before : n.in_flight_bwd, k));
   return {zero, in_flight};
 }
@@ -295,11 +298,9 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
     const int64_t zero_fwd = std::min(parts.forward_grads, model.not_grads.zero_buffers_fwd);
     consider(fixed + forward_stored[k] + parts.forward, "forward", k, forward_stored[k], parts.forward,
              parts.forward_grads - zero_fwd, parts.forward_gathered + zero_fwd, parts.forward_saved, cached[k]);
-    const int64_t input = reduce_input_at(model, k, parts.backward_grads);
-    const auto [zero, in_flight] = not_grads_bwd(model, k, parts, parts.backward_grads - input);
+    const auto [zero, in_flight] = not_grads_bwd(model, k, parts);
     consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k], parts.backward,
-             parts.backward_grads - input - zero - in_flight, parts.backward_gathered + input + zero,
-             parts.backward_saved, 0);
+             parts.backward_grads - zero - in_flight, parts.backward_gathered + zero, parts.backward_saved, 0);
   }
   if (model.reference_forward) {
     const int64_t local = reference_forward_local(model);
