@@ -238,16 +238,24 @@ void apply_deepspeed_gradients(const ModelContext& context, const RunSettings& s
   }
   const bool zero2_on_gpu = config.zero_stage == 2 && !shards_with_fsdp(settings) &&
                             config.offload_optimizer == Offload::kNone && through_deepspeed_engine(settings);
-  if (!zero2_on_gpu || config.grad_accum != 1 || states.grads_in_backward) return;
-  // Each gradient the walk holds here is ZeRO's, made by its hook
-  // (register_post_accumulate_grad_hook, deepspeed/utils/torch.py register_grad_hook)
-  // once a node's backward is done: the buckets (setup_buckets), the partition
-  // (copy_grads_in_partition), the copies of a reduction; a tied partial only joins
-  // them at its last use.
-  model.grads_made_by_hooks = true;
-  delay_gradient_partition(settings, states, model);
-  hold_tied_partials(context, settings, accounting, model);
-  hold_oversized_gradients(context, settings, accounting, model);
+  if (zero2_on_gpu && config.grad_accum == 1 && !states.grads_in_backward) {
+    // Each gradient the walk holds here is ZeRO's, made by its hook
+    // (register_post_accumulate_grad_hook, deepspeed/utils/torch.py register_grad_hook)
+    // once a node's backward is done: the buckets (setup_buckets), the partition
+    // (copy_grads_in_partition), the copies of a reduction; a tied partial only joins
+    // them at its last use.
+    model.grads_made_by_hooks = true;
+    delay_gradient_partition(settings, states, model);
+    hold_tied_partials(context, settings, accounting, model);
+    hold_oversized_gradients(context, settings, accounting, model);
+  }
+  // The unspecified stack's ZeRO-1/2 is headroom's executor's (executor/zero_layout.h),
+  // priced with DeepSpeed's buffers but not its hooks: what its `.grad`s view and when
+  // its buffers appear are the executor's, measured by `headroom run`.
+  if (settings.stack == Stack::kUnspecified) {
+    model.grads_made_by_hooks = false;
+    model.not_grads = NotGradients{};
+  }
 }
 
 }  // namespace headroom::planner

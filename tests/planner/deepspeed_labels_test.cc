@@ -69,6 +69,15 @@ TEST_CASE("overlap_comm's second ZeRO-2 bucket is a ZeRO buffer until the first 
   CHECK(at(built(small_model(), single).model.not_grads.zero_buffers_bwd, 3) == 0);
 }
 
+TEST_CASE("headroom's own ZeRO-2 (the unspecified stack) keeps its gradients' labels and timing") {
+  RunSettings mine = deepspeed(2);
+  mine.stack = Stack::kUnspecified;  // executor/zero_layout.h, not DeepSpeed's hooks
+  const BuiltStep own = built(small_model(), mine);
+  REQUIRE(own.model.grads_bwd[3] > 0);  // its buckets are priced
+  CHECK(own.model.not_grads.zero_buffers_bwd.empty());
+  CHECK_FALSE(own.model.grads_made_by_hooks);
+}
+
 TEST_CASE("ZeRO-2's gradient partition is a ZeRO buffer in backward and at the step") {
   RunSettings settings = deepspeed(2);
   settings.overlap_comm = false;
