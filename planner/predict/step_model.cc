@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <utility>
 
 namespace headroom::planner {
 
@@ -82,6 +83,25 @@ static void checkpoint_saved(const StepModel& model, const BlockProfile& block, 
       std::max(block.checkpoint, recompute_wins ? block.reentrant_recompute_peak_saved : block.bwd_peak_saved);
 }
 
+// A block's backward split where its gradients appear: at its first node with a
+// parameter gradient, or, where hooks make them (StepModel::grads_made_by_hooks),
+// after it. `before` is -1 where the block has no such split.
+struct GradSplit {
+  int64_t before = -1;
+  int64_t after = -1;
+  int64_t saved_before = 0;
+  int64_t saved_after = 0;
+};
+
+static GradSplit grad_split(const StepModel& model, const BlockProfile& block) {
+  if (model.grads_made_by_hooks && block.bwd_peak_after_first_param_grads >= 0) {
+    return {block.bwd_peak_through_first_param_grads, block.bwd_peak_after_first_param_grads,
+            block.bwd_saved_through_first_param_grads, block.bwd_saved_after_first_param_grads};
+  }
+  return {block.bwd_peak_before_param_grads, block.bwd_peak_from_param_grads, block.bwd_saved_before_param_grads,
+          block.bwd_saved_from_param_grads};
+}
+
 LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
   const BlockProfile& block = model.blocks[k];
   // The neighbour's saved tensors in flight over the host link: going out while
@@ -114,18 +134,20 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
   out.backward = out.backward_grads + backward + neighbour_copy;
   // The nodes that run backward before the block's first parameter gradient (the
   // loss in a head block) peak without the block's own gradients.
-  if (block.on_autograd && block.bwd_peak_before_param_grads >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
+  const GradSplit split_at = grad_split(model, block);
+  if (block.on_autograd && split_at.before >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
     const int64_t before_grads = model.grads_bwd_before[k];
     const int64_t held = reentrant_held_outputs(model, block, choice);
-    int64_t before = block.bwd_peak_before_param_grads + held;
+    int64_t before = split_at.before + held;
     if (choice == BlockChoice::kCheckpoint) before = std::max(before, recompute_peak(model, block) + block.out_grad);
-    const int64_t after = block.bwd_peak_from_param_grads + held;
+    const int64_t after = split_at.after + held;
     const int64_t split = std::max(before_grads + before, out.backward_grads + after);
     if (split < out.backward - neighbour_copy) {
       const bool before_wins = before_grads + before >= out.backward_grads + after;
       out.backward = split + neighbour_copy;
       if (before_wins) out.backward_grads = before_grads;
-      const int64_t saved = before_wins ? block.bwd_saved_before_param_grads : block.bwd_saved_from_param_grads;
+      out.backward_before_grads = before_wins;
+      const int64_t saved = before_wins ? split_at.saved_before : split_at.saved_after;
       if (choice != BlockChoice::kCheckpoint) out.backward_saved = saved;
       else if (model.reentrant_recompute) out.backward_saved = std::max(block.checkpoint, saved);
     }
@@ -206,6 +228,24 @@ static int64_t reduce_input_at(const StepModel& model, int k, int64_t grads) {
   return std::min(model.reduce_input_bwd[k], grads);
 }
 
+static int64_t at_block(const std::vector<int64_t>& bytes, int k) {
+  return static_cast<size_t>(k) < bytes.size() ? bytes[k] : 0;
+}
+
+// What no parameter's `.grad` holds among a backward peak's gradients
+// (StepModel::not_grads): {ZeRO buffers, gradients in flight}, within `grads`.
+// FSDP2's reduce-scatter input is among the ZeRO buffers.
+static std::pair<int64_t, int64_t> not_grads_bwd(const StepModel& model, int k, const LocalPeak& parts) {
+  const NotGradients& n = model.not_grads;
+  const bool before = parts.backward_before_grads;
+  const int64_t grads = parts.backward_grads;
+  const int64_t input = reduce_input_at(model, k, grads);
+  const int64_t zero =
+      input + std::min(grads - input, at_block(before ? n.zero_buffers_bwd_before : n.zero_buffers_bwd, k));
+  const int64_t in_flight = std::min(grads - zero, at_block(before ? n.in_flight_bwd_before : n.in_flight_bwd, k));
+  return {zero, in_flight};
+}
+
 // Autocast's cache holds the weight casts of checkpointed blocks until the forward's
 // end (BlockProfile::cast_cache), and the model's forward frame what it holds
 // (BlockProfile::forward_frame): forward only, transient. Added to `forward_stored`;
@@ -255,11 +295,12 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   for (int k = 0; k < n; ++k) {
     const BlockChoice previous = k > 0 ? choices[k - 1] : BlockChoice::kKeep;
     const LocalPeak parts = local_parts(model, k, previous, choices[k]);
+    const int64_t zero_fwd = std::min(parts.forward_grads, model.not_grads.zero_buffers_fwd);
     consider(fixed + forward_stored[k] + parts.forward, "forward", k, forward_stored[k], parts.forward,
-             parts.forward_grads, parts.forward_gathered, parts.forward_saved, cached[k]);
-    const int64_t input = reduce_input_at(model, k, parts.backward_grads);
+             parts.forward_grads - zero_fwd, parts.forward_gathered + zero_fwd, parts.forward_saved, cached[k]);
+    const auto [zero, in_flight] = not_grads_bwd(model, k, parts);
     consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k], parts.backward,
-             parts.backward_grads - input, parts.backward_gathered + input, parts.backward_saved, 0);
+             parts.backward_grads - zero - in_flight, parts.backward_gathered + zero, parts.backward_saved, 0);
   }
   if (model.reference_forward) {
     const int64_t local = reference_forward_local(model);
@@ -274,8 +315,9 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
     consider(fixed + model.grads_generation + model.logprob_pass, "log-prob pass", -1, 0,
              model.grads_generation + model.logprob_pass, model.grads_generation, 0, 0, 0);
   }
+  const int64_t zero_step = std::min(model.grads_optimizer, model.not_grads.zero_buffers_optimizer);
   consider(model.base + model.grads_optimizer + model.optimizer_transient, "optimizer step", -1, 0,
-           model.grads_optimizer + model.optimizer_transient, model.grads_optimizer, 0, 0, 0);
+           model.grads_optimizer + model.optimizer_transient, model.grads_optimizer - zero_step, zero_step, 0, 0);
   return peak;
 }
 

@@ -23,6 +23,15 @@ namespace headroom::planner {
 // is kept until five later ones have been packed (training/_activation_offloading.py).
 inline constexpr int kCheckpointOffloadStash = 5;
 
+struct NotGradients {
+  int64_t zero_buffers_fwd = 0;          // among grads_fwd
+  std::vector<int64_t> zero_buffers_bwd;         // among grads_bwd
+  std::vector<int64_t> zero_buffers_bwd_before;  // among grads_bwd_before
+  std::vector<int64_t> in_flight_bwd;            // among grads_bwd
+  std::vector<int64_t> in_flight_bwd_before;     // among grads_bwd_before
+  int64_t zero_buffers_optimizer = 0;    // among grads_optimizer
+};
+
 struct StepModel {
   int64_t base = 0;          // resident all step on the allocator: params, states, buckets, workspaces, persistent tensors, pool slack
   int64_t gathered = 0;      // ZeRO-3 parameters gathered while blocks compute
@@ -38,6 +47,16 @@ struct StepModel {
   // per block: the reduce-scatter input among grads_bwd, labelled a ZeRO buffer at the
   // peak (ModelStates::reduce_scatter_input_block; empty: none)
   std::vector<int64_t> reduce_input_bwd;
+  // Bytes among the walk's gradients that no parameter's `.grad` holds at the peak
+  // (docs/memory-model.md, "Categories at the peak"): DeepSpeed's own buffers, labelled
+  // ZeRO buffers, and gradients autograd still holds in flight, labelled transient.
+  // Per block, as grads_bwd and grads_bwd_before (empty: none); capped by them.
+  NotGradients not_grads;
+  // Every gradient the walk holds is made by a hook once AccumulateGrad has run
+  // (DeepSpeed ZeRO-1/2: setup_buckets at the first hook, copies into them): a block's
+  // first node with a parameter gradient runs backward with grads_bwd_before
+  // (BlockProfile::bwd_peak_through_first_param_grads).
+  bool grads_made_by_hooks = false;
   int64_t grads_optimizer = 0;     // gradients at the optimizer step
   int64_t optimizer_transient = 0;
   std::vector<BlockProfile> blocks;
@@ -87,6 +106,9 @@ struct LocalPeak {
   // StepModel::reentrant_recompute what the recompute saves.
   int64_t forward_saved = 0;
   int64_t backward_saved = 0;
+  // The backward peak falls before the block's own parameter gradients exist
+  // (backward_grads is StepModel::grads_bwd_before).
+  bool backward_before_grads = false;
 };
 LocalPeak local_parts(const StepModel& model, int block, BlockChoice previous, BlockChoice choice);
 // Peak above base + gathered + P(k-1) while block k runs forward and backward, given
@@ -102,7 +124,7 @@ struct StepPeak {
   int64_t activations = 0; // stored by earlier blocks + persistent, at the peak
   int64_t transient = 0;   // the block in flight
   int64_t gradients = 0;
-  int64_t gathered = 0;    // FSDP's layer units in flight at the peak (StepModel::gathered_fwd/bwd)
+  int64_t gathered = 0;    // FSDP's layer units in flight and the ZeRO buffers among the gradients at the peak
   int64_t host_activations = 0;  // pinned host bytes holding offloaded activations
 };
 

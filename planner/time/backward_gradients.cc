@@ -165,16 +165,38 @@ std::vector<int64_t> BackwardGradients::waiting_gradients(const graph::BlockStru
   return waiting;
 }
 
+// PEFT's ParamWrapper on a grouped GEMM's experts (planner/mechanisms/peft_param_wrapper.cc):
+// _LoraFactorsProxy views lora_A and lora_B as the experts module's forward starts,
+// before its first grouped GEMM (peft/tuners/lora/layer.py, 0.21.2), so autograd,
+// which runs the ready node of the highest sequence number first, reaches those views
+// and the factors' AccumulateGrad only once every wrapped GEMM of the block has run
+// backward (seen on the meta-device oracle: Qwen3-MoE's first ZeRO hook after gate_up's).
+static bool factors_viewed_early(const graph::Node& node) {
+  return node.op == "grouped_mm" &&
+         std::any_of(node.outputs.begin(), node.outputs.end(),
+                     [](const std::string& t) { return t.ends_with(".lora_recomposed"); });
+}
+
 BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) const {
   BackwardStages stages;
   const std::vector<int64_t> released = released_before(block);
   const std::vector<int64_t> waiting = waiting_gradients(block);
+  int wrapped = 0;  // wrapped GEMMs whose backward has not run yet
+  for (int n : block.nodes) wrapped += analysis_.needs_param_grad[n] && factors_viewed_early(graph_.nodes[n]);
+  bool hooked = false;  // a parameter's AccumulateGrad (and its hooks) has run
   for (size_t i = block.nodes.size(); i-- > 0;) {
     const int n = block.nodes[i];
     if (!analysis_.needs_input_grad[n] && !analysis_.needs_param_grad[n]) continue;
     const int64_t grads = at_node(n) - released[i] + waiting[i];
-    const bool from = !stages.from_param_grads.empty() || analysis_.needs_param_grad[n];
+    const bool after_first = !stages.from_param_grads.empty();
+    const bool from = after_first || analysis_.needs_param_grad[n];
     (from ? stages.from_param_grads : stages.before_param_grads).consider(grads, released[i]);
+    (hooked ? stages.after_first_param_grads : stages.through_first_param_grads).consider(grads, released[i]);
+    if (analysis_.needs_param_grad[n]) {
+      const bool early = factors_viewed_early(graph_.nodes[n]);
+      wrapped -= early;
+      hooked = hooked || !early || wrapped == 0;
+    }
     const bool from_params = !stages.from_params.empty() || !graph_.nodes[n].params.empty();
     (from_params ? stages.from_params : stages.before_params).consider(grads, released[i]);
   }

@@ -36,6 +36,11 @@ struct BackwardStage {
 struct BackwardStages {
   BackwardStage before_param_grads;
   BackwardStage from_param_grads;
+  // The same split where the first parameter's AccumulateGrad (and its hooks) has run:
+  // through the first node with a parameter gradient, whose backward makes it, or
+  // through the block's last ParamWrapper GEMM (factors_viewed_early), and after it.
+  BackwardStage through_first_param_grads;
+  BackwardStage after_first_param_grads;
   // The same split at the first node with any parameter, trained or frozen: where an
   // FSDP unit's pre-backward hook fires (a frozen lm_head after the loss).
   BackwardStage before_params;

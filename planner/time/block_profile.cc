@@ -431,6 +431,12 @@ void add_backward_peaks(const BackwardStages& stages, BlockProfile& profile) {
     profile.bwd_saved_before_param_grads = profile.keep - stages.before_param_grads.released;
     profile.bwd_saved_from_param_grads = profile.keep - stages.from_param_grads.released;
   }
+  if (!stages.through_first_param_grads.empty() && !stages.after_first_param_grads.empty()) {
+    profile.bwd_peak_through_first_param_grads = base + stages.through_first_param_grads.bytes;
+    profile.bwd_peak_after_first_param_grads = base + stages.after_first_param_grads.bytes;
+    profile.bwd_saved_through_first_param_grads = profile.keep - stages.through_first_param_grads.released;
+    profile.bwd_saved_after_first_param_grads = profile.keep - stages.after_first_param_grads.released;
+  }
   if (!stages.before_params.empty() && !stages.from_params.empty()) {
     profile.bwd_peak_before_params = base + stages.before_params.bytes;
     profile.bwd_peak_from_params = base + stages.from_params.bytes;

@@ -32,6 +32,11 @@ struct BlockProfile {
   // to run backward (then bwd_peak is both).
   int64_t bwd_peak_before_param_grads = -1;
   int64_t bwd_peak_from_param_grads = -1;
+  // The same split after the first node with a parameter gradient, whose hooks fire
+  // once its backward is done (BackwardStages::through_first_param_grads); -1 when
+  // that node is the last of the block to run backward.
+  int64_t bwd_peak_through_first_param_grads = -1;
+  int64_t bwd_peak_after_first_param_grads = -1;
   // The same split at the block's first node with any parameter (BackwardStages::before_params).
   int64_t bwd_peak_before_params = -1;
   int64_t bwd_peak_from_params = -1;
@@ -50,6 +55,8 @@ struct BlockProfile {
   int64_t bwd_peak_saved = 0;
   int64_t bwd_saved_before_param_grads = 0;
   int64_t bwd_saved_from_param_grads = 0;
+  int64_t bwd_saved_through_first_param_grads = 0;
+  int64_t bwd_saved_after_first_param_grads = 0;
   int64_t bwd_saved_before_params = 0;
   int64_t bwd_saved_from_params = 0;
   // Autocast's cached 16-bit casts of its trainable fp32 weights (autocast_cached_casts):
