@@ -45,6 +45,7 @@ MoeSpec read_moe(HfReader& r, const HfFields& c, const std::string& type, int64_
     m.expert_intermediate = intermediate;
     m.norm_topk = true;
     m.f32_routing_weights = true;
+    m.mixtral_names = true;
     // MixtralSparseMoeBlock multiplies the hidden state in place by uniform noise in training.
     const bool jitter = c.has("router_jitter_noise") && !(c.json.at("router_jitter_noise").is_number() &&
                                                            c.json.at("router_jitter_noise").get<double>() == 0.0);
