@@ -6,7 +6,7 @@
 //   for each expert j: idx, top_x = torch.where(mask[j])    (nonzero: [n, 2] int64)
 //     h = x[None, top_x]                                   (IndexBackward keeps top_x)
 //     y = w2(act(w1(h)) * w3(h)) * weights[top_x, idx, None] (mul keeps both)
-//     final.index_add_(0, top_x, y)                        (keeps top_x)
+//     final.index_add_(0, top_x, y)                        (keeps top_x and y)
 // Qwen2-MoE then adds sigmoid(shared_expert_gate(x)) * shared_expert(x).
 #include "models/moe_loop.h"
 
@@ -54,8 +54,11 @@ std::string add_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const 
   const std::string scale = b.op(moe_node(e + ".routing_weight", "index", {routing.weights, where}, routed,
                                           std::nullopt, {{where, SaveWhen::kInputGrad}}));
   const std::string weighted = b.mul(e + ".weighted", down, scale, routed.scaled(hidden));
+  // IndexAddBackward0 keeps the index and the source itself: its formula for the
+  // source, grad.index_select(dim, index).expand_as(source), takes the tensor
+  // (tools/autograd/derivatives.yaml, index_add; the oracle: mul [n, H] kept per expert).
   return b.op(moe_node(e + ".index_add", "index_add", {accumulated, weighted, where}, SizeExpr{}, std::nullopt,
-                       {{where, SaveWhen::kInputGrad}}));
+                       {{where, SaveWhen::kInputGrad}, {weighted, SaveWhen::kInputGrad}}));
 }
 
 }  // namespace

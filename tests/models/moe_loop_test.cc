@@ -77,8 +77,9 @@ TEST_CASE("each expert keeps its balanced share of tokens x k rows, and the loop
   // One expert, everything trainable: the routed rows [n, H] for w1 and w3's dW,
   // w1's output (SiLU's input) and SiLU's and w3's outputs (the product's), the
   // product [n, I] for w2's dW, w2's output [n, H] and the gathered weights [n]
-  // (the weighted product), where's int64 [n, 2] (the index ops, index_add_).
-  const int64_t expert = n * H * 2 + 3 * n * I * 2 + n * I * 2 + n * H * 2 + n * 2 + n * 2 * 8;
+  // (the weighted product), the weighted output [n, H] (index_add_'s source: its
+  // backward formula takes it), where's int64 [n, 2] (the index ops, index_add_).
+  const int64_t expert = n * H * 2 + 3 * n * I * 2 + n * I * 2 + n * H * 2 + n * 2 + n * H * 2 + n * 2 * 8;
   CHECK(saved_bytes_under(g, "model.layers.0.block_sparse_moe.experts.3.", 1, 512) == expert);
   // Router: x for the gate's dW, the fp32 softmax, topk's indices, the in-place
   // division's fp32 clone of the top values and the sums.
