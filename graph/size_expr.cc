@@ -82,6 +82,7 @@ SizeExpr& SizeExpr::operator+=(const SizeExpr& other) {
   bs += other.bs;
   ss += other.ss;
   bss += other.bss;
+  if (per > 1) *this = reduced(*this);
   return *this;
 }
 
