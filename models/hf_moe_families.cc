@@ -110,8 +110,9 @@ Result<graph::LayerGraph> hf_moe_family(const HfFields& c, const std::string& ty
   graph::LayerGraph graph = build_llama(config, options);
   graph.family = type;
   set_token_sequence(graph, config.max_position);
-  // The experts are 3-D nn.Parameters, not nn.Linear: PEFT cannot target them by
-  // module name, so the default targets are the attention projections.
+  // In 5.x the experts are 3-D nn.Parameters, not nn.Linear: PEFT cannot target them
+  // by module name, so the default targets are the attention projections (kept under
+  // 4.x's expert Linears too, models/moe_loop.h: one default for either layout).
   graph.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
   return graph;
 }
