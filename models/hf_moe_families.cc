@@ -93,6 +93,8 @@ Result<graph::LayerGraph> hf_moe_family(const HfFields& c, const std::string& ty
   LlamaConfig config = read.value();
   HfReader r(c);
   config.moe = read_moe(r, c, type, config.intermediate);
+  // Mixtral kept its own cached rotary module after Mistral's moved to per-forward tables.
+  if (type == "mixtral") config.rope_cache = kMixtralRope;
   refuse_expert_parallelism(r, c);
   if (type == "qwen2_moe") config.qkv_bias = r.boolean_or("qkv_bias", true);
   if (type == "olmoe") {
