@@ -6,6 +6,7 @@
 
 #include "executor/executable_model.h"
 #include "executor/run.h"
+#include "planner/predict/moe_notes.h"
 #include "planner/settings/bnb_release.h"
 #include "planner/settings/stack.h"
 
@@ -220,6 +221,18 @@ Status check_recipe(const planner::StackSpec& stack, std::string_view origin) {
   return Status::ok();
 }
 
+// The executor's MoE block (models/torch/moe_module.h) is transformers 5.x's fused
+// experts; a plan priced for a 4.x release has one nn.Linear per expert (NF4 under
+// QLoRA, plain LoRA on its Linears: models/moe_loop.h), which it does not train.
+Status check_experts_layout(const planner::Plan& plan, const ExecutableModel& model, std::string_view origin) {
+  if (model.family != ModelFamily::kLlama || model.llama.moe.experts == 0) return Status::ok();
+  if (!planner::experts_as_modules(plan.settings)) return Status::ok();
+  return refuse(origin, "settings.versions",
+                "transformers before 5.0 runs each expert as its own nn.Linear modules in a Python loop, as this plan "
+                "is priced; the executor trains transformers 5.x's fused experts (grouped GEMMs), a different "
+                "layout; expected transformers=5.0 or later, or no transformers release");
+}
+
 // Adapters of one rank, and transformers' full-vocabulary loss.
 Status check_adapters_and_loss(const planner::RunSettings& s, const planner::StackSpec& stack,
                                std::string_view origin) {
@@ -288,7 +301,8 @@ Status check_executable(const planner::Plan& given, std::string_view origin) {
   // In this order: the first refusal is the one reported.
   for (const Status& status : {check_recipe(stack, origin), check_stack_dtypes(plan, model.value(), stack, origin),
                                check_activations(plan, stack, origin), check_kernels(s, origin),
-                               check_adapters_and_loss(s, stack, origin), check_shape(plan, model.value(), origin)}) {
+                               check_adapters_and_loss(s, stack, origin), check_shape(plan, model.value(), origin),
+                               check_experts_layout(plan, model.value(), origin)}) {
     if (!status.is_ok()) return status;
   }
   return Status::ok();

@@ -156,13 +156,17 @@ class Reader {
     if (j.is_number_integer()) {
       out.c = integer(j, path);
     } else if (j.is_object()) {
-      object(j, path, {"c", "b", "s", "bs", "ss", "bss"});
+      object(j, path, {"c", "b", "s", "bs", "ss", "bss", "per"});
       for (const auto& [key, term] : kSizeTerms) {
         if (const json* value = member(j, path, key, false))
           out.*term = integer(*value, join(path, key));
       }
+      if (const json* value = member(j, path, "per", false)) {
+        out.per = integer(*value, join(path, "per"));
+        if (out.per < 1) fail(join(path, "per"), "expected a positive divisor, got " + std::to_string(out.per));
+      }
     } else {
-      wrong_type(path, "an integer or an object with keys c, b, s, bs, ss, bss", j);
+      wrong_type(path, "an integer or an object with keys c, b, s, bs, ss, bss, per", j);
     }
     if (out.any_negative()) {
       fail(path, "negative coefficient in " + out.to_string() + " (expected non-negative counts)");
@@ -446,6 +450,7 @@ json size_expr_to_json(const SizeExpr& expr) {
   for (const auto& [key, term] : kSizeTerms) {
     if (expr.*term != 0) out[key] = expr.*term;
   }
+  if (expr.per > 1) out["per"] = expr.per;
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "graph/size_expr.h"
 
 #include <cassert>
+#include <numeric>
 #include <string>
 
 namespace headroom::graph {
@@ -29,6 +30,7 @@ std::optional<int64_t> SizeExpr::eval(int64_t batch, int64_t seq) const {
     return std::nullopt;
   }
   if (total < 0) return std::nullopt;
+  if (per > 1) return total / per + (total % per > 0 ? 1 : 0);
   return total;
 }
 
@@ -38,20 +40,56 @@ int64_t SizeExpr::at(int64_t batch, int64_t seq) const {
   return value.value_or(0);
 }
 
+namespace {
+
+// Divides the coefficients and `per` by their common divisor (3/6 -> 1/2), so
+// that equal shares compare equal.
+SizeExpr reduced(SizeExpr e) {
+  if (e.per <= 1) return e;
+  int64_t g = e.per;
+  for (int64_t v : {e.c, e.b, e.s, e.bs, e.ss, e.bss}) g = std::gcd(g, v);
+  if (g <= 1) return e;
+  return SizeExpr{e.c / g, e.b / g, e.s / g, e.bs / g, e.ss / g, e.bss / g, e.per / g};
+}
+
+}  // namespace
+
+SizeExpr SizeExpr::share(int64_t divisor) const {
+  assert(divisor > 0);
+  SizeExpr out = *this;
+  [[maybe_unused]] const bool overflow = __builtin_mul_overflow(per, divisor, &out.per);
+  assert(!overflow && "SizeExpr::share overflow");
+  return reduced(out);
+}
+
 SizeExpr& SizeExpr::operator+=(const SizeExpr& other) {
+  if (per != other.per) {
+    // a/p + b/q = (a*(l/p) + b*(l/q)) / l with l = lcm(p, q), then reduced.
+    const int64_t l = std::lcm(per, other.per);
+    SizeExpr left = *this;
+    SizeExpr right = other;
+    left.per = right.per = 1;
+    left = left.scaled(l / per);
+    right = right.scaled(l / other.per);
+    left += right;
+    left.per = l;
+    *this = reduced(left);
+    return *this;
+  }
   c += other.c;
   b += other.b;
   s += other.s;
   bs += other.bs;
   ss += other.ss;
   bss += other.bss;
+  if (per > 1) *this = reduced(*this);
   return *this;
 }
 
 SizeExpr SizeExpr::divided_up(int64_t divisor) const {
   assert(divisor > 0);
   const auto up = [divisor](int64_t v) { return v / divisor + (v % divisor > 0 ? 1 : 0); };
-  return SizeExpr{up(c), up(b), up(s), up(bs), up(ss), up(bss)};
+  return SizeExpr{up(c), up(b), up(s), up(bs), up(ss), up(bss), per};
 }
 
 SizeExpr SizeExpr::scaled(int64_t factor) const {
@@ -64,7 +102,8 @@ SizeExpr SizeExpr::scaled(int64_t factor) const {
   overflow |= __builtin_mul_overflow(ss, factor, &out.ss);
   overflow |= __builtin_mul_overflow(bss, factor, &out.bss);
   assert(!overflow && "SizeExpr::scaled overflow");
-  return out;
+  out.per = per;
+  return reduced(out);
 }
 
 std::string SizeExpr::to_string() const {
@@ -84,7 +123,9 @@ std::string SizeExpr::to_string() const {
   term(bs, "B*S");
   term(ss, "S^2");
   term(bss, "B*S^2");
-  return out.empty() ? "0" : out;
+  if (out.empty()) return "0";
+  if (per > 1) return "(" + out + ")/" + std::to_string(per);
+  return out;
 }
 
 }  // namespace headroom::graph

@@ -4,7 +4,9 @@
 //   c + b*B + s*S + bs*B*S + ss*S^2 + bss*B*S^2
 // which covers every activation of a transformer: per-token tensors (bs),
 // eager attention scores (bss), fixed-length side inputs such as Flux's 512 text
-// tokens (b), and parameters (c).
+// tokens (b), and parameters (c). `per` > 1 makes it a share of that polynomial,
+// rounded up: the rows one of E experts receives under balanced routing are
+// B*S*k/E (models/moe_loop.cc), which integer coefficients cannot hold.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,7 @@ struct SizeExpr {
   int64_t bs = 0;
   int64_t ss = 0;
   int64_t bss = 0;
+  int64_t per = 1;  // the value is ceil(polynomial / per); always >= 1
 
   static SizeExpr constant(int64_t value) { return SizeExpr{value, 0, 0, 0, 0, 0}; }
   // per_token * B * S: the size of a [B, S, per_token] tensor.
@@ -27,7 +30,7 @@ struct SizeExpr {
   // per_sample * B: the size of a [B, per_sample] tensor.
   static SizeExpr per_sample(int64_t per_sample) { return SizeExpr{0, per_sample, 0, 0, 0, 0}; }
 
-  // Value at (batch, seq); nullopt if it overflows int64 or is negative.
+  // Value at (batch, seq), ceil(polynomial / per); nullopt if it overflows int64 or is negative.
   std::optional<int64_t> eval(int64_t batch, int64_t seq) const;
   // Same, for callers that have validated the expression and inputs; asserts.
   int64_t at(int64_t batch, int64_t seq) const;
@@ -42,6 +45,9 @@ struct SizeExpr {
   // Divides every coefficient by `divisor`, rounding each up, so a share of a
   // size is never priced below its exact value (a chunk of a chunked loss).
   SizeExpr divided_up(int64_t divisor) const;
+  // The exact share 1/divisor of the whole expression (per *= divisor, reduced);
+  // only its value is rounded up.
+  SizeExpr share(int64_t divisor) const;
   bool operator==(const SizeExpr& other) const = default;
 
   // Human form, e.g. "4096*B*S + 32*B*S^2".

@@ -45,6 +45,7 @@ MoeSpec read_moe(HfReader& r, const HfFields& c, const std::string& type, int64_
     m.expert_intermediate = intermediate;
     m.norm_topk = true;
     m.f32_routing_weights = true;
+    m.mixtral_names = true;
     // MixtralSparseMoeBlock multiplies the hidden state in place by uniform noise in training.
     const bool jitter = c.has("router_jitter_noise") && !(c.json.at("router_jitter_noise").is_number() &&
                                                            c.json.at("router_jitter_noise").get<double>() == 0.0);
@@ -92,6 +93,8 @@ Result<graph::LayerGraph> hf_moe_family(const HfFields& c, const std::string& ty
   LlamaConfig config = read.value();
   HfReader r(c);
   config.moe = read_moe(r, c, type, config.intermediate);
+  // Mixtral kept its own cached rotary module after Mistral's moved to per-forward tables.
+  if (type == "mixtral") config.rope_cache = kMixtralRope;
   refuse_expert_parallelism(r, c);
   if (type == "qwen2_moe") config.qkv_bias = r.boolean_or("qkv_bias", true);
   if (type == "olmoe") {
@@ -109,8 +112,9 @@ Result<graph::LayerGraph> hf_moe_family(const HfFields& c, const std::string& ty
   graph::LayerGraph graph = build_llama(config, options);
   graph.family = type;
   set_token_sequence(graph, config.max_position);
-  // The experts are 3-D nn.Parameters, not nn.Linear: PEFT cannot target them by
-  // module name, so the default targets are the attention projections.
+  // In 5.x the experts are 3-D nn.Parameters, not nn.Linear: PEFT cannot target them
+  // by module name, so the default targets are the attention projections (kept under
+  // 4.x's expert Linears too, models/moe_loop.h: one default for either layout).
   graph.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
   return graph;
 }

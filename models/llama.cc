@@ -62,7 +62,7 @@ std::string rope_attention(GraphBuilder& b, const RopeAttention& a, const std::s
 // else SwiGLU/GeGLU over gate_proj and up_proj (or Phi3's fused gate_up_proj).
 std::string add_decoder_mlp(GraphBuilder& b, const LlamaConfig& c, const std::string& p, const std::string& y,
                             int64_t layer) {
-  if (is_sparse_layer(c.moe, layer)) return add_moe_block(b, c.moe, c.hidden, p + ".mlp", y);
+  if (is_sparse_layer(c.moe, layer)) return add_moe_block(b, c.moe, c.hidden, p + "." + moe_module_name(c.moe), y);
   const SizeExpr rows = tokens();
   const SizeExpr ffn_elements = times(rows, c.intermediate);
   std::string gate, up;
@@ -164,6 +164,7 @@ void add_causal_lm_head(GraphBuilder& b, const std::string& norm, const std::str
 
 graph::LayerGraph build_llama(const LlamaConfig& config, const ZooOptions& options) {
   LlamaConfig c = config;
+  c.moe.expert_modules = options.expert_modules;
   if (options.rms_norm_f32_normalized && c.rms_norm == RmsNormStyle::kTransformers) {
     c.rms_norm = RmsNormStyle::kTransformersF32;
   }

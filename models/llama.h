@@ -67,8 +67,8 @@ inline constexpr LlamaConfig kMistral7b{4096, 14336, 32, 32, 8, 32000, 32768, 0.
 // max_position_embeddings 32768, num_local_experts 8, num_experts_per_tok 2;
 // transformers' own RMSNorm (the zoo's MoE graphs are what a transformers run keeps).
 inline constexpr LlamaConfig kMixtral8x7b{4096, 14336, 32, 32, 8, 32000, 32768, 0.0, 0, false, false, false, false,
-                                          "silu", false, false, RmsNormStyle::kTransformers, kLlamaRope,
-                                          MoeSpec{8, 2, 14336, 0, 1, true, true}};
+                                          "silu", false, false, RmsNormStyle::kTransformers, kMixtralRope,
+                                          MoeSpec{8, 2, 14336, 0, 1, true, true, true}};
 // Qwen/Qwen3-30B-A3B config.json: hidden_size 2048, 48 layers, 32 heads, 4 KV
 // heads, head_dim 128, vocab_size 151936, max_position_embeddings 40960,
 // num_experts 128, num_experts_per_tok 8, moe_intermediate_size 768,
@@ -85,7 +85,7 @@ inline constexpr LlamaConfig kTinyLlama{64, 176, 4, 4, 2, 256, 256, 0.0};
 // top-2; the fused RMSNorm of the executor, as tiny-llama.
 inline constexpr LlamaConfig kTinyMoe{64, 96, 4, 4, 2, 256, 256, 0.0, 0, false, false, false, false,
                                       "silu", false, false, RmsNormStyle::kFused, kLlamaRope,
-                                      MoeSpec{4, 2, 96, 0, 1, true, true}};
+                                      MoeSpec{4, 2, 96, 0, 1, true, true, true}};
 
 // Adds "<prefix>.rotary_emb.cos"/".sin" ([1, S, head_dim], compute dtype, as
 // HF LlamaRotaryEmbedding returns them) read from an int64 position_ids input.

@@ -7,6 +7,7 @@
 #include "models/moe.h"
 
 #include "models/moe_parts.h"
+#include "models/moe_loop.h"
 
 #include <optional>
 #include <utility>
@@ -36,20 +37,29 @@ OpSpec node(const std::string& name, const char* op, std::vector<std::string> in
   return moe_node(name, op, std::move(inputs), out, dtype, std::move(saves));
 }
 
+}  // namespace
+
 // TopKRouter.forward: logits = F.linear(x, weight) (an nn.Parameter, not an
 // nn.Linear: neither PEFT nor bitsandbytes wraps it); softmax in float32
 // (dtype=torch.float, Mixtral: logits.float()); topk; optionally renormalized
 // in place (div_ keeps a clone of the values and the f32 sums); cast back to the
 // logits' dtype except in Mixtral.
+// Before 5.0 the gate is an nn.Linear (MixtralSparseMoeBlock.gate, 4.44.2).
+
 Routing add_router(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& p,
-                   const std::string& x) {
+                   const std::string& x, bool linear_gate) {
   const SizeExpr rows = tokens();
   const SizeExpr k_elements = times(rows, m.top_k);
-  OpSpec router = node(p + ".gate", "router_linear", {x}, times(rows, m.experts), std::nullopt,
-                       {{x, SaveWhen::kParamGrad}});
-  router.params = {b.param(p + ".gate.weight", {m.experts, hidden})};
-  router.fwd_flops = router.bwd_input_flops = router.bwd_param_flops = times(rows, 2 * hidden * m.experts);
-  const std::string logits = b.op(router);
+  std::string logits;
+  if (linear_gate) {
+    logits = b.linear(p + ".gate", x, rows, hidden, m.experts, false);
+  } else {
+    OpSpec router = node(p + ".gate", "router_linear", {x}, times(rows, m.experts), std::nullopt,
+                         {{x, SaveWhen::kParamGrad}});
+    router.params = {b.param(p + ".gate.weight", {m.experts, hidden})};
+    router.fwd_flops = router.bwd_input_flops = router.bwd_param_flops = times(rows, 2 * hidden * m.experts);
+    logits = b.op(router);
+  }
   const std::string probs = b.op(node(p + ".gate.softmax", "softmax", {logits}, times(rows, m.experts), DType::kF32,
                                        {{p + ".gate.softmax", SaveWhen::kInputGrad}}));
   const std::string indices =
@@ -66,6 +76,8 @@ Routing add_router(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std:
   if (!m.f32_routing_weights) weights = b.copy(p + ".gate.weights_cast", "cast", {weights}, k_elements);
   return {weights, indices};
 }
+
+namespace {
 
 // One grouped GEMM over all experts' 3-D weight [E, out, in]: the routed rows,
 // sorted by expert, at `offsets`. Keeps its input for dW (the weight's gradient
@@ -120,8 +132,6 @@ std::string add_routed_experts(GraphBuilder& b, const MoeSpec& m, int64_t hidden
   return b.copy(e + ".to_hidden_dtype", "cast", {summed}, times(tokens(), hidden));
 }
 
-namespace {
-
 // Qwen2MoeSparseMoeBlock's shared expert: a dense SwiGLU MLP (nn.Linear: PEFT
 // and bitsandbytes wrap these) scaled by sigmoid(shared_expert_gate(x)).
 std::string add_shared_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& p,
@@ -141,13 +151,12 @@ std::string add_shared_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden,
   return b.mul(p + ".shared_expert_scaled", sig, out, times(rows, hidden));
 }
 
-}  // namespace
-
 std::string add_moe_block(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& p,
                           const std::string& x) {
+  if (m.expert_modules) return add_expert_loop_block(b, m, hidden, p, x);
   // Qwen2-MoE computes the shared expert first (Qwen2MoeSparseMoeBlock.forward).
   const std::string shared = m.shared_intermediate > 0 ? add_shared_expert(b, m, hidden, p, x) : "";
-  const Routing routing = add_router(b, m, hidden, p, x);
+  const Routing routing = add_router(b, m, hidden, p, x, false);
   const std::string routed = add_routed_experts(b, m, hidden, p, x, routing);
   if (shared.empty()) return routed;
   return b.add(p + ".add_shared", routed, shared, times(tokens(), hidden));
@@ -157,7 +166,7 @@ int64_t inactive_expert_parameters(const graph::LayerGraph& graph, const MoeSpec
   if (moe.experts == 0) return 0;
   int64_t experts = 0;
   for (const graph::Node& node : graph.nodes) {
-    if (node.op != "grouped_mm") continue;
+    if (node.op != "grouped_mm" && !is_expert_linear(node.name)) continue;
     for (const Param& param : node.params) experts += param.elements();
   }
   return experts / moe.experts * (moe.experts - moe.top_k);

@@ -21,7 +21,18 @@ struct MoeSpec {
   int64_t sparse_step = 1;          // decoder_sparse_step: layer i is sparse when (i + 1) % step == 0
   bool norm_topk = false;           // norm_topk_prob (Mixtral always renormalizes)
   bool f32_routing_weights = false; // Mixtral keeps its top-k weights in float32 (no cast back)
+  bool mixtral_names = false;       // Mixtral's module names before 5.0: block_sparse_moe, experts.J.w1/w3/w2
+  // transformers before 5.0: each expert its own nn.Linear modules in an experts
+  // ModuleList, run by a Python loop over the experts (models/moe_loop.h). Set by
+  // build_llama from ZooOptions::expert_modules, never by a config reader.
+  bool expert_modules = false;
 };
+
+// The MoE block's module name under a decoder layer: "mlp", or Mixtral's
+// "block_sparse_moe" in the transformers 4.x layout (MixtralDecoderLayer, 4.44.2).
+inline std::string moe_module_name(const MoeSpec& moe) {
+  return moe.expert_modules && moe.mixtral_names ? "block_sparse_moe" : "mlp";
+}
 
 inline bool is_sparse_layer(const MoeSpec& moe, int64_t layer) {
   return moe.experts > 0 && (layer + 1) % moe.sparse_step == 0;
@@ -35,7 +46,8 @@ std::string add_moe_block(GraphBuilder& b, const MoeSpec& moe, int64_t hidden, c
                           const std::string& x);
 
 // Parameters of the experts that do not run for a token ((E - k) / E of the
-// expert weights): total minus this is the "active" count model cards publish.
+// expert weights, in either layout): total minus this is the "active" count
+// model cards publish.
 int64_t inactive_expert_parameters(const graph::LayerGraph& graph, const MoeSpec& moe);
 
 }  // namespace headroom::models

@@ -19,6 +19,18 @@ struct Routing {
   std::string indices;  // [T, k] int64 expert ids
 };
 
+// The router over `x` [T, hidden]: logits, float32 softmax, top-k, optional
+// renormalization, cast back unless m.f32_routing_weights. `linear_gate`: the
+// gate is an nn.Linear (transformers 4.x: LoRA and bitsandbytes see it) rather
+// than 5.x's TopKRouter parameter (op router_linear). Nodes "<prefix>.gate*".
+Routing add_router(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& prefix,
+                   const std::string& x, bool linear_gate);
+
+// Qwen2-MoE's shared expert: nodes "<prefix>.shared_expert.*" and
+// "<prefix>.shared_expert_gate"; returns sigmoid(gate) * shared_expert(x).
+std::string add_shared_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& prefix,
+                              const std::string& x);
+
 // A node of no GraphBuilder primitive: `saves` may name its inputs or `name`.
 OpSpec moe_node(const std::string& name, const char* op, std::vector<std::string> inputs, SizeExpr out,
                 std::optional<DType> dtype, std::vector<SavedRef> saves);

@@ -37,6 +37,10 @@ inline constexpr RopeCacheStyle kLlamaRope{false, false, 1, true};
 inline constexpr RopeCacheStyle kLlama3ScaledRope{false, false, 1, false};
 // transformers' Qwen2RotaryEmbedding before 4.45; torchtune's Qwen2RotaryPositionalEmbeddings.
 inline constexpr RopeCacheStyle kQwen2Rope{true, false, 2, true};
+// transformers' MixtralRotaryEmbedding before 4.45 (4.44.2 modeling_mixtral.py: cos_cached
+// and sin_cached of [max_position_embeddings, head_dim] in every attention layer, made at
+// the default dtype and cast with the model); torchtune has no Mixtral builder.
+inline constexpr RopeCacheStyle kMixtralRope{true, false, 0, false};
 // torchtune's Phi3RotaryPositionalEmbeddings.
 inline constexpr RopeCacheStyle kPhi3Rope{false, false, 2, true};
 // transformers' GPTNeoXRotaryEmbedding before 4.45; torchtune has no GPT-NeoX.

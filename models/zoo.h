@@ -54,6 +54,10 @@ struct ZooOptions {
   // flux: T5 tokens per sample (diffusers' max_sequence_length); nullopt: the
   // model's default (512 for FLUX.1-dev and Kontext).
   std::optional<int64_t> text_tokens;
+  // Mixture-of-experts decoders as transformers before 5.0 lays them out: each
+  // expert its own nn.Linear modules, run by a Python loop (models/moe_loop.h).
+  // Set from the run's transformers release (planner/predict/model_context.cc).
+  bool expert_modules = false;
 };
 
 struct ZooEntry {

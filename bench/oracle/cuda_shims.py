@@ -158,3 +158,36 @@ class BooleanMaskIndex(TorchDispatchMode):
 
 def _is_meta_mask(index) -> bool:
     return isinstance(index, torch.Tensor) and index.dtype == torch.bool and index.device.type == "meta"
+
+
+class BalancedExpertRouting(TorchDispatchMode):
+    """transformers 4.x's mixture-of-experts loop (MixtralSparseMoeBlock.forward,
+    Qwen2MoeSparseMoeBlock.forward, 4.44.2) asks `torch.where(expert_mask[j])` of
+    each expert j: a `nonzero` whose row count is how many (token, slot) pairs the
+    router sent to j, which meta cannot know. Answered as balanced routing: the
+    k*T pairs of a layer's mask shared out over its `experts` calls in turn (floor
+    or ceil of k*T/E each, k*T in all), so a layer's E calls, and a checkpointed
+    layer's recomputed ones, see the same counts. Only `nonzero` on meta changes."""
+
+    def __init__(self, experts: int):
+        super().__init__()
+        self.experts = experts
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.nonzero.default and args[0].device.type == "meta":
+            mask = args[0]
+            j = self.calls % self.experts
+            self.calls += 1
+            pairs = mask.numel()
+            rows = (j + 1) * pairs // self.experts - j * pairs // self.experts
+            return torch.empty((rows, mask.dim()), dtype=torch.long, device="meta")
+        return func(*args, **(kwargs or {}))
+
+
+def expert_routing_for(model) -> contextlib.AbstractContextManager:
+    """BalancedExpertRouting for a model whose config names its experts (Mixtral's
+    num_local_experts, Qwen2-MoE's num_experts); nothing for any other model."""
+    config = getattr(model, "config", None)
+    experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    return BalancedExpertRouting(experts) if experts else contextlib.nullcontext()

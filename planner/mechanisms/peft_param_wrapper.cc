@@ -103,7 +103,12 @@ Result<ConvertedTargets> convert_moe_targets(const LayerGraph& graph, const std:
   const auto row = std::find_if(std::begin(kConversions), std::end(kConversions),
                                 [&](const MoeConversion& r) { return graph.family == r.family; });
   ConvertedTargets out;
-  if (row == std::end(kConversions)) return out;
+  // transformers 4.x's experts are nn.Linear modules (models/moe_loop.h): PEFT wraps
+  // them as ordinary LoRA and converts nothing (the conversion maps 4.x names onto
+  // 5.x's fused parameters).
+  const bool fused = std::any_of(graph.nodes.begin(), graph.nodes.end(),
+                                 [](const graph::Node& n) { return n.op == "grouped_mm"; });
+  if (row == std::end(kConversions) || !fused) return out;
   out.converted = true;
   std::array<bool, 2> halves{false, false};
   for (const std::string& target : is_all_linear(targets) ? resolved_all_linear(graph, *row) : targets) {

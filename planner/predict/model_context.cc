@@ -183,6 +183,8 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
     options.rope_modules = stack.top.rope_modules;
     options.rms_norm_f32_normalized = norm_in_fp32(settings);
     options.dropout = settings.dropout;
+    // Before transformers 5.0 each expert is its own nn.Linear modules (models/moe_loop.h).
+    options.expert_modules = experts_as_modules(settings);
     options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
     options.text_tokens = settings.text_tokens;
     if (looks_like_path(settings.model) && models::is_hf_model_path(settings.model)) {

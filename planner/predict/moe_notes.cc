@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "graph/dtype.h"
+#include "models/moe_loop.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/settings/versions.h"
 
@@ -38,6 +39,32 @@ ExpertSummary summarize(const graph::LayerGraph& graph) {
   return out;
 }
 
+// The loop layout (models/moe_loop.h): one "one_hot" mask per sparse layer, one
+// "nonzero" per expert; the mask holds tokens * k * E int64.
+ExpertSummary summarize_loop(const graph::LayerGraph& graph) {
+  ExpertSummary out;
+  int64_t wheres = 0;
+  int64_t mask_per_token = 0;
+  for (const graph::Node& node : graph.nodes) {
+    if (node.op == "one_hot" && node.name.ends_with(".expert_mask")) {
+      ++out.layers;
+      const graph::Tensor* mask = graph.find_tensor(node.outputs.front());
+      if (mask != nullptr) mask_per_token = mask->elements.at(1, 1);
+    }
+    if (node.op == "nonzero" && node.name.ends_with(".where")) ++wheres;
+    if (!models::is_expert_linear(node.name)) continue;
+    for (const graph::Param& param : node.params) {
+      if (!is_lora_adapter(param)) out.weight_bytes += graph::dtype_bytes(param.dtype, param.elements());
+    }
+    const bool wrapped = std::any_of(node.params.begin(), node.params.end(), is_lora_adapter);
+    if (wrapped) ++out.wrapped_bytes;  // here: how many expert Linears carry an adapter
+  }
+  if (out.layers == 0) return out;
+  out.experts = wheres / out.layers;
+  out.top_k = out.experts > 0 ? mask_per_token / out.experts : 0;
+  return out;
+}
+
 constexpr Release kFusedExperts{5, 0, 0};  // transformers 5.0: experts as 3-D parameters
 
 std::string gib(int64_t bytes) {
@@ -53,7 +80,41 @@ std::string gib(int64_t bytes) {
 // limit, so what is kept is the same for any routing. bitsandbytes' quantizer
 // replaces only `type(module) is nn.Linear` (integrations/bitsandbytes.py,
 // replace_with_bnb_linear), and the experts are nn.Parameters of a 3-D shape.
+namespace {
+
+// transformers 4.x (MixtralSparseMoeBlock, 4.44.2): each expert keeps what its
+// routed rows need, so the saved bytes sum to tokens x k rows however they are
+// routed; imbalance moves only the transients of the busiest expert.
+std::vector<std::string> loop_notes(const graph::LayerGraph& graph, const RunSettings& settings,
+                                    const ExpertSummary& moe) {
+  const std::string e = std::to_string(moe.experts);
+  const std::string k = std::to_string(moe.top_k);
+  std::vector<std::string> out;
+  out.push_back(graph.name + " is a mixture of experts (" + std::to_string(moe.layers) + " sparse layers, " + e +
+                " experts, top-" + k + ") in transformers 4.x's layout: each expert its own nn.Linear modules, run "
+                "by a Python loop over the experts. Routing assumption: each expert's kept tensors are priced at "
+                "balanced routing (tokens x " + k + " / " + e + " rows per expert); they sum to tokens x " + k +
+                " rows whatever the router does, so the top of the band is the same bytes, and only the busiest "
+                "expert's temporaries (one expert's MLP over more rows, up to all tokens with no capacity limit) "
+                "grow with imbalance: not priced, the band has no routing term; the time assumes balanced routing");
+  if (settings.mode == TrainMode::kQlora) {
+    out.push_back("QLoRA on " + graph.name + ": before transformers 5.0 bitsandbytes converts every nn.Linear but "
+                  "the output head (integrations/bitsandbytes.py get_keys_to_not_convert, 4.44.2), the experts' and "
+                  "the router's among them: the experts are NF4 here (" + gib(moe.weight_bytes) + " with their "
+                  "quantization constants)");
+  }
+  if (moe.wrapped_bytes > 0) {
+    out.push_back("LoRA on " + graph.name + "'s experts: " + std::to_string(moe.wrapped_bytes) + " expert Linears "
+                  "carry an ordinary LoRA adapter (PEFT's lora.Linear per expert, no ParamWrapper), each keeping its "
+                  "input at its routed rows");
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::string> moe_notes(const graph::LayerGraph& graph, const RunSettings& settings) {
+  if (const ExpertSummary loop = summarize_loop(graph); loop.layers > 0) return loop_notes(graph, settings, loop);
   const ExpertSummary moe = summarize(graph);
   if (moe.layers == 0) return {};
   const std::string e = std::to_string(moe.experts);
@@ -80,20 +141,27 @@ std::vector<std::string> moe_notes(const graph::LayerGraph& graph, const RunSett
   }
   if (!release_of(settings.versions, "transformers")) {
     out.push_back("The experts are priced as transformers 5.x lays them out (fused 3-D weights). Before 5.0 each "
-                  "expert is its own nn.Linear modules, which QLoRA quantizes to NF4 and LoRA can target; headroom "
-                  "does not price that layout (give --versions transformers=X: a release before 5.0 is refused)");
+                  "expert is its own nn.Linear modules, which QLoRA quantizes to NF4 and LoRA can target: give "
+                  "--versions transformers=X with a 4.x release to price that layout");
   }
   return out;
 }
 
-Status refuse_unfused_experts(const graph::LayerGraph& graph, const RunSettings& settings) {
+bool experts_as_modules(const RunSettings& settings) {
   const std::optional<Release> release = release_of(settings.versions, "transformers");
-  if (!release || *release >= kFusedExperts || summarize(graph).layers == 0) return Status::ok();
+  return release && *release < kFusedExperts;
+}
+
+// The builders of mixtral, qwen2_moe, qwen3_moe and olmoe lay a 4.x run's experts
+// out as modules (models/moe_loop.h); a graph that still has grouped experts under
+// a 4.x release is a family whose 4.x layout is not built (DeepSeek-V2/V3).
+Status refuse_unfused_experts(const graph::LayerGraph& graph, const RunSettings& settings) {
+  if (!experts_as_modules(settings) || summarize(graph).layers == 0) return Status::ok();
   return Status::unsupported(
       settings.model + ": versions: before transformers 5.0 a " + graph.family + " model runs each expert as its own "
-      "nn.Linear modules (an experts ModuleList), which bitsandbytes quantizes under QLoRA and PEFT wraps as LoRA; "
-      "headroom prices transformers 5.x's fused experts (3-D weights, grouped_mm) only; expected transformers=5.0 "
-      "or later (docs/models.md)");
+      "nn.Linear modules, which bitsandbytes quantizes under QLoRA and PEFT wraps as LoRA; headroom builds that "
+      "layout for mixtral, qwen2_moe, qwen3_moe and olmoe, not for " + graph.family + " (DeepSeek-V2/V3 are priced "
+      "with transformers 5.x's fused experts only); expected transformers=5.0 or later (docs/models.md)");
 }
 
 }  // namespace headroom::planner

@@ -22,4 +22,9 @@ std::vector<std::string> moe_notes(const graph::LayerGraph& graph, const RunSett
 // transformers < 5 is refused by name rather than priced as 5.x.
 Status refuse_unfused_experts(const graph::LayerGraph& graph, const RunSettings& settings);
 
+// Whether the run's transformers release lays experts out as nn.Linear modules
+// (before 5.0): the builders then run them in a Python loop (models/moe_loop.h).
+// An unpinned release is priced as the current one (5.x).
+bool experts_as_modules(const RunSettings& settings);
+
 }  // namespace headroom::planner

@@ -86,6 +86,24 @@ TEST_CASE("tiny-moe is the Llama row's decoder with experts, and an MoE config.j
   CHECK(qwen3.message().find("tiny-moe") != std::string::npos);
 }
 
+// The executor's MoE block is transformers 5.x's fused experts (models/torch/moe_module.h):
+// a plan priced for 4.x's expert Linears (models/moe_loop.h) is refused by name.
+TEST_CASE("a tiny-moe plan priced for transformers 4.x experts is refused, 5.x and unpinned run") {
+  planner::Plan plan = plan_for("tiny-moe");
+  CHECK(check_executable(plan, "plan.json").is_ok());
+  planner::Plan fused = plan;
+  fused.settings.versions["transformers"] = "5.23.0";
+  CHECK(check_executable(fused, "plan.json").is_ok());
+  planner::Plan loop = plan;
+  loop.settings.versions["transformers"] = "4.44.2";
+  const Status refused = check_executable(loop, "plan.json");
+  CHECK(refused.message().find("plan.json: settings.versions") == 0);
+  CHECK(refused.message().find("nn.Linear") != std::string::npos);
+  planner::Plan dense = plan_for("tiny-llama");  // no experts: any release runs
+  dense.settings.versions["transformers"] = "4.44.2";
+  CHECK(check_executable(dense, "plan.json").is_ok());
+}
+
 TEST_CASE("Hugging Face llama configs map onto the decoder, features it lacks are refused") {
   const std::string dir = HEADROOM_SOURCE_DIR "/tests/data/hf/";
   Result<ExecutableModel> mistral = executable_model(dir + "mistral-7b", "p");

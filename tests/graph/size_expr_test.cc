@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
+
+#include "graph/graph_json.h"
 
 namespace headroom::graph {
 namespace {
@@ -70,4 +73,32 @@ TEST_CASE("SizeExpr arithmetic and predicates") {
 }
 
 }  // namespace
+// A share (per > 1): one of E experts' balanced rows, B*S*k/E (models/moe_loop.cc).
+TEST_CASE("SizeExpr::share is exact until evaluated, then rounded up") {
+  const SizeExpr rows = SizeExpr::per_token(4).share(60);  // Qwen1.5-MoE: k 4 of 60 experts
+  CHECK(rows.per == 15);  // 4/60 reduced to 1/15
+  CHECK(rows.bs == 1);
+  CHECK(rows.at(1, 512) == 35);      // ceil(512 / 15)
+  CHECK(rows.at(1, 1500) == 100);    // exact
+  CHECK(rows.scaled(2048).at(1, 512) == (512 * 2048 + 14) / 15);  // scaled before rounding
+  CHECK(SizeExpr::per_token(2).share(8) == SizeExpr::per_token(1).share(4));
+  CHECK(rows.to_string() == "(1*B*S)/15");
+  // Sums of shares keep the exact value: 15 experts' shares are the whole.
+  SizeExpr total;
+  for (int j = 0; j < 15; ++j) total += rows;
+  CHECK(total == SizeExpr::per_token(1));
+  CHECK((rows + SizeExpr::constant(1)).at(1, 1500) == 101);
+}
+
+TEST_CASE("a share round-trips through the graph JSON and a bad divisor is refused") {
+  const SizeExpr rows = SizeExpr::per_token(2).share(8);
+  const Result<SizeExpr> back = size_expr_from_json(size_expr_to_json(rows), "t");
+  REQUIRE(back.is_ok());
+  CHECK(back.value() == rows);
+  CHECK(size_expr_to_json(rows).at("per") == 4);
+  const Result<SizeExpr> bad = size_expr_from_json(nlohmann::json{{"bs", 1}, {"per", 0}}, "tensors[0].elements");
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.message().find("tensors[0].elements.per") != std::string::npos);
+}
+
 }  // namespace headroom::graph

@@ -73,6 +73,15 @@ TEST_CASE("transformers before 4.45 caches cos and sin in every Qwen2 layer") {
   CHECK(caches_of(load("mistral-7b", RopeModules::kTransformersCached)).count == 0);
 }
 
+TEST_CASE("Mixtral before 4.45 caches cos and sin in every layer, Mistral does not") {
+  // MixtralRotaryEmbedding (4.44.2): [32768, 128] in the model's bf16, 8 MiB each. The
+  // oracle (hf4bnb43, tf4-experts rows) holds `_to_copy (32768, 128) bfloat16 x4` at 2 layers.
+  const Caches caches = caches_of(load("mixtral-2l", RopeModules::kTransformersCached));
+  CHECK(caches.count == 4);
+  CHECK(caches.bytes == 4 * 32768 * 128 * 2);
+  CHECK(caches_of(load("mixtral-2l", RopeModules::kPerForward)).count == 0);
+}
+
 TEST_CASE("GPT-NeoX's caches before 4.45 are fp32 over the rotary dims") {
   // Pythia-160m: 12 layers, head_dim 64, rotary_pct 0.25 -> 16 dims, 2048 positions.
   // The oracle (hf4, bf16): `cos (2048, 16) float32 x12` and `sin` alike.

@@ -21,6 +21,7 @@ import tempfile
 
 import torch
 
+from cuda_shims import expert_routing_for
 from fake_pg import fake_process_group
 from meta_recorder import Recorder, optimizer_state_tensors
 from stacks import hf_trainer_deepspeed, hf_trainer_fsdp
@@ -160,7 +161,9 @@ def record_steps(spec, recorder, trainer, model, optimizer, batch_of=None, extra
         batch = batch_of(spec)
         recorder.adopt_batch(batch)
         recorder.phase = f"step{step}.forward_backward"
-        loss = _micro_step(trainer, model, batch)
+        # transformers 4.x's MoE loop asks nonzero of each expert's mask (cuda_shims.py)
+        with expert_routing_for(trainer.model):
+            loss = _micro_step(trainer, model, batch)
         # FSDP sets the sharded gradients in its post-backward hooks, past AccumulateGrad
         recorder.mark("gradients", [p.grad for p in params if p.requires_grad])
         recorder.phase = f"step{step}.optimizer"

@@ -1,0 +1,95 @@
+// MixtralSparseMoeBlock.forward, transformers 4.44.2 (models/mixtral/
+// modeling_mixtral.py), and Qwen2MoeSparseMoeBlock.forward (models/qwen2_moe/
+// modeling_qwen2_moe.py), as autograd keeps them:
+//   logits = gate(x); softmax(dtype=float); topk; (renormalize in place); .to(x.dtype)
+//   final = zeros(T, hidden); mask = one_hot(selected, E).permute(2, 1, 0)
+//   for each expert j: idx, top_x = torch.where(mask[j])    (nonzero: [n, 2] int64)
+//     h = x[None, top_x]                                   (IndexBackward keeps top_x)
+//     y = w2(act(w1(h)) * w3(h)) * weights[top_x, idx, None] (mul keeps both)
+//     final.index_add_(0, top_x, y)                        (keeps top_x and y)
+// Qwen2-MoE then adds sigmoid(shared_expert_gate(x)) * shared_expert(x).
+#include "models/moe_loop.h"
+
+#include <regex>
+#include <vector>
+
+#include "models/layers.h"
+#include "models/moe_parts.h"
+
+namespace headroom::models {
+namespace {
+
+struct ExpertNames {
+  const char* gate;
+  const char* up;
+  const char* down;
+};
+
+// MixtralBlockSparseTop2MLP: w1 (gate), w3 (up), w2 (down); Qwen2MoeMLP (and
+// Qwen3-MoE's, OLMoE's): gate_proj, up_proj, down_proj.
+ExpertNames expert_names(const MoeSpec& m) {
+  if (m.mixtral_names) return {"w1", "w3", "w2"};
+  return {"gate_proj", "up_proj", "down_proj"};
+}
+
+// One expert over its `routed` rows: nonzero of its mask row, the routed copy of
+// x, the SwiGLU MLP, the routing weights it gathers, the scaled output and its
+// index_add_ into the block's output (a write into `final`: no new storage).
+std::string add_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& p, int64_t j,
+                       const std::string& x, const Routing& routing, const std::string& mask,
+                       const std::string& accumulated) {
+  const SizeExpr routed = tokens().scaled(m.top_k).share(m.experts);  // n = T * k / E, balanced
+  const std::string e = p + ".experts." + std::to_string(j);
+  const ExpertNames names = expert_names(m);
+  const int64_t width = m.expert_intermediate;
+  // torch.where(cond) is nonzero(cond).unbind(1): idx and top_x view one [n, 2] storage.
+  const std::string where = b.copy(e + ".where", "nonzero", {mask}, routed.scaled(2), DType::kInt64);
+  const std::string rows = b.op(moe_node(e + ".routed_states", "index", {x, where}, routed.scaled(hidden),
+                                         std::nullopt, {{where, SaveWhen::kInputGrad}}));
+  const std::string gate = b.linear(e + "." + names.gate, rows, routed, hidden, width, false);
+  const std::string act = b.activation(e + ".act_fn", gate, routed.scaled(width), "silu");
+  const std::string up = b.linear(e + "." + names.up, rows, routed, hidden, width, false);
+  const std::string prod = b.mul(e + ".act_mul_up", act, up, routed.scaled(width));
+  const std::string down = b.linear(e + "." + names.down, prod, routed, width, hidden, false);
+  const std::string scale = b.op(moe_node(e + ".routing_weight", "index", {routing.weights, where}, routed,
+                                          std::nullopt, {{where, SaveWhen::kInputGrad}}));
+  const std::string weighted = b.mul(e + ".weighted", down, scale, routed.scaled(hidden));
+  // IndexAddBackward0 keeps the index and the source itself: its formula for the
+  // source, grad.index_select(dim, index).expand_as(source), takes the tensor
+  // (tools/autograd/derivatives.yaml, index_add; the oracle: mul [n, H] kept per expert).
+  return b.op(moe_node(e + ".index_add", "index_add", {accumulated, weighted, where}, SizeExpr{}, std::nullopt,
+                       {{where, SaveWhen::kInputGrad}, {weighted, SaveWhen::kInputGrad}}));
+}
+
+}  // namespace
+
+std::string add_expert_loop_block(GraphBuilder& b, const MoeSpec& moe, int64_t hidden, const std::string& p,
+                                  const std::string& x) {
+  MoeSpec m = moe;
+  m.f32_routing_weights = false;  // 4.x casts the weights back to the hidden dtype, Mixtral too
+  const SizeExpr states = times(tokens(), hidden);
+  const Routing routing = add_router(b, m, hidden, p, x, true);
+  const std::string final_states = b.copy(p + ".final_hidden_states", "zeros", {}, states);
+  // one_hot(selected_experts, E): int64 [T, k, E], referenced by the loop to its end.
+  const std::string mask =
+      b.copy(p + ".expert_mask", "one_hot", {routing.indices}, tokens().scaled(m.top_k * m.experts), DType::kInt64);
+  std::string accumulated = final_states;
+  for (int64_t j = 0; j < m.experts; ++j) {
+    accumulated = add_expert(b, m, hidden, p, j, x, routing, mask, accumulated);
+  }
+  b.hold_until(accumulated, mask);
+  // The block's output is `final`, written in place by every index_add_: one node
+  // reading both, the zeros' storage priced once more while it is made.
+  const std::string out = b.copy(p + ".experts_output", "view", {final_states, accumulated}, states);
+  if (m.shared_intermediate == 0) return out;
+  // Qwen2MoeSparseMoeBlock runs its shared expert after the loop (4.44.2).
+  const std::string shared = add_shared_expert(b, m, hidden, p, x);
+  return b.add(p + ".add_shared", out, shared, states);
+}
+
+bool is_expert_linear(const std::string& node) {
+  static const std::regex kExpertLinear(R"(.*\.experts\.[0-9]+\.(w1|w2|w3|gate_proj|up_proj|down_proj)$)");
+  return std::regex_match(node, kExpertLinear);
+}
+
+}  // namespace headroom::models
