@@ -54,6 +54,9 @@ struct ZooOptions {
   // flux: T5 tokens per sample (diffusers' max_sequence_length); nullopt: the
   // model's default (512 for FLUX.1-dev and Kontext).
   std::optional<int64_t> text_tokens;
+  // qwen2_5_vl: the image's side in pixels (--resolution), resized as its processor
+  // does; nullopt: the model's default (models/qwen2_5_vl.h).
+  std::optional<int64_t> image_side;
 };
 
 struct ZooEntry {
