@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "graph/op_traits.h"
 #include "models/layers.h"
 
 namespace headroom::models {
@@ -29,7 +32,7 @@ std::string add_patch_embed(GraphBuilder& b, const Qwen25VlVision& v, SizeExpr r
   const std::string cast = b.copy("model.visual.patch_embed.cast", "to_copy", {pixels}, times(rows, patch_values));
   OpSpec conv;
   conv.name = "model.visual.patch_embed.proj";
-  conv.op = "conv3d";
+  conv.op = std::string(graph::op::kConv3d);
   conv.inputs = {cast};
   conv.out_elements = times(rows, v.hidden);
   conv.saves = {SavedRef{cast, SaveWhen::kParamGrad}};
@@ -72,8 +75,11 @@ std::string add_vision_attention(GraphBuilder& b, const Qwen25VlConfig& c, int64
   const SizeExpr rows = fixed_tokens(c.image.patches());
   const SizeExpr h_elements = times(rows, v.hidden);
   const std::string qkv = b.linear(p + ".qkv", x, rows, v.hidden, 3 * v.hidden, true);
-  const auto parts = b.split(p + ".unbind", qkv, {{p + ".query", h_elements}, {p + ".key", h_elements},
-                                                   {p + ".value", h_elements}});
+  // Eager attention reads v as its own part; the fused kernels take qkv's output (below).
+  const bool eager = options.attention == AttentionImpl::kEager;
+  std::vector<std::pair<std::string, SizeExpr>> names = {{p + ".query", h_elements}, {p + ".key", h_elements}};
+  if (eager) names.emplace_back(p + ".value", h_elements);
+  const auto parts = b.split(p + ".unbind", qkv, names);
   std::string rotated[2];
   for (int j = 0; j < 2; ++j) {
     const std::string name = p + (j == 0 ? ".q" : ".k");
@@ -83,7 +89,6 @@ std::string add_vision_attention(GraphBuilder& b, const Qwen25VlConfig& c, int64
   const SizeExpr scores = is_full_attention(v, i) ? fixed_square(c.image.patches())
                                                   : fixed_tokens(qwen25vl_window_scores(v, c.image));
   const AttentionShape shape = self_attention_shape(v.heads, v.heads, v.hidden / v.heads, rows, scores, false);
-  const bool eager = options.attention == AttentionImpl::kEager;
   std::string out = attention(b, options.attention, p, rotated[0], rotated[1], eager ? parts[2] : qkv, shape,
                               EagerAttentionOptions{true, 0.0});
   if (eager) out = b.copy(p + ".transpose_contiguous", "transpose_contiguous", {out}, h_elements);
