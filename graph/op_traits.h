@@ -14,8 +14,6 @@ namespace op {
 inline constexpr std::string_view kLinear = "linear";
 inline constexpr std::string_view kMatmul = "matmul";
 inline constexpr std::string_view kConv2d = "conv2d";
-// Qwen2.5-VL's Conv3d patch embedding (kernel = stride: a linear over each patch).
-inline constexpr std::string_view kConv3d = "conv3d";
 inline constexpr std::string_view kEmbedding = "embedding";  // nn.Embedding (GraphBuilder::embedding)
 inline constexpr std::string_view kAttention = "attention";                    // SDPA (flash or efficient)
 inline constexpr std::string_view kFlexAttention = "flex_attention";           // torch FlexAttention

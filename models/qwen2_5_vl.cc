@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "graph/op_traits.h"
 #include "models/layers.h"
 
 namespace headroom::models {
@@ -32,7 +31,7 @@ std::string add_patch_embed(GraphBuilder& b, const Qwen25VlVision& v, SizeExpr r
   const std::string cast = b.copy("model.visual.patch_embed.cast", "to_copy", {pixels}, times(rows, patch_values));
   OpSpec conv;
   conv.name = "model.visual.patch_embed.proj";
-  conv.op = std::string(graph::op::kConv3d);
+  conv.op = "conv3d";  // on autocast's 16-bit list (graph/op_traits.cc)
   conv.inputs = {cast};
   conv.out_elements = times(rows, v.hidden);
   conv.saves = {SavedRef{cast, SaveWhen::kParamGrad}};
