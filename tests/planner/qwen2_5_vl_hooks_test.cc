@@ -37,11 +37,26 @@ TEST_CASE("Qwen2.5-VL: the input-grad hook goes on the vision tower's Conv3d pat
   const graph::Tensor* patches = context->graph.find_tensor("model.visual.patch_embed.proj");
   REQUIRE(patches != nullptr);
   CHECK(patches->requires_grad);
-  const StepProfile profile = profile_step(context->graph, context->analysis, context->compute_dtype, 1, 2048,
-                                           Accounting::kAllocated, context->gpu);
-  // The first vision block, checkpointed, keeps its input: the window-ordered patches
-  // (1024 x 1280 in bf16), which the leaf's permute made.
-  CHECK(profile.blocks[block_ending(context->graph, "model.visual.blocks.0")].keep == 1024 * 1280 * 2);
+  const auto keep_of = [](const ModelContext& c) {
+    const StepProfile profile =
+        profile_step(c.graph, c.analysis, c.compute_dtype, 1, 2048, Accounting::kAllocated, c.gpu);
+    return profile.blocks[block_ending(c.graph, "model.visual.blocks.0")].keep;
+  };
+  // What the frozen block keeps for its input's gradient (1024 patches, h 1280, MLP
+  // 3420, 16 heads; the f32 cos and sin are the embeddings block's): both norms' f32
+  // input and rstd, SDPA's rotated q and k, qkv's whole output (v), its output and
+  // f32 logsumexp, silu's input and the product's two factors. Weighted norm outputs
+  // and the linears' inputs are kept only for weight gradients.
+  const int64_t r = 1024, h = 1280, m = 3420;
+  const int64_t norms = 2 * (r * h * 4 + r * 4);
+  const int64_t attention = 2 * r * h * 2 + r * 3 * h * 2 + r * h * 2 + 16 * r * 4;
+  const int64_t mlp = 3 * r * m * 2;
+  CHECK(keep_of(context.value()) == norms + attention + mlp);
+  RunSettings without = qwen_vl_lora_checkpointed();
+  without.input_require_grads = false;
+  const Result<ModelContext> off = prepare_context(without);
+  REQUIRE(off.is_ok());
+  CHECK(keep_of(off.value()) == 0);  // frozen, nothing requires grad: no graph
 }
 
 }  // namespace headroom::planner
