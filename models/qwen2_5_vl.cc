@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "models/layers.h"
 
@@ -64,8 +62,9 @@ VisionRope add_vision_rope(GraphBuilder& b, const Qwen25VlVision& v, SizeExpr ro
 // Qwen2_5_VLVisionAttention: qkv (bias) unbound into q, k, v (views); q and k to
 // float32, rotated (apply_rotary_pos_emb_vision: the products keep only cos and
 // sin) and cast back. SDPA and eager run once per window (cu_seqlens: the windows,
-// or the whole image in fullatt_block_indexes); the fused kernels keep v as given,
-// a view of qkv's output, which keeps all of it. torch.cat joins the windows'
+// or the whole image in fullatt_block_indexes); the fused kernels and eager's
+// probabilities-by-v matmul keep v as given, a view of qkv's output, which keeps all
+// of it (traced by scripts/exporter under both). torch.cat joins the windows'
 // outputs (a new tensor) before proj.
 std::string add_vision_attention(GraphBuilder& b, const Qwen25VlConfig& c, int64_t i, const std::string& x,
                                  const VisionRope& rope, const ZooOptions& options) {
@@ -74,11 +73,8 @@ std::string add_vision_attention(GraphBuilder& b, const Qwen25VlConfig& c, int64
   const SizeExpr rows = fixed_tokens(c.image.patches());
   const SizeExpr h_elements = times(rows, v.hidden);
   const std::string qkv = b.linear(p + ".qkv", x, rows, v.hidden, 3 * v.hidden, true);
-  // Eager attention reads v as its own part; the fused kernels take qkv's output (below).
-  const bool eager = options.attention == AttentionImpl::kEager;
-  std::vector<std::pair<std::string, SizeExpr>> names = {{p + ".query", h_elements}, {p + ".key", h_elements}};
-  if (eager) names.emplace_back(p + ".value", h_elements);
-  const auto parts = b.split(p + ".unbind", qkv, names);
+  // v stays a view of qkv's output, which every kernel keeps whole (below).
+  const auto parts = b.split(p + ".unbind", qkv, {{p + ".query", h_elements}, {p + ".key", h_elements}});
   std::string rotated[2];
   for (int j = 0; j < 2; ++j) {
     const std::string name = p + (j == 0 ? ".q" : ".k");
@@ -88,7 +84,8 @@ std::string add_vision_attention(GraphBuilder& b, const Qwen25VlConfig& c, int64
   const SizeExpr scores = is_full_attention(v, i) ? fixed_square(c.image.patches())
                                                   : fixed_tokens(qwen25vl_window_scores(v, c.image));
   const AttentionShape shape = self_attention_shape(v.heads, v.heads, v.hidden / v.heads, rows, scores, false);
-  std::string out = attention(b, options.attention, p, rotated[0], rotated[1], eager ? parts[2] : qkv, shape,
+  const bool eager = options.attention == AttentionImpl::kEager;
+  std::string out = attention(b, options.attention, p, rotated[0], rotated[1], qkv, shape,
                               EagerAttentionOptions{true, 0.0});
   if (eager) out = b.copy(p + ".transpose_contiguous", "transpose_contiguous", {out}, h_elements);
   out = b.copy(p + ".cat_windows", "concat", {out}, h_elements);
