@@ -59,4 +59,19 @@ TEST_CASE("Qwen2.5-VL: the input-grad hook goes on the vision tower's Conv3d pat
   CHECK(keep_of(off.value()) == 0);  // frozen, nothing requires grad: no graph
 }
 
+TEST_CASE("Qwen2.5-VL full fine-tune with the tower frozen: the hook applies there too") {
+  // transformers 5.23.0 _activation_checkpointing_enable calls enable_input_require_grads
+  // whatever trains (main_input_name "input_ids"): the frozen tower's patch_embed is hooked.
+  RunSettings s = qwen_vl_lora_checkpointed();
+  s.mode = TrainMode::kFull;
+  s.freeze_patterns = {"model.visual.*"};
+  const Result<ModelContext> context = prepare_context(s);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  CHECK(context->graph.find_tensor("model.visual.patch_embed.proj")->requires_grad);
+  s.freeze_patterns.clear();  // a trained tower: its conv's output is no leaf
+  const Result<ModelContext> trained = prepare_context(s);
+  REQUIRE(trained.is_ok());
+  CHECK_FALSE(trained->graph.find_tensor("model.visual.patch_embed.proj")->requires_grad);
+}
+
 }  // namespace headroom::planner
