@@ -446,7 +446,7 @@ const std::vector<SettingsFlag> kFixedFlags = {
      [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxMicroBatch, s.micro_batch); }},
     {"--seq", "N", kBatch, "sequence length in tokens (default: the model's)", false,
      [](RunSettings& s, std::string_view v) { return set_int(v, 1, kMaxSeqLen, s.seq_len); }},
-    {"--resolution", "PX", kBatch, "image models: pixels per side (overrides --seq)", false,
+    {"--resolution", "PX", kBatch, "image models: pixels per side (overrides --seq); Qwen2.5-VL: the image's side, --seq the whole LM length", false,
      [](RunSettings& s, std::string_view v) {
        return set_int(v, 1, kMaxResolution, s.resolution);
      }},

@@ -14,10 +14,12 @@ struct OpRow {
 // (norm.py): it casts x, its weight and bias to the autocast dtype itself and
 // runs layer_norm with autocast off, so it keeps a 16-bit x and weight where
 // nn.LayerNorm keeps fp32 ones.
-constexpr std::array<OpRow, 7> kOps = {{
+constexpr std::array<OpRow, 8> kOps = {{
     {op::kLinear, {.autocast_to_16_bit = true}},
     {op::kMatmul, {.autocast_to_16_bit = true}},
     {op::kConv2d, {.autocast_to_16_bit = true}},
+    // Qwen2.5-VL's Conv3d patch embedding: CUDA autocast's lower-precision list has conv3d.
+    {"conv3d", {.autocast_to_16_bit = true}},
     {op::kAttention, {.attention_kernel = true, .autocast_to_16_bit = true}},
     {op::kFlexAttention, {.attention_kernel = true, .autocast_to_16_bit = true}},
     {op::kTritonFlashAttention, {.attention_kernel = true, .autocast_to_16_bit = true}},

@@ -6,6 +6,7 @@
 #include "models/flux.h"
 #include "models/gemma.h"
 #include "models/llama.h"
+#include "models/qwen2_5_vl.h"
 #include "models/resnet.h"
 #include "models/zoo_builders.h"
 
@@ -137,6 +138,23 @@ std::vector<ZooEntry> make_zoo() {
        "https://huggingface.co/openai/clip-vit-large-patch14-336 (config.json)",
        token_sequence(2048, 8192), kLlamaLora},
       build_llava_llama3_8b));
+  // Qwen2.5-VL: the image side (--resolution) changes the graph and S's image share,
+  // so its sequence spec comes from the build (set_qwen25vl_metadata), not from here.
+  ZooEntry qwen_vl;
+  qwen_vl.name = "qwen2.5-vl-7b";
+  qwen_vl.description =
+      "Qwen2.5-VL-7B-Instruct (windowed ViT 0.68B + Qwen2 7.6B), 8.29B parameters; S includes the image tokens "
+      "(256 at the default 448 px, --resolution to change)";
+  qwen_vl.build = [description = qwen_vl.description](const ZooOptions& o) {
+    const Qwen25VlConfig config = qwen25vl_7b_config(o);
+    graph::LayerGraph graph = build_qwen25vl(config, o);
+    set_qwen25vl_metadata(graph, config);
+    graph.name = "qwen2.5-vl-7b";
+    graph.description = description;
+    graph.source = "https://huggingface.co/Qwen/Qwen2.5-VL-7B-Instruct/blob/main/config.json";
+    return graph;
+  };
+  zoo.push_back(std::move(qwen_vl));
   zoo.push_back(entry(
       {"flux-kontext-dev", "flux",
        "FLUX.1 Kontext [dev] transformer (19 double + 38 single blocks), 11.9B parameters",

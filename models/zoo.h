@@ -58,6 +58,9 @@ struct ZooOptions {
   // expert its own nn.Linear modules, run by a Python loop (models/moe_loop.h).
   // Set from the run's transformers release (planner/predict/model_context.cc).
   bool expert_modules = false;
+  // qwen2_5_vl: the image's side in pixels (--resolution), resized as its processor
+  // does; nullopt: the model's default (models/qwen2_5_vl.h).
+  std::optional<int64_t> image_side;
 };
 
 struct ZooEntry {

@@ -232,11 +232,18 @@ std::string model_line(const planner::ModelSize& model) {
          " trainable; weights " + join(weights, " + ");
 }
 
+// "sequence N", and how much of it the image takes where a model's S counts image tokens.
+std::string sequence_text(const planner::Plan& plan) {
+  const int64_t image = plan.prediction.model.image_tokens;
+  const std::string seq = "sequence " + std::to_string(plan.seq_len);
+  if (image <= 0) return seq;
+  return seq + " (" + std::to_string(image) + " image + " + std::to_string(plan.seq_len - image) + " text tokens)";
+}
+
 std::string run_line(const planner::Plan& plan) {
   const planner::RunSettings& s = plan.settings;
   return plan.model + ": " + std::string(planner::precision_name(s.precision)) + ", " +
-         std::string(planner::optimizer_name(s.optimizer)) + ", " + mode_text(s) + ", sequence " +
-         std::to_string(plan.seq_len) + ", " + plural(s.world_size(), "GPU", "GPUs") +
+         std::string(planner::optimizer_name(s.optimizer)) + ", " + mode_text(s) + ", " + sequence_text(plan) + ", " + plural(s.world_size(), "GPU", "GPUs") +
          (s.nodes > 1 ? " (" + std::to_string(s.nodes) + " nodes)" : "") + "\nstack " +
          std::string(planner::stack_name(s.stack)) + ": " + stack_words(s, planner::resolve_stack(s)) +
          " (docs/stacks.md)" + model_line(plan.prediction.model);

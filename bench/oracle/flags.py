@@ -117,6 +117,8 @@ def headroom_flags(spec: dict) -> list:
         flags += grpo_flags(spec)
     if spec.get("attention", "sdpa") != "sdpa":
         flags += ["--attention", spec["attention"]]
+    for pattern in spec.get("freeze", []):  # stacks/hf_models.py freeze_modules
+        flags += ["--freeze", pattern]
     return flags
 
 
@@ -134,6 +136,8 @@ def grpo_flags(spec: dict) -> list:
 def shape_flags(spec: dict) -> list:
     """An image's side in pixels (`image_size`), or the tokens of a sample (GRPO: the
     prompt and the completion)."""
+    if spec.get("task") == "image-text-to-text":  # an image and the LM's tokens (Qwen2.5-VL)
+        return ["--resolution", str(spec["image_size"]), "--seq", str(spec["seq"])]
     if "image_size" in spec:
         return ["--resolution", str(spec["image_size"])]
     if "completion" in spec:

@@ -19,14 +19,25 @@ bool reads(const graph::Node& node, const std::string& tensor) {
 constexpr const char* kInputIds = "input_ids";
 constexpr const char* kPixelValues = "pixel_values";
 
+// Whether `node` reads the pixels: pixel_values itself, or its cast to the tower's
+// dtype (Qwen2.5-VL's get_image_features: pixel_values.type(self.visual.dtype)).
+bool reads_pixels(const graph::LayerGraph& graph, const graph::Node& node) {
+  if (reads(node, kPixelValues)) return true;
+  if (node.inputs.size() != 1) return false;
+  const int producer = graph.producer_of(node.inputs.front());
+  return producer >= 0 && graph.nodes[static_cast<size_t>(producer)].op == "to_copy" &&
+         reads(graph.nodes[static_cast<size_t>(producer)], kPixelValues);
+}
+
 // A module get_input_embeddings() returns: a text model's token embedding, or a
 // vision model's patch convolution (CLIPVisionModel's `_input_embed_layer` is
-// "patch_embedding"), which enable_input_require_grads hooks in every PreTrainedModel
-// of a model whose own main input is input_ids (CLIPModel, LLaVA).
-bool is_input_embedding(const graph::Node& node) {
+// "patch_embedding", Qwen2.5-VL's vision tower's "patch_embed", a Conv3d), which
+// enable_input_require_grads hooks in every PreTrainedModel of a model whose own main
+// input is input_ids (CLIPModel, LLaVA, Qwen2.5-VL; modeling_utils.py 5.23.0).
+bool is_input_embedding(const graph::LayerGraph& graph, const graph::Node& node) {
   if (node.outputs.size() != 1) return false;
-  return (node.op == graph::op::kEmbedding && reads(node, kInputIds)) ||
-         (node.op == graph::op::kConv2d && reads(node, kPixelValues));
+  const bool conv = node.op == graph::op::kConv2d || node.op == "conv3d";
+  return (node.op == graph::op::kEmbedding && reads(node, kInputIds)) || (conv && reads_pixels(graph, node));
 }
 
 // Whether a parameter of `node` is trained (a tied copy follows its original).
@@ -70,7 +81,7 @@ int apply_input_require_grads(graph::LayerGraph& graph) {
   if (graph.find_tensor(kInputIds) == nullptr) return 0;
   int marked = 0;
   for (const graph::Node& node : graph.nodes) {
-    if (!is_input_embedding(node) || trains_a_param(node, trainable)) continue;
+    if (!is_input_embedding(graph, node) || trains_a_param(node, trainable)) continue;
     const std::string leaf = module_output(graph, node);
     for (graph::Tensor& tensor : graph.tensors) {
       if (tensor.name == leaf) tensor.requires_grad = true;

@@ -37,6 +37,9 @@ struct ModelSize {
   int64_t total_params = 0;
   int64_t trainable_params = 0;
   std::map<std::string, int64_t> weight_bytes_by_dtype;  // "bf16", "f32", "nf4", "uint8", ...
+  // Of the sequence: the tokens a vision-language model's image takes (Qwen2.5-VL:
+  // graph.sequence.extra_tokens of a token model), 0 for others.
+  int64_t image_tokens = 0;
 };
 ModelSize model_size(const graph::LayerGraph& graph, Precision precision);
 using graph::is_quantized_storage;  // graph/dtype.h

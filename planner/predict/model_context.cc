@@ -79,7 +79,10 @@ graph::DType compute_dtype_for(Precision precision) {
 Result<int64_t> resolve_seq_len(const graph::LayerGraph& graph, const RunSettings& settings) {
   const graph::SequenceSpec& spec = graph.sequence;
   int64_t seq = spec.default_seq;
-  if (settings.resolution > 0) {
+  // A token model with a patch size took --resolution when it was built (Qwen2.5-VL:
+  // ZooOptions::image_side); its image takes extra_tokens of S.
+  const bool built_at_resolution = spec.unit == "tokens" && spec.patch_px > 0;
+  if (settings.resolution > 0 && !built_at_resolution) {
     if (spec.unit != "image") {
       return Status::invalid_input("resolution: " + graph.name +
                                    " takes a sequence length (--seq), not an image resolution");
@@ -93,6 +96,12 @@ Result<int64_t> resolve_seq_len(const graph::LayerGraph& graph, const RunSetting
     seq = spec.images * side * side + spec.extra_tokens;
   } else if (settings.seq_len > 0) {
     seq = settings.seq_len;
+  }
+  if (spec.unit == "tokens" && seq <= spec.extra_tokens) {
+    return Status::invalid_input("seq_len: " + std::to_string(seq) + " tokens leave no text beside the " +
+                                 std::to_string(spec.extra_tokens) + " image tokens of " + graph.name +
+                                 " (S counts the whole LM sequence, image tokens included); expected more than " +
+                                 std::to_string(spec.extra_tokens));
   }
   if (seq > spec.max_seq) {
     return Status::invalid_input("seq_len: " + std::to_string(seq) +
@@ -187,6 +196,7 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
     options.expert_modules = experts_as_modules(settings);
     options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
     options.text_tokens = settings.text_tokens;
+    if (settings.resolution > 0) options.image_side = settings.resolution;
     if (looks_like_path(settings.model) && models::is_hf_model_path(settings.model)) {
       Result<models::HfModel> model = models::load_hf_model(settings.model, options);
       if (!model.is_ok()) return model.status();

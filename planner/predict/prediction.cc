@@ -256,6 +256,7 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   out.peak = breakdown_at(context, settings, config, reserved, peak, Accounting::kReserved);
   out.peak_as_allocated = breakdown_at(context, settings, config, allocated, allocated_peak, Accounting::kAllocated);
   out.model = model_size(context.graph, settings.precision);
+  if (context.graph.sequence.unit == "tokens") out.model.image_tokens = context.graph.sequence.extra_tokens;
   const Simulation simulation =
       simulate_allocator ? simulate_allocator_share(context, settings, config, blocks, out) : Simulation{};
   const int64_t fixed_length_total = out.peak.total();

@@ -433,16 +433,16 @@ void resolve_autocast(const RunSettings& settings, ResolvedStack& out) {
 // main_input_name is "input_ids" (modeling_utils.py `_activation_checkpointing_enable`,
 // 5.23.0: `needs_embedding_grads = self.main_input_name == "input_ids"`); 4.x did
 // only for an adapter loaded through transformers' own PEFT integration
-// (`_hf_peft_config_loaded`, 4.44.2), not for a PeftModel. It changes bytes only
-// where the embeddings are frozen (LoRA, QLoRA) and blocks are checkpointed.
-// No release given: 5.x's, the dearer.
+// (`_hf_peft_config_loaded`, 4.44.2), not for a PeftModel. 5.x calls it whatever
+// trains; it changes bytes only where an input embedding is frozen (LoRA, QLoRA, or a
+// full fine-tune with --freeze: Qwen2.5-VL's recipes freeze the vision tower, whose
+// patch_embed is hooked) and blocks are checkpointed. No release given: 5.x's, the dearer.
 void resolve_input_require_grads(const RunSettings& settings, ResolvedStack& out) {
   if (settings.input_require_grads) {
     out.top.input_require_grads = out.bottom.input_require_grads = *settings.input_require_grads;
     return;
   }
-  const bool applies = settings.stack == Stack::kHfTrainer && settings.mode != TrainMode::kFull &&
-                       settings.checkpointing != CheckpointPolicy::kNone;
+  const bool applies = settings.stack == Stack::kHfTrainer && settings.checkpointing != CheckpointPolicy::kNone;
   const std::optional<Release> transformers = release_of(settings.versions, "transformers");
   out.top.input_require_grads = out.bottom.input_require_grads =
       applies && (!transformers || *transformers >= Release{5, 0, 0});

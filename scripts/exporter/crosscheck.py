@@ -53,7 +53,7 @@ def _seq_for(spec: "object", family: str) -> int:
     sequence = spec.sequence  # type: ignore[attr-defined]
     if family.startswith("flux"):
         return TEXT_SEQ
-    if spec.task == "llava":  # type: ignore[attr-defined]
+    if spec.task in ("llava", "qwen2_5_vl"):  # type: ignore[attr-defined]
         return spec.seq_values[0] - 8 + TEXT_SEQ  # type: ignore[attr-defined]
     if sequence["unit"] == "image":
         return int(sequence["default_seq"])  # the native resolution: no interpolation
@@ -91,6 +91,8 @@ def trace_family(family: str, out_dir: Path, attentions: List[str]) -> Dict[str,
             blocks.append(entry)
         record = {"family": family, "config": "config.json", "attention": attention,
                   "compute_dtype": "bf16", "batch": batch, "seq": seq, "blocks": blocks}
+        if spec.image_px:  # Qwen2.5-VL: the image side the builder is given (ZooOptions::image_side)
+            record["image_px"] = spec.image_px
         (family_dir / f"trace_{attention}.json").write_text(json.dumps(record, indent=1) + "\n")
         results[attention] = keep
     return results

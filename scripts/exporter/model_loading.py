@@ -38,7 +38,7 @@ StepFn = Callable[[nn.Module, Inputs], torch.Tensor]
 _IMAGE_EXTRA_TOKENS = {"vit": 1, "clip": 1, "clip_vision_model": 1, "siglip": 0,
                        "siglip_vision_model": 0, "deit": 2, "dinov2": 1, "beit": 1}
 _SUPPORTED_TASKS = ("causal_lm", "masked_lm", "seq_cls", "image_cls", "contrastive", "llava",
-                    "flux")
+                    "qwen2_5_vl", "flux")
 
 
 @dataclass
@@ -54,6 +54,7 @@ class ModelSpec:
     # seq -> the size each input needs: text tokens or image side in patches.
     make_step: Callable[[int, int, torch.device, torch.dtype, bool], Tuple[Inputs, StepFn]]
     seq_values: List[int] = field(default_factory=list)  # S values used to fit sizes
+    image_px: int = 0  # Qwen2.5-VL: the image's side (headroom's --resolution)
 
 
 def read_config(path: Path) -> Dict[str, Any]:
@@ -110,6 +111,8 @@ def _task_of(config: Dict[str, Any], model_type: str, path: Path) -> str:
     arch = archs[0] if archs and isinstance(archs[0], str) else ""
     if model_type == "llava" or arch.startswith("Llava"):
         return "llava"
+    if model_type == "qwen2_5_vl" or arch.startswith("Qwen2_5_VL"):
+        return "qwen2_5_vl"
     if model_type in ("clip", "siglip") and arch in ("", "CLIPModel", "SiglipModel"):
         return "contrastive"
     for suffix, kind in (("ForCausalLM", "causal_lm"), ("ForMaskedLM", "masked_lm"),
@@ -172,7 +175,8 @@ def _transformers_spec(path: Path, raw: Dict[str, Any], task: str | None) -> Mod
     auto_class = {"causal_lm": "AutoModelForCausalLM", "masked_lm": "AutoModelForMaskedLM",
                   "seq_cls": "AutoModelForSequenceClassification",
                   "image_cls": "AutoModelForImageClassification", "contrastive": "AutoModel",
-                  "llava": "AutoModelForImageTextToText"}[task]
+                  "llava": "AutoModelForImageTextToText",
+                  "qwen2_5_vl": "AutoModelForImageTextToText"}[task]
 
     def build(attention: str) -> nn.Module:
         factory = getattr(transformers, auto_class)
@@ -188,6 +192,8 @@ def _transformers_spec(path: Path, raw: Dict[str, Any], task: str | None) -> Mod
         return _image_spec(path, raw, model_type, build, param_dtype)
     if task == "contrastive":
         return _contrastive_spec(path, config, model_type, build, param_dtype)
+    if task == "qwen2_5_vl":
+        return _qwen25vl_spec(path, config, model_type, build, param_dtype)
     return _llava_spec(path, config, model_type, build, param_dtype)
 
 
@@ -349,6 +355,50 @@ def _llava_spec(path: Path, config: Any, model_type: str, build: Callable[[str],
     spec = ModelSpec(path, model_type, "llava", build,
                      _token_sequence(text.max_position_embeddings), param_dtype, make_step)
     spec.seq_values = [image_tokens + n for n in (8, 12, 16, 20)]
+    return spec
+
+
+def _qwen25vl_spec(path: Path, config: Any, model_type: str, build: Callable[[str], nn.Module],
+                   param_dtype: str) -> ModelSpec:
+    """Qwen2_5_VLForConditionalGeneration with one square image a sample, two windows a side
+    (2 x window_size px, a multiple of patch x merge): the processor's pixel_values
+    [patches, 3 x temporal x patch^2], image_grid_thw and the image's placeholder tokens."""
+    vision, text = config.vision_config, config.text_config
+    side = 2 * vision.window_size
+    grid = side // vision.patch_size
+    patches = grid * grid
+    image_tokens = patches // vision.spatial_merge_size ** 2
+    image_token = config.image_token_id
+    values = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+
+    def make_step(batch: int, seq: int, device: torch.device, dtype: torch.dtype,
+                  real: bool) -> Tuple[Inputs, StepFn]:
+        if not real:
+            raise ExporterError(f"{path}: Qwen2.5-VL's vision tower reads image_grid_thw's values "
+                                f"(.tolist() in vision_utils.py), which the meta device has not: "
+                                f"export a small config with --device cpu")
+        if seq <= image_tokens:
+            raise ExporterError(f"{path}: S = {seq} leaves no room for text beside the "
+                                f"{image_tokens} image tokens")
+        ids = _token_ids((batch, seq), text.vocab_size, device, real,
+                         high=min(text.vocab_size, image_token))
+        ids[:, 1:1 + image_tokens] = image_token
+        generator = torch.Generator().manual_seed(1)
+        pixels = torch.randn(batch * patches, values, generator=generator).to(device, torch.float32)
+        grid_thw = torch.tensor([[1, grid, grid]] * batch, dtype=torch.long, device=device)
+        inputs = {"input_ids": ids, "pixel_values": pixels, "image_grid_thw": grid_thw,
+                  "labels": ids.clone()}
+
+        def step(model: nn.Module, given: Inputs) -> torch.Tensor:
+            return model(input_ids=given["input_ids"], pixel_values=given["pixel_values"],
+                         image_grid_thw=given["image_grid_thw"], labels=given["labels"]).loss
+
+        return inputs, step
+
+    spec = ModelSpec(path, model_type, "qwen2_5_vl", build,
+                     _token_sequence(text.max_position_embeddings), param_dtype, make_step)
+    spec.seq_values = [image_tokens + n for n in (8, 12, 16, 20)]
+    spec.image_px = side
     return spec
 
 

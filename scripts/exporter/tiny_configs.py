@@ -28,7 +28,7 @@ FAMILIES = ("llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2
             "roberta-base", "vit-base-patch16-224", "clip-vit-base-patch32",
             "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer",
             "gemma-2-9b", "gemma-3-1b", "qwen3-moe-2l", "deepseek-v2-lite-2l",
-            "deepseek-v3-2l")
+            "deepseek-v3-2l", "qwen2.5-vl-7b")
 
 # Mixture of experts: few experts, top-2, a distinct expert width (48); DeepSeek's
 # MLA keeps q/k (16 + 8) and v (16) widths apart, as the published 192 and 128 are.
@@ -81,6 +81,8 @@ def tiny_config(family: str, public: Dict[str, Any]) -> Dict[str, Any]:
                  num_attention_heads=HEADS, joint_attention_dim=48, pooled_projection_dim=24,
                  in_channels=16, axes_dims_rope=[4, 6, 6])
         return c
+    if c.get("model_type") == "qwen2_5_vl":
+        return _tiny_qwen25vl(c)
     if "vision_config" in c:
         _shrink_vision(c["vision_config"])
         text = c.setdefault("text_config", {})
@@ -109,4 +111,19 @@ def tiny_config(family: str, public: Dict[str, Any]) -> Dict[str, Any]:
             c[key] = value
     if c.get("model_type") == "gpt2":
         c["n_inner"] = MLP
+    return c
+
+
+def _tiny_qwen25vl(c: Dict[str, Any]) -> Dict[str, Any]:
+    """Qwen2.5-VL (the Hub's flat layout): the text fields shrunk as a Llama's, M-RoPE's
+    sections summing to head_dim / 2; 2 vision blocks of width 64 (MLP 176, 4 heads), the
+    second of full attention, windows of 56 px (2 x 2 merged units), patch 14 kept; the
+    merger out to the text width; the special tokens inside the small vocabulary."""
+    _shrink_text(c)
+    c["rope_scaling"] = {"type": "mrope", "mrope_section": [2, 3, 3]}
+    c["vision_config"].update(depth=LAYERS, hidden_size=HIDDEN, intermediate_size=MLP, num_heads=HEADS,
+                              out_hidden_size=HIDDEN, window_size=56, fullatt_block_indexes=[1])
+    for offset, key in enumerate(("image_token_id", "video_token_id", "vision_start_token_id",
+                                  "vision_end_token_id", "vision_token_id")):
+        c[key] = VOCAB - 1 - offset
     return c

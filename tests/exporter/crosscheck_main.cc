@@ -43,6 +43,7 @@ struct Trace {
   std::string attention;
   int64_t batch = 0;
   int64_t seq = 0;
+  int64_t image_px = 0;  // Qwen2.5-VL: the image's side (0: none)
   struct Block {
     std::string name;
     bool checkpointable = false;
@@ -60,6 +61,7 @@ Trace read_trace(const fs::path& path) {
   t.attention = j.at("attention").get<std::string>();
   t.batch = j.at("batch").get<int64_t>();
   t.seq = j.at("seq").get<int64_t>();
+  t.image_px = j.value("image_px", int64_t{0});
   for (const auto& b : j.at("blocks")) {
     t.blocks.push_back({b.at("name").get<std::string>(), b.at("checkpointable").get<bool>(),
                         b.at("keep_bytes").get<int64_t>(), b.value("not_compared", std::string())});
@@ -116,6 +118,7 @@ bool check(const fs::path& trace_path) {
   headroom::models::ZooOptions options;
   options.attention = trace.attention == "eager" ? headroom::models::AttentionImpl::kEager
                                                  : headroom::models::AttentionImpl::kSdpa;
+  if (trace.image_px > 0) options.image_side = trace.image_px;  // Qwen2.5-VL's image
   const fs::path config = trace_path.parent_path() / "config.json";
   auto model = headroom::models::load_hf_model(config.string(), options);
   if (!model.is_ok()) {

@@ -9,6 +9,7 @@
 #   diffusers-flux  diffusers' Flux LoRA step, hand-counted (df)
 #   litgpt          litgpt's finetune step under Fabric (lg)
 #   encoders        the Trainer on BERT and ViT (hf5)
+#   qwen-vl         the Trainer on Qwen2.5-VL with pixel_values and image_grid_thw (hf5)
 #   torch-loop      torchvision's ResNet-50 in a plain loop (vision)
 #   trl, trl-dpo    TRL's SFTTrainer and DPOTrainer (trl)
 #   trl-reward      TRL's RewardTrainer (trl)
@@ -28,13 +29,14 @@ case "$suite" in
   diffusers-flux) env=df;       test=test_diffusers_flux_tiny.py ;;
   litgpt)         env=lg;       test=test_litgpt_tiny.py ;;
   encoders)       env=hf5;      test=test_encoders_tiny.py ;;
+  qwen-vl)        env=hf5;      test=test_qwen_vl_tiny.py ;;
   torch-loop)     env=vision;   test=test_torch_loop_tiny.py ;;
   trl)            env=trl;      test=test_trl_sft_tiny.py ;;
   trl-dpo)        env=trl;      test=test_trl_dpo_tiny.py ;;
   trl-reward)     env=trl;      test=test_trl_reward_tiny.py ;;
   bnb-old)        env=hf4bnb43; test=test_bnb_old_tiny.py ;;
   deepspeed)      env=ds;       test=test_deepspeed_tiny.py ;;
-  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, litgpt, encoders, torch-loop, trl, trl-dpo, trl-reward, bnb-old or deepspeed)" >&2; exit 2 ;;
+  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, litgpt, encoders, qwen-vl, torch-loop, trl, trl-dpo, trl-reward, bnb-old or deepspeed)" >&2; exit 2 ;;
 esac
 if [ "$env" = base ]; then
   python="$root/.venv/bin/python"

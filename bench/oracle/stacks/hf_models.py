@@ -40,7 +40,36 @@ def build_model(spec: dict):
         model = auto_class.from_config(config, **{key: weight_dtype(spec["precision"])})
     if spec["method"] == "qlora":
         quantize_4bit(model, spec)
+    if model.config.model_type == "qwen2_5_vl":
+        vision_positions_on_meta()
+    freeze_modules(model, spec.get("freeze", []))
     return model
+
+
+def freeze_modules(model, patterns: list) -> None:
+    """A full fine-tune with parts frozen (`freeze`: fnmatch patterns of parameter names,
+    as the Qwen2.5-VL recipes freeze `model.visual.*`): requires_grad_(False) before the
+    Trainer builds its optimizer, which then skips them."""
+    import fnmatch
+    for name, param in model.named_parameters():
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+            param.requires_grad_(False)
+
+
+def vision_positions_on_meta() -> None:
+    """The one shim Qwen2.5-VL needs on meta: its vision tower derives the patches' (h, w)
+    position ids, the windows and cu_seqlens from image_grid_thw's values
+    (vision_utils.py, 5.23.0). The batch keeps image_grid_thw on the CPU, so those run on
+    real numbers; the position ids then meet the meta inv_freq in the rotary embedding,
+    so they are moved to meta (int64 [2, patches]: what a GPU run holds there)."""
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as modeling
+    original = getattr(modeling.get_vision_position_ids, "__wrapped__", modeling.get_vision_position_ids)
+
+    def on_meta(*args, **kwargs):
+        return original(*args, **kwargs).to("meta")
+
+    on_meta.__wrapped__ = original
+    modeling.get_vision_position_ids = on_meta
 
 
 def quantize_4bit(model, spec: dict) -> None:

@@ -17,6 +17,14 @@ model from its config.json, how PEFT wraps it, and the batch the Trainer is give
   batch transformers' examples/pytorch/contrastive-image-text/run_clip.py collates:
   pixel_values, input_ids and attention_mask of `seq` tokens (the text tower's positions),
   return_loss=True. LoRA without a task type or a trained head.
+- `image-text-to-text` (Qwen2.5-VL): AutoModelForImageTextToText, PEFT task_type
+  CAUSAL_LM; the batch Qwen2_5_VLProcessor gives for one `image_size` x `image_size`
+  image a sample (a multiple of 28: smart_resize leaves it as it is): float32
+  pixel_values [patches, 3 * 2 * 14 * 14] for all samples, image_grid_thw (1, side/14,
+  side/14) per image, and `seq` token ids with labels, the image's placeholders among
+  them (a meta tensor has no values: the placeholder check reads True). No
+  mm_token_type_ids: the text model then takes 1-D positions (the M-RoPE index is
+  integer bookkeeping of [3, B, S]).
 """
 
 from __future__ import annotations
@@ -58,6 +66,16 @@ def contrastive_batch(spec: dict) -> dict:
     return dict(text, pixel_values=image_classification_batch(spec)["pixel_values"], return_loss=True)
 
 
+def image_text_batch(spec: dict) -> dict:
+    """Qwen2_5_VLProcessor's output for one square image and `seq` tokens a sample.
+    image_grid_thw stays on the CPU (the Trainer's accelerator is the CPU)."""
+    import torch
+    side = spec["image_size"] // 14
+    pixels = torch.empty(spec["batch"] * side * side, 3 * 2 * 14 * 14, dtype=torch.float32, device="meta")
+    grid = torch.tensor([[1, side, side]] * spec["batch"], dtype=torch.long)
+    return dict(causal_lm_batch(spec), pixel_values=pixels, image_grid_thw=grid)
+
+
 @dataclass(frozen=True)
 class Task:
     auto_class: str  # the transformers Auto class that builds the model from its config
@@ -74,6 +92,7 @@ TASKS = {
     "image-classification": Task("AutoModelForImageClassification", image_classification_batch, None,
                                  modules_to_save=("classifier",), trained_head=("classifier",)),
     "contrastive": Task("AutoModel", contrastive_batch, None),
+    "image-text-to-text": Task("AutoModelForImageTextToText", image_text_batch, "CAUSAL_LM"),
 }
 
 
