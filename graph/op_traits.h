@@ -31,6 +31,8 @@ inline constexpr std::string_view kRepeatKv = "repeat_kv";  // K or V copied to 
 inline constexpr std::string_view kLoss = "loss";
 inline constexpr std::string_view kFusedLinearCe = "fused_linear_ce";
 inline constexpr std::string_view kUnused = "unused";  // parameters whose output nothing reads
+inline constexpr std::string_view kGroupedMm = "grouped_mm";  // fused 3-D experts (transformers 5.x, models/moe.h)
+inline constexpr std::string_view kRouterLinear = "router_linear";  // an MoE router's logits (models/moe.h)
 }  // namespace op
 
 struct OpTraits {

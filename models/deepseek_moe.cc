@@ -5,6 +5,7 @@
 // experts (an nn.Linear SwiGLU MLP) added to their sum.
 #include "models/deepseek_moe.h"
 
+#include "graph/op_traits.h"
 #include "models/layers.h"
 #include "models/moe.h"
 #include "models/moe_parts.h"
@@ -21,7 +22,7 @@ std::string router_logits(GraphBuilder& b, const DeepseekConfig& c, const std::s
   const std::string x32 = b.copy(p + ".x_f32", "cast", {x}, times(rows, c.hidden), DType::kF32);
   const std::string w32 =
       b.copy(p + ".weight_f32", "cast", {}, SizeExpr::constant(e * c.hidden), DType::kF32);
-  OpSpec logits = moe_node(p, "router_linear", {x32, w32}, times(rows, e), DType::kF32,
+  OpSpec logits = moe_node(p, graph::op::kRouterLinear.data(), {x32, w32}, times(rows, e), DType::kF32,
                            {{x32, SaveWhen::kParamGrad}, {w32, SaveWhen::kInputGrad}});
   logits.params = {b.param(p + ".weight", {e, c.hidden})};
   logits.fwd_flops = logits.bwd_input_flops = logits.bwd_param_flops = times(rows, 2 * c.hidden * e);

@@ -54,7 +54,7 @@ Routing add_router(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std:
   if (linear_gate) {
     logits = b.linear(p + ".gate", x, rows, hidden, m.experts, false);
   } else {
-    OpSpec router = node(p + ".gate", "router_linear", {x}, times(rows, m.experts), std::nullopt,
+    OpSpec router = node(p + ".gate", graph::op::kRouterLinear.data(), {x}, times(rows, m.experts), std::nullopt,
                          {{x, SaveWhen::kParamGrad}});
     router.params = {b.param(p + ".gate.weight", {m.experts, hidden})};
     router.fwd_flops = router.bwd_input_flops = router.bwd_param_flops = times(rows, 2 * hidden * m.experts);
@@ -85,7 +85,7 @@ namespace {
 std::string grouped_mm(GraphBuilder& b, const std::string& name, const std::string& x,
                        const std::string& offsets, Param weight, SizeExpr routed, int64_t in, int64_t out) {
   const SizeExpr flops = routed.scaled(2 * in * out);
-  OpSpec spec = node(name, "grouped_mm", {x, offsets}, routed.scaled(out), std::nullopt,
+  OpSpec spec = node(name, graph::op::kGroupedMm.data(), {x, offsets}, routed.scaled(out), std::nullopt,
                      {{x, SaveWhen::kParamGrad}, {offsets, SaveWhen::kAnyGrad}});
   spec.params = {std::move(weight)};
   spec.fwd_flops = spec.bwd_input_flops = spec.bwd_param_flops = flops;

@@ -4,6 +4,7 @@
 #include <array>
 #include <set>
 
+#include "graph/op_traits.h"
 #include "planner/mechanisms/name_globs.h"
 #include "planner/mechanisms/peft_targets.h"
 #include "planner/settings/stack_choices.h"
@@ -107,7 +108,7 @@ Result<ConvertedTargets> convert_moe_targets(const LayerGraph& graph, const std:
   // them as ordinary LoRA and converts nothing (the conversion maps 4.x names onto
   // 5.x's fused parameters).
   const bool fused = std::any_of(graph.nodes.begin(), graph.nodes.end(),
-                                 [](const graph::Node& n) { return n.op == "grouped_mm"; });
+                                 [](const graph::Node& n) { return n.op == graph::op::kGroupedMm; });
   if (row == std::end(kConversions) || !fused) return out;
   out.converted = true;
   std::array<bool, 2> halves{false, false};
@@ -167,12 +168,12 @@ Result<int> wrap_moe_parameters(LayerGraph& graph, const ConvertedTargets& targe
   int wrapped = 0;
   for (Node& node : graph.nodes) {
     if (node.params.empty() || any_name_matches(settings.lora_skip, node.name)) continue;
-    const bool experts = node.op == "grouped_mm" && node.params.front().shape.size() == 3;
+    const bool experts = node.op == graph::op::kGroupedMm && node.params.front().shape.size() == 3;
     if (experts && node.name.ends_with(".gate_up_proj") && targets.gate_up) {
       wrap_experts(graph, node, 2 * settings.lora.rank, adapter_dtype, cast);  // rank_pattern: r times 2
     } else if (experts && node.name.ends_with(".down_proj") && targets.down) {
       wrap_experts(graph, node, settings.lora.rank, adapter_dtype, cast);
-    } else if (node.op == "router_linear" && targets.router) {
+    } else if (node.op == graph::op::kRouterLinear && targets.router) {
       wrap_router(graph, node, settings.lora.rank, adapter_dtype, cast);
     } else {
       continue;

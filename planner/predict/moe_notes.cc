@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "graph/dtype.h"
+#include "graph/op_traits.h"
 #include "models/moe_loop.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/settings/versions.h"
@@ -25,7 +26,7 @@ struct ExpertSummary {
 ExpertSummary summarize(const graph::LayerGraph& graph) {
   ExpertSummary out;
   for (const graph::Node& node : graph.nodes) {
-    if (node.op != "grouped_mm" || node.params.empty() || node.inputs.empty()) continue;
+    if (node.op != graph::op::kGroupedMm || node.params.empty() || node.inputs.empty()) continue;
     const graph::Param& weight = node.params.front();
     if (weight.shape.size() != 3) continue;
     const bool wrapped = std::any_of(node.params.begin(), node.params.end(), is_lora_adapter);

@@ -172,7 +172,7 @@ std::vector<int64_t> BackwardGradients::waiting_gradients(const graph::BlockStru
 // and the factors' AccumulateGrad only once every wrapped GEMM of the block has run
 // backward (seen on the meta-device oracle: Qwen3-MoE's first ZeRO hook after gate_up's).
 static bool factors_viewed_early(const graph::Node& node) {
-  return node.op == "grouped_mm" &&
+  return node.op == graph::op::kGroupedMm &&
          std::any_of(node.outputs.begin(), node.outputs.end(),
                      [](const std::string& t) { return t.ends_with(".lora_recomposed"); });
 }

@@ -14,12 +14,13 @@
 #include "planner/predict/model_context.h"
 #include "planner/predict/step_builder.h"
 #include "tests/planner/four_block_graph.h"
+#include "tests/planner/deepspeed_test_support.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
 namespace {
 
-constexpr int64_t kBucketBytes = 500'000'000 * 2;  // reduce_bucket_size's default, bf16
+constexpr int64_t kBucketBytes = kDeepSpeedBucketBytes;
 
 // embeddings, two layers and a head; under LoRA only the layers' adapters train,
 // so the first gradient hook fires in layers.1, not in the head.
@@ -28,24 +29,6 @@ graph::LayerGraph small_model(bool lora) {
     if (!lora || (b != 1 && b != 2)) return;
     node.params.push_back({node.name + ".lora_A.weight", {4096}, graph::DType::kF32, true, ""});
   });
-}
-
-RunSettings deepspeed(int stage) {
-  RunSettings settings;
-  settings.stack = Stack::kHfTrainer;
-  settings.precision = Precision::kBf16Pure;
-  settings.gpus_per_node = 2;
-  settings.zero_stage = stage;
-  return settings;
-}
-
-BuiltStep built(const graph::LayerGraph& graph, const RunSettings& settings) {
-  ModelContext context;
-  context.graph = graph;
-  context.gpu.cublas_workspace_bytes = 0;
-  StepProfile profile;
-  profile.blocks.resize(context.graph.blocks.size());
-  return build_step(context, settings, zero_stage(settings.zero_stage), profile, Accounting::kAllocated);
 }
 
 TEST_CASE("ZeRO-2's two reduce buckets are reduce_bucket_size elements, live in backward only") {

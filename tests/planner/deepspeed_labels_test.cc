@@ -13,33 +13,16 @@
 #include "planner/predict/model_context.h"
 #include "planner/predict/step_builder.h"
 #include "tests/planner/four_block_graph.h"
+#include "tests/planner/deepspeed_test_support.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
 namespace {
 
-constexpr int64_t kBucketBytes = 500'000'000 * 2;  // reduce_bucket_size's default, bf16
+constexpr int64_t kBucketBytes = kDeepSpeedBucketBytes;
 
 graph::LayerGraph small_model() {
   return four_blocks([](int) { return int64_t{1} << 20; }, true, [](graph::Node&, int) {});
-}
-
-RunSettings deepspeed(int stage) {
-  RunSettings settings;
-  settings.stack = Stack::kHfTrainer;
-  settings.precision = Precision::kBf16Pure;
-  settings.gpus_per_node = 2;
-  settings.zero_stage = stage;
-  return settings;
-}
-
-BuiltStep built(const graph::LayerGraph& graph, const RunSettings& settings) {
-  ModelContext context;
-  context.graph = graph;
-  context.gpu.cublas_workspace_bytes = 0;
-  StepProfile profile;
-  profile.blocks.resize(context.graph.blocks.size());
-  return build_step(context, settings, zero_stage(settings.zero_stage), profile, Accounting::kAllocated);
 }
 
 int64_t at(const std::vector<int64_t>& bytes, size_t k) { return k < bytes.size() ? bytes[k] : 0; }

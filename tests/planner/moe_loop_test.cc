@@ -11,6 +11,7 @@
 #include "planner/mechanisms/trainability.h"
 #include "planner/predict/moe_notes.h"
 #include "planner/predict/planner.h"
+#include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
 namespace {
@@ -23,15 +24,6 @@ graph::LayerGraph load(const std::string& name, bool expert_modules) {
   Result<models::HfModel> model = models::load_hf_model(kData + name, options);
   REQUIRE_MESSAGE(model.is_ok(), model.message());
   return model->graph;
-}
-
-const graph::Param* find_param(const graph::LayerGraph& g, const std::string& name) {
-  for (const graph::Node& node : g.nodes) {
-    for (const graph::Param& param : node.params) {
-      if (param.name == name) return &param;
-    }
-  }
-  return nullptr;
 }
 
 RunSettings run_of(const std::string& folder, const std::string& transformers, TrainMode mode) {

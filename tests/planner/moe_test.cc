@@ -9,6 +9,7 @@
 #include "planner/mechanisms/autocast.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/predict/moe_notes.h"
+#include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
 namespace {
@@ -18,15 +19,6 @@ graph::LayerGraph load(const std::string& name) {
       models::load_hf_model(std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/" + name, models::ZooOptions{});
   REQUIRE_MESSAGE(model.is_ok(), model.message());
   return model->graph;
-}
-
-const graph::Param* find_param(const graph::LayerGraph& g, const std::string& name) {
-  for (const graph::Node& node : g.nodes) {
-    for (const graph::Param& param : node.params) {
-      if (param.name == name) return &param;
-    }
-  }
-  return nullptr;
 }
 
 }  // namespace

@@ -26,6 +26,16 @@ inline RunSettings llama_lora(Stack stack) {
   return s;
 }
 
+// The parameter named `name` in `graph`, or null.
+inline const graph::Param* find_param(const graph::LayerGraph& graph, const std::string& name) {
+  for (const graph::Node& node : graph.nodes) {
+    for (const graph::Param& param : node.params) {
+      if (param.name == name) return &param;
+    }
+  }
+  return nullptr;
+}
+
 // A GlobalConfig at ZeRO stage `stage`, everything else at its default.
 inline GlobalConfig zero_stage(int stage) {
   GlobalConfig config;

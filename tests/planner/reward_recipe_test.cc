@@ -37,15 +37,6 @@ RunSettings trl_qwen_reward(TrainMode mode) {
   return s;
 }
 
-const graph::Param* find_param(const graph::LayerGraph& graph, const std::string& name) {
-  for (const graph::Node& node : graph.nodes) {
-    for (const graph::Param& param : node.params) {
-      if (param.name == name) return &param;
-    }
-  }
-  return nullptr;
-}
-
 graph::LayerGraph zoo_graph(const char* name) {
   Result<graph::LayerGraph> graph = models::build_zoo_model(name, models::ZooOptions{});
   REQUIRE(graph.is_ok());
