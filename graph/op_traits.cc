@@ -19,7 +19,7 @@ constexpr std::array<OpRow, 8> kOps = {{
     {op::kMatmul, {.autocast_to_16_bit = true}},
     {op::kConv2d, {.autocast_to_16_bit = true}},
     // Qwen2.5-VL's Conv3d patch embedding: CUDA autocast's lower-precision list has conv3d.
-    {"conv3d", {.autocast_to_16_bit = true}},
+    {op::kConv3d, {.autocast_to_16_bit = true}},
     {op::kAttention, {.attention_kernel = true, .autocast_to_16_bit = true}},
     {op::kFlexAttention, {.attention_kernel = true, .autocast_to_16_bit = true}},
     {op::kTritonFlashAttention, {.attention_kernel = true, .autocast_to_16_bit = true}},

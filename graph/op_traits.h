@@ -14,6 +14,7 @@ namespace op {
 inline constexpr std::string_view kLinear = "linear";
 inline constexpr std::string_view kMatmul = "matmul";
 inline constexpr std::string_view kConv2d = "conv2d";
+inline constexpr std::string_view kConv3d = "conv3d";  // Qwen2.5-VL's patch embedding
 inline constexpr std::string_view kEmbedding = "embedding";  // nn.Embedding (GraphBuilder::embedding)
 inline constexpr std::string_view kAttention = "attention";                    // SDPA (flash or efficient)
 inline constexpr std::string_view kFlexAttention = "flex_attention";           // torch FlexAttention
@@ -24,6 +25,7 @@ inline constexpr std::string_view kSoftmax = "softmax";
 inline constexpr std::string_view kPow = "pow";
 inline constexpr std::string_view kCast = "cast";
 inline constexpr std::string_view kToF32 = "to_f32";
+inline constexpr std::string_view kToCopy = "to_copy";  // Tensor.to(dtype): a fresh tensor in the new dtype
 inline constexpr std::string_view kSplit = "split";
 inline constexpr std::string_view kAdd = "add";  // a residual or bias add: its backward passes the gradient on as is
 inline constexpr std::string_view kDropout = "dropout";
@@ -31,6 +33,8 @@ inline constexpr std::string_view kRepeatKv = "repeat_kv";  // K or V copied to 
 inline constexpr std::string_view kLoss = "loss";
 inline constexpr std::string_view kFusedLinearCe = "fused_linear_ce";
 inline constexpr std::string_view kUnused = "unused";  // parameters whose output nothing reads
+inline constexpr std::string_view kOneHot = "one_hot";   // the transformers 4.x MoE loop's expert mask (models/moe_loop.h)
+inline constexpr std::string_view kNonzero = "nonzero";  // its per-expert torch.where
 inline constexpr std::string_view kGroupedMm = "grouped_mm";  // fused 3-D experts (transformers 5.x, models/moe.h)
 inline constexpr std::string_view kRouterLinear = "router_linear";  // an MoE router's logits (models/moe.h)
 }  // namespace op

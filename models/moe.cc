@@ -166,7 +166,7 @@ int64_t inactive_expert_parameters(const graph::LayerGraph& graph, const MoeSpec
   if (moe.experts == 0) return 0;
   int64_t experts = 0;
   for (const graph::Node& node : graph.nodes) {
-    if (node.op != "grouped_mm" && !is_expert_linear(node.name)) continue;
+    if (node.op != graph::op::kGroupedMm && !is_expert_linear(node.name)) continue;
     for (const Param& param : node.params) experts += param.elements();
   }
   return experts / moe.experts * (moe.experts - moe.top_k);

@@ -10,9 +10,11 @@
 // Qwen2-MoE then adds sigmoid(shared_expert_gate(x)) * shared_expert(x).
 #include "models/moe_loop.h"
 
-#include <regex>
+#include <algorithm>
+#include <string_view>
 #include <vector>
 
+#include "graph/op_traits.h"
 #include "models/layers.h"
 #include "models/moe_parts.h"
 
@@ -43,7 +45,7 @@ std::string add_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const 
   const ExpertNames names = expert_names(m);
   const int64_t width = m.expert_intermediate;
   // torch.where(cond) is nonzero(cond).unbind(1): idx and top_x view one [n, 2] storage.
-  const std::string where = b.copy(e + ".where", "nonzero", {mask}, routed.scaled(2), DType::kInt64);
+  const std::string where = b.copy(e + ".where", std::string(graph::op::kNonzero), {mask}, routed.scaled(2), DType::kInt64);
   const std::string rows = b.op(moe_node(e + ".routed_states", "index", {x, where}, routed.scaled(hidden),
                                          std::nullopt, {{where, SaveWhen::kInputGrad}}));
   const std::string gate = b.linear(e + "." + names.gate, rows, routed, hidden, width, false);
@@ -72,7 +74,7 @@ std::string add_expert_loop_block(GraphBuilder& b, const MoeSpec& moe, int64_t h
   const std::string final_states = b.copy(p + ".final_hidden_states", "zeros", {}, states);
   // one_hot(selected_experts, E): int64 [T, k, E], referenced by the loop to its end.
   const std::string mask =
-      b.copy(p + ".expert_mask", "one_hot", {routing.indices}, tokens().scaled(m.top_k * m.experts), DType::kInt64);
+      b.copy(p + ".expert_mask", std::string(graph::op::kOneHot), {routing.indices}, tokens().scaled(m.top_k * m.experts), DType::kInt64);
   std::string accumulated = final_states;
   for (int64_t j = 0; j < m.experts; ++j) {
     accumulated = add_expert(b, m, hidden, p, j, x, routing, mask, accumulated);
@@ -87,9 +89,25 @@ std::string add_expert_loop_block(GraphBuilder& b, const MoeSpec& moe, int64_t h
   return b.add(p + ".add_shared", out, shared, states);
 }
 
+// "<prefix>.experts.<J>.<linear>": parsed by hand, not by std::regex, since the
+// planner asks it of every node of graphs with tens of thousands of them.
 bool is_expert_linear(const std::string& node) {
-  static const std::regex kExpertLinear(R"(.*\.experts\.[0-9]+\.(w1|w2|w3|gate_proj|up_proj|down_proj)$)");
-  return std::regex_match(node, kExpertLinear);
+  const std::string_view name(node);
+  const size_t dot = name.rfind('.');
+  if (dot == std::string_view::npos) return false;
+  const std::string_view linear = name.substr(dot + 1);
+  if (linear != "w1" && linear != "w2" && linear != "w3" && linear != "gate_proj" && linear != "up_proj" &&
+      linear != "down_proj") {
+    return false;
+  }
+  const std::string_view rest = name.substr(0, dot);
+  const size_t index_dot = rest.rfind('.');
+  if (index_dot == std::string_view::npos) return false;
+  const std::string_view index = rest.substr(index_dot + 1);
+  if (index.empty() || !std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  return rest.substr(0, index_dot).ends_with(".experts");
 }
 
 }  // namespace headroom::models

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "graph/op_traits.h"
 #include "models/layers.h"
 
 namespace headroom::models {
@@ -26,10 +27,10 @@ bool is_full_attention(const Qwen25VlVision& v, int64_t block) {
 std::string add_patch_embed(GraphBuilder& b, const Qwen25VlVision& v, SizeExpr rows) {
   const int64_t patch_values = 3 * v.temporal_patch * v.patch * v.patch;
   const std::string pixels = b.input("pixel_values", times(rows, patch_values), DType::kF32, false);
-  const std::string cast = b.copy("model.visual.patch_embed.cast", "to_copy", {pixels}, times(rows, patch_values));
+  const std::string cast = b.copy("model.visual.patch_embed.cast", std::string(graph::op::kToCopy), {pixels}, times(rows, patch_values));
   OpSpec conv;
   conv.name = "model.visual.patch_embed.proj";
-  conv.op = "conv3d";  // on autocast's 16-bit list (graph/op_traits.cc)
+  conv.op = graph::op::kConv3d;  // on autocast's 16-bit list (graph/op_traits.cc)
   conv.inputs = {cast};
   conv.out_elements = times(rows, v.hidden);
   conv.saves = {SavedRef{cast, SaveWhen::kParamGrad}};
@@ -78,7 +79,7 @@ std::string add_vision_attention(GraphBuilder& b, const Qwen25VlConfig& c, int64
   std::string rotated[2];
   for (int j = 0; j < 2; ++j) {
     const std::string name = p + (j == 0 ? ".q" : ".k");
-    const std::string f32 = b.copy(name + ".float", "to_copy", {parts[j]}, h_elements, DType::kF32);
+    const std::string f32 = b.copy(name + ".float", std::string(graph::op::kToCopy), {parts[j]}, h_elements, DType::kF32);
     rotated[j] = apply_rope(b, name, f32, rope.cos, rope.sin, h_elements);
   }
   const SizeExpr scores = is_full_attention(v, i) ? fixed_square(c.image.patches())

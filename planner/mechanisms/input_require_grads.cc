@@ -25,7 +25,7 @@ bool reads_pixels(const graph::LayerGraph& graph, const graph::Node& node) {
   if (reads(node, kPixelValues)) return true;
   if (node.inputs.size() != 1) return false;
   const int producer = graph.producer_of(node.inputs.front());
-  return producer >= 0 && graph.nodes[static_cast<size_t>(producer)].op == "to_copy" &&
+  return producer >= 0 && graph.nodes[static_cast<size_t>(producer)].op == graph::op::kToCopy &&
          reads(graph.nodes[static_cast<size_t>(producer)], kPixelValues);
 }
 
@@ -36,7 +36,7 @@ bool reads_pixels(const graph::LayerGraph& graph, const graph::Node& node) {
 // input is input_ids (CLIPModel, LLaVA, Qwen2.5-VL; modeling_utils.py 5.23.0).
 bool is_input_embedding(const graph::LayerGraph& graph, const graph::Node& node) {
   if (node.outputs.size() != 1) return false;
-  const bool conv = node.op == graph::op::kConv2d || node.op == "conv3d";
+  const bool conv = node.op == graph::op::kConv2d || node.op == graph::op::kConv3d;
   return (node.op == graph::op::kEmbedding && reads(node, kInputIds)) || (conv && reads_pixels(graph, node));
 }
 

@@ -47,12 +47,12 @@ ExpertSummary summarize_loop(const graph::LayerGraph& graph) {
   int64_t wheres = 0;
   int64_t mask_per_token = 0;
   for (const graph::Node& node : graph.nodes) {
-    if (node.op == "one_hot" && node.name.ends_with(".expert_mask")) {
+    if (node.op == graph::op::kOneHot && node.name.ends_with(".expert_mask")) {
       ++out.layers;
       const graph::Tensor* mask = graph.find_tensor(node.outputs.front());
       if (mask != nullptr) mask_per_token = mask->elements.at(1, 1);
     }
-    if (node.op == "nonzero" && node.name.ends_with(".where")) ++wheres;
+    if (node.op == graph::op::kNonzero && node.name.ends_with(".where")) ++wheres;
     if (!models::is_expert_linear(node.name)) continue;
     for (const graph::Param& param : node.params) {
       if (!is_lora_adapter(param)) out.weight_bytes += graph::dtype_bytes(param.dtype, param.elements());

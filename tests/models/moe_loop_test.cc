@@ -62,6 +62,11 @@ TEST_CASE("4.x names: Mixtral's block_sparse_moe with w1 w3 w2, Qwen2-MoE's gate
   CHECK(find_node(mixtral, "model.layers.0.block_sparse_moe.experts.8.w1") == nullptr);
   CHECK(is_expert_linear("model.layers.0.block_sparse_moe.experts.3.w3"));
   CHECK_FALSE(is_expert_linear("model.layers.0.mlp.shared_expert.up_proj"));
+  CHECK(is_expert_linear("model.layers.7.mlp.experts.127.down_proj"));
+  CHECK_FALSE(is_expert_linear("experts.3.w1"));                        // no prefix before "experts"
+  CHECK_FALSE(is_expert_linear("model.layers.0.mlp.experts.x.w1"));     // the index is a number
+  CHECK_FALSE(is_expert_linear("model.layers.0.mlp.experts.3.w1.lora_A"));  // a LoRA factor, not the Linear
+  CHECK_FALSE(is_expert_linear("model.layers.0.mlp.my_experts.3.w1"));  // the module is "experts"
   const graph::LayerGraph qwen2 = load("qwen2-moe-2l", true);
   CHECK(find_node(qwen2, "model.layers.0.mlp.experts.59.down_proj") != nullptr);
   CHECK(find_node(qwen2, "model.layers.0.mlp.shared_expert.down_proj") != nullptr);
