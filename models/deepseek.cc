@@ -161,13 +161,7 @@ graph::LayerGraph build_deepseek(const DeepseekConfig& c, const ZooOptions& opti
   add_causal_lm_head(b, "model.norm", "lm_head", hidden, c.hidden, c.vocab, norm);
   graph::LayerGraph graph = b.finish();
   graph.family = c.v3 ? "deepseek_v3" : "deepseek_v2";
-  if (c.tie_embeddings) {
-    for (graph::Node& node : graph.nodes) {
-      for (graph::Param& param : node.params) {
-        if (param.name == "lm_head.weight") param.tied_to = "model.embed_tokens.weight";
-      }
-    }
-  }
+  if (c.tie_embeddings) tie_parameter(graph, "lm_head.weight", "model.embed_tokens.weight");
   // PEFT has no default targets for DeepSeek (constants.py names none): the
   // attention's nn.Linear layers, as for the other MoE families.
   graph.lora_targets = {"kv_a_proj_with_mqa", "kv_b_proj", "o_proj"};

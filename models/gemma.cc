@@ -218,13 +218,7 @@ graph::LayerGraph build_gemma(const GemmaConfig& c, const ZooOptions& options) {
   }
   gemma_head(b, c, hidden);
   graph::LayerGraph graph = b.finish();
-  if (c.base.tie_embeddings) {
-    for (graph::Node& node : graph.nodes) {
-      for (graph::Param& param : node.params) {
-        if (param.name == "lm_head.weight") param.tied_to = "model.embed_tokens.weight";
-      }
-    }
-  }
+  if (c.base.tie_embeddings) tie_parameter(graph, "lm_head.weight", "model.embed_tokens.weight");
   return graph;
 }
 

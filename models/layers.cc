@@ -45,4 +45,12 @@ AttentionShape self_attention_shape(int64_t heads, int64_t kv_heads, int64_t hea
   return shape;
 }
 
+void tie_parameter(graph::LayerGraph& graph, const std::string& name, const std::string& to) {
+  for (graph::Node& node : graph.nodes) {
+    for (graph::Param& param : node.params) {
+      if (param.name == name) param.tied_to = to;
+    }
+  }
+}
+
 }  // namespace headroom::models

@@ -35,6 +35,10 @@ AttentionShape self_attention_shape(int64_t heads, int64_t kv_heads, int64_t hea
 void add_classifier_loss(GraphBuilder& b, const std::string& name, const std::string& labels,
                          const std::string& features, int64_t width, int64_t classes);
 
+// Ties parameter `name` to `to` (Param::tied_to): tie_word_embeddings' lm_head
+// shares the input embedding's weight, so it is stored and trained once.
+void tie_parameter(graph::LayerGraph& graph, const std::string& name, const std::string& to);
+
 // Token-count expressions: B*S, and B*n for a fixed count n per sample.
 inline SizeExpr tokens() { return SizeExpr::per_token(1); }
 inline SizeExpr fixed_tokens(int64_t n) { return SizeExpr::per_sample(n); }

@@ -184,13 +184,7 @@ graph::LayerGraph build_llama(const LlamaConfig& config, const ZooOptions& optio
   const std::string hidden = add_llama_layers(b, c, "model", embeds, cos, sin, options);
   add_causal_lm_head(b, "model.norm", "lm_head", hidden, c.hidden, c.vocab, c.rms_norm);
   graph::LayerGraph graph = b.finish();
-  if (c.tie_embeddings) {
-    for (graph::Node& node : graph.nodes) {
-      for (graph::Param& param : node.params) {
-        if (param.name == "lm_head.weight") param.tied_to = "model.embed_tokens.weight";
-      }
-    }
-  }
+  if (c.tie_embeddings) tie_parameter(graph, "lm_head.weight", "model.embed_tokens.weight");
   return graph;
 }
 

@@ -67,11 +67,7 @@ graph::LayerGraph build_llava_from(const LlavaConfig& config, const ZooOptions& 
                      lm.vocab, lm.rms_norm);
   graph::LayerGraph graph = b.finish();
   if (lm.tie_embeddings) {
-    for (graph::Node& node : graph.nodes) {
-      for (graph::Param& param : node.params) {
-        if (param.name == "language_model.lm_head.weight") param.tied_to = "language_model.model.embed_tokens.weight";
-      }
-    }
+    tie_parameter(graph, "language_model.lm_head.weight", "language_model.model.embed_tokens.weight");
   }
   return graph;
 }

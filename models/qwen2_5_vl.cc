@@ -216,13 +216,7 @@ graph::LayerGraph build_qwen25vl(const Qwen25VlConfig& config, const ZooOptions&
   const std::string out = add_llama_layers(b, lm, "model.language_model", embeds, cos, sin, options);
   add_causal_lm_head(b, "model.language_model.norm", "lm_head", out, lm.hidden, lm.vocab, lm.rms_norm);
   graph::LayerGraph graph = b.finish();
-  if (lm.tie_embeddings) {
-    for (graph::Node& node : graph.nodes) {
-      for (graph::Param& param : node.params) {
-        if (param.name == "lm_head.weight") param.tied_to = "model.language_model.embed_tokens.weight";
-      }
-    }
-  }
+  if (lm.tie_embeddings) tie_parameter(graph, "lm_head.weight", "model.language_model.embed_tokens.weight");
   return graph;
 }
 
