@@ -328,6 +328,19 @@ def _contrastive_spec(path: Path, config: Any, model_type: str,
                      make_step)
 
 
+def _ids_with_image(path: Path, shape: Tuple[int, int], vocab: int, image_token: int, image_tokens: int,
+                    device: torch.device, real: bool) -> torch.Tensor:
+    """Token ids [B, S] whose positions 1..image_tokens are the image placeholder and the
+    rest text ids below it: one image a sample, as LLaVA's and Qwen2.5-VL's processors
+    lay it out."""
+    if shape[1] <= image_tokens:
+        raise ExporterError(f"{path}: S = {shape[1]} leaves no room for text beside the "
+                            f"{image_tokens} image tokens")
+    ids = _token_ids(shape, vocab, device, real, high=min(vocab, image_token))
+    ids[:, 1:1 + image_tokens] = image_token
+    return ids
+
+
 def _llava_spec(path: Path, config: Any, model_type: str, build: Callable[[str], nn.Module],
                 param_dtype: str) -> ModelSpec:
     vision, text = config.vision_config, config.text_config
@@ -337,12 +350,7 @@ def _llava_spec(path: Path, config: Any, model_type: str, build: Callable[[str],
 
     def make_step(batch: int, seq: int, device: torch.device, dtype: torch.dtype,
                   real: bool) -> Tuple[Inputs, StepFn]:
-        if seq <= image_tokens:
-            raise ExporterError(f"{path}: S = {seq} leaves no room for text beside the "
-                                f"{image_tokens} image tokens")
-        ids = _token_ids((batch, seq), text.vocab_size, device, real,
-                         high=min(text.vocab_size, image_token))
-        ids[:, 1:1 + image_tokens] = image_token
+        ids = _ids_with_image(path, (batch, seq), text.vocab_size, image_token, image_tokens, device, real)
         pixels = _pixels(batch, vision.num_channels, vision.image_size, device, dtype, real)
         inputs = {"input_ids": ids, "pixel_values": pixels, "labels": ids.clone()}
 
@@ -377,12 +385,7 @@ def _qwen25vl_spec(path: Path, config: Any, model_type: str, build: Callable[[st
             raise ExporterError(f"{path}: Qwen2.5-VL's vision tower reads image_grid_thw's values "
                                 f"(.tolist() in vision_utils.py), which the meta device has not: "
                                 f"export a small config with --device cpu")
-        if seq <= image_tokens:
-            raise ExporterError(f"{path}: S = {seq} leaves no room for text beside the "
-                                f"{image_tokens} image tokens")
-        ids = _token_ids((batch, seq), text.vocab_size, device, real,
-                         high=min(text.vocab_size, image_token))
-        ids[:, 1:1 + image_tokens] = image_token
+        ids = _ids_with_image(path, (batch, seq), text.vocab_size, image_token, image_tokens, device, real)
         generator = torch.Generator().manual_seed(1)
         pixels = torch.randn(batch * patches, values, generator=generator).to(device, torch.float32)
         grid_thw = torch.tensor([[1, grid, grid]] * batch, dtype=torch.long, device=device)
