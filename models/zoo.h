@@ -61,6 +61,9 @@ struct ZooOptions {
   // qwen2_5_vl: the image's side in pixels (--resolution), resized as its processor
   // does; nullopt: the model's default (models/qwen2_5_vl.h).
   std::optional<int64_t> image_side;
+  // Every field counts: the planner keeps built graphs by their options
+  // (planner/predict/loaded_models.h).
+  bool operator==(const ZooOptions&) const = default;
 };
 
 struct ZooEntry {

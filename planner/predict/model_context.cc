@@ -6,9 +6,7 @@
 #include <system_error>
 
 #include "graph/graph_json.h"
-#include "models/hf_import.h"
 #include "planner/configs/hf_quantization_check.h"
-#include "models/torchtune_models.h"
 #include "models/zoo.h"
 #include "planner/mechanisms/autocast.h"
 #include "planner/settings/run_gpu.h"
@@ -30,6 +28,7 @@
 #include "planner/settings/grpo_settings.h"
 #include "planner/mechanisms/reward_head.h"
 #include "planner/mechanisms/selective_checkpoint.h"
+#include "planner/predict/loaded_models.h"
 #include "planner/predict/moe_notes.h"
 #include "planner/mechanisms/strided_slices.h"
 #include "planner/settings/bnb_release.h"
@@ -197,18 +196,15 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
     options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
     options.text_tokens = settings.text_tokens;
     if (settings.resolution > 0) options.image_side = settings.resolution;
-    if (looks_like_path(settings.model) && models::is_hf_model_path(settings.model)) {
-      Result<models::HfModel> model = models::load_hf_model(settings.model, options);
-      if (!model.is_ok()) return model.status();
+    Result<LoadedModel> model = load_model(settings.model, looks_like_path(settings.model), options);
+    if (!model.is_ok()) return model.status();
+    if (model->from_hf) {
       if (Status stored = check_hf_quantization(settings, model->quantization, model->config_path); !stored.is_ok()) {
         return stored;
       }
-      context.checkpoint_mismatches = model->mismatches;
-      return std::move(model->graph);
+      context.checkpoint_mismatches = std::move(model->mismatches);
     }
-    if (looks_like_path(settings.model)) return graph::load_graph_file(settings.model);
-    if (models::is_torchtune_component(settings.model)) return models::build_torchtune_model(settings.model, options);
-    return models::build_zoo_model(settings.model, options);
+    return std::move(model->graph);
   }();
   if (!loaded.is_ok()) return loaded.status();
   if (loaded->blocks.size() > kMaxBlocks) {

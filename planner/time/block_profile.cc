@@ -80,46 +80,80 @@ struct ForwardPeak {
   int64_t saved = 0;
 };
 
+// The tensors live during a forward walk with their running totals: a count per
+// tensor (entry_live may name one twice; an erase drops every copy, as std::erase
+// on the list did), so each step costs its own inputs and outputs, not the live set.
+class LiveTensors {
+ public:
+  LiveTensors(const TensorFacts& facts, const std::vector<char>& saved) : facts_(facts), saved_(saved) {
+    copies_.assign(facts.bytes.size(), 0);
+  }
+  void add(int t) {
+    ++copies_[t];
+    bytes_ += facts_.bytes[t];
+    if (saved_[t]) saved_bytes_ += facts_.bytes[t];
+  }
+  bool has(int t) const { return copies_[t] > 0; }
+  void erase(int t) {
+    const int64_t freed = facts_.bytes[t] * copies_[t];
+    bytes_ -= freed;
+    if (saved_[t]) saved_bytes_ -= freed;
+    copies_[t] = 0;
+  }
+  int64_t bytes() const { return bytes_; }
+  int64_t saved_bytes() const { return saved_bytes_; }
+
+ private:
+  const TensorFacts& facts_;
+  const std::vector<char>& saved_;
+  std::vector<int> copies_;
+  int64_t bytes_ = 0;
+  int64_t saved_bytes_ = 0;
+};
+
+std::vector<char> membership(size_t count, const std::vector<int>& members) {
+  std::vector<char> in(count, 0);
+  for (int t : members) in[static_cast<size_t>(t)] = 1;
+  return in;
+}
+
 ForwardPeak forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int block_index,
                          const TensorFacts& facts, const std::vector<int>& entry_live,
                          bool with_saves, const std::vector<int>& held, DType compute, int64_t batch,
                          int64_t seq, Accounting accounting) {
   const graph::BlockStructure& block = analysis.blocks[block_index];
-  std::vector<int> live = entry_live;
-  std::vector<int> remaining(graph.tensors.size(), 0);
+  const size_t count = graph.tensors.size();
+  const std::vector<char> saved = with_saves ? membership(count, block.saved_tensors) : std::vector<char>(count, 0);
+  const std::vector<char> is_held = membership(count, held);
+  std::vector<int> remaining(count, 0);
   for (int n : block.nodes) {
     for (int t : analysis.node_inputs[n]) ++remaining[t];
     for (int t : analysis.node_holds[n]) ++remaining[t];
   }
-  auto kept = [&](int t) {
-    return facts.read_by_later_block[t] || (with_saves && contains(block.saved_tensors, t)) ||
-           contains(held, t);
+  auto kept = [&](int t) { return facts.read_by_later_block[t] || saved[t] || is_held[t]; };
+  LiveTensors live(facts, saved);
+  for (int t : entry_live) live.add(t);
+  ForwardPeak peak{live.bytes(), live.saved_bytes()};
+  auto drop_if_done = [&](int t) {
+    if (remaining[t] == 0 && !kept(t)) live.erase(t);
   };
-  auto live_bytes = [&](bool saved_only) {
-    int64_t total = 0;
-    for (int t : live) {
-      if (!saved_only || (with_saves && contains(block.saved_tensors, t))) total += facts.bytes[t];
-    }
-    return total;
-  };
-  ForwardPeak peak{live_bytes(false), live_bytes(true)};
   for (int n : block.nodes) {
     const Node& node = graph.nodes[n];
     for (int t : analysis.node_outputs[n]) {
-      if (!analysis.persistent[t] && !contains(live, t)) live.push_back(t);
+      if (!analysis.persistent[t] && !live.has(t)) live.add(t);
     }
     const int64_t workspace = account(
         graph::dtype_bytes(compute, node.workspace_elements.at(batch, seq)), accounting);
-    if (live_bytes(false) + workspace > peak.bytes) peak = {live_bytes(false) + workspace, live_bytes(true)};
+    if (live.bytes() + workspace > peak.bytes) peak = {live.bytes() + workspace, live.saved_bytes()};
     for (int t : analysis.node_inputs[n]) {
-      if (--remaining[t] == 0 && !kept(t)) std::erase(live, t);
+      --remaining[t];
+      drop_if_done(t);
     }
     for (int t : analysis.node_holds[n]) {
-      if (--remaining[t] == 0 && !kept(t)) std::erase(live, t);
+      --remaining[t];
+      drop_if_done(t);
     }
-    for (int t : analysis.node_outputs[n]) {
-      if (remaining[t] == 0 && !kept(t)) std::erase(live, t);
-    }
+    for (int t : analysis.node_outputs[n]) drop_if_done(t);
   }
   return peak;
 }
@@ -406,12 +440,13 @@ namespace {
 void add_block_times(const LayerGraph& graph, const GraphAnalysis& analysis, const graph::BlockStructure& block,
                      const std::vector<int>& held, DType compute, int64_t batch, int64_t seq, const GpuSpec& gpu,
                      const TimeModelOptions& time_options, BlockProfile& profile) {
+  const std::vector<char> is_held = membership(graph.tensors.size(), held);
   for (int n : block.nodes) {
     const NodeTimes times = node_times(graph, analysis, n, compute, batch, seq, gpu, time_options);
     profile.fwd_ms += times.fwd_ms;
     // A selectively saved op is not run again: its output comes from the cache.
     const bool cached = std::any_of(analysis.node_outputs[n].begin(), analysis.node_outputs[n].end(),
-                                    [&](int t) { return contains(held, t); });
+                                    [&](int t) { return is_held[t] != 0; });
     if (!cached) profile.recompute_ms += times.fwd_ms;
     profile.bwd_ms += times.bwd_ms;
     profile.model_flops += times.fwd_flops + times.bwd_flops;
@@ -514,16 +549,17 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
                       profile);
 
     add_block_times(graph, analysis, block, held, compute, batch, seq, gpu, time_options, profile);
+    const std::vector<char> saved = membership(graph.tensors.size(), block.saved_tensors);
     for (int n : block.nodes) {
       for (int t : analysis.node_outputs[n]) {
         if (cached_casts[t] && block.on_autograd) profile.cast_cache += facts.bytes[t];
-        if (analysis.held_in_forward[t] && !contains(block.saved_tensors, t)) {
+        if (analysis.held_in_forward[t] && !saved[t]) {
           out.blocks[last_reading_block(graph, analysis, t, b)].forward_frame += facts.bytes[t];
         }
         if (facts.read_by_later_block[t] && analysis.requires_grad[t] && !analysis.persistent[t]) {
           profile.out_grad += facts.bytes[t];
         }
-        if (facts.read_by_later_block[t] && !analysis.persistent[t] && !contains(block.saved_tensors, t)) {
+        if (facts.read_by_later_block[t] && !analysis.persistent[t] && !saved[t]) {
           profile.outputs += facts.bytes[t];
         }
       }
