@@ -155,6 +155,9 @@ std::string generation_words(const RunSettings&, const ResolvedStack& r) {
   }
   return "";
 }
+void pin_generation(const RunSettings& s, const ResolvedStack& r, RunSettings& bottom) {
+  if (s.recipe == Recipe::kGrpo) bottom.generation = r.bottom.generation;
+}
 void pin_reference(const RunSettings& s, const ResolvedStack& r, RunSettings& bottom) {
   if (s.recipe == Recipe::kDpo || s.recipe == Recipe::kGrpo) bottom.reference = r.bottom.reference;
 }
@@ -267,7 +270,7 @@ const std::array<MechanismRow, 15> kMechanisms = {{
         "TRL's default; vllm-colocate: vLLM in the trainer's process holding --vllm-gpu-memory-utilization of the "
         "GPU all step; vllm-colocate-sleep: the same with vllm_enable_sleep_mode, the share taken for generation "
         "only; vllm-server: a `trl vllm-serve` process on other GPUs)",
-        generation_names, resolve_generation, pin_always<&RunSettings::generation, &StackSpec::generation>,
+        generation_names, resolve_generation, pin_generation,
         generation_words),
 }};
 

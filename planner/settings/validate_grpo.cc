@@ -18,6 +18,10 @@ Status check_not_grpo(const RunSettings& s, std::string_view origin) {
   if (s.steps_per_generation) return fail(origin, "steps_per_generation", "GRPO's: expected recipe grpo with it");
   if (s.reference == Reference::kNone) return fail(origin, "reference", "none is GRPO's (beta 0): expected recipe grpo");
   if (s.generation) return fail(origin, "generation", "GRPO's generation engine: expected recipe grpo with it");
+  if (s.vllm_gpu_memory_utilization || s.vllm_max_model_len) {
+    return fail(origin, s.vllm_max_model_len ? "vllm_max_model_len" : "vllm_gpu_memory_utilization",
+                "GRPO's colocated vLLM's: expected recipe grpo and generation vllm-colocate with it");
+  }
   return Status::ok();
 }
 

@@ -89,7 +89,8 @@ TEST_CASE("--hf-args reads GRPOConfig's vLLM fields into the generation engine a
   const std::string sleep = written(dir, "sleep.json", R"({"importance_sampling_level": "token", "use_vllm": true,
       "vllm_mode": "colocate", "vllm_enable_sleep_mode": true, "vllm_gpu_memory_utilization": 0.25,
       "vllm_max_model_length": 192, "vllm_tensor_parallel_size": 1, "vllm_server_port": 8000,
-      "max_completion_length": 64, "num_generations": 4, "bf16": true, "per_device_train_batch_size": 4})");
+      "max_completion_length": 64, "num_generations": 4, "bf16": true, "per_device_train_batch_size": 4,
+      "model_init_kwargs": {"dtype": "bfloat16"}})");
   const RunOutput read = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --hf-args " + quoted(sleep) +
                                       " --json");
   REQUIRE_MESSAGE(read.exit_code == 0, read.err);
@@ -98,7 +99,8 @@ TEST_CASE("--hf-args reads GRPOConfig's vLLM fields into the generation engine a
   CHECK(settings["vllm_gpu_memory_utilization"] == 0.25);
   CHECK(settings["vllm_max_model_len"] == 192);
   const std::string server = written(dir, "server.json", R"({"importance_sampling_level": "token",
-      "use_vllm": true, "vllm_mode": "server", "max_completion_length": 64, "num_generations": 4, "bf16": true})");
+      "use_vllm": true, "vllm_mode": "server", "max_completion_length": 64, "num_generations": 4, "bf16": true,
+      "model_init_kwargs": {"dtype": "bfloat16"}})");
   const RunOutput served = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --batch 4 --hf-args " +
                                         quoted(server) + " --json");
   REQUIRE_MESSAGE(served.exit_code == 0, served.err);
