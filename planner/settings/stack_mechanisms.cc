@@ -140,8 +140,10 @@ std::string recipe_words(const RunSettings&, const ResolvedStack& r) {
     return "reward modelling (chosen and rejected rows in one batch, a one-value score head, no LM head)";
   }
   if (r.top.recipe == Recipe::kGrpo) {
-    return "GRPO (generation with a KV cache, then the policy over prompt + completion, the completion scored), "
-           "reference " + reference_words(r.top.reference);
+    const bool generate = r.top.generation == Generation::kGenerate;
+    return std::string("GRPO (generation") + (generate ? " with a KV cache" : "") +
+           ", then the policy over prompt + completion, the completion scored), reference " +
+           reference_words(r.top.reference);
   }
   return "DPO (chosen and rejected rows in one batch), reference " + reference_words(r.top.reference);
 }
