@@ -422,6 +422,21 @@ const std::vector<SettingsFlag> kFixedFlags = {
      [](RunSettings& s, std::string_view v) {
        return set_optional_int(v, 1, kMaxGradAccum, s.steps_per_generation);
      }},
+    {"--vllm-gpu-memory-utilization", "F", kTraining,
+     "--generation vllm-colocate[-sleep]: GRPOConfig.vllm_gpu_memory_utilization, the GPU's share vLLM takes "
+     "(default 0.3)", false,
+     [](RunSettings& s, std::string_view v) {
+       double share = 0;
+       Status status = set_positive(v, share);  // at most 1: validate_grpo.cc
+       if (status.is_ok()) s.vllm_gpu_memory_utilization = share;
+       return status;
+     }},
+    {"--vllm-max-model-len", "N", kTraining,
+     "--generation vllm-colocate[-sleep]: GRPOConfig.vllm_max_model_length, the context vLLM's KV cache must hold "
+     "one of (default: the model's maximum positions, as vLLM infers it)", false,
+     [](RunSettings& s, std::string_view v) {
+       return set_optional_int(v, 1, planner::kMaxSeqLen, s.vllm_max_model_len);
+     }},
     {"--text-tokens", "N", kTraining,
      "Flux: T5 tokens per sample (diffusers' --max_sequence_length; default 512)", false,
      [](RunSettings& s, std::string_view v) { return set_optional_int(v, 1, planner::kMaxSeqLen, s.text_tokens); }},

@@ -300,6 +300,7 @@ std::string breakdown_table(const planner::Prediction& p) {
   row("activations", b.activations);
   row("transient", b.transient);
   row("allocator slack", b.allocator);
+  if (b.vllm > 0) row("vLLM (colocated)", b.vllm);
   row("total", total);
   table.add_row({"peak allocated", format_gib(p.peak_allocated), ""});
   table.add_row({"peak reserved", format_gib(p.peak_reserved), ""});

@@ -51,9 +51,9 @@ std::string breakdown_chart(const planner::Prediction& p) {
       {"CUDA context", m.cuda_context}, {"workspaces", m.workspaces},     {"parameters", m.parameters},
       {"gradients", m.gradients},       {"optimizer states", m.optimizer_states},
       {"master weights", m.master_weights}, {"ZeRO buffers", m.zero_buffers}, {"activations", m.activations},
-      {"transient", m.transient},       {"allocator", m.allocator}};
+      {"transient", m.transient},       {"allocator", m.allocator},      {"vLLM", m.vllm}};
   const char* colors[] = {"#9e9e9e", "#bdbdbd", "#4c9be8", "#2e7d32", "#c62828",
-                          "#ef9a9a", "#00897b", "#f0a030", "#ffd54f", "#8a5cc2"};
+                          "#ef9a9a", "#00897b", "#f0a030", "#ffd54f", "#8a5cc2", "#6d4c41"};
   const double top = std::max({gib(m.total()), gib(p.gpu_capacity)}) * 1.12;
   SvgChart chart("chart-breakdown", kWidth, 190, Axis{0, top, "GPU memory per GPU at the peak (GiB)"}, Axis{0, 1, ""});
   chart.y_categories({"peak"});

@@ -1,5 +1,7 @@
 #include "planner/configs/trl_grpo_args.h"
 
+#include <charconv>
+#include <optional>
 #include <string>
 
 namespace headroom::planner {
@@ -15,16 +17,11 @@ constexpr const char* kGrpoIdle[] = {
     "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "entropy_coef", "use_adaptive_entropy",
     "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target", "off_policy_mask_threshold",
     "use_bias_correction_kl", "log_completions", "num_completions_to_print", "log_unique_prompts",
-    "num_generations_eval", "shuffle_dataset", "ds3_gather_for_generation", "vllm_mode", "vllm_gpu_memory_utilization",
-    "ref_model_mixup_alpha", "ref_model_sync_steps", "generation_kwargs", "chat_template_kwargs"};
+    "num_generations_eval", "shuffle_dataset", "ds3_gather_for_generation", "ref_model_mixup_alpha", "ref_model_sync_steps", "generation_kwargs", "chat_template_kwargs"};
 
 // What GRPOTrainer runs differently, each not modelled: the key, the value TRL needs for
 // the priced path, and why.
 void refuse_unmodelled(ArgsReader& r) {
-  if (r.boolean_or("use_vllm", false)) {
-    r.fail("use_vllm", "false (vLLM's engine, colocated with its vllm_gpu_memory_utilization share or a server, "
-                       "is not modelled: GRPO is priced with transformers' generate)");
-  }
   if (r.boolean_or("use_transformers_continuous_batching", false) || r.boolean_or("use_transformers_paged", false)) {
     r.fail("use_transformers_continuous_batching", "false (generate_batch's paged cache is not modelled)");
   }
@@ -95,12 +92,68 @@ void read_load_dtype(ArgsReader& r, RunSettings& s) {
   if (dtype == "bfloat16" || dtype == "auto") s.precision = Precision::kBf16Pure;
 }
 
+// A share of the GPU, a JSON number or a string ("0.5").
+std::optional<double> share_of(const nlohmann::json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (!v.is_string()) return std::nullopt;
+  const std::string text = v.get<std::string>();
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// The colocated engine's fields (VLLMGeneration's arguments, trl/trainer/grpo_trainer.py 1.16.0).
+void read_colocated_vllm(ArgsReader& r, RunSettings& s) {
+  if (r.count_or("vllm_tensor_parallel_size", 1, 1 << 20) != 1) {
+    r.fail("vllm_tensor_parallel_size", "1 (a tensor-parallel engine shared by several trainer ranks is not "
+                                        "modelled)", r.raw("vllm_tensor_parallel_size"));
+  }
+  s.generation = r.boolean_or("vllm_enable_sleep_mode", false) ? Generation::kVllmColocateSleep
+                                                               : Generation::kVllmColocate;
+  if (r.has("vllm_gpu_memory_utilization")) {
+    const std::optional<double> share = share_of(r.raw("vllm_gpu_memory_utilization"));
+    if (!share || !(*share > 0 && *share <= 1)) {
+      r.fail("vllm_gpu_memory_utilization", "a fraction above 0 and at most 1", r.raw("vllm_gpu_memory_utilization"));
+      return;
+    }
+    s.vllm_gpu_memory_utilization = *share;
+  }
+  if (r.has("vllm_max_model_length")) s.vllm_max_model_len = r.count_or("vllm_max_model_length", 1, kMaxSeqLen);
+}
+
+// use_vllm and vllm_mode (GRPOConfig's defaults: false, "colocate").
+void read_vllm(ArgsReader& r, RunSettings& s) {
+  for (const char* key : {"vllm_mode", "vllm_enable_sleep_mode", "vllm_gpu_memory_utilization",
+                          "vllm_max_model_length", "vllm_tensor_parallel_size",
+                          "vllm_importance_sampling_correction"}) {
+    r.names(key);
+  }
+  if (!r.boolean_or("use_vllm", false)) return;
+  // _generate_and_score_completions runs the old policy's no-grad log-prob pass with vLLM
+  // when the correction is on (its default): priced; without it that pass is not modelled.
+  if (!r.boolean_or("vllm_importance_sampling_correction", true)) {
+    r.fail("vllm_importance_sampling_correction", "true (without it the old policy's log-prob pass depends on "
+                                                  "steps_per_generation, not modelled with vLLM)");
+    return;
+  }
+  const std::string mode = r.string_or("vllm_mode", "colocate");
+  if (mode == "server") {
+    s.generation = Generation::kVllmServer;
+  } else if (mode == "colocate") {
+    read_colocated_vllm(r, s);
+  } else {
+    r.fail("vllm_mode", "\"colocate\" or \"server\"", r.raw("vllm_mode"));
+  }
+}
+
 }  // namespace
 
 void read_grpo_args(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   s.recipe = Recipe::kGrpo;
   for (const char* key : kGrpoIdle) r.names(key);
   refuse_unmodelled(r);
+  read_vllm(r, s);
   s.completion_tokens = r.count_or("max_completion_length", 512, kMaxSeqLen);
   s.num_generations = r.count_or("num_generations", 8, kMaxGlobalBatch);
   read_generation_batch(r, s);

@@ -14,8 +14,8 @@ namespace headroom::planner {
 inline constexpr const char* kGrpoOnlyField = "importance_sampling_level";
 
 // Sets recipe grpo, the completion's length, the groups, the generation's micro-steps
-// and the reference (beta != 0: the mode's, as GRPOTrainer takes it); refuses by name
-// what changes memory and is not modelled (vLLM, continuous batching, a static cache,
+// and the reference (beta != 0: the mode's, as GRPOTrainer takes it) and vLLM's engine
+// (use_vllm: colocated, with or without sleep mode, or a server); refuses by name what changes memory and is not modelled (continuous batching, a static cache,
 // Liger's kernels, an fp32 head, more than one iteration per generation).
 void read_grpo_args(ArgsReader& r, RunSettings& s, ConfigImport& out);
 

@@ -5,6 +5,7 @@
 #include "planner/mechanisms/kv_cache.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/settings/grpo_settings.h"
+#include "planner/predict/vllm_share.h"
 #include "planner/settings/stack.h"
 
 namespace headroom::planner {
@@ -67,6 +68,19 @@ void head_shape(const graph::LayerGraph& graph, Sizes& z) {
   }
 }
 
+// vLLM generates (mechanisms/vllm_engine.h): its share, colocated, in place of generate's
+// cache and logits on the trainer.
+void vllm_generation(const ModelContext& context, const RunSettings& settings, GrpoPhases& out) {
+  const VllmEngine engine = vllm_engine_of(context, settings);
+  out.generation_at = "vLLM";
+  if (!engine.colocated) return;
+  if (engine.sleeps) {
+    out.vllm_generation = out.generation = engine.share_bytes;
+  } else {
+    out.vllm_resident = engine.share_bytes;
+  }
+}
+
 }  // namespace
 
 GrpoPhases grpo_phases(const ModelContext& context, const RunSettings& settings, const StepProfile& training,
@@ -74,6 +88,15 @@ GrpoPhases grpo_phases(const ModelContext& context, const RunSettings& settings,
   GrpoPhases out;
   const StackSpec spec = resolve_stack(settings).top;
   if (spec.recipe != Recipe::kGrpo) return out;
+  // The reference's and, with vLLM's importance-sampling correction (TRL's default), the
+  // old policy's no-grad log-prob passes: each block at its no-grad peak.
+  if (spec.reference != Reference::kNone || spec.generation != Generation::kGenerate) {
+    for (const BlockProfile& block : training.blocks) out.logprob_pass = std::max(out.logprob_pass, block.fwd_peak_nograd);
+  }
+  if (spec.generation != Generation::kGenerate) {
+    vllm_generation(context, settings, out);
+    return out;
+  }
   const Result<std::vector<int64_t>> per_token = kv_cache_elements_per_token(context.graph);
   if (!per_token.is_ok()) return out;  // refused in prepare_context
   Sizes z;
@@ -87,9 +110,6 @@ GrpoPhases grpo_phases(const ModelContext& context, const RunSettings& settings,
   const int64_t prefill = prefill_peak(context, per_token.value(), z, accounting);
   out.generation = std::max(decode, prefill);
   out.generation_at = decode >= prefill ? "decode" : "prefill";
-  if (spec.reference != Reference::kNone) {
-    for (const BlockProfile& block : training.blocks) out.logprob_pass = std::max(out.logprob_pass, block.fwd_peak_nograd);
-  }
   return out;
 }
 

@@ -13,7 +13,12 @@
 //   as an fp32 copy and their softmax (fp32) until the next step replaces them;
 // - the log-prob pass (beta != 0: the reference, a frozen copy or the adapter-disabled
 //   base): _get_per_token_logps_and_entropies under torch.no_grad() in micro-batches,
-//   each block at its no-grad peak, the fused head over the completion.
+//   each block at its no-grad peak, the fused head over the completion; with vLLM, the
+//   old policy's pass too (grpo_trainer.py: old_per_token_logps under
+//   vllm_importance_sampling_correction, its default).
+// With vLLM (mechanisms/vllm_engine.h) generate does not run on the trainer: colocated,
+// vLLM's share is held all step (vllm_resident) or, in sleep mode, taken for generation
+// only (vllm_generation); a server holds nothing here.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +38,9 @@ struct GrpoPhases {
   int64_t generation = 0;    // above the resident base, at the generation's peak
   int64_t logprob_pass = 0;  // above the base, at the no-grad log-prob pass's peak (0: none)
   int64_t kv_cache = 0;      // the cache at its longest (prompt + completion - 1 tokens), in `generation`
-  std::string generation_at;  // "prefill" or "decode"
+  std::string generation_at;  // "prefill", "decode" or "vLLM"
+  int64_t vllm_resident = 0;    // colocated vLLM's share, held all step
+  int64_t vllm_generation = 0;  // sleep mode: vLLM's share while it generates, in `generation`
 };
 
 // The phases of a GRPO run: `training` is the step's profile at (micro-batch, seq).

@@ -11,7 +11,7 @@ namespace headroom::planner {
 
 int64_t MemoryBreakdown::total() const {
   return cuda_context + workspaces + parameters + gradients + optimizer_states + master_weights +
-         zero_buffers + activations + transient + allocator;
+         zero_buffers + activations + transient + allocator + vllm;
 }
 
 nlohmann::json breakdown_to_json(const MemoryBreakdown& m) {
@@ -23,6 +23,7 @@ nlohmann::json breakdown_to_json(const MemoryBreakdown& m) {
       {"optimizer_states_bytes", m.optimizer_states}, {"master_weights_bytes", m.master_weights},
       {"zero_buffers_bytes", m.zero_buffers},   {"activations_bytes", m.activations},
       {"transient_bytes", m.transient},         {"allocator_bytes", m.allocator},
+      {"vllm_bytes", m.vllm},
       {"total_bytes", m.total()},               {"paged_optimizer_states_bytes", m.paged_optimizer_states},
   };
 }

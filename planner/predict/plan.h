@@ -32,6 +32,10 @@ struct MemoryBreakdown {
   // tensors, autocast's cached casts, offload copies.
   int64_t transient = 0;
   int64_t allocator = 0;        // pool slack and simulated fragmentation of the caching allocator
+  // GRPO's colocated vLLM engine: its gpu_memory_utilization share (weights, KV cache,
+  // activations, CUDA graphs), held all step or, in sleep mode, at generation only
+  // (planner/mechanisms/vllm_engine.h).
+  int64_t vllm = 0;
   // bitsandbytes paged optimizer states: CUDA unified memory outside the caching
   // allocator, moved to host RAM when the GPU runs short, so not in total().
   int64_t paged_optimizer_states = 0;

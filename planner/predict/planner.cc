@@ -2,12 +2,27 @@
 
 #include "planner/predict/moe_notes.h"
 #include "planner/predict/training_notes.h"
+#include "planner/predict/vllm_share.h"
 #include "planner/settings/may_change.h"
 
 namespace headroom::planner {
 
-Result<FitAnswer> fit(const RunSettings& settings) {
+namespace {
+
+// The run's context, refused where vLLM would not start (no plan makes it start).
+Result<ModelContext> prepare_run_context(const RunSettings& settings) {
   Result<ModelContext> context = prepare_context(settings);
+  if (!context.is_ok()) return context;
+  if (Status vllm = check_vllm_engine(context.value(), settings); !vllm.is_ok()) {
+    return vllm.with_prefix("generation: ");
+  }
+  return context;
+}
+
+}  // namespace
+
+Result<FitAnswer> fit(const RunSettings& settings) {
+  Result<ModelContext> context = prepare_run_context(settings);
   if (!context.is_ok()) return context.status();
   if (Status values = check_batch_norm_values(context.value(), settings.micro_batch); !values.is_ok()) return values;
   Result<std::vector<BlockChoice>> choices = user_block_choices(context.value(), settings);
@@ -31,6 +46,9 @@ Result<FitAnswer> fit(const RunSettings& settings) {
   for (const std::string& note : reentrant_checkpointing_notes(context->graph, settings)) {
     answer.warnings.push_back(note);
   }
+  for (const std::string& note : vllm_notes(context.value(), settings, plan.prediction)) {
+    answer.warnings.push_back(note);
+  }
   if (!answer.fits && answer.alternative.found) {
     for (const std::string& note : training_notes(context->graph, answer.alternative.best.config, "the plan found")) {
       answer.warnings.push_back(note);
@@ -40,7 +58,7 @@ Result<FitAnswer> fit(const RunSettings& settings) {
 }
 
 Result<PlanResult> plan(const RunSettings& settings, const Progress& progress) {
-  Result<ModelContext> context = prepare_context(settings);
+  Result<ModelContext> context = prepare_run_context(settings);
   if (!context.is_ok()) return context.status();
   // BatchNorm's refusal at the largest micro-batch the run could take is no "does
   // not fit": no memory would help.
@@ -53,6 +71,11 @@ Result<PlanResult> plan(const RunSettings& settings, const Progress& progress) {
   for (const std::string& note : moe_notes(context->graph, settings)) result.warnings.push_back(note);
   for (const std::string& note : reentrant_checkpointing_notes(context->graph, settings)) {
     result.warnings.push_back(note);
+  }
+  if (result.found) {
+    for (const std::string& note : vllm_notes(context.value(), settings, result.best.prediction)) {
+      result.warnings.push_back(note);
+    }
   }
   if (result.found) {
     for (const std::string& note : training_notes(context->graph, result.best.config, "the plan")) {

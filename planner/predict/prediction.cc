@@ -117,6 +117,7 @@ MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& set
   m.activations = peak.activations - held;
   m.transient = peak.transient + held + in_flight;
   m.allocator = reserved ? kPoolSlackBytes : 0;
+  m.vllm = peak.vllm;
   return m;
 }
 

@@ -116,8 +116,13 @@ void add_grpo_phases(const ModelContext& context, const RunSettings& settings, c
   out.model.logprob_pass = phases.logprob_pass;
   out.kv_cache = phases.kv_cache;
   out.generation_at = phases.generation_at;
+  // Colocated vLLM without sleep mode holds its share all step: the trainer plans in the rest.
+  out.model.vllm_resident = phases.vllm_resident;
+  out.model.vllm_generation = phases.vllm_generation;
+  out.model.base += phases.vllm_resident;
   const int64_t steps = settings.steps_per_generation.value_or(settings.grad_accum);
-  if (phases.generation > 0 && steps % settings.grad_accum != 0) out.model.grads_generation = out.states.grads_full;
+  const bool before_forward = phases.generation > 0 || phases.logprob_pass > 0;
+  if (before_forward && steps % settings.grad_accum != 0) out.model.grads_generation = out.states.grads_full;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <string_view>
 #include <utility>
 
 namespace headroom::planner {
@@ -280,6 +281,10 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
       peak.transient = local - grads - gathered - saved + cached;
       peak.gradients = grads;
       peak.gathered = gathered;
+      // vLLM's share in sleep mode is the generation phase's, not a transient of the trainer's.
+      const int64_t woken = std::string_view(phase) == "generation" ? model.vllm_generation : 0;
+      peak.transient -= woken;
+      peak.vllm = model.vllm_resident + woken;
     }
   };
   std::vector<int64_t> prefix(n + 1, 0);  // prefix[k] = P(k-1): stored by blocks before k

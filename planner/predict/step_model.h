@@ -78,6 +78,10 @@ struct StepModel {
   int64_t generation = 0;
   int64_t logprob_pass = 0;
   int64_t grads_generation = 0;
+  // GRPO with colocated vLLM (mechanisms/vllm_engine.h): its share held all step (in
+  // `base`), or in sleep mode while it generates (`generation`); 0 otherwise.
+  int64_t vllm_resident = 0;
+  int64_t vllm_generation = 0;
   // Reentrant checkpointing recomputes a block under autograd's ordinary saved-tensor
   // hooks (torch/utils/checkpoint.py CheckpointFunction.backward): what the recompute
   // saves is saved activations. Non-reentrant recomputation keeps it in the
@@ -126,6 +130,7 @@ struct StepPeak {
   int64_t gradients = 0;
   int64_t gathered = 0;    // FSDP's layer units in flight and the ZeRO buffers among the gradients at the peak
   int64_t host_activations = 0;  // pinned host bytes holding offloaded activations
+  int64_t vllm = 0;        // colocated vLLM's share at the peak (StepModel::vllm_resident, vllm_generation)
 };
 
 StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choices,

@@ -130,6 +130,13 @@ struct RunSettings {
   std::optional<int64_t> completion_tokens;
   int64_t num_generations = 8;
   std::optional<int64_t> steps_per_generation;
+  // GRPO's generation engine (StackSpec::generation; nullopt: transformers' generate, TRL's
+  // use_vllm false) and, colocated, vLLM's gpu_memory_utilization (nullopt: GRPOConfig's
+  // 0.3) and max_model_len (nullopt: the model's maximum positions, as vLLM infers it)
+  // (planner/mechanisms/vllm_engine.h).
+  std::optional<Generation> generation;
+  std::optional<double> vllm_gpu_memory_utilization;
+  std::optional<int64_t> vllm_max_model_len;
   // torch.compile on the model and loss (torchtune compile: True, torchtitan
   // --training.compile): checkpointable blocks save what the min-cut partitioner
   // keeps (planner/mechanisms/compiled_blocks.h) and run their pointwise ops as fused

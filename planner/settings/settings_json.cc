@@ -49,11 +49,14 @@ Status read_stack_mechanisms(JsonFields& r, RunSettings& s) {
   return Status::ok();
 }
 
-// GRPO's generation: completion length, completions a prompt, optimizer steps a generation.
+// GRPO's generation: completion length, completions a prompt, optimizer steps a generation,
+// and colocated vLLM's share and context (the engine itself is the `generation` row).
 Status read_generation(JsonFields& r, RunSettings& s) {
   for (const Status& status : {r.read("completion_tokens", s.completion_tokens),
                                r.read("num_generations", s.num_generations),
-                               r.read("steps_per_generation", s.steps_per_generation)}) {
+                               r.read("steps_per_generation", s.steps_per_generation),
+                               r.read("vllm_gpu_memory_utilization", s.vllm_gpu_memory_utilization),
+                               r.read("vllm_max_model_len", s.vllm_max_model_len)}) {
     if (!status.is_ok()) return status;
   }
   return Status::ok();
@@ -287,6 +290,8 @@ void write_run_and_budgets(const RunSettings& s, nlohmann::json& j) {
   if (s.completion_tokens) j["completion_tokens"] = *s.completion_tokens;
   if (s.num_generations != RunSettings{}.num_generations) j["num_generations"] = s.num_generations;
   if (s.steps_per_generation) j["steps_per_generation"] = *s.steps_per_generation;
+  if (s.vllm_gpu_memory_utilization) j["vllm_gpu_memory_utilization"] = *s.vllm_gpu_memory_utilization;
+  if (s.vllm_max_model_len) j["vllm_max_model_len"] = *s.vllm_max_model_len;
   if (!s.calibration_file.empty()) j["calibration_file"] = s.calibration_file;
   if (s.host_ram_bytes) j["host_ram_bytes"] = *s.host_ram_bytes;
   if (s.disk_free_bytes) j["disk_free_bytes"] = *s.disk_free_bytes;

@@ -77,6 +77,12 @@ constexpr ChoiceTable<Reference, 4> kReferences = {{{
     {Reference::kPrecomputed, "precomputed"},
     {Reference::kNone, "none"},
 }}};
+constexpr ChoiceTable<Generation, 4> kGenerations = {{{
+    {Generation::kGenerate, "generate"},
+    {Generation::kVllmColocate, "vllm-colocate"},
+    {Generation::kVllmColocateSleep, "vllm-colocate-sleep"},
+    {Generation::kVllmServer, "vllm-server"},
+}}};
 
 }  // namespace
 
@@ -145,5 +151,9 @@ std::string recipe_names() { return kRecipes.names(); }
 std::string_view reference_name(Reference value) { return kReferences.name(value); }
 std::optional<Reference> parse_reference(std::string_view text) { return kReferences.parse(text); }
 std::string reference_names() { return kReferences.names(); }
+
+std::string_view generation_name(Generation value) { return kGenerations.name(value); }
+std::optional<Generation> parse_generation(std::string_view text) { return kGenerations.parse(text); }
+std::string generation_names() { return kGenerations.names(); }
 
 }  // namespace headroom::planner

@@ -95,6 +95,15 @@ enum class Reference {
   kNone,             // GRPO with beta 0 (its default): no reference model, no reference forward
 };
 
+// Where GRPO's completions are generated (TRL 1.16's GRPOConfig use_vllm, vllm_mode,
+// vllm_enable_sleep_mode; docs/stacks.md, "GRPO with vLLM").
+enum class Generation {
+  kGenerate,           // transformers' generate on the policy (use_vllm false)
+  kVllmColocate,       // an LLM in the trainer's process, its gpu_memory_utilization share held all step
+  kVllmColocateSleep,  // the same with sleep mode: the share is taken for generation only (level 2 sleep)
+  kVllmServer,         // `trl vllm-serve` on other GPUs: nothing of vLLM on the trainer's
+};
+
 struct LossSpec {
   LossImpl impl = LossImpl::kFullKeepLogits;
   int chunks = 8;  // kChunked: torchtune's num_output_chunks
@@ -122,6 +131,8 @@ std::string_view recipe_name(Recipe value);
 std::optional<Recipe> parse_recipe(std::string_view text);
 std::string_view reference_name(Reference value);
 std::optional<Reference> parse_reference(std::string_view text);
+std::string_view generation_name(Generation value);
+std::optional<Generation> parse_generation(std::string_view text);
 std::optional<KbitPrep> parse_kbit_prep(std::string_view text);
 // The choices, "a, b, c", for messages and --help (from the tables in stack_choices.cc).
 std::string stack_names();
@@ -135,5 +146,6 @@ std::string fsdp_wrap_names();
 std::string kbit_prep_names();
 std::string recipe_names();
 std::string reference_names();
+std::string generation_names();
 
 }  // namespace headroom::planner

@@ -140,10 +140,25 @@ std::string recipe_words(const RunSettings&, const ResolvedStack& r) {
     return "reward modelling (chosen and rejected rows in one batch, a one-value score head, no LM head)";
   }
   if (r.top.recipe == Recipe::kGrpo) {
-    return "GRPO (generation with a KV cache, then the policy over prompt + completion, the completion scored), "
-           "reference " + reference_words(r.top.reference);
+    const bool generate = r.top.generation == Generation::kGenerate;
+    return std::string("GRPO (generation") + (generate ? " with a KV cache" : "") +
+           ", then the policy over prompt + completion, the completion scored), reference " +
+           reference_words(r.top.reference);
   }
   return "DPO (chosen and rejected rows in one batch), reference " + reference_words(r.top.reference);
+}
+std::string generation_words(const RunSettings&, const ResolvedStack& r) {
+  if (r.top.recipe != Recipe::kGrpo) return "";
+  switch (r.top.generation) {
+    case Generation::kGenerate: return "generation by transformers' generate";
+    case Generation::kVllmColocate: return "generation by vLLM colocated (its share held all step)";
+    case Generation::kVllmColocateSleep: return "generation by vLLM colocated in sleep mode (its share in generation only)";
+    case Generation::kVllmServer: return "generation by a vLLM server on other GPUs";
+  }
+  return "";
+}
+void pin_generation(const RunSettings& s, const ResolvedStack& r, RunSettings& bottom) {
+  if (s.recipe == Recipe::kGrpo) bottom.generation = r.bottom.generation;
 }
 void pin_reference(const RunSettings& s, const ResolvedStack& r, RunSettings& bottom) {
   if (s.recipe == Recipe::kDpo || s.recipe == Recipe::kGrpo) bottom.reference = r.bottom.reference;
@@ -168,7 +183,7 @@ constexpr MechanismRow on_off_row(const char* key, const char* help,
 
 // The rows, in the order resolve_stack runs them (docs/stacks.md cites each
 // stack's source in its table, settings/stack_resolvers.cc in its comments).
-const std::array<MechanismRow, 14> kMechanisms = {{
+const std::array<MechanismRow, 15> kMechanisms = {{
     enum_row<&RunSettings::optimizer_impl, parse_optimizer_impl, optimizer_impl_name>(
         "optimizer_impl", "IMPL", "how optimizer.step() runs", optimizer_impl_names, resolve_optimizer_impl,
         pin_always<&RunSettings::optimizer_impl, &StackSpec::optimizer_impl>, optimizer_words),
@@ -250,6 +265,15 @@ const std::array<MechanismRow, 14> kMechanisms = {{
         "default), copy or adapter-disabled (beta > 0: TRL takes the copy without PEFT, the adapter-disabled "
         "base with it, whichever is given)",
         reference_names, resolve_reference, pin_reference, no_words),
+    // GRPO's generation engine (planner/mechanisms/vllm_engine.h).
+    enum_row<&RunSettings::generation, parse_generation, generation_name>(
+        "generation", "KIND",
+        "with --recipe grpo: where the completions are generated (generate: transformers' generate on the policy, "
+        "TRL's default; vllm-colocate: vLLM in the trainer's process holding --vllm-gpu-memory-utilization of the "
+        "GPU all step; vllm-colocate-sleep: the same with vllm_enable_sleep_mode, the share taken for generation "
+        "only; vllm-server: a `trl vllm-serve` process on other GPUs)",
+        generation_names, resolve_generation, pin_generation,
+        generation_words),
 }};
 
 }  // namespace

@@ -487,4 +487,10 @@ void resolve_reference(const RunSettings& settings, ResolvedStack& out) {
   out.top.reference = out.bottom.reference = settings.reference.value_or(by_mode);
 }
 
+// GRPOConfig.use_vllm defaults to False (trl/trainer/grpo_config.py, 1.16.0): transformers'
+// generate unless the run names vLLM.
+void resolve_generation(const RunSettings& settings, ResolvedStack& out) {
+  out.top.generation = out.bottom.generation = settings.generation.value_or(Generation::kGenerate);
+}
+
 }  // namespace headroom::planner

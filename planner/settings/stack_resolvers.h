@@ -23,6 +23,7 @@ void resolve_input_require_grads(const RunSettings& settings, ResolvedStack& out
 void resolve_grads_through_forward(const RunSettings& settings, ResolvedStack& out);
 void resolve_recipe(const RunSettings& settings, ResolvedStack& out);
 void resolve_reference(const RunSettings& settings, ResolvedStack& out);
+void resolve_generation(const RunSettings& settings, ResolvedStack& out);
 void resolve_rope_modules(const RunSettings& settings, ResolvedStack& out);
 
 }  // namespace headroom::planner

@@ -54,6 +54,8 @@ struct StackSpec {
   // no_grad after the policy's (planner/mechanisms/preference_pairs.h; docs/stacks.md, "Recipes").
   Recipe recipe = Recipe::kSupervised;
   Reference reference = Reference::kCopy;
+  // GRPO: where the completions are generated (planner/mechanisms/vllm_engine.h).
+  Generation generation = Generation::kGenerate;
 };
 
 // The stack as the planner prices it: the top of the band (each unknown at its

@@ -17,6 +17,11 @@ Status check_not_grpo(const RunSettings& s, std::string_view origin) {
   if (s.completion_tokens) return fail(origin, "completion_tokens", "GRPO's: expected recipe grpo with it");
   if (s.steps_per_generation) return fail(origin, "steps_per_generation", "GRPO's: expected recipe grpo with it");
   if (s.reference == Reference::kNone) return fail(origin, "reference", "none is GRPO's (beta 0): expected recipe grpo");
+  if (s.generation) return fail(origin, "generation", "GRPO's generation engine: expected recipe grpo with it");
+  if (s.vllm_gpu_memory_utilization || s.vllm_max_model_len) {
+    return fail(origin, s.vllm_max_model_len ? "vllm_max_model_len" : "vllm_gpu_memory_utilization",
+                "GRPO's colocated vLLM's: expected recipe grpo and generation vllm-colocate with it");
+  }
   return Status::ok();
 }
 
@@ -73,11 +78,43 @@ Status check_grpo_reference(const RunSettings& s, std::string_view origin) {
   return Status::ok();
 }
 
+bool colocates_vllm(const RunSettings& s) {
+  return s.generation == Generation::kVllmColocate || s.generation == Generation::kVllmColocateSleep;
+}
+
+// vLLM's fields (GRPOConfig vllm_*): the colocated engine's, in the range vLLM takes.
+Status check_grpo_vllm(const RunSettings& s, std::string_view origin) {
+  if (!colocates_vllm(s)) {
+    if (s.vllm_gpu_memory_utilization) {
+      return fail(origin, "vllm_gpu_memory_utilization", "the colocated engine's share: expected generation "
+                                                         "vllm-colocate or vllm-colocate-sleep with it");
+    }
+    if (s.vllm_max_model_len) {
+      return fail(origin, "vllm_max_model_len", "the colocated engine's context: expected generation "
+                                                "vllm-colocate or vllm-colocate-sleep with it");
+    }
+  }
+  if (s.vllm_gpu_memory_utilization &&
+      !(*s.vllm_gpu_memory_utilization > 0 && *s.vllm_gpu_memory_utilization <= 1)) {
+    return fail(origin, "vllm_gpu_memory_utilization", "a fraction above 0 and at most 1, got " +
+                                                           std::to_string(*s.vllm_gpu_memory_utilization));
+  }
+  // VLLMGeneration._init_vllm (trl/generation/vllm_generation.py, 1.16.0) hands a 4-bit
+  // policy to vLLM with quantization="bitsandbytes", and PEFT merges the adapters into
+  // the 4-bit weights for every weight sync: neither is modelled.
+  if (s.generation && *s.generation != Generation::kGenerate && s.mode == TrainMode::kQlora) {
+    return fail(origin, "generation", "QLoRA with vLLM (a bitsandbytes-quantized engine, adapters merged into "
+                                      "4-bit weights at each sync) is not modelled: expected mode lora or full, or "
+                                      "generation generate");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status check_grpo_recipe(const RunSettings& s, std::string_view origin) {
   if (s.recipe != Recipe::kGrpo) return check_not_grpo(s, origin);
-  for (auto check : {check_grpo_stack, check_grpo_shape, check_grpo_reference}) {
+  for (auto check : {check_grpo_stack, check_grpo_shape, check_grpo_reference, check_grpo_vllm}) {
     if (Status status = check(s, origin); !status.is_ok()) return status;
   }
   return Status::ok();

@@ -61,7 +61,7 @@ TEST_CASE("--recipe grpo refuses what it does not model, naming the field") {
   CHECK(contains(alone.err, "expected recipe grpo"));
 }
 
-TEST_CASE("--hf-args reads a GRPOConfig by importance_sampling_level and refuses vLLM by name") {
+TEST_CASE("--hf-args reads a GRPOConfig by importance_sampling_level") {
   TempDir dir;
   const std::string grpo = written(dir, "grpo.json", R"({"per_device_train_batch_size": 4, "bf16": true,
       "importance_sampling_level": "token", "num_generations": 4, "max_completion_length": 64, "beta": 0.04,
@@ -82,12 +82,60 @@ TEST_CASE("--hf-args reads a GRPOConfig by importance_sampling_level and refuses
   REQUIRE_MESSAGE(words.exit_code == 0, words.err);
   CHECK(contains(words.out, "reference the base with adapters disabled"));
 
-  const std::string vllm = written(dir, "vllm.json", R"({"importance_sampling_level": "token", "use_vllm": true,
-      "vllm_mode": "colocate", "max_completion_length": 64})");
-  const RunOutput colocated = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --hf-args " + quoted(vllm));
-  CHECK(colocated.exit_code == 2);
-  CHECK(contains(colocated.err, "use_vllm"));
-  CHECK(contains(colocated.err, "vllm_gpu_memory_utilization"));
+}
+
+TEST_CASE("--hf-args reads GRPOConfig's vLLM fields into the generation engine and refuses the rest by name") {
+  TempDir dir;
+  const std::string sleep = written(dir, "sleep.json", R"({"importance_sampling_level": "token", "use_vllm": true,
+      "vllm_mode": "colocate", "vllm_enable_sleep_mode": true, "vllm_gpu_memory_utilization": 0.25,
+      "vllm_max_model_length": 192, "vllm_tensor_parallel_size": 1, "vllm_server_port": 8000,
+      "max_completion_length": 64, "num_generations": 4, "bf16": true, "per_device_train_batch_size": 4,
+      "model_init_kwargs": {"dtype": "bfloat16"}})");
+  const RunOutput read = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --hf-args " + quoted(sleep) +
+                                      " --json");
+  REQUIRE_MESSAGE(read.exit_code == 0, read.err);
+  const nlohmann::json settings = parse_json(read.out)["as_given"]["settings"];
+  CHECK(settings["generation"] == "vllm-colocate-sleep");
+  CHECK(settings["vllm_gpu_memory_utilization"] == 0.25);
+  CHECK(settings["vllm_max_model_len"] == 192);
+  const std::string server = written(dir, "server.json", R"({"importance_sampling_level": "token",
+      "use_vllm": true, "vllm_mode": "server", "max_completion_length": 64, "num_generations": 4, "bf16": true,
+      "model_init_kwargs": {"dtype": "bfloat16"}})");
+  const RunOutput served = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --batch 4 --hf-args " +
+                                        quoted(server) + " --json");
+  REQUIRE_MESSAGE(served.exit_code == 0, served.err);
+  CHECK(parse_json(served.out)["as_given"]["settings"]["generation"] == "vllm-server");
+  const std::string tp = written(dir, "tp.json", R"({"importance_sampling_level": "token", "use_vllm": true,
+      "vllm_tensor_parallel_size": 2, "max_completion_length": 64})");
+  const RunOutput parallel = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --hf-args " + quoted(tp));
+  CHECK(parallel.exit_code == 2);
+  CHECK(contains(parallel.err, "vllm_tensor_parallel_size"));
+  const std::string uncorrected = written(dir, "is.json", R"({"importance_sampling_level": "token",
+      "use_vllm": true, "vllm_importance_sampling_correction": false, "max_completion_length": 64})");
+  const RunOutput no_is = run_headroom("fit tiny-llama --lora --gpu 4090 --seq 128 --hf-args " + quoted(uncorrected));
+  CHECK(no_is.exit_code == 2);
+  CHECK(contains(no_is.err, "vllm_importance_sampling_correction"));
+}
+
+TEST_CASE("--generation vllm-colocate shows vLLM's share as its own line, and refuses a share vLLM cannot start with") {
+  const std::string colocated = kGrpo + " --generation vllm-colocate --vllm-max-model-len 128";
+  const RunOutput text = run_headroom(colocated);
+  REQUIRE_MESSAGE(text.exit_code == 0, text.err);
+  CHECK(contains(text.out, "vLLM (colocated)"));
+  CHECK(contains(text.out, "generation by vLLM colocated"));
+  const RunOutput json = run_headroom(colocated + " --vllm-gpu-memory-utilization 0.5 --json");
+  REQUIRE_MESSAGE(json.exit_code == 0, json.err);
+  const nlohmann::json given = parse_json(json.out)["as_given"];
+  CHECK(given["settings"]["generation"] == "vllm-colocate");
+  CHECK(given["settings"]["vllm_gpu_memory_utilization"] == 0.5);
+  // Half of the 4090's nvidia-smi 24564 MiB, rounded up as vLLM's request_memory does.
+  CHECK(given["prediction"]["breakdown"]["vllm_bytes"] == (24564LL << 20) / 2);
+  const RunOutput greedy = run_headroom(colocated + " --vllm-gpu-memory-utilization 1");
+  CHECK(greedy.exit_code == 2);
+  CHECK(contains(greedy.err, "vLLM will not start"));
+  const RunOutput stray = run_headroom(kGrpo + " --vllm-gpu-memory-utilization 0.5");
+  CHECK(stray.exit_code == 2);
+  CHECK(contains(stray.err, "vllm_gpu_memory_utilization"));
 }
 
 TEST_CASE("run, simulate refuse a GRPO plan by its recipe") {
