@@ -163,6 +163,12 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
     for (int64_t& grads : model.grads_bwd_before) grads = std::min(grads, out.states.in_backward_bytes);
     model.grads_optimizer = 0;
   }
+  // Autograd alone makes each gradient, as the node whose backward computes it is done
+  // (StepModel::grads_by_node): not under ZeRO's or FSDP's hooks and partitions.
+  model.grads_by_node = config.grad_accum == 1 && out.states.grads_progressive && !out.states.grads_in_backward &&
+                        config.zero_stage == 0 && !model.grads_made_by_hooks &&
+                        out.states.sharded_block_grads.empty() && out.states.reduce_scatter_block.empty() &&
+                        out.states.unsynced_grads == 0;
   model.copy_ms.resize(n);
   for (size_t k = 0; k < n; ++k) {
     model.copy_ms[k] = static_cast<double>(model.blocks[k].keep) / (context.gpu.host_link_gbps * 1e9) * 1e3;

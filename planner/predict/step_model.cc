@@ -102,6 +102,44 @@ static GradSplit grad_split(const StepModel& model, const BlockProfile& block) {
           block.bwd_saved_from_param_grads};
 }
 
+// Block k's backward node by node (StepModel::grads_by_node): at each node the own
+// gradients stored before it and those its backward makes, which AccumulateGrad
+// takes as `.grad` without a copy (the oracle labels the storage a gradient). A
+// checkpointed block recomputes first, before any.
+// False where the block has no own gradients to place.
+static bool backward_by_node(const StepModel& model, int k, BlockChoice choice, int64_t neighbour_copy,
+                             LocalPeak& out) {
+  const BlockProfile& block = model.blocks[k];
+  if (!model.grads_by_node || !block.on_autograd || block.bwd_points.empty() || block.own_grads <= 0 ||
+      static_cast<size_t>(k) >= model.grads_bwd_before.size()) {
+    return false;
+  }
+  const int64_t before = model.grads_bwd_before[k];
+  const int64_t made = out.backward_grads - before;
+  const auto share = [&](int64_t own) {
+    if (made == block.own_grads) return own;
+    return static_cast<int64_t>(static_cast<double>(made) * static_cast<double>(own) / static_cast<double>(block.own_grads));
+  };
+  const int64_t held = reentrant_held_outputs(model, block, choice);
+  const bool checkpointed = choice == BlockChoice::kCheckpoint;
+  int64_t peak = checkpointed ? recompute_peak(model, block) + block.out_grad : -1;
+  int64_t grads = 0;
+  int64_t saved = out.backward_saved;
+  for (const BackwardPoint& point : block.bwd_points) {
+    const int64_t at = share(point.made_through) + point.bytes + held;
+    if (at <= peak) continue;
+    peak = at;
+    grads = share(point.made_through);
+    if (!checkpointed) saved = point.saved;
+    else if (model.reentrant_recompute) saved = std::max(block.checkpoint, point.saved);
+  }
+  out.backward = before + peak + neighbour_copy;
+  out.backward_grads = before + grads;
+  out.backward_before_grads = grads == 0;
+  out.backward_saved = saved;
+  return true;
+}
+
 LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
   const BlockProfile& block = model.blocks[k];
   // The neighbour's saved tensors in flight over the host link: going out while
@@ -133,9 +171,11 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
   out.forward = out.forward_grads + forward + neighbour_copy;
   out.backward = out.backward_grads + backward + neighbour_copy;
   // The nodes that run backward before the block's first parameter gradient (the
-  // loss in a head block) peak without the block's own gradients.
+  // loss in a head block) peak without the block's own gradients; node by node, each
+  // with those made by then.
   const GradSplit split_at = grad_split(model, block);
-  if (block.on_autograd && split_at.before >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
+  const bool by_node = backward_by_node(model, k, choice, neighbour_copy, out);
+  if (!by_node && block.on_autograd && split_at.before >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
     const int64_t before_grads = model.grads_bwd_before[k];
     const int64_t held = reentrant_held_outputs(model, block, choice);
     int64_t before = split_at.before + held;

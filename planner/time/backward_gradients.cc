@@ -1,6 +1,7 @@
 #include "planner/time/backward_gradients.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "graph/op_traits.h"
 #include "planner/mechanisms/trl_fused_head.h"
@@ -177,6 +178,36 @@ static bool factors_viewed_early(const graph::Node& node) {
                      [](const std::string& t) { return t.ends_with(".lora_recomposed"); });
 }
 
+// The gradient bytes of node n's own parameters, made by its backward: a trainable
+// weight used once, and a shared one at its first use in backward, where its sum
+// starts (ModelStates::block_grads counts it in that block).
+int64_t BackwardGradients::own_gradients(int n) const {
+  const graph::Node& node = graph_.nodes[n];
+  if (node.op == graph::op::kUnused || !analysis_.needs_param_grad[n]) return 0;
+  int64_t bytes = 0;
+  for (const graph::Param& param : node.params) {
+    const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+    const auto trainable = owner_trainable_.find(owner);
+    if (trainable == owner_trainable_.end() || !trainable->second) continue;
+    if (use_positions_.at(owner).front() != position_[n]) continue;
+    bytes += account(param.elements() * grad_width_, accounting_);
+  }
+  return bytes;
+}
+
+// Drops the points a later one outgrows: it holds at least the same own gradients, so
+// at least as many bytes in flight make it the larger whatever those gradients weigh.
+static void keep_outgrowing(std::vector<GradPoint>& points) {
+  std::vector<GradPoint> kept;
+  int64_t later = kEmptyStage;
+  for (size_t i = points.size(); i-- > 0;) {
+    if (points[i].bytes <= later) continue;
+    later = points[i].bytes;
+    kept.push_back(points[i]);
+  }
+  points.assign(kept.rbegin(), kept.rend());
+}
+
 BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) const {
   BackwardStages stages;
   const std::vector<int64_t> released = released_before(block);
@@ -184,10 +215,17 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) c
   int wrapped = 0;  // wrapped GEMMs whose backward has not run yet
   for (int n : block.nodes) wrapped += analysis_.needs_param_grad[n] && factors_viewed_early(graph_.nodes[n]);
   bool hooked = false;  // a parameter's AccumulateGrad (and its hooks) has run
+  int64_t made = 0;     // own gradients stored (GradPoint::made_before)
+  int64_t viewed = 0;   // own gradients of wrapped GEMMs, stored once the last has run
   for (size_t i = block.nodes.size(); i-- > 0;) {
     const int n = block.nodes[i];
     if (!analysis_.needs_input_grad[n] && !analysis_.needs_param_grad[n]) continue;
     const int64_t grads = at_node(n) - released[i] + waiting[i];
+    const int64_t own = own_gradients(n);
+    const bool own_early = factors_viewed_early(graph_.nodes[n]);
+    stages.grad_points.push_back({grads, released[i], made, made + (own_early ? 0 : own)});
+    stages.own_grads += own;
+    (own_early ? viewed : made) += own;
     const bool after_first = !stages.from_param_grads.empty();
     const bool from = after_first || analysis_.needs_param_grad[n];
     (from ? stages.from_param_grads : stages.before_param_grads).consider(grads, released[i]);
@@ -196,10 +234,12 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) c
       const bool early = factors_viewed_early(graph_.nodes[n]);
       wrapped -= early;
       hooked = hooked || !early || wrapped == 0;
+      if (wrapped == 0) made += std::exchange(viewed, 0);
     }
     const bool from_params = !stages.from_params.empty() || !graph_.nodes[n].params.empty();
     (from_params ? stages.from_params : stages.before_params).consider(grads, released[i]);
   }
+  keep_outgrowing(stages.grad_points);
   return stages;
 }
 
