@@ -116,9 +116,9 @@ static bool backward_by_node(const StepModel& model, int k, BlockChoice choice, 
   }
   const int64_t before = model.grads_bwd_before[k];
   const int64_t made = out.backward_grads - before;
+  const double per_own = static_cast<double>(made) / static_cast<double>(block.own_grads);
   const auto share = [&](int64_t own) {
-    if (made == block.own_grads) return own;
-    return static_cast<int64_t>(static_cast<double>(made) * static_cast<double>(own) / static_cast<double>(block.own_grads));
+    return made == block.own_grads ? own : static_cast<int64_t>(per_own * static_cast<double>(own));
   };
   const int64_t held = reentrant_held_outputs(model, block, choice);
   const bool checkpointed = choice == BlockChoice::kCheckpoint;

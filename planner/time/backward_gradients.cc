@@ -222,16 +222,15 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) c
     if (!analysis_.needs_input_grad[n] && !analysis_.needs_param_grad[n]) continue;
     const int64_t grads = at_node(n) - released[i] + waiting[i];
     const int64_t own = own_gradients(n);
-    const bool own_early = factors_viewed_early(graph_.nodes[n]);
-    stages.grad_points.push_back({grads, released[i], made, made + (own_early ? 0 : own)});
+    const bool early = factors_viewed_early(graph_.nodes[n]);
+    stages.grad_points.push_back({grads, released[i], made, made + (early ? 0 : own)});
     stages.own_grads += own;
-    (own_early ? viewed : made) += own;
+    (early ? viewed : made) += own;
     const bool after_first = !stages.from_param_grads.empty();
     const bool from = after_first || analysis_.needs_param_grad[n];
     (from ? stages.from_param_grads : stages.before_param_grads).consider(grads, released[i]);
     (hooked ? stages.after_first_param_grads : stages.through_first_param_grads).consider(grads, released[i]);
     if (analysis_.needs_param_grad[n]) {
-      const bool early = factors_viewed_early(graph_.nodes[n]);
       wrapped -= early;
       hooked = hooked || !early || wrapped == 0;
       if (wrapped == 0) made += std::exchange(viewed, 0);

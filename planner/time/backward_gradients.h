@@ -40,7 +40,7 @@ struct BackwardStage {
 // [ Sequence Number]: AccumulateGrad's sequence_nr is UINT64_MAX; engine.h
 // CompareNodeTaskTime), and it steals the fresh gradient as `.grad`
 // (functions/accumulate_grad.h): a Linear's weight gradient exists from that Linear's
-// backward on, in flight during it.
+// backward on, its storage the `.grad` to be.
 struct GradPoint {
   int64_t bytes = 0;
   int64_t released = 0;
