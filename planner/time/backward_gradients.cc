@@ -136,12 +136,26 @@ std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStruct
   return released;
 }
 
+// Whether node n is an add whose output's gradient arrives from a later block (the
+// block profile's out_grad, priced through the block's whole backward): the gradient
+// the add passes on is that one (AddBackward returns its input as is, torch 2.11
+// torch/csrc/autograd/generated/Functions.cpp AddBackward0::apply), already counted.
+// A post-norm block's add (BERT: dense, dropout, add, LayerNorm) passes on the
+// LayerNorm backward's fresh output instead: it waits as the residual's gradient
+// until the branch's backward reaches the residual's producer.
+bool BackwardGradients::passes_out_grad(int n) const {
+  if (graph_.nodes[static_cast<size_t>(n)].op != graph::op::kAdd) return false;
+  const std::vector<int>& outputs = analysis_.node_outputs[static_cast<size_t>(n)];
+  return std::any_of(outputs.begin(), outputs.end(), [&](int t) { return arriving_[t] || analysis_.persistent[t]; });
+}
+
 // Gradients waiting inside the block at each of its nodes' backward (by index in
 // block.nodes): a tensor of the block whose consumers there have all run backward
 // and whose producer has not holds its gradient meanwhile, beside the node in flight
 // (a chunked head: every chunk's loss runs backward before the first chunk's linear,
 // in autograd's sequence-number order). A gradient an add passes on is the add's own
-// output gradient (AddBackward returns it as is), counted where that is.
+// output gradient (AddBackward returns it as is): where that is the block's out_grad
+// (passes_out_grad), counted there.
 std::vector<int64_t> BackwardGradients::waiting_gradients(const graph::BlockStructure& block) const {
   std::vector<int> index(graph_.nodes.size(), -1);
   for (size_t i = 0; i < block.nodes.size(); ++i) index[static_cast<size_t>(block.nodes[i])] = static_cast<int>(i);
@@ -156,7 +170,7 @@ std::vector<int64_t> BackwardGradients::waiting_gradients(const graph::BlockStru
         inside = inside && index[static_cast<size_t>(c)] >= 0;
         last = std::max(last, index[static_cast<size_t>(c)]);
       }
-      if (!inside || graph_.nodes[static_cast<size_t>(block.nodes[static_cast<size_t>(last)])].op == graph::op::kAdd) continue;
+      if (!inside || passes_out_grad(block.nodes[static_cast<size_t>(last)])) continue;
       for (int j = static_cast<int>(i) + 1; j < last; ++j) {
         const std::vector<int>& reads = analysis_.node_inputs[static_cast<size_t>(block.nodes[static_cast<size_t>(j)])];
         if (std::find(reads.begin(), reads.end(), t) == reads.end()) waiting[static_cast<size_t>(j)] += tensor_bytes_[t];

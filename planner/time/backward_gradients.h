@@ -89,6 +89,7 @@ class BackwardGradients {
   int64_t own_gradients(int n) const;
   std::vector<int64_t> released_before(const graph::BlockStructure& block) const;
   std::vector<int64_t> waiting_gradients(const graph::BlockStructure& block) const;
+  bool passes_out_grad(int n) const;
 
   const graph::LayerGraph& graph_;
   const graph::GraphAnalysis& analysis_;
