@@ -138,8 +138,8 @@ std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStruct
 
 // Whether node n is an add whose output's gradient arrives from a later block (the
 // block profile's out_grad, priced through the block's whole backward): the gradient
-// the add passes on is that one (AddBackward returns its input as is, torch 2.11
-// torch/csrc/autograd/generated/Functions.cpp AddBackward0::apply), already counted.
+// the add passes on is that one (AddBackward0 hands `grad` on as is: torch 2.11
+// tools/autograd/derivatives.yaml, add.Tensor's self and other at alpha 1), already counted.
 // A post-norm block's add (BERT: dense, dropout, add, LayerNorm) passes on the
 // LayerNorm backward's fresh output instead: it waits as the residual's gradient
 // until the branch's backward reaches the residual's producer.
