@@ -302,6 +302,22 @@ static std::vector<int64_t> forward_only_holds(const StepModel& model, const std
   return cached;
 }
 
+// What a later block's autograd Functions keep on ctx (StepModel::ctx_held) is still
+// live while an earlier block runs backward: autograd frees a node's saved variables
+// once it has run (torch 2.11 torch/csrc/autograd/python_function.cpp,
+// PyNode::release_variables clears saved_variables only), while an attribute set on
+// ctx (bitsandbytes 0.43.1 bitsandbytes/autograd/_functions.py, MatMul4Bit.forward:
+// ctx.tensors = (A, B)) lives as long as the node, which the graph holds until the
+// backward is done (the oracle: Mixtral-2L's layer 1 4-bit linears' inputs live
+// through layer 0's backward).
+static void hold_ctx_tensors(const StepModel& model, std::vector<int64_t>& backward_stored) {
+  int64_t later = 0;
+  for (size_t k = std::min(model.ctx_held.size(), model.blocks.size()); k-- > 0;) {
+    backward_stored[k] += later;
+    later += model.ctx_held[k];
+  }
+}
+
 StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choices,
                    int64_t persistent) {
   assert(choices.size() == model.blocks.size());
@@ -330,6 +346,7 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   std::vector<int64_t> forward_stored = prefix;
   std::vector<int64_t> backward_stored = prefix;
   offload_checkpoint_inputs(model, choices, forward_stored, backward_stored, peak.host_activations);
+  hold_ctx_tensors(model, backward_stored);
   const std::vector<int64_t> cached = forward_only_holds(model, choices, forward_stored);
   const int64_t fixed = model.base + model.gathered;
   for (int k = 0; k < n; ++k) {

@@ -68,6 +68,10 @@ struct StepModel {
   int64_t optimizer_transient = 0;
   std::vector<BlockProfile> blocks;
   std::vector<double> copy_ms;     // per block: one-way copy time of its saved tensors
+  // Per block: bytes its autograd Functions keep on ctx outside save_for_backward
+  // (ModelContext::ctx_held), live from its forward to the end of the whole backward
+  // (empty: none).
+  std::vector<int64_t> ctx_held;
   bool allow_offload = true;       // activation offload to host permitted
   // Checkpointed blocks' inputs kept in pinned host memory (torchtune activation
   // offloading): -1 off; otherwise how many of the latest stay on the GPU during
