@@ -348,6 +348,7 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   }
   if (uses_bnb_4bit(settings)) {
     hold_bnb_inputs(context.graph, context.analysis, bnb_matmul4bit_of(settings), context.checkpoint_saves);
+    hold_bnb_inputs(context.graph, context.analysis, bnb_matmul4bit_of(settings), context.ctx_held);
   }
   return Status::ok();
 }

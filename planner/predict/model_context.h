@@ -35,6 +35,10 @@ struct ModelContext {
   // indices): empty for whole-block recompute, the policy's saves for
   // selective-op (planner/mechanisms/selective_checkpoint.h).
   std::vector<std::vector<int>> checkpoint_saves;
+  // Per block, tensors an autograd Function keeps on its ctx outside save_for_backward
+  // (bitsandbytes up to 0.43.1: MatMul4Bit's ctx.tensors; mechanisms/bnb_matmul4bit.h):
+  // the node lives with the graph, so they stay until the whole backward is done.
+  std::vector<std::vector<int>> ctx_held;
   // A Hugging Face model directory: differences between its config-derived graph
   // and its safetensors headers (missing, extra, shape), for the user to see.
   std::vector<std::string> checkpoint_mismatches;

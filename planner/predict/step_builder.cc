@@ -127,6 +127,18 @@ void add_grpo_phases(const ModelContext& context, const RunSettings& settings, c
 
 }  // namespace
 
+// Per block, the bytes of ModelContext::ctx_held at the micro-batch.
+static std::vector<int64_t> ctx_held_bytes(const ModelContext& context, int64_t batch, Accounting accounting) {
+  std::vector<int64_t> bytes(context.ctx_held.size(), 0);
+  for (size_t k = 0; k < context.ctx_held.size(); ++k) {
+    for (int t : context.ctx_held[k]) {
+      const graph::Tensor& tensor = context.graph.tensors[static_cast<size_t>(t)];
+      bytes[k] += account(graph::tensor_bytes(tensor, context.compute_dtype, batch, context.seq_len), accounting);
+    }
+  }
+  return bytes;
+}
+
 BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
                      const GlobalConfig& config, const StepProfile& profile,
                      Accounting accounting) {
@@ -168,6 +180,13 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
     for (int64_t& grads : model.grads_bwd_before) grads = std::min(grads, out.states.in_backward_bytes);
     model.grads_optimizer = 0;
   }
+  // Autograd alone makes each gradient, as the node whose backward computes it is done
+  // (StepModel::grads_by_node): not under ZeRO's or FSDP's hooks and partitions.
+  model.grads_by_node = config.grad_accum == 1 && out.states.grads_progressive && !out.states.grads_in_backward &&
+                        config.zero_stage == 0 && !model.grads_made_by_hooks &&
+                        out.states.sharded_block_grads.empty() && out.states.reduce_scatter_block.empty() &&
+                        out.states.unsynced_grads == 0;
+  model.ctx_held = ctx_held_bytes(context, config.micro_batch, accounting);
   model.copy_ms.resize(n);
   for (size_t k = 0; k < n; ++k) {
     model.copy_ms[k] = static_cast<double>(model.blocks[k].keep) / (context.gpu.host_link_gbps * 1e9) * 1e3;

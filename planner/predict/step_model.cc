@@ -103,6 +103,44 @@ static GradSplit grad_split(const StepModel& model, const BlockProfile& block) {
           block.bwd_saved_from_param_grads};
 }
 
+// Block k's backward node by node (StepModel::grads_by_node): at each node the own
+// gradients stored before it and those its backward makes, which AccumulateGrad
+// takes as `.grad` without a copy (the oracle labels the storage a gradient). A
+// checkpointed block recomputes first, before any.
+// False where the block has no own gradients to place.
+static bool backward_by_node(const StepModel& model, int k, BlockChoice choice, int64_t neighbour_copy,
+                             LocalPeak& out) {
+  const BlockProfile& block = model.blocks[k];
+  if (!model.grads_by_node || !block.on_autograd || block.bwd_points.empty() || block.own_grads <= 0 ||
+      static_cast<size_t>(k) >= model.grads_bwd_before.size()) {
+    return false;
+  }
+  const int64_t before = model.grads_bwd_before[k];
+  const int64_t made = out.backward_grads - before;
+  const double per_own = static_cast<double>(made) / static_cast<double>(block.own_grads);
+  const auto share = [&](int64_t own) {
+    return made == block.own_grads ? own : static_cast<int64_t>(per_own * static_cast<double>(own));
+  };
+  const int64_t held = reentrant_held_outputs(model, block, choice);
+  const bool checkpointed = choice == BlockChoice::kCheckpoint;
+  int64_t peak = checkpointed ? recompute_peak(model, block) + block.out_grad : -1;
+  int64_t grads = 0;
+  int64_t saved = out.backward_saved;
+  for (const BackwardPoint& point : block.bwd_points) {
+    const int64_t at = share(point.made_through) + point.bytes + held;
+    if (at <= peak) continue;
+    peak = at;
+    grads = share(point.made_through);
+    if (!checkpointed) saved = point.saved;
+    else if (model.reentrant_recompute) saved = std::max(block.checkpoint, point.saved);
+  }
+  out.backward = before + peak + neighbour_copy;
+  out.backward_grads = before + grads;
+  out.backward_before_grads = grads == 0;
+  out.backward_saved = saved;
+  return true;
+}
+
 LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
   const BlockProfile& block = model.blocks[k];
   // The neighbour's saved tensors in flight over the host link: going out while
@@ -134,9 +172,11 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
   out.forward = out.forward_grads + forward + neighbour_copy;
   out.backward = out.backward_grads + backward + neighbour_copy;
   // The nodes that run backward before the block's first parameter gradient (the
-  // loss in a head block) peak without the block's own gradients.
+  // loss in a head block) peak without the block's own gradients; node by node, each
+  // with those made by then.
   const GradSplit split_at = grad_split(model, block);
-  if (block.on_autograd && split_at.before >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
+  const bool by_node = backward_by_node(model, k, choice, neighbour_copy, out);
+  if (!by_node && block.on_autograd && split_at.before >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
     const int64_t before_grads = model.grads_bwd_before[k];
     const int64_t held = reentrant_held_outputs(model, block, choice);
     int64_t before = split_at.before + held;
@@ -263,6 +303,22 @@ static std::vector<int64_t> forward_only_holds(const StepModel& model, const std
   return cached;
 }
 
+// What a later block's autograd Functions keep on ctx (StepModel::ctx_held) is still
+// live while an earlier block runs backward: autograd frees a node's saved variables
+// once it has run (torch 2.11 torch/csrc/autograd/python_function.cpp,
+// PyNode::release_variables clears saved_variables only), while an attribute set on
+// ctx (bitsandbytes 0.43.1 bitsandbytes/autograd/_functions.py, MatMul4Bit.forward:
+// ctx.tensors = (A, B)) lives as long as the node, which the graph holds until the
+// backward is done (the oracle: Mixtral-2L's layer 1 4-bit linears' inputs live
+// through layer 0's backward).
+static void hold_ctx_tensors(const StepModel& model, std::vector<int64_t>& backward_stored) {
+  int64_t later = 0;
+  for (size_t k = std::min(model.ctx_held.size(), model.blocks.size()); k-- > 0;) {
+    backward_stored[k] += later;
+    later += model.ctx_held[k];
+  }
+}
+
 StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choices,
                    int64_t persistent) {
   assert(choices.size() == model.blocks.size());
@@ -295,6 +351,7 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   std::vector<int64_t> forward_stored = prefix;
   std::vector<int64_t> backward_stored = prefix;
   offload_checkpoint_inputs(model, choices, forward_stored, backward_stored, peak.host_activations);
+  hold_ctx_tensors(model, backward_stored);
   const std::vector<int64_t> cached = forward_only_holds(model, choices, forward_stored);
   const int64_t fixed = model.base + model.gathered;
   for (int k = 0; k < n; ++k) {

@@ -57,10 +57,21 @@ struct StepModel {
   // first node with a parameter gradient runs backward with grads_bwd_before
   // (BlockProfile::bwd_peak_through_first_param_grads).
   bool grads_made_by_hooks = false;
+  // A block's own parameter gradients appear node by node as its backward walks it in
+  // reverse (BlockProfile::bwd_points: autograd's AccumulateGrad runs as soon as a
+  // node's backward has made its weight's gradient), not at its first node with one:
+  // grads_bwd[k] - grads_bwd_before[k] are block k's own, shared out in proportion to
+  // BlockProfile::own_grads. Set where autograd alone makes them (the first
+  // micro-step of a progressive run without hooks, sharding or optimizer in backward).
+  bool grads_by_node = false;
   int64_t grads_optimizer = 0;     // gradients at the optimizer step
   int64_t optimizer_transient = 0;
   std::vector<BlockProfile> blocks;
   std::vector<double> copy_ms;     // per block: one-way copy time of its saved tensors
+  // Per block: bytes its autograd Functions keep on ctx outside save_for_backward
+  // (ModelContext::ctx_held), live from its forward to the end of the whole backward
+  // (empty: none).
+  std::vector<int64_t> ctx_held;
   bool allow_offload = true;       // activation offload to host permitted
   // Checkpointed blocks' inputs kept in pinned host memory (torchtune activation
   // offloading): -1 off; otherwise how many of the latest stay on the GPU during

@@ -1,6 +1,7 @@
 #include "planner/time/backward_gradients.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "graph/op_traits.h"
 #include "planner/mechanisms/trl_fused_head.h"
@@ -135,12 +136,26 @@ std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStruct
   return released;
 }
 
+// Whether node n is an add whose output's gradient arrives from a later block (the
+// block profile's out_grad, priced through the block's whole backward): the gradient
+// the add passes on is that one (AddBackward0 hands `grad` on as is: torch 2.11
+// tools/autograd/derivatives.yaml, add.Tensor's self and other at alpha 1), already counted.
+// A post-norm block's add (BERT: dense, dropout, add, LayerNorm) passes on the
+// LayerNorm backward's fresh output instead: it waits as the residual's gradient
+// until the branch's backward reaches the residual's producer.
+bool BackwardGradients::passes_out_grad(int n) const {
+  if (graph_.nodes[static_cast<size_t>(n)].op != graph::op::kAdd) return false;
+  const std::vector<int>& outputs = analysis_.node_outputs[static_cast<size_t>(n)];
+  return std::any_of(outputs.begin(), outputs.end(), [&](int t) { return arriving_[t] || analysis_.persistent[t]; });
+}
+
 // Gradients waiting inside the block at each of its nodes' backward (by index in
 // block.nodes): a tensor of the block whose consumers there have all run backward
 // and whose producer has not holds its gradient meanwhile, beside the node in flight
 // (a chunked head: every chunk's loss runs backward before the first chunk's linear,
 // in autograd's sequence-number order). A gradient an add passes on is the add's own
-// output gradient (AddBackward returns it as is), counted where that is.
+// output gradient (AddBackward returns it as is): where that is the block's out_grad
+// (passes_out_grad), counted there.
 std::vector<int64_t> BackwardGradients::waiting_gradients(const graph::BlockStructure& block) const {
   std::vector<int> index(graph_.nodes.size(), -1);
   for (size_t i = 0; i < block.nodes.size(); ++i) index[static_cast<size_t>(block.nodes[i])] = static_cast<int>(i);
@@ -155,7 +170,7 @@ std::vector<int64_t> BackwardGradients::waiting_gradients(const graph::BlockStru
         inside = inside && index[static_cast<size_t>(c)] >= 0;
         last = std::max(last, index[static_cast<size_t>(c)]);
       }
-      if (!inside || graph_.nodes[static_cast<size_t>(block.nodes[static_cast<size_t>(last)])].op == graph::op::kAdd) continue;
+      if (!inside || passes_out_grad(block.nodes[static_cast<size_t>(last)])) continue;
       for (int j = static_cast<int>(i) + 1; j < last; ++j) {
         const std::vector<int>& reads = analysis_.node_inputs[static_cast<size_t>(block.nodes[static_cast<size_t>(j)])];
         if (std::find(reads.begin(), reads.end(), t) == reads.end()) waiting[static_cast<size_t>(j)] += tensor_bytes_[t];
@@ -177,6 +192,36 @@ static bool factors_viewed_early(const graph::Node& node) {
                      [](const std::string& t) { return t.ends_with(".lora_recomposed"); });
 }
 
+// The gradient bytes of node n's own parameters, made by its backward: a trainable
+// weight used once, and a shared one at its first use in backward, where its sum
+// starts (ModelStates::block_grads counts it in that block).
+int64_t BackwardGradients::own_gradients(int n) const {
+  const graph::Node& node = graph_.nodes[n];
+  if (node.op == graph::op::kUnused || !analysis_.needs_param_grad[n]) return 0;
+  int64_t bytes = 0;
+  for (const graph::Param& param : node.params) {
+    const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+    const auto trainable = owner_trainable_.find(owner);
+    if (trainable == owner_trainable_.end() || !trainable->second) continue;
+    if (use_positions_.at(owner).front() != position_[n]) continue;
+    bytes += account(param.elements() * grad_width_, accounting_);
+  }
+  return bytes;
+}
+
+// Drops the points a later one outgrows: it holds at least the same own gradients, so
+// at least as many bytes in flight make it the larger whatever those gradients weigh.
+static void keep_outgrowing(std::vector<GradPoint>& points) {
+  std::vector<GradPoint> kept;
+  int64_t later = kEmptyStage;
+  for (size_t i = points.size(); i-- > 0;) {
+    if (points[i].bytes <= later) continue;
+    later = points[i].bytes;
+    kept.push_back(points[i]);
+  }
+  points.assign(kept.rbegin(), kept.rend());
+}
+
 BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) const {
   BackwardStages stages;
   const std::vector<int64_t> released = released_before(block);
@@ -184,22 +229,30 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) c
   int wrapped = 0;  // wrapped GEMMs whose backward has not run yet
   for (int n : block.nodes) wrapped += analysis_.needs_param_grad[n] && factors_viewed_early(graph_.nodes[n]);
   bool hooked = false;  // a parameter's AccumulateGrad (and its hooks) has run
+  int64_t made = 0;     // own gradients stored (GradPoint::made_before)
+  int64_t viewed = 0;   // own gradients of wrapped GEMMs, stored once the last has run
   for (size_t i = block.nodes.size(); i-- > 0;) {
     const int n = block.nodes[i];
     if (!analysis_.needs_input_grad[n] && !analysis_.needs_param_grad[n]) continue;
     const int64_t grads = at_node(n) - released[i] + waiting[i];
+    const int64_t own = own_gradients(n);
+    const bool early = factors_viewed_early(graph_.nodes[n]);
+    stages.grad_points.push_back({grads, released[i], made, made + (early ? 0 : own)});
+    stages.own_grads += own;
+    (early ? viewed : made) += own;
     const bool after_first = !stages.from_param_grads.empty();
     const bool from = after_first || analysis_.needs_param_grad[n];
     (from ? stages.from_param_grads : stages.before_param_grads).consider(grads, released[i]);
     (hooked ? stages.after_first_param_grads : stages.through_first_param_grads).consider(grads, released[i]);
     if (analysis_.needs_param_grad[n]) {
-      const bool early = factors_viewed_early(graph_.nodes[n]);
       wrapped -= early;
       hooked = hooked || !early || wrapped == 0;
+      if (wrapped == 0) made += std::exchange(viewed, 0);
     }
     const bool from_params = !stages.from_params.empty() || !graph_.nodes[n].params.empty();
     (from_params ? stages.from_params : stages.before_params).consider(grads, released[i]);
   }
+  keep_outgrowing(stages.grad_points);
   return stages;
 }
 

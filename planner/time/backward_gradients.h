@@ -31,6 +31,23 @@ struct BackwardStage {
   void consider(int64_t at_node, int64_t released_there);
 };
 
+// One node's backward in a block that makes its own parameters' gradients node by
+// node: the gradients in flight there and the block's saved bytes released by then
+// (as BackwardStage), and the bytes of the block's own parameter gradients stored
+// before it runs (made_before) and once its own backward has made its weights' too
+// (made_through). autograd runs a parameter's AccumulateGrad as soon as its input is
+// ready, before any other node (torch 2.11 torch/csrc/autograd/function.h, NOTE
+// [ Sequence Number]: AccumulateGrad's sequence_nr is UINT64_MAX; engine.h
+// CompareNodeTaskTime), and it steals the fresh gradient as `.grad`
+// (functions/accumulate_grad.h): a Linear's weight gradient exists from that Linear's
+// backward on, its storage the `.grad` to be.
+struct GradPoint {
+  int64_t bytes = 0;
+  int64_t released = 0;
+  int64_t made_before = 0;
+  int64_t made_through = 0;
+};
+
 // A block's backward in two stages: the nodes that run before its first node with
 // a parameter gradient (a head's loss before lm_head) and that node with the rest.
 struct BackwardStages {
@@ -46,6 +63,10 @@ struct BackwardStages {
   BackwardStage before_params;
   BackwardStage from_params;
   BackwardStage largest() const;  // over both, {0, 0} when the block runs no backward
+  // Node by node in backward order, only those no later node outgrows (a later one
+  // holds as many own gradients or more); own_grads: every own gradient's bytes.
+  std::vector<GradPoint> grad_points;
+  int64_t own_grads = 0;
 };
 
 class BackwardGradients {
@@ -65,8 +86,10 @@ class BackwardGradients {
  private:
   int64_t partial_gradients(int n) const;
   int64_t own_partials(bool first_use) const;
+  int64_t own_gradients(int n) const;
   std::vector<int64_t> released_before(const graph::BlockStructure& block) const;
   std::vector<int64_t> waiting_gradients(const graph::BlockStructure& block) const;
+  bool passes_out_grad(int n) const;
 
   const graph::LayerGraph& graph_;
   const graph::GraphAnalysis& analysis_;

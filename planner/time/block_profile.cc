@@ -472,6 +472,11 @@ void add_backward_peaks(const BackwardStages& stages, BlockProfile& profile) {
     profile.bwd_saved_through_first_param_grads = profile.keep - stages.through_first_param_grads.released;
     profile.bwd_saved_after_first_param_grads = profile.keep - stages.after_first_param_grads.released;
   }
+  for (const GradPoint& point : stages.grad_points) {
+    profile.bwd_points.push_back(
+        {base + point.bytes, profile.keep - point.released, point.made_before, point.made_through});
+  }
+  profile.own_grads = stages.own_grads;
   if (!stages.before_params.empty() && !stages.from_params.empty()) {
     profile.bwd_peak_before_params = base + stages.before_params.bytes;
     profile.bwd_peak_from_params = base + stages.from_params.bytes;

@@ -15,6 +15,17 @@
 
 namespace headroom::planner {
 
+// One node of a block's backward where its own parameters' gradients are counted as
+// its nodes make them (BackwardStages::grad_points): bytes above what is stored, as
+// bwd_peak counts them but without the block's own gradients; saved as bwd_peak_saved;
+// the bytes of own gradients stored before the node and with the node's own made.
+struct BackwardPoint {
+  int64_t bytes = 0;
+  int64_t saved = 0;
+  int64_t made_before = 0;
+  int64_t made_through = 0;
+};
+
 struct BlockProfile {
   int64_t keep = 0;        // saved for backward when the block runs normally
   int64_t checkpoint = 0;  // kept when checkpointed: its boundary inputs (+ selective-op saves)
@@ -40,6 +51,10 @@ struct BlockProfile {
   // The same split at the block's first node with any parameter (BackwardStages::before_params).
   int64_t bwd_peak_before_params = -1;
   int64_t bwd_peak_from_params = -1;
+  // Its backward node by node (BackwardPoint), in backward order, and the bytes of
+  // all its own parameters' gradients; StepModel::grads_by_node reads them.
+  std::vector<BackwardPoint> bwd_points;
+  int64_t own_grads = 0;
   int64_t out_grad = 0;    // gradient of its outputs arriving from the next block
   // Its outputs read by later blocks, less those it saves itself: what a reentrant
   // checkpoint's recompute holds through the block's backward (CheckpointFunction.backward
