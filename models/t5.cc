@@ -189,9 +189,11 @@ void t5_head(GraphBuilder& b, const StackPart& s, const std::string& decoded, co
   std::string x = decoded;
   if (c.scale_decoder_outputs) x = b.copy("scale_decoder_outputs", "mul_scalar", {x}, times(rows, c.hidden));
   const std::string logits = b.linear("lm_head", x, rows, c.hidden, c.vocab, false);
+  // Seq2SeqLMOutput.logits holds the 16-bit logits until the Trainer's step drops the
+  // output, after backward (kept here by the loss), as the meta-device oracle records.
   OpSpec log_softmax{"loss.log_softmax", "log_softmax", {logits}, times(rows, c.vocab), std::nullopt,
-                     {SavedRef{"loss.log_softmax", SaveWhen::kAnyGrad}}, {}, times(rows, 5 * c.vocab),
-                     times(rows, 2 * c.vocab), {}, {}};
+                     {SavedRef{"loss.log_softmax", SaveWhen::kAnyGrad}, SavedRef{logits, SaveWhen::kAnyGrad}}, {},
+                     times(rows, 5 * c.vocab), times(rows, 2 * c.vocab), {}, {}};
   const std::string logp = b.op(log_softmax);
   OpSpec nll{"loss", "nll_loss", {logp, labels}, SizeExpr::constant(1), DType::kF32, {}, {}, rows, rows, {}, {}};
   b.op(nll);
