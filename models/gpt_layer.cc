@@ -3,6 +3,7 @@
 #include "models/layers.h"
 
 namespace headroom::models {
+namespace {
 
 // transformers NewGELUActivation:
 //   0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))
@@ -21,6 +22,8 @@ std::string gelu_new_unfused(GraphBuilder& b, const std::string& p, const std::s
   const std::string one_plus = b.copy(p + ".one_plus", "add_scalar", {t}, elements);
   return b.mul(p + ".gelu", half_x, one_plus, elements);
 }
+
+}  // namespace
 
 std::string add_gpt_layer(GraphBuilder& b, const GptLayerSpec& s, const std::string& hidden) {
   const std::string& p = s.prefix;

@@ -25,11 +25,6 @@ struct GptLayerSpec {
   AttentionImpl attention = AttentionImpl::kSdpa;
 };
 
-// transformers' NewGELUActivation ("gelu_new", activations.py) as its Python ops:
-// keeps x, tanh's output and both factors of the last product. Nodes "<p>.half_x",
-// ".pow", ".inner", ".tanh", ".one_plus", ".gelu"; returns the last.
-std::string gelu_new_unfused(GraphBuilder& b, const std::string& p, const std::string& x, SizeExpr elements);
-
 // Adds one checkpointable block named spec.prefix; returns the layer output.
 std::string add_gpt_layer(GraphBuilder& b, const GptLayerSpec& spec, const std::string& hidden);
 

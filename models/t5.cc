@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <string>
 
-#include "models/gpt_layer.h"
 #include "models/graph_builder.h"
 #include "models/layers.h"
 
@@ -78,6 +77,25 @@ std::string t5_attention(GraphBuilder& b, const StackPart& s, const std::string&
   return b.linear(p + ".o", out, rows, inner, s.c.hidden, false);
 }
 
+// NewGELUActivation ("gelu_new", activations.py 5.23.0) op by op:
+// 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3)))). Autograd keeps x
+// (pow: under autocast its fp32 copy), tanh's output, and both factors of the last
+// product; the scalar products and sums keep nothing but exist in turn (each one
+// alive with the next), which the recomputed forward of a checkpointed layer shows.
+std::string gelu_new(GraphBuilder& b, const std::string& p, const std::string& x, SizeExpr elements) {
+  const SizeExpr flops = elements.scaled(2);
+  const std::string x3 = b.op(OpSpec{p + ".pow", "pow", {x}, elements, std::nullopt,
+                                     {SavedRef{x, SaveWhen::kInputGrad}}, {}, flops, elements.scaled(3), {}, {}});
+  const std::string scaled = b.copy(p + ".scale_cube", "mul_scalar", {x3}, elements);
+  const std::string inner = b.add(p + ".inner", x, scaled, elements);
+  const std::string arg = b.copy(p + ".scale_inner", "mul_scalar", {inner}, elements);
+  const std::string t = b.op(OpSpec{p + ".tanh", "tanh", {arg}, elements, std::nullopt,
+                                    {SavedRef{p + ".tanh", SaveWhen::kInputGrad}}, {}, elements.scaled(4), flops, {}, {}});
+  const std::string one_plus = b.copy(p + ".one_plus", "add_scalar", {t}, elements);
+  const std::string half_x = b.copy(p + ".half_x", "mul_scalar", {x}, elements);
+  return b.mul(p + ".gelu", half_x, one_plus, elements);
+}
+
 // A sublayer's residual: hidden + dropout(out).
 std::string residual(GraphBuilder& b, const StackPart& s, const std::string& p, const std::string& hidden,
                      const std::string& out, SizeExpr rows) {
@@ -95,13 +113,13 @@ std::string t5_ff(GraphBuilder& b, const StackPart& s, const std::string& p, con
   std::string act;
   if (c.gated) {
     const std::string gate = b.linear(d + ".wi_0", x, rows, c.hidden, c.ffn, false);
-    const std::string g = c.activation == "gelu_new" ? gelu_new_unfused(b, d + ".act", gate, f)
+    const std::string g = c.activation == "gelu_new" ? gelu_new(b, d + ".act", gate, f)
                                                      : b.activation(d + ".act", gate, f, c.activation);
     const std::string up = b.linear(d + ".wi_1", x, rows, c.hidden, c.ffn, false);
     act = b.mul(d + ".gated", g, up, f);
   } else {
     const std::string up = b.linear(d + ".wi", x, rows, c.hidden, c.ffn, false);
-    act = c.activation == "gelu_new" ? gelu_new_unfused(b, d + ".act", up, f)
+    act = c.activation == "gelu_new" ? gelu_new(b, d + ".act", up, f)
                                      : b.activation(d + ".act", up, f, c.activation);
   }
   act = b.dropout(d + ".dropout", act, f, s.dropout);
