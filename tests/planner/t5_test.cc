@@ -90,3 +90,21 @@ TEST_CASE("T5LayerNorm under bf16-amp keeps its fp32 input once, under pure bf16
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("T5 under QLoRA: the feed-forward's wo stays out of 4 bits (_keep_in_fp32_modules), wi_0 is NF4") {
+  RunSettings s = flan_t5_lora(128);
+  s.mode = TrainMode::kQlora;
+  const Result<ModelContext> context = prepare_context(s);
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  const auto weight_dtype = [&](const std::string& node) {
+    const graph::Node* n = context->graph.find_node(node);
+    REQUIRE(n != nullptr);
+    return n->params.front().dtype;
+  };
+  CHECK(weight_dtype("encoder.block.0.layer.1.DenseReluDense.wi_0") == graph::DType::kNF4);
+  CHECK(weight_dtype("decoder.block.1.layer.2.DenseReluDense.wo") != graph::DType::kNF4);
+}
+
+}  // namespace headroom::planner
