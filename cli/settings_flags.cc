@@ -440,6 +440,9 @@ const std::vector<SettingsFlag> kFixedFlags = {
     {"--text-tokens", "N", kTraining,
      "Flux: T5 tokens per sample (diffusers' --max_sequence_length; default 512)", false,
      [](RunSettings& s, std::string_view v) { return set_optional_int(v, 1, planner::kMaxSeqLen, s.text_tokens); }},
+    {"--target-seq", "N", kTraining,
+     "T5: decoder (target) tokens per sample, the labels' length (default 128); --seq is the encoder's", false,
+     [](RunSettings& s, std::string_view v) { return set_optional_int(v, 1, planner::kMaxSeqLen, s.target_tokens); }},
     {"--dropout", "F", kTraining, "override every dropout probability of the model", false,
      [](RunSettings& s, std::string_view v) {
        double p = 0;

@@ -129,6 +129,11 @@ Result<ExecutableModel> read_hf_clip(const HfConfig& hf) {
   return out;
 }
 
+// T5 (models/t5.h): priced by the planner, no LibTorch module (docs/models.md, "T5").
+constexpr const char* kEncoderDecoderRefusal =
+    "is an encoder-decoder (T5 / Flan-T5), which the planner prices but the executor does not train: its LibTorch "
+    "modules are decoder-only LMs, encoders, Flux and ResNet; expected one of those for headroom run";
+
 // Reads a Hugging Face config.json through the row of the family that has its model_type.
 Result<ExecutableModel> from_hf_config(const std::string& model, std::string_view origin) {
   const std::string path = models::is_hf_model_path(model) && model.size() >= 11 &&
@@ -151,6 +156,7 @@ Result<ExecutableModel> from_hf_config(const std::string& model, std::string_vie
                        "is a mixture of experts (model_type \"" + type + "\"), which the planner prices but the "
                        "executor trains only as the zoo's tiny-moe (Mixtral's structure at toy size)");
   }
+  if (type == "t5") return unsupported(origin, model, kEncoderDecoderRefusal);
   const models::HfFields fields{config, path, ""};
   for (const ModelFamilyInfo& family : model_families()) {
     const auto& types = family.hf_model_types;
@@ -217,6 +223,7 @@ Result<ExecutableModel> executable_model(const std::string& model, std::string_v
     }
   }
   if (models::is_hf_model_path(model)) return from_hf_config(model, origin);
+  if (model.starts_with("flan-t5-") || model == "t5-base") return unsupported(origin, model, kEncoderDecoderRefusal);
   // A path, as the planner reads MODEL: a layer graph, or nothing at all.
   const bool is_path = model.find('/') != std::string::npos ||
                        (model.size() > 5 && model.compare(model.size() - 5, 5, ".json") == 0);

@@ -28,6 +28,7 @@ inline constexpr std::string_view kToF32 = "to_f32";
 inline constexpr std::string_view kToCopy = "to_copy";  // Tensor.to(dtype): a fresh tensor in the new dtype
 inline constexpr std::string_view kSplit = "split";
 inline constexpr std::string_view kAdd = "add";  // a residual or bias add: its backward passes the gradient on as is
+inline constexpr std::string_view kMul = "mul";  // elementwise product (GraphBuilder::mul)
 inline constexpr std::string_view kDropout = "dropout";
 inline constexpr std::string_view kRepeatKv = "repeat_kv";  // K or V copied to every query head (HF repeat_kv)
 inline constexpr std::string_view kLoss = "loss";

@@ -201,6 +201,7 @@ Result<HfLlava> read_hf_llava(const HfFields& c);
 // Qwen2_5_VLForConditionalGeneration (models/hf_qwen2_5_vl.cc), at the image side
 // ZooOptions::image_side.
 Result<graph::LayerGraph> hf_qwen25vl_family(const HfFields& c, const std::string& type, const ZooOptions& options);
+Result<graph::LayerGraph> hf_t5_family(const HfFields& c, const std::string& type, const ZooOptions& options);
 Result<graph::LayerGraph> hf_resnet_family(const HfFields& c, const std::string& type,
                                            const ZooOptions& options);
 Result<graph::LayerGraph> hf_flux_family(const HfFields& c, const std::string& type,

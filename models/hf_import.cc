@@ -39,7 +39,8 @@ const std::map<std::string, HfFamilyReader>& readers() {
       {"mixtral", hf_moe_family},  {"qwen2_moe", hf_moe_family},
       {"qwen3_moe", hf_moe_family}, {"olmoe", hf_moe_family},
       {"deepseek_v2", hf_deepseek_family}, {"deepseek_v3", hf_deepseek_family},
-      {"qwen2_5_vl", hf_qwen25vl_family}};
+      {"qwen2_5_vl", hf_qwen25vl_family},
+      {"t5", hf_t5_family}};
   return kReaders;
 }
 
@@ -63,7 +64,8 @@ std::string type_from_architectures(const nlohmann::json& config) {
       {"Qwen2MoeFor", "qwen2_moe"}, {"Qwen3MoeFor", "qwen3_moe"},
       {"OlmoeFor", "olmoe"},
       {"DeepseekV2For", "deepseek_v2"}, {"DeepseekV3For", "deepseek_v3"},
-      {"Qwen2_5_VLFor", "qwen2_5_vl"}};
+      {"Qwen2_5_VLFor", "qwen2_5_vl"},
+      {"T5For", "t5"}};
   if (!config.contains("architectures") || !config.at("architectures").is_array()) return "";
   for (const nlohmann::json& arch : config.at("architectures")) {
     if (!arch.is_string()) continue;
@@ -147,7 +149,7 @@ bool is_quant_state(const std::string& name) {
 std::string_view supported_hf_model_types() {
   return "llama, mistral, qwen2, qwen3, gemma, phi3, qwen, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
          "deepseek_v3, gpt2, gpt_neox, mpt, opt, "
-         "bert, roberta, vit, dinov2, resnet, clip, clip_vision_model, siglip, siglip_vision_model, llava, qwen2_5_vl, "
+         "bert, roberta, vit, dinov2, resnet, clip, clip_vision_model, siglip, siglip_vision_model, llava, qwen2_5_vl, t5, "
          "gemma2, gemma3_text, gemma3 (its text_config), timm's VisionTransformer (a timm Hub "
          "config's \"architecture\"), and diffusers' FluxTransformer2DModel";
 }

@@ -7,11 +7,14 @@
 #include "models/gemma.h"
 #include "models/llama.h"
 #include "models/qwen2_5_vl.h"
+#include "models/t5.h"
 #include "models/resnet.h"
 #include "models/zoo_builders.h"
 
 namespace headroom::models {
 namespace {
+
+void add_t5_entries(std::vector<ZooEntry>& zoo);
 
 using Builder = graph::LayerGraph (*)(const ZooOptions&);
 
@@ -155,6 +158,7 @@ std::vector<ZooEntry> make_zoo() {
     return graph;
   };
   zoo.push_back(std::move(qwen_vl));
+  add_t5_entries(zoo);
   zoo.push_back(entry(
       {"flux-kontext-dev", "flux",
        "FLUX.1 Kontext [dev] transformer (19 double + 38 single blocks), 11.9B parameters",
@@ -206,6 +210,40 @@ std::vector<ZooEntry> make_zoo() {
                        image_sequence(8, 1, 1, 32, 32), {"qkv", "projection", "fc1", "fc2"}},
                       [](const ZooOptions& o) { return build_eva_vit_from(tiny_eva_vit_spec(), o); }));
   return zoo;
+}
+
+// T5: two lengths (--seq for the encoder, --target-seq for the decoder), so the
+// build sets the sequence spec (set_t5_metadata).
+void add_t5_entries(std::vector<ZooEntry>& zoo) {
+  const std::pair<std::string, std::string> sizes[] = {
+      {"base", "Flan-T5 base (12 + 12 layers, gated-GELU), 247.6M parameters untied"},
+      {"xl", "Flan-T5 XL (24 + 24 layers, gated-GELU), 2.85B parameters untied"},
+      {"xxl", "Flan-T5 XXL (24 + 24 layers, gated-GELU), 11.3B parameters untied"}};
+  const std::string tied = "; transformers 5.x ties lm_head to the shared embedding (docs/models.md, \"T5\")";
+  for (const auto& [size, description] : sizes) {
+    ZooEntry e;
+    e.name = "flan-t5-" + size;
+    e.description = description + tied;
+    e.build = [size, description = e.description](const ZooOptions& o) {
+      graph::LayerGraph graph = build_t5(flan_t5_config(size, o), o);
+      set_t5_metadata(graph);
+      graph.description = description;
+      graph.source = "https://huggingface.co/google/flan-t5-" + size + "/blob/main/config.json";
+      return graph;
+    };
+    zoo.push_back(std::move(e));
+  }
+  ZooEntry base;
+  base.name = "t5-base";
+  base.description = "T5 base (the original: ReLU, lm_head tied and rescaled), 222.9M parameters";
+  base.build = [description = base.description](const ZooOptions& o) {
+    graph::LayerGraph graph = build_t5(t5_base_config(o), o);
+    set_t5_metadata(graph);
+    graph.description = description;
+    graph.source = "https://huggingface.co/google-t5/t5-base/blob/main/config.json";
+    return graph;
+  };
+  zoo.push_back(std::move(base));
 }
 
 }  // namespace

@@ -61,6 +61,13 @@ struct ZooOptions {
   // qwen2_5_vl: the image's side in pixels (--resolution), resized as its processor
   // does; nullopt: the model's default (models/qwen2_5_vl.h).
   std::optional<int64_t> image_side;
+  // t5: decoder (target) tokens per sample (--target-seq); nullopt: the model's
+  // default (models/t5.h kT5DefaultTargetTokens).
+  std::optional<int64_t> target_tokens;
+  // t5: lm_head tied only when config.json says so, as transformers before 5.0
+  // reads it; from 5.0 T5Config ties it always (models/t5.h). Set from the run's
+  // transformers release (planner/predict/model_context.cc).
+  bool t5_tie_as_configured = false;
   // Every field counts: the planner keeps built graphs by their options
   // (planner/predict/loaded_models.h).
   bool operator==(const ZooOptions&) const = default;

@@ -235,6 +235,11 @@ std::string model_line(const planner::ModelSize& model) {
 // "sequence N", and how much of it the image takes where a model's S counts image tokens.
 std::string sequence_text(const planner::Plan& plan) {
   const int64_t image = plan.prediction.model.image_tokens;
+  const int64_t target = plan.prediction.model.target_tokens;
+  if (target > 0) {
+    return "sequence " + std::to_string(plan.seq_len) + " encoder + " + std::to_string(target) +
+           " decoder tokens (--target-seq)";
+  }
   const std::string seq = "sequence " + std::to_string(plan.seq_len);
   if (image <= 0) return seq;
   return seq + " (" + std::to_string(image) + " image + " + std::to_string(plan.seq_len - image) + " text tokens)";

@@ -138,6 +138,8 @@ def shape_flags(spec: dict) -> list:
     prompt and the completion)."""
     if spec.get("task") == "image-text-to-text":  # an image and the LM's tokens (Qwen2.5-VL)
         return ["--resolution", str(spec["image_size"]), "--seq", str(spec["seq"])]
+    if spec.get("task") == "seq2seq-lm":  # the encoder's tokens and the decoder's (T5)
+        return ["--seq", str(spec["seq"]), "--target-seq", str(spec["target_seq"])]
     if "image_size" in spec:
         return ["--resolution", str(spec["image_size"])]
     if "completion" in spec:

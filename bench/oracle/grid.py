@@ -6,7 +6,8 @@
 
 Every group is the cartesian product of its axes over `base` and `set`;
 `batch_seq` sets `batch` and `seq` together; `grpo_shape` sets `batch`, `prompt`, `completion`
-and `num_generations` together (stacks/trl_grpo.py). Each run gets a name from the
+and `num_generations` together (stacks/trl_grpo.py); `seq_target` sets `seq` and `target_seq`
+(an encoder-decoder's two lengths, stacks/hf_tasks.py seq2seq_batch). Each run gets a name from the
 values that vary, and the group's `tag` (what its `set` changes) when it has one.
 """
 
@@ -22,6 +23,8 @@ def _name(run: dict, varied: list) -> str:
     for key in varied:
         if key == "grpo_shape":
             value = f"b{run['batch']}p{run['prompt']}c{run['completion']}g{run['num_generations']}"
+        elif key == "seq_target":
+            value = f"s{run['seq']}t{run['target_seq']}"
         else:
             value = run[key] if key != "batch_seq" else f"b{run['batch']}s{run['seq']}"
         if key == "model":
@@ -44,6 +47,8 @@ def expand_grid(path: str) -> list:
             for key, value in zip(keys, values):
                 if key == "batch_seq":
                     run["batch"], run["seq"] = value
+                elif key == "seq_target":
+                    run["seq"], run["target_seq"] = value
                 elif key == "grpo_shape":
                     run["batch"], run["prompt"], run["completion"], run["num_generations"] = value
                 else:

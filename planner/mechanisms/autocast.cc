@@ -346,9 +346,23 @@ void add_cast_node(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& 
   nodes.push_back(std::move(cast));
 }
 
+// A Python RMSNorm that keeps its input beside its ":x32" copy (T5LayerNorm keeps x
+// for x * rsqrt(...) and x.to(float32) for pow; models/t5.cc): over an fp32 input
+// the .to(float32) returns x itself (a same-dtype .to is no copy), so one tensor is kept.
+void drop_aliased_upcasts(graph::LayerGraph& graph, const Fp32Tensors& fp32) {
+  for (graph::Node& node : graph.nodes) {
+    if (node.op != graph::op::kNorm || node.inputs.empty() || !fp32.is_f32(node.inputs.front())) continue;
+    const std::string x32 = node.name + ":x32";
+    const bool keeps_input = std::any_of(node.saves.begin(), node.saves.end(),
+                                         [&](const graph::SavedRef& saved) { return saved.tensor == node.inputs.front(); });
+    if (keeps_input) std::erase_if(node.saves, [&](const graph::SavedRef& saved) { return saved.tensor == x32; });
+  }
+}
+
 void apply_autocast(graph::LayerGraph& graph, AutocastWeights weights, DType low) {
   Fp32Tensors fp32(graph, weights);
   promote_outputs(graph, fp32);
+  drop_aliased_upcasts(graph, fp32);
   // Casts in front of each op autocast runs in fp32 or in 16 bits.
   std::vector<graph::Node> rewritten;
   std::vector<graph::Tensor> added;

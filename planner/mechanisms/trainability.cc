@@ -181,6 +181,14 @@ struct AdapterCounts {
   std::vector<int> scoped;
 };
 
+// Linears transformers' 4-bit quantizer leaves as they are because the model keeps
+// them in fp32 (get_modules_to_not_convert adds _keep_in_fp32_modules; quantizers/base.py
+// 5.23.0): T5PreTrainedModel._keep_in_fp32_modules = ["wo"] (modeling_t5.py), the
+// feed-forward's output projection, which stays in the load dtype (bf16; fp32 under fp16).
+bool kept_out_of_4_bit(const LayerGraph& graph, const Node& node) {
+  return graph.family == "t5" && node.name.ends_with(".DenseReluDense.wo");
+}
+
 // Quantizes (QLoRA) and adapts every linear the settings name; `targets` are the main adapter's.
 AdapterCounts adapt_linears(LayerGraph& graph, const RunSettings& settings, const std::vector<std::string>& targets,
                             DType adapter_dtype) {
@@ -189,7 +197,7 @@ AdapterCounts adapt_linears(LayerGraph& graph, const RunSettings& settings, cons
   for (Node& node : graph.nodes) {
     if (node.op != graph::op::kLinear || !node.linear) continue;
     if (settings.mode == TrainMode::kQlora && !any_name_matches(settings.quantize_skip, node.name) &&
-        !any_name_matches(settings.train_patterns, node.name)) {
+        !any_name_matches(settings.train_patterns, node.name) && !kept_out_of_4_bit(graph, node)) {
       quantize_base_weight(graph, node, settings);
     }
     if (any_name_matches(settings.train_patterns, node.name)) continue;

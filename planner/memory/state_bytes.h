@@ -40,6 +40,9 @@ struct ModelSize {
   // Of the sequence: the tokens a vision-language model's image takes (Qwen2.5-VL:
   // graph.sequence.extra_tokens of a token model), 0 for others.
   int64_t image_tokens = 0;
+  // An encoder-decoder model's decoder tokens per sample (T5: --target-seq); the
+  // sequence is then the encoder's. 0 for others.
+  int64_t target_tokens = 0;
 };
 ModelSize model_size(const graph::LayerGraph& graph, Precision precision);
 using graph::is_quantized_storage;  // graph/dtype.h

@@ -88,9 +88,10 @@ GrpoPhases grpo_phases(const ModelContext& context, const RunSettings& settings,
   GrpoPhases out;
   const StackSpec spec = resolve_stack(settings).top;
   if (spec.recipe != Recipe::kGrpo) return out;
-  // The reference's and, with vLLM's importance-sampling correction (TRL's default), the
-  // old policy's no-grad log-prob passes: each block at its no-grad peak.
-  if (spec.reference != Reference::kNone || spec.generation != Generation::kGenerate) {
+  // The reference's and the old policy's no-grad log-prob passes (settings/grpo_settings.h
+  // grpo_old_logprob_pass): each block at its no-grad peak.
+  if (spec.reference != Reference::kNone ||
+      grpo_old_logprob_pass(settings, spec.generation != Generation::kGenerate)) {
     for (const BlockProfile& block : training.blocks) out.logprob_pass = std::max(out.logprob_pass, block.fwd_peak_nograd);
   }
   if (spec.generation != Generation::kGenerate) {

@@ -176,6 +176,13 @@ bool norm_in_fp32(const RunSettings& settings) {
 }
 
 
+// Before transformers 5.0 T5's lm_head is tied only when config.json says so; 5.x's
+// T5Config ties it always (configuration_t5.py 5.23.0 __post_init__; models/t5.h).
+bool t5_ties_as_configured(const RunSettings& settings) {
+  const std::optional<Release> release = release_of(settings.versions, "transformers");
+  return release && *release < Release{5, 0, 0};
+}
+
 // The model's layer graph from MODEL: a Hugging Face directory or config.json
 // (its stored quantization checked against the run), a layer-graph file, a
 // torchtune component, or a zoo name; refused beyond kMaxBlocks blocks.
@@ -195,6 +202,8 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
     options.expert_modules = experts_as_modules(settings);
     options.precomputed_text_embeddings = settings.precomputed_text_embeddings;
     options.text_tokens = settings.text_tokens;
+    options.target_tokens = settings.target_tokens;
+    options.t5_tie_as_configured = t5_ties_as_configured(settings);
     if (settings.resolution > 0) options.image_side = settings.resolution;
     Result<LoadedModel> model = load_model(settings.model, looks_like_path(settings.model), options);
     if (!model.is_ok()) return model.status();
@@ -214,6 +223,11 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
         " headroom plans for (the largest published models have under 130 layers; expected a "
         "model of at most " +
         std::to_string(kMaxBlocks) + " blocks)");
+  }
+  if (settings.target_tokens && loaded->family != "t5") {
+    return Status::invalid_input("target_tokens: " + loaded->name + " (" + loaded->family +
+                                 ") is not an encoder-decoder model; expected target_tokens (--target-seq) only for "
+                                 "a T5 model, whose decoder runs a second sequence");
   }
   if (settings.text_tokens && loaded->family != "flux") {
     return Status::invalid_input(

@@ -51,6 +51,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
                 {"trainable_parameters", p.model.trainable_params},
                 {"weight_bytes_by_dtype", p.model.weight_bytes_by_dtype}};
   if (p.model.image_tokens > 0) j["model"]["image_tokens"] = p.model.image_tokens;
+  if (p.model.target_tokens > 0) j["model"]["target_tokens"] = p.model.target_tokens;
   j["breakdown"] = breakdown_to_json(p.peak);
   j["allocated_breakdown"] = breakdown_to_json(p.peak_as_allocated);
   const MeasurableMemory& a = p.allocated;

@@ -1,3 +1,4 @@
+#include "models/t5.h"
 #include "planner/predict/prediction.h"
 
 #include <algorithm>
@@ -258,6 +259,7 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
   out.peak_as_allocated = breakdown_at(context, settings, config, allocated, allocated_peak, Accounting::kAllocated);
   out.model = model_size(context.graph, settings.precision);
   if (context.graph.sequence.unit == "tokens") out.model.image_tokens = context.graph.sequence.extra_tokens;
+  if (context.graph.family == "t5") out.model.target_tokens = settings.target_tokens.value_or(models::kT5DefaultTargetTokens);
   const Simulation simulation =
       simulate_allocator ? simulate_allocator_share(context, settings, config, blocks, out) : Simulation{};
   const int64_t fixed_length_total = out.peak.total();

@@ -20,6 +20,16 @@ inline int64_t grpo_generation_rows(const RunSettings& settings) {
   return settings.micro_batch * settings.steps_per_generation.value_or(settings.grad_accum);
 }
 
+// Whether TRL computes the old policy's log-probs in a no-grad pass after generating:
+// when generation is misaligned with the optimizer step (gradient_accumulation_steps
+// not a multiple of steps_per_generation x num_iterations; num_iterations > 1 is
+// refused) or with vLLM's importance-sampling correction on (its default)
+// (trl/trainer/grpo_trainer.py 1.16.0, _generate_and_score_completions).
+inline bool grpo_old_logprob_pass(const RunSettings& settings, bool vllm_generates) {
+  const int64_t every = settings.steps_per_generation.value_or(settings.grad_accum);
+  return vllm_generates || (every > 0 && settings.grad_accum % every != 0);
+}
+
 inline int64_t grpo_completion_tokens(const RunSettings& settings) {
   return settings.completion_tokens.value_or(kGrpoDefaultCompletion);
 }

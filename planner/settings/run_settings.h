@@ -199,6 +199,9 @@ struct RunSettings {
   bool precomputed_text_embeddings = true;  // Flux: text encoders not on the GPU
   // Flux: T5 tokens per sample (diffusers' --max_sequence_length); nullopt: 512.
   std::optional<int64_t> text_tokens;
+  // T5 (encoder-decoder): decoder tokens per sample, the labels' length; seq_len is
+  // the encoder's. nullopt: 128 (models/t5.h kT5DefaultTargetTokens).
+  std::optional<int64_t> target_tokens;
 
   int64_t micro_batch = 1;
   int64_t seq_len = 0;      // 0 = model default; tokens (or image tokens)

@@ -103,6 +103,7 @@ Status read_run_and_budgets(JsonFields& r, RunSettings& s, std::string& checkpoi
       r.read("document_tokens", s.document_tokens),
       r.read("shortest_sample", s.shortest_sample),
       r.read("text_tokens", s.text_tokens),
+      r.read("target_tokens", s.target_tokens),
       r.read("host_ram_bytes", s.host_ram_bytes),
       r.read("disk_free_bytes", s.disk_free_bytes),
       r.read("safety_margin", s.safety_margin),
@@ -287,6 +288,7 @@ void write_run_and_budgets(const RunSettings& s, nlohmann::json& j) {
   if (s.document_tokens) j["document_tokens"] = *s.document_tokens;
   if (s.shortest_sample) j["shortest_sample"] = *s.shortest_sample;
   if (s.text_tokens) j["text_tokens"] = *s.text_tokens;
+  if (s.target_tokens) j["target_tokens"] = *s.target_tokens;
   if (s.completion_tokens) j["completion_tokens"] = *s.completion_tokens;
   if (s.num_generations != RunSettings{}.num_generations) j["num_generations"] = s.num_generations;
   if (s.steps_per_generation) j["steps_per_generation"] = *s.steps_per_generation;

@@ -54,6 +54,7 @@ const IntegerRange kIntegerRanges[] = {
      kMaxContextBytes, ""},
     {"document_tokens", [](const RunSettings& s) { return s.document_tokens.value_or(1); }, 1, kMaxSeqLen, ""},
     {"text_tokens", [](const RunSettings& s) { return s.text_tokens.value_or(1); }, 1, kMaxSeqLen, ""},
+    {"target_tokens", [](const RunSettings& s) { return s.target_tokens.value_or(1); }, 1, kMaxSeqLen, ""},
     {"shortest_sample", [](const RunSettings& s) { return s.shortest_sample.value_or(1); }, 1, kMaxSeqLen, ""},
     {"host_ram_bytes", [](const RunSettings& s) { return s.host_ram_bytes.value_or(1); }, 1, kMaxBudgetBytes, ""},
     {"disk_free_bytes", [](const RunSettings& s) { return s.disk_free_bytes.value_or(0); }, 0, kMaxBudgetBytes, ""},

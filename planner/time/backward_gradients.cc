@@ -92,6 +92,24 @@ int64_t BackwardGradients::own_partials(bool first_use) const {
   return first_use && out_of_place ? 2 : 1;
 }
 
+// A mul that promoted a narrower input (a 16-bit tensor times an fp32 one: T5's
+// gelu_new products under autocast, pow being on its fp32 list) computes that
+// input's gradient in the promoted dtype (tools/autograd/derivatives.yaml, mul.Tensor:
+// mul_tensor_backward, grad * other), and the engine casts it to the input's dtype
+// in validate_outputs (torch/csrc/autograd/engine.cpp, torch 2.11), inside
+// call_function, while the node's incoming gradient, its other gradient and its saved
+// tensors (released after call_function) are alive. Besides the cast (the input's
+// gradient, priced), the promoted gradient: its bytes here.
+int64_t BackwardGradients::promoted_gradient(int n, int t) const {
+  const graph::Node& node = graph_.nodes[n];
+  if (node.op != graph::op::kMul || analysis_.node_outputs[n].empty()) return 0;
+  const graph::Tensor& out = graph_.tensors[analysis_.node_outputs[n].front()];
+  const graph::Tensor& in = graph_.tensors[t];
+  const int64_t out_width = graph::dtype_bytes(out.dtype.value_or(compute_), 1);
+  if (out_width <= graph::dtype_bytes(in.dtype.value_or(compute_), 1)) return 0;
+  return account(graph::dtype_bytes(out.dtype.value_or(compute_), in.elements.at(batch_, seq_)), accounting_);
+}
+
 int64_t BackwardGradients::at_node(int n) const {
   const graph::Node& node = graph_.nodes[n];
   int64_t grads = account(graph::dtype_bytes(compute_, node.backward_workspace().at(batch_, seq_)), accounting_);
@@ -105,7 +123,7 @@ int64_t BackwardGradients::at_node(int n) const {
     }
   }
   for (int t : analysis_.node_inputs[n]) {
-    if (analysis_.requires_grad[t] && !analysis_.persistent[t]) grads += tensor_bytes_[t];
+    if (analysis_.requires_grad[t] && !analysis_.persistent[t]) grads += tensor_bytes_[t] + promoted_gradient(n, t);
   }
   // A Python RMSNorm's chain peaks with neither its output's gradient nor its input's alive.
   grads = std::max(grads, python_norm_backward_bytes(graph_, analysis_, n, batch_, seq_, accounting_));

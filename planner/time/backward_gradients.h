@@ -87,6 +87,7 @@ class BackwardGradients {
   int64_t partial_gradients(int n) const;
   int64_t own_partials(bool first_use) const;
   int64_t own_gradients(int n) const;
+  int64_t promoted_gradient(int n, int t) const;
   std::vector<int64_t> released_before(const graph::BlockStructure& block) const;
   std::vector<int64_t> waiting_gradients(const graph::BlockStructure& block) const;
   bool passes_out_grad(int n) const;

@@ -86,6 +86,17 @@ TEST_CASE("tiny-moe is the Llama row's decoder with experts, and an MoE config.j
   CHECK(qwen3.message().find("tiny-moe") != std::string::npos);
 }
 
+TEST_CASE("a T5 config.json and the Flan-T5 zoo names are refused as encoder-decoders the executor does not train") {
+  for (const std::string model : {std::string(HEADROOM_SOURCE_DIR "/tests/data/hf/flan-t5-base"), std::string("flan-t5-xl"),
+                                  std::string("t5-base")}) {
+    const Result<ExecutableModel> t5 = executable_model(model, "p");
+    REQUIRE_FALSE(t5.is_ok());
+    CHECK(t5.code() == StatusCode::kUnsupported);
+    CHECK(t5.message().find("is an encoder-decoder (T5 / Flan-T5), which the planner prices but the executor does "
+                            "not train") != std::string::npos);
+  }
+}
+
 // The executor's MoE block is transformers 5.x's fused experts (models/torch/moe_module.h):
 // a plan priced for 4.x's expert Linears (models/moe_loop.h) is refused by name.
 TEST_CASE("a tiny-moe plan priced for transformers 4.x experts is refused, 5.x and unpinned run") {

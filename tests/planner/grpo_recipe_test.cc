@@ -121,6 +121,20 @@ TEST_CASE("the generation is the step's peak when its batch outgrows the micro-b
   CHECK(held.peak_allocated > many.peak_allocated);
 }
 
+TEST_CASE("a generation misaligned with the optimizer step adds the old policy's no-grad log-prob pass") {
+  // grpo_trainer.py 1.16.0: old_per_token_logps when gradient_accumulation_steps %
+  // (steps_per_generation x num_iterations) != 0, even at beta 0 and without vLLM.
+  RunSettings s = grpo_llama_1b(TrainMode::kLora, 2, 64 + 256, 256);
+  s.num_generations = 2;
+  s.grad_accum = 4;
+  const ModelContext context = context_of(s);
+  CHECK(phases_of(context, s).logprob_pass == 0);  // steps_per_generation defaults to the accumulation
+  s.steps_per_generation = 2;
+  CHECK(phases_of(context, s).logprob_pass == 0);  // 4 % 2 == 0: aligned
+  s.steps_per_generation = 8;
+  CHECK(phases_of(context, s).logprob_pass > 0);  // 4 % 8 != 0: a generation outlives the step
+}
+
 TEST_CASE("a reference adds the no-grad log-prob pass, and a frozen copy its weights") {
   const RunSettings none = grpo_llama_1b(TrainMode::kFull, 4, 512, 256);
   RunSettings copy = none;

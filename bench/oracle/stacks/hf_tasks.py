@@ -25,6 +25,10 @@ model from its config.json, how PEFT wraps it, and the batch the Trainer is give
   them (a meta tensor has no values: the placeholder check reads True). No
   mm_token_type_ids: the text model then takes 1-D positions (the M-RoPE index is
   integer bookkeeping of [3, B, S]).
+- `seq2seq-lm` (T5, Flan-T5): AutoModelForSeq2SeqLM, PEFT task_type SEQ_2_SEQ_LM; the
+  batch DataCollatorForSeq2Seq gives without padding: `seq` encoder token ids and
+  `target_seq` labels, from which T5ForConditionalGeneration makes decoder_input_ids
+  (_shift_right, modeling_t5.py 5.23.0). No attention_mask: the encoder's mask is then None.
 """
 
 from __future__ import annotations
@@ -76,6 +80,14 @@ def image_text_batch(spec: dict) -> dict:
     return dict(causal_lm_batch(spec), pixel_values=pixels, image_grid_thw=grid)
 
 
+def seq2seq_batch(spec: dict) -> dict:
+    """`seq` source tokens and `target_seq` labels a sample, unpadded."""
+    import torch
+    ids = torch.empty(spec["batch"], spec["seq"], dtype=torch.long, device="meta")
+    labels = torch.empty(spec["batch"], spec["target_seq"], dtype=torch.long, device="meta")
+    return {"input_ids": ids, "labels": labels}
+
+
 @dataclass(frozen=True)
 class Task:
     auto_class: str  # the transformers Auto class that builds the model from its config
@@ -93,6 +105,7 @@ TASKS = {
                                  modules_to_save=("classifier",), trained_head=("classifier",)),
     "contrastive": Task("AutoModel", contrastive_batch, None),
     "image-text-to-text": Task("AutoModelForImageTextToText", image_text_batch, "CAUSAL_LM"),
+    "seq2seq-lm": Task("AutoModelForSeq2SeqLM", seq2seq_batch, "SEQ_2_SEQ_LM"),
 }
 
 
