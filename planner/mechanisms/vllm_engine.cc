@@ -5,21 +5,10 @@
 #include <string>
 
 #include "planner/mechanisms/trainability.h"
+#include "planner/mechanisms/vllm_text.h"
 
 namespace headroom::planner {
 namespace {
-
-std::string gib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1LL << 30));
-  return text;
-}
-
-std::string fraction(double value) {
-  char text[16];
-  std::snprintf(text, sizeof text, "%.3f", value);
-  return text;
-}
 
 // A share of the GPU rounded down to what still passes: vLLM takes ceil(total x u).
 double share_below(int64_t bytes, int64_t gpu_bytes) {
@@ -62,13 +51,13 @@ VllmEngine vllm_engine(const graph::LayerGraph& graph, const RunSettings& settin
 
 Status check_vllm_starts(const VllmEngine& engine, int64_t gpu_bytes, int64_t kv_bytes_per_token) {
   if (!engine.colocated) return Status::ok();
-  const std::string share = "vllm_gpu_memory_utilization " + fraction(engine.utilization);
+  const std::string share = "vllm_gpu_memory_utilization " + vllm_fraction(engine.utilization);
   if (engine.free_at_start_bytes < engine.share_bytes) {
     return Status::invalid_input(
-        share + ": vLLM will not start: it requests " + gib(engine.share_bytes) + " of the GPU's " + gib(gpu_bytes) +
-        " but the trainer's CUDA context and weights leave " + gib(engine.free_at_start_bytes) +
+        share + ": vLLM will not start: it requests " + vllm_gib(engine.share_bytes) + " of the GPU's " + vllm_gib(gpu_bytes) +
+        " but the trainer's CUDA context and weights leave " + vllm_gib(engine.free_at_start_bytes) +
         " free (vllm/v1/worker/utils.py request_memory); expected a utilization of at most " +
-        fraction(share_below(engine.free_at_start_bytes, gpu_bytes)));
+        vllm_fraction(share_below(engine.free_at_start_bytes, gpu_bytes)));
   }
   if (engine.kv_at_most_bytes < engine.kv_needed_bytes) {
     const int64_t tokens = engine.kv_at_most_bytes > 0 ? engine.kv_at_most_bytes / kv_bytes_per_token : 0;
@@ -76,12 +65,12 @@ Status check_vllm_starts(const VllmEngine& engine, int64_t gpu_bytes, int64_t kv
                           static_cast<double>(gpu_bytes);
     return Status::invalid_input(
         share + ": vLLM will not start: its KV cache must hold one max_model_len request of " +
-        std::to_string(engine.max_model_len) + " tokens (" + gib(engine.kv_needed_bytes) + "), but its share " +
-        gib(engine.share_bytes) + " less its weights " + gib(engine.weights_bytes) + " leaves at most " +
-        gib(std::max<int64_t>(0, engine.kv_at_most_bytes)) + ", " + std::to_string(tokens) +
+        std::to_string(engine.max_model_len) + " tokens (" + vllm_gib(engine.kv_needed_bytes) + "), but its share " +
+        vllm_gib(engine.share_bytes) + " less its weights " + vllm_gib(engine.weights_bytes) + " leaves at most " +
+        vllm_gib(std::max<int64_t>(0, engine.kv_at_most_bytes)) + ", " + std::to_string(tokens) +
         " tokens, before its activations and CUDA graphs (vllm/v1/core/kv_cache_utils.py "
         "check_enough_kv_cache_memory); expected vllm_max_model_len at most " + std::to_string(tokens) +
-        " or a utilization above " + fraction(enough));
+        " or a utilization above " + vllm_fraction(enough));
   }
   return Status::ok();
 }

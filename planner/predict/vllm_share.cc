@@ -7,21 +7,10 @@
 #include "planner/mechanisms/kv_cache.h"
 #include "planner/memory/state_bytes.h"
 #include "planner/settings/stack.h"
+#include "planner/mechanisms/vllm_text.h"
 
 namespace headroom::planner {
 namespace {
-
-std::string gib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1LL << 30));
-  return text;
-}
-
-std::string fraction(double value) {
-  char text[16];
-  std::snprintf(text, sizeof text, "%.3f", value);
-  return text;
-}
 
 // One token's K and V over every layer, in the policy's 16-bit dtype (the LLM's).
 int64_t kv_bytes_per_token(const ModelContext& context) {
@@ -50,12 +39,12 @@ std::string colocated_note(const VllmEngine& engine, const ModelContext& context
       ? " is taken for generation only (woken before it, slept at level 2 after it, both weights and KV cache "
         "discarded); its CUDA graphs and activation buffers in torch's allocator stay and are not priced"
       : " is held all step beside the trainer";
-  return "vLLM colocated: its share " + gib(engine.share_bytes) + " (gpu_memory_utilization " +
-         fraction(engine.utilization) + " of the GPU's " + gib(context.gpu.memory_bytes) + ")" + held +
-         "; it holds its own 16-bit weights " + gib(engine.weights_bytes) + " and a KV cache of at most " +
-         gib(engine.kv_at_most_bytes) + " (" + std::to_string(engine.kv_at_most_bytes / std::max<int64_t>(1, per_token)) +
+  return "vLLM colocated: its share " + vllm_gib(engine.share_bytes) + " (gpu_memory_utilization " +
+         vllm_fraction(engine.utilization) + " of the GPU's " + vllm_gib(context.gpu.memory_bytes) + ")" + held +
+         "; it holds its own 16-bit weights " + vllm_gib(engine.weights_bytes) + " and a KV cache of at most " +
+         vllm_gib(engine.kv_at_most_bytes) + " (" + std::to_string(engine.kv_at_most_bytes / std::max<int64_t>(1, per_token)) +
          " tokens; max_model_len " + std::to_string(engine.max_model_len) + " needs " +
-         gib(engine.kv_needed_bytes) + ")";
+         vllm_gib(engine.kv_needed_bytes) + ")";
 }
 
 // The smallest share vLLM could start with: its weights and one max_model_len request.
@@ -68,9 +57,9 @@ std::string lower_share_note(const VllmEngine& engine, const ModelContext& conte
   const int64_t freed = engine.share_bytes - static_cast<int64_t>(std::ceil(gpu * smallest));
   const bool held_at_peak = !engine.sleeps || p.where.phase == "generation";
   if (!held_at_peak || p.gpu_total - freed > p.gpu_budget) return "";
-  return "a vllm_gpu_memory_utilization of " + fraction(smallest) + " (the least whose KV cache could hold one " +
+  return "a vllm_gpu_memory_utilization of " + vllm_fraction(smallest) + " (the least whose KV cache could hold one " +
          "max_model_len request beside vLLM's weights, before its activations and CUDA graphs) would leave the "
-         "trainer " + gib(freed) + " more, enough for this peak";
+         "trainer " + vllm_gib(freed) + " more, enough for this peak";
 }
 
 }  // namespace
@@ -93,7 +82,7 @@ std::vector<std::string> vllm_notes(const ModelContext& context, const RunSettin
   if (spec.recipe != Recipe::kGrpo || spec.generation == Generation::kGenerate) return notes;
   if (spec.generation == Generation::kVllmServer) {
     notes.push_back("vLLM server mode: the completions come from a `trl vllm-serve` process on GPUs of its own, "
-                    "not priced here; they hold its 16-bit weights (" + gib(vllm_weight_bytes(context.graph)) +
+                    "not priced here; they hold its 16-bit weights (" + vllm_gib(vllm_weight_bytes(context.graph)) +
                     ") and a KV cache within its own --gpu-memory-utilization");
     return notes;
   }
