@@ -58,6 +58,23 @@ inline RunSettings hf_vit_b16(TrainMode mode) {
   return s;
 }
 
+// Flan-T5-XL's dimensions at 2 layers a stack (tests/data/hf/flan-t5-xl-2l) with LoRA on
+// q and v under the Trainer's bf16 on an H200, S = 512 encoder and `target` decoder
+// tokens, at the oracle's pinned releases.
+inline RunSettings flan_t5_xl_lora(int64_t target) {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/flan-t5-xl-2l";
+  s.gpu = "h200";
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kHfTrainer;
+  s.mode = TrainMode::kLora;
+  s.lora.targets = {"q", "v"};
+  s.seq_len = 512;
+  s.target_tokens = target;
+  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"peft", "0.21.2"}};
+  return s;
+}
+
 // torchtune's full fine-tune of Llama 3.2 1B (its config.json: transformers'
 // Python RMSNorm) on an A100 80GB in pure bf16, B = 2, S = 1024.
 inline RunSettings torchtune_llama_1b(bool compile = false,

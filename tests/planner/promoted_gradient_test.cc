@@ -20,19 +20,6 @@ namespace {
 constexpr int64_t kBatch = 2;
 constexpr int64_t kSeq = 512;
 
-RunSettings flan_t5_xl_lora() {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/flan-t5-xl-2l";
-  s.gpu = "h200";
-  s.precision = Precision::kBf16Pure;
-  s.stack = Stack::kHfTrainer;
-  s.mode = TrainMode::kLora;
-  s.lora.targets = {"q", "v"};
-  s.seq_len = kSeq;
-  s.target_tokens = 128;
-  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"peft", "0.21.2"}};
-  return s;
-}
 
 int node_index(const graph::LayerGraph& graph, const std::string& name) {
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
@@ -45,7 +32,7 @@ int node_index(const graph::LayerGraph& graph, const std::string& name) {
 }  // namespace
 
 TEST_CASE("the gated mul's backward holds the bf16 factor's gradient in fp32 beside its cast") {
-  Result<ModelContext> context = prepare_context(flan_t5_xl_lora());
+  Result<ModelContext> context = prepare_context(flan_t5_xl_lora(128));
   REQUIRE(context.is_ok());
   const ModelContext& c = context.value();
   std::vector<int64_t> bytes(c.graph.tensors.size());

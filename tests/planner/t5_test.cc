@@ -14,20 +14,6 @@
 namespace headroom::planner {
 namespace {
 
-RunSettings flan_t5_lora(int64_t target) {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/flan-t5-xl-2l";
-  s.gpu = "h200";
-  s.precision = Precision::kBf16Pure;
-  s.stack = Stack::kHfTrainer;
-  s.mode = TrainMode::kLora;
-  s.lora.targets = {"q", "v"};
-  s.seq_len = 512;
-  s.target_tokens = target;
-  s.versions["transformers"] = "5.23.0";
-  return s;
-}
-
 int64_t keep_of(const ModelContext& c, const std::string& block) {
   const StepProfile profile = profile_step(c.graph, c.analysis, c.compute_dtype, 2, 512, Accounting::kAllocated, c.gpu);
   return profile.blocks[block_ending(c.graph, block)].keep;
@@ -45,17 +31,17 @@ bool saves(const graph::LayerGraph& graph, const std::string& node, const std::s
 }  // namespace
 
 TEST_CASE("T5: the target length moves the decoder's kept activations, not the encoder's") {
-  const Result<ModelContext> short_target = prepare_context(flan_t5_lora(128));
-  const Result<ModelContext> long_target = prepare_context(flan_t5_lora(512));
+  const Result<ModelContext> short_target = prepare_context(flan_t5_xl_lora(128));
+  const Result<ModelContext> long_target = prepare_context(flan_t5_xl_lora(512));
   REQUIRE_MESSAGE(short_target.is_ok(), short_target.message());
   REQUIRE(long_target.is_ok());
   CHECK(keep_of(short_target.value(), "encoder.block.1") == keep_of(long_target.value(), "encoder.block.1"));
   CHECK(keep_of(long_target.value(), "decoder.block.1") > 3 * keep_of(short_target.value(), "decoder.block.1"));
-  CHECK(predict_as_given(flan_t5_lora(512)).peak_allocated > predict_as_given(flan_t5_lora(128)).peak_allocated);
+  CHECK(predict_as_given(flan_t5_xl_lora(512)).peak_allocated > predict_as_given(flan_t5_xl_lora(128)).peak_allocated);
 }
 
 TEST_CASE("T5: target_tokens is refused for a model that is not an encoder-decoder") {
-  RunSettings s = flan_t5_lora(128);
+  RunSettings s = flan_t5_xl_lora(128);
   s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b-2layers";
   s.lora.targets = {"q_proj", "v_proj"};
   const Result<ModelContext> context = prepare_context(s);
@@ -65,7 +51,7 @@ TEST_CASE("T5: target_tokens is refused for a model that is not an encoder-decod
 }
 
 TEST_CASE("T5: transformers 5.x ties Flan-T5's lm_head to the shared embedding, 4.x reads the config") {
-  RunSettings s = flan_t5_lora(128);
+  RunSettings s = flan_t5_xl_lora(128);
   s.mode = TrainMode::kFull;
   const Result<ModelContext> five = prepare_context(s);
   s.versions["transformers"] = "4.44.2";
@@ -76,7 +62,7 @@ TEST_CASE("T5: transformers 5.x ties Flan-T5's lm_head to the shared embedding, 
 }
 
 TEST_CASE("T5LayerNorm under bf16-amp keeps its fp32 input once, under pure bf16 its input and the fp32 copy") {
-  RunSettings s = flan_t5_lora(128);
+  RunSettings s = flan_t5_xl_lora(128);
   s.mode = TrainMode::kFull;
   const std::string norm = "encoder.block.1.layer.0.layer_norm";
   const Result<ModelContext> pure = prepare_context(s);
@@ -95,7 +81,7 @@ TEST_CASE("T5LayerNorm under bf16-amp keeps its fp32 input once, under pure bf16
 namespace headroom::planner {
 
 TEST_CASE("T5 under QLoRA: the feed-forward's wo stays out of 4 bits (_keep_in_fp32_modules), wi_0 is NF4") {
-  RunSettings s = flan_t5_lora(128);
+  RunSettings s = flan_t5_xl_lora(128);
   s.mode = TrainMode::kQlora;
   const Result<ModelContext> context = prepare_context(s);
   REQUIRE_MESSAGE(context.is_ok(), context.message());
@@ -109,7 +95,7 @@ TEST_CASE("T5 under QLoRA: the feed-forward's wo stays out of 4 bits (_keep_in_f
 }
 
 TEST_CASE("T5 with adapters and checkpointing names the oracle's open shortfall, other runs do not") {
-  RunSettings s = flan_t5_lora(256);
+  RunSettings s = flan_t5_xl_lora(256);
   const Result<ModelContext> c = prepare_context(s);
   REQUIRE(c.is_ok());
   CHECK(open_shortfall_notes(c->graph, s, false).empty());  // no checkpointing asked, none searched
