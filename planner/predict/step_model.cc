@@ -330,16 +330,15 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   auto consider = [&](int64_t bytes, const char* phase, int block, int64_t stored, int64_t local,
                       int64_t grads, int64_t gathered, int64_t saved, int64_t cached) {
     if (bytes > peak.bytes) {
+      // vLLM's share in sleep mode is the generation phase's, not a transient of the trainer's.
+      const int64_t woken = std::string_view(phase) == "generation" ? model.vllm_generation : 0;
       peak.bytes = bytes;
       peak.phase = phase;
       peak.block = block;
       peak.activations = stored - cached + persistent + saved;
-      peak.transient = local - grads - gathered - saved + cached;
+      peak.transient = local - grads - gathered - saved + cached - woken;
       peak.gradients = grads;
       peak.gathered = gathered;
-      // vLLM's share in sleep mode is the generation phase's, not a transient of the trainer's.
-      const int64_t woken = std::string_view(phase) == "generation" ? model.vllm_generation : 0;
-      peak.transient -= woken;
       peak.vllm = model.vllm_resident + woken;
     }
   };
