@@ -13,20 +13,17 @@
 #include "models/deepseek.h"
 #include "models/hf_fields.h"
 #include "models/hf_import.h"
+#include "hf_test_model.h"
 #include "saved_bytes.h"
 
 namespace headroom::models {
 namespace {
 
+using testing::load_test_model;
 using testing::saved_bytes_under;
 
-const std::string kData = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
+const std::string kData = testing::hf_data_dir();
 
-graph::LayerGraph load(const std::string& name) {
-  Result<HfModel> model = load_hf_model(kData + name, ZooOptions{});
-  REQUIRE_MESSAGE(model.is_ok(), model.message());
-  return model->graph;
-}
 
 DeepseekConfig read(const std::string& name) {
   const nlohmann::json json = nlohmann::json::parse(std::ifstream(kData + name + "/config.json"));
@@ -51,13 +48,13 @@ TEST_CASE("DeepSeek configs give the published total and active parameter counts
   // module apart: transformers 5.23.0 does not build it), 37B activated. Both
   // "activated" counts leave the input embedding out: 2,447,000,000 and 36.5B
   // here, against 2.66B and 37.4B with it.
-  const graph::LayerGraph lite = load("deepseek-v2-lite");
+  const graph::LayerGraph lite = load_test_model("deepseek-v2-lite");
   const DeepseekConfig lite_config = read("deepseek-v2-lite");
   const int64_t lite_embedding = 102400 * 2048;
   CHECK(lite.parameter_count() == 15'706'484'224);
   const int64_t lite_active = lite.parameter_count() - deepseek_inactive_parameters(lite_config) - lite_embedding;
   CHECK(std::abs(static_cast<double>(lite_active) / 1e9 - 2.4) < 0.06);
-  const graph::LayerGraph v3 = load("deepseek-v3");
+  const graph::LayerGraph v3 = load_test_model("deepseek-v3");
   const DeepseekConfig v3_config = read("deepseek-v3");
   CHECK(std::abs(static_cast<double>(v3.parameter_count()) / 1e9 - 671.0) < 0.5);
   const int64_t v3_active = v3.parameter_count() - deepseek_inactive_parameters(v3_config) - int64_t{129280} * 7168;
@@ -69,7 +66,7 @@ TEST_CASE("DeepSeek configs give the published total and active parameter counts
 TEST_CASE("MLA keeps the latent, the expanded q and k, all of kv_b_proj's output, and no per-token RoPE") {
   // DeepSeek-V2-Lite layer 0 at batch 1, seq 512: T 512, H 2048, 16 heads,
   // qk 128 + 64, v 128, kv_lora_rank 512, q_lora_rank null (q_proj).
-  const graph::LayerGraph g = load("deepseek-v2-lite-2l");
+  const graph::LayerGraph g = load_test_model("deepseek-v2-lite-2l");
   const int64_t T = 512, H = 2048, n = 16, qk = 192, dv = 128, r = 512, rope = 64;
   const int64_t projections_input = T * H * 2;               // q_proj and kv_a_proj_with_mqa share x
   const int64_t latent_norm = T * r * 4 + T * 4 + T * r * 2;  // kv_a_layernorm: f32 x, rstd, normalized
@@ -87,11 +84,11 @@ TEST_CASE("the DeepSeek routers keep an f32 copy of x and their f32 scores") {
   // [256, 7168] for dx, sigmoid's f32 output, gather's int64 indices, the clone
   // and the f32 sums of norm_topk_prob's in-place division.
   const int64_t T = 512, H = 7168, E = 256, k = 8;
-  const graph::LayerGraph v3 = load("deepseek-v3-2l");
+  const graph::LayerGraph v3 = load_test_model("deepseek-v3-2l");
   CHECK(saved_bytes_under(v3, "model.layers.1.mlp.gate", 1, 512) ==
         T * H * 4 + E * H * 4 + T * E * 4 + T * k * 8 + T * k * 4 + T * 4);
   // V2's (V2-Lite, layer 1): softmax's f32 output and topk's indices instead.
-  const graph::LayerGraph v2 = load("deepseek-v2-lite-2l");
+  const graph::LayerGraph v2 = load_test_model("deepseek-v2-lite-2l");
   CHECK(saved_bytes_under(v2, "model.layers.1.mlp.gate", 1, 512) ==
         T * 2048 * 4 + 64 * 2048 * 4 + T * 64 * 4 + T * 6 * 8);
   // The first first_k_dense_replace layers are dense; shared experts are nn.Linear.
@@ -103,7 +100,7 @@ TEST_CASE("the DeepSeek routers keep an f32 copy of x and their f32 scores") {
 TEST_CASE("MLA's attention FLOPs use q and k's 192 and v's 128 channels") {
   // Causal forward per head: QK^T over 192 and PV over 128 channels, 2 FLOPs a
   // multiply-add, half the S x S tiles: S^2 x (192 + 128); backward 2.5x.
-  const graph::LayerGraph g = load("deepseek-v2-lite-2l");
+  const graph::LayerGraph g = load_test_model("deepseek-v2-lite-2l");
   const graph::Node* sdpa = nullptr;
   for (const graph::Node& node : g.nodes) {
     if (node.name == "model.layers.0.self_attn.sdpa") sdpa = &node;
@@ -132,7 +129,7 @@ TEST_CASE("a DeepSeek token's matmul FLOPs are twice its active matmul weights")
   // projections, the dense MLP, the router, the 6 routed and 2 shared experts of
   // each sparse layer, lm_head. That is 2 x the active count less the input
   // embedding (a lookup) and the RMSNorm weights (27 x (2 x 2048 + 512) + 2048).
-  const graph::LayerGraph g = load("deepseek-v2-lite");
+  const graph::LayerGraph g = load_test_model("deepseek-v2-lite");
   const DeepseekConfig c = read("deepseek-v2-lite");
   int64_t flops = 0;
   for (const graph::Node& node : g.nodes) {

@@ -9,21 +9,19 @@
 #include "models/llama.h"
 #include "models/moe.h"
 #include "models/moe_loop.h"
+#include "hf_test_model.h"
 #include "saved_bytes.h"
 
 namespace headroom::models {
 namespace {
 
+using testing::load_test_model;
 using testing::saved_bytes_under;
-
-const std::string kData = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
 
 graph::LayerGraph load(const std::string& name, bool expert_modules) {
   ZooOptions options;
   options.expert_modules = expert_modules;
-  Result<HfModel> model = load_hf_model(kData + name, options);
-  REQUIRE_MESSAGE(model.is_ok(), model.message());
-  return model->graph;
+  return load_test_model(name, options);
 }
 
 const graph::Node* find_node(const graph::LayerGraph& g, const std::string& name) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/hf_import.h"
+#include "hf_test_model.h"
 #include "saved_bytes.h"
 #include "models/llama.h"
 #include "models/moe.h"
@@ -15,15 +16,9 @@
 namespace headroom::models {
 namespace {
 
+using testing::load_test_model;
 using testing::saved_bytes_under;
 
-const std::string kData = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
-
-graph::LayerGraph load(const std::string& name) {
-  Result<HfModel> model = load_hf_model(kData + name, ZooOptions{});
-  REQUIRE_MESSAGE(model.is_ok(), model.message());
-  return model->graph;
-}
 
 // `count` is the model card's one-decimal figure in billions, rounded or cut
 // (Qwen3-30B-A3B's 3,353,032,704 active parameters are "3.3B").
@@ -57,20 +52,20 @@ TEST_CASE("MoE configs give the published total and active parameter counts") {
                         {"qwen1.5-moe-a2.7b", MoeSpec{60, 4}, 14.3, 2.7},
                         {"olmoe-1b-7b", MoeSpec{64, 8}, 6.9, 1.3}};
   for (const Case& c : cases) {
-    const graph::LayerGraph g = load(c.folder);
+    const graph::LayerGraph g = load_test_model(c.folder);
     check_billions(std::string(c.folder) + " total", g.parameter_count(), c.total_b);
     check_billions(std::string(c.folder) + " active", g.parameter_count() - inactive_expert_parameters(g, c.moe),
                    c.active_b);
   }
   // The zoo's entries are the same graphs as their config.json.
-  CHECK(build_llama(kMixtral8x7b, ZooOptions{}).parameter_count() == load("mixtral-8x7b").parameter_count());
-  CHECK(build_llama(kQwen3_30bA3b, ZooOptions{}).parameter_count() == load("qwen3-30b-a3b").parameter_count());
+  CHECK(build_llama(kMixtral8x7b, ZooOptions{}).parameter_count() == load_test_model("mixtral-8x7b").parameter_count());
+  CHECK(build_llama(kQwen3_30bA3b, ZooOptions{}).parameter_count() == load_test_model("qwen3-30b-a3b").parameter_count());
 }
 
 TEST_CASE("the grouped experts keep tokens x top_k rows, as the meta-device oracle records") {
   // Qwen3-30B-A3B dimensions, 2 layers: H 2048, E 128, k 8, expert width I 768.
   // At batch 1, seq 512: T = 512 tokens, S = T * k = 4096 routed rows.
-  const graph::LayerGraph g = load("qwen3-moe-2l");
+  const graph::LayerGraph g = load_test_model("qwen3-moe-2l");
   const int64_t T = 512, S = 4096, H = 2048, E = 128, k = 8, I = 768;
   // Router: its input x (bf16, for dW), the fp32 softmax, topk's int64 indices,
   // the div_'s fp32 clone of the top values and their fp32 sums.
@@ -86,12 +81,12 @@ TEST_CASE("the grouped experts keep tokens x top_k rows, as the meta-device orac
 }
 
 TEST_CASE("MoE families: shared experts, full-width q/k norms, f32 routing weights") {
-  const graph::LayerGraph qwen2 = load("qwen1.5-moe-a2.7b");
+  const graph::LayerGraph qwen2 = load_test_model("qwen1.5-moe-a2.7b");
   CHECK(qwen2.find_tensor("model.layers.0.mlp.shared_expert.down_proj") != nullptr);
   CHECK(qwen2.find_tensor("model.layers.0.mlp.shared_expert_sigmoid") != nullptr);
-  const graph::LayerGraph olmoe = load("olmoe-1b-7b");
+  const graph::LayerGraph olmoe = load_test_model("olmoe-1b-7b");
   CHECK(olmoe.find_tensor("model.layers.0.self_attn.q_norm") != nullptr);
-  const graph::LayerGraph mixtral = load("mixtral-8x7b");
+  const graph::LayerGraph mixtral = load_test_model("mixtral-8x7b");
   const graph::Tensor* weighted = mixtral.find_tensor("model.layers.0.mlp.experts.weighted");
   REQUIRE(weighted != nullptr);
   CHECK(weighted->dtype == graph::DType::kF32);  // MixtralTopKRouter does not cast its weights back
@@ -128,7 +123,7 @@ TEST_CASE("bad MoE configs are refused naming the file and the field") {
 TEST_CASE("the experts' FLOPs are those of the k experts a token runs, not all E") {
   // Mixtral-8x7B: per token and layer, 2 of 8 experts, each gate_up (H -> 2I)
   // and down (I -> H): 2 x 2 x 3 x H x I multiply-adds, whatever E is.
-  const graph::LayerGraph g = load("mixtral-8x7b");
+  const graph::LayerGraph g = load_test_model("mixtral-8x7b");
   int64_t flops = 0;
   for (const graph::Node& node : g.nodes) {
     if (node.op == "grouped_mm" && node.name.starts_with("model.layers.0.")) flops += node.fwd_flops.at(1, 1);

@@ -10,18 +10,16 @@
 
 #include "graph/atomic_file.h"
 #include "models/hf_import.h"
+#include "hf_test_model.h"
 #include "saved_bytes.h"
 
 namespace headroom::models {
 namespace {
 
-const std::string kData = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
+using testing::load_test_model;
 
-graph::LayerGraph load(const std::string& name, ZooOptions options = {}) {
-  Result<HfModel> model = load_hf_model(kData + name, options);
-  REQUIRE_MESSAGE(model.is_ok(), model.message());
-  return model->graph;
-}
+const std::string kData = testing::hf_data_dir();
+
 
 nlohmann::json config_json(const std::string& name) {
   Result<std::string> text = graph::read_file(kData + name + "/config.json", 1 << 20);
@@ -33,12 +31,12 @@ nlohmann::json config_json(const std::string& name) {
 
 TEST_CASE("Qwen2.5-VL-7B and 3B config.json give the published parameter counts") {
   // safetensors index metadata total_size / 2 (bf16) of Qwen/Qwen2.5-VL-7B-Instruct and -3B-Instruct.
-  CHECK(load("qwen2.5-vl-7b").parameter_count() == 8'292'166'656);
-  CHECK(load("qwen2.5-vl-3b").parameter_count() == 3'754'622'976);  // embeddings tied
+  CHECK(load_test_model("qwen2.5-vl-7b").parameter_count() == 8'292'166'656);
+  CHECK(load_test_model("qwen2.5-vl-3b").parameter_count() == 3'754'622'976);  // embeddings tied
   Result<graph::LayerGraph> zoo = build_zoo_model("qwen2.5-vl-7b", {});
   REQUIRE(zoo.is_ok());
   CHECK(zoo->parameter_count() == 8'292'166'656);
-  const graph::LayerGraph g = load("qwen2.5-vl-7b");
+  const graph::LayerGraph g = load_test_model("qwen2.5-vl-7b");
   CHECK(g.family == "qwen2_5_vl");
   CHECK(g.find_node("model.visual.blocks.31.attn.qkv") != nullptr);
   CHECK(g.find_node("model.visual.merger.mlp.2") != nullptr);
@@ -99,11 +97,11 @@ TEST_CASE("image tokens follow the processor's smart_resize and the 2x2 merge") 
 TEST_CASE("--resolution sizes the image: S's image share and the tower's rows") {
   ZooOptions options;
   options.image_side = 896;
-  const graph::LayerGraph g = load("qwen2.5-vl-7b", options);
+  const graph::LayerGraph g = load_test_model("qwen2.5-vl-7b", options);
   CHECK(g.sequence.extra_tokens == 1024);  // (896 / 14)^2 / 4
   CHECK(g.sequence.patch_px == 28);
   CHECK(g.find_tensor("pixel_values")->elements.at(2, 2048) == 2 * 4096 * 1176);
-  CHECK(load("qwen2.5-vl-7b").sequence.extra_tokens == 256);  // 448 px by default
+  CHECK(load_test_model("qwen2.5-vl-7b").sequence.extra_tokens == 256);  // 448 px by default
 }
 
 TEST_CASE("a vision block keeps what transformers 5.23.0 keeps under SDPA") {
@@ -111,7 +109,7 @@ TEST_CASE("a vision block keeps what transformers 5.23.0 keeps under SDPA") {
   // qwen2.5-vl-7b-2l/full/none/448/1): the norms' f32 input, rstd, normalized and
   // weighted outputs; qkv's whole output (v is a view of it); rotated q and k; the
   // kernel's output and f32 logsumexp; the windows' cat; gate, up, silu and the product.
-  const graph::LayerGraph g = load("qwen2.5-vl-7b-2l");
+  const graph::LayerGraph g = load_test_model("qwen2.5-vl-7b-2l");
   const int64_t r = 1024, h = 1280, m = 3420, heads = 16, head_dim = 80;
   const int64_t norms = 2 * (r * h * 4 + r * 4 + r * h * 2 + r * h * 2);
   const int64_t attention = r * 3 * h * 2 + 2 * r * h * 2 + r * h * 2 + heads * r * 4 + r * h * 2;

@@ -3,6 +3,7 @@
 // oracle records (docs/results/oracle.md: transformers 4.44.2 as env hf4,
 // torchtune 0.6.1 as env tt).
 #include "models/rope_caches.h"
+#include "hf_test_model.h"
 
 #include <doctest/doctest.h>
 
@@ -15,14 +16,12 @@
 namespace headroom::models {
 namespace {
 
-const std::string kData = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
+using testing::load_test_model;
 
 graph::LayerGraph load(const std::string& name, RopeModules modules) {
   ZooOptions options;
   options.rope_modules = modules;
-  Result<HfModel> model = load_hf_model(kData + name, options);
-  REQUIRE_MESSAGE(model.is_ok(), model.message());
-  return model->graph;
+  return load_test_model(name, options);
 }
 
 graph::LayerGraph torchtune(const std::string& component, RopeModules modules) {

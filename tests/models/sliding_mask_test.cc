@@ -10,18 +10,17 @@
 #include "models/hf_fields.h"
 #include "models/llama.h"
 #include "models/zoo_builders.h"
+#include "hf_test_model.h"
 
 namespace headroom::models {
 namespace {
 
-const std::string kData = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
+using testing::load_test_model;
 
 graph::LayerGraph load(const std::string& name, AttentionImpl impl) {
   ZooOptions options;
   options.attention = impl;
-  Result<HfModel> model = load_hf_model(kData + name, options);
-  REQUIRE_MESSAGE(model.is_ok(), model.message());
-  return model->graph;
+  return load_test_model(name, options);
 }
 
 int64_t mask_bytes(const graph::LayerGraph& g, const std::string& layer, int64_t batch, int64_t seq) {

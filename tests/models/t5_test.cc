@@ -9,18 +9,14 @@
 #include <string>
 
 #include "models/hf_import.h"
+#include "hf_test_model.h"
 #include "saved_bytes.h"
 
 namespace headroom::models {
 namespace {
 
-const std::string kData = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
+using testing::load_test_model;
 
-graph::LayerGraph load(const std::string& name, ZooOptions options = {}) {
-  Result<HfModel> model = load_hf_model(kData + name, options);
-  REQUIRE_MESSAGE(model.is_ok(), model.message());
-  return model->graph;
-}
 
 ZooOptions as_4x() {
   ZooOptions options;
@@ -39,15 +35,15 @@ ZooOptions at_target(int64_t target) {
 TEST_CASE("Flan-T5 and T5 config.json give the published parameter counts") {
   // T5ForConditionalGeneration's unique parameters on meta under transformers 4.44.2
   // (lm_head untied where tie_word_embeddings is false): the Hub's 247.6M, 783M, 2.85B, 11.1B.
-  CHECK(load("flan-t5-base", as_4x()).parameter_count() == 247'577'856);
-  CHECK(load("flan-t5-large", as_4x()).parameter_count() == 783'150'080);
-  CHECK(load("flan-t5-xl", as_4x()).parameter_count() == 2'849'757'184);
-  CHECK(load("flan-t5-xxl", as_4x()).parameter_count() == 11'135'332'352);
-  CHECK(load("t5-base", as_4x()).parameter_count() == 222'903'552);
+  CHECK(load_test_model("flan-t5-base", as_4x()).parameter_count() == 247'577'856);
+  CHECK(load_test_model("flan-t5-large", as_4x()).parameter_count() == 783'150'080);
+  CHECK(load_test_model("flan-t5-xl", as_4x()).parameter_count() == 2'849'757'184);
+  CHECK(load_test_model("flan-t5-xxl", as_4x()).parameter_count() == 11'135'332'352);
+  CHECK(load_test_model("t5-base", as_4x()).parameter_count() == 222'903'552);
   // transformers 5.23.0: T5Config forces tie_word_embeddings, lm_head is shared.weight.
-  CHECK(load("flan-t5-base").parameter_count() == 222'903'552);
-  CHECK(load("flan-t5-xl").parameter_count() == 2'783'959'040);
-  CHECK(load("flan-t5-xl-2l").parameter_count() == 292'317'184);
+  CHECK(load_test_model("flan-t5-base").parameter_count() == 222'903'552);
+  CHECK(load_test_model("flan-t5-xl").parameter_count() == 2'783'959'040);
+  CHECK(load_test_model("flan-t5-xl-2l").parameter_count() == 292'317'184);
   Result<graph::LayerGraph> zoo = build_zoo_model("flan-t5-xl", as_4x());
   REQUIRE(zoo.is_ok());
   CHECK(zoo->parameter_count() == 2'849'757'184);
@@ -55,7 +51,7 @@ TEST_CASE("Flan-T5 and T5 config.json give the published parameter counts") {
 }
 
 TEST_CASE("T5 has an encoder, a decoder with cross-attention to the encoder's output, and q, v as LoRA targets") {
-  const graph::LayerGraph g = load("flan-t5-base");
+  const graph::LayerGraph g = load_test_model("flan-t5-base");
   CHECK(g.lora_targets == std::vector<std::string>{"q", "v"});
   CHECK(testing::block_index(g, "encoder.block.11") >= 0);
   CHECK(testing::block_index(g, "decoder.block.11") >= 0);
@@ -70,14 +66,14 @@ TEST_CASE("T5 has an encoder, a decoder with cross-attention to the encoder's ou
   CHECK(k->inputs[0] == "encoder.dropout");
   CHECK(g.find_node("encoder.block.0.layer.1.DenseReluDense.wi_1") != nullptr);  // gated-gelu
   CHECK(g.find_node("encoder.block.0.layer.2") == nullptr);                      // no cross-attention
-  const graph::LayerGraph relu = load("t5-base");
+  const graph::LayerGraph relu = load_test_model("t5-base");
   CHECK(relu.find_node("encoder.block.0.layer.1.DenseReluDense.wi") != nullptr);
   CHECK(relu.find_node("scale_decoder_outputs") != nullptr);  // tied: d_model^-0.5 before lm_head
   CHECK(g.find_node("scale_decoder_outputs") == nullptr);
 }
 
 TEST_CASE("T5's relative position bias is made by each stack's first layer only") {
-  const graph::LayerGraph g = load("flan-t5-base");
+  const graph::LayerGraph g = load_test_model("flan-t5-base");
   int tables = 0;
   for (const graph::Node& node : g.nodes) {
     if (node.name.ends_with("relative_attention_bias")) ++tables;
@@ -96,8 +92,8 @@ TEST_CASE("T5's relative position bias is made by each stack's first layer only"
 }
 
 TEST_CASE("the target length moves the decoder's activations and not the encoder's") {
-  const graph::LayerGraph short_target = load("flan-t5-xl-2l", at_target(128));
-  const graph::LayerGraph long_target = load("flan-t5-xl-2l", at_target(512));
+  const graph::LayerGraph short_target = load_test_model("flan-t5-xl-2l", at_target(128));
+  const graph::LayerGraph long_target = load_test_model("flan-t5-xl-2l", at_target(512));
   for (const std::string block : {"encoder.block.0", "encoder.block.1"}) {
     CHECK(testing::saved_bytes(short_target, testing::block_index(short_target, block), 2, 512) ==
           testing::saved_bytes(long_target, testing::block_index(long_target, block), 2, 512));
