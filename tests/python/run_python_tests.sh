@@ -19,7 +19,9 @@ python="$work/venv/bin/python"
 # One build directory for the wheel, kept between runs (pyproject.toml's
 # build-dir), so a second run rebuilds only what changed.
 # ccache (scripts/setup.sh) keeps the wheel's compilations between fresh clones,
-# with paths inside the checkout made relative (as scripts/build.sh does).
+# with paths inside the checkout made relative (as scripts/build.sh does); the
+# main build's objects are the same commands (CMakeLists.txt: position-independent
+# code, build-wheel/ at build/'s depth), so this install hits what it compiled.
 if command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$repo" CCACHE_NOHASHDIR=1
 fi
