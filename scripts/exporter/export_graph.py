@@ -31,6 +31,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
+from config_file import read_config  # noqa: E402
 from errors import ExporterError  # noqa: E402
 
 _DTYPES = ("bf16", "f16", "f32")
@@ -105,6 +106,11 @@ def export(args: argparse.Namespace) -> dict:
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
+    try:  # a missing or broken file is refused before the seconds-long imports below
+        read_config(args.config)
+    except ExporterError as error:
+        print(f"export_graph: {error}", file=sys.stderr)
+        return 2
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401

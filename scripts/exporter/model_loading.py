@@ -19,7 +19,6 @@ Each task fixes what S means and which inputs one training step feeds:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import torch
 from torch import nn
 
+from config_file import read_config
 from errors import ExporterError
 
 Inputs = Dict[str, torch.Tensor]
@@ -55,27 +55,6 @@ class ModelSpec:
     make_step: Callable[[int, int, torch.device, torch.dtype, bool], Tuple[Inputs, StepFn]]
     seq_values: List[int] = field(default_factory=list)  # S values used to fit sizes
     image_px: int = 0  # Qwen2.5-VL: the image's side (headroom's --resolution)
-
-
-def read_config(path: Path) -> Dict[str, Any]:
-    """The config as a dict, or an ExporterError naming the file and the problem."""
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.exists():
-        raise ExporterError(f"{path}: no such file (expected a Hugging Face config.json or a "
-                            f"model directory holding one)")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ExporterError(f"{path}: cannot be read as UTF-8 text ({error})") from None
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ExporterError(f"{path}: invalid JSON at line {error.lineno} column {error.colno}: "
-                            f"{error.msg} (expected a config.json object)") from None
-    if not isinstance(config, dict):
-        raise ExporterError(f"{path}: expected a JSON object, found {type(config).__name__}")
-    return config
 
 
 def _dtype_name(value: object) -> str:
