@@ -91,6 +91,8 @@ def trace_family(family: str, out_dir: Path, attentions: List[str]) -> Dict[str,
             blocks.append(entry)
         record = {"family": family, "config": "config.json", "attention": attention,
                   "compute_dtype": "bf16", "batch": batch, "seq": seq, "blocks": blocks}
+        if spec.target_seq:  # T5: the decoder's tokens (ZooOptions::target_tokens)
+            record["target_seq"] = spec.target_seq
         if spec.image_px:  # Qwen2.5-VL: the image side the builder is given (ZooOptions::image_side)
             record["image_px"] = spec.image_px
         (family_dir / f"trace_{attention}.json").write_text(json.dumps(record, indent=1) + "\n")

@@ -85,6 +85,13 @@ def export(args: argparse.Namespace) -> dict:
 
     torch_dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
     spec = load_model_spec(args.config, args.task)
+    if spec.task == "seq2seq":
+        # The layer-graph format sizes every tensor by one sequence length; an
+        # encoder-decoder has two. headroom builds T5 itself from the same file.
+        raise ExporterError(f"{args.config}: {spec.family} is an encoder-decoder (two sequence "
+                            f"lengths), which a layer-graph JSON cannot express; headroom reads "
+                            f"this config.json itself: `headroom fit {args.config} --seq S "
+                            f"--target-seq T` (t5 and Flan-T5)")
     device = torch.device(args.device)
     with device:
         model = spec.build(args.attention)

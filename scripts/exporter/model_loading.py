@@ -38,7 +38,9 @@ StepFn = Callable[[nn.Module, Inputs], torch.Tensor]
 _IMAGE_EXTRA_TOKENS = {"vit": 1, "clip": 1, "clip_vision_model": 1, "siglip": 0,
                        "siglip_vision_model": 0, "deit": 2, "dinov2": 1, "beit": 1}
 _SUPPORTED_TASKS = ("causal_lm", "masked_lm", "seq_cls", "image_cls", "contrastive", "llava",
-                    "qwen2_5_vl", "flux")
+                    "qwen2_5_vl", "flux", "seq2seq")
+# seq2seq (T5): decoder tokens per sample when the caller sets none; the encoder's S varies.
+DEFAULT_TARGET_SEQ = 8
 
 
 @dataclass
@@ -55,6 +57,7 @@ class ModelSpec:
     make_step: Callable[[int, int, torch.device, torch.dtype, bool], Tuple[Inputs, StepFn]]
     seq_values: List[int] = field(default_factory=list)  # S values used to fit sizes
     image_px: int = 0  # Qwen2.5-VL: the image's side (headroom's --resolution)
+    target_seq: int = 0  # seq2seq: the decoder's tokens per sample (headroom's --target-seq)
 
 
 def _dtype_name(value: object) -> str:
@@ -94,6 +97,8 @@ def _task_of(config: Dict[str, Any], model_type: str, path: Path) -> str:
         return "qwen2_5_vl"
     if model_type in ("clip", "siglip") and arch in ("", "CLIPModel", "SiglipModel"):
         return "contrastive"
+    if config.get("is_encoder_decoder") or arch.endswith("ForConditionalGeneration"):
+        return "seq2seq"
     for suffix, kind in (("ForCausalLM", "causal_lm"), ("ForMaskedLM", "masked_lm"),
                          ("ForPreTraining", "masked_lm"),
                          ("ForSequenceClassification", "seq_cls"),
@@ -155,7 +160,8 @@ def _transformers_spec(path: Path, raw: Dict[str, Any], task: str | None) -> Mod
                   "seq_cls": "AutoModelForSequenceClassification",
                   "image_cls": "AutoModelForImageClassification", "contrastive": "AutoModel",
                   "llava": "AutoModelForImageTextToText",
-                  "qwen2_5_vl": "AutoModelForImageTextToText"}[task]
+                  "qwen2_5_vl": "AutoModelForImageTextToText",
+                  "seq2seq": "AutoModelForSeq2SeqLM"}[task]
 
     def build(attention: str) -> nn.Module:
         factory = getattr(transformers, auto_class)
@@ -167,6 +173,8 @@ def _transformers_spec(path: Path, raw: Dict[str, Any], task: str | None) -> Mod
     param_dtype = _dtype_name(raw.get("torch_dtype", raw.get("dtype")))
     if task in ("causal_lm", "masked_lm", "seq_cls"):
         return _text_spec(path, raw, model_type, task, build, param_dtype)
+    if task == "seq2seq":
+        return _seq2seq_spec(path, raw, model_type, build, param_dtype)
     if task == "image_cls":
         return _image_spec(path, raw, model_type, build, param_dtype)
     if task == "contrastive":
@@ -223,6 +231,29 @@ def _text_spec(path: Path, raw: Dict[str, Any], model_type: str, task: str,
 
     return ModelSpec(path, model_type, task, build, _token_sequence(max_position), param_dtype,
                      make_step)
+
+
+def _seq2seq_spec(path: Path, raw: Dict[str, Any], model_type: str,
+                  build: Callable[[str], nn.Module], param_dtype: str) -> ModelSpec:
+    """An encoder-decoder (T5): input_ids [B, S] for the encoder, labels [B, T] for the
+    decoder, which T5ForConditionalGeneration shifts right into decoder_input_ids."""
+    max_position = _positive(raw, path, "max_position_embeddings", "n_positions", default=512)
+    vocab = _positive(raw, path, "vocab_size", default=32128)
+    spec = ModelSpec(path, model_type, "seq2seq", build, _token_sequence(max_position),
+                     param_dtype, make_step=None, target_seq=DEFAULT_TARGET_SEQ)  # type: ignore[arg-type]
+
+    def make_step(batch: int, seq: int, device: torch.device, dtype: torch.dtype,
+                  real: bool) -> Tuple[Inputs, StepFn]:
+        inputs = {"input_ids": _token_ids((batch, seq), vocab, device, real),
+                  "labels": _token_ids((batch, spec.target_seq), vocab, device, real)}
+
+        def step(model: nn.Module, given: Inputs) -> torch.Tensor:
+            return model(input_ids=given["input_ids"], labels=given["labels"]).loss
+
+        return inputs, step
+
+    spec.make_step = make_step  # reads spec.target_seq when called, so a caller may set it
+    return spec
 
 
 def _token_ids(shape: Tuple[int, ...], vocab: int, device: torch.device, real: bool,

@@ -102,6 +102,11 @@ def tiny_config(family: str, public: Dict[str, Any]) -> Dict[str, Any]:
                 if "projection_dim" in config:
                     config["projection_dim"] = 48
         return c
+    if c.get("model_type") == "t5":
+        # T5's own key names; d_kv x heads (96) is not d_model (64), as in T5-11B.
+        c.update(d_model=HIDDEN, d_kv=24, d_ff=MLP, num_heads=HEADS, num_layers=LAYERS,
+                 num_decoder_layers=LAYERS, vocab_size=VOCAB)
+        return c
     if c.get("model_type") == "vit":
         _shrink_vision(c)
         return c

@@ -44,6 +44,7 @@ struct Trace {
   int64_t batch = 0;
   int64_t seq = 0;
   int64_t image_px = 0;  // Qwen2.5-VL: the image's side (0: none)
+  int64_t target_seq = 0;  // T5: the decoder's tokens per sample (0: not an encoder-decoder)
   struct Block {
     std::string name;
     bool checkpointable = false;
@@ -62,6 +63,7 @@ Trace read_trace(const fs::path& path) {
   t.batch = j.at("batch").get<int64_t>();
   t.seq = j.at("seq").get<int64_t>();
   t.image_px = j.value("image_px", int64_t{0});
+  t.target_seq = j.value("target_seq", int64_t{0});
   for (const auto& b : j.at("blocks")) {
     t.blocks.push_back({b.at("name").get<std::string>(), b.at("checkpointable").get<bool>(),
                         b.at("keep_bytes").get<int64_t>(), b.value("not_compared", std::string())});
@@ -119,6 +121,7 @@ bool check(const fs::path& trace_path) {
   options.attention = trace.attention == "eager" ? headroom::models::AttentionImpl::kEager
                                                  : headroom::models::AttentionImpl::kSdpa;
   if (trace.image_px > 0) options.image_side = trace.image_px;  // Qwen2.5-VL's image
+  if (trace.target_seq > 0) options.target_tokens = trace.target_seq;  // T5's decoder
   const fs::path config = trace_path.parent_path() / "config.json";
   auto model = headroom::models::load_hf_model(config.string(), options);
   if (!model.is_ok()) {
