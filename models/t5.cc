@@ -73,7 +73,13 @@ std::string t5_attention(GraphBuilder& b, const StackPart& s, const std::string&
   const std::string k = b.linear(p + ".k", kv, kv_rows, s.c.hidden, inner, false);
   const std::string v = b.linear(p + ".v", kv, kv_rows, s.c.hidden, inner, false);
   std::string out = masked_sdpa(b, p, q, k, v, shape, mask, s.attention, s.dropout);
-  out = b.copy(p + ".merge_heads", "transpose_contiguous", {out}, times(rows, inner));
+  // eager_attention_forward's transpose(1, 2).contiguous() copies the [B, H, S, D]
+  // matmul output; the fused kernel writes [B, S, H, D], so sdpa_attention_forward's
+  // same call is a view there and o reads (and keeps) the kernel's output itself
+  // (the exporter's cross-check on CPU shows one tensor).
+  if (s.attention == AttentionImpl::kEager) {
+    out = b.copy(p + ".merge_heads", "transpose_contiguous", {out}, times(rows, inner));
+  }
   return b.linear(p + ".o", out, rows, inner, s.c.hidden, false);
 }
 
@@ -131,7 +137,10 @@ std::string t5_ff(GraphBuilder& b, const StackPart& s, const std::string& p, con
 // nn.Embedding of buckets x heads) looked up at the [q, k] bucket indices, permuted
 // to [1, heads, q, k]. One per stack, passed on to every layer (T5Stack.forward).
 std::string relative_bias(GraphBuilder& b, const StackPart& s, const std::string& p, SizeExpr pairs) {
-  const std::string buckets = b.input(p + ".relative_position_bucket", pairs, DType::kInt64, false);
+  // _relative_position_bucket's int64 [q, k] indices are made here, in the block, and
+  // the embedding keeps them for its weight's gradient (derivatives.yaml: embedding).
+  const std::string buckets = b.copy(p + ".relative_position_bucket", "relative_position_bucket", {}, pairs,
+                                     DType::kInt64);
   return b.embedding(p + ".relative_attention_bias", buckets, pairs, s.c.buckets, s.c.heads);
 }
 
@@ -153,6 +162,25 @@ std::string encoder_block(GraphBuilder& b, const StackPart& s, int64_t i, const 
   return t5_ff(b, s, p + ".layer.1", h, rows);
 }
 
+// The causal mask folded into the bias: torch.where(causal, position_bias, min), a
+// new [1, heads, T, T] tensor per layer (create_position_bias_mask, is_causal).
+// Under SDPA where's backward keeps its bool condition, the [1, 1, T, T] causal
+// mask made in the same call, when the bias needs a gradient (derivatives.yaml).
+std::string causal_bias(GraphBuilder& b, const StackPart& s, const std::string& p, const std::string& bias,
+                        int64_t t) {
+  const std::string name = p + ".bias_mask";
+  const SizeExpr elements = SizeExpr::constant(s.c.heads * t * t);
+  if (s.attention == AttentionImpl::kEager) return b.copy(name, "where", {bias}, elements);
+  const std::string causal = b.copy(p + ".causal_mask", "ge", {}, SizeExpr::constant(t * t), DType::kBool);
+  OpSpec where;
+  where.name = name;
+  where.op = "where";
+  where.inputs = {bias, causal};
+  where.out_elements = elements;
+  where.saves = {SavedRef{causal, SaveWhen::kInputGrad}};
+  return b.op(where);
+}
+
 struct DecoderContext {
   std::string encoder_out;
   std::string self_bias;
@@ -168,10 +196,7 @@ std::string decoder_block(GraphBuilder& b, const StackPart& s, int64_t i, const 
   const std::string a = p + ".layer.0";
   const std::string x = t5_norm(b, a + ".layer_norm", hidden, rows, s.c.hidden);
   if (i == 0) ctx.self_bias = relative_bias(b, s, a + ".SelfAttention", SizeExpr::constant(t * t));
-  // The causal mask folded into the bias: torch.where(causal, position_bias, min), a
-  // new [1, heads, T, T] tensor per layer (create_position_bias_mask, is_causal).
-  const std::string mask = b.copy(a + ".SelfAttention.bias_mask", "where", {ctx.self_bias},
-                                  SizeExpr::constant(s.c.heads * t * t));
+  const std::string mask = causal_bias(b, s, a + ".SelfAttention", ctx.self_bias, t);
   AttentionShape self = self_attention_shape(s.c.heads, s.c.heads, s.c.head_dim, rows, fixed_square(t), true);
   const std::string o = t5_attention(b, s, a + ".SelfAttention", x, x, rows, rows, self, mask);
   std::string h = residual(b, s, a, hidden, o, rows);

@@ -28,7 +28,7 @@ FAMILIES = ("llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2
             "roberta-base", "vit-base-patch16-224", "clip-vit-base-patch32",
             "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer",
             "gemma-2-9b", "gemma-3-1b", "qwen3-moe-2l", "deepseek-v2-lite-2l",
-            "deepseek-v3-2l", "qwen2.5-vl-7b")
+            "deepseek-v3-2l", "qwen2.5-vl-7b", "flan-t5-base", "t5-base")
 
 # Mixture of experts: few experts, top-2, a distinct expert width (48); DeepSeek's
 # MLA keeps q/k (16 + 8) and v (16) widths apart, as the published 192 and 128 are.

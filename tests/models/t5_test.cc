@@ -17,7 +17,6 @@ namespace {
 
 using testing::load_test_model;
 
-
 ZooOptions as_4x() {
   ZooOptions options;
   options.t5_tie_as_configured = true;
@@ -89,6 +88,37 @@ TEST_CASE("T5's relative position bias is made by each stack's first layer only"
     }
   }
   CHECK(keepers == 12);
+}
+
+// The three differences the exporter's cross-check on CPU found (docs/exporter.md):
+// each is held here at flan-t5-xl-2l's size.
+TEST_CASE("T5 keeps its bucket indices in each stack's first layer, one attention output under SDPA and the causal condition") {
+  ZooOptions eager = at_target(128);
+  eager.attention = AttentionImpl::kEager;
+  for (const graph::LayerGraph& g : {load_test_model("flan-t5-xl-2l", at_target(128)),
+                                     load_test_model("flan-t5-xl-2l", eager)}) {
+    // The embedding keeps the int64 [S, S] bucket indices, made in block 0's forward.
+    const int first = testing::block_index(g, "encoder.block.0");
+    const int second = testing::block_index(g, "encoder.block.1");
+    CHECK(testing::saved_bytes(g, first, 2, 512) - testing::saved_bytes(g, second, 2, 512) == 512 * 512 * 8);
+    const graph::Node* bucket = g.find_node("encoder.block.0.layer.0.SelfAttention.relative_position_bucket");
+    REQUIRE(bucket != nullptr);
+    CHECK(bucket->block == first);
+  }
+  const graph::LayerGraph sdpa = load_test_model("flan-t5-xl-2l", at_target(128));
+  const graph::LayerGraph math = load_test_model("flan-t5-xl-2l", eager);
+  // o reads the fused kernel's [B, S, H, D] output as it is; eager's output is copied.
+  CHECK(sdpa.find_node("encoder.block.1.layer.0.SelfAttention.merge_heads") == nullptr);
+  CHECK(math.find_node("encoder.block.1.layer.0.SelfAttention.merge_heads") != nullptr);
+  // Under SDPA the decoder's where(causal, bias, min) keeps its bool [T, T] condition.
+  const graph::Node* where = sdpa.find_node("decoder.block.1.layer.0.SelfAttention.bias_mask");
+  REQUIRE(where != nullptr);
+  REQUIRE(where->saves.size() == 1);
+  const graph::Tensor* condition = sdpa.find_tensor(where->saves[0].tensor);
+  REQUIRE(condition != nullptr);
+  CHECK(condition->dtype == graph::DType::kBool);
+  CHECK(condition->elements.at(2, 512) == 128 * 128);
+  CHECK(math.find_node("decoder.block.1.layer.0.SelfAttention.causal_mask") == nullptr);
 }
 
 TEST_CASE("the target length moves the decoder's activations and not the encoder's") {
