@@ -46,9 +46,6 @@ Result<FitAnswer> fit(const RunSettings& settings) {
   for (const std::string& note : reentrant_checkpointing_notes(context->graph, settings)) {
     answer.warnings.push_back(note);
   }
-  for (const std::string& note : open_shortfall_notes(context->graph, settings, !answer.fits)) {
-    answer.warnings.push_back(note);
-  }
   for (const std::string& note : vllm_notes(context.value(), settings, plan.prediction)) {
     answer.warnings.push_back(note);
   }
@@ -75,7 +72,6 @@ Result<PlanResult> plan(const RunSettings& settings, const Progress& progress) {
   for (const std::string& note : reentrant_checkpointing_notes(context->graph, settings)) {
     result.warnings.push_back(note);
   }
-  for (const std::string& note : open_shortfall_notes(context->graph, settings, true)) result.warnings.push_back(note);
   if (result.found) {
     for (const std::string& note : vllm_notes(context.value(), settings, result.best.prediction)) {
       result.warnings.push_back(note);

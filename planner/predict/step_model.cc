@@ -66,11 +66,19 @@ static int64_t recompute_peak(const StepModel& model, const BlockProfile& block)
   return model.reentrant_recompute ? block.reentrant_recompute_peak : block.recompute_peak;
 }
 
-// What a reentrant checkpoint holds beside a checkpointed block's backward: the
-// recompute's outputs (BlockProfile::outputs).
-static int64_t reentrant_held_outputs(const StepModel& model, const BlockProfile& block, BlockChoice choice) {
-  const bool reentrant = model.reentrant_recompute && choice == BlockChoice::kCheckpoint && block.on_autograd;
-  return reentrant ? block.outputs : 0;
+// What a checkpoint holds beside a checkpointed block's backward that its saved bytes
+// leave out: the inputs no node of the block saves (BlockProfile::checkpoint_unsaved),
+// and under a reentrant checkpoint the recompute's outputs (BlockProfile::outputs).
+static int64_t held_beside_backward(const StepModel& model, const BlockProfile& block, BlockChoice choice) {
+  if (choice != BlockChoice::kCheckpoint || !block.on_autograd) return 0;
+  return block.checkpoint_unsaved + (model.reentrant_recompute ? block.outputs : 0);
+}
+
+// The backward fields block k runs its backward with: a non-reentrant checkpoint's
+// recompute frees each node's saved tensors as it unpacks them (BlockProfile::unpacked_backward).
+static const BlockProfile& backward_of(const StepModel& model, const BlockProfile& block, BlockChoice choice) {
+  const bool unpacked = choice == BlockChoice::kCheckpoint && !model.reentrant_recompute && block.unpacked_backward;
+  return unpacked ? *block.unpacked_backward : block;
 }
 
 // A checkpointed block's saved tensors at its peaks (LocalPeak::forward_saved).
@@ -111,7 +119,8 @@ static GradSplit grad_split(const StepModel& model, const BlockProfile& block) {
 static bool backward_by_node(const StepModel& model, int k, BlockChoice choice, int64_t neighbour_copy,
                              LocalPeak& out) {
   const BlockProfile& block = model.blocks[k];
-  if (!model.grads_by_node || !block.on_autograd || block.bwd_points.empty() || block.own_grads <= 0 ||
+  const BlockProfile& bwd = backward_of(model, block, choice);
+  if (!model.grads_by_node || !block.on_autograd || bwd.bwd_points.empty() || block.own_grads <= 0 ||
       static_cast<size_t>(k) >= model.grads_bwd_before.size()) {
     return false;
   }
@@ -121,12 +130,12 @@ static bool backward_by_node(const StepModel& model, int k, BlockChoice choice, 
   const auto share = [&](int64_t own) {
     return made == block.own_grads ? own : static_cast<int64_t>(per_own * static_cast<double>(own));
   };
-  const int64_t held = reentrant_held_outputs(model, block, choice);
+  const int64_t held = held_beside_backward(model, block, choice);
   const bool checkpointed = choice == BlockChoice::kCheckpoint;
   int64_t peak = checkpointed ? recompute_peak(model, block) + block.out_grad : -1;
   int64_t grads = 0;
   int64_t saved = out.backward_saved;
-  for (const BackwardPoint& point : block.bwd_points) {
+  for (const BackwardPoint& point : bwd.bwd_points) {
     const int64_t at = share(point.made_through) + point.bytes + held;
     if (at <= peak) continue;
     peak = at;
@@ -164,7 +173,8 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
       forward = block.fwd_peak_nograd;
       // Recompute runs the forward again with autograd while the output gradient waits.
       backward = block.on_autograd ? std::max(recompute_peak(model, block) + block.out_grad,
-                                              block.bwd_peak + reentrant_held_outputs(model, block, choice))
+                                              backward_of(model, block, choice).bwd_peak +
+                                                  held_beside_backward(model, block, choice))
                                    : 0;
       checkpoint_saved(model, block, out);
       break;
@@ -174,11 +184,11 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
   // The nodes that run backward before the block's first parameter gradient (the
   // loss in a head block) peak without the block's own gradients; node by node, each
   // with those made by then.
-  const GradSplit split_at = grad_split(model, block);
+  const GradSplit split_at = grad_split(model, backward_of(model, block, choice));
   const bool by_node = backward_by_node(model, k, choice, neighbour_copy, out);
   if (!by_node && block.on_autograd && split_at.before >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
     const int64_t before_grads = model.grads_bwd_before[k];
-    const int64_t held = reentrant_held_outputs(model, block, choice);
+    const int64_t held = held_beside_backward(model, block, choice);
     int64_t before = split_at.before + held;
     if (choice == BlockChoice::kCheckpoint) before = std::max(before, recompute_peak(model, block) + block.out_grad);
     const int64_t after = split_at.after + held;

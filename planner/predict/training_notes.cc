@@ -63,14 +63,4 @@ std::vector<std::string> reentrant_checkpointing_notes(const graph::LayerGraph& 
           "use_reentrant=True call model.enable_input_require_grads() before training"};
 }
 
-std::vector<std::string> open_shortfall_notes(const graph::LayerGraph& graph, const RunSettings& settings,
-                                              bool may_checkpoint) {
-  const bool checkpointed = may_checkpoint || settings.checkpointing != CheckpointPolicy::kNone;
-  if (graph.family != "t5" || settings.mode == TrainMode::kFull || !checkpointed) return {};
-  return {"T5 with adapters and activation checkpointing: the meta-device oracle measured up to 2.9% more than "
-          "headroom prices (flan-t5-xl, 2 layers, LoRA, 1024 encoder + 256 decoder tokens; within 2% at 512 + "
-          "128), in the backward of a recomputed feed-forward; the missing tensors are not found yet "
-          "(docs/memory-model.md, \"Open (T5\"). Leave that much more headroom"};
-}
-
 }  // namespace headroom::planner

@@ -28,11 +28,4 @@ std::vector<std::string> training_notes(const graph::LayerGraph& graph, const Gl
 // non-reentrant default, under which they train). Empty otherwise.
 std::vector<std::string> reentrant_checkpointing_notes(const graph::LayerGraph& graph, const RunSettings& settings);
 
-// Where the meta-device oracle still measures more than headroom prices for this
-// kind of run, by more than 2% (docs/memory-model.md, the open lists): named in
-// the answer rather than left silent. Today T5 with adapters and checkpointing.
-// `may_checkpoint`: the answer is a plan search that may choose checkpointing.
-std::vector<std::string> open_shortfall_notes(const graph::LayerGraph& graph, const RunSettings& settings,
-                                              bool may_checkpoint);
-
 }  // namespace headroom::planner

@@ -110,6 +110,17 @@ int64_t BackwardGradients::promoted_gradient(int n, int t) const {
   return account(graph::dtype_bytes(out.dtype.value_or(compute_), in.elements.at(batch_, seq_)), accounting_);
 }
 
+// The casts among at_node(n)'s bytes: each promoted input's gradient in its own dtype
+// (promoted_gradient), which the engine makes after the node's backward has returned.
+int64_t BackwardGradients::promoted_casts(int n) const {
+  int64_t bytes = 0;
+  for (int t : analysis_.node_inputs[n]) {
+    if (!analysis_.requires_grad[t] || analysis_.persistent[t]) continue;
+    if (promoted_gradient(n, t) > 0) bytes += tensor_bytes_[t];
+  }
+  return bytes;
+}
+
 int64_t BackwardGradients::at_node(int n) const {
   const graph::Node& node = graph_.nodes[n];
   int64_t grads = account(graph::dtype_bytes(compute_, node.backward_workspace().at(batch_, seq_)), accounting_);
@@ -136,7 +147,20 @@ int64_t BackwardGradients::at_node(int n) const {
 // when the graph is not retained), so a saved tensor goes once the backward of the
 // earliest node of the block saving it has run. Backward runs the nodes in reverse.
 std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStructure& block) const {
-  std::vector<int64_t> released_after(block.nodes.size() + 1, 0);
+  const std::vector<int64_t> released_after = released_by(block);
+  std::vector<int64_t> released(block.nodes.size(), 0);
+  int64_t sum = 0;
+  for (size_t i = block.nodes.size(); i-- > 0;) {
+    sum += i + 1 < released_after.size() ? released_after[i + 1] : 0;
+    released[i] = sum;
+  }
+  return released;
+}
+
+// The block's saved bytes each of its nodes (by index in block.nodes) releases as its
+// backward has run: those it is the earliest node to save.
+std::vector<int64_t> BackwardGradients::released_by(const graph::BlockStructure& block) const {
+  std::vector<int64_t> released_after(block.nodes.size(), 0);
   for (int t : block.saved_tensors) {
     for (size_t i = 0; i < block.nodes.size(); ++i) {
       const std::vector<int>& saves = analysis_.node_saves[static_cast<size_t>(block.nodes[i])];
@@ -145,13 +169,7 @@ std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStruct
       break;
     }
   }
-  std::vector<int64_t> released(block.nodes.size(), 0);
-  int64_t sum = 0;
-  for (size_t i = block.nodes.size(); i-- > 0;) {
-    sum += released_after[i + 1];
-    released[i] = sum;
-  }
-  return released;
+  return released_after;
 }
 
 // Whether node n is an add whose output's gradient arrives from a later block (the
@@ -240,9 +258,10 @@ static void keep_outgrowing(std::vector<GradPoint>& points) {
   points.assign(kept.rbegin(), kept.rend());
 }
 
-BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) const {
+BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block, bool unpacked) const {
   BackwardStages stages;
   const std::vector<int64_t> released = released_before(block);
+  const std::vector<int64_t> freed = unpacked ? released_by(block) : std::vector<int64_t>(block.nodes.size(), 0);
   const std::vector<int64_t> waiting = waiting_gradients(block);
   int wrapped = 0;  // wrapped GEMMs whose backward has not run yet
   for (int n : block.nodes) wrapped += analysis_.needs_param_grad[n] && factors_viewed_early(graph_.nodes[n]);
@@ -252,7 +271,9 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block) c
   for (size_t i = block.nodes.size(); i-- > 0;) {
     const int n = block.nodes[i];
     if (!analysis_.needs_input_grad[n] && !analysis_.needs_param_grad[n]) continue;
-    const int64_t grads = at_node(n) - released[i] + waiting[i];
+    // Unpacked, the larger of the node's backward (no cast yet) and its cast (without the
+    // saved tensors it freed): at_node less the smaller of the two.
+    const int64_t grads = at_node(n) - released[i] + waiting[i] - (unpacked ? std::min(promoted_casts(n), freed[i]) : 0);
     const int64_t own = own_gradients(n);
     const bool early = factors_viewed_early(graph_.nodes[n]);
     stages.grad_points.push_back({grads, released[i], made, made + (early ? 0 : own)});

@@ -81,13 +81,21 @@ class BackwardGradients {
 
   // Gradients in flight at node n's backward.
   int64_t at_node(int n) const;
-  BackwardStages of_block(const graph::BlockStructure& block) const;
+  // `unpacked`: the block's backward in a non-reentrant checkpoint's recompute, whose
+  // unpack hook hands each saved tensor over once (torch 2.11 utils/checkpoint.py,
+  // _checkpoint_hook.unpack_hook: holder.handles[gid] = None drops the frame's
+  // reference), so a node's saved tensors no other node keeps die as its backward
+  // returns, before the engine casts a promoted gradient (validate_outputs): the cast
+  // then has those bytes back (promoted_casts).
+  BackwardStages of_block(const graph::BlockStructure& block, bool unpacked = false) const;
 
  private:
   int64_t partial_gradients(int n) const;
   int64_t own_partials(bool first_use) const;
   int64_t own_gradients(int n) const;
   int64_t promoted_gradient(int n, int t) const;
+  int64_t promoted_casts(int n) const;
+  std::vector<int64_t> released_by(const graph::BlockStructure& block) const;
   std::vector<int64_t> released_before(const graph::BlockStructure& block) const;
   std::vector<int64_t> waiting_gradients(const graph::BlockStructure& block) const;
   bool passes_out_grad(int n) const;

@@ -485,6 +485,37 @@ void add_backward_peaks(const BackwardStages& stages, BlockProfile& profile) {
   }
 }
 
+// What a checkpointed block keeps (BlockProfile::checkpoint): its entry inputs and what
+// selective AC holds; among them, the inputs outside autograd none of its nodes saves
+// (BlockProfile::checkpoint_unsaved).
+void add_checkpoint_bytes(const GraphAnalysis& analysis, const TensorFacts& facts, const std::vector<int>& entry_live,
+                          const std::vector<int>& held, const std::vector<char>& saved, BlockProfile& profile) {
+  for (int t : entry_live) {
+    profile.checkpoint += facts.bytes[t];
+    const bool unsaved = !saved[static_cast<size_t>(t)] && !analysis.requires_grad[static_cast<size_t>(t)];
+    profile.checkpoint_unsaved += unsaved ? facts.bytes[t] : 0;
+  }
+  for (int t : held) profile.checkpoint += facts.bytes[t];
+}
+
+// BlockProfile::unpacked_backward from the block's stages as a non-reentrant recompute
+// runs them, kept only where they differ from the ordinary backward's.
+void add_unpacked_backward(const BackwardStages& stages, BlockProfile& profile) {
+  BlockProfile unpacked;
+  unpacked.keep = profile.keep;
+  unpacked.out_grad = profile.out_grad;
+  add_backward_peaks(stages, unpacked);
+  const bool same_points = std::equal(
+      unpacked.bwd_points.begin(), unpacked.bwd_points.end(), profile.bwd_points.begin(), profile.bwd_points.end(),
+      [](const BackwardPoint& a, const BackwardPoint& b) { return a.bytes == b.bytes && a.saved == b.saved; });
+  const bool same = unpacked.bwd_peak == profile.bwd_peak && same_points &&
+                    unpacked.bwd_peak_before_param_grads == profile.bwd_peak_before_param_grads &&
+                    unpacked.bwd_peak_from_param_grads == profile.bwd_peak_from_param_grads &&
+                    unpacked.bwd_peak_through_first_param_grads == profile.bwd_peak_through_first_param_grads &&
+                    unpacked.bwd_peak_after_first_param_grads == profile.bwd_peak_after_first_param_grads;
+  if (!same) profile.unpacked_backward = std::make_shared<const BlockProfile>(std::move(unpacked));
+}
+
 // The block's forward peaks: with grad, without (a checkpointed block's first pass),
 // and its recomputation in backward, plain and reentrant.
 void add_forward_peaks(const LayerGraph& graph, const GraphAnalysis& analysis, int b, const TensorFacts& facts,
@@ -546,15 +577,12 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     }
     static const std::vector<int> kNothing;
     const std::vector<int>& held = b < checkpoint_saves.size() ? checkpoint_saves[b] : kNothing;
-    if (block.on_autograd) {
-      for (int t : entry_live) profile.checkpoint += facts.bytes[t];
-      for (int t : held) profile.checkpoint += facts.bytes[t];
-    }
+    const std::vector<char> saved = membership(graph.tensors.size(), block.saved_tensors);
+    if (block.on_autograd) add_checkpoint_bytes(analysis, facts, entry_live, held, saved, profile);
     add_forward_peaks(graph, analysis, static_cast<int>(b), facts, entry_live, held, compute, batch, seq, accounting,
                       profile);
 
     add_block_times(graph, analysis, block, held, compute, batch, seq, gpu, time_options, profile);
-    const std::vector<char> saved = membership(graph.tensors.size(), block.saved_tensors);
     for (int n : block.nodes) {
       for (int t : analysis.node_outputs[n]) {
         if (cached_casts[t] && block.on_autograd) profile.cast_cache += facts.bytes[t];
@@ -569,7 +597,10 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
         }
       }
     }
-    if (block.on_autograd) add_backward_peaks(gradients.of_block(block), profile);
+    if (block.on_autograd) {
+      add_backward_peaks(gradients.of_block(block), profile);
+      add_unpacked_backward(gradients.of_block(block, true), profile);
+    }
   }
   return out;
 }

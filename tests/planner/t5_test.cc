@@ -7,7 +7,6 @@
 #include <string>
 
 #include "planner/predict/model_context.h"
-#include "planner/predict/training_notes.h"
 #include "planner/time/block_profile.h"
 #include "tests/planner/predict_as_given.h"
 
@@ -92,20 +91,6 @@ TEST_CASE("T5 under QLoRA: the feed-forward's wo stays out of 4 bits (_keep_in_f
   };
   CHECK(weight_dtype("encoder.block.0.layer.1.DenseReluDense.wi_0") == graph::DType::kNF4);
   CHECK(weight_dtype("decoder.block.1.layer.2.DenseReluDense.wo") != graph::DType::kNF4);
-}
-
-TEST_CASE("T5 with adapters and checkpointing names the oracle's open shortfall, other runs do not") {
-  RunSettings s = flan_t5_xl_lora(256);
-  const Result<ModelContext> c = prepare_context(s);
-  REQUIRE(c.is_ok());
-  CHECK(open_shortfall_notes(c->graph, s, false).empty());  // no checkpointing asked, none searched
-  CHECK(open_shortfall_notes(c->graph, s, true).size() == 1);  // a plan search may checkpoint
-  s.checkpointing = CheckpointPolicy::kEveryBlock;
-  const std::vector<std::string> notes = open_shortfall_notes(c->graph, s, false);
-  REQUIRE(notes.size() == 1);
-  CHECK(notes[0].find("2.9%") != std::string::npos);
-  s.mode = TrainMode::kFull;
-  CHECK(open_shortfall_notes(c->graph, s, true).empty());
 }
 
 }  // namespace headroom::planner
