@@ -135,9 +135,14 @@ int64_t BackwardGradients::at_node(int n) const {
   // An output nobody reads (the loss) gets only the scalar seed gradient. An output a
   // later block reads has one gradient, the input buffer autograd sums its consumers'
   // into (torch/csrc/autograd/input_buffer.cpp): the block's out_grad, already priced.
+  // TRL's fused head: its output here is what it saves (the compact hidden copy and two
+  // fp32 a token); the gradient its backward receives is grad_logprobs and grad_entropy,
+  // one fp32 a token each (trl/kernels/chunked_logprob.py ChunkedLogProbFunction.backward,
+  // TRL 1.16.0): not the copy's bytes, and under 0.1% of them, left out.
+  const bool per_token_out_grad = node.op == kTrlFusedLogprobOp;
   for (int t : analysis_.node_outputs[n]) {
     const bool priced_as_out_grad = arriving_[t] && !analysis_.persistent[t];
-    if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty() && !priced_as_out_grad) {
+    if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty() && !priced_as_out_grad && !per_token_out_grad) {
       grads += tensor_bytes_[t];
     }
   }
