@@ -137,7 +137,7 @@ class ResNetGraph {
     const bool inplace_relu = torchvision() && tail != Tail::kNone;
     OpSpec spec;
     spec.name = name;
-    spec.op = tail == Tail::kNone ? "batch_norm" : inplace_relu ? (tail == Tail::kRelu ? "batch_norm_relu" : "batch_norm_add_relu")
+    spec.op = tail == Tail::kNone ? "batch_norm" : inplace_relu ? (tail == Tail::kRelu ? "batch_norm_relu" : std::string(kBatchNormAddReluOp))
                                                                  : (tail == Tail::kRelu ? "batch_norm" : "batch_norm_add");
     spec.inputs = {x};
     if (tail == Tail::kAddRelu) spec.inputs.push_back(identity);

@@ -9,12 +9,17 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "graph/layer_graph.h"
 #include "models/zoo.h"
 
 namespace headroom::models {
+
+// The op of torchvision's last batch norm of a residual block with `out += identity`
+// and the in-place relu fused into its node (one storage; models/resnet.cc).
+inline constexpr std::string_view kBatchNormAddReluOp = "batch_norm_add_relu";
 
 enum class ResNetNames {
   kTorchvision,  // conv1, bn1, layer1.0.conv1, layer1.0.downsample.0, fc

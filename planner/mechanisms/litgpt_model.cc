@@ -102,6 +102,8 @@ void cast_head_per_chunk(graph::LayerGraph& graph) {
 
 namespace {
 
+constexpr std::string_view kKeptGradSuffix = ".weight_grad_kept";
+
 bool is_nf4(const graph::Node& node) {
   return std::any_of(node.params.begin(), node.params.end(), [&](const graph::Param& param) {
     return param.name == node.name + ".weight" && param.dtype == graph::DType::kNF4;
@@ -119,7 +121,7 @@ void keep_replaced_embedding(graph::Node& node) {
   replaced.tied_to.clear();
   graph::Param grad = replaced;
   replaced.name = node.name + ".replaced_weight";
-  grad.name = node.name + ".weight_grad_kept";
+  grad.name = node.name + std::string(kKeptGradSuffix);
   node.params.push_back(replaced);
   node.params.push_back(grad);
 }
@@ -142,6 +144,15 @@ void litgpt_qlora(graph::LayerGraph& graph, bool double_quant) {
     }
     if (node.op == graph::op::kEmbedding && node.name.ends_with("embed_tokens")) keep_replaced_embedding(node);
   }
+}
+
+bool kept_gradient(const graph::Param& param) {
+  return !param.trainable && param.name.ends_with(kKeptGradSuffix);
+}
+
+bool litgpt_paged_adamw(const RunSettings& settings) {
+  return settings.stack == Stack::kLitgpt && settings.mode == TrainMode::kQlora &&
+         settings.optimizer == OptimizerKind::kAdamW;
 }
 
 }  // namespace headroom::planner

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "graph/layer_graph.h"
+#include "planner/settings/run_settings.h"
 
 namespace headroom::planner {
 
@@ -55,7 +56,21 @@ void cast_head_per_chunk(graph::LayerGraph& graph);
 //   (nn.Embedding's Parameter) outside the optimizer, so no zero_grad frees the
 //   gradient embedding_dense_backward makes in the first backward. Adds both to the
 //   token embedding as frozen V x H parameters of its dtype: "<wte>.replaced_weight"
-//   and "<wte>.weight_grad_kept" (a gradient in bytes; priced as a parameter).
+//   and "<wte>.weight_grad_kept" (a gradient: kept_gradient says so).
 void litgpt_qlora(graph::LayerGraph& graph, bool double_quant);
+
+// Whether `param` is the StableEmbedding's gradient litgpt_qlora adds: V x H bytes
+// a gradient holds from the first backward on (embedding_dense_backward), in no
+// optimizer, so no zero_grad frees it. The step priced it from the start, as a
+// parameter's storage; its category is the gradients'.
+bool kept_gradient(const graph::Param& param);
+
+// Whether litgpt's optimizer is bitsandbytes' PagedAdamW: finetune/lora.py with
+// --quantize bnb.* calls utils.py instantiate_bnb_optimizer, which makes
+// bnb.optim.PagedAdamW (optim_bits 32) for "AdamW" (litgpt 0.5.13). Its
+// Optimizer2State.init_state keeps state1 and state2 in fp32 whatever the
+// parameter's dtype, paged (unified memory) from 1e5 elements
+// (bitsandbytes optim/optimizer.py get_state_buffer, 0.50.2).
+bool litgpt_paged_adamw(const RunSettings& settings);
 
 }  // namespace headroom::planner

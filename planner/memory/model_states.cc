@@ -5,6 +5,7 @@
 #include "graph/op_traits.h"
 #include "models/rope_caches.h"
 #include "planner/mechanisms/float8_linear.h"
+#include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/memory/deepspeed_buckets.h"
@@ -27,8 +28,13 @@ constexpr int64_t kBnbPagedMinElements = 100'000;
 // minimal_size = 4096 elements keep an ordinary optimizer on the GPU.
 constexpr int64_t kTorchaoOffloadMinSize = 4096;
 
+// A paged optimizer: asked for (paged_optimizer), or the one litgpt's QLoRA makes.
+bool pages_states(const RunSettings& settings) {
+  return settings.paged_optimizer || litgpt_paged_adamw(settings);
+}
+
 bool paged(const RunSettings& settings, int64_t elements) {
-  return settings.paged_optimizer && elements >= kBnbPagedMinElements;
+  return pages_states(settings) && elements >= kBnbPagedMinElements;
 }
 
 // DeepSpeed NVMe offload keeps pinned staging buffers in host RAM: the
@@ -202,7 +208,7 @@ TrainableBytes trainable_bytes(const StateWalk& w, const Param& param) {
   // bitsandbytes' 32-bit PagedAdamW keeps fp32 states whatever the parameter's dtype.
   // An fp32 shard has fp32 states (torch.optim's zeros_like of the sharded parameter).
   b.fp32_states = fp32_adapter(param, w.precision) || fp32 ||
-                  (w.settings.paged_optimizer && w.settings.optimizer == OptimizerKind::kAdamW);
+                  (pages_states(w.settings) && w.settings.optimizer == OptimizerKind::kAdamW);
   b.states = optimizer_state_bytes(w.settings.optimizer, b.fp32_states ? Precision::kFp32 : w.precision, param.shape);
   b.master = fp32 ? 0 : b.elements * master_bytes_per_element(w.precision);
   b.states_rank = w.shard_optimizer ? ceil_div(b.states, w.world) : b.states;

@@ -8,6 +8,7 @@
 
 #include "graph/op_traits.h"
 #include "models/rope_caches.h"
+#include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/memory/allocator_rounding.h"
@@ -32,6 +33,18 @@ int64_t paged_migrated_bytes(int64_t paged, int64_t capacity, int64_t held) {
 }
 
 namespace {
+
+// The gradients that are in the walk's base with the parameters, held from the
+// first backward on (litgpt's kept StableEmbedding gradient, kept_gradient).
+int64_t kept_gradient_bytes(const ModelContext& context, const RunSettings& settings, Accounting accounting) {
+  int64_t bytes = 0;
+  for (const graph::Node& node : context.graph.nodes) {
+    for (const graph::Param& param : node.params) {
+      if (kept_gradient(param)) bytes += account(param_storage_bytes(param, settings.precision), accounting);
+    }
+  }
+  return bytes;
+}
 
 // The persistent tensors the caller holds without autograd (held_by_caller): in the
 // walk's base with the other persistent tensors, labelled transient at the peak.
@@ -104,11 +117,12 @@ MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& set
   const bool reserved = accounting == Accounting::kReserved;
   m.cuda_context = reserved ? context_bytes(context, settings) : 0;
   m.workspaces = account(context.gpu.cublas_workspace_bytes, accounting);
-  m.parameters = step.states.params + step.reference_weights;
+  const int64_t kept_grads = kept_gradient_bytes(context, settings, accounting);
+  m.parameters = step.states.params + step.reference_weights - kept_grads;
   m.buffers = step.states.buffers;
   m.saved_buffers = step.states.saved_buffers;
   const int64_t in_flight = shared_grads_in_flight(context, settings, config, step, peak, accounting);
-  m.gradients = peak.gradients + step.states.bucket_gradients - in_flight;
+  m.gradients = peak.gradients + step.states.bucket_gradients - in_flight + kept_grads;
   m.optimizer_states = step.states.optimizer;
   m.paged_optimizer_states = step.states.paged_optimizer;
   m.master_weights = step.states.master;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "planner/mechanisms/autocast.h"
+#include "planner/mechanisms/litgpt_model.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/memory/deepspeed_buckets.h"
 #include "planner/settings/run_gpu.h"
@@ -65,7 +66,8 @@ void StepSimulator::allocate_states() {
     } else {
       for (const Node& node : graph_.nodes) {
         for (const graph::Param& param : node.params) {
-          if (param.tied_to.empty()) alloc(param_storage_bytes(param, settings_.precision), "parameters");
+          if (!param.tied_to.empty()) continue;
+          alloc(param_storage_bytes(param, settings_.precision), kept_gradient(param) ? "gradients" : "parameters");
         }
       }
     }

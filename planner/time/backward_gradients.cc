@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "graph/op_traits.h"
+#include "models/resnet.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/time/python_norm_backward.h"
 
@@ -121,21 +122,45 @@ int64_t BackwardGradients::promoted_casts(int n) const {
   return bytes;
 }
 
+// torchvision's Bottleneck ends `out += identity; out = self.relu(out)` (torchvision
+// models/resnet.py, relu in place), one node with its last batch norm here
+// (models::kBatchNormAddReluOp). Its backward is three autograd nodes: ReluBackward
+// takes the block's out_grad and returns a fresh gradient (threshold_backward), the
+// add hands that one on to the identity and to the batch norm, and the out_grad goes
+// when ReluBackward returns (torch 2.11 torch/csrc/autograd/engine.cpp
+// evaluate_function: the input buffer is moved into call_function). The batch norm's
+// input gradient is made beside the identity's, not beside the out_grad too: the
+// bytes of the out_grad (priced in the block's base) this node frees before its peak.
+int64_t BackwardGradients::out_grad_freed_inside(int n) const {
+  if (graph_.nodes[static_cast<size_t>(n)].op != models::kBatchNormAddReluOp) return 0;
+  int64_t bytes = 0;
+  for (int t : analysis_.node_outputs[static_cast<size_t>(n)]) {
+    if (arriving_[t] && analysis_.requires_grad[t] && !analysis_.persistent[t]) bytes += tensor_bytes_[t];
+  }
+  return bytes;
+}
+
 int64_t BackwardGradients::at_node(int n) const {
   const graph::Node& node = graph_.nodes[n];
   int64_t grads = account(graph::dtype_bytes(compute_, node.backward_workspace().at(batch_, seq_)), accounting_);
   // An output nobody reads (the loss) gets only the scalar seed gradient. An output a
   // later block reads has one gradient, the input buffer autograd sums its consumers'
   // into (torch/csrc/autograd/input_buffer.cpp): the block's out_grad, already priced.
+  // TRL's fused head: its output here is what it saves (the compact hidden copy and two
+  // fp32 a token); the gradient its backward receives is grad_logprobs and grad_entropy,
+  // one fp32 a token each (trl/kernels/chunked_logprob.py ChunkedLogProbFunction.backward,
+  // TRL 1.16.0): not the copy's bytes, and under 0.1% of them, left out.
+  const bool per_token_out_grad = node.op == kTrlFusedLogprobOp;
   for (int t : analysis_.node_outputs[n]) {
     const bool priced_as_out_grad = arriving_[t] && !analysis_.persistent[t];
-    if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty() && !priced_as_out_grad) {
+    if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty() && !priced_as_out_grad && !per_token_out_grad) {
       grads += tensor_bytes_[t];
     }
   }
   for (int t : analysis_.node_inputs[n]) {
     if (analysis_.requires_grad[t] && !analysis_.persistent[t]) grads += tensor_bytes_[t] + promoted_gradient(n, t);
   }
+  grads -= out_grad_freed_inside(n);
   // A Python RMSNorm's chain peaks with neither its output's gradient nor its input's alive.
   grads = std::max(grads, python_norm_backward_bytes(graph_, analysis_, n, batch_, seq_, accounting_));
   return grads + partial_gradients(n);

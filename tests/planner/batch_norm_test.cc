@@ -121,4 +121,22 @@ TEST_CASE("under autocast a BatchNorm writes its input's dtype, not fp32") {
   CHECK(amp.peak.activations < fp32.peak.activations * 0.6);
 }
 
+TEST_CASE("torchvision's bottleneck frees the block's out_grad in its relu's backward") {
+  // The oracle (bench/oracle grid, torch-loop[vision]/resnet-50/full/fp32/sgd/32): the
+  // peak in layer4.2's backward holds two [32, 2048, 7, 7] fp32 gradients as transients
+  // (24.62 MiB): ReluBackward's fresh one, which the add hands to the identity, and bn3's
+  // input gradient; the out_grad ReluBackward took is gone. Three were priced (37.0 MiB).
+  RunSettings s = resnet(32, 1, Precision::kFp32);
+  s.gpu = "h200";
+  s.stack = Stack::kTorchAmp;
+  s.optimizer = OptimizerKind::kSgdMomentum;
+  const Prediction p = predict_as_given(s);
+  const int64_t feature_map = 32LL * 2048 * 7 * 7 * 4;  // 12,845,056 B
+  CHECK(p.where.block_name == "layer4.2");
+  CHECK(p.where.phase == "backward");
+  MESSAGE("transient at the peak " << p.peak_as_allocated.transient << " B");
+  CHECK(p.peak_as_allocated.transient >= 2 * feature_map);
+  CHECK(p.peak_as_allocated.transient < 2 * feature_map + (1 << 20));
+}
+
 }  // namespace headroom::planner

@@ -208,4 +208,32 @@ TEST_CASE("lora.py --quantize bnb.nf4: a 4-bit head, fp16 dequantization, and th
   CHECK(param(lora, "model.embed_tokens", "model.embed_tokens.replaced_weight") == nullptr);
 }
 
+TEST_CASE("lora.py --quantize bnb.nf4: the kept embedding gradient is a gradient and PagedAdamW keeps fp32 states") {
+  RunSettings s = litgpt_llama_1b(TrainMode::kQlora);
+  s.nf4_double_quant = false;
+  s.lora.rank = 8;
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  const Prediction p = predict_as_given(s);
+  // The StableEmbedding's gradient (V·H bf16, embedding_dense_backward) lives from the
+  // first backward on; at the peak (step 2's head backward) it is the only gradient
+  // besides the adapters', which the head's backward has not made yet. The oracle
+  // (litgpt[lg]/llama-3.2-1b/qlora/b1s512/bnb.nf4): gradients 525,344,768 B.
+  MESSAGE("gradients " << p.peak_as_allocated.gradients << " B, parameters " << p.peak_as_allocated.parameters);
+  CHECK(p.peak_as_allocated.gradients >= kVocab * kHidden * 2);
+  CHECK(p.peak_as_allocated.gradients < kVocab * kHidden * 2 + (8 << 20));
+  // utils.py instantiate_bnb_optimizer: bnb.optim.PagedAdamW, optim_bits 32, so
+  // state1 and state2 are fp32 for the bf16 adapters (Optimizer2State.init_state):
+  // 8 B per trainable element. q (2048·8 + 8·2048) and v (2048·8 + 8·512) per layer, 16 layers.
+  const int64_t adapters = 16 * ((kHidden * 8 + 8 * kHidden) + (kHidden * 8 + 8 * kKvWidth));
+  CHECK(p.peak_as_allocated.optimizer_states + p.peak_as_allocated.paged_optimizer_states == 8 * adapters);
+  CHECK(p.peak_as_allocated.optimizer_states == 8 * adapters);  // each under 1e5 elements: not paged
+  // Plain LoRA keeps torch.optim.AdamW: states in the adapters' bf16.
+  RunSettings lora = litgpt_llama_1b(TrainMode::kLora);
+  lora.lora.rank = 8;
+  lora.micro_batch = 1;
+  lora.seq_len = 512;
+  CHECK(predict_as_given(lora).peak_as_allocated.optimizer_states == 4 * adapters);
+}
+
 }  // namespace headroom::planner

@@ -148,4 +148,33 @@ TEST_CASE("TRL fused head: a tied embedding's partial gradient adds in place, on
   CHECK(beyond < partial + partial / 2);
 }
 
+TEST_CASE("TRL fused head: its backward receives a gradient a token, not one of the hidden copy") {
+  // The oracle (bench/oracle grid, trl-sft[trl]/llama-3.2-1b/lora/none/b1s512): the peak,
+  // at the end of the head's backward, holds the [511, 32768] bf16 tile, the fp32
+  // grad_hidden and its bf16 cast (37.9 MiB of transients); grad_logprobs is 511 fp32.
+  // Priced as the saved hidden copy's size, the output's gradient was 2 MiB more.
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
+  s.gpu = "h200";
+  s.stack = Stack::kHfTrainer;
+  s.precision = Precision::kBf16Pure;
+  s.mode = TrainMode::kLora;
+  s.lora.rank = 16;
+  s.lora.targets = {"q_proj", "v_proj"};
+  s.lora.dropout = 0.05;
+  s.micro_batch = 1;
+  s.seq_len = 512;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"peft", "0.21.2"}, {"trl", "1.16.0"}};
+  const Prediction p = predict_as_given(s);
+  const int64_t tokens = 512;
+  const int64_t tile = tokens * kTrlVocabTile * 2;
+  const int64_t grad_hidden = tokens * 2048 * 4;  // fp32, then its bf16 cast: half of it again
+  // The head's forward (the tile, the compact copy saved) ties with its backward now.
+  CHECK(p.where.block_name == "head");
+  MESSAGE("transient at the peak " << p.peak_as_allocated.transient << " B, " << p.where.phase);
+  CHECK(p.peak_as_allocated.transient >= tile + grad_hidden + grad_hidden / 2);
+  CHECK(p.peak_as_allocated.transient < tile + grad_hidden + grad_hidden / 2 + (1 << 20));
+}
+
 }  // namespace headroom::planner
