@@ -7,6 +7,14 @@
 #include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
+namespace {
+
+// Settings fields no context reads: prepare_context passes them to validate_settings
+// only (context_for validates each plan's own settings), and the profiles do not read
+// them. The search varies the offloads per global configuration.
+constexpr const char* kContextFreeFields[] = {"offload_optimizer", "offload_param", "allow_micro_batch_change"};
+
+}  // namespace
 
 RunSettings plan_settings_for(const RunSettings& searched, const GlobalConfig& config) {
   RunSettings out = settings_for_plan(searched);

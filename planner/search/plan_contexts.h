@@ -38,13 +38,9 @@ struct PricedContext {
 
 // The key a plan's context is kept under: its settings as a plan file writes them
 // (settings_to_json: every field, so a new field is keyed until shown unread),
-// less the block choices and the fields kContextFreeFields names.
+// less the block choices and the fields no context reads (kContextFreeFields in
+// plan_contexts.cc: the offloads).
 std::string context_key(const RunSettings& plan_settings);
-
-// Settings fields no context reads: prepare_context passes them to
-// validate_settings only (PlanContexts validates each plan's own settings), and
-// the profiles do not read them. The search varies them per global configuration.
-inline constexpr const char* kContextFreeFields[] = {"offload_optimizer", "offload_param", "allow_micro_batch_change"};
 
 // Contexts prepared once per context key (the blocks' choices and the offloads
 // aside: no context depends on them, only the band's wording does). Not
