@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,9 +20,10 @@
 #include "planner/search/plan_contexts.h"
 #include "planner/settings/settings_json.h"
 
-namespace {
-
+using namespace headroom;
 using namespace headroom::planner;
+
+namespace {
 
 template <typename F>
 double seconds(F&& f) {
@@ -45,7 +47,7 @@ bool whole_search_fits(const ModelContext& base, const RunSettings& settings, in
 
 int main(int argc, char** argv) {
   const std::string config = argc > 1 ? argv[1] : std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen3-moe-2l/config.json";
-  const double gpu_gib = argc > 2 ? std::atof(argv[2]) : 6.0;
+  const double gpu_gib = argc > 2 ? std::atof(argv[2]) : 9.0;
   const nlohmann::json fields = {{"model", config},       {"gpu", "h100-sxm"}, {"gpu_memory_bytes", static_cast<int64_t>(gpu_gib * (1LL << 30))},
                                  {"mode", "lora"},        {"seq_len", 2048},   {"versions", {{"transformers", "4.51.3"}}}};
   Result<RunSettings> settings = settings_from_json(fields, "bench");
@@ -53,8 +55,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", settings.message().c_str());
     return 1;
   }
-  Result<FitAnswer> answer = Status::ok();
-  const double fit_s = seconds([&] { answer = fit(settings.value()); });
+  std::optional<Result<FitAnswer>> fitted;
+  const double fit_s = seconds([&] { fitted.emplace(fit(settings.value())); });
+  const Result<FitAnswer>& answer = *fitted;
   if (!answer.is_ok()) {
     std::fprintf(stderr, "%s\n", answer.message().c_str());
     return 1;
