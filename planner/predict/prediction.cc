@@ -250,18 +250,25 @@ bool copies_grouped_kv(const graph::LayerGraph& graph) {
 
 }  // namespace
 
+StepProfile step_profile(const ModelContext& context, const RunSettings& settings, int64_t micro_batch,
+                         Accounting accounting) {
+  return profile_step(context.graph, context.analysis, context.compute_dtype, micro_batch, context.seq_len,
+                      accounting, context.gpu, context.time_options, context.checkpoint_saves,
+                      grad_bytes_per_element(settings.precision));
+}
+
 Prediction predict(const ModelContext& context, const RunSettings& settings,
                    const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
                    bool simulate_allocator) {
+  return predict(context, step_profile(context, settings, config.micro_batch, Accounting::kReserved),
+                 step_profile(context, settings, config.micro_batch, Accounting::kAllocated), settings, config, blocks,
+                 simulate_allocator);
+}
+
+Prediction predict(const ModelContext& context, const StepProfile& reserved_profile,
+                   const StepProfile& allocated_profile, const RunSettings& settings, const GlobalConfig& config,
+                   const std::vector<BlockChoice>& blocks, bool simulate_allocator) {
   Prediction out;
-  const StepProfile reserved_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
-                                                    config.micro_batch, context.seq_len, Accounting::kReserved, context.gpu,
-                                                    context.time_options, context.checkpoint_saves,
-                                                     grad_bytes_per_element(settings.precision));
-  const StepProfile allocated_profile = profile_step(context.graph, context.analysis, context.compute_dtype,
-                                                     config.micro_batch, context.seq_len, Accounting::kAllocated, context.gpu,
-                                                     context.time_options, context.checkpoint_saves,
-                                                     grad_bytes_per_element(settings.precision));
   const BuiltStep reserved = build_step(context, settings, config, reserved_profile, Accounting::kReserved);
   const BuiltStep allocated = build_step(context, settings, config, allocated_profile, Accounting::kAllocated);
   const StepPeak peak = walk_step(reserved.model, blocks, reserved.persistent);

@@ -29,6 +29,17 @@ Prediction predict(const ModelContext& context, const RunSettings& settings,
                    const GlobalConfig& config, const std::vector<BlockChoice>& blocks,
                    bool simulate_allocator = true);
 
+// The step profile predict() reads, at `micro_batch` in `context` (reserved or
+// allocated accounting: profile_step). A search keeps them per context
+// (search/plan_contexts.h), so its predictions at one micro-batch profile once.
+StepProfile step_profile(const ModelContext& context, const RunSettings& settings, int64_t micro_batch,
+                         Accounting accounting);
+
+// predict() with both profiles already made by step_profile at (settings, config.micro_batch).
+Prediction predict(const ModelContext& context, const StepProfile& reserved_profile,
+                   const StepProfile& allocated_profile, const RunSettings& settings, const GlobalConfig& config,
+                   const std::vector<BlockChoice>& blocks, bool simulate_allocator);
+
 // `top` (predict() for `settings`) with the bottom of its band filled in: the
 // same run with every mechanism its stack leaves open at its cheapest
 // (planner/settings/stack.h). Costs a second prediction; only answers for the run as

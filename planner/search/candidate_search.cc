@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "planner/search/block_solver.h"
 #include "planner/search/plan_contexts.h"
@@ -172,8 +173,9 @@ double sample_ms_of(const Prediction& prediction, const GlobalConfig& config, in
 // The plan of `config` with `choices`, priced in its own settings' context as
 // prepare_plan (plan_file.h) prices a plan file: the search's answer is the
 // run `simulate`, `fit` and `run` see.
-Plan make_plan(const ModelContext& context, const RunSettings& plan_settings, const GlobalConfig& config,
+Plan make_plan(const PricedContext& priced, const RunSettings& plan_settings, const GlobalConfig& config,
                const std::vector<BlockChoice>& choices, bool simulate_allocator) {
+  const ModelContext& context = priced.context;
   Plan plan;
   plan.model = context.graph.name;
   plan.gpu = context.gpu.id;
@@ -182,7 +184,7 @@ Plan make_plan(const ModelContext& context, const RunSettings& plan_settings, co
   plan.blocks = choices;
   for (const graph::Block& block : context.graph.blocks) plan.block_names.push_back(block.name);
   plan.seq_len = context.seq_len;
-  plan.prediction = predict(context, plan.settings, config, choices, simulate_allocator);
+  plan.prediction = predict_in(priced, plan.settings, config, choices, simulate_allocator);
   return plan;
 }
 
@@ -260,7 +262,7 @@ class ConfigSolver {
     for (int attempt = 0; attempt < 4; ++attempt) {
       solved.solution = patterns_.empty() ? solve_blocks(step.model, budget) : best_pattern(step.model, budget, patterns_);
       if (!solved.solution.feasible) return;
-      solved.plan = make_plan(priced_.context, plan_settings_, config, solved.solution.choices,
+      solved.plan = make_plan(priced_, plan_settings_, config, solved.solution.choices,
                               options_.simulate_allocator);
       const int64_t excess = solved.plan.prediction.gpu_total - options_.gpu_budget;
       if (excess <= 0 && !solved.plan.prediction.simulated_out_of_memory) return;
@@ -331,6 +333,39 @@ SearchOptions widened(const SearchOptions& options, double factor) {
   return wider;
 }
 
+namespace {
+
+// `config` solved in its plan's own context; nullopt where no context prices it.
+std::optional<SolvedConfig> solve_config(PlanContexts& contexts, const RunSettings& settings,
+                                         const SearchOptions& options, const GlobalConfig& config) {
+  const RunSettings plan_settings = plan_settings_for(settings, config);
+  const PricedContext* priced = contexts.context_for(plan_settings);
+  if (priced == nullptr) return std::nullopt;
+  const std::vector<std::vector<BlockChoice>> patterns =
+      checkpoint_patterns(priced->context, settings, checkpoint_granularity(options.knobs));
+  return ConfigSolver(*priced, plan_settings, options, patterns).solve(config);
+}
+
+bool fits_all_budgets(const SolvedConfig& solved) {
+  return solved.solution.feasible && solved.plan.prediction.fits_host && solved.plan.prediction.fits_disk;
+}
+
+// search_candidates(...).found, stopping at the first configuration that fits: each
+// is solved alone, so which one is tried first changes no answer. The last of
+// global_candidates (more sharding, more offload) save the most memory: tried first.
+bool any_candidate_fits(PlanContexts& contexts, const RunSettings& settings, const SearchOptions& options) {
+  for (int64_t mb : options.micro_batches) {
+    const std::vector<GlobalConfig> configs = global_candidates(settings, options.knobs, mb);
+    for (auto config = configs.rbegin(); config != configs.rend(); ++config) {
+      const std::optional<SolvedConfig> solved = solve_config(contexts, settings, options, *config);
+      if (solved && fits_all_budgets(*solved)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 Candidate search_candidates(PlanContexts& contexts, const RunSettings& settings, const SearchOptions& options,
                             std::vector<FrontierPoint>* points, int* evaluated, const Progress& progress) {
   Candidate best;
@@ -340,20 +375,15 @@ Candidate search_candidates(PlanContexts& contexts, const RunSettings& settings,
     for (const GlobalConfig& config : global_candidates(settings, options.knobs, mb)) {
       if (progress) progress(++done, total);
       if (evaluated) ++*evaluated;
-      const RunSettings plan_settings = plan_settings_for(settings, config);
-      const PricedContext* priced = contexts.context_for(plan_settings);
-      if (priced == nullptr) continue;
-      const std::vector<std::vector<BlockChoice>> patterns =
-          checkpoint_patterns(priced->context, settings, checkpoint_granularity(options.knobs));
-      SolvedConfig solved = ConfigSolver(*priced, plan_settings, options, patterns).solve(config);
-      if (!solved.solution.feasible) continue;
-      const double ms = sample_ms_of(solved.plan.prediction, config, settings.world_size());
-      if (!solved.plan.prediction.fits_host || !solved.plan.prediction.fits_disk) {
-        best.offer_gpu_only(solved.plan, ms);
+      std::optional<SolvedConfig> solved = solve_config(contexts, settings, options, config);
+      if (!solved || !solved->solution.feasible) continue;
+      const double ms = sample_ms_of(solved->plan.prediction, config, settings.world_size());
+      if (!fits_all_budgets(*solved)) {
+        best.offer_gpu_only(solved->plan, ms);
         continue;
       }
-      if (points) points->push_back(frontier_point(solved, config, ms));
-      best.offer(std::move(solved.plan), ms);
+      if (points) points->push_back(frontier_point(*solved, config, ms));
+      best.offer(std::move(solved->plan), ms);
     }
   }
   return best;
@@ -374,7 +404,7 @@ bool fits_at(const ModelContext& base, const RunSettings& settings, int64_t mb, 
   }
   PlanContexts contexts;
   const SearchOptions options = search_options(base, probe, {mb});
-  return search_candidates(contexts, probe, options, nullptr, nullptr, {}).found;
+  return any_candidate_fits(contexts, probe, options);
 }
 
 int64_t largest_fitting(int64_t limit, const std::function<bool(int64_t)>& fits) {

@@ -4,8 +4,17 @@
 
 #include "planner/memory/state_bytes.h"
 #include "planner/settings/settings_json.h"
+#include "planner/settings/validate_settings.h"
 
 namespace headroom::planner {
+namespace {
+
+// Settings fields no context reads: prepare_context passes them to validate_settings
+// only (context_for validates each plan's own settings), and the profiles do not read
+// them. The search varies the offloads per global configuration.
+constexpr const char* kContextFreeFields[] = {"offload_optimizer", "offload_param", "allow_micro_batch_change"};
+
+}  // namespace
 
 RunSettings plan_settings_for(const RunSettings& searched, const GlobalConfig& config) {
   RunSettings out = settings_for_plan(searched);
@@ -35,14 +44,27 @@ RunSettings with_block_choices(RunSettings settings, const graph::LayerGraph& gr
   return settings;
 }
 
-const PricedContext* PlanContexts::context_for(const RunSettings& plan_settings) {
+std::string context_key(const RunSettings& plan_settings) {
   // Which blocks are checkpointed or offloaded changes no context (prepare_context reads the
   // policy only to word the band's unknowns): one key for every block choice.
   RunSettings keyed = plan_settings;
   keyed.checkpointing = CheckpointPolicy::kNone;
   keyed.checkpoint_blocks.clear();
   keyed.offload_blocks.clear();
-  const std::string key = settings_to_json(keyed).dump();
+  nlohmann::json json = settings_to_json(keyed);
+  for (const char* field : kContextFreeFields) json.erase(field);
+  return json.dump();
+}
+
+const PricedContext* PlanContexts::context_for(const RunSettings& plan_settings) {
+  RunSettings keyed = plan_settings;
+  keyed.checkpointing = CheckpointPolicy::kNone;
+  keyed.checkpoint_blocks.clear();
+  keyed.offload_blocks.clear();
+  // The context-free fields are validated here, for these settings: the kept
+  // context may come from settings that differ in them only.
+  if (!validate_settings(keyed, "settings").is_ok()) return nullptr;
+  const std::string key = context_key(keyed);
   auto found = cache_.find(key);
   if (found != cache_.end()) return found->second.get();
   std::unique_ptr<PricedContext> priced;
@@ -50,12 +72,22 @@ const PricedContext* PlanContexts::context_for(const RunSettings& plan_settings)
   if (context.is_ok() && check_batch_norm_values(context.value(), keyed.micro_batch).is_ok()) {
     priced = std::make_unique<PricedContext>();
     priced->context = std::move(context.value());
-    const ModelContext& c = priced->context;
-    priced->profile = profile_step(c.graph, c.analysis, c.compute_dtype, keyed.micro_batch, c.seq_len,
-                                   Accounting::kReserved, c.gpu, c.time_options, c.checkpoint_saves,
-                                   grad_bytes_per_element(keyed.precision));
+    priced->micro_batch = keyed.micro_batch;
+    priced->profile = step_profile(priced->context, keyed, keyed.micro_batch, Accounting::kReserved);
   }
   return cache_.emplace(key, std::move(priced)).first->second.get();
+}
+
+Prediction predict_in(const PricedContext& priced, const RunSettings& settings, const GlobalConfig& config,
+                      const std::vector<BlockChoice>& blocks, bool simulate_allocator) {
+  // The kept profiles are at the context's micro-batch (the key holds it and the precision).
+  if (config.micro_batch != priced.micro_batch) {
+    return predict(priced.context, settings, config, blocks, simulate_allocator);
+  }
+  if (!priced.allocated) {
+    priced.allocated = step_profile(priced.context, settings, config.micro_batch, Accounting::kAllocated);
+  }
+  return predict(priced.context, priced.profile, *priced.allocated, settings, config, blocks, simulate_allocator);
 }
 
 }  // namespace headroom::planner

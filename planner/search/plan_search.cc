@@ -37,7 +37,7 @@ Candidate search_for_varied_lengths(PlanContexts& contexts, const RunSettings& s
     plan.settings.shortest_sample = settings.shortest_sample;
     const PricedContext* priced = contexts.context_for(plan.settings);
     if (priced == nullptr) return false;
-    plan.prediction = predict(priced->context, plan.settings, plan.config, plan.blocks);
+    plan.prediction = predict_in(*priced, plan.settings, plan.config, plan.blocks);
     return !plan.prediction.simulated_out_of_memory;
   };
   for (int attempt = 0; attempt < 3 && best.found; ++attempt) {
@@ -56,7 +56,7 @@ void finish_prediction(PlanContexts& contexts, Plan& plan, bool reprice) {
   if (plan.model.empty()) return;
   const PricedContext* priced = contexts.context_for(plan.settings);
   if (priced == nullptr) return;
-  if (reprice) plan.prediction = predict(priced->context, plan.settings, plan.config, plan.blocks);
+  if (reprice) plan.prediction = predict_in(*priced, plan.settings, plan.config, plan.blocks);
   plan.prediction = with_band(priced->context, plan.settings, plan.config, plan.blocks, plan.prediction);
 }
 
