@@ -24,6 +24,12 @@ python="$work/venv/bin/python"
 # code, build-wheel/ at build/'s depth), so this install hits what it compiled.
 if command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$repo" CCACHE_NOHASHDIR=1
+  # The main build's compiler by the name it was called: ccache keys on that name
+  # (c++ and g++ are one GCC but two keys), and scikit-build-core would otherwise
+  # take Python's sysconfig CXX (g++) and miss every object. $2 is BUILD/cli/headroom.
+  main_cache="$(dirname "$(dirname "$HEADROOM_CLI")")/CMakeCache.txt"
+  main_cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:FILEPATH=//p' "$main_cache" 2>/dev/null || true)
+  if [ -n "$main_cxx" ]; then export CXX="$main_cxx"; fi
 fi
 start=$(date +%s)
 "$python" -m pip install -q "$repo"
