@@ -27,6 +27,27 @@ std::vector<int64_t> grads_made_by_block(const ModelStates& states, const Global
   return made;
 }
 
+// FSDP2's foreach_reduce frees a layer's unsharded gradients (unsharded_grads.clear())
+// right after copying them into the reduce-scatter input and before it allocates the
+// reduce output that becomes the sharded gradient (reduce_scatter_comm.allocate), so the
+// two never live together: the block's peak holds the input with the larger of them
+// (torch 2.11 torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce).
+// Per block: the bytes of the smaller, counted twice by unsharded + input + sharded.
+std::vector<int64_t> fsdp2_unsharded_freed_before_output(const ModelStates& states,
+                                                         const std::vector<int64_t>& made, size_t n) {
+  std::vector<int64_t> freed(n, 0);
+  const size_t layers = std::min({n, states.reduce_scatter_block.size(), states.reduce_scatter_input_block.size(),
+                                  states.sharded_block_grads.size(), made.size()});
+  for (size_t k = 0; k < layers; ++k) {
+    int64_t input = states.reduce_scatter_input_block[k];
+    if (k == 0) input -= states.fsdp2_root_reduce_scatter;  // the root's reduces in the final callback
+    const int64_t unsharded = states.reduce_scatter_block[k] - input;
+    if (states.reduce_scatter_block[k] <= 0 || unsharded <= 0) continue;
+    freed[k] = std::min(unsharded, states.sharded_block_grads[k]);
+  }
+  return freed;
+}
+
 // The gradients live while each block runs forward and backward, by sharding,
 // accumulation and offload (docs/memory-model.md, section 1, the step walk).
 void set_gradients_by_block(const ModelStates& states, const GlobalConfig& config, StepModel& model) {
@@ -47,8 +68,9 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   }
   // FSDP's unsharded gradients and reduce-scatter input while each layer's backward
   // ends (the root's blocks reduce in the final callback: fsdp2_root_reduce_scatter).
+  const std::vector<int64_t> freed = fsdp2_unsharded_freed_before_output(states, made, n);
   for (size_t k = 0; k < std::min(n, states.reduce_scatter_block.size()); ++k) {
-    model.grads_bwd[k] += states.reduce_scatter_block[k];
+    model.grads_bwd[k] += states.reduce_scatter_block[k] - freed[k];
   }
   // Accumulating under no_sync, every unit's unsharded gradient is held from the
   // first micro-step on (priced for the whole step: the last backward frees them unit by unit).
@@ -80,6 +102,7 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   for (size_t k = 0; k < n; ++k) {
     if (k < made.size()) model.grads_bwd_before[k] -= made[k];
     if (k < states.fsdp2_root_grads.size()) model.grads_bwd_before[k] -= states.fsdp2_root_grads[k];
+    model.grads_bwd_before[k] += freed[k];  // the stage before holds no sharded output to overlap
   }
 }
 
