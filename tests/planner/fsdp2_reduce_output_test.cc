@@ -2,7 +2,9 @@
 // reduce output that becomes the layer's sharded gradient (torch 2.11
 // torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, unsharded_grads.clear()
 // before reduce_scatter_comm.allocate): the walk holds the reduce-scatter input with the
-// larger of the two, not both (docs/memory-model.md, "FSDP2's reduce output").
+// larger of the two, not both; and it keeps that input alive until the next group's
+// post_backward (comm_ctx.reduce_scatter_state), so a layer's backward holds the input of
+// the layer reduced before it (docs/memory-model.md, "FSDP2's unsharded gradients").
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -61,18 +63,33 @@ TEST_CASE("FSDP2 frees a layer's unsharded gradients before its reduce output ex
   for (int gpus : {2, 8}) {
     CAPTURE(gpus);
     const BuiltStep step = fsdp2_step(gpus);
-    const int64_t unsharded = kLayer * 2;  // bf16
-    const int64_t input = kLayer * 2;      // reduce_dtype = param_dtype, bf16
+    const int64_t unsharded = kLayer * 2;       // bf16
+    const int64_t input = kLayer * 2;           // reduce_dtype = param_dtype, bf16
     const int64_t sharded = kLayer * 4 / gpus;  // fp32 shard
-    REQUIRE(step.states.sharded_block_grads[2] == sharded);
-    REQUIRE(step.states.reduce_scatter_block[2] == unsharded + input);
+    REQUIRE(step.states.sharded_block_grads[1] == sharded);
+    REQUIRE(step.states.reduce_scatter_block[1] == unsharded + input);
     const int64_t head = kHead * 2;  // the root's unsharded gradient, held to the final callback
-    // layers.1 (first in backward): its input with the larger of unsharded and sharded.
-    CHECK(step.model.grads_bwd[2] == head + input + std::max(unsharded, sharded));
-    // layers.0: layers.1's sharded gradient beside its own reduce.
+    // layers.0: layers.1's sharded gradient and reduce-scatter input (held, below) beside
+    // the larger of its own unsharded and sharded gradients, never both.
     CHECK(step.model.grads_bwd[1] == head + sharded + input + std::max(unsharded, sharded));
-    // Before the layer's own gradients: the stage the reduce has not reached is unchanged.
-    CHECK(step.model.grads_bwd_before[2] == head + unsharded + input);
+  }
+}
+
+TEST_CASE("FSDP2 holds the reduce-scatter input of the layer reduced before, not its own") {
+  for (int gpus : {2, 8}) {
+    CAPTURE(gpus);
+    const BuiltStep step = fsdp2_step(gpus);
+    const int64_t unsharded = kLayer * 2;
+    const int64_t input = kLayer * 2;
+    const int64_t sharded = kLayer * 4 / gpus;
+    const int64_t head = kHead * 2;
+    // layers.1 runs backward first: no reduce-scatter input is alive yet.
+    CHECK(step.model.grads_bwd[2] == head + std::max(unsharded, sharded));
+    CHECK(step.model.grads_bwd_before[2] == head + unsharded);
+    // Each block holds the input of the layer above it; the embeddings' backward holds
+    // layers.0's until the final callback, whose root reduce comes after it.
+    const int64_t root = step.states.fsdp2_root_reduce_scatter;
+    CHECK(step.model.reduce_input_bwd == std::vector<int64_t>{std::max(input, root), input, 0, 0});
   }
 }
 
