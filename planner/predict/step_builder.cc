@@ -27,6 +27,71 @@ std::vector<int64_t> grads_made_by_block(const ModelStates& states, const Global
   return made;
 }
 
+// FSDP2's foreach_reduce frees a layer's unsharded gradients (unsharded_grads.clear())
+// right after copying them into the reduce-scatter input and before it allocates the
+// reduce output that becomes the sharded gradient (reduce_scatter_comm.allocate), so the
+// two never live together: the block's peak holds the input with the larger of them
+// (torch 2.11 torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce).
+// Per block: the bytes of the smaller, counted twice by unsharded + input + sharded.
+std::vector<int64_t> fsdp2_unsharded_freed_before_output(const ModelStates& states,
+                                                         const std::vector<int64_t>& made, size_t n) {
+  std::vector<int64_t> freed(n, 0);
+  const size_t layers = std::min({n, states.reduce_scatter_block.size(), states.reduce_scatter_input_block.size(),
+                                  states.sharded_block_grads.size(), made.size()});
+  for (size_t k = 0; k < layers; ++k) {
+    int64_t input = states.reduce_scatter_input_block[k];
+    if (k == 0) input -= states.fsdp2_root_reduce_scatter;  // the root's reduces in the final callback
+    const int64_t unsharded = states.reduce_scatter_block[k] - input;
+    if (states.reduce_scatter_block[k] <= 0 || unsharded <= 0) continue;
+    freed[k] = std::min(unsharded, states.sharded_block_grads[k]);
+  }
+  return freed;
+}
+
+// FSDP2 keeps a group's reduce-scatter input alive (comm_ctx.reduce_scatter_state) until
+// the next group's post_backward drops it before its own foreach_reduce, or the final
+// callback does (torch 2.11 _fsdp_param_group.py post_backward, _fsdp_state.py
+// _root_post_backward_final_callback). So block k's backward holds the input of the layer
+// reduced before it in backward order, not its own: its own comes at its post_backward,
+// beside what the next block's backward holds too. Per block: that held input (the last
+// layer, first in backward, holds none), with the root's own reduce at block 0 after it.
+std::vector<int64_t> fsdp2_reduce_input_held(const ModelStates& states, size_t n) {
+  std::vector<int64_t> held(n, 0);
+  if (states.reduce_scatter_input_block.empty()) return held;  // FSDP1, or no FSDP
+  int64_t previous = 0;
+  for (size_t k = n; k-- > 0;) {
+    held[k] = previous;
+    if (k >= states.reduce_scatter_block.size() || states.reduce_scatter_block[k] <= 0) continue;
+    previous = states.reduce_scatter_input_block[k] - (k == 0 ? states.fsdp2_root_reduce_scatter : 0);
+  }
+  return held;
+}
+
+// FSDP's unsharded gradients and reduce-scatter input while each layer's backward
+// ends (the root's blocks reduce in the final callback: fsdp2_root_reduce_scatter):
+// FSDP2's own reduce output in place of its freed unsharded gradients, the input held
+// that of the layer reduced before. Returns the bytes freed per block.
+std::vector<int64_t> add_reduce_buffers(const ModelStates& states, const std::vector<int64_t>& made,
+                                        StepModel& model) {
+  const size_t n = model.grads_bwd.size();
+  const std::vector<int64_t> freed = fsdp2_unsharded_freed_before_output(states, made, n);
+  for (size_t k = 0; k < std::min(n, states.reduce_scatter_block.size()); ++k) {
+    model.grads_bwd[k] += states.reduce_scatter_block[k] - freed[k];
+  }
+  model.reduce_input_bwd = states.reduce_scatter_input_block;
+  model.reduce_input_bwd.resize(n, 0);
+  if (states.reduce_scatter_input_block.empty()) return freed;  // FSDP1 reduces its flat gradient
+  const std::vector<int64_t> held = fsdp2_reduce_input_held(states, n);
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t root = k == 0 ? states.fsdp2_root_reduce_scatter : 0;
+    const bool reduces = k < states.reduce_scatter_block.size() && states.reduce_scatter_block[k] > 0;
+    const int64_t own = reduces ? model.reduce_input_bwd[k] - root : 0;
+    model.grads_bwd[k] += std::max(held[k], root) - root - own;  // the held input in place of its own
+    model.reduce_input_bwd[k] = std::max(held[k], root);
+  }
+  return freed;
+}
+
 // The gradients live while each block runs forward and backward, by sharding,
 // accumulation and offload (docs/memory-model.md, section 1, the step walk).
 void set_gradients_by_block(const ModelStates& states, const GlobalConfig& config, StepModel& model) {
@@ -47,9 +112,7 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   }
   // FSDP's unsharded gradients and reduce-scatter input while each layer's backward
   // ends (the root's blocks reduce in the final callback: fsdp2_root_reduce_scatter).
-  for (size_t k = 0; k < std::min(n, states.reduce_scatter_block.size()); ++k) {
-    model.grads_bwd[k] += states.reduce_scatter_block[k];
-  }
+  const std::vector<int64_t> freed = add_reduce_buffers(states, made, model);
   // Accumulating under no_sync, every unit's unsharded gradient is held from the
   // first micro-step on (priced for the whole step: the last backward frees them unit by unit).
   model.grads_fwd += states.unsynced_grads;
@@ -72,14 +135,13 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   // its reduce-scatter buffers and, under FSDP1 offload, its new gradient shard
   // join every gradient still held then.
   if (n > 0) model.grads_bwd[0] += states.fsdp2_root_reduce_scatter + states.root_offload_grad_shard;
-  model.reduce_input_bwd = states.reduce_scatter_input_block;
-  model.reduce_input_bwd.resize(n, 0);
   // Before block k has made any of its own parameters' gradients (its first nodes in
   // backward have none: the loss before lm_head), those are not yet allocated.
   model.grads_bwd_before = model.grads_bwd;
   for (size_t k = 0; k < n; ++k) {
     if (k < made.size()) model.grads_bwd_before[k] -= made[k];
     if (k < states.fsdp2_root_grads.size()) model.grads_bwd_before[k] -= states.fsdp2_root_grads[k];
+    model.grads_bwd_before[k] += freed[k];  // the stage before holds no sharded output to overlap
   }
 }
 

@@ -1,0 +1,96 @@
+// FSDP2's foreach_reduce frees a layer's unsharded gradients before it allocates the
+// reduce output that becomes the layer's sharded gradient (torch 2.11
+// torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, unsharded_grads.clear()
+// before reduce_scatter_comm.allocate): the walk holds the reduce-scatter input with the
+// larger of the two, not both; and it keeps that input alive until the next group's
+// post_backward (comm_ctx.reduce_scatter_state), so a layer's backward holds the input of
+// the layer reduced before it (docs/memory-model.md, "FSDP2's unsharded gradients").
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "planner/predict/model_context.h"
+#include "planner/predict/step_builder.h"
+#include "tests/planner/predict_as_given.h"
+
+namespace headroom::planner {
+namespace {
+
+constexpr int64_t kEmbed = int64_t{1} << 24;
+constexpr int64_t kLayer = int64_t{1} << 25;
+constexpr int64_t kHead = int64_t{1} << 24;
+
+// embeddings, two layers and a head, all trainable bf16 weights (a full fine-tune).
+graph::LayerGraph two_layers() {
+  graph::LayerGraph graph;
+  graph.blocks = {{"embeddings", "embedding", false},
+                  {"layers.0", "dense", true},
+                  {"layers.1", "dense", true},
+                  {"head", "lm_head", false}};
+  const int64_t elements[] = {kEmbed, kLayer, kLayer, kHead};
+  for (int b = 0; b < 4; ++b) {
+    graph::Node node;
+    node.name = graph.blocks[b].name + ".w";
+    node.op = "linear";
+    node.block = b;
+    node.params.push_back({node.name + ".weight", {elements[b]}, graph::DType::kBF16, true, ""});
+    graph.nodes.push_back(node);
+  }
+  return graph;
+}
+
+// The Trainer under FSDP2 at ZeRO-3, pure bf16 (Accelerate upcasts the shards to fp32;
+// the all-gather, the unsharded gradients and the reduce stay bf16).
+BuiltStep fsdp2_step(int gpus) {
+  RunSettings settings;
+  settings.stack = Stack::kHfTrainer;
+  settings.precision = Precision::kBf16Pure;
+  settings.mode = TrainMode::kFull;
+  settings.gpus_per_node = gpus;
+  settings.zero_stage = 3;
+  settings.sharding = Sharding::kFsdp2;
+  ModelContext context;
+  context.graph = two_layers();
+  context.gpu.cublas_workspace_bytes = 0;
+  StepProfile profile;
+  profile.blocks.resize(context.graph.blocks.size());
+  return build_step(context, settings, zero_stage(3), profile, Accounting::kAllocated);
+}
+
+}  // namespace
+
+TEST_CASE("FSDP2 frees a layer's unsharded gradients before its reduce output exists") {
+  for (int gpus : {2, 8}) {
+    CAPTURE(gpus);
+    const BuiltStep step = fsdp2_step(gpus);
+    const int64_t unsharded = kLayer * 2;       // bf16
+    const int64_t input = kLayer * 2;           // reduce_dtype = param_dtype, bf16
+    const int64_t sharded = kLayer * 4 / gpus;  // fp32 shard
+    REQUIRE(step.states.sharded_block_grads[1] == sharded);
+    REQUIRE(step.states.reduce_scatter_block[1] == unsharded + input);
+    const int64_t head = kHead * 2;  // the root's unsharded gradient, held to the final callback
+    // layers.0: layers.1's sharded gradient and reduce-scatter input (held, below) beside
+    // the larger of its own unsharded and sharded gradients, never both.
+    CHECK(step.model.grads_bwd[1] == head + sharded + input + std::max(unsharded, sharded));
+  }
+}
+
+TEST_CASE("FSDP2 holds the reduce-scatter input of the layer reduced before, not its own") {
+  for (int gpus : {2, 8}) {
+    CAPTURE(gpus);
+    const BuiltStep step = fsdp2_step(gpus);
+    const int64_t unsharded = kLayer * 2;
+    const int64_t input = kLayer * 2;
+    const int64_t sharded = kLayer * 4 / gpus;
+    const int64_t head = kHead * 2;
+    // layers.1 runs backward first: no reduce-scatter input is alive yet.
+    CHECK(step.model.grads_bwd[2] == head + std::max(unsharded, sharded));
+    CHECK(step.model.grads_bwd_before[2] == head + unsharded);
+    // Each block holds the input of the layer above it; the embeddings' backward holds
+    // layers.0's until the final callback, whose root reduce comes after it.
+    const int64_t root = step.states.fsdp2_root_reduce_scatter;
+    CHECK(step.model.reduce_input_bwd == std::vector<int64_t>{std::max(input, root), input, 0, 0});
+  }
+}
+
+}  // namespace headroom::planner
