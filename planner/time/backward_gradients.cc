@@ -152,7 +152,7 @@ int64_t BackwardGradients::at_node(int n) const {
   // TRL 1.16.0): not the copy's bytes, and under 0.1% of them, left out.
   const bool per_token_out_grad = node.op == kTrlFusedLogprobOp;
   for (int t : analysis_.node_outputs[n]) {
-    const bool priced_as_out_grad = arriving_[t] && !analysis_.persistent[t];
+    const bool priced_as_out_grad = (arriving_[t] && !analysis_.persistent[t]) || gradient_is_out_grad(t);
     if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty() && !priced_as_out_grad && !per_token_out_grad) {
       grads += tensor_bytes_[t];
     }
@@ -164,6 +164,21 @@ int64_t BackwardGradients::at_node(int n) const {
   // A Python RMSNorm's chain peaks with neither its output's gradient nor its input's alive.
   grads = std::max(grads, python_norm_backward_bytes(graph_, analysis_, n, batch_, seq_, accounting_));
   return grads + partial_gradients(n);
+}
+
+// Whether tensor t's gradient is the block's out_grad itself: its only reader is an
+// add whose output's gradient arrives from a later block (passes_out_grad), which
+// AddBackward0 hands on as is (torch 2.11 tools/autograd/derivatives.yaml, add.Tensor).
+// A pre-norm block's last linear (ViTOutput.dense, then `+ input_tensor`, transformers
+// 5.23.0 modeling_vit.py) runs backward on that gradient, priced in the block's base.
+bool BackwardGradients::gradient_is_out_grad(int t) const {
+  const std::vector<int>& consumers = analysis_.consumers[static_cast<size_t>(t)];
+  if (consumers.size() != 1 || !passes_out_grad(consumers.front())) return false;
+  // A 16-bit input of an add promoted to fp32 (AMP's fp32 residual stream) gets a cast
+  // of it, a tensor of its own (promoted_gradient).
+  const std::vector<int>& outputs = analysis_.node_outputs[static_cast<size_t>(consumers.front())];
+  const auto dtype = [&](int x) { return graph_.tensors[static_cast<size_t>(x)].dtype.value_or(compute_); };
+  return std::all_of(outputs.begin(), outputs.end(), [&](int out) { return dtype(out) == dtype(t); });
 }
 
 // The block's saved bytes released before the backward of each of its nodes (by
