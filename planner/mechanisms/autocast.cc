@@ -278,6 +278,17 @@ void promote_outputs(const graph::LayerGraph& graph, Fp32Tensors& fp32) {
   }
 }
 
+// The elements autocast casts of an fp32 `input` to `node`: the tensor the op is given.
+// A linear given fewer rows than the tensor holds reads a view of them (the class token,
+// `sequence_output[:, 0, :]`, transformers 5.23.0 modeling_vit.py
+// ViTForImageClassification.forward; BertPooler's `hidden_states[:, 0]`), and autocast
+// copies that view only (torch 2.11 aten/src/ATen/autocast_mode.h, cached_cast:
+// `arg.to(dtype)` of the argument as passed), not the tensor under it.
+graph::SizeExpr cast_elements(const graph::Node& node, const std::string& input, const Fp32Tensors& fp32) {
+  if (node.linear && node.inputs.front() == input) return node.linear->rows.scaled(node.linear->in_features);
+  return fp32.tensor(input).elements;
+}
+
 // Casts in front of a lower-precision op: its weight, and its fp32 inputs.
 void cast_16_bit_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& tensors, graph::Node& node,
                            const Fp32Tensors& fp32) {
@@ -286,7 +297,7 @@ void cast_16_bit_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::T
   for (std::string& input : node.inputs) {
     if (!fp32.is_f32(input)) continue;
     const std::string name = node.name + ".cast:" + input;
-    add_cast(nodes, tensors, name, node.block, {input}, fp32.tensor(input).elements);
+    add_cast(nodes, tensors, name, node.block, {input}, cast_elements(node, input, fp32));
     read_through_cast(node, input, name);
   }
   if (four_bit_f32_input) copy_four_bit_output(node);

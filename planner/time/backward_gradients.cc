@@ -152,7 +152,7 @@ int64_t BackwardGradients::at_node(int n) const {
   // TRL 1.16.0): not the copy's bytes, and under 0.1% of them, left out.
   const bool per_token_out_grad = node.op == kTrlFusedLogprobOp;
   for (int t : analysis_.node_outputs[n]) {
-    const bool priced_as_out_grad = arriving_[t] && !analysis_.persistent[t];
+    const bool priced_as_out_grad = (arriving_[t] && !analysis_.persistent[t]) || gradient_is_out_grad(t);
     if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty() && !priced_as_out_grad && !per_token_out_grad) {
       grads += tensor_bytes_[t];
     }
@@ -164,6 +164,35 @@ int64_t BackwardGradients::at_node(int n) const {
   // A Python RMSNorm's chain peaks with neither its output's gradient nor its input's alive.
   grads = std::max(grads, python_norm_backward_bytes(graph_, analysis_, n, batch_, seq_, accounting_));
   return grads + partial_gradients(n);
+}
+
+// Whether tensor t's gradient is the block's out_grad itself: its only reader is an
+// add whose output's gradient arrives from a later block (passes_out_grad), which
+// AddBackward0 hands on as is (torch 2.11 tools/autograd/derivatives.yaml, add.Tensor).
+// A pre-norm block's last linear (ViTOutput.dense, then `+ input_tensor`, transformers
+// 5.23.0 modeling_vit.py) runs backward on that gradient, priced in the block's base.
+bool BackwardGradients::gradient_is_out_grad(int t) const {
+  const std::vector<int>& consumers = analysis_.consumers[static_cast<size_t>(t)];
+  if (consumers.size() != 1 || !passes_out_grad(consumers.front())) return false;
+  // A 16-bit input of an add promoted to fp32 (AMP's fp32 residual stream) gets a cast
+  // of it, a tensor of its own (promoted_gradient).
+  const std::vector<int>& outputs = analysis_.node_outputs[static_cast<size_t>(consumers.front())];
+  const auto dtype = [&](int x) { return graph_.tensors[static_cast<size_t>(x)].dtype.value_or(compute_); };
+  return std::all_of(outputs.begin(), outputs.end(), [&](int out) { return dtype(out) == dtype(t); });
+}
+
+// The out_grad bytes gone once node n, a block's last, has run backward: a post-norm
+// block's LayerNorm takes the block's out_grad and returns a fresh gradient, and the
+// engine moves the input buffer into call_function (torch 2.11
+// torch/csrc/autograd/engine.cpp, evaluate_function), so the nodes before it run without
+// it (BERT's layer: BertOutput.LayerNorm(hidden_states + input_tensor), transformers 5.23.0).
+int64_t BackwardGradients::out_grad_used_up(int n) const {
+  if (graph_.nodes[static_cast<size_t>(n)].op != graph::op::kNorm) return 0;
+  int64_t bytes = 0;
+  for (int t : analysis_.node_outputs[static_cast<size_t>(n)]) {
+    if (arriving_[t] && analysis_.requires_grad[t] && !analysis_.persistent[t]) bytes += tensor_bytes_[t];
+  }
+  return bytes;
 }
 
 // The block's saved bytes released before the backward of each of its nodes (by
@@ -293,12 +322,14 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block, b
   bool hooked = false;  // a parameter's AccumulateGrad (and its hooks) has run
   int64_t made = 0;     // own gradients stored (GradPoint::made_before)
   int64_t viewed = 0;   // own gradients of wrapped GEMMs, stored once the last has run
+  int64_t out_grad_gone = 0;  // the out_grad a post-norm block's LayerNorm has used up
   for (size_t i = block.nodes.size(); i-- > 0;) {
     const int n = block.nodes[i];
     if (!analysis_.needs_input_grad[n] && !analysis_.needs_param_grad[n]) continue;
     // Unpacked, the larger of the node's backward (no cast yet) and its cast (without the
     // saved tensors it freed): at_node less the smaller of the two.
-    const int64_t grads = at_node(n) - released[i] + waiting[i] - (unpacked ? std::min(promoted_casts(n), freed[i]) : 0);
+    const int64_t grads = at_node(n) - released[i] + waiting[i] -
+                          (unpacked ? std::min(promoted_casts(n), freed[i]) : 0) - out_grad_gone;
     const int64_t own = own_gradients(n);
     const bool early = factors_viewed_early(graph_.nodes[n]);
     stages.grad_points.push_back({grads, released[i], made, made + (early ? 0 : own)});
@@ -315,6 +346,7 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block, b
     }
     const bool from_params = !stages.from_params.empty() || !graph_.nodes[n].params.empty();
     (from_params ? stages.from_params : stages.before_params).consider(grads, released[i]);
+    if (i + 1 == block.nodes.size()) out_grad_gone = out_grad_used_up(n);
   }
   keep_outgrowing(stages.grad_points);
   return stages;

@@ -99,6 +99,8 @@ class BackwardGradients {
   std::vector<int64_t> released_before(const graph::BlockStructure& block) const;
   std::vector<int64_t> waiting_gradients(const graph::BlockStructure& block) const;
   bool passes_out_grad(int n) const;
+  bool gradient_is_out_grad(int t) const;
+  int64_t out_grad_used_up(int n) const;
   int64_t out_grad_freed_inside(int n) const;
 
   const graph::LayerGraph& graph_;

@@ -486,13 +486,13 @@ void add_backward_peaks(const BackwardStages& stages, BlockProfile& profile) {
 }
 
 // What a checkpointed block keeps (BlockProfile::checkpoint): its entry inputs and what
-// selective AC holds; among them, the inputs outside autograd none of its nodes saves
+// selective AC holds; among them, the inputs none of its nodes saves
 // (BlockProfile::checkpoint_unsaved).
 void add_checkpoint_bytes(const GraphAnalysis& analysis, const TensorFacts& facts, const std::vector<int>& entry_live,
                           const std::vector<int>& held, const std::vector<char>& saved, BlockProfile& profile) {
   for (int t : entry_live) {
     profile.checkpoint += facts.bytes[t];
-    const bool unsaved = !saved[static_cast<size_t>(t)] && !analysis.requires_grad[static_cast<size_t>(t)];
+    const bool unsaved = !saved[static_cast<size_t>(t)];
     profile.checkpoint_unsaved += unsaved ? facts.bytes[t] : 0;
   }
   for (int t : held) profile.checkpoint += facts.bytes[t];

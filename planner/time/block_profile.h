@@ -29,14 +29,13 @@ struct BackwardPoint {
 struct BlockProfile {
   int64_t keep = 0;        // saved for backward when the block runs normally
   int64_t checkpoint = 0;  // kept when checkpointed: its boundary inputs (+ selective-op saves)
-  // Of `checkpoint`, the boundary inputs outside autograd (no grad) that none of the
-  // block's own nodes saves (T5's position bias, of which only its contiguous copy is
-  // saved): bwd_peak leaves them out, yet the checkpoint holds them through the block's
+  // Of `checkpoint`, the boundary inputs that none of the block's own nodes saves (T5's
+  // position bias, of which only its contiguous copy is saved; ViT's layer input under
+  // autocast): bwd_peak leaves them out, yet the checkpoint holds them through the block's
   // backward (torch 2.11 utils/checkpoint.py: non-reentrant, _NoopSaveInputs saves the
   // inputs and the frame keeps it until the block's last saved tensor is unpacked;
   // reentrant, CheckpointFunction's ctx.save_for_backward). The walk adds them beside a
-  // checkpointed block's backward. Inputs that require grad are left out: the oracle's
-  // ViT and BERT rows under autocast were exact without them (docs/memory-model.md).
+  // checkpointed block's backward (docs/memory-model.md).
   int64_t checkpoint_unsaved = 0;
   int64_t fwd_peak = 0;    // peak during its forward with autograd (boundary inputs + intermediates + saves)
   int64_t fwd_peak_nograd = 0;  // peak during a checkpointed (no-grad) forward

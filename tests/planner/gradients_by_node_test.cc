@@ -67,12 +67,15 @@ TEST_CASE("a block's gradients node by node add up to what its backward makes, i
     CHECK(profile.blocks[k].own_grads == states.block_grads[k]);
   }
   // The last layer's backward starts at its output dense (3072 -> 768), whose weight
-  // and bias gradients (bf16) are the first of the layer's to exist.
+  // and bias gradients (bf16) are the first of the layer's to exist. Its point ties with
+  // the activation's after it (the out_grad the residual add passes on is the dense's,
+  // vit_head_backward_test.cc), which is kept: at most those gradients before it.
   const BlockProfile& last = profile.blocks[profile.blocks.size() - 2];
   REQUIRE(!last.bwd_points.empty());
-  CHECK(last.bwd_points.front().made_before == 0);
-  CHECK(last.bwd_points.front().made_through <= account(int64_t{768} * 3072 * 2, Accounting::kAllocated) +
-                                                     account(768 * 2, Accounting::kAllocated));
+  const int64_t output_dense = account(int64_t{768} * 3072 * 2, Accounting::kAllocated) +
+                               account(768 * 2, Accounting::kAllocated);
+  CHECK(last.bwd_points.front().made_before <= output_dense);
+  CHECK(last.bwd_points.front().made_through <= 2 * output_dense);
   CHECK(last.bwd_points.back().made_through <= last.own_grads);
 }
 
