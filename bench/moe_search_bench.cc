@@ -34,11 +34,7 @@ double seconds(F&& f) {
 
 // The probe fits_at searches at `mb` (candidate_search.cc), searched whole.
 bool whole_search_fits(const ModelContext& base, const RunSettings& settings, int64_t mb) {
-  RunSettings probe = settings;
-  probe.global_batch = 0;
-  probe.micro_batch = mb;
-  probe.grad_accum = 1;
-  probe.allow_micro_batch_change = false;
+  const RunSettings probe = fits_at_probe(base, settings, mb, base.seq_len);
   PlanContexts contexts;
   return search_candidates(contexts, probe, search_options(base, probe, {mb}), nullptr, nullptr, {}).found;
 }

@@ -389,8 +389,7 @@ Candidate search_candidates(PlanContexts& contexts, const RunSettings& settings,
   return best;
 }
 
-bool fits_at(const ModelContext& base, const RunSettings& settings, int64_t mb, int64_t seq) {
-  if (!sizes_in_range(base, mb, seq)) return false;
+RunSettings fits_at_probe(const ModelContext& base, const RunSettings& settings, int64_t mb, int64_t seq) {
   // The run at this length is the one `fit --seq` prices: its own contexts (a
   // document mask, compiled blocks and the sequence's checks follow the length).
   RunSettings probe = settings;
@@ -402,6 +401,12 @@ bool fits_at(const ModelContext& base, const RunSettings& settings, int64_t mb, 
     probe.resolution = 0;
     probe.seq_len = seq;
   }
+  return probe;
+}
+
+bool fits_at(const ModelContext& base, const RunSettings& settings, int64_t mb, int64_t seq) {
+  if (!sizes_in_range(base, mb, seq)) return false;
+  const RunSettings probe = fits_at_probe(base, settings, mb, seq);
   PlanContexts contexts;
   const SearchOptions options = search_options(base, probe, {mb});
   return any_candidate_fits(contexts, probe, options);

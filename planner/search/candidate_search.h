@@ -74,6 +74,10 @@ std::vector<int64_t> micro_batch_candidates(const RunSettings& settings);
 Candidate search_candidates(PlanContexts& contexts, const RunSettings& settings, const SearchOptions& options,
                             std::vector<FrontierPoint>* points, int* evaluated, const Progress& progress);
 
+// The settings fits_at searches for micro-batch `mb` at length `seq`: one micro-step
+// of `mb`, no global batch, the micro-batch fixed; another length is `fit --seq`'s run.
+RunSettings fits_at_probe(const ModelContext& base, const RunSettings& settings, int64_t mb, int64_t seq);
+
 // Whether any global configuration fits micro-batch `mb` at sequence length `seq`.
 bool fits_at(const ModelContext& base, const RunSettings& settings, int64_t mb, int64_t seq);
 

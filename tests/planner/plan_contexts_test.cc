@@ -110,12 +110,7 @@ TEST_CASE("fits_at, stopping at the first configuration that fits, answers as th
   REQUIRE(base.is_ok());
   int fitting = 0;
   for (int64_t mb : {1, 2, 4, 8}) {
-    // The probe fits_at searches (candidate_search.cc).
-    RunSettings probe = settings;
-    probe.global_batch = 0;
-    probe.micro_batch = mb;
-    probe.grad_accum = 1;
-    probe.allow_micro_batch_change = false;
+    const RunSettings probe = fits_at_probe(base.value(), settings, mb, base->seq_len);
     PlanContexts contexts;
     const bool found =
         search_candidates(contexts, probe, search_options(base.value(), probe, {mb}), nullptr, nullptr, {}).found;
