@@ -80,15 +80,16 @@ TEST_CASE("tiny-moe is the Llama row's decoder with experts, and an MoE config.j
   CHECK(moe->family == ModelFamily::kLlama);
   CHECK(moe->llama.moe.experts == models::kTinyMoe.moe.experts);
   CHECK(moe->llama.moe.top_k == 2);
-  const Result<ExecutableModel> qwen3 = executable_model(HEADROOM_SOURCE_DIR "/tests/data/hf/qwen3-30b-a3b", "p");
+  const Result<ExecutableModel> qwen3 =
+      executable_model(std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen3-30b-a3b", "p");
   REQUIRE_FALSE(qwen3.is_ok());
   CHECK(qwen3.message().find("is a mixture of experts (model_type \"qwen3_moe\")") != std::string::npos);
   CHECK(qwen3.message().find("tiny-moe") != std::string::npos);
 }
 
 TEST_CASE("a T5 config.json and the Flan-T5 zoo names are refused as encoder-decoders the executor does not train") {
-  for (const std::string model : {std::string(HEADROOM_SOURCE_DIR "/tests/data/hf/flan-t5-base"), std::string("flan-t5-xl"),
-                                  std::string("t5-base")}) {
+  for (const std::string& model : {std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/flan-t5-base",
+                                   std::string("flan-t5-xl"), std::string("t5-base")}) {
     const Result<ExecutableModel> t5 = executable_model(model, "p");
     REQUIRE_FALSE(t5.is_ok());
     CHECK(t5.code() == StatusCode::kUnsupported);
@@ -116,7 +117,7 @@ TEST_CASE("a tiny-moe plan priced for transformers 4.x experts is refused, 5.x a
 }
 
 TEST_CASE("Hugging Face llama configs map onto the decoder, features it lacks are refused") {
-  const std::string dir = HEADROOM_SOURCE_DIR "/tests/data/hf/";
+  const std::string dir = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
   Result<ExecutableModel> mistral = executable_model(dir + "mistral-7b", "p");
   REQUIRE(mistral.is_ok());
   CHECK(mistral->llama.kv_heads == 8);
@@ -141,7 +142,7 @@ TEST_CASE("Hugging Face llama configs map onto the decoder, features it lacks ar
 }
 
 TEST_CASE("Hugging Face BERT and RoBERTa configs map onto the BERT module as the planner reads them") {
-  const std::string dir = HEADROOM_SOURCE_DIR "/tests/data/hf/";
+  const std::string dir = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
   // google-bert/bert-base-uncased config.json: 768 hidden, 12 layers, layer_norm_eps 1e-12, pad_token_id 0.
   Result<ExecutableModel> bert = executable_model(dir + "bert-base-uncased/config.json", "p");
   REQUIRE(bert.is_ok());
@@ -179,7 +180,7 @@ TEST_CASE("Hugging Face BERT and RoBERTa configs map onto the BERT module as the
 }
 
 TEST_CASE("Hugging Face CLIPModel configs map onto the CLIP module, the vision model alone and SigLIP are refused") {
-  const std::string dir = HEADROOM_SOURCE_DIR "/tests/data/hf/";
+  const std::string dir = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/";
   // openai/clip-vit-base-patch32 config.json: projection_dim 512, text 512 wide with 77
   // positions and eos_token_id 2 (the highest id pools), vision 768 wide, 224 px, patch 32.
   Result<ExecutableModel> clip = executable_model(dir + "clip-vit-base-patch32", "p");

@@ -184,7 +184,7 @@ TEST_CASE("measurement files: missing, truncated, not JSON, huge numbers") {
 
 TEST_CASE("the example measurement in tests/data loads") {
   const Result<MeasuredRun> run =
-      load_measured_run(HEADROOM_SOURCE_DIR "/tests/data/measurement_example.json");
+      load_measured_run(std::string(HEADROOM_SOURCE_DIR) + "/tests/data/measurement_example.json");
   REQUIRE(run.is_ok());
   CHECK(run->steps.size() == 2);
   CHECK(run->max_peak_reserved() == 47781511168);

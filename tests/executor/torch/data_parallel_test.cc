@@ -507,15 +507,18 @@ TEST_CASE("tiny-eva-vit at ZeRO-3 on 2 ranks, embeddings and head gathered as bl
 // turns that noise into steps of ~0.1 lr whose sign depends on the order of
 // the sums, so no tolerance can compare them.
 TEST_CASE("a Hugging Face ViT classifier with LoRA at ZeRO-3 on 2 ranks trains as one process does") {
-  check_zero3_like_one_process(HEADROOM_SOURCE_DIR "/tests/data/hf/tiny-vit", "z3vit", planner::TrainMode::kLora);
+  check_zero3_like_one_process(std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/tiny-vit", "z3vit",
+                               planner::TrainMode::kLora);
 }
 
 TEST_CASE("a Hugging Face BERT with LoRA trains on 2 ranks at ZeRO-3 as one process does") {
-  check_zero3_like_one_process(HEADROOM_SOURCE_DIR "/tests/data/hf/tiny-bert", "z3bert", planner::TrainMode::kLora);
+  check_zero3_like_one_process(std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/tiny-bert", "z3bert",
+                               planner::TrainMode::kLora);
 }
 
 TEST_CASE("a Hugging Face CLIPModel with LoRA trains on 2 ranks at ZeRO-3 as one process does") {
-  check_zero3_like_one_process(HEADROOM_SOURCE_DIR "/tests/data/hf/tiny-clip", "z3clip", planner::TrainMode::kLora);
+  check_zero3_like_one_process(std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/tiny-clip", "z3clip",
+                               planner::TrainMode::kLora);
 }
 
 // tiny-moe (issue 38): the experts are 3-D parameters partitioned and gathered
