@@ -44,4 +44,6 @@ if [ -x "$uv" ]; then
   fi
   echo "pip_install: uv could not install $* into $env_dir; trying pip" >&2
 fi
+# An environment uv made has no pip in it (bench/oracle/setup_env.sh).
+[ -x "$env_dir/bin/pip" ] || "$env_dir/bin/python" -m ensurepip -q
 "$env_dir/bin/pip" install -q "${no_deps[@]}" "$@"

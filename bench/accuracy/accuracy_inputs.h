@@ -1,6 +1,7 @@
 // The accuracy benchmark's inputs: the published GPU measurements
-// (published_dev_cases.json, copied verbatim from shared/validation) and how
-// each case is expressed in headroom (translations.json). Reading joins the two
+// (published_dev_cases.json: shared/validation's cases copied verbatim, and those
+// added here since, each with its source) and how each case is expressed in
+// headroom (translations.json). Reading joins the two
 // by case id and refuses anything it cannot read without guessing: a case
 // without a translation, an unknown key, a metric or unit the source leaves open
 // with no stated assumption. Every message names the file, the case and the field.
