@@ -132,19 +132,19 @@ void mark_lifetimes(const LayerGraph& graph, GraphAnalysis& a) {
       continue;
     }
     const int producer_block = graph.nodes[a.producer[t]].block;
-    bool read_later = false;
     for (int consumer : a.consumers[t]) {
       if (graph.nodes[consumer].block > producer_block + 1) a.persistent[t] = true;
-      if (graph.nodes[consumer].block > producer_block) read_later = true;
     }
-    // A tensor a frame holds across blocks is live as long: one a later block reads and
-    // some node saves (ViTModel's embedding_output, kept by layer 0's norm) is priced for
-    // the whole step; one nothing saves (BertModel's embedding_output under autocast, an
-    // fp32 tensor whose 16-bit casts the linears keep), or that only its own block reads,
-    // to the end of the forward (held_in_forward).
+    // A tensor a frame holds across blocks: one some node saves is kept by that save
+    // through the saving block's backward, past the frame's end (the forward's), so the
+    // hold changes nothing (ViTModel's or BertModel's embedding_output without autocast,
+    // saved by layer 0's norm or LoRA linear; headroom's executor, which holds no frame,
+    // measured BERT's so on tiny-bert at ZeRO-3). One nothing saves (their
+    // embedding_output under autocast, an fp32 tensor of which layer 0 keeps only casts)
+    // lives to the end of the forward (held_in_forward).
     for (int holder : a.holders[t]) {
-      if (graph.nodes[holder].block <= producer_block + 1) continue;
-      (read_later && saved[t] ? a.persistent : a.held_in_forward)[t] = true;
+      if (graph.nodes[holder].block <= producer_block + 1 || saved[t]) continue;
+      a.held_in_forward[t] = true;
     }
     if (a.persistent[t]) a.held_in_forward[t] = false;
   }

@@ -100,6 +100,19 @@ std::string roberta_head(GraphBuilder& b, const BertConfig& c, const std::string
   return b.linear("classifier.out_proj", x, one, c.hidden, c.labels, true);
 }
 
+// BertModel.forward binds the embeddings' output to `embedding_output` and keeps it in
+// its frame through the encoder and the pooler, returning only after both
+// (modeling_bert.py BertModel.forward, transformers 5.23.0); RobertaModel.forward the
+// same through the encoder, the classification model building it without a pooler
+// (modeling_roberta.py, add_pooling_layer=False). Under autocast the embeddings'
+// LayerNorm and dropout give an fp32 tensor that layer 0's linears keep only as 16-bit
+// casts, so nothing saves it: the frame alone keeps it to the forward's end
+// (GraphAnalysis::held_in_forward).
+void hold_embedding_output(GraphBuilder& b, const BertConfig& c, const std::string& embedding_output,
+                           const std::string& last_layer_end) {
+  b.hold_until(c.roberta_head ? last_layer_end : std::string("bert.pooler.activation"), embedding_output);
+}
+
 }  // namespace
 
 graph::LayerGraph build_bert_large(const ZooOptions& options) { return build_bert_from(kBertLargeUncased, options); }
@@ -125,12 +138,15 @@ graph::LayerGraph build_bert_from(const BertConfig& c, const ZooOptions& options
   const std::string all = b.add(e + ".sum_positions", sum, pos_e, h_elements);
   std::string hidden = b.norm(e + ".LayerNorm", all, rows, c.hidden, NormKind::kLayerNorm, true, true);
   hidden = b.dropout(e + ".dropout", hidden, h_elements, dropout_p(options, c.hidden_dropout));
+  const std::string embedding_output = hidden;
   for (int64_t i = 0; i < c.layers; ++i) hidden = bert_layer(b, c, i, hidden, options);
+  const std::string last_layer_end = b.graph().nodes.back().name;
 
   b.begin_block("head", "classifier", false);
   const SizeExpr one = SizeExpr::per_sample(1);
   const std::string labels = b.input("labels", one, DType::kInt64, false);
   const std::string logits = c.roberta_head ? roberta_head(b, c, hidden, options) : bert_head(b, c, hidden, options);
+  hold_embedding_output(b, c, embedding_output, last_layer_end);
   OpSpec loss{"loss", "loss", {logits, labels}, SizeExpr::constant(1), DType::kF32,
               {SavedRef{logits, SaveWhen::kAnyGrad}}, {}, times(one, 5 * c.labels),
               times(one, 2 * c.labels), {}, {}};

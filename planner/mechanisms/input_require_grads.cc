@@ -68,6 +68,21 @@ std::string module_output(const graph::LayerGraph& graph, const graph::Node& nod
   return out;
 }
 
+// Whether a pack hook sees `leaf` after all: a later block reads it (a checkpointed
+// layer saves its inputs, torch/utils/checkpoint.py), or a consumer keeps it beside the
+// one SavedRef apply_input_require_grads gave it (a norm saving its input).
+bool saved_beyond_accumulate_grad(const graph::LayerGraph& graph, const graph::Node& embedding,
+                                  const graph::Tensor& leaf) {
+  for (const graph::Node& consumer : graph.nodes) {
+    if (!reads(consumer, leaf.name)) continue;
+    if (consumer.block != embedding.block) return true;
+    const auto refs = std::count_if(consumer.saves.begin(), consumer.saves.end(),
+                                    [&](const graph::SavedRef& r) { return r.tensor == leaf.name; });
+    if (refs != 1) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int apply_input_require_grads(graph::LayerGraph& graph) {
@@ -93,6 +108,22 @@ int apply_input_require_grads(graph::LayerGraph& graph) {
     ++marked;
   }
   return marked;
+}
+
+std::vector<int> input_grad_leaves(const graph::LayerGraph& graph) {
+  std::vector<int> leaves;
+  if (graph.find_tensor(kInputIds) == nullptr) return leaves;
+  for (const graph::Node& node : graph.nodes) {
+    if (!is_input_embedding(graph, node)) continue;
+    const graph::Tensor* leaf = graph.find_tensor(module_output(graph, node));
+    const bool trainable = std::any_of(node.params.begin(), node.params.end(),
+                                       [](const graph::Param& p) { return p.tied_to.empty() && p.trainable; });
+    if (leaf == nullptr || !leaf->requires_grad || trainable || saved_beyond_accumulate_grad(graph, node, *leaf)) {
+      continue;
+    }
+    leaves.push_back(static_cast<int>(leaf - graph.tensors.data()));
+  }
+  return leaves;
 }
 
 }  // namespace headroom::planner

@@ -9,6 +9,8 @@
 // AccumulateGrad node holds until backward.
 #pragma once
 
+#include <vector>
+
 #include "graph/layer_graph.h"
 
 namespace headroom::planner {
@@ -22,5 +24,14 @@ namespace headroom::planner {
 // embedding with a trainable table is left alone: its output requires grad
 // already and is no leaf. Returns how many embeddings it marked.
 int apply_input_require_grads(graph::LayerGraph& graph);
+
+// The leaves apply_input_require_grads made (tensor indices) that only their
+// AccumulateGrad nodes keep: it holds the variable itself (torch 2.11
+// torch/csrc/autograd/functions/accumulate_grad.h, `Variable variable`), not through a
+// saved-tensor pack hook, so at the peak such a leaf is transient, not a saved
+// activation (docs/memory-model.md, "Categories at the peak"). Left out: a leaf a later
+// block reads (a checkpointed layer's input, which the checkpoint saves) or a consumer
+// saves for itself.
+std::vector<int> input_grad_leaves(const graph::LayerGraph& graph);
 
 }  // namespace headroom::planner

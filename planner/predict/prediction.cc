@@ -8,6 +8,7 @@
 
 #include "graph/op_traits.h"
 #include "models/rope_caches.h"
+#include "planner/mechanisms/input_require_grads.h"
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/trl_fused_head.h"
@@ -57,6 +58,25 @@ int64_t caller_held_bytes(const ModelContext& context, const GlobalConfig& confi
                      accounting);
   }
   return bytes;
+}
+
+// The input embeddings' leaves that enable_input_require_grads makes
+// (input_grad_leaves): the walk keeps them with the embeddings block's saved tensors,
+// as long as their AccumulateGrad nodes hold them; at a peak in a later block they are
+// transient, no pack hook having seen them (the oracle's BERT and CLIP LoRA rows
+// under non-reentrant checkpointing: the frozen word embedding's bf16 output).
+int64_t accumulate_grad_leaf_bytes(const ModelContext& context, const GlobalConfig& config, const StepPeak& peak,
+                                   Accounting accounting) {
+  if (peak.block < 0) return 0;
+  int64_t bytes = 0;
+  for (int t : input_grad_leaves(context.graph)) {
+    const int producer = context.analysis.producer[static_cast<size_t>(t)];
+    if (producer < 0 || context.graph.nodes[static_cast<size_t>(producer)].block >= peak.block) continue;
+    bytes += account(graph::tensor_bytes(context.graph.tensors[static_cast<size_t>(t)], context.compute_dtype,
+                                         config.micro_batch, context.seq_len),
+                     accounting);
+  }
+  return std::min(bytes, peak.activations);
 }
 
 // A shared weight's gradient (a tied embedding and LM head) waits in autograd's input
@@ -129,8 +149,9 @@ MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& set
   m.zero_buffers = step.states.comm_buckets - step.states.bucket_gradients +
                    (peak.block >= 0 ? step.states.gathered_params : 0) + peak.gathered;
   const int64_t held = caller_held_bytes(context, config, accounting);
-  m.activations = peak.activations - held;
-  m.transient = peak.transient + held + in_flight;
+  const int64_t leaves = accumulate_grad_leaf_bytes(context, config, peak, accounting);
+  m.activations = peak.activations - held - leaves;
+  m.transient = peak.transient + held + in_flight + leaves;
   m.allocator = reserved ? kPoolSlackBytes : 0;
   m.vllm = peak.vllm;
   return m;

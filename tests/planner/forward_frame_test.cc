@@ -121,5 +121,56 @@ TEST_CASE("BertLayer's frames hold its input and each dropout output through its
   CHECK(holds(node_named(context.graph, p + ".attention.output.LayerNorm"), p + ".attention.output.dropout"));
 }
 
+// BertModel.forward keeps `embedding_output` in its frame through the encoder and the
+// pooler (modeling_bert.py 5.23.0). Under AMP it is the embeddings' fp32 dropout output,
+// which layer 0's linears keep only as 16-bit casts: held to the forward's end, no
+// activation, priced from layer 0 (the last block to read it) in forward only.
+TEST_CASE("BertModel holds its fp32 embedding_output to the pooler, transient in every layer's forward") {
+  const ModelContext context = prepared_context(hf_bert_amp_full());
+  const std::string embedding_output = "bert.embeddings.dropout";
+  CHECK(holds(node_named(context.graph, "bert.pooler.activation"), embedding_output));
+  const int t = index_of_tensor(context.graph, embedding_output);
+  CHECK(context.analysis.held_in_forward[t]);
+  CHECK_FALSE(context.analysis.persistent[t]);
+  const StepProfile profile = profile_step(context.graph, context.analysis, context.compute_dtype, 32, 512,
+                                           Accounting::kAllocated, context.gpu);
+  const int layer0 = block_ending(context.graph, ".layer.0");
+  CHECK(profile.blocks[layer0].forward_frame == int64_t{32} * 512 * 768 * 4);
+  for (size_t b = 0; b < profile.blocks.size(); ++b) {
+    if (static_cast<int>(b) != layer0) CHECK(profile.blocks[b].forward_frame == 0);
+  }
+  // RobertaModel has no pooler in its classification model: the encoder's end holds it.
+  RunSettings roberta = hf_bert_amp_full();
+  roberta.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/roberta-base/config.json";
+  const ModelContext roberta_context = prepared_context(roberta);
+  CHECK(holds(node_named(roberta_context.graph, "roberta.encoder.layer.11.output.LayerNorm"),
+              "roberta.embeddings.dropout"));
+}
+
+// In fp32 without autocast, LoRA with no dropout (PEFT's nn.Identity), layer 0's lora_A
+// keeps the embeddings' output itself: that save holds it through layer 0's backward,
+// past the frame's end, so BertModel's hold adds nothing (headroom's executor, which
+// holds no frame, measured tiny-bert LoRA at ZeRO-3 one copy under a whole-step price).
+TEST_CASE("a frame's hold on a tensor a later block saves changes nothing, the save outlives the frame") {
+  RunSettings settings = hf_bert_amp_full();
+  settings.precision = Precision::kFp32;
+  settings.mode = TrainMode::kLora;
+  settings.lora.dropout = 0;
+  const ModelContext context = prepared_context(settings);
+  const std::string embedding_output = "bert.embeddings.dropout";
+  REQUIRE(holds(node_named(context.graph, "bert.pooler.activation"), embedding_output));
+  const int t = index_of_tensor(context.graph, embedding_output);
+  bool saved = false;
+  for (const std::vector<int>& saves : context.analysis.node_saves) {
+    saved = saved || std::count(saves.begin(), saves.end(), t) > 0;
+  }
+  REQUIRE(saved);
+  CHECK_FALSE(context.analysis.persistent[t]);
+  CHECK_FALSE(context.analysis.held_in_forward[t]);
+  const StepProfile profile = profile_step(context.graph, context.analysis, context.compute_dtype, 32, 512,
+                                           Accounting::kAllocated, context.gpu);
+  for (const BlockProfile& block : profile.blocks) CHECK(block.forward_frame == 0);
+}
+
 }  // namespace
 }  // namespace headroom::planner
