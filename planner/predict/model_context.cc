@@ -229,10 +229,10 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
                                  ") is not an encoder-decoder model; expected target_tokens (--target-seq) only for "
                                  "a T5 model, whose decoder runs a second sequence");
   }
-  if (settings.text_tokens && loaded->family != "flux") {
+  if (settings.text_tokens && loaded->family != "flux" && loaded->family != "sd3") {
     return Status::invalid_input(
         "text_tokens: " + loaded->name + " (" + loaded->family +
-        ") has no T5 text input; expected text_tokens only for a Flux model");
+        ") has no T5 text input; expected text_tokens only for a Flux or SD3 model");
   }
   return loaded;
 }
