@@ -39,14 +39,20 @@ struct Context {
 };
 
 // F.scaled_dot_product_attention over `rows` query/key rows (no mask, no
-// dropout); the [B, H, N, D] output transposed back is a view of the kernel's
-// [B, N, H, D] result, so only eager attention adds a merge-heads copy.
-std::string sdpa(Context& c, const std::string& attn, const MmditQkv& qkv, SizeExpr rows, SizeExpr scores) {
+// dropout), then `transpose(1, 2).reshape(B, -1, heads * head_dim)`. The flash
+// kernel's output follows q's layout (torch 2.11 attention.cu: the output is
+// empty_like(query.transpose(1, 2)); the meta kernel empty_like(query)): for q in
+// [B, N, H, D] memory (a view of a projection, attn2) the reshape is a view; the
+// joint attention's q is torch.cat of the image and text parts along the token
+// axis, a contiguous [B, H, N, D] tensor, so the reshape copies the output (as
+// eager attention's always does), and the output projections read the copy.
+std::string sdpa(Context& c, const std::string& attn, const MmditQkv& qkv, SizeExpr rows, SizeExpr scores,
+                 bool heads_major) {
   const SizeExpr elements = times(rows, c.f.hidden);
   const AttentionShape shape = self_attention_shape(c.f.heads, c.f.heads, c.f.head_dim, rows, scores, false);
   std::string out = attention(c.m.b, c.m.options.attention, attn, qkv.q, qkv.k, qkv.v, shape,
                               EagerAttentionOptions{false, 0.0});
-  if (c.m.options.attention == AttentionImpl::kEager) {
+  if (heads_major || c.m.options.attention == AttentionImpl::kEager) {
     out = c.m.b.copy(attn + ".merge_heads", "transpose_contiguous", {out}, elements);
   }
   return out;
@@ -66,7 +72,7 @@ std::pair<std::string, std::string> joint_attention(Context& c, const std::strin
   const MmditQkv cat{b.copy(attn + ".cat_q", "concat", {iq.q, tq.q}, joint),
                      b.copy(attn + ".cat_k", "concat", {iq.k, tq.k}, joint),
                      b.copy(attn + ".cat_v", "concat", {iq.v, tq.v}, joint)};
-  const std::string o = sdpa(c, attn, cat, joint_rows(c.f), joint_scores(c.f));
+  const std::string o = sdpa(c, attn, cat, joint_rows(c.f), joint_scores(c.f), true);
   const auto parts = b.split(attn + ".split_out", o,
                              {{attn + ".out_image", times(image, c.f.hidden)},
                               {attn + ".out_text", times(text, c.f.hidden)}});
@@ -82,7 +88,7 @@ std::pair<std::string, std::string> joint_attention(Context& c, const std::strin
 // tokens only, on the second modulation of the same LayerNorm output.
 std::string image_attention(Context& c, const std::string& attn, const std::string& x) {
   const MmditQkv qkv = mmdit_projections(c.m, attn, x, image_rows(), kImageQkv);
-  const std::string o = sdpa(c, attn, qkv, image_rows(), SizeExpr{0, 0, 0, 0, 0, 1});
+  const std::string o = sdpa(c, attn, qkv, image_rows(), SizeExpr{0, 0, 0, 0, 0, 1}, false);
   return c.m.b.linear(attn + ".to_out.0", o, image_rows(), c.f.hidden, c.f.hidden, true);
 }
 

@@ -123,7 +123,7 @@ TEST_CASE("a T5 length is refused for a model without a T5 input, naming the fie
   const Result<ModelContext> context = prepare_context(s);
   REQUIRE_FALSE(context.is_ok());
   CHECK(context.message().find("text_tokens: ") == 0);
-  CHECK(context.message().find("expected text_tokens only for a Flux model") != std::string::npos);
+  CHECK(context.message().find("expected text_tokens only for a Flux or SD3 model") != std::string::npos);
 }
 
 TEST_CASE("a document length is refused without flex attention, naming the field") {
