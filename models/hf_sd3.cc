@@ -51,7 +51,7 @@ void read_qk_norm(HfReader& r, const HfFields& c, Sd3Config& f) {
   const std::string norm = r.string_or("qk_norm", "");
   // Attention(qk_norm="rms_norm") builds diffusers' RMSNorm, written as Python ops.
   if (norm == "rms_norm") {
-    f.qk_norm = QkNorm::kPython;
+    f.qk_norm = QkNorm::kDiffusers;
   } else {
     r.fail(unsupported_field(c.origin, "qk_norm",
                              "null or \"rms_norm\" (what the published SD3 and SD3.5 configs use), got \"" +

@@ -41,6 +41,21 @@ std::string mmdit_gated_residual(MmditContext& c, const std::string& gate_name, 
   return c.b.add(add_name, residual, g, times(rows, c.d.hidden));
 }
 
+namespace {
+
+// diffusers RMSNorm.forward (0.39.0 normalization.py): variance from
+// x.to(float32).pow(2) (pow keeps the f32 copy), `x * rsqrt(variance + eps)` on x
+// itself (the product keeps x and rstd), `.to(weight.dtype) * weight` (keeps the
+// 16-bit normalized for the weight's gradient).
+std::string diffusers_rms_norm(GraphBuilder& b, const std::string& module, const std::string& x, SizeExpr rows,
+                               int64_t width) {
+  const std::string y = b.python_rms_norm(module, x, rows, width, false);
+  b.mutable_graph().nodes.back().saves.push_back(SavedRef{x, SaveWhen::kInputGrad});
+  return y;
+}
+
+}  // namespace
+
 MmditQkv mmdit_projections(MmditContext& c, const std::string& attn, const std::string& x, SizeExpr rows,
                            const MmditQkvNames& n) {
   const int64_t h = c.d.hidden;
@@ -49,8 +64,11 @@ MmditQkv mmdit_projections(MmditContext& c, const std::string& attn, const std::
   out.q = c.b.linear(attn + "." + n.q, x, rows, h, h, true);
   out.k = c.b.linear(attn + "." + n.k, x, rows, h, h, true);
   out.v = c.b.linear(attn + "." + n.v, x, rows, h, h, true);
-  if (c.d.qk_norm == QkNorm::kPython) {
-    // diffusers RMSNorm (normalization.py): x.to(f32).pow(2).mean(), x * rsqrt(...) in
+  if (c.d.qk_norm == QkNorm::kDiffusers) {
+    out.q = diffusers_rms_norm(c.b, attn + "." + n.norm_q, out.q, head_rows, c.d.head_dim);
+    out.k = diffusers_rms_norm(c.b, attn + "." + n.norm_k, out.k, head_rows, c.d.head_dim);
+  } else if (c.d.qk_norm == QkNorm::kPython) {
+    // FluxAttention's q/k RMSNorm: x.to(f32).pow(2).mean(), x * rsqrt(...) in
     // f32, times the weight: keeps a float32 copy of x, rstd and the float32
     // normalized tensor (traced by scripts/exporter, docs/exporter.md).
     out.q = c.b.python_rms_norm(attn + "." + n.norm_q, out.q, head_rows, c.d.head_dim, true);

@@ -18,7 +18,11 @@ namespace headroom::models {
 enum class QkNorm {
   kNone,    // SD3 (qk_norm null): no norm
   kFused,   // a fused RMSNorm kernel (the executor's LibTorch Flux module)
-  kPython,  // diffusers' RMSNorm as Python ops (keeps an f32 copy of x, rstd, the f32 normalized)
+  kPython,  // torch.nn.RMSNorm as Flux's FluxAttention runs it (Python ops: an f32 copy of x, rstd, the f32 normalized)
+  // diffusers' own RMSNorm (normalization.py, the SD3 Attention's qk_norm "rms_norm"):
+  // pow on an f32 copy, but `hidden_states * rsqrt(...)` multiplies the input itself,
+  // so x is kept too; the normalized is cast to the weight's dtype before `* weight`.
+  kDiffusers,
 };
 
 struct MmditDims {

@@ -208,12 +208,12 @@ Sd3Config sized(int64_t heads, int64_t layers, int64_t pos_embed_max, QkNorm qk_
 Sd3Config sd3_medium_config() { return sized(24, 24, 192, QkNorm::kNone); }
 // 24 x 64, 24 layers, pos_embed_max_size 384, rms_norm, attn2 in blocks 0-12.
 Sd3Config sd35_medium_config() {
-  Sd3Config f = sized(24, 24, 384, QkNorm::kPython);
+  Sd3Config f = sized(24, 24, 384, QkNorm::kDiffusers);
   for (int64_t i = 0; i <= 12; ++i) f.dual_attention_layers.push_back(i);
   return f;
 }
 // 38 x 64, 38 layers, pos_embed_max_size 192, rms_norm.
-Sd3Config sd35_large_config() { return sized(38, 38, 192, QkNorm::kPython); }
+Sd3Config sd35_large_config() { return sized(38, 38, 192, QkNorm::kDiffusers); }
 
 graph::LayerGraph build_sd3(const Sd3Config& config, const ZooOptions& options) {
   Sd3Config f = config;
