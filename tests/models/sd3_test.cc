@@ -101,6 +101,31 @@ TEST_CASE("sd3.5 medium dual-attention blocks have attn2 and a 9-chunk AdaLN, th
   CHECK(load_test_model("sd3-medium").find_node("transformer_blocks.0.attn.norm_q") == nullptr);
 }
 
+TEST_CASE("sd3 joint attention output is copied by its reshape under SDPA, attn2's is not") {
+  // JointAttnProcessor2_0 cats q in [B, H, N, D]: the flash output follows that layout.
+  const graph::LayerGraph g = load_test_model("sd3.5-medium");
+  const graph::Node* merge = g.find_node("transformer_blocks.0.attn.merge_heads");
+  REQUIRE(merge != nullptr);
+  CHECK(merge->inputs.front() == "transformer_blocks.0.attn.sdpa");
+  CHECK(g.find_node("transformer_blocks.0.attn.to_out.0")->inputs.back() == "transformer_blocks.0.attn.merge_heads");
+  CHECK(g.find_node("transformer_blocks.0.attn2.merge_heads") == nullptr);
+}
+
+TEST_CASE("sd3 qk RMSNorm keeps its 16-bit input beside the f32 copy, as diffusers' RMSNorm multiplies x") {
+  const graph::LayerGraph g = load_test_model("sd3.5-large");
+  const graph::Node* norm = g.find_node("transformer_blocks.0.attn.norm_q");
+  REQUIRE(norm != nullptr);
+  bool keeps_input = false;
+  bool keeps_f32_copy = false;
+  for (const graph::SavedRef& saved : norm->saves) {
+    keeps_input = keeps_input || (saved.tensor == "transformer_blocks.0.attn.to_q" && saved.when == graph::SaveWhen::kInputGrad);
+    keeps_f32_copy = keeps_f32_copy || saved.tensor == "transformer_blocks.0.attn.norm_q:x32";
+  }
+  CHECK(keeps_input);
+  CHECK(keeps_f32_copy);
+  CHECK(g.find_tensor("transformer_blocks.0.attn.norm_q:normalized")->dtype == std::nullopt);
+}
+
 TEST_CASE("sd3 joint attention runs over S image + 77 CLIP + 77 T5 tokens, image first") {
   ZooOptions options;
   options.attention = AttentionImpl::kEager;
