@@ -438,7 +438,8 @@ const std::vector<SettingsFlag> kFixedFlags = {
        return set_optional_int(v, 1, planner::kMaxSeqLen, s.vllm_max_model_len);
      }},
     {"--text-tokens", "N", kTraining,
-     "Flux: T5 tokens per sample (diffusers' --max_sequence_length; default 512)", false,
+     "Flux / SD3: T5 tokens per sample (diffusers' --max_sequence_length; default 512 for Flux, 77 for SD3, "
+     "after SD3's 77 CLIP tokens)", false,
      [](RunSettings& s, std::string_view v) { return set_optional_int(v, 1, planner::kMaxSeqLen, s.text_tokens); }},
     {"--target-seq", "N", kTraining,
      "T5: decoder (target) tokens per sample, the labels' length (default 128); --seq is the encoder's", false,

@@ -11,6 +11,7 @@
 #include "models/flux.h"
 #include "models/flux_text.h"
 #include "models/layers.h"
+#include "models/mmdit_parts.h"
 #include "models/zoo_builders.h"
 
 namespace headroom::models {
@@ -26,163 +27,70 @@ SizeExpr joint_scores(const FluxConfig& f) {
 }
 
 struct Context {
-  GraphBuilder& b;
+  MmditContext m;
   const FluxConfig& f;
-  const ZooOptions& options;
-  std::string temb;
   std::string cos;
   std::string sin;
 };
 
-// SiLU(temb) -> linear to `chunks` x hidden, split into per-sample chunks.
-std::vector<std::string> modulation(Context& c, const std::string& module, int64_t chunks) {
-  const SizeExpr rows = SizeExpr::per_sample(1);
-  const std::string act = c.b.activation(module + ".silu", c.temb, times(rows, c.f.hidden), "silu");
-  const std::string emb = c.b.linear(module + ".linear", act, rows, c.f.hidden, chunks * c.f.hidden, true);
-  std::vector<std::pair<std::string, SizeExpr>> parts;
-  for (int64_t i = 0; i < chunks; ++i) {
-    parts.push_back({module + ".chunk" + std::to_string(i), times(rows, c.f.hidden)});
-  }
-  return c.b.split(module + ".chunk", emb, parts);
-}
-
-// LayerNorm without affine, then x * (1 + scale) + shift.
-std::string modulate(Context& c, const std::string& name, const std::string& x, SizeExpr rows,
-                     const std::string& shift, const std::string& scale) {
-  const SizeExpr elements = times(rows, c.f.hidden);
-  const std::string normed = c.b.norm(name, x, rows, c.f.hidden, NormKind::kLayerNorm, false, false);
-  const std::string one_plus =
-      c.b.copy(name + ".one_plus_scale", "add_scalar", {scale}, SizeExpr::per_sample(c.f.hidden));
-  const std::string scaled = c.b.mul(name + ".scale", normed, one_plus, elements);
-  return c.b.add(name + ".shift", scaled, shift, elements);
-}
-
-// gate[:, None] * x: keeps each operand while the other requires grad (under
-// LoRA the gate comes from frozen layers, so x is not kept).
-std::string gated(Context& c, const std::string& name, const std::string& gate,
-                  const std::string& x, SizeExpr rows) {
-  return c.b.mul(name, gate, x, times(rows, c.f.hidden));
-}
-
-struct Qkv {
-  std::string q, k, v;
-};
-
-// to_q/to_k/to_v (with bias), then per-head RMSNorm on q and k.
-Qkv projections(Context& c, const std::string& attn, const std::string& x, SizeExpr rows,
-                const char* q_name, const char* k_name, const char* v_name, const char* nq,
-                const char* nk) {
-  const int64_t h = c.f.hidden;
-  const SizeExpr head_rows = rows.scaled(c.f.heads);
-  Qkv out;
-  const std::string q = c.b.linear(attn + "." + q_name, x, rows, h, h, true);
-  const std::string k = c.b.linear(attn + "." + k_name, x, rows, h, h, true);
-  out.v = c.b.linear(attn + "." + v_name, x, rows, h, h, true);
-  if (c.f.python_qk_norm) {
-    // diffusers RMSNorm: x.to(f32).pow(2).mean(), x * rsqrt(...) in f32, times the
-    // weight: keeps a float32 copy of x, rstd and the float32 normalized tensor
-    // (traced by scripts/exporter, docs/exporter.md).
-    out.q = c.b.python_rms_norm(attn + "." + nq, q, head_rows, c.f.head_dim, true);
-    out.k = c.b.python_rms_norm(attn + "." + nk, k, head_rows, c.f.head_dim, true);
-    return out;
-  }
-  out.q = c.b.norm(attn + "." + nq, q, head_rows, c.f.head_dim, NormKind::kRmsNorm, true, false);
-  out.k = c.b.norm(attn + "." + nk, k, head_rows, c.f.head_dim, NormKind::kRmsNorm, true, false);
-  return out;
+MmditDims flux_dims(const FluxConfig& f) {
+  return MmditDims{f.hidden, f.heads, f.head_dim, f.mlp, f.python_qk_norm ? QkNorm::kPython : QkNorm::kFused};
 }
 
 // RoPE on joint q and k (diffusers apply_rotary_emb computes in f32 and casts
 // back: transients only; cos/sin are persistent), then attention over T+S.
 std::string joint_attention(Context& c, const std::string& attn, const std::string& q,
                             const std::string& k, const std::string& v) {
+  GraphBuilder& b = c.m.b;
   const SizeExpr elements = times(joint_rows(c.f), c.f.hidden);
-  const std::string q_rope = apply_rope(c.b, attn + ".q", q, c.cos, c.sin, elements);
-  const std::string k_rope = apply_rope(c.b, attn + ".k", k, c.cos, c.sin, elements);
+  const std::string q_rope = apply_rope(b, attn + ".q", q, c.cos, c.sin, elements);
+  const std::string k_rope = apply_rope(b, attn + ".k", k, c.cos, c.sin, elements);
   AttentionShape shape = self_attention_shape(c.f.heads, c.f.heads, c.f.head_dim,
                                               joint_rows(c.f), joint_scores(c.f), false);
-  const double p = dropout_p(c.options, 0.0);
-  std::string out = attention(c.b, c.options.attention, attn, q_rope, k_rope, v, shape,
+  const double p = dropout_p(c.m.options, 0.0);
+  std::string out = attention(b, c.m.options.attention, attn, q_rope, k_rope, v, shape,
                               EagerAttentionOptions{false, p});
-  if (c.options.attention == AttentionImpl::kEager) {
-    out = c.b.copy(attn + ".merge_heads", "transpose_contiguous", {out}, elements);
+  if (c.m.options.attention == AttentionImpl::kEager) {
+    out = b.copy(attn + ".merge_heads", "transpose_contiguous", {out}, elements);
   }
   return out;
 }
 
-// A linear over a slice (a view) of `base`: autograd keeps the view, whose
-// storage is all of `base`, so the node reads and saves `base` itself.
-std::string linear_on_view(Context& c, const std::string& module, const std::string& view,
-                           const std::string& base, SizeExpr rows, int64_t in, int64_t out) {
-  const std::string y = c.b.linear(module, view, rows, in, out, true);
-  graph::Node& node = c.b.mutable_graph().nodes.back();
-  node.inputs.push_back(base);
-  node.saves = {SavedRef{base, SaveWhen::kParamGrad}};
-  return y;
-}
-
-struct Stream {
-  const char* norm1;
-  const char* norm2;
-  const char* ff;
-  const char* q;
-  const char* k;
-  const char* v;
-  const char* norm_q;
-  const char* norm_k;
-  const char* out;
-  SizeExpr rows;
-};
-
-// Feed-forward of one stream: GELU(tanh) MLP 3072 -> 12288 -> 3072, gated residual.
-std::string stream_ff(Context& c, const std::string& p, const Stream& s, const std::string& hidden,
-                      const std::vector<std::string>& mod) {
-  const SizeExpr mlp_elements = times(s.rows, c.f.mlp);
-  const std::string x = modulate(c, p + "." + s.norm2, hidden, s.rows, mod[3], mod[4]);
-  const std::string ff = p + "." + s.ff;
-  const std::string up = c.b.linear(ff + ".net.0.proj", x, s.rows, c.f.hidden, c.f.mlp, true);
-  const std::string act = c.b.activation(ff + ".net.0.gelu", up, mlp_elements, "gelu_tanh");
-  const std::string down = c.b.linear(ff + ".net.2", act, s.rows, c.f.mlp, c.f.hidden, true);
-  const std::string g = gated(c, ff + ".gate", mod[5], down, s.rows);
-  return c.b.add(ff + ".residual", hidden, g, times(s.rows, c.f.hidden));
-}
+constexpr MmditQkvNames kImageQkv{"to_q", "to_k", "to_v", "norm_q", "norm_k"};
+constexpr MmditQkvNames kTextQkv{"add_q_proj", "add_k_proj", "add_v_proj", "norm_added_q", "norm_added_k"};
 
 // FluxTransformerBlock. Returns {image, text} hidden states.
 std::pair<std::string, std::string> double_block(Context& c, int64_t i, const std::string& img,
                                                  const std::string& txt) {
+  GraphBuilder& b = c.m.b;
   const std::string p = "transformer_blocks." + std::to_string(i);
-  c.b.begin_block(p, "flux_double_stream", true);
-  const Stream image{"norm1", "norm2", "ff", "to_q", "to_k", "to_v", "norm_q", "norm_k",
-                     "to_out.0", image_rows()};
-  const Stream text{"norm1_context", "norm2_context", "ff_context", "add_q_proj", "add_k_proj",
-                    "add_v_proj", "norm_added_q", "norm_added_k", "to_add_out", text_rows(c.f)};
-  const std::vector<std::string> img_mod = modulation(c, p + ".norm1", 6);
-  const std::vector<std::string> txt_mod = modulation(c, p + ".norm1_context", 6);
-  const std::string img_x = modulate(c, p + ".norm1.norm", img, image.rows, img_mod[0], img_mod[1]);
-  const std::string txt_x = modulate(c, p + ".norm1_context.norm", txt, text.rows, txt_mod[0], txt_mod[1]);
+  b.begin_block(p, "flux_double_stream", true);
+  const SizeExpr image = image_rows();
+  const SizeExpr text = text_rows(c.f);
+  const std::vector<std::string> img_mod = mmdit_modulation(c.m, p + ".norm1", 6);
+  const std::vector<std::string> txt_mod = mmdit_modulation(c.m, p + ".norm1_context", 6);
+  const std::string img_x = mmdit_modulate(c.m, p + ".norm1.norm", img, image, img_mod[0], img_mod[1]);
+  const std::string txt_x = mmdit_modulate(c.m, p + ".norm1_context.norm", txt, text, txt_mod[0], txt_mod[1]);
   const std::string attn = p + ".attn";
-  const Qkv iq = projections(c, attn, img_x, image.rows, image.q, image.k, image.v, image.norm_q,
-                             image.norm_k);
-  const Qkv tq = projections(c, attn, txt_x, text.rows, text.q, text.k, text.v, text.norm_q,
-                             text.norm_k);
+  const MmditQkv iq = mmdit_projections(c.m, attn, img_x, image, kImageQkv);
+  const MmditQkv tq = mmdit_projections(c.m, attn, txt_x, text, kTextQkv);
   const SizeExpr joint = times(joint_rows(c.f), c.f.hidden);
-  const std::string q = c.b.copy(attn + ".cat_q", "concat", {tq.q, iq.q}, joint);
-  const std::string k = c.b.copy(attn + ".cat_k", "concat", {tq.k, iq.k}, joint);
-  const std::string v = c.b.copy(attn + ".cat_v", "concat", {tq.v, iq.v}, joint);
+  const std::string q = b.copy(attn + ".cat_q", "concat", {tq.q, iq.q}, joint);
+  const std::string k = b.copy(attn + ".cat_k", "concat", {tq.k, iq.k}, joint);
+  const std::string v = b.copy(attn + ".cat_v", "concat", {tq.v, iq.v}, joint);
   const std::string o = joint_attention(c, attn, q, k, v);
-  const auto parts = c.b.split(attn + ".split_out", o,
-                               {{attn + ".out_text", times(text.rows, c.f.hidden)},
-                                {attn + ".out_image", times(image.rows, c.f.hidden)}});
-  const std::string img_o = linear_on_view(c, attn + ".to_out.0", parts[1], o, image.rows,
-                                           c.f.hidden, c.f.hidden);
-  const std::string txt_o = linear_on_view(c, attn + ".to_add_out", parts[0], o, text.rows,
-                                           c.f.hidden, c.f.hidden);
-  std::string img_h = c.b.add(p + ".attn_residual", img, gated(c, p + ".attn_gate", img_mod[2], img_o, image.rows),
-                              times(image.rows, c.f.hidden));
-  std::string txt_h = c.b.add(p + ".attn_residual_context", txt,
-                              gated(c, p + ".attn_gate_context", txt_mod[2], txt_o, text.rows),
-                              times(text.rows, c.f.hidden));
-  img_h = stream_ff(c, p, image, img_h, img_mod);
-  txt_h = stream_ff(c, p, text, txt_h, txt_mod);
+  const auto parts = b.split(attn + ".split_out", o,
+                             {{attn + ".out_text", times(text, c.f.hidden)},
+                              {attn + ".out_image", times(image, c.f.hidden)}});
+  const std::string img_o = mmdit_linear_on_view(c.m, attn + ".to_out.0", parts[1], o, image,
+                                                 c.f.hidden, c.f.hidden);
+  const std::string txt_o = mmdit_linear_on_view(c.m, attn + ".to_add_out", parts[0], o, text,
+                                                 c.f.hidden, c.f.hidden);
+  std::string img_h = mmdit_gated_residual(c.m, p + ".attn_gate", p + ".attn_residual", img, img_mod[2], img_o, image);
+  std::string txt_h = mmdit_gated_residual(c.m, p + ".attn_gate_context", p + ".attn_residual_context", txt,
+                                           txt_mod[2], txt_o, text);
+  img_h = mmdit_feed_forward(c.m, p + ".norm2", p + ".ff", img_h, image, img_mod);
+  txt_h = mmdit_feed_forward(c.m, p + ".norm2_context", p + ".ff_context", txt_h, text, txt_mod);
   return {img_h, txt_h};
 }
 
@@ -190,31 +98,31 @@ std::pair<std::string, std::string> double_block(Context& c, int64_t i, const st
 // splits on exit). Returns {image, text}.
 std::pair<std::string, std::string> single_block(Context& c, int64_t i, const std::string& img,
                                                  const std::string& txt) {
+  GraphBuilder& b = c.m.b;
   const std::string p = "single_transformer_blocks." + std::to_string(i);
-  c.b.begin_block(p, "flux_single_stream", true);
+  b.begin_block(p, "flux_single_stream", true);
   const SizeExpr rows = joint_rows(c.f);
   const SizeExpr h_elements = times(rows, c.f.hidden);
-  const std::string joint = c.b.copy(p + ".concat_in", "concat", {txt, img}, h_elements);
-  const std::vector<std::string> mod = modulation(c, p + ".norm", 3);
-  const std::string x = modulate(c, p + ".norm.norm", joint, rows, mod[0], mod[1]);
-  const std::string mlp = c.b.linear(p + ".proj_mlp", x, rows, c.f.hidden, c.f.mlp, true);
-  const std::string act = c.b.activation(p + ".act_mlp", mlp, times(rows, c.f.mlp), "gelu_tanh");
-  const Qkv qkv = projections(c, p + ".attn", x, rows, "to_q", "to_k", "to_v", "norm_q", "norm_k");
+  const std::string joint = b.copy(p + ".concat_in", "concat", {txt, img}, h_elements);
+  const std::vector<std::string> mod = mmdit_modulation(c.m, p + ".norm", 3);
+  const std::string x = mmdit_modulate(c.m, p + ".norm.norm", joint, rows, mod[0], mod[1]);
+  const std::string mlp = b.linear(p + ".proj_mlp", x, rows, c.f.hidden, c.f.mlp, true);
+  const std::string act = b.activation(p + ".act_mlp", mlp, times(rows, c.f.mlp), "gelu_tanh");
+  const MmditQkv qkv = mmdit_projections(c.m, p + ".attn", x, rows, kImageQkv);
   const std::string o = joint_attention(c, p + ".attn", qkv.q, qkv.k, qkv.v);
-  const std::string cat = c.b.copy(p + ".concat_attn_mlp", "concat", {o, act},
+  const std::string cat = b.copy(p + ".concat_attn_mlp", "concat", {o, act},
                                    times(rows, c.f.hidden + c.f.mlp));
-  const std::string out = c.b.linear(p + ".proj_out", cat, rows, c.f.hidden + c.f.mlp, c.f.hidden, true);
-  const std::string g = gated(c, p + ".gate", mod[2], out, rows);
-  const std::string h = c.b.add(p + ".residual", joint, g, h_elements);
+  const std::string out = b.linear(p + ".proj_out", cat, rows, c.f.hidden + c.f.mlp, c.f.hidden, true);
+  const std::string h = mmdit_gated_residual(c.m, p + ".gate", p + ".residual", joint, mod[2], out, rows);
   // FluxSingleTransformerBlock.forward binds norm_hidden_states, mlp_hidden_states and
   // attn_output until it returns, and the cat of the last two until `gate *
   // self.proj_out(hidden_states)` rebinds the name; the transformer's loop holds the
   // block's two inputs until it returns (diffusers 0.39.0 transformer_flux.py). Under
   // LoRA on the attention only (proj_mlp and proj_out frozen) nothing saves the GELU's
   // output or the cat, nor, under autocast, the fp32 normed input the linears cast.
-  c.b.hold_until(p + ".gate", cat);
-  for (const std::string& held : {x, act, o, img, txt}) c.b.hold_until(p + ".residual", held);
-  const auto parts = c.b.split(p + ".split_out", h,
+  b.hold_until(p + ".gate", cat);
+  for (const std::string& held : {x, act, o, img, txt}) b.hold_until(p + ".residual", held);
+  const auto parts = b.split(p + ".split_out", h,
                                {{p + ".out_text", times(text_rows(c.f), c.f.hidden)},
                                 {p + ".out_image", times(image_rows(), c.f.hidden)}});
   return {parts[1], parts[0]};
@@ -226,19 +134,14 @@ std::pair<std::string, std::string> single_block(Context& c, int64_t i, const st
 std::string time_text_embed(GraphBuilder& b, const FluxConfig& f, const std::string& pooled) {
   const SizeExpr rows = SizeExpr::per_sample(1);
   const int64_t h = f.hidden;
-  auto mlp = [&](const std::string& module, const std::string& x, int64_t in, const char* act_name) {
-    const std::string l1 = b.linear(module + ".linear_1", x, rows, in, h, true);
-    const std::string a = b.activation(module + "." + act_name, l1, times(rows, h), "silu");
-    return b.linear(module + ".linear_2", a, rows, h, h, true);
-  };
   const std::string e = "time_text_embed";
   const std::string timestep = b.input("timestep", rows, DType::kF32, false);
   const std::string guidance = b.input("guidance", rows, DType::kF32, false);
   const std::string t_proj = b.copy(e + ".time_proj", "sinusoidal", {timestep}, times(rows, f.time_channels));
   const std::string g_proj = b.copy(e + ".guidance_proj", "sinusoidal", {guidance}, times(rows, f.time_channels));
-  const std::string t = mlp(e + ".timestep_embedder", t_proj, f.time_channels, "act");
-  const std::string g = mlp(e + ".guidance_embedder", g_proj, f.time_channels, "act");
-  const std::string p = mlp(e + ".text_embedder", pooled, f.pooled_dim, "act_1");
+  const std::string t = mmdit_embed_mlp(b, h, e + ".timestep_embedder", t_proj, f.time_channels, "act");
+  const std::string g = mmdit_embed_mlp(b, h, e + ".guidance_embedder", g_proj, f.time_channels, "act");
+  const std::string p = mmdit_embed_mlp(b, h, e + ".text_embedder", pooled, f.pooled_dim, "act_1");
   const std::string tg = b.add(e + ".sum_time_guidance", t, g, times(rows, h));
   return b.add(e + ".temb", tg, p, times(rows, h));
 }
@@ -250,7 +153,7 @@ graph::LayerGraph build_flux(const FluxConfig& config, const ZooOptions& options
   if (options.text_tokens) f.text_tokens = *options.text_tokens;
   GraphBuilder b;
   b.set_param_dtype(DType::kBF16);  // published bfloat16
-  Context c{b, f, options, "", "", ""};
+  Context c{MmditContext{b, flux_dims(f), options, ""}, f, "", ""};
   std::string pooled;
   std::string encoded;
   if (options.precomputed_text_embeddings) {
@@ -269,7 +172,7 @@ graph::LayerGraph build_flux(const FluxConfig& config, const ZooOptions& options
   const SizeExpr table{f.text_tokens * f.head_dim, 0, f.head_dim, 0, 0, 0};
   c.cos = b.copy("pos_embed.cos", "rope_table", {ids}, table, DType::kF32);
   c.sin = b.copy("pos_embed.sin", "rope_table", {ids}, table, DType::kF32);
-  c.temb = time_text_embed(b, f, pooled);
+  c.m.temb = time_text_embed(b, f, pooled);
   std::string img = b.linear("x_embedder", latents, image_rows(), f.in_channels, f.hidden, true);
   std::string txt = b.linear("context_embedder", encoded, text_rows(c.f), f.joint_dim, f.hidden, true);
   for (int64_t i = 0; i < f.double_blocks; ++i) std::tie(img, txt) = double_block(c, i, img, txt);
@@ -277,15 +180,10 @@ graph::LayerGraph build_flux(const FluxConfig& config, const ZooOptions& options
   // norm_out (AdaLayerNormContinuous: scale, shift), proj_out to 64 channels,
   // and the flow-matching MSE against the target (keeps the [B, S, 64] difference).
   b.begin_block("head", "flux_output", false);
-  const std::vector<std::string> mod = modulation(c, "norm_out", 2);
-  const std::string x = modulate(c, "norm_out.norm", img, image_rows(), mod[1], mod[0]);
+  const std::vector<std::string> mod = mmdit_modulation(c.m, "norm_out", 2);
+  const std::string x = mmdit_modulate(c.m, "norm_out.norm", img, image_rows(), mod[1], mod[0]);
   const std::string out = b.linear("proj_out", x, image_rows(), f.hidden, f.in_channels, true);
-  const std::string target = b.input("target", times(image_rows(), f.in_channels), std::nullopt, false);
-  const SizeExpr out_elements = times(image_rows(), f.in_channels);
-  OpSpec loss{"loss", "loss", {out, target}, SizeExpr::constant(1), DType::kF32,
-              {SavedRef{out, SaveWhen::kAnyGrad}, SavedRef{target, SaveWhen::kAnyGrad}}, {},
-              out_elements.scaled(3), out_elements.scaled(2), {}, out_elements.scaled(4)};
-  b.op(loss);
+  mmdit_flow_matching_loss(b, out, times(image_rows(), f.in_channels));
   return b.finish();
 }
 

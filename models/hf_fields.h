@@ -137,7 +137,7 @@ void set_image_sequence(graph::LayerGraph& graph, int64_t patch, int64_t image, 
 // also LLaVA's text_config, where missing sizes take LlamaConfig's defaults.
 Result<LlamaConfig> read_llama_config(const HfFields& c, const std::string& type);
 
-// One reader per family; `type` is the model_type (or "flux" for diffusers').
+// One reader per family; `type` is the model_type (or "flux" / "sd3" for diffusers').
 using HfFamilyReader = Result<graph::LayerGraph> (*)(const HfFields&, const std::string& type,
                                                      const ZooOptions&);
 Result<graph::LayerGraph> hf_llama_family(const HfFields& c, const std::string& type,
@@ -206,6 +206,8 @@ Result<graph::LayerGraph> hf_resnet_family(const HfFields& c, const std::string&
                                            const ZooOptions& options);
 Result<graph::LayerGraph> hf_flux_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options);
+// diffusers' SD3Transformer2DModel (models/hf_sd3.cc).
+Result<graph::LayerGraph> hf_sd3_family(const HfFields& c, const std::string& type, const ZooOptions& options);
 // A timm Hub config.json ({"architecture": "vit_giant_patch14_dinov2", "num_classes": ...}).
 Result<graph::LayerGraph> hf_timm_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options);

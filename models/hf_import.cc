@@ -81,10 +81,11 @@ Result<std::string> model_type(const HfFields& c) {
   if (c.has("_class_name") && c.json.at("_class_name").is_string()) {
     const std::string name = c.json.at("_class_name").get<std::string>();
     if (name == "FluxTransformer2DModel") return std::string("flux");
+    if (name == "SD3Transformer2DModel") return std::string("sd3");
     return unsupported_field(
         c.origin, "_class_name",
-        "FluxTransformer2DModel (the only diffusers model read from config.json), got \"" + name +
-            "\"; for other diffusers models write a layer-graph JSON");
+        "FluxTransformer2DModel or SD3Transformer2DModel (the diffusers models read from config.json), got \"" +
+            name + "\"; for other diffusers models write a layer-graph JSON");
   }
   if (c.has("model_type")) {
     if (!c.json.at("model_type").is_string()) {
@@ -151,7 +152,7 @@ std::string_view supported_hf_model_types() {
          "deepseek_v3, gpt2, gpt_neox, mpt, opt, "
          "bert, roberta, vit, dinov2, resnet, clip, clip_vision_model, siglip, siglip_vision_model, llava, qwen2_5_vl, t5, "
          "gemma2, gemma3_text, gemma3 (its text_config), timm's VisionTransformer (a timm Hub "
-         "config's \"architecture\"), and diffusers' FluxTransformer2DModel";
+         "config's \"architecture\"), and diffusers' FluxTransformer2DModel and SD3Transformer2DModel";
 }
 
 bool is_moe_model_type(const std::string& type) {
@@ -166,7 +167,9 @@ Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config,
   const HfFields fields{config, origin, ""};
   Result<std::string> type = model_type(fields);
   if (!type.is_ok()) return type.status();
-  const auto reader = type.value() == "flux" ? HfFamilyReader{hf_flux_family} : nullptr;
+  const auto reader = type.value() == "flux"  ? HfFamilyReader{hf_flux_family}
+                      : type.value() == "sd3" ? HfFamilyReader{hf_sd3_family}
+                                              : nullptr;
   const auto found = readers().find(type.value());
   if (reader == nullptr && found == readers().end()) {
     if (const std::optional<std::string> why = unsupported_family_reason(type.value())) {

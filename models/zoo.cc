@@ -9,12 +9,14 @@
 #include "models/qwen2_5_vl.h"
 #include "models/t5.h"
 #include "models/resnet.h"
+#include "models/sd3.h"
 #include "models/zoo_builders.h"
 
 namespace headroom::models {
 namespace {
 
 void add_t5_entries(std::vector<ZooEntry>& zoo);
+void add_sd3_entries(std::vector<ZooEntry>& zoo);
 
 using Builder = graph::LayerGraph (*)(const ZooOptions&);
 
@@ -166,6 +168,7 @@ std::vector<ZooEntry> make_zoo() {
        "config.json; diffusers FluxTransformer2DModel",
        image_sequence(16, 2, 0, 1024, 2048), {"to_q", "to_k", "to_v", "to_out.0"}},
       build_flux_kontext));
+  add_sd3_entries(zoo);
   zoo.push_back(entry(
       {"eva-vit-g", "vit", "EVA ViT-g/14 as the BLIP-2 vision encoder (39 layers), ~1.0B",
        "https://huggingface.co/Salesforce/blip2-opt-2.7b/blob/main/config.json (vision_config)",
@@ -244,6 +247,32 @@ void add_t5_entries(std::vector<ZooEntry>& zoo) {
     return graph;
   };
   zoo.push_back(std::move(base));
+}
+
+// Stable Diffusion 3 / 3.5 transformers (models/sd3.h): S = (resolution / 16)^2
+// latent patches, up to pos_embed_max_size^2; the 77 CLIP + 77 T5 text tokens
+// are fixed per sample.
+void add_sd3_entries(std::vector<ZooEntry>& zoo) {
+  const std::vector<std::string> lora = {"attn.to_q",       "attn.to_k",       "attn.to_v",       "attn.to_out.0",
+                                         "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"};
+  zoo.push_back(entry({"sd3-medium", "sd3", "Stable Diffusion 3 Medium transformer (MMDiT, 24 blocks), 2.03B parameters",
+                       "https://huggingface.co/stabilityai/stable-diffusion-3-medium-diffusers/blob/main/transformer/"
+                       "config.json; diffusers SD3Transformer2DModel",
+                       image_sequence(16, 1, 0, 1024, 192 * 16), lora},
+                      [](const ZooOptions& o) { return build_sd3(sd3_medium_config(), o); }));
+  zoo.push_back(entry({"sd3.5-medium", "sd3",
+                       "Stable Diffusion 3.5 Medium transformer (MMDiT-X, 24 blocks, 13 with a second attention, "
+                       "qk RMSNorm), 2.24B parameters",
+                       "https://huggingface.co/stabilityai/stable-diffusion-3.5-medium/blob/main/transformer/"
+                       "config.json; diffusers SD3Transformer2DModel",
+                       image_sequence(16, 1, 0, 1024, 384 * 16), lora},
+                      [](const ZooOptions& o) { return build_sd3(sd35_medium_config(), o); }));
+  zoo.push_back(entry({"sd3.5-large", "sd3",
+                       "Stable Diffusion 3.5 Large transformer (MMDiT, 38 blocks, qk RMSNorm), 8.06B parameters",
+                       "https://huggingface.co/stabilityai/stable-diffusion-3.5-large/blob/main/transformer/"
+                       "config.json; diffusers SD3Transformer2DModel",
+                       image_sequence(16, 1, 0, 1024, 192 * 16), lora},
+                      [](const ZooOptions& o) { return build_sd3(sd35_large_config(), o); }));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@ import tempfile
 
 from stacks.deepspeed_config import config_json as deepspeed_json
 from stacks.diffusers_flux_args import args_of as flux_args_of
+from stacks.diffusers_sd3_args import args_of as sd3_args_of
 from stacks.hf_tasks import task_of
 from stacks.torchtune_config import recipe_config, to_yaml
 
@@ -77,6 +78,8 @@ def headroom_flags(spec: dict) -> list:
         return torchtune_flags(spec)
     if spec["stack"] == "diffusers-flux":
         return diffusers_flux_flags(spec)
+    if spec["stack"] == "diffusers-sd3":
+        return diffusers_sd3_flags(spec)
     if spec["stack"] == "torch-loop":
         return torch_loop_flags(spec)
     # TRL's SFTTrainer is the Trainer's stack with TRL's release given (`--versions trl=X`);
@@ -298,3 +301,11 @@ def diffusers_flux_flags(spec: dict) -> list:
     if args["checkpointing"] != "none":
         flags += ["--checkpointing", "every"]
     return flags + release_flags(spec)
+
+
+def diffusers_sd3_flags(spec: dict) -> list:
+    """train_dreambooth_lora_sd3.py (stacks/diffusers_sd3.py) as diffusers_flux_flags gives
+    Flux's: `--text-tokens` is the T5 length; headroom adds the 77 CLIP tokens."""
+    args = sd3_args_of(spec)
+    keys = ("lora_targets", "max_sequence_length", "lora_rank")
+    return diffusers_flux_flags(dict(spec, **{k: args[k] for k in keys}))

@@ -229,10 +229,17 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
                                  ") is not an encoder-decoder model; expected target_tokens (--target-seq) only for "
                                  "a T5 model, whose decoder runs a second sequence");
   }
-  if (settings.text_tokens && loaded->family != "flux") {
+  // train_dreambooth_lora_sd3.py keeps its three text encoders (CLIP-L, CLIP-G, T5-XXL)
+  // only for per-image prompts or --train_text_encoder; headroom builds the transformer alone.
+  if (!settings.precomputed_text_embeddings && loaded->family == "sd3") {
+    return Status::unsupported(
+        "precomputed_text_embeddings: false is not modelled for SD3 (its CLIP-L, CLIP-G and T5-XXL "
+        "encoders resident); expected true, the training script's own case for one instance prompt");
+  }
+  if (settings.text_tokens && loaded->family != "flux" && loaded->family != "sd3") {
     return Status::invalid_input(
         "text_tokens: " + loaded->name + " (" + loaded->family +
-        ") has no T5 text input; expected text_tokens only for a Flux model");
+        ") has no T5 text input; expected text_tokens only for a Flux or SD3 model");
   }
   return loaded;
 }

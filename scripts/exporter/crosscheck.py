@@ -34,7 +34,7 @@ SKIP = 77
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = 2
 TEXT_SEQ = 16
-# Flux at B = 1: for B >= 2 the double-stream to_out.0 / to_add_out read batch-strided
+# Flux and SD3 at B = 1: for B >= 2 the joint blocks' to_out.0 / to_add_out read batch-strided
 # slices of the attention output, which their matmul copies (a second copy of the
 # attention output is kept); at B = 1 the slices are views, as the builder models.
 # docs/exporter.md, "Open differences".
@@ -51,8 +51,8 @@ _TASKS = {"bert-base-uncased": "seq_cls", "roberta-base": "seq_cls"}
 
 def _seq_for(spec: "object", family: str) -> int:
     sequence = spec.sequence  # type: ignore[attr-defined]
-    if family.startswith("flux"):
-        return TEXT_SEQ
+    if family.startswith(("flux", "sd3")):
+        return TEXT_SEQ  # 16 image tokens: a 4 x 4 patch grid
     if spec.task in ("llava", "qwen2_5_vl"):  # type: ignore[attr-defined]
         return spec.seq_values[0] - 8 + TEXT_SEQ  # type: ignore[attr-defined]
     if sequence["unit"] == "image":
@@ -78,7 +78,7 @@ def trace_family(family: str, out_dir: Path, attentions: List[str]) -> Dict[str,
         torch.manual_seed(0)
         model = spec.build(attention).to(torch.bfloat16)
         model.train()
-        batch = FLUX_BATCH if family.startswith("flux") else BATCH
+        batch = FLUX_BATCH if family.startswith(("flux", "sd3")) else BATCH
         trace = trace_step(spec, model, batch, seq, torch.device("cpu"), torch.bfloat16,
                            real=True, flash=attention == "sdpa")
         keep = block_keep_bytes(trace)
@@ -121,7 +121,7 @@ def main(argv: List[str]) -> int:
     start = time.time()
     for family in args.family or FAMILIES:
         attentions = args.attention or ["sdpa", "eager"]
-        if family.startswith("flux"):
+        if family.startswith(("flux", "sd3")):
             attentions = [a for a in attentions if a == "sdpa"]  # diffusers always calls SDPA
         if family.startswith("gemma-2-"):
             # transformers builds Gemma 2 without SDPA (its softcap): eager is what it runs.

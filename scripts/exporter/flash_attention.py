@@ -56,7 +56,15 @@ class _FlashLikeAttention(torch.autograd.Function):
         sk, dv = k.shape[-2], v.shape[-1]
         with recorder.suspended():
             reference = _math_attention(q, k, v, mask, is_causal, scale, enable_gqa)
-        out_bshd = torch.empty((batch, sq, heads, dv), dtype=q.dtype, device=q.device)
+        # The kernel's output follows q's layout (torch 2.11 attention.cu: empty_like of
+        # query.transpose(1, 2); the meta kernel empty_like(query)): [B, S, H, D] memory for
+        # q viewed from a projection, a contiguous [B, H, S, D] for a q made contiguous in
+        # that shape (SD3's torch.cat). Followed for the specs that ask (ModelSpec
+        # flash_follows_q_layout); the others get [B, S, H, D] (docs/exporter.md).
+        if dv == head_dim and recorder.flash_follows_q_layout:
+            out_bshd = torch.empty_like(q.transpose(1, 2))
+        else:
+            out_bshd = torch.empty((batch, sq, heads, dv), dtype=q.dtype, device=q.device)
         lse = torch.empty((batch, heads, sq), dtype=torch.float32, device=q.device)
         with recorder.suspended():
             out_bshd.copy_(reference.transpose(1, 2))

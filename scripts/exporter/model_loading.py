@@ -15,6 +15,7 @@ Each task fixes what S means and which inputs one training step feeds:
 | contrastive | image patches (+ class token)      | input_ids [B, text positions], pixel_values |
 | llava       | language-model tokens, image's too | input_ids, pixel_values, labels             |
 | flux        | packed latent tokens (res/16)^2    | latents, T5/CLIP embeddings, ids, timestep  |
+| sd3         | latent patches (res/16)^2          | latents, CLIP+T5 embeddings, pooled, timestep |
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ StepFn = Callable[[nn.Module, Inputs], torch.Tensor]
 _IMAGE_EXTRA_TOKENS = {"vit": 1, "clip": 1, "clip_vision_model": 1, "siglip": 0,
                        "siglip_vision_model": 0, "deit": 2, "dinov2": 1, "beit": 1}
 _SUPPORTED_TASKS = ("causal_lm", "masked_lm", "seq_cls", "image_cls", "contrastive", "llava",
-                    "qwen2_5_vl", "flux", "seq2seq")
+                    "qwen2_5_vl", "flux", "sd3", "seq2seq")
 # seq2seq (T5): decoder tokens per sample when the caller sets none; the encoder's S varies.
 DEFAULT_TARGET_SEQ = 8
 
@@ -58,6 +59,10 @@ class ModelSpec:
     seq_values: List[int] = field(default_factory=list)  # S values used to fit sizes
     image_px: int = 0  # Qwen2.5-VL: the image's side (headroom's --resolution)
     target_seq: int = 0  # seq2seq: the decoder's tokens per sample (headroom's --target-seq)
+    # The flash kernel's output in q's layout, as torch's is (flash_attention.py); SD3
+    # only so far: with it, pythia-160m and phi-3-mini-4k (q from a cat under partial
+    # rotary) keep one more attention output than their builders count.
+    flash_follows_q_layout: bool = False
 
 
 def _dtype_name(value: object) -> str:
@@ -424,9 +429,12 @@ def _diffusers_spec(path: Path, raw: Dict[str, Any]) -> ModelSpec:
     import diffusers
 
     name = raw.get("_class_name")
+    if name == "SD3Transformer2DModel":
+        from diffusers_sd3 import sd3_spec
+        return sd3_spec(path, raw, _positive, ModelSpec)
     if name != "FluxTransformer2DModel":
         raise ExporterError(f"{path}: _class_name {name!r}: the exporter feeds only diffusers' "
-                            f"FluxTransformer2DModel (expected that class name)")
+                            f"FluxTransformer2DModel and SD3Transformer2DModel (expected one of those)")
     cls = getattr(diffusers, name)
     fields = {k: v for k, v in raw.items() if not k.startswith("_")}
 

@@ -44,6 +44,7 @@ def trace_step(spec: ModelSpec, model: nn.Module, batch: int, seq: int, device: 
     so callers tracing many sizes run it once)."""
     inputs, step = spec.make_step(batch, seq, device, dtype, real)
     recorder = Recorder(model, find_block_modules(model), inputs, flash)
+    recorder.flash_follows_q_layout = spec.flash_follows_q_layout
     with recorder.recording_forward():
         loss = step(model, inputs)
     trace = recorder.finish([loss])

@@ -28,7 +28,8 @@ FAMILIES = ("llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2
             "roberta-base", "vit-base-patch16-224", "clip-vit-base-patch32",
             "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer",
             "gemma-2-9b", "gemma-3-1b", "qwen3-moe-2l", "deepseek-v2-lite-2l",
-            "deepseek-v3-2l", "qwen2.5-vl-7b", "flan-t5-base", "t5-base")
+            "deepseek-v3-2l", "qwen2.5-vl-7b", "flan-t5-base", "t5-base", "sd3-medium",
+            "sd3.5-medium")
 
 # Mixture of experts: few experts, top-2, a distinct expert width (48); DeepSeek's
 # MLA keeps q/k (16 + 8) and v (16) widths apart, as the published 192 and 128 are.
@@ -80,6 +81,15 @@ def tiny_config(family: str, public: Dict[str, Any]) -> Dict[str, Any]:
         c.update(num_layers=1, num_single_layers=1, attention_head_dim=16,
                  num_attention_heads=HEADS, joint_attention_dim=48, pooled_projection_dim=24,
                  in_channels=16, axes_dims_rope=[4, 6, 6])
+        return c
+    if c.get("_class_name") == "SD3Transformer2DModel":
+        # Two blocks: an ordinary one and the last, context_pre_only; SD3.5's
+        # dual attention kept in the first.
+        c.update(num_layers=2, attention_head_dim=16, num_attention_heads=HEADS,
+                 caption_projection_dim=16 * HEADS, joint_attention_dim=48, pooled_projection_dim=24,
+                 pos_embed_max_size=8)
+        if c.get("dual_attention_layers"):
+            c["dual_attention_layers"] = [0]
         return c
     if c.get("model_type") == "qwen2_5_vl":
         return _tiny_qwen25vl(c)

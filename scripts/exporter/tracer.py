@@ -171,6 +171,7 @@ class Recorder:
         self.model = model
         self.block_modules = block_modules
         self.model_flash_sdpa = model_flash_sdpa
+        self.flash_follows_q_layout = False  # flash_attention.py: the output's layout
         self.blocks: List[BlockRecord] = []
         self.nodes: List[NodeRecord] = []
         self.storages: Dict[int, StorageRecord] = {}

@@ -156,7 +156,7 @@ TEST_CASE("model_type from architectures when the field is missing") {
 TEST_CASE("every attention implementation and dropout override builds a valid graph per family") {
   for (const char* name : {"gemma-2b", "phi-3-mini-4k", "pythia-160m", "opt-125m", "roberta-base",
                            "vit-base-patch16-224", "clip-vit-base-patch32",
-                           "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer", "dinov2-giant",
+                           "siglip-base-patch16-224", "llava-1.5-7b", "flux.1-dev-transformer", "sd3.5-medium", "dinov2-giant",
                            "qwen-7b"}) {
     for (AttentionImpl impl :
          {AttentionImpl::kEager, AttentionImpl::kSdpa, AttentionImpl::kFlex, AttentionImpl::kTritonFlash}) {

@@ -117,13 +117,24 @@ TEST_CASE("--document-tokens scales flex attention's FLOPs and nothing else") {
         predict_as_given(torchtune_1b(models::AttentionImpl::kFlex)).peak_allocated);
 }
 
+TEST_CASE("an SD3 run takes a T5 length and refuses resident text encoders by name") {
+  RunSettings s = torchtune_1b(models::AttentionImpl::kSdpa);
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/sd3.5-large-2l";
+  s.text_tokens = 256;
+  REQUIRE_MESSAGE(prepare_context(s).is_ok(), prepare_context(s).message());
+  s.precomputed_text_embeddings = false;
+  const Result<ModelContext> context = prepare_context(s);
+  REQUIRE_FALSE(context.is_ok());
+  CHECK(context.message().find("precomputed_text_embeddings") == 0);
+}
+
 TEST_CASE("a T5 length is refused for a model without a T5 input, naming the field") {
   RunSettings s = torchtune_1b(models::AttentionImpl::kSdpa);
   s.text_tokens = 77;
   const Result<ModelContext> context = prepare_context(s);
   REQUIRE_FALSE(context.is_ok());
   CHECK(context.message().find("text_tokens: ") == 0);
-  CHECK(context.message().find("expected text_tokens only for a Flux model") != std::string::npos);
+  CHECK(context.message().find("expected text_tokens only for a Flux or SD3 model") != std::string::npos);
 }
 
 TEST_CASE("a document length is refused without flex attention, naming the field") {

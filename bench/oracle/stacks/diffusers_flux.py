@@ -107,13 +107,16 @@ def run(spec: dict, recorder: Recorder) -> dict:
     transformer = build_transformer(spec, args, weight_dtype)
     accelerator, transformer, optimizer, scheduler = build_training(transformer, args)
     noise_scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER)
-    _record_steps(spec, args, recorder, (accelerator, transformer, optimizer, scheduler), noise_scheduler)
+    _record_steps(spec, args, recorder, (accelerator, transformer, optimizer, scheduler), noise_scheduler,
+                  make_batch=flux_batch, forward_backward=_forward_backward)
     adapters = {str(p.dtype).replace("torch.", "") for p in transformer.parameters() if p.requires_grad}
     return {"optim": "adamw_torch", "adapter_dtype": ",".join(sorted(adapters)),
             "trainable": sum(p.numel() for p in transformer.parameters() if p.requires_grad)}
 
 
-def _record_steps(spec, args, recorder, training, noise_scheduler) -> None:
+def _record_steps(spec, args, recorder, training, noise_scheduler, make_batch, forward_backward) -> None:
+    """`steps` steps of the script's loop (stacks/diffusers_sd3.py runs it too): the
+    batch from `make_batch`, the loop body up to backward from `forward_backward`."""
     accelerator, transformer, optimizer, scheduler = training
     params = list(transformer.parameters())
     recorder.adopt_model(params, transformer.buffers())
@@ -124,13 +127,13 @@ def _record_steps(spec, args, recorder, training, noise_scheduler) -> None:
     transformer.train()
     for step in range(spec.get("steps", 2)):
         config = accelerator.unwrap_model(transformer).config
-        batch = flux_batch(spec, args, config, _DTYPES[args["mixed_precision"]])
+        batch = make_batch(spec, args, config, _DTYPES[args["mixed_precision"]])
         recorder.adopt_batch(batch)
         recorder.phase = f"step{step}.forward_backward"
         with accelerator.accumulate([transformer]):
             # the loop body's locals (model_pred, target, noise, ...) live until the next step
             # reassigns them: held through the optimizer step here, dropped before the next
-            kept = _forward_backward(args, accelerator, transformer, noise_scheduler, batch)
+            kept = forward_backward(args, accelerator, transformer, noise_scheduler, batch)
             recorder.phase = f"step{step}.optimizer"
             if accelerator.sync_gradients:
                 accelerator.clip_grad_norm_(transformer.parameters(), args["max_grad_norm"])
