@@ -142,7 +142,7 @@ std::string add_llama_layers(GraphBuilder& b, const LlamaConfig& c, const std::s
     RopeAttention a{p + ".self_attn", c.heads, c.kv_heads, head_dim, true,
                     dropout_p(options, c.attention_dropout), qkv_base, c.sliding_window};
     const std::string attn = rope_attention(b, a, q, k, v, cos, sin, options.attention, options.sdpa_repeat_kv);
-    if (caches.per_layer()) caches.add(b, p + ".self_attn.q.cos", p + ".self_attn.rotary_emb");
+    caches.add_for_layer(b, i, p + ".self_attn.q.cos", p + ".self_attn.rotary_emb", prefix + ".rotary_emb");
     const std::string o = b.linear(p + ".self_attn.o_proj", attn, rows, c.heads * head_dim, c.hidden, false);
     hidden = b.add(p + ".residual_attn", hidden, o, h_elements);
     const std::string y = add_rms_norm(b, c.rms_norm, p + ".post_attention_layernorm", hidden, rows, c.hidden);

@@ -35,6 +35,25 @@ bool RopeCaches::per_layer() const {
   return modules_ == RopeModules::kTorchtuneLora && style_.torchtune_values > 0 && style_.torchtune_lora_per_layer;
 }
 
+bool RopeCaches::shared() const {
+  // torchtune 0.6.1: llama3() (likewise llama2, llama3_1, llama3_2, mistral, gemma, qwen2,
+  // phi3) builds `rope = RotaryPositionalEmbeddings(...)` once and passes it to every
+  // layer's MultiHeadAttention as pos_embeddings; lora_llama3_1 and lora_llama3_2 do
+  // the same with Llama3ScaledRoPE (models/llama3_2/_component_builders.py).
+  if (style_.torchtune_values == 0) return false;
+  if (modules_ == RopeModules::kTorchtune) return true;
+  return modules_ == RopeModules::kTorchtuneLora && !style_.torchtune_lora_per_layer;
+}
+
+void RopeCaches::add_for_layer(GraphBuilder& b, int64_t layer, const std::string& node,
+                               const std::string& layer_module, const std::string& model_module) const {
+  if (per_layer()) {
+    add(b, node, layer_module);
+  } else if (layer == 0 && shared()) {
+    add(b, node, model_module);
+  }
+}
+
 void RopeCaches::add(GraphBuilder& b, const std::string& node, const std::string& module) const {
   std::vector<graph::Param> buffers;
   if (modules_ == RopeModules::kTransformersCached) {
@@ -61,6 +80,10 @@ void RopeCaches::add(GraphBuilder& b, const std::string& node, const std::string
 
 bool rope_cache_kept_for_backward(const graph::Param& param) {
   return param.buffer && param.name.ends_with(".cache") && param.shape.size() == 3;
+}
+
+bool rope_cache_shared(const graph::Param& param, const graph::Block& block) {
+  return rope_cache_kept_for_backward(param) && !param.name.starts_with(block.name + ".");
 }
 
 bool holds_transformers_rope_caches(const graph::LayerGraph& graph) {

@@ -52,9 +52,22 @@ class RopeCaches {
   RopeCaches(RopeCacheStyle style, RopeModules modules, int64_t max_position, int64_t rotary_dims)
       : style_(style), modules_(modules), max_position_(max_position), rotary_dims_(rotary_dims) {}
 
-  // Whether every attention layer keeps its own. The one cache torchtune's full
-  // builders (and lora_llama3_1, lora_llama3_2) share is not priced (docs/models.md).
+  // Whether every attention layer keeps its own.
   bool per_layer() const;
+
+  // Whether the layers share one cache, the model's: torchtune's full builders (and
+  // lora_llama3_1, lora_llama3_2) make one rotary module and pass it to every layer.
+  bool shared() const;
+
+  // Whether layer `layer`'s attention node holds a cache: its own (per_layer), or the
+  // shared one on layer 0, the first to read it.
+  bool held_by_layer(int64_t layer) const { return per_layer() || (layer == 0 && shared()); }
+
+  // Adds what `held_by_layer(layer)` says to `node`: the layer's cache under
+  // `layer_module` ("model.layers.3.self_attn.rotary_emb"), the shared one under
+  // `model_module` ("model.rotary_emb").
+  void add_for_layer(GraphBuilder& b, int64_t layer, const std::string& node, const std::string& layer_module,
+                     const std::string& model_module) const;
 
   // Adds the buffers of the rotary module `module`
   // ("model.layers.3.self_attn.rotary_emb") to `node`, the node that reads its cos.
@@ -76,6 +89,10 @@ class RopeCaches {
 // slices to the input's dtype first (a copy), transformers' indexes its caches by
 // position_ids (a copy): neither keeps the buffer.
 bool rope_cache_kept_for_backward(const graph::Param& param);
+
+// Whether `param`, a buffer of a node of `block`, is the cache the layers share (named
+// outside the block's module), read by every block of its kind, not by `block` alone.
+bool rope_cache_shared(const graph::Param& param, const graph::Block& block);
 
 bool holds_transformers_rope_caches(const graph::LayerGraph& graph);
 

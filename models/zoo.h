@@ -32,7 +32,7 @@ enum class AttentionImpl {
 enum class RopeModules {
   kPerForward,          // cos/sin computed each forward, nothing cached: transformers >= 4.45, the zoo
   kTransformersCached,  // transformers < 4.45: Qwen2's and GPT-NeoX's layers each cache cos and sin
-  kTorchtune,           // torchtune's builders: one fp32 cache the layers share (not priced)
+  kTorchtune,           // torchtune's builders: one fp32 cache the layers share
   kTorchtuneLora,       // torchtune's lora_ builders: an fp32 cache per layer (shared in Llama 3.1/3.2's)
 };
 

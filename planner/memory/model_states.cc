@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "graph/op_traits.h"
-#include "models/rope_caches.h"
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/trainability.h"
@@ -177,7 +176,6 @@ void add_weights(StateWalk& w, const graph::Node& node, const Param& param) {
     const int64_t storage = param_storage_bytes(param, w.precision);
     out.params += w.account_bytes(storage);
     out.buffers += w.account_bytes(storage);
-    if (models::rope_cache_kept_for_backward(param)) out.saved_buffers += w.account_bytes(storage);
     if (param.persistent && w.settings.mode == TrainMode::kFull) w.checkpoint_weights += storage;
     return;
   }

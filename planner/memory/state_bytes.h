@@ -63,7 +63,6 @@ struct ModelStates {
   // Of params: what the model holds outside module.parameters(): module buffers (RoPE
   // caches, BatchNorm statistics, whole on every rank) and bitsandbytes' quantization state.
   int64_t buffers = 0;
-  int64_t saved_buffers = 0;      // of buffers: what autograd keeps for backward as well
   int64_t grads_full = 0;         // all gradients this rank keeps at the optimizer step
   int64_t optimizer = 0;          // optimizer states on the GPU, in the caching allocator
   int64_t paged_optimizer = 0;    // bitsandbytes paged states: unified memory, outside it

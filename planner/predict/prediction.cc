@@ -13,6 +13,7 @@
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/memory/allocator_rounding.h"
+#include "planner/memory/rope_cache_saves.h"
 #include "planner/settings/stack.h"
 #include "planner/time/fsdp2_stream_copies.h"
 #include "planner/predict/simulator.h"
@@ -132,7 +133,8 @@ int64_t shared_grads_in_flight(const ModelContext& context, const RunSettings& s
 // simulation adds its share to it); the allocated one is what max_memory_allocated
 // holds, tensor by tensor as the meta-device oracle counts (no context, no slack).
 MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
-                             const BuiltStep& step, const StepPeak& peak, Accounting accounting) {
+                             const BuiltStep& step, const std::vector<BlockChoice>& blocks, const StepPeak& peak,
+                             Accounting accounting) {
   MemoryBreakdown m;
   const bool reserved = accounting == Accounting::kReserved;
   m.cuda_context = reserved ? context_bytes(context, settings) : 0;
@@ -140,7 +142,8 @@ MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& set
   const int64_t kept_grads = kept_gradient_bytes(context, settings, accounting);
   m.parameters = step.states.params + step.reference_weights - kept_grads;
   m.buffers = step.states.buffers;
-  m.saved_buffers = step.states.saved_buffers;
+  m.saved_buffers =
+      saved_rope_cache_bytes(context.graph, blocks, SavesAt{peak.phase, peak.block}, settings.precision, accounting);
   const int64_t in_flight = shared_grads_in_flight(context, settings, config, step, peak, accounting);
   m.gradients = peak.gradients + step.states.bucket_gradients - in_flight + kept_grads;
   m.optimizer_states = step.states.optimizer;
@@ -297,8 +300,9 @@ Prediction predict(const ModelContext& context, const StepProfile& reserved_prof
   out.peak_reserved = peak.bytes;
   out.peak_allocated = allocated_peak.bytes;
 
-  out.peak = breakdown_at(context, settings, config, reserved, peak, Accounting::kReserved);
-  out.peak_as_allocated = breakdown_at(context, settings, config, allocated, allocated_peak, Accounting::kAllocated);
+  out.peak = breakdown_at(context, settings, config, reserved, blocks, peak, Accounting::kReserved);
+  out.peak_as_allocated =
+      breakdown_at(context, settings, config, allocated, blocks, allocated_peak, Accounting::kAllocated);
   out.model = model_size(context.graph, settings.precision);
   if (context.graph.sequence.unit == "tokens") out.model.image_tokens = context.graph.sequence.extra_tokens;
   if (context.graph.family == "t5") out.model.target_tokens = settings.target_tokens.value_or(models::kT5DefaultTargetTokens);

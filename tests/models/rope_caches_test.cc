@@ -99,8 +99,32 @@ TEST_CASE("torchtune's lora_qwen2 keeps an fp32 cache in every layer") {
   CHECK(lora.bytes == 402'653'184);
   CHECK(lora.names.front() == "model.layers.0.self_attn.rotary_emb.cache");
   CHECK_FALSE(holds_transformers_rope_caches(load("qwen2.5-0.5b", RopeModules::kTorchtuneLora)));
-  // The full builder's one shared cache is not priced (docs/models.md, "Rotary caches").
-  CHECK(caches_of(load("qwen2.5-0.5b", RopeModules::kTorchtune)).count == 0);
+}
+
+TEST_CASE("torchtune's full builders keep one cache the layers share") {
+  // qwen2() builds one Qwen2RotaryPositionalEmbeddings for every layer: [32768, 128]
+  // fp32 = 16 MiB, held by the first layer's attention, named as the model's.
+  const graph::LayerGraph qwen = load("qwen2.5-0.5b", RopeModules::kTorchtune);
+  const Caches full = caches_of(qwen);
+  CHECK(full.count == 1);
+  CHECK(full.bytes == 16'777'216);
+  CHECK(full.names.front() == "model.rotary_emb.cache");
+  // llama3() likewise: RotaryPositionalEmbeddings [8192, 64, 2] fp32 = 4 MiB, the
+  // view its mul saves being of the whole buffer: kept, and shared.
+  const graph::LayerGraph llama = load("llama-3-8b", RopeModules::kTorchtune);
+  const Caches one = caches_of(llama);
+  CHECK(one.count == 1);
+  CHECK(one.bytes == 4'194'304);
+  for (const graph::Node& node : llama.nodes) {
+    for (const graph::Param& p : node.params) {
+      if (!p.buffer) continue;
+      CHECK(rope_cache_kept_for_backward(p));
+      CHECK(rope_cache_shared(p, llama.blocks[node.block]));
+      CHECK(llama.blocks[node.block].name == "model.layers.0");
+    }
+  }
+  // No torchtune builder for GPT-NeoX: nothing, shared or not.
+  CHECK(caches_of(load("pythia-160m", RopeModules::kTorchtune)).count == 0);
 }
 
 TEST_CASE("torchtune's lora_llama3 makes a cache per layer, lora_llama3_1 and lora_llama3_2 share one") {
@@ -108,11 +132,16 @@ TEST_CASE("torchtune's lora_llama3 makes a cache per layer, lora_llama3_1 and lo
   const Caches llama3 = caches_of(torchtune("torchtune.models.llama3.lora_llama3_8b", RopeModules::kTorchtuneLora));
   CHECK(llama3.count == 32);
   CHECK(llama3.bytes == 134'217'728);
-  // Llama3ScaledRoPE: one for the model (not priced), in the lora_ builder too.
-  CHECK(caches_of(torchtune("torchtune.models.llama3_2.lora_llama3_2_1b", RopeModules::kTorchtuneLora)).count == 0);
-  CHECK(caches_of(torchtune("torchtune.models.llama3_1.lora_llama3_1_8b", RopeModules::kTorchtuneLora)).count == 0);
+  // Llama3ScaledRoPE: one for the model, in the lora_ builder too: [131072, 32, 2] fp32
+  // = 32 MiB for Llama 3.2 1B (head_dim 64), [131072, 64, 2] = 64 MiB for Llama 3.1 8B.
+  const Caches llama3_2 = caches_of(torchtune("torchtune.models.llama3_2.lora_llama3_2_1b", RopeModules::kTorchtuneLora));
+  CHECK(llama3_2.count == 1);
+  CHECK(llama3_2.bytes == 33'554'432);
+  const Caches llama3_1 = caches_of(torchtune("torchtune.models.llama3_1.lora_llama3_1_8b", RopeModules::kTorchtuneLora));
+  CHECK(llama3_1.count == 1);
+  CHECK(llama3_1.bytes == 67'108'864);
   // The same from a config.json: rope_scaling's rope_type "llama3" is what llama3_2 builds.
-  CHECK(caches_of(load("llama-3.2-1b", RopeModules::kTorchtuneLora)).count == 0);
+  CHECK(caches_of(load("llama-3.2-1b", RopeModules::kTorchtuneLora)).count == 1);
   CHECK(caches_of(load("llama-3-8b", RopeModules::kTorchtuneLora)).count == 32);
 }
 

@@ -189,5 +189,33 @@ TEST_CASE("bitsandbytes' quantization state and torchtune's kept RoPE caches are
   CHECK(qwen.peak.saved_buffers == 0);
 }
 
+TEST_CASE("a checkpointed layer does not keep torchtune's RoPE cache for backward") {
+  // Llama 3 8B LoRA under torchtune 0.6.1: a 4 MiB fp32 cache in each of 32 layers
+  // (lora_llama3_self_attention). Unless checkpointed, each layer's rotary mul saves a
+  // view of it; checkpointed, the cache is a buffer only (the oracle, env tt: 386.5 MiB
+  // of activations at the head's forward, not 514.8).
+  RunSettings tt = torchtune_llama_1b();
+  tt.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3-8b/config.json";
+  tt.mode = TrainMode::kLora;
+  tt.versions["torchtune"] = "0.6.1";
+  tt.checkpointing = CheckpointPolicy::kEveryBlock;
+  const Prediction lora = predict_as_given(tt);
+  CHECK(lora.peak.buffers == int64_t{32} * 8192 * 64 * 2 * 4);
+  CHECK(lora.peak.saved_buffers == 0);
+  // The full builder's one shared cache, [131072, 32, 2] fp32 for Llama 3.2 1B: kept by
+  // the layers' saves without checkpointing, a buffer only with it.
+  RunSettings full = torchtune_llama_1b();
+  full.mode = TrainMode::kFull;
+  full.versions["torchtune"] = "0.6.1";
+  const Prediction kept = predict_as_given(full);
+  CHECK(kept.peak.buffers == int64_t{131072} * 32 * 2 * 4);
+  CHECK(kept.peak.saved_buffers == kept.peak.buffers);
+  full.checkpointing = CheckpointPolicy::kEveryBlock;
+  const Prediction checkpointed = predict_as_given(full);
+  CHECK(checkpointed.peak.buffers == kept.peak.buffers);
+  REQUIRE(checkpointed.where.block_name.find("layers.") == std::string::npos);  // in no layer's recompute
+  CHECK(checkpointed.peak.saved_buffers == 0);
+}
+
 }  // namespace
 }  // namespace headroom::planner
