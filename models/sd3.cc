@@ -13,6 +13,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "models/layers.h"
 #include "models/zoo_builders.h"
@@ -58,11 +59,16 @@ std::string sdpa(Context& c, const std::string& attn, const MmditQkv& qkv, SizeE
   return out;
 }
 
+struct JointOut {
+  std::string image, text;
+  std::string merged;  // the attention output both slices are views of
+};
+
 // JointAttnProcessor2_0: image and text q/k/v, cat image-first on the token
 // axis, one SDPA, split back; to_add_out (unless context_pre_only) then to_out.0,
-// each reading its slice (a view) of the attention output. Returns {image, text}.
-std::pair<std::string, std::string> joint_attention(Context& c, const std::string& attn, const std::string& img_x,
-                                                    const std::string& txt_x, bool pre_only) {
+// each reading its slice (a view) of the attention output.
+JointOut joint_attention(Context& c, const std::string& attn, const std::string& img_x, const std::string& txt_x,
+                         bool pre_only) {
   GraphBuilder& b = c.m.b;
   const SizeExpr image = image_rows();
   const SizeExpr text = text_rows(c.f);
@@ -81,7 +87,7 @@ std::pair<std::string, std::string> joint_attention(Context& c, const std::strin
     txt_o = mmdit_linear_on_view(c.m, attn + ".to_add_out", parts[1], o, text, c.f.hidden, c.f.hidden);
   }
   const std::string img_o = mmdit_linear_on_view(c.m, attn + ".to_out.0", parts[0], o, image, c.f.hidden, c.f.hidden);
-  return {img_o, txt_o};
+  return {img_o, txt_o, o};
 }
 
 // attn2 of a dual-attention block (SD3.5 MMDiT-X): self-attention over the image
@@ -95,6 +101,47 @@ std::string image_attention(Context& c, const std::string& attn, const std::stri
 bool is_dual(const Sd3Config& f, int64_t i) {
   return std::find(f.dual_attention_layers.begin(), f.dual_attention_layers.end(), i) !=
          f.dual_attention_layers.end();
+}
+
+struct BlockLocals {
+  std::string img, txt;  // the block's arguments
+  std::string img_x, img_x2, txt_x;  // norm1's and norm1_context's modulated outputs ("" when absent)
+  std::string merged;    // the joint attention output
+};
+
+// What JointTransformerBlock.forward (diffusers 0.39.0 attention.py) keeps bound
+// past its last reader, and until when. SD3Transformer2DModel.forward's loop
+// (transformer_sd3.py) passes hidden_states and encoder_hidden_states by name, so
+// both arguments live until the block returns. `attn_output`, `norm_hidden_states2`,
+// `attn_output2` and the feed-forward's `norm_hidden_states` are never rebound; the
+// first `norm_hidden_states` is rebound by norm2's output, which lives through the
+// scale-and-shift that rebinds it. In the context_pre_only block the processor
+// returns the text slice of the attention output unprojected: `context_attn_output`,
+// a view, keeps the whole [B, S+T, hidden] output, and `norm_encoder_hidden_states`
+// is never rebound. Otherwise `ff_output` and the gated `context_attn_output` live
+// through the text stream, `norm_encoder_hidden_states` until norm2_context rebinds
+// it, and the text feed-forward's input and output until the last add.
+void hold_block_locals(Context& c, const std::string& p, const BlockLocals& l, bool pre_only) {
+  GraphBuilder& b = c.m.b;
+  const std::string end = p + (pre_only ? ".ff.residual" : ".ff_context.residual");
+  std::vector<std::string> to_end{l.img, l.txt, p + ".attn_gate", p + ".norm2.shift"};
+  if (!l.img_x2.empty()) {
+    to_end.push_back(l.img_x2);
+    to_end.push_back(p + ".attn2_gate");
+  }
+  if (pre_only) {
+    to_end.push_back(l.txt_x);
+    to_end.push_back(l.merged);
+  } else {
+    for (const char* s : {".ff.gate", ".attn_gate_context", ".norm2_context.shift", ".ff_context.net.2"}) {
+      to_end.push_back(p + s);
+    }
+    b.hold_until(p + ".norm2_context", l.txt_x);
+    b.hold_until(p + ".norm2_context.shift", p + ".norm2_context");
+  }
+  for (const std::string& held : to_end) b.hold_until(end, held);
+  b.hold_until(p + ".norm2", l.img_x);
+  b.hold_until(p + ".norm2.shift", p + ".norm2");
 }
 
 // JointTransformerBlock.forward, in its order. Returns {image, text} ("" text
@@ -118,17 +165,21 @@ std::pair<std::string, std::string> joint_block(Context& c, int64_t i, const std
   const std::vector<std::string> tm = mmdit_modulation(c.m, p + ".norm1_context", pre_only ? 2 : 6);
   const std::string txt_x = pre_only ? mmdit_modulate(c.m, p + ".norm1_context.norm", txt, text, tm[1], tm[0])
                                      : mmdit_modulate(c.m, p + ".norm1_context.norm", txt, text, tm[0], tm[1]);
-  const auto [img_o, txt_o] = joint_attention(c, p + ".attn", img_x, txt_x, pre_only);
-  std::string img_h = mmdit_gated_residual(c.m, p + ".attn_gate", p + ".attn_residual", img, im[2], img_o, image);
+  const JointOut o = joint_attention(c, p + ".attn", img_x, txt_x, pre_only);
+  std::string img_h = mmdit_gated_residual(c.m, p + ".attn_gate", p + ".attn_residual", img, im[2], o.image, image);
   if (dual) {
     const std::string o2 = image_attention(c, p + ".attn2", img_x2);
     img_h = mmdit_gated_residual(c.m, p + ".attn2_gate", p + ".attn2_residual", img_h, im[8], o2, image);
   }
   img_h = mmdit_feed_forward(c.m, p + ".norm2", p + ".ff", img_h, image, im);
-  if (pre_only) return {img_h, ""};
+  if (pre_only) {
+    hold_block_locals(c, p, BlockLocals{img, txt, img_x, img_x2, txt_x, o.merged}, true);
+    return {img_h, ""};
+  }
   std::string txt_h = mmdit_gated_residual(c.m, p + ".attn_gate_context", p + ".attn_residual_context", txt,
-                                           tm[2], txt_o, text);
+                                           tm[2], o.text, text);
   txt_h = mmdit_feed_forward(c.m, p + ".norm2_context", p + ".ff_context", txt_h, text, tm);
+  hold_block_locals(c, p, BlockLocals{img, txt, img_x, img_x2, txt_x, o.merged}, false);
   return {img_h, txt_h};
 }
 
