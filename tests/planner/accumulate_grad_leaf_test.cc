@@ -18,20 +18,8 @@ namespace {
 
 // The oracle's grid row hf-trainer/bert-base-uncased/lora/bf16/non-reentrant/b32s512.
 RunSettings bert_lora_non_reentrant() {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/bert-base-uncased/config.json";
-  s.gpu = "h200";
-  s.stack = Stack::kHfTrainer;
-  s.precision = Precision::kBf16Pure;
-  s.mode = TrainMode::kLora;
-  s.lora.targets = {"query", "value"};
-  s.train_patterns = {"classifier"};
-  s.micro_batch = 32;
-  s.seq_len = 512;
+  RunSettings s = hf_bert_base(TrainMode::kLora);
   s.checkpointing = CheckpointPolicy::kEveryBlock;
-  s.versions["transformers"] = "5.23.0";
-  s.versions["torch"] = "2.11.0";
-  s.versions["peft"] = "0.21.2";
   return s;
 }
 

@@ -27,16 +27,7 @@ TEST_CASE("a checkpointed ViT layer holds its bf16 input, which no node of it sa
 }
 
 TEST_CASE("a post-norm BERT layer's nodes before its LayerNorm run backward without the out_grad") {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/bert-base-uncased/config.json";
-  s.gpu = "h200";
-  s.precision = Precision::kBf16Pure;
-  s.stack = Stack::kHfTrainer;
-  s.mode = TrainMode::kFull;
-  s.micro_batch = 32;
-  s.seq_len = 512;
-  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"peft", "0.21.2"}};
-  const ModelContext context = prepared_context(s);
+  const ModelContext context = prepared_context(hf_bert_base(TrainMode::kFull));
   const StepProfile profile = profile_step(context.graph, context.analysis, context.compute_dtype, 32, 512,
                                            Accounting::kAllocated, context.gpu);
   const BlockProfile& layer = profile.blocks[static_cast<size_t>(block_ending(context.graph, ".layer.11"))];

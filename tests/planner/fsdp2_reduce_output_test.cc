@@ -11,33 +11,14 @@
 
 #include "planner/predict/model_context.h"
 #include "planner/predict/step_builder.h"
+#include "tests/planner/fsdp_test_support.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
 namespace {
 
-constexpr int64_t kEmbed = int64_t{1} << 24;
-constexpr int64_t kLayer = int64_t{1} << 25;
-constexpr int64_t kHead = int64_t{1} << 24;
-
-// embeddings, two layers and a head, all trainable bf16 weights (a full fine-tune).
-graph::LayerGraph two_layers() {
-  graph::LayerGraph graph;
-  graph.blocks = {{"embeddings", "embedding", false},
-                  {"layers.0", "dense", true},
-                  {"layers.1", "dense", true},
-                  {"head", "lm_head", false}};
-  const int64_t elements[] = {kEmbed, kLayer, kLayer, kHead};
-  for (int b = 0; b < 4; ++b) {
-    graph::Node node;
-    node.name = graph.blocks[b].name + ".w";
-    node.op = "linear";
-    node.block = b;
-    node.params.push_back({node.name + ".weight", {elements[b]}, graph::DType::kBF16, true, ""});
-    graph.nodes.push_back(node);
-  }
-  return graph;
-}
+constexpr int64_t kLayer = kSmallLlm.layer;
+constexpr int64_t kHead = kSmallLlm.head;
 
 // The Trainer under FSDP2 at ZeRO-3, pure bf16 (Accelerate upcasts the shards to fp32;
 // the all-gather, the unsharded gradients and the reduce stay bf16).
@@ -50,7 +31,7 @@ BuiltStep fsdp2_step(int gpus) {
   settings.zero_stage = 3;
   settings.sharding = Sharding::kFsdp2;
   ModelContext context;
-  context.graph = two_layers();
+  context.graph = llm_shaped(false, kSmallLlm);  // a full fine-tune: every weight trainable bf16
   context.gpu.cublas_workspace_bytes = 0;
   StepProfile profile;
   profile.blocks.resize(context.graph.blocks.size());

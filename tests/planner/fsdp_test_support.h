@@ -14,24 +14,37 @@
 
 namespace headroom::planner {
 
-// embeddings (2^26 elements), two layers of 2^27 and a head of 2^28, as a
+// Element counts of the four blocks of llm_shaped().
+struct LlmShape {
+  int64_t embed = int64_t{1} << 26;
+  int64_t layer = int64_t{1} << 27;
+  int64_t head = int64_t{1} << 28;
+};
+// The state-accounting suites' smaller shape: embeddings and head 2^24, layers 2^25.
+inline constexpr LlmShape kSmallLlm{int64_t{1} << 24, int64_t{1} << 25, int64_t{1} << 24};
+
+// embeddings (2^26 elements), two layers of 2^27 and a head of 2^28 by default, as a
 // 128k-vocabulary head is next to a Llama layer; `tied`: the head's weight is the
-// embeddings'.
-inline graph::LayerGraph llm_shaped(bool tied = false) {
+// embeddings'; `lora_adapter` > 0: every weight frozen and each layer with a trainable
+// fp32 adapter of that many elements.
+inline graph::LayerGraph llm_shaped(bool tied = false, const LlmShape& shape = {}, int64_t lora_adapter = 0) {
   graph::LayerGraph graph;
   graph.name = "llm-shaped";
   graph.blocks = {{"embeddings", "embedding", false},
                   {"layers.0", "dense", true},
                   {"layers.1", "dense", true},
                   {"head", "lm_head", false}};
-  const int64_t elements[] = {int64_t{1} << 26, int64_t{1} << 27, int64_t{1} << 27, int64_t{1} << 28};
+  const int64_t elements[] = {shape.embed, shape.layer, shape.layer, shape.head};
   for (int b = 0; b < 4; ++b) {
     graph::Node node;
     node.name = graph.blocks[b].name + ".w";
     node.op = "linear";
     node.block = b;
     const std::string tied_to = tied && b == 3 ? "embeddings.w.weight" : "";
-    node.params.push_back({node.name + ".weight", {elements[b]}, graph::DType::kBF16, true, tied_to});
+    node.params.push_back({node.name + ".weight", {elements[b]}, graph::DType::kBF16, lora_adapter == 0, tied_to});
+    if (lora_adapter > 0 && graph.blocks[b].checkpointable) {
+      node.params.push_back({node.name + ".lora_A.weight", {lora_adapter}, graph::DType::kF32, true, ""});
+    }
     graph.nodes.push_back(node);
   }
   return graph;

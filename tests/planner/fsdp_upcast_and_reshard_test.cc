@@ -9,37 +9,20 @@
 #include "planner/predict/step_model.h"
 #include "planner/settings/stack.h"
 #include "planner/settings/validate_settings.h"
+#include "tests/planner/fsdp_test_support.h"
 #include "tests/planner/predict_as_given.h"
 
 namespace headroom::planner {
 namespace {
 
 // embeddings, two layers and a head, all trainable (a full fine-tune); in LoRA
-// mode the layers' weights are frozen and each layer gets a small trainable adapter.
-constexpr int64_t kEmbed = int64_t{1} << 24;
-constexpr int64_t kLayer = int64_t{1} << 25;
-constexpr int64_t kHead = int64_t{1} << 24;
+// mode the weights are frozen and each layer gets a small trainable adapter.
+constexpr int64_t kEmbed = kSmallLlm.embed;
+constexpr int64_t kLayer = kSmallLlm.layer;
+constexpr int64_t kHead = kSmallLlm.head;
 constexpr int64_t kAdapter = int64_t{1} << 12;
 
-graph::LayerGraph model(bool lora) {
-  graph::LayerGraph graph;
-  graph.blocks = {{"embeddings", "embedding", false},
-                  {"layers.0", "dense", true},
-                  {"layers.1", "dense", true},
-                  {"head", "lm_head", false}};
-  const int64_t elements[] = {kEmbed, kLayer, kLayer, kHead};
-  for (int b = 0; b < 4; ++b) {
-    graph::Node node;
-    node.name = graph.blocks[b].name + ".w";
-    node.op = "linear";
-    node.block = b;
-    const bool layer = graph.blocks[b].checkpointable;
-    node.params.push_back({node.name + ".weight", {elements[b]}, graph::DType::kBF16, !lora, ""});
-    if (lora && layer) node.params.push_back({node.name + ".lora_A.weight", {kAdapter}, graph::DType::kF32, true, ""});
-    graph.nodes.push_back(node);
-  }
-  return graph;
-}
+graph::LayerGraph model(bool lora) { return llm_shaped(false, kSmallLlm, lora ? kAdapter : 0); }
 
 RunSettings trainer_fsdp(Sharding sharding, TrainMode mode) {
   RunSettings settings;

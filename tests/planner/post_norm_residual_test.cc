@@ -15,18 +15,10 @@ namespace headroom::planner {
 namespace {
 
 TEST_CASE("BERT full reentrant at 32 x 512 holds the residual's gradient through its MLP's backward") {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/bert-base-uncased/config.json";
-  s.gpu = "h200";
-  s.precision = Precision::kBf16Pure;
-  s.stack = Stack::kHfTrainer;
-  s.mode = TrainMode::kFull;
-  s.micro_batch = 32;
-  s.seq_len = 512;
+  RunSettings s = hf_bert_base(TrainMode::kFull);
   s.checkpointing = CheckpointPolicy::kEveryBlock;
   s.recompute = Recompute::kBlockReentrant;
   s.optimizer_impl = OptimizerImpl::kFused;
-  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"peft", "0.21.2"}};
   const Prediction p = predict_as_given(s);
   // The oracle (bench/oracle grid, hf-trainer/bert-base-uncased/full/bf16/reentrant/b32s512):
   // 2,023,227,996 bytes in bert.encoder.layer.11's backward, 276,828,176 of them

@@ -58,6 +58,26 @@ inline RunSettings hf_vit_b16(TrainMode mode) {
   return s;
 }
 
+// BERT-base (tests/data/hf/bert-base-uncased) under the Trainer in pure bf16 on an H200,
+// B = 32, S = 512, at the oracle's pinned releases (grid rows hf-trainer/bert-base-uncased/*);
+// LoRA on query and value with the classifier trained, as the grid's LoRA rows.
+inline RunSettings hf_bert_base(TrainMode mode) {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/bert-base-uncased/config.json";
+  s.gpu = "h200";
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kHfTrainer;
+  s.mode = mode;
+  if (mode == TrainMode::kLora) {
+    s.lora.targets = {"query", "value"};
+    s.train_patterns = {"classifier"};
+  }
+  s.micro_batch = 32;
+  s.seq_len = 512;
+  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"peft", "0.21.2"}};
+  return s;
+}
+
 // Flan-T5-XL's dimensions at 2 layers a stack (tests/data/hf/flan-t5-xl-2l) with LoRA on
 // q and v under the Trainer's bf16 on an H200, S = 512 encoder and `target` decoder
 // tokens, at the oracle's pinned releases.
