@@ -85,8 +85,23 @@ class TinyTorchtuneTest(unittest.TestCase):
         # torchtune's GQA expansion: -2.5% before, -0.8% after; "full-ckpt" since the
         # backward releases each chunk's saved log-probabilities as it runs and the
         # recipe's chunk list is held through the loss's forward: +2.2% before, -0.3% after)
-        for name in ("full", "full-ckpt", "full-in-backward", "lora", "lora-ckpt", "lora-offload"):
+        for name in ("full", "full-ckpt", "full-in-backward", "lora", "lora-ckpt"):
             self.assertLess(abs(self.rows[name]["error_pct"]), 2.0, name)
+
+    def test_offloaded_inputs_are_over_priced_not_under(self):
+        # Not modelled (docs/stacks.md, "Offloading checkpoint inputs"): the final norm's
+        # saved tensors are packed into OffloadActivations' stash too and push the older
+        # checkpoint inputs out of it, so at the head's forward the oracle keeps one layer
+        # input where headroom keeps all four (+0.85 MB of 43 MB). It agreed within 2%
+        # (+1.4%) only while torchtune's shared fp32 RoPE cache (0.5 MB) was left unpriced.
+        row = self.rows["lora-offload"]
+        self.assertGreater(row["error_pct"], 0.0)
+        self.assertLess(row["error_pct"], 3.0)
+        # the gap in activations is those three bf16 [2, 256, 256] inputs (and small saves), no more
+        extra = row["predicted_at_peak"]["activations"] - row["oracle_at_peak"]["activations"]
+        layer_input = 2 * 256 * 256 * 2
+        self.assertGreaterEqual(extra, 3 * layer_input)
+        self.assertLess(extra, 4 * layer_input)
 
 if __name__ == "__main__":
     unittest.main()
