@@ -48,16 +48,17 @@ from stacks.diffusers_flux_args import SCHEDULER, VAE, args_of
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "no": torch.float32}
 
 
-def build_transformer(spec: dict, args: dict, weight_dtype):
-    """The script's model setup, in its order (main(): from_pretrained .. add_adapter)."""
-    from diffusers import FluxTransformer2DModel
+def build_transformer(spec: dict, args: dict, weight_dtype, model_class: str = "FluxTransformer2DModel"):
+    """The script's model setup, in its order (main(): from_pretrained .. add_adapter); the
+    SD3 script (stacks/diffusers_sd3.py) sets up its SD3Transformer2DModel the same way."""
+    import diffusers
     from diffusers.training_utils import cast_training_params
     from peft import LoraConfig
 
     with open(os.path.join(spec["model"], "config.json")) as f:
         config = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
     with torch.device("meta"):
-        transformer = FluxTransformer2DModel.from_config(config)
+        transformer = getattr(diffusers, model_class).from_config(config)
     transformer.requires_grad_(False)
     transformer.to(dtype=weight_dtype)
     if args["checkpointing"] != "none":

@@ -24,36 +24,11 @@ resident; `get_sigmas` runs on the scheduler's CPU tables (diffusers_flux.py say
 
 from __future__ import annotations
 
-import json
-import os
-
 import torch
 
 from meta_recorder import Recorder
-from stacks.diffusers_flux import _DTYPES, _record_steps, _sigmas, build_training
+from stacks.diffusers_flux import _DTYPES, _record_steps, _sigmas, build_training, build_transformer
 from stacks.diffusers_sd3_args import CLIP_TOKENS, SCHEDULER, VAE, args_of
-
-
-def build_transformer(spec: dict, args: dict, weight_dtype):
-    """The script's model setup, in its order (main(): from_pretrained .. add_adapter)."""
-    from diffusers import SD3Transformer2DModel
-    from diffusers.training_utils import cast_training_params
-    from peft import LoraConfig
-
-    with open(os.path.join(spec["model"], "config.json")) as f:
-        config = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
-    with torch.device("meta"):
-        transformer = SD3Transformer2DModel.from_config(config)
-    transformer.requires_grad_(False)
-    transformer.to(dtype=weight_dtype)
-    if args["checkpointing"] != "none":
-        transformer.enable_gradient_checkpointing()
-    transformer.add_adapter(LoraConfig(r=args["lora_rank"], lora_alpha=args["lora_alpha"],
-                                       lora_dropout=args["lora_dropout"], init_lora_weights="gaussian",
-                                       target_modules=args["lora_targets"]))
-    if args["mixed_precision"] == "fp16":
-        cast_training_params([transformer], dtype=torch.float32)
-    return transformer
 
 
 def sd3_batch(spec: dict, args: dict, config, weight_dtype) -> dict:
@@ -71,7 +46,7 @@ def run(spec: dict, recorder: Recorder) -> dict:
 
     args = args_of(spec)
     weight_dtype = _DTYPES[args["mixed_precision"]]
-    transformer = build_transformer(spec, args, weight_dtype)
+    transformer = build_transformer(spec, args, weight_dtype, "SD3Transformer2DModel")
     accelerator, transformer, optimizer, scheduler = build_training(transformer, args)
     noise_scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER)
     _record_steps(spec, args, recorder, (accelerator, transformer, optimizer, scheduler), noise_scheduler,
