@@ -59,13 +59,9 @@ class RopeCaches {
   // lora_llama3_1, lora_llama3_2) make one rotary module and pass it to every layer.
   bool shared() const;
 
-  // Whether layer `layer`'s attention node holds a cache: its own (per_layer), or the
-  // shared one on layer 0, the first to read it.
-  bool held_by_layer(int64_t layer) const { return per_layer() || (layer == 0 && shared()); }
-
-  // Adds what `held_by_layer(layer)` says to `node`: the layer's cache under
-  // `layer_module` ("model.layers.3.self_attn.rotary_emb"), the shared one under
-  // `model_module` ("model.rotary_emb").
+  // Adds to layer `layer`'s attention node `node` the cache it holds: its own under
+  // `layer_module` ("model.layers.3.self_attn.rotary_emb") when per_layer(), or the
+  // shared one under `model_module` ("model.rotary_emb") on layer 0, the first to read it.
   void add_for_layer(GraphBuilder& b, int64_t layer, const std::string& node, const std::string& layer_module,
                      const std::string& model_module) const;
 
