@@ -21,20 +21,11 @@ CLIP_TOKENS = 77
 T5_TOKENS = 77  # train_dreambooth_lora_sd3.py --max_sequence_length default
 
 
-def sd3_spec(path: Path, raw: Dict[str, Any], positive: Callable[..., int], model_spec: type) -> Any:
-    """The ModelSpec of an SD3Transformer2DModel config (`positive` reads a positive int)."""
-    import diffusers
-
-    cls = diffusers.SD3Transformer2DModel
-    fields = {k: v for k, v in raw.items() if not k.startswith("_")}
-
-    def build(attention: str) -> torch.nn.Module:
-        del attention  # JointAttnProcessor2_0 calls F.scaled_dot_product_attention
-        try:
-            return cls.from_config(fields)
-        except (TypeError, ValueError) as error:
-            raise ExporterError(f"{path}: SD3Transformer2DModel could not be built: {error}") from None
-
+def sd3_spec(path: Path, raw: Dict[str, Any], build: Callable[[str], torch.nn.Module],
+             positive: Callable[..., int], model_spec: type) -> Any:
+    """The ModelSpec of an SD3Transformer2DModel config: `build` makes the model (the
+    exporter's diffusers builder; JointAttnProcessor2_0 calls F.scaled_dot_product_attention),
+    `positive` reads a positive int."""
     in_channels = positive(raw, path, "in_channels", default=16)
     out_channels = positive(raw, path, "out_channels", default=in_channels)
     patch = positive(raw, path, "patch_size", default=2)

@@ -425,25 +425,33 @@ def _qwen25vl_spec(path: Path, config: Any, model_type: str, build: Callable[[st
 _FLUX_TEXT_TOKENS = 512  # T5 length of the FLUX.1-dev pipeline (max_sequence_length)
 
 
-def _diffusers_spec(path: Path, raw: Dict[str, Any]) -> ModelSpec:
+def _diffusers_build(path: Path, raw: Dict[str, Any], name: str) -> Callable[[str], nn.Module]:
+    """The model's `build`: diffusers' class `name` from the config's fields (the keys
+    without a leading underscore), a refusal naming the file when it cannot be built."""
     import diffusers
 
-    name = raw.get("_class_name")
-    if name == "SD3Transformer2DModel":
-        from diffusers_sd3 import sd3_spec
-        return sd3_spec(path, raw, _positive, ModelSpec)
-    if name != "FluxTransformer2DModel":
-        raise ExporterError(f"{path}: _class_name {name!r}: the exporter feeds only diffusers' "
-                            f"FluxTransformer2DModel and SD3Transformer2DModel (expected one of those)")
     cls = getattr(diffusers, name)
     fields = {k: v for k, v in raw.items() if not k.startswith("_")}
 
     def build(attention: str) -> nn.Module:
-        del attention  # diffusers calls F.scaled_dot_product_attention
+        del attention  # diffusers' processors call F.scaled_dot_product_attention
         try:
             return cls.from_config(fields)
         except (TypeError, ValueError) as error:
             raise ExporterError(f"{path}: {name} could not be built: {error}") from None
+
+    return build
+
+
+def _diffusers_spec(path: Path, raw: Dict[str, Any]) -> ModelSpec:
+    name = raw.get("_class_name")
+    if name == "SD3Transformer2DModel":
+        from diffusers_sd3 import sd3_spec
+        return sd3_spec(path, raw, _diffusers_build(path, raw, name), _positive, ModelSpec)
+    if name != "FluxTransformer2DModel":
+        raise ExporterError(f"{path}: _class_name {name!r}: the exporter feeds only diffusers' "
+                            f"FluxTransformer2DModel and SD3Transformer2DModel (expected one of those)")
+    build = _diffusers_build(path, raw, name)
 
     in_channels = _positive(raw, path, "in_channels", default=64)
     joint = _positive(raw, path, "joint_attention_dim", default=4096)

@@ -24,12 +24,18 @@ SCHEDULER = {"num_train_timesteps": 1000, "shift": 3.0, "use_dynamic_shifting": 
 CHECKPOINTING = ("none", "non-reentrant")  # ModelMixin.enable_gradient_checkpointing: use_reentrant=False
 
 
-def args_of(spec: dict) -> dict:
-    """The script's arguments: its defaults, overridden by the spec."""
-    args = dict(DEFAULTS, **{k: spec[k] for k in DEFAULTS if k in spec})
-    args["lora_targets"] = spec.get("lora_targets", TARGETS)
+def script_args(spec: dict, defaults: dict, targets: list, stack: str) -> dict:
+    """A diffusers training script's arguments: its `defaults` and LoRA `targets`,
+    overridden by the spec (`stack` names the oracle stack in a refusal)."""
+    args = dict(defaults, **{k: spec[k] for k in defaults if k in spec})
+    args["lora_targets"] = spec.get("lora_targets", targets)
     args["checkpointing"] = spec.get("checkpointing", "none")
     if args["checkpointing"] not in CHECKPOINTING:
-        raise ValueError("diffusers-flux: checkpointing: expected none or non-reentrant "
+        raise ValueError(f"{stack}: checkpointing: expected none or non-reentrant "
                          "(enable_gradient_checkpointing)")
     return args
+
+
+def args_of(spec: dict) -> dict:
+    """The script's arguments: its defaults, overridden by the spec."""
+    return script_args(spec, DEFAULTS, TARGETS, "diffusers-flux")

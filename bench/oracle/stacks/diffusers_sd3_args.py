@@ -8,6 +8,8 @@ script sets `lora_alpha=args.rank`.
 
 from __future__ import annotations
 
+from stacks.diffusers_flux_args import script_args
+
 TARGETS = ["attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out", "attn.to_k",
            "attn.to_out.0", "attn.to_q", "attn.to_v"]
 DEFAULTS = {"lora_rank": 4, "lora_dropout": 0.0, "mixed_precision": "bf16", "max_sequence_length": 77,
@@ -19,16 +21,10 @@ CLIP_TOKENS = 77  # encode_prompt: CLIP-L and CLIP-G at max_length 77, padded to
 # scheduler/scheduler_config.json: the values the step reads.
 VAE = {"shift_factor": 0.0609, "scaling_factor": 1.5305, "block_out_channels": 4}
 SCHEDULER = {"num_train_timesteps": 1000, "shift": 3.0}
-CHECKPOINTING = ("none", "non-reentrant")  # ModelMixin.enable_gradient_checkpointing: use_reentrant=False
 
 
 def args_of(spec: dict) -> dict:
     """The script's arguments: its defaults, overridden by the spec."""
-    args = dict(DEFAULTS, **{k: spec[k] for k in DEFAULTS if k in spec})
+    args = script_args(spec, DEFAULTS, TARGETS, "diffusers-sd3")
     args["lora_alpha"] = args["lora_rank"]
-    args["lora_targets"] = spec.get("lora_targets", TARGETS)
-    args["checkpointing"] = spec.get("checkpointing", "none")
-    if args["checkpointing"] not in CHECKPOINTING:
-        raise ValueError("diffusers-sd3: checkpointing: expected none or non-reentrant "
-                         "(enable_gradient_checkpointing)")
     return args
