@@ -246,6 +246,7 @@ void attribute_block_saves(const LayerGraph& graph, GraphAnalysis& analysis) {
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     for (int t : analysis.node_saves[n]) saved_by_block[graph.nodes[n].block][t] = true;
   }
+  std::vector<bool> listed(tensor_count, false);  // in the block's list already (a 4.x MoE block saves thousands)
   for (size_t b = 0; b < graph.blocks.size(); ++b) {
     BlockStructure& block = analysis.blocks[b];
     block.saved_tensors.clear();
@@ -256,9 +257,12 @@ void attribute_block_saves(const LayerGraph& graph, GraphAnalysis& analysis) {
         if (producer_block != static_cast<int>(b) && producer_block >= 0 && saved_by_block[producer_block][t]) {
           continue;  // the producing block keeps it and counts it
         }
-        push_unique(block.saved_tensors, t);
+        if (listed[static_cast<size_t>(t)]) continue;
+        listed[static_cast<size_t>(t)] = true;
+        block.saved_tensors.push_back(t);
       }
     }
+    for (int t : block.saved_tensors) listed[static_cast<size_t>(t)] = false;
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "graph/op_traits.h"
 #include "planner/memory/state_bytes.h"
@@ -100,6 +101,23 @@ int64_t first_block_forward(const std::map<std::string, TracedParam>& traced, in
 
 }  // namespace
 
+// Per block, the parameters' elements and bytes bucketed by one block index each
+// (a MoE model has tens of thousands of parameters: one pass, then running sums).
+struct Buckets {
+  std::vector<int64_t> elements, bytes;
+  explicit Buckets(int n) : elements(static_cast<size_t>(n), 0), bytes(static_cast<size_t>(n), 0) {}
+  void add(int block, const TracedParam& t) {
+    const size_t b = static_cast<size_t>(std::min(block, static_cast<int>(elements.size()) - 1));
+    elements[b] += t.elements;
+    bytes[b] += t.bytes;
+  }
+  // Each entry becomes the sum of it and those after it.
+  Buckets& sum_from_the_end() {
+    for (size_t i = elements.size(); i-- > 1;) elements[i - 1] += elements[i], bytes[i - 1] += bytes[i];
+    return *this;
+  }
+};
+
 Zero3Gathered zero3_gathered_bytes(const ModelContext& context, const RunSettings& settings,
                                    const GlobalConfig& config) {
   Zero3Gathered out;
@@ -108,26 +126,37 @@ Zero3Gathered zero3_gathered_bytes(const ModelContext& context, const RunSetting
   if (config.zero_stage < 3 || shards_with_fsdp(settings) || settings.stack == Stack::kUnspecified) return out;
   const int n = static_cast<int>(context.graph.blocks.size());
   const std::map<std::string, TracedParam> traced = traced_params(context, settings.precision);
-  int64_t largest = 0;
-  for (const auto& [name, t] : traced) largest = std::max(largest, t.elements);
+  int64_t largest = 0, kept_elements = 0, kept_bytes = 0;
+  // By the last block whose forward uses each; those among them backward uses again;
+  // by the first block whose backward uses each.
+  Buckets last_forward(n), kept_by_last_forward(n), first_backward(n);
+  for (const auto& [name, t] : traced) {
+    largest = std::max(largest, t.elements);
+    if (t.last_forward >= 0) last_forward.add(t.last_forward, t);
+    if (t.first_backward < 0) continue;
+    kept_elements += t.elements, kept_bytes += t.bytes;
+    first_backward.add(t.first_backward, t);
+    if (t.last_forward >= 0) kept_by_last_forward.add(t.last_forward, t);
+  }
   const int64_t cap = settings.max_live_parameters + largest;
+  const std::vector<int64_t> own_fwd = last_forward.bytes, own_bwd = first_backward.bytes;
+  last_forward.sum_from_the_end();
+  kept_by_last_forward.sum_from_the_end();
   out.forward.assign(n, 0);
   out.backward.assign(n, 0);
-  for (int k = 0; k < n; ++k) {
-    int64_t fwd_elements = 0, fwd_bytes = 0, own_fwd = 0, bwd_elements = 0, bwd_bytes = 0, own_bwd = 0;
-    for (const auto& [name, t] : traced) {
-      // Forward of block k: what it and later blocks use, and everything backward
-      // will use again (kept from its forward: the coordinator's prefetch has
-      // already passed that later use, __params_to_release).
-      if (t.last_forward >= k || t.first_backward >= 0) fwd_elements += t.elements, fwd_bytes += t.bytes;
-      if (t.last_forward == k) own_fwd += t.bytes;
-      // Backward of block k: what it and the blocks before it use in backward.
-      if (t.first_backward >= 0 && t.first_backward <= k) bwd_elements += t.elements, bwd_bytes += t.bytes;
-      if (t.first_backward == k) own_bwd += t.bytes;
-    }
+  int64_t bwd_elements = 0, bwd_bytes = 0;
+  for (size_t k = 0; k < static_cast<size_t>(n); ++k) {
+    // Forward of block k: what it and later blocks use, and everything backward will use
+    // again (kept from its forward: the coordinator's prefetch has already passed that
+    // later use, __params_to_release), each once.
+    const int64_t fwd_elements = last_forward.elements[k] + kept_elements - kept_by_last_forward.elements[k];
+    const int64_t fwd_bytes = last_forward.bytes[k] + kept_bytes - kept_by_last_forward.bytes[k];
     out.forward[k] = k == 0 ? first_block_forward(traced, settings.prefetch_bucket_elements, cap)
-                            : held_bytes(fwd_elements, fwd_bytes, own_fwd, cap);
-    out.backward[k] = held_bytes(bwd_elements, bwd_bytes, own_bwd, cap);
+                            : held_bytes(fwd_elements, fwd_bytes, own_fwd[k], cap);
+    // Backward of block k: what it and the blocks before it use in backward.
+    bwd_elements += first_backward.elements[k];
+    bwd_bytes += first_backward.bytes[k];
+    out.backward[k] = held_bytes(bwd_elements, bwd_bytes, own_bwd[k], cap);
   }
   return out;
 }

@@ -1,6 +1,7 @@
 #include "planner/time/backward_gradients.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 
 #include "graph/op_traits.h"
@@ -214,13 +215,13 @@ std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStruct
 // The block's saved bytes each of its nodes (by index in block.nodes) releases as its
 // backward has run: those it is the earliest node to save.
 std::vector<int64_t> BackwardGradients::released_by(const graph::BlockStructure& block) const {
+  // One pass over the block's nodes in order, each saved tensor placed at its earliest
+  // saver: a 4.x MoE block has thousands of nodes and saved tensors (issue 38).
+  std::unordered_set<int> unplaced(block.saved_tensors.begin(), block.saved_tensors.end());
   std::vector<int64_t> released_after(block.nodes.size(), 0);
-  for (int t : block.saved_tensors) {
-    for (size_t i = 0; i < block.nodes.size(); ++i) {
-      const std::vector<int>& saves = analysis_.node_saves[static_cast<size_t>(block.nodes[i])];
-      if (std::find(saves.begin(), saves.end(), t) == saves.end()) continue;
-      released_after[i] += tensor_bytes_[static_cast<size_t>(t)];
-      break;
+  for (size_t i = 0; i < block.nodes.size() && !unplaced.empty(); ++i) {
+    for (int t : analysis_.node_saves[static_cast<size_t>(block.nodes[i])]) {
+      if (unplaced.erase(t) > 0) released_after[i] += tensor_bytes_[static_cast<size_t>(t)];
     }
   }
   return released_after;
