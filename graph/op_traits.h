@@ -38,6 +38,10 @@ inline constexpr std::string_view kOneHot = "one_hot";   // the transformers 4.x
 inline constexpr std::string_view kNonzero = "nonzero";  // its per-expert torch.where
 inline constexpr std::string_view kGroupedMm = "grouped_mm";  // fused 3-D experts (transformers 5.x, models/moe.h)
 inline constexpr std::string_view kRouterLinear = "router_linear";  // an MoE router's logits (models/moe.h)
+// The tensors a model's forward returns, held to its end by a node that reads nothing
+// (models/t5.cc hold_model_output); Accelerate's prepared forward copies the 16-bit
+// ones to fp32 there (planner/mechanisms/output_fp32_copies.h).
+inline constexpr std::string_view kModelOutput = "model_output";
 }  // namespace op
 
 struct OpTraits {

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "graph/op_traits.h"
 #include "models/graph_builder.h"
 #include "models/layers.h"
 
@@ -222,24 +225,42 @@ std::string stack_end(GraphBuilder& b, const StackPart& s, const std::string& st
   return b.dropout(stack + ".dropout", n, times(rows, s.c.hidden), s.dropout);
 }
 
+// T5ForConditionalGeneration.forward returns Seq2SeqLMOutput(loss, logits, ...,
+// encoder_last_hidden_state): its frame and then the returned object hold the 16-bit
+// logits and the encoder's output to the forward's end, where the Trainer's compute_loss
+// keeps only the loss (modeling_t5.py, trainer.py 5.23.0). Nothing saves the logits for
+// backward (_log_softmax's backward reads its result), so they die when the forward
+// returns. The node reads nothing and holds them (op model_output); Accelerate's
+// convert_outputs_to_fp32 copies them there (planner/mechanisms/output_fp32_copies.h).
+void hold_model_output(GraphBuilder& b, const std::vector<std::string>& returned) {
+  graph::LayerGraph& g = b.mutable_graph();
+  graph::Node node;
+  node.name = "model_output";
+  node.op = std::string(graph::op::kModelOutput);
+  node.block = static_cast<int>(g.blocks.size()) - 1;
+  node.holds = returned;
+  g.nodes.push_back(std::move(node));
+}
+
 // lm_head over the decoder's output (scaled by d_model^-0.5 when
 // scale_decoder_outputs), then CrossEntropyLoss on the logits as they are: log_softmax
 // keeps its output in the logits' dtype (no upcast, unlike the causal LMs' loss_function).
-void t5_head(GraphBuilder& b, const StackPart& s, const std::string& decoded, const std::string& labels) {
+void t5_head(GraphBuilder& b, const StackPart& s, const std::string& decoded, const std::string& labels,
+             const std::string& encoder_out) {
   const T5Config& c = s.c;
   const SizeExpr rows = s.shape.target_rows();
   b.begin_block("head", "head", false);
   std::string x = decoded;
   if (c.scale_decoder_outputs) x = b.copy("scale_decoder_outputs", "mul_scalar", {x}, times(rows, c.hidden));
   const std::string logits = b.linear("lm_head", x, rows, c.hidden, c.vocab, false);
-  // Seq2SeqLMOutput.logits holds the 16-bit logits until the Trainer's step drops the
-  // output, after backward (kept here by the loss), as the meta-device oracle records.
+  // _log_softmax keeps its result only (derivatives.yaml, torch 2.11): the logits
+  // themselves live as long as the model's output holds them (hold_model_output).
   OpSpec log_softmax{"loss.log_softmax", "log_softmax", {logits}, times(rows, c.vocab), std::nullopt,
-                     {SavedRef{"loss.log_softmax", SaveWhen::kAnyGrad}, SavedRef{logits, SaveWhen::kAnyGrad}}, {},
+                     {SavedRef{"loss.log_softmax", SaveWhen::kAnyGrad}}, {},
                      times(rows, 5 * c.vocab), times(rows, 2 * c.vocab), {}, {}};
   const std::string logp = b.op(log_softmax);
   OpSpec nll{"loss", "nll_loss", {logp, labels}, SizeExpr::constant(1), DType::kF32, {}, {}, rows, rows, {}, {}};
-  b.op(nll);
+  hold_model_output(b, {b.op(nll), logits, encoder_out});
 }
 
 }  // namespace
@@ -270,7 +291,7 @@ graph::LayerGraph build_t5(const T5Config& c, const ZooOptions& options) {
   for (int64_t i = 0; i < c.decoder_layers; ++i) d = decoder_block(b, s, i, d, ctx);
   b.begin_block("decoder.final", "norm", false);
   d = stack_end(b, s, "decoder", d, tgt);
-  t5_head(b, s, d, labels);
+  t5_head(b, s, d, labels, ctx.encoder_out);
   graph::LayerGraph graph = b.finish();
   // T5ForConditionalGeneration._tied_weights_keys: both stacks' embed_tokens (and
   // lm_head when tied) are shared.weight.

@@ -9,6 +9,7 @@
 #include "planner/configs/hf_quantization_check.h"
 #include "models/zoo.h"
 #include "planner/mechanisms/autocast.h"
+#include "planner/mechanisms/output_fp32_copies.h"
 #include "planner/settings/run_gpu.h"
 #include "planner/settings/validate_settings.h"
 #include "planner/time/calibration.h"
@@ -350,6 +351,10 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
     apply_autocast_to_fp32_adapters(context.graph);
   } else if (autocast_matters(settings) && !fsdp_gathers_in_16_bits(settings)) {
     apply_fp32_adapters_without_autocast(context.graph);
+  }
+  // After autocast, which sets the returned tensors' dtypes: Accelerate's fp32 copies of them.
+  if (accelerate_copies_outputs(settings, stack.top)) {
+    apply_output_fp32_copies(context.graph, compute_dtype_for(settings.precision));
   }
   // After autocast: its casts show which 4-bit linears are fed fp32.
   if (uses_bnb_4bit(settings)) apply_bnb_matmul4bit(context.graph, bnb_matmul4bit_of(settings));

@@ -61,6 +61,41 @@ int64_t caller_held_bytes(const ModelContext& context, const GlobalConfig& confi
   return bytes;
 }
 
+// The persistent tensors a forward frame holds and autograd does not: made by a node,
+// read by blocks past the next, saved by none, and read or held (Node::holds) in the
+// peak's block or later (T5ForConditionalGeneration.forward's encoder output, which every
+// decoder layer's cross-attention reads and, with k and v frozen under LoRA, none keeps,
+// and the returned Seq2SeqLMOutput holds to the forward's end; modeling_t5.py 5.23.0).
+// In the walk's base with the other persistent tensors; at a peak in the forward they
+// are transient, as no pack hook saw them (the oracle's Flan-T5 rows; docs/memory-model.md,
+// "Categories at the peak").
+int64_t frame_held_bytes(const ModelContext& context, const GlobalConfig& config, const StepPeak& peak,
+                         Accounting accounting) {
+  if (peak.phase != "forward" || peak.block < 0) return 0;
+  const graph::GraphAnalysis& a = context.analysis;
+  std::vector<char> saved(context.graph.tensors.size(), 0);
+  for (const std::vector<int>& saves : a.node_saves) {
+    for (int t : saves) saved[static_cast<size_t>(t)] = 1;
+  }
+  auto used_from_peak = [&](size_t t) {
+    for (const std::vector<int>* users : {&a.consumers[t], &a.holders[t]}) {
+      for (int n : *users) {
+        if (context.graph.nodes[static_cast<size_t>(n)].block >= peak.block) return true;
+      }
+    }
+    return false;
+  };
+  int64_t bytes = 0;
+  for (size_t t = 0; t < context.graph.tensors.size(); ++t) {
+    if (!a.persistent[t] || a.producer[t] < 0 || saved[t] || !used_from_peak(t)) continue;
+    if (held_by_caller(context.graph.tensors[t])) continue;
+    bytes += account(graph::tensor_bytes(context.graph.tensors[t], context.compute_dtype, config.micro_batch,
+                                         context.seq_len),
+                     accounting);
+  }
+  return std::min(bytes, peak.activations);
+}
+
 // The input embeddings' leaves that enable_input_require_grads makes
 // (input_grad_leaves): the walk keeps them with the embeddings block's saved tensors,
 // as long as their AccumulateGrad nodes hold them; at a peak in a later block they are
@@ -152,7 +187,8 @@ MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& set
   m.zero_buffers = step.states.comm_buckets - step.states.bucket_gradients +
                    (peak.block >= 0 ? step.states.gathered_params : 0) + peak.gathered;
   const int64_t held = caller_held_bytes(context, config, accounting);
-  const int64_t leaves = accumulate_grad_leaf_bytes(context, config, peak, accounting);
+  const int64_t leaves = accumulate_grad_leaf_bytes(context, config, peak, accounting) +
+                         frame_held_bytes(context, config, peak, accounting);
   m.activations = peak.activations - held - leaves;
   m.transient = peak.transient + held + in_flight + leaves;
   m.allocator = reserved ? kPoolSlackBytes : 0;

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "models/hf_import.h"
 #include "hf_test_model.h"
@@ -132,6 +133,24 @@ TEST_CASE("the target length moves the decoder's activations and not the encoder
   CHECK(testing::saved_bytes(long_target, dec, 2, 512) > 3 * testing::saved_bytes(short_target, dec, 2, 512));
   // --seq moves the decoder only through cross-attention's k and v over the encoder's output.
   CHECK(testing::saved_bytes(short_target, dec, 2, 1024) > testing::saved_bytes(short_target, dec, 2, 512));
+}
+
+TEST_CASE("T5's loss keeps its log-probabilities, not the logits, and model_output holds what the forward returns") {
+  const graph::LayerGraph g = load_test_model("flan-t5-xl-2l", at_target(128));
+  // _log_softmax's backward reads its result (derivatives.yaml, torch 2.11): the logits
+  // are not saved, and live only as long as the returned Seq2SeqLMOutput holds them.
+  const graph::Node* log_softmax = g.find_node("loss.log_softmax");
+  REQUIRE(log_softmax != nullptr);
+  REQUIRE(log_softmax->saves.size() == 1);
+  CHECK(log_softmax->saves[0].tensor == "loss.log_softmax");
+  const graph::Node* output = g.find_node("model_output");
+  REQUIRE(output != nullptr);
+  CHECK(output->op == "model_output");
+  CHECK(output->inputs.empty());
+  CHECK(output->outputs.empty());
+  CHECK(output->block == testing::block_index(g, "head"));
+  // loss, logits (lm_head's output) and encoder_last_hidden_state (the encoder's final dropout).
+  CHECK(output->holds == std::vector<std::string>{"loss", "lm_head", "encoder.dropout"});
 }
 
 }  // namespace headroom::models
