@@ -1,8 +1,9 @@
 #include "planner/predict/deepspeed_gathered.h"
 
 #include <algorithm>
-#include <map>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "graph/op_traits.h"
@@ -22,6 +23,7 @@ struct TracedParam {
   int last_forward = -1;
   int first_backward = -1;  // -1: no module using it runs backward
 };
+using TracedMap = std::unordered_map<std::string_view, TracedParam>;
 
 // A module's backward hook fires when its output requires grad: a trainable
 // parameter, an input that requires grad, or a hook that makes the output require
@@ -36,15 +38,17 @@ bool output_forced(const ModelContext& context, size_t node) {
   return false;
 }
 
-std::map<std::string, TracedParam> traced_params(const ModelContext& context, Precision precision) {
+// Keyed by views of the graph's names (the graph outlives the map): called for every
+// plan a ZeRO-3 search prices, over tens of thousands of parameters in a MoE model.
+TracedMap traced_params(const ModelContext& context, Precision precision) {
   const graph::LayerGraph& graph = context.graph;
-  std::map<std::string, const graph::Param*> owners;
+  std::unordered_map<std::string_view, const graph::Param*> owners;
   for (const graph::Node& node : graph.nodes) {
     for (const graph::Param& param : node.params) {
       if (param.tied_to.empty() && !param.buffer) owners.emplace(param.name, &param);
     }
   }
-  std::map<std::string, TracedParam> traced;
+  TracedMap traced;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const graph::Node& node = graph.nodes[i];
     if (node.op == graph::op::kUnused) continue;
@@ -81,7 +85,7 @@ int64_t held_bytes(int64_t elements, int64_t bytes, int64_t own_bytes, int64_t c
 // module's fetch prefetches one round: stage3_prefetch_bucket_size elements, the
 // parameter that crosses it whole. While the first block runs, its own weights and
 // about one round of the next block's are gathered; later blocks see the window full.
-int64_t first_block_forward(const std::map<std::string, TracedParam>& traced, int64_t prefetch_elements,
+int64_t first_block_forward(const TracedMap& traced, int64_t prefetch_elements,
                             int64_t cap) {
   int64_t own = 0, own_elements = 0, ahead_elements = 0, ahead_bytes = 0, next_largest = 0;
   for (const auto& [name, t] : traced) {
@@ -125,7 +129,7 @@ Zero3Gathered zero3_gathered_bytes(const ModelContext& context, const RunSetting
   // a block's parameters and the next block's prefetch), priced by ModelStates.
   if (config.zero_stage < 3 || shards_with_fsdp(settings) || settings.stack == Stack::kUnspecified) return out;
   const int n = static_cast<int>(context.graph.blocks.size());
-  const std::map<std::string, TracedParam> traced = traced_params(context, settings.precision);
+  const TracedMap traced = traced_params(context, settings.precision);
   int64_t largest = 0, kept_elements = 0, kept_bytes = 0;
   // By the last block whose forward uses each; those among them backward uses again;
   // by the first block whose backward uses each.
