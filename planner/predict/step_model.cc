@@ -81,6 +81,18 @@ static const BlockProfile& backward_of(const StepModel& model, const BlockProfil
   return unpacked ? *block.unpacked_backward : block;
 }
 
+// A reentrant checkpoint's saved tensors beside what its recompute still saves
+// (`recompute_saved`): CheckpointFunction.forward saves every tensor input with
+// ctx.save_for_backward under the outer saved-tensor hooks, and its backward reads
+// them back and runs the recompute and the inner backward before it returns, so
+// autograd frees them only after (torch 2.11 torch/utils/checkpoint.py,
+// CheckpointFunction; engine.cpp release_variables after call_function). The inputs no
+// recomputed node saves (BlockProfile::checkpoint_unsaved) are saved activations
+// there too: BERT's fp32 layer input, which its layer only casts and adds.
+static int64_t reentrant_saved(const BlockProfile& block, int64_t recompute_saved) {
+  return std::max(block.checkpoint, recompute_saved + block.checkpoint_unsaved);
+}
+
 // A checkpointed block's saved tensors at its peaks (LocalPeak::forward_saved).
 static void checkpoint_saved(const StepModel& model, const BlockProfile& block, LocalPeak& out) {
   if (!block.on_autograd) return;
@@ -89,7 +101,7 @@ static void checkpoint_saved(const StepModel& model, const BlockProfile& block, 
   if (!model.reentrant_recompute) return;
   const bool recompute_wins = block.reentrant_recompute_peak + block.out_grad > block.bwd_peak;
   out.backward_saved =
-      std::max(block.checkpoint, recompute_wins ? block.reentrant_recompute_peak_saved : block.bwd_peak_saved);
+      reentrant_saved(block, recompute_wins ? block.reentrant_recompute_peak_saved : block.bwd_peak_saved);
 }
 
 // A block's backward split where its gradients appear: at its first node with a
@@ -141,7 +153,7 @@ static bool backward_by_node(const StepModel& model, int k, BlockChoice choice, 
     peak = at;
     grads = share(point.made_through);
     if (!checkpointed) saved = point.saved;
-    else if (model.reentrant_recompute) saved = std::max(block.checkpoint, point.saved);
+    else if (model.reentrant_recompute) saved = reentrant_saved(block, point.saved);
   }
   out.backward = before + peak + neighbour_copy;
   out.backward_grads = before + grads;
@@ -200,7 +212,7 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
       out.backward_before_grads = before_wins;
       const int64_t saved = before_wins ? split_at.saved_before : split_at.saved_after;
       if (choice != BlockChoice::kCheckpoint) out.backward_saved = saved;
-      else if (model.reentrant_recompute) out.backward_saved = std::max(block.checkpoint, saved);
+      else if (model.reentrant_recompute) out.backward_saved = reentrant_saved(block, saved);
     }
   }
   add_gathered(model, k, choice, neighbour_copy, out);
