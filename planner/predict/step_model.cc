@@ -75,10 +75,13 @@ static int64_t held_beside_backward(const StepModel& model, const BlockProfile& 
 }
 
 // The backward fields block k runs its backward with: a non-reentrant checkpoint's
-// recompute frees each node's saved tensors as it unpacks them (BlockProfile::unpacked_backward).
+// recompute frees each node's saved tensors as it unpacks them (BlockProfile::unpacked_backward);
+// a reentrant one holds autocast's cached cast once and its out_grad throughout
+// (BlockProfile::reentrant_backward).
 static const BlockProfile& backward_of(const StepModel& model, const BlockProfile& block, BlockChoice choice) {
-  const bool unpacked = choice == BlockChoice::kCheckpoint && !model.reentrant_recompute && block.unpacked_backward;
-  return unpacked ? *block.unpacked_backward : block;
+  if (choice != BlockChoice::kCheckpoint) return block;
+  if (model.reentrant_recompute) return block.reentrant_backward ? *block.reentrant_backward : block;
+  return block.unpacked_backward ? *block.unpacked_backward : block;
 }
 
 // A reentrant checkpoint's saved tensors beside what its recompute still saves
@@ -99,9 +102,10 @@ static void checkpoint_saved(const StepModel& model, const BlockProfile& block, 
   out.forward_saved = block.checkpoint;
   out.backward_saved = block.checkpoint;
   if (!model.reentrant_recompute) return;
-  const bool recompute_wins = block.reentrant_recompute_peak + block.out_grad > block.bwd_peak;
+  const BlockProfile& bwd = backward_of(model, block, BlockChoice::kCheckpoint);
+  const bool recompute_wins = block.reentrant_recompute_peak + block.out_grad > bwd.bwd_peak;
   out.backward_saved =
-      reentrant_saved(block, recompute_wins ? block.reentrant_recompute_peak_saved : block.bwd_peak_saved);
+      reentrant_saved(block, recompute_wins ? block.reentrant_recompute_peak_saved : bwd.bwd_peak_saved);
 }
 
 // A block's backward split where its gradients appear: at its first node with a

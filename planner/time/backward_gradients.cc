@@ -200,8 +200,9 @@ int64_t BackwardGradients::out_grad_used_up(int n) const {
 // has run (torch/csrc/autograd/engine.cpp, call_function: fn.release_variables()
 // when the graph is not retained), so a saved tensor goes once the backward of the
 // earliest node of the block saving it has run. Backward runs the nodes in reverse.
-std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStructure& block) const {
-  const std::vector<int64_t> released_after = released_by(block);
+std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStructure& block,
+                                                        const std::vector<int>* shared) const {
+  const std::vector<int64_t> released_after = released_by(block, shared);
   std::vector<int64_t> released(block.nodes.size(), 0);
   int64_t sum = 0;
   for (size_t i = block.nodes.size(); i-- > 0;) {
@@ -212,10 +213,13 @@ std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStruct
 }
 
 // The block's saved bytes each of its nodes (by index in block.nodes) releases as its
-// backward has run: those it is the earliest node to save.
-std::vector<int64_t> BackwardGradients::released_by(const graph::BlockStructure& block) const {
+// backward has run: those it is the earliest node to save. `shared`: tensors that
+// are another's bytes again (a reentrant recompute's cached casts), none of their own.
+std::vector<int64_t> BackwardGradients::released_by(const graph::BlockStructure& block,
+                                                    const std::vector<int>* shared) const {
   std::vector<int64_t> released_after(block.nodes.size(), 0);
   for (int t : block.saved_tensors) {
+    if (shared != nullptr && std::find(shared->begin(), shared->end(), t) != shared->end()) continue;
     for (size_t i = 0; i < block.nodes.size(); ++i) {
       const std::vector<int>& saves = analysis_.node_saves[static_cast<size_t>(block.nodes[i])];
       if (std::find(saves.begin(), saves.end(), t) == saves.end()) continue;
@@ -313,8 +317,19 @@ static void keep_outgrowing(std::vector<GradPoint>& points) {
 }
 
 BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block, bool unpacked) const {
+  return stages_of(block, unpacked, nullptr);
+}
+
+BackwardStages BackwardGradients::of_reentrant_block(const graph::BlockStructure& block,
+                                                     const std::vector<int>& shared) const {
+  return stages_of(block, false, &shared);
+}
+
+// of_block, and with `shared` of_reentrant_block.
+BackwardStages BackwardGradients::stages_of(const graph::BlockStructure& block, bool unpacked,
+                                            const std::vector<int>* shared) const {
   BackwardStages stages;
-  const std::vector<int64_t> released = released_before(block);
+  const std::vector<int64_t> released = released_before(block, shared);
   const std::vector<int64_t> freed = unpacked ? released_by(block) : std::vector<int64_t>(block.nodes.size(), 0);
   const std::vector<int64_t> waiting = waiting_gradients(block);
   int wrapped = 0;  // wrapped GEMMs whose backward has not run yet
@@ -346,7 +361,7 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block, b
     }
     const bool from_params = !stages.from_params.empty() || !graph_.nodes[n].params.empty();
     (from_params ? stages.from_params : stages.before_params).consider(grads, released[i]);
-    if (i + 1 == block.nodes.size()) out_grad_gone = out_grad_used_up(n);
+    if (i + 1 == block.nodes.size() && shared == nullptr) out_grad_gone = out_grad_used_up(n);
   }
   keep_outgrowing(stages.grad_points);
   return stages;
