@@ -304,12 +304,17 @@ int64_t BackwardGradients::own_gradients(int n) const {
 }
 
 // Drops the points a later one outgrows: it holds at least the same own gradients, so
-// at least as many bytes in flight make it the larger whatever those gradients weigh.
+// more bytes in flight make it the larger whatever those gradients weigh. A later point
+// with as many bytes does not drop an earlier one: the peak is the first moment the
+// most is live, which a later tie does not move (the oracle takes a peak only where live
+// bytes exceed it, bench/oracle/meta_recorder.py note_peak), and the walk keeps the first
+// of equal points. ViT's layer 0 under a reentrant checkpoint peaks so at its output
+// dense's backward, before GELU's backward has released the saved GELU output.
 static void keep_outgrowing(std::vector<GradPoint>& points) {
   std::vector<GradPoint> kept;
   int64_t later = kEmptyStage;
   for (size_t i = points.size(); i-- > 0;) {
-    if (points[i].bytes <= later) continue;
+    if (points[i].bytes < later) continue;
     later = points[i].bytes;
     kept.push_back(points[i]);
   }
