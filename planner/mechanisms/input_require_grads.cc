@@ -20,13 +20,19 @@ constexpr const char* kInputIds = "input_ids";
 constexpr const char* kPixelValues = "pixel_values";
 
 // Whether `node` reads the pixels: pixel_values itself, or its cast to the tower's
-// dtype (Qwen2.5-VL's get_image_features: pixel_values.type(self.visual.dtype)).
+// dtype (Qwen2.5-VL's get_image_features: pixel_values.type(self.visual.dtype)), or
+// autocast's cast of them, which the graph's autocast pass puts before the conv beside
+// the cast of an fp32 weight (CLIPVisionEmbeddings.forward's
+// pixel_values.to(dtype=target_dtype), transformers 5.23.0 models/clip/modeling_clip.py:
+// a 16-bit copy under 16-bit weights, autocast's under fp32 ones).
 bool reads_pixels(const graph::LayerGraph& graph, const graph::Node& node) {
   if (reads(node, kPixelValues)) return true;
-  if (node.inputs.size() != 1) return false;
-  const int producer = graph.producer_of(node.inputs.front());
-  return producer >= 0 && graph.nodes[static_cast<size_t>(producer)].op == graph::op::kToCopy &&
-         reads(graph.nodes[static_cast<size_t>(producer)], kPixelValues);
+  return std::any_of(node.inputs.begin(), node.inputs.end(), [&](const std::string& input) {
+    const int producer = graph.producer_of(input);
+    if (producer < 0) return false;
+    const graph::Node& cast = graph.nodes[static_cast<size_t>(producer)];
+    return (cast.op == graph::op::kToCopy || cast.op == graph::op::kCast) && reads(cast, kPixelValues);
+  });
 }
 
 // A module get_input_embeddings() returns: a text model's token embedding, or a

@@ -75,10 +75,25 @@ static int64_t held_beside_backward(const StepModel& model, const BlockProfile& 
 }
 
 // The backward fields block k runs its backward with: a non-reentrant checkpoint's
-// recompute frees each node's saved tensors as it unpacks them (BlockProfile::unpacked_backward).
+// recompute frees each node's saved tensors as it unpacks them (BlockProfile::unpacked_backward);
+// a reentrant one holds autocast's cached cast once and its out_grad throughout
+// (BlockProfile::reentrant_backward).
 static const BlockProfile& backward_of(const StepModel& model, const BlockProfile& block, BlockChoice choice) {
-  const bool unpacked = choice == BlockChoice::kCheckpoint && !model.reentrant_recompute && block.unpacked_backward;
-  return unpacked ? *block.unpacked_backward : block;
+  if (choice != BlockChoice::kCheckpoint) return block;
+  if (model.reentrant_recompute) return block.reentrant_backward ? *block.reentrant_backward : block;
+  return block.unpacked_backward ? *block.unpacked_backward : block;
+}
+
+// A reentrant checkpoint's saved tensors beside what its recompute still saves
+// (`recompute_saved`): CheckpointFunction.forward saves every tensor input with
+// ctx.save_for_backward under the outer saved-tensor hooks, and its backward reads
+// them back and runs the recompute and the inner backward before it returns, so
+// autograd frees them only after (torch 2.11 torch/utils/checkpoint.py,
+// CheckpointFunction; engine.cpp release_variables after call_function). The inputs no
+// recomputed node saves (BlockProfile::checkpoint_unsaved) are saved activations
+// there too: BERT's fp32 layer input, which its layer only casts and adds.
+static int64_t reentrant_saved(const BlockProfile& block, int64_t recompute_saved) {
+  return std::max(block.checkpoint, recompute_saved + block.checkpoint_unsaved);
 }
 
 // A checkpointed block's saved tensors at its peaks (LocalPeak::forward_saved).
@@ -87,9 +102,10 @@ static void checkpoint_saved(const StepModel& model, const BlockProfile& block, 
   out.forward_saved = block.checkpoint;
   out.backward_saved = block.checkpoint;
   if (!model.reentrant_recompute) return;
-  const bool recompute_wins = block.reentrant_recompute_peak + block.out_grad > block.bwd_peak;
+  const BlockProfile& bwd = backward_of(model, block, BlockChoice::kCheckpoint);
+  const bool recompute_wins = block.reentrant_recompute_peak + block.out_grad > bwd.bwd_peak;
   out.backward_saved =
-      std::max(block.checkpoint, recompute_wins ? block.reentrant_recompute_peak_saved : block.bwd_peak_saved);
+      reentrant_saved(block, recompute_wins ? block.reentrant_recompute_peak_saved : bwd.bwd_peak_saved);
 }
 
 // A block's backward split where its gradients appear: at its first node with a
@@ -141,7 +157,7 @@ static bool backward_by_node(const StepModel& model, int k, BlockChoice choice, 
     peak = at;
     grads = share(point.made_through);
     if (!checkpointed) saved = point.saved;
-    else if (model.reentrant_recompute) saved = std::max(block.checkpoint, point.saved);
+    else if (model.reentrant_recompute) saved = reentrant_saved(block, point.saved);
   }
   out.backward = before + peak + neighbour_copy;
   out.backward_grads = before + grads;
@@ -200,7 +216,7 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
       out.backward_before_grads = before_wins;
       const int64_t saved = before_wins ? split_at.saved_before : split_at.saved_after;
       if (choice != BlockChoice::kCheckpoint) out.backward_saved = saved;
-      else if (model.reentrant_recompute) out.backward_saved = std::max(block.checkpoint, saved);
+      else if (model.reentrant_recompute) out.backward_saved = reentrant_saved(block, saved);
     }
   }
   add_gathered(model, k, choice, neighbour_copy, out);

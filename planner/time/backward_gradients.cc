@@ -201,8 +201,9 @@ int64_t BackwardGradients::out_grad_used_up(int n) const {
 // has run (torch/csrc/autograd/engine.cpp, call_function: fn.release_variables()
 // when the graph is not retained), so a saved tensor goes once the backward of the
 // earliest node of the block saving it has run. Backward runs the nodes in reverse.
-std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStructure& block) const {
-  const std::vector<int64_t> released_after = released_by(block);
+std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStructure& block,
+                                                        const std::vector<int>* shared) const {
+  const std::vector<int64_t> released_after = released_by(block, shared);
   std::vector<int64_t> released(block.nodes.size(), 0);
   int64_t sum = 0;
   for (size_t i = block.nodes.size(); i-- > 0;) {
@@ -213,11 +214,16 @@ std::vector<int64_t> BackwardGradients::released_before(const graph::BlockStruct
 }
 
 // The block's saved bytes each of its nodes (by index in block.nodes) releases as its
-// backward has run: those it is the earliest node to save.
-std::vector<int64_t> BackwardGradients::released_by(const graph::BlockStructure& block) const {
+// backward has run: those it is the earliest node to save. `shared`: tensors that
+// are another's bytes again (a reentrant recompute's cached casts), none of their own.
+std::vector<int64_t> BackwardGradients::released_by(const graph::BlockStructure& block,
+                                                    const std::vector<int>* shared) const {
   // One pass over the block's nodes in order, each saved tensor placed at its earliest
   // saver: a 4.x MoE block has thousands of nodes and saved tensors (issue 38).
   std::unordered_set<int> unplaced(block.saved_tensors.begin(), block.saved_tensors.end());
+  if (shared != nullptr) {
+    for (int t : *shared) unplaced.erase(t);
+  }
   std::vector<int64_t> released_after(block.nodes.size(), 0);
   for (size_t i = 0; i < block.nodes.size() && !unplaced.empty(); ++i) {
     for (int t : analysis_.node_saves[static_cast<size_t>(block.nodes[i])]) {
@@ -301,12 +307,17 @@ int64_t BackwardGradients::own_gradients(int n) const {
 }
 
 // Drops the points a later one outgrows: it holds at least the same own gradients, so
-// at least as many bytes in flight make it the larger whatever those gradients weigh.
+// more bytes in flight make it the larger whatever those gradients weigh. A later point
+// with as many bytes does not drop an earlier one: the peak is the first moment the
+// most is live, which a later tie does not move (the oracle takes a peak only where live
+// bytes exceed it, bench/oracle/meta_recorder.py note_peak), and the walk keeps the first
+// of equal points. ViT's layer 0 under a reentrant checkpoint peaks so at its output
+// dense's backward, before GELU's backward has released the saved GELU output.
 static void keep_outgrowing(std::vector<GradPoint>& points) {
   std::vector<GradPoint> kept;
   int64_t later = kEmptyStage;
   for (size_t i = points.size(); i-- > 0;) {
-    if (points[i].bytes <= later) continue;
+    if (points[i].bytes < later) continue;
     later = points[i].bytes;
     kept.push_back(points[i]);
   }
@@ -314,8 +325,19 @@ static void keep_outgrowing(std::vector<GradPoint>& points) {
 }
 
 BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block, bool unpacked) const {
+  return stages_of(block, unpacked, nullptr);
+}
+
+BackwardStages BackwardGradients::of_reentrant_block(const graph::BlockStructure& block,
+                                                     const std::vector<int>& shared) const {
+  return stages_of(block, false, &shared);
+}
+
+// of_block, and with `shared` of_reentrant_block.
+BackwardStages BackwardGradients::stages_of(const graph::BlockStructure& block, bool unpacked,
+                                            const std::vector<int>* shared) const {
   BackwardStages stages;
-  const std::vector<int64_t> released = released_before(block);
+  const std::vector<int64_t> released = released_before(block, shared);
   const std::vector<int64_t> freed = unpacked ? released_by(block) : std::vector<int64_t>(block.nodes.size(), 0);
   const std::vector<int64_t> waiting = waiting_gradients(block);
   int wrapped = 0;  // wrapped GEMMs whose backward has not run yet
@@ -347,7 +369,7 @@ BackwardStages BackwardGradients::of_block(const graph::BlockStructure& block, b
     }
     const bool from_params = !stages.from_params.empty() || !graph_.nodes[n].params.empty();
     (from_params ? stages.from_params : stages.before_params).consider(grads, released[i]);
-    if (i + 1 == block.nodes.size()) out_grad_gone = out_grad_used_up(n);
+    if (i + 1 == block.nodes.size() && shared == nullptr) out_grad_gone = out_grad_used_up(n);
   }
   keep_outgrowing(stages.grad_points);
   return stages;

@@ -88,6 +88,13 @@ class BackwardGradients {
   // returns, before the engine casts a promoted gradient (validate_outputs): the cast
   // then has those bytes back (promoted_casts).
   BackwardStages of_block(const graph::BlockStructure& block, bool unpacked = false) const;
+  // The block's backward inside a reentrant checkpoint (CheckpointFunction.backward, torch
+  // 2.11 torch/utils/checkpoint.py): `shared` are the later casts of one input, which
+  // autocast's cache makes one tensor in its recompute (reentrant_cast_cache), saved once
+  // and released with it; and the gradients the Function was handed (`args`) stay bound
+  // while torch.autograd.backward runs over the block, so no LayerNorm uses up a
+  // post-norm block's out_grad (out_grad_used_up).
+  BackwardStages of_reentrant_block(const graph::BlockStructure& block, const std::vector<int>& shared) const;
 
  private:
   int64_t partial_gradients(int n) const;
@@ -95,8 +102,10 @@ class BackwardGradients {
   int64_t own_gradients(int n) const;
   int64_t promoted_gradient(int n, int t) const;
   int64_t promoted_casts(int n) const;
-  std::vector<int64_t> released_by(const graph::BlockStructure& block) const;
-  std::vector<int64_t> released_before(const graph::BlockStructure& block) const;
+  BackwardStages stages_of(const graph::BlockStructure& block, bool unpacked, const std::vector<int>* shared) const;
+  std::vector<int64_t> released_by(const graph::BlockStructure& block, const std::vector<int>* shared = nullptr) const;
+  std::vector<int64_t> released_before(const graph::BlockStructure& block,
+                                       const std::vector<int>* shared = nullptr) const;
   std::vector<int64_t> waiting_gradients(const graph::BlockStructure& block) const;
   bool passes_out_grad(int n) const;
   bool gradient_is_out_grad(int t) const;

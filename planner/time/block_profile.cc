@@ -519,6 +519,18 @@ void add_checkpoint_bytes(const GraphAnalysis& analysis, const TensorFacts& fact
   for (int t : held) profile.checkpoint += facts.bytes[t];
 }
 
+// Whether a backward variant's fields are the block's own.
+bool same_backward(const BlockProfile& variant, const BlockProfile& profile) {
+  const bool same_points = std::equal(
+      variant.bwd_points.begin(), variant.bwd_points.end(), profile.bwd_points.begin(), profile.bwd_points.end(),
+      [](const BackwardPoint& a, const BackwardPoint& b) { return a.bytes == b.bytes && a.saved == b.saved; });
+  return variant.bwd_peak == profile.bwd_peak && variant.bwd_peak_saved == profile.bwd_peak_saved && same_points &&
+         variant.bwd_peak_before_param_grads == profile.bwd_peak_before_param_grads &&
+         variant.bwd_peak_from_param_grads == profile.bwd_peak_from_param_grads &&
+         variant.bwd_peak_through_first_param_grads == profile.bwd_peak_through_first_param_grads &&
+         variant.bwd_peak_after_first_param_grads == profile.bwd_peak_after_first_param_grads;
+}
+
 // BlockProfile::unpacked_backward from the block's stages as a non-reentrant recompute
 // runs them, kept only where they differ from the ordinary backward's.
 void add_unpacked_backward(const BackwardStages& stages, BlockProfile& profile) {
@@ -526,15 +538,25 @@ void add_unpacked_backward(const BackwardStages& stages, BlockProfile& profile) 
   unpacked.keep = profile.keep;
   unpacked.out_grad = profile.out_grad;
   add_backward_peaks(stages, unpacked);
-  const bool same_points = std::equal(
-      unpacked.bwd_points.begin(), unpacked.bwd_points.end(), profile.bwd_points.begin(), profile.bwd_points.end(),
-      [](const BackwardPoint& a, const BackwardPoint& b) { return a.bytes == b.bytes && a.saved == b.saved; });
-  const bool same = unpacked.bwd_peak == profile.bwd_peak && same_points &&
-                    unpacked.bwd_peak_before_param_grads == profile.bwd_peak_before_param_grads &&
-                    unpacked.bwd_peak_from_param_grads == profile.bwd_peak_from_param_grads &&
-                    unpacked.bwd_peak_through_first_param_grads == profile.bwd_peak_through_first_param_grads &&
-                    unpacked.bwd_peak_after_first_param_grads == profile.bwd_peak_after_first_param_grads;
-  if (!same) profile.unpacked_backward = std::make_shared<const BlockProfile>(std::move(unpacked));
+  if (!same_backward(unpacked, profile)) profile.unpacked_backward = std::make_shared<const BlockProfile>(std::move(unpacked));
+}
+
+// BlockProfile::reentrant_backward: the block's backward as CheckpointFunction.backward
+// runs it (BackwardGradients::of_reentrant_block), its saved bytes without the recompute's
+// repeated casts of one input (reentrant_cast_cache: the cached tensor again), kept only
+// where it differs from the ordinary backward.
+void add_reentrant_backward(const LayerGraph& graph, const GraphAnalysis& analysis, const BackwardGradients& gradients,
+                            int b, const TensorFacts& facts, BlockProfile& profile) {
+  const graph::BlockStructure& block = analysis.blocks[static_cast<size_t>(b)];
+  const std::vector<int> shared = reentrant_cast_cache(graph, analysis, b).shared;
+  BlockProfile reentrant;
+  reentrant.keep = profile.keep;
+  for (int t : shared) reentrant.keep -= contains(block.saved_tensors, t) ? facts.bytes[static_cast<size_t>(t)] : 0;
+  reentrant.out_grad = profile.out_grad;
+  add_backward_peaks(gradients.of_reentrant_block(block, shared), reentrant);
+  if (reentrant.keep != profile.keep || !same_backward(reentrant, profile)) {
+    profile.reentrant_backward = std::make_shared<const BlockProfile>(std::move(reentrant));
+  }
 }
 
 // The block's forward peaks: with grad, without (a checkpointed block's first pass),
@@ -621,6 +643,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     if (block.on_autograd) {
       add_backward_peaks(gradients.of_block(block), profile);
       add_unpacked_backward(gradients.of_block(block, true), profile);
+      add_reentrant_backward(graph, analysis, gradients, static_cast<int>(b), facts, profile);
     }
   }
   return out;

@@ -93,6 +93,10 @@ struct BlockProfile {
   // checkpoint's recompute runs the block, whose nodes free their saved tensors as
   // they unpack them (BackwardGradients::of_block, `unpacked`); null where they are the same.
   std::shared_ptr<const BlockProfile> unpacked_backward;
+  // The same fields (and `keep`) as a reentrant checkpoint runs the block's backward
+  // (BackwardGradients::of_reentrant_block): autocast's cached cast saved once, a
+  // post-norm block's out_grad held throughout; null where they are the same.
+  std::shared_ptr<const BlockProfile> reentrant_backward;
   bool on_autograd = false;
   bool checkpointable = true;
   double fwd_ms = 0;
