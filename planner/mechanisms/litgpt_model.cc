@@ -81,6 +81,81 @@ void fuse_qkv_adapters(graph::LayerGraph& graph) {
   }
 }
 
+void copy_merged_heads(graph::LayerGraph& graph) {
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (graph.nodes[n].op != graph::op::kAttention || graph.nodes[n].outputs.empty()) continue;
+    const std::string out = graph.nodes[n].outputs.front();
+    const graph::Tensor* produced = graph.find_tensor(out);
+    if (produced == nullptr) continue;
+    const std::string name = out.substr(0, out.rfind('.')) + ".merge_heads";
+    graph::Tensor merged{name, produced->elements, produced->dtype, false};
+    for (graph::Node& reader : graph.nodes) {
+      std::replace(reader.inputs.begin(), reader.inputs.end(), out, name);
+      for (graph::SavedRef& saved : reader.saves) {
+        if (saved.tensor == out && &reader != &graph.nodes[n]) saved.tensor = name;
+      }
+    }
+    graph::Node copy;
+    copy.name = name;
+    copy.op = "transpose_contiguous";
+    copy.block = graph.nodes[n].block;
+    copy.inputs = {out};
+    copy.outputs = {name};
+    copy.fwd_io_elements = merged.elements.scaled(2);
+    graph.tensors.push_back(merged);
+    graph.nodes.insert(graph.nodes.begin() + static_cast<std::ptrdiff_t>(n) + 1, std::move(copy));
+    ++n;
+  }
+}
+
+namespace {
+
+// The cast autocast put in front of `node` ("<node>.cast:<input>"), or "".
+std::string own_cast(const graph::Node& node) {
+  if (node.inputs.empty() || !node.inputs.front().starts_with(node.name + ".cast:")) return "";
+  return node.inputs.front();
+}
+
+// `node` reads and keeps `shared` in place of its own cast `own`; `own` goes.
+void read_shared_cast(graph::LayerGraph& graph, graph::Node& node, const std::string& own, const std::string& shared) {
+  std::replace(node.inputs.begin(), node.inputs.end(), own, shared);
+  for (graph::SavedRef& saved : node.saves) {
+    if (saved.tensor == own) saved.tensor = shared;
+  }
+  // `node` is not looked at again: erasing the cast may move it.
+  std::erase_if(graph.nodes, [&](const graph::Node& cast) { return cast.name == own; });
+  std::erase_if(graph.tensors, [&](const graph::Tensor& tensor) { return tensor.name == own; });
+}
+
+}  // namespace
+
+void share_qkv_input_cast(graph::LayerGraph& graph) {
+  std::map<std::string, std::vector<std::string>> parts;  // attention -> its q, k, v projections
+  for (const graph::Node& node : graph.nodes) {
+    const std::string attention = qkv_attention(node.name);
+    if (!attention.empty() && node.linear && !has_adapters(node) && !own_cast(node).empty()) {
+      parts[attention].push_back(node.name);
+    }
+  }
+  for (const auto& [attention, names] : parts) {
+    if (names.size() != 3) continue;
+    std::string shared, source;
+    for (const std::string& name : names) {
+      const auto node = std::find_if(graph.nodes.begin(), graph.nodes.end(),
+                                     [&](const graph::Node& n) { return n.name == name; });
+      const std::string own = own_cast(*node);
+      const int producer = graph.producer_of(own);
+      const std::string from = producer < 0 ? "" : graph.nodes[producer].inputs.front();
+      if (shared.empty()) {
+        shared = own;
+        source = from;
+      } else if (from == source) {
+        read_shared_cast(graph, *node, own, shared);
+      }
+    }
+  }
+}
+
 void cast_head_per_chunk(graph::LayerGraph& graph) {
   std::vector<std::string> casts;
   for (const graph::Node& node : graph.nodes) {

@@ -28,6 +28,25 @@ void untie_output_head(graph::LayerGraph& graph);
 // theirs.
 void fuse_qkv_adapters(graph::LayerGraph& graph);
 
+// litgpt's CausalSelfAttention.forward (litgpt/model.py, 0.5.13) rebuilds q and k
+// with torch.cat((q_roped, q[..., rope_n_elem:]), dim=-1): a contiguous [B, H, S, D]
+// tensor, so the flash kernel's output follows that layout (torch 2.11
+// attention.cu: empty_like(query.transpose(1, 2))), and y.transpose(1, 2).reshape
+// (B, T, H * D) copies it. SDPA keeps its output for backward and the projection
+// keeps the copy: S x H x D more per layer than the Hugging Face attention, whose q
+// stays [B, S, H, D] in memory. Inserts that copy ("<attention>.merge_heads") between
+// every SDPA node and the nodes that read its output; eager attention copies already.
+void copy_merged_heads(graph::LayerGraph& graph);
+
+// Under Fabric's bf16-mixed (torch.autocast over the fp32 model) litgpt's attention
+// projects q, k and v with its one qkv linear (litgpt/model.py CausalSelfAttention,
+// 0.5.13), so autocast casts the fp32 normalized input to 16 bits once, where the
+// Hugging Face graph's q_proj, k_proj and v_proj each cast it (apply_autocast's
+// "<node>.cast:<input>"), and a training qkv keeps that one copy for its weight
+// gradient. Makes k_proj and v_proj read and keep q_proj's cast and drops theirs,
+// where none of the three has adapters (LoRAQKVLinear's are fuse_qkv_adapters').
+void share_qkv_input_cast(graph::LayerGraph& graph);
+
 // lora.py runs lm_head once per 128-token chunk (model(input_ids,
 // lm_head_chunk_size=128); model.py GPT.forward: x.split(lm_head_chunk_size, dim=1)).
 inline constexpr int64_t kLitgptHeadChunkTokens = 128;

@@ -284,7 +284,10 @@ Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& se
   const bool reward = stack.top.recipe == Recipe::kReward;
   graph::LayerGraph rewritten;
   if (settings.stack == Stack::kLitgpt || reward) rewritten = loaded;
-  if (settings.stack == Stack::kLitgpt) untie_output_head(rewritten);
+  if (settings.stack == Stack::kLitgpt) {
+    untie_output_head(rewritten);
+    copy_merged_heads(rewritten);
+  }
   if (reward) {
     if (Status status = apply_reward_head(rewritten); !status.is_ok()) return status.with_prefix("recipe reward: ");
   }
@@ -342,6 +345,7 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   if (is_autocast(settings.precision)) {
     apply_autocast(context.graph, AutocastWeights::kFp32Model, compute_dtype_for(settings.precision));
     if (stack.top.loss.impl == LossImpl::kLitgptLora) cast_head_per_chunk(context.graph);
+    if (settings.stack == Stack::kLitgpt) share_qkv_input_cast(context.graph);
   }
   // Autocast over the 16-bit model (the Trainer's, Accelerate's; the top of the
   // band when the stack leaves it open): fp32 LayerNorm and softmax outputs, the

@@ -94,6 +94,30 @@ int64_t BackwardGradients::own_partials(bool first_use) const {
   return first_use && out_of_place ? 2 : 1;
 }
 
+// A weight applied once per chunk (torchtune's eager chunked output: one autograd mm
+// per chunk of the hidden states, TransformerDecoder.chunked_output in
+// torchtune/modules/transformer.py 0.6.1) runs its backward chunk by chunk, and the
+// engine frees each chunk's logits gradient as that mm's backward returns (torch 2.11
+// torch/csrc/autograd/engine.cpp evaluate_function moves the input buffer into
+// call_function), before adding its weight partial into the buffer. The head's peak
+// is at the partials own_partials counts: by then that many of the `chunks` logits
+// gradients are gone, and of the hidden states' gradient two chunks' pieces are made
+// (h.chunk's backward cats them once all have come). The bytes of `out_grads` (the
+// logits' gradient) and `in_grads` (the hidden states') not alive there.
+int64_t BackwardGradients::chunk_gradients_gone(int n, int64_t out_grads, int64_t in_grads) const {
+  const graph::Node& node = graph_.nodes[n];
+  const int chunks = node.weight_uses;
+  if (chunks < 2) return 0;
+  for (const graph::Param& param : node.params) {
+    const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+    const auto trainable = owner_trainable_.find(owner);
+    if (trainable == owner_trainable_.end() || !trainable->second) continue;
+    const int64_t done = own_partials(use_positions_.at(owner).front() == position_[n]);
+    return out_grads * done / chunks + in_grads * (chunks - 2) / chunks;
+  }
+  return 0;
+}
+
 // A mul that promoted a narrower input (a 16-bit tensor times an fp32 one: T5's
 // gelu_new products under autocast, pow being on its fp32 list) computes that
 // input's gradient in the promoted dtype (tools/autograd/derivatives.yaml, mul.Tensor:
@@ -152,15 +176,18 @@ int64_t BackwardGradients::at_node(int n) const {
   // one fp32 a token each (trl/kernels/chunked_logprob.py ChunkedLogProbFunction.backward,
   // TRL 1.16.0): not the copy's bytes, and under 0.1% of them, left out.
   const bool per_token_out_grad = node.op == kTrlFusedLogprobOp;
+  int64_t out_grads = 0;
+  int64_t in_grads = 0;
   for (int t : analysis_.node_outputs[n]) {
     const bool priced_as_out_grad = (arriving_[t] && !analysis_.persistent[t]) || gradient_is_out_grad(t);
     if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty() && !priced_as_out_grad && !per_token_out_grad) {
-      grads += tensor_bytes_[t];
+      out_grads += tensor_bytes_[t];
     }
   }
   for (int t : analysis_.node_inputs[n]) {
-    if (analysis_.requires_grad[t] && !analysis_.persistent[t]) grads += tensor_bytes_[t] + promoted_gradient(n, t);
+    if (analysis_.requires_grad[t] && !analysis_.persistent[t]) in_grads += tensor_bytes_[t] + promoted_gradient(n, t);
   }
+  grads += out_grads + in_grads - chunk_gradients_gone(n, out_grads, in_grads);
   grads -= out_grad_freed_inside(n);
   // A Python RMSNorm's chain peaks with neither its output's gradient nor its input's alive.
   grads = std::max(grads, python_norm_backward_bytes(graph_, analysis_, n, batch_, seq_, accounting_));

@@ -99,6 +99,7 @@ class BackwardGradients {
  private:
   int64_t partial_gradients(int n) const;
   int64_t own_partials(bool first_use) const;
+  int64_t chunk_gradients_gone(int n, int64_t out_grads, int64_t in_grads) const;
   int64_t own_gradients(int n) const;
   int64_t promoted_gradient(int n, int t) const;
   int64_t promoted_casts(int n) const;

@@ -3,7 +3,9 @@
 // weight's gradient reaches autograd's input buffer as one partial per chunk
 // (torch/csrc/autograd/input_buffer.cpp accumulate): the second partial is summed out
 // of place beside the first (a transposed view), later ones in place; a tied
-// embedding's partial then adds in place into that fresh sum. docs/stacks.md,
+// embedding's partial then adds in place into that fresh sum. The engine frees each
+// chunk's logits gradient as its mm backward returns (torch/csrc/autograd/engine.cpp
+// evaluate_function), so the head peaks without the chunks already done. docs/stacks.md,
 // "Shared weights' gradients"; planner/time/backward_gradients.cc own_partials.
 #include <doctest/doctest.h>
 
@@ -48,9 +50,13 @@ TEST_CASE("a chunked head's weight gradient comes in partials, the tied embeddin
   context->graph.nodes[static_cast<size_t>(head)].weight_uses = 8;
   const StepProfile chunked = profiled(context.value());
   const int64_t partial = int64_t{128256} * 3072 * 2;
-  // The head: the second chunk's partial and the out-of-place sum beside the first.
+  // The head: the second chunk's partial and the out-of-place sum beside the first. By
+  // then the two chunks' mm backwards have returned: their 2 of 8 logits gradients
+  // are freed, and of the hidden states' gradient only their 2 of 8 pieces are made.
+  const int64_t logits_grad = int64_t{1024} * 128256 * 2;
+  const int64_t hidden_grad = int64_t{1024} * 3072 * 2;
   CHECK(chunked.blocks.back().bwd_peak_from_param_grads - one.blocks.back().bwd_peak_from_param_grads ==
-        2 * partial);
+        2 * partial - logits_grad * 2 / 8 - hidden_grad * 6 / 8);
   // The embedding: its partial adds in place into the chunks' fresh sum, one copy, not two.
   CHECK(one.blocks.front().bwd_peak - chunked.blocks.front().bwd_peak == partial);
 }

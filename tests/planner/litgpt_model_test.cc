@@ -237,3 +237,63 @@ TEST_CASE("lora.py --quantize bnb.nf4: the kept embedding gradient is a gradient
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+namespace {
+
+// Layer 0's saved bytes (blocks: the embedding, then the layers) of `graph`, priced as `context`.
+int64_t layer0_keep(const graph::LayerGraph& graph, const ModelContext& context) {
+  const StepProfile profile = profile_step(graph, graph::analyze_graph(graph), context.compute_dtype, 2, 2048,
+                                           Accounting::kAllocated, context.gpu);
+  return profile.blocks.at(1).keep;
+}
+
+}  // namespace
+
+TEST_CASE("litgpt's reshape copies the attention output, kept beside SDPA's own") {
+  // CausalSelfAttention.forward: q = torch.cat(...) is [B, H, S, D] in memory, so the
+  // flash output is too and y.transpose(1, 2).reshape(B, T, C) copies it for proj.
+  const ModelContext context = prepared_context(litgpt_llama_1b(TrainMode::kFull));
+  const std::string attention = "model.layers.0.self_attn";
+  const graph::Node* proj = context.graph.find_node(attention + ".o_proj");
+  REQUIRE(proj != nullptr);
+  CHECK(proj->inputs.front() == attention + ".merge_heads");
+  CHECK(elements(context, attention + ".merge_heads") == 2 * 2048 * kHidden);
+  const graph::Node* sdpa = context.graph.find_node(attention + ".sdpa");
+  REQUIRE(sdpa != nullptr);
+  CHECK(std::any_of(sdpa->saves.begin(), sdpa->saves.end(),
+                    [&](const graph::SavedRef& saved) { return saved.tensor == attention + ".sdpa"; }));
+  // On the Hugging Face graph the rewrite keeps B x S x H bf16 more per layer.
+  RunSettings plain = litgpt_llama_1b(TrainMode::kFull);
+  plain.stack = Stack::kTorchAmp;
+  const ModelContext hf = prepared_context(plain);
+  graph::LayerGraph copied = hf.graph;
+  copy_merged_heads(copied);
+  CHECK(layer0_keep(copied, hf) - layer0_keep(hf.graph, hf) == 2 * 2048 * kHidden * 2);
+}
+
+TEST_CASE("under bf16-mixed litgpt's one qkv linear casts its input once") {
+  const ModelContext context = prepared_context(litgpt_llama_1b(TrainMode::kFull, Precision::kBf16Amp));
+  const std::string attention = "model.layers.0.self_attn";
+  const graph::Node* q = context.graph.find_node(attention + ".q_proj");
+  REQUIRE(q != nullptr);
+  const std::string cast = q->inputs.front();
+  CHECK(cast.starts_with(attention + ".q_proj.cast:"));
+  for (const char* part : {".k_proj", ".v_proj"}) {
+    const graph::Node* node = context.graph.find_node(attention + part);
+    REQUIRE(node != nullptr);
+    CHECK(node->inputs.front() == cast);
+    CHECK(std::any_of(node->saves.begin(), node->saves.end(),
+                      [&](const graph::SavedRef& saved) { return saved.tensor == cast; }));
+  }
+  CHECK(context.graph.find_tensor(attention + ".k_proj.cast:model.layers.0.input_layernorm") == nullptr);
+  // On the Hugging Face graph the rewrite keeps two B x S x H bf16 copies fewer per layer.
+  RunSettings plain = litgpt_llama_1b(TrainMode::kFull, Precision::kBf16Amp);
+  plain.stack = Stack::kTorchAmp;
+  const ModelContext hf = prepared_context(plain);
+  graph::LayerGraph shared = hf.graph;
+  share_qkv_input_cast(shared);
+  CHECK(layer0_keep(hf.graph, hf) - layer0_keep(shared, hf) == 2 * (2 * 2048 * kHidden * 2));
+}
+
+}  // namespace headroom::planner
