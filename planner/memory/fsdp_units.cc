@@ -183,6 +183,23 @@ int64_t flat_param_shard_elements(int64_t elements, int world) {
   return (elements + world - 1) / world;
 }
 
+// One unit's reduce buffers (`buffers`, with its unsharded gradient `unsharded`).
+static void add_unit_reduce_buffers(const FlatParamUnit& unit, int64_t buffers, int64_t unsharded, ModelStates& out) {
+  if (unit.root) {
+    // The root's unsharded gradients are priced per block (fsdp2_root_grads).
+    out.fsdp2_root_reduce_scatter = buffers - unsharded;
+    return;
+  }
+  out.reduce_scatter_bytes = std::max(out.reduce_scatter_bytes, buffers);
+  int64_t& block = out.reduce_scatter_block[unit.block];  // a layer's adapter units reduce one by one
+  block = std::max(block, buffers);
+  // A whole layer's unit reduces at its post-backward hook, which fires on the
+  // FlatParameter's AccumulateGrad once the split of its views has joined every
+  // parameter's gradient (torch 2.11 _flat_param.py _get_unflat_views_unaligned:
+  // torch.split; _runtime_utils.py _post_backward_hook), after the block's last node.
+  if (!out.fsdp1_post_backward_block.empty()) out.fsdp1_post_backward_block[unit.block] = buffers - unsharded;
+}
+
 void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settings, const GlobalConfig& config,
                        Accounting accounting, ModelStates& out) {
   const int world = settings.shard_group_size();
@@ -234,23 +251,9 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
     // The first micro-step's reduce makes the sharded gradient (grad_accum 1: the walk
     // prices it from the unit's backward on); later ones add a cast into it.
     const bool shard_is_grad = !offload && config.grad_accum == 1;
-    const int64_t buffers =
-        reduce_scatter_buffers(unit.elements, world, grad_width, reduce_width, shard_width, shard_is_grad, accounting);
-    if (unit.root) {
-      // The root's unsharded gradients are priced per block (fsdp2_root_grads).
-      out.fsdp2_root_reduce_scatter = buffers - account(unit.elements * grad_width, accounting);
-    } else {
-      out.reduce_scatter_bytes = std::max(out.reduce_scatter_bytes, buffers);
-      int64_t& block = out.reduce_scatter_block[unit.block];  // a layer's adapter units reduce one by one
-      block = std::max(block, buffers);
-      // A whole layer's unit reduces at its post-backward hook, which fires on the
-      // FlatParameter's AccumulateGrad once the split of its views has joined every
-      // parameter's gradient (torch 2.11 _flat_param.py _get_unflat_views_unaligned:
-      // torch.split; _runtime_utils.py _post_backward_hook), after the block's last node.
-      if (!out.fsdp1_post_backward_block.empty()) {
-        out.fsdp1_post_backward_block[unit.block] = buffers - account(unit.elements * grad_width, accounting);
-      }
-    }
+    add_unit_reduce_buffers(unit, reduce_scatter_buffers(unit.elements, world, grad_width, reduce_width, shard_width,
+                                                         shard_is_grad, accounting),
+                            account(unit.elements * grad_width, accounting), out);
   }
 }
 
