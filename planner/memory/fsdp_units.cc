@@ -15,15 +15,21 @@ namespace {
 // copy), _get_reduce_scatter_tensors pads it with F.pad (another copy) when the
 // unit is not a multiple of the world size, the reduce-scatter writes a new
 // shard in reduce_dtype, and _cast_grad_to_param_dtype makes it a shard in the
-// parameter's dtype when that differs.
+// parameter's dtype when that differs. With `shard_is_grad` (a unit with no sharded
+// gradient yet) that last shard is the unit's new sharded gradient, priced as such
+// (ModelStates::sharded_block_grads), not a buffer beside it: _accumulate_sharded_grad
+// keeps the very tensor whose data the cast replaced as _saved_grad_shard (torch 2.11
+// _runtime_utils.py).
 int64_t reduce_scatter_buffers(int64_t elements, int world, int64_t grad_width, int64_t reduce_width,
-                               int64_t shard_width, Accounting accounting) {
+                               int64_t shard_width, bool shard_is_grad, Accounting accounting) {
   const int64_t shard = flat_param_shard_elements(elements, world);
   int64_t bytes = account(elements * grad_width, accounting);
   if (reduce_width != grad_width) bytes += account(elements * reduce_width, accounting);
   if (shard * world != elements) bytes += account(shard * world * reduce_width, accounting);
-  bytes += account(shard * reduce_width, accounting);
-  if (shard_width != reduce_width) bytes += account(shard * shard_width, accounting);
+  const int64_t output = account(shard * reduce_width, accounting);
+  const int64_t cast = shard_width != reduce_width ? account(shard * shard_width, accounting) : 0;
+  bytes += output + cast;
+  if (shard_is_grad) bytes -= cast > 0 ? cast : output;
   return bytes;
 }
 
@@ -177,6 +183,23 @@ int64_t flat_param_shard_elements(int64_t elements, int world) {
   return (elements + world - 1) / world;
 }
 
+// One unit's reduce buffers (`buffers`, with its unsharded gradient `unsharded`).
+static void add_unit_reduce_buffers(const FlatParamUnit& unit, int64_t buffers, int64_t unsharded, ModelStates& out) {
+  if (unit.root) {
+    // The root's unsharded gradients are priced per block (fsdp2_root_grads).
+    out.fsdp2_root_reduce_scatter = buffers - unsharded;
+    return;
+  }
+  out.reduce_scatter_bytes = std::max(out.reduce_scatter_bytes, buffers);
+  int64_t& block = out.reduce_scatter_block[unit.block];  // a layer's adapter units reduce one by one
+  block = std::max(block, buffers);
+  // A whole layer's unit reduces at its post-backward hook, which fires on the
+  // FlatParameter's AccumulateGrad once the split of its views has joined every
+  // parameter's gradient (torch 2.11 _flat_param.py _get_unflat_views_unaligned:
+  // torch.split; _runtime_utils.py _post_backward_hook), after the block's last node.
+  if (!out.fsdp1_post_backward_block.empty()) out.fsdp1_post_backward_block[unit.block] = buffers - unsharded;
+}
+
 void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settings, const GlobalConfig& config,
                        Accounting accounting, ModelStates& out) {
   const int world = settings.shard_group_size();
@@ -194,6 +217,7 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
   out.grads_full = 0;
   out.reduce_scatter_bytes = 0;
   out.reduce_scatter_block.assign(graph.blocks.size(), 0);
+  out.fsdp1_post_backward_block.assign(adapters_are_units(settings) ? 0 : graph.blocks.size(), 0);
   out.fsdp2_root_reduce_scatter = 0;
   // Each unit's sharded gradient is made by its post-backward (model_states.cc, close_fsdp_grads).
   out.sharded_block_grads.assign(offload ? 0 : graph.blocks.size(), 0);
@@ -224,15 +248,12 @@ void apply_flat_params(const graph::LayerGraph& graph, const RunSettings& settin
       out.grads_full += grad;
       (unit.root ? out.root_sharded_grads : out.sharded_block_grads[unit.block]) += grad;
     }
-    const int64_t buffers = reduce_scatter_buffers(unit.elements, world, grad_width, reduce_width, shard_width, accounting);
-    if (unit.root) {
-      // The root's unsharded gradients are priced per block (fsdp2_root_grads).
-      out.fsdp2_root_reduce_scatter = buffers - account(unit.elements * grad_width, accounting);
-    } else {
-      out.reduce_scatter_bytes = std::max(out.reduce_scatter_bytes, buffers);
-      int64_t& block = out.reduce_scatter_block[unit.block];  // a layer's adapter units reduce one by one
-      block = std::max(block, buffers);
-    }
+    // The first micro-step's reduce makes the sharded gradient (grad_accum 1: the walk
+    // prices it from the unit's backward on); later ones add a cast into it.
+    const bool shard_is_grad = !offload && config.grad_accum == 1;
+    add_unit_reduce_buffers(unit, reduce_scatter_buffers(unit.elements, world, grad_width, reduce_width, shard_width,
+                                                         shard_is_grad, accounting),
+                            account(unit.elements * grad_width, accounting), out);
   }
 }
 

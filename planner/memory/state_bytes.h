@@ -86,6 +86,10 @@ struct ModelStates {
   // FSDP2, per block: the reduce-scatter input among reduce_scatter_block, a buffer
   // and not a `.grad` (the breakdown's ZeRO buffers; the root's at block 0)
   std::vector<int64_t> reduce_scatter_input_block;
+  // FSDP1, per block: its layer unit's reduce buffers beyond the unsharded gradient
+  // (the reduce-dtype cast, the pad, the shard and its cast), made by the unit's
+  // post-backward hook once every node of the block has run backward (empty: none).
+  std::vector<int64_t> fsdp1_post_backward_block;
   // FSDP2's root group (the parameters outside the per-layer groups): its unsharded
   // parameters (also counted in gathered_params), its unsharded gradients per block
   // (alive from that block's backward to the end of backward), its trainable

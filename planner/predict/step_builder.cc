@@ -92,6 +92,47 @@ std::vector<int64_t> add_reduce_buffers(const ModelStates& states, const std::ve
   return freed;
 }
 
+// FSDP1's post-backward set per block (StepModel::post_backward_bwd): a layer unit's
+// reduce buffers beyond the unsharded gradient and, in the first micro-step, its new
+// sharded gradient; the root's at the first block, whose backward ends the root's
+// gradients. _post_backward_hook reshards, casts and reduce-scatters only once autograd
+// has joined the unit's gradients (torch 2.11 _runtime_utils.py).
+std::vector<int64_t> fsdp1_post_backward(const ModelStates& states, const std::vector<int64_t>& made, size_t n) {
+  std::vector<int64_t> post(n, 0);
+  const size_t blocks = std::min(n, states.fsdp1_post_backward_block.size());
+  for (size_t k = 0; k < blocks; ++k) {
+    const bool layer = states.reduce_scatter_block[k] > 0;
+    const bool root = k == 0 && states.root_sharded_grads > 0;
+    if (!layer && !root) continue;
+    post[k] = (k < made.size() ? made[k] : 0) + (layer ? states.fsdp1_post_backward_block[k] : 0) +
+              (root ? states.fsdp2_root_reduce_scatter : 0);
+  }
+  return post;
+}
+
+// FSDP1's unsharded gradients before each unit's post-backward (StepModel::unit_grads_bwd):
+// its parameters' gradients wait in autograd, for the split of the FlatParameter's views
+// to join them into its `.grad` (torch 2.11 _flat_param.py _get_unflat_views_unaligned),
+// so no `.grad` holds them: in flight at the peak, the root's too until the first block's.
+void set_fsdp1_unit_grads(const ModelStates& states, StepModel& model) {
+  const size_t n = model.grads_bwd.size();
+  const size_t blocks = std::min(n, states.fsdp1_post_backward_block.size());
+  if (blocks == 0) return;
+  model.unit_grads_bwd.assign(n, 0);
+  model.not_grads.in_flight_bwd.resize(n, 0);
+  model.not_grads.in_flight_bwd_before.resize(n, 0);
+  int64_t root = 0;
+  for (size_t k = n; k-- > 0;) {
+    const int64_t own_root = k < states.fsdp2_root_grads.size() ? states.fsdp2_root_grads[k] : 0;
+    root += own_root;
+    if (k < blocks && model.post_backward_bwd[k] > 0 && states.reduce_scatter_block[k] > 0) {
+      model.unit_grads_bwd[k] = states.reduce_scatter_block[k] - states.fsdp1_post_backward_block[k];
+    }
+    model.not_grads.in_flight_bwd[k] += root;  // the unit's own: LocalPeak::backward_unit_grads
+    model.not_grads.in_flight_bwd_before[k] += root - own_root;
+  }
+}
+
 // The gradients live while each block runs forward and backward, by sharding,
 // accumulation and offload (docs/memory-model.md, section 1, the step walk).
 void set_gradients_by_block(const ModelStates& states, const GlobalConfig& config, StepModel& model) {
@@ -113,6 +154,8 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   // FSDP's unsharded gradients and reduce-scatter input while each layer's backward
   // ends (the root's blocks reduce in the final callback: fsdp2_root_reduce_scatter).
   const std::vector<int64_t> freed = add_reduce_buffers(states, made, model);
+  model.post_backward_bwd = fsdp1_post_backward(states, made, n);
+  set_fsdp1_unit_grads(states, model);
   // Accumulating under no_sync, every unit's unsharded gradient is held from the
   // first micro-step on (priced for the whole step: the last backward frees them unit by unit).
   model.grads_fwd += states.unsynced_grads;
@@ -142,6 +185,12 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
     if (k < made.size()) model.grads_bwd_before[k] -= made[k];
     if (k < states.fsdp2_root_grads.size()) model.grads_bwd_before[k] -= states.fsdp2_root_grads[k];
     model.grads_bwd_before[k] += freed[k];  // the stage before holds no sharded output to overlap
+    // FSDP1: before its first parameter gradient, none of the unit's gradient or reduce buffers.
+    if (k < model.post_backward_bwd.size() && model.post_backward_bwd[k] > 0) {
+      const int64_t root = k < states.fsdp2_root_grads.size() ? states.fsdp2_root_grads[k] : 0;
+      const int64_t unit_free = model.grads_bwd[k] - model.post_backward_bwd[k] - model.unit_grads_bwd[k] - root;
+      model.grads_bwd_before[k] = std::min(model.grads_bwd_before[k], unit_free);
+    }
   }
 }
 

@@ -127,21 +127,15 @@ static GradSplit grad_split(const StepModel& model, const BlockProfile& block) {
           block.bwd_saved_from_param_grads};
 }
 
-// Block k's backward node by node (StepModel::grads_by_node): at each node the own
-// gradients stored before it and those its backward makes, which AccumulateGrad
-// takes as `.grad` without a copy (the oracle labels the storage a gradient). A
-// checkpointed block recomputes first, before any.
-// False where the block has no own gradients to place.
-static bool backward_by_node(const StepModel& model, int k, BlockChoice choice, int64_t neighbour_copy,
-                             LocalPeak& out) {
+// Block k's backward node by node: at each node the gradients held `before` the block's
+// own, and of the own `made` by its end those made before it and by its backward. A
+// checkpointed block recomputes first, before any. False where the block has no own
+// gradients to place.
+static bool walk_nodes(const StepModel& model, int k, BlockChoice choice, int64_t neighbour_copy, int64_t before,
+                       int64_t made, LocalPeak& out) {
   const BlockProfile& block = model.blocks[k];
   const BlockProfile& bwd = backward_of(model, block, choice);
-  if (!model.grads_by_node || !block.on_autograd || bwd.bwd_points.empty() || block.own_grads <= 0 ||
-      static_cast<size_t>(k) >= model.grads_bwd_before.size()) {
-    return false;
-  }
-  const int64_t before = model.grads_bwd_before[k];
-  const int64_t made = out.backward_grads - before;
+  if (!block.on_autograd || bwd.bwd_points.empty() || block.own_grads <= 0) return false;
   const double per_own = static_cast<double>(made) / static_cast<double>(block.own_grads);
   const auto share = [&](int64_t own) {
     return made == block.own_grads ? own : static_cast<int64_t>(per_own * static_cast<double>(own));
@@ -164,6 +158,42 @@ static bool backward_by_node(const StepModel& model, int k, BlockChoice choice, 
   out.backward_before_grads = grads == 0;
   out.backward_saved = saved;
   return true;
+}
+
+// StepModel::grads_by_node: the own gradients AccumulateGrad takes as `.grad` without a
+// copy as each node makes them (the oracle labels the storage a gradient).
+static bool backward_by_node(const StepModel& model, int k, BlockChoice choice, int64_t neighbour_copy,
+                             LocalPeak& out) {
+  if (!model.grads_by_node || static_cast<size_t>(k) >= model.grads_bwd_before.size()) return false;
+  const int64_t before = model.grads_bwd_before[k];
+  return walk_nodes(model, k, choice, neighbour_copy, before, out.backward_grads - before, out);
+}
+
+// A unit's post-backward set (StepModel::post_backward_bwd) is made once the block's
+// last node has run backward: the nodes run without it, and the hook holds it with the
+// gradients and the block's input gradient (what block k-1 receives), the block's own
+// saved tensors and transients freed. The backward is the larger of the two moments.
+// The unit's unsharded gradient (StepModel::unit_grads_bwd) is its parameters' own
+// gradients, made node by node as the block's backward runs (walk_nodes).
+static void split_post_backward(const StepModel& model, int k, BlockChoice choice, int64_t neighbour_copy,
+                                LocalPeak& out) {
+  const size_t at = static_cast<size_t>(k);
+  const int64_t post = at < model.post_backward_bwd.size() ? std::min(model.post_backward_bwd[at], out.backward_grads) : 0;
+  if (post <= 0 || out.backward_before_grads || !model.blocks[at].on_autograd) return;
+  const int64_t hook_grads = out.backward_grads;
+  const int64_t hook = hook_grads + (k > 0 ? model.blocks[at - 1].out_grad : 0) + neighbour_copy;
+  const int64_t unit = at < model.unit_grads_bwd.size() ? std::min(model.unit_grads_bwd[at], hook_grads - post) : 0;
+  LocalPeak nodes = out;
+  nodes.backward -= post;
+  nodes.backward_grads -= post;
+  if (unit > 0) walk_nodes(model, k, choice, neighbour_copy, hook_grads - post - unit, unit, nodes);
+  if (nodes.backward >= hook) {
+    out = nodes;
+    out.backward_unit_grads = std::max<int64_t>(0, nodes.backward_grads - (hook_grads - post - unit));
+  } else {
+    out.backward = hook;
+    out.backward_saved = 0;
+  }
 }
 
 LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
@@ -219,6 +249,7 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
       else if (model.reentrant_recompute) out.backward_saved = reentrant_saved(block, saved);
     }
   }
+  split_post_backward(model, k, choice, neighbour_copy, out);
   add_gathered(model, k, choice, neighbour_copy, out);
   return out;
 }
@@ -309,7 +340,8 @@ static std::pair<int64_t, int64_t> not_grads_bwd(const StepModel& model, int k, 
   const int64_t input = reduce_input_at(model, k, grads);
   const int64_t zero =
       input + std::min(grads - input, at_block(before ? n.zero_buffers_bwd_before : n.zero_buffers_bwd, k));
-  const int64_t in_flight = std::min(grads - zero, at_block(before ? n.in_flight_bwd_before : n.in_flight_bwd, k));
+  const int64_t held = at_block(before ? n.in_flight_bwd_before : n.in_flight_bwd, k) + parts.backward_unit_grads;
+  const int64_t in_flight = std::min(grads - zero, held);
   return {zero, in_flight};
 }
 

@@ -47,6 +47,16 @@ struct StepModel {
   // per block: the reduce-scatter input among grads_bwd, labelled a ZeRO buffer at the
   // peak (ModelStates::reduce_scatter_input_block; empty: none)
   std::vector<int64_t> reduce_input_bwd;
+  // per block: the bytes among grads_bwd a unit's post-backward hook makes once the
+  // block's last node has run backward (FSDP1: its reduce buffers beyond the unsharded
+  // gradient and its new sharded gradient; ModelStates::fsdp1_post_backward_block). The
+  // block's nodes run without them; the hook holds them with the block's input gradient
+  // (empty: none).
+  std::vector<int64_t> post_backward_bwd;
+  // per block, where post_backward_bwd is set: the unit's unsharded gradient among
+  // grads_bwd, its parameters' gradients as autograd makes them node by node before the
+  // hook joins them (FSDP1: the split of the FlatParameter's views waits for all of them)
+  std::vector<int64_t> unit_grads_bwd;
   // Bytes among the walk's gradients that no parameter's `.grad` holds at the peak
   // (docs/memory-model.md, "Categories at the peak"): DeepSpeed's own buffers, labelled
   // ZeRO buffers, and gradients autograd still holds in flight, labelled transient.
@@ -124,6 +134,9 @@ struct LocalPeak {
   // The backward peak falls before the block's own parameter gradients exist
   // (backward_grads is StepModel::grads_bwd_before).
   bool backward_before_grads = false;
+  // Of backward_grads, the unit's unsharded gradients autograd has made by a peak before
+  // its post-backward hook (StepModel::unit_grads_bwd): in flight, no `.grad` yet.
+  int64_t backward_unit_grads = 0;
 };
 LocalPeak local_parts(const StepModel& model, int block, BlockChoice previous, BlockChoice choice);
 // Peak above base + gathered + P(k-1) while block k runs forward and backward, given

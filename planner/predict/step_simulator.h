@@ -143,6 +143,10 @@ class StepSimulator {
   int64_t alloc_backward_workspace(int n);
   void release_checkpoint_holds(int block);
   bool reduce_block_gradients(int block);
+  // One unit's reduce-scatter (step_simulator_fsdp.cc): FSDP2 keeps its input until the
+  // next group's post_backward, or the root's final callback, drops it (drop_reduce_input).
+  void reduce_scatter_block(int block, int64_t reduce_bytes);
+  void drop_reduce_input();
   void gradient_traffic(int block, bool syncing);
   void micro_step();
   void set_length(int64_t seq);
@@ -186,6 +190,7 @@ class StepSimulator {
   std::vector<int64_t> offload_shards_;                // FSDP1 offload: sharded gradients until the final callback
   std::map<int, int64_t> unsynced_;                    // no_sync: block -> its unit's held unsharded gradient
   int64_t root_unsynced_ = -1;                         // no_sync: the root's held unsharded gradient
+  int64_t reduce_input_ = -1;                          // FSDP2: the last reduce-scatter input (reduce_scatter_state)
   std::map<std::string, int> shared_uses_;               // weights used by several nodes -> their uses
   std::map<std::string, const graph::Param*> owners_;    // parameter name -> the parameter
   std::map<std::string, int> seen_uses_;                 // uses backward has reached this micro-step

@@ -136,6 +136,10 @@ void StepSimulator::stream_copy(int block, int64_t bytes, const std::string& lab
 }
 
 void StepSimulator::reshard_root() {
+  // The final callback drops the last group's reduce-scatter state; the root's
+  // post_backward, first in it, drops it before its own reduce (_fsdp_state.py
+  // _root_post_backward_final_callback).
+  drop_reduce_input();
   if (root_params_ < 0) return;
   label_ = "reduce-scatter root group";
   if (!root_grads_.empty()) {
@@ -206,23 +210,42 @@ bool StepSimulator::reduce_block_gradients(int block) {
   } else if (in_root_group(block) && grad_bytes_of_block(block) > 0) {
     root_grads_.push_back(alloc(grad_bytes_of_block(block), "gradients"));
   } else if (reduce_bytes > 0 && grad_bytes_of_block(block) > 0) {
-    // FSDP2 foreach_reduce: the block's unsharded gradients and the reduce-scatter
-    // input they are copied into, both live as its backward ends (the block's own
-    // bytes, as the walk prices them: ModelStates::reduce_scatter_block).
-    label_ = "reduce-scatter " + block_name(block);
-    const int64_t buffers = alloc(reduce_bytes, "ZeRO buffers");
-    if (!fsdp1()) copy_in_gradients({block}, "reduce-scatter copy-in " + block_name(block));
-    if (static_cast<size_t>(block) < states_.offload_grad_shards.size() && states_.offload_grad_shards[block] > 0) {
-      offload_shards_.push_back(alloc(states_.offload_grad_shards[block], "gradients"));
-    }
-    release(buffers);
-    make_sharded_grad(block);
-    if (const auto held = unsynced_.find(block); held != unsynced_.end()) {
-      release(held->second);
-      unsynced_.erase(held);
-    }
+    reduce_scatter_block(block, reduce_bytes);
   }
   return syncing;
+}
+
+// A unit's reduce-scatter as its backward ends: its unsharded gradients (FSDP1: the
+// reduce buffers) and FSDP2's reduce-scatter input they are copied into, the block's own
+// bytes as the walk prices them (ModelStates::reduce_scatter_block). FSDP2's
+// foreach_reduce frees the unsharded gradients before the output that becomes the
+// sharded gradient, and post_backward keeps the input as comm_ctx.reduce_scatter_state
+// until the next group's post_backward drops it before its own foreach_reduce (torch 2.11
+// _fsdp_param_group.py post_backward; _fsdp_collectives.py foreach_reduce), as the walk
+// holds it (step_builder.cc fsdp2_reduce_input_held).
+void StepSimulator::reduce_scatter_block(int block, int64_t reduce_bytes) {
+  label_ = "reduce-scatter " + block_name(block);
+  const bool per_block = static_cast<size_t>(block) < states_.reduce_scatter_input_block.size();
+  const int64_t input_bytes = !fsdp1() && per_block ? std::min(states_.reduce_scatter_input_block[block], reduce_bytes) : 0;
+  drop_reduce_input();
+  const int64_t buffers = alloc(reduce_bytes - input_bytes, "ZeRO buffers");
+  const int64_t input = input_bytes > 0 ? alloc(input_bytes, "ZeRO buffers") : -1;
+  if (!fsdp1()) copy_in_gradients({block}, "reduce-scatter copy-in " + block_name(block));
+  if (static_cast<size_t>(block) < states_.offload_grad_shards.size() && states_.offload_grad_shards[block] > 0) {
+    offload_shards_.push_back(alloc(states_.offload_grad_shards[block], "gradients"));
+  }
+  release(buffers);
+  make_sharded_grad(block);
+  reduce_input_ = input;
+  if (const auto held = unsynced_.find(block); held != unsynced_.end()) {
+    release(held->second);
+    unsynced_.erase(held);
+  }
+}
+
+void StepSimulator::drop_reduce_input() {
+  if (reduce_input_ >= 0) release(reduce_input_);
+  reduce_input_ = -1;
 }
 
 // Gradient traffic of this block: reduce-scatter (ZeRO-2/3) or copies to a CPU optimizer.

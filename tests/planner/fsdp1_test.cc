@@ -85,15 +85,23 @@ TEST_CASE("FSDP1 holds one fp32 FlatParameter shard and one fp32 gradient shard 
         2 * rounded(2'000'000'006));
   CHECK(*std::max_element(fsdp1.gathered_fwd_block.begin(), fsdp1.gathered_fwd_block.end()) == rounded(2'000'000'006));
   // DEFAULT: the bf16 unsharded gradient, its fp32 copy, the F.pad copy of the
-  // odd-sized unit to 8 x 125000001 elements, and the fp32 reduce-scatter output.
-  CHECK(fsdp1.reduce_scatter_bytes == rounded(2'000'000'006) + rounded(4'000'000'012) +
-                                          rounded(1'000'000'008LL * 4) + layer_shard);
-  // PURE: reduced in bf16 without a cast; the bf16 shard is cast to the fp32 parameter.
+  // odd-sized unit to 8 x 125000001 elements; the fp32 reduce-scatter output is the
+  // unit's new sharded gradient (among grads_full) in a step of one micro-step.
+  const int64_t default_buffers = rounded(2'000'000'006) + rounded(4'000'000'012) + rounded(1'000'000'008LL * 4);
+  CHECK(fsdp1.reduce_scatter_bytes == default_buffers);
+  CHECK(fsdp1.fsdp1_post_backward_block[1] == default_buffers - rounded(2'000'000'006));
+  // Accumulating, a later micro-step's output is added into the shard kept before.
+  GlobalConfig accumulating = config;
+  accumulating.grad_accum = 2;
+  const ModelStates fsdp1_accumulating = model_states(graph, eight_gpus(Sharding::kFsdp1), accumulating,
+                                                      Accounting::kAllocated);
+  CHECK(fsdp1_accumulating.reduce_scatter_bytes == default_buffers + layer_shard);
+  // PURE: reduced in bf16 without a cast; the bf16 shard's fp32 cast is the sharded gradient.
   RunSettings pure = eight_gpus(Sharding::kFsdp1);
   pure.reduce_dtype = ReduceDtype::kParam;
   const ModelStates fsdp1_pure = model_states(graph, pure, config, Accounting::kAllocated);
   CHECK(fsdp1_pure.reduce_scatter_bytes == rounded(2'000'000'006) + rounded(1'000'000'008LL * 2) +
-                                               rounded(125'000'001 * 2) + layer_shard);
+                                               rounded(125'000'001 * 2));
   // FSDP2 shards each parameter on its own: the same bytes up to rounding.
   const ModelStates fsdp2 = model_states(graph, eight_gpus(Sharding::kFsdp2), config, Accounting::kAllocated);
   CHECK(fsdp2.gathered_params == fsdp1.gathered_params);

@@ -75,3 +75,42 @@ TEST_CASE("FSDP2 holds the reduce-scatter input of the layer reduced before, not
 }
 
 }  // namespace headroom::planner
+
+namespace headroom::planner {
+namespace {
+
+// torchtitan's Llama 3.1 8B on 8 ranks (FSDP2, bf16 parameters, fp32 reduce).
+RunSettings torchtitan_llama_8b() {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/bench/accuracy/models/llama-3.1-8b/config.json";
+  s.gpu = "h100-sxm";
+  s.precision = Precision::kBf16Mixed;
+  s.micro_batch = 1;
+  s.seq_len = 2048;
+  s.gpus_per_node = 8;
+  s.zero_stage = 3;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.stack = Stack::kTorchtitan;
+  return s;
+}
+
+// The first sample under `label` and the one before it.
+std::pair<int64_t, int64_t> around_first(const Simulation& simulation, const std::string& label) {
+  for (size_t i = 1; i < simulation.memory.size(); ++i) {
+    if (simulation.memory[i].label == label) return {simulation.memory[i - 1].allocated, simulation.memory[i].allocated};
+  }
+  FAIL("no sample labelled " << label);
+  return {0, 0};
+}
+
+}  // namespace
+
+TEST_CASE("the simulator holds FSDP2's reduce-scatter input until the next group's reduce, as the walk does") {
+  const Simulation simulation = simulate_as_given(torchtitan_llama_8b());
+  const int64_t layer = 218'112'000;  // Llama 3.1 8B: one decoder layer's parameters
+  // layers.0's reduce first drops layers.1's fp32 input, held since layers.1's backward.
+  const auto [before, dropped] = around_first(simulation, "reduce-scatter model.layers.0");
+  CHECK(before - dropped == layer * 4);
+}
+
+}  // namespace headroom::planner
