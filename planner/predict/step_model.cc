@@ -329,6 +329,20 @@ static void hold_ctx_tensors(const StepModel& model, std::vector<int64_t>& backw
   }
 }
 
+// GRPO's phases before the micro-step's forward (StepModel::generation, logprob_pass),
+// through walk_step's `consider`.
+template <typename Consider>
+static void consider_grpo_phases(const StepModel& model, int64_t fixed, Consider& consider) {
+  if (model.generation > 0) {
+    consider(fixed + model.grads_generation + model.generation, "generation", -1, 0,
+             model.grads_generation + model.generation, model.grads_generation, 0, 0, 0, 0);
+  }
+  if (model.logprob_pass > 0) {
+    consider(fixed + model.grads_generation + model.logprob_pass, "log-prob pass", -1, 0,
+             model.grads_generation + model.logprob_pass, model.grads_generation, 0, 0, 0, 0);
+  }
+}
+
 StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choices,
                    int64_t persistent) {
   assert(choices.size() == model.blocks.size());
@@ -382,14 +396,7 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
     consider(fixed + forward_stored[n] + local, "reference forward", -1, forward_stored[n], local, model.grads_fwd, 0,
              0, 0, 0);
   }
-  if (model.generation > 0) {
-    consider(fixed + model.grads_generation + model.generation, "generation", -1, 0,
-             model.grads_generation + model.generation, model.grads_generation, 0, 0, 0, 0);
-  }
-  if (model.logprob_pass > 0) {
-    consider(fixed + model.grads_generation + model.logprob_pass, "log-prob pass", -1, 0,
-             model.grads_generation + model.logprob_pass, model.grads_generation, 0, 0, 0, 0);
-  }
+  consider_grpo_phases(model, fixed, consider);
   const int64_t zero_step = std::min(model.grads_optimizer, model.not_grads.zero_buffers_optimizer);
   consider(model.base + model.grads_optimizer + model.optimizer_transient, "optimizer step", -1, 0,
            model.grads_optimizer + model.optimizer_transient, model.grads_optimizer - zero_step, zero_step, 0, 0,
