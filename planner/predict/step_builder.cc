@@ -270,6 +270,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   if (settings.offload_checkpoint_inputs) model.checkpoint_stash = kCheckpointOffloadStash;
   const StackSpec stack = resolve_stack(settings).top;
   model.reentrant_recompute = stack.recompute == Recompute::kBlockReentrant;
+  if (made_tables_released(settings.stack, model.reentrant_recompute)) model.made_persistent = profile.made_persistent;
   const size_t n = model.blocks.size();
   set_gradients_by_block(out.states, config, model);
   apply_deepspeed_gradients(context, settings, config, out.states, accounting, model);

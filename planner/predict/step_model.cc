@@ -377,6 +377,20 @@ static void hold_ctx_tensors(const StepModel& model, std::vector<int64_t>& backw
   }
 }
 
+// GRPO's phases before the micro-step's forward (StepModel::generation, logprob_pass),
+// through walk_step's `consider`.
+template <typename Consider>
+static void consider_grpo_phases(const StepModel& model, int64_t fixed, Consider& consider) {
+  if (model.generation > 0) {
+    consider(fixed + model.grads_generation + model.generation, "generation", -1, 0,
+             model.grads_generation + model.generation, model.grads_generation, 0, 0, 0, 0);
+  }
+  if (model.logprob_pass > 0) {
+    consider(fixed + model.grads_generation + model.logprob_pass, "log-prob pass", -1, 0,
+             model.grads_generation + model.logprob_pass, model.grads_generation, 0, 0, 0, 0);
+  }
+}
+
 StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choices,
                    int64_t persistent) {
   assert(choices.size() == model.blocks.size());
@@ -385,15 +399,17 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   // `local`: the bytes above base, gathered and stored; its gradients, gathered
   // units and the block's own saved tensors are taken out of the transient.
   // `cached`: autocast's cached casts among `stored`, which nothing saves: transient.
+  // `dead`: the made persistent tensors among `base` not live there (made_persistent.h).
   auto consider = [&](int64_t bytes, const char* phase, int block, int64_t stored, int64_t local,
-                      int64_t grads, int64_t gathered, int64_t saved, int64_t cached) {
+                      int64_t grads, int64_t gathered, int64_t saved, int64_t cached, int64_t dead) {
+    bytes -= dead;
     if (bytes > peak.bytes) {
       // vLLM's share in sleep mode is the generation phase's, not a transient of the trainer's.
       const int64_t woken = std::string_view(phase) == "generation" ? model.vllm_generation : 0;
       peak.bytes = bytes;
       peak.phase = phase;
       peak.block = block;
-      peak.activations = stored - cached + persistent + saved;
+      peak.activations = stored - cached + persistent - dead + saved;
       peak.transient = local - grads - gathered - saved + cached - woken;
       peak.gradients = grads;
       peak.gathered = gathered;
@@ -416,27 +432,23 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
     const LocalPeak parts = local_parts(model, k, previous, choices[k]);
     const int64_t zero_fwd = std::min(parts.forward_grads, model.not_grads.zero_buffers_fwd);
     consider(fixed + forward_stored[k] + parts.forward, "forward", k, forward_stored[k], parts.forward,
-             parts.forward_grads - zero_fwd, parts.forward_gathered + zero_fwd, parts.forward_saved, cached[k]);
+             parts.forward_grads - zero_fwd, parts.forward_gathered + zero_fwd, parts.forward_saved, cached[k],
+             made_persistent_dead_forward(model.made_persistent, k));
     const auto [zero, in_flight] = not_grads_bwd(model, k, parts);
     consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k], parts.backward,
-             parts.backward_grads - zero - in_flight, parts.backward_gathered + zero, parts.backward_saved, 0);
+             parts.backward_grads - zero - in_flight, parts.backward_gathered + zero, parts.backward_saved, 0,
+             made_persistent_dead_backward(model.made_persistent, k));
   }
   if (model.reference_forward) {
     const int64_t local = reference_forward_local(model);
     consider(fixed + forward_stored[n] + local, "reference forward", -1, forward_stored[n], local, model.grads_fwd, 0,
-             0, 0);
+             0, 0, 0);
   }
-  if (model.generation > 0) {
-    consider(fixed + model.grads_generation + model.generation, "generation", -1, 0,
-             model.grads_generation + model.generation, model.grads_generation, 0, 0, 0);
-  }
-  if (model.logprob_pass > 0) {
-    consider(fixed + model.grads_generation + model.logprob_pass, "log-prob pass", -1, 0,
-             model.grads_generation + model.logprob_pass, model.grads_generation, 0, 0, 0);
-  }
+  consider_grpo_phases(model, fixed, consider);
   const int64_t zero_step = std::min(model.grads_optimizer, model.not_grads.zero_buffers_optimizer);
   consider(model.base + model.grads_optimizer + model.optimizer_transient, "optimizer step", -1, 0,
-           model.grads_optimizer + model.optimizer_transient, model.grads_optimizer - zero_step, zero_step, 0, 0);
+           model.grads_optimizer + model.optimizer_transient, model.grads_optimizer - zero_step, zero_step, 0, 0,
+           made_persistent_dead_backward(model.made_persistent, -1));
   return peak;
 }
 

@@ -109,6 +109,9 @@ struct StepModel {
   // checkpoint's own frame (_recomputation_hook). Beside the labels, the recompute is
   // BlockProfile::reentrant_recompute_peak (autocast's cached casts of its inputs).
   bool reentrant_recompute = false;
+  // Persistent tensors the model makes (StepProfile::made_persistent): in `base`, and
+  // taken out where the walk finds them dead (planner/time/made_persistent.h).
+  std::vector<MadePersistent> made_persistent;
 };
 
 // The peak above base + gathered + what the forward stored while the reference

@@ -604,6 +604,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
   for (size_t t = 0; t < graph.tensors.size(); ++t) {
     if (analysis.persistent[t]) out.persistent += facts.bytes[t];
   }
+  out.made_persistent = made_persistent(graph, analysis, facts.bytes);
   out.blocks.resize(analysis.blocks.size());
   for (size_t b = 0; b < analysis.blocks.size(); ++b) {
     const graph::BlockStructure& block = analysis.blocks[b];

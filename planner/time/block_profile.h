@@ -12,6 +12,7 @@
 #include "planner/mechanisms/fused_kernels.h"
 #include "planner/settings/hardware.h"
 #include "planner/memory/model_states.h"
+#include "planner/time/made_persistent.h"
 
 namespace headroom::planner {
 
@@ -108,6 +109,8 @@ struct BlockProfile {
 struct StepProfile {
   std::vector<BlockProfile> blocks;
   int64_t persistent = 0;  // graph inputs and tensors shared by many blocks
+  // Of `persistent`, the tensors the model makes, live only part of the step.
+  std::vector<MadePersistent> made_persistent;
 };
 
 struct TimeModelOptions {
