@@ -313,6 +313,29 @@ Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& se
   return Status::ok();
 }
 
+// Autocast as the stack runs it, over an fp32 model or a 16-bit one, and what follows
+// from the dtypes it sets: the fp32 adapters, Accelerate's fp32 copies of the outputs.
+void apply_autocast_mechanisms(const RunSettings& settings, const ResolvedStack& stack, graph::LayerGraph& graph) {
+  if (is_autocast(settings.precision)) {
+    apply_autocast(graph, AutocastWeights::kFp32Model, compute_dtype_for(settings.precision));
+    if (stack.top.loss.impl == LossImpl::kLitgptLora) cast_head_per_chunk(graph);
+    if (settings.stack == Stack::kLitgpt) share_qkv_input_cast(graph);
+  }
+  // Autocast over the 16-bit model (the Trainer's, Accelerate's; the top of the
+  // band when the stack leaves it open): fp32 LayerNorm and softmax outputs, the
+  // weights the script upcast, then the fp32 adapters.
+  if (autocast_matters(settings) && stack.top.autocast) {
+    apply_autocast(graph, AutocastWeights::kSixteenBitModel, compute_dtype_for(settings.precision));
+    apply_autocast_to_fp32_adapters(graph);
+  } else if (autocast_matters(settings) && !fsdp_gathers_in_16_bits(settings)) {
+    apply_fp32_adapters_without_autocast(graph);
+  }
+  // After autocast, which sets the returned tensors' dtypes: Accelerate's fp32 copies of them.
+  if (accelerate_copies_outputs(settings, stack.top)) {
+    apply_output_fp32_copies(graph, compute_dtype_for(settings.precision));
+  }
+}
+
 // The stack's mechanisms, each a rewrite of the graph, in the order they
 // compose: training mode (LoRA/QLoRA), loss, QLoRA preparation, autocast, fp8;
 // then the graph's analysis and what selective checkpointing keeps. `stack`: the
@@ -342,24 +365,7 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
     litgpt_qlora(context.graph, settings.nf4_double_quant);
   }
   if (kbit_prep_matters(settings)) apply_kbit_prep(context.graph, stack.top.kbit_prep);
-  if (is_autocast(settings.precision)) {
-    apply_autocast(context.graph, AutocastWeights::kFp32Model, compute_dtype_for(settings.precision));
-    if (stack.top.loss.impl == LossImpl::kLitgptLora) cast_head_per_chunk(context.graph);
-    if (settings.stack == Stack::kLitgpt) share_qkv_input_cast(context.graph);
-  }
-  // Autocast over the 16-bit model (the Trainer's, Accelerate's; the top of the
-  // band when the stack leaves it open): fp32 LayerNorm and softmax outputs, the
-  // weights the script upcast, then the fp32 adapters.
-  if (autocast_matters(settings) && stack.top.autocast) {
-    apply_autocast(context.graph, AutocastWeights::kSixteenBitModel, compute_dtype_for(settings.precision));
-    apply_autocast_to_fp32_adapters(context.graph);
-  } else if (autocast_matters(settings) && !fsdp_gathers_in_16_bits(settings)) {
-    apply_fp32_adapters_without_autocast(context.graph);
-  }
-  // After autocast, which sets the returned tensors' dtypes: Accelerate's fp32 copies of them.
-  if (accelerate_copies_outputs(settings, stack.top)) {
-    apply_output_fp32_copies(context.graph, compute_dtype_for(settings.precision));
-  }
+  apply_autocast_mechanisms(settings, stack, context.graph);
   // After autocast: its casts show which 4-bit linears are fed fp32.
   if (uses_bnb_4bit(settings)) apply_bnb_matmul4bit(context.graph, bnb_matmul4bit_of(settings));
   apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},
