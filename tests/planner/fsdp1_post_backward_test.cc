@@ -15,6 +15,7 @@
 #include "planner/time/block_profile.h"
 #include "tests/planner/fsdp_test_support.h"
 #include "tests/planner/predict_as_given.h"
+#include "tests/planner/two_node_block.h"
 
 namespace headroom::planner {
 namespace {
@@ -24,43 +25,18 @@ namespace {
 // other 300 with 600 in flight. Beside it 1000 bytes of later units' sharded gradients,
 // and `post` bytes its post-backward hook makes.
 StepModel fsdp1_layer(int64_t post) {
-  StepModel step;
-  step.blocks.resize(1);
-  BlockProfile& block = step.blocks[0];
-  block.on_autograd = true;
-  block.keep = 500;
-  block.bwd_peak = 1000;
-  block.bwd_peak_saved = 500;
-  block.bwd_points = {{1000, 500, 0, 100}, {600, 200, 100, 400}};
-  block.own_grads = 400;
+  StepModel step = two_node_block();
   step.grads_bwd = {1000 + 400 + post};
+  step.grads_bwd_before.clear();
   step.post_backward_bwd = {post};
   step.unit_grads_bwd = {400};
   return step;
 }
 
-// The Trainer under FSDP1 at ZeRO-3, pure bf16, on 8 ranks: Accelerate upcasts the
-// shards to fp32; the all-gather, the unsharded gradient and the reduce stay bf16.
-BuiltStep fsdp1_step() {
-  RunSettings settings;
-  settings.stack = Stack::kHfTrainer;
-  settings.precision = Precision::kBf16Pure;
-  settings.mode = TrainMode::kFull;
-  settings.gpus_per_node = 8;
-  settings.zero_stage = 3;
-  settings.sharding = Sharding::kFsdp1;
-  ModelContext context;
-  context.graph = llm_shaped(false, kSmallLlm);
-  context.gpu.cublas_workspace_bytes = 0;
-  StepProfile profile;
-  profile.blocks.resize(context.graph.blocks.size());
-  return build_step(context, settings, zero_stage(3), profile, Accounting::kAllocated);
-}
-
 }  // namespace
 
 TEST_CASE("FSDP1's step prices a layer's reduce buffers and new shard at its post-backward hook only") {
-  const BuiltStep step = fsdp1_step();
+  const BuiltStep step = trainer_sharded_step(Sharding::kFsdp1, 8);
   const int64_t layer = kSmallLlm.layer;
   const int64_t unsharded = layer * 2;  // bf16
   const int64_t shard = layer / 8;

@@ -20,30 +20,12 @@ namespace {
 constexpr int64_t kLayer = kSmallLlm.layer;
 constexpr int64_t kHead = kSmallLlm.head;
 
-// The Trainer under FSDP2 at ZeRO-3, pure bf16 (Accelerate upcasts the shards to fp32;
-// the all-gather, the unsharded gradients and the reduce stay bf16).
-BuiltStep fsdp2_step(int gpus) {
-  RunSettings settings;
-  settings.stack = Stack::kHfTrainer;
-  settings.precision = Precision::kBf16Pure;
-  settings.mode = TrainMode::kFull;
-  settings.gpus_per_node = gpus;
-  settings.zero_stage = 3;
-  settings.sharding = Sharding::kFsdp2;
-  ModelContext context;
-  context.graph = llm_shaped(false, kSmallLlm);  // a full fine-tune: every weight trainable bf16
-  context.gpu.cublas_workspace_bytes = 0;
-  StepProfile profile;
-  profile.blocks.resize(context.graph.blocks.size());
-  return build_step(context, settings, zero_stage(3), profile, Accounting::kAllocated);
-}
-
 }  // namespace
 
 TEST_CASE("FSDP2 frees a layer's unsharded gradients before its reduce output exists") {
   for (int gpus : {2, 8}) {
     CAPTURE(gpus);
-    const BuiltStep step = fsdp2_step(gpus);
+    const BuiltStep step = trainer_sharded_step(Sharding::kFsdp2, gpus);
     const int64_t unsharded = kLayer * 2;       // bf16
     const int64_t input = kLayer * 2;           // reduce_dtype = param_dtype, bf16
     const int64_t sharded = kLayer * 4 / gpus;  // fp32 shard
@@ -59,7 +41,7 @@ TEST_CASE("FSDP2 frees a layer's unsharded gradients before its reduce output ex
 TEST_CASE("FSDP2 holds the reduce-scatter input of the layer reduced before, not its own") {
   for (int gpus : {2, 8}) {
     CAPTURE(gpus);
-    const BuiltStep step = fsdp2_step(gpus);
+    const BuiltStep step = trainer_sharded_step(Sharding::kFsdp2, gpus);
     const int64_t unsharded = kLayer * 2;
     const int64_t input = kLayer * 2;
     const int64_t sharded = kLayer * 4 / gpus;

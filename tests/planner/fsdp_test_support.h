@@ -9,8 +9,11 @@
 #include <vector>
 
 #include "graph/layer_graph.h"
+#include "planner/predict/model_context.h"
 #include "planner/predict/planner.h"
 #include "planner/predict/simulator.h"
+#include "planner/predict/step_builder.h"
+#include "planner/time/block_profile.h"
 
 namespace headroom::planner {
 
@@ -59,6 +62,27 @@ inline Simulation simulate_as_given(const RunSettings& settings) {
   options.record_events = false;
   options.max_memory_samples = 1 << 20;  // keep every sample
   return simulate(context.value(), settings, user_config(settings), blocks.value(), options);
+}
+
+// The Trainer's step over llm_shaped(false, kSmallLlm), a full fine-tune in pure bf16
+// (Accelerate upcasts the shards to fp32; the all-gather, the unsharded gradients and
+// the reduce stay bf16), sharded at ZeRO-3 by `sharding` over `gpus` ranks.
+inline BuiltStep trainer_sharded_step(Sharding sharding, int gpus) {
+  RunSettings settings;
+  settings.stack = Stack::kHfTrainer;
+  settings.precision = Precision::kBf16Pure;
+  settings.mode = TrainMode::kFull;
+  settings.gpus_per_node = gpus;
+  settings.zero_stage = 3;
+  settings.sharding = sharding;
+  ModelContext context;
+  context.graph = llm_shaped(false, kSmallLlm);
+  context.gpu.cublas_workspace_bytes = 0;
+  StepProfile profile;
+  profile.blocks.resize(context.graph.blocks.size());
+  GlobalConfig config;
+  config.zero_stage = 3;
+  return build_step(context, settings, config, profile, Accounting::kAllocated);
 }
 
 // The allocated bytes after the last sample labelled `label`.

@@ -15,27 +15,10 @@
 #include "planner/predict/step_model.h"
 #include "planner/time/block_profile.h"
 #include "tests/planner/predict_as_given.h"
+#include "tests/planner/two_node_block.h"
 
 namespace headroom::planner {
 namespace {
-
-// One block of two nodes with weights: the later in forward runs backward first,
-// its 100 bytes of gradient made there, with 1000 bytes in flight; the earlier makes
-// 300 more with 600 in flight.
-StepModel two_node_block() {
-  StepModel step;
-  step.blocks.resize(1);
-  BlockProfile& block = step.blocks[0];
-  block.on_autograd = true;
-  block.keep = 500;
-  block.bwd_peak = 1000;
-  block.bwd_peak_saved = 500;
-  block.bwd_points = {{1000, 500, 0, 100}, {600, 200, 100, 400}};
-  block.own_grads = 400;
-  step.grads_bwd = {400};
-  step.grads_bwd_before = {0};
-  return step;
-}
 
 TEST_CASE("a peak inside a block's backward holds the gradients of the nodes already run only") {
   StepModel step = two_node_block();
