@@ -509,7 +509,7 @@ void add_backward_peaks(const BackwardStages& stages, BlockProfile& profile) {
 // What a checkpointed block keeps (BlockProfile::checkpoint): its entry inputs and what
 // selective AC holds; among them, the inputs none of its nodes saves
 // (BlockProfile::checkpoint_unsaved).
-void add_checkpoint_bytes(const GraphAnalysis& analysis, const TensorFacts& facts, const std::vector<int>& entry_live,
+void add_checkpoint_bytes(const TensorFacts& facts, const std::vector<int>& entry_live,
                           const std::vector<int>& held, const std::vector<char>& saved, BlockProfile& profile) {
   for (int t : entry_live) {
     profile.checkpoint += facts.bytes[t];
@@ -622,7 +622,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     static const std::vector<int> kNothing;
     const std::vector<int>& held = b < checkpoint_saves.size() ? checkpoint_saves[b] : kNothing;
     const std::vector<char> saved = membership(graph.tensors.size(), block.saved_tensors);
-    if (block.on_autograd) add_checkpoint_bytes(analysis, facts, entry_live, held, saved, profile);
+    if (block.on_autograd) add_checkpoint_bytes(facts, entry_live, held, saved, profile);
     add_forward_peaks(graph, analysis, static_cast<int>(b), facts, entry_live, held, compute, batch, seq, accounting,
                       profile);
 
