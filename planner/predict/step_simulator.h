@@ -180,10 +180,10 @@ class StepSimulator {
   std::map<int, double> prefetch_done_;                // block -> time its tensors are back
   std::map<int, int64_t> all_gather_buffers_;          // FSDP2: block -> its prefetched copy-in buffer
   int64_t root_params_ = -1;                           // FSDP2: the root group's unsharded parameters
-  int kept_tail_ = -1;
+  int kept_tail_ = -1;  // accelerate's tail unit, kept from its forward to its backward (fsdp2_kept_tail)
   bool grads_through_forward_ = false;  // StackSpec::grads_through_forward
   std::vector<int64_t> held_grads_;     // the previous step's gradients, until the next backward
-  int64_t tail_copy_in_ = -1;  // the kept tail's all-gather output, freed as the forward ends   // accelerate's tail unit, kept from its forward to its backward (fsdp2_kept_tail)
+  int64_t tail_copy_in_ = -1;  // the kept tail's all-gather output, freed as the forward ends
   int kept_layer_ = -1;                                // FSDP2: the layer left unsharded after forward
   std::map<int, int64_t> kept_unsharded_;              // block -> unsharded parameters kept until its backward
   std::vector<int64_t> root_grads_;                    // FSDP2: the root group's unsharded gradients
