@@ -48,15 +48,20 @@ int64_t kept_gradient_bytes(const ModelContext& context, const RunSettings& sett
   return bytes;
 }
 
+// Tensor t's bytes at the run's micro-batch and sequence, as `accounting` counts them.
+int64_t run_tensor_bytes(const ModelContext& context, const GlobalConfig& config, size_t t, Accounting accounting) {
+  return account(graph::tensor_bytes(context.graph.tensors[t], context.compute_dtype, config.micro_batch,
+                                     context.seq_len),
+                 accounting);
+}
+
 // The persistent tensors the caller holds without autograd (held_by_caller): in the
 // walk's base with the other persistent tensors, labelled transient at the peak.
 int64_t caller_held_bytes(const ModelContext& context, const GlobalConfig& config, Accounting accounting) {
   int64_t bytes = 0;
   for (size_t t = 0; t < context.graph.tensors.size(); ++t) {
     if (!context.analysis.persistent[t] || !held_by_caller(context.graph.tensors[t])) continue;
-    bytes += account(graph::tensor_bytes(context.graph.tensors[t], context.compute_dtype, config.micro_batch,
-                                         context.seq_len),
-                     accounting);
+    bytes += run_tensor_bytes(context, config, t, accounting);
   }
   return bytes;
 }
@@ -89,9 +94,7 @@ int64_t frame_held_bytes(const ModelContext& context, const GlobalConfig& config
   for (size_t t = 0; t < context.graph.tensors.size(); ++t) {
     if (!a.persistent[t] || a.producer[t] < 0 || saved[t] || !used_from_peak(t)) continue;
     if (held_by_caller(context.graph.tensors[t])) continue;
-    bytes += account(graph::tensor_bytes(context.graph.tensors[t], context.compute_dtype, config.micro_batch,
-                                         context.seq_len),
-                     accounting);
+    bytes += run_tensor_bytes(context, config, t, accounting);
   }
   return std::min(bytes, peak.activations);
 }
@@ -108,9 +111,7 @@ int64_t accumulate_grad_leaf_bytes(const ModelContext& context, const GlobalConf
   for (int t : input_grad_leaves(context.graph)) {
     const int producer = context.analysis.producer[static_cast<size_t>(t)];
     if (producer < 0 || context.graph.nodes[static_cast<size_t>(producer)].block >= peak.block) continue;
-    bytes += account(graph::tensor_bytes(context.graph.tensors[static_cast<size_t>(t)], context.compute_dtype,
-                                         config.micro_batch, context.seq_len),
-                     accounting);
+    bytes += run_tensor_bytes(context, config, static_cast<size_t>(t), accounting);
   }
   return std::min(bytes, peak.activations);
 }

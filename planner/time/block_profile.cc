@@ -122,13 +122,16 @@ std::vector<char> membership(size_t count, const std::vector<int>& members) {
 // tensors there (accelerate 1.15.0 utils/operations.py; mechanisms/output_fp32_copies.h),
 // after the forward's frame let go of its locals (T5ForConditionalGeneration.forward's
 // decoder output, read by lm_head alone). Live then: what the returned object holds (the
-// node's holds), what autograd saved or a checkpoint holds, and what later blocks read.
+// node's holds), what autograd saved (`saved`) or a checkpoint holds (`is_held`), and what
+// later blocks read.
 void release_returned_frame(const LayerGraph& graph, const GraphAnalysis& analysis, int n, int block_index,
-                            const std::vector<char>& kept_anyway, LiveTensors& live) {
+                            const std::vector<char>& saved, const std::vector<char>& is_held, LiveTensors& live) {
   const std::vector<int>& returned = analysis.node_holds[n];
   for (size_t t = 0; t < graph.tensors.size(); ++t) {
     const int id = static_cast<int>(t);
-    if (!live.has(id) || kept_anyway[t] || std::find(returned.begin(), returned.end(), id) != returned.end()) continue;
+    if (!live.has(id) || saved[t] || is_held[t] || std::find(returned.begin(), returned.end(), id) != returned.end()) {
+      continue;
+    }
     const bool read_later = std::any_of(analysis.consumers[t].begin(), analysis.consumers[t].end(),
                                         [&](int c) { return graph.nodes[static_cast<size_t>(c)].block > block_index; });
     if (!read_later) live.erase(id);
@@ -155,11 +158,9 @@ ForwardPeak forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis,
   auto drop_if_done = [&](int t) {
     if (remaining[t] == 0 && !kept(t)) live.erase(t);
   };
-  std::vector<char> kept_anyway = saved;
-  for (size_t t = 0; t < count; ++t) kept_anyway[t] = kept_anyway[t] || is_held[t];
   for (int n : block.nodes) {
     const Node& node = graph.nodes[n];
-    if (node.op == graph::op::kModelOutput) release_returned_frame(graph, analysis, n, block_index, kept_anyway, live);
+    if (node.op == graph::op::kModelOutput) release_returned_frame(graph, analysis, n, block_index, saved, is_held, live);
     for (int t : analysis.node_outputs[n]) {
       if (!analysis.persistent[t] && !live.has(t)) live.add(t);
     }
