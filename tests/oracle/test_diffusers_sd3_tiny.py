@@ -9,13 +9,11 @@ channels at res/8), the prompt embeddings (77 CLIP + the T5 length) and the pool
 headroom's prediction of the same runs is printed, not asserted.
 """
 
-import json
 import os
 import sys
-import tempfile
 import unittest
 
-from oracle_runs import report_headroom_figures, run_oracle
+from diffusers_lora_checks import DiffusersLoraChecks
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "bench", "oracle"))
@@ -43,47 +41,10 @@ def batch_bytes(spec):
     return 2 * (latents + embeds)
 
 
-class DiffusersSd3TinyTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.folder = tempfile.TemporaryDirectory()
-        with open(os.path.join(cls.folder.name, "config.json"), "w") as f:
-            json.dump(CONFIG, f)
-        base = dict(BASE, model=cls.folder.name)
-        cls.specs = {"r4": dict(base, lora_rank=4), "r8": dict(base, lora_rank=8),
-                     "r4-ckpt": dict(base, lora_rank=4, checkpointing="non-reentrant")}
-        cls.results = dict(zip(cls.specs, run_oracle(PYTHON, list(cls.specs.values()))))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.folder.cleanup()
-
-    def test_every_run_ran(self):
-        for name, result in self.results.items():
-            self.assertNotIn("error", result, f"{name}: {result.get('error')}")
-
-    def test_adapters_are_the_script_targets_in_bf16(self):
-        for name, rank in (("r4", 4), ("r8", 8)):
-            resolved = self.results[name]["resolved"]
-            self.assertEqual(resolved["trainable"], adapter_elements(rank), name)
-            self.assertEqual(resolved["adapter_dtype"], "bfloat16", name)
-
-    def test_foreach_adamw_keeps_two_bf16_moments(self):
-        for name, rank in (("r4", 4), ("r8", 8)):
-            self.assertEqual(self.results[name]["at_peak"]["optimizer_states"], 2 * 2 * adapter_elements(rank), name)
-
-    def test_the_batch_is_latents_and_embeddings(self):
-        for name, spec in self.specs.items():
-            self.assertEqual(self.results[name]["at_peak"]["inputs"], batch_bytes(spec), name)
-
-    def test_checkpointing_keeps_less(self):
-        kept = self.results["r4"]["at_peak"]["saved_activations"]
-        self.assertLess(self.results["r4-ckpt"]["at_peak"]["saved_activations"], kept)
-
-    def test_headroom_figure_is_reported(self):
-        if not HEADROOM:
-            self.skipTest("no headroom binary given")
-        report_headroom_figures(self, self.results, HEADROOM)
+class DiffusersSd3TinyTest(DiffusersLoraChecks, unittest.TestCase):
+    CONFIG, BASE, PYTHON, HEADROOM = CONFIG, BASE, PYTHON, HEADROOM
+    adapter_elements = staticmethod(adapter_elements)
+    batch_bytes = staticmethod(batch_bytes)
 
 
 if __name__ == "__main__":
