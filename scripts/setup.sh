@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs headroom's build dependencies from Debian packages (idempotent).
 set -euo pipefail
-packages=(cmake ninja-build ccache g++ libboost-graph-dev nlohmann-json3-dev libeigen3-dev doctest-dev libcli11-dev libyaml-dev libgloo-dev clang-tidy)
+packages=(cmake ninja-build ccache g++ libboost-graph-dev nlohmann-json3-dev libeigen3-dev doctest-dev libcli11-dev libyaml-dev libgloo-dev libmimalloc-dev clang-tidy)
 # --with-browser: also Chromium, for the headless check of the HTML report.
 [ "${1:-}" = "--with-browser" ] && packages+=(chromium)
 missing=()
