@@ -207,9 +207,11 @@ std::string decoder_block(GraphBuilder& b, const StackPart& s, int64_t i, const 
   const std::string c = p + ".layer.1";
   const std::string y = t5_norm(b, c + ".layer_norm", h, rows, s.c.hidden);
   // The cross-attention layers have no relative bias: the first makes zeros
-  // [1, heads, T, S] (T5Attention.forward) that every later one is passed and keeps.
+  // [1, heads, T, S] in the query's dtype (T5Attention.forward) that every later one is
+  // passed and keeps. They read nothing and need no gradient, unless the Trainer's
+  // checkpointing makes them a leaf that does (planner/mechanisms/t5_position_bias.h).
   if (i == 0) {
-    ctx.cross_bias = b.copy(c + ".EncDecAttention.zero_bias", "zeros", {y}, SizeExpr{0, 0, s.c.heads * t, 0, 0, 0});
+    ctx.cross_bias = b.copy(c + ".EncDecAttention.zero_bias", "zeros", {}, SizeExpr{0, 0, s.c.heads * t, 0, 0, 0});
   }
   const AttentionShape cross = cross_shape(s.c, rows, s.shape.source_rows(), SizeExpr::per_token(t));
   const std::string co = t5_attention(b, s, c + ".EncDecAttention", y, ctx.encoder_out, rows,

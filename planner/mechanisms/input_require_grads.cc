@@ -17,6 +17,9 @@ bool reads(const graph::Node& node, const std::string& tensor) {
 // The graph inputs transformers models take their tokens and images in (their
 // main_input_name); the builders in models/ name them so.
 constexpr const char* kInputIds = "input_ids";
+// T5's decoder stack reads the labels shifted right (models/t5.cc) through the same
+// embedding, which is its own T5Stack's get_input_embeddings() too.
+constexpr const char* kDecoderInputIds = "decoder_input_ids";
 constexpr const char* kPixelValues = "pixel_values";
 
 // Whether `node` reads the pixels: pixel_values itself, or its cast to the tower's
@@ -43,7 +46,8 @@ bool reads_pixels(const graph::LayerGraph& graph, const graph::Node& node) {
 bool is_input_embedding(const graph::LayerGraph& graph, const graph::Node& node) {
   if (node.outputs.size() != 1) return false;
   const bool conv = node.op == graph::op::kConv2d || node.op == graph::op::kConv3d;
-  return (node.op == graph::op::kEmbedding && reads(node, kInputIds)) || (conv && reads_pixels(graph, node));
+  const bool ids = reads(node, kInputIds) || reads(node, kDecoderInputIds);
+  return (node.op == graph::op::kEmbedding && ids) || (conv && reads_pixels(graph, node));
 }
 
 // Whether a parameter of `node` is trained (a tied copy follows its original).
@@ -130,6 +134,18 @@ std::vector<int> input_grad_leaves(const graph::LayerGraph& graph) {
     leaves.push_back(static_cast<int>(leaf - graph.tensors.data()));
   }
   return leaves;
+}
+
+void hold_input_grad_leaves(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
+                            std::vector<std::vector<int>>& through_backward) {
+  for (int t : input_grad_leaves(graph)) {
+    const int producer = analysis.producer[static_cast<size_t>(t)];
+    const int block = producer < 0 ? 0 : graph.nodes[static_cast<size_t>(producer)].block;
+    if (block == 0) continue;  // no block runs backward after it
+    through_backward.resize(graph.blocks.size());
+    through_backward[static_cast<size_t>(block)].push_back(t);  // the leaf
+    through_backward[static_cast<size_t>(block)].push_back(t);  // its `.grad`, of its size
+  }
 }
 
 }  // namespace headroom::planner

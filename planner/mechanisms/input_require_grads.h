@@ -11,6 +11,7 @@
 
 #include <vector>
 
+#include "graph/graph_analysis.h"
 #include "graph/layer_graph.h"
 
 namespace headroom::planner {
@@ -33,5 +34,13 @@ int apply_input_require_grads(graph::LayerGraph& graph);
 // block reads (a checkpointed layer's input, which the checkpoint saves) or a consumer
 // saves for itself.
 std::vector<int> input_grad_leaves(const graph::LayerGraph& graph);
+
+// Those leaves made in a block that others run backward after (T5's decoder embedding,
+// before the encoder's backward): the leaf and the `.grad` its block's backward gives it
+// live through every earlier block's backward, as long as the graph holds the
+// AccumulateGrad node. Each is added twice to `through_backward` at its block
+// (ModelContext::ctx_held): the leaf, and its gradient of the same size.
+void hold_input_grad_leaves(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
+                            std::vector<std::vector<int>>& through_backward);
 
 }  // namespace headroom::planner

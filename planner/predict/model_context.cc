@@ -18,6 +18,7 @@
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/fused_kernels.h"
 #include "planner/mechanisms/input_require_grads.h"
+#include "planner/mechanisms/t5_position_bias.h"
 #include "planner/mechanisms/bnb_matmul4bit.h"
 #include "planner/mechanisms/kbit_prep.h"
 #include "planner/mechanisms/reentrant_checkpoint.h"
@@ -301,6 +302,11 @@ Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& se
   if (pairs) apply_preference_pairs(context.graph);
   if (settings.stack == Stack::kLitgpt) fuse_qkv_adapters(context.graph);
   if (stack.top.input_require_grads) apply_input_require_grads(context.graph);
+  // The Trainer's gradient_checkpointing_enable sets T5Attention.gradient_checkpointing,
+  // whatever blocks it checkpoints (mechanisms/t5_position_bias.h).
+  if (settings.stack == Stack::kHfTrainer && settings.checkpointing != CheckpointPolicy::kNone) {
+    apply_t5_bias_leaves(context.graph);
+  }
   // PEFT's prepare_model_for_kbit_training(use_gradient_checkpointing=True) hooks the
   // input embeddings too (peft utils/other.py), so gradients reach every block.
   const bool kbit_hook = settings.mode == TrainMode::kQlora && stack.top.kbit_prep == KbitPrep::kPeft;
@@ -382,6 +388,8 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   if (stack.top.recompute == Recompute::kSelectiveOp) {
     context.checkpoint_saves = selective_op_saves(context.graph, context.analysis);
   }
+  hold_t5_bias_leaves(context.graph, context.analysis, context.checkpoint_saves, context.ctx_held);
+  hold_input_grad_leaves(context.graph, context.analysis, context.ctx_held);
   if (uses_bnb_4bit(settings)) {
     hold_bnb_inputs(context.graph, context.analysis, bnb_matmul4bit_of(settings), context.checkpoint_saves);
     hold_bnb_inputs(context.graph, context.analysis, bnb_matmul4bit_of(settings), context.ctx_held);

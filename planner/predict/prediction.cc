@@ -11,6 +11,7 @@
 #include "planner/mechanisms/input_require_grads.h"
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/mechanisms/loss_variants.h"
+#include "planner/mechanisms/t5_position_bias.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/memory/rope_cache_saves.h"
@@ -103,14 +104,37 @@ int64_t frame_held_bytes(const ModelContext& context, const GlobalConfig& config
 // (input_grad_leaves): the walk keeps them with the embeddings block's saved tensors,
 // as long as their AccumulateGrad nodes hold them; at a peak in a later block they are
 // transient, no pack hook having seen them (the oracle's BERT and CLIP LoRA rows
-// under non-reentrant checkpointing: the frozen word embedding's bf16 output).
+// under non-reentrant checkpointing: the frozen word embedding's bf16 output). One made
+// in a block that others run backward after (T5's decoder embedding) is held with its
+// `.grad` through their backward (hold_input_grad_leaves): both transient there, as the
+// oracle's Flan-T5 rows have them (an `embedding` and a `native_dropout_backward`).
 int64_t accumulate_grad_leaf_bytes(const ModelContext& context, const GlobalConfig& config, const StepPeak& peak,
                                    Accounting accounting) {
   if (peak.block < 0) return 0;
   int64_t bytes = 0;
   for (int t : input_grad_leaves(context.graph)) {
     const int producer = context.analysis.producer[static_cast<size_t>(t)];
-    if (producer < 0 || context.graph.nodes[static_cast<size_t>(producer)].block >= peak.block) continue;
+    if (producer < 0) continue;
+    const int block = context.graph.nodes[static_cast<size_t>(producer)].block;
+    const int64_t leaf = run_tensor_bytes(context, config, static_cast<size_t>(t), accounting);
+    if (block < peak.block) bytes += leaf;
+    // In the backward of a block before it, the leaf and its `.grad` (hold_input_grad_leaves).
+    if (block > peak.block && peak.phase == "backward") bytes += 2 * leaf;
+  }
+  return std::min(bytes, peak.activations);
+}
+
+// The gradients of T5's zero cross-attention bias leaves (mechanisms/t5_position_bias.h),
+// which the walk holds through the backward of the blocks before their last reader's
+// with what autograd keeps there: a `.grad` of no parameter, seen by no pack hook, so
+// transient at the peak (the oracle's Flan-T5 rows under checkpointing: an `add` of
+// [1, heads, T, S] in the encoder's backward).
+int64_t t5_bias_gradient_bytes(const ModelContext& context, const GlobalConfig& config, const StepPeak& peak,
+                               Accounting accounting) {
+  if (peak.phase != "backward" || peak.block < 0) return 0;
+  int64_t bytes = 0;
+  for (int t : t5_bias_leaves(context.graph)) {
+    if (t5_bias_gradient_block(context.graph, context.analysis, t) <= peak.block) continue;
     bytes += run_tensor_bytes(context, config, static_cast<size_t>(t), accounting);
   }
   return std::min(bytes, peak.activations);
@@ -189,7 +213,8 @@ MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& set
                    (peak.block >= 0 ? step.states.gathered_params : 0) + peak.gathered;
   const int64_t held = caller_held_bytes(context, config, accounting);
   const int64_t leaves = accumulate_grad_leaf_bytes(context, config, peak, accounting) +
-                         frame_held_bytes(context, config, peak, accounting);
+                         frame_held_bytes(context, config, peak, accounting) +
+                         t5_bias_gradient_bytes(context, config, peak, accounting);
   m.activations = peak.activations - held - leaves;
   m.transient = peak.transient + held + in_flight + leaves;
   m.allocator = reserved ? kPoolSlackBytes : 0;

@@ -165,6 +165,20 @@ int64_t BackwardGradients::out_grad_freed_inside(int n) const {
   return bytes;
 }
 
+// The gradients of node n's outputs that its backward receives and no later block
+// prices (at_node's out_grads).
+int64_t BackwardGradients::incoming_gradients(int n) const {
+  if (graph_.nodes[static_cast<size_t>(n)].op == kTrlFusedLogprobOp) return 0;
+  int64_t bytes = 0;
+  for (int t : analysis_.node_outputs[static_cast<size_t>(n)]) {
+    const bool priced_as_out_grad = (arriving_[t] && !analysis_.persistent[t]) || gradient_is_out_grad(t);
+    if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty() && !priced_as_out_grad) {
+      bytes += tensor_bytes_[t];
+    }
+  }
+  return bytes;
+}
+
 int64_t BackwardGradients::at_node(int n) const {
   const graph::Node& node = graph_.nodes[n];
   int64_t grads = account(graph::dtype_bytes(compute_, node.backward_workspace().at(batch_, seq_)), accounting_);
@@ -175,15 +189,8 @@ int64_t BackwardGradients::at_node(int n) const {
   // fp32 a token); the gradient its backward receives is grad_logprobs and grad_entropy,
   // one fp32 a token each (trl/kernels/chunked_logprob.py ChunkedLogProbFunction.backward,
   // TRL 1.16.0): not the copy's bytes, and under 0.1% of them, left out.
-  const bool per_token_out_grad = node.op == kTrlFusedLogprobOp;
-  int64_t out_grads = 0;
+  const int64_t out_grads = incoming_gradients(n);
   int64_t in_grads = 0;
-  for (int t : analysis_.node_outputs[n]) {
-    const bool priced_as_out_grad = (arriving_[t] && !analysis_.persistent[t]) || gradient_is_out_grad(t);
-    if (analysis_.requires_grad[t] && !analysis_.consumers[t].empty() && !priced_as_out_grad && !per_token_out_grad) {
-      out_grads += tensor_bytes_[t];
-    }
-  }
   for (int t : analysis_.node_inputs[n]) {
     if (analysis_.requires_grad[t] && !analysis_.persistent[t]) in_grads += tensor_bytes_[t] + promoted_gradient(n, t);
   }
@@ -320,17 +327,62 @@ static bool factors_viewed_early(const graph::Node& node) {
 // weight used once, and a shared one at its first use in backward, where its sum
 // starts (ModelStates::block_grads counts it in that block).
 int64_t BackwardGradients::own_gradients(int n) const {
-  const graph::Node& node = graph_.nodes[n];
-  if (node.op == graph::op::kUnused || !analysis_.needs_param_grad[n]) return 0;
   int64_t bytes = 0;
+  for (const graph::Param* param : own_gradient_params(n)) bytes += account(param->elements() * grad_width_, accounting_);
+  return bytes;
+}
+
+std::vector<const graph::Param*> BackwardGradients::own_gradient_params(int n) const {
+  const graph::Node& node = graph_.nodes[n];
+  std::vector<const graph::Param*> params;
+  if (node.op == graph::op::kUnused || !analysis_.needs_param_grad[n]) return params;
   for (const graph::Param& param : node.params) {
     const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
     const auto trainable = owner_trainable_.find(owner);
     if (trainable == owner_trainable_.end() || !trainable->second) continue;
     if (use_positions_.at(owner).front() != position_[n]) continue;
-    bytes += account(param.elements() * grad_width_, accounting_);
+    params.push_back(&param);
+  }
+  return params;
+}
+
+// Under autocast over fp32 weights, an op on its lower-precision list (a linear) runs on
+// its weight's 16-bit cast (autocast_mode.cpp cached_cast), so its backward makes the
+// 16-bit gradient of that cast, and the cast's own node, ToCopyBackward, makes the fp32
+// gradient from it (torch 2.11 tools/autograd/derivatives.yaml, _to_copy: grad.to(the
+// input's options)), which AccumulateGrad takes as `.grad`. The bytes of node n's own
+// gradients made so, in the 16-bit dtype; 0 where the gradient is made in its own dtype.
+int64_t BackwardGradients::cast_own_gradients(int n) const {
+  const int64_t compute_width = graph::dtype_bytes(compute_, 1);
+  if (grad_width_ <= compute_width || !graph::op_traits(graph_.nodes[n].op).autocast_to_16_bit) return 0;
+  int64_t bytes = 0;
+  for (const graph::Param* param : own_gradient_params(n)) {
+    if (!graph::is_quantized_storage(param->dtype)) bytes += account(param->elements() * compute_width, accounting_);
   }
   return bytes;
+}
+
+// Node n's backward points (GradPoint) at `grads` in flight, `released` saved bytes
+// released before it, `freed` those it releases itself, `made` own gradients stored
+// before it and `own` made by it. Where its own are made through autocast's casts
+// (cast_own_gradients) there are two moments: its backward, with the 16-bit weight
+// gradients in flight and no `.grad` of its own yet; and the casts' ToCopyBackward,
+// after the engine has released the node's saved tensors and dropped the gradient it
+// received as its call_function returned (torch 2.11 torch/csrc/autograd/engine.cpp,
+// evaluate_function: fn.release_variables()), each 16-bit gradient beside its fp32 copy.
+// The cast ran after the producer of the op's input in forward, so its node, of the
+// higher sequence number, runs before that producer's backward (engine.h
+// CompareNodeTaskTime). The oracle's ViT-B/16 full bf16-amp peak: the output dense's
+// bf16 weight gradient in flight, no fp32 `.grad` of it (docs/memory-model.md).
+void BackwardGradients::add_grad_points(std::vector<GradPoint>& points, int n, int64_t grads, int64_t released,
+                                        int64_t freed, int64_t made, int64_t own) const {
+  const int64_t cast = own > 0 ? cast_own_gradients(n) : 0;
+  if (cast == 0) {
+    points.push_back({grads, released, made, made + own});
+    return;
+  }
+  points.push_back({grads + cast, released, made, made});
+  points.push_back({grads + cast - freed - incoming_gradients(n), released + freed, made, made + own});
 }
 
 // Drops the points a later one outgrows: it holds at least the same own gradients, so
@@ -365,7 +417,8 @@ BackwardStages BackwardGradients::stages_of(const graph::BlockStructure& block, 
                                             const std::vector<int>* shared) const {
   BackwardStages stages;
   const std::vector<int64_t> released = released_before(block, shared);
-  const std::vector<int64_t> freed = unpacked ? released_by(block) : std::vector<int64_t>(block.nodes.size(), 0);
+  const std::vector<int64_t> freed_by = released_by(block, shared);
+  const std::vector<int64_t> freed = unpacked ? freed_by : std::vector<int64_t>(block.nodes.size(), 0);
   const std::vector<int64_t> waiting = waiting_gradients(block);
   int wrapped = 0;  // wrapped GEMMs whose backward has not run yet
   for (int n : block.nodes) wrapped += analysis_.needs_param_grad[n] && factors_viewed_early(graph_.nodes[n]);
@@ -382,7 +435,7 @@ BackwardStages BackwardGradients::stages_of(const graph::BlockStructure& block, 
                           (unpacked ? std::min(promoted_casts(n), freed[i]) : 0) - out_grad_gone;
     const int64_t own = own_gradients(n);
     const bool early = factors_viewed_early(graph_.nodes[n]);
-    stages.grad_points.push_back({grads, released[i], made, made + (early ? 0 : own)});
+    add_grad_points(stages.grad_points, n, grads, released[i], freed_by[i], made, early ? 0 : own);
     stages.own_grads += own;
     (early ? viewed : made) += own;
     const bool after_first = !stages.from_param_grads.empty();

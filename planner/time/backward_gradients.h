@@ -101,6 +101,11 @@ class BackwardGradients {
   int64_t own_partials(bool first_use) const;
   int64_t chunk_gradients_gone(int n, int64_t out_grads, int64_t in_grads) const;
   int64_t own_gradients(int n) const;
+  std::vector<const graph::Param*> own_gradient_params(int n) const;
+  int64_t cast_own_gradients(int n) const;
+  int64_t incoming_gradients(int n) const;
+  void add_grad_points(std::vector<GradPoint>& points, int n, int64_t grads, int64_t released, int64_t freed,
+                       int64_t made, int64_t own) const;
   int64_t promoted_gradient(int n, int t) const;
   int64_t promoted_casts(int n) const;
   BackwardStages stages_of(const graph::BlockStructure& block, bool unpacked, const std::vector<int>* shared) const;

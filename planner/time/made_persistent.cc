@@ -12,11 +12,14 @@ std::vector<MadePersistent> made_persistent(const graph::LayerGraph& graph, cons
   for (size_t t = 0; t < graph.tensors.size(); ++t) {
     const int producer = analysis.producer[t];
     if (!analysis.persistent[t] || producer < 0 || held_by_caller(graph.tensors[t])) continue;
-    // One on the autograd graph stays all step, as before: it may be a leaf its
-    // AccumulateGrad node holds to the backward's end (transformers 5.23.0
-    // models/t5/modeling_t5.py T5Attention.forward: the cross-attention's zero
-    // position_bias, requires_grad under gradient checkpointing, kept by every layer).
-    if (analysis.requires_grad[t] || graph.tensors[t].requires_grad) continue;
+    // A leaf that requires grad stays all step: its AccumulateGrad node holds it to the
+    // backward's end (torch 2.11 torch/csrc/autograd/functions/accumulate_grad.h,
+    // `Variable variable`). One that requires grad through its producer is held by its
+    // readers' saves and checkpoint frames only, as one made without grad: T5's encoder
+    // output, which the decoder layers' k and v (or their checkpoints) keep, and nothing
+    // once the decoder's first layer has run backward (transformers 5.23.0
+    // models/t5/modeling_t5.py; the oracle's Flan-T5 rows under checkpointing).
+    if (graph.tensors[t].requires_grad) continue;
     MadePersistent made;
     made.bytes = bytes[t];
     made.producer_block = graph.nodes[static_cast<size_t>(producer)].block;

@@ -23,10 +23,10 @@ struct MadePersistent {
 };
 
 // The persistent tensors of `graph` that a node makes, with their accounted bytes
-// (`bytes`, per tensor) and no gradient (made under no_grad, as transformers'
-// rotary modules make cos and sin); graph inputs, what the caller holds without
-// autograd (mechanisms/loss_variants.h held_by_caller) and tensors that require grad
-// are not among them.
+// (`bytes`, per tensor), made under no_grad (as transformers' rotary modules make cos
+// and sin) or with a gradient through their producer (T5's encoder output); graph
+// inputs, what the caller holds without autograd (mechanisms/loss_variants.h
+// held_by_caller) and leaves that require grad (Tensor::requires_grad) are not among them.
 std::vector<MadePersistent> made_persistent(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
                                             const std::vector<int64_t>& bytes);
 
