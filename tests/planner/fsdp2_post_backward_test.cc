@@ -26,6 +26,8 @@ TEST_CASE("FSDP2's layer gradients are its nodes' until its post_backward, besid
   const int64_t input = layer * 2;      // reduce_dtype = param_dtype, bf16
   const int64_t sharded = layer * 4 / 8;
   const int64_t head = kSmallLlm.head * 2;  // the root's unsharded gradient
+  REQUIRE(step.model.unit_grads_bwd.size() == 4);
+  REQUIRE(step.model.post_backward_bwd.size() == 4);
   CHECK(step.model.unit_grads_bwd[1] == unsharded);
   CHECK(step.model.unit_grads_bwd[2] == unsharded);
   CHECK(step.model.post_backward_bwd[1] == 0);  // the sharded gradient is smaller: freed before it
