@@ -94,18 +94,25 @@ namespace {
 // parameter itself and frees it at post-forward, before the next unit's pre-forward.
 // A layer's backward holds its own and the previous unit prefetched
 // (_backward_prefetch; FSDP1's BACKWARD_PRE, at most two in flight under
-// limit_all_gathers). The blocks after the last layer (final norm, head) see only
-// the last layer: its all-gather output in forward (FSDP2), prefetched for backward
-// at the root's pre-backward; torchtitan's last layer, kept unsharded, the same bytes.
+// limit_all_gathers). FSDP2 prefetches the group before it in post-forward order
+// (comm_ctx.post_forward_order[index - 1]) and nothing for the first group: the
+// root's post-forward comes last, so the first layer in a root layout has no group
+// to prefetch and its backward holds its own parameters only (torch 2.11
+// _fsdp_param_group.py _backward_prefetch, _record_post_forward). The blocks after
+// the last layer (final norm, head) see only the last layer: its all-gather output
+// in forward (FSDP2), prefetched for backward at the root's pre-backward;
+// torchtitan's last layer, kept unsharded, the same bytes.
 void in_flight_resharded(const std::vector<int64_t>& layer, bool fsdp2, FsdpInFlight& out) {
   int last = -1;
   for (size_t k = 0; k < layer.size(); ++k) {
     if (layer[k] > 0) last = static_cast<int>(k);
   }
+  int64_t previous_group = 0;  // FSDP2: the group before this one in post-forward order
   for (size_t k = 0; k < layer.size(); ++k) {
     if (layer[k] > 0) {
       out.forward[k] = (fsdp2 ? 2 : 1) * layer[k];
-      out.backward[k] = 2 * layer[k];
+      out.backward[k] = layer[k] + (fsdp2 ? previous_group : layer[k]);
+      previous_group = layer[k];
     } else if (last >= 0 && static_cast<int>(k) > last) {
       out.forward[k] = fsdp2 ? layer[last] : 0;
       out.backward[k] = layer[last];

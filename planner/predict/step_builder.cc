@@ -133,6 +133,32 @@ void set_fsdp1_unit_grads(const ModelStates& states, StepModel& model) {
   }
 }
 
+int64_t at_or_zero(const std::vector<int64_t>& bytes, size_t k) { return k < bytes.size() ? bytes[k] : 0; }
+
+// FSDP2's unsharded gradients per layer (StepModel::unit_grads_bwd): AccumulateGrad sets
+// each unsharded parameter's `.grad` as its node runs backward, and the group's
+// post_backward, which RegisterPostBackwardFunction runs once the unit's input gradients
+// exist, takes them all only after the block's nodes (torch 2.11 _fsdp_param_group.py
+// _register_post_backward_hook, post_backward). So the nodes hold them node by node beside
+// the input held from the layer reduced before; the post_backward holds them whole, and
+// beyond them only the sharded gradient when it outgrows them (post_backward_bwd:
+// foreach_reduce frees them before allocating it, fsdp2_unsharded_freed_before_output).
+void set_fsdp2_unit_grads(const ModelStates& states, const std::vector<int64_t>& made, StepModel& model) {
+  if (states.reduce_scatter_input_block.empty()) return;  // FSDP1, or no FSDP
+  const size_t n = model.grads_bwd.size();
+  const size_t layers = std::min({n, states.reduce_scatter_block.size(), states.reduce_scatter_input_block.size()});
+  model.unit_grads_bwd.assign(n, 0);
+  model.unit_grads_in_flight = false;
+  for (size_t k = 0; k < layers; ++k) {
+    if (states.reduce_scatter_block[k] <= 0) continue;
+    const int64_t input = states.reduce_scatter_input_block[k] - (k == 0 ? states.fsdp2_root_reduce_scatter : 0);
+    const int64_t unsharded = states.reduce_scatter_block[k] - input;
+    const int64_t sharded = k < made.size() ? made[k] - (k == 0 ? states.root_sharded_grads : 0) : 0;
+    model.unit_grads_bwd[k] = std::max<int64_t>(0, unsharded);
+    model.post_backward_bwd[k] = std::max<int64_t>(0, sharded - model.unit_grads_bwd[k]);
+  }
+}
+
 // The gradients live while each block runs forward and backward, by sharding,
 // accumulation and offload (docs/memory-model.md, section 1, the step walk).
 void set_gradients_by_block(const ModelStates& states, const GlobalConfig& config, StepModel& model) {
@@ -156,6 +182,7 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   const std::vector<int64_t> freed = add_reduce_buffers(states, made, model);
   model.post_backward_bwd = fsdp1_post_backward(states, made, n);
   set_fsdp1_unit_grads(states, model);
+  set_fsdp2_unit_grads(states, made, model);
   // Accumulating under no_sync, every unit's unsharded gradient is held from the
   // first micro-step on (priced for the whole step: the last backward frees them unit by unit).
   model.grads_fwd += states.unsynced_grads;
@@ -185,8 +212,8 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
     if (k < made.size()) model.grads_bwd_before[k] -= made[k];
     if (k < states.fsdp2_root_grads.size()) model.grads_bwd_before[k] -= states.fsdp2_root_grads[k];
     model.grads_bwd_before[k] += freed[k];  // the stage before holds no sharded output to overlap
-    // FSDP1: before its first parameter gradient, none of the unit's gradient or reduce buffers.
-    if (k < model.post_backward_bwd.size() && model.post_backward_bwd[k] > 0) {
+    // FSDP1 and FSDP2: before its first parameter gradient, none of the unit's gradient or reduce buffers.
+    if (std::max(at_or_zero(model.post_backward_bwd, k), at_or_zero(model.unit_grads_bwd, k)) > 0) {
       const int64_t root = k < states.fsdp2_root_grads.size() ? states.fsdp2_root_grads[k] : 0;
       const int64_t unit_free = model.grads_bwd[k] - model.post_backward_bwd[k] - model.unit_grads_bwd[k] - root;
       model.grads_bwd_before[k] = std::min(model.grads_bwd_before[k], unit_free);

@@ -174,22 +174,25 @@ static bool backward_by_node(const StepModel& model, int k, BlockChoice choice, 
 // gradients and the block's input gradient (what block k-1 receives), the block's own
 // saved tensors and transients freed. The backward is the larger of the two moments.
 // The unit's unsharded gradient (StepModel::unit_grads_bwd) is its parameters' own
-// gradients, made node by node as the block's backward runs (walk_nodes).
+// gradients, made node by node as the block's backward runs (walk_nodes); FSDP2's
+// hook may add nothing beyond them (post 0) and its nodes still make them one by one.
 static void split_post_backward(const StepModel& model, int k, BlockChoice choice, int64_t neighbour_copy,
                                 LocalPeak& out) {
   const size_t at = static_cast<size_t>(k);
   const int64_t post = at < model.post_backward_bwd.size() ? std::min(model.post_backward_bwd[at], out.backward_grads) : 0;
-  if (post <= 0 || out.backward_before_grads || !model.blocks[at].on_autograd) return;
+  const int64_t unit_bytes = at < model.unit_grads_bwd.size() ? model.unit_grads_bwd[at] : 0;
+  if ((post <= 0 && unit_bytes <= 0) || out.backward_before_grads || !model.blocks[at].on_autograd) return;
   const int64_t hook_grads = out.backward_grads;
   const int64_t hook = hook_grads + (k > 0 ? model.blocks[at - 1].out_grad : 0) + neighbour_copy;
-  const int64_t unit = at < model.unit_grads_bwd.size() ? std::min(model.unit_grads_bwd[at], hook_grads - post) : 0;
+  const int64_t unit = std::min(unit_bytes, hook_grads - post);
   LocalPeak nodes = out;
   nodes.backward -= post;
   nodes.backward_grads -= post;
   if (unit > 0) walk_nodes(model, k, choice, neighbour_copy, hook_grads - post - unit, unit, nodes);
   if (nodes.backward >= hook) {
     out = nodes;
-    out.backward_unit_grads = std::max<int64_t>(0, nodes.backward_grads - (hook_grads - post - unit));
+    const int64_t made = std::max<int64_t>(0, nodes.backward_grads - (hook_grads - post - unit));
+    out.backward_unit_grads = model.unit_grads_in_flight ? made : 0;
   } else {
     out.backward = hook;
     out.backward_saved = 0;

@@ -57,6 +57,10 @@ struct StepModel {
   // grads_bwd, its parameters' gradients as autograd makes them node by node before the
   // hook joins them (FSDP1: the split of the FlatParameter's views waits for all of them)
   std::vector<int64_t> unit_grads_bwd;
+  // Whether no `.grad` holds unit_grads_bwd before the hook (FSDP1: autograd keeps them
+  // for the split's join; at the peak in flight, transient). FSDP2's are the unsharded
+  // parameters' `.grad`, gradients (ModelStates::reduce_scatter_block).
+  bool unit_grads_in_flight = true;
   // Bytes among the walk's gradients that no parameter's `.grad` holds at the peak
   // (docs/memory-model.md, "Categories at the peak"): DeepSpeed's own buffers, labelled
   // ZeRO buffers, and gradients autograd still holds in flight, labelled transient.

@@ -59,10 +59,11 @@ TEST_CASE("FSDP2's root group: unsharded through forward and backward, reduced o
   const ModelStates states = model_states(llm_shaped(), torchtitan_on_8(), config, Accounting::kAllocated);
   CHECK(states.fsdp2_root_params == (kEmbed + kHead) * 2);
   // The root all step; in a layer two layers in flight (this one and its all-gather
-  // output, or the one prefetched), beside the head only the last layer, although
-  // the head is the largest block (fsdp_in_flight).
+  // output, or the one prefetched; layers.0, the first group, prefetches nothing in
+  // backward), beside the head only the last layer, although the head is the largest
+  // block (fsdp_in_flight).
   CHECK(states.gathered_params == (kEmbed + kHead) * 2);
-  CHECK(states.gathered_bwd_block == std::vector<int64_t>{0, 2 * kLayer * 2, 2 * kLayer * 2, kLayer * 2});
+  CHECK(states.gathered_bwd_block == std::vector<int64_t>{0, kLayer * 2, 2 * kLayer * 2, kLayer * 2});
   // A layer reduces as its backward ends: bf16 gradients into an fp32 input.
   CHECK(states.reduce_scatter_bytes == kLayer * (2 + 4));
   REQUIRE(states.fsdp2_root_grads.size() == 4);
@@ -77,7 +78,8 @@ TEST_CASE("FSDP2's root group: unsharded through forward and backward, reduced o
     const ModelStates separate = model_states(llm_shaped(), own, config, Accounting::kAllocated);
     CHECK(separate.fsdp2_root_params == 0);
     CHECK(separate.gathered_params == 0);
-    CHECK(separate.gathered_bwd_block[3] == 2 * kHead * 2);  // now the head is a group in flight
+    // now the head is a group in flight, with layers.1 prefetched
+    CHECK(separate.gathered_bwd_block[3] == (kHead + kLayer) * 2);
     CHECK(separate.fsdp2_root_reduce_scatter == 0);
   }
   SUBCASE("DeepSpeed's stage 3 has no root group") {
