@@ -19,6 +19,7 @@
 #include "planner/time/fsdp2_stream_copies.h"
 #include "planner/predict/simulator.h"
 #include "planner/predict/step_builder.h"
+#include "planner/time/made_persistent.h"
 #include "planner/time/step_time.h"
 
 namespace headroom::planner {
@@ -212,9 +213,19 @@ MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& set
   m.zero_buffers = step.states.comm_buckets - step.states.bucket_gradients +
                    (peak.block >= 0 ? step.states.gathered_params : 0) + peak.gathered;
   const int64_t held = caller_held_bytes(context, config, accounting);
-  const int64_t leaves = accumulate_grad_leaf_bytes(context, config, peak, accounting) +
-                         frame_held_bytes(context, config, peak, accounting) +
-                         t5_bias_gradient_bytes(context, config, peak, accounting);
+  // The made tables checkpoint frames hold rather than save (made_tables_in_frames);
+  // not diffusers' models under a plain loop, whose blocks are given the rotary
+  // embedding positionally (diffusers 0.39.0 transformer_flux.py
+  // FluxTransformer2DModel.forward: `_gradient_checkpointing_func(block, ...,
+  // image_rotary_emb, ...)`), which _NoopSaveInputs saves.
+  const bool diffusers = context.graph.family == "flux" || context.graph.family == "sd3";
+  const int64_t framed = !diffusers && made_tables_in_frames(settings.stack, settings.versions)
+                             ? made_persistent_framed(step.model.made_persistent, blocks, peak.phase, peak.block)
+                             : 0;
+  const int64_t leaves = std::min(accumulate_grad_leaf_bytes(context, config, peak, accounting) +
+                                      frame_held_bytes(context, config, peak, accounting) +
+                                      t5_bias_gradient_bytes(context, config, peak, accounting) + framed,
+                                  peak.activations);
   m.activations = peak.activations - held - leaves;
   m.transient = peak.transient + held + in_flight + leaves;
   m.allocator = reserved ? kPoolSlackBytes : 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "planner/mechanisms/loss_variants.h"
+#include "planner/settings/stack_traits.h"
 
 namespace headroom::planner {
 
@@ -23,11 +24,12 @@ std::vector<MadePersistent> made_persistent(const graph::LayerGraph& graph, cons
     MadePersistent made;
     made.bytes = bytes[t];
     made.producer_block = graph.nodes[static_cast<size_t>(producer)].block;
-    made.first_reader = made.producer_block;
+    made.first_reader = made.last_reader = made.producer_block;
     bool read = false;
     for (int consumer : analysis.consumers[t]) {
       const int block = graph.nodes[static_cast<size_t>(consumer)].block;
       made.first_reader = read ? std::min(made.first_reader, block) : block;
+      made.last_reader = read ? std::max(made.last_reader, block) : block;
       read = true;
     }
     out.push_back(made);
@@ -51,6 +53,35 @@ int64_t made_persistent_dead_backward(const std::vector<MadePersistent>& made, i
   int64_t bytes = 0;
   for (const MadePersistent& m : made) {
     if (block < m.first_reader) bytes += m.bytes;
+  }
+  return bytes;
+}
+
+// transformers 4.52.0 is the first release whose decoder layers subclass
+// GradientCheckpointingLayer (huggingface/transformers#37223, merged after v4.51.0 for
+// Llama and the families built on it: Mistral, Qwen2/3, Gemma, Phi-3; #38913 the rest,
+// for 4.53). 5.23.0 modeling_layers.py forward_with_checkpointing:
+// `self._gradient_checkpointing_func(partial(forward, self, **kwargs), *args)`; 4.44.2
+// models/llama/modeling_llama.py LlamaModel.forward passes causal_mask, position_ids and
+// position_embeddings as positional arguments of _gradient_checkpointing_func.
+bool made_tables_in_frames(Stack stack, const PackageVersions& versions) {
+  if (!runs_transformers_models(stack)) return false;
+  const std::optional<Release> transformers = release_of(versions, "transformers");
+  return !transformers || *transformers >= Release{4, 52, 0};
+}
+
+int64_t made_persistent_framed(const std::vector<MadePersistent>& made, const std::vector<BlockChoice>& choices,
+                               std::string_view phase, int block) {
+  const bool forward = phase == "forward";
+  if ((!forward && phase != "backward") || block < 0) return 0;
+  int64_t bytes = 0;
+  for (const MadePersistent& m : made) {
+    const bool live = forward ? m.producer_block <= block : block >= m.first_reader;
+    bool framed = m.first_reader <= m.last_reader && m.last_reader < static_cast<int>(choices.size());
+    for (int k = m.first_reader; framed && k <= m.last_reader; ++k) {
+      framed = choices[static_cast<size_t>(k)] == BlockChoice::kCheckpoint;
+    }
+    if (live && framed) bytes += m.bytes;
   }
   return bytes;
 }

@@ -8,11 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "graph/graph_analysis.h"
 #include "graph/layer_graph.h"
+#include "planner/settings/run_settings.h"
 #include "planner/settings/stack_choices.h"
+#include "planner/settings/versions.h"
 
 namespace headroom::planner {
 
@@ -20,6 +23,7 @@ struct MadePersistent {
   int64_t bytes = 0;      // accounted bytes, as StepProfile::persistent counts them
   int producer_block = 0;
   int first_reader = 0;   // the earliest block with a node reading it
+  int last_reader = 0;    // the latest such block
 };
 
 // The persistent tensors of `graph` that a node makes, with their accounted bytes
@@ -49,5 +53,25 @@ bool made_tables_released(Stack stack, bool reentrant_recompute);
 // (`block` -1) none of them is live.
 int64_t made_persistent_dead_forward(const std::vector<MadePersistent>& made, int block);
 int64_t made_persistent_dead_backward(const std::vector<MadePersistent>& made, int block);
+
+// Whether the checkpoint frames, not saved tensors, keep the made tables that
+// checkpointed layers read (their bytes unchanged, their label transient) under
+// non-reentrant checkpointing with the transformers release in `versions`. From 4.52
+// the decoder layers are GradientCheckpointingLayers, which bind their keyword
+// arguments (position_embeddings, attention_mask, position_ids) into the
+// functools.partial they checkpoint; torch's non-reentrant frame keeps that partial
+// and saves only the positional tensors (utils/checkpoint.py _NoopSaveInputs), and
+// the recompute's saves go to the frame too (docs/memory-model.md, "Made persistent
+// tensors"). Before 4.52 the model passes them positionally to
+// _gradient_checkpointing_func, so _NoopSaveInputs saves them: activations, as
+// without checkpointing, where the layers' rotary muls save them. No release given:
+// the current one. Only for stacks that run transformers' models.
+bool made_tables_in_frames(Stack stack, const PackageVersions& versions);
+
+// Bytes of `made` the walk holds live at its peak (`phase` "forward" or "backward" of
+// `block`; at the optimizer step none) whose readers, every block from the first to
+// the last, are checkpointed in `choices`: a kept or offloaded reader saves them.
+int64_t made_persistent_framed(const std::vector<MadePersistent>& made, const std::vector<BlockChoice>& choices,
+                               std::string_view phase, int block);
 
 }  // namespace headroom::planner

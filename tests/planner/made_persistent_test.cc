@@ -36,7 +36,7 @@ TEST_CASE("a made persistent tensor is dead at the backward before its first rea
   StepModel step = embedding_and_two_layers();
   const std::vector<BlockChoice> keep(3, BlockChoice::kKeep);
   const StepPeak held = walk_step(step, keep, 1000);
-  step.made_persistent = {MadePersistent{1000, 0, 1}};
+  step.made_persistent = {MadePersistent{1000, 0, 1, 2}};
   const StepPeak freed = walk_step(step, keep, 1000);
   CHECK(freed.block == 0);
   CHECK(freed.phase == "backward");
@@ -67,6 +67,65 @@ TEST_CASE("Llama-3-8B's rotary tables are made in the embeddings block and first
   CHECK(p.where.phase == "backward");
   MESSAGE("activations at the peak " << p.peak_as_allocated.activations << " B");
   CHECK(p.peak_as_allocated.activations < (1 << 20));
+}
+
+// transformers 4.52.0 first checkpoints GradientCheckpointingLayers, which bind the
+// tables into the partial the non-reentrant frame keeps (modeling_layers.py); 4.51.3
+// passes them positionally, and _NoopSaveInputs saves them (planner/time/made_persistent.h).
+TEST_CASE("the made tables are in the checkpoint frames from transformers 4.52 on") {
+  CHECK_FALSE(made_tables_in_frames(Stack::kHfTrainer, {{"transformers", "4.51.3"}}));
+  CHECK_FALSE(made_tables_in_frames(Stack::kHfTrainer, {{"transformers", "4.44.2"}}));
+  CHECK(made_tables_in_frames(Stack::kHfTrainer, {{"transformers", "4.52.0"}}));
+  CHECK(made_tables_in_frames(Stack::kHfTrainer, {{"transformers", "5.23.0"}}));
+  CHECK(made_tables_in_frames(Stack::kHfTrainer, {}));
+  CHECK_FALSE(made_tables_in_frames(Stack::kTorchtune, {}));
+}
+
+TEST_CASE("the framed bytes are the live tables whose readers are all checkpointed") {
+  // A 1000-byte table made by block 0 and read by blocks 1 and 2; a 24-byte one read by block 2 only.
+  const std::vector<MadePersistent> made = {MadePersistent{1000, 0, 1, 2}, MadePersistent{24, 0, 2, 2}};
+  using enum BlockChoice;
+  const std::vector<BlockChoice> layers = {kKeep, kCheckpoint, kCheckpoint, kKeep};
+  CHECK(made_persistent_framed(made, layers, "forward", 0) == 1024);
+  CHECK(made_persistent_framed(made, layers, "backward", 1) == 1000);  // the second is dead there
+  CHECK(made_persistent_framed(made, layers, "backward", 0) == 0);
+  CHECK(made_persistent_framed(made, layers, "optimizer step", -1) == 0);
+  const std::vector<BlockChoice> one_kept = {kKeep, kKeep, kCheckpoint, kKeep};
+  CHECK(made_persistent_framed(made, one_kept, "backward", 2) == 24);  // block 1's rotary muls save the first
+}
+
+// Mistral-7B, full, bf16, B = 2, S = 2048, non-reentrant: the oracle
+// (hf-trainer/mistral-7b/full/bf16/non-reentrant/b2s2048, transformers 5.23.0) peaks in
+// layer 0's backward with 33,619,968 saved bytes (the embeddings' bf16 output, layer 0's
+// checkpointed input, and the batch's ids, 64 KiB; headroom holds position_ids too, 16 KiB); cos
+// and sin ([1, 2048, 128] bf16, 1 MiB) are transient, held by layer 0's frame. 4.51.3
+// passes them positionally and _NoopSaveInputs saves them; 4.52.0 binds them.
+TEST_CASE("Mistral-7B's rotary tables are transient at layer 0's backward from transformers 4.52") {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/mistral-7b/config.json";
+  s.gpu = "h200";
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kHfTrainer;
+  s.mode = TrainMode::kFull;
+  s.micro_batch = 2;
+  s.seq_len = 2048;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.recompute = Recompute::kBlock;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"peft", "0.21.2"}};
+  const Prediction current = predict_as_given(s);
+  CHECK(current.where.block_name == "model.layers.0");
+  CHECK(current.where.phase == "backward");
+  CHECK(current.peak_as_allocated.activations == 2 * 2048 * 4096 * 2 + 2 * (2 * 2048 * 8) + 2048 * 8);
+  s.versions["transformers"] = "4.52.0";
+  const Prediction framed = predict_as_given(s);
+  s.versions["transformers"] = "4.51.3";
+  const Prediction saved = predict_as_given(s);
+  CHECK(framed.where.block_name == saved.where.block_name);
+  CHECK(framed.peak_allocated == saved.peak_allocated);
+  const int64_t tables = 2 * 2048 * 128 * 2;
+  CHECK(saved.peak_as_allocated.activations - framed.peak_as_allocated.activations == tables);
+  CHECK(framed.peak_as_allocated.transient - saved.peak_as_allocated.transient == tables);
 }
 
 }  // namespace
