@@ -31,6 +31,12 @@ bool kbit_prep_matters(const RunSettings& settings) {
          settings.autocast.value_or(true);
 }
 
+bool unsloth_offloads_checkpoint_inputs(const RunSettings& settings) {
+  constexpr int64_t kOffloadFromTokens = 512;  // _utils.py: `if max_seq_length < 512`
+  return settings.stack == Stack::kUnsloth && settings.checkpointing != CheckpointPolicy::kNone &&
+         (settings.seq_len == 0 || settings.seq_len >= kOffloadFromTokens);
+}
+
 bool uses_expandable_segments(const RunSettings& settings) {
   return settings.expandable_segments.value_or(settings.stack == Stack::kTorchtitan);
 }
