@@ -38,7 +38,9 @@ bool unsloth_offloads_checkpoint_inputs(const RunSettings& settings) {
 }
 
 bool uses_expandable_segments(const RunSettings& settings) {
-  return settings.expandable_segments.value_or(settings.stack == Stack::kTorchtitan);
+  // Unsloth sets expandable_segments:True unless UNSLOTH_VLLM_STANDBY (unsloth_zoo/__init__.py).
+  return settings.expandable_segments.value_or(settings.stack == Stack::kTorchtitan ||
+                                                settings.stack == Stack::kUnsloth);
 }
 
 // torchtitan (parallelisms), torchtune (training/_distributed.py shard_model) and

@@ -10,6 +10,7 @@
 
 #include "planner/mechanisms/unsloth_model.h"
 #include "planner/predict/step_model.h"
+#include "planner/settings/bnb_release.h"
 #include "planner/settings/validate_settings.h"
 #include "planner/settings/stack.h"
 #include "tests/planner/predict_as_given.h"
@@ -70,6 +71,13 @@ TEST_CASE("Unsloth's stack: reentrant checkpointing, fp32 adapters, the Trainer'
   CHECK(stack.top.loss.impl == LossImpl::kUnslothFusedCeEager);
   CHECK(stack.bottom.loss.impl == LossImpl::kUnslothFusedCe);
   CHECK(parse_stack("unsloth") == Stack::kUnsloth);
+  // unsloth_zoo/__init__.py sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
+  CHECK(uses_expandable_segments(unsloth_llama()));
+  // pyproject.toml requires bitsandbytes>=0.45.5: MatMul4Bit keeps no input, the band has no bnb part.
+  CHECK_FALSE(bnb_regime(unsloth_llama()).keeps_input);
+  std::vector<std::string> unknowns;
+  add_bnb_unknowns(unsloth_llama(), unknowns);
+  CHECK(unknowns.empty());
 }
 
 TEST_CASE("fast_rms_layernorm keeps x and the fp32 r per row, no fp32 copy of x") {
