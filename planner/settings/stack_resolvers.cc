@@ -466,11 +466,11 @@ void resolve_input_require_grads(const RunSettings& settings, ResolvedStack& out
     out.top.input_require_grads = out.bottom.input_require_grads = *settings.input_require_grads;
     return;
   }
-  // Unsloth's prepare_model_for_training(use_reentrant=True) calls
-  // model.enable_input_require_grads() (unsloth_zoo/training_utils.py), whatever the release.
+  // Unsloth's prepare_model_for_kbit_training calls prepare_model_for_training with
+  // use_reentrant=True, which calls model.enable_input_require_grads() whether or not it
+  // checkpoints (unsloth/models/_utils.py, unsloth_zoo/training_utils.py).
   if (settings.stack == Stack::kUnsloth) {
-    out.top.input_require_grads = out.bottom.input_require_grads =
-        settings.checkpointing != CheckpointPolicy::kNone;
+    out.top.input_require_grads = out.bottom.input_require_grads = true;
     return;
   }
   const bool applies = settings.stack == Stack::kHfTrainer && settings.checkpointing != CheckpointPolicy::kNone;

@@ -67,6 +67,9 @@ TEST_CASE("Unsloth's stack: reentrant checkpointing, fp32 adapters, the Trainer'
   CHECK(stack.top.adapter_dtype == AdapterDtype::kFp32);
   CHECK(stack.top.autocast);
   CHECK(stack.top.input_require_grads);
+  RunSettings unchecked = unsloth_llama();
+  unchecked.checkpointing = CheckpointPolicy::kNone;  // enable_input_require_grads all the same
+  CHECK(resolve_stack(unchecked).top.input_require_grads);
   CHECK(stack.top.kbit_prep == KbitPrep::kNone);
   CHECK(stack.top.loss.impl == LossImpl::kUnslothFusedCeEager);
   CHECK(stack.bottom.loss.impl == LossImpl::kUnslothFusedCe);
