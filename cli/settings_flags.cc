@@ -232,7 +232,7 @@ const std::vector<SettingsFlag> kFixedFlags = {
                        s.optimizer);
      }},
     {"--stack", "NAME", kTraining,
-     "the training stack: hf-trainer, torchtune, litgpt, torchtitan, deepspeed, torch-amp, composer or "
+     "the training stack: hf-trainer, torchtune, litgpt, torchtitan, deepspeed, torch-amp, composer, unsloth or "
      "unspecified (default; docs/stacks.md)",
      false,
      [](RunSettings& s, std::string_view v) {

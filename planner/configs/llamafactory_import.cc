@@ -62,11 +62,20 @@ json trainer_arguments(const json& config) {
   return args;
 }
 
-// use_unsloth is refused; enable_liger_kernel is the Trainer's use_liger_kernel.
-Status read_kernels(const FactoryConfig& c, json& args) {
+bool uses_unsloth(const FactoryConfig& c) { return c.said("use_unsloth") && c.config.at("use_unsloth") == json(true); }
+
+// use_unsloth is the unsloth stack (checked after the import); enable_liger_kernel is the
+// Trainer's use_liger_kernel.
+Status read_kernels(const FactoryConfig& c, const std::string& type, json& args) {
   const json& config = c.config;
-  if (c.said("use_unsloth") && config.at("use_unsloth") == json(true)) {
-    return c.fail("use_unsloth", "false (Unsloth's kernels are not modelled)");
+  if (c.said("use_unsloth") && !config.at("use_unsloth").is_boolean()) return c.fail("use_unsloth", "true or false");
+  // model/model_utils/unsloth.py load_unsloth_pretrained_model passes full_finetuning for
+  // finetuning_type full, a path headroom does not model (planner/settings/validate_unsloth.h).
+  if (uses_unsloth(c) && type != "lora") {
+    return c.fail("use_unsloth", "false with finetuning_type " + type + " (Unsloth's full fine-tuning is not modelled)");
+  }
+  if (uses_unsloth(c) && c.said("enable_liger_kernel") && config.at("enable_liger_kernel") == json(true)) {
+    return c.fail("use_unsloth", "false with enable_liger_kernel (Liger's kernels over Unsloth's are not modelled)");
   }
   if (c.said("enable_liger_kernel") && !config.at("enable_liger_kernel").is_boolean()) {
     return c.fail("enable_liger_kernel", "true or false");
@@ -157,6 +166,16 @@ Status read_norm_upcast(const FactoryConfig& c, ConfigImport& out) {
   return Status::ok();
 }
 
+// use_unsloth: model/model_utils/unsloth.py (LLaMA-Factory at 1f41dfb) loads through
+// FastLanguageModel and get_unsloth_peft_model passes use_gradient_checkpointing="unsloth"
+// with max_seq_length = model_max_length; the Trainer's step runs over the patched model.
+void use_unsloth_stack(ConfigImport& out) {
+  out.settings.stack = Stack::kUnsloth;
+  out.settings.kbit_prep.reset();  // Unsloth prepares the model itself (training_utils.py)
+  out.notes.push_back("use_unsloth: priced as --stack unsloth (its RMSNorm, fused LoRA, offloading checkpointer "
+                      "and fused loss; docs/stacks.md, \"Unsloth\")");
+}
+
 }  // namespace
 
 Result<ConfigImport> import_llamafactory_config(std::string_view text, std::string_view origin, RunSettings base) {
@@ -171,7 +190,7 @@ Result<ConfigImport> import_llamafactory_config(std::string_view text, std::stri
                                ? config.at("finetuning_type").get<std::string>()
                                : (c.said("finetuning_type") ? "?" : "lora");
   if (type != "lora" && type != "full") return c.fail("finetuning_type", "lora or full (freeze is not modelled)");
-  if (Status read = read_kernels(c, args); !read.is_ok()) return read;
+  if (Status read = read_kernels(c, type, args); !read.is_ok()) return read;
   if (Status read = read_quantization(c, type, args); !read.is_ok()) return read;
   if (type == "lora") read_lora(c, args);
   read_sequence_and_checkpointing(c, args);
@@ -180,6 +199,7 @@ Result<ConfigImport> import_llamafactory_config(std::string_view text, std::stri
   respell_notes(out.value(), "max_length", "cutoff_len");
   respell_notes(out.value(), "use_liger_kernel", "enable_liger_kernel");
   if (Status read = read_norm_upcast(c, out.value()); !read.is_ok()) return read;
+  if (uses_unsloth(c)) use_unsloth_stack(out.value());
   if (!c.said("cutoff_len")) out->notes.push_back("cutoff_len not given: LLaMA-Factory's default, 2048");
   return out;
 }

@@ -333,6 +333,10 @@ void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss
       fused_xentropy_loss(graph, site, pending);
       break;
     case LossImpl::kFusedLinearCe:
+    // Unsloth's fused loss keeps what Liger's does (grad_inputs, saved in forward); its
+    // chunk is sized at the run's tokens by unsloth_fused_ce_chunks (mechanisms/unsloth_model.h).
+    case LossImpl::kUnslothFusedCe:
+    case LossImpl::kUnslothFusedCeEager:
       fuse_linear_cross_entropy(graph, site.node, site.upcast, site.logits, site.log_probs, fp32_weights,
                                 pending.to_bypass);
       break;

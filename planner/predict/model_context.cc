@@ -12,11 +12,13 @@
 #include "planner/mechanisms/output_fp32_copies.h"
 #include "planner/settings/run_gpu.h"
 #include "planner/settings/validate_settings.h"
+#include "planner/settings/validate_unsloth.h"
 #include "planner/time/calibration.h"
 #include "planner/mechanisms/compiled_blocks.h"
 #include "planner/mechanisms/document_mask.h"
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/fused_kernels.h"
+#include "planner/mechanisms/unsloth_model.h"
 #include "planner/mechanisms/input_require_grads.h"
 #include "planner/mechanisms/t5_position_bias.h"
 #include "planner/mechanisms/bnb_matmul4bit.h"
@@ -342,6 +344,19 @@ void apply_autocast_mechanisms(const RunSettings& settings, const ResolvedStack&
   }
 }
 
+// Unsloth's patched model (mechanisms/unsloth_model.h), after the loss made the head the
+// fused op and after autocast: its Triton RMSNorm, its fused LoRA Functions, the attention
+// backend that keeps the most, and its fused loss's chunk at the run's tokens.
+void apply_unsloth_model(const RunSettings& settings, const StackSpec& top, graph::LayerGraph& graph) {
+  unsloth_fused_norms(graph);
+  unsloth_fused_lora(graph);
+  unsloth_attention_top(graph);
+  const int64_t seq = settings.seq_len > 0 ? settings.seq_len : graph.sequence.default_seq;
+  // 4 bytes a logit compiled (16-bit logits and gradient), 16 in the eager fallback.
+  const int64_t bytes_per_logit = top.loss.impl == LossImpl::kUnslothFusedCeEager ? 16 : 4;
+  unsloth_fused_ce_chunks(graph, settings.micro_batch * seq, bytes_per_logit);
+}
+
 // The stack's mechanisms, each a rewrite of the graph, in the order they
 // compose: training mode (LoRA/QLoRA), loss, QLoRA preparation, autocast, fp8;
 // then the graph's analysis and what selective checkpointing keeps. `stack`: the
@@ -349,6 +364,9 @@ void apply_autocast_mechanisms(const RunSettings& settings, const ResolvedStack&
 Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& settings, const ResolvedStack& stack,
                         ModelContext& context) {
   if (Status experts = refuse_unfused_experts(loaded, settings); !experts.is_ok()) return experts;
+  if (settings.stack == Stack::kUnsloth) {
+    if (Status family = check_unsloth_family(loaded.family, loaded.name); !family.is_ok()) return family;
+  }
   if (Status trained = apply_trainability(loaded, settings, stack, context); !trained.is_ok()) return trained;
   // DeepSpeed's ZeRO-3 linear (mechanisms/zero3_linear.h) over its 16-bit linears. The
   // unspecified stack's ZeRO-3 is headroom's executor's, which keeps torch's linear.
@@ -376,6 +394,7 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   if (uses_bnb_4bit(settings)) apply_bnb_matmul4bit(context.graph, bnb_matmul4bit_of(settings));
   apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},
                        compute_dtype_for(settings.precision));
+  if (settings.stack == Stack::kUnsloth) apply_unsloth_model(settings, stack.top, context.graph);
   // Slices strided over the batch are copied where a linear reads them (at the run's micro-batch).
   apply_strided_slice_copies(context.graph, settings.micro_batch);
   if (stack.top.recipe == Recipe::kGrpo) {

@@ -295,6 +295,9 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   // activation offload would compete for it, which this model does not price.
   model.allow_offload = settings.allow_activation_offload && config.offload_param == Offload::kNone;
   if (settings.offload_checkpoint_inputs) model.checkpoint_stash = kCheckpointOffloadStash;
+  // Unsloth double-buffers the returning inputs once more than 512 MiB are free after
+  // the first step (gradient_checkpointing.py DOUBLE_BUFFER_HEADROOM): two buffers, the top.
+  if (unsloth_offloads_checkpoint_inputs(settings)) model.checkpoint_offload_buffers = 2;
   const StackSpec stack = resolve_stack(settings).top;
   model.reentrant_recompute = stack.recompute == Recompute::kBlockReentrant;
   if (made_tables_released(settings.stack, model.reentrant_recompute)) model.made_persistent = profile.made_persistent;

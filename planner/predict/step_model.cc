@@ -288,10 +288,43 @@ double block_ms(const StepModel& model, int k, BlockChoice choice) {
 // forward (the stash counts block k's own input, packed as block k starts), none
 // in backward (the stash is dropped when backward starts) but the one coming
 // back for block k-1 while block k runs backward.
+// Unsloth's checkpointer: every checkpointed block's input but the last goes to pinned
+// host memory as the block runs (none stays in a stash); the last one's stays on the GPU
+// ("Don't offload the last layer", LAST_GC_INDEX), as does any of 2 MiB or less; in backward each input comes back
+// into one of the GPU buffers (GPU_BUFFERS, GPU_BUFFERS_B), which are resized to the
+// largest input and kept from step to step.
+static void unsloth_offload_inputs(const StepModel& model, const std::vector<BlockChoice>& choices,
+                                   std::vector<int64_t>& forward_stored, std::vector<int64_t>& backward_stored,
+                                   int64_t& host_activations) {
+  const int n = static_cast<int>(model.blocks.size());
+  const auto checkpointed = [&](int k) { return choices[k] == BlockChoice::kCheckpoint && model.blocks[k].on_autograd; };
+  int last = -1;
+  for (int k = 0; k < n; ++k) {
+    if (checkpointed(k)) last = k;
+  }
+  std::vector<int64_t> kept(n + 1, 0);
+  int64_t largest = 0;
+  for (int k = 0; k < n; ++k) {
+    // Inputs of 2 MiB or less stay on the GPU (MINIMUM_SIZE: `new_size > MINIMUM_SIZE`).
+    constexpr int64_t kMinimumOffloadBytes = 2 * 1024 * 1024;
+    const bool offloaded = checkpointed(k) && k != last && model.blocks[k].checkpoint > kMinimumOffloadBytes;
+    kept[k + 1] = kept[k] + (offloaded ? 0 : stored_bytes(model.blocks[k], choices[k]));
+    if (!offloaded) continue;
+    host_activations += model.blocks[k].checkpoint;
+    largest = std::max(largest, model.blocks[k].checkpoint);
+  }
+  const int64_t buffers = largest * model.checkpoint_offload_buffers;
+  for (int k = 0; k <= n; ++k) forward_stored[k] = backward_stored[k] = kept[k] + buffers;
+}
+
 static void offload_checkpoint_inputs(const StepModel& model, const std::vector<BlockChoice>& choices,
                                       std::vector<int64_t>& forward_stored, std::vector<int64_t>& backward_stored,
                                       int64_t& host_activations) {
   const int n = static_cast<int>(model.blocks.size());
+  if (model.checkpoint_offload_buffers > 0) {
+    unsloth_offload_inputs(model, choices, forward_stored, backward_stored, host_activations);
+    return;
+  }
   if (model.checkpoint_stash < 0) return;
   std::vector<int64_t> kept(n + 1, 0);  // stored by blocks before k, checkpoints excluded
   for (int k = 0; k < n; ++k) {

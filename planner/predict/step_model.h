@@ -92,6 +92,11 @@ struct StepModel {
   // forward (its forward stash). The block solver prices them as stored (an upper
   // bound); walk_step, which every prediction uses, prices them as offloaded.
   int checkpoint_stash = -1;
+  // Unsloth's offloading checkpointer instead (unsloth_zoo gradient_checkpointing.py
+  // UnslothCheckpointFunction): no stash; the last checkpointed block keeps its input on
+  // the GPU; GPU buffers of the largest checkpoint input each, held through the step,
+  // receive the inputs coming back (2: double buffering, the top; 0: off).
+  int checkpoint_offload_buffers = 0;
   // DPO's reference forward (StackSpec::reference copy or adapter-disabled): after the
   // policy's forward, under no_grad, every block runs again while all the policy
   // saved is held; each block at its no-grad peak (BlockProfile::fwd_peak_nograd).

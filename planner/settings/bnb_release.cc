@@ -25,6 +25,14 @@ bool fed_fp32(const RunSettings& settings) {
   return settings.precision != Precision::kBf16Pure || kbit_prep_matters(settings);
 }
 
+// The release given, else the oldest the stack installs: Unsloth requires
+// bitsandbytes>=0.45.5 (pyproject.toml at 015bdef), past the input MatMul4Bit kept.
+std::optional<Release> bnb_release(const RunSettings& settings) {
+  const std::optional<Release> given = release_of(settings.versions, "bitsandbytes");
+  if (!given && settings.stack == Stack::kUnsloth) return Release{0, 45, 5};
+  return given;
+}
+
 }  // namespace
 
 bool uses_bnb_4bit(const RunSettings& settings) {
@@ -33,13 +41,13 @@ bool uses_bnb_4bit(const RunSettings& settings) {
 }
 
 BnbRegime bnb_regime(const RunSettings& settings) {
-  const std::optional<Release> release = release_of(settings.versions, "bitsandbytes");
+  const std::optional<Release> release = bnb_release(settings);
   if (!release) return BnbRegime{true, true};
   return BnbRegime{*release < kFirstWithoutInput, *release < kFirstKeepingComputeDtype};
 }
 
 void add_bnb_unknowns(const RunSettings& settings, std::vector<std::string>& unknowns) {
-  if (!uses_bnb_4bit(settings) || release_of(settings.versions, "bitsandbytes")) return;
+  if (!uses_bnb_4bit(settings) || bnb_release(settings)) return;
   unknowns.emplace_back(
       std::string("the bitsandbytes release: up to 0.43.1 each 4-bit linear keeps its input for backward, "
                   "past non-reentrant checkpointing too") +
@@ -48,7 +56,7 @@ void add_bnb_unknowns(const RunSettings& settings, std::vector<std::string>& unk
 }
 
 void pin_bnb_bottom(const RunSettings& settings, RunSettings& bottom) {
-  if (!uses_bnb_4bit(settings) || release_of(settings.versions, "bitsandbytes")) return;
+  if (!uses_bnb_4bit(settings) || bnb_release(settings)) return;
   bottom.versions["bitsandbytes"] = kCurrentRelease;
 }
 

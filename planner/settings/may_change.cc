@@ -71,6 +71,9 @@ KnobSet stack_knobs(Stack stack) {
     // llm-foundry on Composer: fsdp_config activation_checkpointing (every block),
     // device_train_microbatch_size, sharding_strategy, cpu_offload.
     case Stack::kComposer: return knobs({kCheckpointing, kMicroBatch, kZero, kOffload});
+    // Unsloth: get_peft_model's use_gradient_checkpointing (every layer) and the
+    // SFTConfig's per_device_train_batch_size; one GPU (validate_unsloth.h).
+    case Stack::kUnsloth: return knobs({kCheckpointing, kMicroBatch});
     // A plain loop or an unnamed stack: what headroom's torch export applies
     // (per-block checkpoint and save_on_cpu wrappers, with the DeepSpeed config).
     case Stack::kTorchAmp:

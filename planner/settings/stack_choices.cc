@@ -7,7 +7,7 @@
 namespace headroom::planner {
 namespace {
 
-constexpr ChoiceTable<Stack, 8> kStacks = {{{
+constexpr ChoiceTable<Stack, 9> kStacks = {{{
     {Stack::kHfTrainer, "hf-trainer"},
     {Stack::kTorchtune, "torchtune"},
     {Stack::kLitgpt, "litgpt"},
@@ -15,6 +15,7 @@ constexpr ChoiceTable<Stack, 8> kStacks = {{{
     {Stack::kDeepspeed, "deepspeed"},
     {Stack::kTorchAmp, "torch-amp"},
     {Stack::kComposer, "composer"},
+    {Stack::kUnsloth, "unsloth"},
     {Stack::kUnspecified, "unspecified"},
 }}};
 constexpr ChoiceTable<OptimizerImpl, 4> kImpls = {{{
@@ -24,7 +25,7 @@ constexpr ChoiceTable<OptimizerImpl, 4> kImpls = {{{
     {OptimizerImpl::kInBackward, "in-backward"},
 }}};
 // The chunked loss is named with its chunk count ("chunked:8"), "chunked" alone meaning 8.
-constexpr ChoiceTable<LossImpl, 11> kLosses = {{{
+constexpr ChoiceTable<LossImpl, 13> kLosses = {{{
     {LossImpl::kFullKeepLogits, "full-keep-logits"},
     {LossImpl::kFull, "full"},
     {LossImpl::kChunked, "chunked"},
@@ -36,6 +37,8 @@ constexpr ChoiceTable<LossImpl, 11> kLosses = {{{
     {LossImpl::kLitgptFull, "litgpt-full"},
     {LossImpl::kLitgptLora, "litgpt-lora"},
     {LossImpl::kTrlFusedHead, "trl-fused-head"},
+    {LossImpl::kUnslothFusedCe, "unsloth-fused-ce"},
+    {LossImpl::kUnslothFusedCeEager, "unsloth-fused-ce-eager"},
 }}};
 constexpr int kDefaultLossChunks = 8;  // torchtune's num_output_chunks
 constexpr ChoiceTable<Recompute, 3> kRecomputes = {{{

@@ -10,7 +10,7 @@
 
 namespace headroom::planner {
 
-enum class Stack { kUnspecified, kHfTrainer, kTorchtune, kLitgpt, kTorchtitan, kDeepspeed, kTorchAmp, kComposer };
+enum class Stack { kUnspecified, kHfTrainer, kTorchtune, kLitgpt, kTorchtitan, kDeepspeed, kTorchAmp, kComposer, kUnsloth };
 
 // Who shards the parameters at ZeRO stage 3 (docs/stacks.md, "Sharding").
 enum class Sharding {
@@ -53,6 +53,8 @@ enum class LossImpl {
   kLitgptFull,      // litgpt finetune/full.py under Fabric: fp32 logits held to the next forward, cat + slice grads
   kLitgptLora,      // litgpt finetune/lora.py under Fabric: the same over lm_head's 128-token chunks
   kTrlFusedHead,    // TRL >= 1.15 SFTTrainer: chunked log-probabilities, no logits (mechanisms/trl_fused_head.h)
+  kUnslothFusedCe,  // unsloth_zoo's fused CE, compiled: chunks of up to 4 GiB of fp32 logits, gradients in forward
+  kUnslothFusedCeEager,  // the same in its eager fallback (torch.compile failed): fp32 log-probs and grads per chunk
 };
 
 // What a checkpointed block keeps from its forward (docs/stacks.md, "Checkpointing").

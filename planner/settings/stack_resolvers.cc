@@ -34,6 +34,8 @@ constexpr LossSpec kUpcastShift{LossImpl::kUpcastShift, 8};
 constexpr LossSpec kTrlFusedHead{LossImpl::kTrlFusedHead, 8};
 constexpr LossSpec kLitgptFull{LossImpl::kLitgptFull, 8};
 constexpr LossSpec kLitgptLora{LossImpl::kLitgptLora, 8};
+constexpr LossSpec kUnslothFusedCe{LossImpl::kUnslothFusedCe, 8};
+constexpr LossSpec kUnslothFusedCeEager{LossImpl::kUnslothFusedCeEager, 8};
 constexpr OptimizerImpl kForeach = OptimizerImpl::kForeach;
 constexpr OptimizerImpl kFused = OptimizerImpl::kFused;
 constexpr Choice<Recompute> kWholeBlock{Recompute::kBlock, Recompute::kBlock, nullptr};
@@ -41,7 +43,7 @@ constexpr Choice<AdapterDtype> kPeftAdapters{AdapterDtype::kFp32, AdapterDtype::
 constexpr Choice<AdapterDtype> kModelDtypeAdapters{AdapterDtype::kModel, AdapterDtype::kModel, nullptr};
 
 // The table of docs/stacks.md; each entry's source is cited there.
-const std::array<StackRow, 8> kStacks = {{
+const std::array<StackRow, 9> kStacks = {{
     {Stack::kUnspecified,
      {kFused, kForeach, "the optimizer implementation (give --stack or --optimizer-impl)"},
      {kFull, kKeep, "whether the model output is kept through backward (give --stack or --loss)"},
@@ -102,6 +104,20 @@ const std::array<StackRow, 8> kStacks = {{
     // _train_microbatch). It shards with FSDP1 (sharding_of).
     {Stack::kComposer, {OptimizerImpl::kForLoop, OptimizerImpl::kForLoop, nullptr},
      {kFusedXentropy, kFusedXentropy, nullptr}, kWholeBlock, kPeftAdapters},
+    // Unsloth (2026.8.19, unsloth_zoo 2026.8.13) trains through TRL's SFTTrainer, so the
+    // Trainer's optimizer; its CausalLM forward computes the loss with unsloth_zoo's fused
+    // CE (models/llama.py CausalLM_fast_forward: unsloth_fused_ce_loss); its checkpointer
+    // is reentrant (unsloth_zoo/gradient_checkpointing.py UnslothCheckpointFunction, forced
+    // by unsloth_checkpoint); prepare_model_for_training upcasts lora_A/lora_B to fp32
+    // (unsloth_zoo/training_utils.py). docs/stacks.md, "Unsloth".
+    {Stack::kUnsloth,
+     {kFused, kForeach, "the optimizer implementation: transformers >= 4.54 with torch >= 2.8 uses fused AdamW, "
+                        "earlier releases foreach (give --versions transformers=X,torch=Y or --optimizer-impl)"},
+     {kUnslothFusedCe, kUnslothFusedCeEager,
+      "whether torch.compile runs Unsloth's fused cross-entropy chunk (its eager fallback keeps the fp32 "
+      "log-probabilities and their gradient per chunk; give --loss unsloth-fused-ce)"},
+     {Recompute::kBlockReentrant, Recompute::kBlockReentrant, nullptr},
+     kPeftAdapters},
 }};
 
 const StackRow& row_of(Stack stack) {
@@ -131,7 +147,8 @@ void resolve_choice(const std::optional<T>& override_value, const Choice<T>& cho
 // then adamw_torch_fused with torch >= 2.8 (training_args.py default_optim).
 std::optional<OptimizerImpl> optimizer_by_release(const RunSettings& settings) {
   const std::optional<Release> transformers = release_of(settings.versions, "transformers");
-  if (settings.stack != Stack::kHfTrainer || !transformers) return std::nullopt;
+  const bool trainer = settings.stack == Stack::kHfTrainer || settings.stack == Stack::kUnsloth;
+  if (!trainer || !transformers) return std::nullopt;
   if (*transformers < Release{4, 54, 0}) return OptimizerImpl::kForeach;
   const std::optional<Release> torch = release_of(settings.versions, "torch");
   if (!torch) return std::nullopt;
@@ -243,6 +260,10 @@ void resolve_repeat_kv(const RunSettings& settings, ResolvedStack& out) {
     out.top.repeat_kv = out.bottom.repeat_kv = true;
     return;
   }
+  // Unsloth's attention (unsloth/utils/attention_dispatch.py run_attention) hands SDPA the
+  // grouped K and V (enable_gqa) and flash-attn takes them as they are; its xformers path
+  // expands them (priced by mechanisms/unsloth_model.h, not here).
+  if (settings.stack == Stack::kUnsloth) return;
   if (!runs_transformers_models(settings.stack) || settings.attention != models::AttentionImpl::kSdpa) return;
   if (const std::optional<Release> transformers = release_of(settings.versions, "transformers")) {
     out.top.repeat_kv = out.bottom.repeat_kv = *transformers < Release{4, 54, 0};
@@ -414,6 +435,9 @@ void resolve_autocast(const RunSettings& settings, ResolvedStack& out) {
   }
   switch (settings.stack) {
     case Stack::kHfTrainer: out.top.autocast = out.bottom.autocast = true; return;
+    // Unsloth runs the Trainer's step (Accelerate's autocast under bf16=True); its
+    // kernels' custom_fwd keeps the autocast state as it is (kernels/utils.py).
+    case Stack::kUnsloth: out.top.autocast = out.bottom.autocast = true; return;
     case Stack::kComposer: out.top.autocast = out.bottom.autocast = true; return;
     case Stack::kUnspecified:
       out.top.autocast = true;
@@ -440,6 +464,13 @@ void resolve_autocast(const RunSettings& settings, ResolvedStack& out) {
 void resolve_input_require_grads(const RunSettings& settings, ResolvedStack& out) {
   if (settings.input_require_grads) {
     out.top.input_require_grads = out.bottom.input_require_grads = *settings.input_require_grads;
+    return;
+  }
+  // Unsloth's prepare_model_for_kbit_training calls prepare_model_for_training with
+  // use_reentrant=True, which calls model.enable_input_require_grads() whether or not it
+  // checkpoints (unsloth/models/_utils.py, unsloth_zoo/training_utils.py).
+  if (settings.stack == Stack::kUnsloth) {
+    out.top.input_require_grads = out.bottom.input_require_grads = true;
     return;
   }
   const bool applies = settings.stack == Stack::kHfTrainer && settings.checkpointing != CheckpointPolicy::kNone;

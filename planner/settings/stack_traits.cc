@@ -31,8 +31,16 @@ bool kbit_prep_matters(const RunSettings& settings) {
          settings.autocast.value_or(true);
 }
 
+bool unsloth_offloads_checkpoint_inputs(const RunSettings& settings) {
+  constexpr int64_t kOffloadFromTokens = 512;  // _utils.py: `if max_seq_length < 512`
+  return settings.stack == Stack::kUnsloth && settings.checkpointing != CheckpointPolicy::kNone &&
+         (settings.seq_len == 0 || settings.seq_len >= kOffloadFromTokens);
+}
+
 bool uses_expandable_segments(const RunSettings& settings) {
-  return settings.expandable_segments.value_or(settings.stack == Stack::kTorchtitan);
+  // Unsloth sets expandable_segments:True unless UNSLOTH_VLLM_STANDBY (unsloth_zoo/__init__.py).
+  return settings.expandable_segments.value_or(settings.stack == Stack::kTorchtitan ||
+                                                settings.stack == Stack::kUnsloth);
 }
 
 // torchtitan (parallelisms), torchtune (training/_distributed.py shard_model) and

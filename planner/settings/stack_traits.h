@@ -36,6 +36,13 @@ bool autocast_matters(const RunSettings& settings);
 // leave the default).
 bool uses_expandable_segments(const RunSettings& settings);
 
+// Whether Unsloth's checkpointer copies each checkpointed layer's input to pinned host
+// memory: use_gradient_checkpointing="unsloth" (get_peft_model's default, and
+// LLaMA-Factory's), which apply_unsloth_gradient_checkpointing downgrades to plain
+// reentrant checkpointing below a max_seq_length of 512 (unsloth/models/_utils.py).
+// headroom takes the run's sequence length for max_seq_length (0: the model's, >= 512).
+bool unsloth_offloads_checkpoint_inputs(const RunSettings& settings);
+
 // Who shards at ZeRO-3: settings.sharding, else the stack's (torchtitan,
 // torchtune, litgpt's LoRA: FSDP2; composer, litgpt's full fine-tune: FSDP1; the
 // others: DeepSpeed).

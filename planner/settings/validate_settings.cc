@@ -5,6 +5,7 @@
 #include "planner/settings/may_change.h"
 #include "planner/settings/stack.h"
 #include "planner/settings/validate_grpo.h"
+#include "planner/settings/validate_unsloth.h"
 #include "planner/settings/versions.h"
 
 namespace headroom::planner {
@@ -454,7 +455,7 @@ Status check_recipe(const RunSettings& s, std::string_view origin) {
 Status validate_settings(const RunSettings& s, std::string_view origin) {
   // In this order: the first check a run fails names its field.
   using Check = Status (*)(const RunSettings&, std::string_view);
-  for (Check check : {check_ranges, check_batch, check_offload, check_optimizer, check_scoped_lora, check_mechanisms, check_sequences, check_sharding, check_kbit_prep, check_fsdp, check_checkpointing, check_recipe}) {
+  for (Check check : {check_ranges, check_batch, check_offload, check_optimizer, check_scoped_lora, check_mechanisms, check_sequences, check_sharding, check_kbit_prep, check_fsdp, check_checkpointing, check_recipe, check_unsloth}) {
     if (Status status = check(s, origin); !status.is_ok()) return status;
   }
   return Status::ok();

@@ -51,7 +51,8 @@ TEST_CASE("LLaMA-Factory: a comma list of targets, full fine-tuning, and what is
   for (const auto& [yaml, expected] : std::vector<std::pair<std::string, std::string>>{
            {"finetuning_type: freeze\n", "lf.yaml: finetuning_type: expected lora or full"},
            {"quantization_bit: 8\n", "lf.yaml: quantization_bit: expected 4"},
-           {"use_unsloth: true\n", "lf.yaml: use_unsloth: expected false"}}) {
+           {"finetuning_type: full\nuse_unsloth: true\n", "lf.yaml: use_unsloth: expected false with finetuning_type full"},
+           {"use_unsloth: true\nenable_liger_kernel: true\n", "lf.yaml: use_unsloth: expected false with enable_liger_kernel"}}) {
     Result<ConfigImport> bad = import_llamafactory_config(yaml, "lf.yaml", RunSettings{});
     REQUIRE_FALSE(bad.is_ok());
     CHECK_MESSAGE(bad.message().find(expected) == 0, bad.message());
@@ -73,6 +74,24 @@ TEST_CASE("LLaMA-Factory's enable_liger_kernel: the fused linear cross-entropy f
   Result<ConfigImport> bad = import_llamafactory_config("enable_liger_kernel: maybe\n", "lf.yaml", RunSettings{});
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.message().find("lf.yaml: enable_liger_kernel: expected true or false") == 0);
+}
+
+}  // namespace headroom::planner
+
+namespace headroom::planner {
+
+TEST_CASE("LLaMA-Factory's use_unsloth: the unsloth stack over the same LoRA settings") {
+  // model/model_utils/unsloth.py (1f41dfb): FastLanguageModel, use_gradient_checkpointing "unsloth".
+  Result<ConfigImport> lf = import_llamafactory_config(
+      "use_unsloth: true\nquantization_bit: 4\nbf16: true\nupcast_layernorm: true\n", "lf.yaml", RunSettings{});
+  REQUIRE_MESSAGE(lf.is_ok(), lf.message());
+  CHECK(lf->settings.stack == Stack::kUnsloth);
+  CHECK(lf->settings.mode == TrainMode::kQlora);
+  CHECK(lf->settings.lora.dropout == 0.0);  // LLaMA-Factory's default: Unsloth's fused path
+  CHECK(lf->settings.checkpointing == CheckpointPolicy::kEveryBlock);
+  CHECK_FALSE(lf->settings.kbit_prep.has_value());
+  CHECK(std::any_of(lf->notes.begin(), lf->notes.end(),
+                    [](const std::string& note) { return note.starts_with("use_unsloth: priced as --stack unsloth"); }));
 }
 
 }  // namespace headroom::planner
