@@ -55,6 +55,10 @@ StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& set
   if (fsdp() && !fsdp1()) kept_layer_ = fsdp2_kept_layer(graph_, settings);
   if (fsdp() && !fsdp1()) kept_tail_ = fsdp2_kept_tail(graph_, settings);
   grads_through_forward_ = resolve_stack(settings).top.grads_through_forward;
+  unsloth_offload_ = unsloth_offloads_checkpoint_inputs(settings);
+  for (size_t b = 0; b < graph_.blocks.size(); ++b) {
+    if (checkpointed(static_cast<int>(b))) last_checkpointed_ = static_cast<int>(b);
+  }
 }
 
 void StepSimulator::allocate_states() {
@@ -89,6 +93,14 @@ void StepSimulator::allocate_states() {
   for (size_t t = 0; t < graph_.tensors.size(); ++t) {
     if (an_.persistent[t]) handle_[t] = alloc(tensor_bytes_[t], "persistent activations");
   }
+  // Unsloth's two GPU buffers the offloaded inputs come back into, sized to the largest
+  // and kept from step to step, as the step walk prices them (step_model.cc
+  // unsloth_offload_inputs).
+  int64_t largest_input = 0;
+  for (size_t b = 0; b < graph_.blocks.size(); ++b) {
+    if (sends_inputs_to_host(static_cast<int>(b))) largest_input = std::max(largest_input, checkpoint_input_bytes(static_cast<int>(b)));
+  }
+  if (largest_input > 0) alloc(2 * largest_input, "checkpoint input buffers");
 }
 
 // Node n has run: its inputs and what it held (Node::holds) lose a pending read
@@ -122,6 +134,7 @@ void StepSimulator::forward_block(int block, bool recompute) {
     for (int t : an_.blocks[block].boundary_inputs) ++held_by_checkpoint_[t];
     for (int t : selective_saves(block)) ++held_by_checkpoint_[t];
     if (settings_.offload_checkpoint_inputs) stash_checkpoint_inputs(block);
+    if (sends_inputs_to_host(block)) send_inputs_to_host(block);
   }
   for (int n : an_.blocks[block].nodes) {
     const Node& node = graph_.nodes[n];
@@ -291,6 +304,7 @@ void StepSimulator::backward_block(int block) {
   const int64_t gathered = gather(block, hook_later || no_prefetch ? -1 : block - 1);
   if (checkpointed(block)) {
     if (settings_.offload_checkpoint_inputs) fetch_checkpoint_inputs(block);
+    if (sends_inputs_to_host(block)) fetch_inputs_into_buffers(block);
     forward_block(block, true);
   }
   const std::vector<int>& nodes = an_.blocks[block].nodes;

@@ -124,6 +124,10 @@ class StepSimulator {
   void forward_block(int block, bool recompute);
   void release_reads(int n, int block, bool recompute);
   void stash_checkpoint_inputs(int block);
+  void send_inputs_to_host(int block);
+  void fetch_inputs_into_buffers(int block);
+  int64_t checkpoint_input_bytes(int block) const;
+  bool sends_inputs_to_host(int block) const;
   void evict_checkpoint_inputs(int block);
   // Evicts the oldest stashed checkpoint inputs until at most `keep` stay on the GPU.
   void trim_input_stash(size_t keep);
@@ -197,6 +201,8 @@ class StepSimulator {
   std::map<std::string, int64_t> shared_grads_;          // gradients still being summed
   std::deque<int> input_stash_;                        // checkpointed blocks whose inputs are still on the GPU
   std::vector<bool> inputs_on_host_;                   // per block: its checkpoint inputs were evicted
+  bool unsloth_offload_ = false;   // Unsloth's checkpointer (unsloth_offloads_checkpoint_inputs)
+  int last_checkpointed_ = -1;     // the last checkpointed block, whose input Unsloth keeps
   std::vector<int64_t> param_grads_;                   // progressive gradient handles
   int64_t backward_buckets_ = -1;  // ZeRO-1/2 reduce buckets, first gradient hook to end of backward
   std::set<int> sharded_made_;                          // FSDP units (-1: the root) whose sharded gradient exists

@@ -44,6 +44,48 @@ void StepSimulator::evict_checkpoint_inputs(int block) {
   inputs_on_host_[block] = true;
 }
 
+// Unsloth's checkpointer (unsloth_zoo gradient_checkpointing.py UnslothCheckpointFunction)
+// sends a checkpointed block's input to pinned host memory as the block starts and keeps
+// no GPU reference: the input goes once the block's forward has read it. The last
+// checkpointed block's stays ("Don't offload the last layer"), as does one of 2 MiB or
+// less (MINIMUM_SIZE), like the step walk (step_model.cc unsloth_offload_inputs).
+bool StepSimulator::sends_inputs_to_host(int block) const {
+  constexpr int64_t kMinimumOffloadBytes = 2 * 1024 * 1024;
+  return unsloth_offload_ && checkpointed(block) && an_.blocks[block].on_autograd && block != last_checkpointed_ &&
+         checkpoint_input_bytes(block) > kMinimumOffloadBytes;
+}
+
+int64_t StepSimulator::checkpoint_input_bytes(int block) const {
+  int64_t bytes = 0;
+  for (int t : an_.blocks[block].boundary_inputs) bytes += tensor_bytes_[t];
+  return bytes;
+}
+
+void StepSimulator::send_inputs_to_host(int block) {
+  const int64_t bytes = checkpoint_input_bytes(block);
+  const double start = std::max(clock_, copy_out_free_);
+  copy_out_free_ = event(Stream::kCopyOut, Phase::kOffload, start, transfer_ms(static_cast<double>(bytes)), block,
+                         "offload inputs " + block_name(block), bytes);
+  for (int t : an_.blocks[block].boundary_inputs) --held_by_checkpoint_[t];
+  inputs_on_host_[block] = true;
+}
+
+// Backward copies the input into one of the buffers (allocate_states): no new GPU
+// bytes, and compute waits for the copy.
+void StepSimulator::fetch_inputs_into_buffers(int block) {
+  if (!inputs_on_host_[block]) return;
+  inputs_on_host_[block] = false;
+  const int64_t bytes = checkpoint_input_bytes(block);
+  for (int t : an_.blocks[block].boundary_inputs) ++held_by_checkpoint_[t];
+  const double start = std::max(clock_, copy_in_free_);
+  copy_in_free_ = event(Stream::kCopyIn, Phase::kOffload, start, transfer_ms(static_cast<double>(bytes)), block,
+                        "fetch inputs " + block_name(block), bytes);
+  if (copy_in_free_ > clock_) {
+    time_.offload_exposed_ms += copy_in_free_ - clock_;
+    clock_ = copy_in_free_;
+  }
+}
+
 // Backward unpacks the inputs on demand: a new GPU copy, and compute waits for it.
 void StepSimulator::fetch_checkpoint_inputs(int block) {
   if (!inputs_on_host_[block]) return;
