@@ -126,6 +126,7 @@ class StepSimulator {
   void stash_checkpoint_inputs(int block);
   void send_inputs_to_host(int block);
   void fetch_inputs_into_buffers(int block);
+  void copy_in_before_compute(int block, int64_t bytes);
   int64_t checkpoint_input_bytes(int block) const;
   bool sends_inputs_to_host(int block) const;
   void evict_checkpoint_inputs(int block);

@@ -44,6 +44,17 @@ void StepSimulator::evict_checkpoint_inputs(int block) {
   inputs_on_host_[block] = true;
 }
 
+// `bytes` of block's checkpoint inputs come back on the copy-in stream; compute waits.
+void StepSimulator::copy_in_before_compute(int block, int64_t bytes) {
+  const double start = std::max(clock_, copy_in_free_);
+  copy_in_free_ = event(Stream::kCopyIn, Phase::kOffload, start, transfer_ms(static_cast<double>(bytes)), block,
+                        "fetch inputs " + block_name(block), bytes);
+  if (copy_in_free_ > clock_) {
+    time_.offload_exposed_ms += copy_in_free_ - clock_;
+    clock_ = copy_in_free_;
+  }
+}
+
 // Unsloth's checkpointer (unsloth_zoo gradient_checkpointing.py UnslothCheckpointFunction)
 // sends a checkpointed block's input to pinned host memory as the block starts and keeps
 // no GPU reference: the input goes once the block's forward has read it. The last
@@ -77,13 +88,7 @@ void StepSimulator::fetch_inputs_into_buffers(int block) {
   inputs_on_host_[block] = false;
   const int64_t bytes = checkpoint_input_bytes(block);
   for (int t : an_.blocks[block].boundary_inputs) ++held_by_checkpoint_[t];
-  const double start = std::max(clock_, copy_in_free_);
-  copy_in_free_ = event(Stream::kCopyIn, Phase::kOffload, start, transfer_ms(static_cast<double>(bytes)), block,
-                        "fetch inputs " + block_name(block), bytes);
-  if (copy_in_free_ > clock_) {
-    time_.offload_exposed_ms += copy_in_free_ - clock_;
-    clock_ = copy_in_free_;
-  }
+  copy_in_before_compute(block, bytes);
 }
 
 // Backward unpacks the inputs on demand: a new GPU copy, and compute waits for it.
@@ -99,13 +104,7 @@ void StepSimulator::fetch_checkpoint_inputs(int block) {
     }
     ++held_by_checkpoint_[t];
   }
-  const double start = std::max(clock_, copy_in_free_);
-  copy_in_free_ = event(Stream::kCopyIn, Phase::kOffload, start, transfer_ms(static_cast<double>(bytes)), block,
-                        "fetch inputs " + block_name(block), bytes);
-  if (copy_in_free_ > clock_) {
-    time_.offload_exposed_ms += copy_in_free_ - clock_;
-    clock_ = copy_in_free_;
-  }
+  copy_in_before_compute(block, bytes);
 }
 
 // Sends the block's saved tensors to pinned host memory on the copy stream; each

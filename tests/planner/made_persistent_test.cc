@@ -32,6 +32,24 @@ StepModel embedding_and_two_layers() {
   return step;
 }
 
+// A full fine-tune under the Trainer (transformers 5.23.0), B = 2, S = 2048, every layer
+// checkpointed (non-reentrant), of the config.json folder tests/data/hf/MODEL, on an H200.
+RunSettings hf_trainer_full_checkpointed(const std::string& model) {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/" + model + "/config.json";
+  s.gpu = "h200";
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kHfTrainer;
+  s.mode = TrainMode::kFull;
+  s.micro_batch = 2;
+  s.seq_len = 2048;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.recompute = Recompute::kBlock;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"peft", "0.21.2"}};
+  return s;
+}
+
 TEST_CASE("a made persistent tensor is dead at the backward before its first reader and at the step") {
   StepModel step = embedding_and_two_layers();
   const std::vector<BlockChoice> keep(3, BlockChoice::kKeep);
@@ -47,18 +65,7 @@ TEST_CASE("a made persistent tensor is dead at the backward before its first rea
 }
 
 TEST_CASE("Llama-3-8B's rotary tables are made in the embeddings block and first read by layer 0") {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3-8b/config.json";
-  s.gpu = "h200";
-  s.precision = Precision::kBf16Pure;
-  s.stack = Stack::kHfTrainer;
-  s.mode = TrainMode::kFull;
-  s.micro_batch = 2;
-  s.seq_len = 2048;
-  s.checkpointing = CheckpointPolicy::kEveryBlock;
-  s.recompute = Recompute::kBlock;
-  s.optimizer_impl = OptimizerImpl::kFused;
-  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"peft", "0.21.2"}};
+  RunSettings s = hf_trainer_full_checkpointed("llama-3-8b");
   const Prediction p = predict_as_given(s);
   // The oracle (bench/oracle grid, hf-trainer/llama-3-8b/full/bf16/non-reentrant/b2s2048)
   // peaks in the embeddings' backward with 65,540 bytes of activations (the batch's
@@ -101,18 +108,7 @@ TEST_CASE("the framed bytes are the live tables whose readers are all checkpoint
 // and sin ([1, 2048, 128] bf16, 1 MiB) are transient, held by layer 0's frame. 4.51.3
 // passes them positionally and _NoopSaveInputs saves them; 4.52.0 binds them.
 TEST_CASE("Mistral-7B's rotary tables are transient at layer 0's backward from transformers 4.52") {
-  RunSettings s;
-  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/mistral-7b/config.json";
-  s.gpu = "h200";
-  s.precision = Precision::kBf16Pure;
-  s.stack = Stack::kHfTrainer;
-  s.mode = TrainMode::kFull;
-  s.micro_batch = 2;
-  s.seq_len = 2048;
-  s.checkpointing = CheckpointPolicy::kEveryBlock;
-  s.recompute = Recompute::kBlock;
-  s.optimizer_impl = OptimizerImpl::kFused;
-  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"peft", "0.21.2"}};
+  RunSettings s = hf_trainer_full_checkpointed("mistral-7b");
   const Prediction current = predict_as_given(s);
   CHECK(current.where.block_name == "model.layers.0");
   CHECK(current.where.phase == "backward");
