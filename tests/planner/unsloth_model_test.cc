@@ -97,7 +97,7 @@ TEST_CASE("fast_rms_layernorm keeps x and the fp32 r per row, no fp32 copy of x"
   CHECK(context.graph.find_tensor("model.norm:x32") == nullptr);
 }
 
-TEST_CASE("LoRA_MLP keeps X, e and g; LoRA_QKV and LoRA_W keep X: no X @ A, no silu(e), no h") {
+TEST_CASE("LoRA_MLP keeps X, e and g, LoRA_QKV and LoRA_W keep X: no X @ A, no silu(e), no h") {
   const ModelContext context = prepared_context(unsloth_llama());
   const std::string mlp = "model.layers.1.mlp";
   const graph::Node& product = node(context, mlp + ".act_mul_up");
