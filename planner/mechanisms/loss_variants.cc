@@ -8,6 +8,7 @@
 
 #include "graph/op_traits.h"
 #include "planner/mechanisms/chunked_head.h"
+#include "planner/mechanisms/graph_edits.h"
 
 namespace headroom::planner {
 namespace {
@@ -42,10 +43,6 @@ void bypass(graph::LayerGraph& graph, const std::string& node_name) {
 void add_forward_workspace(graph::Node& node, const graph::SizeExpr& elements) {
   if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;
   node.workspace_elements = node.workspace_elements + elements;
-}
-
-void drop_save(graph::Node& node, const std::string& tensor) {
-  std::erase_if(node.saves, [&](const graph::SavedRef& saved) { return saved.tensor == tensor; });
 }
 
 // torch.compile over the upcast and cross-entropy of one logits tensor (a chunk,

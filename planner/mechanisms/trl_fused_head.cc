@@ -4,6 +4,7 @@
 #include <string>
 
 #include "graph/op_traits.h"
+#include "planner/mechanisms/graph_edits.h"
 
 namespace headroom::planner {
 namespace {
@@ -11,13 +12,6 @@ namespace {
 graph::Tensor* tensor_named(graph::LayerGraph& graph, const std::string& name) {
   for (graph::Tensor& tensor : graph.tensors) {
     if (tensor.name == name) return &tensor;
-  }
-  return nullptr;
-}
-
-graph::Node* node_named(graph::LayerGraph& graph, const std::string& name) {
-  for (graph::Node& node : graph.nodes) {
-    if (node.name == name) return &node;
   }
   return nullptr;
 }

@@ -6,16 +6,11 @@
 #include <vector>
 
 #include "graph/op_traits.h"
+#include "planner/mechanisms/graph_edits.h"
 #include "planner/mechanisms/litgpt_model.h"
 
 namespace headroom::planner {
 namespace {
-
-graph::Node* node_named(graph::LayerGraph& graph, const std::string& name) {
-  const auto found = std::find_if(graph.nodes.begin(), graph.nodes.end(),
-                                  [&](const graph::Node& node) { return node.name == name; });
-  return found == graph.nodes.end() ? nullptr : &*found;
-}
 
 bool has_param(const graph::Node& node, std::string_view suffix) {
   return std::any_of(node.params.begin(), node.params.end(),
@@ -29,10 +24,6 @@ bool fusable(const graph::Node* node) {
   }
   return std::none_of(node->outputs.begin(), node->outputs.end(),
                       [&](const std::string& out) { return out == node->name + ".lora_dropout_out"; });
-}
-
-void drop_save(graph::Node& node, const std::string& tensor) {
-  std::erase_if(node.saves, [&](const graph::SavedRef& saved) { return saved.tensor == tensor; });
 }
 
 bool is_nf4(const graph::Node& node) {
