@@ -5,6 +5,8 @@
 #include <string_view>
 #include <utility>
 
+#include "planner/predict/unsloth_checkpointer.h"
+
 namespace headroom::planner {
 
 int64_t stored_bytes(const BlockProfile& block, BlockChoice choice) {
@@ -288,9 +290,8 @@ double block_ms(const StepModel& model, int k, BlockChoice choice) {
 // forward (the stash counts block k's own input, packed as block k starts), none
 // in backward (the stash is dropped when backward starts) but the one coming
 // back for block k-1 while block k runs backward.
-// Unsloth's checkpointer: every checkpointed block's input but the last goes to pinned
-// host memory as the block runs (none stays in a stash); the last one's stays on the GPU
-// ("Don't offload the last layer", LAST_GC_INDEX), as does any of 2 MiB or less; in backward each input comes back
+// Unsloth's checkpointer: the inputs unsloth_sends_input_to_host names go to pinned host
+// memory as their block runs (none stays in a stash); in backward each input comes back
 // into one of the GPU buffers (GPU_BUFFERS, GPU_BUFFERS_B), which are resized to the
 // largest input and kept from step to step.
 static void unsloth_offload_inputs(const StepModel& model, const std::vector<BlockChoice>& choices,
@@ -305,9 +306,7 @@ static void unsloth_offload_inputs(const StepModel& model, const std::vector<Blo
   std::vector<int64_t> kept(n + 1, 0);
   int64_t largest = 0;
   for (int k = 0; k < n; ++k) {
-    // Inputs of 2 MiB or less stay on the GPU (MINIMUM_SIZE: `new_size > MINIMUM_SIZE`).
-    constexpr int64_t kMinimumOffloadBytes = 2 * 1024 * 1024;
-    const bool offloaded = checkpointed(k) && k != last && model.blocks[k].checkpoint > kMinimumOffloadBytes;
+    const bool offloaded = unsloth_sends_input_to_host(checkpointed(k), k == last, model.blocks[k].checkpoint);
     kept[k + 1] = kept[k] + (offloaded ? 0 : stored_bytes(model.blocks[k], choices[k]));
     if (!offloaded) continue;
     host_activations += model.blocks[k].checkpoint;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "planner/predict/unsloth_checkpointer.h"
+
 namespace headroom::planner {
 
 using graph::Node;
@@ -55,15 +57,13 @@ void StepSimulator::copy_in_before_compute(int block, int64_t bytes) {
   }
 }
 
-// Unsloth's checkpointer (unsloth_zoo gradient_checkpointing.py UnslothCheckpointFunction)
-// sends a checkpointed block's input to pinned host memory as the block starts and keeps
-// no GPU reference: the input goes once the block's forward has read it. The last
-// checkpointed block's stays ("Don't offload the last layer"), as does one of 2 MiB or
-// less (MINIMUM_SIZE), like the step walk (step_model.cc unsloth_offload_inputs).
+// Unsloth's checkpointer sends a checkpointed block's input to pinned host memory as the
+// block starts (unsloth_checkpointer.h says which) and keeps no GPU reference: the input
+// goes once the block's forward has read it.
 bool StepSimulator::sends_inputs_to_host(int block) const {
-  constexpr int64_t kMinimumOffloadBytes = 2 * 1024 * 1024;
-  return unsloth_offload_ && checkpointed(block) && an_.blocks[block].on_autograd && block != last_checkpointed_ &&
-         checkpoint_input_bytes(block) > kMinimumOffloadBytes;
+  return unsloth_offload_ &&
+         unsloth_sends_input_to_host(checkpointed(block) && an_.blocks[block].on_autograd,
+                                     block == last_checkpointed_, checkpoint_input_bytes(block));
 }
 
 int64_t StepSimulator::checkpoint_input_bytes(int block) const {
