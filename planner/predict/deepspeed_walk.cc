@@ -223,16 +223,19 @@ void label_zero3_partition(const ModelStates& states, StepModel& model) {
 
 }  // namespace
 
+bool deepspeed_zero3_hooks(const RunSettings& settings, const GlobalConfig& config, const ModelStates& states) {
+  // The unspecified stack's ZeRO-3 is headroom's executor's (executor/zero3_parameters.cc).
+  return config.zero_stage == 3 && !shards_with_fsdp(settings) && settings.stack != Stack::kUnspecified &&
+         through_deepspeed_engine(settings) && !states.grads_in_backward;
+}
+
 void apply_deepspeed_gradients(const ModelContext& context, const RunSettings& settings,
                                const GlobalConfig& config, const ModelStates& states,
                                Accounting accounting, StepModel& model) {
   const int64_t buckets = deepspeed_backward_bucket_bytes(settings, config, accounting);
   const int64_t spare = buckets - (buckets > 0 ? deepspeed_reduce_bucket_bytes(settings, config, accounting) : 0);
   add_backward_buckets(context, settings, buckets, spare, states, model);
-  // The unspecified stack's ZeRO-3 is headroom's executor's (executor/zero3_parameters.cc).
-  const bool zero3_deepspeed = config.zero_stage == 3 && !shards_with_fsdp(settings) &&
-                               settings.stack != Stack::kUnspecified && through_deepspeed_engine(settings);
-  if (zero3_deepspeed && !states.grads_in_backward) {
+  if (deepspeed_zero3_hooks(settings, config, states)) {
     hold_zero3_oversized_gradients(context, settings, accounting, model);
     if (config.offload_optimizer == Offload::kNone) label_zero3_partition(states, model);
   }

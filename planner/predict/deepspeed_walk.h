@@ -12,6 +12,10 @@
 
 namespace headroom::planner {
 
+// Whether DeepSpeed's ZeRO-3 gradient hooks (stage3.py) decide when the run's gradients
+// exist: ZeRO-3 through DeepSpeed's engine, the optimizer not stepped in backward.
+bool deepspeed_zero3_hooks(const RunSettings& settings, const GlobalConfig& config, const ModelStates& states);
+
 // Adds them to model.grads_bwd / grads_bwd_before / grads_fwd, set by the step builder.
 void apply_deepspeed_gradients(const ModelContext& context, const RunSettings& settings,
                                const GlobalConfig& config, const ModelStates& states,

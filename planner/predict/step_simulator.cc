@@ -31,6 +31,15 @@ StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& set
   pending_.assign(tensors, 0);
   saved_.assign(tensors, 0);
   held_by_checkpoint_.assign(tensors, 0);
+  read_by_later_block_.assign(tensors, false);
+  for (size_t t = 0; t < tensors; ++t) {
+    const int producer = an_.producer[t];
+    if (producer < 0) continue;
+    for (int consumer : an_.consumers[t]) {
+      if (graph_.nodes[consumer].block > graph_.nodes[producer].block) read_by_later_block_[t] = true;
+    }
+  }
+  make_backward_gradients();
   cached_casts_ = autocast_cached_casts(graph_);
   inputs_on_host_.assign(graph_.blocks.size(), false);
   times_.resize(graph_.nodes.size());
@@ -52,6 +61,8 @@ StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& set
   }
   block_param_bytes_ = block_gathered_bytes(graph_, settings);
   block_shard_bytes_ = block_shard_bytes(graph_, settings, config.zero_stage);
+  deepspeed_gathered_ = zero3_gathered_bytes(context, settings, config);
+  find_oversized_gradients();
   if (fsdp() && !fsdp1()) kept_layer_ = fsdp2_kept_layer(graph_, settings);
   if (fsdp() && !fsdp1()) kept_tail_ = fsdp2_kept_tail(graph_, settings);
   grads_through_forward_ = resolve_stack(settings).top.grads_through_forward;
@@ -59,6 +70,12 @@ StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& set
   for (size_t b = 0; b < graph_.blocks.size(); ++b) {
     if (checkpointed(static_cast<int>(b))) last_checkpointed_ = static_cast<int>(b);
   }
+}
+
+void StepSimulator::make_backward_gradients() {
+  backward_grads_ = std::make_unique<const BackwardGradients>(graph_, an_, tensor_bytes_, read_by_later_block_,
+                                                              ctx_.compute_dtype, batch_, seq_, Accounting::kAllocated,
+                                                              grad_bytes_per_element(settings_.precision));
 }
 
 void StepSimulator::allocate_states() {
@@ -180,10 +197,12 @@ void StepSimulator::forward_block(int block, bool recompute) {
 
 // The gradients a node's backward makes for its parameters: each trainable
 // parameter's own (the first backward of a progressive run), a shared weight's
-// sum from its first use backward reaches, and the partials of its later uses.
-StepSimulator::ParamGradWork StepSimulator::start_param_grads(const Node& node) {
+// sum from its first use backward reaches, and the partials in flight beside it
+// (later uses of a shared weight, a weight applied per chunk), as the step walk
+// prices them (BackwardGradients::partial_gradients: one mechanism, one place).
+StepSimulator::ParamGradWork StepSimulator::start_param_grads(int n) {
   ParamGradWork work;
-  for (const graph::Param& param : node.params) {
+  for (const graph::Param& param : graph_.nodes[n].params) {
     const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
     const auto shared = shared_uses_.find(owner);
     if (shared == shared_uses_.end()) {
@@ -194,18 +213,15 @@ StepSimulator::ParamGradWork StepSimulator::start_param_grads(const Node& node) 
     }
     const graph::Param& original = *owners_.at(owner);
     if (!original.trainable) continue;
-    // Summed in autograd's input buffer from the first use backward reaches to the
-    // last; every later use materialises its own partial first.
+    // Summed in autograd's input buffer from the first use backward reaches to the last.
     const int seen = ++seen_uses_[owner];
-    if (seen == 1) {
-      if (states_.grads_progressive && micro_ == 0) {
-        shared_grads_[owner] = alloc(grad_bytes(original, settings_.precision), "gradients");
-      }
-    } else {
-      work.partials.push_back(alloc(grad_bytes(original, settings_.precision), "transient"));
+    if (seen == 1 && states_.grads_progressive && micro_ == 0) {
+      shared_grads_[owner] = alloc(grad_bytes(original, settings_.precision), "gradients");
     }
     if (seen == shared->second) work.finished.push_back(owner);
   }
+  const int64_t partials = backward_grads_->partial_gradients(n);
+  if (partials > 0) work.partials.push_back(alloc(partials, "transient"));
   return work;
 }
 
@@ -261,7 +277,8 @@ void StepSimulator::backward_node(int n, int block) {
     const int64_t buckets = deepspeed_backward_bucket_bytes(settings_, config_, Accounting::kAllocated);
     if (buckets > 0) backward_buckets_ = alloc(buckets, "gradients");
   }
-  const ParamGradWork work = start_param_grads(node);
+  hold_oversized_gradient(n);
+  const ParamGradWork work = start_param_grads(n);
   const int64_t ws = alloc_backward_workspace(n);
   compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
   release(ws);
@@ -343,7 +360,11 @@ void StepSimulator::micro_step() {
   label_ = "zero_grad";
   for (int64_t handle : held_grads_) release(handle);  // the previous step's, freed before backward()
   held_grads_.clear();
+  in_backward_ = true;
   for (int b = blocks - 1; b >= 0; --b) backward_block(b);
+  in_backward_ = false;
+  for (int64_t handle : held_oversized_) release(handle);  // reduced at the end of backward
+  held_oversized_.clear();
   release(backward_buckets_);  // independent_gradient_partition_epilogue
   backward_buckets_ = -1;
   reshard_root();

@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <queue>
 #include <set>
 #include <string>
@@ -23,9 +24,11 @@
 #include "planner/memory/model_states.h"
 #include "planner/memory/state_bytes.h"
 #include "planner/predict/simulation.h"
+#include "planner/predict/deepspeed_gathered.h"
 #include "planner/predict/simulator_options.h"
 #include "planner/predict/step_builder.h"
 #include "planner/settings/stack.h"
+#include "planner/time/backward_gradients.h"
 #include "planner/time/step_time.h"
 
 namespace headroom::planner {
@@ -71,6 +74,15 @@ class StepSimulator {
   // _all_gather_flat_param), which is what the unit computes with, and
   // prefetches the next unit's the same way.
   int64_t gather(int block, int ahead);
+  // DeepSpeed ZeRO-3: what its parameter coordinator holds gathered while `block` runs
+  // forward or backward, as the step walk prices it (zero3_gathered_bytes).
+  int64_t deepspeed_gather(int block);
+  // DeepSpeed ZeRO-3's hook copies a gradient into the reduce bucket only when it fits
+  // (stage3.py __add_grad_to_ipg_bucket): one larger than the bucket stays in autograd's
+  // tensor from its node's backward until the next parameter's hook reduce-scatters it,
+  // as the walk holds it (deepspeed_walk.cc hold_zero3_oversized_gradients).
+  void find_oversized_gradients();
+  void hold_oversized_gradient(int n);
   void prefetch_gather(int ahead);  // the all-gather of `ahead` issued now, if not yet in flight
   // FSDP2's all-gather buffer for `block` on the copy-in stream. Under CPU offload
   // each shard is first copied to the GPU in its stored dtype (all_gather_inputs:
@@ -142,7 +154,7 @@ class StepSimulator {
     std::vector<std::string> finished;  // shared weights whose last use in backward this is
   };
   void wait_for_offloaded(int block);
-  ParamGradWork start_param_grads(const graph::Node& node);
+  ParamGradWork start_param_grads(int n);
   void finish_param_grads(const ParamGradWork& work, size_t grads_before);
   void backward_node(int n, int block);
   int64_t alloc_backward_workspace(int n);
@@ -171,6 +183,12 @@ class StepSimulator {
   int64_t seq_ = 1;
   ModelStates states_;
   std::vector<int64_t> tensor_bytes_;
+  std::vector<bool> read_by_later_block_;  // some consumer lies in a later block (the profile's out_grad)
+  // The step walk's gradients in flight per backward node, over tensor_bytes_ (made
+  // again when set_length changes them): the simulator takes its shared weights'
+  // partials from it, so that both price one mechanism once.
+  std::unique_ptr<const BackwardGradients> backward_grads_;
+  void make_backward_gradients();
   std::vector<int64_t> handle_;
   std::vector<int64_t> grad_handle_;
   std::vector<int> pending_;
@@ -181,6 +199,10 @@ class StepSimulator {
   std::vector<NodeTimes> times_;
   std::vector<int64_t> block_param_bytes_;   // what ZeRO-3 / FSDP gathers per block
   std::vector<int64_t> block_shard_bytes_;   // the same parameters as FSDP's shards store them (fp32 or not)
+  Zero3Gathered deepspeed_gathered_;           // DeepSpeed ZeRO-3's per block (empty otherwise)
+  bool in_backward_ = false;                   // the micro-step's backward has begun
+  std::vector<int64_t> oversized_grads_;       // per node: ZeRO-3 gradients over the bucket it completes
+  std::vector<int64_t> held_oversized_;        // those not yet reduce-scattered
   std::map<int, std::vector<int>> offloaded_tensors_;  // block -> tensors sent to the host
   std::map<int, double> prefetch_done_;                // block -> time its tensors are back
   std::map<int, int64_t> all_gather_buffers_;          // FSDP2: block -> its prefetched copy-in buffer

@@ -19,6 +19,7 @@ void StepSimulator::set_length(int64_t seq) {
     times_[n] = node_times(graph_, an_, static_cast<int>(n), ctx_.compute_dtype, batch_, seq_, ctx_.gpu,
                            ctx_.time_options);
   }
+  make_backward_gradients();
 }
 
 // Unpacked data padded per batch (RunSettings::shortest_sample): a run from its

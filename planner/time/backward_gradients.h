@@ -95,9 +95,11 @@ class BackwardGradients {
   // while torch.autograd.backward runs over the block, so no LayerNorm uses up a
   // post-norm block's out_grad (out_grad_used_up).
   BackwardStages of_reentrant_block(const graph::BlockStructure& block, const std::vector<int>& shared) const;
+  // The partial gradients of shared or repeatedly applied weights in flight at node n's
+  // backward (among at_node's bytes): the step simulator allocates the same.
+  int64_t partial_gradients(int n) const;
 
  private:
-  int64_t partial_gradients(int n) const;
   int64_t own_partials(bool first_use) const;
   int64_t chunk_gradients_gone(int n, int64_t out_grads, int64_t in_grads) const;
   int64_t own_gradients(int n) const;
