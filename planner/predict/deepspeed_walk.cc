@@ -80,7 +80,7 @@ void add_backward_buckets(const ModelContext& context, const RunSettings& settin
 // and the step reads it through averaged_gradients.
 void delay_gradient_partition(const RunSettings& settings, const ModelStates& states, StepModel& model) {
   const int64_t partition = states.grads_full;
-  const int64_t bucket = settings.reduce_bucket_elements * grad_bytes_per_element(settings.precision);
+  const int made_in = deepspeed_partition_block(settings, states);
   model.grads_fwd = std::max<int64_t>(0, model.grads_fwd - partition);
   NotGradients& not_grads = model.not_grads;
   not_grads.zero_buffers_optimizer += partition;
@@ -91,12 +91,10 @@ void delay_gradient_partition(const RunSettings& settings, const ModelStates& st
     not_grads.zero_buffers_bwd[k] += partition;
     not_grads.zero_buffers_bwd_before[k] += partition;
   }
-  int64_t reached = 0;
   for (size_t k = n; k-- > 0;) {
-    reached += k < states.block_grads.size() ? states.block_grads[k] : 0;
     model.grads_bwd_before[k] -= partition;
     not_grads.zero_buffers_bwd_before[k] -= partition;
-    if (reached > bucket) return;  // made during block k's backward
+    if (static_cast<int>(k) == made_in) return;  // made during block k's backward
     model.grads_bwd[k] -= partition;
     not_grads.zero_buffers_bwd[k] -= partition;
   }
@@ -223,6 +221,21 @@ void label_zero3_partition(const ModelStates& states, StepModel& model) {
 
 }  // namespace
 
+int deepspeed_partition_block(const RunSettings& settings, const ModelStates& states) {
+  const int64_t bucket = settings.reduce_bucket_elements * grad_bytes_per_element(settings.precision);
+  int64_t reached = 0;
+  for (size_t k = states.block_grads.size(); k-- > 0;) {
+    reached += states.block_grads[k];
+    if (reached > bucket) return static_cast<int>(k);
+  }
+  return -1;
+}
+
+bool deepspeed_zero2_hooks(const RunSettings& settings, const GlobalConfig& config, const ModelStates& states) {
+  return config.zero_stage == 2 && !shards_with_fsdp(settings) && config.offload_optimizer == Offload::kNone &&
+         through_deepspeed_engine(settings) && config.grad_accum == 1 && !states.grads_in_backward;
+}
+
 bool deepspeed_zero3_hooks(const RunSettings& settings, const GlobalConfig& config, const ModelStates& states) {
   // The unspecified stack's ZeRO-3 is headroom's executor's (executor/zero3_parameters.cc).
   return config.zero_stage == 3 && !shards_with_fsdp(settings) && settings.stack != Stack::kUnspecified &&
@@ -239,9 +252,7 @@ void apply_deepspeed_gradients(const ModelContext& context, const RunSettings& s
     hold_zero3_oversized_gradients(context, settings, accounting, model);
     if (config.offload_optimizer == Offload::kNone) label_zero3_partition(states, model);
   }
-  const bool zero2_on_gpu = config.zero_stage == 2 && !shards_with_fsdp(settings) &&
-                            config.offload_optimizer == Offload::kNone && through_deepspeed_engine(settings);
-  if (zero2_on_gpu && config.grad_accum == 1 && !states.grads_in_backward) {
+  if (deepspeed_zero2_hooks(settings, config, states)) {
     // Each gradient the walk holds here is ZeRO's, made by its hook
     // (register_post_accumulate_grad_hook, deepspeed/utils/torch.py register_grad_hook)
     // once a node's backward is done: the buckets (setup_buckets), the partition

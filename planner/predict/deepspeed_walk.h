@@ -16,6 +16,15 @@ namespace headroom::planner {
 // exist: ZeRO-3 through DeepSpeed's engine, the optimizer not stepped in backward.
 bool deepspeed_zero3_hooks(const RunSettings& settings, const GlobalConfig& config, const ModelStates& states);
 
+// Whether DeepSpeed ZeRO-2's hooks make the run's gradients (the walk's delayed partition,
+// tied partials and oversized gradients): on the GPU, one micro-step per optimizer step.
+bool deepspeed_zero2_hooks(const RunSettings& settings, const GlobalConfig& config, const ModelStates& states);
+
+// The block whose backward makes ZeRO-2's gradient partition (copy_grads_in_partition at the
+// first reduction, once the gradients made from the last block down outgrow the bucket),
+// -1 where none does and the partition is made at the end of backward.
+int deepspeed_partition_block(const RunSettings& settings, const ModelStates& states);
+
 // Adds them to model.grads_bwd / grads_bwd_before / grads_fwd, set by the step builder.
 void apply_deepspeed_gradients(const ModelContext& context, const RunSettings& settings,
                                const GlobalConfig& config, const ModelStates& states,

@@ -6,7 +6,6 @@
 #include "planner/mechanisms/autocast.h"
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/memory/allocator_rounding.h"
-#include "planner/memory/deepspeed_buckets.h"
 #include "planner/settings/run_gpu.h"
 #include "planner/time/fsdp2_stream_copies.h"
 #include "planner/time/python_norm_backward.h"
@@ -62,7 +61,7 @@ StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& set
   block_param_bytes_ = block_gathered_bytes(graph_, settings);
   block_shard_bytes_ = block_shard_bytes(graph_, settings, config.zero_stage);
   deepspeed_gathered_ = zero3_gathered_bytes(context, settings, config);
-  find_oversized_gradients();
+  plan_deepspeed_hooks();
   if (fsdp() && !fsdp1()) kept_layer_ = fsdp2_kept_layer(graph_, settings);
   if (fsdp() && !fsdp1()) kept_tail_ = fsdp2_kept_tail(graph_, settings);
   grads_through_forward_ = resolve_stack(settings).top.grads_through_forward;
@@ -102,7 +101,8 @@ void StepSimulator::allocate_states() {
   if (states_.optimizer > lazy_bytes) alloc(states_.optimizer - lazy_bytes, "optimizer states");
   if (states_.master > 0) alloc(states_.master, "master weights");
   // FSDP's sharded gradients are made by each unit's reduce-scatter (make_sharded_grad).
-  if (!progressive && states_.grads_full > 0 && states_.sharded_block_grads.empty()) {
+  // ZeRO-2's hooks make the partition in backward (make_partition).
+  if (!progressive && states_.grads_full > 0 && states_.sharded_block_grads.empty() && !zero2_hooks_) {
     alloc(states_.grads_full, "gradients");
   }
   if (states_.comm_buckets > 0) alloc(states_.comm_buckets, "ZeRO buffers");
@@ -217,6 +217,8 @@ StepSimulator::ParamGradWork StepSimulator::start_param_grads(int n) {
     const int seen = ++seen_uses_[owner];
     if (seen == 1 && states_.grads_progressive && micro_ == 0) {
       shared_grads_[owner] = alloc(grad_bytes(original, settings_.precision), "gradients");
+    } else if (seen == 1) {
+      hold_tied_partial(owner, original);
     }
     if (seen == shared->second) work.finished.push_back(owner);
   }
@@ -230,6 +232,7 @@ StepSimulator::ParamGradWork StepSimulator::start_param_grads(int n) {
 void StepSimulator::finish_param_grads(const ParamGradWork& work, size_t grads_before) {
   for (int64_t partial : work.partials) release(partial);
   for (const std::string& owner : work.finished) {
+    release_tied_partial(owner);
     // AccumulateGrad runs once all uses are in: the gradient joins the others.
     const auto it = shared_grads_.find(owner);
     if (it != shared_grads_.end()) {
@@ -272,12 +275,10 @@ void StepSimulator::backward_node(int n, int block) {
     }
   }
   const size_t grads_before = param_grads_.size();
-  // ZeRO-1/2 make their reduce buckets at the first gradient hook (deepspeed_buckets.h).
-  if (backward_buckets_ < 0 && an_.needs_param_grad[n]) {
-    const int64_t buckets = deepspeed_backward_bucket_bytes(settings_, config_, Accounting::kAllocated);
-    if (buckets > 0) backward_buckets_ = alloc(buckets, "gradients");
-  }
-  hold_oversized_gradient(n);
+  // ZeRO-1/2 make their reduce buckets at the first gradient hook (deepspeed_buckets.h);
+  // where the hooks make the gradients, after the node's backward (deepspeed_hooks_after).
+  if (!zero2_hooks_) make_backward_buckets(n);
+  deepspeed_hooks_before(n);
   const ParamGradWork work = start_param_grads(n);
   const int64_t ws = alloc_backward_workspace(n);
   compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
@@ -293,6 +294,9 @@ void StepSimulator::backward_node(int n, int block) {
       maybe_free(t);
     }
   }
+  // Hooks run from AccumulateGrad, once the node's backward has returned and its
+  // input gradients and saved tensors are gone.
+  deepspeed_hooks_after(n);
 }
 
 // A checkpointed block's backward ends: its inputs (and selective saves) are no longer held.
@@ -336,6 +340,7 @@ void StepSimulator::backward_block(int block) {
   }
   if (!hooked) prefetch_gather(block - 1);  // the kept tail with no node with parameters
   if (checkpointed(block)) release_checkpoint_holds(block);
+  deepspeed_block_done();
   const bool syncing = reduce_block_gradients(block);
   if (gathered >= 0) release(gathered);
   gradient_traffic(block, syncing);
@@ -363,8 +368,7 @@ void StepSimulator::micro_step() {
   in_backward_ = true;
   for (int b = blocks - 1; b >= 0; --b) backward_block(b);
   in_backward_ = false;
-  for (int64_t handle : held_oversized_) release(handle);  // reduced at the end of backward
-  held_oversized_.clear();
+  deepspeed_backward_done();
   release(backward_buckets_);  // independent_gradient_partition_epilogue
   backward_buckets_ = -1;
   reshard_root();
@@ -429,6 +433,7 @@ void StepSimulator::optimizer_step() {
   }
   param_grads_.clear();
   sharded_made_.clear();
+  if (partition_ >= 0) drop_partition();
 }
 
 // The micro-steps of one optimizer step. Only the first (it allocates

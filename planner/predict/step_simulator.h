@@ -74,15 +74,25 @@ class StepSimulator {
   // _all_gather_flat_param), which is what the unit computes with, and
   // prefetches the next unit's the same way.
   int64_t gather(int block, int ahead);
-  // DeepSpeed ZeRO-3: what its parameter coordinator holds gathered while `block` runs
-  // forward or backward, as the step walk prices it (zero3_gathered_bytes).
+  // DeepSpeed (step_simulator_deepspeed.cc), as the walk prices it: ZeRO-3's coordinator
+  // holds what it gathered beside `block` (zero3_gathered_bytes). A gradient larger than the
+  // reduce bucket stays in autograd's tensor from its node's backward to the next hook
+  // (ZeRO-3: __add_grad_to_ipg_bucket; ZeRO-2: extra_large_param_to_reduce, with its
+  // flattened copy once its block is done). ZeRO-2 makes its gradient partition at the
+  // first reduction (deepspeed_partition_block) and frees it at the step; a tied weight's
+  // first partial is held until its last use's backward joins it.
   int64_t deepspeed_gather(int block);
-  // DeepSpeed ZeRO-3's hook copies a gradient into the reduce bucket only when it fits
-  // (stage3.py __add_grad_to_ipg_bucket): one larger than the bucket stays in autograd's
-  // tensor from its node's backward until the next parameter's hook reduce-scatters it,
-  // as the walk holds it (deepspeed_walk.cc hold_zero3_oversized_gradients).
-  void find_oversized_gradients();
-  void hold_oversized_gradient(int n);
+  void plan_deepspeed_hooks();
+  void make_backward_buckets(int n);
+  void release_held_oversized(int n);
+  void deepspeed_hooks_before(int n);
+  void deepspeed_hooks_after(int n);
+  void deepspeed_block_done();
+  void deepspeed_backward_done();
+  void make_partition();
+  void drop_partition();
+  void hold_tied_partial(const std::string& owner, const graph::Param& original);
+  void release_tied_partial(const std::string& owner);
   void prefetch_gather(int ahead);  // the all-gather of `ahead` issued now, if not yet in flight
   // FSDP2's all-gather buffer for `block` on the copy-in stream. Under CPU offload
   // each shard is first copied to the GPU in its stored dtype (all_gather_inputs:
@@ -201,8 +211,14 @@ class StepSimulator {
   std::vector<int64_t> block_shard_bytes_;   // the same parameters as FSDP's shards store them (fp32 or not)
   Zero3Gathered deepspeed_gathered_;           // DeepSpeed ZeRO-3's per block (empty otherwise)
   bool in_backward_ = false;                   // the micro-step's backward has begun
-  std::vector<int64_t> oversized_grads_;       // per node: ZeRO-3 gradients over the bucket it completes
-  std::vector<int64_t> held_oversized_;        // those not yet reduce-scattered
+  std::vector<int64_t> oversized_grads_;       // per node: gradients over the bucket it completes
+  std::vector<std::pair<int, int64_t>> held_oversized_;  // (node made at, handle) not yet reduced; ZeRO-2's copies at -1
+  int64_t oversized_uncopied_ = 0;             // ZeRO-2: held bytes whose flattened copy is not made
+  bool zero2_hooks_ = false;                   // deepspeed_zero2_hooks
+  int partition_block_ = -1;                   // ZeRO-2: the block making the partition (-1: the end)
+  int64_t partition_ = -1;                     // ZeRO-2: the gradient partition, made in backward
+  std::map<std::string, int64_t> tied_partials_;  // ZeRO-2: a tied weight's partial until its last use
+  std::set<std::string> tied_across_blocks_;       // weights used by more than one block
   std::map<int, std::vector<int>> offloaded_tensors_;  // block -> tensors sent to the host
   std::map<int, double> prefetch_done_;                // block -> time its tensors are back
   std::map<int, int64_t> all_gather_buffers_;          // FSDP2: block -> its prefetched copy-in buffer

@@ -2,10 +2,7 @@
 #include "planner/predict/step_simulator.h"
 
 #include <algorithm>
-#include <map>
-#include <string>
 
-#include "planner/predict/deepspeed_walk.h"
 #include "planner/time/fsdp2_stream_copies.h"
 
 namespace headroom::planner {
@@ -42,44 +39,6 @@ int64_t StepSimulator::gather(int block, int ahead) {
   }
   prefetch_gather(ahead);
   return unsharded;
-}
-
-int64_t StepSimulator::deepspeed_gather(int block) {
-  const std::vector<int64_t>& held = in_backward_ ? deepspeed_gathered_.backward : deepspeed_gathered_.forward;
-  const int64_t bytes = static_cast<size_t>(block) < held.size() ? held[static_cast<size_t>(block)] : 0;
-  return bytes > 0 ? alloc(bytes, "ZeRO buffers") : -1;
-}
-
-void StepSimulator::find_oversized_gradients() {
-  oversized_grads_.assign(graph_.nodes.size(), 0);
-  if (!deepspeed_zero3_hooks(settings_, config_, states_)) return;
-  std::vector<size_t> position(graph_.nodes.size(), 0);
-  for (size_t i = 0; i < an_.order.size(); ++i) position[static_cast<size_t>(an_.order[i])] = i;
-  // A tied weight's gradient is complete at its first use in forward, the last in backward.
-  std::map<std::string, size_t> completed_at;
-  for (size_t n = 0; n < graph_.nodes.size(); ++n) {
-    for (const graph::Param& param : graph_.nodes[n].params) {
-      const auto [it, fresh] = completed_at.try_emplace(param.tied_to.empty() ? param.name : param.tied_to, n);
-      if (position[n] < position[it->second]) it->second = n;
-    }
-  }
-  for (const auto& [owner, n] : completed_at) {
-    const auto original = owners_.find(owner);
-    if (original == owners_.end() || original->second->buffer || !original->second->trainable) continue;
-    if (original->second->elements() <= settings_.reduce_bucket_elements) continue;
-    oversized_grads_[n] += grad_bytes(*original->second, settings_.precision);
-  }
-}
-
-void StepSimulator::hold_oversized_gradient(int n) {
-  if (oversized_grads_.empty()) return;
-  // The next parameter's hook reduce-scatters what is held (the walk frees it before
-  // that node's stage: grads_bwd_before).
-  if (an_.needs_param_grad[n]) {
-    for (int64_t handle : held_oversized_) release(handle);
-    held_oversized_.clear();
-  }
-  if (oversized_grads_[n] > 0) held_oversized_.push_back(alloc(oversized_grads_[n], "gradients"));
 }
 
 void StepSimulator::prefetch_gather(int ahead) {

@@ -70,4 +70,23 @@ TEST_CASE("simulator and walk agree on DeepSpeed ZeRO-3's gathered parameters") 
   CHECK(p.simulated == doctest::Approx(p.walk).epsilon(0.01));
 }
 
+// DeepSpeed ZeRO-2's hooks (deepspeed_walk.cc): the gradient partition made at the first
+// reduction and freed at the step, a tied weight's first partial held to its last use, and
+// lm_head's gradient (over the bucket) with its flattened copy until the next hook. The
+// simulator made the partition before the step and held neither: 16.7% under the walk on
+// two Llama-3-8B layers (lm_head over the bucket), 11.5% over on two Llama 3.2 1B layers
+// (tied embeddings, the partition made in backward).
+TEST_CASE("simulator and walk agree on DeepSpeed ZeRO-2's gradient hooks") {
+  for (const std::string model : {"llama-3-8b-2layers", "llama-3.2-1b-2layers"}) {
+    CAPTURE(model);
+    RunSettings settings = trainer_bf16(model);
+    settings.gpus_per_node = 8;
+    settings.zero_stage = 2;
+    settings.micro_batch = 2;
+    settings.seq_len = 1024;
+    const Peaks p = peaks(settings);
+    CHECK(p.simulated == doctest::Approx(p.walk).epsilon(0.01));
+  }
+}
+
 }  // namespace headroom::planner
