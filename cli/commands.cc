@@ -142,16 +142,10 @@ int load_and_simulate(const CliOptions& options, Terminal& terminal, bool with_e
   if (!prepared.is_ok()) return fail(terminal, prepared.status().with_prefix("PLAN: "));
   loaded.plan = std::move(prepared->plan);
   loaded.context = std::move(prepared->context);
-  // The timeline replays the policy's step only: DPO's reference copy and forward are
-  // in `fit`'s walk (planner/predict/step_model.h), not in the replay. Reward modelling
-  // has no reference: its step is the graph's own. GRPO's generation and log-prob pass
-  // (planner/predict/grpo_phases.h) are in `fit`'s walk, not in the replay.
+  // The replay has DPO's reference copy and forward (planner/predict/dpo_reference.h).
+  // Reward modelling has no reference: its step is the graph's own. GRPO's generation
+  // and log-prob pass (planner/predict/grpo_phases.h) are in `fit`'s walk, not in the replay.
   const planner::Recipe recipe = planner::resolve_stack(loaded.plan.settings).top.recipe;
-  if (recipe == planner::Recipe::kDpo) {
-    return fail(terminal, Status::invalid_input("PLAN: settings.recipe: dpo: the step replay has no reference model "
-                                                "(its copy, its forward); expected recipe supervised, or `fit` for "
-                                                "DPO's peak"));
-  }
   if (recipe == planner::Recipe::kGrpo) {
     return fail(terminal, Status::invalid_input("PLAN: settings.recipe: grpo: the step replay has no generation (its "
                                                 "KV cache, prefill and sampling) and no log-prob pass; expected recipe "

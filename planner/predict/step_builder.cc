@@ -6,6 +6,7 @@
 #include "planner/memory/state_bytes.h"
 #include "planner/predict/deepspeed_gathered.h"
 #include "planner/predict/deepspeed_walk.h"
+#include "planner/predict/dpo_reference.h"
 #include "planner/predict/grpo_phases.h"
 #include "planner/settings/stack.h"
 
@@ -221,27 +222,12 @@ void set_gradients_by_block(const ModelStates& states, const GlobalConfig& confi
   }
 }
 
-// DPO's reference (StackSpec::reference): a frozen copy adds its weights, in the
-// policy's dtype (DPOTrainer loads it with dtype=self.model.dtype), to what is
-// resident all step; a copy or the adapter-disabled base runs a reference forward.
-// Precomputed log-probs need neither (trl/trainer/dpo_trainer.py, 1.16.0).
+// DPO's reference (planner/predict/dpo_reference.h): a frozen copy adds its weights to
+// what is resident all step; a copy or the adapter-disabled base runs a reference forward.
 void add_reference(const ModelContext& context, const RunSettings& settings, Accounting accounting,
                    BuiltStep& out) {
-  const StackSpec spec = resolve_stack(settings).top;
-  const bool grpo = spec.recipe == Recipe::kGrpo;
-  if ((spec.recipe != Recipe::kDpo && !grpo) || spec.reference == Reference::kPrecomputed ||
-      spec.reference == Reference::kNone) {
-    return;
-  }
-  // GRPO's reference forward runs before the step's forward (its log-prob pass, add_grpo_phases).
-  out.model.reference_forward = !grpo;
-  if (spec.reference != Reference::kCopy) return;
-  for (const graph::Node& node : context.graph.nodes) {
-    for (const graph::Param& param : node.params) {
-      if (!param.tied_to.empty()) continue;
-      out.reference_weights += account(param_storage_bytes(param, settings.precision), accounting);
-    }
-  }
+  out.model.reference_forward = dpo_reference_forward(settings);
+  out.reference_weights = reference_weight_bytes(context, settings, accounting);
   out.model.base += out.reference_weights;
 }
 

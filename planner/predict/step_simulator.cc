@@ -6,6 +6,7 @@
 #include "planner/mechanisms/autocast.h"
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/memory/allocator_rounding.h"
+#include "planner/predict/dpo_reference.h"
 #include "planner/settings/run_gpu.h"
 #include "planner/time/fsdp2_stream_copies.h"
 #include "planner/time/python_norm_backward.h"
@@ -106,6 +107,8 @@ void StepSimulator::allocate_states() {
     alloc(states_.grads_full, "gradients");
   }
   if (states_.comm_buckets > 0) alloc(states_.comm_buckets, "ZeRO buffers");
+  const int64_t reference = reference_weight_bytes(ctx_, settings_, Accounting::kAllocated);
+  if (reference > 0) alloc(reference, "reference model");
   alloc(ctx_.gpu.cublas_workspace_bytes, "workspaces");
   for (size_t t = 0; t < graph_.tensors.size(); ++t) {
     if (an_.persistent[t]) handle_[t] = alloc(tensor_bytes_[t], "persistent activations");
@@ -136,10 +139,10 @@ void StepSimulator::release_reads(int n, int block, bool recompute) {
 }
 
 void StepSimulator::forward_block(int block, bool recompute) {
-  const bool saving = !checkpointed(block) || recompute;
-  const std::string prefix = recompute ? "recompute " : "forward ";
+  const bool saving = !no_grad_ && (!checkpointed(block) || recompute);
+  const std::string prefix = no_grad_ ? "reference forward " : recompute ? "recompute " : "forward ";
   const int64_t gathered = recompute ? -1 : gather(block, block + 1);
-  if (checkpointed(block) && !recompute) {
+  if (checkpointed(block) && !recompute && !no_grad_) {
     for (int n : an_.blocks[block].nodes) {
       for (int t : an_.node_outputs[n]) {
         if (cached_casts_[t]) {
@@ -346,9 +349,16 @@ void StepSimulator::backward_block(int block) {
   gradient_traffic(block, syncing);
 }
 
+void StepSimulator::reference_forward() {
+  no_grad_ = true;
+  for (int b = 0; b < static_cast<int>(graph_.blocks.size()); ++b) forward_block(b, false);
+  no_grad_ = false;
+}
+
 void StepSimulator::micro_step() {
   const int blocks = static_cast<int>(graph_.blocks.size());
   gather_root();
+  if (dpo_reference_forward(settings_)) reference_forward();
   for (int b = 0; b < blocks; ++b) {
     forward_block(b, false);
     if (offloaded(b)) offload_block(b);

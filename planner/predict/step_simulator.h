@@ -144,6 +144,9 @@ class StepSimulator {
   void allocate_states();
   void thin_samples();
   void forward_block(int block, bool recompute);
+  // DPO's reference forward over the same batch, under no_grad before the policy's
+  // (dpo_reference_forward): every block without saves, its tensors freed as read.
+  void reference_forward();
   void release_reads(int n, int block, bool recompute);
   void stash_checkpoint_inputs(int block);
   void send_inputs_to_host(int block);
@@ -211,6 +214,7 @@ class StepSimulator {
   std::vector<int64_t> block_shard_bytes_;   // the same parameters as FSDP's shards store them (fp32 or not)
   Zero3Gathered deepspeed_gathered_;           // DeepSpeed ZeRO-3's per block (empty otherwise)
   bool in_backward_ = false;                   // the micro-step's backward has begun
+  bool no_grad_ = false;                       // a forward outside autograd (DPO's reference)
   std::vector<int64_t> oversized_grads_;       // per node: gradients over the bucket it completes
   std::vector<std::pair<int, int64_t>> held_oversized_;  // (node made at, handle) not yet reduced; ZeRO-2's copies at -1
   int64_t oversized_uncopied_ = 0;             // ZeRO-2: held bytes whose flattened copy is not made

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/cli/cli_harness.h"
 
 namespace headroom {
@@ -92,7 +94,7 @@ TEST_CASE("--hf-args reads a DPOConfig and a RewardConfig, and refuses RLOOConfi
   CHECK(contains(free.err, "padding_free"));
 }
 
-TEST_CASE("run, simulate refuse a DPO plan by its recipe") {
+TEST_CASE("run refuses a DPO plan by its recipe, simulate replays its reference") {
   TempDir dir;
   const std::string plan = dir.file("dpo-plan.json");
   const RunOutput fit = run_headroom(kLora + " --recipe dpo -o " + quoted(plan));
@@ -102,10 +104,21 @@ TEST_CASE("run, simulate refuse a DPO plan by its recipe") {
   CHECK(contains(run.err, "settings.recipe"));
   CHECK(contains(run.err, "dpo"));
   CHECK(run.out.empty());
-  // The step replay has no reference model: simulate and report refuse rather than understate.
+  // The replay runs the reference forward (planner/predict/dpo_reference.h) and keeps no
+  // copy under LoRA (the adapter-disabled base): its peak is the walk's.
   const RunOutput replay = run_headroom("simulate " + quoted(plan) + " --json");
-  CHECK(replay.exit_code == 2);
-  CHECK(contains(replay.err, "settings.recipe"));
+  REQUIRE_MESSAGE(replay.exit_code == 0, replay.err);
+  const nlohmann::json simulated = nlohmann::json::parse(replay.out)["simulation"];
+  const RunOutput walked = run_headroom(kLora + " --recipe dpo --json");
+  REQUIRE_MESSAGE(walked.exit_code == 0, walked.err);
+  const double walk = nlohmann::json::parse(walked.out)["as_given"]["prediction"]["peak_allocated_bytes"];
+  CHECK(simulated["peak_allocated_bytes"].get<double>() == doctest::Approx(walk).epsilon(0.02));
+  bool reference_forward = false;
+  const nlohmann::json timeline = nlohmann::json::parse(run_headroom("simulate " + quoted(plan) + " --json --events").out);
+  for (const auto& event : timeline["simulation"]["events"]) {
+    reference_forward = reference_forward || event.value("label", "").rfind("reference forward", 0) == 0;
+  }
+  CHECK(reference_forward);
 }
 
 TEST_CASE("--recipe reward names the score head in the stack line, simulates, and run refuses it by its recipe") {

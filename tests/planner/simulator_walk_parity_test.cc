@@ -89,4 +89,16 @@ TEST_CASE("simulator and walk agree on DeepSpeed ZeRO-2's gradient hooks") {
   }
 }
 
+// TRL's DPO with a frozen copy as the reference (planner/predict/dpo_reference.h): the
+// copy's weights resident all step and a no-grad reference forward over the same batch
+// before the policy's. The simulator replayed neither: 18.5% under the walk on Llama 3.2
+// 1B full fine-tuning, where the oracle agrees with the walk.
+TEST_CASE("simulator and walk agree on DPO's reference copy and forward") {
+  RunSettings settings = trainer_bf16("llama-3.2-1b");
+  settings.recipe = Recipe::kDpo;
+  settings.reference = Reference::kCopy;
+  const Peaks p = peaks(settings);
+  CHECK(p.simulated == doctest::Approx(p.walk).epsilon(0.01));
+}
+
 }  // namespace headroom::planner
