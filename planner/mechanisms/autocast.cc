@@ -313,7 +313,13 @@ void cast_16_bit_op_inputs(std::vector<graph::Node>& nodes, std::vector<graph::T
     add_cast(nodes, tensors, name, node.block, {}, graph::SizeExpr::constant(weight->elements()));
     node.inputs.push_back(name);
     // The matmul keeps the 16-bit weight for its input gradient (mm backward: dx = dy W).
-    node.saves.push_back({name, graph::SaveWhen::kInputGrad});
+    // A convolution keeps it whenever it is on the graph: one formula gives all its
+    // gradients (torch 2.11 tools/autograd/derivatives.yaml, convolution: `input, weight,
+    // bias: convolution_backward(grad, input, weight, ...)`), so ConvolutionBackward0
+    // saves input and weight together, a frozen input's too (the oracle's CLIP full
+    // bf16-amp rows: the patch embedding's [768, 3, 32, 32] bf16 cast saved to the end).
+    const bool conv = node.op == graph::op::kConv2d || node.op == graph::op::kConv3d;
+    node.saves.push_back({name, conv ? graph::SaveWhen::kAnyGrad : graph::SaveWhen::kInputGrad});
   }
   copy_adapter_input(nodes, tensors, node);
 }

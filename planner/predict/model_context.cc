@@ -9,6 +9,7 @@
 #include "planner/configs/hf_quantization_check.h"
 #include "models/zoo.h"
 #include "planner/mechanisms/autocast.h"
+#include "planner/mechanisms/clip_projection_order.h"
 #include "planner/mechanisms/output_fp32_copies.h"
 #include "planner/settings/run_gpu.h"
 #include "planner/settings/validate_settings.h"
@@ -187,6 +188,13 @@ bool t5_ties_as_configured(const RunSettings& settings) {
   return release && *release < Release{5, 0, 0};
 }
 
+// transformers 5.x projects CLIP's image inside the vision tower's call
+// (mechanisms/clip_projection_order.h); an unknown release is priced as the current one.
+bool clip_projects_in_tower(const RunSettings& settings) {
+  const std::optional<Release> release = release_of(settings.versions, "transformers");
+  return !release || *release >= Release{5, 0, 0};
+}
+
 // The model's layer graph from MODEL: a Hugging Face directory or config.json
 // (its stored quantization checked against the run), a layer-graph file, a
 // torchtune component, or a zoo name; refused beyond kMaxBlocks blocks.
@@ -298,6 +306,7 @@ Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& se
   Result<graph::LayerGraph> trained = apply_training_mode(own ? rewritten : loaded, without_trl_dropout(settings, stack));
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());
+  if (clip_projects_in_tower(settings)) apply_clip_projection_in_tower(context.graph);
   // DPO and reward modelling: a chosen and a rejected row per sample, before any rewrite
   // sized at the micro-batch.
   const bool pairs = stack.top.recipe == Recipe::kDpo || stack.top.recipe == Recipe::kReward;

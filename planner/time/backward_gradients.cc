@@ -221,8 +221,15 @@ bool BackwardGradients::gradient_is_out_grad(int t) const {
 // engine moves the input buffer into call_function (torch 2.11
 // torch/csrc/autograd/engine.cpp, evaluate_function), so the nodes before it run without
 // it (BERT's layer: BertOutput.LayerNorm(hidden_states + input_tensor), transformers 5.23.0).
+// A block ending in dropout does the same: native_dropout's backward is
+// native_dropout_backward(grad, mask, scale), a fresh tensor (torch 2.11
+// tools/autograd/derivatives.yaml, native_dropout), so the out_grad goes as it returns
+// (BertEmbeddings.forward ends `self.dropout(embeddings)`, modeling_bert.py 5.23.0: the
+// oracle frees layer 0's fp32 [B, S, H] gradient there, before the embeddings' LayerNorm
+// backward, and holds only the bf16 [B, S, H] one at the word embedding's backward).
 int64_t BackwardGradients::out_grad_used_up(int n) const {
-  if (graph_.nodes[static_cast<size_t>(n)].op != graph::op::kNorm) return 0;
+  const std::string_view op = graph_.nodes[static_cast<size_t>(n)].op;
+  if (op != graph::op::kNorm && op != graph::op::kDropout) return 0;
   int64_t bytes = 0;
   for (int t : analysis_.node_outputs[static_cast<size_t>(n)]) {
     if (arriving_[t] && analysis_.requires_grad[t] && !analysis_.persistent[t]) bytes += tensor_bytes_[t];

@@ -9,6 +9,7 @@
 #include "graph/op_traits.h"
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/time/gemm_waves.h"
+#include "planner/time/crossing_gradients.h"
 #include "planner/mechanisms/gptq_linear.h"
 #include "planner/mechanisms/reentrant_checkpoint.h"
 
@@ -601,6 +602,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
   const BackwardGradients gradients(graph, analysis, facts.bytes, facts.read_by_later_block, compute, batch, seq,
                                     accounting, grad_width);
   const std::vector<bool> cached_casts = autocast_cached_casts(graph);
+  const std::vector<int64_t> crossing = crossing_gradients(graph, analysis, facts.bytes);
   StepProfile out;
   for (size_t t = 0; t < graph.tensors.size(); ++t) {
     if (analysis.persistent[t]) out.persistent += facts.bytes[t];
@@ -642,6 +644,9 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
         }
       }
     }
+    // A gradient waiting across the block (crossing_gradients) is live through its
+    // backward as its out_grad is.
+    profile.out_grad += crossing[b];
     if (block.on_autograd) {
       add_backward_peaks(gradients.of_block(block), profile);
       add_unpacked_backward(gradients.of_block(block, true), profile);
