@@ -137,4 +137,20 @@ TEST_CASE("Mixtral-2L under the 4.x expert loop, recomputed, against the oracle"
   CHECK(std::abs(error_pct(lora, 8478824996.0)) < 0.2);
 }
 
+TEST_CASE("Qwen2-MoE-2L under 4.44.2 at micro-batch 1 makes no shifted copy of the logits") {
+  // The oracle (hf-trainer[hf4bnb43]/qwen2-moe-2l/lora/bf16/non-reentrant/b1s512/tf4-experts):
+  // 4,729,387,020 B in the loss's backward; its forward holds the fp32 logits and the
+  // log-probabilities [511, 151936] and no third copy (`logits[..., :-1, :].contiguous()`
+  // of a contiguous [1, 512, V]). Priced with the copy, headroom peaked in the head's
+  // forward, +0.98%.
+  RunSettings s = mixtral_2l(TrainMode::kLora, 1, 512);
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/qwen2-moe-2l/config.json";
+  s.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  const Prediction p = predict_as_given(s);
+  MESSAGE("Qwen2-MoE LoRA b1 s512: " << error_pct(p, 4729387020.0) << " %");
+  CHECK(p.where.block_name == "head");
+  CHECK(p.where.phase == "backward");
+  CHECK(std::abs(error_pct(p, 4729387020.0)) < 0.2);
+}
+
 }  // namespace headroom::planner
