@@ -220,6 +220,20 @@ static void split_post_backward(const StepModel& model, int k, BlockChoice choic
   }
 }
 
+// A checkpointed block's backward above its gradients: the recompute runs the forward
+// again with autograd while the output gradient waits, then the block's backward; and
+// what is saved at the larger (checkpoint_saved, recompute_saved).
+static int64_t checkpointed_backward(const StepModel& model, int k, LocalPeak& out) {
+  const BlockProfile& block = model.blocks[static_cast<size_t>(k)];
+  if (!block.on_autograd) return 0;
+  const int64_t recompute = recompute_peak(model, k) + block.out_grad;
+  const int64_t backward = backward_of(model, block, BlockChoice::kCheckpoint).bwd_peak +
+                           held_beside_backward(model, k, BlockChoice::kCheckpoint);
+  checkpoint_saved(model, block, out);
+  if (!model.reentrant_recompute && recompute >= backward) out.backward_saved = recompute_saved(model, k);
+  return std::max(recompute, backward);
+}
+
 LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
   const BlockProfile& block = model.blocks[k];
   // The neighbour's saved tensors in flight over the host link: going out while
@@ -241,17 +255,7 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
       break;
     case BlockChoice::kCheckpoint:
       forward = block.fwd_peak_nograd;
-      // Recompute runs the forward again with autograd while the output gradient waits.
-      backward = block.on_autograd ? std::max(recompute_peak(model, k) + block.out_grad,
-                                              backward_of(model, block, choice).bwd_peak +
-                                                  held_beside_backward(model, k, choice))
-                                   : 0;
-      checkpoint_saved(model, block, out);
-      if (block.on_autograd && !model.reentrant_recompute &&
-          recompute_peak(model, k) + block.out_grad >= backward_of(model, block, choice).bwd_peak +
-                                                            held_beside_backward(model, k, choice)) {
-        out.backward_saved = recompute_saved(model, k);
-      }
+      backward = checkpointed_backward(model, k, out);
       break;
   }
   out.forward = out.forward_grads + forward + neighbour_copy;
