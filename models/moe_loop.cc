@@ -34,12 +34,21 @@ ExpertNames expert_names(const MoeSpec& m) {
   return {"gate_proj", "up_proj", "down_proj"};
 }
 
+// What one expert's step of the loop hands the next: the block's output so far and
+// the routed copy of x the Python local `current_state` still holds.
+struct ExpertStep {
+  std::string accumulated;
+  std::string routed_rows;
+};
+
 // One expert over its `routed` rows: nonzero of its mask row, the routed copy of
 // x, the SwiGLU MLP, the routing weights it gathers, the scaled output and its
 // index_add_ into the block's output (a write into `final`: no new storage).
-std::string add_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& p, int64_t j,
-                       const std::string& x, const Routing& routing, const std::string& mask,
-                       const std::string& accumulated) {
+// `current_state` binds the routed copy until the next expert's replaces it, so the
+// previous expert's (`previous.routed_rows`) lives until this one's is made.
+ExpertStep add_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& p, int64_t j,
+                      const std::string& x, const Routing& routing, const std::string& mask,
+                      const ExpertStep& previous) {
   const SizeExpr routed = tokens().scaled(m.top_k).share(m.experts);  // n = T * k / E, balanced
   const std::string e = p + ".experts." + std::to_string(j);
   const ExpertNames names = expert_names(m);
@@ -48,6 +57,7 @@ std::string add_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const 
   const std::string where = b.copy(e + ".where", std::string(graph::op::kNonzero), {mask}, routed.scaled(2), DType::kInt64);
   const std::string rows = b.op(moe_node(e + ".routed_states", "index", {x, where}, routed.scaled(hidden),
                                          std::nullopt, {{where, SaveWhen::kInputGrad}}));
+  if (!previous.routed_rows.empty()) b.hold_until(rows, previous.routed_rows);
   const std::string gate = b.linear(e + "." + names.gate, rows, routed, hidden, width, false);
   const std::string act = b.activation(e + ".act_fn", gate, routed.scaled(width), "silu");
   const std::string up = b.linear(e + "." + names.up, rows, routed, hidden, width, false);
@@ -59,8 +69,10 @@ std::string add_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const 
   // IndexAddBackward0 keeps the index and the source itself: its formula for the
   // source, grad.index_select(dim, index).expand_as(source), takes the tensor
   // (tools/autograd/derivatives.yaml, index_add; the oracle: mul [n, H] kept per expert).
-  return b.op(moe_node(e + ".index_add", "index_add", {accumulated, weighted, where}, SizeExpr{}, std::nullopt,
-                       {{where, SaveWhen::kInputGrad}, {weighted, SaveWhen::kInputGrad}}));
+  const std::string added =
+      b.op(moe_node(e + ".index_add", "index_add", {previous.accumulated, weighted, where}, SizeExpr{}, std::nullopt,
+                    {{where, SaveWhen::kInputGrad}, {weighted, SaveWhen::kInputGrad}}));
+  return {added, rows};
 }
 
 }  // namespace
@@ -75,18 +87,27 @@ std::string add_expert_loop_block(GraphBuilder& b, const MoeSpec& moe, int64_t h
   // one_hot(selected_experts, E): int64 [T, k, E], referenced by the loop to its end.
   const std::string mask =
       b.copy(p + ".expert_mask", std::string(graph::op::kOneHot), {routing.indices}, tokens().scaled(m.top_k * m.experts), DType::kInt64);
-  std::string accumulated = final_states;
+  ExpertStep step{final_states, ""};
   for (int64_t j = 0; j < m.experts; ++j) {
-    accumulated = add_expert(b, m, hidden, p, j, x, routing, mask, accumulated);
+    step = add_expert(b, m, hidden, p, j, x, routing, mask, step);
   }
-  b.hold_until(accumulated, mask);
+  b.hold_until(step.accumulated, mask);
   // The block's output is `final`, written in place by every index_add_: one node
   // reading both, the zeros' storage priced once more while it is made.
-  const std::string out = b.copy(p + ".experts_output", "view", {final_states, accumulated}, states);
-  if (m.shared_intermediate == 0) return out;
+  const std::string out = b.copy(p + ".experts_output", "view", {final_states, step.accumulated}, states);
+  b.hold_until(out, step.routed_rows);
+  // The block's argument `hidden_states` (x, the normed input) is bound until the
+  // block returns, whatever reads it last (the oracle: Mixtral-2L's post-attention
+  // norm output live through the last expert).
+  if (m.shared_intermediate == 0) {
+    b.hold_until(out, x);
+    return out;
+  }
   // Qwen2MoeSparseMoeBlock runs its shared expert after the loop (4.44.2).
   const std::string shared = add_shared_expert(b, m, hidden, p, x);
-  return b.add(p + ".add_shared", out, shared, states);
+  const std::string sum = b.add(p + ".add_shared", out, shared, states);
+  b.hold_until(sum, x);
+  return sum;
 }
 
 // "<prefix>.experts.<J>.<linear>": parsed by hand, not by std::regex, since the

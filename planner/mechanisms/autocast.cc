@@ -98,6 +98,19 @@ void keep_own_adapter_input(std::vector<graph::Node>& nodes, std::vector<graph::
   node.saves.push_back({name, graph::SaveWhen::kParamGrad});
 }
 
+// PEFT's Linear.forward binds the fp32 copy to `x` (x = x.to(lora_A.weight.dtype)) until
+// it returns, and computes result + lora_B(lora_A(x)) * scaling with the base layer's
+// result held: while the product and the sum are made, the copy and three [rows, out]
+// tensors are live where the node's output counts one (peft 0.12.0 and 0.21.2
+// tuners/lora/layer.py, Linear.forward; the oracle: Mixtral-2L's w2 under the 4.x
+// expert loop, `_to_copy` f32 [n, 14336], two `mm` and the scaled `mul`). Forward only.
+void hold_fp32_adapter_input(graph::Node& node) {
+  if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;
+  const graph::SizeExpr fp32_copy = node.linear->rows.scaled(2 * node.linear->in_features);  // 16-bit elements
+  node.workspace_elements += fp32_copy;
+  node.workspace_elements += node.linear->rows.scaled(2 * node.linear->out_features);
+}
+
 bool has_lora_dropout(const graph::Node& node) {
   return std::find(node.outputs.begin(), node.outputs.end(), node.name + ".lora_dropout_out") != node.outputs.end();
 }
@@ -123,6 +136,7 @@ void copy_adapter_input(std::vector<graph::Node>& nodes, std::vector<graph::Tens
   if (std::find(node.inputs.begin(), node.inputs.end(), name) != node.inputs.end()) return;  // copied already
   if (has_lora_dropout(node)) return;
   keep_own_adapter_input(nodes, tensors, node, std::nullopt);
+  hold_fp32_adapter_input(node);
 }
 
 // `node` reads, and keeps wherever it kept `input`, the cast `name` instead.

@@ -81,6 +81,11 @@ void hold_bnb_inputs(const graph::LayerGraph& graph, const graph::GraphAnalysis&
     const int t = graph::tensor_index(graph, matmul_input(node, bnb));
     const std::vector<int>& saved = analysis.node_saves[n];
     std::vector<int>& held = checkpoint_saves[node.block];
+    // MatMul4Bit sets ctx.tensors = (None, None) when A needs no grad; a LoRA adapter
+    // beside it saves the same input for its own weight's gradient, which the node's
+    // saves show, but that save is the checkpoint's (the first layer's q/k/v_proj,
+    // fed a frozen norm of frozen embeddings).
+    if (!analysis.requires_grad[static_cast<size_t>(t)]) continue;
     if (std::find(saved.begin(), saved.end(), t) == saved.end()) continue;  // its input needs no grad
     if (std::find(held.begin(), held.end(), t) == held.end()) held.push_back(t);
   }

@@ -213,10 +213,11 @@ void chunked_loss(graph::LayerGraph& graph, LossSite& site, int chunks, bool com
 // lm_logits[..., :-1, :].contiguous() (a 16-bit copy of the logits), then
 // CrossEntropyLoss, which autocast runs in fp32 (log_softmax keeps its fp32
 // output). Saved as `full`; the copy is one more compute-dtype element per
-// logit alive with the fp32 upcast. The output is dropped by the Trainer.
-void shift_copy_loss(LossSite& site) {
+// logit alive with the fp32 upcast (`shift_copied`, see contiguous_shift_copies).
+// The output is dropped by the Trainer.
+void shift_copy_loss(LossSite& site, bool shift_copied) {
   drop_save(site.upcast, site.logits.name);
-  site.upcast.workspace_elements = site.upcast.workspace_elements + site.logits.elements;
+  if (shift_copied) site.upcast.workspace_elements = site.upcast.workspace_elements + site.logits.elements;
 }
 
 // transformers before 4.49: the causal-LM forwards up to 4.45 (modeling_llama.py
@@ -227,10 +228,19 @@ void shift_copy_loss(LossSite& site) {
 // runs forward. Backward is `full`'s: the slice's zero-padded fp32 gradient replaces
 // the shifted one's, with the log-probabilities already freed (the meta-device
 // oracle on transformers 4.44: bench/oracle). The output is dropped by the Trainer.
-void upcast_shift_loss(LossSite& site, graph::DType compute) {
+// `shift_copied`: whether the slice is copied at all (contiguous_shift_copies).
+void upcast_shift_loss(LossSite& site, graph::DType compute, bool shift_copied) {
   drop_save(site.upcast, site.logits.name);
+  if (!shift_copied) return;
   add_forward_workspace(site.node, site.logits_f32.elements.scaled(4 / graph::dtype_bytes(compute, 1)));
 }
+
+// `logits[..., :-1, :].contiguous()` copies only a slice that is not contiguous: with
+// one row in the micro-batch, [1, S - 1, V] of a contiguous [1, S, V] is contiguous
+// (torch's is_contiguous passes over a dimension of size 1) and .contiguous() returns
+// it, no copy (the oracle: Qwen2-MoE-2L under transformers 4.44.2 at b1 s512, no
+// shifted copy beside the fp32 logits and the log-probabilities). Unknown (0): priced.
+bool contiguous_shift_copies(int64_t micro_batch) { return micro_batch != 1; }
 
 // flash-attn's fused cross-entropy (flash_attn/losses/cross_entropy.py,
 // SoftmaxCrossEntropyLossFn, the loss_fn llm-foundry's MPT defaults to): one
@@ -307,7 +317,7 @@ void litgpt_loss(LossSite& site, bool chunked_head, graph::DType compute, Pendin
 }
 
 void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss, bool compiled,
-                  bool fp32_weights, graph::DType compute, PendingEdits& pending) {
+                  bool fp32_weights, graph::DType compute, int64_t micro_batch, PendingEdits& pending) {
   switch (loss.impl) {
     case LossImpl::kFullKeepLogits:
       // Compiled (torchtitan's build_cross_entropy_loss under --training.compile):
@@ -321,10 +331,10 @@ void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss
       chunked_loss(graph, site, loss.chunks, compiled, pending);
       break;
     case LossImpl::kShiftCopy:
-      shift_copy_loss(site);
+      shift_copy_loss(site, contiguous_shift_copies(micro_batch));
       break;
     case LossImpl::kUpcastShift:
-      upcast_shift_loss(site, compute);
+      upcast_shift_loss(site, compute, contiguous_shift_copies(micro_batch));
       break;
     case LossImpl::kFusedXentropy:
       fused_xentropy_loss(graph, site, pending);
@@ -356,12 +366,12 @@ void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss
 bool held_by_caller(const graph::Tensor& tensor) { return tensor.name.ends_with(kHeldLogits); }
 
 void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled, bool fp32_weights,
-                     graph::DType compute) {
+                     graph::DType compute, int64_t micro_batch) {
   if (loss.impl == LossImpl::kFullKeepLogits && !compiled) return;
   PendingEdits pending;
   for (graph::Node& node : graph.nodes) {
     std::optional<LossSite> site = find_loss_site(graph, node);
-    if (site) rewrite_loss(graph, *site, loss, compiled, fp32_weights, compute, pending);
+    if (site) rewrite_loss(graph, *site, loss, compiled, fp32_weights, compute, micro_batch, pending);
   }
   for (graph::Tensor& tensor : pending.to_add) graph.tensors.push_back(std::move(tensor));
   for (const std::string& name : pending.to_bypass) bypass(graph, name);

@@ -18,9 +18,11 @@ namespace headroom::planner {
 // no-upcast and shift-copy variants are priced as eager. `fp32_weights`: the
 // weights are fp32 under autocast (AMP), which the fused linear cross-entropy's
 // weight gradient and weight casts follow. `compute`: the compute dtype, in whose
-// elements the transients of a node are counted.
+// elements the transients of a node are counted. `micro_batch`: the run's (0: not
+// known); at 1 the shifted logits of the shift-copy variants are no copy.
 void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled = false,
-                     bool fp32_weights = false, graph::DType compute = graph::DType::kBF16);
+                     bool fp32_weights = false, graph::DType compute = graph::DType::kBF16,
+                     int64_t micro_batch = 0);
 
 // Whether `tensor` is a graph input the training loop's own code holds by a Python name
 // and autograd does not save: litgpt's fp32 logits, which apply_loss_impl adds for

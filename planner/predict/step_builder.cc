@@ -263,6 +263,24 @@ static std::vector<int64_t> ctx_held_bytes(const ModelContext& context, int64_t 
   return bytes;
 }
 
+// Per block, the bytes of ModelContext::ctx_held that the block's own nodes make and
+// that are no leaf (StepModel::ctx_recomputed): a recompute runs those nodes again, so
+// their outputs are new storages; its inputs, made by earlier blocks, and the leaves the
+// graph holds (mechanisms/t5_position_bias.h) are the same tensors.
+static std::vector<int64_t> ctx_recomputed_bytes(const ModelContext& context, int64_t batch, Accounting accounting) {
+  std::vector<int64_t> bytes(context.ctx_held.size(), 0);
+  for (size_t k = 0; k < context.ctx_held.size(); ++k) {
+    for (int t : context.ctx_held[k]) {
+      const graph::Tensor& tensor = context.graph.tensors[static_cast<size_t>(t)];
+      const int producer = context.analysis.producer[static_cast<size_t>(t)];
+      if (producer < 0 || tensor.requires_grad) continue;
+      if (context.graph.nodes[static_cast<size_t>(producer)].block != static_cast<int>(k)) continue;
+      bytes[k] += account(graph::tensor_bytes(tensor, context.compute_dtype, batch, context.seq_len), accounting);
+    }
+  }
+  return bytes;
+}
+
 BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
                      const GlobalConfig& config, const StepProfile& profile,
                      Accounting accounting) {
@@ -315,6 +333,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
                         out.states.sharded_block_grads.empty() && out.states.reduce_scatter_block.empty() &&
                         out.states.unsynced_grads == 0;
   model.ctx_held = ctx_held_bytes(context, config.micro_batch, accounting);
+  if (!model.reentrant_recompute) model.ctx_recomputed = ctx_recomputed_bytes(context, config.micro_batch, accounting);
   model.copy_ms.resize(n);
   for (size_t k = 0; k < n; ++k) {
     model.copy_ms[k] = static_cast<double>(model.blocks[k].keep) / (context.gpu.host_link_gbps * 1e9) * 1e3;

@@ -62,18 +62,36 @@ static void add_gathered(const StepModel& model, int k, BlockChoice choice, int6
   }
 }
 
+// Block k's first-forward tensors on ctx that its recompute makes again (StepModel::
+// ctx_recomputed): both copies live while the recompute and the block's backward run.
+static int64_t ctx_recomputed(const StepModel& model, int k) {
+  return static_cast<size_t>(k) < model.ctx_recomputed.size() ? model.ctx_recomputed[static_cast<size_t>(k)] : 0;
+}
+
 // The block's recompute peak as the run's checkpoint recomputes it: a reentrant
-// one holds autocast's cached input casts (BlockProfile::reentrant_recompute_peak).
-static int64_t recompute_peak(const StepModel& model, const BlockProfile& block) {
-  return model.reentrant_recompute ? block.reentrant_recompute_peak : block.recompute_peak;
+// one holds autocast's cached input casts (BlockProfile::reentrant_recompute_peak); a
+// non-reentrant one runs beside the first forward's ctx tensors it makes again
+// (bitsandbytes 0.43.1 MatMul4Bit's ctx.tensors: the oracle's Mixtral-2L QLoRA holds
+// layer 0's 4-bit linears' inputs twice while the layer is recomputed).
+static int64_t recompute_peak(const StepModel& model, int k) {
+  const BlockProfile& block = model.blocks[static_cast<size_t>(k)];
+  return model.reentrant_recompute ? block.reentrant_recompute_peak : block.recompute_peak + ctx_recomputed(model, k);
 }
 
 // What a checkpoint holds beside a checkpointed block's backward that its saved bytes
 // leave out: the inputs no node of the block saves (BlockProfile::checkpoint_unsaved),
-// and under a reentrant checkpoint the recompute's outputs (BlockProfile::outputs).
-static int64_t held_beside_backward(const StepModel& model, const BlockProfile& block, BlockChoice choice) {
+// under a reentrant checkpoint the recompute's outputs (BlockProfile::outputs), under a
+// non-reentrant one the first forward's ctx tensors the recompute made again.
+static int64_t held_beside_backward(const StepModel& model, int k, BlockChoice choice) {
+  const BlockProfile& block = model.blocks[static_cast<size_t>(k)];
   if (choice != BlockChoice::kCheckpoint || !block.on_autograd) return 0;
-  return block.checkpoint_unsaved + (model.reentrant_recompute ? block.outputs : 0);
+  return block.checkpoint_unsaved + (model.reentrant_recompute ? block.outputs : ctx_recomputed(model, k));
+}
+
+// Saved at a non-reentrant recompute's peak: the checkpoint's saved bytes and the
+// recompute's own copies of the ctx tensors, which no saved-tensor hook sees either.
+static int64_t recompute_saved(const StepModel& model, int k) {
+  return model.blocks[static_cast<size_t>(k)].checkpoint + ctx_recomputed(model, k);
 }
 
 // The backward fields block k runs its backward with: a non-reentrant checkpoint's
@@ -142,11 +160,11 @@ static bool walk_nodes(const StepModel& model, int k, BlockChoice choice, int64_
   const auto share = [&](int64_t own) {
     return made == block.own_grads ? own : static_cast<int64_t>(per_own * static_cast<double>(own));
   };
-  const int64_t held = held_beside_backward(model, block, choice);
+  const int64_t held = held_beside_backward(model, k, choice);
   const bool checkpointed = choice == BlockChoice::kCheckpoint;
-  int64_t peak = checkpointed ? recompute_peak(model, block) + block.out_grad : -1;
+  int64_t peak = checkpointed ? recompute_peak(model, k) + block.out_grad : -1;
   int64_t grads = 0;
-  int64_t saved = out.backward_saved;
+  int64_t saved = checkpointed && !model.reentrant_recompute ? recompute_saved(model, k) : out.backward_saved;
   for (const BackwardPoint& point : bwd.bwd_points) {
     const int64_t at = share(point.made_through) + point.bytes + held;
     if (at <= peak) continue;
@@ -154,6 +172,7 @@ static bool walk_nodes(const StepModel& model, int k, BlockChoice choice, int64_
     grads = share(point.made_through);
     if (!checkpointed) saved = point.saved;
     else if (model.reentrant_recompute) saved = reentrant_saved(block, point.saved);
+    else saved = block.checkpoint;
   }
   out.backward = before + peak + neighbour_copy;
   out.backward_grads = before + grads;
@@ -201,6 +220,20 @@ static void split_post_backward(const StepModel& model, int k, BlockChoice choic
   }
 }
 
+// A checkpointed block's backward above its gradients: the recompute runs the forward
+// again with autograd while the output gradient waits, then the block's backward; and
+// what is saved at the larger (checkpoint_saved, recompute_saved).
+static int64_t checkpointed_backward(const StepModel& model, int k, LocalPeak& out) {
+  const BlockProfile& block = model.blocks[static_cast<size_t>(k)];
+  if (!block.on_autograd) return 0;
+  const int64_t recompute = recompute_peak(model, k) + block.out_grad;
+  const int64_t backward = backward_of(model, block, BlockChoice::kCheckpoint).bwd_peak +
+                           held_beside_backward(model, k, BlockChoice::kCheckpoint);
+  checkpoint_saved(model, block, out);
+  if (!model.reentrant_recompute && recompute >= backward) out.backward_saved = recompute_saved(model, k);
+  return std::max(recompute, backward);
+}
+
 LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, BlockChoice choice) {
   const BlockProfile& block = model.blocks[k];
   // The neighbour's saved tensors in flight over the host link: going out while
@@ -222,12 +255,7 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
       break;
     case BlockChoice::kCheckpoint:
       forward = block.fwd_peak_nograd;
-      // Recompute runs the forward again with autograd while the output gradient waits.
-      backward = block.on_autograd ? std::max(recompute_peak(model, block) + block.out_grad,
-                                              backward_of(model, block, choice).bwd_peak +
-                                                  held_beside_backward(model, block, choice))
-                                   : 0;
-      checkpoint_saved(model, block, out);
+      backward = checkpointed_backward(model, k, out);
       break;
   }
   out.forward = out.forward_grads + forward + neighbour_copy;
@@ -239,9 +267,9 @@ LocalPeak local_parts(const StepModel& model, int k, BlockChoice previous, Block
   const bool by_node = backward_by_node(model, k, choice, neighbour_copy, out);
   if (!by_node && block.on_autograd && split_at.before >= 0 && k < static_cast<int>(model.grads_bwd_before.size())) {
     const int64_t before_grads = model.grads_bwd_before[k];
-    const int64_t held = held_beside_backward(model, block, choice);
+    const int64_t held = held_beside_backward(model, k, choice);
     int64_t before = split_at.before + held;
-    if (choice == BlockChoice::kCheckpoint) before = std::max(before, recompute_peak(model, block) + block.out_grad);
+    if (choice == BlockChoice::kCheckpoint) before = std::max(before, recompute_peak(model, k) + block.out_grad);
     const int64_t after = split_at.after + held;
     const int64_t split = std::max(before_grads + before, out.backward_grads + after);
     if (split < out.backward - neighbour_copy) {

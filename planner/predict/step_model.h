@@ -86,6 +86,11 @@ struct StepModel {
   // (ModelContext::ctx_held), live from its forward to the end of the whole backward
   // (empty: none).
   std::vector<int64_t> ctx_held;
+  // Per block: of ctx_held, the tensors the block itself makes (not a leaf), which a
+  // non-reentrant checkpoint's recompute makes again as new storages, its Functions
+  // keeping them on ctx as the first forward's did; the first forward's stay with their
+  // nodes beside the recompute and the block's backward (empty: none).
+  std::vector<int64_t> ctx_recomputed;
   bool allow_offload = true;       // activation offload to host permitted
   // Checkpointed blocks' inputs kept in pinned host memory (torchtune activation
   // offloading): -1 off; otherwise how many of the latest stay on the GPU during

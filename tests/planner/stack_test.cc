@@ -376,6 +376,15 @@ TEST_CASE("loss variants rewrite the loss node: what is saved, how large the log
     CHECK(loss_node(upcast_shift).backward_workspace() == loss_node(full).backward_workspace());
   }
   CHECK(parse_loss("upcast-shift") == LossSpec{LossImpl::kUpcastShift, 8});
+  // At micro-batch 1 the slice [1, S - 1, V] of the contiguous [1, S, V] logits is
+  // contiguous: .contiguous() returns it, and neither variant copies (torch's
+  // is_contiguous passes over a dimension of size 1).
+  for (const LossImpl impl : {LossImpl::kUpcastShift, LossImpl::kShiftCopy}) {
+    graph::LayerGraph one_row = original;
+    apply_loss_impl(one_row, LossSpec{impl, 8}, false, false, graph::DType::kBF16, 1);
+    CHECK(loss_node(one_row).workspace_elements.at(1, 4096) == loss_node(original).workspace_elements.at(1, 4096));
+    CHECK(upcast_of(one_row)->workspace_elements.at(1, 4096) == upcast_of(original)->workspace_elements.at(1, 4096));
+  }
 
   graph::LayerGraph no_upcast = original;
   apply_loss_impl(no_upcast, LossSpec{LossImpl::kNoUpcast, 8});
