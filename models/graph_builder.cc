@@ -388,6 +388,17 @@ std::string GraphBuilder::fused_attention(const std::string& name, const std::st
   return out;
 }
 
+std::string GraphBuilder::linear_input_above(const std::string& tensor) const {
+  std::string at = tensor;
+  for (int index = graph_.producer_of(at); index >= 0; index = graph_.producer_of(at)) {
+    const graph::Node& node = graph_.nodes[static_cast<size_t>(index)];
+    if (node.inputs.empty()) return {};
+    if (node.linear) return node.inputs.front();
+    at = node.inputs.front();
+  }
+  return {};
+}
+
 std::string GraphBuilder::lm_loss(const std::string& name, const std::string& logits,
                                   const std::string& labels, SizeExpr rows, int64_t vocab) {
   // transformers ForCausalLMLoss: logits.float(), then cross_entropy =
@@ -420,6 +431,14 @@ std::string GraphBuilder::lm_loss(const std::string& name, const std::string& lo
   spec.fwd_flops = elements.scaled(kSoftmaxFlopsPerElement);
   spec.bwd_input_flops = elements.scaled(2);
   const std::string loss = op(spec);
+  // The causal-LM forward computes the loss itself while its frame and the base model's
+  // output still bind the head's input: transformers 5.23.0 LlamaForCausalLM.forward
+  // (`hidden_states = outputs.last_hidden_state`, `logits = self.lm_head(hidden_states)`,
+  // then `self.loss_function(...)`; 4.44.2 the same with `outputs[0]`). A loss computed
+  // by the caller drops the hold (planner/mechanisms/loss_variants.cc).
+  if (const std::string head_input = linear_input_above(logits); !head_input.empty()) {
+    graph_.nodes.back().holds.push_back(head_input);
+  }
   // The f32 gradient of the log-probs, as two 16-bit compute elements (in f32
   // training this, like the upcast itself, over-counts: .float() is a no-op there).
   graph_.nodes.back().bwd_workspace_elements = elements.scaled(2);

@@ -162,9 +162,13 @@ class GraphBuilder {
   // HF causal-LM cross entropy on `logits` [rows, vocab] with int64 `labels`:
   // node "<name>.upcast" (logits.float(), keeps the 16-bit logits: the returned
   // output holds them), then node `name` (log_softmax + nll_loss, keeps the f32
-  // log-probs). Output: the f32 scalar loss.
+  // log-probs). The loss node holds the head's input (the causal-LM forward's
+  // frame binds it while the loss runs). Output: the f32 scalar loss.
   std::string lm_loss(const std::string& name, const std::string& logits,
                       const std::string& labels, SizeExpr rows, int64_t vocab);
+  // The input of the first linear node up `tensor`'s chain of first inputs (the
+  // head's input above its logits and a softcap), or empty.
+  std::string linear_input_above(const std::string& tensor) const;
 
   std::string op(const OpSpec& spec);
 

@@ -316,6 +316,33 @@ void litgpt_loss(LossSite& site, bool chunked_head, graph::DType compute, Pendin
   site.node.bwd_workspace_elements = site.logits.elements.scaled(chunked_head ? 4 / width : 8 / width - 1);
 }
 
+// Losses the caller computes from the logits the model returned: the model's forward
+// frame, which held the head's input while a transformers causal-LM computed its own
+// loss (models/graph_builder.cc lm_loss), is gone by then. torchtune's recipes
+// (`logits = self._model(**batch)`, then `self._loss_fn(logits, labels)`,
+// recipes/full_finetune_single_device.py 0.6.1), litgpt's fit (finetune/lora.py 0.5.13),
+// torchtitan's train step (`pred = model(inputs)`, then `loss_fn(pred, labels)`) and
+// llm-foundry's ComposerMPTCausalLM.loss.
+bool loss_outside_model(LossImpl impl) {
+  switch (impl) {
+    case LossImpl::kFullKeepLogits:
+    case LossImpl::kChunked:
+    case LossImpl::kNoUpcast:
+    case LossImpl::kFusedXentropy:
+    case LossImpl::kLitgptFull:
+    case LossImpl::kLitgptLora:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void release_head_input(graph::LayerGraph& graph) {
+  for (graph::Node& node : graph.nodes) {
+    if (node.op == graph::op::kLoss) node.holds.clear();
+  }
+}
+
 void rewrite_loss(graph::LayerGraph& graph, LossSite& site, const LossSpec& loss, bool compiled,
                   bool fp32_weights, graph::DType compute, int64_t micro_batch, PendingEdits& pending) {
   switch (loss.impl) {
@@ -367,6 +394,7 @@ bool held_by_caller(const graph::Tensor& tensor) { return tensor.name.ends_with(
 
 void apply_loss_impl(graph::LayerGraph& graph, const LossSpec& loss, bool compiled, bool fp32_weights,
                      graph::DType compute, int64_t micro_batch) {
+  if (loss_outside_model(loss.impl)) release_head_input(graph);
   if (loss.impl == LossImpl::kFullKeepLogits && !compiled) return;
   PendingEdits pending;
   for (graph::Node& node : graph.nodes) {

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <utility>
 
+#include "planner/predict/offload_stash.h"
 #include "planner/predict/unsloth_checkpointer.h"
 
 namespace headroom::planner {
@@ -314,10 +315,10 @@ double block_ms(const StepModel& model, int k, BlockChoice choice) {
   return ms;
 }
 
-// With checkpoint inputs offloaded, P(k-1) holds only the latest of them in
-// forward (the stash counts block k's own input, packed as block k starts), none
-// in backward (the stash is dropped when backward starts) but the one coming
-// back for block k-1 while block k runs backward.
+// With checkpoint inputs offloaded, P(k-1) holds only the latest of them in forward
+// (offload_stash.h: two packs a block; the stash counts block k's own input, packed
+// as block k starts), none in backward (the stash is dropped when backward starts) but
+// the one coming back for block k-1 while block k runs backward.
 // Unsloth's checkpointer: the inputs unsloth_sends_input_to_host names go to pinned host
 // memory as their block runs (none stays in a stash); in backward each input comes back
 // into one of the GPU buffers (GPU_BUFFERS, GPU_BUFFERS_B), which are resized to the
@@ -362,7 +363,8 @@ static void offload_checkpoint_inputs(const StepModel& model, const std::vector<
   for (int k = 0; k <= n; ++k) {
     int64_t stash = 0;
     int in_stash = 0;
-    for (int j = k - 1; j >= 0 && in_stash < model.checkpoint_stash - 1; --j) {
+    const int previous_in_stash = stashed_checkpoint_blocks(model.checkpoint_stash) - 1;
+    for (int j = k - 1; j >= 0 && in_stash < previous_in_stash; --j) {
       if (choices[j] != BlockChoice::kCheckpoint || !model.blocks[j].on_autograd) continue;
       stash += model.blocks[j].checkpoint;
       ++in_stash;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "planner/predict/offload_stash.h"
 #include "planner/predict/unsloth_checkpointer.h"
 
 namespace headroom::planner {
@@ -20,7 +21,7 @@ void StepSimulator::trim_input_stash(size_t keep) {
 
 // torchtune OffloadActivations: the checkpoint's saved inputs are copied to pinned
 // host memory as the block starts; their GPU copies stay in a forward stash until
-// kCheckpointOffloadStash later ones have been packed (training/_activation_offloading.py).
+// kCheckpointOffloadStash later tensors have been packed, two a block (offload_stash.h).
 void StepSimulator::stash_checkpoint_inputs(int block) {
   int64_t bytes = 0;
   for (int t : an_.blocks[block].boundary_inputs) {
@@ -30,7 +31,7 @@ void StepSimulator::stash_checkpoint_inputs(int block) {
   copy_out_free_ = event(Stream::kCopyOut, Phase::kOffload, start, transfer_ms(static_cast<double>(bytes)), block,
                          "offload inputs " + block_name(block), bytes);
   input_stash_.push_back(block);
-  trim_input_stash(kCheckpointOffloadStash);
+  trim_input_stash(static_cast<size_t>(stashed_checkpoint_blocks(kCheckpointOffloadStash)));
 }
 
 // The GPU copies leave once their copy is done (the pack waits on its event).

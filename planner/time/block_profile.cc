@@ -139,12 +139,21 @@ void release_returned_frame(const LayerGraph& graph, const GraphAnalysis& analys
   }
 }
 
+// Which forward of a block a walk prices. Under autograd alone, an entry input that no
+// later block reads and nothing saves dies with its last reader in the block (the head's
+// final norm reads the last layer's output, saves its fp32 copy, and the Python name is
+// rebound to the norm's output: transformers 5.23.0 Qwen2Model.forward). A checkpoint
+// holds its entry inputs through its first pass and its recompute (torch 2.11
+// utils/checkpoint.py: _NoopSaveInputs, CheckpointFunction's ctx.save_for_backward).
+enum class ForwardPass { kAutograd, kCheckpointed, kRecompute };
+
 ForwardPeak forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int block_index,
                          const TensorFacts& facts, const std::vector<int>& entry_live,
-                         bool with_saves, const std::vector<int>& held, DType compute, int64_t batch,
+                         ForwardPass pass, const std::vector<int>& held, DType compute, int64_t batch,
                          int64_t seq, Accounting accounting) {
   const graph::BlockStructure& block = analysis.blocks[block_index];
   const size_t count = graph.tensors.size();
+  const bool with_saves = pass != ForwardPass::kCheckpointed;
   const std::vector<char> saved = with_saves ? membership(count, block.saved_tensors) : std::vector<char>(count, 0);
   const std::vector<char> is_held = membership(count, held);
   std::vector<int> remaining(count, 0);
@@ -152,7 +161,16 @@ ForwardPeak forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis,
     for (int t : analysis.node_inputs[n]) ++remaining[t];
     for (int t : analysis.node_holds[n]) ++remaining[t];
   }
-  auto kept = [&](int t) { return facts.read_by_later_block[t] || saved[t] || is_held[t]; };
+  const std::vector<char> entry = membership(count, entry_live);
+  auto read_after_block = [&](int t) {
+    return std::any_of(analysis.consumers[t].begin(), analysis.consumers[t].end(),
+                       [&](int c) { return graph.nodes[static_cast<size_t>(c)].block > block_index; });
+  };
+  auto read_later = [&](int t) {
+    return (entry[t] && pass == ForwardPass::kAutograd) ? read_after_block(t)
+                                                          : facts.read_by_later_block[t];
+  };
+  auto kept = [&](int t) { return read_later(t) || saved[t] || is_held[t]; };
   LiveTensors live(facts, saved);
   for (int t : entry_live) live.add(t);
   ForwardPeak peak{live.bytes(), live.saved_bytes()};
@@ -194,8 +212,8 @@ ForwardPeak reentrant_recompute_peak(const LayerGraph& graph, const GraphAnalysi
   for (int t : cache.shared) cached.bytes[static_cast<size_t>(t)] = 0;
   std::vector<int> kept = held;
   kept.insert(kept.end(), cache.held.begin(), cache.held.end());
-  return forward_peak(graph, analysis, block_index, cached, entry_live, true, kept, compute, batch, seq,
-                      accounting);
+  return forward_peak(graph, analysis, block_index, cached, entry_live, ForwardPass::kRecompute, kept,
+                      compute, batch, seq, accounting);
 }
 
 // Time of a memory-bound kernel moving `bytes` at the bandwidth the time model gives.
@@ -568,13 +586,16 @@ void add_forward_peaks(const LayerGraph& graph, const GraphAnalysis& analysis, i
                        int64_t batch, int64_t seq, Accounting accounting, BlockProfile& profile) {
   static const std::vector<int> kNothing;
   const ForwardPeak forward =
-      forward_peak(graph, analysis, b, facts, entry_live, true, kNothing, compute, batch, seq, accounting);
+      forward_peak(graph, analysis, b, facts, entry_live, ForwardPass::kAutograd, kNothing, compute, batch, seq,
+                   accounting);
   profile.fwd_peak = forward.bytes;
   profile.fwd_peak_saved = forward.saved;
   profile.fwd_peak_nograd =
-      forward_peak(graph, analysis, b, facts, entry_live, false, held, compute, batch, seq, accounting).bytes;
+      forward_peak(graph, analysis, b, facts, entry_live, ForwardPass::kCheckpointed, held, compute, batch, seq,
+                   accounting).bytes;
   const ForwardPeak recompute =
-      forward_peak(graph, analysis, b, facts, entry_live, true, held, compute, batch, seq, accounting);
+      forward_peak(graph, analysis, b, facts, entry_live, ForwardPass::kRecompute, held, compute, batch, seq,
+                   accounting);
   profile.recompute_peak = recompute.bytes;
   profile.recompute_peak_saved = recompute.saved;
   const ForwardPeak reentrant = reentrant_recompute_peak(graph, analysis, b, facts, entry_live, held, compute, batch,
