@@ -31,6 +31,7 @@ from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers
 from gathered import gathered_marked  # noqa: E402
 from meta_recorder import CATEGORIES, Recorder, recording  # noqa: E402
 from report import write_atomically  # noqa: E402
+from unsharded_grads import unsharded_grads_marked  # noqa: E402
 
 STACKS = {"hf-trainer": "stacks.hf_trainer", "torchtune": "stacks.torchtune"}
 STACKS["fsdp2"] = "stacks.fsdp2"  # torch's fully_shard in a plain loop, fake process group (fake_pg.py)
@@ -82,7 +83,7 @@ def run(spec: dict) -> dict:
     warnings.filterwarnings("ignore")
     with cuda_autocast_on_meta(), cuda_sdpa_on_meta(), cuda_dropout_on_meta(), \
             fused_optimizers_on_meta(), bnb_kernels_on_meta(), ctx_saves_marked(recorder), \
-            gathered_marked(recorder), recording(recorder):
+            gathered_marked(recorder), unsharded_grads_marked(recorder), recording(recorder):
         resolved = stack.run(spec, recorder) or {}
     at_peak = recorder.at_peak()
     return {"format": "headroom.oracle", "spec": spec, "resolved": resolved, "versions": versions(),

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "graph/op_traits.h"
+#include "planner/mechanisms/fsdp_16_bit_gather.h"
 #include "planner/mechanisms/name_globs.h"
 #include "planner/mechanisms/peft_targets.h"
 #include "planner/settings/stack_choices.h"
@@ -163,8 +164,10 @@ Result<int> wrap_moe_parameters(LayerGraph& graph, const ConvertedTargets& targe
         "targets name) fails on FSDP1's flat parameters (its reshape of lora_B in get_delta_factors); expected "
         "fsdp2, DeepSpeed, or attention-only targets");
   }
-  // .to(W's dtype) copies the factors only where their dtype differs from the weights'.
-  const bool cast = (adapter_dtype == DType::kF32) != (settings.precision == Precision::kFp32);
+  // .to(W's dtype) copies the factors only where their dtype differs from the weights':
+  // FSDP's mixed precision gathers both in 16 bits (fsdp_16_bit_gather.h).
+  const bool cast = (adapter_dtype == DType::kF32) != (settings.precision == Precision::kFp32) &&
+                    !fsdp_gathers_in_16_bits(settings);
   int wrapped = 0;
   for (Node& node : graph.nodes) {
     if (node.params.empty() || any_name_matches(settings.lora_skip, node.name)) continue;

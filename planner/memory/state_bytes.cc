@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "planner/mechanisms/float8_linear.h"
+#include "planner/mechanisms/fsdp_16_bit_gather.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/settings/stack.h"
@@ -57,14 +58,30 @@ bool gathered_in_fp8(const graph::Node& node, const Param& param, const RunSetti
   return settings.float8_all_gather && is_float8_linear(node) && param.name == node.name + ".weight";
 }
 
+namespace {
+
+// The bytes FSDP all-gathers of one parameter: an fp8 linear's weight in fp8, an fp32
+// shard that FSDP's mixed precision casts to param_dtype first (PEFT's fp32 adapters
+// under the Trainer's bf16=True, fsdp_16_bit_gather.h) in 16 bits, the rest as stored.
+int64_t gathered_param_bytes(const graph::Node& node, const Param& param, const RunSettings& settings,
+                             bool sixteen_bit_gather) {
+  if (gathered_in_fp8(node, param, settings)) return graph::dtype_bytes(DType::kF8E4M3, param.elements());
+  if (sixteen_bit_gather && stored_dtype(param, settings.precision) == DType::kF32 && !is_quantization_constant(param)) {
+    return graph::dtype_bytes(DType::kBF16, param.elements());
+  }
+  return param_storage_bytes(param, settings.precision);
+}
+
+}  // namespace
+
 std::vector<int64_t> block_gathered_bytes(const graph::LayerGraph& graph, const RunSettings& settings) {
+  // Asked only where FSDP shards the run: its mixed precision decides the gathered dtype.
+  const bool sixteen_bit_gather = fsdp_mixed_precision_in_16_bits(settings);
   std::vector<int64_t> per_block(graph.blocks.size(), 0);
   for (const graph::Node& node : graph.nodes) {
     for (const Param& param : node.params) {
       if (!param.tied_to.empty() || param.buffer) continue;
-      per_block[node.block] += gathered_in_fp8(node, param, settings)
-                                   ? graph::dtype_bytes(DType::kF8E4M3, param.elements())
-                                   : param_storage_bytes(param, settings.precision);
+      per_block[node.block] += gathered_param_bytes(node, param, settings, sixteen_bit_gather);
     }
   }
   return per_block;

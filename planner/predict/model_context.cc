@@ -18,6 +18,8 @@
 #include "planner/mechanisms/compiled_blocks.h"
 #include "planner/mechanisms/document_mask.h"
 #include "planner/mechanisms/float8_linear.h"
+#include "planner/mechanisms/fsdp_16_bit_gather.h"
+#include "planner/mechanisms/gathered_adapters.h"
 #include "planner/mechanisms/fused_kernels.h"
 #include "planner/mechanisms/unsloth_model.h"
 #include "planner/mechanisms/input_require_grads.h"
@@ -256,15 +258,6 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
   return loaded;
 }
 
-// Whether FSDP's mixed precision gathers every parameter in 16 bits: its
-// param_dtype casts each shard, PEFT's fp32 adapters included, before the
-// all-gather (torch 2.11 _fully_shard/_fsdp_param.py all_gather_inputs;
-// FSDP1's _use_low_precision_shard), so the adapters compute in 16 bits.
-bool fsdp_gathers_in_16_bits(const RunSettings& settings) {
-  const bool mixed = settings.precision == Precision::kBf16Mixed || settings.precision == Precision::kFp16Mixed;
-  return mixed && fsdp_shards_params(settings, settings.zero_stage);
-}
-
 // The bitsandbytes release's regime for its 4-bit linears (settings/bnb_release.h):
 // over an fp32 model (AMP, fp32) dequantize_4bit returns fp32 in every release.
 BnbMatmul4bit bnb_matmul4bit_of(const RunSettings& settings) {
@@ -342,8 +335,16 @@ void apply_autocast_mechanisms(const RunSettings& settings, const ResolvedStack&
   // band when the stack leaves it open): fp32 LayerNorm and softmax outputs, the
   // weights the script upcast, then the fp32 adapters.
   if (autocast_matters(settings) && stack.top.autocast) {
-    apply_autocast(graph, AutocastWeights::kSixteenBitModel, compute_dtype_for(settings.precision));
-    apply_autocast_to_fp32_adapters(graph);
+    const auto rewrite = [&](graph::LayerGraph& g) {
+      apply_autocast(g, AutocastWeights::kSixteenBitModel, compute_dtype_for(settings.precision));
+      apply_autocast_to_fp32_adapters(g);
+    };
+    // Under FSDP's mixed precision the adapters are gathered, and computed on, in 16 bits.
+    if (fsdp_gathers_in_16_bits(settings)) {
+      with_adapters_as_gathered(graph, compute_dtype_for(settings.precision), rewrite);
+    } else {
+      rewrite(graph);
+    }
   } else if (autocast_matters(settings) && !fsdp_gathers_in_16_bits(settings)) {
     apply_fp32_adapters_without_autocast(graph);
   }

@@ -48,10 +48,11 @@ def rank0_elements(shape, world):
 class Fsdp2TinyTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        names = ["full-2", "full-3", "lora-2", "full-2-keep"]
+        names = ["full-2", "full-3", "lora-2", "full-2-keep", "full-2-short"]
         specs = [dict(BASE, method="full", world_size=2), dict(BASE, method="full", world_size=3),
                  dict(BASE, method="lora", world_size=2),
-                 dict(BASE, method="full", world_size=2, reshard_after_forward=False)]
+                 dict(BASE, method="full", world_size=2, reshard_after_forward=False),
+                 dict(BASE, method="full", world_size=2, batch=1, seq=32)]
         cls.results = dict(zip(names, run_oracle(PYTHON, specs)))
         cls.shapes, cls.layers, cls.hidden, cls.kv = tiny_llama_shapes()
 
@@ -100,6 +101,22 @@ class Fsdp2TinyTest(unittest.TestCase):
             gathered = sum(g["bytes"] for g in flat if g["category"] == "gathered")
             self.assertGreater(gathered, 0, name)
             self.assertEqual(result["at_peak"]["gathered"], gathered, name)
+
+    def test_unsharded_gradients_are_gradients(self):
+        # 32 tokens: the peak is the root group's reduce-scatter in backward's final callback
+        # (embeddings, final norm, LM head; `foreach_reduce`, `_fsdp_collectives.py`, torch 2.11).
+        # Its fp32 reduce-scatter output (the sharded gradient) is allocated after the copy-in,
+        # when every layer's sharded gradient exists, and the loop over the group's unsharded
+        # gradients still binds the last one, the LM head's bf16 `.grad` (an `mm`): a
+        # gradient by docs/memory-model.md's rule, as AccumulateGrad set it on the unsharded
+        # parameter (bench/oracle/unsharded_grads.py), not a transient.
+        result = self.results["full-2-short"]
+        shapes, _, hidden, _ = tiny_llama_shapes()
+        vocab = shapes[0][0]
+        sharded = 4 * sum(rank0_elements(s, 2) for s in shapes)
+        self.assertEqual(result["at_peak"]["gradients"], sharded + 2 * vocab * hidden)
+        head = [g for g in result["live_at_peak"] if g["op"] == "mm" and g["shape"] == f"({vocab}, {hidden}) bfloat16"]
+        self.assertEqual([(g["category"], g["count"]) for g in head], [("gradients", 1)])
 
     def test_headroom_figure_is_reported(self):
         if not HEADROOM:
