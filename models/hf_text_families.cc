@@ -6,6 +6,7 @@
 
 #include "models/hf_fields.h"
 #include "models/llama.h"
+#include "models/rope_tables.h"
 #include "models/zoo_builders.h"
 
 namespace headroom::models {
@@ -111,6 +112,12 @@ Result<graph::LayerGraph> hf_llama_family(const HfFields& c, const std::string& 
   Result<LlamaConfig> config = read_llama_config(c, type);
   if (!config.is_ok()) return config.status();
   graph::LayerGraph graph = build_llama(config.value(), options);
+  // Per-layer rotary modules (transformers before 4.45; models/rope_tables.h): each of
+  // Mistral's, Phi-3's, Gemma's and Qwen2's layers makes its own cos/sin; Llama's model
+  // shares one pair already.
+  if (options.rope_modules == RopeModules::kTransformersCached && type != "llama" && type != "qwen3") {
+    give_layers_own_rope_tables(graph, "model");
+  }
   graph.family = type;
   set_token_sequence(graph, config->max_position);
   if (type == "phi3") {

@@ -377,16 +377,33 @@ void add_cast_node(std::vector<graph::Node>& nodes, std::vector<graph::Tensor>& 
   nodes.push_back(std::move(cast));
 }
 
-// A Python RMSNorm that keeps its input beside its ":x32" copy (T5LayerNorm keeps x
-// for x * rsqrt(...) and x.to(float32) for pow; models/t5.cc): over an fp32 input
-// the .to(float32) returns x itself (a same-dtype .to is no copy), so one tensor is kept.
-void drop_aliased_upcasts(graph::LayerGraph& graph, const Fp32Tensors& fp32) {
+// A Python RMSNorm over an fp32 input: its .to(float32) returns x itself (a
+// same-dtype .to is no copy), so what it keeps as ":x32" is x. T5LayerNorm keeps x for
+// x * rsqrt(...) besides (models/t5.cc): one tensor is kept. LlamaRMSNorm keeps only
+// the upcast for pow and the multiply by rsqrt (transformers 5.23.0
+// models/llama/modeling_llama.py LlamaRMSNorm.forward: `hidden_states =
+// hidden_states.to(torch.float32)`): it keeps x, and ":x32" is no tensor of its own
+// (python_norm_backward.h still runs its backward chain). Under bf16-amp the decoder
+// layer's input is the checkpoint's saved input, and the recompute upcasts nothing
+// beside it (the oracle's Mistral-7B and Phi-3 rows at 2 x 2048: one fp32 [B, S, h] less
+// in layer 0's backward).
+void drop_aliased_upcasts(graph::LayerGraph& graph, Fp32Tensors& fp32) {
   for (graph::Node& node : graph.nodes) {
     if (node.op != graph::op::kNorm || node.inputs.empty() || !fp32.is_f32(node.inputs.front())) continue;
     const std::string x32 = node.name + ":x32";
-    const bool keeps_input = std::any_of(node.saves.begin(), node.saves.end(),
-                                         [&](const graph::SavedRef& saved) { return saved.tensor == node.inputs.front(); });
-    if (keeps_input) std::erase_if(node.saves, [&](const graph::SavedRef& saved) { return saved.tensor == x32; });
+    const std::string& x = node.inputs.front();
+    const auto saves = [&](const std::string& name) {
+      return std::any_of(node.saves.begin(), node.saves.end(),
+                         [&](const graph::SavedRef& saved) { return saved.tensor == name; });
+    };
+    if (saves(x)) {
+      std::erase_if(node.saves, [&](const graph::SavedRef& saved) { return saved.tensor == x32; });
+    } else if (saves(x32)) {
+      for (graph::SavedRef& saved : node.saves) {
+        if (saved.tensor == x32) saved.tensor = x;
+      }
+      fp32.by_name().at(x32)->elements = graph::SizeExpr{};
+    }
   }
 }
 

@@ -385,8 +385,10 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
     apply_zero3_linear(context.graph);
   }
   // The loss as the stack computes it; the top of the band when not pinned.
+  // Rows per forward: DPO and reward modelling run chosen and rejected together.
+  const bool pairs = stack.top.recipe == Recipe::kDpo || stack.top.recipe == Recipe::kReward;
   apply_loss_impl(context.graph, stack.top.loss, stack.top.compile_loss, is_autocast(settings.precision),
-                  compute_dtype_for(settings.precision), settings.micro_batch);
+                  compute_dtype_for(settings.precision), settings.micro_batch * (pairs ? 2 : 1));
   if (stack.top.loss.impl == LossImpl::kTrlFusedHead) {
     const int64_t seq = settings.seq_len > 0 ? settings.seq_len : context.graph.sequence.default_seq;
     // GRPO scores the completion only (mechanisms/trl_fused_head.h).

@@ -73,6 +73,27 @@ TEST_CASE("autocast: an RMSNorm after a 16-bit linear keeps its normalized tenso
   CHECK(graph.find_tensor("input_norm:normalized")->dtype == graph::DType::kF32);
 }
 
+// LlamaRMSNorm's hidden_states.to(torch.float32) over the fp32 residual of an AMP model
+// returns the residual itself (transformers 5.23.0 models/llama/modeling_llama.py): the
+// norm keeps x, and ":x32" is no tensor; over a 16-bit input the upcast is a real copy.
+TEST_CASE("autocast: a Python RMSNorm over an fp32 input keeps the input, not an upcast copy") {
+  models::GraphBuilder b;
+  b.begin_block("block", "attn", true);
+  const std::string x = b.input("x", graph::SizeExpr::per_token(64), graph::DType::kF32, true);
+  const std::string n = b.python_rms_norm("input_norm", x, graph::SizeExpr::per_token(1), 64, false);
+  const std::string q = b.linear("q_proj", n, graph::SizeExpr::per_token(1), 64, 64, false);
+  b.python_rms_norm("q_norm", q, graph::SizeExpr::per_token(4), 16, false);
+  graph::LayerGraph graph = b.finish();
+  apply_autocast(graph);
+  const graph::Node& input_norm = *graph.find_node("input_norm");
+  CHECK(saves(input_norm, "x"));
+  CHECK_FALSE(saves(input_norm, "input_norm:x32"));
+  CHECK(graph.find_tensor("input_norm:x32")->elements.at(2, 8) == 0);
+  const graph::Node& q_norm = *graph.find_node("q_norm");  // q_proj's output is 16-bit
+  CHECK(saves(q_norm, "q_norm:x32"));
+  CHECK(graph.find_tensor("q_norm:x32")->elements.at(2, 8) == 2 * 8 * 64);
+}
+
 TEST_CASE("AMP model states: fp32 weights and gradients, fp32 AdamW states, no master copy") {
   const graph::Param weight{"w", {1000, 1000}, graph::DType::kBF16, true, ""};
   CHECK(param_storage_bytes(weight, Precision::kBf16Amp) == 4'000'000);
