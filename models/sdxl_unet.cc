@@ -99,6 +99,8 @@ std::string up_blocks(Walk& w, std::string x) {
     for (int64_t j = 0; j < n; ++j) {
       const std::string& skip = held[n - 1 - j];
       const int64_t width = (j == 0 ? prev : out) + (j == n - 1 ? in : out);
+      // The cat runs in the up block's forward, outside the (checkpointable) resnet.
+      w.c.b.begin_block(at("up_blocks", i, "cat", j), "unet_skip", false);
       const std::string cat = w.c.b.copy(at("up_blocks", i, "cat", j), "concat", {x, skip}, unet_map(w.c, level, width));
       x = unet_resnet(w.c, at("up_blocks", i, "resnets", j), cat, level, width, out);
       if (w.f.cross_attention_up[i]) {
