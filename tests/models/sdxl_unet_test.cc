@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "graph/graph_analysis.h"
 #include "models/hf_import.h"
 #include "models/zoo.h"
 #include "tests/models/hf_test_model.h"
@@ -85,6 +86,24 @@ TEST_CASE("sdxl unet holds the skips to the end of their up block") {
   const std::string p = "down_blocks.1.attentions.0.transformer_blocks.0";
   CHECK(holds(*g.find_node(p + ".norm2"), p + ".norm1"));
   CHECK(holds(*g.find_node(p + ".ff_residual"), p + ".norm3"));
+}
+
+// A skip is read by the cat of its up block, a Transformer2DModel's input by its residual
+// add after the transformer blocks: far from their own block, by plain (not checkpointed)
+// blocks. They are not persistent (graph/graph_analysis.cc mark_lifetimes): kept by a save
+// where one keeps them, else live over that span of the forward (the grid's LoRA rows); the
+// time embedding, which every (checkpointable) resnet reads, stays persistent.
+TEST_CASE("sdxl unet skips and transformer inputs live over a span of the forward, not the whole step") {
+  const graph::LayerGraph g = load_test_model("sdxl-unet");
+  const graph::GraphAnalysis a = graph::analyze_graph(g);
+  const auto index = [&](const std::string& name) { return graph::tensor_index(g, name); };
+  for (const std::string name : {"conv_in", "down_blocks.0.resnets.0.rescale", "down_blocks.1.resnets.0.rescale"}) {
+    const int t = index(name);
+    REQUIRE_MESSAGE(t >= 0, name);
+    // Trained in full, the next group norm saves each: kept by that save, not for the whole step.
+    CHECK_FALSE_MESSAGE(a.persistent[t], name);
+  }
+  CHECK(a.persistent[index("emb")]);
 }
 
 TEST_CASE("sdxl unet configs with keys or values headroom does not model are refused by name") {
