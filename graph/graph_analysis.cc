@@ -132,9 +132,21 @@ void mark_lifetimes(const LayerGraph& graph, GraphAnalysis& a) {
       continue;
     }
     const int producer_block = graph.nodes[a.producer[t]].block;
+    // A tensor read beyond the next block lives for the whole step where backward needs it
+    // again: a checkpointed block's recompute reads it (rotary tables, timestep embeddings) or
+    // the far reader saves it. Read only by the forward of plain blocks (a UNet's skips, read by
+    // the cat of their up block; a Transformer2DModel's input, read by its residual add), it
+    // lives from its block to its last reader and is gone in backward (held_in_forward, a span).
+    bool far_read = false;
     for (int consumer : a.consumers[t]) {
-      if (graph.nodes[consumer].block > producer_block + 1) a.persistent[t] = true;
+      const int block = graph.nodes[consumer].block;
+      if (block <= producer_block + 1) continue;
+      const std::vector<int>& saves = a.node_saves[consumer];
+      const bool saves_it = std::find(saves.begin(), saves.end(), t) != saves.end();
+      if (graph.blocks[block].checkpointable || saves_it) a.persistent[t] = true;
+      far_read = true;
     }
+    if (far_read && !a.persistent[t] && !saved[t]) a.held_in_forward[t] = true;
     // A tensor a frame holds across blocks: one some node saves is kept by that save
     // through the saving block's backward, past the frame's end (the forward's), so the
     // hold changes nothing (ViTModel's or BertModel's embedding_output without autocast,

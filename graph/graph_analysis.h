@@ -9,9 +9,11 @@
 //   several nodes is stored once.
 // - A block keeps the saved tensors produced in it or read from its predecessor,
 //   unless the producing block saves that tensor itself (then the producer counts it).
-// - Graph inputs and tensors read by blocks beyond the producer's successor
-//   (rotary tables, timestep embeddings) are "persistent": live for the whole step,
-//   counted once, never attributed to a block.
+// - Graph inputs, and tensors read beyond the producer's successor by a checkpointable
+//   block or by a node that saves them (rotary tables, timestep embeddings), are
+//   "persistent": live for the whole step, counted once, never attributed to a block.
+//   One read that far only by plain blocks' forward and saved by none (a UNet's skips)
+//   is held_in_forward: live over that span of the forward.
 // - A checkpointed block keeps only its boundary inputs, and only if it is on the
 //   autograd graph; a block with nothing to differentiate keeps nothing either way.
 #pragma once

@@ -208,6 +208,8 @@ Result<graph::LayerGraph> hf_flux_family(const HfFields& c, const std::string& t
                                          const ZooOptions& options);
 // diffusers' SD3Transformer2DModel (models/hf_sd3.cc).
 Result<graph::LayerGraph> hf_sd3_family(const HfFields& c, const std::string& type, const ZooOptions& options);
+// diffusers' UNet2DConditionModel as SDXL configures it (models/hf_unet.cc).
+Result<graph::LayerGraph> hf_unet_family(const HfFields& c, const std::string& type, const ZooOptions& options);
 // A timm Hub config.json ({"architecture": "vit_giant_patch14_dinov2", "num_classes": ...}).
 Result<graph::LayerGraph> hf_timm_family(const HfFields& c, const std::string& type,
                                          const ZooOptions& options);

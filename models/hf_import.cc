@@ -82,9 +82,11 @@ Result<std::string> model_type(const HfFields& c) {
     const std::string name = c.json.at("_class_name").get<std::string>();
     if (name == "FluxTransformer2DModel") return std::string("flux");
     if (name == "SD3Transformer2DModel") return std::string("sd3");
+    if (name == "UNet2DConditionModel") return std::string("sdxl");
     return unsupported_field(
         c.origin, "_class_name",
-        "FluxTransformer2DModel or SD3Transformer2DModel (the diffusers models read from config.json), got \"" +
+        "FluxTransformer2DModel, SD3Transformer2DModel or UNet2DConditionModel (the diffusers models read from "
+        "config.json), got \"" +
             name + "\"; for other diffusers models write a layer-graph JSON");
   }
   if (c.has("model_type")) {
@@ -169,6 +171,7 @@ Result<graph::LayerGraph> graph_from_hf_config(const nlohmann::json& config,
   if (!type.is_ok()) return type.status();
   const auto reader = type.value() == "flux"  ? HfFamilyReader{hf_flux_family}
                       : type.value() == "sd3" ? HfFamilyReader{hf_sd3_family}
+                      : type.value() == "sdxl" ? HfFamilyReader{hf_unet_family}
                                               : nullptr;
   const auto found = readers().find(type.value());
   if (reader == nullptr && found == readers().end()) {

@@ -10,6 +10,7 @@
 #include "models/t5.h"
 #include "models/resnet.h"
 #include "models/sd3.h"
+#include "models/sdxl_unet.h"
 #include "models/zoo_builders.h"
 
 namespace headroom::models {
@@ -17,6 +18,7 @@ namespace {
 
 void add_t5_entries(std::vector<ZooEntry>& zoo);
 void add_sd3_entries(std::vector<ZooEntry>& zoo);
+void add_sdxl_entries(std::vector<ZooEntry>& zoo);
 
 using Builder = graph::LayerGraph (*)(const ZooOptions&);
 
@@ -169,6 +171,7 @@ std::vector<ZooEntry> make_zoo() {
        image_sequence(16, 2, 0, 1024, 2048), {"to_q", "to_k", "to_v", "to_out.0"}},
       build_flux_kontext));
   add_sd3_entries(zoo);
+  add_sdxl_entries(zoo);
   zoo.push_back(entry(
       {"eva-vit-g", "vit", "EVA ViT-g/14 as the BLIP-2 vision encoder (39 layers), ~1.0B",
        "https://huggingface.co/Salesforce/blip2-opt-2.7b/blob/main/config.json (vision_config)",
@@ -273,6 +276,18 @@ void add_sd3_entries(std::vector<ZooEntry>& zoo) {
                        "config.json; diffusers SD3Transformer2DModel",
                        image_sequence(16, 1, 0, 1024, 192 * 16), lora},
                       [](const ZooOptions& o) { return build_sd3(sd35_large_config(), o); }));
+}
+
+// Stable Diffusion XL's UNet (models/sdxl_unet.h): S = (resolution / 32)^2, the
+// deepest feature map (8x VAE, two downsamplers); the 77 text tokens are fixed.
+void add_sdxl_entries(std::vector<ZooEntry>& zoo) {
+  zoo.push_back(entry({"sdxl-unet", "sdxl",
+                       "Stable Diffusion XL base 1.0 UNet (UNet2DConditionModel, 70 transformer blocks), 2.57B "
+                       "parameters",
+                       "https://huggingface.co/stabilityai/stable-diffusion-xl-base-1.0/blob/main/unet/config.json; "
+                       "diffusers UNet2DConditionModel",
+                       image_sequence(32, 1, 0, 1024, 4096), sdxl_lora_targets()},
+                      [](const ZooOptions& o) { return build_unet(sdxl_base_unet_config(), o); }));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ import tempfile
 from stacks.deepspeed_config import config_json as deepspeed_json
 from stacks.diffusers_flux_args import args_of as flux_args_of
 from stacks.diffusers_sd3_args import args_of as sd3_args_of
+from stacks.diffusers_sdxl_args import args_of as sdxl_args_of
 from stacks.hf_tasks import task_of
 from stacks.torchtune_config import recipe_config, to_yaml
 
@@ -80,6 +81,8 @@ def headroom_flags(spec: dict) -> list:
         return diffusers_flux_flags(spec)
     if spec["stack"] == "diffusers-sd3":
         return diffusers_sd3_flags(spec)
+    if spec["stack"] == "diffusers-sdxl":
+        return diffusers_sdxl_flags(spec)
     if spec["stack"] == "torch-loop":
         return torch_loop_flags(spec)
     # TRL's SFTTrainer is the Trainer's stack with TRL's release given (`--versions trl=X`);
@@ -309,3 +312,18 @@ def diffusers_sd3_flags(spec: dict) -> list:
     args = sd3_args_of(spec)
     keys = ("lora_targets", "max_sequence_length", "lora_rank")
     return diffusers_flux_flags(dict(spec, **{k: args[k] for k in keys}))
+
+
+def diffusers_sdxl_flags(spec: dict) -> list:
+    """train_text_to_image_lora_sdxl.py (stacks/diffusers_sdxl.py) as diffusers_flux_flags gives
+    Flux's, less `--text-tokens`: the UNet's 77 text tokens are fixed."""
+    args = sdxl_args_of(spec)
+    flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", "unspecified",
+             "--precision", "bf16", "--autocast", "on", "--resolution", str(spec["resolution"]),
+             "--batch", str(spec["batch"]), "--mode", "lora", "--lora-rank", str(args["lora_rank"]),
+             "--lora-targets", ",".join(args["lora_targets"]), "--lora-dropout", str(args["lora_dropout"]),
+             "--adapter-dtype", _ADAPTER_DTYPE[spec.get("adapter_dtype", "bfloat16")],
+             "--optimizer-impl", _OPTIMIZER_IMPL[spec.get("optim", "adamw_torch")], "--loss", "full"]
+    if args["checkpointing"] != "none":
+        flags += ["--checkpointing", "every"]
+    return flags + release_flags(spec)

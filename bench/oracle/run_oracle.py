@@ -37,6 +37,7 @@ STACKS = {"hf-trainer": "stacks.hf_trainer", "torchtune": "stacks.torchtune"}
 STACKS["fsdp2"] = "stacks.fsdp2"  # torch's fully_shard in a plain loop, fake process group (fake_pg.py)
 STACKS["diffusers-flux"] = "stacks.diffusers_flux"  # train_dreambooth_lora_flux.py's step, mirrored
 STACKS["diffusers-sd3"] = "stacks.diffusers_sd3"  # train_dreambooth_lora_sd3.py's step, mirrored
+STACKS["diffusers-sdxl"] = "stacks.diffusers_sdxl"  # train_text_to_image_lora_sdxl.py's step, mirrored
 STACKS["litgpt"] = "stacks.litgpt"  # litgpt's finetune/full.py and lora.py step under Lightning Fabric
 STACKS["torch-loop"] = "stacks.torch_loop"  # a torchvision model in a plain loop (env vision)
 STACKS["trl-sft"] = "stacks.trl_sft"  # TRL's SFTTrainer over the Trainer's step (env trl)

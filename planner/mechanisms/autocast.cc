@@ -55,11 +55,17 @@ bool is_layer_norm(const graph::Node& node) {
                                   node.outputs.end();
 }
 
+// Nearest 2x interpolation (diffusers' Upsample2D, models/unet_parts.cc): on
+// autocast's fp32 list in torch 2.11 (autocast_mode.h AT_FORALL_FP32 lists the
+// upsample_* ops; bench/oracle/cuda_autocast.py mirrors it).
+constexpr std::string_view kUpsampleNearest2d = "upsample_nearest2d";
+
 // Ops autocast runs in fp32 (autocast_mode.h, AT_FORALL_FP32: layer_norm, pow
-// (GPT-2's gelu_new cubes x); AT_FORALL_FP32_SET_OPT_DTYPE: softmax given no
-// dtype runs with dtype=float).
+// (GPT-2's gelu_new cubes x), upsample_nearest2d; AT_FORALL_FP32_SET_OPT_DTYPE:
+// softmax given no dtype runs with dtype=float).
 bool runs_in_fp32(const graph::Node& node) {
-  return is_layer_norm(node) || node.op == graph::op::kSoftmax || node.op == graph::op::kPow;
+  return is_layer_norm(node) || node.op == graph::op::kSoftmax || node.op == graph::op::kPow ||
+         node.op == kUpsampleNearest2d;
 }
 
 // A cast node "name" in `block` writing tensor "name" (16-bit, `elements`).

@@ -613,6 +613,35 @@ size_t last_reading_block(const LayerGraph& graph, const GraphAnalysis& analysis
   return last;
 }
 
+// The last block that reads or holds tensor t.
+size_t last_use_block(const LayerGraph& graph, const GraphAnalysis& analysis, int t, size_t producer_block) {
+  size_t last = last_reading_block(graph, analysis, t, producer_block);
+  for (int holder : analysis.holders[t]) last = std::max(last, static_cast<size_t>(graph.nodes[holder].block));
+  return last;
+}
+
+// A held_in_forward tensor some block beyond the next one reads (graph_analysis.cc,
+// mark_lifetimes): live over a span of the forward, from the block after its own to its
+// last reader or holder, as BlockProfile::forward_frame from here less the same from there.
+// Otherwise a frame holds it from the block after its last reader to the forward's end.
+void add_forward_frame(const LayerGraph& graph, const GraphAnalysis& analysis, int t, size_t b, int64_t bytes,
+                       StepProfile& out) {
+  const size_t last = last_reading_block(graph, analysis, t, b);
+  if (last <= b + 1) {
+    out.blocks[last].forward_frame += bytes;
+    return;
+  }
+  out.blocks[b].forward_frame += bytes;
+  out.blocks[last_use_block(graph, analysis, t, b)].forward_frame -= bytes;
+}
+
+// Whether t, an input of block b, is a far-read tensor whose span (add_forward_frame)
+// already counts it.
+bool counted_by_span(const LayerGraph& graph, const GraphAnalysis& analysis, int t, size_t b) {
+  if (!analysis.held_in_forward[t] || analysis.producer[t] < 0) return false;
+  return static_cast<size_t>(graph.nodes[analysis.producer[t]].block) + 1 < b;
+}
+
 }  // namespace
 
 StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis, DType compute,
@@ -641,6 +670,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     std::vector<int> entry_live;
     for (int t : block.boundary_inputs) {
       if (b > 0 && contains(analysis.blocks[b - 1].saved_tensors, t)) continue;
+      if (counted_by_span(graph, analysis, t, b)) continue;
       entry_live.push_back(t);
     }
     static const std::vector<int> kNothing;
@@ -654,9 +684,7 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     for (int n : block.nodes) {
       for (int t : analysis.node_outputs[n]) {
         if (cached_casts[t] && block.on_autograd) profile.cast_cache += facts.bytes[t];
-        if (analysis.held_in_forward[t] && !saved[t]) {
-          out.blocks[last_reading_block(graph, analysis, t, b)].forward_frame += facts.bytes[t];
-        }
+        if (analysis.held_in_forward[t] && !saved[t]) add_forward_frame(graph, analysis, t, b, facts.bytes[t], out);
         if (facts.read_by_later_block[t] && analysis.requires_grad[t] && !analysis.persistent[t]) {
           profile.out_grad += facts.bytes[t];
         }

@@ -88,7 +88,8 @@ struct BlockProfile {
   int64_t cast_cache = 0;
   // What a forward frame holds to the forward's end that nothing saves
   // (GraphAnalysis::held_in_forward), counted from the block after this one, the last
-  // to read it: forward only, whatever the choice.
+  // to read it: forward only, whatever the choice. A tensor read far ahead adds its
+  // bytes at its own block and takes them off at its last reader's (a span; negative there).
   int64_t forward_frame = 0;
   // The backward fields above (bwd_peak, its splits and bwd_points) as a non-reentrant
   // checkpoint's recompute runs the block, whose nodes free their saved tensors as

@@ -396,7 +396,7 @@ TEST_CASE("bad configs are refused naming the file and the field") {
   nlohmann::json wrong_type = base;
   wrong_type["tie_word_embeddings"] = "yes";
   CHECK(refuse(wrong_type).find("tie_word_embeddings") != std::string::npos);
-  CHECK(refuse(nlohmann::json{{"_class_name", "UNet2DConditionModel"}}).find("diffusers") !=
+  CHECK(refuse(nlohmann::json{{"_class_name", "UNet2DModel"}}).find("diffusers") !=
         std::string::npos);
   CHECK(refuse(nlohmann::json{{"_class_name", "FluxTransformer2DModel"}, {"num_layers", 0}})
             .find("num_layers") != std::string::npos);

@@ -8,6 +8,7 @@
 #   torchtune       torchtune's single-device recipes on a tiny Llama (tt)
 #   diffusers-flux  diffusers' Flux LoRA step, hand-counted (df)
 #   diffusers-sd3   diffusers' SD3 LoRA step, hand-counted (df)
+#   diffusers-sdxl  diffusers' SDXL UNet LoRA step, hand-counted (df)
 #   litgpt          litgpt's finetune step under Fabric (lg)
 #   encoders        the Trainer on BERT and ViT (hf5)
 #   qwen-vl         the Trainer on Qwen2.5-VL with pixel_values and image_grid_thw (hf5)
@@ -29,6 +30,7 @@ case "$suite" in
   torchtune)      env=tt;       test=test_torchtune_tiny.py ;;
   diffusers-flux) env=df;       test=test_diffusers_flux_tiny.py ;;
   diffusers-sd3)  env=df;       test=test_diffusers_sd3_tiny.py ;;
+  diffusers-sdxl) env=df;       test=test_diffusers_sdxl_tiny.py ;;
   litgpt)         env=lg;       test=test_litgpt_tiny.py ;;
   encoders)       env=hf5;      test=test_encoders_tiny.py ;;
   qwen-vl)        env=hf5;      test=test_qwen_vl_tiny.py ;;
@@ -38,7 +40,7 @@ case "$suite" in
   trl-reward)     env=trl;      test=test_trl_reward_tiny.py ;;
   bnb-old)        env=hf4bnb43; test=test_bnb_old_tiny.py ;;
   deepspeed)      env=ds;       test=test_deepspeed_tiny.py ;;
-  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, diffusers-sd3, litgpt, encoders, qwen-vl, torch-loop, trl, trl-dpo, trl-reward, bnb-old or deepspeed)" >&2; exit 2 ;;
+  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, diffusers-sd3, diffusers-sdxl, litgpt, encoders, qwen-vl, torch-loop, trl, trl-dpo, trl-reward, bnb-old or deepspeed)" >&2; exit 2 ;;
 esac
 if [ "$env" = base ]; then
   python="$root/.venv/bin/python"

@@ -202,6 +202,33 @@ TEST_CASE("autocast: pow runs on an fp32 copy of its input, keeps it, and what f
   CHECK(is_f32(graph, "inner"));  // bf16 + fp32
 }
 
+// diffusers' Upsample2D under the SDXL script's autocast: upsample_nearest2d is on the
+// fp32 list, so it reads an fp32 copy of its 16-bit input (kept by nothing: its backward
+// needs only sizes) and returns fp32, which the next conv casts back to 16 bits and keeps.
+TEST_CASE("autocast: nearest upsampling runs on an fp32 copy and returns fp32, the conv keeps its 16-bit cast") {
+  models::GraphBuilder b;
+  b.begin_block("up", "unet_sample", false);
+  const std::string x = b.input("x", graph::SizeExpr::per_token(64), std::nullopt, true);
+  const std::string up = b.copy("interpolate", "upsample_nearest2d", {x}, graph::SizeExpr::per_token(256));
+  models::OpSpec conv;
+  conv.name = "conv";
+  conv.op = "conv2d";
+  conv.inputs = {up};
+  conv.out_elements = graph::SizeExpr::per_token(256);
+  conv.saves = {graph::SavedRef{up, graph::SaveWhen::kAnyGrad}};
+  conv.params = {b.param("conv.weight", {64, 64, 3, 3})};
+  b.op(conv);
+  graph::LayerGraph graph = b.finish();
+  apply_autocast(graph, AutocastWeights::kSixteenBitModel);
+  CHECK(is_f32(graph, "interpolate.cast:x"));
+  CHECK(reads(*graph.find_node("interpolate"), "interpolate.cast:x"));
+  CHECK(is_f32(graph, "interpolate"));
+  REQUIRE(graph.find_tensor("conv.cast:interpolate") != nullptr);
+  CHECK_FALSE(graph.find_tensor("conv.cast:interpolate")->dtype.has_value());
+  CHECK(saves(*graph.find_node("conv"), "conv.cast:interpolate"));
+  CHECK_FALSE(saves(*graph.find_node("conv"), "interpolate"));
+}
+
 TEST_CASE("Trainer QLoRA: PEFT's bitsandbytes layers skip their input cast under autocast, the 4-bit linears share x") {
   RunSettings s;
   s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
