@@ -292,11 +292,12 @@ def torchtune_flags(spec: dict) -> list:
 _ADAPTER_DTYPE = {"float32": "fp32", "bfloat16": "model", "float16": "model"}
 
 
-def diffusers_flux_flags(spec: dict) -> list:
-    args = flux_args_of(spec)
+def _diffusers_lora_flags(spec: dict, args: dict, text_flags: list) -> list:
+    """A diffusers LoRA script's run as headroom's flags: the unspecified stack under autocast,
+    `text_flags` the text length where the model takes one."""
     flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", "unspecified",
              "--precision", "bf16", "--autocast", "on", "--resolution", str(spec["resolution"]),
-             "--batch", str(spec["batch"]), "--text-tokens", str(args["max_sequence_length"]),
+             "--batch", str(spec["batch"]), *text_flags,
              "--mode", "lora", "--lora-rank", str(args["lora_rank"]),
              "--lora-targets", ",".join(args["lora_targets"]), "--lora-dropout", str(args["lora_dropout"]),
              "--adapter-dtype", _ADAPTER_DTYPE[spec.get("adapter_dtype", "bfloat16")],
@@ -304,6 +305,11 @@ def diffusers_flux_flags(spec: dict) -> list:
     if args["checkpointing"] != "none":
         flags += ["--checkpointing", "every"]
     return flags + release_flags(spec)
+
+
+def diffusers_flux_flags(spec: dict) -> list:
+    args = flux_args_of(spec)
+    return _diffusers_lora_flags(spec, args, ["--text-tokens", str(args["max_sequence_length"])])
 
 
 def diffusers_sd3_flags(spec: dict) -> list:
@@ -317,13 +323,4 @@ def diffusers_sd3_flags(spec: dict) -> list:
 def diffusers_sdxl_flags(spec: dict) -> list:
     """train_text_to_image_lora_sdxl.py (stacks/diffusers_sdxl.py) as diffusers_flux_flags gives
     Flux's, less `--text-tokens`: the UNet's 77 text tokens are fixed."""
-    args = sdxl_args_of(spec)
-    flags = [model_path(spec), "--gpu", spec.get("gpu", "h200"), "--stack", "unspecified",
-             "--precision", "bf16", "--autocast", "on", "--resolution", str(spec["resolution"]),
-             "--batch", str(spec["batch"]), "--mode", "lora", "--lora-rank", str(args["lora_rank"]),
-             "--lora-targets", ",".join(args["lora_targets"]), "--lora-dropout", str(args["lora_dropout"]),
-             "--adapter-dtype", _ADAPTER_DTYPE[spec.get("adapter_dtype", "bfloat16")],
-             "--optimizer-impl", _OPTIMIZER_IMPL[spec.get("optim", "adamw_torch")], "--loss", "full"]
-    if args["checkpointing"] != "none":
-        flags += ["--checkpointing", "every"]
-    return flags + release_flags(spec)
+    return _diffusers_lora_flags(spec, sdxl_args_of(spec), [])
