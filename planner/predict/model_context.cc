@@ -192,7 +192,10 @@ bool t5_ties_as_configured(const RunSettings& settings) {
 
 // transformers 5.x projects CLIP's image inside the vision tower's call
 // (mechanisms/clip_projection_order.h); an unknown release is priced as the current one.
+// headroom's own executor (the unspecified stack) projects both towers in its head, as
+// transformers 4.x does (models/torch/clip_module.cc, ClipModelImpl's head_).
 bool clip_projects_in_tower(const RunSettings& settings) {
+  if (settings.stack == Stack::kUnspecified) return false;
   const std::optional<Release> release = release_of(settings.versions, "transformers");
   return !release || *release >= Release{5, 0, 0};
 }

@@ -104,6 +104,13 @@ TEST_CASE("transformers 5.x projects CLIP's image inside the vision tower") {
   };
   CHECK(block_of(v5) == "vision_head");
   CHECK(block_of(v4) == "head");
+  // headroom's own executor (the unspecified stack, models/torch/clip_module.cc) projects
+  // both towers in its head: its ZeRO-3 gathers follow the graph's blocks, and a projection
+  // moved out of the head was used ungathered (executor/torch/data_parallel_test).
+  RunSettings own = clip_full_amp("5.23.0");
+  own.stack = Stack::kUnspecified;
+  own.versions.clear();
+  CHECK(block_of(prepared_context(own)) == "head");
   // The oracle (hf-trainer/clip-vit-base-patch32/full/bf16-amp/none/32), at the peak in
   // text layer 11's backward: 5,249,028 bytes of gradients (text_projection's fp32
   // [512, 512] and the text layer's own, no visual_projection's [512, 768]: +1,572,864 when
