@@ -31,14 +31,7 @@ StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& set
   pending_.assign(tensors, 0);
   saved_.assign(tensors, 0);
   held_by_checkpoint_.assign(tensors, 0);
-  read_by_later_block_.assign(tensors, false);
-  for (size_t t = 0; t < tensors; ++t) {
-    const int producer = an_.producer[t];
-    if (producer < 0) continue;
-    for (int consumer : an_.consumers[t]) {
-      if (graph_.nodes[consumer].block > graph_.nodes[producer].block) read_by_later_block_[t] = true;
-    }
-  }
+  read_by_later_block_ = read_by_later_block(graph_, an_);
   make_backward_gradients();
   cached_casts_ = autocast_cached_casts(graph_);
   inputs_on_host_.assign(graph_.blocks.size(), false);

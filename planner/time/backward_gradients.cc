@@ -22,6 +22,18 @@ BackwardStage BackwardStages::largest() const {
   return most.empty() ? BackwardStage{0, 0} : most;
 }
 
+std::vector<bool> read_by_later_block(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis) {
+  std::vector<bool> later(graph.tensors.size(), false);
+  for (size_t t = 0; t < graph.tensors.size(); ++t) {
+    if (analysis.producer[t] < 0) continue;
+    const int block = graph.nodes[analysis.producer[t]].block;
+    for (int consumer : analysis.consumers[t]) {
+      if (graph.nodes[consumer].block > block) later[t] = true;
+    }
+  }
+  return later;
+}
+
 BackwardGradients::BackwardGradients(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
                                      const std::vector<int64_t>& tensor_bytes, const std::vector<bool>& arriving,
                                      graph::DType compute, int64_t batch, int64_t seq, Accounting accounting,

@@ -69,6 +69,10 @@ struct BackwardStages {
   int64_t own_grads = 0;
 };
 
+// Per tensor, whether some consumer lies in a later block than its producer: the
+// gradients BackwardGradients takes as `arriving` (the block profile's out_grad).
+std::vector<bool> read_by_later_block(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis);
+
 class BackwardGradients {
  public:
   // `tensor_bytes`: accounted bytes per graph tensor; `grad_width`: bytes of a

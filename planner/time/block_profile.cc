@@ -32,15 +32,10 @@ TensorFacts tensor_facts(const LayerGraph& graph, const GraphAnalysis& analysis,
   TensorFacts facts;
   const size_t count = graph.tensors.size();
   facts.bytes.resize(count);
-  facts.read_by_later_block.assign(count, false);
   for (size_t t = 0; t < count; ++t) {
     facts.bytes[t] = account(graph::tensor_bytes(graph.tensors[t], compute, batch, seq), accounting);
-    if (analysis.producer[t] < 0) continue;
-    const int block = graph.nodes[analysis.producer[t]].block;
-    for (int consumer : analysis.consumers[t]) {
-      if (graph.nodes[consumer].block > block) facts.read_by_later_block[t] = true;
-    }
   }
+  facts.read_by_later_block = read_by_later_block(graph, analysis);
   return facts;
 }
 
