@@ -68,6 +68,8 @@ def predict_command(command: list) -> dict:
     buffers, saved = b["buffers_bytes"], b["saved_buffers_bytes"]
     return {"command": command,
             "peak_allocated_bytes": prediction["peak_allocated_bytes"] - b["workspaces_bytes"],
+            # the allocator simulation's peak (`headroom simulate`), workspaces left out the same way
+            "simulated_peak_allocated_bytes": prediction["simulated_peak_allocated_bytes"] - b["workspaces_bytes"],
             "at_peak": {
                 "parameters": b["parameters_bytes"] + b["master_weights_bytes"] - buffers,
                 "gradients": b["gradients_bytes"],

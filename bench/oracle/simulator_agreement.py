@@ -14,10 +14,8 @@ the recorded grid (bench/oracle/recorded/grid-rows.json.gz); about 15 s on two c
 import argparse
 import collections
 import concurrent.futures
-import json
 import os
 import statistics
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,14 +32,11 @@ def peaks(row: dict, headroom: str) -> dict:
         return {"name": row["name"], "error": row["error"]}
     command = compare.refreshed_command(row)
     compare.restore_config_file(command, row.get("config_text"))
-    done = subprocess.run([headroom, *command[1:]], capture_output=True, text=True, cwd=compare.ROOT, timeout=600)
-    if done.returncode not in (0, 1):
-        return {"name": row["name"], "error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
-    prediction = json.loads(done.stdout)["as_given"]["prediction"]
-    workspace = prediction["allocated_breakdown"]["workspaces_bytes"]
-    return {"name": row["name"], "oracle": row["oracle_bytes"],
-            "walk": prediction["peak_allocated_bytes"] - workspace,
-            "simulated": prediction["simulated_peak_allocated_bytes"] - workspace}
+    guess = compare.predict_command([headroom, *command[1:]])
+    if "error" in guess:
+        return {"name": row["name"], "error": guess["error"]}
+    return {"name": row["name"], "oracle": row["oracle_bytes"], "walk": guess["peak_allocated_bytes"],
+            "simulated": guess["simulated_peak_allocated_bytes"]}
 
 
 def pct(a: float, b: float) -> float:
