@@ -140,7 +140,7 @@ graph::LayerGraph build_unet(const UnetConfig& f, const ZooOptions& options) {
   c.context = b.input("encoder_hidden_states", times(fixed_tokens(f.text_tokens), f.cross_dim), std::nullopt, false);
   c.temb = time_embeddings(b, f, c.temb_dim);
   const std::string sample = b.input("sample", unet_map(c, 0, f.in_channels), std::nullopt, false);
-  const std::string x = unet_conv(c, "conv_in", sample, 0, 0, f.in_channels, c0, 3);
+  const std::string x = unet_conv(c, "conv_in", sample, 0, f.in_channels, c0, 3);
   Walk w{c, f, {x}};
   std::string h = down_blocks(w, x);
   h = mid_block(w, h);
@@ -148,7 +148,7 @@ graph::LayerGraph build_unet(const UnetConfig& f, const ZooOptions& options) {
   b.begin_block("head", "unet_output", false);
   h = unet_group_norm(c, "conv_norm_out", h, 0, c0);
   h = b.activation("conv_act", h, unet_map(c, 0, c0), "silu");
-  const std::string out = unet_conv(c, "conv_out", h, 0, 0, c0, f.out_channels, 3);
+  const std::string out = unet_conv(c, "conv_out", h, 0, c0, f.out_channels, 3);
   // F.mse_loss(model_pred.float(), target.float()): the noise, epsilon prediction.
   mmdit_flow_matching_loss(b, out, unet_map(c, 0, f.out_channels));
   return b.finish();

@@ -139,8 +139,8 @@ std::string unet_group_norm(UnetContext& c, const std::string& module, const std
   return y;
 }
 
-std::string unet_conv(UnetContext& c, const std::string& module, const std::string& x, [[maybe_unused]] int64_t in_level,
-                      int64_t out_level, int64_t in, int64_t out, int64_t kernel) {
+std::string unet_conv(UnetContext& c, const std::string& module, const std::string& x, int64_t out_level,
+                      int64_t in, int64_t out, int64_t kernel) {
   const SizeExpr out_elements = unet_map(c, out_level, out);
   // 2 * in * k^2 FLOPs per output element; dX and dW cost the same again each.
   const SizeExpr flops = out_elements.scaled(2 * in * kernel * kernel);
@@ -167,14 +167,14 @@ std::string unet_resnet(UnetContext& c, const std::string& module, const std::st
   const SizeExpr elements = unet_map(c, level, out);
   std::string h = unet_group_norm(c, module + ".norm1", x, level, in);
   h = b.activation(module + ".nonlinearity", h, unet_map(c, level, in), "silu");
-  h = unet_conv(c, module + ".conv1", h, level, level, in, out, 3);
+  h = unet_conv(c, module + ".conv1", h, level, in, out, 3);
   const std::string t = b.activation(module + ".time_silu", c.temb, SizeExpr::per_sample(c.temb_dim), "silu");
   const std::string t_proj = b.linear(module + ".time_emb_proj", t, per_sample_rows(), c.temb_dim, out, true);
   h = b.add(module + ".add_temb", h, t_proj, elements);
   h = unet_group_norm(c, module + ".norm2", h, level, out);
   h = b.activation(module + ".nonlinearity_1", h, elements, "silu");
-  h = unet_conv(c, module + ".conv2", h, level, level, out, out, 3);
-  const std::string shortcut = in == out ? x : unet_conv(c, module + ".conv_shortcut", x, level, level, in, out, 1);
+  h = unet_conv(c, module + ".conv2", h, level, out, out, 3);
+  const std::string shortcut = in == out ? x : unet_conv(c, module + ".conv_shortcut", x, level, in, out, 1);
   const std::string sum = b.add(module + ".residual", shortcut, h, elements);
   return b.copy(module + ".rescale", "div_scalar", {sum}, elements);
 }
@@ -206,7 +206,7 @@ std::string unet_transformer(UnetContext& c, const std::string& module, const st
 std::string unet_downsample(UnetContext& c, const std::string& module, const std::string& x, int64_t level,
                             int64_t channels) {
   c.b.begin_block(module, "unet_sample", false);
-  return unet_conv(c, module + ".conv", x, level, level + 1, channels, channels, 3);
+  return unet_conv(c, module + ".conv", x, level + 1, channels, channels, 3);
 }
 
 std::string unet_upsample(UnetContext& c, const std::string& module, const std::string& x, int64_t level,
@@ -214,7 +214,7 @@ std::string unet_upsample(UnetContext& c, const std::string& module, const std::
   c.b.begin_block(module, "unet_sample", false);
   const std::string up =
       c.b.copy(module + ".interpolate", "upsample_nearest2d", {x}, unet_map(c, level - 1, channels));
-  return unet_conv(c, module + ".conv", up, level - 1, level - 1, channels, channels, 3);
+  return unet_conv(c, module + ".conv", up, level - 1, channels, channels, 3);
 }
 
 }  // namespace headroom::models

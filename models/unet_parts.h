@@ -41,10 +41,10 @@ SizeExpr unet_map(const UnetContext& c, int64_t level, int64_t channels);
 // per-(sample, group) mean and rstd.
 std::string unet_group_norm(UnetContext& c, const std::string& module, const std::string& x, int64_t level,
                             int64_t channels);
-// nn.Conv2d(in, out, kernel) with bias reading a map at `in_level`, writing one at
-// `out_level` (one deeper: stride 2). Keeps its input whenever it is on the graph.
-std::string unet_conv(UnetContext& c, const std::string& module, const std::string& x, int64_t in_level,
-                      int64_t out_level, int64_t in, int64_t out, int64_t kernel);
+// nn.Conv2d(in, out, kernel) with bias writing a map at `out_level` (its input's level, or
+// one deeper: stride 2). Keeps its input whenever it is on the graph.
+std::string unet_conv(UnetContext& c, const std::string& module, const std::string& x, int64_t out_level,
+                      int64_t in, int64_t out, int64_t kernel);
 // ResnetBlock2D (time_embedding_norm "default", output_scale_factor 1) as block `module`.
 std::string unet_resnet(UnetContext& c, const std::string& module, const std::string& x, int64_t level,
                         int64_t in, int64_t out);
