@@ -60,6 +60,11 @@ std::string simulation_summary(const planner::Plan& plan, const planner::Simulat
     }
   }
   if (rest > 0) live.add_row({"everything else", format_gib(rest)});
+  // torch.cuda counts whole blocks: a large-pool block is not split for a remainder of
+  // 1 MiB or less (CUDACachingAllocator.cpp should_split), and that tail is allocated too.
+  int64_t tensors = 0;
+  for (const planner::LiveItem& item : s.live_at_peak) tensors += item.bytes;
+  if (s.peak_allocated > tensors) live.add_row({"unsplit blocks' tails", format_gib(s.peak_allocated - tensors)});
   out << live.render();
   const planner::TimeBreakdown& t = s.time;
   out << "\nTime (one optimizer step):\n";

@@ -70,6 +70,8 @@ def predict_command(command: list) -> dict:
             "peak_allocated_bytes": prediction["peak_allocated_bytes"] - b["workspaces_bytes"],
             # the allocator simulation's peak (`headroom simulate`), workspaces left out the same way
             "simulated_peak_allocated_bytes": prediction["simulated_peak_allocated_bytes"] - b["workspaces_bytes"],
+            # its largest sum of live tensors, without the blocks' unsplit tails: what the walk counts
+            "simulated_peak_live_bytes": prediction["simulated_peak_live_bytes"] - b["workspaces_bytes"],
             "at_peak": {
                 "parameters": b["parameters_bytes"] + b["master_weights_bytes"] - buffers,
                 "gradients": b["gradients_bytes"],

@@ -45,6 +45,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   j["peak_allocated_bytes"] = p.peak_allocated;
   j["peak_reserved_bytes"] = p.peak_reserved;
   j["simulated_peak_allocated_bytes"] = p.simulated_peak_allocated;
+  j["simulated_peak_live_bytes"] = p.simulated_peak_live;
   j["simulated_peak_reserved_bytes"] = p.simulated_peak_reserved;
   j["simulated_out_of_memory"] = p.simulated_out_of_memory;
   j["model"] = {{"total_parameters", p.model.total_params},

@@ -69,6 +69,9 @@ struct Prediction {
   int64_t peak_allocated = 0;      // torch.cuda.max_memory_allocated equivalent
   int64_t peak_reserved = 0;       // torch.cuda.max_memory_reserved equivalent (the larger of the two models)
   int64_t simulated_peak_allocated = 0;  // from the tensor-level allocator simulation
+  // Its largest sum of live tensors, without the blocks' unsplit tails (Simulation::peak_live):
+  // the simulation's figure for what peak_allocated counts.
+  int64_t simulated_peak_live = 0;
   int64_t simulated_peak_reserved = 0;
   bool simulated_out_of_memory = false;  // the allocator simulation failed an allocation within the budget
   int64_t gpu_total = 0;           // peak_reserved + context: what runs out

@@ -244,6 +244,7 @@ Simulation simulate_allocator_share(const ModelContext& context, const RunSettin
   quiet.max_memory_samples = 0;
   Simulation simulation = simulate(context, settings, config, blocks, quiet);
   out.simulated_peak_allocated = std::max(simulation.peak_allocated, simulation.first_step_peak_allocated);
+  out.simulated_peak_live = simulation.peak_live;
   // Reserved memory only grows from step to step (the allocator caches), unless
   // an out-of-memory retry released segments: take the larger of the two.
   const int64_t simulated_reserved = std::max(simulation.peak_reserved, simulation.first_step_peak_reserved);

@@ -30,6 +30,7 @@ std::string_view phase_name(Phase phase) {
 nlohmann::json simulation_to_json(const Simulation& s, bool with_events) {
   nlohmann::json j;
   j["peak_allocated_bytes"] = s.peak_allocated;
+  j["peak_live_bytes"] = s.peak_live;
   j["peak_reserved_bytes"] = s.peak_reserved;
   j["cuda_context_bytes"] = s.cuda_context;
   j["gpu_total_bytes"] = s.peak_reserved + s.cuda_context;

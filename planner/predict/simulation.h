@@ -53,6 +53,12 @@ struct Simulation {
   std::vector<MemorySample> memory;   // after every allocation and free, in time order
   int64_t peak_allocated = 0;
   int64_t peak_reserved = 0;
+  // The largest sum of live tensors' sizes (requests rounded to 512 B) over every step
+  // and batch replayed. peak_allocated counts whole blocks, as torch.cuda's
+  // allocated_bytes does: a large-pool block is not split when what would remain is
+  // 1 MiB or less, and that tail counts as allocated. The walk and the meta-device
+  // oracle count tensors only, so this is the figure to put beside them.
+  int64_t peak_live = 0;
   int64_t cuda_context = 0;           // outside the allocator; add for nvidia-smi
   double peak_time_ms = 0;             // when the allocated peak happens
   std::string peak_label;             // the operation at which the allocated peak happens

@@ -14,6 +14,7 @@ Simulation simulate(const ModelContext& context, const RunSettings& settings, co
     out.varied_length_micro_steps = run.varied_length_micro_steps;
     out.varied_peak_reserved = run.varied_peak_reserved;
     out.varied_peak_allocated = run.varied_peak_allocated;
+    out.peak_live = std::max(out.peak_live, run.peak_live);
     if (run.out_of_memory && !out.out_of_memory) {
       out.out_of_memory = true;
       out.varied_out_of_memory = true;

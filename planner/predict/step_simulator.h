@@ -255,6 +255,7 @@ class StepSimulator {
   std::vector<std::string> category_names_;
   std::vector<int> block_categories_;
   std::vector<int64_t> by_category_;
+  int64_t live_bytes_ = 0;  // the sum of by_category_: live tensors, blocks' tails left out
   std::vector<int64_t> peak_categories_;
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> delayed_;
   double clock_ = 0;

@@ -46,6 +46,7 @@ int64_t StepSimulator::alloc(int64_t bytes, int category, int stream) {
   const int64_t size = allocated_bytes_for_request(bytes);
   live_[handle] = {size, category};
   by_category_[category] += size;
+  live_bytes_ += size;
   if (!replaying_lengths_) ++out_.allocations;
   sample();
   return handle;
@@ -55,6 +56,7 @@ void StepSimulator::release(int64_t handle) {
   if (handle < 0) return;
   const auto it = live_.find(handle);
   by_category_[it->second.second] -= it->second.first;
+  live_bytes_ -= it->second.first;
   live_.erase(it);
   allocator_.release(handle);
   sample();
@@ -63,6 +65,7 @@ void StepSimulator::release(int64_t handle) {
 void StepSimulator::sample() {
   const int64_t reserved = allocator_.reserved_bytes();
   const int64_t allocated = allocator_.allocated_bytes();
+  out_.peak_live = std::max(out_.peak_live, live_bytes_);
   if (replaying_lengths_) {  // batches of varied length: their peaks only
     out_.varied_peak_reserved = std::max(out_.varied_peak_reserved, reserved);
     out_.varied_peak_allocated = std::max(out_.varied_peak_allocated, allocated);
