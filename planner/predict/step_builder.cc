@@ -4,6 +4,7 @@
 
 #include "planner/memory/allocator_rounding.h"
 #include "planner/memory/state_bytes.h"
+#include "planner/predict/ctx_recomputed.h"
 #include "planner/predict/deepspeed_gathered.h"
 #include "planner/predict/deepspeed_walk.h"
 #include "planner/predict/dpo_reference.h"
@@ -263,18 +264,12 @@ static std::vector<int64_t> ctx_held_bytes(const ModelContext& context, int64_t 
   return bytes;
 }
 
-// Per block, the bytes of ModelContext::ctx_held that the block's own nodes make and
-// that are no leaf (StepModel::ctx_recomputed): a recompute runs those nodes again, so
-// their outputs are new storages; its inputs, made by earlier blocks, and the leaves the
-// graph holds (mechanisms/t5_position_bias.h) are the same tensors.
+// Per block, the bytes of ctx_recomputed_tensors (StepModel::ctx_recomputed).
 static std::vector<int64_t> ctx_recomputed_bytes(const ModelContext& context, int64_t batch, Accounting accounting) {
   std::vector<int64_t> bytes(context.ctx_held.size(), 0);
   for (size_t k = 0; k < context.ctx_held.size(); ++k) {
-    for (int t : context.ctx_held[k]) {
+    for (int t : ctx_recomputed_tensors(context, k)) {
       const graph::Tensor& tensor = context.graph.tensors[static_cast<size_t>(t)];
-      const int producer = context.analysis.producer[static_cast<size_t>(t)];
-      if (producer < 0 || tensor.requires_grad) continue;
-      if (context.graph.nodes[static_cast<size_t>(producer)].block != static_cast<int>(k)) continue;
       bytes[k] += account(graph::tensor_bytes(tensor, context.compute_dtype, batch, context.seq_len), accounting);
     }
   }

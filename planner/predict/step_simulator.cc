@@ -6,6 +6,7 @@
 #include "planner/mechanisms/autocast.h"
 #include "planner/mechanisms/litgpt_model.h"
 #include "planner/memory/allocator_rounding.h"
+#include "planner/predict/ctx_recomputed.h"
 #include "planner/predict/dpo_reference.h"
 #include "planner/settings/run_gpu.h"
 #include "planner/time/fsdp2_stream_copies.h"
@@ -58,7 +59,13 @@ StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& set
   plan_deepspeed_hooks();
   if (fsdp() && !fsdp1()) kept_layer_ = fsdp2_kept_layer(graph_, settings);
   if (fsdp() && !fsdp1()) kept_tail_ = fsdp2_kept_tail(graph_, settings);
-  grads_through_forward_ = resolve_stack(settings).top.grads_through_forward;
+  const StackSpec stack = resolve_stack(settings).top;
+  grads_through_forward_ = stack.grads_through_forward;
+  ctx_copies_.resize(graph_.blocks.size());
+  ctx_recomputed_.resize(graph_.blocks.size());
+  if (stack.recompute != Recompute::kBlockReentrant) {
+    for (size_t b = 0; b < graph_.blocks.size(); ++b) ctx_recomputed_[b] = ctx_recomputed_tensors(context, b);
+  }
   unsloth_offload_ = unsloth_offloads_checkpoint_inputs(settings);
   for (size_t b = 0; b < graph_.blocks.size(); ++b) {
     if (checkpointed(static_cast<int>(b))) last_checkpointed_ = static_cast<int>(b);
@@ -152,6 +159,7 @@ void StepSimulator::forward_block(int block, bool recompute) {
   for (int n : an_.blocks[block].nodes) {
     const Node& node = graph_.nodes[n];
     label_ = prefix + node.name;
+    if (recompute) copy_ctx_tensors(n, block);
     for (int t : an_.node_outputs[n]) {
       if (an_.persistent[t] || handle_[t] >= 0) continue;
       handle_[t] = alloc(tensor_bytes_[t], block_category(block));
@@ -295,8 +303,22 @@ void StepSimulator::backward_node(int n, int block) {
   deepspeed_hooks_after(n);
 }
 
-// A checkpointed block's backward ends: its inputs (and selective saves) are no longer held.
+// A non-reentrant recompute makes node n's ctx tensors again while the first forward's
+// are still held (ctx_recomputed_tensors): a second storage each.
+void StepSimulator::copy_ctx_tensors(int n, int block) {
+  const std::vector<int>& again = ctx_recomputed_[static_cast<size_t>(block)];
+  for (int t : an_.node_outputs[n]) {
+    if (handle_[t] >= 0 && std::find(again.begin(), again.end(), t) != again.end()) {
+      ctx_copies_[static_cast<size_t>(block)].push_back(alloc(tensor_bytes_[t], block_category(block)));
+    }
+  }
+}
+
+// A checkpointed block's backward ends: its inputs (and selective saves) are no longer
+// held, nor the recompute's ctx copies.
 void StepSimulator::release_checkpoint_holds(int block) {
+  for (int64_t copy : ctx_copies_[static_cast<size_t>(block)]) release(copy);
+  ctx_copies_[static_cast<size_t>(block)].clear();
   for (int t : an_.blocks[block].boundary_inputs) {
     --held_by_checkpoint_[t];
     maybe_free(t);

@@ -172,6 +172,7 @@ class StepSimulator {
   void backward_node(int n, int block);
   int64_t alloc_backward_workspace(int n);
   void release_checkpoint_holds(int block);
+  void copy_ctx_tensors(int n, int block);
   bool reduce_block_gradients(int block);
   // One unit's reduce-scatter (step_simulator_fsdp.cc): FSDP2 keeps its input until the
   // next group's post_backward, or the root's final callback, drops it (drop_reduce_input).
@@ -209,6 +210,10 @@ class StepSimulator {
   std::vector<int> held_by_checkpoint_;
   std::vector<bool> cached_casts_;     // autocast_cached_casts
   std::vector<int> held_by_cast_cache_;  // tensors autocast's cache holds to the forward's end
+  // A non-reentrant recompute's second copies of ctx tensors (ctx_recomputed_tensors),
+  // per block: which tensors, and the copies live until the block's backward ends.
+  std::vector<std::vector<int>> ctx_recomputed_;
+  std::vector<std::vector<int64_t>> ctx_copies_;
   std::vector<NodeTimes> times_;
   std::vector<int64_t> block_param_bytes_;   // what ZeRO-3 / FSDP gathers per block
   std::vector<int64_t> block_shard_bytes_;   // the same parameters as FSDP's shards store them (fp32 or not)
