@@ -29,15 +29,15 @@ void StepSimulator::plan_deepspeed_hooks() {
   for (size_t i = 0; i < an_.order.size(); ++i) position[static_cast<size_t>(an_.order[i])] = i;
   // A tied weight's gradient is complete at its first use in forward, the last in backward.
   std::map<std::string, size_t> completed_at;
-  std::map<std::string, int> first_block;  // a weight several blocks use is tied across them
   for (size_t n = 0; n < graph_.nodes.size(); ++n) {
     for (const graph::Param& param : graph_.nodes[n].params) {
       const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
       const auto [it, fresh] = completed_at.try_emplace(owner, n);
       if (position[n] < position[it->second]) it->second = n;
-      const auto [block, first] = first_block.try_emplace(owner, graph_.nodes[n].block);
-      if (block->second != graph_.nodes[n].block) tied_across_blocks_.insert(owner);
     }
+  }
+  for (const auto& [owner, span] : blocks_by_owner(graph_)) {  // a weight several blocks use is tied across them
+    if (span.lowest != span.highest) tied_across_blocks_.insert(owner);
   }
   for (const auto& [owner, n] : completed_at) {
     const auto original = owners_.find(owner);
