@@ -103,8 +103,8 @@ def _fsdp1_init_on_meta(original_init):
 
 
 @contextlib.contextmanager
-def fake_process_group(world_size: int) -> Iterator[object]:
-    """Rank 0 of `world_size` on the fake backend; yields the 1-D meta DeviceMesh."""
+def fake_process_group(world_size: int, rank: int = 0) -> Iterator[object]:
+    """`rank` (0 unless given) of `world_size` on the fake backend; yields the 1-D meta DeviceMesh."""
     import torch.distributed.fsdp._fully_shard._fully_shard as fully_shard_module
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FullyShardedDataParallel
@@ -113,7 +113,9 @@ def fake_process_group(world_size: int) -> Iterator[object]:
 
     if world_size < 1:
         raise ValueError(f"fake_process_group: world_size {world_size}: expected 1 or more")
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"fake_process_group: rank {rank}: expected 0 to world_size - 1 ({world_size - 1})")
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
         mesh = init_device_mesh("meta", (world_size,))
         with patched(torch, "meta", _meta_device_module()), \

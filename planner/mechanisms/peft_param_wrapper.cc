@@ -100,6 +100,13 @@ void wrap_router(LayerGraph& graph, Node& node, int64_t rank, DType adapter_dtyp
 
 }  // namespace
 
+bool lora_factors_viewed_early(const graph::Node& node) {
+  // wrap_experts names W' this way; the router's W' (wrap_router) is no grouped GEMM.
+  return node.op == graph::op::kGroupedMm &&
+         std::any_of(node.outputs.begin(), node.outputs.end(),
+                     [](const std::string& t) { return t.ends_with(".lora_recomposed"); });
+}
+
 Result<ConvertedTargets> convert_moe_targets(const LayerGraph& graph, const std::vector<std::string>& targets,
                                              const std::string& model) {
   const auto row = std::find_if(std::begin(kConversions), std::end(kConversions),

@@ -48,6 +48,15 @@ struct ConvertedTargets {
 Result<ConvertedTargets> convert_moe_targets(const graph::LayerGraph& graph, const std::vector<std::string>& targets,
                                              const std::string& model);
 
+// Whether `node` is a grouped GEMM whose experts' weight _LoraFactorsProxy recomposes:
+// the proxy views lora_A and lora_B as the experts module's forward starts, before its
+// first grouped GEMM, so autograd, which runs the ready node of the highest sequence
+// number first, reaches those views and the factors' AccumulateGrad (and the hooks on
+// it) only once every such GEMM of the block has run backward (peft/tuners/lora/layer.py
+// ParamWrapper._activate_lora, get_delta_factors, 0.21.2; seen on the meta-device oracle:
+// Qwen3-MoE's first ZeRO-2 hook after layers.1's gate_up_proj).
+bool lora_factors_viewed_early(const graph::Node& node);
+
 // Wraps the named parameters of every MoE block of `graph` (skipping nodes matching
 // settings.lora_skip); returns how many. Refused: lora dropout (ParamWrapper raises
 // on it) and autocast over fp32 weights (not priced). The executor builds the same

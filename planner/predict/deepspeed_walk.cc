@@ -24,21 +24,18 @@ size_t first_gradient_block(const ModelStates& states, size_t n) {
 // Per block, the elements of the trainable gradients that the reduce bucket takes (those
 // no larger than it), each where autograd completes it: a tied weight's at its lowest use.
 std::vector<int64_t> bucketed_elements_by_block(const ModelContext& context, const RunSettings& settings, size_t n) {
-  std::map<std::string, int> made_in;  // owner -> lowest block using it
+  const std::map<std::string, OwnerBlocks> blocks = blocks_by_owner(context.graph);
   std::map<std::string, int64_t> elements;
   for (const graph::Node& node : context.graph.nodes) {
     for (const graph::Param& param : node.params) {
-      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
-      const auto [it, fresh] = made_in.try_emplace(owner, node.block);
-      it->second = std::min(it->second, node.block);
       if (param.tied_to.empty() && param.trainable && param.elements() <= settings.reduce_bucket_elements) {
-        elements[owner] = param.elements();
+        elements[param.name] = param.elements();
       }
     }
   }
   std::vector<int64_t> out(n, 0);
   for (const auto& [owner, count] : elements) {
-    const int k = made_in[owner];
+    const int k = blocks.at(owner).lowest;
     if (k >= 0 && static_cast<size_t>(k) < n) out[k] += count;
   }
   return out;
@@ -106,25 +103,21 @@ void delay_gradient_partition(const RunSettings& settings, const ModelStates& st
 // ZeRO's hook copies it into the bucket only then. No `.grad` until then: in flight.
 void hold_tied_partials(const ModelContext& context, const RunSettings& settings, Accounting accounting,
                         StepModel& model) {
-  std::map<std::string, std::pair<int, int>> blocks;  // owner -> (last use in backward, first)
   std::map<std::string, int64_t> bytes;
   for (const graph::Node& node : context.graph.nodes) {
     for (const graph::Param& param : node.params) {
-      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
-      const auto [it, fresh] = blocks.try_emplace(owner, node.block, node.block);
-      it->second = {std::min(it->second.first, node.block), std::max(it->second.second, node.block)};
-      if (param.tied_to.empty() && param.trainable) bytes[owner] = account(grad_bytes(param, settings.precision), accounting);
+      if (param.tied_to.empty() && param.trainable) bytes[param.name] = account(grad_bytes(param, settings.precision), accounting);
     }
   }
   model.not_grads.in_flight_bwd.resize(model.grads_bwd.size(), 0);
   model.not_grads.in_flight_bwd_before.resize(model.grads_bwd.size(), 0);
-  for (const auto& [owner, span] : blocks) {
+  for (const auto& [owner, span] : blocks_by_owner(context.graph)) {
     const auto held = bytes.find(owner);
-    if (held == bytes.end() || span.first == span.second) continue;
-    for (int k = span.first; k <= span.second && k < static_cast<int>(model.grads_bwd.size()); ++k) {
+    if (held == bytes.end() || span.lowest == span.highest) continue;
+    for (int k = span.lowest; k <= span.highest && k < static_cast<int>(model.grads_bwd.size()); ++k) {
       model.grads_bwd[k] += held->second;
       model.not_grads.in_flight_bwd[k] += held->second;
-      if (k == span.second) continue;
+      if (k == span.highest) continue;
       model.grads_bwd_before[k] += held->second;
       model.not_grads.in_flight_bwd_before[k] += held->second;
     }
@@ -139,20 +132,17 @@ void hold_tied_partials(const ModelContext& context, const RunSettings& settings
 // backward that makes it is done.
 void hold_oversized_gradients(const ModelContext& context, const RunSettings& settings, Accounting accounting,
                               StepModel& model) {
-  std::map<std::string, int> made_in;  // owner -> lowest block using it: its gradient is summed there
+  const std::map<std::string, OwnerBlocks> blocks = blocks_by_owner(context.graph);
   std::map<std::string, int64_t> bytes;
   for (const graph::Node& node : context.graph.nodes) {
     for (const graph::Param& param : node.params) {
-      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
-      const auto [it, fresh] = made_in.try_emplace(owner, node.block);
-      it->second = std::min(it->second, node.block);
       if (param.tied_to.empty() && param.trainable && param.elements() > settings.reduce_bucket_elements) {
-        bytes[owner] = account(grad_bytes(param, settings.precision), accounting);
+        bytes[param.name] = account(grad_bytes(param, settings.precision), accounting);
       }
     }
   }
   for (const auto& [owner, held] : bytes) {
-    const int k = made_in[owner];
+    const int k = blocks.at(owner).lowest;  // its gradient is summed there
     if (k < 0 || k >= static_cast<int>(model.grads_bwd.size())) continue;
     // The reduction runs at the next hook, after the block's own backward peak: before the
     // next block's parameter gradients; the first block's, at the end of backward. The
@@ -178,24 +168,19 @@ void hold_oversized_gradients(const ModelContext& context, const RunSettings& se
 // without them holds it into the next block's backward up to its first gradient.
 void hold_zero3_oversized_gradients(const ModelContext& context, const RunSettings& settings,
                                     Accounting accounting, StepModel& model) {
-  std::map<std::string, std::pair<int, int64_t>> made;  // owner -> (block making its gradient, bytes)
+  const std::map<std::string, OwnerBlocks> blocks = blocks_by_owner(context.graph);
+  std::map<std::string, int64_t> made;  // owner -> bytes of its gradient
   std::map<int, int> trainable_in_block;
   for (const graph::Node& node : context.graph.nodes) {
     for (const graph::Param& param : node.params) {
       if (!param.tied_to.empty() || !param.trainable) continue;
       ++trainable_in_block[node.block];
       if (param.elements() <= settings.reduce_bucket_elements) continue;
-      made[param.name] = {node.block, account(grad_bytes(param, settings.precision), accounting)};
+      made[param.name] = account(grad_bytes(param, settings.precision), accounting);
     }
   }
-  for (const graph::Node& node : context.graph.nodes) {  // a tied weight's is summed at its lowest use
-    for (const graph::Param& param : node.params) {
-      const auto it = param.tied_to.empty() ? made.end() : made.find(param.tied_to);
-      if (it != made.end()) it->second.first = std::min(it->second.first, node.block);
-    }
-  }
-  for (const auto& [owner, at] : made) {
-    const auto [k, held] = at;
+  for (const auto& [owner, held] : made) {
+    const int k = blocks.at(owner).lowest;  // a tied weight's is summed at its lowest use
     if (k < 0 || k >= static_cast<int>(model.grads_bwd.size())) continue;
     model.grads_bwd[k] += held;
     if (trainable_in_block[k] == 1 && k > 0) model.grads_bwd_before[k - 1] += held;
@@ -220,6 +205,19 @@ void label_zero3_partition(const ModelStates& states, StepModel& model) {
 }
 
 }  // namespace
+
+std::map<std::string, OwnerBlocks> blocks_by_owner(const graph::LayerGraph& graph) {
+  std::map<std::string, OwnerBlocks> out;
+  for (const graph::Node& node : graph.nodes) {
+    for (const graph::Param& param : node.params) {
+      const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
+      const auto [it, fresh] = out.try_emplace(owner, OwnerBlocks{node.block, node.block});
+      it->second.lowest = std::min(it->second.lowest, node.block);
+      it->second.highest = std::max(it->second.highest, node.block);
+    }
+  }
+  return out;
+}
 
 int deepspeed_partition_block(const RunSettings& settings, const ModelStates& states) {
   const int64_t bucket = settings.reduce_bucket_elements * grad_bytes_per_element(settings.precision);

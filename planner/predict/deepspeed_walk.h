@@ -6,11 +6,26 @@
 // under ZeRO-3, a gradient larger than the bucket, held outside it until the next hook.
 #pragma once
 
+#include <map>
+#include <string>
+
+#include "graph/layer_graph.h"
 #include "planner/memory/model_states.h"
 #include "planner/predict/model_context.h"
 #include "planner/predict/step_model.h"
 
 namespace headroom::planner {
+
+// The blocks whose nodes use a weight, lowest and highest. Autograd sums a weight's
+// gradient at the use backward reaches last, its lowest block; a weight used by more
+// than one block (tied embeddings) holds a partial gradient in between.
+struct OwnerBlocks {
+  int lowest = 0;
+  int highest = 0;
+};
+
+// Per weight, under its owner's name (a tied weight's is the name it is tied to).
+std::map<std::string, OwnerBlocks> blocks_by_owner(const graph::LayerGraph& graph);
 
 // Whether DeepSpeed's ZeRO-3 gradient hooks (stage3.py) decide when the run's gradients
 // exist: ZeRO-3 through DeepSpeed's engine, the optimizer not stepped in backward.

@@ -8,11 +8,29 @@
 #include <utility>
 #include <vector>
 
+#include "planner/mechanisms/peft_param_wrapper.h"
 #include "planner/memory/deepspeed_buckets.h"
 #include "planner/predict/deepspeed_walk.h"
 #include "planner/predict/step_simulator.h"
 
 namespace headroom::planner {
+
+namespace {
+
+// Whether node n's parameters wait for their AccumulateGrad past its backward: a
+// ParamWrapper GEMM whose block still has another to run backward (they run in the
+// block's node order reversed), the factors of all of them reached after the last.
+// The walk's BackwardStages::through_first_param_grads splits at the same node.
+bool factors_awaited(const graph::LayerGraph& graph, const graph::GraphAnalysis& an, int n) {
+  if (!lora_factors_viewed_early(graph.nodes[n])) return false;
+  for (int other : an.blocks[graph.nodes[n].block].nodes) {
+    if (other == n) return false;
+    if (an.needs_param_grad[other] && lora_factors_viewed_early(graph.nodes[other])) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 int64_t StepSimulator::deepspeed_gather(int block) {
   const std::vector<int64_t>& held = in_backward_ ? deepspeed_gathered_.backward : deepspeed_gathered_.forward;
@@ -29,15 +47,15 @@ void StepSimulator::plan_deepspeed_hooks() {
   for (size_t i = 0; i < an_.order.size(); ++i) position[static_cast<size_t>(an_.order[i])] = i;
   // A tied weight's gradient is complete at its first use in forward, the last in backward.
   std::map<std::string, size_t> completed_at;
-  std::map<std::string, int> first_block;  // a weight several blocks use is tied across them
   for (size_t n = 0; n < graph_.nodes.size(); ++n) {
     for (const graph::Param& param : graph_.nodes[n].params) {
       const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
       const auto [it, fresh] = completed_at.try_emplace(owner, n);
       if (position[n] < position[it->second]) it->second = n;
-      const auto [block, first] = first_block.try_emplace(owner, graph_.nodes[n].block);
-      if (block->second != graph_.nodes[n].block) tied_across_blocks_.insert(owner);
     }
+  }
+  for (const auto& [owner, span] : blocks_by_owner(graph_)) {  // a weight several blocks use is tied across them
+    if (span.lowest != span.highest) tied_across_blocks_.insert(owner);
   }
   for (const auto& [owner, n] : completed_at) {
     const auto original = owners_.find(owner);
@@ -75,9 +93,10 @@ void StepSimulator::deepspeed_hooks_before(int n) {
 // ZeRO-2's hooks after a node's backward (the walk's through/after split,
 // StepModel::grads_made_by_hooks): the first makes the buckets (setup_buckets), a later
 // one reduces the gradient held over the bucket, and the first of the partition's block
-// makes the partition (copy_grads_in_partition).
+// makes the partition (copy_grads_in_partition). None runs after a ParamWrapper GEMM
+// whose factors autograd reaches later (factors_awaited).
 void StepSimulator::deepspeed_hooks_after(int n) {
-  if (!zero2_hooks_ || !an_.needs_param_grad[n]) return;
+  if (!zero2_hooks_ || !an_.needs_param_grad[n] || factors_awaited(graph_, an_, n)) return;
   make_backward_buckets(n);
   release_held_oversized(n);
   if (partition_ < 0 && graph_.nodes[n].block == partition_block_) make_partition();

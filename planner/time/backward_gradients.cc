@@ -6,6 +6,7 @@
 
 #include "graph/op_traits.h"
 #include "models/resnet.h"
+#include "planner/mechanisms/peft_param_wrapper.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/time/python_norm_backward.h"
 
@@ -330,18 +331,6 @@ std::vector<int64_t> BackwardGradients::waiting_gradients(const graph::BlockStru
   return waiting;
 }
 
-// PEFT's ParamWrapper on a grouped GEMM's experts (planner/mechanisms/peft_param_wrapper.cc):
-// _LoraFactorsProxy views lora_A and lora_B as the experts module's forward starts,
-// before its first grouped GEMM (peft/tuners/lora/layer.py, 0.21.2), so autograd,
-// which runs the ready node of the highest sequence number first, reaches those views
-// and the factors' AccumulateGrad only once every wrapped GEMM of the block has run
-// backward (seen on the meta-device oracle: Qwen3-MoE's first ZeRO hook after gate_up's).
-static bool factors_viewed_early(const graph::Node& node) {
-  return node.op == graph::op::kGroupedMm &&
-         std::any_of(node.outputs.begin(), node.outputs.end(),
-                     [](const std::string& t) { return t.ends_with(".lora_recomposed"); });
-}
-
 // The gradient bytes of node n's own parameters, made by its backward: a trainable
 // weight used once, and a shared one at its first use in backward, where its sum
 // starts (ModelStates::block_grads counts it in that block).
@@ -440,7 +429,7 @@ BackwardStages BackwardGradients::stages_of(const graph::BlockStructure& block, 
   const std::vector<int64_t> freed = unpacked ? freed_by : std::vector<int64_t>(block.nodes.size(), 0);
   const std::vector<int64_t> waiting = waiting_gradients(block);
   int wrapped = 0;  // wrapped GEMMs whose backward has not run yet
-  for (int n : block.nodes) wrapped += analysis_.needs_param_grad[n] && factors_viewed_early(graph_.nodes[n]);
+  for (int n : block.nodes) wrapped += analysis_.needs_param_grad[n] && lora_factors_viewed_early(graph_.nodes[n]);
   bool hooked = false;  // a parameter's AccumulateGrad (and its hooks) has run
   int64_t made = 0;     // own gradients stored (GradPoint::made_before)
   int64_t viewed = 0;   // own gradients of wrapped GEMMs, stored once the last has run
@@ -453,7 +442,7 @@ BackwardStages BackwardGradients::stages_of(const graph::BlockStructure& block, 
     const int64_t grads = at_node(n) - released[i] + waiting[i] -
                           (unpacked ? std::min(promoted_casts(n), freed[i]) : 0) - out_grad_gone;
     const int64_t own = own_gradients(n);
-    const bool early = factors_viewed_early(graph_.nodes[n]);
+    const bool early = lora_factors_viewed_early(graph_.nodes[n]);
     add_grad_points(stages.grad_points, n, grads, released[i], freed_by[i], made, early ? 0 : own);
     stages.own_grads += own;
     (early ? viewed : made) += own;

@@ -1,5 +1,5 @@
 """The Trainer with `deepspeed=` a ZeRO config, rank 0 of `world_size` (spec key
-`zero_stage`: 2 or 3; the config is stacks/deepspeed_config.py's).
+`zero_stage`: 2 or 3; the config is stacks/deepspeed_config.py's), or the spec's `rank`.
 
 What runs is the Trainer's own `_prepare_for_training` (transformers' `deepspeed_init`:
 the Trainer's optimizer, torch's AdamW, handed to DeepSpeed as a client optimizer),
@@ -49,7 +49,7 @@ def deepspeed_arguments(spec: dict) -> dict:
 
 def run(spec: dict, recorder, build_trainer, record_steps) -> dict:
     """The Trainer's own preparation under DeepSpeed, then `steps` optimizer steps."""
-    with _deepspeed_globals(), fake_process_group(spec["world_size"]), hf_trainer_fsdp.accelerate_on_fake_group(), \
+    with _deepspeed_globals(), fake_process_group(spec["world_size"], spec.get("rank", 0)), hf_trainer_fsdp.accelerate_on_fake_group(), \
             meta_accelerator(), _bf16_gpu(), _finite_gradients(recorder), _ranks_agree(), \
             _logged_norm(recorder):
         with tempfile.TemporaryDirectory() as output_dir:
