@@ -193,20 +193,25 @@ graph::LayerGraph build_qwen25vl(const Qwen25VlConfig& config, const ZooOptions&
   b.set_param_dtype(DType::kBF16);
   const Qwen25VlVision& v = config.vision;
   const SizeExpr rows = fixed_tokens(config.image.patches());
+  LlamaConfig lm = config.text;
+  if (options.rms_norm_f32_normalized && lm.rms_norm == RmsNormStyle::kTransformers) {
+    lm.rms_norm = RmsNormStyle::kTransformersF32;
+  }
+  // Qwen2_5_VLModel.forward looks the tokens up before it runs the vision tower
+  // (modeling_qwen2_5_vl.py 5.23.0: get_input_embeddings()(input_ids), then
+  // get_image_features): autograd runs the lookup's backward last, after the tower's,
+  // and the gradient of inputs_embeds that masked_scatter's backward makes waits
+  // through the whole tower's backward for it.
+  b.begin_block("embeddings", "embedding", false);
+  const std::string ids = b.input("input_ids", tokens(), DType::kInt64, false);
+  const std::string text_embeds =
+      b.embedding("model.language_model.embed_tokens", ids, tokens(), lm.vocab, lm.hidden);
   b.begin_block("vision_embeddings", "vision_embedding", false);
   std::string hidden = add_patch_embed(b, v, rows);
   const VisionRope rope = add_vision_rope(b, v, rows);
   for (int64_t i = 0; i < v.layers; ++i) hidden = add_vision_block(b, config, i, hidden, rope, options);
   const std::string image_embeds = add_merger(b, config, hidden);
 
-  LlamaConfig lm = config.text;
-  if (options.rms_norm_f32_normalized && lm.rms_norm == RmsNormStyle::kTransformers) {
-    lm.rms_norm = RmsNormStyle::kTransformersF32;
-  }
-  b.begin_block("embeddings", "embedding", false);
-  const std::string ids = b.input("input_ids", tokens(), DType::kInt64, false);
-  const std::string text_embeds =
-      b.embedding("model.language_model.embed_tokens", ids, tokens(), lm.vocab, lm.hidden);
   // inputs_embeds.masked_scatter(image_mask, image_embeds): a new [B, S, hidden]
   // tensor; its backward needs only the boolean mask.
   const std::string embeds = b.copy("model.merge_image_features", "masked_scatter", {text_embeds, image_embeds},

@@ -133,6 +133,9 @@ std::string t5_ff(GraphBuilder& b, const StackPart& s, const std::string& p, con
   }
   act = b.dropout(d + ".dropout", act, f, s.dropout);
   const std::string out = b.linear(d + ".wo", act, rows, c.ffn, c.hidden, false);
+  // T5LayerFF.forward binds the norm's output to `forwarded_states` and rebinds it only
+  // when DenseReluDense returns: the frame holds it through wo.
+  b.hold_until(d + ".wo", x);
   return residual(b, s, p, hidden, out, rows);
 }
 
@@ -161,6 +164,8 @@ std::string encoder_block(GraphBuilder& b, const StackPart& s, int64_t i, const 
                                   SizeExpr{0, 0, 0, 0, s.c.heads, 0});
   const AttentionShape shape = self_attention_shape(s.c.heads, s.c.heads, s.c.head_dim, rows, square_tokens(), false);
   const std::string o = t5_attention(b, s, a + ".SelfAttention", x, x, rows, rows, shape, mask);
+  // T5LayerSelfAttention.forward's `normed_hidden_states` lives until SelfAttention returns.
+  b.hold_until(a + ".SelfAttention.o", x);
   const std::string h = residual(b, s, a, hidden, o, rows);
   return t5_ff(b, s, p + ".layer.1", h, rows);
 }
@@ -202,6 +207,7 @@ std::string decoder_block(GraphBuilder& b, const StackPart& s, int64_t i, const 
   const std::string mask = causal_bias(b, s, a + ".SelfAttention", ctx.self_bias, t);
   AttentionShape self = self_attention_shape(s.c.heads, s.c.heads, s.c.head_dim, rows, fixed_square(t), true);
   const std::string o = t5_attention(b, s, a + ".SelfAttention", x, x, rows, rows, self, mask);
+  b.hold_until(a + ".SelfAttention.o", x);
   std::string h = residual(b, s, a, hidden, o, rows);
 
   const std::string c = p + ".layer.1";
@@ -216,6 +222,7 @@ std::string decoder_block(GraphBuilder& b, const StackPart& s, int64_t i, const 
   const AttentionShape cross = cross_shape(s.c, rows, s.shape.source_rows(), SizeExpr::per_token(t));
   const std::string co = t5_attention(b, s, c + ".EncDecAttention", y, ctx.encoder_out, rows,
                                       s.shape.source_rows(), cross, ctx.cross_bias);
+  b.hold_until(c + ".EncDecAttention.o", y);  // T5LayerCrossAttention's normed_hidden_states
   h = residual(b, s, c, h, co, rows);
   return t5_ff(b, s, p + ".layer.2", h, rows);
 }

@@ -519,5 +519,16 @@ std::vector<bool> autocast_cached_casts(const graph::LayerGraph& graph) {
   return cached;
 }
 
-}  // namespace headroom::planner
+int64_t autocast_cached_bias_elements(const graph::Node& node) {
+  const std::string weight_cast = node.name + ".weight_cast";
+  if (std::find(node.inputs.begin(), node.inputs.end(), weight_cast) == node.inputs.end()) return 0;
+  int64_t elements = 0;
+  for (const graph::Param& p : node.params) {
+    if (p.name == node.name + ".bias" && p.trainable && p.tied_to.empty() && !p.upcast_fp32) {
+      elements += p.elements();
+    }
+  }
+  return elements;
+}
 
+}  // namespace headroom::planner

@@ -79,5 +79,16 @@ void apply_fp32_adapters_without_autocast(graph::LayerGraph& graph);
 // checkpointing). A frozen weight is cast at each call and not cached.
 std::vector<bool> autocast_cached_casts(const graph::LayerGraph& graph);
 
+// Elements of `node`'s trainable bias that autocast casts to 16 bits beside its fp32
+// weight ("<node>.weight_cast" among its inputs) and caches to the forward's end:
+// F.linear and the convolutions are on the lower-precision list, and cached_cast
+// caches every fp32 leaf argument that requires grad, the bias as the weight
+// (torch 2.11 aten/src/ATen/autocast_mode.cpp). No backward saves the cast (the bias's
+// gradient is a sum of the output's), so only the cache holds it. The graph has no
+// tensor for it (a few KiB per layer): the block profile counts it with the forward
+// frame's holds from the next block on (BlockProfile::forward_frame). 0 for a frozen
+// bias (cast at each call, freed with the op) or a node autocast leaves alone.
+int64_t autocast_cached_bias_elements(const graph::Node& node);
+
 }  // namespace headroom::planner
 

@@ -78,14 +78,17 @@ std::string module_output(const graph::LayerGraph& graph, const graph::Node& nod
   return out;
 }
 
-// Whether a pack hook sees `leaf` after all: a later block reads it (a checkpointed
-// layer saves its inputs, torch/utils/checkpoint.py), or a consumer keeps it beside the
-// one SavedRef apply_input_require_grads gave it (a norm saving its input).
+// Whether a pack hook sees `leaf` after all: a later checkpointable block reads it (a
+// checkpointed layer saves its inputs, torch/utils/checkpoint.py), or a consumer keeps
+// it beside the one SavedRef apply_input_require_grads gave it (a norm saving its
+// input). A later block no checkpoint wraps reads it as any op does (Qwen2.5-VL's
+// masked_scatter, after the vision tower, keeps only its mask).
 bool saved_beyond_accumulate_grad(const graph::LayerGraph& graph, const graph::Node& embedding,
                                   const graph::Tensor& leaf) {
   for (const graph::Node& consumer : graph.nodes) {
     if (!reads(consumer, leaf.name)) continue;
-    if (consumer.block != embedding.block) return true;
+    const bool checkpointable = graph.blocks[static_cast<size_t>(consumer.block)].checkpointable;
+    if (consumer.block != embedding.block && checkpointable) return true;
     const auto refs = std::count_if(consumer.saves.begin(), consumer.saves.end(),
                                     [&](const graph::SavedRef& r) { return r.tensor == leaf.name; });
     if (refs != 1) return true;

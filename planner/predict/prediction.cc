@@ -141,6 +141,33 @@ int64_t t5_bias_gradient_bytes(const ModelContext& context, const GlobalConfig& 
   return std::min(bytes, peak.activations);
 }
 
+// The made tables checkpoint frames hold rather than save (made_tables_in_frames),
+// transient at the peak. Not those a model hands its blocks positionally, which each
+// checkpointed reader's _NoopSaveInputs saves (torch 2.11 utils/checkpoint.py):
+// diffusers' rotary embedding (0.39.0 transformer_flux.py
+// FluxTransformer2DModel.forward: `_gradient_checkpointing_func(block, ...,
+// image_rotary_emb, ...)`), T5's position biases (transformers 5.23.0 modeling_t5.py
+// T5Stack.forward: `layer_module(hidden_states, attention_mask, position_bias, ...,
+// encoder_decoder_position_bias, ...)`, "as a positional argument for gradient
+// checkpointing"): activations, but in the block that makes them, where the forward's
+// (or, in its backward, the recompute's) own copy is in flight (the oracle's Flan-T5
+// rows: the [S, S, heads] bias a saved `embedding` at encoder.block.11's backward under
+// LoRA, transient at encoder.block.0's in full).
+int64_t made_tables_in_flight(const ModelContext& context, const RunSettings& settings,
+                              const std::vector<MadePersistent>& made, const std::vector<BlockChoice>& blocks,
+                              const StepPeak& peak) {
+  if (!made_tables_in_frames(settings.stack, settings.versions)) return 0;
+  const std::string& family = context.graph.family;
+  if (family != "flux" && family != "sd3" && family != "t5") {
+    return made_persistent_framed(made, blocks, peak.phase, peak.block);
+  }
+  std::vector<MadePersistent> own;
+  for (const MadePersistent& m : made) {
+    if (m.producer_block == peak.block) own.push_back(m);
+  }
+  return made_persistent_framed(own, blocks, peak.phase, peak.block);
+}
+
 // A shared weight's gradient (a tied embedding and LM head) waits in autograd's input
 // buffer from its first use's backward until its last use's has run: the engine calls
 // AccumulateGrad once, with the sum (torch/csrc/autograd/input_buffer.cpp accumulate,
@@ -213,15 +240,7 @@ MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& set
   m.zero_buffers = step.states.comm_buckets - step.states.bucket_gradients +
                    (peak.block >= 0 ? step.states.gathered_params : 0) + peak.gathered;
   const int64_t held = caller_held_bytes(context, config, accounting);
-  // The made tables checkpoint frames hold rather than save (made_tables_in_frames);
-  // not diffusers' models under a plain loop, whose blocks are given the rotary
-  // embedding positionally (diffusers 0.39.0 transformer_flux.py
-  // FluxTransformer2DModel.forward: `_gradient_checkpointing_func(block, ...,
-  // image_rotary_emb, ...)`), which _NoopSaveInputs saves.
-  const bool diffusers = context.graph.family == "flux" || context.graph.family == "sd3";
-  const int64_t framed = !diffusers && made_tables_in_frames(settings.stack, settings.versions)
-                             ? made_persistent_framed(step.model.made_persistent, blocks, peak.phase, peak.block)
-                             : 0;
+  const int64_t framed = made_tables_in_flight(context, settings, step.model.made_persistent, blocks, peak);
   const int64_t leaves = std::min(accumulate_grad_leaf_bytes(context, config, peak, accounting) +
                                       frame_held_bytes(context, config, peak, accounting) +
                                       t5_bias_gradient_bytes(context, config, peak, accounting) + framed,

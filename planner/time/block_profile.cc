@@ -392,6 +392,9 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
 
     add_block_times(graph, analysis, block, held, compute, batch, seq, gpu, time_options, profile);
     for (int n : block.nodes) {
+      // Autocast's cached casts of trainable biases, held to the forward's end.
+      const int64_t bias_elements = autocast_cached_bias_elements(graph.nodes[static_cast<size_t>(n)]);
+      if (bias_elements > 0) profile.forward_frame += account(graph::dtype_bytes(compute, bias_elements), accounting);
       for (int t : analysis.node_outputs[n]) {
         if (cached_casts[t] && block.on_autograd) profile.cast_cache += facts.bytes[t];
         if (analysis.held_in_forward[t] && !saved[t]) add_forward_frame(graph, analysis, t, b, facts.bytes[t], out);

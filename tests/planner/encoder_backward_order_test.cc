@@ -4,7 +4,8 @@
 // - a gradient waiting across blocks (planner/time/crossing_gradients.h);
 // - transformers 5.x's CLIP visual projection inside the vision tower
 //   (planner/mechanisms/clip_projection_order.h);
-// - a convolution under autocast keeping its weight's 16-bit cast (planner/mechanisms/autocast.cc).
+// - a convolution under autocast keeping its weight's 16-bit cast (planner/mechanisms/autocast.cc);
+// - Qwen2.5-VL's token lookup before its vision tower (models/qwen2_5_vl.cc).
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -92,6 +93,36 @@ TEST_CASE("T5's encoder output gradient waits through the decoder embeddings' ba
   const Prediction p = predict_as_given(s);
   CHECK(p.where.block_name == "decoder.embed");
   CHECK(std::abs(static_cast<double>(p.peak_as_allocated.transient) - 403177488.0) < 403177488.0 * 0.01);
+}
+
+TEST_CASE("Qwen2.5-VL looks its tokens up before the vision tower and runs that backward last") {
+  // Qwen2_5_VLModel.forward (modeling_qwen2_5_vl.py 5.23.0) embeds input_ids before
+  // get_image_features, so the lookup's backward runs after the whole tower's, and the
+  // gradient masked_scatter's backward gives inputs_embeds waits through it.
+  RunSettings s;
+  s.model = hf_config("qwen2.5-vl-7b-2l");
+  s.gpu = "h200";
+  s.precision = Precision::kBf16Amp;
+  s.stack = Stack::kHfTrainer;
+  s.mode = TrainMode::kFull;
+  s.resolution = 896;
+  s.seq_len = 2048;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  s.versions = {{"transformers", "5.23.0"}, {"torch", "2.11.0"}, {"peft", "0.21.2"}};
+  const ModelContext context = prepared_context(s);
+  CHECK(context.graph.blocks.front().name == "embeddings");
+  // The oracle (hf-trainer/qwen2.5-vl-7b-2l/full/non-reentrant/qwen2.5-vl-amp): 26,944,700,912
+  // bytes at the fp32 embedding's embedding_dense_backward, every gradient made and
+  // 29,360,812 transient, inputs_embeds' fp32 [1, 2048, 3584] gradient (a masked_fill)
+  // among them. With the lookup after the tower headroom peaked in vision block 0's
+  // backward at 27,284,720,640 (+1.1%), 379,891,712 of it transient.
+  const Prediction p = predict_as_given(s);
+  CHECK(p.where.block_name == "embeddings");
+  CHECK(p.where.phase == "backward");
+  CHECK(p.peak_as_allocated.transient == 2048 * 3584 * 4);
+  const double oracle = 26944700912.0;
+  CHECK(std::abs(static_cast<double>(p.peak_allocated - p.peak.workspaces) - oracle) < oracle * 0.001);
 }
 
 TEST_CASE("transformers 5.x projects CLIP's image inside the vision tower") {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/mechanisms/autocast.h"
 #include "planner/predict/step_model.h"
 #include "planner/time/block_profile.h"
 #include "tests/planner/predict_as_given.h"
@@ -135,9 +136,17 @@ TEST_CASE("BertModel holds its fp32 embedding_output to the pooler, transient in
   const StepProfile profile = profile_step(context.graph, context.analysis, context.compute_dtype, 32, 512,
                                            Accounting::kAllocated, context.gpu);
   const int layer0 = block_ending(context.graph, ".layer.0");
-  CHECK(profile.blocks[layer0].forward_frame == int64_t{32} * 512 * 768 * 4);
+  // Beside it each block's forward frame counts autocast's cached casts of its trainable
+  // biases (autocast_cached_bias_elements, tests/planner/autocast_bias_cache_test.cc).
+  std::vector<int64_t> bias_casts(profile.blocks.size(), 0);
+  for (const graph::Node& node : context.graph.nodes) {
+    bias_casts[static_cast<size_t>(node.block)] +=
+        account(graph::dtype_bytes(context.compute_dtype, autocast_cached_bias_elements(node)), Accounting::kAllocated);
+  }
+  CHECK(bias_casts[static_cast<size_t>(layer0)] == (5 * 768 + 3072) * 2);
+  CHECK(profile.blocks[layer0].forward_frame == int64_t{32} * 512 * 768 * 4 + bias_casts[static_cast<size_t>(layer0)]);
   for (size_t b = 0; b < profile.blocks.size(); ++b) {
-    if (static_cast<int>(b) != layer0) CHECK(profile.blocks[b].forward_frame == 0);
+    if (static_cast<int>(b) != layer0) CHECK(profile.blocks[b].forward_frame == bias_casts[b]);
   }
   // RobertaModel has no pooler in its classification model: the encoder's end holds it.
   RunSettings roberta = hf_bert_amp_full();

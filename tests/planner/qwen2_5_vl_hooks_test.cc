@@ -4,8 +4,11 @@
 // the frozen tower record its graph (the oracle's qwen2.5-vl rows, bench/oracle).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
+#include "planner/mechanisms/input_require_grads.h"
 #include "planner/predict/model_context.h"
 #include "planner/settings/stack.h"
 #include "planner/time/block_profile.h"
@@ -57,6 +60,20 @@ TEST_CASE("Qwen2.5-VL: the input-grad hook goes on the vision tower's Conv3d pat
   const Result<ModelContext> off = prepare_context(without);
   REQUIRE(off.is_ok());
   CHECK(keep_of(off.value()) == 0);  // frozen, nothing requires grad: no graph
+}
+
+TEST_CASE("Qwen2.5-VL: the hooked token embedding is a leaf only its AccumulateGrad holds") {
+  // The lookup runs before the tower (models/qwen2_5_vl.cc) and masked_scatter reads its
+  // output in the merger's block, after the tower: no checkpoint wraps that block and
+  // masked_scatter keeps only its mask, so no pack hook sees the leaf, which is transient
+  // at a later peak (input_grad_leaves), not a saved activation.
+  const Result<ModelContext> context = prepare_context(qwen_vl_lora_checkpointed());
+  REQUIRE_MESSAGE(context.is_ok(), context.message());
+  const int leaf = graph::tensor_index(context->graph, "model.language_model.embed_tokens");
+  REQUIRE(leaf >= 0);
+  CHECK(context->graph.tensors[static_cast<size_t>(leaf)].requires_grad);
+  const std::vector<int> leaves = input_grad_leaves(context->graph);
+  CHECK(std::find(leaves.begin(), leaves.end(), leaf) != leaves.end());
 }
 
 TEST_CASE("Qwen2.5-VL full fine-tune with the tower frozen: the hook applies there too") {

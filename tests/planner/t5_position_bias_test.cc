@@ -78,5 +78,35 @@ TEST_CASE("Flan-T5-XL-2L LoRA, checkpointed, S = 1024, T = 256: the encoder's ba
   CHECK(std::abs(p.peak_as_allocated.transient - 1007714336) <= int64_t{1007714336} * 3 / 100);
 }
 
+TEST_CASE("Flan-T5-base LoRA, checkpointed: the later layers' checkpoints save the position bias") {
+  // T5Stack.forward hands position_bias to each layer positionally (transformers 5.23.0
+  // modeling_t5.py, "as a positional argument for gradient checkpointing"), so each
+  // checkpointed layer's _NoopSaveInputs saves it: an activation, not a frame's hold.
+  // The oracle (hf-trainer/flan-t5-base/lora/non-reentrant/s512t128/t5): at encoder
+  // layer 11's backward 86,548,480 bytes of activations (with the batch), the bf16
+  // [512, 512, 12] `embedding` (6 MiB) among them; 371,261,472 transient.
+  RunSettings s = flan_t5_xl_lora(128);
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/flan-t5-base";
+  s.micro_batch = 8;
+  s.lora.rank = 16;
+  s.lora.dropout = 0.05;
+  s.checkpointing = CheckpointPolicy::kEveryBlock;
+  s.optimizer_impl = OptimizerImpl::kFused;
+  s.versions["accelerate"] = "1.15.0";
+  const Prediction p = predict_as_given(s);
+  CHECK(p.where.block_name == "encoder.block.11");
+  CHECK(p.where.phase == "backward");
+  CHECK(std::abs(p.peak_as_allocated.activations - 86548480) < 64 * 1024);
+  CHECK(std::abs(p.peak_as_allocated.transient - 371261472) < 64 * 1024);
+  // In full, the peak is in encoder layer 0's backward, the layer that makes the bias:
+  // the copy there is its recompute's, in flight (hf-trainer/flan-t5-base/full/
+  // non-reentrant/s512t128/t5: 11,051,008 activations, 425,492,512 transient).
+  s.mode = TrainMode::kFull;
+  const Prediction full = predict_as_given(s);
+  CHECK(full.where.block_name == "encoder.block.0");
+  CHECK(std::abs(full.peak_as_allocated.activations - 11051008) < 64 * 1024);
+  CHECK(std::abs(full.peak_as_allocated.transient - 425492512) < 64 * 1024);
+}
+
 }  // namespace
 }  // namespace headroom::planner
