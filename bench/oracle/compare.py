@@ -86,7 +86,9 @@ def oracle_categories(result: dict) -> dict:
     parameters are transient as headroom's (its ZeRO buffers, `predict_command`)."""
     p = result["at_peak"]
     return {"parameters": p["parameters"], "gradients": p["gradients"],
-            "optimizer_states": p["optimizer_states"],
+            # bitsandbytes' paged states (unified memory, outside the peak) as headroom's
+            # `paged_optimizer_states_bytes`, which predict_command adds to its states
+            "optimizer_states": p["optimizer_states"] + result.get("paged_optimizer_states_bytes", 0),
             "activations": p["saved_activations"] + p["inputs"],
             "transient": p["transient"] + p.get("gathered", 0)}
 

@@ -18,6 +18,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # transformers' `optim` names -> how optimizer.step() runs (torch/optim/adamw.py)
 _OPTIMIZER_IMPL = {"adamw_torch_fused": "fused", "adamw_torch": "foreach"}
+# transformers' `optim` names that build a bitsandbytes optimizer -> headroom's flags
+# (trainer_optimizer.py `_get_bitsandbytes_optimizer`: "8bit" in the name is optim_bits 8,
+# "paged" is_paged; planner/configs/hf_trainer_import.cc maps the same names)
+_BNB_OPTIM_FLAGS = {"adamw_bnb_8bit": ["--optimizer", "adamw-8bit"],
+                    "adamw_8bit": ["--optimizer", "adamw-8bit"],
+                    "paged_adamw_8bit": ["--optimizer", "adamw-8bit", "--paged-optimizer"],
+                    "paged_adamw_32bit": ["--optimizer", "adamw", "--paged-optimizer"]}
+
+
+def optim_flags(optim: str) -> list:
+    """The Trainer's `optim` as headroom's optimizer flags."""
+    if optim in _BNB_OPTIM_FLAGS:
+        return _BNB_OPTIM_FLAGS[optim]
+    return ["--optimizer-impl", _OPTIMIZER_IMPL[optim]]
 
 
 def model_path(spec: dict) -> str:
@@ -111,7 +125,7 @@ def headroom_flags(spec: dict) -> list:
     if _reentrant_trainer(spec):  # use_reentrant=True: what trains can differ
         flags += ["--recompute", "block-reentrant"]
     if "optim" in spec:
-        flags += ["--optimizer-impl", _OPTIMIZER_IMPL[spec["optim"]]]
+        flags += optim_flags(spec["optim"])
     if spec.get("grad_accum", 1) > 1:  # litgpt: global_batch_size // micro_batch_size
         flags += ["--grad-accum", str(spec["grad_accum"])]
     flags += release_flags(spec)

@@ -81,6 +81,9 @@ class Recorder:
     # Storages a library makes on meta on purpose (shapes only, no memory on a GPU), by
     # key, with a weak reference: never counted while they live (`disown`)
     disowned: Dict[int, object] = field(default_factory=dict)
+    # Bytes of bitsandbytes' paged optimizer states: CUDA unified memory, outside the
+    # caching allocator and the peak (bnb_optimizer_shims.py)
+    paged_optimizer_states: int = 0
 
     # -- storages -----------------------------------------------------------
     def adopt(self, tensors: Iterable[torch.Tensor], label: str) -> None:

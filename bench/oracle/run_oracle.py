@@ -24,6 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bnb_optimizer_shims import BNB_OPTIMS, bnb_optimizers_on_meta  # noqa: E402
 from bnb_shims import bnb_kernels_on_meta, stub_triton_ops  # noqa: E402
 from ctx_saves import ctx_saves_marked  # noqa: E402
 from cuda_autocast import cuda_autocast_on_meta  # noqa: E402
@@ -84,12 +85,14 @@ def run(spec: dict) -> dict:
     warnings.filterwarnings("ignore")
     with cuda_autocast_on_meta(), cuda_sdpa_on_meta(), cuda_dropout_on_meta(), \
             fused_optimizers_on_meta(), bnb_kernels_on_meta(), ctx_saves_marked(recorder), \
-            gathered_marked(recorder), unsharded_grads_marked(recorder), recording(recorder):
+            gathered_marked(recorder), unsharded_grads_marked(recorder), recording(recorder), \
+            (bnb_optimizers_on_meta(recorder) if spec.get("optim") in BNB_OPTIMS else contextlib.nullcontext()):
         resolved = stack.run(spec, recorder) or {}
     at_peak = recorder.at_peak()
     return {"format": "headroom.oracle", "spec": spec, "resolved": resolved, "versions": versions(),
             "peak_allocated_bytes": recorder.peak_bytes, "peak_phase": recorder.peak_phase,
             "at_peak": {c: at_peak[c] for c in CATEGORIES},
+            "paged_optimizer_states_bytes": recorder.paged_optimizer_states,
             "live_at_peak": live_at_peak(recorder), "ops": ops_by_phase(recorder),
             **({"op_list": recorder.ops} if spec.get("record_ops") else {})}
 

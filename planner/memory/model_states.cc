@@ -1,10 +1,12 @@
 #include "planner/memory/model_states.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "graph/op_traits.h"
 #include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/litgpt_model.h"
+#include "planner/mechanisms/trainer_bnb_states.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/memory/deepspeed_buckets.h"
@@ -151,6 +153,11 @@ struct TrainableBytes {
   int64_t master_rank = 0;
   int states_per_param = 1;
   bool fp32_states = false;
+  // The layout of its states: the run's optimizer, or the Trainer's 32-bit override
+  // of an embedding under an 8-bit bitsandbytes optimizer (trainer_bnb_states.h).
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  // The states as tensors, each its own allocation (optimizer_state_tensors).
+  std::vector<int64_t> state_tensors;
 };
 
 // Whether FSDP keeps this parameter's shard in fp32: FSDP2 keeps the sharded
@@ -196,23 +203,27 @@ void add_weights(StateWalk& w, const graph::Node& node, const Param& param) {
   if (w.settings.mode == TrainMode::kFull || param.trainable) w.checkpoint_weights += fp32 ? elements * 4 : storage;
 }
 
-TrainableBytes trainable_bytes(const StateWalk& w, const Param& param) {
+TrainableBytes trainable_bytes(const StateWalk& w, const graph::Node& node, const Param& param) {
   TrainableBytes b;
   b.elements = param.elements();
+  b.optimizer = state_layout(w.settings, node, w.shard_optimizer);
   const bool fp32 = fp32_shard(w, param);
   // FSDP2's sharded gradient takes the sharded parameter's dtype (fp32 under
   // mixed precision: foreach_reduce reduces in reduce_dtype, then casts to it).
   b.grad = fp32 ? b.elements * 4 : grad_bytes(param, w.precision);
   // bitsandbytes' 32-bit PagedAdamW keeps fp32 states whatever the parameter's dtype.
   // An fp32 shard has fp32 states (torch.optim's zeros_like of the sharded parameter).
+  // So does an 8-bit optimizer's 32-bit override (bitsandbytes' states follow optim_bits).
   b.fp32_states = fp32_adapter(param, w.precision) || fp32 ||
-                  (pages_states(w.settings) && w.settings.optimizer == OptimizerKind::kAdamW);
-  b.states = optimizer_state_bytes(w.settings.optimizer, b.fp32_states ? Precision::kFp32 : w.precision, param.shape);
+                  (pages_states(w.settings) && w.settings.optimizer == OptimizerKind::kAdamW) ||
+                  b.optimizer != w.settings.optimizer;
+  b.state_tensors = optimizer_state_tensors(b.optimizer, b.fp32_states ? Precision::kFp32 : w.precision, param.shape);
+  for (int64_t tensor : b.state_tensors) b.states += tensor;
   b.master = fp32 ? 0 : b.elements * master_bytes_per_element(w.precision);
   b.states_rank = w.shard_optimizer ? ceil_div(b.states, w.world) : b.states;
   b.master_rank = w.shard_optimizer ? ceil_div(b.master, w.world) : b.master;
   b.grad_rank = w.shard_grads ? ceil_div(b.grad, w.world) : b.grad;
-  b.states_per_param = w.settings.optimizer == OptimizerKind::kAdamW ? 2 : 1;
+  b.states_per_param = b.optimizer == OptimizerKind::kAdamW ? 2 : 1;
   return b;
 }
 
@@ -246,31 +257,48 @@ void add_gpu_grad(StateWalk& w, const graph::Node& node, const Param& param, con
   w.out.block_grads[first == w.shared.end() ? node.block : first->second] += w.account_bytes(b.grad);
 }
 
+// A paged optimizer's states of a parameter of 1e5 elements or more: state1 and
+// state2 (the first two of optimizer_state_tensors) are what get_state_buffer pages
+// (F.get_paged, unified memory outside the caching allocator); an 8-bit state's
+// absmax1 and absmax2 are torch.zeros on the device (bitsandbytes 0.50.2
+// optim/optimizer.py Optimizer2State.init_state). Sharded, all of the rank's share.
+void add_paged_states(StateWalk& w, const TrainableBytes& b) {
+  if (w.shard_optimizer) {
+    w.out.paged_optimizer += b.states_rank;
+    return;
+  }
+  for (size_t i = 0; i < b.state_tensors.size(); ++i) {
+    if (i < 2) {
+      w.out.paged_optimizer += b.state_tensors[i];
+    } else {
+      w.out.optimizer += w.account_bytes(b.state_tensors[i]);
+      w.out.state_tensors.push_back(b.state_tensors[i]);
+    }
+  }
+}
+
 // Optimizer states and master weights on the GPU (also torchao's offload for
 // parameters it leaves on the GPU).
-void add_gpu_states(StateWalk& w, const Param& param, const TrainableBytes& b) {
+void add_gpu_states(StateWalk& w, const TrainableBytes& b) {
   ModelStates& out = w.out;
-  // Paged states live in unified memory, outside the caching allocator.
+  // bitsandbytes moves its two quantization maps to the device for any 8-bit state.
+  if (b.optimizer == OptimizerKind::kAdamW8bit && b.elements >= kBnbMin8bitSize) w.bnb_maps = true;
   if (paged(w.settings, b.elements)) {
-    out.paged_optimizer += b.states_rank;
+    add_paged_states(w, b);
+  } else if (w.flat_partitions) {
+    // ZeRO's partitions are flat buffers.
+    w.flat_states += b.states_rank;
+  } else if (w.shard_optimizer) {
+    // FSDP: torch.optim's states of each sharded parameter, one tensor per state.
+    const int64_t tensor = ceil_div(b.states_rank, b.states_per_param);
+    out.optimizer += b.states_per_param * w.account_bytes(tensor);
+    out.state_tensors.insert(out.state_tensors.end(), b.states_per_param, tensor);
   } else {
     // Each state is a tensor of its own (torch.optim's zeros_like per state,
-    // bitsandbytes' codes and absmax), each rounded by the allocator; ZeRO's
-    // partitions are flat buffers.
-    if (w.settings.optimizer == OptimizerKind::kAdamW8bit && b.elements >= kBnbMin8bitSize) w.bnb_maps = true;
-    if (w.flat_partitions) {
-      w.flat_states += b.states_rank;
-    } else if (w.shard_optimizer) {
-      // FSDP: torch.optim's states of each sharded parameter, one tensor per state.
-      const int64_t tensor = ceil_div(b.states_rank, b.states_per_param);
-      out.optimizer += b.states_per_param * w.account_bytes(tensor);
-      out.state_tensors.insert(out.state_tensors.end(), b.states_per_param, tensor);
-    } else {
-      for (int64_t tensor : optimizer_state_tensors(w.settings.optimizer,
-                                                    b.fp32_states ? Precision::kFp32 : w.precision, param.shape)) {
-        out.optimizer += w.account_bytes(tensor);
-        out.state_tensors.push_back(tensor);
-      }
+    // bitsandbytes' codes and absmax), each rounded by the allocator.
+    for (int64_t tensor : b.state_tensors) {
+      out.optimizer += w.account_bytes(tensor);
+      out.state_tensors.push_back(tensor);
     }
   }
   if (w.flat_partitions) {
@@ -290,7 +318,7 @@ void add_trainable(StateWalk& w, const graph::Node& node, const Param& param) {
   // feature layer, one "unused" node) never gets a gradient, and torch.optim
   // creates no state for it (its step skips parameters whose grad is None).
   if (node.op == graph::op::kUnused) return;
-  const TrainableBytes b = trainable_bytes(w, param);
+  const TrainableBytes b = trainable_bytes(w, node, param);
   if (w.fsdp && w.in_root(node)) {
     out.fsdp2_root_grads[node.block] += w.account_bytes(grad_bytes(param, w.precision));
     out.fsdp2_root_trainable += b.elements;
@@ -306,7 +334,7 @@ void add_trainable(StateWalk& w, const graph::Node& node, const Param& param) {
     w.host_optimizer += param_storage_bytes(param, w.precision) + b.grad + b.states;
     if (w.keep_gpu_grads) add_gpu_grad(w, node, param, b);
   } else if (w.optimizer_on_gpu || w.torchao_offload) {
-    add_gpu_states(w, param, b);
+    add_gpu_states(w, b);
     add_gpu_grad(w, node, param, b);
   } else if (w.fsdp) {
     // FSDP2's CPUOffloadPolicy: the sharded gradient copied to the host in the
@@ -495,6 +523,12 @@ void add_optimizer_step(StateWalk& w) {
   OptimizerStepInputs step;
   step.optimizer = w.settings.optimizer;
   step.impl = resolve_stack(w.settings).top.optimizer_impl;
+  // bitsandbytes' paged AdamW (32-bit) is no torch.optim: Optimizer8bit.step updates
+  // each parameter in one kernel, in place (optim/optimizer.py update_step), with none
+  // of foreach's or the for-loop's temporaries, as its 8-bit AdamW (optimizer_step.cc).
+  // Stepped in backward (torchtune's optimizer_in_bwd) it stays in backward.
+  const bool torch_loop = step.impl == OptimizerImpl::kForeach || step.impl == OptimizerImpl::kForLoop;
+  if (pages_states(w.settings) && torch_loop) step.impl = OptimizerImpl::kFused;
   step.optimizer_on_gpu = w.optimizer_on_gpu;
   step.gpu_state_bytes = out.optimizer;
   step.state_tensors = out.state_tensors;

@@ -39,8 +39,9 @@ case "$suite" in
   trl-dpo)        env=trl;      test=test_trl_dpo_tiny.py ;;
   trl-reward)     env=trl;      test=test_trl_reward_tiny.py ;;
   bnb-old)        env=hf4bnb43; test=test_bnb_old_tiny.py ;;
+  bnb-optim)      env=hf5;      test=test_bnb_optim_tiny.py ;;
   deepspeed)      env=ds;       test=test_deepspeed_tiny.py ;;
-  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, diffusers-sd3, diffusers-sdxl, litgpt, encoders, qwen-vl, torch-loop, trl, trl-dpo, trl-reward, bnb-old or deepspeed)" >&2; exit 2 ;;
+  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, diffusers-sd3, diffusers-sdxl, litgpt, encoders, qwen-vl, torch-loop, trl, trl-dpo, trl-reward, bnb-old, bnb-optim or deepspeed)" >&2; exit 2 ;;
 esac
 if [ "$env" = base ]; then
   python="$root/.venv/bin/python"

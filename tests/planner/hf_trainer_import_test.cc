@@ -100,6 +100,27 @@ TEST_CASE("TrainingArguments predict as the equivalent flags do") {
   CHECK(predict_as_given(tt->settings).peak_allocated == predict_as_given(flags).peak_allocated);
 }
 
+TEST_CASE("the Trainer's bitsandbytes optim names import as the flags --optimizer and --paged-optimizer") {
+  // bench/oracle/flags.py gives the oracle's bnb-optim rows these flags (trainer_optimizer.py
+  // _get_bitsandbytes_optimizer: "8bit" in the name is optim_bits 8, "paged" is_paged).
+  struct Row {
+    const char* optim;
+    OptimizerKind optimizer;
+    bool paged;
+  };
+  for (const Row& row : {Row{"adamw_bnb_8bit", OptimizerKind::kAdamW8bit, false},
+                         Row{"paged_adamw_8bit", OptimizerKind::kAdamW8bit, true},
+                         Row{"paged_adamw_32bit", OptimizerKind::kAdamW, true}}) {
+    CAPTURE(row.optim);
+    Result<ConfigImport> imported =
+        import_training_arguments(std::string(R"({"optim": ")") + row.optim + "\"}", "args.json", base_run());
+    REQUIRE(imported.is_ok());
+    CHECK(imported->settings.stack == Stack::kHfTrainer);
+    CHECK(imported->settings.optimizer == row.optimizer);
+    CHECK(imported->settings.paged_optimizer == row.paged);
+  }
+}
+
 TEST_CASE("PEFT adapter_config.json: rank, targets, dropout onto the run, qlora stays qlora") {
   RunSettings base = base_run();
   base.mode = TrainMode::kQlora;

@@ -357,13 +357,14 @@ TEST_CASE("bitsandbytes paged optimizers: large tensors' states in unified memor
   settings.optimizer = OptimizerKind::kAdamW8bit;
   settings.paged_optimizer = true;
   const ModelStates paged = model_states(graph, settings, GlobalConfig{}, Accounting::kAllocated);
-  // 8-bit: 2 bytes and one fp32 absmax per 256 elements per state (get_state_buffer
-  // pages tensors of at least 1e5 elements).
-  CHECK(paged.paged_optimizer == 2 * 1'000'000 + 2 * ((1'000'000 + 255) / 256) * 4);
-  // On the device: two uint8 state tensors and two fp32 absmax tensors, each an
-  // allocation, and the optimizer's two 256-value fp32 quantization maps.
-  CHECK(paged.optimizer ==
-        2 * allocated_bytes(99'999) + 2 * allocated_bytes((99'999 + 255) / 256 * 4) + 2 * allocated_bytes(256 * 4));
+  // 8-bit: the two uint8 states, 2 bytes an element (get_state_buffer pages tensors
+  // of at least 1e5 elements; init_state makes their absmax with torch.zeros on the device).
+  CHECK(paged.paged_optimizer == 2 * 1'000'000);
+  // On the device: the large tensor's two fp32 absmax, the small one's two uint8 state
+  // tensors and two fp32 absmax, each an allocation, and the optimizer's two 256-value
+  // fp32 quantization maps.
+  CHECK(paged.optimizer == 2 * allocated_bytes((1'000'000 + 255) / 256 * 4) + 2 * allocated_bytes(99'999) +
+                               2 * allocated_bytes((99'999 + 255) / 256 * 4) + 2 * allocated_bytes(256 * 4));
   // The 32-bit PagedAdamW keeps fp32 states even for bf16 parameters.
   settings.optimizer = OptimizerKind::kAdamW;
   CHECK(model_states(graph, settings, GlobalConfig{}, Accounting::kAllocated).paged_optimizer == 8 * 1'000'000);
