@@ -78,7 +78,13 @@ std::string add_decoder_mlp(GraphBuilder& b, const LlamaConfig& c, const std::st
   }
   const std::string act = b.activation(p + ".mlp.act_fn", gate, ffn_elements, c.mlp_activation);
   const std::string prod = b.mul(p + ".mlp.act_mul_up", act, up, ffn_elements);
-  return b.linear(p + ".mlp.down_proj", prod, rows, c.intermediate, c.hidden, false);
+  const std::string down = b.linear(p + ".mlp.down_proj", prod, rows, c.intermediate, c.hidden, false);
+  // LlamaMLP.forward(x) holds its argument until down_proj returns, and the decoder
+  // layer's hidden_states name holds it until the MLP returns (transformers 5.23.0
+  // modeling_llama.py; Phi3MLP, Qwen2MLP and MistralMLP alike): live at the MLP's peak
+  // even where nothing saves it (frozen gate/up under LoRA, a no-grad forward).
+  b.hold_until(p + ".mlp.down_proj", y);
+  return down;
 }
 
 }  // namespace

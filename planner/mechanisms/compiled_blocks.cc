@@ -346,6 +346,23 @@ std::vector<int> partitioner_saves(const graph::LayerGraph& graph, const graph::
   return joint.saves();
 }
 
+// Inside a compiled block no Python frame holds a module's arguments: dynamo inlines the
+// submodules' forwards into one graph and inductor's generated code frees each buffer
+// after its last reader (`del buf`), so the holds of the block's own tensors (Node::holds:
+// LlamaMLP's x until down_proj returns) are gone; a hold of a tensor made before the block
+// is the caller's frame and stays.
+static void drop_compiled_holds(const graph::LayerGraph& graph, graph::GraphAnalysis& analysis, int block) {
+  for (int n : analysis.blocks[static_cast<size_t>(block)].nodes) {
+    std::vector<int>& holds = analysis.node_holds[static_cast<size_t>(n)];
+    std::erase_if(holds, [&](int t) {
+      const int producer = analysis.producer[static_cast<size_t>(t)];
+      if (producer < 0 || graph.nodes[static_cast<size_t>(producer)].block != block) return false;
+      std::erase(analysis.holders[static_cast<size_t>(t)], n);
+      return true;
+    });
+  }
+}
+
 void apply_compiled_blocks(const graph::LayerGraph& graph, graph::GraphAnalysis& analysis,
                            graph::DType compute_dtype, int64_t batch, int64_t seq) {
   for (size_t b = 0; b < graph.blocks.size(); ++b) {
@@ -353,6 +370,7 @@ void apply_compiled_blocks(const graph::LayerGraph& graph, graph::GraphAnalysis&
     const int block = static_cast<int>(b);
     const std::vector<int> cut = partitioner_saves(graph, analysis, block, compute_dtype, batch, seq);
     if (!cut.empty()) save_cut(graph, analysis, block, cut);
+    drop_compiled_holds(graph, analysis, block);
   }
   graph::attribute_block_saves(graph, analysis);
 }

@@ -345,6 +345,22 @@ static void unsloth_offload_inputs(const StepModel& model, const std::vector<Blo
   for (int k = 0; k <= n; ++k) forward_stored[k] = backward_stored[k] = kept[k] + buffers;
 }
 
+// The input torchtune's OffloadActivations brought back for block k + 1's recompute, still
+// live through block k's backward when block k recomputes nothing: a tensor brought back
+// from the host stays in bwd_tensor_stash until the hook of the next backward node that
+// unpacks one runs, after that node, or the end-of-backward callback
+// (wait_and_del_remaining_references; torchtune 0.6.1 training/_activation_offloading.py
+// unpack_tensor_with_streams). Under full fine-tuning the embedding's backward runs with
+// layer 0's input beside it (the oracle: the `empty_like` [2, 2048, 4096] bf16 live there).
+// Nothing saves it: transient.
+static int64_t last_brought_back(const StepModel& model, const std::vector<BlockChoice>& choices, int k) {
+  if (model.checkpoint_stash < 0 || model.checkpoint_offload_buffers > 0) return 0;
+  const size_t next = static_cast<size_t>(k) + 1;
+  auto recomputed = [&](size_t j) { return choices[j] == BlockChoice::kCheckpoint && model.blocks[j].on_autograd; };
+  if (next >= model.blocks.size() || recomputed(static_cast<size_t>(k)) || !recomputed(next)) return 0;
+  return model.blocks[next].checkpoint;
+}
+
 static void offload_checkpoint_inputs(const StepModel& model, const std::vector<BlockChoice>& choices,
                                       std::vector<int64_t>& forward_stored, std::vector<int64_t>& backward_stored,
                                       int64_t& host_activations) {
@@ -463,7 +479,8 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
   StepPeak peak;
   // `local`: the bytes above base, gathered and stored; its gradients, gathered
   // units and the block's own saved tensors are taken out of the transient.
-  // `cached`: autocast's cached casts among `stored`, which nothing saves: transient.
+  // `cached`: among `stored`, what nothing saves (autocast's cached casts, an input
+  // brought back from the host): transient.
   // `dead`: the made persistent tensors among `base` not live there (made_persistent.h).
   auto consider = [&](int64_t bytes, const char* phase, int block, int64_t stored, int64_t local,
                       int64_t grads, int64_t gathered, int64_t saved, int64_t cached, int64_t dead) {
@@ -500,9 +517,10 @@ StepPeak walk_step(const StepModel& model, const std::vector<BlockChoice>& choic
              parts.forward_grads - zero_fwd, parts.forward_gathered + zero_fwd, parts.forward_saved, cached[k],
              made_persistent_dead_forward(model.made_persistent, k));
     const auto [zero, in_flight] = not_grads_bwd(model, k, parts);
-    consider(fixed + backward_stored[k] + parts.backward, "backward", k, backward_stored[k], parts.backward,
-             parts.backward_grads - zero - in_flight, parts.backward_gathered + zero, parts.backward_saved, 0,
-             made_persistent_dead_backward(model.made_persistent, k));
+    const int64_t back = last_brought_back(model, choices, k);
+    consider(fixed + backward_stored[k] + back + parts.backward, "backward", k, backward_stored[k] + back,
+             parts.backward, parts.backward_grads - zero - in_flight, parts.backward_gathered + zero,
+             parts.backward_saved, back, made_persistent_dead_backward(model.made_persistent, k));
   }
   if (model.reference_forward) {
     const int64_t local = reference_forward_local(model);

@@ -112,7 +112,29 @@ void release_returned_frame(const LayerGraph& graph, const GraphAnalysis& analys
 // rebound to the norm's output: transformers 5.23.0 Qwen2Model.forward). A checkpoint
 // holds its entry inputs through its first pass and its recompute (torch 2.11
 // utils/checkpoint.py: _NoopSaveInputs, CheckpointFunction's ctx.save_for_backward).
-enum class ForwardPass { kAutograd, kCheckpointed, kRecompute };
+// kRecompute runs the whole block again (CheckpointFunction.backward); kRecomputeEarlyStop
+// as a non-reentrant checkpoint does (recompute_nodes_run below).
+enum class ForwardPass { kAutograd, kCheckpointed, kRecompute, kRecomputeEarlyStop };
+
+// Where a non-reentrant checkpoint's recompute stops: torch 2.11 utils/checkpoint.py
+// (_checkpoint_hook's pack hook in _recomputation_hook) raises _StopRecomputationError
+// once the recompute has packed as many tensors as the first forward saved, early_stop
+// being torch's default (set_checkpoint_early_stop). So the block runs up to its last
+// node that saves a tensor and no further. An autograd kernel packs its inputs before it
+// runs (VariableType's SavedVariable(self) ahead of the redispatch) and its outputs
+// after: a last node that saves only inputs never makes its outputs. Returns how many
+// of the block's nodes, in order, the recompute runs to their end.
+size_t recompute_nodes_run(const GraphAnalysis& analysis, const graph::BlockStructure& block) {
+  for (size_t i = block.nodes.size(); i-- > 0;) {
+    const int n = block.nodes[i];
+    const std::vector<int>& saves = analysis.node_saves[n];
+    if (saves.empty()) continue;
+    const std::vector<int>& outputs = analysis.node_outputs[n];
+    const bool saves_output = std::any_of(saves.begin(), saves.end(), [&](int t) { return contains(outputs, t); });
+    return saves_output ? i + 1 : i;
+  }
+  return 0;
+}
 
 ForwardPeak forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int block_index,
                          const TensorFacts& facts, const std::vector<int>& entry_live,
@@ -121,6 +143,8 @@ ForwardPeak forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis,
   const graph::BlockStructure& block = analysis.blocks[block_index];
   const size_t count = graph.tensors.size();
   const bool with_saves = pass != ForwardPass::kCheckpointed;
+  const size_t nodes_run =
+      pass == ForwardPass::kRecomputeEarlyStop ? recompute_nodes_run(analysis, block) : block.nodes.size();
   const std::vector<char> saved = with_saves ? membership(count, block.saved_tensors) : std::vector<char>(count, 0);
   const std::vector<char> is_held = membership(count, held);
   std::vector<int> remaining(count, 0);
@@ -144,7 +168,8 @@ ForwardPeak forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis,
   auto drop_if_done = [&](int t) {
     if (remaining[t] == 0 && !kept(t)) live.erase(t);
   };
-  for (int n : block.nodes) {
+  for (size_t i = 0; i < nodes_run; ++i) {
+    const int n = block.nodes[i];
     const Node& node = graph.nodes[n];
     if (node.op == graph::op::kModelOutput) release_returned_frame(graph, analysis, n, block_index, saved, is_held, live);
     for (int t : analysis.node_outputs[n]) {
@@ -304,12 +329,15 @@ void add_forward_peaks(const LayerGraph& graph, const GraphAnalysis& analysis, i
       forward_peak(graph, analysis, b, facts, entry_live, ForwardPass::kCheckpointed, held, compute, batch, seq,
                    accounting).bytes;
   const ForwardPeak recompute =
-      forward_peak(graph, analysis, b, facts, entry_live, ForwardPass::kRecompute, held, compute, batch, seq,
-                   accounting);
+      forward_peak(graph, analysis, b, facts, entry_live, ForwardPass::kRecomputeEarlyStop, held, compute, batch,
+                   seq, accounting);
   profile.recompute_peak = recompute.bytes;
   profile.recompute_peak_saved = recompute.saved;
+  const ForwardPeak whole =
+      forward_peak(graph, analysis, b, facts, entry_live, ForwardPass::kRecompute, held, compute, batch, seq,
+                   accounting);
   const ForwardPeak reentrant = reentrant_recompute_peak(graph, analysis, b, facts, entry_live, held, compute, batch,
-                                                         seq, accounting, recompute);
+                                                         seq, accounting, whole);
   profile.reentrant_recompute_peak = reentrant.bytes;
   profile.reentrant_recompute_peak_saved = reentrant.saved;
 }

@@ -3,6 +3,7 @@
 // docs/stacks.md, "torch.compile".
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -93,3 +94,26 @@ TEST_CASE("the partitioner saves a graph input rather than recompute from an unf
 
 }  // namespace headroom::planner
 
+
+namespace headroom::planner {
+
+TEST_CASE("a compiled block's own tensors are held by no Python frame") {
+  // Eager, LlamaMLP.forward holds its input x until down_proj returns (models/llama.cc);
+  // compiled, inductor frees the post-attention norm's output after up_proj reads it.
+  for (bool compile : {false, true}) {
+    Result<ModelContext> c = prepare_context(grouped_kv(torchtune_llama_1b(compile)));
+    REQUIRE_MESSAGE(c.is_ok(), c.message());
+    int down = -1;
+    for (size_t n = 0; n < c->graph.nodes.size(); ++n) {
+      if (c->graph.nodes[n].name == "model.layers.1.mlp.down_proj") down = static_cast<int>(n);
+    }
+    const int y = graph::tensor_index(c->graph, "model.layers.1.post_attention_layernorm");
+    REQUIRE(down >= 0);
+    REQUIRE(y >= 0);
+    const std::vector<int>& holds = c->analysis.node_holds[static_cast<size_t>(down)];
+    CAPTURE(compile);
+    CHECK((std::find(holds.begin(), holds.end(), y) != holds.end()) == !compile);
+  }
+}
+
+}  // namespace headroom::planner

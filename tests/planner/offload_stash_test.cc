@@ -46,4 +46,34 @@ TEST_CASE("with checkpoint inputs offloaded, the head runs forward beside the la
   CHECK(peak.host_activations == 6 * 100);
 }
 
+TEST_CASE("the embedding's backward runs beside layer 0's input brought back from the host") {
+  // torchtune 0.6.1 OffloadActivations keeps a tensor it brought back in bwd_tensor_stash
+  // until the hook of the next backward node that unpacks one has run: layer 0's input
+  // (block 1's) stays through the embedding's backward under full fine-tuning (the oracle's
+  // torchtune[tt]/llama-3-8b/full/b2s2048/offload peaks there with it live).
+  StepModel model;
+  model.base = 10000;
+  model.checkpoint_stash = kCheckpointOffloadStash;
+  BlockProfile embedding;
+  embedding.bwd_peak = 1000;  // the embedding's weight gradient
+  embedding.on_autograd = true;
+  embedding.checkpointable = false;
+  BlockProfile layer;
+  layer.checkpoint = 100;
+  layer.fwd_peak_nograd = 100;
+  layer.recompute_peak = 100;
+  layer.bwd_peak = 100;
+  layer.on_autograd = true;
+  model.blocks = {embedding, layer, layer};
+  model.grads_bwd.assign(model.blocks.size(), 0);
+  model.copy_ms.assign(model.blocks.size(), 0);
+  const std::vector<BlockChoice> choices = {BlockChoice::kKeep, BlockChoice::kCheckpoint, BlockChoice::kCheckpoint};
+  const StepPeak peak = walk_step(model, choices, 0);
+  REQUIRE(peak.phase == "backward");
+  REQUIRE(peak.block == 0);
+  CHECK(peak.bytes == 10000 + 1000 + 100);
+  CHECK(peak.transient == 1000 + 100);  // saved by nothing
+  CHECK(peak.activations == 0);
+}
+
 }  // namespace headroom::planner
