@@ -137,7 +137,7 @@ def liger_flags(spec: dict) -> list:
         return []
     config = liger if isinstance(liger, dict) else {}
     flags = ["--loss", "fused-linear-ce"] if config.get("fused_linear_cross_entropy", True) else []
-    if any(config.get(key, True) for key in ("rope", "rms_norm", "swiglu")):
+    if config.get("rms_norm", True):  # with swiglu: headroom takes the two together
         flags += ["--liger-kernels", "on"]
     return flags
 
