@@ -16,7 +16,7 @@ python_envs() {
   if ! scripts/setup_exporter.sh >/dev/null 2>>.venv-setup.log; then
     echo "run_tests: WARNING: the exporter's packages could not be installed (see .venv-setup.log); its tests are skipped" >&2
   fi
-  for env in hf5 tt lg df vision trl hf4bnb43 ds; do  # the oracle's stacks: Trainer, torchtune, litgpt, diffusers, torchvision, TRL, bitsandbytes 0.43.1, DeepSpeed (bench/oracle/envs/)
+  for env in hf5 tt lg df vision trl hf4bnb43 ds liger; do  # the oracle's stacks: Trainer, torchtune, litgpt, diffusers, torchvision, TRL, bitsandbytes 0.43.1, DeepSpeed, Liger (bench/oracle/envs/)
     if ! bench/oracle/setup_env.sh "$env" >/dev/null 2>>.venv-setup.log; then
       echo "run_tests: WARNING: the oracle's pinned environment $env could not be made (see .venv-setup.log); its tests are skipped" >&2
     fi

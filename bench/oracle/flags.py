@@ -139,6 +139,20 @@ def headroom_flags(spec: dict) -> list:
         flags += ["--attention", spec["attention"]]
     for pattern in spec.get("freeze", []):  # stacks/hf_models.py freeze_modules
         flags += ["--freeze", pattern]
+    return flags + liger_flags(spec)
+
+
+def liger_flags(spec: dict) -> list:
+    """The Trainer's use_liger_kernel (`liger`: true or a liger_kernel_config): the fused linear
+    cross-entropy unless the config turns it off, the RMSNorm, SwiGLU and RoPE kernels unless it
+    turns them off (docs/config-import.md, use_liger_kernel)."""
+    liger = spec.get("liger", False)
+    if not liger:
+        return []
+    config = liger if isinstance(liger, dict) else {}
+    flags = ["--loss", "fused-linear-ce"] if config.get("fused_linear_cross_entropy", True) else []
+    if config.get("rms_norm", True):  # with swiglu: headroom takes the two together
+        flags += ["--liger-kernels", "on"]
     return flags
 
 

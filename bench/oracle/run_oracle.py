@@ -30,6 +30,7 @@ from ctx_saves import ctx_saves_marked  # noqa: E402
 from cuda_autocast import cuda_autocast_on_meta  # noqa: E402
 from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers_on_meta  # noqa: E402
 from gathered import gathered_marked  # noqa: E402
+from liger_shims import liger_kernels_on_meta  # noqa: E402
 from meta_recorder import CATEGORIES, Recorder, recording  # noqa: E402
 from report import write_atomically  # noqa: E402
 from unsharded_grads import unsharded_grads_marked  # noqa: E402
@@ -46,7 +47,7 @@ STACKS["trl-dpo"] = "stacks.trl_dpo"  # TRL's DPOTrainer: policy and reference o
 STACKS["trl-reward"] = "stacks.trl_reward"  # TRL's RewardTrainer: a reward head over chosen and rejected (env trl)
 STACKS["trl-grpo"] = "stacks.trl_grpo"  # TRL's GRPOTrainer: generation, then the policy over prompt + completion (env trl)
 _PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "bitsandbytes", "trl",
-             "torchtune", "torchao", "diffusers", "litgpt", "lightning")
+             "torchtune", "torchao", "diffusers", "litgpt", "lightning", "liger-kernel")
 
 
 def versions() -> dict:
@@ -84,7 +85,7 @@ def run(spec: dict) -> dict:
     recorder = Recorder(zero_scalars_in_setup=True)
     warnings.filterwarnings("ignore")
     with cuda_autocast_on_meta(), cuda_sdpa_on_meta(), cuda_dropout_on_meta(), \
-            fused_optimizers_on_meta(), bnb_kernels_on_meta(), ctx_saves_marked(recorder), \
+            fused_optimizers_on_meta(), bnb_kernels_on_meta(), liger_kernels_on_meta(recorder), ctx_saves_marked(recorder), \
             gathered_marked(recorder), unsharded_grads_marked(recorder), recording(recorder), \
             (bnb_optimizers_on_meta(recorder) if spec.get("optim") in BNB_OPTIMS else contextlib.nullcontext()):
         resolved = stack.run(spec, recorder) or {}

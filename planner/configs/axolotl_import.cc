@@ -191,9 +191,22 @@ void apply_axolotl_settings(const json& config, const Adapter& a, ConfigImport& 
 }
 
 // axolotl's Liger plugin (integrations/liger): liger_fused_linear_cross_entropy
-// swaps the loss for Liger's fused linear cross-entropy; liger_rope, liger_rms_norm,
-// liger_glu_activation and liger_layer_norm swap modules priced here as the model's
-// own, which keep at least as much for backward.
+// swaps the loss for Liger's fused linear cross-entropy; liger_rope, liger_rms_norm and
+// liger_glu_activation swap the modules --liger-kernels on prices
+// (planner/mechanisms/liger_kernels.h), rms_norm and glu_activation together or not at all;
+// liger_layer_norm swaps a module priced as the model's own, which keeps at least as much.
+Status read_liger_modules(const json& config, std::string_view origin, ConfigImport& out) {
+  const auto on = [&](const char* key) { return config.contains(key) && config.at(key) == json(true); };
+  if (on("liger_rms_norm") != on("liger_glu_activation")) {
+    const bool norm = on("liger_rms_norm");
+    return field_error(config, origin, norm ? "liger_rms_norm" : "liger_glu_activation",
+                       std::string("false, or true with ") + (norm ? "liger_glu_activation" : "liger_rms_norm") +
+                           " true (Liger's norm without its gated MLP, or the MLP alone, is not modelled)");
+  }
+  if (on("liger_rms_norm")) out.settings.liger_kernels = true;
+  return Status::ok();
+}
+
 Status read_liger_plugin(const json& config, std::string_view origin, std::vector<std::string>& ignored,
                          ConfigImport& out) {
   for (const char* key : {"liger_fused_linear_cross_entropy", "liger_rope", "liger_rms_norm",
@@ -208,12 +221,14 @@ Status read_liger_plugin(const json& config, std::string_view origin, std::vecto
     } else if (std::string_view(key) == "liger_cross_entropy") {
       return field_error(config, origin, key, "false (Liger's cross-entropy over materialised logits is not modelled; "
                                               "liger_fused_linear_cross_entropy is)");
-    } else {
+    } else if (std::string_view(key) == "liger_layer_norm") {
       out.notes.push_back(std::string(key) + ": priced as the model's own module, which keeps at least as much "
                           "for backward");
+    } else {
+      out.notes.push_back(std::string(key) + ": priced with --liger-kernels on");
     }
   }
-  return Status::ok();
+  return read_liger_modules(config, origin, out);
 }
 
 }  // namespace

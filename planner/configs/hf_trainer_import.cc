@@ -105,11 +105,32 @@ std::optional<Sharding> read_fsdp_config(ArgsReader& r, RunSettings& s, ConfigIm
 // (_apply_liger_kernel_to_instance, given liger_kernel_config as its keyword arguments;
 // apply_liger_kernel_to_llama and its siblings default to rope, rms_norm, swiglu and
 // fused_linear_cross_entropy). The fused linear cross-entropy is priced
-// (--loss fused-linear-ce); Liger's RMSNorm, SwiGLU and RoPE are priced as the model's
-// own modules, which keep at least as much for backward (LigerSiLUMulFunction keeps
-// the gate and up projections, where silu(gate) * up also keeps silu's output).
+// (--loss fused-linear-ce); its RMSNorm, SwiGLU (GEGLU for Gemma) and RoPE as
+// --liger-kernels on (planner/mechanisms/liger_kernels.h): the norm and the gated MLP
+// together (each defaults to true); RoPE, in place, keeps what the model's rotation keeps.
+bool liger_switch(ArgsReader& r, const json& config, const char* key, bool fallback) {
+  if (!config.contains(key)) return fallback;
+  if (!config.at(key).is_boolean()) {
+    r.fail("liger_kernel_config", std::string(key) + " true or false", config.at(key));
+    return fallback;
+  }
+  return config.at(key).get<bool>();
+}
+
+bool read_liger_modules(ArgsReader& r, const json& config) {
+  const bool norm = liger_switch(r, config, "rms_norm", true);
+  const bool mlp = liger_switch(r, config, "swiglu", liger_switch(r, config, "geglu", true));
+  liger_switch(r, config, "rope", true);
+  if (norm != mlp) {
+    r.fail("liger_kernel_config", "rms_norm and swiglu (geglu) both true or both false (one without the other is "
+                                  "not modelled)", config);
+  }
+  return norm;
+}
+
 void read_liger(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   bool fused_linear_ce = true;
+  bool modules = true;
   if (r.has("liger_kernel_config") && !r.raw("liger_kernel_config").is_null()) {
     const json& config = r.raw("liger_kernel_config");
     if (!config.is_object()) {
@@ -124,12 +145,14 @@ void read_liger(ArgsReader& r, RunSettings& s, ConfigImport& out) {
       }
       fused_linear_ce = value.get<bool>();
     }
+    modules = read_liger_modules(r, config);
   }
   if (fused_linear_ce) s.loss = LossSpec{LossImpl::kFusedLinearCe, 8};
+  if (modules) s.liger_kernels = true;
   out.notes.push_back(std::string("use_liger_kernel: ") +
-                      (fused_linear_ce ? "Liger's fused linear cross-entropy priced (--loss fused-linear-ce); " : "") +
-                      "its RMSNorm, SwiGLU and RoPE kernels are priced as the model's own modules, which keep at "
-                      "least as much for backward");
+                      (fused_linear_ce ? "Liger's fused linear cross-entropy (--loss fused-linear-ce)" : "") +
+                      (fused_linear_ce && modules ? "; " : "") +
+                      (modules ? "its RMSNorm, SwiGLU and RoPE kernels (--liger-kernels on)" : ""));
 }
 
 // TrainingArguments.fsdp: "full_shard auto_wrap offload" (a string or a list of

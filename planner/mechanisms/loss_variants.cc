@@ -112,7 +112,7 @@ void fuse_linear_cross_entropy(graph::LayerGraph& graph, graph::Node& loss, cons
   head->workspace_elements = transient;
   head->bwd_workspace_elements = graph::SizeExpr{};
   head->linear.reset();  // one fused kernel sequence now, not an nn.Linear to adapt or tile
-  head->op = "fused_linear_ce";
+  head->op = std::string(graph::op::kFusedLinearCe);
   logits.elements = rows.scaled(hidden);
   logits.dtype.reset();
   head->saves.push_back({logits.name, graph::SaveWhen::kAnyGrad});

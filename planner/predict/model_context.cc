@@ -22,6 +22,7 @@
 #include "planner/mechanisms/gathered_adapters.h"
 #include "planner/mechanisms/fused_kernels.h"
 #include "planner/mechanisms/unsloth_model.h"
+#include "planner/mechanisms/liger_kernels.h"
 #include "planner/mechanisms/input_require_grads.h"
 #include "planner/mechanisms/t5_position_bias.h"
 #include "planner/mechanisms/bnb_matmul4bit.h"
@@ -411,6 +412,8 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},
                        compute_dtype_for(settings.precision));
   if (settings.stack == Stack::kUnsloth) apply_unsloth_model(settings, stack.top, context.graph);
+  // Liger's RMSNorm and gated-MLP Functions, after autocast as Unsloth's kernels are.
+  if (stack.top.liger_kernels) apply_liger_kernels(context.graph);
   // Slices strided over the batch are copied where a linear reads them (at the run's micro-batch).
   apply_strided_slice_copies(context.graph, settings.micro_batch);
   if (stack.top.recipe == Recipe::kGrpo) {

@@ -180,7 +180,7 @@ struct SharedUses {
   int last = 1 << 30;    // the block of its last use in backward
   int count = 0;
   bool trainable = false;
-  bool fused = false;    // first used by TRL's fused head, which hands on a fresh gradient
+  bool fused = false;    // first used by TRL's fused head or Liger's, which hand on a fresh gradient
   bool chunked = false;  // first used by a node applying it several times: a fresh sum
   int64_t elements = 0;
 };
@@ -195,7 +195,8 @@ int64_t shared_grads_in_flight(const ModelContext& context, const RunSettings& s
       u.count += node.weight_uses;
       if (param.tied_to.empty()) u.trainable = param.trainable, u.elements = param.elements();
       if (node.block > u.first) {
-        u.first = node.block, u.fused = node.op == kTrlFusedLogprobOp, u.chunked = node.weight_uses > 1;
+        u.first = node.block, u.chunked = node.weight_uses > 1;
+        u.fused = node.op == kTrlFusedLogprobOp || node.op == graph::op::kFusedLinearCe;
       }
       u.last = std::min(u.last, node.block);
     }

@@ -146,6 +146,9 @@ struct RunSettings {
   // With compile: whether torch.compile also covers the loss function
   // (StackSpec::compile_loss); nullopt: as the stack does (or a band).
   std::optional<bool> compile_loss;
+  // Liger's RMSNorm, SwiGLU and RoPE kernels in the model (the Trainer's
+  // use_liger_kernel; planner/mechanisms/liger_kernels.h); nullopt: off.
+  std::optional<bool> liger_kernels;
   // fp8 training with torchao's Float8Linear (planner/mechanisms/float8_linear.h): its
   // recipe, and whether FSDP2 all-gathers the converted weights in fp8
   // (Float8LinearConfig.enable_fsdp_float8_all_gather; needs ZeRO-3 under an FSDP2 stack).

@@ -87,6 +87,9 @@ void pin_rope_caches(const RunSettings&, const ResolvedStack& r, RunSettings& bo
 }
 
 std::string no_words(const RunSettings&, const ResolvedStack&) { return ""; }
+std::string liger_words(const RunSettings&, const ResolvedStack& r) {
+  return r.top.liger_kernels ? "Liger's RMSNorm, SwiGLU and RoPE kernels" : "";
+}
 
 std::string optimizer_words(const RunSettings&, const ResolvedStack& r) {
   return band_words("optimizer step", &StackSpec::optimizer_impl, r, optimizer_impl_name);
@@ -183,7 +186,7 @@ constexpr MechanismRow on_off_row(const char* key, const char* help,
 
 // The rows, in the order resolve_stack runs them (docs/stacks.md cites each
 // stack's source in its table, settings/stack_resolvers.cc in its comments).
-const std::array<MechanismRow, 15> kMechanisms = {{
+const std::array<MechanismRow, 16> kMechanisms = {{
     enum_row<&RunSettings::optimizer_impl, parse_optimizer_impl, optimizer_impl_name>(
         "optimizer_impl", "IMPL", "how optimizer.step() runs", optimizer_impl_names, resolve_optimizer_impl,
         pin_always<&RunSettings::optimizer_impl, &StackSpec::optimizer_impl>, optimizer_words),
@@ -257,6 +260,13 @@ const std::array<MechanismRow, 15> kMechanisms = {{
         "the same pairs through a one-value score head instead of the LM head; grpo: TRL's GRPOTrainer, generation "
         "then the policy over prompt + completion, --seq the prompt and --completion-tokens together)",
         recipe_names, resolve_recipe, pin_always<&RunSettings::recipe, &StackSpec::recipe>, recipe_words),
+    on_off_row<&RunSettings::liger_kernels>(
+        "liger_kernels",
+        "Liger's Triton RMSNorm, SwiGLU and RoPE in the model (on: the Trainer's use_liger_kernel, "
+        "apply_liger_kernel_to_*: the norm keeps its input and an fp32 rstd, SiLU-times-up keeps the gate and up "
+        "projections only, RoPE rotates q and k in place; off: the model's own modules). The fused loss is --loss "
+        "fused-linear-ce",
+        resolve_liger_kernels, pin_always<&RunSettings::liger_kernels, &StackSpec::liger_kernels>, liger_words),
     enum_row<&RunSettings::reference, parse_reference, reference_name>(
         "reference", "KIND",
         "with --recipe dpo: the reference model (copy: a frozen second model, TRL's default without PEFT; "

@@ -298,6 +298,12 @@ void resolve_rope_modules(const RunSettings& settings, ResolvedStack& out) {
   out.layer_rope_caches_open = !per_layer.has_value();
 }
 
+// Liger's kernels are what the user switched on (the Trainer's use_liger_kernel, or
+// apply_liger_kernel_to_* by hand); no stack turns them on by itself.
+void resolve_liger_kernels(const RunSettings& settings, ResolvedStack& out) {
+  out.top.liger_kernels = out.bottom.liger_kernels = settings.liger_kernels.value_or(false);
+}
+
 // Whether torch.compile covers the loss as well as the blocks. Eager is the top
 // of the band (the fp32 log-probabilities and their gradients are what compile
 // removes); a loss the stack leaves open is priced both ways.

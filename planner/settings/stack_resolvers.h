@@ -15,6 +15,7 @@ void resolve_recompute(const RunSettings& settings, ResolvedStack& out);
 void resolve_adapter_dtype(const RunSettings& settings, ResolvedStack& out);
 // After resolve_loss: torchtune compiles only its chunked loss.
 void resolve_compile_loss(const RunSettings& settings, ResolvedStack& out);
+void resolve_liger_kernels(const RunSettings& settings, ResolvedStack& out);
 void resolve_fsdp_no_sync(const RunSettings& settings, ResolvedStack& out);
 void resolve_kbit_prep(const RunSettings& settings, ResolvedStack& out);
 void resolve_autocast(const RunSettings& settings, ResolvedStack& out);

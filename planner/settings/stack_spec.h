@@ -20,6 +20,9 @@ struct StackSpec {
   // torch.compile covers the loss function, not only the model's blocks
   // (planner/mechanisms/loss_variants.h; docs/stacks.md, "torch.compile"). Only with compile.
   bool compile_loss = false;
+  // Liger's RMSNorm, SwiGLU and RoPE Functions replace the model's modules
+  // (planner/mechanisms/liger_kernels.h; docs/stacks.md, "Liger's kernels").
+  bool liger_kernels = false;
   // Gradient accumulation under FSDP runs the micro-steps before the last in
   // no_sync() (FSDP2: set_requires_gradient_sync(False)): each unit keeps its
   // unsharded gradient instead of reduce-scattering (planner/memory/model_states.h,

@@ -6,6 +6,7 @@
 
 #include "graph/op_traits.h"
 #include "models/resnet.h"
+#include "planner/mechanisms/liger_kernels.h"
 #include "planner/mechanisms/peft_param_wrapper.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/time/python_norm_backward.h"
@@ -69,7 +70,9 @@ BackwardGradients::BackwardGradients(const graph::LayerGraph& graph, const graph
 // additions go in place, one partial each. (Profiled on the CPU: aten::add, then
 // add_, without autocast; add_ only under it. docs/stacks.md, "Shared weights' gradients".)
 // TRL's fused LM head hands on a fresh weight gradient too (grad_weight.to(dtype),
-// trl/kernels/chunked_logprob.py): the tied embedding's partial adds in place.
+// trl/kernels/chunked_logprob.py), and so does Liger's fused linear cross-entropy (the
+// grad_weight it made in forward and saved, released with the node's saved variables
+// before autograd adds the embedding's partial): the tied embedding's partial adds in place.
 int64_t BackwardGradients::partial_gradients(int n) const {
   int64_t bytes = 0;
   const graph::Node& node = graph_.nodes[n];
@@ -88,7 +91,8 @@ int64_t BackwardGradients::partial_gradients(int n) const {
     const graph::Node& first_use = graph_.nodes[analysis_.order[positions.front()]];
     // A first use whose own partials were summed already leaves a fresh tensor in the buffer.
     const bool first_sum_out_of_place = grad_width_ == graph::dtype_bytes(compute_, 1) &&
-                                        first_use.op != kTrlFusedLogprobOp && first_use.weight_uses < 2;
+                                        first_use.op != kTrlFusedLogprobOp && first_use.op != graph::op::kFusedLinearCe &&
+                                        first_use.weight_uses < 2;
     const int64_t copies = positions[1] == position_[n] && first_sum_out_of_place ? 2 : 1;
     bytes += copies * partial;
   }
@@ -204,8 +208,12 @@ int64_t BackwardGradients::at_node(int n) const {
   // TRL 1.16.0): not the copy's bytes, and under 0.1% of them, left out.
   const int64_t out_grads = incoming_gradients(n);
   int64_t in_grads = 0;
+  // Liger's gated product writes its input gradients into the tensors it kept (liger_kernels.h).
+  const bool grads_in_saved = node.op == kLigerGatedMulOp;
   for (int t : analysis_.node_inputs[n]) {
-    if (analysis_.requires_grad[t] && !analysis_.persistent[t]) in_grads += tensor_bytes_[t] + promoted_gradient(n, t);
+    if (analysis_.requires_grad[t] && !analysis_.persistent[t] && !grads_in_saved) {
+      in_grads += tensor_bytes_[t] + promoted_gradient(n, t);
+    }
   }
   grads += out_grads + in_grads - chunk_gradients_gone(n, out_grads, in_grads);
   grads -= out_grad_freed_inside(n);

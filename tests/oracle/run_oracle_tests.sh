@@ -17,6 +17,7 @@
 #   trl-reward      TRL's RewardTrainer (trl)
 #   bnb-old         QLoRA under bitsandbytes 0.43.1 and its meta shims (hf4bnb43)
 #   deepspeed       the Trainer under DeepSpeed ZeRO-2/3 on the meta accelerator (ds)
+#   liger           the Trainer with use_liger_kernel, Liger's kernels shimmed on meta (liger)
 # Exit 77 (skip) when the environment is missing or was left half-made: setup_env.sh
 # stamps an environment only once every pin is installed (a failed pip, a full disk,
 # leaves a venv without torch, which must read as "not there", not as a failure).
@@ -41,7 +42,8 @@ case "$suite" in
   bnb-old)        env=hf4bnb43; test=test_bnb_old_tiny.py ;;
   bnb-optim)      env=hf5;      test=test_bnb_optim_tiny.py ;;
   deepspeed)      env=ds;       test=test_deepspeed_tiny.py ;;
-  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, diffusers-sd3, diffusers-sdxl, litgpt, encoders, qwen-vl, torch-loop, trl, trl-dpo, trl-reward, bnb-old, bnb-optim or deepspeed)" >&2; exit 2 ;;
+  liger)          env=liger;    test=test_liger_tiny.py ;;
+  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, diffusers-sd3, diffusers-sdxl, litgpt, encoders, qwen-vl, torch-loop, trl, trl-dpo, trl-reward, bnb-old, bnb-optim, deepspeed or liger)" >&2; exit 2 ;;
 esac
 if [ "$env" = base ]; then
   python="$root/.venv/bin/python"

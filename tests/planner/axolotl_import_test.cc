@@ -79,6 +79,7 @@ TEST_CASE("axolotl's Liger plugin keys: the fused linear cross-entropy priced, t
   REQUIRE_MESSAGE(liger.is_ok(), liger.message());
   REQUIRE(liger->settings.loss.has_value());
   CHECK(liger->settings.loss->impl == LossImpl::kFusedLinearCe);
+  CHECK(liger->settings.liger_kernels == std::optional<bool>(true));
   CHECK(liger->ignored.empty());
   CHECK(std::count_if(liger->notes.begin(), liger->notes.end(),
                       [](const std::string& note) { return note.find("liger_") == 0; }) == 4);
@@ -91,6 +92,9 @@ TEST_CASE("axolotl's Liger plugin keys: the fused linear cross-entropy priced, t
   Result<ConfigImport> bad = import_axolotl_config("liger_rope: 3\n", "ax.yml", RunSettings{});
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.message().find("ax.yml: liger_rope: expected true or false") == 0);
+  Result<ConfigImport> half = import_axolotl_config("liger_rms_norm: true\n", "ax.yml", RunSettings{});
+  REQUIRE_FALSE(half.is_ok());
+  CHECK(half.message().find("ax.yml: liger_rms_norm: expected false, or true with liger_glu_activation true") == 0);
 }
 
 TEST_CASE("lora_target_linear: the listed modules join every linear one, and must be names (issue 37 item 7)") {

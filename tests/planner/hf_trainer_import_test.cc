@@ -219,6 +219,7 @@ TEST_CASE("use_liger_kernel prices Liger's fused linear cross-entropy unless lig
   REQUIRE_MESSAGE(liger.is_ok(), liger.message());
   REQUIRE(liger->settings.loss.has_value());
   CHECK(liger->settings.loss->impl == LossImpl::kFusedLinearCe);
+  CHECK(liger->settings.liger_kernels == std::optional<bool>(true));
   CHECK(std::any_of(liger->notes.begin(), liger->notes.end(),
                     [](const std::string& note) { return note.find("use_liger_kernel") == 0; }));
   Result<ConfigImport> off = import_training_arguments(
@@ -226,7 +227,17 @@ TEST_CASE("use_liger_kernel prices Liger's fused linear cross-entropy unless lig
       "args.json", base_run());
   REQUIRE_MESSAGE(off.is_ok(), off.message());
   CHECK_FALSE(off->settings.loss.has_value());
+  CHECK(off->settings.liger_kernels == std::optional<bool>(true));
   CHECK_FALSE(listed(off->ignored, "liger_kernel_config"));
+  Result<ConfigImport> loss_only = import_training_arguments(
+      R"({"use_liger_kernel": true, "liger_kernel_config": {"rope": false, "rms_norm": false, "swiglu": false}})",
+      "args.json", base_run());
+  REQUIRE_MESSAGE(loss_only.is_ok(), loss_only.message());
+  CHECK(loss_only->settings.loss.has_value());
+  CHECK_FALSE(loss_only->settings.liger_kernels.has_value());
+  CHECK(refusal(R"({"use_liger_kernel": true, "liger_kernel_config": {"rms_norm": false, "swiglu": true}})")
+            .find("args.json: liger_kernel_config: expected rms_norm and swiglu (geglu) both true or both false") ==
+        0);
   Result<ConfigImport> none = import_training_arguments(R"({"use_liger_kernel": false})", "args.json", base_run());
   REQUIRE(none.is_ok());
   CHECK_FALSE(none->settings.loss.has_value());

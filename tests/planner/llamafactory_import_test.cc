@@ -68,9 +68,11 @@ TEST_CASE("LLaMA-Factory's enable_liger_kernel: the fused linear cross-entropy f
   REQUIRE_MESSAGE(sft.is_ok(), sft.message());
   REQUIRE(sft->settings.loss.has_value());
   CHECK(sft->settings.loss->impl == LossImpl::kFusedLinearCe);
+  CHECK(sft->settings.liger_kernels == std::optional<bool>(true));
   Result<ConfigImport> dpo = import_llamafactory_config("stage: dpo\nenable_liger_kernel: true\n", "lf.yaml", RunSettings{});
   REQUIRE_MESSAGE(dpo.is_ok(), dpo.message());
   CHECK_FALSE(dpo->settings.loss.has_value());
+  CHECK(dpo->settings.liger_kernels == std::optional<bool>(true));  // the modules all the same
   Result<ConfigImport> bad = import_llamafactory_config("enable_liger_kernel: maybe\n", "lf.yaml", RunSettings{});
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.message().find("lf.yaml: enable_liger_kernel: expected true or false") == 0);

@@ -58,12 +58,28 @@ def _arguments(spec: dict, output_dir: str):
     kwargs = {"use_reentrant": spec.get("checkpointing") == "reentrant"} if checkpointing else None
     # transformers 5 renamed gradient_checkpointing to activation_checkpointing
     prefix = "activation" if transformers_at_least("5.0") else "gradient"
-    return arguments(
+    return arguments(**liger_arguments(spec),
         output_dir=output_dir, per_device_train_batch_size=spec["batch"], report_to=[],
         bf16=spec["precision"] in ("bf16", "bf16-amp"),
         fp16=spec["precision"] == "fp16-amp", optim=spec.get("optim", default_optim()),
         max_grad_norm=spec.get("max_grad_norm", 1.0), **sharded,
         **{f"{prefix}_checkpointing": checkpointing, f"{prefix}_checkpointing_kwargs": kwargs})
+
+
+def liger_arguments(spec: dict) -> dict:
+    """`liger`: true, or a liger_kernel_config object (the Trainer's use_liger_kernel)."""
+    liger = spec.get("liger", False)
+    if not liger:
+        return {}
+    return {"use_liger_kernel": True, "liger_kernel_config": liger if isinstance(liger, dict) else None}
+
+
+def apply_liger(trainer) -> None:
+    """As Trainer._inner_training_loop does before its loop (trainer.py 5.23: apply_liger_kernel
+    of the model and liger_kernel_config, `_apply_liger_kernel_to_instance` under PEFT's wrapper)."""
+    if getattr(trainer.args, "use_liger_kernel", False):
+        from transformers.integrations.liger import apply_liger_kernel
+        apply_liger_kernel(trainer.model, trainer.args.liger_kernel_config)
 
 
 def default_optim() -> str:
@@ -109,6 +125,7 @@ def _trainer(spec: dict, output_dir: str):
     trainer = trainer_class(model=model, args=_arguments(spec, output_dir))
     trainer.accelerator.device_placement = False
     enable_checkpointing(trainer)
+    apply_liger(trainer)
     return trainer
 
 
