@@ -24,7 +24,11 @@ _OPTIMIZER_IMPL = {"adamw_torch_fused": "fused", "adamw_torch": "foreach"}
 _BNB_OPTIM_FLAGS = {"adamw_bnb_8bit": ["--optimizer", "adamw-8bit"],
                     "adamw_8bit": ["--optimizer", "adamw-8bit"],
                     "paged_adamw_8bit": ["--optimizer", "adamw-8bit", "--paged-optimizer"],
-                    "paged_adamw_32bit": ["--optimizer", "adamw", "--paged-optimizer"]}
+                    "paged_adamw_32bit": ["--optimizer", "adamw", "--paged-optimizer"],
+                    # transformers' own Adafactor (optimization.py), a loop per parameter
+                    "adafactor": ["--optimizer", "adafactor"],
+                    # torch.optim.SGD, foreach; grid rows give optim_args momentum=0.9
+                    "sgd": ["--optimizer", "sgd", "--optimizer-impl", "foreach"]}
 
 
 def optim_flags(optim: str) -> list:

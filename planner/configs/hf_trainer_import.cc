@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -23,6 +24,32 @@ namespace headroom::planner {
 namespace {
 
 using nlohmann::json;
+
+// optim "sgd": torch.optim.SGD with the momentum optim_args gives (transformers 5.x
+// trainer_optimizer.py _get_sgd reads momentum, dampening, weight_decay, nesterov
+// from the comma-separated key=value optim_args); torch's default foreach path. With
+// momentum one buffer per parameter (torch/optim/sgd.py momentum_buffer); without
+// it SGD keeps no state, which no OptimizerKind prices: refused by name.
+void read_sgd(ArgsReader& r, RunSettings& s) {
+  const std::string args = r.has("optim_args") ? r.string_or("optim_args", "") : "";
+  double momentum = 0;
+  size_t at = 0;
+  while (at < args.size()) {
+    const size_t end = std::min(args.find(',', at), args.size());
+    std::string pair = args.substr(at, end - at);
+    pair.erase(std::remove_if(pair.begin(), pair.end(), [](unsigned char c) { return std::isspace(c); }),
+               pair.end());
+    if (pair.rfind("momentum=", 0) == 0) momentum = std::atof(pair.c_str() + 9);
+    at = end + 1;
+  }
+  if (!(momentum > 0)) {
+    r.fail("optim_args", "momentum=M with M > 0 for optim sgd (SGD without momentum keeps no state: not modelled)",
+           json(args));
+    return;
+  }
+  s.optimizer = OptimizerKind::kSgdMomentum;
+  s.optimizer_impl = OptimizerImpl::kForeach;
+}
 
 // TrainingArguments.optim (transformers training_args.py OptimizerNames) onto
 // the optimizer, its implementation and paging (trainer_optimizer.py builds each).
@@ -48,20 +75,20 @@ void read_optim(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   } else if (optim == "paged_adamw_32bit") {
     s.paged_optimizer = true;
     s.optimizer_impl = OptimizerImpl::kFused;
-  } else if (optim == "adamw_torch_8bit") {
-    s.optimizer = OptimizerKind::kAdamW8bit;
-    s.optimizer_impl = OptimizerImpl::kFused;
-    out.notes.push_back("optim adamw_torch_8bit: torchao's AdamW8bit priced as bitsandbytes' 8-bit AdamW");
   } else if (optim == "adamw_torch_4bit") {
     s.optimizer = OptimizerKind::kAdamW4bit;
     s.optimizer_impl = OptimizerImpl::kFused;
   } else if (optim == "adafactor") {
     s.optimizer = OptimizerKind::kAdafactor;
     s.optimizer_impl = OptimizerImpl::kForLoop;
+  } else if (optim == "sgd") {
+    read_sgd(r, s);
   } else {
+    // torchao's AdamW8bit (adamw_torch_8bit) quantizes per 256-element block, not as
+    // bitsandbytes' 8-bit AdamW does: refused by name rather than priced as that one.
     r.fail("optim",
            "one of adamw_torch, adamw_torch_fused, adamw_hf, adamw_bnb_8bit, adamw_8bit, paged_adamw_8bit, "
-           "paged_adamw_32bit, adamw_torch_8bit, adamw_torch_4bit, adafactor (the others' states are not modelled)",
+           "paged_adamw_32bit, adamw_torch_4bit, adafactor, sgd with momentum (the others' states are not modelled)",
            json(optim));
   }
 }

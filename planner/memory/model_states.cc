@@ -113,6 +113,7 @@ struct StateWalk {
   int64_t checkpoint_optimizer = 0;
   int64_t largest_state = 0;  // one state tensor of the largest trainable parameter (rank share)
   int64_t largest_grad = 0;
+  int64_t largest_adafactor_step = 0;  // adafactor_fp32_temporaries of the worst parameter
   bool bnb_maps = false;  // an 8-bit state on the device: the optimizer's two quantization maps there
   int64_t flat_states = 0, flat_master = 0, flat_grads = 0;
   // FSDP2: each group's sharded gradient bytes before rounding (per block; the root's).
@@ -326,6 +327,12 @@ void add_trainable(StateWalk& w, const graph::Node& node, const Param& param) {
   w.checkpoint_optimizer += b.states + b.master;
   w.largest_state = std::max(w.largest_state, w.account_bytes(b.states_rank / b.states_per_param));
   w.largest_grad = std::max(w.largest_grad, w.account_bytes(b.grad));
+  if (w.settings.optimizer == OptimizerKind::kAdafactor) {
+    const bool param_16bit = param_storage_bytes(param, w.precision) < 4 * param.elements();
+    const int64_t elements = w.shard_params ? ceil_div(param.elements(), w.world) : param.elements();
+    w.largest_adafactor_step = std::max(w.largest_adafactor_step,
+                                        adafactor_fp32_temporaries(param_16bit) * w.account_bytes(elements * 4));
+  }
   if (w.torchao_offload && b.elements >= kTorchaoOffloadMinSize) {
     // A pinned host copy of the parameter and of its gradient, and the wrapped
     // optimizer's states on the host in the parameter's dtype. The GPU gradient
@@ -534,6 +541,7 @@ void add_optimizer_step(StateWalk& w) {
   step.state_tensors = out.state_tensors;
   step.largest_state_bytes = w.largest_state;
   step.largest_grad_bytes = w.largest_grad;
+  step.largest_adafactor_step_bytes = w.largest_adafactor_step;
   // ZeRO-3 means DeepSpeed's stage 3 unless the stack shards with FSDP2, whose
   // reduce-scatter writes fp32 sharded gradients directly (torchtitan, torchtune, litgpt).
   if (w.shard_params && w.optimizer_on_gpu && !w.fsdp) {

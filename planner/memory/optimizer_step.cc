@@ -18,6 +18,8 @@ OptimizerStepMemory optimizer_step_memory(const OptimizerStepInputs& in) {
   // sub-group's 16-bit gradient partition to fp32 (stage3.py
   // _prepare_fp32_grad_for_sub_group) and drops it after the step.
   out.step_transient += in.zero3_fp32_subgroup_grad_bytes;
+  // transformers' Adafactor loops over the parameters whatever the impl says.
+  if (in.optimizer == OptimizerKind::kAdafactor) out.step_transient += in.largest_adafactor_step_bytes;
   switch (in.impl) {
     case OptimizerImpl::kForeach:
       if (torch_adamw) {
@@ -41,5 +43,14 @@ OptimizerStepMemory optimizer_step_memory(const OptimizerStepInputs& in) {
   }
   return out;
 }
+
+// transformers 5.x optimization.py Adafactor.step, one parameter at a time:
+// `grad = grad.float()` and `p_data_fp32 = p.float()` copy a 16-bit gradient and
+// parameter to fp32 for the whole update (the same tensors when already fp32);
+// `update = grad**2 + eps` makes a second tensor before the first is dropped, as do
+// `update = _approx_sq_grad(...)` (torch.mul of the row and column factors, the old
+// update still bound) and `p_data_fp32.add_(-update)`: two update-sized tensors at
+// each of those points. The row/column states and norms are vectors and scalars.
+int adafactor_fp32_temporaries(bool param_16bit) { return param_16bit ? 4 : 2; }
 
 }  // namespace headroom::planner

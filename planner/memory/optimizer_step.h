@@ -20,6 +20,9 @@ struct OptimizerStepInputs {
   std::vector<int64_t> state_tensors;
   int64_t largest_state_bytes = 0;  // one state tensor of the largest trainable parameter
   int64_t largest_grad_bytes = 0;   // the gradient of the largest trainable parameter
+  // transformers' Adafactor: the fp32 temporaries of the parameter whose step makes the
+  // most (adafactor_step_bytes), each allocation rounded as the run accounts it.
+  int64_t largest_adafactor_step_bytes = 0;
   // DeepSpeed ZeRO-3 on the GPU: fp32 bytes of its largest optimizer sub-group's
   // gradient partition (0 when not DeepSpeed ZeRO-3).
   int64_t zero3_fp32_subgroup_grad_bytes = 0;
@@ -37,5 +40,11 @@ struct OptimizerStepMemory {
 };
 
 OptimizerStepMemory optimizer_step_memory(const OptimizerStepInputs& inputs);
+
+// How many fp32 tensors of one parameter's size transformers' Adafactor.step holds at
+// once while it updates that parameter: 4 for a 16-bit parameter (the fp32 copies of
+// its gradient and of itself, and two update tensors), 2 for an fp32 one (two update
+// tensors). Sources in optimizer_step.cc.
+int adafactor_fp32_temporaries(bool param_16bit);
 
 }  // namespace headroom::planner

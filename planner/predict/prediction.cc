@@ -18,6 +18,7 @@
 #include "planner/settings/stack.h"
 #include "planner/time/fsdp2_stream_copies.h"
 #include "planner/predict/simulator.h"
+#include "planner/predict/shared_grads_accumulating.h"
 #include "planner/predict/step_builder.h"
 #include "planner/time/made_persistent.h"
 #include "planner/time/step_time.h"
@@ -187,7 +188,14 @@ struct SharedUses {
 
 int64_t shared_grads_in_flight(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
                                const BuiltStep& step, const StepPeak& peak, Accounting accounting) {
-  if (peak.phase != "backward" || config.grad_accum != 1 || !step.states.grads_progressive) return 0;
+  if (peak.phase != "backward" || !step.states.grads_progressive) return 0;
+  if (config.grad_accum != 1) {
+    // Accumulating: the first partial beside the `.grad` an earlier micro-step made, which
+    // the walk counts with the gradients (shared_grads_accumulating.h); in flight all the same.
+    const std::vector<int64_t> held = shared_grads_held_accumulating(context.graph, settings, config, step.states,
+                                                                     accounting, static_cast<size_t>(peak.block) + 1);
+    return peak.block >= 0 ? std::min(held[static_cast<size_t>(peak.block)], peak.gradients) : 0;
+  }
   std::map<std::string, SharedUses> uses;
   for (const graph::Node& node : context.graph.nodes) {
     for (const graph::Param& param : node.params) {

@@ -9,6 +9,7 @@
 #include "planner/predict/deepspeed_walk.h"
 #include "planner/predict/dpo_reference.h"
 #include "planner/predict/grpo_phases.h"
+#include "planner/predict/shared_grads_accumulating.h"
 #include "planner/settings/stack.h"
 
 namespace headroom::planner {
@@ -276,6 +277,23 @@ static std::vector<int64_t> ctx_recomputed_bytes(const ModelContext& context, in
   return bytes;
 }
 
+namespace {
+
+// Accumulating, a tied weight's first partial beside its `.grad` (shared_grads_accumulating.h).
+void add_held_shared_grads(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
+                           Accounting accounting, BuiltStep& out) {
+  StepModel& model = out.model;
+  const size_t n = model.blocks.size();
+  const std::vector<int64_t> in_flight =
+      shared_grads_held_accumulating(context.graph, settings, config, out.states, accounting, n);
+  for (size_t k = 0; k < n; ++k) {
+    model.grads_bwd[k] += in_flight[k];
+    model.grads_bwd_before[k] += in_flight[k];
+  }
+}
+
+}  // namespace
+
 BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
                      const GlobalConfig& config, const StepProfile& profile,
                      Accounting accounting) {
@@ -302,6 +320,7 @@ BuiltStep build_step(const ModelContext& context, const RunSettings& settings,
   if (made_tables_released(settings.stack, model.reentrant_recompute)) model.made_persistent = profile.made_persistent;
   const size_t n = model.blocks.size();
   set_gradients_by_block(out.states, config, model);
+  add_held_shared_grads(context, settings, config, accounting, out);
   apply_deepspeed_gradients(context, settings, config, out.states, accounting, model);
   // zero_grad between the loss and backward(): the previous step's gradients live
   // through the first micro-step's forward (StackSpec::grads_through_forward).

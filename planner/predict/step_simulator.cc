@@ -221,6 +221,10 @@ StepSimulator::ParamGradWork StepSimulator::start_param_grads(int n) {
     const int seen = ++seen_uses_[owner];
     if (seen == 1 && states_.grads_progressive && micro_ == 0) {
       shared_grads_[owner] = alloc(grad_bytes(original, settings_.precision), "gradients");
+    } else if (seen == 1 && holds_partial_beside_grad()) {
+      // Accumulating: the first partial beside the .grad an earlier micro-step made
+      // (planner/predict/shared_grads_accumulating.h), freed when AccumulateGrad adds the sum.
+      tied_partials_[owner] = alloc(grad_bytes(original, settings_.precision), "transient");
     } else if (seen == 1) {
       hold_tied_partial(owner, original);
     }
@@ -229,6 +233,13 @@ StepSimulator::ParamGradWork StepSimulator::start_param_grads(int n) {
   const int64_t partials = backward_grads_->partial_gradients(n);
   if (partials > 0) work.partials.push_back(alloc(partials, "transient"));
   return work;
+}
+
+// A later micro-step of plain autograd (no ZeRO, FSDP, optimizer in backward): every
+// `.grad` exists, so a shared weight's input buffer is a tensor of its own.
+bool StepSimulator::holds_partial_beside_grad() const {
+  return micro_ > 0 && states_.grads_progressive && !states_.grads_in_backward && config_.zero_stage == 0 &&
+         states_.sharded_block_grads.empty() && states_.reduce_scatter_block.empty() && states_.unsynced_grads == 0;
 }
 
 // After the node's kernel: partials freed, finished shared gradients joined to

@@ -115,6 +115,7 @@ class StepSimulator {
   void restage_root();
   static constexpr int kAllGatherStream = 1;
   static constexpr int kReduceScatterStream = 2;
+  bool holds_partial_beside_grad() const;
   bool fsdp() const { return fsdp_shards_params(settings_, config_.zero_stage); }
   // Whether `block` keeps its unsharded parameters from its forward to its backward:
   // FSDP at ZeRO-2 (fsdp_keeps_unsharded), or the layer the stack leaves unsharded.

@@ -121,6 +121,20 @@ TEST_CASE("the Trainer's bitsandbytes optim names import as the flags --optimize
   }
 }
 
+TEST_CASE("the Trainer's sgd imports with optim_args momentum, refused without it") {
+  // transformers 5.x trainer_optimizer.py _get_sgd: torch.optim.SGD, momentum only from optim_args.
+  Result<ConfigImport> momentum =
+      import_training_arguments(R"({"optim": "sgd", "optim_args": "momentum=0.9, nesterov=True"})", "args.json",
+                                base_run());
+  REQUIRE(momentum.is_ok());
+  CHECK(momentum->settings.optimizer == OptimizerKind::kSgdMomentum);
+  CHECK(momentum->settings.optimizer_impl == OptimizerImpl::kForeach);
+  CHECK(refusal(R"({"optim": "sgd"})").find("args.json: optim_args: expected momentum=M") == 0);
+  CHECK(refusal(R"({"optim": "sgd", "optim_args": "momentum=0"})").find("args.json: optim_args: expected") == 0);
+  // torchao's AdamW8bit is not bitsandbytes' 8-bit AdamW: refused, not priced as it.
+  CHECK(refusal(R"({"optim": "adamw_torch_8bit"})").find("args.json: optim: expected one of adamw_torch") == 0);
+}
+
 TEST_CASE("PEFT adapter_config.json: rank, targets, dropout onto the run, qlora stays qlora") {
   RunSettings base = base_run();
   base.mode = TrainMode::kQlora;

@@ -12,6 +12,7 @@
 #include "planner/time/block_profile.h"
 #include "planner/settings/hardware.h"
 #include "planner/mechanisms/loss_variants.h"
+#include "planner/memory/allocator_rounding.h"
 #include "planner/memory/model_states.h"
 #include "planner/memory/optimizer_step.h"
 #include "planner/predict/planner.h"
@@ -206,6 +207,29 @@ TEST_CASE("the optimizer step: foreach, for-loop, fused, in-backward, offloaded,
   in.optimizer = OptimizerKind::kAdamW;
   in.optimizer_on_gpu = false;  // DeepSpeedCPUAdam on the host
   CHECK(optimizer_step_memory(in).step_transient == 0);
+}
+
+// transformers optimization.py Adafactor.step: per parameter, fp32 copies of a 16-bit
+// gradient and parameter and two update tensors (optimizer_step.cc).
+TEST_CASE("the Adafactor step holds four fp32 copies of a bf16 parameter, two of an fp32 one") {
+  CHECK(adafactor_fp32_temporaries(true) == 4);
+  CHECK(adafactor_fp32_temporaries(false) == 2);
+  OptimizerStepInputs in;
+  in.optimizer = OptimizerKind::kAdafactor;
+  in.impl = OptimizerImpl::kForLoop;
+  in.largest_adafactor_step_bytes = 16'000;
+  CHECK(optimizer_step_memory(in).step_transient == 16'000);
+  RunSettings s;
+  s.model = "gpt2";
+  s.precision = Precision::kBf16Pure;
+  s.optimizer = OptimizerKind::kAdafactor;
+  s.optimizer_impl = OptimizerImpl::kForLoop;
+  const graph::LayerGraph graph = models::build_zoo_model("gpt2", models::ZooOptions{}).value();
+  // gpt2's largest parameter, the tied 50257 x 768 embedding: four fp32 tensors of it.
+  const int64_t embedding_fp32 = allocated_bytes(int64_t{50257} * 768 * 4);
+  CHECK(model_states(graph, s, GlobalConfig{}, Accounting::kAllocated).step_transient == 4 * embedding_fp32);
+  s.precision = Precision::kFp32;
+  CHECK(model_states(graph, s, GlobalConfig{}, Accounting::kAllocated).step_transient == 2 * embedding_fp32);
 }
 
 TEST_CASE("model states: foreach AdamW's temporary is one of its two states") {

@@ -58,7 +58,11 @@ def _arguments(spec: dict, output_dir: str):
     kwargs = {"use_reentrant": spec.get("checkpointing") == "reentrant"} if checkpointing else None
     # transformers 5 renamed gradient_checkpointing to activation_checkpointing
     prefix = "activation" if transformers_at_least("5.0") else "gradient"
-    return arguments(**liger_arguments(spec),
+    # `optim_args` ("momentum=0.9" for sgd) and accumulation only where the spec gives them
+    extra = {"optim_args": spec["optim_args"]} if "optim_args" in spec else {}
+    if spec.get("grad_accum", 1) > 1:
+        extra["gradient_accumulation_steps"] = spec["grad_accum"]
+    return arguments(**liger_arguments(spec), **extra,
         output_dir=output_dir, per_device_train_batch_size=spec["batch"], report_to=[],
         bf16=spec["precision"] in ("bf16", "bf16-amp"),
         fp16=spec["precision"] == "fp16-amp", optim=spec.get("optim", default_optim()),
@@ -175,12 +179,15 @@ def record_steps(spec, recorder, trainer, model, optimizer, batch_of=None, extra
             p.register_post_accumulate_grad_hook(lambda q: recorder.mark("gradients", [q.grad]))
     recorder.begin("step0.start")
     for step in range(spec.get("steps", 2)):
-        batch = batch_of(spec)
-        recorder.adopt_batch(batch)
         recorder.phase = f"step{step}.forward_backward"
-        # transformers 4.x's MoE loop asks nonzero of each expert's mask (cuda_shims.py)
-        with expert_routing_for(trainer.model):
-            loss = _micro_step(trainer, model, batch)
+        # `grad_accum` micro-batches per optimizer step, the gradients kept across them
+        # (_inner_training_loop: the step after the last of `gradient_accumulation_steps`)
+        for _ in range(spec.get("grad_accum", 1)):
+            batch = batch_of(spec)
+            recorder.adopt_batch(batch)
+            # transformers 4.x's MoE loop asks nonzero of each expert's mask (cuda_shims.py)
+            with expert_routing_for(trainer.model):
+                loss = _micro_step(trainer, model, batch)
         # FSDP sets the sharded gradients in its post-backward hooks, past AccumulateGrad
         recorder.mark("gradients", [p.grad for p in params if p.requires_grad])
         recorder.phase = f"step{step}.optimizer"
