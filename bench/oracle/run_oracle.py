@@ -25,6 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bnb_optimizer_shims import BNB_OPTIMS, bnb_optimizers_on_meta  # noqa: E402
+from bnb_gemm_shims import bnb_gemm_dispatch_on_meta  # noqa: E402
 from bnb_shims import bnb_kernels_on_meta, stub_triton_ops  # noqa: E402
 from ctx_saves import ctx_saves_marked  # noqa: E402
 from cuda_autocast import cuda_autocast_on_meta  # noqa: E402
@@ -85,7 +86,8 @@ def run(spec: dict) -> dict:
     recorder = Recorder(zero_scalars_in_setup=True)
     warnings.filterwarnings("ignore")
     with cuda_autocast_on_meta(), cuda_sdpa_on_meta(), cuda_dropout_on_meta(), \
-            fused_optimizers_on_meta(), bnb_kernels_on_meta(), liger_kernels_on_meta(recorder), ctx_saves_marked(recorder), \
+            fused_optimizers_on_meta(), bnb_kernels_on_meta(), bnb_gemm_dispatch_on_meta(spec.get("gpu", "h200")), \
+            liger_kernels_on_meta(recorder), ctx_saves_marked(recorder), \
             gathered_marked(recorder), unsharded_grads_marked(recorder), recording(recorder), \
             (bnb_optimizers_on_meta(recorder) if spec.get("optim") in BNB_OPTIMS else contextlib.nullcontext()):
         resolved = stack.run(spec, recorder) or {}

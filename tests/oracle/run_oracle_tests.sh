@@ -15,6 +15,7 @@
 #   torch-loop      torchvision's ResNet-50 in a plain loop (vision)
 #   trl, trl-dpo    TRL's SFTTrainer and DPOTrainer (trl)
 #   trl-reward      TRL's RewardTrainer (trl)
+#   bnb-gemm        bitsandbytes 0.50.2's gemm_4bit dispatch on meta, hand-counted (hf5)
 #   bnb-old         QLoRA under bitsandbytes 0.43.1 and its meta shims (hf4bnb43)
 #   deepspeed       the Trainer under DeepSpeed ZeRO-2/3 on the meta accelerator (ds)
 #   liger           the Trainer with use_liger_kernel, Liger's kernels shimmed on meta (liger)
@@ -39,11 +40,12 @@ case "$suite" in
   trl)            env=trl;      test=test_trl_sft_tiny.py ;;
   trl-dpo)        env=trl;      test=test_trl_dpo_tiny.py ;;
   trl-reward)     env=trl;      test=test_trl_reward_tiny.py ;;
+  bnb-gemm)       env=hf5;      test=test_bnb_gemm.py ;;
   bnb-old)        env=hf4bnb43; test=test_bnb_old_tiny.py ;;
   bnb-optim)      env=hf5;      test=test_bnb_optim_tiny.py ;;
   deepspeed)      env=ds;       test=test_deepspeed_tiny.py ;;
   liger)          env=liger;    test=test_liger_tiny.py ;;
-  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, diffusers-sd3, diffusers-sdxl, litgpt, encoders, qwen-vl, torch-loop, trl, trl-dpo, trl-reward, bnb-old, bnb-optim, deepspeed or liger)" >&2; exit 2 ;;
+  *) echo "run_oracle_tests: unknown suite '$suite' (recorder, hf-trainer, fsdp2, torchtune, diffusers-flux, diffusers-sd3, diffusers-sdxl, litgpt, encoders, qwen-vl, torch-loop, trl, trl-dpo, trl-reward, bnb-gemm, bnb-old, bnb-optim, deepspeed or liger)" >&2; exit 2 ;;
 esac
 if [ "$env" = base ]; then
   python="$root/.venv/bin/python"
@@ -56,6 +58,9 @@ stamp="$root/.venv-oracle/$env/headroom-pins.txt"
 if ! cmp -s "$stamp" "$root/bench/oracle/envs/$env.txt"; then
   echo "oracle: skipped: .venv-oracle/$env is missing or not made from today's pins (bench/oracle/setup_env.sh $env)"
   exit 77
+fi
+if [ "$suite" = bnb-gemm ]; then
+  exec "$python" "$root/tests/oracle/$test"  # imports torch and bitsandbytes itself
 fi
 ORACLE_PYTHON="$python" HEADROOM="${2:?usage: run_oracle_tests.sh SUITE HEADROOM}" \
   exec python3 "$root/tests/oracle/$test"
