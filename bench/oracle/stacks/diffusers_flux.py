@@ -103,16 +103,23 @@ def flux_batch(spec: dict, args: dict, config, weight_dtype) -> dict:
 def run(spec: dict, recorder: Recorder) -> dict:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    args = args_of(spec)
+    return run_script(spec, recorder, args_of(spec), "FluxTransformer2DModel",
+                      lambda: FlowMatchEulerDiscreteScheduler(**SCHEDULER), flux_batch, _forward_backward)
+
+
+def run_script(spec: dict, recorder: Recorder, args: dict, model_class: str, make_scheduler, make_batch,
+               forward_backward) -> dict:
+    """A diffusers LoRA script's frame, shared by Flux, SD3 and SDXL: the model set up as the
+    script does, accelerate's preparation, its noise scheduler, the recorded steps, and what trained."""
     weight_dtype = _DTYPES[args["mixed_precision"]]
-    transformer = build_transformer(spec, args, weight_dtype)
-    accelerator, transformer, optimizer, scheduler = build_training(transformer, args)
-    noise_scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER)
-    _record_steps(spec, args, recorder, (accelerator, transformer, optimizer, scheduler), noise_scheduler,
-                  make_batch=flux_batch, forward_backward=_forward_backward)
-    adapters = {str(p.dtype).replace("torch.", "") for p in transformer.parameters() if p.requires_grad}
+    model = build_transformer(spec, args, weight_dtype, model_class)
+    accelerator, model, optimizer, scheduler = build_training(model, args)
+    noise_scheduler = make_scheduler()
+    _record_steps(spec, args, recorder, (accelerator, model, optimizer, scheduler), noise_scheduler,
+                  make_batch=make_batch, forward_backward=forward_backward)
+    adapters = {str(p.dtype).replace("torch.", "") for p in model.parameters() if p.requires_grad}
     return {"optim": "adamw_torch", "adapter_dtype": ",".join(sorted(adapters)),
-            "trainable": sum(p.numel() for p in transformer.parameters() if p.requires_grad)}
+            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
 
 
 def _record_steps(spec, args, recorder, training, noise_scheduler, make_batch, forward_backward) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from meta_recorder import Recorder
-from stacks.diffusers_flux import _DTYPES, _record_steps, _sigmas, build_training, build_transformer
+from stacks.diffusers_flux import _DTYPES, _sigmas, run_script
 from stacks.diffusers_sd3_args import CLIP_TOKENS, SCHEDULER, VAE, args_of
 
 
@@ -44,16 +44,8 @@ def sd3_batch(spec: dict, args: dict, config, weight_dtype) -> dict:
 def run(spec: dict, recorder: Recorder) -> dict:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    args = args_of(spec)
-    weight_dtype = _DTYPES[args["mixed_precision"]]
-    transformer = build_transformer(spec, args, weight_dtype, "SD3Transformer2DModel")
-    accelerator, transformer, optimizer, scheduler = build_training(transformer, args)
-    noise_scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER)
-    _record_steps(spec, args, recorder, (accelerator, transformer, optimizer, scheduler), noise_scheduler,
-                  make_batch=sd3_batch, forward_backward=_forward_backward)
-    adapters = {str(p.dtype).replace("torch.", "") for p in transformer.parameters() if p.requires_grad}
-    return {"optim": "adamw_torch", "adapter_dtype": ",".join(sorted(adapters)),
-            "trainable": sum(p.numel() for p in transformer.parameters() if p.requires_grad)}
+    return run_script(spec, recorder, args_of(spec), "SD3Transformer2DModel",
+                      lambda: FlowMatchEulerDiscreteScheduler(**SCHEDULER), sd3_batch, _forward_backward)
 
 
 def _forward_backward(args, accelerator, transformer, noise_scheduler, batch):

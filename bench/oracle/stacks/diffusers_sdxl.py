@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from meta_recorder import Recorder
-from stacks.diffusers_flux import _DTYPES, _record_steps, build_training, build_transformer
+from stacks.diffusers_flux import _DTYPES, run_script
 from stacks.diffusers_sdxl_args import SCHEDULER, TEXT_TOKENS, TIME_IDS, VAE_FACTOR, args_of
 
 
@@ -42,16 +42,8 @@ def sdxl_batch(spec: dict, args: dict, config, weight_dtype) -> dict:
 def run(spec: dict, recorder: Recorder) -> dict:
     from diffusers import DDPMScheduler
 
-    args = args_of(spec)
-    weight_dtype = _DTYPES[args["mixed_precision"]]
-    unet = build_transformer(spec, args, weight_dtype, "UNet2DConditionModel")
-    accelerator, unet, optimizer, scheduler = build_training(unet, args)
-    noise_scheduler = DDPMScheduler(**SCHEDULER)
-    _record_steps(spec, args, recorder, (accelerator, unet, optimizer, scheduler), noise_scheduler,
-                  make_batch=sdxl_batch, forward_backward=_forward_backward)
-    adapters = {str(p.dtype).replace("torch.", "") for p in unet.parameters() if p.requires_grad}
-    return {"optim": "adamw_torch", "adapter_dtype": ",".join(sorted(adapters)),
-            "trainable": sum(p.numel() for p in unet.parameters() if p.requires_grad)}
+    return run_script(spec, recorder, args_of(spec), "UNet2DConditionModel", lambda: DDPMScheduler(**SCHEDULER),
+                      sdxl_batch, _forward_backward)
 
 
 def _forward_backward(args, accelerator, unet, noise_scheduler, batch):
