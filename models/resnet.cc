@@ -23,6 +23,7 @@
 
 #include <string>
 
+#include "models/conv2d.h"
 #include "models/graph_builder.h"
 #include "models/layers.h"
 
@@ -113,20 +114,7 @@ class ResNetGraph {
   // Conv2d without bias, `kernel` square, writing a map at total stride `out_stride`.
   std::string conv(const std::string& name, const std::string& x, int64_t in, int64_t out, int64_t kernel,
                    int64_t out_stride) {
-    const SizeExpr out_elements = feature_map(out, out_stride);
-    // 2 * in * k^2 FLOPs per output element; dX and dW cost the same again each.
-    const SizeExpr flops = out_elements.scaled(2 * in * kernel * kernel);
-    OpSpec spec;
-    spec.name = name;
-    spec.op = "conv2d";
-    spec.inputs = {x};
-    spec.out_elements = out_elements;
-    spec.saves = {SavedRef{x, SaveWhen::kAnyGrad}};
-    spec.params = {b_.param(name + ".weight", {out, in, kernel, kernel})};
-    spec.fwd_flops = flops;
-    spec.bwd_input_flops = flops;
-    spec.bwd_param_flops = flops;
-    return b_.op(spec);
+    return conv2d(b_, name, x, in, out, kernel, feature_map(out, out_stride), false);
   }
 
   // BatchNorm2d in training mode, with `tail` fused when torchvision runs it in

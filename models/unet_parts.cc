@@ -14,6 +14,7 @@
 
 #include <string>
 
+#include "models/conv2d.h"
 #include "models/layers.h"
 
 namespace headroom::models {
@@ -141,20 +142,7 @@ std::string unet_group_norm(UnetContext& c, const std::string& module, const std
 
 std::string unet_conv(UnetContext& c, const std::string& module, const std::string& x, int64_t out_level,
                       int64_t in, int64_t out, int64_t kernel) {
-  const SizeExpr out_elements = unet_map(c, out_level, out);
-  // 2 * in * k^2 FLOPs per output element; dX and dW cost the same again each.
-  const SizeExpr flops = out_elements.scaled(2 * in * kernel * kernel);
-  OpSpec spec;
-  spec.name = module;
-  spec.op = "conv2d";
-  spec.inputs = {x};
-  spec.out_elements = out_elements;
-  spec.saves = {SavedRef{x, SaveWhen::kAnyGrad}};
-  spec.params = {c.b.param(module + ".weight", {out, in, kernel, kernel}), c.b.param(module + ".bias", {out})};
-  spec.fwd_flops = flops;
-  spec.bwd_input_flops = flops;
-  spec.bwd_param_flops = flops;
-  return c.b.op(spec);
+  return conv2d(c.b, module, x, in, out, kernel, unet_map(c, out_level, out), true);
 }
 
 // ResnetBlock2D.forward: norm1, SiLU, conv1; SiLU(temb), time_emb_proj, the
