@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "graph/op_traits.h"
-#include "planner/mechanisms/float8_linear.h"
 #include "planner/mechanisms/trainer_bnb_states.h"
 #include "planner/mechanisms/trainability.h"
 #include "planner/memory/allocator_rounding.h"
@@ -17,7 +16,6 @@
 namespace headroom::planner {
 namespace {
 
-using graph::DType;
 using graph::Param;
 
 // bitsandbytes optim/optimizer.py, Optimizer8bit.get_state_buffer: a paged
@@ -203,7 +201,6 @@ void add_gpu_states(StateWalk& w, const TrainableBytes& b) {
 void add_trainable(StateWalk& w, const graph::Node& node, const Param& param) {
   ModelStates& out = w.out;
   out.trainable_params += param.elements();
-  w.trainable_bytes_16 += param.elements();
   // A parameter whose output nothing reads (LLaVA's vision layers past the
   // feature layer, one "unused" node) never gets a gradient, and torch.optim
   // creates no state for it (its step skips parameters whose grad is None).

@@ -17,7 +17,8 @@
 namespace headroom::planner {
 
 // One pass over the parameters: the run's choices, decided once, and the sums
-// the strategies below add to `out`.
+// the walk's steps (model_states.cc, sharded_states.cc, step_and_host_states.cc)
+// add to `out`.
 struct StateWalk {
   const graph::LayerGraph& graph;
   const RunSettings& settings;
@@ -44,7 +45,6 @@ struct StateWalk {
   // tensors of their own (FSDP2's DTensors, FSDP1's FlatParameter per unit).
   bool flat_partitions = false;
   std::map<std::string, int> shared;  // shared_gradient_first_block
-  int64_t trainable_bytes_16 = 0;     // trainable elements, for buckets and host buffers
   int64_t host_optimizer = 0;
   int64_t host_params = 0;
   int64_t checkpoint_weights = 0;
