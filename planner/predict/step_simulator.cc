@@ -4,17 +4,44 @@
 #include <algorithm>
 
 #include "planner/mechanisms/autocast.h"
+#include "planner/mechanisms/input_require_grads.h"
 #include "planner/mechanisms/litgpt_model.h"
+#include "planner/mechanisms/t5_position_bias.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/predict/ctx_recomputed.h"
 #include "planner/predict/dpo_reference.h"
 #include "planner/settings/run_gpu.h"
 #include "planner/time/fsdp2_stream_copies.h"
+#include "planner/time/made_persistent.h"
+#include "planner/time/made_persistent_tensors.h"
 #include "planner/time/python_norm_backward.h"
 
 namespace headroom::planner {
 
 using graph::Node;
+
+namespace {
+
+// The leaves that require grad which the walk holds through the backward of the blocks
+// before theirs (ModelContext::ctx_held): the input embeddings' outputs
+// (hold_input_grad_leaves) and T5's zero cross-attention biases (hold_t5_bias_leaves).
+// Their AccumulateGrad nodes keep them until the graph is freed, after the whole backward
+// (torch 2.11 torch/csrc/autograd/functions/accumulate_grad.h, `Variable variable`), not
+// their readers' saves. Their gradients need no rule of their own here: the producer's
+// backward, which would release them, does not run, so they stay as the leaves' `.grad`.
+std::vector<bool> leaves_held_by_graph(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis) {
+  std::vector<std::vector<int>> through_backward;
+  std::vector<std::vector<int>> checkpoint_saves;
+  hold_input_grad_leaves(graph, analysis, through_backward);
+  hold_t5_bias_leaves(graph, analysis, checkpoint_saves, through_backward);
+  std::vector<bool> held(graph.tensors.size(), false);
+  for (const std::vector<int>& leaves : through_backward) {
+    for (int t : leaves) held[static_cast<size_t>(t)] = true;
+  }
+  return held;
+}
+
+}  // namespace
 
 StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
               const std::vector<BlockChoice>& choices, const SimulatorOptions& options)
@@ -61,12 +88,23 @@ StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& set
   if (fsdp() && !fsdp1()) kept_tail_ = fsdp2_kept_tail(graph_, settings);
   const StackSpec stack = resolve_stack(settings).top;
   grads_through_forward_ = stack.grads_through_forward;
+  reentrant_recompute_ = stack.recompute == Recompute::kBlockReentrant;
   ctx_copies_.resize(graph_.blocks.size());
   ctx_recomputed_.resize(graph_.blocks.size());
-  if (stack.recompute != Recompute::kBlockReentrant) {
+  if (!reentrant_recompute_) {
     for (size_t b = 0; b < graph_.blocks.size(); ++b) ctx_recomputed_[b] = ctx_recomputed_tensors(context, b);
   }
   unsloth_offload_ = unsloth_offloads_checkpoint_inputs(settings);
+  held_by_graph_ = leaves_held_by_graph(graph_, an_);
+  // The persistent tensors the forward makes live from their producer's forward to their
+  // earliest reader's backward, as the walk prices them (made_persistent.h), where the
+  // stack lets go of them (made_tables_released).
+  made_first_reader_.assign(tensors, -1);
+  if (made_tables_released(settings.stack, reentrant_recompute_)) {
+    const std::vector<int> made = made_persistent_tensors(graph_, an_);
+    const std::vector<MadePersistent> spans = made_persistent(graph_, an_, tensor_bytes_);
+    for (size_t i = 0; i < made.size(); ++i) made_first_reader_[static_cast<size_t>(made[i])] = spans[i].first_reader;
+  }
   for (size_t b = 0; b < graph_.blocks.size(); ++b) {
     if (checkpointed(static_cast<int>(b))) last_checkpointed_ = static_cast<int>(b);
   }
@@ -111,7 +149,7 @@ void StepSimulator::allocate_states() {
   if (reference > 0) alloc(reference, "reference model");
   alloc(ctx_.gpu.cublas_workspace_bytes, "workspaces");
   for (size_t t = 0; t < graph_.tensors.size(); ++t) {
-    if (an_.persistent[t]) handle_[t] = alloc(tensor_bytes_[t], "persistent activations");
+    if (an_.persistent[t] && made_first_reader_[t] < 0) handle_[t] = alloc(tensor_bytes_[t], "persistent activations");
   }
   // Unsloth's two GPU buffers the offloaded inputs come back into, sized to the largest
   // and kept from step to step, as the step walk prices them (step_model.cc
@@ -161,8 +199,8 @@ void StepSimulator::forward_block(int block, bool recompute) {
     label_ = prefix + node.name;
     if (recompute) copy_ctx_tensors(n, block);
     for (int t : an_.node_outputs[n]) {
-      if (an_.persistent[t] || handle_[t] >= 0) continue;
-      handle_[t] = alloc(tensor_bytes_[t], block_category(block));
+      if ((an_.persistent[t] && made_first_reader_[t] < 0) || handle_[t] >= 0) continue;
+      handle_[t] = alloc(tensor_bytes_[t], an_.persistent[t] ? category("persistent activations") : block_category(block));
       pending_[t] = 0;
       for (int consumer : an_.consumers[t]) {
         // In a recompute only this block's consumers run again.
@@ -171,6 +209,7 @@ void StepSimulator::forward_block(int block, bool recompute) {
       for (int holder : an_.holders[t]) {
         if (!recompute || graph_.nodes[holder].block == block) ++pending_[t];
       }
+      if (held_by_graph_[t] && !recompute && !no_grad_) ++held_by_checkpoint_[t];
     }
     // Selective AC hands a saved op's output back from its cache: no kernel runs.
     const bool cached = recompute && std::any_of(an_.node_outputs[n].begin(), an_.node_outputs[n].end(), [&](int t) {
@@ -284,8 +323,16 @@ int64_t StepSimulator::alloc_backward_workspace(int n) {
 void StepSimulator::backward_node(int n, int block) {
   const Node& node = graph_.nodes[n];
   label_ = "backward " + node.name;
+  PromotedGradients promoted;
   for (int t : an_.node_inputs[n]) {
-    if (an_.requires_grad[t] && !an_.persistent[t] && grad_handle_[t] < 0) {
+    // A persistent tensor a node made (T5's encoder output) gets its gradient from its
+    // readers too, which waits for its producer's backward (crossing_gradients.h).
+    if (!an_.requires_grad[t] || (an_.persistent[t] && an_.producer[t] < 0)) continue;
+    const int64_t wide = backward_grads_->promoted_gradient(n, t);
+    if (wide > 0) {
+      promoted.wide.push_back(alloc(wide, "activation gradients"));
+      promoted.inputs.push_back(t);
+    } else if (grad_handle_[t] < 0) {
       grad_handle_[t] = alloc(tensor_bytes_[t], "activation gradients");
     }
   }
@@ -298,20 +345,49 @@ void StepSimulator::backward_node(int n, int block) {
   const int64_t ws = alloc_backward_workspace(n);
   compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
   release(ws);
+  // A non-reentrant recompute's unpack hook handed the node its saved tensors once: they
+  // die as its backward returns, before the engine casts a promoted gradient.
+  const bool unpacked = checkpointed(block) && !reentrant_recompute_;
+  if (unpacked && !promoted.inputs.empty()) release_saves(n);
+  cast_promoted_gradients(promoted);
   finish_param_grads(work, grads_before);
   for (int t : an_.node_outputs[n]) {
     release(grad_handle_[t]);
     grad_handle_[t] = -1;
   }
+  if (!unpacked || promoted.inputs.empty()) release_saves(n);
+  // Hooks run from AccumulateGrad, once the node's backward has returned and its
+  // input gradients and saved tensors are gone.
+  deepspeed_hooks_after(n);
+}
+
+// Autograd releases node n's saved variables once its backward has run (engine.cpp
+// evaluate_function: fn.release_variables() after call_function, torch 2.11).
+void StepSimulator::release_saves(int n) {
   for (int t : an_.node_saves[n]) {
     if (saved_[t] > 0) {
       --saved_[t];
       maybe_free(t);
     }
   }
-  // Hooks run from AccumulateGrad, once the node's backward has returned and its
-  // input gradients and saved tensors are gone.
-  deepspeed_hooks_after(n);
+}
+
+// The engine casts each promoted input's gradient to the input's dtype in
+// validate_outputs (torch 2.11 torch/csrc/autograd/engine.cpp, inside call_function, the
+// node's incoming gradient still bound), and the wide one goes: the walk prices both
+// (BackwardGradients::promoted_gradient). A cast into a gradient that already exists is
+// added into autograd's input buffer and goes too.
+void StepSimulator::cast_promoted_gradients(const PromotedGradients& promoted) {
+  std::vector<int64_t> added;
+  for (int t : promoted.inputs) {
+    if (grad_handle_[t] < 0) {
+      grad_handle_[t] = alloc(tensor_bytes_[t], "activation gradients");
+    } else {
+      added.push_back(alloc(tensor_bytes_[t], "transient"));
+    }
+  }
+  for (int64_t handle : promoted.wide) release(handle);
+  for (int64_t handle : added) release(handle);
 }
 
 // A non-reentrant recompute makes node n's ctx tensors again while the first forward's
@@ -340,7 +416,24 @@ void StepSimulator::release_checkpoint_holds(int block) {
   }
 }
 
+// The made persistent tensors whose earliest reader is `block` go once its backward has
+// run: their last save is released and the forward's frame that made them returned long
+// before (made_persistent.h). Also after a no-grad forward, which saves none of them.
+void StepSimulator::release_made_tables(int block) {
+  for (size_t t = 0; t < graph_.tensors.size(); ++t) {
+    if (handle_[t] < 0 || made_first_reader_[t] < 0) continue;
+    if (block >= 0 && made_first_reader_[t] != block) continue;
+    release(handle_[t]);
+    handle_[t] = -1;
+  }
+}
+
 void StepSimulator::backward_block(int block) {
+  backward_block_nodes(block);
+  release_made_tables(block);
+}
+
+void StepSimulator::backward_block_nodes(int block) {
   if (!an_.blocks[block].on_autograd) return;
   // Prefetch this block if not yet in flight, and the next one to overlap it.
   prefetch_block(block);
@@ -378,6 +471,7 @@ void StepSimulator::backward_block(int block) {
 void StepSimulator::reference_forward() {
   no_grad_ = true;
   for (int b = 0; b < static_cast<int>(graph_.blocks.size()); ++b) forward_block(b, false);
+  release_made_tables(-1);
   no_grad_ = false;
 }
 
@@ -417,13 +511,13 @@ void StepSimulator::micro_step() {
   seen_uses_.clear();
   // Whatever is still held (graph outputs nobody consumes) goes with the step.
   for (size_t t = 0; t < graph_.tensors.size(); ++t) {
+    release(grad_handle_[t]);
+    grad_handle_[t] = -1;
     if (an_.persistent[t]) continue;
     pending_[t] = 0;
     saved_[t] = 0;
     held_by_checkpoint_[t] = 0;
     maybe_free(static_cast<int>(t));
-    release(grad_handle_[t]);
-    grad_handle_[t] = -1;
   }
   prefetch_done_.clear();
   for (const auto& [block, buffer] : all_gather_buffers_) release(buffer);
