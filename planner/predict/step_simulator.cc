@@ -323,12 +323,16 @@ int64_t StepSimulator::alloc_backward_workspace(int n) {
 void StepSimulator::backward_node(int n, int block) {
   const Node& node = graph_.nodes[n];
   label_ = "backward " + node.name;
+  const bool holding_args = checkpointed(block) && reentrant_recompute_;
   PromotedGradients promoted;
   for (int t : an_.node_inputs[n]) {
     // A persistent tensor a node made (T5's encoder output) gets its gradient from its
     // readers too, which waits for its producer's backward (crossing_gradients.h).
     if (!an_.requires_grad[t] || (an_.persistent[t] && an_.producer[t] < 0)) continue;
     const int64_t wide = backward_grads_->promoted_gradient(n, t);
+    if (holding_args && grad_handle_[t] < 0 && backward_grads_->gradient_is_out_grad(t)) {
+      continue;  // the held out_grad itself: a later reader's gradient is a sum of its own
+    }
     if (wide > 0) {
       promoted.wide.push_back(alloc(wide, "activation gradients"));
       promoted.inputs.push_back(t);
@@ -352,7 +356,14 @@ void StepSimulator::backward_node(int n, int block) {
   cast_promoted_gradients(promoted);
   finish_param_grads(work, grads_before);
   for (int t : an_.node_outputs[n]) {
-    release(grad_handle_[t]);
+    // CheckpointFunction.backward holds the gradients it was handed (`args`) while
+    // torch.autograd.backward runs over the block (torch 2.11 torch/utils/checkpoint.py),
+    // as the walk prices them (BackwardGradients::of_reentrant_block).
+    if (holding_args && grad_handle_[t] >= 0 && read_by_later_block_[t]) {
+      held_args_.push_back(grad_handle_[t]);
+    } else {
+      release(grad_handle_[t]);
+    }
     grad_handle_[t] = -1;
   }
   if (!unpacked || promoted.inputs.empty()) release_saves(n);
@@ -461,6 +472,8 @@ void StepSimulator::backward_block_nodes(int block) {
     backward_node(*it, block);
   }
   if (!hooked) prefetch_gather(block - 1);  // the kept tail with no node with parameters
+  for (int64_t handle : held_args_) release(handle);
+  held_args_.clear();
   if (checkpointed(block)) release_checkpoint_holds(block);
   deepspeed_block_done();
   const bool syncing = reduce_block_gradients(block);

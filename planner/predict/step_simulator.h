@@ -221,6 +221,7 @@ class StepSimulator {
   std::vector<int> held_by_checkpoint_;
   std::vector<bool> cached_casts_;     // autocast_cached_casts
   std::vector<bool> held_by_graph_;    // leaves their AccumulateGrad holds to the micro-step's end
+  std::vector<int64_t> held_args_;      // a reentrant checkpoint's out_grads, to its block's backward end
   std::vector<int> made_first_reader_;  // per made persistent tensor, its earliest reader's block; -1 otherwise
   std::vector<int> held_by_cast_cache_;  // tensors autocast's cache holds to the forward's end
   // A non-reentrant recompute's second copies of ctx tensors (ctx_recomputed_tensors),

@@ -107,6 +107,9 @@ class BackwardGradients {
   // after the node's backward has returned; 0 where t was not promoted. The step
   // simulator allocates the same.
   int64_t promoted_gradient(int n, int t) const;
+  // Whether tensor t's gradient is its block's out_grad itself, handed on as is by the add
+  // that reads it (a pre-norm block's residual); the step simulator makes none for it there.
+  bool gradient_is_out_grad(int t) const;
 
  private:
   int64_t own_partials(bool first_use) const;
@@ -124,7 +127,6 @@ class BackwardGradients {
                                        const std::vector<int>* shared = nullptr) const;
   std::vector<int64_t> waiting_gradients(const graph::BlockStructure& block) const;
   bool passes_out_grad(int n) const;
-  bool gradient_is_out_grad(int t) const;
   int64_t out_grad_used_up(int n) const;
   int64_t out_grad_freed_inside(int n) const;
 
