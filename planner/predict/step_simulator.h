@@ -1,7 +1,8 @@
 // The step simulator's state and steps (planner/predict/simulator.h is its entry,
 // `simulate`). Internal to planner/predict: one class, its parts in files by what
-// they simulate: step_simulator.cc (the step: states, forward, backward, the
-// accumulation loop, the optimizer step), step_simulator_memory.cc (allocation
+// they simulate: step_simulator.cc (the step: states, forward, the accumulation
+// loop, the optimizer step), step_simulator_backward.cc (backward, node by node, and
+// what a block's backward holds), step_simulator_memory.cc (allocation
 // bookkeeping on the caching-allocator model, the clock, the memory curve),
 // step_simulator_fsdp.cc (ZeRO-3 and FSDP gathers, copies and gradient reduction),
 // step_simulator_offload.cc (offloaded blocks and checkpoint inputs on the copy
