@@ -1,20 +1,57 @@
-// The step: states, forward, backward, the accumulation loop and the optimizer step.
+// The step: states, forward, the accumulation loop and the optimizer step.
 #include "planner/predict/step_simulator.h"
 
 #include <algorithm>
 
 #include "planner/mechanisms/autocast.h"
+#include "planner/mechanisms/input_require_grads.h"
 #include "planner/mechanisms/litgpt_model.h"
+#include "planner/mechanisms/t5_position_bias.h"
 #include "planner/memory/allocator_rounding.h"
 #include "planner/predict/ctx_recomputed.h"
 #include "planner/predict/dpo_reference.h"
 #include "planner/settings/run_gpu.h"
 #include "planner/time/fsdp2_stream_copies.h"
-#include "planner/time/python_norm_backward.h"
+#include "planner/time/made_persistent.h"
+#include "planner/time/made_persistent_tensors.h"
 
 namespace headroom::planner {
 
 using graph::Node;
+
+namespace {
+
+// The leaves that require grad which the walk holds through the backward of the blocks
+// before theirs (ModelContext::ctx_held): the input embeddings' outputs
+// (hold_input_grad_leaves) and T5's zero cross-attention biases (hold_t5_bias_leaves).
+// Their AccumulateGrad nodes keep them until the graph is freed, after the whole backward
+// (torch 2.11 torch/csrc/autograd/functions/accumulate_grad.h, `Variable variable`), not
+// their readers' saves. Their gradients need no rule of their own here: the producer's
+// backward, which would release them, does not run, so they stay as the leaves' `.grad`.
+std::vector<bool> leaves_held_by_graph(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis) {
+  std::vector<std::vector<int>> through_backward;
+  std::vector<std::vector<int>> checkpoint_saves;
+  hold_input_grad_leaves(graph, analysis, through_backward);
+  hold_t5_bias_leaves(graph, analysis, checkpoint_saves, through_backward);
+  std::vector<bool> held(graph.tensors.size(), false);
+  for (const std::vector<int>& leaves : through_backward) {
+    for (int t : leaves) held[static_cast<size_t>(t)] = true;
+  }
+  return held;
+}
+
+// Per tensor, its earliest reader's block where it is a made persistent tensor
+// (made_persistent.h), -1 otherwise.
+std::vector<int> made_first_readers(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
+                                    const std::vector<int64_t>& bytes) {
+  std::vector<int> first(graph.tensors.size(), -1);
+  const std::vector<int> made = made_persistent_tensors(graph, analysis);
+  const std::vector<MadePersistent> spans = made_persistent(graph, analysis, bytes);
+  for (size_t i = 0; i < made.size(); ++i) first[static_cast<size_t>(made[i])] = spans[i].first_reader;
+  return first;
+}
+
+}  // namespace
 
 StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& settings, const GlobalConfig& config,
               const std::vector<BlockChoice>& choices, const SimulatorOptions& options)
@@ -61,12 +98,19 @@ StepSimulator::StepSimulator(const ModelContext& context, const RunSettings& set
   if (fsdp() && !fsdp1()) kept_tail_ = fsdp2_kept_tail(graph_, settings);
   const StackSpec stack = resolve_stack(settings).top;
   grads_through_forward_ = stack.grads_through_forward;
+  reentrant_recompute_ = stack.recompute == Recompute::kBlockReentrant;
   ctx_copies_.resize(graph_.blocks.size());
   ctx_recomputed_.resize(graph_.blocks.size());
-  if (stack.recompute != Recompute::kBlockReentrant) {
+  if (!reentrant_recompute_) {
     for (size_t b = 0; b < graph_.blocks.size(); ++b) ctx_recomputed_[b] = ctx_recomputed_tensors(context, b);
   }
   unsloth_offload_ = unsloth_offloads_checkpoint_inputs(settings);
+  held_by_graph_ = leaves_held_by_graph(graph_, an_);
+  // The persistent tensors the forward makes live from their producer's forward to their
+  // earliest reader's backward, as the walk prices them (made_persistent.h), where the
+  // stack lets go of them (made_tables_released).
+  made_first_reader_ = made_first_readers(graph_, an_, tensor_bytes_);
+  if (!made_tables_released(settings.stack, reentrant_recompute_)) made_first_reader_.assign(tensors, -1);
   for (size_t b = 0; b < graph_.blocks.size(); ++b) {
     if (checkpointed(static_cast<int>(b))) last_checkpointed_ = static_cast<int>(b);
   }
@@ -111,7 +155,7 @@ void StepSimulator::allocate_states() {
   if (reference > 0) alloc(reference, "reference model");
   alloc(ctx_.gpu.cublas_workspace_bytes, "workspaces");
   for (size_t t = 0; t < graph_.tensors.size(); ++t) {
-    if (an_.persistent[t]) handle_[t] = alloc(tensor_bytes_[t], "persistent activations");
+    if (an_.persistent[t] && made_first_reader_[t] < 0) handle_[t] = alloc(tensor_bytes_[t], "persistent activations");
   }
   // Unsloth's two GPU buffers the offloaded inputs come back into, sized to the largest
   // and kept from step to step, as the step walk prices them (step_model.cc
@@ -161,8 +205,8 @@ void StepSimulator::forward_block(int block, bool recompute) {
     label_ = prefix + node.name;
     if (recompute) copy_ctx_tensors(n, block);
     for (int t : an_.node_outputs[n]) {
-      if (an_.persistent[t] || handle_[t] >= 0) continue;
-      handle_[t] = alloc(tensor_bytes_[t], block_category(block));
+      if ((an_.persistent[t] && made_first_reader_[t] < 0) || handle_[t] >= 0) continue;
+      handle_[t] = alloc(tensor_bytes_[t], an_.persistent[t] ? category("persistent activations") : block_category(block));
       pending_[t] = 0;
       for (int consumer : an_.consumers[t]) {
         // In a recompute only this block's consumers run again.
@@ -171,6 +215,7 @@ void StepSimulator::forward_block(int block, bool recompute) {
       for (int holder : an_.holders[t]) {
         if (!recompute || graph_.nodes[holder].block == block) ++pending_[t];
       }
+      if (held_by_graph_[t] && !recompute && !no_grad_) ++held_by_checkpoint_[t];
     }
     // Selective AC hands a saved op's output back from its cache: no kernel runs.
     const bool cached = recompute && std::any_of(an_.node_outputs[n].begin(), an_.node_outputs[n].end(), [&](int t) {
@@ -199,185 +244,10 @@ void StepSimulator::forward_block(int block, bool recompute) {
   }
 }
 
-// The gradients a node's backward makes for its parameters: each trainable
-// parameter's own (the first backward of a progressive run), a shared weight's
-// sum from its first use backward reaches, and the partials in flight beside it
-// (later uses of a shared weight, a weight applied per chunk), as the step walk
-// prices them (BackwardGradients::partial_gradients: one mechanism, one place).
-StepSimulator::ParamGradWork StepSimulator::start_param_grads(int n) {
-  ParamGradWork work;
-  for (const graph::Param& param : graph_.nodes[n].params) {
-    const std::string& owner = param.tied_to.empty() ? param.name : param.tied_to;
-    const auto shared = shared_uses_.find(owner);
-    if (shared == shared_uses_.end()) {
-      if (states_.grads_progressive && micro_ == 0 && param.trainable && param.tied_to.empty()) {
-        param_grads_.push_back(alloc(grad_bytes(param, settings_.precision), "gradients"));
-      }
-      continue;
-    }
-    const graph::Param& original = *owners_.at(owner);
-    if (!original.trainable) continue;
-    // Summed in autograd's input buffer from the first use backward reaches to the last.
-    const int seen = ++seen_uses_[owner];
-    if (seen == 1 && states_.grads_progressive && micro_ == 0) {
-      shared_grads_[owner] = alloc(grad_bytes(original, settings_.precision), "gradients");
-    } else if (seen == 1 && holds_partial_beside_grad()) {
-      // Accumulating: the first partial beside the .grad an earlier micro-step made
-      // (planner/predict/shared_grads_accumulating.h), freed when AccumulateGrad adds the sum.
-      tied_partials_[owner] = alloc(grad_bytes(original, settings_.precision), "transient");
-    } else if (seen == 1) {
-      hold_tied_partial(owner, original);
-    }
-    if (seen == shared->second) work.finished.push_back(owner);
-  }
-  const int64_t partials = backward_grads_->partial_gradients(n);
-  if (partials > 0) work.partials.push_back(alloc(partials, "transient"));
-  return work;
-}
-
-// A later micro-step of plain autograd (no ZeRO, FSDP, optimizer in backward): every
-// `.grad` exists, so a shared weight's input buffer is a tensor of its own.
-bool StepSimulator::holds_partial_beside_grad() const {
-  return micro_ > 0 && states_.grads_progressive && !states_.grads_in_backward && config_.zero_stage == 0 &&
-         states_.sharded_block_grads.empty() && states_.reduce_scatter_block.empty() && states_.unsynced_grads == 0;
-}
-
-// After the node's kernel: partials freed, finished shared gradients joined to
-// the others, and, with the optimizer in backward, this node's gradients stepped and freed.
-void StepSimulator::finish_param_grads(const ParamGradWork& work, size_t grads_before) {
-  for (int64_t partial : work.partials) release(partial);
-  for (const std::string& owner : work.finished) {
-    release_tied_partial(owner);
-    // AccumulateGrad runs once all uses are in: the gradient joins the others.
-    const auto it = shared_grads_.find(owner);
-    if (it != shared_grads_.end()) {
-      param_grads_.push_back(it->second);
-      shared_grads_.erase(it);
-    }
-    seen_uses_.erase(owner);
-  }
-  if (states_.grads_in_backward) {
-    // Optimizer in backward: each gradient is stepped and freed as it is produced.
-    for (size_t g = grads_before; g < param_grads_.size(); ++g) release(param_grads_[g]);
-    param_grads_.resize(grads_before);
-  }
-}
-
-// A node's backward scratch beside its input and output gradients: its workspace, or
-// what a Python RMSNorm's chain holds beyond those gradients
-// (planner/time/python_norm_backward.h). -1 when there is none.
-int64_t StepSimulator::alloc_backward_workspace(int n) {
-  const Node& node = graph_.nodes[n];
-  int64_t bytes = graph::dtype_bytes(ctx_.compute_dtype, node.backward_workspace().at(batch_, seq_));
-  const int64_t chain = python_norm_backward_bytes(graph_, an_, n, batch_, seq_, Accounting::kAllocated);
-  if (chain > 0) {
-    int64_t gradients = 0;
-    for (int t : an_.node_inputs[n]) gradients += grad_handle_[t] >= 0 ? tensor_bytes_[t] : 0;
-    for (int t : an_.node_outputs[n]) gradients += grad_handle_[t] >= 0 ? tensor_bytes_[t] : 0;
-    bytes = std::max(bytes, chain - gradients);
-  }
-  return bytes > 0 ? alloc(bytes, "transient") : -1;
-}
-
-// One node's backward: its input gradients, parameter gradients, workspace and
-// kernel, then what it no longer needs.
-void StepSimulator::backward_node(int n, int block) {
-  const Node& node = graph_.nodes[n];
-  label_ = "backward " + node.name;
-  for (int t : an_.node_inputs[n]) {
-    if (an_.requires_grad[t] && !an_.persistent[t] && grad_handle_[t] < 0) {
-      grad_handle_[t] = alloc(tensor_bytes_[t], "activation gradients");
-    }
-  }
-  const size_t grads_before = param_grads_.size();
-  // ZeRO-1/2 make their reduce buckets at the first gradient hook (deepspeed_buckets.h);
-  // where the hooks make the gradients, after the node's backward (deepspeed_hooks_after).
-  if (!zero2_hooks_) make_backward_buckets(n);
-  deepspeed_hooks_before(n);
-  const ParamGradWork work = start_param_grads(n);
-  const int64_t ws = alloc_backward_workspace(n);
-  compute(Phase::kBackward, times_[n].bwd_ms, block, label_, times_[n].bwd_flops);
-  release(ws);
-  finish_param_grads(work, grads_before);
-  for (int t : an_.node_outputs[n]) {
-    release(grad_handle_[t]);
-    grad_handle_[t] = -1;
-  }
-  for (int t : an_.node_saves[n]) {
-    if (saved_[t] > 0) {
-      --saved_[t];
-      maybe_free(t);
-    }
-  }
-  // Hooks run from AccumulateGrad, once the node's backward has returned and its
-  // input gradients and saved tensors are gone.
-  deepspeed_hooks_after(n);
-}
-
-// A non-reentrant recompute makes node n's ctx tensors again while the first forward's
-// are still held (ctx_recomputed_tensors): a second storage each.
-void StepSimulator::copy_ctx_tensors(int n, int block) {
-  const std::vector<int>& again = ctx_recomputed_[static_cast<size_t>(block)];
-  for (int t : an_.node_outputs[n]) {
-    if (handle_[t] >= 0 && std::find(again.begin(), again.end(), t) != again.end()) {
-      ctx_copies_[static_cast<size_t>(block)].push_back(alloc(tensor_bytes_[t], block_category(block)));
-    }
-  }
-}
-
-// A checkpointed block's backward ends: its inputs (and selective saves) are no longer
-// held, nor the recompute's ctx copies.
-void StepSimulator::release_checkpoint_holds(int block) {
-  for (int64_t copy : ctx_copies_[static_cast<size_t>(block)]) release(copy);
-  ctx_copies_[static_cast<size_t>(block)].clear();
-  for (int t : an_.blocks[block].boundary_inputs) {
-    --held_by_checkpoint_[t];
-    maybe_free(t);
-  }
-  for (int t : selective_saves(block)) {
-    --held_by_checkpoint_[t];
-    maybe_free(t);
-  }
-}
-
-void StepSimulator::backward_block(int block) {
-  if (!an_.blocks[block].on_autograd) return;
-  // Prefetch this block if not yet in flight, and the next one to overlap it.
-  prefetch_block(block);
-  if (block > 0) prefetch_block(block - 1);
-  wait_for_offloaded(block);
-  // The kept tail's pre-backward hook fires at lm_head's output gradient, after
-  // the loss's backward: its prefetch waits for the first node with parameters.
-  // FSDP1 without backward prefetch gathers each unit at its own backward.
-  const bool no_prefetch = fsdp1() && !fsdp1_prefetches_backward(settings_);
-  const bool hook_later = block == kept_tail_;
-  const int64_t gathered = gather(block, hook_later || no_prefetch ? -1 : block - 1);
-  if (checkpointed(block)) {
-    if (settings_.offload_checkpoint_inputs) fetch_checkpoint_inputs(block);
-    if (sends_inputs_to_host(block)) fetch_inputs_into_buffers(block);
-    forward_block(block, true);
-  }
-  const std::vector<int>& nodes = an_.blocks[block].nodes;
-  bool hooked = !hook_later;
-  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
-    if (!an_.needs_input_grad[*it] && !an_.needs_param_grad[*it]) continue;
-    if (!hooked && !graph_.nodes[*it].params.empty()) {
-      prefetch_gather(block - 1);
-      hooked = true;
-    }
-    backward_node(*it, block);
-  }
-  if (!hooked) prefetch_gather(block - 1);  // the kept tail with no node with parameters
-  if (checkpointed(block)) release_checkpoint_holds(block);
-  deepspeed_block_done();
-  const bool syncing = reduce_block_gradients(block);
-  if (gathered >= 0) release(gathered);
-  gradient_traffic(block, syncing);
-}
-
 void StepSimulator::reference_forward() {
   no_grad_ = true;
   for (int b = 0; b < static_cast<int>(graph_.blocks.size()); ++b) forward_block(b, false);
+  release_made_tables(-1);
   no_grad_ = false;
 }
 
@@ -417,13 +287,13 @@ void StepSimulator::micro_step() {
   seen_uses_.clear();
   // Whatever is still held (graph outputs nobody consumes) goes with the step.
   for (size_t t = 0; t < graph_.tensors.size(); ++t) {
+    release(grad_handle_[t]);
+    grad_handle_[t] = -1;
     if (an_.persistent[t]) continue;
     pending_[t] = 0;
     saved_[t] = 0;
     held_by_checkpoint_[t] = 0;
     maybe_free(static_cast<int>(t));
-    release(grad_handle_[t]);
-    grad_handle_[t] = -1;
   }
   prefetch_done_.clear();
   for (const auto& [block, buffer] : all_gather_buffers_) release(buffer);

@@ -1,7 +1,8 @@
 // The step simulator's state and steps (planner/predict/simulator.h is its entry,
 // `simulate`). Internal to planner/predict: one class, its parts in files by what
-// they simulate: step_simulator.cc (the step: states, forward, backward, the
-// accumulation loop, the optimizer step), step_simulator_memory.cc (allocation
+// they simulate: step_simulator.cc (the step: states, forward, the accumulation
+// loop, the optimizer step), step_simulator_backward.cc (backward, node by node, and
+// what a block's backward holds), step_simulator_memory.cc (allocation
 // bookkeeping on the caching-allocator model, the clock, the memory curve),
 // step_simulator_fsdp.cc (ZeRO-3 and FSDP gathers, copies and gradient reduction),
 // step_simulator_offload.cc (offloaded blocks and checkpoint inputs on the copy
@@ -162,6 +163,8 @@ class StepSimulator {
   void offload_block(int block);
   void prefetch_block(int block);
   void backward_block(int block);
+  void backward_block_nodes(int block);
+  void release_made_tables(int block);  // block -1: all of them
   // backward_block's steps (step_simulator.cc, in the order it runs them).
   struct ParamGradWork {
     std::vector<int64_t> partials;     // later uses of a shared weight: their partial gradients
@@ -171,6 +174,14 @@ class StepSimulator {
   ParamGradWork start_param_grads(int n);
   void finish_param_grads(const ParamGradWork& work, size_t grads_before);
   void backward_node(int n, int block);
+  // A mul's inputs whose gradients its backward makes in the dtype it promoted them to
+  // (BackwardGradients::promoted_gradient), and those wide gradients' handles.
+  struct PromotedGradients {
+    std::vector<int> inputs;
+    std::vector<int64_t> wide;
+  };
+  void cast_promoted_gradients(const PromotedGradients& promoted);
+  void release_saves(int n);
   int64_t alloc_backward_workspace(int n);
   void release_checkpoint_holds(int block);
   void copy_ctx_tensors(int n, int block);
@@ -210,6 +221,9 @@ class StepSimulator {
   std::vector<int> saved_;
   std::vector<int> held_by_checkpoint_;
   std::vector<bool> cached_casts_;     // autocast_cached_casts
+  std::vector<bool> held_by_graph_;    // leaves their AccumulateGrad holds to the micro-step's end
+  std::vector<int64_t> held_args_;      // a reentrant checkpoint's out_grads, to its block's backward end
+  std::vector<int> made_first_reader_;  // per made persistent tensor, its earliest reader's block; -1 otherwise
   std::vector<int> held_by_cast_cache_;  // tensors autocast's cache holds to the forward's end
   // A non-reentrant recompute's second copies of ctx tensors (ctx_recomputed_tensors),
   // per block: which tensors, and the copies live until the block's backward ends.
@@ -235,6 +249,7 @@ class StepSimulator {
   int64_t root_params_ = -1;                           // FSDP2: the root group's unsharded parameters
   int kept_tail_ = -1;  // accelerate's tail unit, kept from its forward to its backward (fsdp2_kept_tail)
   bool grads_through_forward_ = false;  // StackSpec::grads_through_forward
+  bool reentrant_recompute_ = false;    // checkpoints run CheckpointFunction (use_reentrant=True)
   std::vector<int64_t> held_grads_;     // the previous step's gradients, until the next backward
   int64_t tail_copy_in_ = -1;  // the kept tail's all-gather output, freed as the forward ends
   int kept_layer_ = -1;                                // FSDP2: the layer left unsharded after forward

@@ -102,6 +102,14 @@ class BackwardGradients {
   // The partial gradients of shared or repeatedly applied weights in flight at node n's
   // backward (among at_node's bytes): the step simulator allocates the same.
   int64_t partial_gradients(int n) const;
+  // The gradient of node n's input t in the wider dtype a mul promoted it to (T5's gated
+  // product, fp32 times bf16), beside the cast to t's own dtype the engine makes of it
+  // after the node's backward has returned; 0 where t was not promoted. The step
+  // simulator allocates the same.
+  int64_t promoted_gradient(int n, int t) const;
+  // Whether tensor t's gradient is its block's out_grad itself, handed on as is by the add
+  // that reads it (a pre-norm block's residual); the step simulator makes none for it there.
+  bool gradient_is_out_grad(int t) const;
 
  private:
   int64_t own_partials(bool first_use) const;
@@ -112,7 +120,6 @@ class BackwardGradients {
   int64_t incoming_gradients(int n) const;
   void add_grad_points(std::vector<GradPoint>& points, int n, int64_t grads, int64_t released, int64_t freed,
                        int64_t made, int64_t own) const;
-  int64_t promoted_gradient(int n, int t) const;
   int64_t promoted_casts(int n) const;
   BackwardStages stages_of(const graph::BlockStructure& block, bool unpacked, const std::vector<int>* shared) const;
   std::vector<int64_t> released_by(const graph::BlockStructure& block, const std::vector<int>* shared = nullptr) const;
@@ -120,7 +127,6 @@ class BackwardGradients {
                                        const std::vector<int>* shared = nullptr) const;
   std::vector<int64_t> waiting_gradients(const graph::BlockStructure& block) const;
   bool passes_out_grad(int n) const;
-  bool gradient_is_out_grad(int t) const;
   int64_t out_grad_used_up(int n) const;
   int64_t out_grad_freed_inside(int n) const;
 

@@ -1,4 +1,5 @@
 #include "planner/time/made_persistent.h"
+#include "planner/time/made_persistent_tensors.h"
 
 #include <algorithm>
 
@@ -7,9 +8,8 @@
 
 namespace headroom::planner {
 
-std::vector<MadePersistent> made_persistent(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
-                                            const std::vector<int64_t>& bytes) {
-  std::vector<MadePersistent> out;
+std::vector<int> made_persistent_tensors(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis) {
+  std::vector<int> out;
   for (size_t t = 0; t < graph.tensors.size(); ++t) {
     const int producer = analysis.producer[t];
     if (!analysis.persistent[t] || producer < 0 || held_by_caller(graph.tensors[t])) continue;
@@ -21,8 +21,18 @@ std::vector<MadePersistent> made_persistent(const graph::LayerGraph& graph, cons
     // once the decoder's first layer has run backward (transformers 5.23.0
     // models/t5/modeling_t5.py; the oracle's Flan-T5 rows under checkpointing).
     if (graph.tensors[t].requires_grad) continue;
+    out.push_back(static_cast<int>(t));
+  }
+  return out;
+}
+
+std::vector<MadePersistent> made_persistent(const graph::LayerGraph& graph, const graph::GraphAnalysis& analysis,
+                                            const std::vector<int64_t>& bytes) {
+  std::vector<MadePersistent> out;
+  for (int t : made_persistent_tensors(graph, analysis)) {
+    const int producer = analysis.producer[static_cast<size_t>(t)];
     MadePersistent made;
-    made.bytes = bytes[t];
+    made.bytes = bytes[static_cast<size_t>(t)];
     made.producer_block = graph.nodes[static_cast<size_t>(producer)].block;
     made.first_reader = made.last_reader = made.producer_block;
     bool read = false;
