@@ -423,6 +423,19 @@ std::vector<int> frame_held_into(const LayerGraph& graph, const GraphAnalysis& a
   return held;
 }
 
+// What is live as block b starts. Boundary inputs the previous block already keeps
+// are counted there, and far-read ones by their span.
+BlockEntry block_entry(const LayerGraph& graph, const GraphAnalysis& analysis, size_t b) {
+  BlockEntry entry;
+  for (int t : analysis.blocks[b].boundary_inputs) {
+    if (b > 0 && contains(analysis.blocks[b - 1].saved_tensors, t)) continue;
+    if (counted_by_span(graph, analysis, t, b)) continue;
+    entry.live.push_back(t);
+  }
+  entry.frame_held = frame_held_into(graph, analysis, b);
+  return entry;
+}
+
 }  // namespace
 
 StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis, DType compute,
@@ -447,15 +460,8 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     profile.checkpointable = graph.blocks[b].checkpointable;
     for (int t : block.saved_tensors) profile.keep += facts.bytes[t];
 
-    // Boundary inputs the previous block already keeps are counted there.
-    BlockEntry entry;
-    std::vector<int>& entry_live = entry.live;
-    for (int t : block.boundary_inputs) {
-      if (b > 0 && contains(analysis.blocks[b - 1].saved_tensors, t)) continue;
-      if (counted_by_span(graph, analysis, t, b)) continue;
-      entry_live.push_back(t);
-    }
-    entry.frame_held = frame_held_into(graph, analysis, b);
+    const BlockEntry entry = block_entry(graph, analysis, b);
+    const std::vector<int>& entry_live = entry.live;
     static const std::vector<int> kNothing;
     const std::vector<int>& held = b < checkpoint_saves.size() ? checkpoint_saves[b] : kNothing;
     const std::vector<char> saved = membership(graph.tensors.size(), block.saved_tensors);
