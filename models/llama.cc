@@ -189,6 +189,10 @@ graph::LayerGraph build_llama(const LlamaConfig& config, const ZooOptions& optio
   const auto [cos, sin] = add_rope_tables(b, "model", c.head_dim > 0 ? c.head_dim : c.hidden / c.heads);
   const std::string hidden = add_llama_layers(b, c, "model", embeds, cos, sin, options);
   add_causal_lm_head(b, "model.norm", "lm_head", hidden, c.hidden, c.vocab, c.rms_norm);
+  // LlamaModel.forward binds inputs_embeds and keeps it until it returns after the final
+  // norm (transformers 5.23.0 modeling_llama.py): held in every forward, saved by none
+  // under LoRA (layer 0's norm saves its fp32 copy).
+  b.hold_until("model.norm", embeds);
   graph::LayerGraph graph = b.finish();
   if (c.tie_embeddings) tie_parameter(graph, "lm_head.weight", "model.embed_tokens.weight");
   return graph;

@@ -29,6 +29,7 @@
 #include "planner/mechanisms/kbit_prep.h"
 #include "planner/mechanisms/reentrant_checkpoint.h"
 #include "planner/mechanisms/litgpt_model.h"
+#include "planner/mechanisms/embedding_hold.h"
 #include "planner/mechanisms/loss_variants.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/mechanisms/preference_pairs.h"
@@ -291,8 +292,12 @@ Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& se
   // (mechanisms/litgpt_model.h). Reward modelling loads the model with a `score` head
   // in place of the LM head (mechanisms/reward_head.h), before LoRA finds its targets.
   const bool reward = stack.top.recipe == Recipe::kReward;
+  // torchtune's and litgpt's own decoders hold no embedding output to the final norm
+  // (mechanisms/embedding_hold.h).
+  const bool own_decoder = settings.stack == Stack::kLitgpt || settings.stack == Stack::kTorchtune;
   graph::LayerGraph rewritten;
-  if (settings.stack == Stack::kLitgpt || reward) rewritten = loaded;
+  if (own_decoder || reward) rewritten = loaded;
+  if (own_decoder) release_embedding_hold(rewritten);
   if (settings.stack == Stack::kLitgpt) {
     untie_output_head(rewritten);
     copy_merged_heads(rewritten);
@@ -300,7 +305,7 @@ Status apply_trainability(const graph::LayerGraph& loaded, const RunSettings& se
   if (reward) {
     if (Status status = apply_reward_head(rewritten); !status.is_ok()) return status.with_prefix("recipe reward: ");
   }
-  const bool own = settings.stack == Stack::kLitgpt || reward;
+  const bool own = own_decoder || reward;
   Result<graph::LayerGraph> trained = apply_training_mode(own ? rewritten : loaded, without_trl_dropout(settings, stack));
   if (!trained.is_ok()) return trained.status();
   context.graph = std::move(trained.value());

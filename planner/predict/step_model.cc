@@ -391,10 +391,17 @@ static void offload_checkpoint_inputs(const StepModel& model, const std::vector<
   }
 }
 
+// Each block at its no-grad peak beside what the model's forward frame holds into it
+// (BlockProfile::forward_frame: LlamaModel.forward's inputs_embeds through every layer
+// of the reference's forward as of the policy's).
 int64_t reference_forward_local(const StepModel& model) {
   if (!model.reference_forward) return 0;
   int64_t largest = 0;
-  for (const BlockProfile& block : model.blocks) largest = std::max(largest, block.fwd_peak_nograd);
+  int64_t frame = 0;
+  for (const BlockProfile& block : model.blocks) {
+    largest = std::max(largest, frame + block.fwd_peak_nograd);
+    frame += block.forward_frame;
+  }
   return model.grads_fwd + largest;
 }
 

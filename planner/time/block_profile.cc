@@ -136,10 +136,12 @@ size_t recompute_nodes_run(const GraphAnalysis& analysis, const graph::BlockStru
   return 0;
 }
 
+// `frame_held`: what a forward frame holds into the block for one of its nodes
+// (BlockEntry::frame_held), gone once that node has run; empty for a recompute.
 ForwardPeak forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis, int block_index,
                          const TensorFacts& facts, const std::vector<int>& entry_live,
-                         ForwardPass pass, const std::vector<int>& held, DType compute, int64_t batch,
-                         int64_t seq, Accounting accounting) {
+                         const std::vector<int>& frame_held, ForwardPass pass, const std::vector<int>& held,
+                         DType compute, int64_t batch, int64_t seq, Accounting accounting) {
   const graph::BlockStructure& block = analysis.blocks[block_index];
   const size_t count = graph.tensors.size();
   const bool with_saves = pass != ForwardPass::kCheckpointed;
@@ -157,13 +159,16 @@ ForwardPeak forward_peak(const LayerGraph& graph, const GraphAnalysis& analysis,
     return std::any_of(analysis.consumers[t].begin(), analysis.consumers[t].end(),
                        [&](int c) { return graph.nodes[static_cast<size_t>(c)].block > block_index; });
   };
+  const std::vector<char> from_frame = membership(count, frame_held);
   auto read_later = [&](int t) {
+    if (from_frame[t]) return false;
     return (entry[t] && pass == ForwardPass::kAutograd) ? read_after_block(t)
                                                           : facts.read_by_later_block[t];
   };
   auto kept = [&](int t) { return read_later(t) || saved[t] || is_held[t]; };
   LiveTensors live(facts, saved);
   for (int t : entry_live) live.add(t);
+  for (int t : frame_held) live.add(t);
   ForwardPeak peak{live.bytes(), live.saved_bytes()};
   auto drop_if_done = [&](int t) {
     if (remaining[t] == 0 && !kept(t)) live.erase(t);
@@ -204,7 +209,7 @@ ForwardPeak reentrant_recompute_peak(const LayerGraph& graph, const GraphAnalysi
   for (int t : cache.shared) cached.bytes[static_cast<size_t>(t)] = 0;
   std::vector<int> kept = held;
   kept.insert(kept.end(), cache.held.begin(), cache.held.end());
-  return forward_peak(graph, analysis, block_index, cached, entry_live, ForwardPass::kRecompute, kept,
+  return forward_peak(graph, analysis, block_index, cached, entry_live, {}, ForwardPass::kRecompute, kept,
                       compute, batch, seq, accounting);
 }
 
@@ -314,28 +319,34 @@ void add_reentrant_backward(const LayerGraph& graph, const GraphAnalysis& analys
   }
 }
 
+// What is live as block b starts: `live`, its inputs; `frame_held`, what a forward
+// frame holds for a node of b though no node of b reads it (held_in_forward_until), live
+// in b's first forward until that node has run, gone by its recompute.
+struct BlockEntry {
+  std::vector<int> live;
+  std::vector<int> frame_held;
+};
+
 // The block's forward peaks: with grad, without (a checkpointed block's first pass),
 // and its recomputation in backward, plain and reentrant.
 void add_forward_peaks(const LayerGraph& graph, const GraphAnalysis& analysis, int b, const TensorFacts& facts,
-                       const std::vector<int>& entry_live, const std::vector<int>& held, DType compute,
+                       const BlockEntry& entry, const std::vector<int>& held, DType compute,
                        int64_t batch, int64_t seq, Accounting accounting, BlockProfile& profile) {
   static const std::vector<int> kNothing;
-  const ForwardPeak forward =
-      forward_peak(graph, analysis, b, facts, entry_live, ForwardPass::kAutograd, kNothing, compute, batch, seq,
-                   accounting);
+  const std::vector<int>& entry_live = entry.live;
+  const ForwardPeak forward = forward_peak(graph, analysis, b, facts, entry_live, entry.frame_held,
+                                           ForwardPass::kAutograd, kNothing, compute, batch, seq, accounting);
   profile.fwd_peak = forward.bytes;
   profile.fwd_peak_saved = forward.saved;
-  profile.fwd_peak_nograd =
-      forward_peak(graph, analysis, b, facts, entry_live, ForwardPass::kCheckpointed, held, compute, batch, seq,
-                   accounting).bytes;
-  const ForwardPeak recompute =
-      forward_peak(graph, analysis, b, facts, entry_live, ForwardPass::kRecomputeEarlyStop, held, compute, batch,
-                   seq, accounting);
+  profile.fwd_peak_nograd = forward_peak(graph, analysis, b, facts, entry_live, entry.frame_held,
+                                         ForwardPass::kCheckpointed, held, compute, batch, seq, accounting)
+                                .bytes;
+  const ForwardPeak recompute = forward_peak(graph, analysis, b, facts, entry_live, kNothing,
+                                             ForwardPass::kRecomputeEarlyStop, held, compute, batch, seq, accounting);
   profile.recompute_peak = recompute.bytes;
   profile.recompute_peak_saved = recompute.saved;
-  const ForwardPeak whole =
-      forward_peak(graph, analysis, b, facts, entry_live, ForwardPass::kRecompute, held, compute, batch, seq,
-                   accounting);
+  const ForwardPeak whole = forward_peak(graph, analysis, b, facts, entry_live, kNothing, ForwardPass::kRecompute,
+                                         held, compute, batch, seq, accounting);
   const ForwardPeak reentrant = reentrant_recompute_peak(graph, analysis, b, facts, entry_live, held, compute, batch,
                                                          seq, accounting, whole);
   profile.reentrant_recompute_peak = reentrant.bytes;
@@ -358,13 +369,34 @@ size_t last_use_block(const LayerGraph& graph, const GraphAnalysis& analysis, in
   return last;
 }
 
+// The block whose node last holds t, a held_in_forward tensor, where no later block
+// reads it (-1 otherwise): the frame holding it (LlamaModel.forward's inputs_embeds,
+// held to its return after the final norm, transformers 5.23.0 modeling_llama.py) lets
+// go of it in that block, once that node has run, not at the forward's end.
+int held_in_forward_until(const LayerGraph& graph, const GraphAnalysis& analysis, int t) {
+  if (!analysis.held_in_forward[t] || analysis.producer[t] < 0 || analysis.holders[t].empty()) return -1;
+  const size_t producer_block = static_cast<size_t>(graph.nodes[analysis.producer[t]].block);
+  const size_t last_reader = last_reading_block(graph, analysis, t, producer_block);
+  const size_t last_use = last_use_block(graph, analysis, t, producer_block);
+  return last_use > last_reader && last_use > producer_block + 1 ? static_cast<int>(last_use) : -1;
+}
+
 // A held_in_forward tensor some block beyond the next one reads (graph_analysis.cc,
 // mark_lifetimes): live over a span of the forward, from the block after its own to its
 // last reader or holder, as BlockProfile::forward_frame from here less the same from there.
+// One a later block only holds: from the block after its last reader to the block before
+// the holder's, which has it as an entry (BlockEntry::frame_held).
 // Otherwise a frame holds it from the block after its last reader to the forward's end.
 void add_forward_frame(const LayerGraph& graph, const GraphAnalysis& analysis, int t, size_t b, int64_t bytes,
                        StepProfile& out) {
   const size_t last = last_reading_block(graph, analysis, t, b);
+  const int holder = held_in_forward_until(graph, analysis, t);
+  if (holder >= 0) {
+    const size_t from = last <= b + 1 ? last : b;  // a far reader counts it by the span
+    out.blocks[from].forward_frame += bytes;
+    out.blocks[static_cast<size_t>(holder) - 1].forward_frame -= bytes;
+    return;
+  }
   if (last <= b + 1) {
     out.blocks[last].forward_frame += bytes;
     return;
@@ -378,6 +410,30 @@ void add_forward_frame(const LayerGraph& graph, const GraphAnalysis& analysis, i
 bool counted_by_span(const LayerGraph& graph, const GraphAnalysis& analysis, int t, size_t b) {
   if (!analysis.held_in_forward[t] || analysis.producer[t] < 0) return false;
   return static_cast<size_t>(graph.nodes[analysis.producer[t]].block) + 1 < b;
+}
+
+// BlockEntry::frame_held of block b.
+std::vector<int> frame_held_into(const LayerGraph& graph, const GraphAnalysis& analysis, size_t b) {
+  std::vector<int> held;
+  for (int n : analysis.blocks[b].nodes) {
+    for (int t : analysis.node_holds[n]) {
+      if (held_in_forward_until(graph, analysis, t) == static_cast<int>(b) && !contains(held, t)) held.push_back(t);
+    }
+  }
+  return held;
+}
+
+// What is live as block b starts. Boundary inputs the previous block already keeps
+// are counted there, and far-read ones by their span.
+BlockEntry block_entry(const LayerGraph& graph, const GraphAnalysis& analysis, size_t b) {
+  BlockEntry entry;
+  for (int t : analysis.blocks[b].boundary_inputs) {
+    if (b > 0 && contains(analysis.blocks[b - 1].saved_tensors, t)) continue;
+    if (counted_by_span(graph, analysis, t, b)) continue;
+    entry.live.push_back(t);
+  }
+  entry.frame_held = frame_held_into(graph, analysis, b);
+  return entry;
 }
 
 }  // namespace
@@ -404,18 +460,13 @@ StepProfile profile_step(const LayerGraph& graph, const GraphAnalysis& analysis,
     profile.checkpointable = graph.blocks[b].checkpointable;
     for (int t : block.saved_tensors) profile.keep += facts.bytes[t];
 
-    // Boundary inputs the previous block already keeps are counted there.
-    std::vector<int> entry_live;
-    for (int t : block.boundary_inputs) {
-      if (b > 0 && contains(analysis.blocks[b - 1].saved_tensors, t)) continue;
-      if (counted_by_span(graph, analysis, t, b)) continue;
-      entry_live.push_back(t);
-    }
+    const BlockEntry entry = block_entry(graph, analysis, b);
+    const std::vector<int>& entry_live = entry.live;
     static const std::vector<int> kNothing;
     const std::vector<int>& held = b < checkpoint_saves.size() ? checkpoint_saves[b] : kNothing;
     const std::vector<char> saved = membership(graph.tensors.size(), block.saved_tensors);
     if (block.on_autograd) add_checkpoint_bytes(facts, entry_live, held, saved, profile);
-    add_forward_peaks(graph, analysis, static_cast<int>(b), facts, entry_live, held, compute, batch, seq, accounting,
+    add_forward_peaks(graph, analysis, static_cast<int>(b), facts, entry, held, compute, batch, seq, accounting,
                       profile);
 
     add_block_times(graph, analysis, block, held, compute, batch, seq, gpu, time_options, profile);

@@ -5,6 +5,8 @@
 // the policy's forward and backward.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include "models/gpt_stack.h"
 #include "planner/mechanisms/preference_pairs.h"
 #include "planner/search/block_solver.h"
@@ -136,6 +138,50 @@ TEST_CASE("the reference forward peaks over everything the policy's forward stor
   CHECK(reference_forward_local(model) == 165);
   // It runs each block's forward once more.
   CHECK(block_ms(model, 0, BlockChoice::kKeep) == doctest::Approx(1 + 1 + 2));
+}
+
+// The reference forward is the model's forward again, without grad: what that forward's
+// frame holds into its later blocks (LlamaModel.forward's inputs_embeds, to the final
+// norm: BlockProfile::forward_frame) is live beside each block's no-grad peak.
+TEST_CASE("the reference forward runs each block beside what its forward's frame holds") {
+  StepModel model = two_blocks();
+  model.reference_forward = true;
+  model.grads_fwd = 5;
+  model.blocks[0].forward_frame = 50;
+  // Block 1's no-grad forward (160) beside block 0's frame (50); block 0 runs without it.
+  CHECK(reference_forward_local(model) == 5 + 160 + 50);
+  const std::vector<BlockChoice> keep = {BlockChoice::kKeep, BlockChoice::kKeep};
+  const StepPeak with = walk_step(model, keep, 0);
+  CHECK(with.phase == "reference forward");
+  CHECK(with.bytes == 1000 + 600 + 5 + 160 + 50);
+}
+
+// trl-dpo[trl]/llama-3-8b/lora/none/b2s1024 in bench/oracle/grid.json: TRL's DPO over
+// Llama 3 8B's config.json, LoRA r16 on q_proj and v_proj, the adapter-disabled base as
+// the reference, pure bf16, two pairs of 1024 tokens. The oracle's peak is in the
+// reference forward with 487,158,240 bytes in flight (recorded grid-rows.json.gz), the
+// 32 MiB [4, 1024, 4096] inputs_embeds of that forward among them.
+TEST_CASE("DPO's reference forward holds its inputs_embeds, as the oracle's Llama 3 8B row") {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3-8b/config.json";
+  s.gpu = "h200";
+  s.precision = Precision::kBf16Pure;
+  s.stack = Stack::kHfTrainer;
+  s.mode = TrainMode::kLora;
+  s.lora.rank = 16;
+  s.lora.targets = {"q_proj", "v_proj"};
+  s.lora.dropout = 0.05;
+  s.micro_batch = 2;
+  s.seq_len = 1024;
+  s.recipe = Recipe::kDpo;
+  s.reference = Reference::kAdapterDisabled;
+  const Prediction dpo = predict_as_given(s);
+  CHECK(dpo.where.phase == "reference forward");
+  const int64_t oracle_transient = 487158240;
+  // In flight as bench/oracle/compare.py counts it: with the module buffers not saved.
+  const MemoryBreakdown& at = dpo.peak_as_allocated;
+  const int64_t transient = at.transient + at.zero_buffers + at.buffers - at.saved_buffers;
+  CHECK(std::abs(transient - oracle_transient) <= 3 * 1024 * 1024);
 }
 
 TEST_CASE("the block solver leaves room for the reference forward") {

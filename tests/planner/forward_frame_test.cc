@@ -1,9 +1,12 @@
-// What a model's forward keeps in its frame to the forward's end: ViTModel.forward
-// rebinds pixel_values to its copy in the patch projection's dtype
+// What a model's forward keeps in its frame until it returns: ViTModel.forward rebinds
+// pixel_values to its copy in the patch projection's dtype
 // (`pixel_values.to(expected_dtype)`, transformers 5.23.0 modeling_vit.py) and holds it
-// until it returns. models/vision.cc holds the input; planner/mechanisms/autocast.cc
-// turns that into the 16-bit copy over a 16-bit model; graph/graph_analysis.cc
-// (held_in_forward), BlockProfile::forward_frame and walk_step price it in forward only.
+// until it returns after its final LayerNorm. models/vision.cc holds the input;
+// planner/mechanisms/autocast.cc turns that into the 16-bit copy over a 16-bit model;
+// graph/graph_analysis.cc (held_in_forward), BlockProfile::forward_frame and walk_step
+// price it in forward only: over the blocks before the holder's, then in the holder's
+// block until the holding node has run (block_profile.cc held_in_forward_until), not
+// through the classifier and loss the task model runs after ViTModel.forward returns.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -32,7 +35,7 @@ const graph::Node& node_named(const graph::LayerGraph& graph, const std::string&
   return *it;
 }
 
-TEST_CASE("ViTModel holds its bf16 copy of pixel_values to the forward's end, not into backward") {
+TEST_CASE("ViTModel holds its bf16 copy of pixel_values until it returns, not into backward") {
   RunSettings settings = hf_vit_b16(TrainMode::kLora);
   const ModelContext context = prepared_context(settings);
   const std::string copy = "vit.embeddings.patch_embeddings.projection.cast:pixel_values";
@@ -48,12 +51,17 @@ TEST_CASE("ViTModel holds its bf16 copy of pixel_values to the forward's end, no
   // row more than the 196 patches, models/vit.cc), about [32, 3, 224, 224].
   const int64_t copy_bytes = int64_t{32} * 197 * 768 * 2;
   CHECK(profile.blocks[0].forward_frame == copy_bytes);
-  // ViTModel.forward's embedding_output too, held to the end, read by layer 0 and, under
-  // autocast, saved by no node (layernorm_before keeps its fp32 cast): layer 0's frame.
+  // ViTModel.forward's embedding_output too, held by the same frame, read by layer 0 and,
+  // under autocast, saved by no node (layernorm_before keeps its fp32 cast): layer 0's frame.
   const int layer0 = block_ending(context.graph, ".layer.0");
-  CHECK(profile.blocks[layer0].forward_frame == int64_t{32} * 197 * 768 * 2);
+  const int64_t embedding_bytes = int64_t{32} * 197 * 768 * 2;
+  CHECK(profile.blocks[layer0].forward_frame == embedding_bytes);
+  // Both leave the frame after the last layer: the head's block holds them as it starts,
+  // until vit.layernorm (ViTModel.forward's last op) has run.
+  const int last_layer = node_named(context.graph, "vit.layernorm").block - 1;
+  CHECK(profile.blocks[last_layer].forward_frame == -(copy_bytes + embedding_bytes));
   for (size_t b = 1; b < profile.blocks.size(); ++b) {
-    if (static_cast<int>(b) != layer0) CHECK(profile.blocks[b].forward_frame == 0);
+    if (static_cast<int>(b) != layer0 && static_cast<int>(b) != last_layer) CHECK(profile.blocks[b].forward_frame == 0);
   }
   // Full fine-tune: the projection saves that copy for its weight gradient, so it is
   // an activation already, not held again.
@@ -124,8 +132,9 @@ TEST_CASE("BertLayer's frames hold its input and each dropout output through its
 
 // BertModel.forward keeps `embedding_output` in its frame through the encoder and the
 // pooler (modeling_bert.py 5.23.0). Under AMP it is the embeddings' fp32 dropout output,
-// which layer 0's linears keep only as 16-bit casts: held to the forward's end, no
-// activation, priced from layer 0 (the last block to read it) in forward only.
+// which layer 0's linears keep only as 16-bit casts: held until BertModel.forward
+// returns after its pooler, no activation, priced from layer 0 (the last block to read
+// it) to the last layer, then in the head until the pooler has run, in forward only.
 TEST_CASE("BertModel holds its fp32 embedding_output to the pooler, transient in every layer's forward") {
   const ModelContext context = prepared_context(hf_bert_amp_full());
   const std::string embedding_output = "bert.embeddings.dropout";
@@ -144,9 +153,14 @@ TEST_CASE("BertModel holds its fp32 embedding_output to the pooler, transient in
         account(graph::dtype_bytes(context.compute_dtype, autocast_cached_bias_elements(node)), Accounting::kAllocated);
   }
   CHECK(bias_casts[static_cast<size_t>(layer0)] == (5 * 768 + 3072) * 2);
-  CHECK(profile.blocks[layer0].forward_frame == int64_t{32} * 512 * 768 * 4 + bias_casts[static_cast<size_t>(layer0)]);
+  const int64_t embedding_bytes = int64_t{32} * 512 * 768 * 4;
+  CHECK(profile.blocks[layer0].forward_frame == embedding_bytes + bias_casts[static_cast<size_t>(layer0)]);
+  const int last_layer = node_named(context.graph, "bert.pooler.activation").block - 1;
+  CHECK(profile.blocks[last_layer].forward_frame == -embedding_bytes + bias_casts[static_cast<size_t>(last_layer)]);
   for (size_t b = 0; b < profile.blocks.size(); ++b) {
-    if (static_cast<int>(b) != layer0) CHECK(profile.blocks[b].forward_frame == bias_casts[b]);
+    if (static_cast<int>(b) != layer0 && static_cast<int>(b) != last_layer) {
+      CHECK(profile.blocks[b].forward_frame == bias_casts[b]);
+    }
   }
   // RobertaModel has no pooler in its classification model: the encoder's end holds it.
   RunSettings roberta = hf_bert_amp_full();
@@ -179,6 +193,48 @@ TEST_CASE("a frame's hold on a tensor a later block saves changes nothing, the s
   const StepProfile profile = profile_step(context.graph, context.analysis, context.compute_dtype, 32, 512,
                                            Accounting::kAllocated, context.gpu);
   for (const BlockProfile& block : profile.blocks) CHECK(block.forward_frame == 0);
+}
+
+
+// Llama 3.2 1B (its config.json) with LoRA on q_proj and v_proj in pure bf16, B = 2,
+// S = 512, under `stack`.
+RunSettings llama_1b_lora(Stack stack) {
+  RunSettings s;
+  s.model = std::string(HEADROOM_SOURCE_DIR) + "/tests/data/hf/llama-3.2-1b/config.json";
+  s.gpu = "h200";
+  s.precision = Precision::kBf16Pure;
+  s.stack = stack;
+  s.mode = TrainMode::kLora;
+  s.lora.targets = {"q_proj", "v_proj"};
+  s.micro_batch = 2;
+  s.seq_len = 512;
+  s.versions["transformers"] = "5.23.0";
+  return s;
+}
+
+// LlamaModel.forward binds inputs_embeds and holds it until it returns after self.norm
+// (transformers 5.23.0 modeling_llama.py; models/llama.cc). Under LoRA no node saves it
+// (layer 0's input_layernorm keeps its fp32 copy): a frame from layer 0, its last
+// reader, over every layer, then the head's entry until model.norm has run.
+TEST_CASE("LlamaModel holds inputs_embeds to its final norm, a frame over every layer") {
+  const ModelContext context = prepared_context(llama_1b_lora(Stack::kHfTrainer));
+  REQUIRE(holds(node_named(context.graph, "model.norm"), "model.embed_tokens"));
+  const int t = index_of_tensor(context.graph, "model.embed_tokens");
+  CHECK(context.analysis.held_in_forward[t]);
+  const StepProfile profile = profile_step(context.graph, context.analysis, context.compute_dtype, 2, 512,
+                                           Accounting::kAllocated, context.gpu);
+  const int64_t embeds = int64_t{2} * 512 * 2048 * 2;
+  const int layer0 = block_ending(context.graph, ".layers.0");
+  const int last_layer = node_named(context.graph, "model.norm").block - 1;
+  CHECK(last_layer == block_ending(context.graph, ".layers.15"));
+  CHECK(profile.blocks[layer0].forward_frame == embeds);
+  CHECK(profile.blocks[last_layer].forward_frame == -embeds);
+  // torchtune's TransformerDecoder and litgpt's GPT rebind one name through the layers:
+  // no hold (planner/mechanisms/embedding_hold.h).
+  for (const Stack own : {Stack::kTorchtune, Stack::kLitgpt}) {
+    const ModelContext rebinds = prepared_context(llama_1b_lora(own));
+    CHECK_FALSE(holds(node_named(rebinds.graph, "model.norm"), "model.embed_tokens"));
+  }
 }
 
 }  // namespace
