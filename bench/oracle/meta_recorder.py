@@ -17,8 +17,9 @@ unsharded parameters) is allocated or freed by the difference.
 
 Categories are decided at the end, when the recorder knows the whole step:
 a parameter, a gradient (what `.grad` held), an optimizer state, a tensor
-autograd saved for backward (saved_tensors_hooks, and what a Function keeps on ctx:
-ctx_saves.py), the batch, a parameter FSDP gathered (gathered.py), or a transient.
+autograd saved for backward (saved_tensors_hooks, while a saved variable still holds
+it at the peak, and what a Function keeps on ctx: ctx_saves.py), the batch, a
+parameter FSDP gathered (gathered.py), or a transient.
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ class _Live:
     label: str  # the op that made it, or the name it had before the step
     shape: str
     category: str = "transient"
+    # Saved-tensor hooks' handles to it alive now (`Saved`) and, per stretch of ops with
+    # at least one, [first op, op after the last one died or None]: a saved activation
+    # is one a saved variable still holds (`saved_at`)
+    saved_handles: int = 0
+    saved_spans: List[list] = field(default_factory=list)
+    # marked saved by other means (ctx attributes, torchtune's offloading hooks): no
+    # handle tells when it is let go, so it stays a saved activation
+    saved_otherwise: bool = False
 
 
 @dataclass
@@ -227,10 +236,11 @@ class Recorder:
         self.pending_peak = None
 
     # -- categories ---------------------------------------------------------
-    def mark(self, category: str, tensors: Iterable[Optional[torch.Tensor]]) -> None:
+    def mark(self, category: str, tensors: Iterable[Optional[torch.Tensor]], by_hook: bool = False) -> None:
         """Gives live storages a category; an earlier entry of CATEGORIES wins
         (a saved weight stays a parameter). The record, not the address, carries it,
-        so an address reused after a free starts as a transient again."""
+        so an address reused after a free starts as a transient again. `by_hook`: saved
+        through the recorder's own pack hook (`saved`), which tells when it is let go."""
         rank = CATEGORIES.index(category)
         for t in tensors:
             if is_traceable_wrapper_subclass(t):
@@ -239,14 +249,63 @@ class Recorder:
             if not isinstance(t, torch.Tensor) or t.device.type != "meta":
                 continue
             record = self.live.get(t.untyped_storage()._cdata)
-            if record is not None and rank < CATEGORIES.index(record.category):
+            if record is None:
+                continue
+            if rank < CATEGORIES.index(record.category):
                 record.category = category
+            if category == "saved_activations" and not by_hook:
+                record.saved_otherwise = True
+
+    def saved(self, t: torch.Tensor) -> Optional["Saved"]:
+        """What the saved-tensor pack hook hands autograd for `t`: marks it a saved
+        activation and counts the saved variable holding it until that lets it go."""
+        plain = isinstance(t, torch.Tensor) and not is_traceable_wrapper_subclass(t) and t.device.type == "meta"
+        self.mark("saved_activations", [t], by_hook=plain)
+        record = self.live.get(t.untyped_storage()._cdata) if plain else None
+        if record is None:
+            return None
+        if record.saved_handles == 0:
+            record.saved_spans.append([len(self.ops), None])
+        record.saved_handles += 1
+        return Saved(t, record, self)
+
+    def category_at_peak(self, record: _Live) -> str:
+        """A tensor saved through the hook is a saved activation at the peak unless every
+        saved variable that held it had let it go by then (docs/memory-model.md, "Categories
+        at the peak"): autograd releases a node's saved variables once its backward has
+        run (torch/csrc/autograd/engine.cpp `evaluate_function`, `release_variables`), and
+        what lives on is held by something else. Liger's fused linear cross-entropy saves
+        the weight's and the input's gradients in forward and returns them in backward,
+        where they wait in the engine's input buffer as gradients in flight (a tied
+        weight's until the embedding's backward has added its part). One saved only
+        after the peak, or kept on ctx (ctx_saves.py: no handle), keeps its label."""
+        if record.category != "saved_activations" or record.saved_otherwise or not record.saved_spans:
+            return record.category
+        held = any(start <= self.peak_op and (end is None or end > self.peak_op)
+                   for start, end in record.saved_spans)
+        released = any(end is not None and end <= self.peak_op for _, end in record.saved_spans)
+        return "transient" if released and not held else record.category
 
     def at_peak(self) -> Dict[str, int]:
         totals = {c: 0 for c in CATEGORIES}
         for key, record in self.peak_records.items():
-            totals[record.category] += self.peak_sizes[key]
+            totals[self.category_at_peak(record)] += self.peak_sizes[key]
         return totals
+
+
+class Saved:
+    """The pack hook's handle to a saved tensor: the saved variable holds it, and drops it
+    when autograd releases the node's saved variables (or the graph dies)."""
+
+    __slots__ = ("tensor", "record", "recorder")
+
+    def __init__(self, tensor: torch.Tensor, record: _Live, recorder: Recorder) -> None:
+        self.tensor, self.record, self.recorder = tensor, record, recorder
+
+    def __del__(self) -> None:
+        self.record.saved_handles -= 1
+        if self.record.saved_handles == 0:
+            self.record.saved_spans[-1][1] = len(self.recorder.ops)
 
 
 class _Mode(TorchDispatchMode):
@@ -338,9 +397,12 @@ def logged_values(recorder: Recorder) -> Iterator[None]:
 def recording(recorder: Recorder) -> Iterator[Recorder]:
     """Records ops and storages; saved_tensors_hooks mark what autograd keeps."""
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        recorder.mark("saved_activations", [t])
-        return t
+    def pack(t: torch.Tensor) -> object:
+        handle = recorder.saved(t)
+        return t if handle is None else handle
+
+    def unpack(packed: object) -> torch.Tensor:
+        return packed.tensor if isinstance(packed, Saved) else packed
 
     resize = torch.UntypedStorage.resize_
 
@@ -352,7 +414,7 @@ def recording(recorder: Recorder) -> Iterator[Recorder]:
 
     torch.UntypedStorage.resize_ = resize_and_record
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _Mode(recorder):
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack), _Mode(recorder):
             yield recorder
     finally:
         torch.UntypedStorage.resize_ = resize

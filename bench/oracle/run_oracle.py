@@ -63,7 +63,7 @@ def live_at_peak(recorder: Recorder, limit: int = int(os.environ.get("LIVE_LIMIT
     groups: Counter = Counter()
     counts: Counter = Counter()
     for storage, record in recorder.peak_records.items():
-        key = (record.category, record.label, record.shape)
+        key = (recorder.category_at_peak(record), record.label, record.shape)
         groups[key] += recorder.peak_sizes[storage]
         counts[key] += 1
     return [{"category": c, "op": op, "shape": shape, "count": counts[(c, op, shape)], "bytes": b}

@@ -83,13 +83,42 @@ class RecorderTest(unittest.TestCase):
             del h
         self.assertEqual(rec.at_peak()["parameters"], MiB)
         totals = rec.at_peak()
-        # the peak is mm's backward: weight, x (saved by mm), h (tanh's output, saved and
-        # still referenced), tanh's input gradient and the weight's gradient, 1 MiB each,
-        # plus the loss and its gradient (4 bytes each)
+        # the peak is mm's backward: weight, x (saved by mm), h (tanh's output, saved by
+        # tanh, whose node has run backward and let it go: held by the name `h` only, a
+        # transient), tanh's input gradient and the weight's gradient, 1 MiB each, plus
+        # the loss and its gradient (4 bytes each)
         self.assertEqual(rec.peak_bytes, 5 * MiB + 8)
-        self.assertEqual(totals["saved_activations"], 2 * MiB)
+        self.assertEqual(totals["saved_activations"], MiB)
+        self.assertEqual(totals["transient"], 2 * MiB + 8)
         self.assertEqual(totals["gradients"], MiB)
         self.assertEqual(weight.grad.dtype, torch.float32)
+
+    def test_a_saved_gradient_handed_on_in_backward_is_in_flight(self):
+        # Liger's fused linear cross-entropy (liger-kernel 0.8.5
+        # ops/fused_linear_cross_entropy.py) makes the weight's and the input's gradients
+        # in forward, saves them, and returns them in backward. The weight is tied to an
+        # embedding, whose backward runs last: by then autograd has released the
+        # Function's saved variables and the weight's gradient waits in the engine's
+        # input buffer, a gradient in flight (docs/memory-model.md, "Categories at the peak")
+        rec = Recorder()
+        weight = meta(512, 512, grad=True)                  # 1 MiB fp32
+        ids = torch.zeros(64, dtype=torch.long, device="meta")
+        rec.adopt([weight, ids], "parameter")
+        rec.mark("parameters", [weight])
+        with recording(rec):
+            rec.begin("step")
+            h = torch.nn.functional.embedding(ids, weight)  # 128 KiB
+            loss = _GradientsInForward.apply(h, weight)
+            del h
+            loss.backward()
+            del loss
+        # the peak is the embedding's backward: the weight, the Function's weight gradient
+        # in the buffer, the embedding's dense gradient (1 MiB each), the input gradient
+        # it is given (128 KiB), the loss and its gradient (4 bytes each)
+        self.assertEqual(rec.peak_bytes, 3 * MiB + 128 * 1024 + 512 + 8)
+        totals = rec.at_peak()
+        self.assertEqual(totals["saved_activations"], 512)  # the ids the embedding's backward keeps
+        self.assertEqual(totals["transient"], 2 * MiB + 128 * 1024 + 8)
 
     def test_storage_resized_in_place_is_allocated_and_freed(self):
         # FSDP2's free_storage / alloc_storage of an unsharded parameter (_fsdp_param.py)
@@ -124,6 +153,22 @@ class RecorderTest(unittest.TestCase):
             self.assertTrue(bool((meta(4) > 0).all()))
             with self.assertRaises(RuntimeError):
                 meta(4).sum().item()
+
+
+class _GradientsInForward(torch.autograd.Function):
+    """Liger's LigerFusedLinearCrossEntropyFunction's way: the gradients are made in
+    forward, kept with save_for_backward and returned as they are in backward."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        grad_input, grad_weight = torch.zeros_like(x), torch.zeros_like(weight)
+        ctx.save_for_backward(grad_input, grad_weight)
+        return x.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad_input, grad_weight = ctx.saved_tensors
+        return grad_input, grad_weight
 
 
 class _CtxHeldMatMul(torch.autograd.Function):
