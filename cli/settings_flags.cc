@@ -226,7 +226,10 @@ const std::vector<SettingsFlag> kFixedFlags = {
        return set_enum(v, planner::parse_precision, planner::precision_names(),
                        s.precision);
      }},
-    {"--optimizer", "NAME", kTraining, "adamw (default), adamw-8bit (bitsandbytes), adamw-4bit (torchao), sgd or adafactor", false,
+    {"--optimizer", "NAME", kTraining,
+     "adamw (default), adamw-8bit (bitsandbytes), adamw-4bit, adamw-8bit-torchao (torchao), sgd (momentum), "
+     "sgd-no-momentum or adafactor",
+     false,
      [](RunSettings& s, std::string_view v) {
        return set_enum(v, planner::parse_optimizer, planner::optimizer_names(),
                        s.optimizer);

@@ -63,7 +63,10 @@ std::unique_ptr<Optimizer> make_optimizer(NamedParameters parameters, const Opti
       adam.master_weights = options.master_weights;
       return std::make_unique<AdamW8bit>(std::move(parameters), adam);
     }
-    case OptimizerKind::kAdamW4bit: break;
+    case OptimizerKind::kAdamW4bit:
+    case OptimizerKind::kAdamW8bitTorchao:
+    case OptimizerKind::kSgd:
+      break;
   }
   throw std::invalid_argument(std::string(planner::optimizer_name(options.kind)) +
                               " is not implemented in the executor");
@@ -142,7 +145,9 @@ namespace {
 constexpr planner::OptimizerKind kKinds[] = {planner::OptimizerKind::kAdamW, planner::OptimizerKind::kAdamW8bit,
                                              planner::OptimizerKind::kAdamW4bit,
                                              planner::OptimizerKind::kSgdMomentum,
-                                             planner::OptimizerKind::kAdafactor};
+                                             planner::OptimizerKind::kAdafactor,
+                                             planner::OptimizerKind::kSgd,
+                                             planner::OptimizerKind::kAdamW8bitTorchao};
 
 std::string kind_key(planner::OptimizerKind kind) {
   return "optimizer/" + std::string(planner::optimizer_name(kind));

@@ -83,10 +83,11 @@ Status check_ranks(const planner::Plan& plan, std::string_view origin) {
 // The optimizers the executor steps, and the one it offloads.
 Status check_optimizer(const planner::Plan& plan, std::string_view origin) {
   const planner::RunSettings& s = plan.settings;
-  if (s.optimizer == planner::OptimizerKind::kAdamW4bit) {
+  if (s.optimizer == planner::OptimizerKind::kAdamW4bit || s.optimizer == planner::OptimizerKind::kAdamW8bitTorchao ||
+      s.optimizer == planner::OptimizerKind::kSgd) {
     return refuse(origin, "settings.optimizer",
-                  "torchao's AdamW4bit is priced but not run by the executor; expected adamw, adamw-8bit, sgd or "
-                  "adafactor");
+                  std::string(planner::optimizer_name(s.optimizer)) +
+                      " is priced but not run by the executor; expected adamw, adamw-8bit, sgd or adafactor");
   }
   if (s.optimizer != planner::OptimizerKind::kAdamW && plan.config.offload_optimizer != planner::Offload::kNone) {
     return refuse(origin, "config.offload_optimizer",

@@ -18,23 +18,29 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # transformers' `optim` names -> how optimizer.step() runs (torch/optim/adamw.py)
 _OPTIMIZER_IMPL = {"adamw_torch_fused": "fused", "adamw_torch": "foreach"}
-# transformers' `optim` names that build a bitsandbytes optimizer -> headroom's flags
+# transformers' `optim` names -> headroom's optimizer flags: bitsandbytes' optimizers
 # (trainer_optimizer.py `_get_bitsandbytes_optimizer`: "8bit" in the name is optim_bits 8,
 # "paged" is_paged; planner/configs/hf_trainer_import.cc maps the same names)
-_BNB_OPTIM_FLAGS = {"adamw_bnb_8bit": ["--optimizer", "adamw-8bit"],
-                    "adamw_8bit": ["--optimizer", "adamw-8bit"],
-                    "paged_adamw_8bit": ["--optimizer", "adamw-8bit", "--paged-optimizer"],
-                    "paged_adamw_32bit": ["--optimizer", "adamw", "--paged-optimizer"],
-                    # transformers' own Adafactor (optimization.py), a loop per parameter
-                    "adafactor": ["--optimizer", "adafactor"],
-                    # torch.optim.SGD, foreach; grid rows give optim_args momentum=0.9
-                    "sgd": ["--optimizer", "sgd", "--optimizer-impl", "foreach"]}
+_OPTIM_FLAGS = {"adamw_bnb_8bit": ["--optimizer", "adamw-8bit"],
+                "adamw_8bit": ["--optimizer", "adamw-8bit"],
+                "paged_adamw_8bit": ["--optimizer", "adamw-8bit", "--paged-optimizer"],
+                "paged_adamw_32bit": ["--optimizer", "adamw", "--paged-optimizer"],
+                # transformers' own Adafactor (optimization.py), a loop per parameter
+                "adafactor": ["--optimizer", "adafactor"],
+                # torchao's AdamW8bit / AdamW4bit (`_get_torchao_optimizer`)
+                "adamw_torch_8bit": ["--optimizer", "adamw-8bit-torchao"],
+                "adamw_torch_4bit": ["--optimizer", "adamw-4bit"]}
 
 
-def optim_flags(optim: str) -> list:
-    """The Trainer's `optim` as headroom's optimizer flags."""
-    if optim in _BNB_OPTIM_FLAGS:
-        return _BNB_OPTIM_FLAGS[optim]
+def optim_flags(optim: str, optim_args: str = "") -> list:
+    """The Trainer's `optim` (and its `optim_args`) as headroom's optimizer flags."""
+    if optim == "sgd":
+        # torch.optim.SGD, foreach; a state only with optim_args' momentum (`_get_sgd`)
+        args = dict(pair.strip().split("=", 1) for pair in optim_args.split(",") if "=" in pair)
+        kind = "sgd" if float(args.get("momentum", 0)) > 0 else "sgd-no-momentum"
+        return ["--optimizer", kind, "--optimizer-impl", "foreach"]
+    if optim in _OPTIM_FLAGS:
+        return _OPTIM_FLAGS[optim]
     return ["--optimizer-impl", _OPTIMIZER_IMPL[optim]]
 
 
@@ -129,7 +135,7 @@ def headroom_flags(spec: dict) -> list:
     if _reentrant_trainer(spec):  # use_reentrant=True: what trains can differ
         flags += ["--recompute", "block-reentrant"]
     if "optim" in spec:
-        flags += optim_flags(spec["optim"])
+        flags += optim_flags(spec["optim"], spec.get("optim_args", ""))
     if spec.get("grad_accum", 1) > 1:  # litgpt: global_batch_size // micro_batch_size
         flags += ["--grad-accum", str(spec["grad_accum"])]
     flags += release_flags(spec)

@@ -33,6 +33,7 @@ from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers
 from gathered import gathered_marked  # noqa: E402
 from liger_shims import liger_kernels_on_meta  # noqa: E402
 from meta_recorder import CATEGORIES, Recorder, recording  # noqa: E402
+from torchao_optimizer_shims import TORCHAO_OPTIMS, torchao_optimizers_on_meta  # noqa: E402
 from report import write_atomically  # noqa: E402
 from unsharded_grads import unsharded_grads_marked  # noqa: E402
 
@@ -89,7 +90,8 @@ def run(spec: dict) -> dict:
             fused_optimizers_on_meta(), bnb_kernels_on_meta(), bnb_gemm_dispatch_on_meta(spec.get("gpu", "h200")), \
             liger_kernels_on_meta(recorder), ctx_saves_marked(recorder), \
             gathered_marked(recorder), unsharded_grads_marked(recorder), recording(recorder), \
-            (bnb_optimizers_on_meta(recorder) if spec.get("optim") in BNB_OPTIMS else contextlib.nullcontext()):
+            (bnb_optimizers_on_meta(recorder) if spec.get("optim") in BNB_OPTIMS else contextlib.nullcontext()), \
+            (torchao_optimizers_on_meta() if spec.get("optim") in TORCHAO_OPTIMS else contextlib.nullcontext()):
         resolved = stack.run(spec, recorder) or {}
     at_peak = recorder.at_peak()
     return {"format": "headroom.oracle", "spec": spec, "resolved": resolved, "versions": versions(),

@@ -29,7 +29,8 @@ using nlohmann::json;
 // trainer_optimizer.py _get_sgd reads momentum, dampening, weight_decay, nesterov
 // from the comma-separated key=value optim_args); torch's default foreach path. With
 // momentum one buffer per parameter (torch/optim/sgd.py momentum_buffer); without
-// it SGD keeps no state, which no OptimizerKind prices: refused by name.
+// it (the default: _get_sgd passes only the learning rate) SGD keeps no state and
+// updates each parameter in place (_multi_tensor_sgd: _foreach_add_(params, grads)).
 void read_sgd(ArgsReader& r, RunSettings& s) {
   const std::string args = r.has("optim_args") ? r.string_or("optim_args", "") : "";
   double momentum = 0;
@@ -42,12 +43,7 @@ void read_sgd(ArgsReader& r, RunSettings& s) {
     if (pair.rfind("momentum=", 0) == 0) momentum = std::atof(pair.c_str() + 9);
     at = end + 1;
   }
-  if (!(momentum > 0)) {
-    r.fail("optim_args", "momentum=M with M > 0 for optim sgd (SGD without momentum keeps no state: not modelled)",
-           json(args));
-    return;
-  }
-  s.optimizer = OptimizerKind::kSgdMomentum;
+  s.optimizer = momentum > 0 ? OptimizerKind::kSgdMomentum : OptimizerKind::kSgd;
   s.optimizer_impl = OptimizerImpl::kForeach;
 }
 
@@ -78,17 +74,27 @@ void read_optim(ArgsReader& r, RunSettings& s, ConfigImport& out) {
   } else if (optim == "adamw_torch_4bit") {
     s.optimizer = OptimizerKind::kAdamW4bit;
     s.optimizer_impl = OptimizerImpl::kFused;
+  } else if (optim == "adamw_torch_8bit") {
+    s.optimizer = OptimizerKind::kAdamW8bitTorchao;  // _get_torchao_optimizer: torchao.optim.AdamW8bit
+    s.optimizer_impl = OptimizerImpl::kFused;
   } else if (optim == "adafactor") {
     s.optimizer = OptimizerKind::kAdafactor;
     s.optimizer_impl = OptimizerImpl::kForLoop;
   } else if (optim == "sgd") {
     read_sgd(r, s);
+  } else if (optim.starts_with("galore_")) {
+    // galore-torch (_get_galore_optimizer): per targeted 2-D weight a projection
+    // matrix and AdamW states of rank x n, the *_layerwise ones stepping in
+    // post-accumulate-grad hooks; none of it is modelled.
+    r.fail("optim",
+           "an optimizer headroom models: GaLore's projection matrices, its low-rank states and the layerwise "
+           "variants' stepping in backward hooks are not modelled",
+           json(optim));
   } else {
-    // torchao's AdamW8bit (adamw_torch_8bit) quantizes per 256-element block, not as
-    // bitsandbytes' 8-bit AdamW does: refused by name rather than priced as that one.
     r.fail("optim",
            "one of adamw_torch, adamw_torch_fused, adamw_hf, adamw_bnb_8bit, adamw_8bit, paged_adamw_8bit, "
-           "paged_adamw_32bit, adamw_torch_4bit, adafactor, sgd with momentum (the others' states are not modelled)",
+           "paged_adamw_32bit, adamw_torch_4bit, adamw_torch_8bit, adafactor, sgd (the others' states are not "
+           "modelled)",
            json(optim));
   }
 }

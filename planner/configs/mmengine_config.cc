@@ -77,11 +77,9 @@ Status read_optimizer(MmengineReader& r, const json* optimizer, RunSettings& s, 
   } else if (name == "SGD") {
     // torch.optim.SGD keeps one momentum buffer a parameter, none without momentum.
     const json* momentum = MmengineReader::at(*optimizer, "momentum");
-    if (momentum == nullptr || !momentum->is_number() || !(momentum->get<double>() > 0)) {
-      return r.fail(path + ".momentum", "a momentum above 0 (plain SGD keeps no state and is not modelled)",
-                    momentum != nullptr ? *momentum : json(0));
-    }
-    s.optimizer = OptimizerKind::kSgdMomentum;
+    if (momentum != nullptr && !momentum->is_number()) return r.fail(path + ".momentum", "a number", *momentum);
+    const bool with_momentum = momentum != nullptr && momentum->get<double>() > 0;
+    s.optimizer = with_momentum ? OptimizerKind::kSgdMomentum : OptimizerKind::kSgd;
   } else if (name == "AdamW8bit" || name == "PagedAdamW8bit") {
     s.optimizer = OptimizerKind::kAdamW8bit;
     s.paged_optimizer = name == "PagedAdamW8bit";

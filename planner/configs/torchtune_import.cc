@@ -49,7 +49,7 @@ Status read_lora(YamlReader& r, RunSettings& s, bool tied) {
 }
 
 // optimizer._component_ onto the optimizer and its implementation.
-void read_optimizer(YamlReader& r, RunSettings& s, ConfigImport& out) {
+void read_optimizer(YamlReader& r, RunSettings& s) {
   const std::string component = r.string_or("optimizer._component_", "");
   if (component == "torch.optim.AdamW" || component == "torch.optim.Adam") {
     s.optimizer = OptimizerKind::kAdamW;
@@ -73,16 +73,11 @@ void read_optimizer(YamlReader& r, RunSettings& s, ConfigImport& out) {
     s.optimizer = OptimizerKind::kAdamW4bit;
     s.optimizer_impl = OptimizerImpl::kFused;
   } else if (component == "torchao.optim.AdamW8bit" || component == "torchao.prototype.low_bit_optim.AdamW8bit") {
-    s.optimizer = OptimizerKind::kAdamW8bit;
+    s.optimizer = OptimizerKind::kAdamW8bitTorchao;
     s.optimizer_impl = OptimizerImpl::kFused;
-    out.notes.push_back("optimizer: torchao's AdamW8bit priced as bitsandbytes' 8-bit AdamW (2 bytes a parameter "
-                        "either way; their block sizes differ)");
   } else if (component == "torch.optim.SGD") {
-    // Only SGD with momentum keeps a state (one buffer a parameter).
-    if (!(r.number_or("optimizer.momentum", 0.0) > 0)) {
-      r.fail("optimizer.momentum", "a momentum above 0 (plain SGD keeps no state and is not modelled)");
-    }
-    s.optimizer = OptimizerKind::kSgdMomentum;
+    // Only SGD with momentum keeps a state (one buffer a parameter); without it none.
+    s.optimizer = r.number_or("optimizer.momentum", 0.0) > 0 ? OptimizerKind::kSgdMomentum : OptimizerKind::kSgd;
     s.optimizer_impl = OptimizerImpl::kForeach;
   } else {
     r.fail("optimizer._component_",
@@ -152,13 +147,13 @@ void read_sequence(YamlReader& r, RunSettings& s, ConfigImport& out) {
 }
 
 // The step: batch, accumulation, optimizer, loss, compile, checkpointing, dtype, device.
-void read_step(YamlReader& r, RunSettings& s, ConfigImport& out) {
+void read_step(YamlReader& r, RunSettings& s) {
   // The recipes read cfg.batch_size for their DataLoader and have no default: a
   // config without one (or with null) does not run, so it is not priced as 1.
   if (!r.has("batch_size")) r.fail("batch_size", "a positive whole number (torchtune's recipes have no default)");
   s.micro_batch = r.count_or("batch_size", 1);
   s.grad_accum = r.count_or("gradient_accumulation_steps", 1);
-  read_optimizer(r, s, out);
+  read_optimizer(r, s);
   if (r.boolean_or("optimizer_in_bwd", false)) {
     if (s.grad_accum > 1) r.fail("optimizer_in_bwd", "false with gradient_accumulation_steps above 1 (torchtune refuses both)");
     s.optimizer_impl = OptimizerImpl::kInBackward;
@@ -245,7 +240,7 @@ Result<ConfigImport> import_tree(const nlohmann::json& root, std::string_view or
   s.stack = Stack::kTorchtune;
   if (Status model = read_model(r, s); !model.is_ok()) return model;
   read_sequence(r, s, out);
-  read_step(r, s, out);
+  read_step(r, s);
   read_parallelism(r, s, out);
   if (!r.status().is_ok()) return r.status();
   // What the file says must hold together on its own (DeepSpeed refuses NVMe optimizer

@@ -20,12 +20,30 @@ using graph::Param;
 // block and state (bitsandbytes/optim/optimizer.py init_state). Blocks are 256
 // elements from 0.44.0 (2048 up to 0.43.x): the newer, larger count is priced.
 constexpr int64_t kBnbBlock = 256;
-// torchao AdamW4bit (torchao/optim/adam.py, subclass_4bit.py): each state is
-// packed 4-bit codes (n/2 bytes) and one fp32 scale per 128-element block; a
-// tensor under 4096 elements, or not a multiple of the block, keeps a plain
-// zeros_like state in the parameter's dtype (_new_buffer, "follow bitsandbytes").
+// torchao AdamW4bit / AdamW8bit (torchao 0.17.0 optim/adam.py, subclass_4bit.py,
+// subclass_8bit.py): each state is an OptimState4bit / OptimState8bit of three
+// tensors made by its `zeros`: codes (n/2 bytes packed 4-bit, n bytes 8-bit), one
+// fp32 scale per block (128 elements for AdamW4bit, 256 for AdamW8bit) and its own
+// fp32 copy of the quantization map (torch.tensor(qmap_list): 16 values for 4 bits,
+// create_dynamic_map(..., 3, 4) / linspace(0, 1, 17)[1:]; 256 for 8 bits). A tensor
+// under 4096 elements, or not a multiple of the block, keeps a plain zeros_like
+// state in the parameter's dtype (_new_buffer, "follow bitsandbytes").
 constexpr int64_t kTorchao4bitBlock = 128;
+constexpr int64_t kTorchao8bitBlock = 256;
 constexpr int64_t kTorchaoMinQuantizedSize = 4096;
+
+// The three tensors of each of torchao's two quantized AdamW states, or the two
+// plain states of a small tensor. `bits` is 4 or 8.
+std::vector<int64_t> torchao_adamw_states(int64_t elements, int bits, int64_t state_width) {
+  const int64_t block = bits == 4 ? kTorchao4bitBlock : kTorchao8bitBlock;
+  if (elements < kTorchaoMinQuantizedSize || elements % block != 0) {
+    return {elements * state_width, elements * state_width};
+  }
+  const int64_t codes = elements * bits / 8;
+  const int64_t scale = elements / block * 4;
+  const int64_t qmap = (int64_t{1} << bits) * 4;
+  return {codes, scale, qmap, codes, scale, qmap};
+}
 
 }  // namespace
 
@@ -263,15 +281,14 @@ std::vector<int64_t> optimizer_state_tensors(OptimizerKind optimizer, Precision 
       const int64_t absmax = ceil_div(elements, kBnbBlock) * 4;
       return {elements, elements, absmax, absmax};
     }
-    case OptimizerKind::kAdamW4bit: {
-      if (elements < kTorchaoMinQuantizedSize || elements % kTorchao4bitBlock != 0) {
-        return {elements * state_width, elements * state_width};
-      }
-      const int64_t scale = elements / kTorchao4bitBlock * 4;  // OptimState4bit: codes and scale tensors
-      return {elements / 2, scale, elements / 2, scale};
-    }
+    case OptimizerKind::kAdamW4bit:
+      return torchao_adamw_states(elements, 4, state_width);
+    case OptimizerKind::kAdamW8bitTorchao:
+      return torchao_adamw_states(elements, 8, state_width);
     case OptimizerKind::kSgdMomentum:  // one momentum buffer
       return {elements * state_width};
+    case OptimizerKind::kSgd:  // torch.optim.SGD with momentum 0 makes no state (sgd.py _init_group)
+      return {};
     case OptimizerKind::kAdafactor: {
       // Factored second moment for matrices: one row and one column vector
       // (Shazeer & Stern 2018, Sec. 3; HF Adafactor keeps them in fp32); no first moment.

@@ -15,11 +15,13 @@ constexpr ChoiceTable<Precision, 6> kPrecisions = {{{
     {Precision::kBf16Amp, "bf16-amp"},
     {Precision::kFp16Amp, "fp16-amp"},
 }}};
-constexpr ChoiceTable<OptimizerKind, 5> kOptimizers = {{{
+constexpr ChoiceTable<OptimizerKind, 7> kOptimizers = {{{
     {OptimizerKind::kAdamW, "adamw"},
     {OptimizerKind::kAdamW8bit, "adamw-8bit"},
     {OptimizerKind::kAdamW4bit, "adamw-4bit"},
+    {OptimizerKind::kAdamW8bitTorchao, "adamw-8bit-torchao"},
     {OptimizerKind::kSgdMomentum, "sgd"},
+    {OptimizerKind::kSgd, "sgd-no-momentum"},
     {OptimizerKind::kAdafactor, "adafactor"},
 }}};
 constexpr ChoiceTable<TrainMode, 3> kModes = {{{

@@ -36,8 +36,9 @@ enum class Precision {
 // Whether the model's weights stay fp32 and autocast casts them per matmul.
 inline bool is_autocast(Precision p) { return p == Precision::kBf16Amp || p == Precision::kFp16Amp; }
 
-// kAdamW8bit is bitsandbytes' AdamW8bit; kAdamW4bit is torchao's AdamW4bit.
-enum class OptimizerKind { kAdamW, kAdamW8bit, kAdamW4bit, kSgdMomentum, kAdafactor };
+// kAdamW8bit is bitsandbytes' AdamW8bit; kAdamW4bit and kAdamW8bitTorchao are
+// torchao's AdamW4bit and AdamW8bit; kSgd is torch.optim.SGD without momentum (no state).
+enum class OptimizerKind { kAdamW, kAdamW8bit, kAdamW4bit, kSgdMomentum, kAdafactor, kSgd, kAdamW8bitTorchao };
 
 enum class TrainMode {
   kFull,   // every parameter not matched by freeze_patterns trains

@@ -19,8 +19,10 @@ double optimizer_traffic_bytes(const RunSettings& settings, bool fsdp) {
   switch (settings.optimizer) {
     case OptimizerKind::kAdamW: states = settings.precision == Precision::kBf16Pure ? 4 : 8; break;
     case OptimizerKind::kAdamW8bit: states = 2; break;
+    case OptimizerKind::kAdamW8bitTorchao: states = 2; break;
     case OptimizerKind::kAdamW4bit: states = 1; break;
     case OptimizerKind::kSgdMomentum: states = 4; break;
+    case OptimizerKind::kSgd: states = 0; break;
     case OptimizerKind::kAdafactor: states = 0.1; break;
   }
   if (fsdp && mixed) return 2 * 4 + 4 + 2 * states;

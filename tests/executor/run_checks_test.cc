@@ -244,9 +244,12 @@ TEST_CASE("check_executable refuses what the trainer cannot apply, naming the fi
     other.config.offload_optimizer = planner::Offload::kCpu;
     CHECK(check_executable(other, "plan.json").message().find("plan.json: config.offload_optimizer") == 0);
   }
-  planner::Plan adam4 = plan;
-  adam4.settings.optimizer = planner::OptimizerKind::kAdamW4bit;
-  CHECK(check_executable(adam4, "plan.json").message().find("plan.json: settings.optimizer") == 0);
+  for (planner::OptimizerKind kind : {planner::OptimizerKind::kAdamW4bit, planner::OptimizerKind::kAdamW8bitTorchao,
+                                      planner::OptimizerKind::kSgd}) {
+    planner::Plan priced_only = plan;
+    priced_only.settings.optimizer = kind;
+    CHECK(check_executable(priced_only, "plan.json").message().find("plan.json: settings.optimizer") == 0);
+  }
 
   // ZeRO-3 runs as DeepSpeed's stage 3, with AdamW, on Llama, Flux and ViT; torch's
   // FSDPs, other optimizers, QLoRA and parameter offload are refused by name.

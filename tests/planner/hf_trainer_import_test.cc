@@ -121,7 +121,7 @@ TEST_CASE("the Trainer's bitsandbytes optim names import as the flags --optimize
   }
 }
 
-TEST_CASE("the Trainer's sgd imports with optim_args momentum, refused without it") {
+TEST_CASE("the Trainer's sgd imports with or without optim_args momentum") {
   // transformers 5.x trainer_optimizer.py _get_sgd: torch.optim.SGD, momentum only from optim_args.
   Result<ConfigImport> momentum =
       import_training_arguments(R"({"optim": "sgd", "optim_args": "momentum=0.9, nesterov=True"})", "args.json",
@@ -129,10 +129,26 @@ TEST_CASE("the Trainer's sgd imports with optim_args momentum, refused without i
   REQUIRE(momentum.is_ok());
   CHECK(momentum->settings.optimizer == OptimizerKind::kSgdMomentum);
   CHECK(momentum->settings.optimizer_impl == OptimizerImpl::kForeach);
-  CHECK(refusal(R"({"optim": "sgd"})").find("args.json: optim_args: expected momentum=M") == 0);
-  CHECK(refusal(R"({"optim": "sgd", "optim_args": "momentum=0"})").find("args.json: optim_args: expected") == 0);
-  // torchao's AdamW8bit is not bitsandbytes' 8-bit AdamW: refused, not priced as it.
-  CHECK(refusal(R"({"optim": "adamw_torch_8bit"})").find("args.json: optim: expected one of adamw_torch") == 0);
+  // Without momentum (the default, or momentum=0) torch.optim.SGD keeps no state.
+  for (const char* args : {R"({"optim": "sgd"})", R"({"optim": "sgd", "optim_args": "momentum=0"})"}) {
+    Result<ConfigImport> plain = import_training_arguments(args, "args.json", base_run());
+    REQUIRE_MESSAGE(plain.is_ok(), plain.message());
+    CHECK(plain->settings.optimizer == OptimizerKind::kSgd);
+    CHECK(plain->settings.optimizer_impl == OptimizerImpl::kForeach);
+  }
+}
+
+TEST_CASE("the Trainer's torchao optimizers import as torchao's, GaLore is refused by name") {
+  // trainer_optimizer.py _get_torchao_optimizer: torchao.optim.AdamW8bit / AdamW4bit.
+  Result<ConfigImport> eight = import_training_arguments(R"({"optim": "adamw_torch_8bit"})", "args.json", base_run());
+  REQUIRE_MESSAGE(eight.is_ok(), eight.message());
+  CHECK(eight->settings.optimizer == OptimizerKind::kAdamW8bitTorchao);
+  Result<ConfigImport> four = import_training_arguments(R"({"optim": "adamw_torch_4bit"})", "args.json", base_run());
+  REQUIRE_MESSAGE(four.is_ok(), four.message());
+  CHECK(four->settings.optimizer == OptimizerKind::kAdamW4bit);
+  for (const char* galore : {R"({"optim": "galore_adamw"})", R"({"optim": "galore_adamw_8bit_layerwise"})"}) {
+    CHECK(refusal(galore).find("args.json: optim: expected an optimizer headroom models: GaLore") == 0);
+  }
 }
 
 TEST_CASE("PEFT adapter_config.json: rank, targets, dropout onto the run, qlora stays qlora") {

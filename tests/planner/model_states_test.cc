@@ -72,17 +72,34 @@ TEST_CASE("bytes per parameter by precision and optimizer") {
         2 * 4096 * 4096 + 2 * (4096 * 4096 / 256) * 4);
   // ... but 32-bit states below min_8bit_size = 4096 elements.
   CHECK(optimizer_state_bytes(OptimizerKind::kAdamW8bit, Precision::kBf16Mixed, {1024}) == 8 * 1024);
-  // torchao AdamW4bit: half a byte per state plus an fp32 scale per 128 elements and state ...
+  // torchao AdamW4bit: half a byte per state plus an fp32 scale per 128 elements and state,
+  // and each state's own 16-value fp32 quantization map (OptimState4bit.zeros) ...
   CHECK(optimizer_state_bytes(OptimizerKind::kAdamW4bit, Precision::kBf16Amp, matrix) ==
-        2 * (4096 * 4096 / 2 + (4096 * 4096 / 128) * 4));
+        2 * (4096 * 4096 / 2 + (4096 * 4096 / 128) * 4 + 16 * 4));
+  CHECK(optimizer_state_tensors(OptimizerKind::kAdamW4bit, Precision::kBf16Amp, matrix) ==
+        std::vector<int64_t>{4096 * 4096 / 2, 4096 * 4096 / 128 * 4, 64, 4096 * 4096 / 2, 4096 * 4096 / 128 * 4, 64});
   // ... and a plain state in the parameter's dtype under 4096 elements or off the block.
   CHECK(optimizer_state_bytes(OptimizerKind::kAdamW4bit, Precision::kBf16Amp, {1024}) == 8 * 1024);
   CHECK(optimizer_state_bytes(OptimizerKind::kAdamW4bit, Precision::kBf16Pure, {1024}) == 4 * 1024);
   CHECK(optimizer_state_bytes(OptimizerKind::kAdamW4bit, Precision::kBf16Amp, {4100, 3}) == 8 * 4100 * 3);
   CHECK(optimizer_state_bytes(OptimizerKind::kSgdMomentum, Precision::kFp32, matrix) == 4 * 4096 * 4096);
+  // torch.optim.SGD without momentum: no state at all (sgd.py _init_group).
+  CHECK(optimizer_state_tensors(OptimizerKind::kSgd, Precision::kFp32, matrix).empty());
   // Adafactor factors the second moment of a matrix into a row and a column.
   CHECK(optimizer_state_bytes(OptimizerKind::kAdafactor, Precision::kFp32, {1024, 512}) == (1024 + 512) * 4);
   CHECK(optimizer_state_bytes(OptimizerKind::kAdafactor, Precision::kFp32, {512}) == 512 * 4);
+}
+
+TEST_CASE("torchao AdamW8bit: codes, a scale per 256 elements and a 256-value map per state") {
+  // torchao 0.17.0 optim/subclass_8bit.py OptimState8bit.zeros: uint8 codes of the
+  // parameter's shape, fp32 scale of n / 256, and its own fp32 copy of the 256-value
+  // dynamic map; optim/adam.py _new_buffer: a plain zeros_like under 4096 elements or
+  // off the block. Not bitsandbytes' layout: no shared maps, no fp32 small states.
+  const int64_t n = 4096 * 4096;
+  CHECK(optimizer_state_tensors(OptimizerKind::kAdamW8bitTorchao, Precision::kBf16Pure, {4096, 4096}) ==
+        std::vector<int64_t>{n, n / 256 * 4, 1024, n, n / 256 * 4, 1024});
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdamW8bitTorchao, Precision::kBf16Pure, {1024}) == 2 * 2 * 1024);
+  CHECK(optimizer_state_bytes(OptimizerKind::kAdamW8bitTorchao, Precision::kFp32, {4096 + 128}) == 2 * 4 * 4224);
 }
 
 TEST_CASE("CPU optimizer offload moves states, master weights and gradients to the host") {
