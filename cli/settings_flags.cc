@@ -345,6 +345,13 @@ const std::vector<SettingsFlag> kFixedFlags = {
      [](RunSettings& s, std::string_view v) { return set_list(v, s.lora.targets); }},
     {"--lora-dropout", "F", kTraining, "LoRA dropout probability (default 0.05)", false,
      [](RunSettings& s, std::string_view v) { return set_fraction(v, 0, 1, s.lora.dropout); }},
+    {"--dora", nullptr, kTraining,
+     "with --lora/--qlora: DoRA (PEFT's use_dora): a trained magnitude per output row and a weight norm per step",
+     false,
+     [](RunSettings& s, std::string_view) {
+       s.lora.dora = true;
+       return Status::ok();
+     }},
     {"--scoped-lora", "GLOB:RANK[:A,B,...]", kTraining,
      "LoRA/QLoRA: adapters of their own rank on the linears matching GLOB, e.g. '*vision_tower*:64' (XTuner's "
      "visual_encoder_lora), on every linear there or on the listed suffixes; the lora dropout (repeatable)",

@@ -242,6 +242,11 @@ Status check_adapters_and_loss(const planner::RunSettings& s, const planner::Sta
                   "adapters of a second rank in one part of the model are priced but not built by the executor "
                   "(its LoRA has one rank); expected none");
   }
+  if (s.lora.dora) {
+    return refuse(origin, "settings.lora.dora",
+                  "DoRA's magnitude vectors and weight norms are priced but not built by the executor (its adapters "
+                  "are plain LoRA); expected false");
+  }
   if (stack.grads_through_forward) {
     return refuse(origin, "settings.grads_through_forward",
                   "the executor frees the gradients after each optimizer step, so none live through the next "

@@ -156,3 +156,23 @@ def bnb_kernels_on_meta() -> Iterator[None]:
             stack.enter_context(patched(Params4bit, "_quantize", quantize))
         _transformers_sees_bnb(stack)
         yield
+
+
+@contextlib.contextmanager
+def params4bit_deepcopy_on_meta() -> Iterator[None]:
+    """PEFT's DoRA deep-copies a Linear4bit before it dequantizes the weight
+    (peft/tuners/lora/dora.py DoraLinearLayer.update_layer). Params4bit.__deepcopy__
+    starts from `type(self).__new__(type(self))`, an empty CPU tensor, and sets its
+    `.data` to the copied weight: on a GPU a CPU tensor takes CUDA data, but not meta
+    data (set_data's compatible-type check). The copy is started on the weight's own
+    device instead; the rest is the release's code."""
+    from bitsandbytes.nn import Params4bit
+    old = "type(self).__new__(type(self))"
+    source = inspect.getsource(Params4bit.__deepcopy__)
+    if old not in source:  # a release whose deepcopy starts otherwise: nothing to shim
+        yield
+        return
+    copy_on_device = _recompiled(Params4bit.__deepcopy__, old,
+                                 "type(self).__new__(type(self), torch.empty(0, device=self.device))")
+    with patched(Params4bit, "__deepcopy__", copy_on_device):
+        yield

@@ -120,6 +120,8 @@ def headroom_flags(spec: dict) -> list:
         flags += ["--mode", spec["method"], "--lora-rank", str(spec.get("lora_rank", 16)),
                   "--lora-targets", ",".join(headroom_module_names(spec, spec["lora_targets"])),
                   "--lora-dropout", str(spec.get("lora_dropout", 0.05))]
+        if spec.get("use_dora", False):  # LoraConfig(use_dora=True)
+            flags.append("--dora")
         for module in task_of(spec).trained_head:  # PEFT's modules_to_save
             flags += ["--train", module]
         if spec["stack"] == "trl-reward":  # task_type SEQ_CLS trains the reward head in full

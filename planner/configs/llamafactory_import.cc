@@ -52,7 +52,7 @@ struct FactoryConfig {
 json trainer_arguments(const json& config) {
   json args = json::object();
   for (const auto& [key, value] : config.items()) args[key] = value;
-  for (const char* own : {"finetuning_type", "lora_rank", "lora_dropout", "lora_target", "additional_target",
+  for (const char* own : {"finetuning_type", "lora_rank", "lora_dropout", "lora_target", "additional_target", "use_dora",
                           "quantization_bit", "double_quantization", "cutoff_len", "packing",
                           "disable_gradient_checkpointing", "enable_liger_kernel", "use_unsloth",
                           "upcast_layernorm"}) {
@@ -110,6 +110,8 @@ void read_lora(const FactoryConfig& c, json& args) {
   args["use_peft"] = true;
   args["lora_r"] = c.said("lora_rank") ? config.at("lora_rank") : json(8);  // finetuning_args.py defaults
   args["lora_dropout"] = c.said("lora_dropout") ? config.at("lora_dropout") : json(0.0);
+  // finetuning_args.py use_dora (false), handed to LoraConfig by model/adapter.py
+  if (c.said("use_dora")) args["use_dora"] = config.at("use_dora");
   const std::string target = c.said("lora_target") && config.at("lora_target").is_string()
                                  ? config.at("lora_target").get<std::string>()
                                  : "all";

@@ -68,7 +68,6 @@ void refuse_unmodelled_peft(ArgsReader& r) {
   }
   const std::string bias = r.string_or("bias", "none");
   if (bias != "none") r.fail("bias", "\"none\" (trained biases are not modelled)", json(bias));
-  if (r.boolean_or("use_dora", false)) r.fail("use_dora", "false (DoRA's magnitude vectors and norms are not modelled)");
   for (const char* read_no_bytes : {"lora_alpha", "use_rslora", "task_type", "base_model_name_or_path", "fan_in_fan_out",
                                     "init_lora_weights", "inference_mode", "revision"}) {
     r.has(read_no_bytes);
@@ -99,6 +98,7 @@ Result<ConfigImport> import_peft_config(std::string_view text, std::string_view 
   }
   if (r.has("target_modules")) read_peft_targets(r, s, out);
   read_peft_modules_to_save(r, s);
+  s.lora.dora = r.boolean_or("use_dora", false);  // LoraConfig's default: plain LoRA
   refuse_unmodelled_peft(r);
   if (!r.status().is_ok()) return r.status();
   if (Status valid = validate_settings(out.settings, origin); !valid.is_ok()) return valid;

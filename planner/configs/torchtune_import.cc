@@ -41,7 +41,7 @@ Status read_lora(YamlReader& r, RunSettings& s, bool tied) {
   s.lora.dropout = r.number_or("model.lora_dropout", 0.0);
   if (!(s.lora.dropout >= 0 && s.lora.dropout < 1)) r.fail("model.lora_dropout", "a probability in [0, 1)");
   r.at("model.lora_alpha");  // a scale: no bytes, no time
-  if (r.boolean_or("model.use_dora", false)) r.fail("model.use_dora", "false (DoRA's magnitude vectors and norms are not modelled)");
+  s.lora.dora = r.boolean_or("model.use_dora", false);  // the lora_ builders' use_dora: DoRALinear
   if (r.has("model.quantize_base") && r.boolean_or("model.quantize_base", false) != (s.mode == TrainMode::kQlora)) {
     r.fail("model.quantize_base", s.mode == TrainMode::kQlora ? "true with a qlora_ builder" : "false with a lora_ builder (use the qlora_ builder)");
   }

@@ -85,7 +85,7 @@ void read_trl_lora(ArgsReader& r, RunSettings& s, ConfigImport& out, bool four_b
       s.train_patterns.push_back("*" + m + "*");
     }
   }
-  if (r.boolean_or("use_dora", false)) r.fail("use_dora", "false (DoRA is not modelled)");
+  s.lora.dora = r.boolean_or("use_dora", false);  // ModelConfig.use_dora, handed to LoraConfig
   s.nf4_double_quant = r.boolean_or("use_bnb_nested_quant", false);  // ModelConfig's default: no double quant
   r.has("bnb_4bit_quant_type");
 }

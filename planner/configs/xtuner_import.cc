@@ -63,7 +63,7 @@ Status read_lora(Reader& r, const json& lora, const std::string& path, LoraSetti
   if (const json* bias = Reader::at(lora, "bias"); bias != nullptr && *bias != json("none")) {
     return r.fail(path + ".bias", "\"none\" (trained biases are not modelled)", *bias);
   }
-  if (is_true(Reader::at(lora, "use_dora"))) return r.fail(path + ".use_dora", "false (DoRA is not modelled)", true);
+  out.dora = is_true(Reader::at(lora, "use_dora"));  // peft LoraConfig(use_dora=True)
   if (Reader::at(lora, "modules_to_save") != nullptr) {
     return r.fail(path + ".modules_to_save", "none (give --train PATTERN for modules trained in full)",
                   lora.at("modules_to_save"));

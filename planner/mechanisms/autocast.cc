@@ -479,8 +479,12 @@ void apply_fp32_adapters_without_autocast(graph::LayerGraph& graph) {
   for (graph::Node& node : graph.nodes) {
     if (node.op == graph::op::kLinear && node.linear && !node.inputs.empty() && has_fp32_adapters(node)) {
       set_f32(node.name + ".lora_mid");
+      set_f32(node.name + ".dora_lora_result");  // DoRA (dora.h): B(A(x)) in fp32
       if (has_lora_dropout(node)) {
         set_f32(node.name + ".lora_dropout_out");  // dropout of the fp32 copy
+        // DoRA's second base matmul: fp32 x times W.to(fp32), which it keeps
+        set_f32(node.name + ".dora_base_result");
+        set_f32(node.name + ".dora_weight_copy");
       } else if (tensors.at(node.inputs.front())->dtype != DType::kF32) {
         keep_own_adapter_input(rewritten, added, node, DType::kF32);
       }

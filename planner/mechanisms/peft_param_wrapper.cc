@@ -152,6 +152,11 @@ Result<int> wrap_moe_parameters(LayerGraph& graph, const ConvertedTargets& targe
                                "which PEFT wraps with lora.ParamWrapper; the " + std::string(stack_name(settings.stack)) +
                                " stack's own LoRA on fused experts is not priced; expected attention targets");
   }
+  if (settings.lora.dora) {
+    return Status::invalid_input(
+        settings.model + ": lora.dora: these targets put LoRA on the fused experts' or the router's weights "
+        "(PEFT's lora.ParamWrapper), which raises on use_dora (peft/tuners/lora/layer.py, 0.21.2); expected false");
+  }
   if (settings.lora.dropout > 0) {
     return Status::invalid_input(
         settings.model + ": lora.dropout: these targets put LoRA on the fused experts' or the router's weights "

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "graph/op_traits.h"
+#include "planner/mechanisms/dora.h"
 #include "planner/mechanisms/peft_param_wrapper.h"
 #include "planner/mechanisms/peft_targets.h"
 #include "planner/mechanisms/gptq_linear.h"
@@ -79,7 +80,9 @@ bool any_trainable_base(const Node& node) {
 // torchtune and litgpt build them (model_states prices fp32 adapters at 4 bytes
 // under pure bf16). Saved for backward: A's input (x, or the dropout output
 // and its bool mask when lora dropout > 0) and B's input x·A [rows, r].
-void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora, DType dtype) {
+// With lora.dora, DoRA's magnitude, setup graph and saves (dora.h); `settings` says
+// whether its second base matmul keeps a weight copy.
+void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora, DType dtype, const RunSettings& settings) {
   const graph::LinearInfo& linear = *node.linear;
   const int64_t r = lora.rank;
   // Asked before the adapters join node.params: they are trainable themselves.
@@ -114,6 +117,7 @@ void add_lora(LayerGraph& graph, Node& node, const LoraSettings& lora, DType dty
   // The node now trains (its adapters), but a frozen base weight still gets no
   // dW = dY^T X: only the adapters' weight gradients are computed.
   node.bwd_param_flops = frozen_base ? adapter_flops : node.bwd_param_flops + adapter_flops;
+  if (lora.dora) add_dora(graph, node, r, dora_options(settings, lora, dtype));
 }
 
 }  // namespace
@@ -206,13 +210,13 @@ AdapterCounts adapt_linears(LayerGraph& graph, const RunSettings& settings, cons
                                     [&](const ScopedLora& l) { return name_matches(l.scope, node.name); });
     if (scope != settings.scoped_lora.end()) {
       if (scope->lora.targets.empty() || is_lora_target(scope->lora.targets, node.name)) {
-        add_lora(graph, node, scope->lora, adapter_dtype);
+        add_lora(graph, node, scope->lora, adapter_dtype, settings);
         ++counts.scoped[scope - settings.scoped_lora.begin()];
       }
       continue;
     }
     if (is_lora_target(targets, node.name) && !any_name_matches(settings.lora_skip, node.name)) {
-      add_lora(graph, node, settings.lora, adapter_dtype);
+      add_lora(graph, node, settings.lora, adapter_dtype, settings);
       ++counts.adapted;
     }
   }

@@ -14,6 +14,7 @@
 #include "planner/mechanisms/t5_position_bias.h"
 #include "planner/mechanisms/trl_fused_head.h"
 #include "planner/memory/allocator_rounding.h"
+#include "planner/memory/dora_setup.h"
 #include "planner/memory/rope_cache_saves.h"
 #include "planner/settings/stack.h"
 #include "planner/time/fsdp2_stream_copies.h"
@@ -240,7 +241,8 @@ MemoryBreakdown breakdown_at(const ModelContext& context, const RunSettings& set
   m.parameters = step.states.params + step.reference_weights - kept_grads;
   m.buffers = step.states.buffers;
   m.saved_buffers =
-      saved_rope_cache_bytes(context.graph, blocks, SavesAt{peak.phase, peak.block}, settings.precision, accounting);
+      saved_rope_cache_bytes(context.graph, blocks, SavesAt{peak.phase, peak.block}, settings.precision, accounting) +
+      saved_dora_setup_bytes(context.graph, settings.precision, accounting);
   const int64_t in_flight = shared_grads_in_flight(context, settings, config, step, peak, accounting);
   m.gradients = peak.gradients + step.states.bucket_gradients - in_flight + kept_grads;
   m.optimizer_states = step.states.optimizer;

@@ -67,6 +67,9 @@ struct LoraSettings {
   int64_t rank = 16;
   std::vector<std::string> targets;  // module-name suffixes; empty = the model's defaults
   double dropout = 0.05;
+  // DoRA (PEFT's use_dora, torchtune's use_dora): a trainable magnitude per output
+  // row and a weight norm per forward (planner/mechanisms/dora.h).
+  bool dora = false;
 };
 
 // Adapters of their own inside one part of the model (XTuner's visual_encoder_lora

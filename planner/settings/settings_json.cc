@@ -130,7 +130,7 @@ Status read_lora(JsonFields& r, std::string_view origin, RunSettings& s) {
     if (!lora->is_object()) return r.expected("lora", "an object {\"rank\", \"targets\", \"dropout\"}", *lora);
     JsonFields l(*lora, origin, "settings.lora.");
     for (const Status& status : {l.read("rank", s.lora.rank), l.read("targets", s.lora.targets),
-                                 l.read("dropout", s.lora.dropout), l.unknown_keys()}) {
+                                 l.read("dropout", s.lora.dropout), l.read("dora", s.lora.dora), l.unknown_keys()}) {
       if (!status.is_ok()) return status;
     }
   }
@@ -247,6 +247,7 @@ void write_model_and_stack(const RunSettings& s, nlohmann::json& j) {
 // settings.lora and settings.scoped_lora.
 void write_lora(const RunSettings& s, nlohmann::json& j) {
   j["lora"] = {{"rank", s.lora.rank}, {"targets", s.lora.targets}, {"dropout", s.lora.dropout}};
+  if (s.lora.dora) j["lora"]["dora"] = true;  // written only when on: plans without DoRA read as before
   if (!s.scoped_lora.empty()) {
     nlohmann::json scoped = nlohmann::json::array();
     for (const ScopedLora& l : s.scoped_lora) {

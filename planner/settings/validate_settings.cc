@@ -251,6 +251,21 @@ Status check_mechanisms(const RunSettings& s, std::string_view origin) {
 }
 
 // What the batches hold: padded samples or packed documents.
+// DoRA: PEFT's use_dora or torchtune's DoRALinear on LoRA's adapted linears
+// (planner/mechanisms/dora.h); litgpt's and Unsloth's own LoRA layers have none priced.
+Status check_dora(const RunSettings& s, std::string_view origin) {
+  if (!s.lora.dora) return Status::ok();
+  if (s.mode == TrainMode::kFull) {
+    return fail(origin, "lora.dora", "DoRA decomposes LoRA's adapted weights: expected mode lora or qlora with it, got full");
+  }
+  if (s.stack == Stack::kLitgpt || s.stack == Stack::kUnsloth) {
+    return fail(origin, "lora.dora", "DoRA is priced as PEFT and torchtune build it; the " +
+                                         std::string(stack_name(s.stack)) + " stack's LoRA layers are its own: expected "
+                                         "false, or stack hf-trainer or torchtune");
+  }
+  return Status::ok();
+}
+
 Status check_sequences(const RunSettings& s, std::string_view origin) {
   if (s.shortest_sample && s.seq_len > 0 && *s.shortest_sample > s.seq_len) {
     return fail(origin, "shortest_sample",
@@ -455,7 +470,7 @@ Status check_recipe(const RunSettings& s, std::string_view origin) {
 Status validate_settings(const RunSettings& s, std::string_view origin) {
   // In this order: the first check a run fails names its field.
   using Check = Status (*)(const RunSettings&, std::string_view);
-  for (Check check : {check_ranges, check_batch, check_offload, check_optimizer, check_scoped_lora, check_mechanisms, check_sequences, check_sharding, check_kbit_prep, check_fsdp, check_checkpointing, check_recipe, check_unsloth}) {
+  for (Check check : {check_ranges, check_batch, check_offload, check_optimizer, check_scoped_lora, check_dora, check_mechanisms, check_sequences, check_sharding, check_kbit_prep, check_fsdp, check_checkpointing, check_recipe, check_unsloth}) {
     if (Status status = check(s, origin); !status.is_ok()) return status;
   }
   return Status::ok();

@@ -116,5 +116,10 @@ def add_lora(model, spec: dict):  # noqa: D103 - LoRA and QLoRA alike
     targets = "all-linear" if spec["lora_targets"] == ["all-linear"] else spec["lora_targets"]
     lora = LoraConfig(r=spec.get("lora_rank", 16), lora_alpha=2 * spec.get("lora_rank", 16),
                       target_modules=targets, lora_dropout=spec.get("lora_dropout", 0.05),
-                      task_type=task.peft_task_type, modules_to_save=list(task.modules_to_save) or None)
+                      task_type=task.peft_task_type, modules_to_save=list(task.modules_to_save) or None,
+                      use_dora=spec.get("use_dora", False))
+    if spec.get("use_dora", False) and spec["method"] == "qlora":
+        from bnb_shims import params4bit_deepcopy_on_meta
+        with params4bit_deepcopy_on_meta():
+            return get_peft_model(model, lora)
     return get_peft_model(model, lora)
