@@ -24,13 +24,17 @@ struct BnbMatmul4bit {
   // (QuantState.dtype is the loaded weight's); over an fp32 model it returns fp32
   // whatever the release, and the copy to fp32 is no copy.
   bool sixteen_bit_weights = true;
-  // From 0.50.0 the forward's gemm_4bit picks the fused kernel or the dequantized weight
-  // per GEMM (bnb_gemm_dispatch.h): the run's GPU, the input's dtype, and the batch and
-  // sequence M is taken at. nullopt: every forward dequantizes (an older release, or a
-  // GPU whose compute capability and SM count are not known).
+  // From 0.50.0 MatMul4Bit.forward runs bitsandbytes::gemm_4bit: where it falls back to the
+  // dequantized weight, a double-quantized weight's absmax is dequantized to fp32 and the
+  // offset added into a second fp32 copy, both live until F.linear returns.
+  bool gemm_4bit_op = false;
+  // The dtype of A (the compute dtype) and of the node's workspace elements.
+  graph::DType compute_dtype = graph::DType::kBF16;
+  // gemm_4bit's choice between the fused kernel and the fallback (bnb_gemm_dispatch.h): the
+  // run's GPU and the batch and sequence M is taken at. nullopt: every forward falls back
+  // (an older release, or a GPU whose compute capability and SM count are not known).
   struct GemmDispatch {
     GemmArch arch;
-    graph::DType input_dtype = graph::DType::kBF16;
     int64_t micro_batch = 1;
     int64_t seq = 1;
   };

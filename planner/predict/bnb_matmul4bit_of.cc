@@ -36,10 +36,15 @@ graph::DType input_dtype(Precision precision) {
 BnbMatmul4bit bnb_matmul4bit_of(const RunSettings& settings, std::optional<int64_t> seq) {
   const BnbRegime regime = bnb_regime(settings);
   const bool sixteen_bit = !is_autocast(settings.precision) && settings.precision != Precision::kFp32;
-  BnbMatmul4bit out{regime.keeps_input, regime.fp32_compute, sixteen_bit};
+  BnbMatmul4bit out;
+  out.keeps_input = regime.keeps_input;
+  out.fp32_compute = regime.fp32_compute;
+  out.sixteen_bit_weights = sixteen_bit;
+  out.gemm_4bit_op = regime.gemm_dispatch;
+  out.compute_dtype = input_dtype(settings.precision);
   if (!regime.gemm_dispatch || !seq) return out;
   if (const std::optional<GemmArch> arch = catalogue_arch(settings)) {
-    out.gemm_dispatch = BnbMatmul4bit::GemmDispatch{*arch, input_dtype(settings.precision), settings.micro_batch, *seq};
+    out.gemm_dispatch = BnbMatmul4bit::GemmDispatch{*arch, settings.micro_batch, *seq};
   }
   return out;
 }

@@ -104,25 +104,30 @@ const graph::Node& node_named(const graph::LayerGraph& graph, const std::string&
 }
 
 constexpr int64_t kGateWeight = int64_t{2048} * 8192;  // gate_proj: N 8192, K 2048
+// _dequant_linear_fallback's two fp32 absmax copies (absmax_dq and absmax_dq + offset), one
+// value per 64 weights: 8 bytes each, as bf16 workspace elements 4.
+constexpr int64_t kFallbackAbsmaxElements = kGateWeight / 64 * 8 / 2;
 constexpr const char* kGate = "model.layers.4.mlp.gate_proj";
 constexpr const char* kDown = "model.layers.4.mlp.down_proj";
 
 }  // namespace
 
 TEST_CASE("from 0.50 a forward the GPU runs fused holds no dequantized weight, its backward still does") {
+  // (The fallback also holds its two fp32 absmax copies: kFallbackAbsmaxElements.)
   // RTX 4090 (sm89, 128 SMs), gate_proj at M = 64: 128 blocks at >= 0.8 wave, K < N: M <= 64 fused.
   const ModelContext fused_4090 = prepared_context(qlora_at_m64("4090", "0.50.2"));
   const graph::Node& gate = node_named(fused_4090.graph, kGate);
   CHECK(gate.workspace_elements.at(1, 64) == 0);
   CHECK(gate.backward_workspace().at(1, 64) == kGateWeight);
   // down_proj (N 2048, K 8192, 32 blocks, K >= 3N): SIMT wins only to M 12: the fallback's weight.
-  CHECK(node_named(fused_4090.graph, kDown).workspace_elements.at(1, 64) == kGateWeight);
-  // 0.49.2 dequantizes in every forward.
+  CHECK(node_named(fused_4090.graph, kDown).workspace_elements.at(1, 64) == kGateWeight + kFallbackAbsmaxElements);
+  // 0.49.2 dequantizes in every forward (and no fp32 absmax copies outlive its dequantize).
   const ModelContext old = prepared_context(qlora_at_m64("4090", "0.49.2"));
   CHECK(node_named(old.graph, kGate).workspace_elements.at(1, 64) == kGateWeight);
   // H200 (sm90, 132 SMs): 128 blocks are under one wave, K < N: M <= 16, so the fallback.
   const ModelContext h200 = prepared_context(qlora_at_m64("h200", "0.50.2"));
-  CHECK(node_named(h200.graph, kGate).workspace_elements.at(1, 64) == kGateWeight);
+  CHECK(node_named(h200.graph, kGate).workspace_elements.at(1, 64) == kGateWeight + kFallbackAbsmaxElements);
+  CHECK(node_named(h200.graph, kGate).backward_workspace().at(1, 64) == kGateWeight);
   // The peak: the 4090's forward lost the gate/up weights it no longer dequantizes.
   CHECK(predict_as_given(qlora_at_m64("4090", "0.50.2")).peak_allocated <=
         predict_as_given(qlora_at_m64("4090", "0.49.2")).peak_allocated);
@@ -131,10 +136,12 @@ TEST_CASE("from 0.50 a forward the GPU runs fused holds no dequantized weight, i
 TEST_CASE("a --gpu-mem or --gpu-file GPU takes the conservative answer: the dequantized weight") {
   RunSettings resized = qlora_at_m64("4090", "0.50.2");
   resized.gpu_memory_bytes = int64_t{24} << 30;
-  CHECK(node_named(prepared_context(resized).graph, kGate).workspace_elements.at(1, 64) == kGateWeight);
+  CHECK(node_named(prepared_context(resized).graph, kGate).workspace_elements.at(1, 64) ==
+        kGateWeight + kFallbackAbsmaxElements);
   RunSettings own = qlora_at_m64("4090", "0.50.2");
   own.gpu_spec = find_gpu("4090").value();
-  CHECK(node_named(prepared_context(own).graph, kGate).workspace_elements.at(1, 64) == kGateWeight);
+  CHECK(node_named(prepared_context(own).graph, kGate).workspace_elements.at(1, 64) ==
+        kGateWeight + kFallbackAbsmaxElements);
 }
 
 }  // namespace headroom::planner
