@@ -4,6 +4,7 @@
 #include <string>
 
 #include "graph/op_traits.h"
+#include "planner/mechanisms/trainability.h"
 
 namespace headroom::planner {
 namespace {
@@ -45,6 +46,49 @@ void save_once(graph::Node& node, const std::string& tensor) {
   if (!saved) node.saves.push_back({tensor, graph::SaveWhen::kInputGrad});
 }
 
+// Whether the forward's gemm_4bit runs the fused kernel for `node` (bitsandbytes 0.50.2
+// backends/cuda/ops.py: M = A.numel() // K, N = shapeB[0], the out_features; the NF4
+// blocksize is 64). M is the node's rows at the run's micro-batch and sequence.
+bool forward_fused(const graph::Node& node, const BnbMatmul4bit& bnb) {
+  if (!bnb.gemm_dispatch) return false;
+  const BnbMatmul4bit::GemmDispatch& dispatch = *bnb.gemm_dispatch;
+  const std::optional<int64_t> m = node.linear->rows.eval(dispatch.micro_batch, dispatch.seq);
+  if (!m) return false;
+  const GemmShape shape{*m, node.linear->out_features, node.linear->in_features, kNf4BlockSize};
+  return bnb_gemm_4bit_fused(dispatch.arch, bnb.compute_dtype, shape);
+}
+
+// The fused kernel allocates only its output: the forward holds no dequantized weight
+// (quantize_linear's in x out). Backward still has it: MatMul4Bit.backward computes
+// grad_A from F.dequantize_4bit(B, ctx.state) in every release, 0.50.2 included.
+void drop_forward_dequantized_weight(graph::Node& node) {
+  if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;
+  node.workspace_elements += graph::SizeExpr::constant(-node.linear->in_features * node.linear->out_features);
+}
+
+// The fp32 absmax values of a double-quantized weight (one per 64 weights), or 0 when its
+// absmax is not nested (quantize_linear's ".nested_absmax" beside ".absmax").
+int64_t nested_absmax_values(const graph::Node& node) {
+  int64_t absmax = 0;
+  bool nested = false;
+  for (const graph::Param& param : node.params) {
+    if (param.name == node.name + ".weight.absmax") absmax = param.elements();
+    if (param.name == node.name + ".weight.nested_absmax") nested = true;
+  }
+  return nested ? absmax : 0;
+}
+
+// bitsandbytes 0.50.2 backends/cuda/ops.py _dequant_linear_fallback, for a nested quant
+// state: absmax_dq = torch.empty_like(absmax_8bit, dtype=torch.float32), then
+// absmax = absmax_dq + absmax_offset, two fp32 copies held (locals) through the dequantize
+// and F.linear's output. Priced in the node's workspace elements of the compute dtype.
+void add_fallback_absmax(graph::Node& node, graph::DType compute) {
+  const int64_t bytes = 2 * 4 * nested_absmax_values(node);
+  if (bytes == 0) return;
+  if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;
+  node.workspace_elements += graph::SizeExpr::constant(bytes / graph::dtype_bytes(compute, 1));
+}
+
 }  // namespace
 
 // bitsandbytes 0.43.1 autograd/_functions.py MatMul4Bit.forward keeps
@@ -67,6 +111,11 @@ void apply_bnb_matmul4bit(graph::LayerGraph& graph, const BnbMatmul4bit& bnb) {
     if (fed_fp32 && bnb.fp32_compute && bnb.sixteen_bit_weights) {
       if (!node.bwd_workspace_elements) node.bwd_workspace_elements = node.workspace_elements;
       node.workspace_elements += graph::SizeExpr::constant(2 * node.linear->in_features * node.linear->out_features);
+    }
+    if (forward_fused(node, bnb)) {
+      drop_forward_dequantized_weight(node);
+    } else if (bnb.gemm_4bit_op) {
+      add_fallback_absmax(node, bnb.compute_dtype);
     }
   }
 }

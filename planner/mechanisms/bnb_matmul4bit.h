@@ -4,10 +4,13 @@
 // front of a 4-bit linear fed fp32 (mechanisms/autocast.cc).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "graph/graph_analysis.h"
 #include "graph/layer_graph.h"
+#include "planner/mechanisms/bnb_gemm_dispatch.h"
 
 namespace headroom::planner {
 
@@ -21,6 +24,21 @@ struct BnbMatmul4bit {
   // (QuantState.dtype is the loaded weight's); over an fp32 model it returns fp32
   // whatever the release, and the copy to fp32 is no copy.
   bool sixteen_bit_weights = true;
+  // From 0.50.0 MatMul4Bit.forward runs bitsandbytes::gemm_4bit: where it falls back to the
+  // dequantized weight, a double-quantized weight's absmax is dequantized to fp32 and the
+  // offset added into a second fp32 copy, both live until F.linear returns.
+  bool gemm_4bit_op = false;
+  // The dtype of A (the compute dtype) and of the node's workspace elements.
+  graph::DType compute_dtype = graph::DType::kBF16;
+  // gemm_4bit's choice between the fused kernel and the fallback (bnb_gemm_dispatch.h): the
+  // run's GPU and the batch and sequence M is taken at. nullopt: every forward falls back
+  // (an older release, or a GPU whose compute capability and SM count are not known).
+  struct GemmDispatch {
+    GemmArch arch;
+    int64_t micro_batch = 1;
+    int64_t seq = 1;
+  };
+  std::optional<GemmDispatch> gemm_dispatch;
 };
 
 void apply_bnb_matmul4bit(graph::LayerGraph& graph, const BnbMatmul4bit& bnb);

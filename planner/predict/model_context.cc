@@ -25,7 +25,7 @@
 #include "planner/mechanisms/liger_kernels.h"
 #include "planner/mechanisms/input_require_grads.h"
 #include "planner/mechanisms/t5_position_bias.h"
-#include "planner/mechanisms/bnb_matmul4bit.h"
+#include "planner/predict/bnb_matmul4bit_of.h"
 #include "planner/mechanisms/kbit_prep.h"
 #include "planner/mechanisms/reentrant_checkpoint.h"
 #include "planner/mechanisms/litgpt_model.h"
@@ -264,14 +264,6 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
   return loaded;
 }
 
-// The bitsandbytes release's regime for its 4-bit linears (settings/bnb_release.h):
-// over an fp32 model (AMP, fp32) dequantize_4bit returns fp32 in every release.
-BnbMatmul4bit bnb_matmul4bit_of(const RunSettings& settings) {
-  const BnbRegime regime = bnb_regime(settings);
-  const bool sixteen_bit = !is_autocast(settings.precision) && settings.precision != Precision::kFp32;
-  return BnbMatmul4bit{regime.keeps_input, regime.fp32_compute, sixteen_bit};
-}
-
 // DPOConfig.disable_dropout and RewardConfig.disable_dropout (True by default) set every
 // nn.Dropout's p to 0, PEFT's lora_dropout among them (dpo_trainer.py and
 // reward_trainer.py, 1.16.0: disable_dropout_in_model).
@@ -412,8 +404,11 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   }
   if (kbit_prep_matters(settings)) apply_kbit_prep(context.graph, stack.top.kbit_prep);
   apply_autocast_mechanisms(settings, stack, context.graph);
-  // After autocast: its casts show which 4-bit linears are fed fp32.
-  if (uses_bnb_4bit(settings)) apply_bnb_matmul4bit(context.graph, bnb_matmul4bit_of(settings));
+  // After autocast: its casts show which 4-bit linears are fed fp32. M of each one's
+  // gemm_4bit is its rows at the run's micro-batch and sequence.
+  const Result<int64_t> seq = resolve_seq_len(loaded, settings);
+  const BnbMatmul4bit bnb = bnb_matmul4bit_of(settings, seq.is_ok() ? std::optional(seq.value()) : std::nullopt);
+  if (uses_bnb_4bit(settings)) apply_bnb_matmul4bit(context.graph, bnb);
   apply_float8_linears(context.graph, Float8Options{settings.float8, settings.float8_all_gather},
                        compute_dtype_for(settings.precision));
   if (settings.stack == Stack::kUnsloth) apply_unsloth_model(settings, stack.top, context.graph);
@@ -434,8 +429,8 @@ Status apply_mechanisms(const graph::LayerGraph& loaded, const RunSettings& sett
   hold_t5_bias_leaves(context.graph, context.analysis, context.checkpoint_saves, context.ctx_held);
   hold_input_grad_leaves(context.graph, context.analysis, context.ctx_held);
   if (uses_bnb_4bit(settings)) {
-    hold_bnb_inputs(context.graph, context.analysis, bnb_matmul4bit_of(settings), context.checkpoint_saves);
-    hold_bnb_inputs(context.graph, context.analysis, bnb_matmul4bit_of(settings), context.ctx_held);
+    hold_bnb_inputs(context.graph, context.analysis, bnb, context.checkpoint_saves);
+    hold_bnb_inputs(context.graph, context.analysis, bnb, context.ctx_held);
   }
   return Status::ok();
 }

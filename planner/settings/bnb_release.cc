@@ -16,8 +16,12 @@ constexpr Release kFirstWithoutInput{0, 43, 2};
 // dtype; 0.47.0 sets compute_type_is_set when a compute dtype is given (transformers
 // passes bnb_4bit_compute_dtype).
 constexpr Release kFirstKeepingComputeDtype{0, 47, 0};
-// The bottom of the band: a release past both.
-constexpr const char* kCurrentRelease = "0.47.0";
+// bitsandbytes 0.50.0 autograd/_functions.py MatMul4Bit.forward runs
+// torch.ops.bitsandbytes.gemm_4bit, whose CUDA kernel (backends/cuda/ops.py) picks a fused
+// kernel or the dequantized weight; 0.49.2 always runs F.linear(A, dequantize_4bit(B)).
+constexpr Release kFirstWithGemmDispatch{0, 50, 0};
+// The bottom of the band: a release past all three.
+constexpr const char* kCurrentRelease = "0.50.2";
 
 // Whether a 4-bit linear can be fed fp32: an fp32 model (AMP, fp32), or QLoRA's
 // preparation upcasting the norms of a 16-bit one (mechanisms/kbit_prep.h).
@@ -42,8 +46,9 @@ bool uses_bnb_4bit(const RunSettings& settings) {
 
 BnbRegime bnb_regime(const RunSettings& settings) {
   const std::optional<Release> release = bnb_release(settings);
-  if (!release) return BnbRegime{true, true};
-  return BnbRegime{*release < kFirstWithoutInput, *release < kFirstKeepingComputeDtype};
+  if (!release) return BnbRegime{true, true, false};
+  return BnbRegime{*release < kFirstWithoutInput, *release < kFirstKeepingComputeDtype,
+                   !(*release < kFirstWithGemmDispatch)};
 }
 
 void add_bnb_unknowns(const RunSettings& settings, std::vector<std::string>& unknowns) {
@@ -52,7 +57,7 @@ void add_bnb_unknowns(const RunSettings& settings, std::vector<std::string>& unk
       std::string("the bitsandbytes release: up to 0.43.1 each 4-bit linear keeps its input for backward, "
                   "past non-reentrant checkpointing too") +
       (fed_fp32(settings) ? ", and up to 0.46 one fed fp32 copies its dequantized weight to fp32" : "") +
-      " (give --versions bitsandbytes=X)");
+      "; from 0.50 a forward GEMM the GPU runs fused holds no dequantized weight (give --versions bitsandbytes=X)");
 }
 
 void pin_bnb_bottom(const RunSettings& settings, RunSettings& bottom) {

@@ -20,6 +20,9 @@ struct BnbRegime {
   bool keeps_input = false;
   // A Linear4bit fed fp32 computes in fp32: up to 0.46.
   bool fp32_compute = false;
+  // The forward's gemm_4bit dispatches between a fused kernel and the dequantized
+  // weight per GPU and shape (mechanisms/bnb_gemm_dispatch.h): from 0.50.0.
+  bool gemm_dispatch = false;
 };
 
 // The run's release's regime; the oldest (the band's top) when no release is given.

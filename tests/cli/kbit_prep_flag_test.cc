@@ -20,7 +20,9 @@ TEST_CASE("--kbit-prep pins the QLoRA preparation, and the stack line names it o
   REQUIRE_MESSAGE(open.exit_code == 0, open.err);
   // The top reserves 0.1 GiB more since the optimizer makes its states at its first step (the simulator replays steps).
   // The bottom rose 0.1 GiB when LlamaMLP came to hold its input until down_proj returns (models/llama.cc).
-  CHECK(contains(open.out, "Band: 10.7 GiB to 14.6 GiB"));
+  // bitsandbytes 0.50's gemm_4bit fallback holds two small fp32 absmax copies beside its weight
+  // (mechanisms/bnb_matmul4bit.cc): the allocator replay packs the band's ends 0.1 GiB lower.
+  CHECK(contains(open.out, "Band: 10.6 GiB to 14.5 GiB"));
   CHECK(contains(open.out, "QLoRA preparation none to peft"));
   CHECK(contains(open.out, "prepare_model_for_kbit_training"));
 
