@@ -451,6 +451,13 @@ const std::vector<SettingsFlag> kFixedFlags = {
      "Flux / SD3: T5 tokens per sample (diffusers' --max_sequence_length; default 512 for Flux, 77 for SD3, "
      "after SD3's 77 CLIP tokens)", false,
      [](RunSettings& s, std::string_view v) { return set_optional_int(v, 1, planner::kMaxSeqLen, s.text_tokens); }},
+    {"--resident-encoders", nullptr, kTraining,
+     "Flux / SDXL: the text encoders (SDXL: and the VAE) stay on the GPU and encode each batch "
+     "(precomputed_text_embeddings false)", false,
+     [](RunSettings& s, std::string_view) {
+       s.precomputed_text_embeddings = false;
+       return Status::ok();
+     }},
     {"--target-seq", "N", kTraining,
      "T5: decoder (target) tokens per sample, the labels' length (default 128); --seq is the encoder's", false,
      [](RunSettings& s, std::string_view v) { return set_optional_int(v, 1, planner::kMaxSeqLen, s.target_tokens); }},

@@ -22,22 +22,8 @@ struct T5Config {
 };
 constexpr T5Config kT5Xxl{};
 
-// openai/clip-vit-large-patch14 text_config (FLUX.1 text_encoder/config.json):
-// hidden_size 768, intermediate_size 3072, num_hidden_layers 12, vocab_size
-// 49408, max_position_embeddings 77.
-struct ClipTextConfig {
-  int64_t hidden = 768;
-  int64_t mlp = 3072;
-  int64_t layers = 12;
-  int64_t vocab = 49408;
-  int64_t positions = 77;
-};
-constexpr ClipTextConfig kClipL{};
-
 Param frozen(const GraphBuilder& b, const std::string& name, std::vector<int64_t> shape) {
-  Param p = b.param(name, std::move(shape));
-  p.trainable = false;
-  return p;
+  return frozen_param(b, name, std::move(shape));
 }
 
 std::vector<Param> t5_params(const GraphBuilder& b, const std::string& prefix) {
@@ -64,8 +50,16 @@ std::vector<Param> t5_params(const GraphBuilder& b, const std::string& prefix) {
   return params;
 }
 
-std::vector<Param> clip_text_params(const GraphBuilder& b, const std::string& prefix) {
-  const ClipTextConfig& c = kClipL;
+}  // namespace
+
+Param frozen_param(const GraphBuilder& b, const std::string& name, std::vector<int64_t> shape) {
+  Param p = b.param(name, std::move(shape));
+  p.trainable = false;
+  return p;
+}
+
+std::vector<Param> frozen_clip_text_params(const GraphBuilder& b, const std::string& prefix,
+                                           const ClipTextConfig& c) {
   const std::string e = prefix + ".text_model.embeddings.";
   std::vector<Param> params = {frozen(b, e + "token_embedding.weight", {c.vocab, c.hidden}),
                                frozen(b, e + "position_embedding.weight", {c.positions, c.hidden})};
@@ -86,16 +80,15 @@ std::vector<Param> clip_text_params(const GraphBuilder& b, const std::string& pr
   }
   params.push_back(frozen(b, prefix + ".text_model.final_layer_norm.weight", {c.hidden}));
   params.push_back(frozen(b, prefix + ".text_model.final_layer_norm.bias", {c.hidden}));
+  if (c.projection > 0) params.push_back(frozen(b, prefix + ".text_projection.weight", {c.projection, c.hidden}));
   return params;
 }
 
-int64_t count(const std::vector<Param>& params) {
+int64_t param_elements(const std::vector<Param>& params) {
   int64_t total = 0;
   for (const Param& p : params) total += p.elements();
   return total;
 }
-
-}  // namespace
 
 std::pair<std::string, std::string> add_flux_text_encoders(GraphBuilder& b, int64_t text_tokens) {
   b.begin_block("text_encoders", "frozen_text_encoder", false);
@@ -108,14 +101,14 @@ std::pair<std::string, std::string> add_flux_text_encoders(GraphBuilder& b, int6
   // largest transient of a layer (T5: the two [B, T, d_ff] gated-GELU halves;
   // CLIP: the [B, 77, 3072] MLP activation).
   OpSpec clip{"text_encoder", "frozen_encoder", {clip_ids}, SizeExpr::per_sample(kClipL.hidden),
-              std::nullopt, {}, clip_text_params(b, "text_encoder"), {}, {}, {}, {}};
-  clip.fwd_flops = SizeExpr::per_sample(2 * count(clip.params) * kClipL.positions);
+              std::nullopt, {}, frozen_clip_text_params(b, "text_encoder", kClipL), {}, {}, {}, {}};
+  clip.fwd_flops = SizeExpr::per_sample(2 * param_elements(clip.params) * kClipL.positions);
   clip.workspace_elements = SizeExpr::per_sample(kClipL.positions * kClipL.mlp);
   const std::string pooled = b.op(clip);
   OpSpec t5{"text_encoder_2", "frozen_encoder", {t5_ids},
             SizeExpr::per_sample(text_tokens * kT5Xxl.d_model), std::nullopt, {},
             t5_params(b, "text_encoder_2"), {}, {}, {}, {}};
-  t5.fwd_flops = SizeExpr::per_sample(2 * count(t5.params) * text_tokens);
+  t5.fwd_flops = SizeExpr::per_sample(2 * param_elements(t5.params) * text_tokens);
   t5.workspace_elements = SizeExpr::per_sample(2 * text_tokens * kT5Xxl.d_ff);
   const std::string encoded = b.op(t5);
   return {pooled, encoded};

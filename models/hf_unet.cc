@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/hf_fields.h"
+#include "models/flux_text.h"
 #include "models/sdxl_unet.h"
 
 namespace headroom::models {
@@ -210,6 +211,26 @@ void read_structure(HfReader& r, const HfFields& c, const UnetConfig& f) {
           "null or 4 x block_out_channels[0] (" + std::to_string(4 * f.channels.front()) + ")");
 }
 
+// The resident encoders are SDXL base's (models/sdxl_encoders.h): their outputs must
+// be the widths the UNet reads.
+Status check_resident_encoders(const HfFields& c, const UnetConfig& f, const ZooOptions& options) {
+  if (options.precomputed_text_embeddings) return Status::ok();
+  const int64_t prompt = kClipL.hidden + kClipBigG.hidden;
+  if (f.cross_dim != prompt) {
+    return unsupported_field(c.origin, "cross_attention_dim",
+                             std::to_string(prompt) + " (SDXL's CLIP-L and CLIP-bigG states, the resident text "
+                             "encoders precomputed_text_embeddings false builds), got " + std::to_string(f.cross_dim));
+  }
+  const int64_t text = f.addition_input_dim - kSdxlTimeIds * f.addition_time_dim;
+  if (text != kClipBigG.projection) {
+    return unsupported_field(c.origin, "projection_class_embeddings_input_dim",
+                             std::to_string(kClipBigG.projection + kSdxlTimeIds * f.addition_time_dim) +
+                                 " (CLIP-bigG's pooled 1280 and six time ids, for the resident text encoders), got " +
+                                 std::to_string(f.addition_input_dim));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 // Defaults: UNet2DConditionModel.__init__ (diffusers 0.39.0).
@@ -221,6 +242,7 @@ Result<graph::LayerGraph> hf_unet_family(const HfFields& c, const std::string& t
   read_addition(r, c, f);
   read_structure(r, c, f);
   if (!r.status().is_ok()) return r.status();
+  if (Status encoders = check_resident_encoders(c, f, options); !encoders.is_ok()) return encoders;
   graph::LayerGraph graph = build_unet(f, options);
   graph.family = "sdxl";
   graph.sequence.unit = "image";

@@ -14,6 +14,7 @@
 
 #include "models/layers.h"
 #include "models/mmdit_parts.h"
+#include "models/sdxl_encoders.h"
 #include "models/unet_parts.h"
 
 namespace headroom::models {
@@ -27,14 +28,14 @@ std::string at(const char* kind, int64_t i, const char* part, int64_t j) {
 // emb = emb + aug_emb. Timesteps return fp32 and the model casts them to the
 // sample's dtype; the cat of the 16-bit text_embeds and the fp32 time
 // projection is cast back by `.to(emb.dtype)`. All of it is [B, width].
-std::string time_embeddings(GraphBuilder& b, const UnetConfig& f, int64_t temb_dim) {
+std::string time_embeddings(GraphBuilder& b, const UnetConfig& f, int64_t temb_dim, std::string text) {
   const SizeExpr rows = SizeExpr::per_sample(1);
   const int64_t time_channels = f.channels.front();
   const std::string timestep = b.input("timestep", rows, DType::kInt64, false);
   const std::string t = b.copy("time_proj", "sinusoidal", {timestep}, times(rows, time_channels));
   const std::string emb = mmdit_embed_mlp(b, temb_dim, "time_embedding", t, time_channels, "act");
   const int64_t text_dim = f.addition_input_dim - kSdxlTimeIds * f.addition_time_dim;
-  const std::string text = b.input("text_embeds", times(rows, text_dim), std::nullopt, false);
+  if (text.empty()) text = b.input("text_embeds", times(rows, text_dim), std::nullopt, false);
   const std::string ids = b.input("time_ids", times(rows, kSdxlTimeIds), std::nullopt, false);
   const std::string ids_proj =
       b.copy("add_time_proj", "sinusoidal", {ids}, times(rows, kSdxlTimeIds * f.addition_time_dim));
@@ -136,9 +137,15 @@ graph::LayerGraph build_unet(const UnetConfig& f, const ZooOptions& options) {
   const int64_t c0 = f.channels.front();
   UnetContext c{b, options, static_cast<int64_t>(f.channels.size()), f.groups, f.cross_dim, f.text_tokens,
                 4 * c0, "", ""};
+  // The script's resident VAE and text encoders, run on each batch first
+  // (models/sdxl_encoders.h); otherwise their outputs are inputs.
+  SdxlEncoded encoded;
+  if (!options.precomputed_text_embeddings) encoded = add_sdxl_encoders(b, unet_rows(c, 0));
   b.begin_block("embeddings", "unet_embedding", false);
-  c.context = b.input("encoder_hidden_states", times(fixed_tokens(f.text_tokens), f.cross_dim), std::nullopt, false);
-  c.temb = time_embeddings(b, f, c.temb_dim);
+  c.context = encoded.prompt_embeds.empty()
+                  ? b.input("encoder_hidden_states", times(fixed_tokens(f.text_tokens), f.cross_dim), std::nullopt, false)
+                  : encoded.prompt_embeds;
+  c.temb = time_embeddings(b, f, c.temb_dim, encoded.text_embeds);
   const std::string sample = b.input("sample", unet_map(c, 0, f.in_channels), std::nullopt, false);
   const std::string x = unet_conv(c, "conv_in", sample, 0, f.in_channels, c0, 3);
   Walk w{c, f, {x}};

@@ -362,5 +362,6 @@ def diffusers_sd3_flags(spec: dict) -> list:
 
 def diffusers_sdxl_flags(spec: dict) -> list:
     """train_text_to_image_lora_sdxl.py (stacks/diffusers_sdxl.py) as diffusers_flux_flags gives
-    Flux's, less `--text-tokens`: the UNet's 77 text tokens are fixed."""
-    return _diffusers_lora_flags(spec, sdxl_args_of(spec), [])
+    Flux's, less `--text-tokens`: the UNet's 77 text tokens are fixed; with `encoders` (the
+    script's resident VAE and text encoders) `--resident-encoders`."""
+    return _diffusers_lora_flags(spec, sdxl_args_of(spec), ["--resident-encoders"] if "encoders" in spec else [])

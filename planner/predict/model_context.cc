@@ -250,11 +250,11 @@ Result<graph::LayerGraph> load_model_graph(const RunSettings& settings, const Re
   }
   // train_dreambooth_lora_sd3.py keeps its three text encoders (CLIP-L, CLIP-G, T5-XXL)
   // only for per-image prompts or --train_text_encoder; headroom builds the transformer alone.
-  if (!settings.precomputed_text_embeddings && (loaded->family == "sd3" || loaded->family == "sdxl")) {
+  // SDXL's resident VAE and text encoders are built (models/sdxl_encoders.h).
+  if (!settings.precomputed_text_embeddings && loaded->family == "sd3") {
     return Status::unsupported(
-        "precomputed_text_embeddings: false is not modelled for " + loaded->family +
-        " (its text encoders resident: SD3's CLIP-L, CLIP-G and T5-XXL, SDXL's CLIP-L and CLIP-G); expected "
-        "true, the training script's own case for one instance prompt (SD3) or the UNet alone (SDXL)");
+        "precomputed_text_embeddings: false is not modelled for sd3 (its text encoders resident: CLIP-L, CLIP-G "
+        "and T5-XXL); expected true, the training script's own case for one instance prompt");
   }
   if (settings.text_tokens && loaded->family != "flux" && loaded->family != "sd3") {
     return Status::invalid_input(

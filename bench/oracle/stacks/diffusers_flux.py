@@ -108,26 +108,30 @@ def run(spec: dict, recorder: Recorder) -> dict:
 
 
 def run_script(spec: dict, recorder: Recorder, args: dict, model_class: str, make_scheduler, make_batch,
-               forward_backward) -> dict:
+               forward_backward, resident=()) -> dict:
     """A diffusers LoRA script's frame, shared by Flux, SD3 and SDXL: the model set up as the
-    script does, accelerate's preparation, its noise scheduler, the recorded steps, and what trained."""
+    script does, accelerate's preparation, its noise scheduler, the recorded steps, and what trained.
+    `resident`: frozen modules the script keeps on the GPU beside the model (SDXL's VAE and text
+    encoders), their weights counted as parameters."""
     weight_dtype = _DTYPES[args["mixed_precision"]]
     model = build_transformer(spec, args, weight_dtype, model_class)
     accelerator, model, optimizer, scheduler = build_training(model, args)
     noise_scheduler = make_scheduler()
     _record_steps(spec, args, recorder, (accelerator, model, optimizer, scheduler), noise_scheduler,
-                  make_batch=make_batch, forward_backward=forward_backward)
+                  make_batch=make_batch, forward_backward=forward_backward, resident=resident)
     adapters = {str(p.dtype).replace("torch.", "") for p in model.parameters() if p.requires_grad}
     return {"optim": "adamw_torch", "adapter_dtype": ",".join(sorted(adapters)),
             "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
 
 
-def _record_steps(spec, args, recorder, training, noise_scheduler, make_batch, forward_backward) -> None:
+def _record_steps(spec, args, recorder, training, noise_scheduler, make_batch, forward_backward,
+                  resident=()) -> None:
     """`steps` steps of the script's loop (stacks/diffusers_sd3.py runs it too): the
     batch from `make_batch`, the loop body up to backward from `forward_backward`."""
     accelerator, transformer, optimizer, scheduler = training
     params = list(transformer.parameters())
-    recorder.adopt_model(params, transformer.buffers())
+    recorder.adopt_model(params + [p for m in resident for p in m.parameters()],
+                         [*transformer.buffers(), *(b for m in resident for b in m.buffers())])
     for p in params:
         if p.requires_grad:
             p.register_post_accumulate_grad_hook(lambda q: recorder.mark("gradients", [q.grad]))

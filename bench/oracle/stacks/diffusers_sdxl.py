@@ -14,13 +14,27 @@ accelerate's or torch's own code:
   six `add_time_ids` in the weight dtype, the forward with `added_cond_kwargs={"time_ids",
   "text_embeds"}`, epsilon target, `F.mse_loss(model_pred.float(), target.float())`,
   `accelerator.backward`, clipping, `optimizer.step()`, `zero_grad()`.
-What the oracle replaces: the batch is made at the shapes the VAE and the two text encoders
-give it (latents [B, 4, res/8, res/8] in the weight dtype; prompt_embeds [B, 77, 2048] and
-the pooled [B, 1280]); the script's resident VAE and text encoders are not built (headroom
-builds the UNet alone).
+What the oracle replaces: without `encoders`, the batch is made at the shapes the VAE and the
+two text encoders give it (latents [B, 4, res/8, res/8] in the weight dtype; prompt_embeds
+[B, 77, 2048] and the pooled [B, 1280]) and neither is built (headroom builds the UNet alone).
+With `encoders` (a folder laid out as the pipeline's: vae/, text_encoder/, text_encoder_2/
+config.json), the script's resident modules are built as main() loads them: `AutoencoderKL`,
+`CLIPTextModel`, `CLIPTextModelWithProjection` (from_pretrained's eval mode), `requires_grad_(False)`,
+the VAE in fp32 (`vae.to(..., dtype=torch.float32)` when `--pretrained_vae_model_name_or_path` is
+unset; `fixed_vae` gives the weight dtype), both text encoders in the weight dtype; the batch is
+the collate_fn's fp32 `pixel_values` [B, 3, res, res] and the two [B, 77] token ids, and each step
+encodes them as the loop does before the UNet (`vae.encode(pixel_values).latent_dist.sample()`,
+`* scaling_factor`, `.to(weight_dtype)`; `encode_prompt` with `output_hidden_states=True`: the
+penultimate states of both concatenated, the second encoder's pooled projection), outside
+autocast and without `torch.no_grad()`: the modules are frozen and their inputs need no grad, so
+autograd records nothing.
 """
 
 from __future__ import annotations
+
+import functools
+import json
+import os
 
 import torch
 
@@ -39,11 +53,83 @@ def sdxl_batch(spec: dict, args: dict, config, weight_dtype) -> dict:
             "pooled_prompt_embeds": torch.empty(b, text, **meta)}
 
 
+def _config(folder: str, part: str) -> dict:
+    with open(os.path.join(folder, part, "config.json")) as f:
+        return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+
+
+def build_encoders(spec: dict, weight_dtype) -> dict:
+    """main()'s VAE and two text encoders, frozen, in the dtypes it moves them to."""
+    from diffusers import AutoencoderKL
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    folder = spec["encoders"]
+    with torch.device("meta"):
+        vae = AutoencoderKL.from_config(_config(folder, "vae"))
+        one = CLIPTextModel._from_config(CLIPTextConfig(**_config(folder, "text_encoder")))
+        two = CLIPTextModelWithProjection._from_config(CLIPTextConfig(**_config(folder, "text_encoder_2")))
+    for module in (vae, one, two):
+        module.eval()  # from_pretrained returns modules in eval mode
+        module.requires_grad_(False)
+    vae.to(dtype=weight_dtype if spec.get("fixed_vae") else torch.float32)
+    one.to(dtype=weight_dtype)
+    two.to(dtype=weight_dtype)
+    return {"vae": vae, "text_encoders": [one, two]}
+
+
+def pixel_batch(spec: dict, args: dict, config, weight_dtype) -> dict:
+    """collate_fn's batch: fp32 pixel values and both tokenizers' [B, 77] ids."""
+    b, res = spec["batch"], spec["resolution"]
+    ids = {"device": "meta", "dtype": torch.long}
+    return {"pixel_values": torch.empty(b, 3, res, res, device="meta", dtype=torch.float32),
+            "input_ids_one": torch.empty(b, TEXT_TOKENS, **ids), "input_ids_two": torch.empty(b, TEXT_TOKENS, **ids)}
+
+
+def encode_prompt(text_encoders, text_input_ids_list):
+    """The script's encode_prompt (tokenizers None): penultimate hidden states of both
+    encoders concatenated on the width; the last encoder's first output is the pooled."""
+    prompt_embeds_list = []
+    for text_encoder, text_input_ids in zip(text_encoders, text_input_ids_list):
+        prompt_embeds = text_encoder(text_input_ids, output_hidden_states=True, return_dict=False)
+        pooled_prompt_embeds = prompt_embeds[0]
+        prompt_embeds = prompt_embeds[-1][-2]
+        bs_embed, seq_len, _ = prompt_embeds.shape
+        prompt_embeds_list.append(prompt_embeds.view(bs_embed, seq_len, -1))
+    prompt_embeds = torch.concat(prompt_embeds_list, dim=-1)
+    return prompt_embeds, pooled_prompt_embeds.view(bs_embed, -1)
+
+
+def _encode(encoders, spec, args, batch) -> dict:
+    """The loop's VAE encode and encode_prompt, before the UNet (module docstring)."""
+    weight_dtype = _DTYPES[args["mixed_precision"]]
+    vae = encoders["vae"]
+    pixel_values = batch["pixel_values"].to(dtype=weight_dtype) if spec.get("fixed_vae") else batch["pixel_values"]
+    model_input = vae.encode(pixel_values).latent_dist.sample()
+    model_input = model_input * vae.config.scaling_factor
+    if not spec.get("fixed_vae"):
+        model_input = model_input.to(weight_dtype)
+    prompt_embeds, pooled = encode_prompt(encoders["text_encoders"], [batch["input_ids_one"], batch["input_ids_two"]])
+    return {"latents": model_input, "prompt_embeds": prompt_embeds, "pooled_prompt_embeds": pooled}
+
+
 def run(spec: dict, recorder: Recorder) -> dict:
     from diffusers import DDPMScheduler
 
-    return run_script(spec, recorder, args_of(spec), "UNet2DConditionModel", lambda: DDPMScheduler(**SCHEDULER),
-                      sdxl_batch, _forward_backward)
+    args = args_of(spec)
+    scheduler = functools.partial(DDPMScheduler, **SCHEDULER)
+    if "encoders" not in spec:
+        return run_script(spec, recorder, args, "UNet2DConditionModel", scheduler, sdxl_batch, _forward_backward)
+    encoders = build_encoders(spec, _DTYPES[args["mixed_precision"]])
+    step = functools.partial(_encode_forward_backward, encoders, spec)
+    return run_script(spec, recorder, args, "UNet2DConditionModel", scheduler, pixel_batch, step,
+                      resident=[encoders["vae"], *encoders["text_encoders"]])
+
+
+def _encode_forward_backward(encoders, spec, args, accelerator, unet, noise_scheduler, batch):
+    """The loop body with the encoders resident: encode, then the UNet step."""
+    # the loop's `batch` (pixel values, ids) is held by the caller, as the script's loop variable
+    # holds it, and the encodings by the returned locals, as the script's names hold them
+    return _forward_backward(args, accelerator, unet, noise_scheduler, _encode(encoders, spec, args, batch))
 
 
 def _forward_backward(args, accelerator, unet, noise_scheduler, batch):
