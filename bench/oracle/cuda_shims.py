@@ -6,6 +6,9 @@ decides what is allocated and kept:
 - dropout: CUDA's fused kernel (below);
 - a boolean-mask index (`x[mask]`): its `nonzero` needs the mask's values, which
   meta has none of (BooleanMaskIndex, below);
+- transformers 4.x's MoE loops: each expert's routed row count, a `nonzero`
+  (BalancedExpertRouting) or DeepSeek-V2's counts read in Python
+  (BalancedExpertCounts), answered as balanced routing;
 - fused and foreach optimizers: torch/utils/_foreach_utils.py lists the devices
   with fused (`_get_fused_kernels_supported_devices`) and foreach
   (`_get_foreach_kernels_supported_devices`) kernels, and torch/optim/optimizer.py
@@ -23,7 +26,6 @@ import weakref
 from typing import Iterator
 
 import torch
-import transformers
 import torch.optim.optimizer as _optimizer
 import torch.utils._foreach_utils as _foreach_utils
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -245,6 +247,12 @@ class BalancedExpertCounts(TorchDispatchMode):
         return out
 
 
+def _transformers_release() -> str:
+    import transformers  # the stacks' environments have it; the recorder's tests need not
+
+    return transformers.__version__
+
+
 def expert_routing_for(model) -> contextlib.AbstractContextManager:
     """BalancedExpertRouting for a model whose config names its experts (Mixtral's
     num_local_experts, Qwen2-MoE's num_experts, DeepSeek-V3's n_routed_experts),
@@ -252,7 +260,7 @@ def expert_routing_for(model) -> contextlib.AbstractContextManager:
     any other model."""
     config = getattr(model, "config", None)
     experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
-    if transformers.__version__.startswith("4."):  # 5.x runs DeepSeek's experts fused, with no loop
+    if _transformers_release().startswith("4."):  # 5.x runs DeepSeek's experts fused, with no loop
         experts = experts or getattr(config, "n_routed_experts", None)
     if not experts:
         return contextlib.nullcontext()
