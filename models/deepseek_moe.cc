@@ -99,7 +99,12 @@ std::string add_deepseek_moe(GraphBuilder& b, const DeepseekConfig& c, const std
   if (!expert_modules) {
     routed = add_routed_experts(b, m, c.hidden, p, x, routing);
   } else if (c.v3) {
-    routed = add_expert_loop(b, m, c.hidden, p, x, routing);  // DeepseekV3MoE.moe, 4.57.6
+    // DeepseekV3MoE.moe, 4.57.6: the weights, the weighted outputs and the accumulator
+    // (zeros_like(x, dtype=topk_weights.dtype)) take the routing weights' dtype, the
+    // compute dtype under the Trainer's autocast (the oracle: mul [n, H] bf16 per expert).
+    MoeSpec loop = m;
+    loop.f32_routing_weights = false;
+    routed = add_expert_loop(b, loop, c.hidden, p, x, routing);
   } else {
     routed = add_deepseek_v2_expert_loop(b, c, p, x, routing);
   }
