@@ -141,7 +141,7 @@ std::string add_decoder_layer(GraphBuilder& b, const DeepseekConfig& c, RmsNormS
   hidden = b.add(p + ".residual_attn", hidden, attn, times(rows, c.hidden));
   const std::string y = add_rms_norm(b, norm, p + ".post_attention_layernorm", hidden, rows, c.hidden);
   const std::string mlp = i < c.first_k_dense ? add_deepseek_mlp(b, p + ".mlp", y, c.hidden, c.intermediate)
-                                              : add_deepseek_moe(b, c, p + ".mlp", y);
+                                              : add_deepseek_moe(b, c, p + ".mlp", y, options.expert_modules);
   return b.add(p + ".residual_mlp", hidden, mlp, times(rows, c.hidden));
 }
 

@@ -8,6 +8,7 @@
 #include "graph/op_traits.h"
 #include "models/layers.h"
 #include "models/moe.h"
+#include "models/moe_loop.h"
 #include "models/moe_parts.h"
 
 namespace headroom::models {
@@ -84,7 +85,8 @@ std::string add_deepseek_mlp(GraphBuilder& b, const std::string& p, const std::s
   return b.linear(p + ".down_proj", prod, rows, width, hidden, false);
 }
 
-std::string add_deepseek_moe(GraphBuilder& b, const DeepseekConfig& c, const std::string& p, const std::string& x) {
+std::string add_deepseek_moe(GraphBuilder& b, const DeepseekConfig& c, const std::string& p, const std::string& x,
+                             bool expert_modules) {
   const std::string logits = router_logits(b, c, p + ".gate", x);
   const Routing routing = c.v3 ? v3_routing(b, c, p + ".gate", logits) : v2_routing(b, c, p + ".gate", logits);
   // The routing weights stay float32 into the experts, as Mixtral's do.
@@ -93,7 +95,19 @@ std::string add_deepseek_moe(GraphBuilder& b, const DeepseekConfig& c, const std
   m.top_k = c.top_k;
   m.expert_intermediate = c.moe_intermediate;
   m.f32_routing_weights = true;
-  const std::string routed = add_routed_experts(b, m, c.hidden, p, x, routing);
+  std::string routed;
+  if (!expert_modules) {
+    routed = add_routed_experts(b, m, c.hidden, p, x, routing);
+  } else if (c.v3) {
+    // DeepseekV3MoE.moe, 4.57.6: the weights, the weighted outputs and the accumulator
+    // (zeros_like(x, dtype=topk_weights.dtype)) take the routing weights' dtype, the
+    // compute dtype under the Trainer's autocast (the oracle: mul [n, H] bf16 per expert).
+    MoeSpec loop = m;
+    loop.f32_routing_weights = false;
+    routed = add_expert_loop(b, loop, c.hidden, p, x, routing);
+  } else {
+    routed = add_deepseek_v2_expert_loop(b, c, p, x, routing);
+  }
   const std::string shared = add_deepseek_mlp(b, p + ".shared_experts", x, c.hidden,
                                               c.moe_intermediate * c.shared_experts);
   return b.add(p + ".add_shared", routed, shared, times(tokens(), c.hidden));

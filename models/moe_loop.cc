@@ -11,12 +11,12 @@
 #include "models/moe_loop.h"
 
 #include <algorithm>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "graph/op_traits.h"
 #include "models/layers.h"
-#include "models/moe_parts.h"
 
 namespace headroom::models {
 namespace {
@@ -63,9 +63,16 @@ ExpertStep add_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const s
   const std::string up = b.linear(e + "." + names.up, rows, routed, hidden, width, false);
   const std::string prod = b.mul(e + ".act_mul_up", act, up, routed.scaled(width));
   const std::string down = b.linear(e + "." + names.down, prod, routed, width, hidden, false);
+  const std::optional<DType> weight_dtype = m.f32_routing_weights ? std::optional<DType>(DType::kF32) : std::nullopt;
   const std::string scale = b.op(moe_node(e + ".routing_weight", "index", {routing.weights, where}, routed,
-                                          std::nullopt, {{where, SaveWhen::kInputGrad}}));
-  const std::string weighted = b.mul(e + ".weighted", down, scale, routed.scaled(hidden));
+                                          weight_dtype, {{where, SaveWhen::kInputGrad}}));
+  // Mixtral's weights are cast back to x's dtype; DeepSeek-V3's stay float32, and
+  // bf16 * f32 promotes the product to float32 (mul keeps both factors either way).
+  const std::string weighted =
+      m.f32_routing_weights
+          ? b.op(moe_node(e + ".weighted", "mul", {down, scale}, routed.scaled(hidden), DType::kF32,
+                          {{down, SaveWhen::kInputGrad}, {scale, SaveWhen::kInputGrad}}))
+          : b.mul(e + ".weighted", down, scale, routed.scaled(hidden));
   // IndexAddBackward0 keeps the index and the source itself: its formula for the
   // source, grad.index_select(dim, index).expand_as(source), takes the tensor
   // (tools/autograd/derivatives.yaml, index_add; the oracle: mul [n, H] kept per expert).
@@ -77,13 +84,12 @@ ExpertStep add_expert(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const s
 
 }  // namespace
 
-std::string add_expert_loop_block(GraphBuilder& b, const MoeSpec& moe, int64_t hidden, const std::string& p,
-                                  const std::string& x) {
-  MoeSpec m = moe;
-  m.f32_routing_weights = false;  // 4.x casts the weights back to the hidden dtype, Mixtral too
+std::string add_expert_loop(GraphBuilder& b, const MoeSpec& m, int64_t hidden, const std::string& p,
+                            const std::string& x, const Routing& routing) {
   const SizeExpr states = times(tokens(), hidden);
-  const Routing routing = add_router(b, m, hidden, p, x, true);
-  const std::string final_states = b.copy(p + ".final_hidden_states", "zeros", {}, states);
+  const std::optional<DType> accumulator =
+      m.f32_routing_weights ? std::optional<DType>(DType::kF32) : std::nullopt;
+  const std::string final_states = b.copy(p + ".final_hidden_states", "zeros", {}, states, accumulator);
   // one_hot(selected_experts, E): int64 [T, k, E], referenced by the loop to its end.
   const std::string mask =
       b.copy(p + ".expert_mask", std::string(graph::op::kOneHot), {routing.indices}, tokens().scaled(m.top_k * m.experts), DType::kInt64);
@@ -94,15 +100,25 @@ std::string add_expert_loop_block(GraphBuilder& b, const MoeSpec& moe, int64_t h
   b.hold_until(step.accumulated, mask);
   // The block's output is `final`, written in place by every index_add_: one node
   // reading both, the zeros' storage priced once more while it is made.
-  const std::string out = b.copy(p + ".experts_output", "view", {final_states, step.accumulated}, states);
+  std::string out = b.copy(p + ".experts_output", "view", {final_states, step.accumulated}, states, accumulator);
   b.hold_until(out, step.routed_rows);
+  // DeepseekV3MoE.moe returns final_hidden_states.type(hidden_states.dtype).
+  if (m.f32_routing_weights) out = b.copy(p + ".experts_output_cast", "cast", {out}, states);
   // The block's argument `hidden_states` (x, the normed input) is bound until the
   // block returns, whatever reads it last (the oracle: Mixtral-2L's post-attention
   // norm output live through the last expert).
-  if (m.shared_intermediate == 0) {
-    b.hold_until(out, x);
-    return out;
-  }
+  b.hold_until(out, x);
+  return out;
+}
+
+std::string add_expert_loop_block(GraphBuilder& b, const MoeSpec& moe, int64_t hidden, const std::string& p,
+                                  const std::string& x) {
+  MoeSpec m = moe;
+  m.f32_routing_weights = false;  // 4.x casts the weights back to the hidden dtype, Mixtral too
+  const SizeExpr states = times(tokens(), hidden);
+  const Routing routing = add_router(b, m, hidden, p, x, true);
+  const std::string out = add_expert_loop(b, m, hidden, p, x, routing);
+  if (m.shared_intermediate == 0) return out;
   // Qwen2MoeSparseMoeBlock runs its shared expert after the loop (4.44.2).
   const std::string shared = add_shared_expert(b, m, hidden, p, x);
   const std::string sum = b.add(p + ".add_shared", out, shared, states);

@@ -6,6 +6,9 @@ decides what is allocated and kept:
 - dropout: CUDA's fused kernel (below);
 - a boolean-mask index (`x[mask]`): its `nonzero` needs the mask's values, which
   meta has none of (BooleanMaskIndex, below);
+- transformers 4.x's MoE loops: each expert's routed row count, a `nonzero`
+  (BalancedExpertRouting) or DeepSeek-V2's counts read in Python
+  (BalancedExpertCounts), answered as balanced routing;
 - fused and foreach optimizers: torch/utils/_foreach_utils.py lists the devices
   with fused (`_get_fused_kernels_supported_devices`) and foreach
   (`_get_foreach_kernels_supported_devices`) kernels, and torch/optim/optimizer.py
@@ -19,6 +22,7 @@ decides what is allocated and kept:
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Iterator
 
 import torch
@@ -185,9 +189,83 @@ class BalancedExpertRouting(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class BalancedExpertCounts(TorchDispatchMode):
+    """DeepseekV2MoE.moe (transformers 4.57.6, models/deepseek_v2/modeling_deepseek_v2.py)
+    counts each expert's rows as `tokens_per_expert = cnts.sum(dim=0)` ([E] int64),
+    then loops in Python over those counts: `if num_tokens == 0`, `end_idx =
+    start_idx + num_tokens`, `sorted_tokens[start_idx:end_idx]`. Each of those asks
+    a count's value (`_local_scalar_dense`), which meta has none of. Answered as
+    balanced routing, as BalancedExpertRouting does: expert i of a layer holds floor
+    or ceil of k*T/E of the k*T sorted rows. The counts are followed from the sum
+    over an int64 [T, E] meta tensor through unbind, `+` and `== 0` (their values
+    held by weak reference, so nothing is kept alive); only the value queries on
+    meta are answered, every op still runs."""
+
+    def __init__(self, experts: int, top_k: int):
+        super().__init__()
+        self.experts = experts
+        self.top_k = top_k
+        self.values: dict[int, tuple[object, int]] = {}
+
+    def _value(self, t):
+        if isinstance(t, (int, bool)):
+            return int(t)
+        if isinstance(t, torch.Tensor) and t.device.type != "meta" and t.numel() == 1 and not t.is_floating_point():
+            return int(t.item())  # a Python int wrapped as a 0-d tensor (`start_idx + num_tokens`)
+        entry = self.values.get(id(t)) if isinstance(t, torch.Tensor) else None
+        return entry[1] if entry is not None and entry[0]() is t else None
+
+    def _hold(self, t, value) -> None:
+        self.values[id(t)] = (weakref.ref(t), value)
+
+    def _is_counts_sum(self, func, args) -> bool:
+        x = args[0]
+        return (func is torch.ops.aten.sum.dim_IntList and x.device.type == "meta" and x.dtype == torch.long
+                and x.dim() == 2 and x.shape[1] == self.experts and list(args[1]) == [0])
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        aten = torch.ops.aten
+        if func is aten._local_scalar_dense.default and args[0].device.type == "meta":
+            value = self._value(args[0])
+            if value is not None:
+                return value
+        out = func(*args, **(kwargs or {}))
+        if self._is_counts_sum(func, args):
+            self._hold(out, args[0].shape[0] * self.top_k)  # the layer's k*T pairs
+        elif func is aten.unbind.int and self._value(args[0]) is not None:
+            pairs = self._value(args[0])
+            for i, count in enumerate(out):
+                self._hold(count, (i + 1) * pairs // self.experts - i * pairs // self.experts)
+        elif func in (aten.add.Tensor, aten.add.Scalar) and len(args) == 2:
+            a, b = self._value(args[0]), self._value(args[1])
+            if a is not None and b is not None and (isinstance(args[0], torch.Tensor) or isinstance(args[1], torch.Tensor)):
+                self._hold(out, a + b)
+        elif func in (aten.eq.Scalar, aten.eq.Tensor) and self._value(args[0]) is not None:
+            b = self._value(args[1])
+            if b is not None:
+                self._hold(out, int(self._value(args[0]) == b))
+        return out
+
+
+def _transformers_release() -> str:
+    import transformers  # the stacks' environments have it; the recorder's tests need not
+
+    return transformers.__version__
+
+
 def expert_routing_for(model) -> contextlib.AbstractContextManager:
     """BalancedExpertRouting for a model whose config names its experts (Mixtral's
-    num_local_experts, Qwen2-MoE's num_experts); nothing for any other model."""
+    num_local_experts, Qwen2-MoE's num_experts, DeepSeek-V3's n_routed_experts),
+    and BalancedExpertCounts too for DeepSeek-V2's loop over counts; nothing for
+    any other model."""
     config = getattr(model, "config", None)
     experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
-    return BalancedExpertRouting(experts) if experts else contextlib.nullcontext()
+    if _transformers_release().startswith("4."):  # 5.x runs DeepSeek's experts fused, with no loop
+        experts = experts or getattr(config, "n_routed_experts", None)
+    if not experts:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(BalancedExpertRouting(experts))
+    if getattr(config, "model_type", "") == "deepseek_v2":
+        stack.enter_context(BalancedExpertCounts(experts, config.num_experts_per_tok))
+    return stack

@@ -40,20 +40,25 @@ ExpertSummary summarize(const graph::LayerGraph& graph) {
   return out;
 }
 
-// The loop layout (models/moe_loop.h): one "one_hot" mask per sparse layer, one
-// "nonzero" per expert; the mask holds tokens * k * E int64.
+// The loop layouts: Mixtral's (models/moe_loop.h: one "one_hot" mask per sparse
+// layer, [tokens, k, E] int64) and DeepSeek-V2's (models/deepseek_moe_loop.cc: one
+// "argsort" of the [tokens * k] expert ids per sparse layer); E from the experts'
+// down projections (w2 or down_proj) per layer.
 ExpertSummary summarize_loop(const graph::LayerGraph& graph) {
   ExpertSummary out;
-  int64_t wheres = 0;
-  int64_t mask_per_token = 0;
+  int64_t downs = 0;
+  int64_t per_token = 0;  // k * E for the one-hot mask, k for the sort
+  bool one_hot = false;
   for (const graph::Node& node : graph.nodes) {
-    if (node.op == graph::op::kOneHot && node.name.ends_with(".expert_mask")) {
+    const bool mask = node.op == graph::op::kOneHot && node.name.ends_with(".expert_mask");
+    if (mask || (node.op == "argsort" && node.name.ends_with(".sorted_indices"))) {
       ++out.layers;
-      const graph::Tensor* mask = graph.find_tensor(node.outputs.front());
-      if (mask != nullptr) mask_per_token = mask->elements.at(1, 1);
+      one_hot = mask;
+      const graph::Tensor* tensor = graph.find_tensor(node.outputs.front());
+      if (tensor != nullptr) per_token = tensor->elements.at(1, 1);
     }
-    if (node.op == graph::op::kNonzero && node.name.ends_with(".where")) ++wheres;
     if (!models::is_expert_linear(node.name)) continue;
+    if (node.name.ends_with(".w2") || node.name.ends_with(".down_proj")) ++downs;
     for (const graph::Param& param : node.params) {
       if (!is_lora_adapter(param)) out.weight_bytes += graph::dtype_bytes(param.dtype, param.elements());
     }
@@ -61,8 +66,8 @@ ExpertSummary summarize_loop(const graph::LayerGraph& graph) {
     if (wrapped) ++out.wrapped_bytes;  // here: how many expert Linears carry an adapter
   }
   if (out.layers == 0) return out;
-  out.experts = wheres / out.layers;
-  out.top_k = out.experts > 0 ? mask_per_token / out.experts : 0;
+  out.experts = downs / out.layers;
+  out.top_k = !one_hot ? per_token : (out.experts > 0 ? per_token / out.experts : 0);
   return out;
 }
 
@@ -153,16 +158,50 @@ bool experts_as_modules(const RunSettings& settings) {
   return release && *release < kFusedExperts;
 }
 
-// The builders of mixtral, qwen2_moe, qwen3_moe and olmoe lay a 4.x run's experts
-// out as modules (models/moe_loop.h); a graph that still has grouped experts under
-// a 4.x release is a family whose 4.x layout is not built (DeepSeek-V2/V3).
+namespace {
+
+// The first transformers release with each family's own model class (the model
+// docs' "added to Hugging Face Transformers on" dates: DeepSeek-V3 2025-03-28,
+// released in 4.51.0; DeepSeek-V2 2025-07-09, released in 4.54.0). Before it the
+// checkpoints load only with trust_remote_code (the hub's modeling_deepseek.py),
+// which headroom does not model.
+struct FirstRelease {
+  const char* family;
+  const char* model_class;
+  Release release;
+};
+constexpr FirstRelease kFirstReleases[] = {
+    {"deepseek_v2", "DeepseekV2ForCausalLM", {4, 54, 0}},
+    {"deepseek_v3", "DeepseekV3ForCausalLM", {4, 51, 0}},
+};
+
+std::string release_text(const Release& r) {
+  return std::to_string(r.major) + "." + std::to_string(r.minor) + "." + std::to_string(r.patch);
+}
+
+}  // namespace
+
+// The builders lay a 4.x run's experts out as modules (mixtral, qwen2_moe,
+// qwen3_moe, olmoe: models/moe_loop.h; deepseek_v2/v3: models/deepseek_moe.h); a
+// graph that still has grouped experts under a 4.x release is a family whose 4.x
+// layout is not built, and a family is refused under a release before its class.
 Status refuse_unfused_experts(const graph::LayerGraph& graph, const RunSettings& settings) {
-  if (!experts_as_modules(settings) || summarize(graph).layers == 0) return Status::ok();
+  if (!experts_as_modules(settings)) return Status::ok();
+  const Release release = *release_of(settings.versions, "transformers");
+  for (const FirstRelease& first : kFirstReleases) {
+    if (graph.family != first.family || !(release < first.release)) continue;
+    return Status::unsupported(
+        settings.model + ": versions: transformers " + release_text(release) + " has no " + first.model_class +
+        " (it first appears in transformers " + release_text(first.release) + "); before that the model loads only "
+        "with trust_remote_code's modeling_deepseek.py, which headroom does not model; expected transformers=" +
+        release_text(first.release) + " or later (docs/models.md)");
+  }
+  if (summarize(graph).layers == 0) return Status::ok();
   return Status::unsupported(
       settings.model + ": versions: before transformers 5.0 a " + graph.family + " model runs each expert as its own "
       "nn.Linear modules, which bitsandbytes quantizes under QLoRA and PEFT wraps as LoRA; headroom builds that "
-      "layout for mixtral, qwen2_moe, qwen3_moe and olmoe, not for " + graph.family + " (DeepSeek-V2/V3 are priced "
-      "with transformers 5.x's fused experts only); expected transformers=5.0 or later (docs/models.md)");
+      "layout for mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2 and deepseek_v3, not for " + graph.family +
+      "; expected transformers=5.0 or later (docs/models.md)");
 }
 
 }  // namespace headroom::planner

@@ -16,7 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", 
 
 from cuda_autocast import check_policy_table, cuda_autocast_on_meta  # noqa: E402
 from ctx_saves import ctx_saves_marked  # noqa: E402
-from cuda_shims import cuda_dropout_on_meta, cuda_sdpa_on_meta, fused_optimizers_on_meta  # noqa: E402
+from cuda_shims import (BalancedExpertCounts, cuda_dropout_on_meta, cuda_sdpa_on_meta,  # noqa: E402
+                        fused_optimizers_on_meta)
 from meta_recorder import Recorder, recording  # noqa: E402
 
 MiB = 2 ** 20
@@ -296,6 +297,26 @@ class CudaKernelShimTest(unittest.TestCase):
         with fused_optimizers_on_meta():
             opt.step()
         self.assertEqual(sorted(opt.state[p]), ["exp_avg", "exp_avg_sq", "step"])
+
+    def test_deepseek_v2_counts_are_balanced_on_meta(self):
+        # DeepseekV2MoE.moe (transformers 4.57.6) reads tokens_per_expert in Python:
+        # the counts, their running sum and the `== 0` test are answered as balanced
+        # routing (k*T/E rows each, floor or ceil), so each expert's slice has them.
+        tokens, experts, k, hidden = 10, 4, 3, 8
+        topk_ids = torch.empty(tokens, k, dtype=torch.long, device="meta")
+        sorted_tokens = meta(tokens * k, hidden)
+        sizes = []
+        with BalancedExpertCounts(experts, k):
+            cnts = topk_ids.new_zeros((tokens, experts))
+            cnts.scatter_(1, topk_ids, 1)
+            start = 0
+            for num_tokens in cnts.sum(dim=0):
+                if num_tokens == 0:
+                    continue
+                end = start + num_tokens
+                sizes.append(sorted_tokens[start:end].shape[0])
+                start = end
+        self.assertEqual(sizes, [7, 8, 7, 8])  # 30 pairs over 4 experts
 
     def test_default_adamw_takes_foreach_as_on_cuda(self):
         # torch/optim/optimizer.py _default_to_fused_or_foreach: foreach on CUDA; without

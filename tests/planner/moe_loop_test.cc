@@ -86,21 +86,54 @@ TEST_CASE("LoRA on 4.x expert names is a plain LoRA per expert Linear, no ParamW
   CHECK(notes[1].find("48 expert Linears carry an ordinary LoRA adapter") != std::string::npos);
 }
 
-TEST_CASE("under 4.x the four MoE families are priced, DeepSeek-V2/V3 refused by name") {
-  // Qwen3-MoE came with transformers 4.51, OLMoE with 4.45, both as the same loop.
+TEST_CASE("under 4.x the MoE families are priced from the release that has their class") {
+  // Qwen3-MoE came with transformers 4.51, OLMoE with 4.45, both as the same loop;
+  // DeepSeek-V3 with 4.51.0, DeepSeek-V2 with 4.54.0 (docs/models.md).
   const std::pair<const char*, const char*> runs[] = {
-      {"mixtral-2l", "4.44.2"}, {"qwen2-moe-2l", "4.44.2"}, {"qwen3-moe-2l", "4.51.3"}, {"olmoe-2l", "4.51.3"}};
+      {"mixtral-2l", "4.44.2"},          {"qwen2-moe-2l", "4.44.2"},   {"qwen3-moe-2l", "4.51.3"},
+      {"olmoe-2l", "4.51.3"},            {"deepseek-v3-2l", "4.51.0"}, {"deepseek-v2-lite-2l", "4.54.0"},
+      {"deepseek-v2-lite-2l", "4.57.6"}, {"deepseek-v3-2l", "4.57.6"}};
   for (const auto& [folder, release] : runs) {
     Result<FitAnswer> answer = fit(run_of(folder, release, TrainMode::kQlora));
     CHECK_MESSAGE(answer.is_ok(), folder, ": ", answer.message());
   }
-  for (const char* folder : {"deepseek-v2-lite-2l", "deepseek-v3-2l"}) {
-    Result<FitAnswer> answer = fit(run_of(folder, "4.44.2", TrainMode::kLora));
+  // Before its class the model is trust_remote_code's modeling_deepseek.py: refused by name.
+  const std::pair<const char*, const char*> refused[] = {
+      {"deepseek-v2-lite-2l", "4.53.3"}, {"deepseek-v3-2l", "4.50.3"}, {"deepseek-v2-lite-2l", "4.44.2"}};
+  for (const auto& [folder, release] : refused) {
+    Result<FitAnswer> answer = fit(run_of(folder, release, TrainMode::kLora));
     REQUIRE_FALSE(answer.is_ok());
-    CHECK(answer.message().find("versions: before transformers 5.0") != std::string::npos);
-    CHECK(answer.message().find("not for deepseek_v") != std::string::npos);
+    CHECK(answer.message().find(std::string("transformers ") + release + " has no DeepseekV") != std::string::npos);
+    CHECK(answer.message().find("trust_remote_code") != std::string::npos);
     CHECK(fit(run_of(folder, "5.23.0", TrainMode::kLora)).is_ok());
   }
+}
+
+TEST_CASE("DeepSeek under 4.57.6: QLoRA makes the expert Linears NF4, LoRA wraps each one") {
+  RunSettings settings = run_of("deepseek-v2-lite-2l", "4.57.6", TrainMode::kQlora);
+  Result<graph::LayerGraph> qlora = apply_training_mode(load("deepseek-v2-lite-2l", true), settings);
+  REQUIRE_MESSAGE(qlora.is_ok(), qlora.message());
+  const std::string moe = "model.layers.1.mlp.";
+  for (const char* name : {"experts.0.gate_proj.weight", "experts.63.down_proj.weight", "shared_experts.up_proj.weight"}) {
+    const graph::Param* param = find_param(qlora.value(), moe + name);
+    REQUIRE_MESSAGE(param != nullptr, name);
+    CHECK_MESSAGE(param->dtype == graph::DType::kNF4, name);
+  }
+  std::vector<std::string> notes = moe_notes(qlora.value(), settings);
+  REQUIRE(!notes.empty());
+  CHECK(notes[0].find("64 experts, top-6") != std::string::npos);
+  CHECK(notes[1].find("the experts are NF4 here") != std::string::npos);
+  settings = run_of("deepseek-v3-2l", "4.57.6", TrainMode::kLora);
+  settings.lora.targets = {"q_a_proj", "gate_proj", "up_proj", "down_proj"};
+  Result<graph::LayerGraph> lora = apply_training_mode(load("deepseek-v3-2l", true), settings);
+  REQUIRE_MESSAGE(lora.is_ok(), lora.message());
+  const graph::Param* a = find_param(lora.value(), "model.layers.1.mlp.experts.255.up_proj.lora_A.weight");
+  REQUIRE(a != nullptr);
+  CHECK(a->shape == std::vector<int64_t>{16, 7168});  // one expert's [r, in]
+  notes = moe_notes(lora.value(), settings);
+  REQUIRE(notes.size() == 2);
+  CHECK(notes[0].find("256 experts, top-8") != std::string::npos);
+  CHECK(notes[1].find("768 expert Linears carry an ordinary LoRA adapter") != std::string::npos);
 }
 
 }  // namespace headroom::planner
